@@ -1,0 +1,73 @@
+# nodeagent: everything the project needs is installed from here (run as root).
+#   make up    install, build, then run the all-in-one node in the foreground
+#   make test  install, build, then ruff and the whole pytest suite
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+CACHE := .cache
+STAMPS := $(CACHE)/stamps
+
+# Debian packages: kernel tools, and the real peers the tests run against.
+APT_PACKAGES := iproute2 iptables nftables conntrack ipset ipvsadm kmod procps psmisc util-linux \
+	busybox-static file gcc libc6-dev ca-certificates \
+	containerd runc containernetworking-plugins etcd-server docker-registry skopeo podman iperf3
+# Debian's kubectl 1.20, unpacked privately (installing it would replace the machine's kubectl).
+KUBECTL_120 := $(CACHE)/kubectl-1.20/usr/bin/kubectl
+
+.PHONY: all up test install deps python build lint unit clean help
+
+help:
+	@sed -n '1,4p' Makefile
+
+all: install
+
+install: deps python build
+
+deps: $(STAMPS)/apt $(KUBECTL_120)
+
+$(STAMPS)/apt: Makefile
+	@mkdir -p $(STAMPS)
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@touch $@
+
+$(KUBECTL_120): | $(STAMPS)/apt
+	@mkdir -p $(CACHE)/debs
+	cd $(CACHE)/debs && (ls kubernetes-client_*.deb >/dev/null 2>&1 || apt-get download -qq kubernetes-client \
+		|| (apt-get update -qq && apt-get download -qq kubernetes-client))
+	dpkg -x $$(ls $(CACHE)/debs/kubernetes-client_*.deb | head -1) $(CACHE)/kubectl-1.20
+	@test -x $@ && touch $@
+
+python: $(STAMPS)/python
+
+$(STAMPS)/python: pyproject.toml
+	@mkdir -p $(STAMPS)
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test]'
+	@touch $@
+
+# Generated and compiled parts (CRI stubs, pause binary, CNI plugins) are added here as they land.
+build: python
+
+lint: python
+	$(VENV)/bin/ruff check .
+
+test: install lint
+	$(PY) -m pytest tests
+
+unit: python
+	$(PY) -m pytest tests/unit --no-leak-check
+
+up: install
+	$(VENV)/bin/nodeagent up
+
+clean:
+	rm -rf $(VENV) $(CACHE) build *.egg-info

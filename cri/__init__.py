@@ -1,0 +1,1 @@
+"""The container runtime and its CRI runtime.v1 gRPC server."""

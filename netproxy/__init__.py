@@ -1,0 +1,1 @@
+"""Service load balancing through iptables, nftables and IPVS, like kube-proxy."""

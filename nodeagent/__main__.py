@@ -1,0 +1,3 @@
+from nodeagent.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""The `nodeagent` command: a thin dispatcher over one module per subcommand.
+
+Subcommand modules are imported only when chosen, so `--help` and the CNI/CRI
+hot paths never pay for the heavy libraries another subcommand needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module under nodeagent.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "version": ("version", "print the version"),
+    "doctor": ("doctor", "report what this host's kernel supports and what nodeagent will use"),
+    "up": ("up", "run the whole single-node cluster in the foreground"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nodeagent",
+        description="A kubelet-like node agent that runs real pods on the real kernel, "
+        "with an embedded Kubernetes control plane.",
+    )
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                        help="logging verbosity (default: info)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        mod = importlib.import_module(f"nodeagent.commands.{module}")
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    from nodeagent.logs import setup_logging
+
+    setup_logging(args.log_level)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

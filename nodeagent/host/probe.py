@@ -1,0 +1,315 @@
+"""What this host's kernel and tools support.
+
+One probe serves `nodeagent doctor`, the components choosing a driver or mode,
+and the test suite deciding what to skip: a feature is reported missing only
+when the kernel (or a required tool) truly lacks it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+    name: str
+    available: bool
+    detail: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class CgroupInfo:
+    """cgroup layout: "v1" (legacy or hybrid) or "v2" (unified only)."""
+
+    version: str
+    hybrid: bool
+    v1_controllers: dict[str, str]  # controller -> mount point
+    v2_root: str | None
+    v2_controllers: tuple[str, ...]
+
+    @property
+    def summary(self) -> str:
+        if self.version == "v2":
+            return f"v2 (unified), controllers: {', '.join(self.v2_controllers) or 'none'}"
+        kind = "v1 hybrid" if self.hybrid else "v1 legacy"
+        extra = ""
+        if self.hybrid:
+            extra = f"; cgroup2 at {self.v2_root} holds {', '.join(self.v2_controllers) or 'no controllers'}"
+        return f"{kind}, controllers: {', '.join(sorted(self.v1_controllers))}{extra}"
+
+
+def _mounts() -> list[tuple[str, str, str]]:
+    """(mount point, fstype, super options) for every mount in our mount namespace."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields = left.split()
+            rfields = right.split()
+            if len(fields) < 5 or len(rfields) < 3:
+                continue
+            point = fields[4].replace("\\040", " ")
+            out.append((point, rfields[0], rfields[2]))
+    return out
+
+
+def detect_cgroups() -> CgroupInfo:
+    v1: dict[str, str] = {}
+    v2_root = None
+    for point, fstype, opts in _mounts():
+        if fstype == "cgroup":
+            for opt in opts.split(","):
+                if opt in {"rw", "ro", "relatime", "noatime", "nosuid", "nodev", "noexec"}:
+                    continue
+                if opt.startswith("name=") or opt in ("xattr",):
+                    continue
+                v1.setdefault(opt, point)
+        elif fstype == "cgroup2" and v2_root is None:
+            v2_root = point
+    v2_ctrls: tuple[str, ...] = ()
+    if v2_root:
+        try:
+            v2_ctrls = tuple(Path(v2_root, "cgroup.controllers").read_text().split())
+        except OSError:
+            v2_ctrls = ()
+    if v1:
+        return CgroupInfo("v1", hybrid=v2_root is not None, v1_controllers=v1, v2_root=v2_root,
+                          v2_controllers=v2_ctrls)
+    return CgroupInfo("v2", hybrid=False, v1_controllers={}, v2_root=v2_root, v2_controllers=v2_ctrls)
+
+
+def _filesystems() -> set[str]:
+    try:
+        with open("/proc/filesystems") as f:
+            return {line.split()[-1] for line in f if line.strip()}
+    except OSError:
+        return set()
+
+
+def _modprobe(module: str) -> None:
+    """Best effort: load a module if the host has modprobe and the module; silence either lack."""
+    if shutil.which("modprobe"):
+        subprocess.run(["modprobe", "-q", module], capture_output=True, check=False, timeout=10)
+
+
+def _run_ok(argv: list[str]) -> tuple[bool, str]:
+    if not shutil.which(argv[0]):
+        return False, f"{argv[0]} not installed"
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    return p.returncode == 0, (p.stderr or p.stdout).strip().splitlines()[-1] if (p.stderr or p.stdout).strip() else ""
+
+
+def probe_overlayfs() -> Feature:
+    if "overlay" not in _filesystems():
+        _modprobe("overlay")
+    ok = "overlay" in _filesystems()
+    return Feature("overlayfs", ok, "" if ok else "overlay not in /proc/filesystems")
+
+
+def probe_ipvs() -> Feature:
+    if not os.path.exists("/proc/net/ip_vs"):
+        _modprobe("ip_vs")
+    ok = os.path.exists("/proc/net/ip_vs")
+    return Feature("ipvs", ok, "" if ok else "kernel has no IPVS (/proc/net/ip_vs missing, ip_vs module not loadable)")
+
+
+def probe_nftables() -> Feature:
+    ok, detail = _run_ok(["nft", "list", "tables"])
+    return Feature("nftables", ok, "" if ok else f"nft list tables failed: {detail}")
+
+
+def probe_iptables_legacy() -> Feature:
+    ok, detail = _run_ok(["iptables-legacy", "-w", "-t", "filter", "-S", "INPUT"])
+    return Feature("iptables-legacy", ok, "" if ok else f"legacy x_tables unusable: {detail}")
+
+
+def probe_iptables_nft() -> Feature:
+    ok, detail = _run_ok(["iptables-nft", "-w", "-t", "filter", "-S", "INPUT"])
+    return Feature("iptables-nft", ok, "" if ok else f"iptables-nft unusable: {detail}")
+
+
+def _probe_link_kind(kind: str, extra: dict | None = None) -> Feature:
+    """Create and delete a link of `kind` in the root netns; the name is unique and short-lived."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    name = f"nap{uuid.uuid4().hex[:8]}"
+    with IPRoute() as ipr:
+        try:
+            ipr.link("add", ifname=name, kind=kind, **(extra or {}))
+        except NetlinkError as e:
+            return Feature(kind, False, f"kernel refused a {kind} link: {e.args[-1] if e.args else e}")
+        finally:
+            idx = ipr.link_lookup(ifname=name)
+            if idx:
+                ipr.link("del", index=idx[0])
+    return Feature(kind, True)
+
+
+def probe_vxlan() -> Feature:
+    return _probe_link_kind("vxlan", {"vxlan_id": 4242, "vxlan_port": 4789})
+
+
+def probe_dummy() -> Feature:
+    return _probe_link_kind("dummy")
+
+
+def probe_veth() -> Feature:
+    return _probe_link_kind("veth", {"peer": f"nap{uuid.uuid4().hex[:8]}"})
+
+
+def probe_bridge() -> Feature:
+    return _probe_link_kind("bridge")
+
+
+def probe_user_namespaces() -> Feature:
+    try:
+        limit = int(Path("/proc/sys/user/max_user_namespaces").read_text())
+    except (OSError, ValueError):
+        limit = 0
+    if limit <= 0:
+        return Feature("user-namespaces", False, "user.max_user_namespaces is 0")
+    ok, detail = _run_ok(["unshare", "--user", "true"])
+    return Feature("user-namespaces", ok, "" if ok else f"unshare --user failed: {detail}")
+
+
+def probe_oom_score_adj_lowering() -> Feature:
+    """Whether we may lower oom_score_adj below our own (needs CAP_SYS_RESOURCE)."""
+    try:
+        cur = int(Path("/proc/self/oom_score_adj").read_text())
+    except OSError:
+        return Feature("oom-score-adj-lower", False, "cannot read /proc/self/oom_score_adj")
+    if cur <= -1000:
+        return Feature("oom-score-adj-lower", False, "already at -1000")
+    p = subprocess.run(["sh", "-c", f"echo {cur - 1} > /proc/self/oom_score_adj"], capture_output=True,
+                       text=True, check=False)
+    ok = p.returncode == 0
+    return Feature("oom-score-adj-lower", ok,
+                   "" if ok else "no CAP_SYS_RESOURCE: oom_score_adj is clamped to the parent's (restrict_oom_score_adj)")
+
+
+@dataclasses.dataclass(frozen=True)
+class HostReport:
+    kernel: str
+    cgroups: CgroupInfo
+    features: dict[str, Feature]
+
+    def has(self, name: str) -> bool:
+        f = self.features.get(name)
+        return bool(f and f.available)
+
+    def why_not(self, name: str) -> str:
+        f = self.features.get(name)
+        return f.detail if f else f"{name} was not probed"
+
+    @property
+    def iptables_backend(self) -> str:
+        """Which iptables backend the host uses, decided as kube-proxy does: the one holding rules."""
+        return detect_iptables_backend(self)
+
+    @property
+    def proxy_mode(self) -> str:
+        return "iptables"
+
+    def as_dict(self) -> dict:
+        return {
+            "kernel": self.kernel,
+            "cgroups": {
+                "version": self.cgroups.version,
+                "hybrid": self.cgroups.hybrid,
+                "v1_controllers": sorted(self.cgroups.v1_controllers),
+                "v2_root": self.cgroups.v2_root,
+                "v2_controllers": list(self.cgroups.v2_controllers),
+            },
+            "features": {k: {"available": v.available, "detail": v.detail} for k, v in self.features.items()},
+            "uses": self.uses(),
+        }
+
+    def uses(self) -> dict[str, str]:
+        cg = "cgroupfs v1 (cgroupspy)" if self.cgroups.version == "v1" else "cgroupfs v2 (unified)"
+        modes = ["iptables"] + (["nftables"] if self.has("nftables") else []) + (
+            ["ipvs"] if self.has("ipvs") and self.has("dummy") else [])
+        return {
+            "cgroup driver": cg,
+            "rootfs": "overlayfs" if self.has("overlayfs") else "copy (no overlayfs)",
+            "iptables backend": self.iptables_backend,
+            "proxy modes available": ", ".join(modes),
+            "default proxy mode": self.proxy_mode,
+            "cross-node networking": ", ".join(
+                m for m, ok in (("host-gw", True), ("vxlan", self.has("vxlan"))) if ok),
+            "oom_score_adj": "as requested" if self.has("oom-score-adj-lower")
+            else "clamped to the runtime's own (restrict_oom_score_adj)",
+        }
+
+
+def detect_iptables_backend(report: HostReport | None = None) -> str:
+    """kube-proxy's rule: prefer the backend that already holds rules; otherwise the `iptables` default."""
+    def count(cmd: str) -> int:
+        if not shutil.which(cmd):
+            return -1
+        p = subprocess.run([cmd], capture_output=True, text=True, check=False)
+        if p.returncode != 0:
+            return -1
+        return sum(1 for line in p.stdout.splitlines() if line.startswith("-A "))
+
+    legacy, nft = count("iptables-legacy-save"), count("iptables-nft-save")
+    if legacy > nft and legacy > 0:
+        return "legacy"
+    if nft >= 0:
+        return "nft"
+    return "legacy" if legacy >= 0 else "none"
+
+
+PROBES = {
+    "overlayfs": probe_overlayfs,
+    "ipvs": probe_ipvs,
+    "nftables": probe_nftables,
+    "iptables-legacy": probe_iptables_legacy,
+    "iptables-nft": probe_iptables_nft,
+    "veth": probe_veth,
+    "bridge": probe_bridge,
+    "vxlan": probe_vxlan,
+    "dummy": probe_dummy,
+    "user-namespaces": probe_user_namespaces,
+    "oom-score-adj-lower": probe_oom_score_adj_lowering,
+}
+
+NEEDS_ROOT = {"veth", "bridge", "vxlan", "dummy", "nftables", "iptables-legacy", "iptables-nft",
+              "oom-score-adj-lower"}
+
+
+@functools.cache
+def probe_host() -> HostReport:
+    features: dict[str, Feature] = {}
+    root = os.geteuid() == 0
+    for name, fn in PROBES.items():
+        if name in NEEDS_ROOT and not root:
+            features[name] = Feature(name, False, "not probed: needs root")
+            continue
+        try:
+            features[name] = fn()
+        except Exception as e:  # a probe that crashes reports the feature as unusable, with why
+            features[name] = Feature(name, False, f"probe failed: {e}")
+    return HostReport(kernel=os.uname().release, cgroups=detect_cgroups(), features=features)
+
+
+def format_report(report: HostReport) -> str:
+    lines = [f"kernel: {report.kernel}", f"cgroups: {report.cgroups.summary}", "features:"]
+    for f in report.features.values():
+        mark = "yes" if f.available else "no "
+        lines.append(f"  {f.name:<22} {mark}{'  (' + f.detail + ')' if f.detail else ''}")
+    lines.append("will use:")
+    for k, v in report.uses().items():
+        lines.append(f"  {k:<22} {v}")
+    return "\n".join(lines)

@@ -1,0 +1,85 @@
+"""Run a set of long-lived components under one owner until a signal stops them.
+
+Each component is an async callable `serve(config, ready)` that sets `ready`
+when it serves and returns (or is cancelled) when the cluster stops. They all
+live in one TaskGroup: one failing stops the rest, Ctrl-C cancels them all and
+waits for their cleanup, so nothing outlives its owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+log = logging.getLogger("nodeagent.runner")
+
+Serve = Callable[[Any, asyncio.Event], Awaitable[None]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    name: str
+    target: str  # "package.module:function"
+    issue: str  # which part of the project delivers it, for the "missing" message
+
+    def load(self) -> Serve | None:
+        module, _, attr = self.target.partition(":")
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name and module.startswith(e.name):
+                return None
+            raise
+        return getattr(mod, attr, None)
+
+
+async def run_components(components: list[Component], config: Any) -> int:
+    """Start every component that exists, report the missing ones, run until SIGINT/SIGTERM."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    present: list[tuple[Component, Serve]] = []
+    for c in components:
+        fn = c.load()
+        if fn is None:
+            log.warning("%s: not available yet (delivered by %s); running without it", c.name, c.issue)
+        else:
+            present.append((c, fn))
+    if not present:
+        log.warning("no components are built yet; waiting for Ctrl-C")
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks = []
+            for c, fn in present:
+                ready = asyncio.Event()
+                tasks.append(tg.create_task(fn(config, ready), name=c.name))
+                tg.create_task(_announce(c.name, ready), name=f"{c.name}-ready")
+            await stop.wait()
+            log.info("stopping: %s", ", ".join(c.name for c, _ in present) or "nothing to stop")
+            for t in tasks:
+                t.cancel()
+            raise _Stopped
+    except* _Stopped:
+        pass
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    log.info("stopped cleanly")
+    return 0
+
+
+class _Stopped(Exception):
+    """Raised inside the TaskGroup to cancel its remaining tasks on a stop signal."""
+
+
+async def _announce(name: str, ready: asyncio.Event) -> None:
+    await ready.wait()
+    log.info("%s: ready", name)

@@ -1,0 +1,219 @@
+"""A snapshot of the host state a test could leak, and the difference of two snapshots.
+
+Covered: named network namespaces, root-netns links, IPv4 routes and rules,
+cgroups (every v1 hierarchy and the v2 tree), mounts, iptables (legacy and nft
+backends, v4 and v6), nftables objects, ipsets, IPVS services, files under the
+node's state directories, and processes descended from the test session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+STATE_DIRS = (
+    "/var/lib/nodeagent",
+    "/run/nodeagent",
+    "/var/lib/kubelet",
+    "/var/log/pods",
+    "/var/log/containers",
+    "/var/lib/cni",
+    "/etc/cni/net.d",
+    "/etc/nodeagent",
+)
+
+XTABLES_TABLES = {"filter", "nat", "mangle", "raw", "security"}
+XTABLES_BASE_CHAINS = {"INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"}
+
+
+def _run(argv: list[str]) -> str:
+    if not shutil.which(argv[0]):
+        return ""
+    p = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    return p.stdout if p.returncode == 0 else ""
+
+
+def netns_names() -> set[str]:
+    try:
+        return set(os.listdir("/run/netns"))
+    except FileNotFoundError:
+        return set()
+
+
+def links() -> set[str]:
+    return set(os.listdir("/sys/class/net"))
+
+
+def routes() -> set[str]:
+    out = set()
+    for line in _run(["ip", "-4", "-o", "route", "show", "table", "all"]).splitlines():
+        out.add("route " + " ".join(line.split()))
+    for line in _run(["ip", "-4", "rule", "show"]).splitlines():
+        out.add("rule " + " ".join(line.split()))
+    return out
+
+
+def cgroups() -> set[str]:
+    roots = set()
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fstype = right.split()[0] if right else ""
+            if fstype in ("cgroup", "cgroup2"):
+                roots.add(left.split()[4])
+    out = set()
+    for root in roots:
+        for dirpath, dirnames, _ in os.walk(root):
+            for d in dirnames:
+                out.add(os.path.join(dirpath, d))
+    return out
+
+
+def mounts() -> set[str]:
+    out = set()
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields = left.split()
+            out.add(f"{fields[4]} ({right.split()[0] if right else '?'})")
+    return out
+
+
+_COUNTERS = re.compile(r"\[\d+:\d+\]")
+
+
+def iptables() -> set[str]:
+    out = set()
+    for cmd in ("iptables-legacy-save", "ip6tables-legacy-save", "iptables-nft-save", "ip6tables-nft-save"):
+        table = "?"
+        for line in _run([cmd]).splitlines():
+            if line.startswith("*"):
+                table = line[1:]
+            elif line.startswith(":"):
+                name = line[1:].split()[0]
+                if name in XTABLES_BASE_CHAINS:
+                    continue
+                out.add(f"{cmd} {table} chain {name}")
+            elif line.startswith("-"):
+                out.add(f"{cmd} {table} {_COUNTERS.sub('', line).strip()}")
+    return out
+
+
+def _strip_handles(obj):
+    if isinstance(obj, dict):
+        return {k: _strip_handles(v) for k, v in obj.items() if k != "handle"}
+    if isinstance(obj, list):
+        return [_strip_handles(v) for v in obj]
+    return obj
+
+
+def nftables() -> set[str]:
+    raw = _run(["nft", "-j", "list", "ruleset"])
+    if not raw:
+        return set()
+    try:
+        items = json.loads(raw).get("nftables", [])
+    except json.JSONDecodeError:
+        return set()
+    out = set()
+    for item in items:
+        (kind, body), = item.items()
+        if kind == "metainfo":
+            continue
+        fam, table = body.get("family"), body.get("table", body.get("name"))
+        xt = table in XTABLES_TABLES
+        if kind == "table":
+            if not xt:
+                out.add(f"nft table {fam} {table}")
+        elif kind == "chain":
+            if not (xt and body.get("name") in XTABLES_BASE_CHAINS):
+                out.add(f"nft chain {fam} {table} {body.get('name')}")
+        elif kind == "rule":
+            out.add(f"nft rule {fam} {table} {body.get('chain')} {json.dumps(_strip_handles(body.get('expr')))}")
+        else:
+            out.add(f"nft {kind} {fam} {table} {body.get('name')} {json.dumps(_strip_handles(body), sort_keys=True)}")
+    return out
+
+
+def ipsets() -> set[str]:
+    return {f"ipset {n}" for n in _run(["ipset", "list", "-n"]).split()}
+
+
+def ipvs() -> set[str]:
+    if not os.path.exists("/proc/net/ip_vs"):
+        return set()
+    return {f"ipvs {line.strip()}" for line in _run(["ipvsadm", "-Ln"]).splitlines()[3:] if line.strip()}
+
+
+def files(dirs: Iterable[str] = STATE_DIRS) -> set[str]:
+    out = set()
+    for d in dirs:
+        for dirpath, dirnames, filenames in os.walk(d):
+            for n in dirnames + filenames:
+                out.add(os.path.join(dirpath, n))
+    return out
+
+
+def _proc_table() -> dict[int, tuple[int, str, str]]:
+    """pid -> (ppid, state, command line)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        rest = stat[stat.rfind(")") + 2:].split()
+        table[int(entry)] = (int(rest[1]), rest[0], cmd.strip() or stat[stat.find("(") + 1:stat.rfind(")")])
+    return table
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Live (non-zombie) descendants of `root`, pid -> command line."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = {}, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        ppid, state, cmd = table[pid]
+        if state != "Z":
+            out[pid] = cmd
+        todo.extend(children.get(pid, []))
+    return out
+
+
+CATEGORIES = {
+    "netns": netns_names,
+    "link": links,
+    "route": routes,
+    "cgroup": cgroups,
+    "mount": mounts,
+    "iptables": iptables,
+    "nftables": nftables,
+    "ipset": ipsets,
+    "ipvs": ipvs,
+    "file": files,
+}
+
+
+def snapshot() -> dict[str, set[str]]:
+    return {name: fn() for name, fn in CATEGORIES.items()}
+
+
+def leaks(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict[str, list[str]]:
+    """What `after` has that `before` did not, per category."""
+    out = {}
+    for name in CATEGORIES:
+        new = sorted(after.get(name, set()) - before.get(name, set()))
+        if new:
+            out[name] = new
+    return out

@@ -1,0 +1,241 @@
+"""Throwaway host resources for tests, each removed when its test ends.
+
+Every factory registers an undo with the session `Janitor` the moment the
+resource exists; the fixture runs it at teardown, and the janitor runs anything
+still registered at session end (a test interrupted mid-way), before the leak
+check looks. Names carry the session's prefix so they never collide with the
+host's own objects or with another run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from nodeagent.host.probe import detect_cgroups
+
+SESSION_ID = secrets.token_hex(2)
+PREFIX = f"nt{SESSION_ID}"  # 6 chars; link names stay within IFNAMSIZ (15)
+_counter = itertools.count(1)
+
+
+def unique(kind: str = "") -> str:
+    """A short host-unique name: nt<session><kind><n>, at most 15 characters."""
+    return f"{PREFIX}{kind[:2]}{next(_counter):x}"[:15]
+
+
+def sh(*argv: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    p = subprocess.run(list(argv), capture_output=True, text=True, input=input, check=False)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.strip()}")
+    return p
+
+
+class Janitor:
+    """Undo actions keyed by resource, run once each: by the owning fixture or at session end."""
+
+    def __init__(self) -> None:
+        self._undo: dict[str, Callable[[], None]] = {}
+        self._lock = threading.Lock()
+
+    def register(self, key: str, undo: Callable[[], None]) -> None:
+        with self._lock:
+            self._undo[key] = undo
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            undo = self._undo.pop(key, None)
+        if undo:
+            undo()
+
+    def release_all(self) -> list[str]:
+        """Run every pending undo (newest first); return the errors, never raise."""
+        errors = []
+        while True:
+            with self._lock:
+                if not self._undo:
+                    return errors
+                key = next(reversed(self._undo))
+            try:
+                self.release(key)
+            except Exception as e:
+                errors.append(f"{key}: {e}")
+
+    def pending(self) -> list[str]:
+        with self._lock:
+            return list(self._undo)
+
+
+JANITOR = Janitor()
+
+
+class Resources:
+    """The per-test factory: `res.netns()`, `res.veth()`, ... all undone at `close()`."""
+
+    def __init__(self, janitor: Janitor = JANITOR) -> None:
+        self._janitor = janitor
+        self._keys: list[str] = []
+
+    def _own(self, key: str, undo: Callable[[], None]) -> None:
+        self._janitor.register(key, undo)
+        self._keys.append(key)
+
+    def close(self) -> None:
+        errors = []
+        for key in reversed(self._keys):
+            try:
+                self._janitor.release(key)
+            except Exception as e:
+                errors.append(f"{key}: {e}")
+        self._keys.clear()
+        if errors:
+            raise RuntimeError("cleanup failed: " + "; ".join(errors))
+
+    # -- network ---------------------------------------------------------------------------------
+    def netns(self) -> str:
+        """A named network namespace (/run/netns/NAME) with lo up."""
+        name = unique("ns")
+        sh("ip", "netns", "add", name)
+        self._own(f"netns {name}", lambda: _del_netns(name))
+        sh("ip", "-n", name, "link", "set", "lo", "up")
+        return name
+
+    def veth(self, netns: str | None = None, peer_netns: str | None = None) -> tuple[str, str]:
+        """A veth pair; each end optionally moved into a namespace. Returns (host end, peer end)."""
+        a, b = unique("va"), unique("vb")
+        sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+        self._own(f"link {a}", lambda: _del_link(a, netns))
+        if peer_netns:
+            sh("ip", "link", "set", b, "netns", peer_netns)
+        if netns:
+            sh("ip", "link", "set", a, "netns", netns)
+        return a, b
+
+    def bridge(self, netns: str | None = None) -> str:
+        name = unique("br")
+        cmd = ["ip"] + (["-n", netns] if netns else []) + ["link", "add", name, "type", "bridge"]
+        sh(*cmd)
+        self._own(f"link {name}", lambda: _del_link(name, netns))
+        return name
+
+    # -- cgroups ---------------------------------------------------------------------------------
+    def cgroup(self) -> dict[str, Path]:
+        """A fresh cgroup in every v1 hierarchy (or the v2 tree): controller -> path ("unified" for v2)."""
+        name = unique("cg")
+        info = detect_cgroups()
+        paths: dict[str, Path] = {}
+        if info.version == "v1":
+            seen = set()
+            for ctrl, mount in sorted(info.v1_controllers.items()):
+                if mount in seen:
+                    continue
+                seen.add(mount)
+                paths[ctrl] = Path(mount, name)
+        else:
+            paths["unified"] = Path(info.v2_root or "/sys/fs/cgroup", name)
+        self._own(f"cgroup {name}", lambda: [remove_cgroup(p) for p in paths.values()])
+        for p in paths.values():
+            p.mkdir()
+        cpuset = paths.get("cpuset")
+        if cpuset:  # v1 cpuset children start empty; inherit so tasks can join
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                (cpuset / f).write_text((cpuset.parent / f).read_text())
+        return paths
+
+    # -- netfilter -------------------------------------------------------------------------------
+    def iptables_chain(self, table: str = "filter", backend: str = "legacy") -> str:
+        """A user chain in `table` of the legacy or nft iptables backend."""
+        name = unique("ch").upper()
+        cmd = f"iptables-{backend}"
+        sh(cmd, "-w", "-t", table, "-N", name)
+        self._own(f"iptables {backend} {table} {name}", lambda: _del_chain(cmd, table, name))
+        return name
+
+    def nft_table(self, family: str = "inet") -> str:
+        name = unique("nf")
+        sh("nft", "add", "table", family, name)
+        self._own(f"nft {family} {name}", lambda: sh("nft", "delete", "table", family, name, check=False))
+        return name
+
+    # -- mounts and processes ----------------------------------------------------------------------
+    def mountpoint(self) -> Path:
+        """An empty directory to mount on; unmounted (recursively) and removed afterwards."""
+        path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-mnt-"))
+        self._own(f"mount {path}", lambda: _unmount_and_remove(path))
+        return path
+
+    def process(self, argv: list[str], **kw) -> subprocess.Popen:
+        """A child process, killed (with its process group) afterwards."""
+        proc = subprocess.Popen(argv, start_new_session=True, **kw)
+        self._own(f"process {proc.pid}", lambda: _kill(proc))
+        return proc
+
+
+def _del_netns(name: str) -> None:
+    if os.path.exists(f"/run/netns/{name}"):
+        sh("ip", "netns", "del", name)
+
+
+def _del_link(name: str, netns: str | None) -> None:
+    cmd = ["ip"] + (["-n", netns] if netns else []) + ["link", "del", name]
+    p = sh(*cmd, check=False)
+    if p.returncode != 0 and "Cannot find device" not in p.stderr and "Cannot open network namespace" not in p.stderr:
+        # The link may have been moved to another namespace that is already gone: then it is gone too.
+        if Path(f"/sys/class/net/{name}").exists():
+            raise RuntimeError(f"ip link del {name}: {p.stderr.strip()}")
+
+
+def _del_chain(cmd: str, table: str, name: str) -> None:
+    rules = sh(cmd, "-w", "-t", table, "-S", check=False).stdout.splitlines()
+    for rule in rules:
+        parts = rule.split()
+        if rule.startswith("-A ") and parts[1] != name and f"-j {name}" in rule + " ":
+            sh(cmd, "-w", "-t", table, "-D", *parts[1:], check=False)
+    sh(cmd, "-w", "-t", table, "-F", name, check=False)
+    sh(cmd, "-w", "-t", table, "-X", name, check=False)
+
+
+def remove_cgroup(path: Path) -> None:
+    """Kill what is inside, then rmdir bottom-up (cgroup dirs hold only kernel files)."""
+    if not path.exists():
+        return
+    for dirpath, _, _ in sorted(os.walk(path), key=lambda t: -len(t[0])):
+        procs = Path(dirpath, "cgroup.procs")
+        with contextlib.suppress(OSError):
+            for pid in procs.read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+        for _ in range(100):
+            try:
+                os.rmdir(dirpath)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                import time
+
+                time.sleep(0.02)
+
+
+def _unmount_and_remove(path: Path) -> None:
+    with open("/proc/self/mountinfo") as f:
+        mounted = any(line.split()[4] == str(path) or line.split()[4].startswith(f"{path}/") for line in f)
+    if mounted:
+        sh("umount", "-R", "-l", str(path), check=False)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
