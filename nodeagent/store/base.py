@@ -1,0 +1,115 @@
+"""The store contract: a revision log of JSON objects under string keys, with watch.
+
+Modelled on etcd's MVCC semantics as the Kubernetes apiserver uses them:
+every write gets the next cluster-wide revision; an object's
+`metadata.resourceVersion` is the revision of its last write (set by the
+store); `list` returns the revision it was read at; `watch(prefix, since)`
+yields every change with a revision greater than `since`, in order, without
+gaps or duplicates; revisions at or below the compacted one are `Gone`.
+Backends: memory (tests, benchmarks), SQLite (the default), etcd.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol, runtime_checkable
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+class StoreError(Exception):
+    """Base of the store's typed errors; the apiserver maps each to a Kubernetes Status."""
+
+    def __init__(self, key: str, message: str = "") -> None:
+        super().__init__(message or key)
+        self.key = key
+
+
+class NotFound(StoreError):
+    pass
+
+
+class AlreadyExists(StoreError):
+    pass
+
+
+class Conflict(StoreError):
+    """The key's current revision differs from the one the caller based its write on."""
+
+
+class Gone(StoreError):
+    """The requested revision has been compacted away (HTTP 410 Expired)."""
+
+    def __init__(self, key: str, requested: int, compacted: int) -> None:
+        super().__init__(key, f"too old resource version: {requested} ({compacted})")
+        self.requested = requested
+        self.compacted = compacted
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    type: EventType
+    key: str
+    object: dict  # for DELETED: the object as it was, with resourceVersion = the delete's revision
+    revision: int
+    prev: dict | None = None  # the previous state, when known (MODIFIED, DELETED)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What the apiserver needs from a backend. All values are JSON-compatible dicts."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    @property
+    def revision(self) -> int:
+        """The latest committed revision."""
+        ...
+
+    @property
+    def compacted(self) -> int:
+        """Revisions at or below this one can no longer be watched from."""
+        ...
+
+    async def create(self, key: str, obj: dict) -> dict:
+        """Store a new key; return the object with its resourceVersion. AlreadyExists if present."""
+        ...
+
+    async def get(self, key: str) -> dict:
+        """The current object. NotFound if absent."""
+        ...
+
+    async def list(self, prefix: str) -> tuple[list[dict], int]:
+        """Every object whose key starts with `prefix` (sorted by key), and the revision read at."""
+        ...
+
+    async def update(self, key: str, obj: dict, expected_revision: int | None = None) -> dict:
+        """Replace the object; Conflict if `expected_revision` is given and stale; NotFound if absent."""
+        ...
+
+    async def delete(self, key: str, expected_revision: int | None = None) -> dict:
+        """Remove the key; return the last state (resourceVersion = the delete's revision)."""
+        ...
+
+    def watch(self, prefix: str, since: int) -> AsyncIterator[Event]:
+        """Every change under `prefix` with revision > `since`, in order, then live changes.
+
+        Raises Gone (at the first iteration) when `since` < `compacted`.
+        """
+        ...
+
+    async def compact(self, revision: int) -> None:
+        """Forget history at or below `revision`."""
+        ...
+
+
+def with_revision(obj: dict, revision: int) -> dict:
+    """A copy of `obj` whose metadata.resourceVersion is `revision`."""
+    out = dict(obj)
+    meta = dict(out.get("metadata") or {})
+    meta["resourceVersion"] = str(revision)
+    out["metadata"] = meta
+    return out
