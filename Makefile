@@ -61,7 +61,7 @@ lint: python
 	$(VENV)/bin/ruff check .
 
 test: install lint
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 unit: python
 	$(PY) -m pytest tests/unit --no-leak-check
