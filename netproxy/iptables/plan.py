@@ -1,0 +1,305 @@
+"""Pure planning of kube-proxy's iptables layout: Service ports → chains and rule specs → restore text.
+
+No kernel access here: `plan_port` gives one Service port's rules; `full_restore`
+and `partial_restore` turn plans into iptables-restore input (--noflush): a full
+one declares (and so flushes) every chain we own, a partial one touches only the
+changed ports' chains and their dispatch rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+from netproxy.hashing import ext_chain, sep_chain, svc_chain, svl_chain
+from netproxy.model import Endpoint, ServicePort, ServicePortName, categorize
+from netproxy.proxier import NodeConfig
+
+NAT, FILTER = "nat", "filter"
+
+
+@dataclasses.dataclass(frozen=True)
+class Names:
+    """The fixed chains, under a configurable prefix (default KUBE-)."""
+
+    prefix: str = "KUBE-"
+
+    @property
+    def services(self) -> str:
+        return f"{self.prefix}SERVICES"
+
+    @property
+    def external_services(self) -> str:
+        return f"{self.prefix}EXTERNAL-SERVICES"
+
+    @property
+    def nodeports(self) -> str:
+        return f"{self.prefix}NODEPORTS"
+
+    @property
+    def postrouting(self) -> str:
+        return f"{self.prefix}POSTROUTING"
+
+    @property
+    def mark_masq(self) -> str:
+        return f"{self.prefix}MARK-MASQ"
+
+    @property
+    def forward(self) -> str:
+        return f"{self.prefix}FORWARD"
+
+    def owns(self, chain: str) -> bool:
+        return chain.startswith(self.prefix)
+
+
+@dataclasses.dataclass
+class PortRules:
+    """One Service port's share of the ruleset. Rule specs are the text after `-A CHAIN `."""
+
+    dispatch: dict[tuple[str, str], list[str]] = dataclasses.field(default_factory=dict)  # (table, chain)
+    chains: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # nat chains owned by this port
+
+    def rule_count(self) -> int:
+        return sum(len(v) for v in self.dispatch.values()) + sum(len(v) for v in self.chains.values())
+
+
+def _q(text: str) -> str:
+    return '"' + text.replace('"', "'") + '"'
+
+
+def _proto(sp: ServicePort) -> str:
+    p = sp.protocol.lower()
+    return f"-m {p} -p {p}"
+
+
+def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) -> PortRules:
+    """kube-proxy's rules for one Service port (headless ports get none)."""
+    r = PortRules()
+    if sp.cluster_ip is None:
+        return r
+    n = Names(node.prefix)
+    spn = sp.name
+    sel = categorize(sp, endpoints, node.node_name)
+    svc, ext, svl = svc_chain(spn, n.prefix), ext_chain(spn, n.prefix), svl_chain(spn, n.prefix)
+    proto = _proto(sp)
+    name = str(spn)
+
+    def add(table: str, chain: str, spec: str) -> None:
+        r.dispatch.setdefault((table, chain), []).append(spec)
+
+    # ClusterIP dispatch (nat) or an immediate reject (filter) when nothing can serve it.
+    if sel.cluster:
+        add(NAT, n.services, f"-m comment --comment {_q(name + ' cluster IP')} {proto} -d {sp.cluster_ip}/32 "
+                             f"--dport {sp.port} -j {svc}")
+    else:
+        add(FILTER, n.services, f"-m comment --comment {_q(name + ' has no endpoints')} {proto} "
+                                f"-d {sp.cluster_ip}/32 --dport {sp.port} -j REJECT --reject-with icmp-port-unreachable")
+
+    external_eps = sel.local if sp.uses_local_external else sel.cluster
+    if sp.externally_accessible:
+        ext_target = ext if external_eps else None
+        for ip, what in [(i, "external IP") for i in sp.external_ips] + \
+                        [(i, "loadbalancer IP") for i in sp.load_balancer_ips]:
+            if ext_target:
+                add(NAT, n.services, f"-m comment --comment {_q(f'{name} {what}')} {proto} -d {ip}/32 "
+                                     f"--dport {sp.port} -j {ext_target}")
+            else:
+                add(FILTER, n.external_services, f"-m comment --comment {_q(name + ' has no endpoints')} {proto} "
+                                                 f"-d {ip}/32 --dport {sp.port} -j REJECT "
+                                                 f"--reject-with icmp-port-unreachable")
+        if sp.node_port:
+            if ext_target:
+                add(NAT, n.nodeports, f"-m comment --comment {_q(name)} {proto} --dport {sp.node_port} -j {ext}")
+            else:
+                why = "has no local endpoints" if sp.uses_local_external and sel.cluster else "has no endpoints"
+                verdict = "DROP" if why == "has no local endpoints" else "REJECT --reject-with icmp-port-unreachable"
+                add(FILTER, n.external_services, f"-m comment --comment {_q(f'{name} {why}')} -m addrtype "
+                                                 f"--dst-type LOCAL {proto} --dport {sp.node_port} -j {verdict}")
+
+    def balance(chain: str, eps: tuple[Endpoint, ...], masq_rule: bool) -> None:
+        rules = r.chains.setdefault(chain, [])
+        if masq_rule:
+            if node.masquerade_all:
+                rules.append(f"-m comment --comment {_q(name + ' cluster IP')} {proto} -d {sp.cluster_ip}/32 "
+                             f"--dport {sp.port} -j {n.mark_masq}")
+            elif node.cluster_cidr:
+                rules.append(f"-m comment --comment {_q(name + ' cluster IP')} {proto} -d {sp.cluster_ip}/32 "
+                             f"--dport {sp.port} ! -s {node.cluster_cidr} -j {n.mark_masq}")
+        if sp.affinity_timeout:
+            for ep in eps:
+                sep = sep_chain(spn, ep, n.prefix)
+                rules.append(f"-m comment --comment {_q(f'{name} -> {ep}')} -m recent --name {sep} "
+                             f"--mask 255.255.255.255 --rsource --rcheck --seconds {sp.affinity_timeout} "
+                             f"--reap -j {sep}")
+        for i, ep in enumerate(eps):
+            sep = sep_chain(spn, ep, n.prefix)
+            left = len(eps) - i
+            stat = f"-m statistic --mode random --probability {1.0 / left:0.10f} " if left > 1 else ""
+            rules.append(f"-m comment --comment {_q(f'{name} -> {ep}')} {stat}-j {sep}")
+
+    if sel.cluster:
+        balance(svc, sel.cluster, True)
+    if sp.externally_accessible and external_eps:
+        rules = r.chains.setdefault(ext, [])
+        if sp.uses_local_external:
+            if node.cluster_cidr:
+                rules.append(f"-m comment --comment {_q(f'pod traffic for {name} external destinations')} "
+                             f"-s {node.cluster_cidr} -j {svc if sel.cluster else svl}")
+            rules.append(f"-m comment --comment {_q(f'masquerade LOCAL traffic for {name} external destinations')}"
+                         f" -m addrtype --src-type LOCAL -j {n.mark_masq}")
+            rules.append(f"-m comment --comment {_q(f'route LOCAL traffic for {name} external destinations')}"
+                         f" -m addrtype --src-type LOCAL -j {svc if sel.cluster else svl}")
+            rules.append(f"-j {svl}")
+            balance(svl, sel.local, False)
+        else:
+            rules.append(f"-m comment --comment {_q(f'masquerade traffic for {name} external destinations')}"
+                         f" -j {n.mark_masq}")
+            rules.append(f"-j {svc}")
+    for ep in sel.all_reachable:
+        sep = sep_chain(spn, ep, n.prefix)
+        recent = f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set " if sp.affinity_timeout else ""
+        r.chains[sep] = [
+            f"-m comment --comment {_q(name)} -s {ep.ip}/32 -j {n.mark_masq}",
+            f"-m comment --comment {_q(name)} {recent}{proto} -j DNAT --to-destination {ep}",
+        ]
+    return r
+
+
+def base_rules(node: NodeConfig) -> dict[tuple[str, str], list[str]]:
+    """The fixed chains' rules (everything except per-port dispatch)."""
+    n = Names(node.prefix)
+    mark = f"{node.masq_mark:#x}"
+    nodeports_jump = (
+        [f"-m comment --comment {_q('kubernetes service nodeports; NOTE: this must be the last rule in this chain')}"
+         f" -d {ip}/32 -j {n.nodeports}" for ip in node.node_ips]
+        if node.node_ips else
+        [f"-m comment --comment {_q('kubernetes service nodeports; NOTE: this must be the last rule in this chain')}"
+         f" -m addrtype --dst-type LOCAL -j {n.nodeports}"])
+    return {
+        (NAT, n.postrouting): [
+            f"-m mark ! --mark {mark}/{mark} -j RETURN",
+            f"-j MARK --xor-mark {mark}",
+            f"-m comment --comment {_q('kubernetes service traffic requiring SNAT')} -j MASQUERADE --random-fully",
+        ],
+        (NAT, n.mark_masq): [f"-j MARK --or-mark {mark}"],
+        (NAT, n.services + "#tail"): nodeports_jump,  # appended after every dispatch rule
+        (FILTER, n.forward): [
+            "-m conntrack --ctstate INVALID -j DROP",
+            f"-m comment --comment {_q('kubernetes forwarding rules')} -m mark --mark {mark}/{mark} -j ACCEPT",
+            f"-m comment --comment {_q('kubernetes forwarding conntrack rule')} -m conntrack "
+            f"--ctstate RELATED,ESTABLISHED -j ACCEPT",
+        ],
+    }
+
+
+def fixed_chains(node: NodeConfig) -> dict[str, list[str]]:
+    n = Names(node.prefix)
+    return {
+        NAT: [n.services, n.nodeports, n.postrouting, n.mark_masq],
+        FILTER: [n.services, n.external_services, n.forward],
+    }
+
+
+def jump_rules(node: NodeConfig) -> list[tuple[str, str, str]]:
+    """(table, builtin chain, rule spec): the hooks from the builtin chains into ours."""
+    n = Names(node.prefix)
+    new = "-m conntrack --ctstate NEW"
+    return [
+        (NAT, "PREROUTING", f"-m comment --comment {_q('kubernetes service portals')} -j {n.services}"),
+        (NAT, "OUTPUT", f"-m comment --comment {_q('kubernetes service portals')} -j {n.services}"),
+        (NAT, "POSTROUTING", f"-m comment --comment {_q('kubernetes postrouting rules')} -j {n.postrouting}"),
+        (FILTER, "INPUT", f"{new} -m comment --comment {_q('kubernetes externally-visible service portals')} "
+                          f"-j {n.external_services}"),
+        (FILTER, "FORWARD", f"{new} -m comment --comment {_q('kubernetes service portals')} -j {n.services}"),
+        (FILTER, "FORWARD", f"{new} -m comment --comment {_q('kubernetes externally-visible service portals')} "
+                            f"-j {n.external_services}"),
+        (FILTER, "FORWARD", f"-m comment --comment {_q('kubernetes forwarding rules')} -j {n.forward}"),
+        (FILTER, "OUTPUT", f"{new} -m comment --comment {_q('kubernetes service portals')} -j {n.services}"),
+    ]
+
+
+def full_restore(plans: Mapping[ServicePortName, PortRules], node: NodeConfig,
+                 stale_chains: Iterable[str] = (), missing_jumps: Iterable[tuple[str, str, str]] = ()) -> str:
+    """iptables-restore --noflush input rewriting every chain we own (and dropping stale ones)."""
+    n = Names(node.prefix)
+    base = base_rules(node)
+    fixed = fixed_chains(node)
+    out: list[str] = []
+    for table in (FILTER, NAT):
+        out.append(f"*{table}")
+        chains = list(fixed[table])
+        if table == NAT:
+            for p in plans.values():
+                chains.extend(p.chains)
+            stale = [c for c in stale_chains if c not in set(chains)]
+            chains.extend(stale)
+        else:
+            stale = []
+        out.extend(f":{c} - [0:0]" for c in chains)
+        for (t, chain, spec) in missing_jumps:
+            if t == table:
+                out.append(f"-I {chain} 1 {spec}")
+        for (t, chain), specs in base.items():
+            if t == table and not chain.endswith("#tail"):
+                out.extend(f"-A {chain} {s}" for s in specs)
+        for p in plans.values():
+            for (t, chain), specs in p.dispatch.items():
+                if t == table:
+                    out.extend(f"-A {chain} {s}" for s in specs)
+        if table == NAT:
+            out.extend(f"-A {n.services} {s}" for s in base[(NAT, n.services + "#tail")])
+            for p in plans.values():
+                for chain, specs in p.chains.items():
+                    out.extend(f"-A {chain} {s}" for s in specs)
+            out.extend(f"-X {c}" for c in stale)
+        out.append("COMMIT")
+    return "\n".join(out) + "\n"
+
+
+def partial_restore(old: Mapping[ServicePortName, PortRules], new: Mapping[ServicePortName, PortRules],
+                    changed: Iterable[ServicePortName]) -> str:
+    """iptables-restore --noflush input for the changed ports only.
+
+    Dispatch rules are deleted/inserted one by one (inserted at the top of their chain so
+    the NodePorts jump stays last); a port's chains are rewritten only if their rules
+    changed; chains no port needs any more are flushed and deleted.
+    """
+    tables: dict[str, list[str]] = {FILTER: [], NAT: []}
+    declares: dict[str, list[str]] = {FILTER: [], NAT: []}
+    deletes: list[str] = []
+    changed = list(changed)
+    still_used: set[str] = set()
+    for spn in changed:
+        if spn in new:
+            still_used.update(new[spn].chains)
+    for spn in changed:
+        op, np_ = old.get(spn) or PortRules(), new.get(spn) or PortRules()
+        for key in op.dispatch.keys() | np_.dispatch.keys():
+            table, chain = key
+            before, after = op.dispatch.get(key, []), np_.dispatch.get(key, [])
+            for s in before:
+                if s not in after:
+                    tables[table].append(f"-D {chain} {s}")
+            verb = "-A" if chain.endswith("NODEPORTS") or chain.endswith("EXTERNAL-SERVICES") else "-I"
+            for s in after:
+                if s not in before:
+                    tables[table].append(f"{verb} {chain} 1 {s}" if verb == "-I" else f"-A {chain} {s}")
+        for chain, specs in np_.chains.items():
+            if op.chains.get(chain) != specs:
+                declares[NAT].append(f":{chain} - [0:0]")
+                tables[NAT].extend(f"-A {chain} {s}" for s in specs)
+        deletes.extend(c for c in op.chains if c not in still_used)
+    deletes = [c for c in dict.fromkeys(deletes) if c not in still_used]
+    out: list[str] = []
+    for table in (FILTER, NAT):
+        body = tables[table]
+        decl = declares[table] + ([f":{c} - [0:0]" for c in deletes] if table == NAT else [])
+        if not body and not decl:
+            continue
+        out.append(f"*{table}")
+        out.extend(dict.fromkeys(decl))
+        out.extend(body)
+        if table == NAT:
+            out.extend(f"-X {c}" for c in deletes)
+        out.append("COMMIT")
+    return "\n".join(out) + "\n" if out else ""

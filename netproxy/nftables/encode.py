@@ -1,0 +1,166 @@
+"""Plans → netlink: the fixed skeleton of the table and each planned rule's expressions."""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+
+from netproxy.nftables import netlink as nl
+from netproxy.nftables.plan import (
+    MARK_MASQ,
+    MASQUERADING,
+    NO_EP_NODEPORTS,
+    NO_EP_SERVICES,
+    REJECT_CHAIN,
+    SERVICE_IPS,
+    SERVICE_NODEPORTS,
+    SERVICES,
+    ElemKey,
+    Rule,
+    Verdict,
+)
+from netproxy.proxier import NodeConfig
+
+SVC_KEY_TYPE = (nl.TYPE_IPADDR << 12) | (nl.TYPE_INET_PROTOCOL << 6) | nl.TYPE_INET_SERVICE
+NP_KEY_TYPE = (nl.TYPE_INET_PROTOCOL << 6) | nl.TYPE_INET_SERVICE
+SERVICE_CHECK, NODEPORT_CHECK = "service-endpoints-check", "nodeport-endpoints-check"
+HOOKS = {"prerouting": 0, "input": 1, "forward": 2, "output": 3, "postrouting": 4}
+ANON_MAP = "__map%d"
+
+
+def _saddr() -> bytes:
+    return nl.payload(nl.REG_1, nl.PAYLOAD_NETWORK, 12, 4)
+
+
+def _daddr() -> bytes:
+    return nl.payload(nl.REG_1, nl.PAYLOAD_NETWORK, 16, 4)
+
+
+def _cidr_match(cidr: str, op: int) -> bytes:
+    net = ipaddress.ip_network(cidr, strict=False)
+    return _saddr() + nl.bitwise(nl.REG_1, nl.REG_1, net.netmask.packed, b"\0\0\0\0") + \
+        nl.cmp(nl.REG_1, op, net.network_address.packed)
+
+
+def _svc_key_load() -> bytes:
+    return _daddr() + nl.meta_load(nl.REG32_01, nl.META_L4PROTO) + \
+        nl.payload(nl.REG32_02, nl.PAYLOAD_TRANSPORT, 2, 2)
+
+
+def _np_key_load() -> bytes:
+    return nl.meta_load(nl.REG_1, nl.META_L4PROTO) + nl.payload(nl.REG32_01, nl.PAYLOAD_TRANSPORT, 2, 2)
+
+
+def _local_daddr() -> bytes:
+    return nl.fib_addrtype(nl.REG_1, nl.FIB_F_DADDR) + nl.cmp(nl.REG_1, nl.CMP_EQ, nl.host_u32(nl.RTN_LOCAL))
+
+
+def _mark_or(bit: int) -> bytes:
+    return nl.meta_load(nl.REG_1, nl.META_MARK) + \
+        nl.bitwise(nl.REG_1, nl.REG_1, nl.host_u32(~bit & 0xFFFFFFFF), nl.host_u32(bit)) + \
+        nl.meta_set(nl.META_MARK, nl.REG_1)
+
+
+def skeleton(b: nl.Batch, node: NodeConfig) -> None:
+    """The table, its maps, the fixed chains and hooks (everything but per-Service state)."""
+    bit = node.masq_mark
+    for name in (SERVICE_IPS, NO_EP_SERVICES):
+        b.add_set(name, 12, SVC_KEY_TYPE, nl.SET_MAP, data_verdict=True)
+    for name in (SERVICE_NODEPORTS, NO_EP_NODEPORTS):
+        b.add_set(name, 8, NP_KEY_TYPE, nl.SET_MAP, data_verdict=True)
+    for name in (SERVICES, MARK_MASQ, MASQUERADING, REJECT_CHAIN, SERVICE_CHECK, NODEPORT_CHECK):
+        b.add_chain(name)
+    b.add_chain("nat-prerouting", HOOKS["prerouting"], -100, "nat")
+    b.add_chain("nat-output", HOOKS["output"], -100, "nat")
+    b.add_chain("nat-postrouting", HOOKS["postrouting"], 100, "nat")
+    b.add_chain("filter-input", HOOKS["input"], -110, "filter")
+    b.add_chain("filter-forward", HOOKS["forward"], -110, "filter")
+    b.add_chain("filter-output", HOOKS["output"], -110, "filter")
+    b.add_rule(SERVICES, _svc_key_load() + nl.lookup(SERVICE_IPS, nl.REG_1, nl.REG_VERDICT))
+    node_match = [nl.payload(nl.REG_1, nl.PAYLOAD_NETWORK, 16, 4) + nl.cmp(nl.REG_1, nl.CMP_EQ, nl.ip4(ip))
+                  for ip in node.node_ips] or [_local_daddr()]
+    for m in node_match:
+        b.add_rule(SERVICES, m + _np_key_load() + nl.lookup(SERVICE_NODEPORTS, nl.REG_1, nl.REG_VERDICT))
+    b.add_rule(MARK_MASQ, _mark_or(bit))
+    b.add_rule(MASQUERADING, nl.meta_load(nl.REG_1, nl.META_MARK) +
+               nl.bitwise(nl.REG_1, nl.REG_1, nl.host_u32(bit), nl.host_u32(0)) +
+               nl.cmp(nl.REG_1, nl.CMP_EQ, nl.host_u32(0)) + nl.immediate_verdict(nl.RETURN))
+    b.add_rule(MASQUERADING, nl.meta_load(nl.REG_1, nl.META_MARK) +
+               nl.bitwise(nl.REG_1, nl.REG_1, nl.host_u32(0xFFFFFFFF), nl.host_u32(bit)) +
+               nl.meta_set(nl.META_MARK, nl.REG_1))
+    b.add_rule(MASQUERADING, nl.masquerade())
+    b.add_rule(REJECT_CHAIN, nl.reject_icmp_port_unreachable())
+    b.add_rule(SERVICE_CHECK, _svc_key_load() + nl.lookup(NO_EP_SERVICES, nl.REG_1, nl.REG_VERDICT))
+    for m in node_match:
+        b.add_rule(NODEPORT_CHECK, m + _np_key_load() + nl.lookup(NO_EP_NODEPORTS, nl.REG_1, nl.REG_VERDICT))
+    ct_new = nl.ct_load(nl.REG_1, nl.CT_STATE) + \
+        nl.bitwise(nl.REG_1, nl.REG_1, nl.host_u32(nl.CT_STATE_NEW), nl.host_u32(0)) + \
+        nl.cmp(nl.REG_1, nl.CMP_NEQ, nl.host_u32(0))
+    b.add_rule("nat-prerouting", nl.immediate_verdict(nl.JUMP, SERVICES))
+    b.add_rule("nat-output", nl.immediate_verdict(nl.JUMP, SERVICES))
+    b.add_rule("nat-postrouting", nl.immediate_verdict(nl.JUMP, MASQUERADING))
+    b.add_rule("filter-input", ct_new + nl.immediate_verdict(nl.JUMP, NODEPORT_CHECK))
+    b.add_rule("filter-input", ct_new + nl.immediate_verdict(nl.JUMP, SERVICE_CHECK))
+    b.add_rule("filter-forward", ct_new + nl.immediate_verdict(nl.JUMP, SERVICE_CHECK))
+    b.add_rule("filter-output", ct_new + nl.immediate_verdict(nl.JUMP, SERVICE_CHECK))
+
+
+def add_rule(b: nl.Batch, chain: str, rule: Rule) -> None:
+    kind = rule[0]
+    if kind == "jump":
+        b.add_rule(chain, nl.immediate_verdict(nl.JUMP, rule[1]))
+    elif kind == "goto":
+        b.add_rule(chain, nl.immediate_verdict(nl.GOTO, rule[1]))
+    elif kind == "svc_masq":
+        _, vip, proto, port, cidr = rule
+        e = _daddr() + nl.cmp(nl.REG_1, nl.CMP_EQ, nl.ip4(vip)) + \
+            nl.meta_load(nl.REG_1, nl.META_L4PROTO) + nl.cmp(nl.REG_1, nl.CMP_EQ, bytes([nl.PROTO_NUM[proto]])) + \
+            nl.payload(nl.REG_1, nl.PAYLOAD_TRANSPORT, 2, 2) + nl.cmp(nl.REG_1, nl.CMP_EQ, struct.pack(">H", port))
+        if cidr:
+            e += _cidr_match(cidr, nl.CMP_NEQ)
+        b.add_rule(chain, e + nl.immediate_verdict(nl.JUMP, MARK_MASQ))
+    elif kind == "affinity_check":
+        b.add_rule(chain, _saddr() + nl.lookup(rule[1], nl.REG_1) + nl.immediate_verdict(nl.GOTO, rule[2]))
+    elif kind == "numgen":
+        targets = rule[1]
+        set_id = b.add_set(ANON_MAP, 4, nl.TYPE_INTEGER, nl.SET_ANONYMOUS | nl.SET_CONSTANT | nl.SET_MAP,
+                           data_verdict=True, size=len(targets), key_byteorder=nl.BYTEORDER_HOST)
+        b.add_elements(ANON_MAP, [nl.element(nl.host_u32(i), (nl.GOTO, t)) for i, t in enumerate(targets)],
+                       set_id=set_id)
+        b.add_rule(chain, nl.numgen(nl.REG_1, len(targets)) +
+                   nl.lookup(ANON_MAP, nl.REG_1, nl.REG_VERDICT, set_id=set_id))
+    elif kind == "saddr_jump":
+        b.add_rule(chain, _saddr() + nl.cmp(nl.REG_1, nl.CMP_EQ, nl.ip4(rule[1])) +
+                   nl.immediate_verdict(nl.JUMP, rule[2]))
+    elif kind == "saddr_goto":
+        b.add_rule(chain, _cidr_match(rule[1], nl.CMP_EQ) + nl.immediate_verdict(nl.GOTO, rule[2]))
+    elif kind == "fib_saddr_local":
+        code = nl.JUMP if rule[1] == "jump" else nl.GOTO
+        b.add_rule(chain, nl.fib_addrtype(nl.REG_1, nl.FIB_F_SADDR) +
+                   nl.cmp(nl.REG_1, nl.CMP_EQ, nl.host_u32(nl.RTN_LOCAL)) + nl.immediate_verdict(code, rule[2]))
+    elif kind == "affinity_update":
+        b.add_rule(chain, _saddr() + nl.dynset_update(rule[1], nl.REG_1))
+    elif kind == "dnat":
+        _, proto, ip, port = rule
+        b.add_rule(chain, nl.meta_load(nl.REG_1, nl.META_L4PROTO) +
+                   nl.cmp(nl.REG_1, nl.CMP_EQ, bytes([nl.PROTO_NUM[proto]])) +
+                   nl.immediate_data(nl.REG_1, nl.ip4(ip)) + nl.immediate_data(nl.REG_2, struct.pack(">H", port)) +
+                   nl.dnat(nl.REG_1, nl.REG_2))
+    else:
+        raise ValueError(f"unknown rule kind {kind!r}")
+
+
+def add_affinity_set(b: nl.Batch, name: str, timeout: int) -> None:
+    b.add_set(name, 4, nl.TYPE_IPADDR, nl.SET_TIMEOUT | nl.SET_EVAL, timeout_ms=timeout * 1000)
+
+
+def elem_key(key: ElemKey) -> bytes:
+    _, ip, proto, port = key
+    return (nl.ip4(ip) if ip else b"") + nl.proto_key(proto) + nl.port_key(port)
+
+
+def elem(key: ElemKey, verdict: Verdict | None) -> bytes:
+    if verdict is None:
+        return nl.element(elem_key(key))
+    code = nl.GOTO if verdict[0] == "goto" else nl.DROP
+    return nl.element(elem_key(key), (code, verdict[1]))

@@ -1,0 +1,310 @@
+"""The same behaviour suite for every proxy mode, with real traffic between network namespaces.
+
+Each test builds a node netns (bridge + pod netns behind it) and a client netns
+routed through the node; the proxier runs inside the node netns, so nothing is
+written to the host's own namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+
+import pytest
+
+from netproxy.backends import make_proxier
+from netproxy.lab import Lab, endpoint_slice, service
+from netproxy.netns import NetnsWorker
+from netproxy.proxier import NodeConfig
+from netproxy.proxy import Proxy
+
+pytestmark = [pytest.mark.root]
+
+NODE = "node-a"
+VIP = "10.96.0.10"
+HTTP = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+EP_HTTP = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+
+
+@pytest.fixture(params=["iptables", "nftables", "ipvs"])
+def mode(request, require):
+    if request.param == "nftables":
+        require("nftables")
+    if request.param == "ipvs":
+        require("ipvs", "dummy")
+    return request.param
+
+
+@pytest.fixture
+def lab():
+    lab = Lab()
+    try:
+        yield lab
+    finally:
+        lab.close()
+        assert lab.gone(), "test namespaces left behind"
+
+
+class Harness:
+    """A proxy over one lab node, fed with in-memory Service / EndpointSlice dicts."""
+
+    def __init__(self, lab: Lab, mode: str, **proxy_kw) -> None:
+        self.lab = lab
+        self.node = NodeConfig(node_name=NODE, cluster_cidr=lab.cluster_cidr,
+                               node_ips=(lab.node_ip,) if lab.node_ip else ())
+        self.worker = NetnsWorker(lab.node)
+        self.proxy = Proxy(make_proxier(mode, self.node), self.worker, **proxy_kw)
+        self.proxy.set_services_synced()
+        self.proxy.set_endpoints_synced()
+        self.slices: dict[str, dict] = {}
+
+    def service(self, name: str, **kw) -> dict:
+        svc = service(name, kw.pop("cluster_ip", VIP), kw.pop("ports", HTTP), **kw)
+        self.proxy.on_service(None, svc)
+        return svc
+
+    def endpoints(self, name: str, pods: list[str], ports=EP_HTTP, **kw) -> None:
+        eps = [{"ip": self.lab.pods[p], "node": kw.get("nodes", {}).get(p, NODE)} for p in pods]
+        s = endpoint_slice(name, ports, eps)
+        self.slices[name] = s
+        self.proxy.on_endpoint_slice(s)
+
+    def sync(self, full: bool = False):
+        return asyncio.run(self.proxy.sync(full=full))
+
+    def close(self) -> None:
+        try:
+            asyncio.run(self.proxy.cleanup())
+        finally:
+            self.worker.close()
+
+
+@pytest.fixture
+def make(lab):
+    made = []
+
+    def _make(mode: str, **kw) -> Harness:
+        h = Harness(lab, mode, **kw)
+        made.append(h)
+        return h
+
+    yield _make
+    for h in made:
+        h.close()
+
+
+def _names(answers: list[str]) -> Counter:
+    return Counter(a.split()[0] for a in answers)
+
+
+def test_cluster_ip_spreads_over_every_endpoint(lab, make, mode):
+    pods = [lab.add_pod(n) and n for n in ("a", "b", "c")]
+    client = lab.clients.get("client") or (lab.add_client() and lab.clients["client"])
+    h = make(mode)
+    h.service("web")
+    h.endpoints("web", pods)
+    h.sync()
+    answers = lab.answers(client, "tcp", VIP, 80, 1000)
+    counts = _names(answers)
+    assert set(counts) == {"a", "b", "c"}, counts
+    # chi-square, 2 degrees of freedom: 27.6 is p = 1e-6 for a fair 1/3 split
+    chi2 = sum((counts[p] - 1000 / 3) ** 2 / (1000 / 3) for p in pods)
+    assert chi2 < 27.6, counts
+    # off-cluster client → masqueraded: pods see the node's address
+    assert {a.split()[1] for a in answers} == {lab.node_pod_ip}
+
+
+def test_endpoint_removal_stops_traffic(lab, make, mode):
+    for n in ("a", "b"):
+        lab.add_pod(n)
+    lab.add_client()
+    client = lab.clients["client"]
+    h = make(mode)
+    h.service("web")
+    h.endpoints("web", ["a", "b"])
+    h.sync()
+    assert set(_names(lab.answers(client, "tcp", VIP, 80, 60))) == {"a", "b"}
+    h.endpoints("web", ["b"])
+    h.sync()
+    assert set(_names(lab.answers(client, "tcp", VIP, 80, 60))) == {"b"}
+
+
+def test_udp_endpoint_removal_clears_conntrack(lab, make, mode):
+    udp = [{"name": "dns", "port": 53, "targetPort": 5353, "protocol": "UDP"}]
+    ep_udp = [{"name": "dns", "port": 5353, "protocol": "UDP"}]
+    lab.add_pod("a", tcp=(), udp=(5353,))
+    lab.add_pod("b", tcp=(), udp=(5353,))
+    lab.add_client()
+    client = lab.clients["client"]
+    h = make(mode)
+    h.service("dns", ports=udp)
+    h.endpoints("dns", ["a"], ports=ep_udp)
+    h.sync()
+    assert lab.answers(client, "udp", VIP, 53, 3, src_port=40000)[0].startswith("a ")
+    flows = lab.in_node("conntrack", "-L", "-p", "udp", "--orig-dst", VIP, check=False)
+    assert lab.pods["a"] in flows
+    # a replaced by b; a's server keeps answering, so only the conntrack cleanup can move the flow
+    h.endpoints("dns", ["b"], ports=ep_udp)
+    h.sync()
+    assert lab.pods["a"] not in lab.in_node("conntrack", "-L", "-p", "udp", "--orig-dst", VIP, check=False)
+    assert lab.answers(client, "udp", VIP, 53, 3, src_port=40000) == [f"b {lab.node_pod_ip}"] * 3
+    assert h.proxy.stats.conntrack_deleted >= 1
+
+
+def test_nodeport_from_another_node(lab, make, mode):
+    lab.add_pod("a")
+    lab.add_client("other-node")
+    h = make(mode)
+    h.service("web", type="NodePort", ports=[{**HTTP[0], "nodePort": 30080}])
+    h.endpoints("web", ["a"])
+    h.sync()
+    node_ip = lab.gateway_of("other-node")
+    assert _names(lab.answers(lab.clients["other-node"], "tcp", node_ip, 30080, 5)) == {"a": 5}
+    # the ClusterIP still works beside it
+    assert _names(lab.answers(lab.clients["other-node"], "tcp", VIP, 80, 2)) == {"a": 2}
+
+
+def test_external_ip_and_load_balancer_ip(lab, make, mode):
+    lab.add_pod("a")
+    lab.add_client()
+    lab.ip_batch(lab.clients["client"], ["route add 10.97.0.0/16 via " + lab.gateway_of()])
+    lab.ip_batch(lab.node, ["route add 10.97.0.0/16 dev " + lab.bridge])
+    h = make(mode)
+    svc = service("lb", VIP, HTTP, type="LoadBalancer", externalIPs=["10.97.0.5"])
+    svc["spec"]["ports"][0]["nodePort"] = 30081
+    svc["status"] = {"loadBalancer": {"ingress": [{"ip": "10.97.0.6"}]}}
+    h.proxy.on_service(None, svc)
+    h.endpoints("lb", ["a"])
+    h.sync()
+    for ip in ("10.97.0.5", "10.97.0.6"):
+        assert _names(lab.answers(lab.clients["client"], "tcp", ip, 80, 2)) == {"a": 2}, ip
+
+
+def test_session_affinity_sticks(lab, make, mode):
+    for n in ("a", "b", "c"):
+        lab.add_pod(n)
+    lab.add_client()
+    h = make(mode)
+    h.service("sticky", sessionAffinity="ClientIP",
+              sessionAffinityConfig={"clientIP": {"timeoutSeconds": 60}})
+    h.endpoints("sticky", ["a", "b", "c"])
+    h.sync()
+    counts = _names(lab.answers(lab.clients["client"], "tcp", VIP, 80, 60))
+    assert len(counts) == 1 and sum(counts.values()) == 60, counts
+
+
+def test_local_policy_preserves_client_ip_and_uses_local_endpoints(lab, make, mode):
+    lab.add_pod("local")
+    lab.add_pod("remote")  # reachable, but listed as running on another node
+    cip = lab.add_client("outside")
+    h = make(mode)
+    h.service("loc", type="NodePort", externalTrafficPolicy="Local", ports=[{**HTTP[0], "nodePort": 30082}])
+    h.endpoints("loc", ["local", "remote"], nodes={"remote": "node-b"})
+    h.sync()
+    answers = lab.answers(lab.clients["outside"], "tcp", lab.gateway_of("outside"), 30082, 40)
+    assert answers == [f"local {cip}"] * 40
+    # the ClusterIP (Cluster internal policy) still uses both
+    assert set(_names(lab.answers(lab.clients["outside"], "tcp", VIP, 80, 60))) == {"local", "remote"}
+
+
+def test_internal_traffic_policy_local(lab, make, mode):
+    lab.add_pod("local")
+    lab.add_pod("remote")
+    lab.add_client()
+    h = make(mode)
+    h.service("itp", internalTrafficPolicy="Local")
+    h.endpoints("itp", ["local", "remote"], nodes={"remote": "node-b"})
+    h.sync()
+    assert _names(lab.answers(lab.clients["client"], "tcp", VIP, 80, 30)) == {"local": 30}
+
+
+def test_hairpin_pod_reaches_itself_through_its_service(lab, make, mode):
+    lab.add_pod("a")
+    h = make(mode)
+    h.service("self")
+    h.endpoints("self", ["a"])
+    h.sync()
+    answers = lab.answers(lab.pod_netns("a"), "tcp", VIP, 80, 5)
+    # masqueraded to the node's bridge address, so the reply comes back through the node
+    assert answers == [f"a {lab.node_pod_ip}"] * 5
+
+
+def test_service_without_endpoints_is_rejected_immediately(lab, make, mode):
+    lab.add_pod("a")
+    lab.add_client()
+    h = make(mode)
+    h.service("empty")
+    h.sync()
+    result = lab.connect(lab.clients["client"], "tcp", VIP, 80, 3, timeout=5.0)
+    assert [a for a, _ in result] == ["refused"] * 3
+    assert all(t < 1.0 for _, t in result)  # a reject, not a 5 s black hole
+    h.endpoints("empty", ["a"])
+    h.sync()
+    assert _names(lab.answers(lab.clients["client"], "tcp", VIP, 80, 2)) == {"a": 2}
+
+
+def test_drift_is_repaired_by_the_periodic_resync(lab, make, mode):
+    lab.add_pod("a")
+    lab.add_client()
+    h = make(mode, max_interval=0.5, min_interval=0.0)
+    h.service("web")
+    h.endpoints("web", ["a"])
+    client = lab.clients["client"]
+
+    async def scenario():
+        ready = asyncio.Event()
+        task = asyncio.create_task(h.proxy.run(ready))
+        try:
+            await asyncio.wait_for(h.proxy.synced.wait(), 10)
+            ok = await asyncio.to_thread(lab.answers, client, "tcp", VIP, 80, 1)
+            assert ok == [f"a {lab.node_pod_ip}"]
+            await asyncio.to_thread(_break_rules, lab, mode)
+            broken = await asyncio.to_thread(lab.answers, client, "tcp", VIP, 80, 1, timeout=0.5)
+            assert broken != ok, "the drift did not break the Service (test would prove nothing)"
+            full_before = h.proxy.stats.full_syncs
+            for _ in range(40):
+                await asyncio.sleep(0.25)
+                if h.proxy.stats.full_syncs > full_before:
+                    break
+            assert h.proxy.stats.full_syncs > full_before
+            return await asyncio.to_thread(lab.answers, client, "tcp", VIP, 80, 1)
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    assert asyncio.run(scenario()) == [f"a {lab.node_pod_ip}"]
+
+
+def _break_rules(lab: Lab, mode: str) -> None:
+    if mode == "iptables":
+        lab.in_node("iptables-legacy", "-w", "-t", "nat", "-F", "KUBE-SERVICES")
+    elif mode == "nftables":
+        lab.in_node("nft", "delete", "element", "ip", "kube-proxy", "service-ips",
+                    f"{{ {VIP} . tcp . 80 }}")
+    else:
+        lab.in_node("ipvsadm", "-D", "-t", f"{VIP}:80")
+    lab.in_node("conntrack", "-F", check=False)
+
+
+def test_cleanup_removes_everything(lab, make, mode):
+    lab.add_pod("a")
+    h = make(mode)
+    h.service("web")
+    h.endpoints("web", ["a"])
+    h.sync()
+    asyncio.run(h.proxy.cleanup())
+    if mode == "iptables":
+        for table in ("nat", "filter"):
+            assert "KUBE-" not in lab.in_node("iptables-legacy-save", "-t", table)
+    elif mode == "nftables":
+        assert "kube-proxy" not in lab.in_node("nft", "list", "tables")
+    else:
+        assert VIP not in lab.in_node("ipvsadm", "-Ln")
+
+
+@pytest.fixture(autouse=True)
+def _root_only():
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
