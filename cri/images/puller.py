@@ -282,7 +282,8 @@ async def pull_image(store: ImageStore, ref: str, auth: dict | None = None,
 
 def _summarise(ref: str, errors: list[tuple[Endpoint, Exception]]) -> PullError:
     detail = "; ".join(f"{ep.url}: {type(e).__name__}: {e}" for ep, e in errors)
-    kinds = [type(e) for _, e in errors]
+    answered = [type(e) for _, e in errors if isinstance(e, ImageError)]
+    kinds = answered or [type(e) for _, e in errors]  # an endpoint that answered beats unreachable ones
     for cls in (DigestMismatch, AuthError):
         if any(issubclass(k, cls) for k in kinds):
             return cls(f"pull {ref} failed: {detail}")
