@@ -8,8 +8,8 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import aiohttp
 
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from cri.images.store import Image, ImageStore
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_MANIFEST = 4 << 20
 CHUNK = 1 << 16
@@ -179,7 +180,7 @@ async def fetch_blob(store: ImageStore, sess: RegistrySession, desc: mf.Descript
                     if desc.size > 0 and writer.size > desc.size:
                         raise DigestMismatch(f"blob {desc.digest} is longer than its {desc.size} bytes")
                     emit(progress, ProgressEvent(DOWNLOAD, ref, desc.digest, writer.size, desc.size))
-                await asyncio.to_thread(writer.commit)
+                await _in_thread_to_completion(writer.commit)
             except BaseException:
                 writer.abort()
                 raise
@@ -223,7 +224,8 @@ async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoin
                     def on_bytes(n: int) -> None:
                         emit(progress, ProgressEvent(UNPACK, shown, desc.digest, n, desc.size))
 
-                    await asyncio.to_thread(store.ensure_layer, diff_id, lambda: open(path, "rb"), None, on_bytes)
+                    await _in_thread_to_completion(store.ensure_layer, diff_id, lambda: open(path, "rb"), None,
+                                                   on_bytes)
                     emit(progress, ProgressEvent(LAYER_DONE, shown, desc.digest, desc.size, desc.size))
 
             try:
@@ -242,6 +244,18 @@ async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoin
                                  [f"{ref.name}@{top_digest}"])
     emit(progress, ProgressEvent(DONE, shown, image.id, size, size))
     return image
+
+
+async def _in_thread_to_completion(fn: Callable[..., T], *args: object) -> T:
+    """Run fn in a thread; if we are cancelled, wait for the thread to finish (it cannot be stopped) so
+    a failed pull returns only after every unpack it started has completed or cleaned up."""
+    fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await fut
+        raise
 
 
 def _first(eg: BaseExceptionGroup) -> BaseException:
