@@ -43,5 +43,9 @@ class ArchiveError(ImageError):
     """An archive is not an OCI layout or docker-archive, or is inconsistent."""
 
 
+class CorruptLayer(ImageError):
+    """A layer is not a readable (gzip/zstd compressed) tar stream."""
+
+
 class UnsafeLayer(ImageError):
     """A layer tar could not be unpacked safely (only raised for unrecoverable cases)."""

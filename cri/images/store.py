@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path("/var/lib/nodeagent/images")
 STATE_VERSION = 1
+STALE_AFTER = 6 * 3600  # seconds: a partial download or unpack older than this was left by a crash
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +95,23 @@ class ImageStore:
         self._cache: tuple[tuple[int, int, int], dict] | None = None
         self._layer_locks = _KeyedLocks()
         self._pins: collections.Counter[str] = collections.Counter()  # digests in use by running pulls/imports
+        self.clean_stale()
+
+    def clean_stale(self, max_age: float = STALE_AFTER) -> int:
+        """Remove partial downloads and unpacks left by a crash (old enough that no live pull owns them)."""
+        import time
+
+        removed = 0
+        cutoff = time.time() - max_age
+        for d in (self.tmp_dir, self.blobs.tmp_dir):
+            for p in d.iterdir():
+                try:
+                    if p.lstat().st_mtime < cutoff:
+                        _rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+                        removed += 1
+                except FileNotFoundError:
+                    pass
+        return removed
 
     # ---- metadata -------------------------------------------------------------------------------------
 
@@ -244,7 +262,9 @@ class ImageStore:
 
     def record(self, image_id: str, size: int, diff_ids: list[str], blobs: list[str], manifest_digest: str,
                tags: list[str], digests: list[str]) -> Image:
-        """Add or update an image; a tag moves here from any image that had it."""
+        """Add or update an image; a tag moves here from any image that had it. Names are normalised."""
+        tags = [parse(t).tagged or t for t in tags]
+        digests = [parse(d).digested or d for d in digests]
         with self._update() as state:
             images = state["images"]
             for other in images.values():

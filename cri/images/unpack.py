@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from cri.images.errors import DigestMismatch, UnsafeLayer
+from cri.images.errors import CorruptLayer, DigestMismatch, UnsafeLayer
 
 log = logging.getLogger(__name__)
 
@@ -212,18 +212,10 @@ def unpack(stream: BinaryIO, dest: Path, expected_diff_id: str | None = None,
     root = _Root(dest)
     dirs: list[tuple[str, int]] = []
     try:
-        with tarfile.open(fileobj=reader, mode="r|", errorlevel=1) as tar:  # type: ignore[call-overload]
-            for member in tar:
-                stats.entries += 1
-                try:
-                    _entry(tar, root, member, as_root, stats, dirs)
-                except UnsafeLayer as e:
-                    stats.skipped.append((member.name, str(e)))
-                    log.warning("layer entry %r skipped: %s", member.name, e)
-                if on_bytes:
-                    on_bytes(raw.count)
-            reader.drain()
-            raw.drain()
+        if head:  # an empty blob is an empty layer
+            _extract(reader, root, as_root, stats, dirs, lambda: on_bytes(raw.count) if on_bytes else None)
+        reader.drain()
+        raw.drain()
         for rel, mtime in reversed(dirs):
             try:
                 fd = root.parent(rel, create=False)
@@ -240,6 +232,26 @@ def unpack(stream: BinaryIO, dest: Path, expected_diff_id: str | None = None,
     if expected_blob_digest and blob != expected_blob_digest:
         raise DigestMismatch(f"layer blob hashes to {blob}, the manifest says {expected_blob_digest}")
     return stats
+
+
+def _extract(reader: _HashingReader, root: _Root, as_root: bool, stats: UnpackStats,
+             dirs: list[tuple[str, int]], tick: Callable[[], None]) -> None:
+    import zlib
+
+    import zstandard
+
+    try:
+        with tarfile.open(fileobj=reader, mode="r|", errorlevel=1) as tar:  # type: ignore[call-overload]
+            for member in tar:
+                stats.entries += 1
+                try:
+                    _entry(tar, root, member, as_root, stats, dirs)
+                except UnsafeLayer as e:
+                    stats.skipped.append((member.name, str(e)))
+                    log.warning("layer entry %r skipped: %s", member.name, e)
+                tick()
+    except (tarfile.TarError, EOFError, zlib.error, zstandard.ZstdError, gzip.BadGzipFile) as e:
+        raise CorruptLayer(f"layer is not a valid tar stream: {e}") from None
 
 
 def _entry(tar: tarfile.TarFile, root: _Root, member: tarfile.TarInfo, as_root: bool,

@@ -110,3 +110,9 @@ def test_metadata_survives_a_new_store(store, images, tmp_path):
     assert again.resolve("localhost/httpd:v1") == a
     mount, used, inodes = again.fs_info()
     assert os.path.ismount(mount) and used > a.size // 2 and inodes > 200
+
+
+async def test_pull_by_digest_of_a_present_image_needs_no_registry(store, images):
+    (img,) = store.import_archive(images.busybox.oci_dir)
+    # localhost has no registry listening: only the local content can answer
+    assert await store.pull(f"localhost/busybox@{images.busybox.manifest_digest}") == img

@@ -187,3 +187,17 @@ def test_clean_path():
     assert clean_path("a/../b") == "b"
     assert clean_path("a/../../b") is None
     assert clean_path("./") == ""
+
+
+@pytest.mark.parametrize("blob", [b"\x1f\x8b" + b"garbage" * 50, b"\x28\xb5\x2f\xfd" + b"junk" * 50,
+                                  gzip.compress(b"not a tar" * 100)])
+def test_corrupt_layers_are_typed_errors(tmp_path, blob):
+    from cri.images.errors import CorruptLayer
+
+    with pytest.raises(CorruptLayer):
+        unpack(io.BytesIO(blob), tmp_path)
+
+
+def test_empty_blob_is_an_empty_layer(tmp_path):
+    stats = unpack(io.BytesIO(b""), tmp_path, expected_diff_id="sha256:" + hashlib.sha256(b"").hexdigest())
+    assert stats.entries == 0 and os.listdir(tmp_path) == []
