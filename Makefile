@@ -17,7 +17,7 @@ APT_PACKAGES := iproute2 iptables nftables conntrack ipset ipvsadm kmod procps p
 # Debian's kubectl 1.20, unpacked privately (installing it would replace the machine's kubectl).
 KUBECTL_120 := $(CACHE)/kubectl-1.20/usr/bin/kubectl
 
-.PHONY: all up test install deps python build lint unit clean help
+.PHONY: all up test install deps python build lint unit clean help cni-install
 
 help:
 	@sed -n '1,4p' Makefile
@@ -55,7 +55,13 @@ $(STAMPS)/python: pyproject.toml
 	@touch $@
 
 # Generated and compiled parts (CRI stubs, pause binary, CNI plugins) are added here as they land.
-build: python
+build: python cni-install
+
+# The CNI plugins' lean launchers, and a default conflist written only if absent.
+CNI_BIN_DIR ?= /opt/cni/bin
+CNI_CONF_DIR ?= /etc/cni/net.d
+cni-install: python
+	$(PY) -m cni.install --bin-dir $(CNI_BIN_DIR) --conf-dir "$(CNI_CONF_DIR)"
 
 lint: python
 	$(VENV)/bin/ruff check .

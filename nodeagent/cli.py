@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("doctor", "report what this host's kernel supports and what nodeagent will use"),
     "up": ("up", "run the whole single-node cluster in the foreground"),
     "image": ("image", "manage the runtime's images: import, pull, ls, rm"),
+    "cni-daemon": ("cni_daemon", "serve the CNI plugins' fast path (netlink sockets kept open)"),
 }
 
 

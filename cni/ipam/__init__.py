@@ -1,0 +1,1 @@
+"""host-local IPAM: configuration, a pure round-robin allocator, and allocation stores."""

@@ -1,0 +1,1 @@
+"""The plugins: bridge (main), host-local (IPAM), portmap (chained)."""

@@ -1,0 +1,307 @@
+"""nodeagent-bridge: veth pairs on a Linux bridge, addresses from any IPAM plugin.
+
+ADD is a flat pipeline (conf → bridge → veth → IPAM → gateway → container side →
+masquerade → result); every acquired resource pushes its undo on an ExitStack
+that is dropped only on success. DEL and GC need no saved state: the host veth
+name, the masquerade chain and the rule tags all derive from (network,
+containerID, ifname), and "already gone" is success.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import ipaddress
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from cni import delegate, iptables
+from cni.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, UNSUPPORTED_FIELD, CNIError
+from cni.skel import CmdArgs
+
+MASQ_PREFIX = "NA-MASQ-"
+MULTICAST = "224.0.0.0/4"
+
+
+@dataclass(frozen=True)
+class NetConf:
+    name: str
+    bridge: str
+    is_gateway: bool
+    is_default_gateway: bool
+    force_address: bool
+    ip_masq: bool
+    hairpin: bool
+    promisc: bool
+    mtu: int | None
+    vlan: int | None
+    ipam_type: str
+
+
+def parse_conf(cfg: dict[str, Any]) -> NetConf:
+    ipam = cfg.get("ipam")
+    if not isinstance(ipam, dict) or not ipam.get("type"):
+        raise CNIError(INVALID_CONFIG, "bridge needs an ipam section with a type")
+    br = str(cfg.get("bridge") or "cni0")
+    if len(br) > 15 or "/" in br or " " in br:
+        raise CNIError(INVALID_CONFIG, "invalid bridge name", br)
+    mtu = cfg.get("mtu")
+    if mtu is not None and (not isinstance(mtu, int) or not 68 <= mtu <= 65535):
+        raise CNIError(INVALID_CONFIG, "invalid mtu", str(mtu))
+    vlan = cfg.get("vlan")
+    if vlan is not None and (not isinstance(vlan, int) or not 0 <= vlan <= 4094):
+        raise CNIError(INVALID_CONFIG, "invalid vlan id", str(vlan))
+    for unsupported in ("vlanTrunk", "macspoofchk", "enabledad"):
+        if cfg.get(unsupported):
+            raise CNIError(UNSUPPORTED_FIELD, f"{unsupported} is not supported by nodeagent-bridge")
+    default_gw = bool(cfg.get("isDefaultGateway"))
+    return NetConf(
+        name=str(cfg["name"]),
+        bridge=br,
+        is_gateway=bool(cfg.get("isGateway")) or default_gw,
+        is_default_gateway=default_gw,
+        force_address=bool(cfg.get("forceAddress")),
+        ip_masq=bool(cfg.get("ipMasq")),
+        hairpin=bool(cfg.get("hairpinMode")),
+        promisc=bool(cfg.get("promiscMode")),
+        mtu=mtu,
+        vlan=vlan or None,
+        ipam_type=str(ipam["type"]),
+    )
+
+
+def host_veth_name(network: str, cid: str, ifname: str) -> str:
+    """'na' + 4 hex of the network + 9 hex of the attachment: 15 chars, stable, greppable per network."""
+    return veth_prefix(network) + hashlib.sha256(f"{network}/{cid}/{ifname}".encode()).hexdigest()[:9]
+
+
+def veth_prefix(network: str) -> str:
+    return "na" + hashlib.sha256(network.encode()).hexdigest()[:4]
+
+
+def _sysctl(path: str, value: str) -> None:
+    try:
+        with open(path) as f:
+            if f.read().strip() == value:
+                return
+    except FileNotFoundError:
+        return
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def masq_add(be: str, conf: NetConf, a: CmdArgs, ips: list[dict[str, Any]]) -> None:
+    t = iptables.tag("masq", conf.name, a.container_id, a.ifname)
+    chain = iptables.chain_name(MASQ_PREFIX, conf.name, a.container_id, a.ifname)
+    for v6 in (False, True):
+        mine = [ipaddress.ip_interface(i["address"]) for i in ips if (":" in i["address"]) == v6]
+        if not mine:
+            continue
+        lines = [f":{chain} - [0:0]"]
+        for iface in mine:
+            lines.append(f'-A {chain} -d {iface.network} -m comment --comment "{t}" -j ACCEPT')
+        if not v6:
+            lines.append(f'-A {chain} ! -d {MULTICAST} -m comment --comment "{t}" -j MASQUERADE')
+        else:
+            lines.append(f'-A {chain} ! -d ff00::/8 -m comment --comment "{t}" -j MASQUERADE')
+        for iface in mine:
+            lines.append(f'-A POSTROUTING -s {iface.ip}/{iface.max_prefixlen} -m comment --comment "{t}" -j {chain}')
+        iptables.restore(be, "nat", lines, v6)
+
+
+def masq_del(be: str, conf: NetConf, a: CmdArgs, prev: dict[str, Any] | None) -> None:
+    """Fast path: delete exactly the rules the result implies (1 exec); else find them by tag."""
+    t = iptables.tag("masq", conf.name, a.container_id, a.ifname)
+    chain = iptables.chain_name(MASQ_PREFIX, conf.name, a.container_id, a.ifname)
+    ips = [i["address"] for i in (prev or {}).get("ips", [])]
+    v4 = [ipaddress.ip_interface(x) for x in ips if ":" not in x]
+    if v4 and len(v4) == len(ips):
+        lines = [f'-D POSTROUTING -s {i.ip}/32 -m comment --comment "{t}" -j {chain}' for i in v4]
+        if iptables.try_restore(be, "nat", [*lines, f":{chain} - [0:0]", f"-X {chain}"]):
+            return
+    key = (conf.name, a.container_id, a.ifname)
+    for v6 in (False, True):
+        with contextlib.suppress(CNIError):
+            iptables.remove_tagged(be, "nat", "masq", lambda n, c, i: (n, c, i) == key, (MASQ_PREFIX,), v6)
+
+
+class Bridge:
+    def add(self, a: CmdArgs) -> dict[str, Any]:
+        from cni import netlink, netns
+
+        conf = parse_conf(a.config)
+        fd = netns.open_netns(a.netns)
+        undo = contextlib.ExitStack()
+        with contextlib.closing(_Fd(fd)), undo:
+            ipr = netlink.host()
+            br_idx = netlink.ensure_bridge(ipr, conf.bridge, conf.mtu, conf.promisc, conf.vlan is not None)
+            host_name = host_veth_name(conf.name, a.container_id, a.ifname)
+            retried = netlink.delete_link(ipr, host_name)  # a retried ADD starts from scratch
+            try:
+                host_idx = netlink.create_veth(ipr, host_name, a.ifname, fd, br_idx, conf.mtu)
+            except Exception as e:
+                if getattr(e, "code", None) == 17:
+                    raise CNIError(INVALID_CONFIG, f"container already has an interface named {a.ifname}") from None
+                raise
+            undo.callback(netlink.delete_link, ipr, host_name)
+            if conf.hairpin:
+                _sysctl(f"/sys/class/net/{host_name}/brport/hairpin_mode", "1")
+            if conf.vlan:
+                netlink.set_vlan(ipr, host_idx, conf.vlan)
+
+            ipam = delegate.call("ADD", conf.ipam_type, a.stdin, a.env, a.path) or {}
+            undo.callback(_quiet, delegate.call, "DEL", conf.ipam_type, a.stdin, a.env, a.path)
+            ips = [dict(i) for i in ipam.get("ips", [])]
+            if not ips:
+                raise CNIError(INVALID_CONFIG, "IPAM plugin returned no IP addresses")
+            routes = [dict(r) for r in ipam.get("routes", [])]
+
+            if conf.is_gateway:
+                for ip in ips:
+                    gw = ip.get("gateway")
+                    if gw:
+                        plen = ipaddress.ip_interface(ip["address"]).network.prefixlen
+                        if conf.force_address:
+                            _drop_other_addrs(ipr, br_idx, gw, ip["address"])
+                        netlink.ensure_addr(ipr, br_idx, gw, plen)
+                if any(":" not in i["address"] for i in ips):
+                    _sysctl("/proc/sys/net/ipv4/ip_forward", "1")
+                if any(":" in i["address"] for i in ips):
+                    _sysctl("/proc/sys/net/ipv6/conf/all/forwarding", "1")
+            if conf.is_default_gateway:
+                for ip in ips:
+                    if ip.get("gateway"):
+                        dst = "::/0" if ":" in ip["address"] else "0.0.0.0/0"
+                        routes = [r for r in routes if r["dst"] != dst] + [{"dst": dst, "gw": ip["gateway"]}]
+            croutes = [dict(r, gw=r.get("gw") or _gw_for(r["dst"], ips)) for r in routes]
+
+            _, cmac = netlink.in_netns(fd, lambda c: netlink.configure_container(c, a.ifname, ips, croutes))
+
+            if conf.ip_masq:
+                be = iptables.backend(a.env)
+                if retried:
+                    masq_del(be, conf, a, None)
+                undo.callback(_quiet, masq_del, be, conf, a, {"ips": ips})
+                masq_add(be, conf, a, ips)
+
+            br_mac = netlink.mac_of(netlink.link_info(ipr, br_idx))
+            host_mac = netlink.mac_of(netlink.link_info(ipr, host_idx))
+            undo.pop_all()
+        for ip in ips:
+            ip["interface"] = 2
+        result: dict[str, Any] = {
+            "cniVersion": a.version,
+            "interfaces": [
+                {"name": conf.bridge, "mac": br_mac},
+                {"name": host_name, "mac": host_mac},
+                {"name": a.ifname, "mac": cmac, "sandbox": a.netns},
+            ],
+            "ips": ips,
+            "routes": routes,
+            "dns": ipam.get("dns") or a.config.get("dns") or {},
+        }
+        if not result["dns"]:
+            del result["dns"]
+        return result
+
+    def delete(self, a: CmdArgs) -> None:
+        conf = parse_conf(a.config)
+        delegate.call("DEL", conf.ipam_type, a.stdin, a.env, a.path)
+        from cni import netlink
+
+        netlink.delete_link(netlink.host(), host_veth_name(conf.name, a.container_id, a.ifname))
+        if conf.ip_masq:
+            masq_del(iptables.backend(a.env), conf, a, a.config.get("prevResult"))
+
+    def check(self, a: CmdArgs) -> None:
+        from cni import netlink, netns
+
+        conf = parse_conf(a.config)
+        prev = a.config.get("prevResult")
+        if not isinstance(prev, dict):
+            raise CNIError(INVALID_CONFIG, "CHECK needs prevResult")
+        delegate.call("CHECK", conf.ipam_type, a.stdin, a.env, a.path)
+        ipr = netlink.host()
+        br_idx = netlink.link_index(ipr, conf.bridge)
+        if br_idx is None:
+            raise CNIError(UNKNOWN_CONTAINER, f"bridge {conf.bridge} not found")
+        host_name = host_veth_name(conf.name, a.container_id, a.ifname)
+        h = netlink.link_index(ipr, host_name)
+        if h is None or netlink.link_info(ipr, h).get_attr("IFLA_MASTER") != br_idx:
+            raise CNIError(UNKNOWN_CONTAINER, f"host veth {host_name} missing or not on {conf.bridge}")
+        fd = netns.open_netns(a.netns)
+        try:
+            have = netlink.in_netns(fd, lambda c: _addresses(c, a.ifname))
+        finally:
+            os.close(fd)
+        if have is None:
+            raise CNIError(UNKNOWN_CONTAINER, f"interface {a.ifname} not found in {a.netns}")
+        for ip in prev.get("ips", []):
+            addr = str(ipaddress.ip_interface(ip["address"]))
+            if addr not in have:
+                raise CNIError(UNKNOWN_CONTAINER, f"address {addr} not on {a.ifname}")
+
+    def gc(self, a: CmdArgs) -> None:
+        from cni import netlink
+        from cni.plugins.host_local import valid_attachments
+
+        conf = parse_conf(a.config)
+        delegate.call("GC", conf.ipam_type, a.stdin, a.env, a.path)
+        valid = valid_attachments(a.config)
+        keep = {host_veth_name(conf.name, cid, ifn) for cid, ifn in valid}
+        ipr = netlink.host()
+        for name in netlink.links_with_prefix(ipr, veth_prefix(conf.name)):
+            if name not in keep:
+                netlink.delete_link(ipr, name)
+        be = iptables.backend(a.env)
+        for v6 in (False, True):
+            with contextlib.suppress(CNIError):
+                iptables.remove_tagged(be, "nat", "masq", lambda n, c, i: n == conf.name and (c, i) not in valid,
+                                       (MASQ_PREFIX,), v6)
+
+    def status(self, a: CmdArgs) -> None:
+        conf = parse_conf(a.config)
+        delegate.call("STATUS", conf.ipam_type, a.stdin, a.env, a.path)
+
+
+def _addresses(c: Any, ifname: str) -> set[str] | None:
+    from cni import netlink
+
+    idx = netlink.link_index(c, ifname)
+    if idx is None:
+        return None
+    return {f"{x.get_attr('IFA_ADDRESS')}/{x['prefixlen']}" for x in c.get_addr(index=idx)}
+
+
+def _gw_for(dst: str, ips: list[dict[str, Any]]) -> str | None:
+    v6 = ":" in dst
+    return next((i.get("gateway") for i in ips if (":" in i["address"]) == v6 and i.get("gateway")), None)
+
+
+def _drop_other_addrs(ipr: Any, br_idx: int, gw: str, cidr: str) -> None:
+    """forceAddress: replace a different address of the same family and subnet on the bridge."""
+    net = ipaddress.ip_interface(cidr).network
+    for x in ipr.get_addr(index=br_idx):
+        addr = x.get_attr("IFA_ADDRESS")
+        if addr and addr != gw and ipaddress.ip_address(addr) in net:
+            ipr.addr("del", index=br_idx, address=addr, prefixlen=x["prefixlen"])
+
+
+def _quiet(fn: Any, *args: Any) -> None:
+    with contextlib.suppress(Exception):
+        fn(*args)
+
+
+class _Fd:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def main() -> int:
+    from cni import skel
+
+    return skel.main(Bridge())

@@ -1,0 +1,132 @@
+"""Fixtures for the CNI integration tests: a CNI_PATH of our launchers + the reference plugins, networks."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import random
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cni.install import install
+from tests.harness.resources import sh, unique
+from tests.integration.cni.invoker import Runtime
+
+REFERENCE = "/usr/lib/cni"
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="session")
+def cni_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Our lean launchers (as `make cni-install` writes them) beside symlinks to Debian's reference plugins."""
+    d = tmp_path_factory.mktemp("cnibin")
+    install(str(d), None, sys.executable)
+    for name in os.listdir(REFERENCE):
+        (d / name).symlink_to(os.path.join(REFERENCE, name))
+    return d
+
+
+@pytest.fixture
+def runtime(cni_bin: Path) -> Runtime:
+    return Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": "none"})
+
+
+def free_subnet() -> ipaddress.IPv4Network:
+    used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    for _ in range(100):
+        net = ipaddress.ip_network(f"10.{random.randint(100, 250)}.{random.randint(0, 255)}.0/24")
+        if f" {net.network_address}".rsplit(".", 1)[0] + "." not in used:
+            return net
+    raise RuntimeError("no free test subnet")
+
+
+@dataclass
+class Net:
+    name: str
+    bridge: str
+    subnet: ipaddress.IPv4Network
+    data_dir: Path
+
+    @property
+    def gateway(self) -> str:
+        return str(self.subnet.network_address + 1)
+
+    def conf(self, plugin: str = "nodeagent-bridge", ipam: str = "nodeagent-host-local", version: str = "1.0.0",
+             **extra: object) -> dict:
+        return {"cniVersion": version, "name": self.name, "type": plugin, "bridge": self.bridge,
+                "isGateway": True, "ipMasq": True, "hairpinMode": True,
+                "ipam": {"type": ipam, "ranges": [[{"subnet": str(self.subnet)}]],
+                         "dataDir": str(self.data_dir), "routes": [{"dst": "0.0.0.0/0"}]}, **extra}
+
+    def conflist(self, *chained: dict, version: str = "1.0.0", **bridge_extra: object) -> dict:
+        main = self.conf(**bridge_extra)
+        main.pop("cniVersion")
+        main.pop("name")
+        return {"cniVersion": version, "name": self.name, "plugins": [main, *chained]}
+
+    def allocations(self) -> list[str]:
+        d = self.data_dir / self.name
+        return sorted(n for n in os.listdir(d) if n[0].isdigit() or ":" in n) if d.exists() else []
+
+    def veths(self) -> list[str]:
+        from cni.plugins.bridge import veth_prefix
+
+        return sorted(n for n in os.listdir("/sys/class/net") if n.startswith(veth_prefix(self.name)))
+
+    def rules(self) -> list[str]:
+        """Every nat rule (both backends) that names this network or this subnet."""
+        out = []
+        for exe in ("iptables-nft-save", "iptables-legacy-save"):
+            text = subprocess.run([exe, "-t", "nat"], capture_output=True, text=True).stdout
+            net_prefix = str(self.subnet.network_address).rsplit(".", 1)[0] + "."
+            out += [ln for ln in text.splitlines()
+                    if f"net={self.name} " in ln or (net_prefix in ln and not ln.startswith("#"))]
+        return out
+
+    def assert_clean(self) -> None:
+        assert self.veths() == []
+        assert self.allocations() == []
+        assert self.rules() == []
+
+
+@pytest.fixture
+def net(tmp_path: Path) -> Net:
+    n = Net(name=unique("net"), bridge=unique("br"), subnet=free_subnet(), data_dir=tmp_path / "ipam")
+    yield n
+    for v in n.veths():
+        subprocess.run(["ip", "link", "del", v], capture_output=True)
+    subprocess.run(["ip", "link", "del", n.bridge], capture_output=True)
+    from cni import iptables
+
+    for be in ("nft", "legacy"):
+        with contextlib.suppress(Exception):
+            iptables.remove_tagged(be, "nat", "masq", lambda nn, c, i: nn == n.name, ("NA-MASQ-",))
+            iptables.remove_tagged(be, "nat", "portmap", lambda nn, c, i: nn == n.name, ("NA-DN-", "NA-SN-"))
+
+
+def netns_path(name: str) -> str:
+    return f"/run/netns/{name}"
+
+
+def in_ns(ns: str, *argv: str, check: bool = True, timeout: float = 20) -> subprocess.CompletedProcess:
+    p = subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{argv} in {ns} failed: {p.stdout} {p.stderr}")
+    return p
+
+
+def ping(ns: str, addr: str) -> bool:
+    return in_ns(ns, "busybox", "ping", "-c", "1", "-W", "2", addr, check=False).returncode == 0
+
+
+def json_of(obj: object) -> str:
+    return json.dumps(obj)
+
+
+__all__ = ["Net", "in_ns", "netns_path", "ping", "sh"]

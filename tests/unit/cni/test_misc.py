@@ -1,0 +1,58 @@
+import subprocess
+import sys
+
+from cni import iptables, version
+from cni.install import install
+from cni.plugins.bridge import host_veth_name, parse_conf, veth_prefix
+
+
+def test_convert_result_round_trip():
+    r = {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.2/24"}, {"address": "fd00::2/64"}]}
+    old = version.convert_result(r, "0.3.1")
+    assert [i["version"] for i in old["ips"]] == ["4", "6"]
+    assert "version" not in version.convert_result(old, "1.1.0")["ips"][0]
+
+
+def test_host_veth_names_are_stable_short_and_per_network():
+    a = host_veth_name("net1", "c1", "eth0")
+    assert a == host_veth_name("net1", "c1", "eth0") and len(a) == 15
+    assert a.startswith(veth_prefix("net1")) and not host_veth_name("net2", "c1", "eth0").startswith(veth_prefix("net1"))
+    assert a != host_veth_name("net1", "c1", "eth1")
+
+
+def test_tag_round_trips_through_the_save_format():
+    t = iptables.tag("masq", "net1", "c1", "eth0")
+    line = f'-A POSTROUTING -s 10.0.0.2/32 -m comment --comment "{t}" -j NA-MASQ-x'
+    assert iptables.TAG_RE.search(line).groups() == ("masq", "net1", "c1", "eth0")
+    assert len(iptables.chain_name("NA-MASQ-", "n", "c", "e")) <= 28
+
+
+def test_bridge_conf_defaults_and_validation():
+    c = parse_conf({"name": "n", "isDefaultGateway": True, "ipam": {"type": "host-local"}})
+    assert c.bridge == "cni0" and c.is_gateway and c.is_default_gateway
+    for bad, code in (({"name": "n"}, 7), ({"name": "n", "ipam": {"type": "x"}, "mtu": 5}, 7),
+                      ({"name": "n", "ipam": {"type": "x"}, "vlanTrunk": [{"id": 1}]}, 2)):
+        try:
+            parse_conf(bad)
+        except Exception as e:
+            assert e.code == code
+        else:
+            raise AssertionError(bad)
+
+
+def test_launchers_are_lean_and_answer_version(tmp_path):
+    paths = install(str(tmp_path / "bin"), str(tmp_path / "conf"))
+    assert (tmp_path / "conf" / "10-nodeagent.conflist").exists()
+    (tmp_path / "conf" / "10-nodeagent.conflist").write_text("mine")
+    install(str(tmp_path / "bin"), str(tmp_path / "conf"))
+    assert (tmp_path / "conf" / "10-nodeagent.conflist").read_text() == "mine"  # never overwritten
+    for p in paths[:3]:
+        out = subprocess.run([p], input=b'{"cniVersion":"1.0.0"}', env={"CNI_COMMAND": "VERSION"},
+                             capture_output=True, check=True).stdout
+        assert b'"supportedVersions"' in out
+    # the lean path imports no third-party module
+    code = ("import sys; sys.path.insert(0, '.'); import cni.client, cni.skel, cni.plugins.host_local, "
+            "cni.plugins.portmap; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pyroute2', 'iptc', 'yaml', 'grpc')))")
+    out = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
