@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("up", "run the whole single-node cluster in the foreground"),
     "image": ("image", "manage the runtime's images: import, pull, ls, rm"),
     "cni-daemon": ("cni_daemon", "serve the CNI plugins' fast path (netlink sockets kept open)"),
+    "server": ("server", "run the control plane's Kubernetes-compatible apiserver in the foreground"),
 }
 
 

@@ -1,0 +1,204 @@
+"""Defaults Kubernetes fills in on create (and for pod templates inside workloads), applied in place."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from nodeagent.api.qos import compute_pod_qos
+
+DEFAULT_TOLERATION_SECONDS = 300
+
+
+def image_pull_policy(image: str) -> str:
+    """Always for `:latest` or an untagged image, IfNotPresent for a tag or digest (Kubernetes' rule)."""
+    if "@" in image:
+        return "IfNotPresent"
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return "Always"
+    return "Always" if last.rsplit(":", 1)[1] == "latest" else "IfNotPresent"
+
+
+def _container(c: dict[str, Any]) -> None:
+    if isinstance(c.get("image"), str):
+        c.setdefault("imagePullPolicy", image_pull_policy(c["image"]))
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    c.setdefault("resources", {})
+    for p in c.get("ports") or []:
+        if isinstance(p, dict):
+            p.setdefault("protocol", "TCP")
+    res = c["resources"]
+    if isinstance(res, dict) and res.get("limits") and not res.get("requests"):
+        # requests default to limits (Kubernetes' defaulting for a container with limits only)
+        res["requests"] = dict(res["limits"])
+    elif isinstance(res, dict) and res.get("limits") and res.get("requests"):
+        for k, v in res["limits"].items():
+            res["requests"].setdefault(k, v)
+
+
+def pod_spec(spec: dict[str, Any]) -> None:
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("enableServiceLinks", True)
+    for field in ("initContainers", "containers", "ephemeralContainers"):
+        for c in spec.get(field) or []:
+            if isinstance(c, dict):
+                _container(c)
+    for v in spec.get("volumes") or []:
+        if not isinstance(v, dict):
+            continue
+        for src in ("configMap", "secret"):
+            if isinstance(v.get(src), dict):
+                v[src].setdefault("defaultMode", 420)
+        if not any(k for k in v if k != "name"):
+            v["emptyDir"] = {}
+
+
+def pod(obj: dict[str, Any]) -> None:
+    spec = obj.setdefault("spec", {})
+    pod_spec(spec)
+    spec.setdefault("serviceAccountName", "default")
+    spec.setdefault("serviceAccount", spec["serviceAccountName"])
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    tols = spec.setdefault("tolerations", [])
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        if not any(t.get("key") == key and t.get("effect") in (None, "", "NoExecute") for t in tols):
+            tols.append({"key": key, "operator": "Exists", "effect": "NoExecute",
+                         "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})
+    status = obj.setdefault("status", {})
+    status.setdefault("phase", "Pending")
+    status.setdefault("qosClass", compute_pod_qos(obj))
+
+
+def _template(spec: dict[str, Any]) -> None:
+    tpl = spec.get("template")
+    if isinstance(tpl, dict):
+        tpl.setdefault("metadata", {})
+        pod_spec(tpl.setdefault("spec", {}))
+
+
+def deployment(obj: dict[str, Any]) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    strat = spec.setdefault("strategy", {})
+    strat.setdefault("type", "RollingUpdate")
+    if strat["type"] == "RollingUpdate":
+        ru = strat.setdefault("rollingUpdate", {})
+        ru.setdefault("maxUnavailable", "25%")
+        ru.setdefault("maxSurge", "25%")
+    spec.setdefault("revisionHistoryLimit", 10)
+    spec.setdefault("progressDeadlineSeconds", 600)
+    _template(spec)
+
+
+def replicaset(obj: dict[str, Any]) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    _template(spec)
+
+
+def daemonset(obj: dict[str, Any]) -> None:
+    spec = obj.setdefault("spec", {})
+    us = spec.setdefault("updateStrategy", {})
+    us.setdefault("type", "RollingUpdate")
+    if us["type"] == "RollingUpdate":
+        ru = us.setdefault("rollingUpdate", {})
+        ru.setdefault("maxUnavailable", 1)
+        ru.setdefault("maxSurge", 0)
+    spec.setdefault("revisionHistoryLimit", 10)
+    _template(spec)
+
+
+def statefulset(obj: dict[str, Any]) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    spec.setdefault("podManagementPolicy", "OrderedReady")
+    us = spec.setdefault("updateStrategy", {})
+    us.setdefault("type", "RollingUpdate")
+    if us["type"] == "RollingUpdate":
+        us.setdefault("rollingUpdate", {}).setdefault("partition", 0)
+    spec.setdefault("revisionHistoryLimit", 10)
+    _template(spec)
+
+
+def job(obj: dict[str, Any]) -> None:
+    spec = obj.setdefault("spec", {})
+    if "completions" not in spec and "parallelism" not in spec:
+        spec["completions"] = 1
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    _template(spec)
+
+
+def cronjob(obj: dict[str, Any]) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("concurrencyPolicy", "Allow")
+    spec.setdefault("suspend", False)
+    spec.setdefault("successfulJobsHistoryLimit", 3)
+    spec.setdefault("failedJobsHistoryLimit", 1)
+    jt = spec.setdefault("jobTemplate", {})
+    _template(jt.setdefault("spec", {}))
+
+
+def service(obj: dict[str, Any]) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    if spec["type"] != "ExternalName":
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+    if spec["type"] in ("NodePort", "LoadBalancer"):
+        spec.setdefault("externalTrafficPolicy", "Cluster")
+    for p in spec.get("ports") or []:
+        if isinstance(p, dict):
+            p.setdefault("protocol", "TCP")
+            if "port" in p:
+                p.setdefault("targetPort", p["port"])
+    obj.setdefault("status", {}).setdefault("loadBalancer", {})
+
+
+def namespace(obj: dict[str, Any]) -> None:
+    name = (obj.get("metadata") or {}).get("name")
+    if name:
+        obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+    obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+    obj.setdefault("status", {}).setdefault("phase", "Active")
+
+
+def secret(obj: dict[str, Any]) -> None:
+    obj.setdefault("type", "Opaque")
+    sd = obj.pop("stringData", None)
+    if isinstance(sd, dict):
+        data = obj.setdefault("data", {})
+        for k, v in sd.items():
+            data[k] = base64.b64encode(str(v).encode()).decode()
+
+
+def node(obj: dict[str, Any]) -> None:
+    obj.setdefault("spec", {})
+    obj.setdefault("status", {})
+
+
+def priorityclass(obj: dict[str, Any]) -> None:
+    obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+
+
+BY_KIND = {
+    "Pod": pod, "Deployment": deployment, "ReplicaSet": replicaset, "DaemonSet": daemonset,
+    "StatefulSet": statefulset, "Job": job, "CronJob": cronjob, "Service": service, "Namespace": namespace,
+    "Secret": secret, "Node": node, "PriorityClass": priorityclass,
+}
+
+
+def apply_defaults(obj: dict[str, Any], kind: str) -> None:
+    fn = BY_KIND.get(kind)
+    if fn is not None:
+        fn(obj)

@@ -1,0 +1,281 @@
+"""Validation of object metadata and the specs kubectl users most often get wrong, as Kubernetes words it.
+
+Each check returns field errors `{"reason", "message", "field"}`; the apiserver turns a non-empty
+list into a 422 Invalid Status with these as `details.causes`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+FieldErrors = list[dict[str, str]]
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_C_IDENT = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+def err(reason: str, field: str, message: str) -> dict[str, str]:
+    return {"reason": reason, "message": message, "field": field}
+
+
+def invalid(field: str, value: Any, detail: str) -> dict[str, str]:
+    return err("FieldValueInvalid", field, f"Invalid value: {_fmt(value)}: {detail}")
+
+
+def required(field: str, detail: str = "") -> dict[str, str]:
+    return err("FieldValueRequired", field, "Required value" + (f": {detail}" if detail else ""))
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, str):
+        return f'"{v}"'
+    return str(v)
+
+
+def dns1123_label(value: str) -> list[str]:
+    out = []
+    if len(value) > 63:
+        out.append("must be no more than 63 characters")
+    if not _DNS1123_LABEL.match(value):
+        out.append("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+                   "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
+                   "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+    return out
+
+
+def dns1123_subdomain(value: str) -> list[str]:
+    out = []
+    if len(value) > 253:
+        out.append("must be no more than 253 characters")
+    if not _DNS1123_SUBDOMAIN.match(value):
+        out.append("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                   "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+                   "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+    return out
+
+
+def dns1035_label(value: str) -> list[str]:
+    out = []
+    if len(value) > 63:
+        out.append("must be no more than 63 characters")
+    if not _DNS1035_LABEL.match(value):
+        out.append("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+                   "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
+                   "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
+    return out
+
+
+def path_segment_name(value: str) -> list[str]:
+    if value in (".", ".."):
+        return [f"may not be '{value}'"]
+    for bad in ("/", "%"):
+        if bad in value:
+            return [f"may not contain '{bad}'"]
+    return []
+
+
+def qualified_name(value: str) -> list[str]:
+    prefix, slash, name = value.rpartition("/")
+    out = []
+    if slash:
+        if not prefix:
+            out.append("prefix part must be non-empty")
+        else:
+            out += ["prefix part " + m for m in dns1123_subdomain(prefix)]
+    if not name:
+        out.append("name part must be non-empty")
+    else:
+        if len(name) > 63:
+            out.append("name part must be no more than 63 characters")
+        if not _QUALIFIED_NAME.match(name):
+            out.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+                       "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+                       "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+    return out
+
+
+def label_value(value: str) -> list[str]:
+    out = []
+    if len(value) > 63:
+        out.append("must be no more than 63 characters")
+    if not _LABEL_VALUE.match(value):
+        out.append("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+                   "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+                   "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+    return out
+
+
+# Which name rule each kind uses (Kubernetes' per-kind ValidateName functions).
+NAME_RULES: dict[str, Callable[[str], list[str]]] = {
+    "Namespace": dns1123_label, "Service": dns1035_label, "Node": dns1123_subdomain,
+    "Deployment": dns1123_subdomain, "ReplicaSet": dns1123_subdomain, "StatefulSet": dns1123_label,
+    "DaemonSet": dns1123_subdomain, "Job": dns1123_subdomain, "CronJob": dns1123_subdomain,
+    "Event": path_segment_name, "Lease": dns1123_subdomain,
+}
+
+
+def validate_metadata(obj: dict[str, Any], kind: str, namespaced: bool) -> FieldErrors:
+    meta = obj.get("metadata")
+    errs: FieldErrors = []
+    if not isinstance(meta, dict):
+        return [required("metadata")]
+    name = meta.get("name")
+    if not name and not meta.get("generateName"):
+        errs.append(required("metadata.name", "name or generateName is required"))
+    elif name:
+        if not isinstance(name, str):
+            errs.append(invalid("metadata.name", name, "must be a string"))
+        else:
+            for m in NAME_RULES.get(kind, dns1123_subdomain)(name):
+                errs.append(invalid("metadata.name", name, m))
+    for field in ("labels", "annotations"):
+        v = meta.get(field)
+        if v is None:
+            continue
+        if not isinstance(v, dict):
+            errs.append(invalid(f"metadata.{field}", v, "must be a map of strings"))
+            continue
+        for k, val in v.items():
+            for m in qualified_name(k):
+                errs.append(invalid(f"metadata.{field}", k, m))
+            if not isinstance(val, str):
+                errs.append(invalid(f"metadata.{field}", val, "must be a string"))
+            elif field == "labels":
+                for m in label_value(val):
+                    errs.append(invalid("metadata.labels", val, m))
+        if field == "annotations" and sum(len(k) + len(str(x)) for k, x in v.items()) > 256 * 1024:
+            errs.append(err("FieldValueTooLong", "metadata.annotations", "Too long: must have at most 262144 bytes"))
+    return errs
+
+
+def _containers(spec: dict[str, Any], base: str) -> FieldErrors:
+    errs: FieldErrors = []
+    cs = spec.get("containers")
+    if not cs:
+        return [required(f"{base}.containers")]
+    seen: set[str] = set()
+    for field in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(field) or []):
+            p = f"{base}.{field}[{i}]"
+            if not isinstance(c, dict):
+                errs.append(invalid(p, c, "must be an object"))
+                continue
+            name = c.get("name")
+            if not name:
+                errs.append(required(f"{p}.name"))
+            else:
+                for m in dns1123_label(str(name)):
+                    errs.append(invalid(f"{p}.name", name, m))
+                if name in seen:
+                    errs.append(err("FieldValueDuplicate", f"{p}.name", f'Duplicate value: "{name}"'))
+                seen.add(name)
+            if not c.get("image"):
+                errs.append(required(f"{p}.image"))
+            for j, port in enumerate(c.get("ports") or []):
+                cp = port.get("containerPort") if isinstance(port, dict) else None
+                if not isinstance(cp, int) or not 0 < cp < 65536:
+                    errs.append(invalid(f"{p}.ports[{j}].containerPort", cp, "must be between 1 and 65535, inclusive"))
+            for j, e in enumerate(c.get("env") or []):
+                n = e.get("name") if isinstance(e, dict) else None
+                if not n:
+                    errs.append(required(f"{p}.env[{j}].name"))
+    rp = spec.get("restartPolicy")
+    if rp is not None and rp not in ("Always", "OnFailure", "Never"):
+        errs.append(err("FieldValueNotSupported", f"{base}.restartPolicy",
+                        f'Unsupported value: "{rp}": supported values: "Always", "OnFailure", "Never"'))
+    return errs
+
+
+def _pod_template(tpl: Any, base: str, selector: Any) -> FieldErrors:
+    if not isinstance(tpl, dict):
+        return [required(base)]
+    errs = _containers(tpl.get("spec") or {}, f"{base}.spec")
+    if isinstance(selector, dict):
+        from nodeagent.api.selectors import SelectorError, from_label_selector
+
+        try:
+            sel = from_label_selector(selector)
+        except SelectorError as e:
+            return errs + [invalid(base.rsplit(".", 1)[0] + ".selector", selector, str(e))]
+        labels = (tpl.get("metadata") or {}).get("labels") or {}
+        if not sel.matches(labels):
+            errs.append(invalid(f"{base}.metadata.labels", labels, "`selector` does not match template `labels`"))
+    return errs
+
+
+def _service(spec: dict[str, Any]) -> FieldErrors:
+    errs: FieldErrors = []
+    typ = spec.get("type", "ClusterIP")
+    if typ not in ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName"):
+        errs.append(err("FieldValueNotSupported", "spec.type", f'Unsupported value: "{typ}": supported values: '
+                        '"ClusterIP", "ExternalName", "LoadBalancer", "NodePort"'))
+    ports = spec.get("ports") or []
+    if not ports and typ != "ExternalName" and spec.get("clusterIP") != "None":
+        errs.append(required("spec.ports"))
+    names: set[str] = set()
+    for i, p in enumerate(ports):
+        port = p.get("port") if isinstance(p, dict) else None
+        if not isinstance(port, int) or not 0 < port < 65536:
+            errs.append(invalid(f"spec.ports[{i}].port", port, "must be between 1 and 65535, inclusive"))
+        if len(ports) > 1 and not p.get("name"):
+            errs.append(required(f"spec.ports[{i}].name"))
+        if p.get("name"):
+            if p["name"] in names:
+                errs.append(err("FieldValueDuplicate", f"spec.ports[{i}].name", f'Duplicate value: "{p["name"]}"'))
+            names.add(p["name"])
+        proto = p.get("protocol", "TCP")
+        if proto not in ("TCP", "UDP", "SCTP"):
+            errs.append(err("FieldValueNotSupported", f"spec.ports[{i}].protocol",
+                            f'Unsupported value: "{proto}": supported values: "SCTP", "TCP", "UDP"'))
+        np = p.get("nodePort")
+        if np is not None and typ == "ClusterIP":
+            errs.append(err("FieldValueForbidden", f"spec.ports[{i}].nodePort",
+                            "Forbidden: may not be used when `type` is 'ClusterIP'"))
+    return errs
+
+
+def validate(obj: dict[str, Any], kind: str, namespaced: bool) -> FieldErrors:
+    """Every field error for a create or update of `obj` (metadata plus the kind's spec rules)."""
+    errs = validate_metadata(obj, kind, namespaced)
+    spec = obj.get("spec")
+    if spec is not None and not isinstance(spec, dict):
+        return errs + [invalid("spec", spec, "must be an object")]
+    spec = spec or {}
+    if kind == "Pod":
+        errs += _containers(spec, "spec")
+    elif kind in ("Deployment", "ReplicaSet", "DaemonSet", "StatefulSet"):
+        if not spec.get("selector"):
+            errs.append(required("spec.selector"))
+        errs += _pod_template(spec.get("template"), "spec.template", spec.get("selector"))
+        r = spec.get("replicas")
+        if r is not None and (not isinstance(r, int) or r < 0):
+            errs.append(invalid("spec.replicas", r, "must be greater than or equal to 0"))
+    elif kind == "Job":
+        errs += _pod_template(spec.get("template"), "spec.template", None)
+        rp = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+        if rp not in (None, "OnFailure", "Never"):
+            errs.append(err("FieldValueNotSupported", "spec.template.spec.restartPolicy",
+                            f'Unsupported value: "{rp}": supported values: "OnFailure", "Never"'))
+    elif kind == "CronJob":
+        if not spec.get("schedule"):
+            errs.append(required("spec.schedule"))
+        tpl = (spec.get("jobTemplate") or {}).get("spec") or {}
+        errs += _pod_template(tpl.get("template"), "spec.jobTemplate.spec.template", None)
+    elif kind == "Service":
+        errs += _service(spec)
+    elif kind == "ConfigMap" or kind == "Secret":
+        for field in ("data", "binaryData", "stringData"):
+            for k in (obj.get(field) or {}):
+                if not _C_IDENT.match(k) or len(k) > 253:
+                    errs.append(invalid(f"{field}[{k}]", k, "a valid config key must consist of alphanumeric "
+                                        "characters, '-', '_' or '.'"))
+    elif kind == "PriorityClass":
+        if not isinstance(obj.get("value"), int):
+            errs.append(required("value"))
+    return errs

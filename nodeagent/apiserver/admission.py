@@ -1,0 +1,156 @@
+"""Admission on create: PriorityClass resolution, LimitRange defaults and bounds, ResourceQuota enforcement.
+
+Quota follows the seed's semantics: compute resources (requests.*/limits.*, bare cpu/memory meaning requests)
+summed over non-terminal pods, and object counts (pods, services, configmaps, secrets, ..., count/<res>.<group>).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from nodeagent.api.quantity import QuantityError, format_quantity, parse_quantity
+from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.resources import Resource
+
+SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
+
+_COUNT_NAMES = {"pods": "pods", "services": "services", "configmaps": "configmaps", "secrets": "secrets",
+                "replicationcontrollers": "replicationcontrollers", "resourcequotas": "resourcequotas",
+                "persistentvolumeclaims": "persistentvolumeclaims"}
+
+
+def forbidden(message: str, resource: str, name: str) -> ApiError:
+    return ApiError(403, "Forbidden", message, {"name": name, "kind": resource})
+
+
+def resolve_priority(pod: dict[str, Any], classes: list[dict[str, Any]]) -> None:
+    spec = pod.setdefault("spec", {})
+    name = spec.get("priorityClassName")
+    if name:
+        pc = next((c for c in classes if c["metadata"]["name"] == name), None)
+        if pc is None:
+            raise forbidden(f'pods "{pod["metadata"].get("name", "")}" is forbidden: no PriorityClass with name '
+                            f"{name} was found", "pods", pod["metadata"].get("name", ""))
+    else:
+        pc = next((c for c in classes if c.get("globalDefault")), None)
+        if pc:
+            spec["priorityClassName"] = pc["metadata"]["name"]
+    value = pc.get("value", 0) if pc else 0
+    if spec.get("priority") is not None and spec["priority"] != value:
+        raise forbidden(f"the integer value of priority ({spec['priority']}) must not be provided in pod spec; "
+                        f"priority admission controller computed {value} from the given PriorityClass name",
+                        "pods", pod["metadata"].get("name", ""))
+    spec["priority"] = value
+    if pc and pc.get("preemptionPolicy"):
+        spec["preemptionPolicy"] = pc["preemptionPolicy"]
+
+
+def apply_limit_ranges(pod: dict[str, Any], ranges: list[dict[str, Any]]) -> None:
+    """Fill container requests/limits from LimitRange defaults, then check min/max (403 like the seed)."""
+    name = pod["metadata"].get("name", "")
+    for lr in ranges:
+        for item in (lr.get("spec") or {}).get("limits") or []:
+            if item.get("type") != "Container":
+                continue
+            for c in (pod.get("spec") or {}).get("containers") or []:
+                res = c.setdefault("resources", {})
+                for k, v in (item.get("default") or {}).items():
+                    res.setdefault("limits", {}).setdefault(k, v)
+                for k, v in (item.get("defaultRequest") or {}).items():
+                    res.setdefault("requests", {}).setdefault(k, v)
+                for k, v in (res.get("limits") or {}).items():
+                    res.setdefault("requests", {}).setdefault(k, v)
+                try:
+                    for k, mx in (item.get("max") or {}).items():
+                        lim = (res.get("limits") or {}).get(k)
+                        if lim is None:
+                            raise forbidden(f'pods "{name}" is forbidden: maximum {k} usage per Container is {mx}.  '
+                                            f"No limit is specified", "pods", name)
+                        if parse_quantity(lim) > parse_quantity(mx):
+                            raise forbidden(f'pods "{name}" is forbidden: maximum {k} usage per Container is {mx}, '
+                                            f"but limit is {lim}", "pods", name)
+                    for k, mn in (item.get("min") or {}).items():
+                        req = (res.get("requests") or {}).get(k)
+                        if req is None or parse_quantity(req) < parse_quantity(mn):
+                            raise forbidden(f'pods "{name}" is forbidden: minimum {k} usage per Container is {mn}, '
+                                            f"but request is {req}", "pods", name)
+                except QuantityError as e:
+                    raise ApiError(422, "Invalid", f'pods "{name}" is invalid: {e}') from None
+
+
+def pod_usage(pod: dict[str, Any]) -> dict[str, Fraction]:
+    """What one pod charges against a quota (requests.cpu, limits.memory, ..., pods)."""
+    out: dict[str, Fraction] = {"pods": Fraction(1), "count/pods": Fraction(1)}
+    spec = pod.get("spec") or {}
+    for c in spec.get("containers") or []:
+        res = c.get("resources") or {}
+        for kind in ("requests", "limits"):
+            for k, v in (res.get(kind) or {}).items():
+                try:
+                    q = parse_quantity(v)
+                except QuantityError:
+                    continue
+                out[f"{kind}.{k}"] = out.get(f"{kind}.{k}", Fraction(0)) + q
+                if kind == "requests":
+                    out[k] = out.get(k, Fraction(0)) + q
+    return out
+
+
+def object_usage(res: Resource, obj: dict[str, Any]) -> dict[str, Fraction]:
+    if res.name == "pods" and not res.group:
+        phase = (obj.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            return {}
+        return pod_usage(obj)
+    out = {f"count/{res.name}" + (f".{res.group}" if res.group else ""): Fraction(1)}
+    if not res.group and res.name in _COUNT_NAMES:
+        out[_COUNT_NAMES[res.name]] = Fraction(1)
+    if res.name == "services" and not res.group:
+        typ = (obj.get("spec") or {}).get("type")
+        if typ == "NodePort":
+            out["services.nodeports"] = Fraction(1)
+        if typ == "LoadBalancer":
+            out["services.loadbalancers"] = Fraction(1)
+    return out
+
+
+def check_quota(res: Resource, obj: dict[str, Any], quotas: list[dict[str, Any]],
+                existing: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Raise 403 when `obj` would exceed a quota; return each quota's new `used` (by quota name)."""
+    new_use = object_usage(res, obj)
+    name = obj["metadata"].get("name", "")
+    used_by_quota: dict[str, dict[str, str]] = {}
+    for q in quotas:
+        hard = (q.get("spec") or {}).get("hard") or {}
+        tracked = {k: v for k, v in hard.items() if k in new_use or k.startswith(("requests.", "limits."))
+                   or k in ("cpu", "memory")}
+        if res.name != "pods" or res.group:
+            tracked = {k: v for k, v in tracked.items() if k in new_use}
+        if not tracked:
+            continue
+        totals: dict[str, Fraction] = {}
+        for o in existing:
+            for k, v in object_usage(res, o).items():
+                totals[k] = totals.get(k, Fraction(0)) + v
+        missing = [k for k in tracked if k not in new_use and res.name == "pods" and not res.group]
+        if missing:
+            raise forbidden(f'{res.name} "{name}" is forbidden: failed quota: {q["metadata"]["name"]}: must specify '
+                            f'{",".join(sorted(missing))}', res.name, name)
+        over = []
+        for k, limit in tracked.items():
+            try:
+                lim = parse_quantity(limit)
+            except QuantityError:
+                continue
+            if totals.get(k, Fraction(0)) + new_use.get(k, Fraction(0)) > lim:
+                over.append(k)
+        if over:
+            def fmt(d: dict[str, Fraction], keys: list[str] = over) -> str:
+                return ",".join(f"{k}={format_quantity(d.get(k, Fraction(0)))}" for k in sorted(keys))
+            raise forbidden(f'{res.name} "{name}" is forbidden: exceeded quota: {q["metadata"]["name"]}, requested: '
+                            f"{fmt(new_use)}, used: {fmt(totals)}, limited: "
+                            f'{",".join(f"{k}={tracked[k]}" for k in sorted(over))}', res.name, name)
+        used_by_quota[q["metadata"]["name"]] = {
+            k: format_quantity(totals.get(k, Fraction(0)) + new_use.get(k, Fraction(0))) for k in tracked}
+    return used_by_quota

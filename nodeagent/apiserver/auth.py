@@ -1,0 +1,128 @@
+"""Bearer-token authentication from a static token file, and the authorization rules (admin, NodeRestriction).
+
+The token file is Kubernetes' static token CSV: `token,user,uid,"group1,group2"`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import os
+import secrets
+from pathlib import Path
+
+NODES_GROUP = "system:nodes"
+MASTERS_GROUP = "system:masters"
+
+
+@dataclasses.dataclass(frozen=True)
+class User:
+    name: str
+    groups: tuple[str, ...] = ()
+
+    @property
+    def is_admin(self) -> bool:
+        return MASTERS_GROUP in self.groups
+
+    @property
+    def node_name(self) -> str | None:
+        if NODES_GROUP in self.groups and self.name.startswith("system:node:"):
+            return self.name[len("system:node:"):]
+        return None
+
+
+class TokenFile:
+    """Tokens loaded once at start; `issue` appends a line (atomically rewritten) and reloads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._users: dict[str, User] = {}
+        self._mtime = 0.0
+        self.reload()
+
+    def reload(self) -> None:
+        self._users = {}
+        if not self.path.exists():
+            return
+        self._mtime = self.path.stat().st_mtime
+        for row in csv.reader(io.StringIO(self.path.read_text())):
+            if len(row) >= 2 and row[0] and not row[0].startswith("#"):
+                groups = tuple(g for g in (row[3] if len(row) > 3 else "").split(",") if g)
+                self._users[row[0]] = User(row[1], groups)
+
+    def authenticate(self, header: str | None) -> User | None:
+        if not header or not header.startswith("Bearer "):
+            return None
+        user = self._users.get(header[7:].strip())
+        if user is None and self.path.exists() and self.path.stat().st_mtime != self._mtime:
+            self.reload()  # a token issued since start (e.g. for a node joining)
+            user = self._users.get(header[7:].strip())
+        return user
+
+    def token_for(self, user: str) -> str | None:
+        for tok, u in self._users.items():
+            if u.name == user:
+                return tok
+        return None
+
+    def issue(self, user: str, groups: tuple[str, ...]) -> str:
+        """The existing token for `user`, or a new random one written to the file."""
+        tok = self.token_for(user)
+        if tok:
+            return tok
+        tok = secrets.token_hex(24)
+        lines = self.path.read_text() if self.path.exists() else ""
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow([tok, user, user, ",".join(groups)])
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(lines + buf.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self.reload()
+        return tok
+
+
+def issue_node_token(data_dir: str | Path, node_name: str) -> str:
+    """A bearer token for a node (user system:node:<name>, group system:nodes), kept in the server's token file."""
+    return TokenFile(Path(data_dir) / "tokens.csv").issue(f"system:node:{node_name}", (NODES_GROUP,))
+
+
+READ_VERBS = {"get", "list", "watch"}
+
+
+def node_may(node: str, verb: str, resource: str, subresource: str, namespace: str, name: str,
+             obj: dict | None) -> str | None:
+    """NodeRestriction: None when allowed, else the reason it is not. `obj` is the stored object, when there is one.
+
+    A node reads freely; it may write only its own Node and Lease, the status of pods bound to it (and
+    delete those pods), and events.
+    """
+    if verb in READ_VERBS and subresource not in ("exec", "attach", "portforward", "proxy"):
+        return None
+    if resource == "events":
+        return None
+    if resource == "nodes":
+        if name == node or (verb == "create" and obj is not None and (obj.get("metadata") or {}).get("name") == node):
+            return None
+        return f"node \"{node}\" is not allowed to modify node \"{name or '<new>'}\""
+    if resource == "leases":
+        if namespace == "kube-node-lease" and (name == node or (
+                verb == "create" and obj is not None and (obj.get("metadata") or {}).get("name") == node)):
+            return None
+        return f"node \"{node}\" can only access its own lease in namespace kube-node-lease"
+    if resource == "pods":
+        bound = ((obj or {}).get("spec") or {}).get("nodeName")
+        if subresource == "status" and bound == node:
+            return None
+        if verb == "delete" and not subresource and bound == node:
+            return None
+        if verb == "create" and not subresource and bound == node and \
+                ((obj or {}).get("metadata") or {}).get("annotations", {}).get("kubernetes.io/config.mirror"):
+            return None
+        return f"node \"{node}\" can only update the status of pods bound to it"
+    return f"node \"{node}\" may not {verb} {resource}"

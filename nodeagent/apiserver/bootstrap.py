@@ -1,0 +1,107 @@
+"""The bootstrap controller: system namespaces, system PriorityClasses, and the `kubernetes` Service and
+Endpoints in `default`, created at start and repaired when deleted or changed (the seed's behaviour)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.registry import NAMESPACES, PRIORITY_CLASSES, SERVICES, Registry, now_rfc3339
+from nodeagent.apiserver.resources import lookup
+from nodeagent.store import base as store_base
+
+log = logging.getLogger("nodeagent.apiserver.bootstrap")
+ENDPOINTS = lookup("", "v1", "endpoints")
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+class Bootstrap:
+    def __init__(self, registry: Registry, endpoint_ips: list[str], port: int,
+                 endpoint_source: Any = None) -> None:
+        self.registry = registry
+        self.ips = endpoint_ips
+        self.port = port
+        self.endpoint_source = endpoint_source  # async () -> list of live server IPs (HA), or None
+
+    async def ensure(self) -> None:
+        reg = self.registry
+        for ns in SYSTEM_NAMESPACES:
+            await self._ensure_created(NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace",
+                                                          "metadata": {"name": ns}})
+            await reg._ensure_default_sa(ns)
+        for name, value, desc in (("system-node-critical", 2000001000, "Used for system critical pods that must not "
+                                   "be moved from their current node."),
+                                  ("system-cluster-critical", 2000000000, "Used for system critical pods that must "
+                                   "run in the cluster, but can be moved to another node if necessary.")):
+            await self._ensure_created(PRIORITY_CLASSES, None, {
+                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                "value": value, "description": desc, "preemptionPolicy": "PreemptLowerPriority"})
+        await self._ensure_kubernetes_service()
+        await self._ensure_endpoints()
+
+    async def _ensure_created(self, res: Any, ns: str | None, obj: dict[str, Any]) -> None:
+        try:
+            await self.registry.store.get(res.key(ns, obj["metadata"]["name"]))
+        except store_base.NotFound:
+            try:
+                await self.registry.create(res, ns, obj)
+            except ApiError as e:
+                if e.code != 409:
+                    raise
+
+    async def _ensure_kubernetes_service(self) -> None:
+        want_ip = self.registry.alloc.first_ip
+        ports = [{"name": "https", "protocol": "TCP", "port": 443, "targetPort": self.port}]
+        try:
+            svc = await self.registry.store.get(SERVICES.key("default", "kubernetes"))
+        except store_base.NotFound:
+            await self._ensure_created(SERVICES, "default", {
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "kubernetes", "namespace": "default",
+                             "labels": {"component": "apiserver", "provider": "kubernetes"}},
+                "spec": {"clusterIP": want_ip, "ports": ports, "type": "ClusterIP", "sessionAffinity": "None"}})
+            return
+        spec = svc.get("spec") or {}
+        if [{k: p.get(k) for k in ("name", "protocol", "port", "targetPort")} for p in spec.get("ports") or []] != ports:
+            spec["ports"] = ports
+            await self.registry.store.update(SERVICES.key("default", "kubernetes"), svc)
+
+    async def _ensure_endpoints(self) -> None:
+        ips = await self.endpoint_source() if self.endpoint_source else self.ips
+        subsets = [{"addresses": [{"ip": ip} for ip in sorted(ips)],
+                    "ports": [{"name": "https", "port": self.port, "protocol": "TCP"}]}] if ips else []
+        key = ENDPOINTS.key("default", "kubernetes")
+        store = self.registry.store
+        try:
+            ep = await store.get(key)
+        except store_base.NotFound:
+            obj = {"apiVersion": "v1", "kind": "Endpoints",
+                   "metadata": {"name": "kubernetes", "namespace": "default", "uid": str(uuid.uuid4()),
+                                "creationTimestamp": now_rfc3339(),
+                                "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+                   "subsets": subsets}
+            try:
+                await store.create(key, obj)
+            except store_base.AlreadyExists:
+                pass
+            return
+        if ep.get("subsets") != subsets:
+            ep["subsets"] = subsets
+            try:
+                await store.update(key, ep, int(ep["metadata"]["resourceVersion"]))
+            except (store_base.Conflict, store_base.NotFound):
+                pass
+
+    async def run(self, interval: float = 10.0) -> None:
+        """Repair loop: re-ensure periodically and right after the watched objects change."""
+        while True:
+            try:
+                await self.ensure()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("bootstrap repair")
+            await asyncio.sleep(interval)

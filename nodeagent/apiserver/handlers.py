@@ -1,0 +1,374 @@
+"""The HTTP boundary: authenticate, parse, authorize, call the registry, encode (JSON, Table, watch stream).
+
+Every failure leaves here as a Kubernetes Status with its code; nothing below maps errors to HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from nodeagent.api import patch as patches
+from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
+from nodeagent.apiserver import auth, codec, discovery, errors, subresources, table
+from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.registry import PODS, Registry, check_field_selector
+from nodeagent.apiserver.request import RequestInfo, parse
+from nodeagent.apiserver.resources import Resource
+from nodeagent.apiserver.watch import watch_events
+from nodeagent.store import base as store_base
+
+log = logging.getLogger("nodeagent.apiserver")
+
+MAX_BODY = 3 * 1024 * 1024
+JSON = "application/json"
+_PUBLIC = {"/version", "/version/", "/healthz", "/livez", "/readyz"}
+_RETURNS_OBJECT_ON_DELETE = {"pods", "namespaces", "services", "nodes"}
+
+
+def json_response(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(body=codec.dumps(obj), status=status, content_type=JSON)
+
+
+def status_response(e: ApiError) -> web.Response:
+    return json_response(e.status(), e.code)
+
+
+def success_status(res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+    details = {"name": obj["metadata"]["name"], "kind": res.name, "uid": obj["metadata"].get("uid", "")}
+    if res.group:
+        details["group"] = res.group
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+
+class Wants:
+    """What the Accept header asks for: plain JSON, a Table, or PartialObjectMetadata."""
+
+    def __init__(self, accept: str) -> None:
+        self.table = "as=Table" in accept
+        self.partial = not self.table and "as=PartialObjectMetadata" in accept
+        if not self.table and not self.partial and accept and not any(
+                t in accept for t in ("json", "*/*", "yaml", "protobuf")):
+            raise errors.not_acceptable(f"only the following media types are accepted: application/json, "
+                                        f"application/yaml, application/vnd.kubernetes.protobuf (got {accept})")
+
+
+class Handlers:
+    def __init__(self, registry: Registry, tokens: auth.TokenFile, address: str,
+                 kubelet_proxy: Any = None) -> None:
+        self.registry = registry
+        self.store = registry.store
+        self.tokens = tokens
+        self.address = address
+        self.kubelet_proxy = kubelet_proxy
+
+    # ------------------------------------------------------------------ entry
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._handle(request)
+        except ApiError as e:
+            return status_response(e)
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as e:  # a bug: answer 500 with a Status and log the trace
+            log.exception("%s %s", request.method, request.path_qs)
+            return status_response(errors.internal(str(e)))
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if path in _PUBLIC:
+            if path.startswith("/version"):
+                return json_response(discovery.version_info())
+            return web.Response(text="ok")
+        user = self.tokens.authenticate(request.headers.get("Authorization"))
+        if user is None:
+            raise errors.unauthorized()
+        query = request.query
+        info = parse(request.method, path, query)  # type: ignore[arg-type]
+        if info is None:
+            return self._discovery(request, path)
+        return await self._resource(request, info, user)
+
+    def _discovery(self, request: web.Request, path: str) -> web.StreamResponse:
+        p = path.rstrip("/")
+        if request.method != "GET":
+            raise errors.method_not_allowed()
+        if p == "/api":
+            return json_response(discovery.api_versions(self.address))
+        if p == "/apis":
+            return json_response(discovery.api_group_list())
+        if p == "/openapi/v2":
+            return web.Response(body=b"", content_type="application/octet-stream")
+        parts = p.split("/")[1:]
+        doc = None
+        if len(parts) == 2 and parts[0] == "api":
+            doc = discovery.resource_list("", parts[1])
+        elif len(parts) == 2 and parts[0] == "apis":
+            doc = discovery.api_group(parts[1])
+        elif len(parts) == 3 and parts[0] == "apis":
+            doc = discovery.resource_list(parts[1], parts[2])
+        if doc is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return json_response(doc)
+
+    # ------------------------------------------------------------------ resources
+    async def _resource(self, request: web.Request, info: RequestInfo, user: auth.User) -> web.StreamResponse:
+        res, verb = info.resource, info.verb
+        q = request.query
+        dry_run = q.get("dryRun") == "All"
+        wants = Wants(request.headers.get("Accept", ""))
+        body: Any = None
+        if verb in ("create", "update", "patch") or (verb in ("delete", "deletecollection") and request.can_read_body):
+            body = await self._read_body(request, info, verb)
+        if not user.is_admin:
+            await self._authorize(user, info, body)
+        sub = info.subresource
+        if sub:
+            return await subresources.handle(self, request, info, body, wants, dry_run)
+        if verb == "get":
+            obj = await self.registry.get(res, info.namespace, info.name or "")
+            return json_response(self._single(res, obj, wants, q))
+        if verb == "list":
+            return await self._list(request, info, wants)
+        if verb == "watch":
+            return await self._watch(request, info, wants)
+        if verb == "create":
+            obj = await self.registry.create(res, info.namespace, body, dry_run)
+            return json_response(self._single(res, obj, wants, q), 201)
+        if verb == "update":
+            obj, created = await self.registry.update(res, info.namespace, info.name or "", body, "", dry_run)
+            return json_response(self._single(res, obj, wants, q), 201 if created else 200)
+        if verb == "patch":
+            obj, created = await self.patch(request, info, body, dry_run)
+            return json_response(self._single(res, obj, wants, q), 201 if created else 200)
+        if verb == "delete":
+            opts = self._delete_options(q, body)
+            obj = await self.registry.delete(res, info.namespace, info.name or "", opts, dry_run)
+            pending = bool(obj["metadata"].get("deletionTimestamp")) and not dry_run
+            still_there = pending and await self._exists(res, info.namespace, info.name or "")
+            if res.name in _RETURNS_OBJECT_ON_DELETE or still_there:
+                return json_response(obj, 202 if still_there else 200)
+            return json_response(success_status(res, obj))
+        if verb == "deletecollection":
+            opts = self._delete_options(q, body)
+            items, _, _ = await self.registry.list(res, info.namespace, *self._selectors(res, q))
+            for o in items:
+                try:
+                    await self.registry.delete(res, o["metadata"].get("namespace"), o["metadata"]["name"], opts,
+                                               dry_run)
+                except ApiError as e:
+                    if e.code != 404:
+                        raise
+            return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+        raise errors.method_not_allowed()
+
+    async def _exists(self, res: Resource, ns: str | None, name: str) -> bool:
+        try:
+            await self.store.get(res.key(ns, name))
+            return True
+        except store_base.NotFound:
+            return False
+
+    # ------------------------------------------------------------------ auth
+    async def _authorize(self, user: auth.User, info: RequestInfo, body: Any) -> None:
+        node = user.node_name
+        res = info.resource
+        if node is None:
+            raise errors.forbidden(user.name, info.verb, res.name, res.group, info.namespace or "", info.name or "")
+        stored = None
+        if info.name and info.verb not in ("get", "list", "watch"):
+            try:
+                stored = await self.store.get(res.key(info.namespace, info.name))
+            except store_base.NotFound:
+                stored = None
+        obj = body if info.verb == "create" and not info.subresource else stored
+        why = auth.node_may(node, info.verb, res.name, info.subresource, info.namespace or "", info.name or "",
+                            obj if isinstance(obj, dict) else None)
+        if why is not None:
+            raise errors.forbidden(user.name, info.verb, res.name, res.group, info.namespace or "", info.name or "",
+                                   why)
+
+    # ------------------------------------------------------------------ bodies
+    async def _read_body(self, request: web.Request, info: RequestInfo, verb: str) -> Any:
+        length = request.content_length
+        if length is not None and length > MAX_BODY:
+            raise errors.too_large(MAX_BODY)
+        data = await request.content.read(MAX_BODY + 1)
+        if len(data) > MAX_BODY:
+            raise errors.too_large(MAX_BODY)
+        ctype = (request.headers.get("Content-Type") or JSON).split(";")[0].strip().lower()
+        if not data.strip():
+            if verb in ("delete", "deletecollection"):
+                return None
+            raise errors.bad_request("the body of the request was empty")
+        if ctype == "application/vnd.kubernetes.protobuf":
+            from nodeagent.apiserver import protobuf
+
+            try:
+                return protobuf.decode(data, info.resource)
+            except protobuf.Unsupported as e:
+                raise errors.unsupported_media(f"{ctype}: {e}") from None
+        if verb == "patch":
+            request["patch_type"] = ctype
+            if ctype not in ("application/json-patch+json", "application/merge-patch+json",
+                             "application/strategic-merge-patch+json", "application/apply-patch+yaml"):
+                raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                               "accepted media types include: application/json-patch+json, "
+                               "application/merge-patch+json, application/apply-patch+yaml, "
+                               "application/strategic-merge-patch+json")
+        try:
+            if ctype in ("application/yaml", "application/apply-patch+yaml", "text/yaml"):
+                return codec.load_yaml(data)
+            if "json" in ctype or ctype in ("", "*/*", "text/plain"):
+                return codec.loads(data)
+        except Exception as e:
+            what = "yaml" if "yaml" in ctype else "json"
+            raise errors.bad_request(f"couldn't get version/kind; {what} parse error: {str(e).splitlines()[0]}") \
+                from None
+        raise errors.unsupported_media(ctype)
+
+    def _delete_options(self, q: Any, body: Any) -> dict[str, Any]:
+        opts: dict[str, Any] = dict(body) if isinstance(body, dict) else {}
+        if "gracePeriodSeconds" in q:
+            try:
+                opts["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
+            except ValueError:
+                raise errors.bad_request("gracePeriodSeconds must be an integer") from None
+        if "propagationPolicy" in q:
+            opts["propagationPolicy"] = q["propagationPolicy"]
+        if q.get("orphanDependents") in ("true", "false"):
+            opts["orphanDependents"] = q["orphanDependents"] == "true"
+        pp = opts.get("propagationPolicy")
+        if pp not in (None, "Orphan", "Background", "Foreground"):
+            raise errors.invalid("DeleteOptions", "", [{"reason": "FieldValueNotSupported",
+                                                        "field": "propagationPolicy",
+                                                        "message": f'Unsupported value: "{pp}": supported values: '
+                                                                   '"Foreground", "Background", "Orphan", "nil"'}],
+                                 "meta.k8s.io")
+        return opts
+
+    # ------------------------------------------------------------------ encodings
+    def _single(self, res: Resource, obj: dict[str, Any], wants: Wants, q: Any) -> dict[str, Any]:
+        if wants.table:
+            return table.table(res.kind, [obj], obj["metadata"].get("resourceVersion", ""),
+                               q.get("includeObject", "Metadata"))
+        if wants.partial:
+            return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+        return obj
+
+    def _selectors(self, res: Resource, q: Any) -> tuple[Any, Any]:
+        try:
+            labels = parse_label_selector(q.get("labelSelector"))
+            fields = parse_field_selector(q.get("fieldSelector"))
+        except SelectorError as e:
+            raise errors.bad_request(str(e)) from None
+        check_field_selector(res, fields)
+        return labels, fields
+
+    async def _list(self, request: web.Request, info: RequestInfo, wants: Wants) -> web.StreamResponse:
+        q = request.query
+        res = info.resource
+        labels, fields = self._selectors(res, q)
+        try:
+            limit = int(q.get("limit") or 0)
+        except ValueError:
+            raise errors.bad_request("limit must be an integer") from None
+        items, rev, cont = await self.registry.list(res, info.namespace, labels, fields, limit, q.get("continue"))
+        if wants.table:
+            return json_response(table.table(res.kind, items, str(rev), q.get("includeObject", "Metadata"), cont))
+        meta: dict[str, Any] = {"resourceVersion": str(rev)}
+        if cont:
+            meta["continue"] = cont
+        if wants.partial:
+            return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                                  "metadata": meta,
+                                  "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                             "metadata": o["metadata"]} for o in items]})
+        return json_response({"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta,
+                              "items": items})
+
+    async def _watch(self, request: web.Request, info: RequestInfo, wants: Wants) -> web.StreamResponse:
+        q = request.query
+        res = info.resource
+        labels, fields = self._selectors(res, q)
+        if info.name:
+            fields = (*fields, *parse_field_selector(f"metadata.name={info.name}"))
+        timeout: float | None = None
+        if q.get("timeoutSeconds"):
+            try:
+                timeout = float(q["timeoutSeconds"])
+            except ValueError:
+                raise errors.bad_request("timeoutSeconds must be a number") from None
+        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
+        send_initial = q.get("sendInitialEvents") == "true"
+        events = watch_events(self.store, res, info.namespace, labels, fields, q.get("resourceVersion"), timeout,
+                              bookmarks, send_initial)
+        resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        include = q.get("includeObject", "Metadata")
+        try:
+            async for typ, obj in events:
+                if wants.table and typ not in ("ERROR", "BOOKMARK"):
+                    obj = table.table(res.kind, [obj], obj["metadata"].get("resourceVersion", ""), include)
+                elif wants.partial and typ not in ("ERROR",):
+                    obj = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+                await resp.write(codec.dumps({"type": typ, "object": obj}) + b"\n")
+        except (ConnectionResetError, ConnectionError):
+            pass
+        finally:
+            await events.aclose()
+        try:
+            await resp.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass
+        return resp
+
+    # ------------------------------------------------------------------ patch
+    async def patch(self, request: web.Request, info: RequestInfo, body: Any, dry_run: bool,
+                    subresource: str = "") -> tuple[dict[str, Any], bool]:
+        ptype = request.get("patch_type", "application/strategic-merge-patch+json")
+        res = info.resource
+        if ptype == "application/apply-patch+yaml":
+            if not request.query.get("fieldManager"):
+                raise errors.invalid("PatchOptions", "", [{"reason": "FieldValueRequired", "field": "fieldManager",
+                                                           "message": "Required value: is required for apply patch"}],
+                                     "meta.k8s.io")
+            if not isinstance(body, dict):
+                raise errors.bad_request("apply patch must be an object")
+            applied = body
+
+            def mutate(cur: dict[str, Any]) -> dict[str, Any]:
+                out = patches.strategic_merge(cur, {k: v for k, v in applied.items() if k != "status"}
+                                              if not subresource else applied)
+                out.setdefault("metadata", {}).pop("resourceVersion", None) \
+                    if not (applied.get("metadata") or {}).get("resourceVersion") else None
+                out["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+                return out
+
+            def create() -> dict[str, Any]:
+                return dict(applied)
+
+            return await self.registry.patch_with_retry(res, info.namespace, info.name or "", subresource, mutate,
+                                                        dry_run, create_missing=create)
+
+        def mutate2(cur: dict[str, Any]) -> dict[str, Any]:
+            try:
+                if ptype == "application/json-patch+json":
+                    return patches.json_patch(cur, body)
+                if not isinstance(body, dict):
+                    raise errors.bad_request("patch body must be a JSON object")
+                if ptype == "application/merge-patch+json":
+                    return patches.merge_patch(cur, body)
+                return patches.strategic_merge(cur, body)
+            except patches.PatchError as e:
+                raise ApiError(422, "Invalid", str(e)) from None
+
+        out = await self.registry.patch_with_retry(res, info.namespace, info.name or "", subresource, mutate2, dry_run)
+        return out
+
+
+__all__ = ["PODS", "Handlers"]

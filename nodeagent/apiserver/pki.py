@@ -1,0 +1,88 @@
+"""The cluster CA and the apiserver's serving certificate, generated on first start and kept under the data dir."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+import socket
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def ensure_ca(pki: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    crt, key = pki / "ca.crt", pki / "ca.key"
+    if crt.exists() and key.exists():
+        return (x509.load_pem_x509_certificate(crt.read_bytes()),
+                serialization.load_pem_private_key(key.read_bytes(), None))  # type: ignore[return-value]
+    pki.mkdir(parents=True, exist_ok=True)
+    k = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nodeagent-ca")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(k.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(hours=1))
+            .not_valid_after(now + dt.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+            .sign(k, hashes.SHA256()))
+    _write_private(key, _key_pem(k))
+    _write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
+    return cert, k
+
+
+def _wanted_sans(extra_ips: list[str], extra_names: list[str]) -> tuple[set[str], set[str]]:
+    ips = {"127.0.0.1", "::1", *extra_ips}
+    names = {"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+             "kubernetes.default.svc.cluster.local", socket.gethostname(), *extra_names}
+    return {i for i in ips if i and i not in ("0.0.0.0", "::")}, names
+
+
+def ensure_serving_cert(pki: Path, extra_ips: list[str], extra_names: list[str] = ()) -> tuple[Path, Path]:  # type: ignore[assignment]
+    """Serving cert signed by the CA; regenerated when a needed SAN (e.g. a new bind address) is missing."""
+    ca, ca_key = ensure_ca(pki)
+    crt, key = pki / "apiserver.crt", pki / "apiserver.key"
+    ips, names = _wanted_sans(list(extra_ips), list(extra_names))
+    if crt.exists() and key.exists():
+        cur = x509.load_pem_x509_certificate(crt.read_bytes())
+        try:
+            san = cur.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            have_ips = {str(i) for i in san.get_values_for_type(x509.IPAddress)}
+            have_names = set(san.get_values_for_type(x509.DNSName))
+            if ips <= have_ips and names <= have_names:
+                return crt, key
+        except x509.ExtensionNotFound:
+            pass
+    k = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in sorted(names)]
+    sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in sorted(ips)]
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+            .issuer_name(ca.subject).public_key(k.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=825))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA256()))
+    _write_private(key, _key_pem(k))
+    _write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
+    return crt, key

@@ -1,0 +1,138 @@
+"""pods/log, exec, attach, portforward and node proxy: forwarded to the node's kubelet API.
+
+The kubelet endpoint is the Node's status.daemonEndpoints.kubeletEndpoint.Port on its InternalIP.
+Without one, the answer is a 503 Status naming the node, so kubectl prints why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from nodeagent.apiserver import errors
+from nodeagent.apiserver.resources import lookup
+
+if TYPE_CHECKING:
+    from nodeagent.apiserver.handlers import Handlers
+    from nodeagent.apiserver.request import RequestInfo
+
+NODES = lookup("", "v1", "nodes")
+_KUBELET_PATH = {"log": "containerLogs", "exec": "exec", "attach": "attach", "portforward": "portForward"}
+
+
+def kubelet_address(node: dict[str, Any]) -> tuple[str, int] | None:
+    st = node.get("status") or {}
+    port = ((st.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
+    addrs = {a.get("type"): a.get("address") for a in st.get("addresses") or []}
+    ip = addrs.get("InternalIP") or addrs.get("Hostname")
+    if not port or not ip:
+        return None
+    return ip, int(port)
+
+
+class KubeletProxy:
+    def __init__(self, ca_file: Path) -> None:
+        self.ca_file = ca_file
+
+    async def __call__(self, h: Handlers, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        res, sub = info.resource, info.subresource
+        if res.name == "nodes":
+            node = await h.registry.get(res, None, info.name or "")
+            rest = request.match_info.get("tail", "")
+            path = "/" + rest
+        else:
+            pod = await h.registry.get(res, info.namespace, info.name or "")
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if not node_name:
+                raise errors.bad_request(f"pod {info.name} does not have a host assigned")
+            node = await h.registry.get(NODES, None, node_name)
+            container = request.query.get("container")
+            if not container:
+                cs = (pod.get("spec") or {}).get("containers") or []
+                if len(cs) != 1 and sub in ("log", "exec", "attach"):
+                    raise errors.bad_request(f"a container name must be specified for pod {info.name}, choose one "
+                                             f"of: [{' '.join(c.get('name', '') for c in cs)}]")
+                container = cs[0]["name"] if cs else ""
+            if sub == "proxy":
+                raise errors.service_unavailable("pod proxy is not supported by this apiserver")
+            path = f"/{_KUBELET_PATH[sub]}/{info.namespace}/{info.name}"
+            if sub != "portforward":
+                path += f"/{container}"
+        addr = kubelet_address(node)
+        if addr is None:
+            raise errors.service_unavailable(f'no kubelet API serves node "{node["metadata"]["name"]}" '
+                                             "(its status has no daemonEndpoints.kubeletEndpoint.Port and "
+                                             "InternalIP)")
+        if request.headers.get("Upgrade"):
+            return await self._upgrade(request, addr, path)
+        return await self._stream(request, addr, path)
+
+    def _client_ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # the kubelet's serving cert is self-signed until the kubelet issue signs it
+        return ctx
+
+    async def _stream(self, request: web.Request, addr: tuple[str, int], path: str) -> web.StreamResponse:
+        import aiohttp
+
+        url = f"https://{addr[0]}:{addr[1]}{path}"
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5)) as s, \
+                    s.request(request.method, url, params=request.query, ssl=self._client_ssl()) as up:
+                resp = web.StreamResponse(status=up.status,
+                                          headers={"Content-Type": up.headers.get("Content-Type", "text/plain")})
+                await resp.prepare(request)
+                async for chunk in up.content.iter_any():
+                    await resp.write(chunk)
+                await resp.write_eof()
+                return resp
+        except (aiohttp.ClientError, OSError) as e:
+            raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: {e}") from None
+
+    async def _upgrade(self, request: web.Request, addr: tuple[str, int], path: str) -> web.StreamResponse:
+        """Splice an Upgrade (SPDY or websocket) connection to the kubelet byte for byte."""
+        try:
+            r, w = await asyncio.wait_for(asyncio.open_connection(addr[0], addr[1], ssl=self._client_ssl()), 5)
+        except (OSError, TimeoutError) as e:
+            raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: {e}") from None
+        qs = request.query_string
+        lines = [f"{request.method} {path}{'?' + qs if qs else ''} HTTP/1.1", f"Host: {addr[0]}:{addr[1]}"]
+        for k, v in request.headers.items():
+            if k.lower() not in ("host", "authorization"):
+                lines.append(f"{k}: {v}")
+        w.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        await w.drain()
+        head = await r.readuntil(b"\r\n\r\n")
+        transport = request.transport
+        protocol = request.protocol
+        if transport is None:
+            w.close()
+            raise errors.service_unavailable("client connection closed")
+
+        class _Feed:
+            def feed_data(self, data: bytes, size: int = 0) -> tuple[bool, bytes]:
+                w.write(data)
+                return False, b""
+
+            def feed_eof(self) -> None:
+                w.close()
+
+        protocol.set_parser(_Feed())  # type: ignore[union-attr]
+        transport.write(head)
+        resp = web.StreamResponse(status=101)
+        resp._eof_sent = True  # we wrote the upstream's status line ourselves
+        try:
+            while True:
+                data = await r.read(65536)
+                if not data:
+                    break
+                transport.write(data)
+        finally:
+            w.close()
+            transport.close()
+        return resp

@@ -1,0 +1,509 @@
+"""REST semantics over the store, independent of HTTP: create, get, list, update, patch, delete.
+
+Owns object metadata rules (uid, creationTimestamp, generation, resourceVersion preconditions,
+generateName, deletionTimestamp + finalizers), defaults, validation and admission, and the
+Service IP/port allocators. Handlers in `handlers.py` translate HTTP to these calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import datetime as dt
+import json
+import logging
+import random
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from nodeagent.api import defaults, validation
+from nodeagent.api.qos import compute_pod_qos
+from nodeagent.api.selectors import FieldRequirement, Selector, field_value, fields_match
+from nodeagent.apiserver import admission, errors
+from nodeagent.apiserver.allocator import Allocators
+from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.resources import Resource, lookup
+from nodeagent.store import base as store_base
+
+log = logging.getLogger("nodeagent.apiserver")
+
+# Kinds whose main-resource writes leave status alone (they have a status subresource).
+_STATUS_SPLIT = {"Pod", "Deployment", "ReplicaSet", "DaemonSet", "StatefulSet", "Job", "CronJob", "Service",
+                 "Namespace", "Node", "ResourceQuota", "PodDisruptionBudget", "ReplicationController",
+                 "PersistentVolumeClaim", "PersistentVolume"}
+_GEN_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+_NO_SPEC_KEYS = ("metadata", "status", "apiVersion", "kind")
+TERMINAL = ("Succeeded", "Failed")
+
+NAMESPACES = lookup("", "v1", "namespaces")
+PODS = lookup("", "v1", "pods")
+SERVICES = lookup("", "v1", "services")
+PRIORITY_CLASSES = lookup("scheduling.k8s.io", "v1", "priorityclasses")
+LIMIT_RANGES = lookup("", "v1", "limitranges")
+QUOTAS = lookup("", "v1", "resourcequotas")
+SERVICE_ACCOUNTS = lookup("", "v1", "serviceaccounts")
+
+# Field selectors each resource accepts beyond metadata.name / metadata.namespace.
+FIELD_LABELS: dict[str, set[str]] = {
+    "pods": {"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
+             "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"},
+    "events": {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
+               "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
+               "reason", "reportingComponent", "source", "type", "regarding.kind", "regarding.name",
+               "regarding.namespace", "regarding.uid"},
+    "nodes": {"spec.unschedulable"}, "secrets": {"type"}, "namespaces": {"status.phase"},
+    "replicasets": {"status.replicas"}, "jobs": {"status.successful"}, "services": {"spec.clusterIP", "spec.type"},
+}
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check_field_selector(res: Resource, reqs: tuple[FieldRequirement, ...]) -> None:
+    allowed = FIELD_LABELS.get(res.name, set()) | {"metadata.name", "metadata.namespace"}
+    for r in reqs:
+        if r.field not in allowed:
+            raise errors.bad_request(f'field label not supported: {r.field}')
+
+
+def _field_getter(obj: dict[str, Any], path: str) -> str:
+    if path == "source" and "source" in obj:
+        return (obj.get("source") or {}).get("component", "")
+    return field_value(obj, path)
+
+
+def matches(obj: dict[str, Any], labels: Selector | None, fields: tuple[FieldRequirement, ...]) -> bool:
+    if labels is not None and not labels.is_everything and not labels.matches(
+            (obj.get("metadata") or {}).get("labels") or {}):
+        return False
+    return not fields or fields_match(obj, fields, _field_getter)
+
+
+def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in _NO_SPEC_KEYS}
+
+
+def encode_continue(rv: int, key: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"rv": rv, "start": key}).encode()).decode()
+
+
+def decode_continue(token: str) -> tuple[int, str]:
+    try:
+        d = json.loads(base64.urlsafe_b64decode(token.encode() + b"=" * (-len(token) % 4)))
+        return int(d["rv"]), str(d["start"])
+    except Exception:
+        raise errors.bad_request("continue key is not valid: illegal base64 data") from None
+
+
+class Registry:
+    def __init__(self, store: store_base.Store, allocators: Allocators | None = None,
+                 on_error: Callable[[BaseException], None] | None = None) -> None:
+        self.store = store
+        self.alloc = allocators or Allocators()
+        self._svc_lock = asyncio.Lock()
+        self._quota_locks: dict[str, asyncio.Lock] = {}
+        self._bg: set[asyncio.Task] = set()
+
+    # ------------------------------------------------------------------ reads
+    async def get(self, res: Resource, ns: str | None, name: str) -> dict[str, Any]:
+        try:
+            return await self.store.get(res.key(ns, name))
+        except store_base.NotFound:
+            raise errors.not_found(res.name, name, res.group) from None
+
+    async def list(self, res: Resource, ns: str | None, labels: Selector | None = None,
+                   fields: tuple[FieldRequirement, ...] = (), limit: int = 0,
+                   cont: str | None = None) -> tuple[list[dict[str, Any]], int, str | None]:
+        prefix = res.key_prefix(ns)
+        ns_name = next((f.value for f in fields if f.field == "metadata.namespace" and f.op == "="), None)
+        if res.namespaced and not ns and ns_name:
+            prefix = res.key_prefix(ns_name)
+        items, rev = await self.store.list(prefix)
+        start_key = None
+        if cont:
+            rev_c, start_key = decode_continue(cont)
+            rev = rev_c
+        out = []
+        more: str | None = None
+        for o in items:
+            if start_key is not None:
+                k = res.key((o.get("metadata") or {}).get("namespace"), o["metadata"]["name"])
+                if k <= start_key:
+                    continue
+            if not matches(o, labels, fields):
+                continue
+            if limit and len(out) >= limit:
+                last = out[-1]["metadata"]
+                more = encode_continue(rev, res.key(last.get("namespace"), last["name"]))
+                break
+            out.append(o)
+        return out, rev, more
+
+    # ------------------------------------------------------------------ create
+    async def create(self, res: Resource, ns: str | None, obj: Any, dry_run: bool = False,
+                     user_is_node: bool = False) -> dict[str, Any]:
+        obj = self._check_body(res, ns, obj)
+        meta = obj["metadata"]
+        if meta.get("resourceVersion"):
+            raise errors.bad_request("resourceVersion should not be set on objects to be created")
+        if res.namespaced:
+            await self._check_namespace_open(ns or "", res)
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + "".join(random.choice(_GEN_CHARS) for _ in range(5))
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"):
+            meta.pop(k, None)
+        if res.kind in _STATUS_SPLIT and res.kind not in ("Node",):
+            obj.pop("status", None)
+        if res.kind not in ("Event", "ConfigMap", "Secret", "Endpoints", "Lease", "Namespace", "Node",
+                            "ServiceAccount", "EndpointSlice", "PriorityClass", "LimitRange"):
+            meta["generation"] = 1
+        defaults.apply_defaults(obj, res.kind)
+        if res is PODS:
+            await self._admit_pod(obj, ns or "")
+        self._validate(res, obj)
+        if res is SERVICES:
+            async with self._svc_lock:
+                errs = self.alloc.allocate(obj)
+                if errs:
+                    raise errors.invalid(res.kind, meta["name"], errs, res.group)
+                try:
+                    return await self._quota_and_create(res, ns, obj, dry_run)
+                except BaseException:
+                    self.alloc.release(obj)
+                    raise
+        created = await self._quota_and_create(res, ns, obj, dry_run)
+        if res is NAMESPACES and not dry_run:
+            await self._ensure_default_sa(meta["name"])
+        return created
+
+    async def _quota_and_create(self, res: Resource, ns: str | None, obj: dict[str, Any],
+                                dry_run: bool) -> dict[str, Any]:
+        if res.namespaced and res is not QUOTAS:
+            quotas, _ = await self.store.list(QUOTAS.key_prefix(ns))
+            if quotas:
+                lock = self._quota_locks.setdefault(ns or "", asyncio.Lock())
+                async with lock:
+                    existing, _ = await self.store.list(res.key_prefix(ns))
+                    used = admission.check_quota(res, obj, quotas, existing)
+                    out = obj if dry_run else await self._store_create(res, obj)
+                    if not dry_run:
+                        await self._record_quota_use(ns or "", quotas, used)
+                    return out
+        return obj if dry_run else await self._store_create(res, obj)
+
+    async def _store_create(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        try:
+            return await self.store.create(res.key(meta.get("namespace"), meta["name"]), obj)
+        except store_base.AlreadyExists:
+            raise errors.already_exists(res.name, meta["name"], res.group) from None
+
+    async def _record_quota_use(self, ns: str, quotas: list[dict[str, Any]], used: dict[str, dict[str, str]]) -> None:
+        for q in quotas:
+            u = used.get(q["metadata"]["name"])
+            if u is None:
+                continue
+            q = copy.deepcopy(q)
+            st = q.setdefault("status", {})
+            st["hard"] = (q.get("spec") or {}).get("hard") or {}
+            st.setdefault("used", {}).update(u)
+            try:
+                await self.store.update(QUOTAS.key(ns, q["metadata"]["name"]), q)
+            except store_base.StoreError:
+                pass
+
+    async def _ensure_default_sa(self, ns: str) -> None:
+        sa = {"apiVersion": "v1", "kind": "ServiceAccount",
+              "metadata": {"name": "default", "namespace": ns, "uid": str(uuid.uuid4()),
+                           "creationTimestamp": now_rfc3339()}}
+        try:
+            await self.store.create(SERVICE_ACCOUNTS.key(ns, "default"), sa)
+        except store_base.AlreadyExists:
+            pass
+
+    async def _admit_pod(self, pod: dict[str, Any], ns: str) -> None:
+        classes, _ = await self.store.list(PRIORITY_CLASSES.key_prefix())
+        classes += [{"metadata": {"name": n}, "value": v} for n, v in admission.SYSTEM_PRIORITY_CLASSES.items()
+                    if not any(c["metadata"]["name"] == n for c in classes)]
+        admission.resolve_priority(pod, classes)
+        ranges, _ = await self.store.list(LIMIT_RANGES.key_prefix(ns))
+        if ranges:
+            admission.apply_limit_ranges(pod, ranges)
+            pod.setdefault("status", {})["qosClass"] = compute_pod_qos(pod)
+
+    async def _check_namespace_open(self, ns: str, res: Resource) -> None:
+        try:
+            nso = await self.store.get(NAMESPACES.key(None, ns))
+        except store_base.NotFound:
+            raise errors.not_found("namespaces", ns) from None
+        if (nso.get("metadata") or {}).get("deletionTimestamp") and res.name not in ("events",):
+            raise ApiError(403, "Forbidden", f"{res.name} is forbidden: unable to create new content in namespace "
+                           f"{ns} because it is being terminated",
+                           {"kind": res.name, "causes": [{"reason": "NamespaceTerminating",
+                                                          "message": f"namespace {ns} is being terminated",
+                                                          "field": "metadata.namespace"}]})
+
+    def _check_body(self, res: Resource, ns: str | None, obj: Any) -> dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise errors.bad_request("the object provided is unrecognized (must be of type object)")
+        obj = copy.deepcopy(obj)
+        av, kind = obj.get("apiVersion"), obj.get("kind")
+        if av and av != res.api_version:
+            raise errors.bad_request(f"the API version in the data ({av}) does not match the expected API version "
+                                     f"({res.api_version})")
+        if kind and kind != res.kind:
+            raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind ({res.kind})")
+        obj["apiVersion"], obj["kind"] = res.api_version, res.kind
+        meta = obj.get("metadata")
+        if meta is None:
+            meta = obj["metadata"] = {}
+        if not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        if res.namespaced and meta.get("namespace") and ns and meta["namespace"] != ns:
+            raise errors.bad_request("the namespace of the provided object does not match the namespace sent on "
+                                     "the request")
+        return obj
+
+    def _validate(self, res: Resource, obj: dict[str, Any]) -> None:
+        errs = validation.validate(obj, res.kind, res.namespaced)
+        if errs:
+            raise errors.invalid(res.kind, obj["metadata"].get("name") or obj["metadata"].get("generateName", ""),
+                                 errs, res.group)
+
+    # ------------------------------------------------------------------ update
+    async def update(self, res: Resource, ns: str | None, name: str, obj: Any, subresource: str = "",
+                     dry_run: bool = False, current: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+        """Replace an object (or its status); returns (object, created)."""
+        obj = self._check_body(res, ns, obj)
+        meta = obj["metadata"]
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL "
+                                     f"({name})")
+        meta["name"] = name
+        if res.namespaced:
+            meta["namespace"] = ns
+        if current is None:
+            try:
+                current = await self.store.get(res.key(ns, name))
+            except store_base.NotFound:
+                if res.name in ("endpoints", "leases", "events") and not subresource:
+                    meta.pop("resourceVersion", None)
+                    return await self.create(res, ns, obj, dry_run), True
+                raise errors.not_found(res.name, name, res.group) from None
+        cur_meta = current["metadata"]
+        rv = meta.get("resourceVersion")
+        if rv and rv != cur_meta.get("resourceVersion"):
+            raise errors.conflict(res.name, name, res.group)
+        new = self._merge_for_update(res, current, obj, subresource)
+        nm = new["metadata"]
+        for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generateName"):
+            if k in cur_meta:
+                nm[k] = cur_meta[k]
+            else:
+                nm.pop(k, None)
+        nm.pop("selfLink", None)
+        if res.kind == "Namespace":
+            defaults.namespace(new)
+        if not subresource:
+            defaults.apply_defaults(new, res.kind)
+        if "generation" in cur_meta:
+            changed = _spec_part(new) != _spec_part(current)
+            nm["generation"] = cur_meta["generation"] + (1 if changed else 0)
+        self._validate(res, new)
+        if res is SERVICES and not subresource:
+            async with self._svc_lock:
+                errs = self.alloc.allocate(new, current)
+                if errs:
+                    self.alloc.allocate(current)
+                    raise errors.invalid(res.kind, name, errs, res.group)
+        nm["resourceVersion"] = cur_meta.get("resourceVersion")
+        if new == current:
+            return current, False
+        if dry_run:
+            return new, False
+        if nm.get("deletionTimestamp") and not nm.get("finalizers") and not (
+                res is PODS and (current.get("spec") or {}).get("nodeName") and not _terminal(current)
+                and cur_meta.get("deletionGracePeriodSeconds")):
+            return await self._remove(res, ns, name, current), False
+        try:
+            out = await self.store.update(res.key(ns, name), new, int(cur_meta["resourceVersion"]))
+        except store_base.Conflict:
+            raise errors.conflict(res.name, name, res.group) from None
+        except store_base.NotFound:
+            raise errors.not_found(res.name, name, res.group) from None
+        return out, False
+
+    def _merge_for_update(self, res: Resource, current: dict[str, Any], obj: dict[str, Any],
+                          subresource: str) -> dict[str, Any]:
+        if subresource == "status":
+            new = copy.deepcopy(current)
+            if "status" in obj:
+                new["status"] = obj["status"]
+            else:
+                new.pop("status", None)
+            return new
+        new = obj
+        if res.kind in _STATUS_SPLIT:
+            if "status" in current:
+                new["status"] = copy.deepcopy(current["status"])
+            else:
+                new.pop("status", None)
+        if res is NAMESPACES:
+            new["spec"] = copy.deepcopy(current.get("spec") or {})
+        return new
+
+    async def patch_with_retry(self, res: Resource, ns: str | None, name: str, subresource: str,
+                               mutate: Callable[[dict[str, Any]], dict[str, Any]], dry_run: bool = False,
+                               create_missing: Callable[[], dict[str, Any]] | None = None) -> tuple[dict[str, Any], bool]:
+        """Read, apply `mutate`, write with the read's resourceVersion; retry on a concurrent write."""
+        for attempt in range(8):
+            try:
+                current = await self.store.get(res.key(ns, name))
+            except store_base.NotFound:
+                if create_missing is not None and not subresource:
+                    return await self.create(res, ns, create_missing(), dry_run), True
+                raise errors.not_found(res.name, name, res.group) from None
+            new = mutate(copy.deepcopy(current))
+            pinned = (new.get("metadata") or {}).get("resourceVersion")
+            if not pinned or pinned == current["metadata"].get("resourceVersion"):
+                new.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                return await self.update(res, ns, name, new, subresource, dry_run, current=current)
+            except ApiError as e:
+                if e.code == 409 and e.reason == "Conflict" and not (pinned and pinned !=
+                                                                     current["metadata"].get("resourceVersion")):
+                    await asyncio.sleep(0.001 * attempt)
+                    continue
+                raise
+        raise errors.conflict(res.name, name, res.group)
+
+    # ------------------------------------------------------------------ delete
+    async def delete(self, res: Resource, ns: str | None, name: str, options: dict[str, Any] | None = None,
+                     dry_run: bool = False) -> dict[str, Any]:
+        options = options or {}
+        try:
+            current = await self.store.get(res.key(ns, name))
+        except store_base.NotFound:
+            raise errors.not_found(res.name, name, res.group) from None
+        meta = current["metadata"]
+        pre = options.get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != meta.get("uid"):
+            raise errors.conflict(res.name, name, res.group,
+                                  f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
+                                  f"{meta.get('uid')}")
+        if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+            raise errors.conflict(res.name, name, res.group,
+                                  f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+                                  f"ResourceVersion in object meta: {meta.get('resourceVersion')}")
+        if dry_run:
+            return current
+        grace = options.get("gracePeriodSeconds")
+        policy = options.get("propagationPolicy")
+        if options.get("orphanDependents") is True:
+            policy = "Orphan"
+        if res is NAMESPACES:
+            return await self._delete_namespace(current)
+        finalizers = list(meta.get("finalizers") or [])
+        if policy == "Orphan" and "orphan" not in finalizers and finalizers:
+            finalizers.append("orphan")
+        if policy == "Foreground" and "foregroundDeletion" not in finalizers and finalizers:
+            finalizers.append("foregroundDeletion")
+        graceful = (res is PODS and (current.get("spec") or {}).get("nodeName") and not _terminal(current))
+        if graceful:
+            if grace is None:
+                grace = (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            graceful = grace > 0
+            if meta.get("deletionTimestamp") and grace >= (meta.get("deletionGracePeriodSeconds") or 0):
+                return current
+        if finalizers or graceful:
+            if meta.get("deletionTimestamp") and not graceful:
+                return current
+            new = copy.deepcopy(current)
+            nm = new["metadata"]
+            when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=grace if graceful else 0)
+            nm["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+            nm["deletionGracePeriodSeconds"] = int(grace) if graceful else 0
+            nm["finalizers"] = finalizers
+            try:
+                return await self.store.update(res.key(ns, name), new, int(meta["resourceVersion"]))
+            except store_base.Conflict:
+                return await self.delete(res, ns, name, options)
+        return await self._remove(res, ns, name, current)
+
+    async def _remove(self, res: Resource, ns: str | None, name: str, current: dict[str, Any]) -> dict[str, Any]:
+        try:
+            out = await self.store.delete(res.key(ns, name))
+        except store_base.NotFound:
+            raise errors.not_found(res.name, name, res.group) from None
+        if res is SERVICES:
+            async with self._svc_lock:
+                self.alloc.release(current)
+        return out
+
+    async def _delete_namespace(self, current: dict[str, Any]) -> dict[str, Any]:
+        name = current["metadata"]["name"]
+        if name in ("default", "kube-system", "kube-public"):
+            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                           {"name": name, "kind": "namespaces"})
+        if current["metadata"].get("deletionTimestamp"):
+            return current
+        new = copy.deepcopy(current)
+        new["metadata"]["deletionTimestamp"] = now_rfc3339()
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        new.setdefault("status", {})["phase"] = "Terminating"
+        out = await self.store.update(NAMESPACES.key(None, name), new)
+        t = asyncio.get_running_loop().create_task(self._finish_namespace(name))
+        self._bg.add(t)
+        t.add_done_callback(self._bg.discard)
+        return out
+
+    async def _finish_namespace(self, name: str) -> None:
+        """The namespace lifecycle controller's job: delete everything inside, then the namespace."""
+        from nodeagent.apiserver.resources import RESOURCES
+
+        try:
+            for _ in range(600):
+                left = 0
+                for r in RESOURCES:
+                    if not r.namespaced:
+                        continue
+                    items, _ = await self.store.list(r.key_prefix(name))
+                    for o in items:
+                        left += 1
+                        try:
+                            await self.delete(r, name, o["metadata"]["name"], {"gracePeriodSeconds": 0
+                                                                               if r is not PODS else None})
+                        except ApiError:
+                            pass
+                if not left:
+                    break
+                await asyncio.sleep(1)
+            await self.store.delete(NAMESPACES.key(None, name))
+        except store_base.NotFound:
+            pass
+        except Exception:
+            log.exception("finishing namespace %s", name)
+
+    def rebuild_allocators(self, services: list[dict[str, Any]]) -> None:
+        self.alloc.rebuild(services)
+
+    async def close(self) -> None:
+        for t in list(self._bg):
+            t.cancel()
+        for t in list(self._bg):
+            try:
+                await t
+            except BaseException:
+                pass
+
+
+def _terminal(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in TERMINAL

@@ -1,0 +1,120 @@
+"""The served resources: one row per (group, version, resource), the single source for routing and discovery."""
+
+from __future__ import annotations
+
+import dataclasses
+
+ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    name: str  # plural, e.g. "pods"
+    kind: str
+    namespaced: bool = True
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = ALL_VERBS
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def gv_path(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def key_prefix(self, namespace: str | None = None) -> str:
+        """Store key prefix; the group is part of it so leases in two groups would not collide."""
+        base = f"/registry/{self.group or 'core'}/{self.name}/"
+        if self.namespaced and namespace:
+            return f"{base}{namespace}/"
+        return base
+
+    def key(self, namespace: str | None, name: str) -> str:
+        if self.namespaced:
+            return f"/registry/{self.group or 'core'}/{self.name}/{namespace}/{name}"
+        return f"/registry/{self.group or 'core'}/{self.name}/{name}"
+
+
+R = Resource
+_ALL = ("all",)
+RESOURCES: tuple[Resource, ...] = (
+    R("", "v1", "namespaces", "Namespace", False, ("ns",), (), ("status", "finalize"),
+      ("create", "delete", "get", "list", "patch", "update", "watch")),
+    R("", "v1", "pods", "Pod", True, ("po",), _ALL,
+      ("status", "binding", "eviction", "log", "exec", "attach", "portforward", "proxy", "ephemeralcontainers")),
+    R("", "v1", "nodes", "Node", False, ("no",), (), ("status", "proxy")),
+    R("", "v1", "services", "Service", True, ("svc",), _ALL, ("status", "proxy"),
+      ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")),
+    R("", "v1", "endpoints", "Endpoints", True, ("ep",)),
+    R("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
+    R("", "v1", "secrets", "Secret", True),
+    R("", "v1", "events", "Event", True, ("ev",)),
+    R("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
+    R("", "v1", "resourcequotas", "ResourceQuota", True, ("quota",), (), ("status",)),
+    R("", "v1", "limitranges", "LimitRange", True, ("limits",)),
+    R("", "v1", "podtemplates", "PodTemplate", True),
+    R("", "v1", "replicationcontrollers", "ReplicationController", True, ("rc",), _ALL, ("status", "scale")),
+    R("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ("pvc",), (), ("status",)),
+    R("", "v1", "persistentvolumes", "PersistentVolume", False, ("pv",), (), ("status",)),
+    R("apps", "v1", "deployments", "Deployment", True, ("deploy",), _ALL, ("status", "scale")),
+    R("apps", "v1", "replicasets", "ReplicaSet", True, ("rs",), _ALL, ("status", "scale")),
+    R("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), _ALL, ("status",)),
+    R("apps", "v1", "statefulsets", "StatefulSet", True, ("sts",), _ALL, ("status", "scale")),
+    R("apps", "v1", "controllerrevisions", "ControllerRevision", True),
+    R("batch", "v1", "jobs", "Job", True, (), _ALL, ("status",)),
+    R("batch", "v1", "cronjobs", "CronJob", True, ("cj",), _ALL, ("status",)),
+    R("coordination.k8s.io", "v1", "leases", "Lease", True),
+    R("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
+    R("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, ("pc",)),
+    R("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), (), ("status",)),
+    R("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
+    R("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
+)
+
+# Subresources whose kind differs from the parent's, as discovery lists them.
+SUBRESOURCE_KINDS = {
+    "binding": ("", "", "Binding", ("create",)),
+    "eviction": ("policy", "v1", "Eviction", ("create",)),
+    "scale": ("autoscaling", "v1", "Scale", ("get", "patch", "update")),
+    "status": (None, None, None, ("get", "patch", "update")),
+    "log": ("", "", "Pod", ("get",)),
+    "exec": ("", "", "PodExecOptions", ("create", "get")),
+    "attach": ("", "", "PodAttachOptions", ("create", "get")),
+    "portforward": ("", "", "PodPortForwardOptions", ("create", "get")),
+    "proxy": ("", "", "PodProxyOptions", ("create", "delete", "get", "patch", "update")),
+    "finalize": (None, None, None, ("update",)),
+    "ephemeralcontainers": (None, None, None, ("get", "patch", "update")),
+}
+
+GROUP_VERSIONS: dict[str, list[str]] = {}
+for _r in RESOURCES:
+    GROUP_VERSIONS.setdefault(_r.group, [])
+    if _r.version not in GROUP_VERSIONS[_r.group]:
+        GROUP_VERSIONS[_r.group].append(_r.version)
+
+_BY_PATH: dict[tuple[str, str, str], Resource] = {(r.group, r.version, r.name): r for r in RESOURCES}
+
+
+def lookup(group: str, version: str, name: str) -> Resource | None:
+    return _BY_PATH.get((group, version, name))
+
+
+def by_kind(api_version: str, kind: str) -> Resource | None:
+    group, _, version = api_version.rpartition("/")
+    for r in RESOURCES:
+        if r.group == group and r.version == version and r.kind == kind:
+            return r
+    return None
+
+
+def resources_in(group: str, version: str) -> list[Resource]:
+    return [r for r in RESOURCES if r.group == group and r.version == version]

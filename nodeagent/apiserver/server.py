@@ -1,0 +1,171 @@
+"""The apiserver process: PKI, tokens, store, bootstrap, HTTPS listener; `serve(config, ready)` for `nodeagent up`."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import socket
+import ssl
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from nodeagent.apiserver import auth, kubeconfig, pki
+from nodeagent.apiserver.allocator import Allocators
+from nodeagent.apiserver.bootstrap import Bootstrap
+from nodeagent.apiserver.handlers import Handlers
+from nodeagent.apiserver.registry import SERVICES, Registry
+
+log = logging.getLogger("nodeagent.apiserver")
+
+DEFAULT_DATA_DIR = "/var/lib/nodeagent"
+ETC_KUBECONFIG = Path("/etc/nodeagent/admin.kubeconfig")
+
+
+@dataclasses.dataclass
+class ServerConfig:
+    data_dir: str = DEFAULT_DATA_DIR
+    bind_address: str = "0.0.0.0"
+    port: int = 6443
+    datastore: str = "sqlite"
+    service_cluster_ip_range: str = "10.96.0.0/12"
+    advertise_address: str | None = None
+    repair_interval: float = 10.0
+
+    @classmethod
+    def from_any(cls, cfg: Any) -> ServerConfig:
+        """Accept `nodeagent up`'s config (which only has data_dir) as well as our own."""
+        if isinstance(cfg, cls):
+            return cfg
+        out = cls()
+        for f in dataclasses.fields(cls):
+            for name in (f"apiserver_{f.name}", f.name):
+                if getattr(cfg, name, None) is not None:
+                    setattr(out, f.name, getattr(cfg, name))
+                    break
+        return out
+
+
+def open_store(datastore: str, data_dir: str) -> Any:
+    """The configured backend; memory when asked, or (logged) when the durable backends are not built in yet."""
+    if datastore == "memory":
+        from nodeagent.store.memory import MemoryStore
+
+        return MemoryStore()
+    try:
+        from nodeagent.store import open_store as factory  # provided by the store backends
+    except ImportError:
+        if datastore == "sqlite":
+            from nodeagent.store.memory import MemoryStore
+
+            log.warning("the SQLite store is not available in this build; using the in-memory store "
+                        "(state is lost on restart)")
+            return MemoryStore()
+        raise SystemExit(f"datastore {datastore!r} is not available in this build") from None
+    return factory(datastore, data_dir)
+
+
+def advertise_ip(bind: str) -> str:
+    if bind not in ("0.0.0.0", "::", ""):
+        return bind
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent; picks the default-route source address
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def client_host(bind: str) -> str:
+    if bind in ("0.0.0.0", "", "127.0.0.1"):
+        return "127.0.0.1"
+    if bind == "::":
+        return "[::1]"
+    return f"[{bind}]" if ":" in bind else bind
+
+
+class ApiServer:
+    """One running apiserver; `start()` binds and bootstraps, `stop()` releases everything."""
+
+    def __init__(self, cfg: ServerConfig, store: Any = None) -> None:
+        self.cfg = cfg
+        self.data_dir = Path(cfg.data_dir)
+        self.store = store if store is not None else open_store(cfg.datastore, cfg.data_dir)
+        self.advertise = cfg.advertise_address or advertise_ip(cfg.bind_address)
+        self.tokens = auth.TokenFile(self.data_dir / "tokens.csv")
+        self.registry = Registry(self.store, Allocators(cfg.service_cluster_ip_range))
+        self.kubeconfig_path = self.data_dir / "admin.kubeconfig"
+        self._runner: web.ServerRunner | None = None
+        self._tasks: list[asyncio.Task] = []
+        self.port = cfg.port
+
+    def _ssl(self) -> ssl.SSLContext:
+        names = [] if self.cfg.bind_address in ("0.0.0.0", "::") else []
+        crt, key = pki.ensure_serving_cert(self.data_dir / "pki", [self.advertise, self.cfg.bind_address], names)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(crt), str(key))
+        ctx.set_alpn_protocols(["http/1.1"])
+        return ctx
+
+    async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        ctx = await asyncio.to_thread(self._ssl)
+        admin_token = self.tokens.issue("admin", (auth.MASTERS_GROUP,))
+        await self.store.start()
+        services, _ = await self.store.list(SERVICES.key_prefix())
+        self.registry.rebuild_allocators(services)
+        from nodeagent.apiserver.proxy import KubeletProxy
+
+        handlers = Handlers(self.registry, self.tokens, f"{self.advertise}:{self.cfg.port}",
+                            KubeletProxy(self.data_dir / "pki" / "ca.crt"))
+        server = web.Server(handlers.handle, access_log=None)
+        self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.cfg.bind_address, self.cfg.port, ssl_context=ctx, backlog=1024)
+        await site.start()
+        if self.cfg.port == 0:
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        boot = Bootstrap(self.registry, [self.advertise], self.port)
+        await boot.ensure()
+        self._tasks.append(asyncio.get_running_loop().create_task(boot.run(self.cfg.repair_interval)))
+        ca = (self.data_dir / "pki" / "ca.crt").read_bytes()
+        text = kubeconfig.render(f"https://{client_host(self.cfg.bind_address)}:{self.port}", ca, admin_token)
+        kubeconfig.write(self.kubeconfig_path, text)
+        paths = [self.kubeconfig_path]
+        if str(self.data_dir.resolve()) == DEFAULT_DATA_DIR:
+            try:
+                kubeconfig.write(ETC_KUBECONFIG, text)
+                paths.append(ETC_KUBECONFIG)
+            except OSError as e:
+                log.warning("could not write %s: %s", ETC_KUBECONFIG, e)
+        log.info("apiserver serving on https://%s:%d (%s store)", self.cfg.bind_address, self.port,
+                 type(self.store).__name__)
+        for p in paths:
+            log.info("admin kubeconfig: %s", p)
+            print(f"admin kubeconfig: {p}  (export KUBECONFIG={p})", flush=True)
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except BaseException:
+                pass
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.registry.close()
+        await self.store.close()
+
+
+async def serve(config: Any, ready: asyncio.Event) -> None:
+    """Run until cancelled; `ready` is set once the API answers and the kubeconfig is written."""
+    srv = ApiServer(ServerConfig.from_any(config))
+    try:
+        await srv.start()
+        ready.set()
+        await asyncio.Event().wait()
+    finally:
+        await srv.stop()

@@ -1,0 +1,210 @@
+"""Subresources: status, scale, binding, eviction, namespace finalize; log/exec/attach/portforward go to the kubelet."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from nodeagent.api.selectors import SelectorError, from_label_selector
+from nodeagent.apiserver import errors
+from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.request import RequestInfo
+from nodeagent.apiserver.resources import lookup
+
+if TYPE_CHECKING:
+    from nodeagent.apiserver.handlers import Handlers, Wants
+
+PDBS = lookup("policy", "v1", "poddisruptionbudgets")
+NODES = lookup("", "v1", "nodes")
+_STREAMING = {"log", "exec", "attach", "portforward", "proxy"}
+
+
+async def handle(h: Handlers, request: web.Request, info: RequestInfo, body: Any, wants: Wants,
+                 dry_run: bool) -> web.StreamResponse:
+    from nodeagent.apiserver.handlers import json_response
+
+    sub, verb, res = info.subresource, info.verb, info.resource
+    ns, name = info.namespace, info.name or ""
+    if sub in _STREAMING:
+        return await _kubelet(h, request, info)
+    if sub in ("status", "ephemeralcontainers"):
+        if verb == "get":
+            return json_response(await h.registry.get(res, ns, name))
+        if verb == "update":
+            obj, _ = await h.registry.update(res, ns, name, body, "status" if sub == "status" else "", dry_run)
+            return json_response(obj)
+        if verb == "patch":
+            obj, _ = await h.patch(request, info, body, dry_run, subresource="status" if sub == "status" else "")
+            return json_response(obj)
+    if sub == "finalize" and verb == "update":
+        obj, _ = await h.registry.update(res, ns, name, body, "", dry_run)
+        return json_response(obj)
+    if sub == "scale":
+        return await _scale(h, request, info, body, dry_run)
+    if sub == "binding" and verb == "create":
+        return json_response(await _bind(h, info, body, dry_run), 201)
+    if sub == "eviction" and verb == "create":
+        return json_response(await _evict(h, info, body, dry_run), 201)
+    raise errors.method_not_allowed()
+
+
+def _success() -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
+# ------------------------------------------------------------------ scale
+def to_scale(obj: dict[str, Any]) -> dict[str, Any]:
+    m = obj["metadata"]
+    spec, st = obj.get("spec") or {}, obj.get("status") or {}
+    sel = spec.get("selector") or {}
+    try:
+        sel_str = ",".join(f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items()))
+    except AttributeError:
+        sel_str = ""
+    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in m},
+            "spec": {"replicas": spec.get("replicas", 0)},
+            "status": {"replicas": st.get("replicas", 0), "selector": sel_str}}
+
+
+async def _scale(h: Handlers, request: web.Request, info: RequestInfo, body: Any, dry_run: bool) -> web.StreamResponse:
+    from nodeagent.api import patch as patches
+    from nodeagent.apiserver.handlers import json_response
+
+    res, ns, name = info.resource, info.namespace, info.name or ""
+    if info.verb == "get":
+        return json_response(to_scale(await h.registry.get(res, ns, name)))
+    ptype = request.get("patch_type")
+
+    def mutate(cur: dict[str, Any]) -> dict[str, Any]:
+        scale = to_scale(cur)
+        if info.verb == "update":
+            new = body if isinstance(body, dict) else {}
+            rv = (new.get("metadata") or {}).get("resourceVersion")
+            if rv and rv != cur["metadata"]["resourceVersion"]:
+                raise errors.conflict(res.name, name, res.group)
+        elif ptype == "application/json-patch+json":
+            new = patches.json_patch(scale, body)
+        elif ptype == "application/merge-patch+json":
+            new = patches.merge_patch(scale, body)
+        else:
+            new = patches.strategic_merge(scale, body)
+        replicas = (new.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or replicas < 0:
+            raise errors.invalid("Scale", name, [{"reason": "FieldValueInvalid", "field": "spec.replicas",
+                                                 "message": f"Invalid value: {replicas}: must be greater than or "
+                                                            "equal to 0"}], "autoscaling")
+        cur.setdefault("spec", {})["replicas"] = replicas
+        return cur
+
+    obj, _ = await h.registry.patch_with_retry(res, ns, name, "", mutate, dry_run)
+    return json_response(to_scale(obj))
+
+
+# ------------------------------------------------------------------ binding
+async def _bind(h: Handlers, info: RequestInfo, body: Any, dry_run: bool) -> dict[str, Any]:
+    res, ns, name = info.resource, info.namespace, info.name or ""
+    if not isinstance(body, dict) or not isinstance(body.get("target"), dict) or not body["target"].get("name"):
+        raise errors.invalid("Binding", name, [{"reason": "FieldValueRequired", "field": "target.name",
+                                               "message": "Required value"}])
+    node = body["target"]["name"]
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+
+    def mutate(cur: dict[str, Any]) -> dict[str, Any]:
+        if cur["metadata"].get("deletionTimestamp"):
+            raise errors.conflict(res.name, name, "", "pod is being deleted, cannot be assigned to a host")
+        bound = (cur.get("spec") or {}).get("nodeName")
+        if bound:
+            raise errors.conflict(res.name, name, "", f"pod {name} is already assigned to node \"{bound}\"")
+        cur["spec"]["nodeName"] = node
+        if annotations:
+            cur["metadata"].setdefault("annotations", {}).update(annotations)
+        st = cur.setdefault("status", {})
+        conds = [c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        from nodeagent.apiserver.registry import now_rfc3339
+
+        conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                      "lastTransitionTime": now_rfc3339()})
+        st["conditions"] = conds
+        return cur
+
+    # spec.nodeName is immutable through update; binding writes it directly (status and spec together).
+    for _ in range(8):
+        cur = await h.registry.get(res, ns, name)
+        new = mutate(copy.deepcopy(cur))
+        if dry_run:
+            return _success()
+        from nodeagent.store import base as store_base
+
+        try:
+            await h.store.update(res.key(ns, name), new, int(cur["metadata"]["resourceVersion"]))
+            return _success()
+        except store_base.Conflict:
+            continue
+        except store_base.NotFound:
+            raise errors.not_found(res.name, name) from None
+    raise errors.conflict(res.name, name)
+
+
+# ------------------------------------------------------------------ eviction
+def _pdb_allows(pdb: dict[str, Any], pods: list[dict[str, Any]]) -> int:
+    """disruptionsAllowed computed now, as the disruption controller would (healthy - desiredHealthy)."""
+    spec = pdb.get("spec") or {}
+    sel = from_label_selector(spec.get("selector"))
+    matching = [p for p in pods if sel.matches((p.get("metadata") or {}).get("labels") or {})
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    healthy = sum(1 for p in matching if any(c.get("type") == "Ready" and c.get("status") == "True"
+                                             for c in (p.get("status") or {}).get("conditions") or [])
+                  and not p["metadata"].get("deletionTimestamp"))
+    expected = len(matching)
+
+    def amount(v: Any) -> int:
+        if isinstance(v, str) and v.endswith("%"):
+            return math.ceil(int(v[:-1]) * expected / 100)
+        return int(v)
+
+    if spec.get("maxUnavailable") is not None:
+        desired = max(0, expected - amount(spec["maxUnavailable"]))
+    elif spec.get("minAvailable") is not None:
+        desired = amount(spec["minAvailable"])
+    else:
+        desired = expected
+    return max(0, healthy - desired)
+
+
+async def _evict(h: Handlers, info: RequestInfo, body: Any, dry_run: bool) -> dict[str, Any]:
+    res, ns, name = info.resource, info.namespace, info.name or ""
+    pod = await h.registry.get(res, ns, name)
+    opts = (body or {}).get("deleteOptions") if isinstance(body, dict) else None
+    phase = (pod.get("status") or {}).get("phase")
+    if phase not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp"):
+        pdbs, _, _ = await h.registry.list(PDBS, ns)
+        if pdbs:
+            pods, _, _ = await h.registry.list(res, ns)
+            for pdb in pdbs:
+                try:
+                    sel = from_label_selector((pdb.get("spec") or {}).get("selector"))
+                except SelectorError:
+                    continue
+                if not sel.matches(pod["metadata"].get("labels") or {}):
+                    continue
+                if _pdb_allows(pdb, pods) < 1:
+                    raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
+                                   "disruption budget.",
+                                   {"causes": [{"reason": "DisruptionBudget",
+                                                "message": f"The disruption budget {pdb['metadata']['name']} needs "
+                                                           f"more healthy pods"}]})
+    await h.registry.delete(res, ns, name, opts or {}, dry_run)
+    return _success()
+
+
+# ------------------------------------------------------------------ kubelet-served subresources
+async def _kubelet(h: Handlers, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    if info.resource.name not in ("pods", "nodes"):
+        raise errors.method_not_allowed()
+    if h.kubelet_proxy is None:
+        raise errors.service_unavailable("no kubelet API proxy is configured on this server")
+    return await h.kubelet_proxy(h, request, info)

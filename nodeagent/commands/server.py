@@ -1,0 +1,31 @@
+"""`nodeagent server`: the control plane's apiserver alone, in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", default="/var/lib/nodeagent", help="state directory (default: %(default)s)")
+    p.add_argument("--bind-address", default="0.0.0.0", help="address to listen on (default: %(default)s)")
+    p.add_argument("--port", type=int, default=6443, help="HTTPS port (default: %(default)s; 0 picks a free one)")
+    p.add_argument("--datastore", default="sqlite",
+                   help="sqlite, memory, or etcd://HOST:PORT (default: %(default)s)")
+    p.add_argument("--service-cluster-ip-range", default="10.96.0.0/12",
+                   help="CIDR Service ClusterIPs come from (default: %(default)s)")
+    p.add_argument("--advertise-address", default=None,
+                   help="IP other nodes reach this server on (default: the bind address, or the default route's)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from nodeagent.apiserver.server import ServerConfig, serve
+    from nodeagent.runner import Component, run_components
+
+    cfg = ServerConfig(data_dir=args.data_dir, bind_address=args.bind_address, port=args.port,
+                       datastore=args.datastore, service_cluster_ip_range=args.service_cluster_ip_range,
+                       advertise_address=args.advertise_address)
+    del serve  # imported to fail early if the apiserver cannot load
+    return asyncio.run(run_components([Component("apiserver", "nodeagent.apiserver.server:serve",
+                                                 "the apiserver issue")], cfg))

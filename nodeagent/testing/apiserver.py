@@ -1,0 +1,71 @@
+"""Start a real `nodeagent server` process on 127.0.0.1 with a free port and a tmp data dir (tests, benchmarks)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+
+@dataclasses.dataclass
+class ServerProcess:
+    proc: subprocess.Popen
+    data_dir: Path
+    kubeconfig: Path
+    url: str
+    token: str
+    ca_file: Path
+    log_path: Path
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def start_server(data_dir: Path, datastore: str = "memory", port: int = 0, extra: list[str] = (),  # type: ignore[assignment]
+                 timeout: float = 30) -> ServerProcess:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    kc = data_dir / "admin.kubeconfig"
+    if kc.exists():
+        kc.unlink()
+    log_path = data_dir / "server.log"
+    logf = open(log_path, "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "server", "--data-dir", str(data_dir),
+                             "--bind-address", "127.0.0.1", "--port", str(port), "--datastore", datastore, *extra],
+                            stdout=logf, stderr=subprocess.STDOUT)
+    logf.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited {proc.returncode}:\n{log_path.read_text()}")
+        if kc.exists():
+            cfg = yaml.safe_load(kc.read_text())
+            url = cfg["clusters"][0]["cluster"]["server"]
+            token = cfg["users"][0]["user"]["token"]
+            return ServerProcess(proc, data_dir, kc, url, token, data_dir / "pki" / "ca.crt", log_path)
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"server did not start in {timeout}s:\n{log_path.read_text()}")
