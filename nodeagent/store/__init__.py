@@ -10,8 +10,9 @@ SQLITE_FILE = "store.db"
 
 
 def open_store(datastore: str, data_dir: str) -> Store:
-    """The backend named by `--datastore`: `sqlite` (default; `<data_dir>/store.db`), `sqlite:///PATH`,
-    `memory`, or `etcd://HOST:PORT[,HOST:PORT...]` (also `etcd+https://`... is not supported: plain HTTP).
+    """The backend named by `--datastore`: `sqlite` (default; `<data_dir>/store.db`), `sqlite://PATH`
+    (relative to data_dir unless absolute), `memory`, or `etcd://HOST:PORT[,HOST:PORT...]` (plain
+    HTTP to etcd's gRPC gateway; keys under /registry).
 
     The store is returned unstarted: the caller awaits `start()` and, at the end, `close()`.
     """
