@@ -68,6 +68,7 @@ class EtcdServer:
             "--log-level=error",
             "--logger=zap",
         ]
+        os.makedirs(self.dir, exist_ok=True)
         self._log = open(os.path.join(self.dir, "etcd.log"), "ab")  # closed in kill()
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
