@@ -12,7 +12,8 @@ SQLITE_FILE = "store.db"
 def open_store(datastore: str, data_dir: str) -> Store:
     """The backend named by `--datastore`: `sqlite` (default; `<data_dir>/store.db`), `sqlite://PATH`
     (relative to data_dir unless absolute), `memory`, or `etcd://HOST:PORT[,HOST:PORT...]` (plain
-    HTTP to etcd's gRPC gateway; keys under /registry).
+    HTTP to etcd's gRPC gateway; the apiserver's keys, `/registry/...`, are used as they are, so
+    the layout in etcd is the one kube-apiserver uses).
 
     The store is returned unstarted: the caller awaits `start()` and, at the end, `close()`.
     """
@@ -36,7 +37,7 @@ def open_store(datastore: str, data_dir: str) -> Store:
         endpoints = [e.strip() for e in datastore[len("etcd://") :].split(",") if e.strip()]
         if not endpoints:
             raise ValueError(f"no etcd endpoint in {datastore!r}")
-        return EtcdStore(endpoints)
+        return EtcdStore(endpoints, prefix="")  # the apiserver's keys already start with /registry/
     raise ValueError(f"unknown datastore {datastore!r}: use sqlite, memory or etcd://HOST:PORT[,HOST:PORT]")
 
 

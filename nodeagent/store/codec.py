@@ -24,6 +24,8 @@ def encode(obj: dict) -> str:
 def decode(text: str | bytes, revision: int) -> dict:
     """A fresh object (the caller owns it) with metadata.resourceVersion = `revision`."""
     obj = _loads(text)
+    if not isinstance(obj, dict):
+        raise ValueError(f"stored value is not a JSON object: {str(text)[:40]!r}")
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         meta = obj["metadata"] = {}

@@ -55,6 +55,13 @@ def _unb64(data: str) -> bytes:
     return base64.b64decode(data)
 
 
+def key_range(prefix: bytes) -> dict:
+    """The gateway's key/range_end for every key starting with `prefix` (all keys for an empty one)."""
+    if not prefix:
+        return {"key": _b64(b"\0"), "range_end": _b64(b"\0")}
+    return {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))}
+
+
 def prefix_end(prefix: bytes) -> bytes:
     """The smallest key greater than every key starting with `prefix` (etcd's GetPrefixRangeEnd)."""
     end = bytearray(prefix)
@@ -86,6 +93,7 @@ class EtcdStore:
         self.prefix = prefix.rstrip("/")
         self._bprefix = self.prefix.encode()
         self._compact_key = f"/compact_rev_key{self.prefix}"
+        self._bcompact_key = _b64(self._compact_key)  # as the gateway spells it in answers
         self._timeout = timeout
         self._current = 0  # index of the endpoint that answered last
         self._session: aiohttp.ClientSession | None = None
@@ -301,14 +309,22 @@ class EtcdStore:
 
     async def list(self, prefix: str) -> tuple[list[dict], int]:
         full = self._full(prefix)
-        resp = await self._call("/v3/kv/range", {"key": _b64(full), "range_end": _b64(prefix_end(full))})
-        items = [decode(_unb64(kv["value"]), int(kv["mod_revision"])) for kv in resp.get("kvs") or ()]
+        resp = await self._call("/v3/kv/range", key_range(full))
+        items = []
+        for kv in resp.get("kvs") or ():
+            try:
+                items.append(decode(_unb64(kv.get("value", "")), int(kv["mod_revision"])))
+            except ValueError:  # the compaction mark or a foreign value: not an object
+                continue
         return items, int(resp["header"]["revision"])
 
     # -- watch -------------------------------------------------------------------------------------
 
-    def _event(self, e: dict) -> Event:
+    def _event(self, e: dict) -> Event | None:
+        """The contract's event for an etcd one; None for keys that are not objects (the compaction mark)."""
         kv = e["kv"]
+        if kv["key"] == self._bcompact_key:
+            return None
         key = _unb64(kv["key"])[len(self._bprefix) :].decode()
         rev = int(kv["mod_revision"])
         pkv = e.get("prev_kv")
@@ -323,14 +339,7 @@ class EtcdStore:
         """Raw etcd watch responses for the range under `key` from revision `start` (> 0), resuming after
         a broken connection from the last revision seen; Gone when `start` has been compacted."""
         assert self._session is not None
-        body = {
-            "create_request": {
-                "key": _b64(key),
-                "range_end": _b64(prefix_end(key)),
-                "start_revision": start,
-                "prev_kv": True,
-            }
-        }
+        body = {"create_request": {**key_range(key), "start_revision": start, "prev_kv": True}}
         backoff = 0.05
         while True:
             url = self.endpoints[self._current] + "/v3/watch"
@@ -382,7 +391,13 @@ class EtcdStore:
             try:
                 async for res in self._stream(self._bprefix, self._feed_rev + 1, self._feed_ready):
                     for raw in res.get("events") or ():
-                        ev = self._event(raw)
+                        try:
+                            ev = self._event(raw)
+                        except ValueError as e:  # a foreign value under our prefix: not ours to serve
+                            log.warning("etcd feed: skipping undecodable key %r: %s", raw.get("kv", {}).get("key"), e)
+                            continue
+                        if ev is None:
+                            continue
                         self._ring.append(ev)
                         if len(self._ring) > self._ring_size:
                             self._ring_base = self._ring.popleft().revision
@@ -406,7 +421,9 @@ class EtcdStore:
         if since < self._ring_base:  # older than our feed's memory: a stream of its own
             async for res in self._stream(self._full(prefix), since + 1):
                 for raw in res.get("events") or ():
-                    yield self._event(raw)
+                    ev = self._event(raw)
+                    if ev is not None:
+                        yield ev
             return
         # The ring holds every event in (ring_base, feed_rev]; live events come after feed_rev.
         w = self._fanout.subscribe(prefix, max(since, self._feed_rev))

@@ -26,7 +26,7 @@ async def stores(etcd_server):
 
 async def test_every_store_sees_every_write(stores):
     since = max(s.revision for s in stores)
-    watches = [asyncio.create_task(collect(s, "/pods/", since, 90, limit=30)) for s in stores for _ in range(3)]
+    watches = [asyncio.create_task(collect(s, "/pods/", since, 90, limit=120)) for s in stores for _ in range(3)]
     await asyncio.sleep(0.2)
 
     async def writer(s, i):
@@ -121,7 +121,7 @@ async def test_feed_survives_an_etcd_restart(tmp_path):
 async def test_etcd_kill_9_of_the_writer_loses_no_acknowledged_write(etcd_server, tmp_path):
     run = uuid.uuid4().hex[:8]
     lines = run_and_kill(f"etcd://{etcd_server.endpoint}", str(tmp_path), 1000, run)
-    store = EtcdStore(etcd_server.endpoints)  # open_store's default prefix, as the writer used
+    store = EtcdStore(etcd_server.endpoints, prefix="")  # open_store's prefix, as the writer used
     await store.start()
     try:
         await check_acknowledged(store, lines)
@@ -131,3 +131,23 @@ async def test_etcd_kill_9_of_the_writer_loses_no_acknowledged_write(etcd_server
     finally:
         await store.close()
     assert os.listdir(tmp_path) == []  # the etcd writer keeps nothing locally
+
+
+async def test_empty_prefix_as_open_store_uses_it(etcd_server):
+    """open_store's etcd keeps the apiserver's /registry/... keys as they are (prefix ""), as kube does."""
+    from nodeagent.store import open_store
+
+    store = open_store(f"etcd://{etcd_server.endpoint}", "/nonexistent")
+    await store.start()
+    try:
+        tag = uuid.uuid4().hex[:8]
+        top = f"/u-{tag}/"
+        a = await store.create(top + "a", pod(f"a-{tag}"))
+        await store.compact(rv(a))  # writes the compaction mark, a key outside every object prefix
+        await store.create(top + "b", pod(f"b-{tag}"))
+        got = await collect(store, "", rv(a), 1)  # the mark's own event is not an object event
+        assert [e[1] for e in got] == [top + "b"]
+        items, _ = await store.list("")  # every key in etcd; the marks are skipped, not decoded
+        assert {f"a-{tag}", f"b-{tag}"} <= {i["metadata"]["name"] for i in items}
+    finally:
+        await store.close()

@@ -46,7 +46,7 @@ def rv(obj):
     return int(obj["metadata"]["resourceVersion"])
 
 
-async def collect(store, prefix, since, n, limit=10.0):
+async def collect(store, prefix, since, n, limit=60.0):
     """The first `n` events of a watch, as (type, key, revision)."""
     out = []
 
@@ -246,7 +246,7 @@ async def test_concurrent_updates_on_one_revision_only_one_wins(store):
 
 async def test_hundred_watchers_see_every_event_once_in_order(store):
     since = store.revision
-    watchers = [asyncio.create_task(collect(store, "/w/", since, 400, limit=30)) for _ in range(100)]
+    watchers = [asyncio.create_task(collect(store, "/w/", since, 400, limit=120)) for _ in range(100)]
     await asyncio.sleep(0.05)
 
     async def writer(i):

@@ -22,7 +22,7 @@ def test_memory_and_etcd(tmp_path):
     assert isinstance(open_store("memory", str(tmp_path)), MemoryStore)
     e = open_store("etcd://10.0.0.1:2379,10.0.0.2:2379", str(tmp_path))
     assert isinstance(e, EtcdStore)
-    assert e.endpoints == ["http://10.0.0.1:2379", "http://10.0.0.2:2379"] and e.prefix == "/registry"
+    assert e.endpoints == ["http://10.0.0.1:2379", "http://10.0.0.2:2379"] and e.prefix == ""
 
 
 @pytest.mark.parametrize("bad", ["etcd://", "postgres://x", "mysql"])
