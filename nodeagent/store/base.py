@@ -77,7 +77,11 @@ class Store(Protocol):
 
     @property
     def revision(self) -> int:
-        """The latest committed revision."""
+        """The latest committed revision (of a write under this store that its watches deliver).
+
+        A watch from an earlier revision always reaches it, so "wait until my watch has seen
+        `revision`" (read-your-writes) terminates; with etcd, writes to other keys do not count.
+        """
         ...
 
     @property

@@ -118,7 +118,7 @@ class EtcdStore:
         resp = await self._call("/v3/kv/range", {"key": _b64(self._compact_key)})
         for kv in resp.get("kvs", ()):
             self._compacted = int(_unb64(kv["value"]))
-        self._ring_base = self._feed_rev = self._rev
+        self._rev = self._ring_base = self._feed_rev = int(resp["header"]["revision"])
         self._feed_ready = asyncio.get_running_loop().create_future()
         self._feed = asyncio.create_task(self._run_feed(), name=f"etcd-feed{self.prefix}")
         await asyncio.wait_for(asyncio.shield(self._feed_ready), self._timeout)
@@ -145,8 +145,11 @@ class EtcdStore:
 
     # -- HTTP --------------------------------------------------------------------------------------
 
-    def _seen(self, header: dict | None) -> int:
-        rev = int((header or {}).get("revision", 0))
+    def _seen(self, rev: int) -> int:
+        """Advance `revision`: only with revisions that are object writes (our own acknowledged ones,
+        and the feed's events), never with etcd's header revision, which other keys (the compaction
+        mark, other prefixes, leases) also advance, so that a reader waiting until its watch has
+        reached `revision` (the apiserver's read-your-writes) always gets there."""
         if rev > self._rev:
             self._rev = rev
         return rev
@@ -194,7 +197,6 @@ class EtcdStore:
                     i += 1
                     continue
                 raise EtcdError(path, f"etcd {path}: {msg} (code {code})")
-            self._seen(data.get("header"))
             return data
         raise EtcdError(path, "no etcd endpoint reachable: " + "; ".join(errors))
 
@@ -234,7 +236,7 @@ class EtcdStore:
         )
         if not ok:
             raise AlreadyExists(key)
-        return decode(value, int(resp["header"]["revision"]))
+        return decode(value, self._seen(int(resp["header"]["revision"])))
 
     def _failed(self, key: str, resp: dict, expected: int | None) -> StoreError:
         rng = resp.get("responses", [{}])[0].get("response_range", {})
@@ -258,7 +260,7 @@ class EtcdStore:
         )
         if not ok:
             raise self._failed(key, resp, expected_revision)
-        return decode(value, int(resp["header"]["revision"]))
+        return decode(value, self._seen(int(resp["header"]["revision"])))
 
     async def delete(self, key: str, expected_revision: int | None = None) -> dict:
         full = self._full(key)
@@ -272,7 +274,7 @@ class EtcdStore:
         prev = resp["responses"][0]["response_delete_range"].get("prev_kvs") or []
         if not prev:  # deleted by someone else between the compare and now cannot happen in a txn
             raise NotFound(key)
-        return decode(_unb64(prev[0]["value"]), int(resp["header"]["revision"]))
+        return decode(_unb64(prev[0]["value"]), self._seen(int(resp["header"]["revision"])))
 
     async def compact(self, revision: int) -> None:
         target = min(revision, self._rev)
@@ -372,7 +374,6 @@ class EtcdStore:
                             if events:
                                 start = int(events[-1]["kv"]["mod_revision"]) + 1
                                 body["create_request"]["start_revision"] = start
-                            self._seen(res.get("header"))
                             backoff = 0.05
                             yield res
                     raise aiohttp.ClientPayloadError("watch stream ended")
@@ -402,6 +403,7 @@ class EtcdStore:
                         if len(self._ring) > self._ring_size:
                             self._ring_base = self._ring.popleft().revision
                         self._feed_rev = ev.revision
+                        self._seen(ev.revision)
                         self._fanout.publish(ev)
             except Gone as e:
                 # Events were compacted away while the feed was down: nobody can be resumed.
@@ -409,7 +411,7 @@ class EtcdStore:
                 self._fanout.close(Gone(self.prefix, self._feed_rev, e.compacted))
                 self._ring.clear()
                 resp = await self._call("/v3/kv/range", {"key": _b64(self._compact_key)})
-                self._ring_base = self._feed_rev = self._seen(resp.get("header"))
+                self._ring_base = self._feed_rev = self._seen(int(resp["header"]["revision"]))
 
     async def watch(self, prefix: str, since: int) -> AsyncIterator[Event]:
         if self._closed:

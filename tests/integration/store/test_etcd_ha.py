@@ -151,3 +151,16 @@ async def test_empty_prefix_as_open_store_uses_it(etcd_server):
         assert {f"a-{tag}", f"b-{tag}"} <= {i["metadata"]["name"] for i in items}
     finally:
         await store.close()
+
+
+async def test_revision_is_always_reached_by_the_watch(stores):
+    """`revision` never counts etcd revisions that produce no event here (the compaction mark)."""
+    a, b, _ = stores
+    first = await a.create("/r/1", pod("1"))
+    await a.compact(rv(first))  # etcd's revision moves on: the mark is written
+    assert a.revision == rv(first)
+    since = a.revision
+    second = await b.create("/r/2", pod("2"))  # written through another server
+    got = await collect(a, "/r/", since, 1)
+    assert got == [("ADDED", "/r/2", rv(second))]
+    assert a.revision == rv(second)  # learnt from its feed, as the apiserver's cache would
