@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import fcntl
 import itertools
 import logging
 import os
@@ -127,6 +128,7 @@ class SQLiteStore:
         self._reader: sqlite3.Connection | None = None
         self._reader_lock = threading.Lock()
         self._closed = False
+        self._lock_fd: int | None = None
         # Writer-thread state: the revision and compaction it has committed.
         self._wrev = 0
         self._wcompacted = 0
@@ -145,7 +147,18 @@ class SQLiteStore:
 
     def _open(self) -> tuple[sqlite3.Connection, list[tuple[str, int, str]]]:
         parent = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(parent, exist_ok=True)
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        # One owner per file: this process caches the current state, so a second writer (another
+        # server started on the same data dir) would make it lie. The lock dies with the process.
+        lock_fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise StoreError(self.path, f"{self.path} is in use by another process") from None
+        self._lock_fd = lock_fd
+        # Secrets live here: the file (and SQLite's -wal/-shm, which copy its mode) is private.
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
         conn = _connect(self.path, self.synchronous)
         conn.executescript(SCHEMA)
         row = conn.execute("SELECT value FROM meta WHERE name = 'compacted'").fetchone()
@@ -168,6 +181,9 @@ class SQLiteStore:
         if self._reader is not None:
             with self._reader_lock:
                 self._reader.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
     @property
     def revision(self) -> int:

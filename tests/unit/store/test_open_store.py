@@ -58,3 +58,22 @@ async def test_sqlite_store_reopens_with_state_and_history(tmp_path):
         assert events[2].prev == events[1].object
     finally:
         await s.close()
+
+
+async def test_sqlite_file_has_one_owner_and_is_private(tmp_path):
+    from nodeagent.store.base import StoreError
+
+    path = str(tmp_path / "d" / "s.db")
+    a = SQLiteStore(path)
+    await a.start()
+    try:
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        assert os.stat(tmp_path / "d").st_mode & 0o777 == 0o700
+        b = SQLiteStore(path)
+        with pytest.raises(StoreError, match="in use"):
+            await b.start()
+    finally:
+        await a.close()
+    b = SQLiteStore(path)  # free again once the owner closed it
+    await b.start()
+    await b.close()
