@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import contextlib
 import fcntl
 import itertools
 import logging
@@ -129,6 +130,7 @@ class SQLiteStore:
         self._reader_lock = threading.Lock()
         self._closed = False
         self._lock_fd: int | None = None
+        self._broken: StoreError | None = None
         # Writer-thread state: the revision and compaction it has committed.
         self._wrev = 0
         self._wcompacted = 0
@@ -196,6 +198,8 @@ class SQLiteStore:
     # -- writes ------------------------------------------------------------------------------------
 
     async def _submit(self, kind: int, key: str, data: str | None, expected: int | None) -> dict | None:
+        if self._broken is not None:
+            raise self._broken
         if self._closed or self._loop is None:
             raise StoreError(key, "store is closed" if self._closed else "store not started")
         fut = self._loop.create_future()
@@ -218,6 +222,7 @@ class SQLiteStore:
         """The writer thread: drain queued ops, commit them as one transaction, hand results to the loop."""
         ops = self._ops
         stop = False
+        batch: list[_Op] = []
         try:
             while not stop:
                 op = ops.get()
@@ -239,6 +244,20 @@ class SQLiteStore:
                     self._loop.call_soon_threadsafe(self._apply, results)
                 except RuntimeError:  # the loop is gone: nobody is waiting any more
                     return
+        except BaseException as e:  # a bug: fail every waiting caller rather than hang them forever
+            log.exception("sqlite store: writer thread died")
+            self._broken = StoreError(self.path, f"sqlite store writer died: {e!r}")
+            failed = [(op, self._broken) for op in batch]
+            while True:
+                try:
+                    op = ops.get_nowait()
+                except queue.Empty:
+                    break
+                if op is not None:
+                    failed.append((op, self._broken))
+            if self._loop is not None:
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._apply, failed)
         finally:
             conn.close()
 

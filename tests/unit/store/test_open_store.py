@@ -77,3 +77,30 @@ async def test_sqlite_file_has_one_owner_and_is_private(tmp_path):
     b = SQLiteStore(path)  # free again once the owner closed it
     await b.start()
     await b.close()
+
+
+async def test_sqlite_failed_commit_fails_its_batch_and_the_store_carries_on(tmp_path):
+    import sqlite3
+
+    from nodeagent.store.base import NotFound, StoreError
+    from nodeagent.store.sqlite import verify
+
+    path = str(tmp_path / "s.db")
+    s = SQLiteStore(path)
+    await s.start()
+    try:
+        a = await s.create("/p/a", {"metadata": {"name": "a"}})
+        with sqlite3.connect(path) as c:  # an I/O-level failure for one key, inside the transaction
+            c.execute(
+                "CREATE TRIGGER boom BEFORE INSERT ON log WHEN NEW.key = '/p/boom' "
+                "BEGIN SELECT RAISE(ABORT, 'boom'); END"
+            )
+        with pytest.raises(StoreError, match="boom"):
+            await s.create("/p/boom", {"metadata": {"name": "boom"}})
+        with pytest.raises(NotFound):  # nothing of the failed batch is visible
+            await s.get("/p/boom")
+        b = await s.create("/p/b", {"metadata": {"name": "b"}})
+        assert int(b["metadata"]["resourceVersion"]) == int(a["metadata"]["resourceVersion"]) + 1 == s.revision
+    finally:
+        await s.close()
+    assert verify(path) == []
