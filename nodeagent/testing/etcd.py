@@ -2,6 +2,8 @@
 
     with EtcdServer() as etcd:          # started and healthy
         store = EtcdStore(etcd.endpoints)
+    with EtcdCluster(3) as cluster:     # three members; cluster.members[i].kill() / .start()
+        store = EtcdStore(cluster.endpoints)
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class EtcdServer:
         self.client_port = free_port()
         self.peer_port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.initial_cluster: str | None = None  # set by EtcdCluster; default: this member alone
 
     @property
     def endpoint(self) -> str:
@@ -53,6 +56,11 @@ class EtcdServer:
         return [self.endpoint]
 
     def start(self, timeout: float = 30.0) -> EtcdServer:
+        self.launch()
+        return self.wait_healthy(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting (a cluster member is healthy only once a quorum runs)."""
         client = f"http://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         argv = [
@@ -63,7 +71,7 @@ class EtcdServer:
             f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}",
             f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster={self.name}={peer}",
+            f"--initial-cluster={self.initial_cluster or f'{self.name}={peer}'}",
             "--initial-cluster-state=new",
             "--log-level=error",
             "--logger=zap",
@@ -71,6 +79,10 @@ class EtcdServer:
         os.makedirs(self.dir, exist_ok=True)
         self._log = open(os.path.join(self.dir, "etcd.log"), "ab")  # closed in kill()
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_healthy(self, timeout: float = 30.0) -> EtcdServer:
+        assert self.proc is not None
+        client = f"http://127.0.0.1:{self.client_port}"
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -113,6 +125,43 @@ class EtcdServer:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> EtcdServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class EtcdCluster:
+    """`size` members on 127.0.0.1, all under one tmp dir that stop() removes."""
+
+    def __init__(self, size: int = 3, name: str = "m") -> None:
+        self.dir = tempfile.mkdtemp(prefix="nodeagent-etcd-cluster-")
+        self.members = [EtcdServer(f"{name}{i}", os.path.join(self.dir, f"{name}{i}")) for i in range(size)]
+        peers = ",".join(f"{m.name}=http://127.0.0.1:{m.peer_port}" for m in self.members)
+        for m in self.members:
+            m.initial_cluster = peers
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [m.endpoint for m in self.members]
+
+    def start(self, timeout: float = 60.0) -> EtcdCluster:
+        try:
+            for m in self.members:
+                m.launch()
+            for m in self.members:
+                m.wait_healthy(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.kill(signal.SIGTERM)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> EtcdCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

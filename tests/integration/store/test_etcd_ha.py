@@ -164,3 +164,46 @@ async def test_revision_is_always_reached_by_the_watch(stores):
     got = await collect(a, "/r/", since, 1)
     assert got == [("ADDED", "/r/2", rv(second))]
     assert a.revision == rv(second)  # learnt from its feed, as the apiserver's cache would
+
+
+@pytest.mark.slow
+async def test_store_fails_over_between_etcd_members():
+    """A three-member etcd loses the member the store talks to: writes and the watch feed move on."""
+    from nodeagent.store.base import AlreadyExists
+    from nodeagent.store.etcd import EtcdError
+    from nodeagent.testing.etcd import EtcdCluster, available
+
+    if available():
+        pytest.skip(available())
+
+    async def create_retrying(store, key):
+        for _ in range(100):  # during a leader election etcd answers "unavailable" for a moment
+            try:
+                return await store.create(key, pod(key))
+            except AlreadyExists:  # an earlier attempt was applied after all
+                return await store.get(key)
+            except EtcdError:
+                await asyncio.sleep(0.2)
+        raise AssertionError(f"{key}: etcd never answered")
+
+    cluster = await asyncio.to_thread(lambda: EtcdCluster(3).start())
+    try:
+        store = EtcdStore(cluster.endpoints, prefix="/failover")
+        await store.start()
+        try:
+            since = store.revision
+            watch = asyncio.create_task(collect(store, "/k/", since, 6, limit=120))
+            for i in range(3):
+                await store.create(f"/k/{i}", pod(str(i)))
+            cluster.members[0].kill()  # the member the store has been using
+            for i in range(3, 6):
+                await create_retrying(store, f"/k/{i}")
+            got = await watch
+            assert [e[1] for e in got] == [f"/k/{i}" for i in range(6)]
+            items, _ = await store.list("/k/")
+            assert len(items) == 6
+        finally:
+            await store.close()
+    finally:
+        await asyncio.to_thread(cluster.stop)
+    assert not await asyncio.to_thread(os.path.exists, cluster.dir)
