@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/store.py [--backends memory,sqlite,sqlite-normal,etcd] [--writers 64] ...
 
-Per backend: creates/s with concurrent writers, gets/s, lists/s of 1k and 10k objects,
+Per backend: creates/s with concurrent writers (and with one, which pays a commit per write),
+gets/s, updates/s, lists/s of 1k and 10k objects,
 and watch delivery latency (p50/p99, from the start of the write to each of N watchers
 receiving it). `sqlite` is the default (synchronous=FULL), `sqlite-normal` the same with
 synchronous=NORMAL, `etcd` Debian's etcd started here on a tmp dir. The issue's targets
@@ -107,6 +108,10 @@ async def bench_store(store: Store, args: argparse.Namespace) -> dict:
         lambda i: store.create(f"/pods/big/p{i:06d}", pod("big", f"p{i}"))
         if i < big
         else store.create(f"/pods/small/p{i:06d}", pod("small", f"p{i}")),
+    )
+    # one writer at a time: every create waits for its own commit (and fsync), no group commit
+    out["creates/s 1 writer"] = await run_concurrently(
+        args.gets // 20, 1, lambda i: store.create(f"/pods/serial/p{i:06d}", pod("serial", f"p{i}"))
     )
     keys = [f"/pods/big/p{i:06d}" for i in range(big)]
     out["gets/s"] = await run_concurrently(args.gets, args.writers, lambda i: store.get(random.choice(keys)))
