@@ -98,7 +98,7 @@ class MemoryStore:
         # Replay and subscribe with no await in between: nothing can commit in the gap.
         start = bisect.bisect_right(self._history, since, key=lambda e: e.revision)
         backlog = [e for e in self._history[start:] if e.key.startswith(prefix)]
-        w = self._fanout.subscribe(prefix, self._rev)
+        w = self._fanout.subscribe(prefix, max(since, self._rev))
         try:
             for ev in backlog:
                 yield ev

@@ -385,7 +385,7 @@ class SQLiteStore:
         upto = self._rev
         # Subscribe and take the ring's part of the backlog with no await in between: every
         # revision is either in the backlog (<= upto) or delivered live (> upto).
-        w = self._fanout.subscribe(prefix, upto)
+        w = self._fanout.subscribe(prefix, max(since, upto))
         try:
             if since < upto:
                 backlog = self._from_ring(since)

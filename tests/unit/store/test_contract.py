@@ -189,6 +189,16 @@ async def test_watch_from_zero_starts_at_the_current_revision(store):
         await it.aclose()
 
 
+async def test_watch_from_a_future_revision_starts_after_it(store):
+    await store.create("/f/0", pod("0"))
+    since = store.revision + 2
+    task = asyncio.create_task(collect(store, "/f/", since, 1))
+    await asyncio.sleep(0.05)
+    for i in range(1, 4):
+        await store.create(f"/f/{i}", pod(str(i)))
+    assert await task == [("ADDED", "/f/3", since + 1)]
+
+
 async def test_watch_of_one_key_and_of_a_prefix(store):
     since = store.revision
     for k in ("/k/a", "/k/ab", "/k/b", "/other/a"):
