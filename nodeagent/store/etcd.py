@@ -410,8 +410,12 @@ class EtcdStore:
                 log.warning("etcd feed %s: %s; every watcher must relist", self.prefix, e)
                 self._fanout.close(Gone(self.prefix, self._feed_rev, e.compacted))
                 self._ring.clear()
-                resp = await self._call("/v3/kv/range", {"key": _b64(self._compact_key)})
-                self._ring_base = self._feed_rev = self._seen(int(resp["header"]["revision"]))
+                self._ring_base = self._feed_rev = max(self._feed_rev, e.compacted)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug or a malformed answer: keep feeding rather than go silent
+                log.exception("etcd feed %s failed; restarting from %d", self.prefix, self._feed_rev)
+                await asyncio.sleep(0.5)
 
     async def watch(self, prefix: str, since: int) -> AsyncIterator[Event]:
         if self._closed:
