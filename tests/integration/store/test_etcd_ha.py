@@ -207,3 +207,40 @@ async def test_store_fails_over_between_etcd_members():
     finally:
         await asyncio.to_thread(cluster.stop)
     assert not await asyncio.to_thread(os.path.exists, cluster.dir)
+
+
+async def test_feed_cut_off_past_a_compaction_ends_its_watchers_with_gone(etcd_server):
+    """The feed loses etcd while another server writes and compacts: its watchers must relist (Gone),
+    and the store serves new watches afterwards."""
+    from tests.integration.store.proxy import Proxy
+    from tests.unit.store.test_contract import started_watch
+
+    host, port = etcd_server.endpoint.split(":")
+    proxy = Proxy(host, int(port))
+    await proxy.resume()
+    prefix = f"/cut-{uuid.uuid4().hex[:12]}"
+    cut = EtcdStore([proxy.endpoint], prefix=prefix)
+    other = EtcdStore(etcd_server.endpoints, prefix=prefix)
+    await cut.start()
+    await other.start()
+    try:
+        it, first = await started_watch(cut, "/k/", cut.revision)
+        await other.create("/k/0", pod("0"))
+        assert (await asyncio.wait_for(first, 30)).key == "/k/0"
+        await proxy.pause()
+        for i in range(1, 4):
+            await other.create(f"/k/{i}", pod(str(i)))
+        await other.compact(other.revision)
+        await proxy.resume()
+        with pytest.raises(Gone):
+            await asyncio.wait_for(it.__anext__(), 30)
+        await it.aclose()
+        since = other.revision
+        task = asyncio.create_task(collect(cut, "/k/", since, 1))
+        await asyncio.sleep(0.2)
+        late = await other.create("/k/4", pod("4"))
+        assert await task == [("ADDED", "/k/4", rv(late))]
+    finally:
+        await cut.close()
+        await other.close()
+        await proxy.pause()
