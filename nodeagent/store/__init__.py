@@ -11,22 +11,29 @@ SQLITE_FILE = "store.db"
 
 def open_store(datastore: str, data_dir: str) -> Store:
     """The backend named by `--datastore`: `sqlite` (default; `<data_dir>/store.db`), `sqlite://PATH`
-    (relative to data_dir unless absolute), `memory`, or `etcd://HOST:PORT[,HOST:PORT...]` (plain
-    HTTP to etcd's gRPC gateway; the apiserver's keys, `/registry/...`, are used as they are, so
-    the layout in etcd is the one kube-apiserver uses).
+    (relative to data_dir unless absolute), either with `?synchronous=NORMAL` to trade durability
+    against power loss (not against kill -9) for commit latency, `memory`, or
+    `etcd://HOST:PORT[,HOST:PORT...]` (plain HTTP to etcd's gRPC gateway; the apiserver's keys,
+    `/registry/...`, are used as they are, so the layout in etcd is the one kube-apiserver uses).
 
     The store is returned unstarted: the caller awaits `start()` and, at the end, `close()`.
     """
     datastore = (datastore or "sqlite").strip()
-    if datastore == "sqlite":
+    if datastore == "sqlite" or datastore.startswith(("sqlite?", "sqlite://")):
         from nodeagent.store.sqlite import SQLiteStore
 
-        return SQLiteStore(os.path.join(data_dir, SQLITE_FILE))
-    if datastore.startswith("sqlite://"):
-        from nodeagent.store.sqlite import SQLiteStore
-
-        path = datastore[len("sqlite://") :]
-        return SQLiteStore(path if os.path.isabs(path) else os.path.join(data_dir, path))
+        base, _, query = datastore.partition("?")
+        options = dict(kv.partition("=")[::2] for kv in query.split("&") if kv)
+        unknown = set(options) - {"synchronous"}
+        if unknown:
+            raise ValueError(f"unknown sqlite option(s) {sorted(unknown)} in {datastore!r}")
+        path = base[len("sqlite://") :] if base.startswith("sqlite://") else SQLITE_FILE
+        if not path:
+            raise ValueError(f"no file in {datastore!r}")
+        return SQLiteStore(
+            path if os.path.isabs(path) else os.path.join(data_dir, path),
+            synchronous=options.get("synchronous", "FULL"),
+        )
     if datastore == "memory":
         from nodeagent.store.memory import MemoryStore
 

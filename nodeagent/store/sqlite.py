@@ -26,7 +26,9 @@ quiet); 64 concurrent writers, where group commit pays one fsync per batch,
 2,950 vs 4,360 creates/s, both well above what the apiserver needs (1,000/s).
 So FULL costs little where throughput matters, and an acknowledged write then
 survives anything short of disk failure, as with etcd (which fsyncs every
-commit): FULL is the default, NORMAL a constructor option.
+commit): FULL is the default; NORMAL is an option (`--datastore
+'sqlite?synchronous=NORMAL'`) for a node where commit latency matters more than
+surviving a power cut.
 
 Reads and watches: after each commit the event loop applies the batch to an
 in-memory copy of the current state (keys sorted, values kept as JSON text) and

@@ -16,6 +16,10 @@ def test_default_is_sqlite_under_the_data_dir(tmp_path):
     assert isinstance(open_store("", str(tmp_path)), SQLiteStore)
     assert open_store("sqlite://x/y.db", str(tmp_path)).path == os.path.join(tmp_path, "x/y.db")
     assert open_store("sqlite:///abs.db", str(tmp_path)).path == "/abs.db"
+    assert open_store("sqlite", str(tmp_path)).synchronous == "FULL"
+    normal = open_store("sqlite?synchronous=normal", str(tmp_path))
+    assert (normal.path, normal.synchronous) == (os.path.join(tmp_path, "store.db"), "NORMAL")
+    assert open_store("sqlite://x.db?synchronous=NORMAL", str(tmp_path)).synchronous == "NORMAL"
 
 
 def test_memory_and_etcd(tmp_path):
@@ -25,7 +29,9 @@ def test_memory_and_etcd(tmp_path):
     assert e.endpoints == ["http://10.0.0.1:2379", "http://10.0.0.2:2379"] and e.prefix == ""
 
 
-@pytest.mark.parametrize("bad", ["etcd://", "postgres://x", "mysql"])
+@pytest.mark.parametrize(
+    "bad", ["etcd://", "postgres://x", "mysql", "sqlite?synchronous=OFF", "sqlite?cache=1", "sqlite://"]
+)
 def test_unknown_datastores_are_refused(tmp_path, bad):
     with pytest.raises(ValueError):
         open_store(bad, str(tmp_path))
