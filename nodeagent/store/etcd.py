@@ -115,13 +115,17 @@ class EtcdStore:
             connector=aiohttp.TCPConnector(limit=256, force_close=False),
             json_serialize=json.dumps,
         )
-        resp = await self._call("/v3/kv/range", {"key": _b64(self._compact_key)})
-        for kv in resp.get("kvs", ()):
-            self._compacted = int(_unb64(kv["value"]))
-        self._rev = self._ring_base = self._feed_rev = int(resp["header"]["revision"])
-        self._feed_ready = asyncio.get_running_loop().create_future()
-        self._feed = asyncio.create_task(self._run_feed(), name=f"etcd-feed{self.prefix}")
-        await asyncio.wait_for(asyncio.shield(self._feed_ready), self._timeout)
+        try:
+            resp = await self._call("/v3/kv/range", {"key": _b64(self._compact_key)})
+            for kv in resp.get("kvs", ()):
+                self._compacted = int(_unb64(kv["value"]))
+            self._rev = self._ring_base = self._feed_rev = int(resp["header"]["revision"])
+            self._feed_ready = asyncio.get_running_loop().create_future()
+            self._feed = asyncio.create_task(self._run_feed(), name=f"etcd-feed{self.prefix}")
+            await asyncio.wait_for(asyncio.shield(self._feed_ready), self._timeout)
+        except BaseException:
+            await self.close()  # nothing left running or open
+            raise
 
     async def close(self) -> None:
         if self._closed:

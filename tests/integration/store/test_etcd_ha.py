@@ -244,3 +244,13 @@ async def test_feed_cut_off_past_a_compaction_ends_its_watchers_with_gone(etcd_s
         await cut.close()
         await other.close()
         await proxy.pause()
+
+
+async def test_start_without_etcd_fails_cleanly():
+    from nodeagent.store.etcd import EtcdError
+    from nodeagent.testing.etcd import free_port
+
+    store = EtcdStore([f"127.0.0.1:{free_port()}"], timeout=2)  # nothing listens there
+    with pytest.raises(EtcdError, match="no etcd endpoint reachable"):
+        await store.start()
+    await store.close()
