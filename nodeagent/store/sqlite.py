@@ -117,7 +117,7 @@ class SQLiteStore:
         synchronous: str = "FULL",
         watch_queue: int = DEFAULT_QUEUE,
         ring_size: int = 4096,
-        max_batch: int = 2000,
+        max_batch: int = 512,  # bounds how long one batch's hand-over holds the event loop
     ) -> None:
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
