@@ -89,6 +89,8 @@ class ImageStore:
         self.layers_dir.mkdir(parents=True, exist_ok=True)
         self.tmp_dir = self.root / "tmp"
         self.tmp_dir.mkdir(exist_ok=True)
+        self.pins_dir = self.root / "pins"
+        self.pins_dir.mkdir(exist_ok=True)
         self.meta_path = self.root / "images.json"
         self._lock_path = self.root / ".lock"
         self._mu = threading.RLock()
@@ -225,7 +227,12 @@ class ImageStore:
 
     @contextlib.contextmanager
     def pinned(self, digests: list[str]) -> Iterator[None]:
-        """Keeps blobs and layers from garbage collection while a pull or import is using them."""
+        """Keeps blobs and layers from garbage collection while a pull or import is using them, in this
+        process (a counter) and in any other store on the same root (a pin file naming our pid)."""
+        pin = self.pins_dir / f"{os.getpid()}-{uuid.uuid4().hex}"
+        tmp = pin.with_name("." + pin.name)
+        tmp.write_text(json.dumps(list(digests)))
+        os.replace(tmp, pin)
         with self._mu:
             self._pins.update(digests)
         try:
@@ -234,6 +241,31 @@ class ImageStore:
             with self._mu:
                 self._pins.subtract(digests)
                 self._pins += collections.Counter()  # drop zero counts
+            pin.unlink(missing_ok=True)
+
+    def _pinned_elsewhere(self) -> set[str]:
+        """Digests pinned by live processes; pin files of dead ones are removed."""
+        keep: set[str] = set()
+        for p in self.pins_dir.iterdir():
+            if p.name.startswith("."):
+                continue
+            pid = int(p.name.split("-", 1)[0]) if p.name.split("-", 1)[0].isdigit() else 0
+            alive = pid > 0
+            if alive and pid != os.getpid():
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    alive = False
+                except PermissionError:
+                    pass
+            try:
+                if alive:
+                    keep.update(json.loads(p.read_text()))
+                else:
+                    p.unlink(missing_ok=True)
+            except (FileNotFoundError, ValueError):
+                continue
+        return keep
 
     def ensure_layer(self, diff_id: str, opener: Callable[[], contextlib.AbstractContextManager[BinaryIO]],
                      blob_digest: str | None = None, on_bytes: Callable[[int], None] | None = None) -> Path:
@@ -297,7 +329,7 @@ class ImageStore:
         with self._file_lock():
             self._cache = None
             state = self._read_state()
-            keep: set[str] = set(k for k, n in self._pins.items() if n > 0)
+            keep: set[str] = {k for k, n in self._pins.items() if n > 0} | self._pinned_elsewhere()
             for rec in state["images"].values():
                 keep.add(rec["id"])
                 keep.update(rec.get("diff_ids", []))

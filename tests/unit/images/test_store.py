@@ -77,3 +77,25 @@ def test_stale_temp_files_are_cleaned(tmp_path):
     os.utime(partial, (past, past))
     ImageStore(tmp_path)
     assert not old.exists() and not partial.exists() and fresh.exists()
+
+
+def test_gc_keeps_what_another_live_process_pins(tmp_path):
+    import json
+    import subprocess
+
+    store = ImageStore(tmp_path)
+    a = _add(store, "a", ["a:1"])
+    layer = store.resolve(a).layers[0]
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        (store.pins_dir / f"{sleeper.pid}-x").write_text(json.dumps(store.resolve(a).diff_ids))
+        (store.pins_dir / "999999999-dead").write_text(json.dumps(["sha256:" + "0" * 64]))
+        other = ImageStore(tmp_path)  # as a CLI beside the daemon
+        assert other.remove(a)
+        assert layer.is_dir()  # pinned by a live process: kept
+        assert not (store.pins_dir / "999999999-dead").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert store.gc() == (1, 0) and not layer.exists()
+    assert os.listdir(store.pins_dir) == []
