@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path("/var/lib/nodeagent/images")
 STATE_VERSION = 1
+FS_INFO_TTL = 5.0  # seconds
 STALE_AFTER = 6 * 3600  # seconds: a partial download or unpack older than this was left by a crash
 
 
@@ -97,6 +98,8 @@ class ImageStore:
         self._cache: tuple[tuple[int, int, int], dict] | None = None
         self._layer_locks = _KeyedLocks()
         self._pins: collections.Counter[str] = collections.Counter()  # digests in use by running pulls/imports
+        self._configs: dict[str, dict] = {}
+        self._fs_cache: tuple[float, tuple[str, int, int]] | None = None
         self.clean_stale()
 
     def clean_stale(self, max_age: float = STALE_AFTER) -> int:
@@ -163,12 +166,23 @@ class ImageStore:
             yield state
             self._write_state(state)
             self._cache = None
+            self._fs_cache = None
+
+    def _config(self, image_id: str) -> dict:
+        """The image config (immutable: named by its digest), cached."""
+        cfg = self._configs.get(image_id)
+        if cfg is None:
+            try:
+                cfg = json.loads(self.blobs.read(image_id))
+            except FileNotFoundError:
+                return {}
+            if len(self._configs) > 512:
+                self._configs.clear()
+            self._configs[image_id] = cfg
+        return cfg
 
     def _image(self, rec: dict) -> Image:
-        try:
-            cfg = json.loads(self.blobs.read(rec["id"]))
-        except FileNotFoundError:
-            cfg = {}
+        cfg = self._config(rec["id"])
         return Image(
             id=rec["id"], repo_tags=list(rec.get("repo_tags", [])), repo_digests=list(rec.get("repo_digests", [])),
             size=int(rec.get("size", 0)), config=dict(cfg.get("config") or {}),
@@ -336,6 +350,7 @@ class ImageStore:
                 keep.update(rec.get("blobs", []))
                 if rec.get("manifest_digest"):
                     keep.add(rec["manifest_digest"])
+            self._fs_cache = None
             layers = blobs = 0
             for p in list(self.layers_dir.iterdir()):
                 if "sha256:" + p.name not in keep:
@@ -395,18 +410,32 @@ class ImageStore:
 
     # ---- usage ----------------------------------------------------------------------------------------
 
-    def fs_info(self) -> tuple[str, int, int]:
-        """(mountpoint of the filesystem holding the store, bytes used by the store, inodes used)."""
-        used = inodes = 0
+    def fs_info(self, max_age: float = FS_INFO_TTL) -> tuple[str, int, int]:
+        """(mountpoint of the filesystem holding the store, bytes used by the store, inodes used).
+
+        A walk of the store, so it is cached for `max_age` seconds (kubelet asks every few seconds);
+        hardlinked files count once."""
+        import time
+
+        now = time.monotonic()
+        cached = self._fs_cache
+        if cached and now - cached[0] < max_age:
+            return cached[1]
+        used = 0
+        seen: set[tuple[int, int]] = set()
         for dirpath, dirnames, filenames in os.walk(self.root):
             for name in dirnames + filenames:
                 try:
                     st = os.lstat(os.path.join(dirpath, name))
                 except FileNotFoundError:
                     continue
-                used += st.st_blocks * 512
-                inodes += 1
-        return _mountpoint(self.root), used, inodes
+                key = (st.st_dev, st.st_ino)
+                if key not in seen:
+                    seen.add(key)
+                    used += st.st_blocks * 512
+        result = (_mountpoint(self.root), used, len(seen))
+        self._fs_cache = (now, result)
+        return result
 
 
 def _mountpoint(path: Path) -> str:

@@ -99,3 +99,13 @@ def test_gc_keeps_what_another_live_process_pins(tmp_path):
         sleeper.wait()
     assert store.gc() == (1, 0) and not layer.exists()
     assert os.listdir(store.pins_dir) == []
+
+
+def test_fs_info_counts_and_is_refreshed_by_writes(tmp_path):
+    store = ImageStore(tmp_path)
+    _, used0, inodes0 = store.fs_info()
+    a = _add(store, "a", ["a:1"])
+    mount, used1, inodes1 = store.fs_info()
+    assert os.path.ismount(mount) and used1 > used0 and inodes1 > inodes0
+    assert store.remove(a)
+    assert store.fs_info()[2] < inodes1
