@@ -119,12 +119,12 @@ class RegistrySession:
                 headers["Accept"] = accept
             if self.authz:
                 headers["Authorization"] = self.authz
-            resp = await self.http.get(url, headers=headers, ssl=self.ssl if self.ssl else False)
+            resp = await self.http.get(url, headers=headers, ssl=self.ssl if self.ssl else True)
             if resp.status == 401 and attempt == 0:
                 challenge = resp.headers.get("WWW-Authenticate", "")
                 resp.release()
                 self.authz = await authorize(self.http, challenge, self.ep.auth, self.ep.repository,
-                                             ssl=self.ssl if self.ssl else False)
+                                             ssl=self.ssl if self.ssl else True)
                 continue
             try:
                 if resp.status in (401, 403):

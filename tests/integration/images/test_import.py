@@ -116,3 +116,13 @@ async def test_pull_by_digest_of_a_present_image_needs_no_registry(store, images
     (img,) = store.import_archive(images.busybox.oci_dir)
     # localhost has no registry listening: only the local content can answer
     assert await store.pull(f"localhost/busybox@{images.busybox.manifest_digest}") == img
+
+
+@pytest.mark.parametrize("nested", [True, False])
+def test_multi_platform_layout_imports_this_hosts_image(store, images, tmp_path, nested):
+    from tests.integration.images.conftest import make_index_layout
+
+    layout = make_index_layout(tmp_path / "oci", images.httpd, images.whiteout, nested=nested)
+    imported = store.import_archive(layout)
+    assert [i.id for i in imported] == [images.httpd.config_digest]
+    assert [i.id for i in store.list()] == [images.httpd.config_digest]
