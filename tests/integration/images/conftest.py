@@ -86,6 +86,17 @@ def tls_registry(tmp_path_factory, images):
 
 
 @pytest.fixture(scope="session")
+def mtls_registry(tmp_path_factory, images):
+    """TLS registry that also requires a client certificate from its CA."""
+    reg = _start(tmp_path_factory, "mtls-registry", tls=True, client_certs=True)
+    try:
+        reg.push(images.busybox.oci_dir, "latest", "test/busybox", "latest")
+        yield reg
+    finally:
+        reg.stop()
+
+
+@pytest.fixture(scope="session")
 def basic_registry(tmp_path_factory, images):
     reg = _start(tmp_path_factory, "basic-registry", htpasswd=True)
     try:

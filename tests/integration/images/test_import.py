@@ -126,3 +126,56 @@ def test_multi_platform_layout_imports_this_hosts_image(store, images, tmp_path,
     imported = store.import_archive(layout)
     assert [i.id for i in imported] == [images.httpd.config_digest]
     assert [i.id for i in store.list()] == [images.httpd.config_digest]
+
+
+def test_malicious_docker_archive_cannot_write_outside(store, tmp_path):
+    """A docker-archive whose layer climbs out, writes through escaping symlinks and links outside files."""
+    import hashlib
+    import io
+    import json
+    import tarfile
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("untouched")
+
+    def entry(tar, name, kind="file", data=b"x", target="", mode=0o644):
+        info = tarfile.TarInfo(name)
+        info.mode = mode
+        if kind == "file":
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            return
+        info.type = {"sym": tarfile.SYMTYPE, "link": tarfile.LNKTYPE, "chr": tarfile.CHRTYPE}[kind]
+        info.linkname = target
+        tar.addfile(info)
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        entry(tar, "../../../../../../" + str(outside / "climbed").lstrip("/"))
+        entry(tar, "abs", "sym", target=str(outside))
+        entry(tar, "abs/planted", data=b"owned")
+        entry(tar, "rel", "sym", target="../" * 12 + str(outside).lstrip("/"))
+        entry(tar, "rel/secret", data=b"overwritten")
+        entry(tar, "hl", "link", target="../" * 12 + str(outside / "secret").lstrip("/"))
+        entry(tar, "mem", "chr")
+        entry(tar, "bin/ok", data=b"fine", mode=0o4755)
+    layer = buf.getvalue()
+    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Cmd": ["/bin/ok"]},
+                         "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+    archive = tmp_path / "evil.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name, data in (("layer.tar", layer), ("config.json", config),
+                           ("manifest.json", json.dumps([{"Config": "config.json", "RepoTags": ["evil:1"],
+                                                          "Layers": ["layer.tar"]}]).encode())):
+            entry(tar, name, data=data)
+    (img,) = store.import_archive(archive)
+    root = img.layers[0]
+    assert sorted(os.listdir(outside)) == ["secret"] and (outside / "secret").read_text() == "untouched"
+    assert os.stat(outside / "secret").st_nlink == 1
+    assert os.readlink(root / "abs") == str(outside) and os.path.islink(root / "rel")
+    assert not (root / "hl").exists() and not (root / "mem").exists()
+    assert (root / "bin" / "ok").read_bytes() == b"fine" and stat.S_IMODE(os.stat(root / "bin" / "ok").st_mode) == 0o4755
+    for _, _, files in os.walk(store.root):  # nothing named like the payloads anywhere in the store
+        assert "climbed" not in files and "planted" not in files

@@ -211,3 +211,23 @@ async def test_bearer_token_auth(token_registry, images, tmp_path):
     cfg = {"configs": {token_registry.host: {"auth": {"identity_token": REFRESH_TOKEN}}}}
     assert (await _store(tmp_path, cfg, "oauth").pull(ref)).id == images.busybox.config_digest
     assert tokens.requests[0] == {"method": "POST", "grant": "refresh_token"}
+
+
+async def test_tls_client_certificate(mtls_registry, images, tmp_path):
+    ref = f"{mtls_registry.host}/test/busybox:latest"
+    ca = str(mtls_registry.ca)
+    with pytest.raises(PullError):  # the server wants a client certificate
+        await _store(tmp_path, {"configs": {mtls_registry.host: {"tls": {"ca_file": ca}}}}, "a").pull(ref)
+    cert, key = map(str, mtls_registry.client_cert)
+    cfg = {"configs": {mtls_registry.host: {"tls": {"ca_file": ca, "cert_file": cert, "key_file": key}}}}
+    assert (await _store(tmp_path, cfg, "b").pull(ref)).id == images.busybox.config_digest
+
+
+async def test_registry_token_used_as_is(token_registry, images, tmp_path):
+    ref = f"{token_registry.host}/private/busybox:latest"
+    tokens = token_registry.token_server
+    token = tokens.sign(["repository:private/busybox:pull"])
+    tokens.requests.clear()
+    img = await _store(tmp_path).pull(ref, auth={"registry_token": token})
+    assert img.id == images.busybox.config_digest
+    assert tokens.requests == []  # the token endpoint was never asked
