@@ -323,6 +323,26 @@ class ImageStore:
             rec["manifest_digest"] = manifest_digest or rec.get("manifest_digest", "")
         return self._image(rec)
 
+    def lease(self, owner: str, image: Image | str) -> Image:
+        """Keep `image`'s layers (and config) on disk for `owner` (e.g. a container id) until `release`:
+        a container's overlay uses the layer dirs as lowerdirs, so removing the image while the container
+        exists removes only the image record, as with containerd's snapshots. Persisted in images.json."""
+        img = self.get(image) if isinstance(image, str) else image
+        with self._update() as state:
+            state.setdefault("leases", {})[owner] = [img.id, *img.diff_ids]
+        return img
+
+    def release(self, owner: str) -> bool:
+        """Drop `owner`'s lease (idempotent) and collect what only it kept; True if it had one."""
+        with self._update() as state:
+            had = state.setdefault("leases", {}).pop(owner, None) is not None
+        if had:
+            self.gc()
+        return had
+
+    def leases(self) -> dict[str, list[str]]:
+        return {k: list(v) for k, v in self._read_state().get("leases", {}).items()}
+
     def remove(self, ref: str) -> bool:
         """Remove a tag (the image stays while it has other tags) or, by id or digest, the whole image.
         Layers and blobs go only when no remaining image uses them. False if nothing matched."""
@@ -344,6 +364,8 @@ class ImageStore:
             self._cache = None
             state = self._read_state()
             keep: set[str] = {k for k, n in self._pins.items() if n > 0} | self._pinned_elsewhere()
+            for leased in state.get("leases", {}).values():
+                keep.update(leased)
             for rec in state["images"].values():
                 keep.add(rec["id"])
                 keep.update(rec.get("diff_ids", []))

@@ -109,3 +109,16 @@ def test_fs_info_counts_and_is_refreshed_by_writes(tmp_path):
     assert os.path.ismount(mount) and used1 > used0 and inodes1 > inodes0
     assert store.remove(a)
     assert store.fs_info()[2] < inodes1
+
+
+def test_lease_keeps_layers_of_a_removed_image_until_released(tmp_path):
+    store = ImageStore(tmp_path)
+    a = _add(store, "a", ["a:1"])
+    img = store.lease("container-1", "a:1")
+    store.lease("container-2", img)
+    assert store.remove("a:1") and store.resolve("a:1") is None
+    assert img.layers[0].is_dir() and store.blobs.has(img.id)  # still used by the containers
+    assert ImageStore(tmp_path).leases() == {"container-1": [a, *img.diff_ids], "container-2": [a, *img.diff_ids]}
+    assert store.release("container-1") and img.layers[0].is_dir()
+    assert store.release("container-2") and not img.layers[0].exists() and not store.blobs.has(img.id)
+    assert not store.release("container-2")  # idempotent
