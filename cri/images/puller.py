@@ -46,6 +46,8 @@ T = TypeVar("T")
 MAX_MANIFEST = 4 << 20
 CHUNK = 1 << 16
 LAYER_CONCURRENCY = 3
+BLOB_ATTEMPTS = 3
+RETRY_BACKOFF = 0.5  # seconds, times the attempt number
 TIMEOUT = aiohttp.ClientTimeout(total=None, connect=20, sock_connect=20, sock_read=120)
 USER_AGENT = "nodeagent-cri/0.1"
 
@@ -162,28 +164,51 @@ async def fetch_manifest(sess: RegistrySession, obj: str, expected: str | None) 
     return body, mf.media_type_of(body, content_type), digest
 
 
+class _Transient(PullError):
+    """A download broke off or the registry had a hiccup (5xx): worth another attempt."""
+
+
 async def fetch_blob(store: ImageStore, sess: RegistrySession, desc: mf.Descriptor, ref: str,
-                     progress: Progress | None) -> None:
-    """Download a blob into the store, verified; concurrent callers for one digest wait for the first."""
+                     progress: Progress | None, attempts: int = BLOB_ATTEMPTS) -> None:
+    """Download a blob into the store, verified; concurrent callers for one digest wait for the first.
+    A connection that breaks off mid-blob (or a 5xx) is retried a few times with a short backoff."""
     async with _locks_for_loop().hold(desc.digest):
-        if store.blobs.has(desc.digest):
-            return
-        async with sess.get(f"blobs/{desc.digest}") as resp:
-            if resp.status == 404:
-                raise PullError(f"{sess.url('blobs/' + desc.digest)}: blob unknown")
-            if resp.status != 200:
-                raise PullError(f"{sess.url('blobs/' + desc.digest)}: HTTP {resp.status}")
-            writer = store.blobs.writer(desc.digest, desc.size)
+        for attempt in range(1, attempts + 1):
+            if store.blobs.has(desc.digest):
+                return
             try:
-                async for chunk in resp.content.iter_chunked(CHUNK):
-                    writer.write(chunk)  # page-cache writes of 64 KiB: short enough for the loop
-                    if desc.size > 0 and writer.size > desc.size:
-                        raise DigestMismatch(f"blob {desc.digest} is longer than its {desc.size} bytes")
-                    emit(progress, ProgressEvent(DOWNLOAD, ref, desc.digest, writer.size, desc.size))
-                await _in_thread_to_completion(writer.commit)
-            except BaseException:
-                writer.abort()
-                raise
+                await _download(store, sess, desc, ref, progress)
+                return
+            except (_Transient, aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
+                    aiohttp.ClientConnectionError, TimeoutError) as e:
+                if attempt == attempts:
+                    raise PullError(f"blob {desc.digest}: {e} (after {attempts} attempts)") from None
+                log.info("blob %s: %s; retrying (%d/%d)", desc.digest, e, attempt, attempts)
+                await asyncio.sleep(RETRY_BACKOFF * attempt)
+
+
+async def _download(store: ImageStore, sess: RegistrySession, desc: mf.Descriptor, ref: str,
+                    progress: Progress | None) -> None:
+    async with sess.get(f"blobs/{desc.digest}") as resp:
+        if resp.status == 404:
+            raise PullError(f"{sess.url('blobs/' + desc.digest)}: blob unknown")
+        if resp.status >= 500 or resp.status == 429:
+            raise _Transient(f"{sess.url('blobs/' + desc.digest)}: HTTP {resp.status}")
+        if resp.status != 200:
+            raise PullError(f"{sess.url('blobs/' + desc.digest)}: HTTP {resp.status}")
+        writer = store.blobs.writer(desc.digest, desc.size)
+        try:
+            async for chunk in resp.content.iter_chunked(CHUNK):
+                writer.write(chunk)  # page-cache writes of 64 KiB: short enough for the loop
+                if desc.size > 0 and writer.size > desc.size:
+                    raise DigestMismatch(f"blob {desc.digest} is longer than its {desc.size} bytes")
+                emit(progress, ProgressEvent(DOWNLOAD, ref, desc.digest, writer.size, desc.size))
+            if 0 < desc.size and writer.size < desc.size:
+                raise _Transient(f"blob {desc.digest}: connection closed after {writer.size} of {desc.size} bytes")
+            await _in_thread_to_completion(writer.commit)
+        except BaseException:
+            writer.abort()
+            raise
 
 
 async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoint, ref: Reference,

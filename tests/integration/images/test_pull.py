@@ -231,3 +231,47 @@ async def test_registry_token_used_as_is(token_registry, images, tmp_path):
     img = await _store(tmp_path).pull(ref, auth={"registry_token": token})
     assert img.id == images.busybox.config_digest
     assert tokens.requests == []  # the token endpoint was never asked
+
+
+async def test_broken_downloads_are_retried(registry, images, tmp_path):
+    """A proxy in front of the registry cuts the first transfer of every blob halfway, then serves a 503."""
+    import aiohttp
+    from aiohttp import web
+
+    upstream = f"http://{registry.host}"
+    seen: dict[str, int] = {}
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        fwd = {k: v for k, v in request.headers.items() if k.lower() in ("accept", "authorization")}
+        async with aiohttp.ClientSession() as s, s.get(upstream + request.path_qs, headers=fwd) as r:
+            body = await r.read()
+            headers = {k: v for k, v in r.headers.items()
+                       if k.lower() in ("content-type", "docker-content-digest", "www-authenticate")}
+            status = r.status
+        if "/blobs/" in request.path and status == 200:
+            n = seen[request.path] = seen.get(request.path, 0) + 1
+            if n == 1:  # half the body, then the connection drops
+                resp = web.StreamResponse(status=200, headers=headers)
+                resp.content_length = len(body)
+                await resp.prepare(request)
+                await resp.write(body[: len(body) // 2])
+                request.transport.close()
+                return resp
+            if n == 2:
+                return web.Response(status=503, text="try again")
+        return web.Response(status=status, body=body, headers=headers)
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        store = _store(tmp_path, {"mirrors": {"flaky.example": {"endpoint": [f"http://127.0.0.1:{port}"]}}})
+        img = await store.pull("flaky.example/test/configured:v1")
+        assert img.id == images.configured.config_digest
+        assert seen and all(n == 3 for n in seen.values())  # every blob: cut, 503, then whole
+        _no_leftovers(store)
+    finally:
+        await runner.cleanup()
