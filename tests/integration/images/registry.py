@@ -259,6 +259,23 @@ class Registry:
         if p.returncode != 0:
             raise RuntimeError(f"skopeo push failed: {p.stderr}")
 
+    def upload(self, name: str, tag: str, blobs: dict[str, bytes], manifest: bytes, media_type: str) -> None:
+        """Push exactly these bytes through the registry API (plain-HTTP, anonymous registries only):
+        unlike skopeo, nothing is recompressed on the way."""
+        base = f"http://{self.host}/v2/{name}"
+        for digest, data in blobs.items():
+            req = urllib.request.Request(f"{base}/blobs/uploads/", method="POST", data=b"")
+            location = urllib.request.urlopen(req, timeout=30).headers["Location"]
+            if location.startswith("/"):
+                location = f"http://{self.host}{location}"
+            sep = "&" if "?" in location else "?"
+            req = urllib.request.Request(f"{location}{sep}digest={digest}", method="PUT", data=data,
+                                         headers={"Content-Type": "application/octet-stream"})
+            urllib.request.urlopen(req, timeout=30).read()
+        req = urllib.request.Request(f"{base}/manifests/{tag}", method="PUT", data=manifest,
+                                     headers={"Content-Type": media_type})
+        urllib.request.urlopen(req, timeout=30).read()
+
     def blob_path(self, digest: str) -> Path:
         hexd = digest.split(":", 1)[1]
         return self.storage / "docker/registry/v2/blobs/sha256" / hexd[:2] / hexd / "data"
