@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 from cri.images import archive as arc
 from cri.images.blobs import BlobStore, split_digest
-from cri.images.errors import AmbiguousReference, ImageNotFound, InvalidReference
+from cri.images.errors import AmbiguousReference, ImageError, ImageNotFound, InvalidReference
 from cri.images.progress import LAYER_DONE, UNPACK, Progress, ProgressEvent, emit
 from cri.images.reference import is_id, parse
 from cri.images.registries import RegistriesConfig
@@ -312,6 +312,9 @@ class ImageStore:
         tags = [parse(t).tagged or t for t in tags]
         digests = [parse(d).digested or d for d in digests]
         with self._update() as state:
+            missing = [d for d in diff_ids if not self.has_layer(d)]
+            if missing:  # collected by another process's gc between unpack and now: the caller retries
+                raise ImageError(f"layers {missing} vanished before image {image_id} was recorded")
             images = state["images"]
             for other in images.values():
                 if other["id"] != image_id:
@@ -373,18 +376,19 @@ class ImageStore:
                 if rec.get("manifest_digest"):
                     keep.add(rec["manifest_digest"])
             self._fs_cache = None
-            layers = blobs = 0
+            trash: list[Path] = []
             for p in list(self.layers_dir.iterdir()):
                 if "sha256:" + p.name not in keep:
-                    trash = self.tmp_dir / f"gc-{p.name[:16]}-{uuid.uuid4().hex}"
-                    os.rename(p, trash)  # atomic: the layer is never seen half-deleted
-                    _rmtree(trash)
-                    layers += 1
+                    trash.append(self.tmp_dir / f"gc-{p.name[:16]}-{uuid.uuid4().hex}")
+                    os.rename(p, trash[-1])  # atomic: the layer is never seen half-deleted
+            blobs = 0
             for d in self.blobs.digests():
                 if d not in keep:
                     self.blobs.delete(d)
                     blobs += 1
-        return layers, blobs
+        for t in trash:  # the slow part, outside the lock
+            _rmtree(t)
+        return len(trash), blobs
 
     # ---- archives -------------------------------------------------------------------------------------
 
