@@ -229,7 +229,7 @@ async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoin
     pins = [top_digest, digest, manifest.config.digest, *(ld.digest for ld in manifest.layers)]
     with store.pinned(pins):
         await fetch_blob(store, sess, manifest.config, shown, None)
-        config = _json_config(store.blobs.read(manifest.config.digest))
+        config = _json_config(await asyncio.to_thread(store.blobs.read, manifest.config.digest))
         diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
         if len(diff_ids) != len(manifest.layers):
             raise PullError(f"manifest has {len(manifest.layers)} layers but the config {len(diff_ids)} diff_ids")
@@ -259,14 +259,18 @@ async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoin
                         tg.create_task(layer(desc, diff_id))
             except ExceptionGroup as eg:
                 raise _first(eg) from None
-            for d, b in index_blobs.items():
-                store.blobs.put(b, d)
-            store.blobs.put(body, digest)
             size = manifest.config.size + sum(max(ld.size, 0) for ld in manifest.layers)
             tags = [ref.tagged] if ref.tag and not ref.digest else []
-            image = store.record(manifest.config.digest, size, diff_ids,
-                                 [*index_blobs, digest, *(ld.digest for ld in manifest.layers)], digest, tags,
-                                 [f"{ref.name}@{top_digest}"])
+
+            def finish() -> Image:  # fsyncs and the store's file lock: off the event loop
+                for d, b in index_blobs.items():
+                    store.blobs.put(b, d)
+                store.blobs.put(body, digest)
+                return store.record(manifest.config.digest, size, diff_ids,
+                                    [*index_blobs, digest, *(ld.digest for ld in manifest.layers)], digest, tags,
+                                    [f"{ref.name}@{top_digest}"])
+
+            image = await _in_thread_to_completion(finish)
     emit(progress, ProgressEvent(DONE, shown, image.id, size, size))
     return image
 
