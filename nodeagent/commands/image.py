@@ -33,7 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ls.add_argument("-o", "--output", choices=["table", "json"], default="table", help="output format")
     rm = sub.add_parser("rm", help="remove an image (a tag, or by id/digest the whole image)")
     rm.add_argument("refs", nargs="+", metavar="REF")
-    for sp in (imp, pull, ls, rm):  # accepted after the subcommand too
+    inspect = sub.add_parser("inspect", help="print an image's record, config and layer directories as JSON")
+    inspect.add_argument("ref", metavar="REF")
+    for sp in (imp, pull, ls, rm, inspect):  # accepted after the subcommand too
         sp.add_argument("--state-dir", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
@@ -165,4 +167,16 @@ def _cmd_rm(store: ImageStore, args: argparse.Namespace) -> int:
     return rc
 
 
-_COMMANDS = {"import": _cmd_import, "pull": _cmd_pull, "ls": _cmd_ls, "rm": _cmd_rm}
+def _cmd_inspect(store: ImageStore, args: argparse.Namespace) -> int:
+    img = store.resolve(args.ref)
+    if img is None:
+        print(f"error: image {args.ref!r} not found", file=sys.stderr)
+        return 1
+    print(json.dumps({"id": img.id, "repoTags": img.repo_tags, "repoDigests": img.repo_digests, "size": img.size,
+                      "manifestDigest": img.manifest_digest, "os": img.os, "architecture": img.architecture,
+                      "config": img.config, "diffIds": img.diff_ids, "layers": [str(p) for p in img.layers]},
+                     indent=2))
+    return 0
+
+
+_COMMANDS = {"import": _cmd_import, "pull": _cmd_pull, "ls": _cmd_ls, "rm": _cmd_rm, "inspect": _cmd_inspect}

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,10 @@ def test_import_ls_rm(images, tmp_path):
     assert any(line.split()[:3] == ["localhost/httpd", "v1", images.httpd.config_digest[7:20]] for line in lines)
     listed = json.loads(_cli(state, "ls", "-o", "json").stdout)
     assert {i["id"] for i in listed} == {images.whiteout.config_digest, images.httpd.config_digest}
+    info = json.loads(_cli(state, "inspect", "localhost/httpd:v1").stdout)
+    assert info["id"] == images.httpd.config_digest and info["config"]["ExposedPorts"] == {"80/tcp": {}}
+    assert all(Path(p).is_dir() for p in info["layers"])
+    assert _cli(state, "inspect", "nothing:here").returncode == 1
     assert _cli(state, "rm", "localhost/whiteout:v1").returncode == 0
     assert _cli(state, "ls", "-q").stdout.split() == [images.httpd.config_digest]
     p = _cli(state, "rm", "localhost/whiteout:v1")
