@@ -16,12 +16,17 @@ def store(tmp_path):
     return ImageStore(tmp_path / "images")
 
 
-@pytest.mark.parametrize("form", ["oci_dir", "docker_archive", "oci_tar"])
+@pytest.mark.parametrize("form", ["oci_dir", "docker_archive", "oci_tar", "docker_archive_gz"])
 def test_import_busybox(store, images, form, tmp_path):
     built = images.busybox
     if form == "oci_tar":
         src = tmp_path / "oci.tar"
         subprocess.run(["tar", "-C", str(built.oci_dir), "-cf", str(src), "."], check=True)
+    elif form == "docker_archive_gz":  # docker save | gzip
+        import gzip
+
+        src = tmp_path / "busybox.tar.gz"
+        src.write_bytes(gzip.compress(built.docker_archive.read_bytes()))
     else:
         src = getattr(built, form)
     events = []
@@ -29,7 +34,7 @@ def test_import_busybox(store, images, form, tmp_path):
     assert img.id == built.config_digest
     assert img.repo_tags == ["localhost/busybox:latest"]
     assert img.repo_digests and all(d.startswith("localhost/busybox@sha256:") for d in img.repo_digests)
-    if form != "docker_archive":
+    if not form.startswith("docker_archive"):
         assert f"localhost/busybox@{built.manifest_digest}" in img.repo_digests
     assert img.diff_ids == list(built.diff_ids)
     assert img.config["Cmd"] == ["sh"]
