@@ -234,6 +234,28 @@ class ImageStore:
     def layer_path(self, diff_id: str) -> Path:
         return self.layers_dir / split_digest(diff_id)[1]
 
+    def layer_links(self, image: Image) -> list[Path]:
+        """Short aliases (`<root>/l/<16 hex>` symlinks) of `image.layers`, bottom first, as Docker's overlay2
+        does: overlay's mount options fit in one page, so ~37 absolute layer paths is the limit, ~90 with
+        these (more with a chdir to `<root>/l` and relative names)."""
+        links = self.root / "l"
+        links.mkdir(exist_ok=True)
+        out = []
+        for diff_id in image.diff_ids:
+            hexd = split_digest(diff_id)[1]
+            link = links / hexd[:16]
+            target = f"../layers/sha256/{hexd}"
+            try:
+                current = os.readlink(link)
+            except FileNotFoundError:
+                current = None
+            if current != target:
+                tmp = links / f".{hexd[:16]}.{uuid.uuid4().hex}"
+                os.symlink(target, tmp)
+                os.replace(tmp, link)
+            out.append(link)
+        return out
+
     def has_layer(self, diff_id: str) -> bool:
         return self.layer_path(diff_id).is_dir()
 
@@ -386,6 +408,11 @@ class ImageStore:
                 if d not in keep:
                     self.blobs.delete(d)
                     blobs += 1
+        links = self.root / "l"
+        if links.is_dir():
+            for link in links.iterdir():
+                if link.is_symlink() and not link.exists():  # its layer is gone
+                    link.unlink(missing_ok=True)
         for t in trash:  # the slow part, outside the lock
             _rmtree(t)
         return len(trash), blobs

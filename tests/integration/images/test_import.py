@@ -3,6 +3,7 @@
 import os
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -94,8 +95,10 @@ def test_layers_shared_and_removal_keeps_them(store, images):
     assert not store.blobs.has(configured.id)
     assert store.remove(busybox.id)
     assert httpd.layers[0].exists() and store.resolve("localhost/httpd:v1") == httpd
+    links = store.layer_links(httpd)
     assert store.remove("localhost/httpd:v1")
     assert os.listdir(store.layers_dir) == [] and store.list() == []
+    assert not any(p.is_symlink() for p in links)  # aliases of collected layers go too
     assert store.blobs.digests() == []
     assert not store.remove("localhost/httpd:v1")
 
@@ -184,3 +187,36 @@ def test_malicious_docker_archive_cannot_write_outside(store, tmp_path):
     assert (root / "bin" / "ok").read_bytes() == b"fine" and stat.S_IMODE(os.stat(root / "bin" / "ok").st_mode) == 0o4755
     for _, _, files in os.walk(store.root):  # nothing named like the payloads anywhere in the store
         assert "climbed" not in files and "planted" not in files
+
+
+def test_many_layers_mount_through_short_links(tmp_path, res):
+    import shutil
+    import tempfile
+
+    from nodeagent.testing.images import Entry, ImageSpec, build
+
+    short = Path(tempfile.mkdtemp(prefix="na-"))  # a root as short as /var/lib/nodeagent/images
+    store = ImageStore(short)
+    try:
+        _many_layers(store, tmp_path, res, Entry, ImageSpec, build)
+    finally:
+        shutil.rmtree(short)
+
+
+def _many_layers(store, tmp_path, res, Entry, ImageSpec, build):
+    n = 70
+    spec = ImageSpec("localhost/tall", "v1",
+                     extra_layers=tuple((Entry(f"layers/{i:03d}", data=f"{i}".encode()),) for i in range(n)))
+    (img,) = store.import_archive(build(spec, tmp_path / "src").oci_dir)
+    assert len(img.layers) == n + 1
+    links = store.layer_links(img)
+    assert [p.resolve() for p in links] == [p.resolve() for p in img.layers]
+    lower = ":".join(str(p) for p in reversed(links))
+    assert len(lower) < 4000 < len(":".join(str(p) for p in img.layers))  # absolute paths would not fit a page
+    mnt = res.mountpoint()
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={lower}", str(mnt)], check=True)
+    try:
+        assert len(os.listdir(mnt / "layers")) == n and (mnt / "layers" / "069").read_text() == "69"
+        assert (mnt / "bin" / "busybox").exists()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
