@@ -57,3 +57,22 @@ def test_pull_with_registries_file(registry, images, tmp_path):
     assert "100%" in p.stderr
     p = _cli(state, "pull", "registry.k8s.io/nothing:here", "--registries", str(reg), "--no-progress")
     assert p.returncode == 1 and "not found" in p.stderr
+
+
+@pytest.mark.slow
+def test_concurrent_pulls_from_separate_processes(registry, images, tmp_path):
+    state = tmp_path / "images"
+    refs = [f"{registry.host}/test/configured:v1", f"{registry.host}/test/configured:v1",
+            f"{registry.host}/test/busybox:latest", f"{registry.host}/test/httpd:v1"]
+    procs = [subprocess.Popen([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(state), "pull",
+                               "--no-progress", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for ref in refs]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    listed = {i["id"]: i for i in json.loads(_cli(state, "ls", "-o", "json").stdout)}
+    assert set(listed) == {images.configured.config_digest, images.busybox.config_digest, images.httpd.config_digest}
+    layers = {d[7:] for b in (images.configured, images.busybox, images.httpd) for d in b.diff_ids}
+    assert {p.name for p in (state / "layers" / "sha256").iterdir()} == layers
+    assert list((state / "tmp").iterdir()) == [] and list((state / "blobs" / "ingest").iterdir()) == []
+    assert list((state / "pins").iterdir()) == []
