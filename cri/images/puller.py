@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -35,7 +36,7 @@ from cri.images.progress import (
     emit,
 )
 from cri.images.reference import Reference, parse
-from cri.images.registries import AuthConfig, Endpoint
+from cri.images.registries import AuthConfig, Endpoint, TLSConfig
 
 if TYPE_CHECKING:
     from cri.images.store import Image, ImageStore
@@ -86,10 +87,14 @@ def _locks_for_loop() -> _AsyncKeyedLocks:
 
 
 def ssl_context(ep: Endpoint) -> ssl.SSLContext | None:
-    if ep.plain_http:
-        return None
+    """The TLS context for an endpoint; contexts are cached per TLS config (loading the system CA bundle
+    costs ~100 ms, too much to pay on every pull)."""
+    return None if ep.plain_http else _ssl_context(ep.tls)
+
+
+@functools.lru_cache(maxsize=32)
+def _ssl_context(tls: TLSConfig | None) -> ssl.SSLContext:
     ctx = ssl.create_default_context()
-    tls = ep.tls
     if tls:
         if tls.ca_file:
             ctx.load_verify_locations(cafile=tls.ca_file)

@@ -8,10 +8,6 @@ import pytest
 
 from tests.integration.images.registry import REGISTRY_BIN, Registry
 
-needs_registry = pytest.mark.skipif(
-    not (Path(REGISTRY_BIN).exists() and shutil.which("skopeo")),
-    reason="docker-registry and skopeo are needed (make install adds them)")
-
 
 def _start(tmp_path_factory, name, **kw):
     if not Path(REGISTRY_BIN).exists() or not shutil.which("skopeo"):
