@@ -39,6 +39,16 @@ def test_import_ls_rm(images, tmp_path):
     assert p.returncode == 1 and "not found" in p.stderr
 
 
+def test_import_from_stdin(images, tmp_path):
+    state = tmp_path / "images"
+    with open(images.configured.docker_archive, "rb") as f:
+        p = subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(state), "import",
+                            "--no-progress", "-"], stdin=f, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert f"imported localhost/configured:v1 {images.configured.config_digest}" in p.stdout
+    assert list((state / "tmp").iterdir()) == []  # the spooled copy is gone
+
+
 def test_import_of_garbage_fails_cleanly(tmp_path):
     junk = tmp_path / "junk.tar"
     junk.write_bytes(b"not a tar at all" * 100)
