@@ -5,8 +5,11 @@ Layout under `root` (default /var/lib/nodeagent/images):
     blobs/sha256/<hex>     manifests, configs (the image id is its config digest) and pulled layer blobs
     blobs/ingest/          partial downloads (renamed into blobs/ only once verified)
     layers/sha256/<hex>/   one unpacked layer per diff_id, in overlayfs whiteout format (a lowerdir)
+    l/<16 hex>             short symlinks to layers/ (`layer_links`), so many lowerdirs fit one mount
     tmp/                   layers being unpacked (renamed into layers/ once complete and verified)
-    images.json            image records: id, repo tags and digests, manifest digest, diff_ids, blobs
+    pins/<pid>-<uuid>      digests a live pull or import is using: gc in any process keeps them
+    images.json            image records (id, repo tags and digests, manifest digest, diff_ids, blobs)
+                           and leases (owner -> digests kept for a container after its image is removed)
 """
 
 from __future__ import annotations
