@@ -1,0 +1,311 @@
+"""PullImage over the OCI distribution API: endpoints in order (mirrors, then the registry), the manifest
+(an index is resolved by this host's platform), then the config and the layers, every byte verified
+against its digest before it is stored, each layer unpacked once and shared."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+import aiohttp
+
+from cri.images import manifest as mf
+from cri.images.auth import authorize
+from cri.images.blobs import sha256_digest
+from cri.images.errors import (
+    AuthError,
+    DigestMismatch,
+    ImageError,
+    ManifestUnknown,
+    PullError,
+)
+from cri.images.progress import (
+    DONE,
+    DOWNLOAD,
+    EXISTS,
+    LAYER_DONE,
+    RESOLVED,
+    UNPACK,
+    Progress,
+    ProgressEvent,
+    emit,
+)
+from cri.images.reference import Reference, parse
+from cri.images.registries import AuthConfig, Endpoint
+
+if TYPE_CHECKING:
+    from cri.images.store import Image, ImageStore
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MAX_MANIFEST = 4 << 20
+CHUNK = 1 << 16
+LAYER_CONCURRENCY = 3
+TIMEOUT = aiohttp.ClientTimeout(total=None, connect=20, sock_connect=20, sock_read=120)
+USER_AGENT = "nodeagent-cri/0.1"
+
+
+class _AsyncKeyedLocks:
+    """asyncio locks per key (blob digest), dropped when unused so they never outlive their loop."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, n = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, n + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, n = self._locks[key]
+            if n <= 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, n - 1)
+
+
+_blob_locks: dict[int, _AsyncKeyedLocks] = {}
+
+
+def _locks_for_loop() -> _AsyncKeyedLocks:
+    loop = asyncio.get_running_loop()
+    key = id(loop)
+    if key not in _blob_locks:
+        _blob_locks.clear() if len(_blob_locks) > 16 else None
+        _blob_locks[key] = _AsyncKeyedLocks()
+    return _blob_locks[key]
+
+
+def ssl_context(ep: Endpoint) -> ssl.SSLContext | None:
+    if ep.plain_http:
+        return None
+    ctx = ssl.create_default_context()
+    tls = ep.tls
+    if tls:
+        if tls.ca_file:
+            ctx.load_verify_locations(cafile=tls.ca_file)
+        if tls.cert_file:
+            ctx.load_cert_chain(tls.cert_file, tls.key_file or None)
+        if tls.insecure_skip_verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+class RegistrySession:
+    """Requests to one endpoint, answering auth challenges once and reusing the token."""
+
+    def __init__(self, http: aiohttp.ClientSession, ep: Endpoint) -> None:
+        self.http, self.ep = http, ep
+        self.ssl = ssl_context(ep)
+        self.authz: str | None = None
+
+    def url(self, path: str) -> str:
+        return f"{self.ep.url}/v2/{self.ep.repository}/{path}"
+
+    @contextlib.asynccontextmanager
+    async def get(self, path: str, accept: str = "") -> AsyncIterator[aiohttp.ClientResponse]:
+        url = self.url(path)
+        for attempt in range(2):
+            headers = {"User-Agent": USER_AGENT}
+            if accept:
+                headers["Accept"] = accept
+            if self.authz:
+                headers["Authorization"] = self.authz
+            resp = await self.http.get(url, headers=headers, ssl=self.ssl if self.ssl else False)
+            if resp.status == 401 and attempt == 0:
+                challenge = resp.headers.get("WWW-Authenticate", "")
+                resp.release()
+                self.authz = await authorize(self.http, challenge, self.ep.auth, self.ep.repository,
+                                             ssl=self.ssl if self.ssl else False)
+                continue
+            try:
+                if resp.status in (401, 403):
+                    raise AuthError(f"{url}: HTTP {resp.status} (access denied)")
+                yield resp
+            finally:
+                resp.release()
+            return
+
+
+async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    data = bytearray()
+    async for chunk in resp.content.iter_chunked(CHUNK):
+        data += chunk
+        if len(data) > limit:
+            raise PullError(f"{resp.url}: document larger than {limit} bytes")
+    return bytes(data)
+
+
+async def fetch_manifest(sess: RegistrySession, obj: str, expected: str | None) -> tuple[bytes, str, str]:
+    """(body, media type, digest) of the manifest or index named by tag or digest `obj`."""
+    async with sess.get(f"manifests/{obj}", accept=mf.ACCEPT) as resp:
+        if resp.status == 404:
+            raise ManifestUnknown(f"{sess.url('manifests/' + obj)}: manifest unknown")
+        if resp.status != 200:
+            raise PullError(f"{sess.url('manifests/' + obj)}: HTTP {resp.status}")
+        body = await _read_limited(resp, MAX_MANIFEST)
+        content_type = resp.headers.get("Content-Type", "")
+        header_digest = resp.headers.get("Docker-Content-Digest", "")
+    digest = sha256_digest(body)
+    if expected and digest != expected:
+        raise DigestMismatch(f"manifest {obj} hashes to {digest}, expected {expected}")
+    if header_digest.startswith("sha256:") and header_digest != digest:
+        raise DigestMismatch(f"manifest {obj} hashes to {digest}, the registry says {header_digest}")
+    return body, mf.media_type_of(body, content_type), digest
+
+
+async def fetch_blob(store: ImageStore, sess: RegistrySession, desc: mf.Descriptor, ref: str,
+                     progress: Progress | None) -> None:
+    """Download a blob into the store, verified; concurrent callers for one digest wait for the first."""
+    async with _locks_for_loop().hold(desc.digest):
+        if store.blobs.has(desc.digest):
+            return
+        async with sess.get(f"blobs/{desc.digest}") as resp:
+            if resp.status == 404:
+                raise PullError(f"{sess.url('blobs/' + desc.digest)}: blob unknown")
+            if resp.status != 200:
+                raise PullError(f"{sess.url('blobs/' + desc.digest)}: HTTP {resp.status}")
+            writer = store.blobs.writer(desc.digest, desc.size)
+            try:
+                async for chunk in resp.content.iter_chunked(CHUNK):
+                    writer.write(chunk)  # page-cache writes of 64 KiB: short enough for the loop
+                    if desc.size > 0 and writer.size > desc.size:
+                        raise DigestMismatch(f"blob {desc.digest} is longer than its {desc.size} bytes")
+                    emit(progress, ProgressEvent(DOWNLOAD, ref, desc.digest, writer.size, desc.size))
+                await _in_thread_to_completion(writer.commit)
+            except BaseException:
+                writer.abort()
+                raise
+
+
+async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoint, ref: Reference,
+                     progress: Progress | None) -> Image:
+    sess = RegistrySession(http, ep)
+    shown = str(ref)
+    body, media_type, top_digest = await fetch_manifest(sess, ref.object, ref.digest)
+    index_blobs: dict[str, bytes] = {}
+    digest = top_digest
+    for _ in range(3):  # an index may point at another index
+        if not mf.is_index(media_type):
+            break
+        index_blobs[digest] = body
+        chosen = mf.select_manifest(mf.parse_index(body))
+        body, media_type, digest = await fetch_manifest(sess, chosen.digest, chosen.digest)
+    manifest = mf.parse_manifest(body, media_type)
+    diff_ids: list[str] = []
+    pins = [top_digest, digest, manifest.config.digest, *(ld.digest for ld in manifest.layers)]
+    with store.pinned(pins):
+        await fetch_blob(store, sess, manifest.config, shown, None)
+        config = _json_config(store.blobs.read(manifest.config.digest))
+        diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
+        if len(diff_ids) != len(manifest.layers):
+            raise PullError(f"manifest has {len(manifest.layers)} layers but the config {len(diff_ids)} diff_ids")
+        with store.pinned(diff_ids):
+            total = sum(max(ld.size, 0) for ld in manifest.layers)
+            emit(progress, ProgressEvent(RESOLVED, shown, digest, 0, total))
+            sem = asyncio.Semaphore(LAYER_CONCURRENCY)
+
+            async def layer(desc: mf.Descriptor, diff_id: str) -> None:
+                async with sem:
+                    if store.has_layer(diff_id):
+                        emit(progress, ProgressEvent(EXISTS, shown, desc.digest, desc.size, desc.size))
+                        return
+                    await fetch_blob(store, sess, desc, shown, progress)
+                    path = store.blobs.path(desc.digest)
+
+                    def on_bytes(n: int) -> None:
+                        emit(progress, ProgressEvent(UNPACK, shown, desc.digest, n, desc.size))
+
+                    await _in_thread_to_completion(store.ensure_layer, diff_id, lambda: open(path, "rb"), None,
+                                                   on_bytes)
+                    emit(progress, ProgressEvent(LAYER_DONE, shown, desc.digest, desc.size, desc.size))
+
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    for desc, diff_id in zip(manifest.layers, diff_ids, strict=True):
+                        tg.create_task(layer(desc, diff_id))
+            except ExceptionGroup as eg:
+                raise _first(eg) from None
+            for d, b in index_blobs.items():
+                store.blobs.put(b, d)
+            store.blobs.put(body, digest)
+            size = manifest.config.size + sum(max(ld.size, 0) for ld in manifest.layers)
+            tags = [ref.tagged] if ref.tag and not ref.digest else []
+            image = store.record(manifest.config.digest, size, diff_ids,
+                                 [*index_blobs, digest, *(ld.digest for ld in manifest.layers)], digest, tags,
+                                 [f"{ref.name}@{top_digest}"])
+    emit(progress, ProgressEvent(DONE, shown, image.id, size, size))
+    return image
+
+
+async def _in_thread_to_completion(fn: Callable[..., T], *args: object) -> T:
+    """Run fn in a thread; if we are cancelled, wait for the thread to finish (it cannot be stopped) so
+    a failed pull returns only after every unpack it started has completed or cleaned up."""
+    fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await fut
+        raise
+
+
+def _first(eg: BaseExceptionGroup) -> BaseException:
+    """The first real error of a TaskGroup failure (layer errors are reported one at a time)."""
+    e: BaseException = eg
+    while isinstance(e, BaseExceptionGroup):
+        e = e.exceptions[0]
+    return e
+
+
+def _json_config(data: bytes) -> dict:
+    import json
+
+    try:
+        cfg = json.loads(data)
+    except ValueError:
+        raise PullError("image config is not JSON") from None
+    if not isinstance(cfg, dict):
+        raise PullError("image config is not a JSON object")
+    return cfg
+
+
+async def pull_image(store: ImageStore, ref: str, auth: dict | None = None,
+                     progress: Progress | None = None) -> Image:
+    parsed = parse(ref)
+    if parsed.digest:  # content named by digest cannot change: use what is here if it is complete
+        have = store.resolve(parsed.digested or "")
+        if have is not None and all(p.is_dir() for p in have.layers):
+            emit(progress, ProgressEvent(DONE, str(parsed), have.id, have.size, have.size))
+            return have
+    request_auth = AuthConfig.from_dict(auth)
+    endpoints = store.registries.endpoints(parsed, request_auth)
+    errors: list[tuple[Endpoint, Exception]] = []
+    async with aiohttp.ClientSession(timeout=TIMEOUT, trust_env=False) as http:
+        for ep in endpoints:
+            try:
+                return await _pull_from(store, http, ep, parsed, progress)
+            except (TimeoutError, ImageError, aiohttp.ClientError, OSError, ValueError) as e:
+                log.info("pull %s from %s failed: %s", parsed, ep.url, e)
+                errors.append((ep, e))
+    raise _summarise(str(parsed), errors)
+
+
+def _summarise(ref: str, errors: list[tuple[Endpoint, Exception]]) -> PullError:
+    detail = "; ".join(f"{ep.url}: {type(e).__name__}: {e}" for ep, e in errors)
+    answered = [type(e) for _, e in errors if isinstance(e, ImageError)]
+    kinds = answered or [type(e) for _, e in errors]  # an endpoint that answered beats unreachable ones
+    for cls in (DigestMismatch, AuthError):
+        if any(issubclass(k, cls) for k in kinds):
+            return cls(f"pull {ref} failed: {detail}")
+    if kinds and all(issubclass(k, ManifestUnknown) for k in kinds):
+        return ManifestUnknown(f"image {ref} not found: {detail}")
+    return PullError(f"pull {ref} failed: {detail}")

@@ -1,0 +1,213 @@
+"""Pulls from Debian's docker-registry on 127.0.0.1: plain HTTP, mirrors and rewrites, index by platform,
+zstd layers, digest verification, concurrency, TLS and authentication."""
+
+import asyncio
+import json
+import os
+import stat
+import urllib.request
+
+import pytest
+
+from cri.images import ImageStore, RegistriesConfig
+from cri.images.errors import AuthError, DigestMismatch, ManifestUnknown, PullError
+from cri.images.progress import DONE
+from nodeagent.testing.images import Entry, ImageSpec, build
+from tests.integration.images.registry import PASSWORD, REFRESH_TOKEN, USER, free_port
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+def _store(tmp_path, cfg: dict | None = None, name="images") -> ImageStore:
+    return ImageStore(tmp_path / name, RegistriesConfig.from_dict(cfg or {}))
+
+
+def _no_leftovers(store: ImageStore) -> None:
+    assert os.listdir(store.tmp_dir) == []
+    assert os.listdir(store.blobs.tmp_dir) == []
+
+
+async def test_pull_plain_http(registry, images, tmp_path):
+    store = _store(tmp_path)
+    events = []
+    img = await store.pull(f"{registry.host}/test/configured:v1", progress=events.append)
+    built = images.configured
+    assert img.id == built.config_digest
+    assert img.repo_tags == [f"{registry.host}/test/configured:v1"]
+    assert img.repo_digests == [f"{registry.host}/test/configured@{built.manifest_digest}"]
+    assert img.diff_ids == list(built.diff_ids)
+    assert img.config["WorkingDir"] == "/work"
+    assert (img.layers[1] / "work" / "data.txt").read_text() == "layer two\n"
+    assert events[-1].phase == DONE and events[-1].ref.endswith("test/configured:v1")
+    assert store.resolve(f"{registry.host}/test/configured:v1") == img
+    assert store.resolve(img.repo_digests[0]) == img
+    _no_leftovers(store)
+
+
+async def test_pull_by_digest_and_unknown(registry, images, tmp_path):
+    store = _store(tmp_path)
+    built = images.httpd
+    img = await store.pull(f"{registry.host}/test/httpd@{built.manifest_digest}")
+    assert img.id == built.config_digest and img.repo_tags == []
+    with pytest.raises(ManifestUnknown):
+        await store.pull(f"{registry.host}/test/httpd@sha256:{'0' * 64}")
+    with pytest.raises(ManifestUnknown):
+        await store.pull(f"{registry.host}/test/nonexistent:v1")
+    assert [i.id for i in store.list()] == [img.id]
+
+
+async def test_pull_whiteouts_converted(registry, images, tmp_path):
+    store = _store(tmp_path)
+    img = await store.pull(f"{registry.host}/test/whiteout:v1")
+    st = os.lstat(img.layers[-1] / "etc" / "removed.txt")
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+    assert os.getxattr(img.layers[-1] / "opaque", "trusted.overlay.opaque") == b"y"
+
+
+async def test_index_resolved_by_host_platform(registry, images, tmp_path):
+    store = _store(tmp_path)
+    img = await store.pull(f"{registry.host}/test/multi:v1")
+    assert img.id == images.httpd.config_digest  # the linux/amd64 entry; arm64 points at the whiteout image
+    (digest,) = img.repo_digests
+    assert img.manifest_digest == images.httpd.manifest_digest and not digest.endswith(img.manifest_digest)
+
+
+def _zstd_layout(built, dest):
+    """A copy of `built`'s OCI layout with every layer recompressed as zstd (a new manifest, same diff_ids)."""
+    import gzip
+    import hashlib
+    import shutil
+
+    import zstandard
+
+    shutil.copytree(built.oci_dir, dest)
+    blobs = dest / "blobs" / "sha256"
+    manifest = json.loads((blobs / built.manifest_digest[7:]).read_bytes())
+    for layer in manifest["layers"]:
+        data = zstandard.ZstdCompressor().compress(gzip.decompress((blobs / layer["digest"][7:]).read_bytes()))
+        digest = hashlib.sha256(data).hexdigest()
+        (blobs / digest).write_bytes(data)
+        layer.update(mediaType="application/vnd.oci.image.layer.v1.tar+zstd", digest=f"sha256:{digest}",
+                     size=len(data))
+    body = json.dumps(manifest).encode()
+    digest = hashlib.sha256(body).hexdigest()
+    (blobs / digest).write_bytes(body)
+    index = json.loads((dest / "index.json").read_text())
+    index["manifests"][0].update(digest=f"sha256:{digest}", size=len(body))
+    (dest / "index.json").write_text(json.dumps(index))
+    return dest
+
+
+async def test_zstd_layers(registry, images, tmp_path):
+    built = images.configured
+    registry.push(_zstd_layout(built, tmp_path / "zstd"), built.spec.tag, "test/zstd", "v1")
+    req = urllib.request.Request(f"http://{registry.host}/v2/test/zstd/manifests/v1",
+                                 headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+    manifest = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(req, timeout=10).read()))
+    assert all(layer["mediaType"].endswith("+zstd") for layer in manifest["layers"])
+    store = _store(tmp_path)
+    img = await store.pull(f"{registry.host}/test/zstd:v1")
+    assert img.diff_ids == list(built.diff_ids)  # same content, verified after zstd decompression
+    assert (img.layers[1] / "work" / "data.txt").read_text() == "layer two\n"
+
+
+async def test_mirror_serves_registry_k8s_io(registry, images, tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"  # tried first, refused: the next endpoint is used
+    store = _store(tmp_path, {"mirrors": {"registry.k8s.io": {"endpoint": [dead, f"http://{registry.host}"]}}})
+    img = await store.pull("registry.k8s.io/pause:3.9")
+    assert img.id == images.busybox.config_digest
+    assert img.repo_tags == ["registry.k8s.io/pause:3.9"]
+    assert img.repo_digests == [f"registry.k8s.io/pause@{images.busybox.manifest_digest}"]
+    assert store.resolve("registry.k8s.io/pause:3.9") == img
+
+
+async def test_mirror_rewrite_for_docker_hub_names(registry, images, tmp_path, monkeypatch):
+    store = _store(tmp_path, {"mirrors": {"docker.io": {
+        "endpoint": [f"http://{registry.host}"], "rewrite": {"^library/(.*)": "mirrored/$1"}}}})
+    img = await store.pull("busybox:mirror")
+    assert img.repo_tags == ["docker.io/library/busybox:mirror"] and img.id == images.busybox.config_digest
+    assert store.resolve("busybox:mirror") == img
+
+
+async def test_wildcard_mirror(registry, images, tmp_path):
+    store = _store(tmp_path, {"mirrors": {"*": {"endpoint": [f"http://{registry.host}"]}}})
+    img = await store.pull("example.invalid/test/httpd:v1")
+    assert img.id == images.httpd.config_digest
+
+
+async def test_digest_mismatch_rejected(registry, tmp_path):
+    spec = ImageSpec("localhost/corrupt", "v1", extra_layers=((Entry("corrupt.txt", data=os.urandom(4096)),),))
+    built = build(spec, tmp_path / "src")
+    registry.push(built.oci_dir, "v1", "test/corrupt", "v1")
+    blob = registry.blob_path(built.layer_digests[-1])
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    store = _store(tmp_path)
+    with pytest.raises(DigestMismatch):
+        await store.pull(f"{registry.host}/test/corrupt:v1")
+    assert store.list() == []
+    assert not store.has_layer(built.diff_ids[-1]) and not store.blobs.has(built.layer_digests[-1])
+    _no_leftovers(store)
+
+
+async def test_concurrent_pulls_of_one_image(registry, images, tmp_path):
+    a = _store(tmp_path)
+    b = ImageStore(a.root, a.registries)  # a second store on the same root, as another process would be
+    ref = f"{registry.host}/test/configured:v1"
+    results = await asyncio.gather(a.pull(ref), a.pull(ref), b.pull(ref), a.pull(f"{registry.host}/test/busybox"))
+    assert {r.id for r in results[:3]} == {images.configured.config_digest}
+    assert sorted(os.listdir(a.layers_dir)) == sorted(d[7:] for d in images.configured.diff_ids)
+    assert {i.id for i in a.list()} == {images.configured.config_digest, images.busybox.config_digest}
+    _no_leftovers(a)
+
+
+async def test_remove_keeps_shared_layers(registry, images, tmp_path):
+    store = _store(tmp_path)
+    busybox = await store.pull(f"{registry.host}/test/busybox")
+    configured = await store.pull(f"{registry.host}/test/configured:v1")
+    assert busybox.layers[0] == configured.layers[0]
+    assert store.remove(f"{registry.host}/test/busybox:latest")
+    assert configured.layers[0].is_dir() and configured.layers[1].is_dir()
+    assert store.remove(configured.id)
+    assert os.listdir(store.layers_dir) == [] and store.blobs.digests() == []
+
+
+async def test_tls_with_ca_file(tls_registry, images, tmp_path):
+    ref = f"{tls_registry.host}/test/busybox:latest"
+    with pytest.raises(PullError):  # self-signed: refused without the CA, and plain HTTP is no way round
+        await _store(tmp_path, name="a").pull(ref)
+    store = _store(tmp_path, {"configs": {tls_registry.host: {"tls": {"ca_file": str(tls_registry.ca)}}}}, "b")
+    assert (await store.pull(ref)).id == images.busybox.config_digest
+    store = _store(tmp_path, {"configs": {tls_registry.host: {"tls": {"insecure_skip_verify": True}}}}, "c")
+    assert (await store.pull(ref)).id == images.busybox.config_digest
+
+
+async def test_basic_auth(basic_registry, images, tmp_path):
+    ref = f"{basic_registry.host}/private/busybox:latest"
+    with pytest.raises(AuthError):
+        await _store(tmp_path, name="anon").pull(ref)
+    with pytest.raises(AuthError):
+        await _store(tmp_path, name="wrong").pull(ref, auth={"username": USER, "password": "wrong"})
+    img = await _store(tmp_path, name="cri").pull(ref, auth={"username": USER, "password": PASSWORD})
+    assert img.id == images.busybox.config_digest
+    import base64
+
+    cfg = {"configs": {basic_registry.host: {"auth": {"auth": base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}}}}
+    assert (await _store(tmp_path, cfg, "yaml").pull(ref)).id == images.busybox.config_digest
+
+
+async def test_bearer_token_auth(token_registry, images, tmp_path):
+    ref = f"{token_registry.host}/private/busybox:latest"
+    tokens = token_registry.token_server
+    with pytest.raises(AuthError):
+        await _store(tmp_path, name="anon").pull(ref)
+    tokens.requests.clear()
+    img = await _store(tmp_path, name="basic").pull(ref, auth={"username": USER, "password": PASSWORD})
+    assert img.id == images.busybox.config_digest
+    assert tokens.requests and tokens.requests[0]["auth"]
+    assert tokens.requests[0]["scope"] == ["repository:private/busybox:pull"]
+    tokens.requests.clear()
+    cfg = {"configs": {token_registry.host: {"auth": {"identity_token": REFRESH_TOKEN}}}}
+    assert (await _store(tmp_path, cfg, "oauth").pull(ref)).id == images.busybox.config_digest
+    assert tokens.requests[0] == {"method": "POST", "grant": "refresh_token"}

@@ -1,0 +1,79 @@
+"""Store bookkeeping that needs no root: metadata, tags, stale temp files (layers built here, no whiteouts)."""
+
+import io
+import os
+import tarfile
+import time
+
+import pytest
+
+from cri.images.blobs import sha256_digest
+from cri.images.errors import AmbiguousReference, InvalidReference
+from cri.images.store import ImageStore
+
+
+def _layer(name: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    return buf.getvalue()
+
+
+def _add(store: ImageStore, name: str, tags: list[str]) -> str:
+    raw = _layer(name)
+    diff_id = sha256_digest(raw)
+    store.ensure_layer(diff_id, lambda: io.BytesIO(raw))
+    config = f'{{"config": {{"Cmd": ["{name}"]}}, "rootfs": {{"diff_ids": ["{diff_id}"]}}}}'.encode()
+    cid = store.blobs.put(config)
+    return store.record(cid, len(raw), [diff_id], [], "", tags, []).id
+
+
+def test_resolve_forms_and_tag_moves(tmp_path):
+    store = ImageStore(tmp_path)
+    a = _add(store, "a", ["busybox:1"])
+    b = _add(store, "b", ["example.com/x/y:2"])
+    assert store.resolve("docker.io/library/busybox:1").id == a
+    assert store.resolve("busybox:1").config == {"Cmd": ["a"]}
+    assert store.resolve(b).id == b and store.resolve(b[7:15]).id == b
+    assert store.resolve("busybox:2") is None and store.resolve("sha256:" + "f" * 64) is None
+    with pytest.raises(InvalidReference):
+        store.resolve("Not A Ref!")
+    # the tag moves: b gets busybox:1, a is left untagged
+    store.record(b, 2, store.resolve(b).diff_ids, [], "", ["busybox:1"], [])
+    assert store.resolve("busybox:1").id == b and store.resolve(a).repo_tags == []
+
+
+def test_ambiguous_prefix(tmp_path):
+    store = ImageStore(tmp_path)
+    ids = [_add(store, f"f{i}", [f"img:{i}"]) for i in range(40)]
+    common = {i[7] for i in ids}
+    c = next(c for c in common if sum(i[7] == c for i in ids) > 1)
+    with pytest.raises(AmbiguousReference):
+        store.resolve(c)
+
+
+def test_layer_path_is_reused_and_metadata_is_replaced_atomically(tmp_path):
+    store = ImageStore(tmp_path)
+    a = _add(store, "same", ["one:1"])
+    b = _add(store, "same", ["two:1"])
+    assert a == b  # same config and layer: one image with two tags
+    assert sorted(store.resolve(a).repo_tags) == ["docker.io/library/one:1", "docker.io/library/two:1"]
+    assert len(os.listdir(store.layers_dir)) == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".images.json")] == []
+
+
+def test_stale_temp_files_are_cleaned(tmp_path):
+    store = ImageStore(tmp_path)
+    old = store.tmp_dir / "layer-dead"
+    old.mkdir()
+    partial = store.blobs.tmp_dir / "abc.partial"
+    partial.write_bytes(b"x")
+    fresh = store.tmp_dir / "layer-live"
+    fresh.mkdir()
+    past = time.time() - 7 * 3600
+    os.utime(old, (past, past))
+    os.utime(partial, (past, past))
+    ImageStore(tmp_path)
+    assert not old.exists() and not partial.exists() and fresh.exists()
