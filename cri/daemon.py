@@ -26,6 +26,12 @@ class CRIConfig:
     cni_conf_dir: str = "/etc/cni/net.d"
     cni_bin_dirs: tuple[str, ...] = ("/opt/cni/bin", "/usr/lib/cni")
     registries: str | None = None
+    images: str | None = None  # image store root (default: beside the state dir, where `nodeagent image` looks)
+
+    def image_dir(self) -> Path:
+        if self.images:
+            return Path(self.images)
+        return Path(self.state_dir).parent / "images"
 
     @classmethod
     def from_any(cls, config: Any) -> CRIConfig:
@@ -41,7 +47,7 @@ class CRIConfig:
                    registries=getattr(config, "registries", None))
 
 
-def open_image_store(state_dir: Path, registries: str | None):
+def open_image_store(root: Path, registries: str | None):
     """The image store (cri.images), or None when this build lacks it."""
     try:
         from cri.images.store import ImageStore
@@ -53,7 +59,7 @@ def open_image_store(state_dir: Path, registries: str | None):
         from cri.images.registries import RegistriesConfig
 
         regs = RegistriesConfig.load(Path(registries))
-    return ImageStore(state_dir / "images", regs)
+    return ImageStore(root, regs)
 
 
 async def serve(config: Any, ready: asyncio.Event) -> None:
@@ -71,7 +77,7 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
     opts = RuntimeOptions(state_dir=state, cni_conf_dir=cfg.cni_conf_dir, cni_bin_dirs=tuple(cfg.cni_bin_dirs),
                           registries=cfg.registries)
     _check_binaries(opts)
-    store = await asyncio.to_thread(open_image_store, state, cfg.registries)
+    store = await asyncio.to_thread(open_image_store, cfg.image_dir(), cfg.registries)
     cni = CNI(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), opts.cni_cache_dir)
     runtime = Runtime(opts, detect(), images=store, cni=cni)
     await runtime.start()

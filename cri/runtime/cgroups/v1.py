@@ -99,7 +99,7 @@ class V1Cgroups:
         if "memory" in self.mounts and res.memory_limit:
             mem = self._node("memory", path).controller
             mem.limit_in_bytes = res.memory_limit
-            if res.memory_swap_limit and Path(mem.filepath("memory.memsw.limit_in_bytes")).exists():
+            if res.memory_swap_limit and (self._dir("memory", path) / "memory.memsw.limit_in_bytes").exists():
                 mem.memsw_limit_in_bytes = res.memory_swap_limit
         if "cpuset" in self.mounts and (res.cpuset_cpus or res.cpuset_mems):
             d = self._dir("cpuset", path)
