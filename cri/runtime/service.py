@@ -383,11 +383,21 @@ class Runtime:
         return Attachment(container_id=s.id, netns=netns, ifname="eth0", args=args, capability_args=cap)
 
     def _remove_cgroups(self, s: SandboxRecord) -> None:
+        """Remove the pause leaf and the parents this sandbox made, unless another sandbox still uses one:
+        then that sandbox inherits it, so the last user removes it."""
         self.cgroups.remove(s.cgroup)
         for path in reversed(s.made_cgroups):
-            if path != s.cgroup:
-                with contextlib.suppress(OSError):
-                    self.cgroups.remove(path)
+            if path == s.cgroup:
+                continue
+            heir = next((o for o in self.sandboxes.values()
+                         if o is not s and (o.pod_cgroup == path or o.pod_cgroup.startswith(path + "/"))), None)
+            if heir is not None:
+                if path not in heir.made_cgroups:
+                    heir.made_cgroups.insert(0, path)
+                    self._persist_sandbox(heir)
+                continue
+            with contextlib.suppress(OSError):
+                self.cgroups.remove(path)
 
     async def stop_pod_sandbox(self, sid: str) -> None:
         try:
