@@ -82,7 +82,8 @@ def sandbox_config(name: str, namespace: str = "default", uid: str = "", attempt
                    hostname: str = "", log_dir: str = "", cgroup_parent: str = "",
                    host_network: bool = False, share_pid: bool = False,
                    labels: dict[str, str] | None = None) -> pb.PodSandboxConfig:
-    cfg = pb.PodSandboxConfig(hostname=hostname or name, log_directory=log_dir)
+    # kubelet leaves the hostname empty for host-network pods (they use the node's UTS namespace)
+    cfg = pb.PodSandboxConfig(hostname="" if host_network else (hostname or name), log_directory=log_dir)
     cfg.metadata.name, cfg.metadata.namespace = name, namespace
     cfg.metadata.uid, cfg.metadata.attempt = uid or f"uid-{name}", attempt
     cfg.labels.update(labels or {})
