@@ -35,7 +35,7 @@ async def start_server(runtime, store, socket_path: str | Path) -> grpc.aio.Serv
     server = grpc.aio.server(options=[("grpc.max_send_message_length", MAX_MESSAGE * 2),
                                       ("grpc.max_receive_message_length", MAX_MESSAGE)])
     api_pb2_grpc.add_RuntimeServiceServicer_to_server(RuntimeService(runtime), server)
-    api_pb2_grpc.add_ImageServiceServicer_to_server(ImageServicer(store), server)
+    api_pb2_grpc.add_ImageServiceServicer_to_server(ImageServicer(store, runtime), server)
     server.add_insecure_port(f"unix://{path}")
     old = os.umask(0o177)
     try:

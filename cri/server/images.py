@@ -9,7 +9,7 @@ import time
 import grpc
 
 from cri.proto import api_pb2 as pb
-from cri.runtime.errors import InvalidArgument, Unimplemented
+from cri.runtime.errors import FailedPrecondition, InvalidArgument, Unimplemented
 from cri.server.boundary import rpc
 
 
@@ -29,8 +29,9 @@ def image_message(img) -> pb.Image:
 class ImageService:
     """The ImageService servicer (registered beside the RuntimeService)."""
 
-    def __init__(self, store) -> None:
+    def __init__(self, store, runtime=None) -> None:
         self.store = store
+        self.runtime = runtime
 
     def _need_store(self):
         if self.store is None:
@@ -79,7 +80,14 @@ class ImageService:
         store = self._need_store()
         if not request.image.image:
             raise InvalidArgument("image.image is required")
-        await asyncio.to_thread(store.remove, request.image.image)  # idempotent: gone already is fine
+        ref = request.image.image
+        img = await asyncio.to_thread(store.resolve, ref)
+        if img is not None and self.runtime is not None and (len(img.repo_tags) <= 1 or ref not in img.repo_tags):
+            users = [c.id for c in self.runtime.containers.values() if c.image_id == img.id]
+            if users:
+                # Its layers are the lower dirs of those containers' overlays: they must stay.
+                raise FailedPrecondition(f"image {img.id} is in use by container {users[0]}")
+        await asyncio.to_thread(store.remove, ref)  # idempotent: gone already is fine
         return pb.RemoveImageResponse()
 
     @rpc
