@@ -250,3 +250,37 @@ def test_exec_timeout_and_stopped_container(cri, pods):
     with pytest.raises(grpc.RpcError) as e:
         c.exec_sync(cid, ["true"])
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_container_events_and_stats(cri, pods):
+    import threading
+
+    c = cri.client
+    stream = c.rt.GetContainerEvents(pb.GetEventsRequest())
+    seen: list[tuple[str, int]] = []
+
+    def consume():
+        try:
+            for ev in stream:
+                seen.append((ev.container_id, ev.container_event_type))
+        except grpc.RpcError:
+            pass
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    time.sleep(0.2)
+    sid, scfg = pods.run()
+    cid = pods.container(sid, scfg, ["sleep", "300"])
+    stats = c.rt.ListContainerStats(pb.ListContainerStatsRequest(filter=pb.ContainerStatsFilter(pod_sandbox_id=sid)))
+    assert [s.attributes.id for s in stats.stats] == [cid]
+    pod_stats = c.rt.PodSandboxStats(pb.PodSandboxStatsRequest(pod_sandbox_id=sid)).stats
+    assert pod_stats.attributes.id == sid and pod_stats.linux.process.process_count.value >= 1
+    c.stop(cid, 0)
+    c.remove(cid)
+    deadline = time.monotonic() + 5
+    want = [pb.CONTAINER_CREATED_EVENT, pb.CONTAINER_STARTED_EVENT, pb.CONTAINER_STOPPED_EVENT,
+            pb.CONTAINER_DELETED_EVENT]
+    while time.monotonic() < deadline and [k for i, k in seen if i == cid] != want:
+        time.sleep(0.05)
+    stream.cancel()
+    assert [k for i, k in seen if i == cid] == want
