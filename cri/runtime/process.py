@@ -404,10 +404,11 @@ def exec_in(target_pid: int, argv: list[str], env: list[str], cwd: str, creds: C
     inner_pid = int(inner) if inner else 0
     out, err, timed_out = _collect(out_r, err_r, timeout)
     if timed_out:
-        for pid in (inner_pid, e1):
-            if pid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        # Kill only the command: E1 then reaps it. Were E1 killed first, the command would be
+        # re-parented outside the container's pid namespace, and an unreaped zombie there keeps
+        # the namespace (and so the container's init) from ever finishing its exit.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(inner_pid or e1, signal.SIGKILL)
     _, status = os.waitpid(e1, 0)
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
     return ExecResult(code, out, err, timed_out)
