@@ -26,6 +26,8 @@ class CRIConfig:
     cni_conf_dir: str = "/etc/cni/net.d"
     cni_bin_dirs: tuple[str, ...] = ("/opt/cni/bin", "/usr/lib/cni")
     registries: str | None = None
+    stream_address: str = "127.0.0.1"  # where Exec/Attach/PortForward URLs point
+    stream_port: int = 0  # 0: any free port
     images: str | None = None  # image store root (default: beside the state dir, where `nodeagent image` looks)
 
     def image_dir(self) -> Path:
@@ -81,7 +83,11 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
     cni = CNI(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), opts.cni_cache_dir)
     runtime = Runtime(opts, detect(), images=store, cni=cni)
     await runtime.start()
-    server = await start_server(runtime, store, cfg.socket)
+    from cri.server.stream_server import StreamServer
+
+    streams = StreamServer(runtime, cfg.stream_address, cfg.stream_port)
+    await streams.start()
+    server = await start_server(runtime, store, cfg.socket, streams)
     log.info("CRI runtime.v1 serving on unix://%s (state in %s)", cfg.socket, state)
     ready.set()
     try:
@@ -89,6 +95,8 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
     finally:
         with contextlib.suppress(Exception):
             await asyncio.shield(server.stop(grace=1))
+        with contextlib.suppress(Exception):
+            await streams.stop()
         await runtime.close()
         _unlink(cfg.socket)
 

@@ -18,10 +18,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import fcntl
 import os
 import selectors
 import signal
 import stat
+import struct
+import termios
 import time
 
 from cri.runtime import syscalls as sc
@@ -345,9 +348,33 @@ class ExecResult:
 OUTPUT_CAP = 16 << 20
 
 
-def exec_in(target_pid: int, argv: list[str], env: list[str], cwd: str, creds: Creds,
-            cgroup_procs: list[str], timeout: float | None) -> ExecResult:
-    """Run argv in the namespaces, cgroup and identity of a running container (blocking)."""
+@dataclasses.dataclass
+class ExecHandle:
+    """A command running in a container: E1 (our child, outside) waits for the command (inner)."""
+
+    e1: int
+    inner: int
+    stdin: int | None  # write end (or the pty master when tty)
+    stdout: int  # read end (the pty master when tty)
+    stderr: int | None
+    tty: bool
+
+    def kill(self) -> None:
+        # Kill only the command: E1 then reaps it. Were E1 killed first, the command would be
+        # re-parented outside the container's pid namespace, and an unreaped zombie there keeps
+        # the namespace (and so the container's init) from ever finishing its exit.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.inner or self.e1, signal.SIGKILL)
+
+    def wait(self) -> int:
+        """Block until the command ends; its exit code (128+signal when killed)."""
+        _, status = os.waitpid(self.e1, 0)
+        return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def spawn_exec(target_pid: int, argv: list[str], env: list[str], cwd: str, creds: Creds,
+               cgroup_procs: list[str], stdin: bool = False, tty: bool = False) -> ExecHandle:
+    """Start argv in the namespaces, cgroup and identity of a running container (blocking briefly)."""
     kinds = [("net", sc.CLONE_NEWNET), ("ipc", sc.CLONE_NEWIPC), ("uts", sc.CLONE_NEWUTS),
              ("pid", sc.CLONE_NEWPID), ("mnt", sc.CLONE_NEWNS)]
     fds = []
@@ -358,8 +385,18 @@ def exec_in(target_pid: int, argv: list[str], env: list[str], cwd: str, creds: C
         for fd, _ in fds:
             os.close(fd)
         raise LaunchError("the container is not running") from None
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
+    if tty:
+        master, slave = _container_pty(target_pid)
+        child_fds = (slave, slave, slave)
+        parent_fds: tuple[int | None, int, int | None] = (master, master, None)
+        close_after = [slave]
+    else:
+        in_r, in_w = os.pipe() if stdin else (os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC), None)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        child_fds = (in_r, out_w, err_w)
+        parent_fds = (in_w, out_r, err_r)
+        close_after = [in_r, out_w, err_w]
     sync_r, sync_w = os.pipe()
     e1 = os.fork()
     if e1 == 0:
@@ -374,14 +411,17 @@ def exec_in(target_pid: int, argv: list[str], env: list[str], cwd: str, creds: C
                 code = 126
                 try:
                     os.chdir(cwd or "/")
+                    if tty:
+                        os.setsid()
+                        fcntl.ioctl(child_fds[0], termios.TIOCSCTTY, 0)
                     _drop_privileges(creds)
-                    devnull = os.open("/dev/null", os.O_RDONLY)
-                    os.dup2(devnull, 0)
-                    os.dup2(out_w, 1)
-                    os.dup2(err_w, 2)
+                    for target, fd in enumerate(child_fds):
+                        os.dup2(fd, target)
                     os.closerange(3, sync_w)
                     os.closerange(sync_w + 1, 1 << 16)
                     envd = dict(e.split("=", 1) if "=" in e else (e, "") for e in env)
+                    if tty:
+                        envd.setdefault("TERM", "xterm")
                     os.execvpe(argv[0], argv, envd)
                 except BaseException as e:
                     code = 127 if isinstance(e, FileNotFoundError) else 126
@@ -390,28 +430,48 @@ def exec_in(target_pid: int, argv: list[str], env: list[str], cwd: str, creds: C
                 os._exit(code)
             os.write(sync_w, f"{e2}\n".encode())
             os.close(sync_w)
-            for fd in (out_w, err_w):
-                os.close(fd)
+            for fd in close_after + [p for p in parent_fds if p is not None]:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             _, status = os.waitpid(e2, 0)
-            os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+            os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
         except BaseException:
             os._exit(126)
     for fd, _ in fds:
         os.close(fd)
-    for fd in (out_w, err_w, sync_w):
+    for fd in close_after + [sync_w]:
         os.close(fd)
     inner = _read_all(sync_r).strip()
-    inner_pid = int(inner) if inner else 0
-    out, err, timed_out = _collect(out_r, err_r, timeout)
+    return ExecHandle(e1, int(inner) if inner else 0, parent_fds[0], parent_fds[1], parent_fds[2], tty)
+
+
+TIOCSPTLCK = 0x40045431
+TIOCGPTPEER = 0x5441
+
+
+def _container_pty(target_pid: int) -> tuple[int, int]:
+    """A pty from the container's own devpts (so /dev/pts/N exists in there), else from ours."""
+    try:
+        master = os.open(f"/proc/{target_pid}/root/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return os.openpty()
+    try:
+        fcntl.ioctl(master, TIOCSPTLCK, struct.pack("i", 0))
+        slave = fcntl.ioctl(master, TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        os.close(master)
+        return os.openpty()
+    return master, slave
+
+
+def exec_in(target_pid: int, argv: list[str], env: list[str], cwd: str, creds: Creds,
+            cgroup_procs: list[str], timeout: float | None) -> ExecResult:
+    """Run argv in a running container and collect its output (ExecSync; blocking)."""
+    h = spawn_exec(target_pid, argv, env, cwd, creds, cgroup_procs)
+    out, err, timed_out = _collect(h.stdout, h.stderr, timeout)
     if timed_out:
-        # Kill only the command: E1 then reaps it. Were E1 killed first, the command would be
-        # re-parented outside the container's pid namespace, and an unreaped zombie there keeps
-        # the namespace (and so the container's init) from ever finishing its exit.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(inner_pid or e1, signal.SIGKILL)
-    _, status = os.waitpid(e1, 0)
-    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
-    return ExecResult(code, out, err, timed_out)
+        h.kill()
+    return ExecResult(h.wait(), out, err, timed_out)
 
 
 def _collect(out_r: int, err_r: int, timeout: float | None) -> tuple[bytes, bytes, bool]:

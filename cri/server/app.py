@@ -20,21 +20,22 @@ MAX_MESSAGE = 16 << 20 | 1 << 20  # ExecSync output is capped at 16 MiB per stre
 
 class RuntimeService(SandboxVerbs, ContainerVerbs, StreamingVerbs, StatsVerbs, InfoVerbs,
                      api_pb2_grpc.RuntimeServiceServicer):
-    def __init__(self, runtime) -> None:
+    def __init__(self, runtime, streams=None) -> None:
         self.runtime = runtime
+        self.streams = streams
 
 
 class ImageServicer(ImageService, api_pb2_grpc.ImageServiceServicer):
     pass
 
 
-async def start_server(runtime, store, socket_path: str | Path) -> grpc.aio.Server:
+async def start_server(runtime, store, socket_path: str | Path, streams=None) -> grpc.aio.Server:
     """Bind the socket (mode 0600, replacing a stale one) and start serving."""
     path = Path(socket_path)
     _clear_socket(path)
     server = grpc.aio.server(options=[("grpc.max_send_message_length", MAX_MESSAGE * 2),
                                       ("grpc.max_receive_message_length", MAX_MESSAGE)])
-    api_pb2_grpc.add_RuntimeServiceServicer_to_server(RuntimeService(runtime), server)
+    api_pb2_grpc.add_RuntimeServiceServicer_to_server(RuntimeService(runtime, streams), server)
     api_pb2_grpc.add_ImageServiceServicer_to_server(ImageServicer(store, runtime), server)
     server.add_insecure_port(f"unix://{path}")
     old = os.umask(0o177)
