@@ -55,6 +55,7 @@ class Creds:
     groups: tuple[int, ...] = ()
     caps: int = 0  # bounding (and, for root, effective/permitted) capability mask
     no_new_privs: bool = False
+    seccomp: object | None = None  # a cri.runtime.seccomp.Profile, loaded before the exec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,6 +323,8 @@ def _mask(masked: tuple[str, ...], readonly: tuple[str, ...]) -> None:
 
 
 def _drop_privileges(c: Creds) -> None:
+    if c.seccomp is not None:
+        c.seccomp.load()  # still root with every capability here, so no no_new_privs is needed
     for cap in range(sc.last_cap() + 1):
         if not c.caps & (1 << cap):
             sc.prctl(sc.PR_CAPBSET_DROP, cap)

@@ -493,6 +493,7 @@ class Runtime:
             raise InvalidArgument("config.linux.security_context: run_as_user and run_as_username are exclusive")
         if sec.namespace_options.pid == TARGET:
             raise Unimplemented("namespace_options.pid TARGET is not supported by this runtime")
+        _seccomp_choice(sec)  # refuses what it cannot do before anything is made
         mounts = [cfglib.check_mount_paths(m.container_path, m.host_path, i) for i, m in enumerate(config.mounts)]
         image = self.images.resolve(config.image.image)
         if image is None:
@@ -564,6 +565,7 @@ class Runtime:
             "mounts": mounts,
             "pid_mode": "host" if pid_mode == NODE else ("join" if pid_mode == POD and s.pid_mode == POD else "new"),
             "oom_score_adj": config.linux.resources.oom_score_adj,
+            "seccomp": _seccomp_choice(sec),
         }
         image_ref = image.repo_digests[0] if image.repo_digests else image.id
         c = ContainerRecord(id=cid, sandbox_id=s.id, key=key, created_at=now_ns(),
@@ -572,6 +574,17 @@ class Runtime:
                             log_path=log_path, launch=launch_doc, resources=dataclasses.asdict(res))
         self._persist_container(c)
         return c
+
+    @staticmethod
+    def creds(c: ContainerRecord) -> Creds:
+        """The identity, capabilities and seccomp filter of a container's processes (and its execs)."""
+        L = c.launch
+        profile = None
+        if L.get("seccomp") == "runtime/default":
+            from cri.runtime.seccomp import runtime_default
+
+            profile = runtime_default()
+        return Creds(L["uid"], L["gid"], tuple(L["groups"]), L["caps"], L["no_new_privs"], profile)
 
     def _launch_spec(self, c: ContainerRecord, s: SandboxRecord) -> LaunchSpec:
         L = c.launch
@@ -585,7 +598,7 @@ class Runtime:
         own = int(Path("/proc/self/oom_score_adj").read_text())
         return LaunchSpec(
             argv=tuple(L["argv"]), env=tuple(L["env"]), cwd=L["cwd"],
-            creds=Creds(L["uid"], L["gid"], tuple(L["groups"]), L["caps"], L["no_new_privs"]),
+            creds=self.creds(c),
             rootfs=c.rootfs,
             mounts=tuple(Mount(m["source"], m["target"], m["readonly"], PROPAGATION.get(m["propagation"], sc.MS_PRIVATE))
                          for m in L["mounts"]),
@@ -744,7 +757,7 @@ class Runtime:
         if c.state != RUNNING or not alive(c.pid, c.pid_start):
             raise FailedPrecondition(f"container {c.id} is not running")
         L = c.launch
-        creds = Creds(L["uid"], L["gid"], tuple(L["groups"]), L["caps"], L["no_new_privs"])
+        creds = self.creds(c)
         try:
             r = await asyncio.to_thread(exec_in, c.pid, cmd, L["env"], L["cwd"], creds,
                                         self.cgroups.procs_files(c.cgroup), timeout_s or None)
@@ -820,6 +833,23 @@ def _validate_resources(r: pb.LinuxContainerResources, field: str) -> None:
         raise InvalidArgument(f"{field}.memory_limit_in_bytes: below the minimum of 256 KiB")
     if not -1000 <= r.oom_score_adj <= 1000:
         raise InvalidArgument(f"{field}.oom_score_adj: must be within -1000..1000")
+
+
+def _seccomp_choice(sec: pb.LinuxContainerSecurityContext) -> str:
+    """"runtime/default" or "unconfined", from the typed field or the deprecated path, like kubelet sends."""
+    if sec.privileged:
+        return "unconfined"
+    if sec.HasField("seccomp"):
+        kind = sec.seccomp.profile_type
+        if kind == pb.SecurityProfile.Localhost:
+            raise Unimplemented("localhost seccomp profiles are not supported; use RuntimeDefault or Unconfined")
+        return "runtime/default" if kind == pb.SecurityProfile.RuntimeDefault else "unconfined"
+    path = sec.seccomp_profile_path
+    if path in ("runtime/default", "docker/default"):
+        return "runtime/default"
+    if path.startswith("localhost/"):
+        raise Unimplemented("localhost seccomp profiles are not supported; use runtime/default or unconfined")
+    return "unconfined"
 
 
 def _resources(r: pb.LinuxContainerResources) -> Resources:

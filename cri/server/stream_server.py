@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from cri.runtime import syscalls as sc
-from cri.runtime.process import Creds, spawn_exec
+from cri.runtime.process import spawn_exec
 
 log = logging.getLogger("nodeagent.cri.stream")
 
@@ -126,7 +126,7 @@ class StreamServer:
         await ws.prepare(request)
         c = self.runtime.container(req["container_id"])
         L = c.launch
-        creds = Creds(L["uid"], L["gid"], tuple(L["groups"]), L["caps"], L["no_new_privs"])
+        creds = self.runtime.creds(c)
         try:
             h = await asyncio.to_thread(spawn_exec, c.pid, req["cmd"], L["env"], L["cwd"], creds,
                                         self.runtime.cgroups.procs_files(c.cgroup), req["stdin"], req["tty"])

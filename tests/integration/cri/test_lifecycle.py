@@ -284,3 +284,25 @@ def test_container_events_and_stats(cri, pods):
         time.sleep(0.05)
     stream.cancel()
     assert [k for i, k in seen if i == cid] == want
+
+
+def test_seccomp_runtime_default_and_unconfined(cri, pods):
+    c = cri.client
+    sid, scfg = pods.run()
+    from cri.client import container_config
+
+    confined = container_config("confined", "localhost/busybox:latest", ["sleep", "300"])
+    confined.linux.security_context.seccomp.profile_type = pb.SecurityProfile.RuntimeDefault
+    free = container_config("free", "localhost/busybox:latest", ["sleep", "300"])
+    free.linux.security_context.seccomp.profile_type = pb.SecurityProfile.Unconfined
+    a, b = c.create(sid, confined, scfg), c.create(sid, free, scfg)
+    c.start(a)
+    c.start(b)
+    assert re.search(r"Seccomp:\s+2", c.exec_sync(a, ["cat", "/proc/1/status"]).stdout.decode())
+    assert re.search(r"Seccomp:\s+2", c.exec_sync(a, ["cat", "/proc/self/status"]).stdout.decode())
+    assert re.search(r"Seccomp:\s+0", c.exec_sync(b, ["cat", "/proc/1/status"]).stdout.decode())
+    local = container_config("local", "localhost/busybox:latest", ["true"])
+    local.linux.security_context.seccomp.profile_type = pb.SecurityProfile.Localhost
+    with pytest.raises(grpc.RpcError) as e:
+        c.create(sid, local, scfg)
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
