@@ -81,7 +81,8 @@ def rmdir_retry(p: Path, attempts: int = 50) -> None:
 
 
 def write(p: Path, value: str) -> None:
-    fd = os.open(p, os.O_WRONLY)
+    # O_CREAT is a no-op on cgroupfs (its files always exist) and lets tests use a plain directory tree.
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, value.encode())
     finally:
