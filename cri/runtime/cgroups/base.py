@@ -66,18 +66,23 @@ class Cgroups(Protocol):
     def exists(self, path: str) -> bool: ...
 
 
-def rmdir_retry(p: Path, attempts: int = 50) -> None:
-    """rmdir a cgroup directory, retrying while the kernel still counts exiting tasks (EBUSY)."""
-    for i in range(attempts):
+def rmdir_retry(p: Path, budget_s: float = 10.0) -> None:
+    """rmdir a cgroup directory, retrying while the kernel still counts exiting tasks (EBUSY).
+
+    The wait starts at 0.5 ms and doubles up to 50 ms: a task that was just killed is usually gone
+    within a millisecond or two, so a coarse first sleep would dominate RemoveContainer."""
+    delay, deadline = 0.0005, time.monotonic() + budget_s
+    while True:
         try:
             p.rmdir()
             return
         except FileNotFoundError:
             return
         except OSError as e:
-            if e.errno != errno.EBUSY or i == attempts - 1:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
                 raise
-            time.sleep(0.01 * (i + 1))
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 def write(p: Path, value: str) -> None:
