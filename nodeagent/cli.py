@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("doctor", "report what this host's kernel supports and what nodeagent will use"),
     "up": ("up", "run the whole single-node cluster in the foreground"),
     "cri": ("cri", "run the container runtime (CRI runtime.v1 gRPC server) in the foreground"),
-    "image": ("image", "manage the runtime's images: import, pull, ls, rm"),
+    "image": ("image", "manage the runtime's images: import, pull, ls, rm, inspect"),
 }
 
 

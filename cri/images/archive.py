@@ -169,7 +169,13 @@ def _oci_layout(src: _Source) -> list[ArchivedImage]:
     if not isinstance(index, dict):
         raise ArchiveError("index.json is not an object")
     out: list[ArchivedImage] = []
-    for top in mf.parse_index(json.dumps(index).encode()):
+    tops = mf.parse_index(json.dumps(index).encode())
+    want = mf.host_platform()
+    # a layout of one image for several platforms lists each manifest with its platform: keep ours
+    usable = [t for t in tops if t.platform is None or mf.platform_matches(t.platform, want)]
+    if tops and not usable:
+        raise ArchiveError(f"the layout has no image for this platform ({want})")
+    for top in usable:
         names = []
         ann = top.annotations or {}
         if ann.get(NAME_ANNOTATION):

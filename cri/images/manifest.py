@@ -147,6 +147,10 @@ def _arch_matches(p: dict, want: Platform) -> int:
     return 1 if not variant else 0
 
 
+def platform_matches(p: dict, want: Platform | None = None) -> bool:
+    return _arch_matches(p, want or host_platform()) > 0
+
+
 def select_manifest(manifests: list[Descriptor], want: Platform | None = None) -> Descriptor:
     """Pick the index entry for `want` (default: this host); entries without a platform are a fallback."""
     want = want or host_platform()

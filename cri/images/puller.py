@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -35,7 +36,7 @@ from cri.images.progress import (
     emit,
 )
 from cri.images.reference import Reference, parse
-from cri.images.registries import AuthConfig, Endpoint
+from cri.images.registries import AuthConfig, Endpoint, TLSConfig
 
 if TYPE_CHECKING:
     from cri.images.store import Image, ImageStore
@@ -46,6 +47,8 @@ T = TypeVar("T")
 MAX_MANIFEST = 4 << 20
 CHUNK = 1 << 16
 LAYER_CONCURRENCY = 3
+BLOB_ATTEMPTS = 3
+RETRY_BACKOFF = 0.5  # seconds, times the attempt number
 TIMEOUT = aiohttp.ClientTimeout(total=None, connect=20, sock_connect=20, sock_read=120)
 USER_AGENT = "nodeagent-cri/0.1"
 
@@ -84,10 +87,14 @@ def _locks_for_loop() -> _AsyncKeyedLocks:
 
 
 def ssl_context(ep: Endpoint) -> ssl.SSLContext | None:
-    if ep.plain_http:
-        return None
+    """The TLS context for an endpoint; contexts are cached per TLS config (loading the system CA bundle
+    costs ~100 ms, too much to pay on every pull)."""
+    return None if ep.plain_http else _ssl_context(ep.tls)
+
+
+@functools.lru_cache(maxsize=32)
+def _ssl_context(tls: TLSConfig | None) -> ssl.SSLContext:
     ctx = ssl.create_default_context()
-    tls = ep.tls
     if tls:
         if tls.ca_file:
             ctx.load_verify_locations(cafile=tls.ca_file)
@@ -119,12 +126,12 @@ class RegistrySession:
                 headers["Accept"] = accept
             if self.authz:
                 headers["Authorization"] = self.authz
-            resp = await self.http.get(url, headers=headers, ssl=self.ssl if self.ssl else False)
+            resp = await self.http.get(url, headers=headers, ssl=self.ssl if self.ssl else True)
             if resp.status == 401 and attempt == 0:
                 challenge = resp.headers.get("WWW-Authenticate", "")
                 resp.release()
                 self.authz = await authorize(self.http, challenge, self.ep.auth, self.ep.repository,
-                                             ssl=self.ssl if self.ssl else False)
+                                             ssl=self.ssl if self.ssl else True)
                 continue
             try:
                 if resp.status in (401, 403):
@@ -162,28 +169,50 @@ async def fetch_manifest(sess: RegistrySession, obj: str, expected: str | None) 
     return body, mf.media_type_of(body, content_type), digest
 
 
+class _Transient(PullError):
+    """A download broke off or the registry had a hiccup (5xx): worth another attempt."""
+
+
 async def fetch_blob(store: ImageStore, sess: RegistrySession, desc: mf.Descriptor, ref: str,
-                     progress: Progress | None) -> None:
-    """Download a blob into the store, verified; concurrent callers for one digest wait for the first."""
+                     progress: Progress | None, attempts: int = BLOB_ATTEMPTS) -> None:
+    """Download a blob into the store, verified; concurrent callers for one digest wait for the first.
+    A connection that breaks off mid-blob (or a 5xx) is retried a few times with a short backoff."""
     async with _locks_for_loop().hold(desc.digest):
-        if store.blobs.has(desc.digest):
-            return
-        async with sess.get(f"blobs/{desc.digest}") as resp:
-            if resp.status == 404:
-                raise PullError(f"{sess.url('blobs/' + desc.digest)}: blob unknown")
-            if resp.status != 200:
-                raise PullError(f"{sess.url('blobs/' + desc.digest)}: HTTP {resp.status}")
-            writer = store.blobs.writer(desc.digest, desc.size)
+        for attempt in range(1, attempts + 1):
+            if store.blobs.has(desc.digest):
+                return
             try:
-                async for chunk in resp.content.iter_chunked(CHUNK):
-                    writer.write(chunk)  # page-cache writes of 64 KiB: short enough for the loop
-                    if desc.size > 0 and writer.size > desc.size:
-                        raise DigestMismatch(f"blob {desc.digest} is longer than its {desc.size} bytes")
-                    emit(progress, ProgressEvent(DOWNLOAD, ref, desc.digest, writer.size, desc.size))
-                await _in_thread_to_completion(writer.commit)
-            except BaseException:
-                writer.abort()
-                raise
+                await _download(store, sess, desc, ref, progress)
+                return
+            except (_Transient, aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
+                    aiohttp.ClientConnectionError, TimeoutError) as e:
+                if attempt == attempts:
+                    raise PullError(f"blob {desc.digest}: {e} (after {attempts} attempts)") from None
+                log.info("blob %s: %s; retrying (%d/%d)", desc.digest, e, attempt, attempts)
+                await asyncio.sleep(RETRY_BACKOFF * attempt)
+
+
+async def _download(store: ImageStore, sess: RegistrySession, desc: mf.Descriptor, ref: str,
+                    progress: Progress | None) -> None:
+    async with sess.get(f"blobs/{desc.digest}") as resp:
+        if resp.status == 404:
+            raise PullError(f"{sess.url('blobs/' + desc.digest)}: blob unknown")
+        if resp.status >= 500 or resp.status == 429:
+            raise _Transient(f"{sess.url('blobs/' + desc.digest)}: HTTP {resp.status}")
+        if resp.status != 200:
+            raise PullError(f"{sess.url('blobs/' + desc.digest)}: HTTP {resp.status}")
+        writer = store.blobs.writer(desc.digest, desc.size)
+        try:
+            async for chunk in resp.content.iter_chunked(CHUNK):
+                writer.write(chunk)  # page-cache writes of 64 KiB: short enough for the loop
+                if desc.size > 0 and writer.size > desc.size:
+                    raise DigestMismatch(f"blob {desc.digest} is longer than its {desc.size} bytes")
+                emit(progress, ProgressEvent(DOWNLOAD, ref, desc.digest, writer.size, desc.size))
+            # a complete response of the wrong length is wrong content (commit says so), not a broken transfer
+            await _in_thread_to_completion(writer.commit)
+        except BaseException:
+            writer.abort()
+            raise
 
 
 async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoint, ref: Reference,
@@ -204,7 +233,7 @@ async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoin
     pins = [top_digest, digest, manifest.config.digest, *(ld.digest for ld in manifest.layers)]
     with store.pinned(pins):
         await fetch_blob(store, sess, manifest.config, shown, None)
-        config = _json_config(store.blobs.read(manifest.config.digest))
+        config = _json_config(await asyncio.to_thread(store.blobs.read, manifest.config.digest))
         diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
         if len(diff_ids) != len(manifest.layers):
             raise PullError(f"manifest has {len(manifest.layers)} layers but the config {len(diff_ids)} diff_ids")
@@ -234,14 +263,18 @@ async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoin
                         tg.create_task(layer(desc, diff_id))
             except ExceptionGroup as eg:
                 raise _first(eg) from None
-            for d, b in index_blobs.items():
-                store.blobs.put(b, d)
-            store.blobs.put(body, digest)
             size = manifest.config.size + sum(max(ld.size, 0) for ld in manifest.layers)
             tags = [ref.tagged] if ref.tag and not ref.digest else []
-            image = store.record(manifest.config.digest, size, diff_ids,
-                                 [*index_blobs, digest, *(ld.digest for ld in manifest.layers)], digest, tags,
-                                 [f"{ref.name}@{top_digest}"])
+
+            def finish() -> Image:  # fsyncs and the store's file lock: off the event loop
+                for d, b in index_blobs.items():
+                    store.blobs.put(b, d)
+                store.blobs.put(body, digest)
+                return store.record(manifest.config.digest, size, diff_ids,
+                                    [*index_blobs, digest, *(ld.digest for ld in manifest.layers)], digest, tags,
+                                    [f"{ref.name}@{top_digest}"])
+
+            image = await _in_thread_to_completion(finish)
     emit(progress, ProgressEvent(DONE, shown, image.id, size, size))
     return image
 

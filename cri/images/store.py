@@ -5,8 +5,11 @@ Layout under `root` (default /var/lib/nodeagent/images):
     blobs/sha256/<hex>     manifests, configs (the image id is its config digest) and pulled layer blobs
     blobs/ingest/          partial downloads (renamed into blobs/ only once verified)
     layers/sha256/<hex>/   one unpacked layer per diff_id, in overlayfs whiteout format (a lowerdir)
+    l/<16 hex>             short symlinks to layers/ (`layer_links`), so many lowerdirs fit one mount
     tmp/                   layers being unpacked (renamed into layers/ once complete and verified)
-    images.json            image records: id, repo tags and digests, manifest digest, diff_ids, blobs
+    pins/<pid>-<uuid>      digests a live pull or import is using: gc in any process keeps them
+    images.json            image records (id, repo tags and digests, manifest digest, diff_ids, blobs)
+                           and leases (owner -> digests kept for a container after its image is removed)
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import BinaryIO
 
 from cri.images import archive as arc
 from cri.images.blobs import BlobStore, split_digest
-from cri.images.errors import AmbiguousReference, ImageNotFound, InvalidReference
+from cri.images.errors import AmbiguousReference, ImageError, ImageNotFound, InvalidReference
 from cri.images.progress import LAYER_DONE, UNPACK, Progress, ProgressEvent, emit
 from cri.images.reference import is_id, parse
 from cri.images.registries import RegistriesConfig
@@ -38,6 +41,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path("/var/lib/nodeagent/images")
 STATE_VERSION = 1
+FS_INFO_TTL = 5.0  # seconds
 STALE_AFTER = 6 * 3600  # seconds: a partial download or unpack older than this was left by a crash
 
 
@@ -89,12 +93,16 @@ class ImageStore:
         self.layers_dir.mkdir(parents=True, exist_ok=True)
         self.tmp_dir = self.root / "tmp"
         self.tmp_dir.mkdir(exist_ok=True)
+        self.pins_dir = self.root / "pins"
+        self.pins_dir.mkdir(exist_ok=True)
         self.meta_path = self.root / "images.json"
         self._lock_path = self.root / ".lock"
         self._mu = threading.RLock()
         self._cache: tuple[tuple[int, int, int], dict] | None = None
         self._layer_locks = _KeyedLocks()
         self._pins: collections.Counter[str] = collections.Counter()  # digests in use by running pulls/imports
+        self._configs: dict[str, dict] = {}
+        self._fs_cache: tuple[float, tuple[str, int, int]] | None = None
         self.clean_stale()
 
     def clean_stale(self, max_age: float = STALE_AFTER) -> int:
@@ -161,12 +169,23 @@ class ImageStore:
             yield state
             self._write_state(state)
             self._cache = None
+            self._fs_cache = None
+
+    def _config(self, image_id: str) -> dict:
+        """The image config (immutable: named by its digest), cached."""
+        cfg = self._configs.get(image_id)
+        if cfg is None:
+            try:
+                cfg = json.loads(self.blobs.read(image_id))
+            except FileNotFoundError:
+                return {}
+            if len(self._configs) > 512:
+                self._configs.clear()
+            self._configs[image_id] = cfg
+        return cfg
 
     def _image(self, rec: dict) -> Image:
-        try:
-            cfg = json.loads(self.blobs.read(rec["id"]))
-        except FileNotFoundError:
-            cfg = {}
+        cfg = self._config(rec["id"])
         return Image(
             id=rec["id"], repo_tags=list(rec.get("repo_tags", [])), repo_digests=list(rec.get("repo_digests", [])),
             size=int(rec.get("size", 0)), config=dict(cfg.get("config") or {}),
@@ -218,6 +237,28 @@ class ImageStore:
     def layer_path(self, diff_id: str) -> Path:
         return self.layers_dir / split_digest(diff_id)[1]
 
+    def layer_links(self, image: Image) -> list[Path]:
+        """Short aliases (`<root>/l/<16 hex>` symlinks) of `image.layers`, bottom first, as Docker's overlay2
+        does: overlay's mount options fit in one page, so ~37 absolute layer paths is the limit, ~90 with
+        these (more with a chdir to `<root>/l` and relative names)."""
+        links = self.root / "l"
+        links.mkdir(exist_ok=True)
+        out = []
+        for diff_id in image.diff_ids:
+            hexd = split_digest(diff_id)[1]
+            link = links / hexd[:16]
+            target = f"../layers/sha256/{hexd}"
+            try:
+                current = os.readlink(link)
+            except FileNotFoundError:
+                current = None
+            if current != target:
+                tmp = links / f".{hexd[:16]}.{uuid.uuid4().hex}"
+                os.symlink(target, tmp)
+                os.replace(tmp, link)
+            out.append(link)
+        return out
+
     def has_layer(self, diff_id: str) -> bool:
         return self.layer_path(diff_id).is_dir()
 
@@ -225,7 +266,12 @@ class ImageStore:
 
     @contextlib.contextmanager
     def pinned(self, digests: list[str]) -> Iterator[None]:
-        """Keeps blobs and layers from garbage collection while a pull or import is using them."""
+        """Keeps blobs and layers from garbage collection while a pull or import is using them, in this
+        process (a counter) and in any other store on the same root (a pin file naming our pid)."""
+        pin = self.pins_dir / f"{os.getpid()}-{uuid.uuid4().hex}"
+        tmp = pin.with_name("." + pin.name)
+        tmp.write_text(json.dumps(list(digests)))
+        os.replace(tmp, pin)
         with self._mu:
             self._pins.update(digests)
         try:
@@ -234,6 +280,31 @@ class ImageStore:
             with self._mu:
                 self._pins.subtract(digests)
                 self._pins += collections.Counter()  # drop zero counts
+            pin.unlink(missing_ok=True)
+
+    def _pinned_elsewhere(self) -> set[str]:
+        """Digests pinned by live processes; pin files of dead ones are removed."""
+        keep: set[str] = set()
+        for p in self.pins_dir.iterdir():
+            if p.name.startswith("."):
+                continue
+            pid = int(p.name.split("-", 1)[0]) if p.name.split("-", 1)[0].isdigit() else 0
+            alive = pid > 0
+            if alive and pid != os.getpid():
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    alive = False
+                except PermissionError:
+                    pass
+            try:
+                if alive:
+                    keep.update(json.loads(p.read_text()))
+                else:
+                    p.unlink(missing_ok=True)
+            except (FileNotFoundError, ValueError):
+                continue
+        return keep
 
     def ensure_layer(self, diff_id: str, opener: Callable[[], contextlib.AbstractContextManager[BinaryIO]],
                      blob_digest: str | None = None, on_bytes: Callable[[int], None] | None = None) -> Path:
@@ -266,6 +337,9 @@ class ImageStore:
         tags = [parse(t).tagged or t for t in tags]
         digests = [parse(d).digested or d for d in digests]
         with self._update() as state:
+            missing = [d for d in diff_ids if not self.has_layer(d)]
+            if missing:  # collected by another process's gc between unpack and now: the caller retries
+                raise ImageError(f"layers {missing} vanished before image {image_id} was recorded")
             images = state["images"]
             for other in images.values():
                 if other["id"] != image_id:
@@ -276,6 +350,26 @@ class ImageStore:
             rec.update(size=size, diff_ids=diff_ids, blobs=_union(rec.get("blobs", []), blobs))
             rec["manifest_digest"] = manifest_digest or rec.get("manifest_digest", "")
         return self._image(rec)
+
+    def lease(self, owner: str, image: Image | str) -> Image:
+        """Keep `image`'s layers (and config) on disk for `owner` (e.g. a container id) until `release`:
+        a container's overlay uses the layer dirs as lowerdirs, so removing the image while the container
+        exists removes only the image record, as with containerd's snapshots. Persisted in images.json."""
+        img = self.get(image) if isinstance(image, str) else image
+        with self._update() as state:
+            state.setdefault("leases", {})[owner] = [img.id, *img.diff_ids]
+        return img
+
+    def release(self, owner: str) -> bool:
+        """Drop `owner`'s lease (idempotent) and collect what only it kept; True if it had one."""
+        with self._update() as state:
+            had = state.setdefault("leases", {}).pop(owner, None) is not None
+        if had:
+            self.gc()
+        return had
+
+    def leases(self) -> dict[str, list[str]]:
+        return {k: list(v) for k, v in self._read_state().get("leases", {}).items()}
 
     def remove(self, ref: str) -> bool:
         """Remove a tag (the image stays while it has other tags) or, by id or digest, the whole image.
@@ -297,25 +391,34 @@ class ImageStore:
         with self._file_lock():
             self._cache = None
             state = self._read_state()
-            keep: set[str] = set(k for k, n in self._pins.items() if n > 0)
+            keep: set[str] = {k for k, n in self._pins.items() if n > 0} | self._pinned_elsewhere()
+            for leased in state.get("leases", {}).values():
+                keep.update(leased)
             for rec in state["images"].values():
                 keep.add(rec["id"])
                 keep.update(rec.get("diff_ids", []))
                 keep.update(rec.get("blobs", []))
                 if rec.get("manifest_digest"):
                     keep.add(rec["manifest_digest"])
-            layers = blobs = 0
+            self._fs_cache = None
+            trash: list[Path] = []
             for p in list(self.layers_dir.iterdir()):
                 if "sha256:" + p.name not in keep:
-                    trash = self.tmp_dir / f"gc-{p.name[:16]}-{uuid.uuid4().hex}"
-                    os.rename(p, trash)  # atomic: the layer is never seen half-deleted
-                    _rmtree(trash)
-                    layers += 1
+                    trash.append(self.tmp_dir / f"gc-{p.name[:16]}-{uuid.uuid4().hex}")
+                    os.rename(p, trash[-1])  # atomic: the layer is never seen half-deleted
+            blobs = 0
             for d in self.blobs.digests():
                 if d not in keep:
                     self.blobs.delete(d)
                     blobs += 1
-        return layers, blobs
+        links = self.root / "l"
+        if links.is_dir():
+            for link in links.iterdir():
+                if link.is_symlink() and not link.exists():  # its layer is gone
+                    link.unlink(missing_ok=True)
+        for t in trash:  # the slow part, outside the lock
+            _rmtree(t)
+        return len(trash), blobs
 
     # ---- archives -------------------------------------------------------------------------------------
 
@@ -363,18 +466,32 @@ class ImageStore:
 
     # ---- usage ----------------------------------------------------------------------------------------
 
-    def fs_info(self) -> tuple[str, int, int]:
-        """(mountpoint of the filesystem holding the store, bytes used by the store, inodes used)."""
-        used = inodes = 0
+    def fs_info(self, max_age: float = FS_INFO_TTL) -> tuple[str, int, int]:
+        """(mountpoint of the filesystem holding the store, bytes used by the store, inodes used).
+
+        A walk of the store, so it is cached for `max_age` seconds (kubelet asks every few seconds);
+        hardlinked files count once."""
+        import time
+
+        now = time.monotonic()
+        cached = self._fs_cache
+        if cached and now - cached[0] < max_age:
+            return cached[1]
+        used = 0
+        seen: set[tuple[int, int]] = set()
         for dirpath, dirnames, filenames in os.walk(self.root):
             for name in dirnames + filenames:
                 try:
                     st = os.lstat(os.path.join(dirpath, name))
                 except FileNotFoundError:
                     continue
-                used += st.st_blocks * 512
-                inodes += 1
-        return _mountpoint(self.root), used, inodes
+                key = (st.st_dev, st.st_ino)
+                if key not in seen:
+                    seen.add(key)
+                    used += st.st_blocks * 512
+        result = (_mountpoint(self.root), used, len(seen))
+        self._fs_cache = (now, result)
+        return result
 
 
 def _mountpoint(path: Path) -> str:

@@ -213,9 +213,7 @@ def unpack(stream: BinaryIO, dest: Path, expected_diff_id: str | None = None,
     dirs: list[tuple[str, int]] = []
     try:
         if head:  # an empty blob is an empty layer
-            _extract(reader, root, as_root, stats, dirs, lambda: on_bytes(raw.count) if on_bytes else None)
-        reader.drain()
-        raw.drain()
+            _extract(reader, raw, root, as_root, stats, dirs, lambda: on_bytes(raw.count) if on_bytes else None)
         for rel, mtime in reversed(dirs):
             try:
                 fd = root.parent(rel, create=False)
@@ -234,7 +232,7 @@ def unpack(stream: BinaryIO, dest: Path, expected_diff_id: str | None = None,
     return stats
 
 
-def _extract(reader: _HashingReader, root: _Root, as_root: bool, stats: UnpackStats,
+def _extract(reader: _HashingReader, raw: _HashingReader, root: _Root, as_root: bool, stats: UnpackStats,
              dirs: list[tuple[str, int]], tick: Callable[[], None]) -> None:
     import zlib
 
@@ -250,6 +248,8 @@ def _extract(reader: _HashingReader, root: _Root, as_root: bool, stats: UnpackSt
                     stats.skipped.append((member.name, str(e)))
                     log.warning("layer entry %r skipped: %s", member.name, e)
                 tick()
+        reader.drain()  # tar padding and anything after the end blocks count towards the digests
+        raw.drain()
     except (tarfile.TarError, EOFError, zlib.error, zstandard.ZstdError, gzip.BadGzipFile) as e:
         raise CorruptLayer(f"layer is not a valid tar stream: {e}") from None
 

@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help=f"image store root (default: {DEFAULT_STATE_DIR})")
     sub = p.add_subparsers(dest="image_command", metavar="SUBCOMMAND", required=True)
     imp = sub.add_parser("import", help="import an OCI image layout (dir or tar) or a docker-archive tarball")
-    imp.add_argument("file", type=Path, metavar="FILE")
+    imp.add_argument("file", metavar="FILE", help="archive path, or - for a tarball on stdin (docker save | ...)")
     imp.add_argument("--no-progress", action="store_true", help="no progress bar")
     pull = sub.add_parser("pull", help="pull an image from its registry (or the mirrors registries.yaml names)")
     pull.add_argument("ref", metavar="REF")
@@ -33,7 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ls.add_argument("-o", "--output", choices=["table", "json"], default="table", help="output format")
     rm = sub.add_parser("rm", help="remove an image (a tag, or by id/digest the whole image)")
     rm.add_argument("refs", nargs="+", metavar="REF")
-    for sp in (imp, pull, ls, rm):  # accepted after the subcommand too
+    inspect = sub.add_parser("inspect", help="print an image's record, config and layer directories as JSON")
+    inspect.add_argument("ref", metavar="REF")
+    for sp in (imp, pull, ls, rm, inspect):  # accepted after the subcommand too
         sp.add_argument("--state-dir", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
@@ -93,11 +95,23 @@ class _Bar:
 
 
 def _cmd_import(store: ImageStore, args: argparse.Namespace) -> int:
-    bar = _Bar(not args.no_progress, f"import {args.file.name}")
+    import shutil
+    import tempfile
+
+    spool = None
+    path = Path(args.file)
+    if args.file == "-":  # a tar needs random access: spool stdin beside the store first
+        spool = tempfile.NamedTemporaryFile(dir=store.tmp_dir, prefix="stdin-", suffix=".tar")
+        shutil.copyfileobj(sys.stdin.buffer, spool, 1 << 20)
+        spool.flush()
+        path = Path(spool.name)
+    bar = _Bar(not args.no_progress, f"import {'stdin' if spool else path.name}")
     try:
-        imported = store.import_archive(args.file, progress=bar)
+        imported = store.import_archive(path, progress=bar)
     finally:
         bar.close()
+        if spool:
+            spool.close()
     for img in imported:
         print(f"imported {', '.join(img.repo_tags) or '<untagged>'} {img.id}")
     return 0
@@ -165,4 +179,16 @@ def _cmd_rm(store: ImageStore, args: argparse.Namespace) -> int:
     return rc
 
 
-_COMMANDS = {"import": _cmd_import, "pull": _cmd_pull, "ls": _cmd_ls, "rm": _cmd_rm}
+def _cmd_inspect(store: ImageStore, args: argparse.Namespace) -> int:
+    img = store.resolve(args.ref)
+    if img is None:
+        print(f"error: image {args.ref!r} not found", file=sys.stderr)
+        return 1
+    print(json.dumps({"id": img.id, "repoTags": img.repo_tags, "repoDigests": img.repo_digests, "size": img.size,
+                      "manifestDigest": img.manifest_digest, "os": img.os, "architecture": img.architecture,
+                      "config": img.config, "diffIds": img.diff_ids, "layers": [str(p) for p in img.layers]},
+                     indent=2))
+    return 0
+
+
+_COMMANDS = {"import": _cmd_import, "pull": _cmd_pull, "ls": _cmd_ls, "rm": _cmd_rm, "inspect": _cmd_inspect}

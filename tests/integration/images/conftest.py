@@ -8,10 +8,6 @@ import pytest
 
 from tests.integration.images.registry import REGISTRY_BIN, Registry
 
-needs_registry = pytest.mark.skipif(
-    not (Path(REGISTRY_BIN).exists() and shutil.which("skopeo")),
-    reason="docker-registry and skopeo are needed (make install adds them)")
-
 
 def _start(tmp_path_factory, name, **kw):
     if not Path(REGISTRY_BIN).exists() or not shutil.which("skopeo"):
@@ -19,8 +15,14 @@ def _start(tmp_path_factory, name, **kw):
     return Registry(tmp_path_factory.mktemp(name), **kw)
 
 
-def make_index_layout(dest: Path, amd64, other, tag: str = "multi") -> Path:
-    """An OCI layout whose index points at `amd64` for linux/amd64 and `other` for linux/arm64."""
+def make_index_layout(dest: Path, amd64, other, tag: str = "multi", nested: bool = True) -> Path:
+    """An OCI layout whose index points at `amd64` for this host's platform (linux/amd64 on this machine)
+    and `other` for another one; `nested`: index.json -> an index blob -> manifests, else index.json lists
+    the manifests itself."""
+    from cri.images.manifest import host_platform
+
+    here = host_platform().architecture
+    foreign = "s390x" if here != "s390x" else "arm64"
     dest.mkdir(parents=True)
     blobs = dest / "blobs" / "sha256"
     blobs.mkdir(parents=True)
@@ -28,7 +30,7 @@ def make_index_layout(dest: Path, amd64, other, tag: str = "multi") -> Path:
         for f in (built.oci_dir / "blobs" / "sha256").iterdir():
             shutil.copy(f, blobs / f.name)
     manifests = []
-    for built, arch in ((other, "arm64"), (amd64, "amd64")):
+    for built, arch in ((other, foreign), (amd64, here)):
         size = (built.oci_dir / "blobs" / "sha256" / built.manifest_digest[7:]).stat().st_size
         manifests.append({"mediaType": "application/vnd.oci.image.manifest.v1+json",
                           "digest": built.manifest_digest, "size": size,
@@ -37,6 +39,12 @@ def make_index_layout(dest: Path, amd64, other, tag: str = "multi") -> Path:
                         "manifests": manifests}).encode()
     import hashlib
 
+    if not nested:
+        (dest / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+        for m in manifests:
+            m["annotations"] = {"io.containerd.image.name": f"localhost/multi:{tag}"}
+        (dest / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": manifests}))
+        return dest
     digest = hashlib.sha256(index).hexdigest()
     (blobs / digest).write_bytes(index)
     (dest / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
@@ -66,6 +74,17 @@ def registry(tmp_path_factory, images):
 @pytest.fixture(scope="session")
 def tls_registry(tmp_path_factory, images):
     reg = _start(tmp_path_factory, "tls-registry", tls=True)
+    try:
+        reg.push(images.busybox.oci_dir, "latest", "test/busybox", "latest")
+        yield reg
+    finally:
+        reg.stop()
+
+
+@pytest.fixture(scope="session")
+def mtls_registry(tmp_path_factory, images):
+    """TLS registry that also requires a client certificate from its CA."""
+    reg = _start(tmp_path_factory, "mtls-registry", tls=True, client_certs=True)
     try:
         reg.push(images.busybox.oci_dir, "latest", "test/busybox", "latest")
         yield reg

@@ -30,7 +30,8 @@ def free_port() -> int:
 
 
 def make_ca_and_cert(dest: Path) -> tuple[Path, Path, Path]:
-    """(ca.pem, cert.pem, key.pem): a CA and a server certificate for 127.0.0.1/localhost."""
+    """(ca.pem, cert.pem, key.pem): a CA and a server certificate for 127.0.0.1/localhost; a client
+    certificate from the same CA is written beside them (client.pem, client-key.pem)."""
     import ipaddress
 
     from cryptography import x509
@@ -58,6 +59,17 @@ def make_ca_and_cert(dest: Path) -> tuple[Path, Path, Path]:
                                                         x509.DNSName("localhost")]), critical=False)
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA256()))
+    ckey = ec.generate_private_key(ec.SECP256R1())
+    client = (x509.CertificateBuilder()
+              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nodeagent puller")]))
+              .issuer_name(ca_name).public_key(ckey.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+              .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+              .sign(ca_key, hashes.SHA256()))
+    (dest / "client.pem").write_bytes(client.public_bytes(serialization.Encoding.PEM))
+    (dest / "client-key.pem").write_bytes(ckey.private_bytes(serialization.Encoding.PEM,
+                                                             serialization.PrivateFormat.PKCS8,
+                                                             serialization.NoEncryption()))
     paths = dest / "ca.pem", dest / "cert.pem", dest / "key.pem"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
@@ -160,7 +172,8 @@ class TokenServer:
 class Registry:
     """One docker-registry process with its own config and storage under `workdir`."""
 
-    def __init__(self, workdir: Path, *, tls: bool = False, htpasswd: bool = False, token: bool = False) -> None:
+    def __init__(self, workdir: Path, *, tls: bool = False, htpasswd: bool = False, token: bool = False,
+                 client_certs: bool = False) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.storage = workdir / "storage"
@@ -178,6 +191,10 @@ class Registry:
         if tls:
             self.ca, cert, key = make_ca_and_cert(workdir)
             cfg["http"]["tls"] = {"certificate": str(cert), "key": str(key)}
+            if client_certs:
+                cfg["http"]["tls"]["clientcas"] = [str(self.ca)]
+        self.client_cert = (workdir / "client.pem", workdir / "client-key.pem") if tls else None
+        self.client_certs = client_certs
         if htpasswd:
             import bcrypt
 
@@ -208,6 +225,8 @@ class Registry:
         import ssl
 
         ctx = ssl.create_default_context(cafile=str(self.ca)) if self.ca else None
+        if ctx and self.client_certs and self.client_cert:
+            ctx.load_cert_chain(*map(str, self.client_cert))
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -229,10 +248,33 @@ class Registry:
             argv += ["--dest-creds", f"{USER}:{PASSWORD}"]
         if all_images:
             argv.append("--all")
+        if self.client_certs and self.client_cert:
+            certs = self.workdir / "skopeo-certs"
+            certs.mkdir(exist_ok=True)
+            (certs / "client.cert").write_bytes(self.client_cert[0].read_bytes())
+            (certs / "client.key").write_bytes(self.client_cert[1].read_bytes())
+            argv += ["--dest-cert-dir", str(certs)]
         argv += [*extra, f"oci:{oci_dir}:{src_tag}", f"docker://{self.host}/{name}:{tag}"]
         p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         if p.returncode != 0:
             raise RuntimeError(f"skopeo push failed: {p.stderr}")
+
+    def upload(self, name: str, tag: str, blobs: dict[str, bytes], manifest: bytes, media_type: str) -> None:
+        """Push exactly these bytes through the registry API (plain-HTTP, anonymous registries only):
+        unlike skopeo, nothing is recompressed on the way."""
+        base = f"http://{self.host}/v2/{name}"
+        for digest, data in blobs.items():
+            req = urllib.request.Request(f"{base}/blobs/uploads/", method="POST", data=b"")
+            location = urllib.request.urlopen(req, timeout=30).headers["Location"]
+            if location.startswith("/"):
+                location = f"http://{self.host}{location}"
+            sep = "&" if "?" in location else "?"
+            req = urllib.request.Request(f"{location}{sep}digest={digest}", method="PUT", data=data,
+                                         headers={"Content-Type": "application/octet-stream"})
+            urllib.request.urlopen(req, timeout=30).read()
+        req = urllib.request.Request(f"{base}/manifests/{tag}", method="PUT", data=manifest,
+                                     headers={"Content-Type": media_type})
+        urllib.request.urlopen(req, timeout=30).read()
 
     def blob_path(self, digest: str) -> Path:
         hexd = digest.split(":", 1)[1]

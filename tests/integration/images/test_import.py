@@ -3,6 +3,7 @@
 import os
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -16,12 +17,17 @@ def store(tmp_path):
     return ImageStore(tmp_path / "images")
 
 
-@pytest.mark.parametrize("form", ["oci_dir", "docker_archive", "oci_tar"])
+@pytest.mark.parametrize("form", ["oci_dir", "docker_archive", "oci_tar", "docker_archive_gz"])
 def test_import_busybox(store, images, form, tmp_path):
     built = images.busybox
     if form == "oci_tar":
         src = tmp_path / "oci.tar"
         subprocess.run(["tar", "-C", str(built.oci_dir), "-cf", str(src), "."], check=True)
+    elif form == "docker_archive_gz":  # docker save | gzip
+        import gzip
+
+        src = tmp_path / "busybox.tar.gz"
+        src.write_bytes(gzip.compress(built.docker_archive.read_bytes()))
     else:
         src = getattr(built, form)
     events = []
@@ -29,7 +35,7 @@ def test_import_busybox(store, images, form, tmp_path):
     assert img.id == built.config_digest
     assert img.repo_tags == ["localhost/busybox:latest"]
     assert img.repo_digests and all(d.startswith("localhost/busybox@sha256:") for d in img.repo_digests)
-    if form != "docker_archive":
+    if not form.startswith("docker_archive"):
         assert f"localhost/busybox@{built.manifest_digest}" in img.repo_digests
     assert img.diff_ids == list(built.diff_ids)
     assert img.config["Cmd"] == ["sh"]
@@ -89,8 +95,10 @@ def test_layers_shared_and_removal_keeps_them(store, images):
     assert not store.blobs.has(configured.id)
     assert store.remove(busybox.id)
     assert httpd.layers[0].exists() and store.resolve("localhost/httpd:v1") == httpd
+    links = store.layer_links(httpd)
     assert store.remove("localhost/httpd:v1")
     assert os.listdir(store.layers_dir) == [] and store.list() == []
+    assert not any(p.is_symlink() for p in links)  # aliases of collected layers go too
     assert store.blobs.digests() == []
     assert not store.remove("localhost/httpd:v1")
 
@@ -116,3 +124,99 @@ async def test_pull_by_digest_of_a_present_image_needs_no_registry(store, images
     (img,) = store.import_archive(images.busybox.oci_dir)
     # localhost has no registry listening: only the local content can answer
     assert await store.pull(f"localhost/busybox@{images.busybox.manifest_digest}") == img
+
+
+@pytest.mark.parametrize("nested", [True, False])
+def test_multi_platform_layout_imports_this_hosts_image(store, images, tmp_path, nested):
+    from tests.integration.images.conftest import make_index_layout
+
+    layout = make_index_layout(tmp_path / "oci", images.httpd, images.whiteout, nested=nested)
+    imported = store.import_archive(layout)
+    assert [i.id for i in imported] == [images.httpd.config_digest]
+    assert [i.id for i in store.list()] == [images.httpd.config_digest]
+
+
+def test_malicious_docker_archive_cannot_write_outside(store, tmp_path):
+    """A docker-archive whose layer climbs out, writes through escaping symlinks and links outside files."""
+    import hashlib
+    import io
+    import json
+    import tarfile
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("untouched")
+
+    def entry(tar, name, kind="file", data=b"x", target="", mode=0o644):
+        info = tarfile.TarInfo(name)
+        info.mode = mode
+        if kind == "file":
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            return
+        info.type = {"sym": tarfile.SYMTYPE, "link": tarfile.LNKTYPE, "chr": tarfile.CHRTYPE}[kind]
+        info.linkname = target
+        tar.addfile(info)
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        entry(tar, "../../../../../../" + str(outside / "climbed").lstrip("/"))
+        entry(tar, "abs", "sym", target=str(outside))
+        entry(tar, "abs/planted", data=b"owned")
+        entry(tar, "rel", "sym", target="../" * 12 + str(outside).lstrip("/"))
+        entry(tar, "rel/secret", data=b"overwritten")
+        entry(tar, "hl", "link", target="../" * 12 + str(outside / "secret").lstrip("/"))
+        entry(tar, "mem", "chr")
+        entry(tar, "bin/ok", data=b"fine", mode=0o4755)
+    layer = buf.getvalue()
+    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Cmd": ["/bin/ok"]},
+                         "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+    archive = tmp_path / "evil.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name, data in (("layer.tar", layer), ("config.json", config),
+                           ("manifest.json", json.dumps([{"Config": "config.json", "RepoTags": ["evil:1"],
+                                                          "Layers": ["layer.tar"]}]).encode())):
+            entry(tar, name, data=data)
+    (img,) = store.import_archive(archive)
+    root = img.layers[0]
+    assert sorted(os.listdir(outside)) == ["secret"] and (outside / "secret").read_text() == "untouched"
+    assert os.stat(outside / "secret").st_nlink == 1
+    assert os.readlink(root / "abs") == str(outside) and os.path.islink(root / "rel")
+    assert not (root / "hl").exists() and not (root / "mem").exists()
+    assert (root / "bin" / "ok").read_bytes() == b"fine" and stat.S_IMODE(os.stat(root / "bin" / "ok").st_mode) == 0o4755
+    for _, _, files in os.walk(store.root):  # nothing named like the payloads anywhere in the store
+        assert "climbed" not in files and "planted" not in files
+
+
+def test_many_layers_mount_through_short_links(tmp_path, res):
+    import shutil
+    import tempfile
+
+    from nodeagent.testing.images import Entry, ImageSpec, build
+
+    short = Path(tempfile.mkdtemp(prefix="na-"))  # a root as short as /var/lib/nodeagent/images
+    store = ImageStore(short)
+    try:
+        _many_layers(store, tmp_path, res, Entry, ImageSpec, build)
+    finally:
+        shutil.rmtree(short)
+
+
+def _many_layers(store, tmp_path, res, Entry, ImageSpec, build):
+    n = 70
+    spec = ImageSpec("localhost/tall", "v1",
+                     extra_layers=tuple((Entry(f"layers/{i:03d}", data=f"{i}".encode()),) for i in range(n)))
+    (img,) = store.import_archive(build(spec, tmp_path / "src").oci_dir)
+    assert len(img.layers) == n + 1
+    links = store.layer_links(img)
+    assert [p.resolve() for p in links] == [p.resolve() for p in img.layers]
+    lower = ":".join(str(p) for p in reversed(links))
+    assert len(lower) < 4000 < len(":".join(str(p) for p in img.layers))  # absolute paths would not fit a page
+    mnt = res.mountpoint()
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={lower}", str(mnt)], check=True)
+    try:
+        assert len(os.listdir(mnt / "layers")) == n and (mnt / "layers" / "069").read_text() == "69"
+        assert (mnt / "bin" / "busybox").exists()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)

@@ -72,8 +72,9 @@ async def test_index_resolved_by_host_platform(registry, images, tmp_path):
     assert img.manifest_digest == images.httpd.manifest_digest and not digest.endswith(img.manifest_digest)
 
 
-def _zstd_layout(built, dest):
-    """A copy of `built`'s OCI layout with every layer recompressed as zstd (a new manifest, same diff_ids)."""
+def _zstd_layout(built, dest, kind: str = "zstd"):
+    """A copy of `built`'s OCI layout with every layer recompressed as zstd (or left uncompressed: kind
+    "none"): a new manifest, the same diff_ids."""
     import gzip
     import hashlib
     import shutil
@@ -84,11 +85,13 @@ def _zstd_layout(built, dest):
     blobs = dest / "blobs" / "sha256"
     manifest = json.loads((blobs / built.manifest_digest[7:]).read_bytes())
     for layer in manifest["layers"]:
-        data = zstandard.ZstdCompressor().compress(gzip.decompress((blobs / layer["digest"][7:]).read_bytes()))
+        data = gzip.decompress((blobs / layer["digest"][7:]).read_bytes())
+        if kind == "zstd":
+            data = zstandard.ZstdCompressor().compress(data)
         digest = hashlib.sha256(data).hexdigest()
         (blobs / digest).write_bytes(data)
-        layer.update(mediaType="application/vnd.oci.image.layer.v1.tar+zstd", digest=f"sha256:{digest}",
-                     size=len(data))
+        media = "application/vnd.oci.image.layer.v1.tar" + ("+zstd" if kind == "zstd" else "")
+        layer.update(mediaType=media, digest=f"sha256:{digest}", size=len(data))
     body = json.dumps(manifest).encode()
     digest = hashlib.sha256(body).hexdigest()
     (blobs / digest).write_bytes(body)
@@ -109,6 +112,32 @@ async def test_zstd_layers(registry, images, tmp_path):
     img = await store.pull(f"{registry.host}/test/zstd:v1")
     assert img.diff_ids == list(built.diff_ids)  # same content, verified after zstd decompression
     assert (img.layers[1] / "work" / "data.txt").read_text() == "layer two\n"
+
+
+async def test_uncompressed_layers(registry, images, tmp_path):
+    built = images.configured
+    layout = _zstd_layout(built, tmp_path / "plain", "none")
+    blobs = {f"sha256:{p.name}": p.read_bytes() for p in (layout / "blobs" / "sha256").iterdir()}
+    top = json.loads((layout / "index.json").read_text())["manifests"][0]
+    manifest = blobs[top["digest"]]
+    assert all(la["mediaType"].endswith(".tar") for la in json.loads(manifest)["layers"])
+    await asyncio.to_thread(registry.upload, "test/plain", "v1", blobs, manifest, top["mediaType"])
+    img = await _store(tmp_path).pull(f"{registry.host}/test/plain:v1")
+    assert img.diff_ids == list(built.diff_ids)
+    assert img.size > built.size  # uncompressed blobs are what the manifest counts
+    assert (img.layers[1] / "work" / "data.txt").read_text() == "layer two\n"
+
+
+async def test_docker_schema2_manifest(registry, images, tmp_path):
+    built = images.httpd
+    registry.push(built.oci_dir, built.spec.tag, "test/v2s2", "v1", "--format", "v2s2")
+    req = urllib.request.Request(f"http://{registry.host}/v2/test/v2s2/manifests/v1",
+                                 headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    manifest = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(req, timeout=10).read()))
+    assert manifest["mediaType"] == "application/vnd.docker.distribution.manifest.v2+json"
+    img = await _store(tmp_path).pull(f"{registry.host}/test/v2s2:v1")
+    assert img.id == built.config_digest and img.diff_ids == list(built.diff_ids)
+    assert img.config["Cmd"] == ["httpd", "-f", "-p", "80", "-h", "/var/www"]
 
 
 async def test_mirror_serves_registry_k8s_io(registry, images, tmp_path):
@@ -211,3 +240,67 @@ async def test_bearer_token_auth(token_registry, images, tmp_path):
     cfg = {"configs": {token_registry.host: {"auth": {"identity_token": REFRESH_TOKEN}}}}
     assert (await _store(tmp_path, cfg, "oauth").pull(ref)).id == images.busybox.config_digest
     assert tokens.requests[0] == {"method": "POST", "grant": "refresh_token"}
+
+
+async def test_tls_client_certificate(mtls_registry, images, tmp_path):
+    ref = f"{mtls_registry.host}/test/busybox:latest"
+    ca = str(mtls_registry.ca)
+    with pytest.raises(PullError):  # the server wants a client certificate
+        await _store(tmp_path, {"configs": {mtls_registry.host: {"tls": {"ca_file": ca}}}}, "a").pull(ref)
+    cert, key = map(str, mtls_registry.client_cert)
+    cfg = {"configs": {mtls_registry.host: {"tls": {"ca_file": ca, "cert_file": cert, "key_file": key}}}}
+    assert (await _store(tmp_path, cfg, "b").pull(ref)).id == images.busybox.config_digest
+
+
+async def test_registry_token_used_as_is(token_registry, images, tmp_path):
+    ref = f"{token_registry.host}/private/busybox:latest"
+    tokens = token_registry.token_server
+    token = tokens.sign(["repository:private/busybox:pull"])
+    tokens.requests.clear()
+    img = await _store(tmp_path).pull(ref, auth={"registry_token": token})
+    assert img.id == images.busybox.config_digest
+    assert tokens.requests == []  # the token endpoint was never asked
+
+
+async def test_broken_downloads_are_retried(registry, images, tmp_path):
+    """A proxy in front of the registry cuts the first transfer of every blob halfway, then serves a 503."""
+    import aiohttp
+    from aiohttp import web
+
+    upstream = f"http://{registry.host}"
+    seen: dict[str, int] = {}
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        fwd = {k: v for k, v in request.headers.items() if k.lower() in ("accept", "authorization")}
+        async with aiohttp.ClientSession() as s, s.get(upstream + request.path_qs, headers=fwd) as r:
+            body = await r.read()
+            headers = {k: v for k, v in r.headers.items()
+                       if k.lower() in ("content-type", "docker-content-digest", "www-authenticate")}
+            status = r.status
+        if "/blobs/" in request.path and status == 200:
+            n = seen[request.path] = seen.get(request.path, 0) + 1
+            if n == 1:  # half the body, then the connection drops
+                resp = web.StreamResponse(status=200, headers=headers)
+                resp.content_length = len(body)
+                await resp.prepare(request)
+                await resp.write(body[: len(body) // 2])
+                request.transport.close()
+                return resp
+            if n == 2:
+                return web.Response(status=503, text="try again")
+        return web.Response(status=status, body=body, headers=headers)
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        store = _store(tmp_path, {"mirrors": {"flaky.example": {"endpoint": [f"http://127.0.0.1:{port}"]}}})
+        img = await store.pull("flaky.example/test/configured:v1")
+        assert img.id == images.configured.config_digest
+        assert seen and all(n == 3 for n in seen.values())  # every blob: cut, 503, then whole
+        _no_leftovers(store)
+    finally:
+        await runner.cleanup()

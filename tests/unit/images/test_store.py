@@ -77,3 +77,48 @@ def test_stale_temp_files_are_cleaned(tmp_path):
     os.utime(partial, (past, past))
     ImageStore(tmp_path)
     assert not old.exists() and not partial.exists() and fresh.exists()
+
+
+def test_gc_keeps_what_another_live_process_pins(tmp_path):
+    import json
+    import subprocess
+
+    store = ImageStore(tmp_path)
+    a = _add(store, "a", ["a:1"])
+    layer = store.resolve(a).layers[0]
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        (store.pins_dir / f"{sleeper.pid}-x").write_text(json.dumps(store.resolve(a).diff_ids))
+        (store.pins_dir / "999999999-dead").write_text(json.dumps(["sha256:" + "0" * 64]))
+        other = ImageStore(tmp_path)  # as a CLI beside the daemon
+        assert other.remove(a)
+        assert layer.is_dir()  # pinned by a live process: kept
+        assert not (store.pins_dir / "999999999-dead").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert store.gc() == (1, 0) and not layer.exists()
+    assert os.listdir(store.pins_dir) == []
+
+
+def test_fs_info_counts_and_is_refreshed_by_writes(tmp_path):
+    store = ImageStore(tmp_path)
+    _, used0, inodes0 = store.fs_info()
+    a = _add(store, "a", ["a:1"])
+    mount, used1, inodes1 = store.fs_info()
+    assert os.path.ismount(mount) and used1 > used0 and inodes1 > inodes0
+    assert store.remove(a)
+    assert store.fs_info()[2] < inodes1
+
+
+def test_lease_keeps_layers_of_a_removed_image_until_released(tmp_path):
+    store = ImageStore(tmp_path)
+    a = _add(store, "a", ["a:1"])
+    img = store.lease("container-1", "a:1")
+    store.lease("container-2", img)
+    assert store.remove("a:1") and store.resolve("a:1") is None
+    assert img.layers[0].is_dir() and store.blobs.has(img.id)  # still used by the containers
+    assert ImageStore(tmp_path).leases() == {"container-1": [a, *img.diff_ids], "container-2": [a, *img.diff_ids]}
+    assert store.release("container-1") and img.layers[0].is_dir()
+    assert store.release("container-2") and not img.layers[0].exists() and not store.blobs.has(img.id)
+    assert not store.release("container-2")  # idempotent

@@ -201,3 +201,25 @@ def test_corrupt_layers_are_typed_errors(tmp_path, blob):
 def test_empty_blob_is_an_empty_layer(tmp_path):
     stats = unpack(io.BytesIO(b""), tmp_path, expected_diff_id="sha256:" + hashlib.sha256(b"").hexdigest())
     assert stats.entries == 0 and os.listdir(tmp_path) == []
+
+
+def test_pax_xattrs_kept_but_overlay_ones_refused(tmp_path):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("f")
+        info.size = 1
+        info.pax_headers = {"SCHILY.xattr.user.origin": "layer", "SCHILY.xattr.trusted.overlay.redirect": "/etc"}
+        tar.addfile(info, io.BytesIO(b"x"))
+        d = tarfile.TarInfo("d")
+        d.type = tarfile.DIRTYPE
+        d.mode = 0o755
+        d.pax_headers = {"SCHILY.xattr.trusted.overlay.opaque": "y"}  # only a .wh..wh..opq entry may do this
+        tar.addfile(d)
+    unpack(io.BytesIO(buf.getvalue()), tmp_path)
+    try:
+        assert os.getxattr(tmp_path / "f", "user.origin") == b"layer"
+    except OSError as e:  # a filesystem without user xattrs
+        pytest.skip(f"user xattrs unsupported here: {e}")
+    for path, attr in ((tmp_path / "f", "trusted.overlay.redirect"), (tmp_path / "d", "trusted.overlay.opaque")):
+        with pytest.raises(OSError):
+            os.getxattr(path, attr)

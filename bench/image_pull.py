@@ -1,0 +1,123 @@
+"""Image import and pull latency: nodeagent's image store beside podman (containers/storage, overlay) on
+the same images, from the same docker-archive and the same local docker-registry, in the same run.
+
+Each iteration starts from an empty store (ours) / an empty podman root, so every layer is fetched,
+verified and unpacked. Ours is timed in-process (what the CRI daemon pays) and through the CLI (what a
+person pays, like podman's CLI figure). Run as root from the repo: .venv/bin/python bench/image_pull.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cri.images import ImageStore, RegistriesConfig
+from nodeagent.testing.images import CONFIGURED, ImageFactory
+
+
+def pct(samples: list[float], q: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def report(name: str, samples: list[float]) -> None:
+    print(f"  {name:<34} p50 {pct(samples, .5) * 1000:8.1f} ms   p99 {pct(samples, .99) * 1000:8.1f} ms"
+          f"   mean {statistics.fmean(samples) * 1000:8.1f} ms")
+
+
+def podman(root: Path, *args: str) -> None:
+    argv = ["podman", "--root", str(root / "root"), "--runroot", str(root / "run"), "--storage-driver", "overlay",
+            *args]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {p.stderr}")
+
+
+def podman_reset(root: Path) -> None:
+    subprocess.run(["podman", "--root", str(root / "root"), "--runroot", str(root / "run"), "--storage-driver",
+                    "overlay", "system", "reset", "-f"], capture_output=True, timeout=120)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", "--iterations", type=int, default=10, help="runs per measurement (default 10)")
+    ap.add_argument("--no-podman", action="store_true", help="skip the podman reference")
+    args = ap.parse_args()
+    use_podman = not args.no_podman and shutil.which("podman") is not None
+    work = Path(tempfile.mkdtemp(prefix="bench-images-"))
+    reg = None
+    try:
+        images = ImageFactory(work / "src")
+        built = images.get(CONFIGURED)
+        print(f"image {built.ref}: {len(built.layer_digests)} layers, {built.size / 1e6:.1f} MB compressed; "
+              f"{args.iterations} runs each (shared, busy machine: compare the columns, not absolute values)")
+
+        print("import docker-archive")
+        ours, cli, ref = [], [], []
+        for i in range(args.iterations):
+            store_dir = work / f"s{i}"
+            ours.append(timed(lambda d=store_dir: ImageStore(d).import_archive(built.docker_archive)))
+            shutil.rmtree(store_dir)
+            cli.append(timed(lambda d=store_dir: subprocess.run(
+                [sys.executable, "-m", "nodeagent", "image", "--state-dir", str(d), "import", "--no-progress",
+                 str(built.docker_archive)], check=True, capture_output=True)))
+            shutil.rmtree(store_dir)
+            if use_podman:
+                root = work / f"p{i}"
+                ref.append(timed(lambda r=root: podman(r, "load", "-q", "-i", str(built.docker_archive))))
+                podman_reset(root)
+        report("nodeagent (in-process)", ours)
+        report("nodeagent image import (CLI)", cli)
+        if ref:
+            report("podman load (reference)", ref)
+
+        from tests.integration.images.registry import Registry
+
+        reg = Registry(work / "registry")
+        reg.push(built.oci_dir, built.spec.tag, "bench/configured", "v1")
+        name = f"{reg.host}/bench/configured:v1"
+        print(f"pull {name} (plain HTTP, local docker-registry)")
+        ours, cli, ref = [], [], []
+        cfg = RegistriesConfig.from_dict({"mirrors": {reg.host: {"endpoint": [f"http://{reg.host}"]}}})
+        for i in range(args.iterations):
+            store_dir = work / f"s{i}"
+            ours.append(timed(lambda d=store_dir: asyncio.run(ImageStore(d, cfg).pull(name))))
+            shutil.rmtree(store_dir)
+            cli.append(timed(lambda d=store_dir: subprocess.run(
+                [sys.executable, "-m", "nodeagent", "image", "--state-dir", str(d), "pull", "--no-progress", name],
+                check=True, capture_output=True)))
+            shutil.rmtree(store_dir)
+            if use_podman:
+                root = work / f"p{i}"
+                ref.append(timed(lambda r=root: podman(r, "pull", "-q", "--tls-verify=false", name)))
+                podman_reset(root)
+        report("nodeagent (in-process)", ours)
+        report("nodeagent image pull (CLI)", cli)
+        if ref:
+            report("podman pull (reference)", ref)
+    finally:
+        if reg:
+            reg.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
