@@ -74,6 +74,7 @@ class LaunchSpec:
     pid_mode: str  # "new" | "join" | "host"
     pid_ns_path: str
     shm_source: str  # host directory bound on /dev/shm ("" = a private tmpfs)
+    devices: tuple[tuple[str, int, int, int], ...]  # (container path, st_mode incl. type, major, minor)
     cgroup_procs: tuple[str, ...]
     oom_score_adj: int | None
     shim: str
@@ -282,6 +283,13 @@ def _build_rootfs(spec: LaunchSpec) -> None:
         os.chmod(f"{dev}/{name}", 0o666)
     for name, target in DEV_LINKS:
         os.symlink(target, f"{dev}/{name}")
+    for path, mode, major, minor in spec.devices:
+        node = secure_join(root, path)
+        os.makedirs(os.path.dirname(node), exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(node)
+        os.mknod(node, mode, os.makedev(major, minor))
+        os.chmod(node, stat.S_IMODE(mode))
     os.mkdir(f"{dev}/pts")
     sc.mount("devpts", f"{dev}/pts", "devpts", sc.MS_NOSUID | sc.MS_NOEXEC,
              "newinstance,ptmxmode=0666,mode=0620,gid=5")

@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
@@ -299,6 +300,7 @@ class Runtime:
             raise InvalidArgument("config.linux.security_context.namespace_options.network must be POD or NODE")
         if nso.network == POD and config.hostname and len(config.hostname) > 64:
             raise InvalidArgument("config.hostname: longer than 64 characters")
+        _check_sysctls(dict(config.linux.sysctls), nso)
         for pm in config.port_mappings:
             if not 0 <= pm.host_port <= 65535 or not 0 <= pm.container_port <= 65535:
                 raise InvalidArgument("config.port_mappings: ports must be within 0-65535")
@@ -352,6 +354,8 @@ class Runtime:
             argv += ["-u", "-H", s.hostname]
         if s.pid_mode == POD:
             argv.append("-p")
+        for k, v in sorted(config.linux.sysctls.items()):
+            argv += ["-s", f"{k}={v}"]
         s.pid = await asyncio.to_thread(_spawn_pause, argv, self.cgroups.procs_files(s.cgroup))
         s.pid_start = proc_start(s.pid)
         pid = s.pid
@@ -495,6 +499,7 @@ class Runtime:
             raise Unimplemented("namespace_options.pid TARGET is not supported by this runtime")
         _seccomp_choice(sec)  # refuses what it cannot do before anything is made
         mounts = [cfglib.check_mount_paths(m.container_path, m.host_path, i) for i, m in enumerate(config.mounts)]
+        devices = [_device(d, i) for i, d in enumerate(config.devices)]
         image = self.images.resolve(config.image.image)
         if image is None:
             raise NotFound(f"image {config.image.image!r} not found")
@@ -506,7 +511,7 @@ class Runtime:
         undo = Undo()
         undo.push(lambda: self._keys.pop(key, None))
         try:
-            c = await self._make_container(cid, key, s, config, image, argv, caps, mounts, undo)
+            c = await self._make_container(cid, key, s, config, image, argv, caps, mounts, devices, undo)
         except BaseException:
             await undo.run()
             raise
@@ -516,7 +521,8 @@ class Runtime:
         return cid
 
     async def _make_container(self, cid: str, key: str, s: SandboxRecord, config: pb.ContainerConfig, image: Any,
-                              argv: list[str], caps: list[str], mount_sources: list[str], undo: Undo) -> ContainerRecord:
+                              argv: list[str], caps: list[str], mount_sources: list[str], devices: list[dict],
+                              undo: Undo) -> ContainerRecord:
         d = self._cdir(cid)
         d.mkdir()
         undo.push(lambda: _remove_tree(d))
@@ -538,6 +544,9 @@ class Runtime:
         await asyncio.to_thread(self.cgroups.create, cgroup)
         undo.push(lambda: self.cgroups.remove(cgroup))
         await asyncio.to_thread(self.cgroups.apply, cgroup, res)
+        if not sec.privileged:
+            allow = DEFAULT_DEVICE_RULES + [f"{d['kind']} {d['major']}:{d['minor']} {d['permissions']}" for d in devices]
+            await asyncio.to_thread(self.cgroups.restrict_devices, cgroup, allow)
         sconfig = self.sandbox_config(s)
         log_path = ""
         if config.log_path and sconfig.log_directory:
@@ -566,6 +575,7 @@ class Runtime:
             "pid_mode": "host" if pid_mode == NODE else ("join" if pid_mode == POD and s.pid_mode == POD else "new"),
             "oom_score_adj": config.linux.resources.oom_score_adj,
             "seccomp": _seccomp_choice(sec),
+            "devices": devices,
         }
         image_ref = image.repo_digests[0] if image.repo_digests else image.id
         c = ContainerRecord(id=cid, sandbox_id=s.id, key=key, created_at=now_ns(),
@@ -605,6 +615,7 @@ class Runtime:
             masked_paths=tuple(L["masked"]), readonly_paths=tuple(L["readonly_paths"]),
             readonly_rootfs=L["readonly_rootfs"], privileged=L["privileged"], join_ns=tuple(join),
             pid_mode=L["pid_mode"], pid_ns_path=f"/proc/{s.pid}/ns/pid", shm_source=s.shm,
+            devices=tuple((d["path"], d["mode"], d["major"], d["minor"]) for d in L.get("devices", [])),
             cgroup_procs=tuple(self.cgroups.procs_files(c.cgroup)),
             oom_score_adj=max(adj, own) if adj or own else None,
             shim=self.opts.shim, exit_file=str(self._cdir(c.id) / "exit"), log_path=c.log_path)
@@ -833,6 +844,57 @@ def _validate_resources(r: pb.LinuxContainerResources, field: str) -> None:
         raise InvalidArgument(f"{field}.memory_limit_in_bytes: below the minimum of 256 KiB")
     if not -1000 <= r.oom_score_adj <= 1000:
         raise InvalidArgument(f"{field}.oom_score_adj: must be within -1000..1000")
+
+
+# runc's default device allow-list: mknod of anything, and the standard /dev nodes plus ptys and tun.
+DEFAULT_DEVICE_RULES = ["c *:* m", "b *:* m", "c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 1:8 rwm", "c 1:9 rwm",
+                        "c 5:0 rwm", "c 5:1 rwm", "c 5:2 rwm", "c 136:* rwm", "c 10:200 rwm"]
+
+
+def _device(d: pb.Device, index: int) -> dict:
+    """A host device for the container: its node type, numbers and mode, checked now."""
+    field = f"config.devices[{index}]"
+    if not d.container_path.startswith("/"):
+        raise InvalidArgument(f"{field}.container_path: must be absolute, got {d.container_path!r}")
+    perms = d.permissions or "rwm"
+    if not perms or set(perms) - set("rwm"):
+        raise InvalidArgument(f"{field}.permissions: only r, w and m are allowed, got {perms!r}")
+    try:
+        st = os.stat(d.host_path)
+    except OSError as e:
+        raise InvalidArgument(f"{field}.host_path: {d.host_path}: {e.strerror}") from None
+    if stat.S_ISCHR(st.st_mode):
+        kind = "c"
+    elif stat.S_ISBLK(st.st_mode):
+        kind = "b"
+    else:
+        raise InvalidArgument(f"{field}.host_path: {d.host_path} is not a device")
+    return {"path": d.container_path, "mode": st.st_mode, "major": os.major(st.st_rdev),
+            "minor": os.minor(st.st_rdev), "kind": kind, "permissions": perms}
+
+
+IPC_SYSCTLS = ("kernel.shmmax", "kernel.shmall", "kernel.shmmni", "kernel.shm_rmid_forced", "kernel.msgmax",
+               "kernel.msgmnb", "kernel.msgmni", "kernel.sem")
+
+
+def _check_sysctls(sysctls: dict[str, str], nso: pb.NamespaceOption) -> None:
+    """Only namespaced sysctls, and only for namespaces the pod owns (what runc accepts)."""
+    for key in sysctls:
+        name = key.replace("/", ".")
+        field = f"config.linux.sysctls[{key!r}]"
+        if name.startswith("net."):
+            if nso.network == NODE:
+                raise InvalidArgument(f"{field}: a net sysctl needs the pod's own network namespace")
+        elif name in IPC_SYSCTLS or name.startswith("fs.mqueue."):
+            if nso.ipc == NODE:
+                raise InvalidArgument(f"{field}: an ipc sysctl needs the pod's own ipc namespace")
+        elif name in ("kernel.domainname", "kernel.hostname"):
+            if nso.network == NODE:
+                raise InvalidArgument(f"{field}: a uts sysctl needs the pod's own uts namespace")
+        else:
+            raise InvalidArgument(f"{field}: not a namespaced sysctl; it would change the whole node")
+        if "\n" in sysctls[key] or "=" in name:
+            raise InvalidArgument(f"{field}: invalid value")
 
 
 def _seccomp_choice(sec: pb.LinuxContainerSecurityContext) -> str:

@@ -65,6 +65,9 @@ class Cgroups(Protocol):
 
     def exists(self, path: str) -> bool: ...
 
+    def restrict_devices(self, path: str, allow: list[str]) -> None:
+        """Limit device access to these rules ("c 1:3 rwm"); drivers without support do nothing."""
+
 
 def rmdir_retry(p: Path, budget_s: float = 10.0) -> None:
     """rmdir a cgroup directory, retrying while the kernel still counts exiting tasks (EBUSY).

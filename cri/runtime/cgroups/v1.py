@@ -11,8 +11,8 @@ from cgroupspy.nodes import Node
 
 from cri.runtime.cgroups.base import Resources, Stats, norm, read_int, read_kv, rmdir_retry, write
 
-# The hierarchies a pod or container joins; others (devices, freezer, blkio) are left to the parent.
-MANAGED = ("cpu", "cpuacct", "cpuset", "memory", "pids")
+# The hierarchies a pod or container joins; others (freezer, blkio) are left to the parent.
+MANAGED = ("cpu", "cpuacct", "cpuset", "memory", "pids", "devices")
 _CONTROLLER_CLASSES = {
     "cpu": cc.CpuController,
     "cpuacct": cc.CpuAcctController,
@@ -114,6 +114,15 @@ class V1Cgroups:
             ctrl = key.split(".", 1)[0]
             if ctrl in self.mounts and (self._dir(ctrl, path) / key).exists():
                 write(self._dir(ctrl, path) / key, value)
+
+    def restrict_devices(self, path: str, allow: list[str]) -> None:
+        """Deny every device, then allow these rules ("c 1:3 rwm", ...), as runc does on v1."""
+        if "devices" not in self.mounts:
+            return
+        d = self._dir("devices", path)
+        write(d / "devices.deny", "a")
+        for rule in allow:
+            write(d / "devices.allow", rule)
 
     # -- facts -----------------------------------------------------------------------------------
     def stats(self, path: str) -> Stats:

@@ -76,6 +76,9 @@ class V2Cgroups:
         for key, value in res.unified:
             write(d / key, value)
 
+    def restrict_devices(self, path: str, allow: list[str]) -> None:
+        """On v2 the device allow-list is an eBPF program, which this driver does not load."""
+
     def stats(self, path: str) -> Stats:
         d = self._dir(path)
         cpu = read_kv(d / "cpu.stat").get("usage_usec", 0) * 1000

@@ -306,3 +306,38 @@ def test_seccomp_runtime_default_and_unconfined(cri, pods):
     with pytest.raises(grpc.RpcError) as e:
         c.create(sid, local, scfg)
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_sysctls_and_devices(cri, pods):
+    c = cri.client
+    cfg = pods.config()
+    cfg.linux.sysctls["net.ipv4.ip_local_port_range"] = "20000 30000"
+    cfg.linux.sysctls["kernel.shm_rmid_forced"] = "1"
+    host_range = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+    sid, scfg = pods.run(cfg)
+    from cri.client import container_config
+
+    ccfg = container_config("dev", "localhost/busybox:latest", ["sleep", "300"])
+    ccfg.devices.add(container_path="/dev/extra-null", host_path="/dev/null", permissions="rw")
+    cid = c.create(sid, ccfg, scfg)
+    c.start(cid)
+    out = c.exec_sync(cid, ["cat", "/proc/sys/net/ipv4/ip_local_port_range", "/proc/sys/kernel/shm_rmid_forced"])
+    assert out.stdout.decode().split() == ["20000", "30000", "1"]
+    assert Path("/proc/sys/net/ipv4/ip_local_port_range").read_text() == host_range
+    assert c.exec_sync(cid, ["sh", "-c", "echo x > /dev/extra-null"]).exit_code == 0
+    # the devices cgroup: a node may be made (m) but not opened unless allowed
+    r = c.exec_sync(cid, ["sh", "-c", "mknod /tmp/loopdev b 7 0 && head -c 1 /tmp/loopdev"])
+    from nodeagent.host.probe import detect_cgroups
+
+    if detect_cgroups().version == "v1":
+        assert r.exit_code != 0 and b"not permitted" in r.stderr
+    bad = pods.config()
+    bad.linux.sysctls["kernel.panic"] = "1"
+    with pytest.raises(grpc.RpcError) as e:
+        c.run_sandbox(bad)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kernel.panic" in e.value.details()
+    dev = container_config("nodev", "localhost/busybox:latest", ["true"])
+    dev.devices.add(container_path="/dev/x", host_path="/etc/hostname")
+    with pytest.raises(grpc.RpcError) as e:
+        c.create(sid, dev, scfg)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a device" in e.value.details()
