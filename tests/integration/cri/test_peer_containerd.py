@@ -67,6 +67,11 @@ def peer(request, tmp_path_factory, images):
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
 
 
+def cgroup_mounts() -> list[str]:
+    with open("/proc/self/mounts") as f:
+        return [line.split()[1] for line in f if line.split()[2] in ("cgroup", "cgroup2")]
+
+
 @pytest.fixture
 def ppods(peer, tmp_path):
     name, d = peer
@@ -86,13 +91,9 @@ def ppods(peer, tmp_path):
                     if e.code() != grpc.StatusCode.NOT_FOUND:
                         raise
             p.ids.clear()
-            from nodeagent.host.probe import detect_cgroups
-
-            info = detect_cgroups()
             for parent in p.parents:
-                for r in set(info.v1_controllers.values()) | {info.v2_root or ""}:
-                    if r:
-                        remove_cgroup(Path(r + parent))
+                for r in cgroup_mounts():  # runc makes the parent in every hierarchy, name=systemd too
+                    remove_cgroup(Path(r + parent))
             p.parents.clear()
         p.close()
 
