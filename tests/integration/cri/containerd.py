@@ -62,7 +62,12 @@ class Containerd:
         self.proc: subprocess.Popen | None = None
         self.client: CRIClient | None = None
 
+    # containerd 1.6's CNI library caches results under /var/lib/cni (not configurable): note what
+    # existed before, so what it created (when left empty) can be removed afterwards.
+    HOST_CNI_CACHE = (Path("/var/lib/cni"), Path("/var/lib/cni/results"))
+
     def start(self) -> CRIClient:
+        self._had = {p: p.exists() for p in self.HOST_CNI_CACHE}
         self.cni_conf.mkdir(parents=True, exist_ok=True)
         cfg = self.root / "config.toml"
         cfg.write_text(CONFIG.format(root=self.root, pause=PAUSE_REF))
@@ -100,6 +105,10 @@ class Containerd:
             points = [line.split()[4] for line in f if line.split()[4].startswith(str(self.root))]
         for point in sorted(points, key=len, reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+        for p in reversed(self.HOST_CNI_CACHE):
+            if not getattr(self, "_had", {}).get(p, True):
+                with contextlib.suppress(OSError):
+                    p.rmdir()  # only when empty: another user's results stay
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
