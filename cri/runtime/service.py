@@ -115,8 +115,9 @@ class Runtime:
         self._exited: dict[str, asyncio.Event] = {}
         self._watches: dict[int, tuple[int, Callable[[], None]]] = {}  # fd -> (pid, callback)
         self._subscribers: list[asyncio.Queue] = []
+        self._releases: dict[str, asyncio.Task] = {}  # exited containers' mounts and cgroups being freed
         self.pod_cidr = ""
-        for d in ("sandboxes", "containers"):
+        for d in ("sandboxes", "containers", "trash"):
             (opts.state_dir / d).mkdir(parents=True, exist_ok=True)
 
     # -- paths -----------------------------------------------------------------------------------
@@ -164,6 +165,7 @@ class Runtime:
 
     # -- start-up: recover and reconcile ----------------------------------------------------------
     async def start(self) -> None:
+        await asyncio.to_thread(_empty_dir, self.opts.state_dir / "trash")
         for d in sorted((self.opts.state_dir / "sandboxes").iterdir()):
             s = load(d / "sandbox.json", SandboxRecord)
             if s is None:
@@ -203,6 +205,10 @@ class Runtime:
 
     async def close(self) -> None:
         """Stop watching; leave every sandbox and container running (the runtime outlives the daemon)."""
+        for t in list(self._releases.values()):
+            with contextlib.suppress(Exception):
+                await t
+        self._releases.clear()
         loop = asyncio.get_running_loop()
         for fd in list(self._watches):
             loop.remove_reader(fd)
@@ -256,7 +262,24 @@ class Runtime:
             c.state, c.reason, c.message = EXITED, "Unknown", "the container's shim exited without recording a status"
         self._persist_container(c)
         self._exited.setdefault(c.id, asyncio.Event()).set()
+        # Like containerd deleting the task on exit: free the rootfs mount and the cgroup now, so
+        # RemoveContainer later only forgets the record and its files.
+        self._background(c.id, self._release_kernel_objects, c)
         self._emit(c, pb.CONTAINER_STOPPED_EVENT)
+
+    def _background(self, key: str, fn: Callable[..., Any], *args: Any) -> None:
+        """Run blocking cleanup off the request path; owned here (awaited by close() or by the next
+        operation on the same object), and forgotten once done."""
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(fn, *args), name=key[:24])
+        self._releases[key] = task
+
+        def done(t: asyncio.Task) -> None:
+            if self._releases.get(key) is t:
+                del self._releases[key]
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("background cleanup %s failed: %s", key, t.exception())
+
+        task.add_done_callback(done)
 
     # -- events ----------------------------------------------------------------------------------
     def _emit(self, c: ContainerRecord, kind: int) -> None:
@@ -679,24 +702,40 @@ class Runtime:
         async with self._lock(c.id):
             if c.id not in self.containers:
                 return
-            await asyncio.to_thread(self._destroy_container_files, c)
+            release = self._releases.pop(c.id, None)
+            if release is not None:
+                with contextlib.suppress(Exception):
+                    await release
+            trash = await asyncio.to_thread(self._destroy_container_files, c)
             del self.containers[c.id]
             self._keys.pop(c.key, None)
             self._exited.pop(c.id, None)
         self._locks.pop(c.id, None)
+        if trash is not None:  # the (unmounted) upper/work dirs are deleted off the request path
+            self._background(f"trash-{c.id}", _remove_tree, trash)
         self._emit(c, pb.CONTAINER_DELETED_EVENT)
 
-    def _destroy_container_files(self, c: ContainerRecord) -> None:
+    def _release_kernel_objects(self, c: ContainerRecord) -> None:
+        """Kill leftovers, unmount the rootfs, remove the cgroup: idempotent, "gone" is success."""
         for pid in self.cgroups.pids(c.cgroup):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if os.path.ismount(c.rootfs):
             sc.umount(c.rootfs, sc.MNT_DETACH)
         self.cgroups.remove(c.cgroup)
+
+    def _destroy_container_files(self, c: ContainerRecord) -> Path | None:
+        """Free the kernel objects, delete the log, and move the container's directory to the trash."""
+        self._release_kernel_objects(c)
         if c.log_path:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(c.log_path)
-        _remove_tree(self._cdir(c.id))
+        trash = self.opts.state_dir / "trash" / c.id
+        try:
+            os.rename(self._cdir(c.id), trash)
+        except FileNotFoundError:
+            return None
+        return trash
 
     def container_status(self, c: ContainerRecord) -> pb.ContainerStatus:
         config = self.container_config(c)
@@ -966,6 +1005,11 @@ def _kill_wait(pid: int, timeout: float = 10.0) -> None:
 def _umount_if_mounted(path: str) -> None:
     if os.path.ismount(path):
         sc.umount(path, sc.MNT_DETACH)
+
+
+def _empty_dir(d: Path) -> None:
+    for p in d.iterdir():
+        _remove_tree(p)
 
 
 def _remove_tree(d: Path) -> None:
