@@ -17,7 +17,7 @@ APT_PACKAGES := iproute2 iptables nftables conntrack ipset ipvsadm kmod procps p
 # Debian's kubectl 1.20, unpacked privately (installing it would replace the machine's kubectl).
 KUBECTL_120 := $(CACHE)/kubectl-1.20/usr/bin/kubectl
 
-.PHONY: all up test install deps python build lint unit clean help cni-install
+.PHONY: all up test install deps python build lint unit clean help cni-install cri-proto cri-bin
 
 help:
 	@sed -n '1,4p' Makefile
@@ -55,7 +55,24 @@ $(STAMPS)/python: pyproject.toml
 	@touch $@
 
 # Generated and compiled parts (CRI stubs, pause binary, CNI plugins) are added here as they land.
-build: python cni-install
+build: python cri-proto cri-bin cni-install
+
+# CRI runtime.v1 stubs, generated from the project's own proto (not committed).
+CRI_PROTO_STUBS := cri/proto/api_pb2.py cri/proto/api_pb2_grpc.py
+cri-proto: $(CRI_PROTO_STUBS)
+
+$(CRI_PROTO_STUBS) &: cri/proto/api.proto | $(STAMPS)/python
+	$(PY) -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. cri/proto/api.proto
+
+# The runtime's two static C helpers: the pod sandbox's pause process and the per-container shim.
+CRI_BINS := cri/pause/pause cri/shim/shim
+cri-bin: $(CRI_BINS)
+
+cri/pause/pause: cri/pause/pause.c | $(STAMPS)/apt
+	gcc -static -O2 -s -Wall -o $@ $<
+
+cri/shim/shim: cri/shim/shim.c | $(STAMPS)/apt
+	gcc -static -O2 -s -Wall -o $@ $<
 
 # The CNI plugins' lean launchers, and a default conflist written only if absent.
 CNI_BIN_DIR ?= /opt/cni/bin

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "image": ("image", "manage the runtime's images: import, pull, ls, rm"),
     "cni-daemon": ("cni_daemon", "serve the CNI plugins' fast path (netlink sockets kept open)"),
     "server": ("server", "run the control plane's Kubernetes-compatible apiserver in the foreground"),
+    "cri": ("cri", "run the container runtime (CRI runtime.v1 gRPC server) in the foreground"),
     "image": ("image", "manage the runtime's images: import, pull, ls, rm, inspect"),
 }
 

@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""CRI lifecycle latency and per-pod memory: nodeagent's runtime vs containerd+runc, same client, same run.
+
+For each pod: RunPodSandbox, PodSandboxStatus, CreateContainer, StartContainer, StopContainer,
+RemoveContainer, StopPodSandbox, RemovePodSandbox, timed one by one through the CRI socket with the
+project's client (p50/p99 per operation). Then density: N pods each running one `sleep`, and the host
+memory each pod costs beyond the container's own process (PSS of pause + shim, plus the runtime
+daemon's RSS growth divided by N). Pods get a network through Debian's reference bridge + host-local
+CNI plugins for both runtimes. Run as root; the machine is shared, so figures are indicative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cri.client import CRIClient, container_config, sandbox_config
+from cri.proto import api_pb2 as pb
+
+OPS = ["RunPodSandbox", "PodSandboxStatus", "CreateContainer", "StartContainer", "StopContainer",
+       "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"]
+IMAGE = "localhost/busybox:latest"
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = min(len(xs) - 1, max(0, round(p / 100 * (len(xs) - 1))))
+    return xs[k]
+
+
+def pss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def conflist(root: Path, bridge: str, subnet: str) -> dict:
+    return {"cniVersion": "0.4.0", "name": f"bench-{bridge}", "plugins": [
+        {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False,
+         "ipam": {"type": "host-local", "dataDir": str(root / "ipam"), "ranges": [[{"subnet": subnet}]]}},
+        {"type": "loopback"}]}
+
+
+class Target:
+    """One runtime under test: started privately, with the busybox image and a CNI network."""
+
+    def __init__(self, kind: str, root: Path, network: bool) -> None:
+        self.kind, self.root, self.network = kind, root, network
+        self.bridge = f"nbb{kind[:2]}{os.getpid() % 10000}"
+        self.d = None
+
+    def start(self) -> CRIClient:
+        from nodeagent.testing.images import ImageFactory
+
+        factory = ImageFactory(self.root / "build")
+        if self.kind == "nodeagent":
+            from tests.integration.cri.daemon import CRIDaemon
+
+            self.d = CRIDaemon(self.root)
+            self.d.import_images([factory.busybox.docker_archive])
+        else:
+            from tests.integration.cri.containerd import Containerd
+
+            self.d = Containerd(self.root)
+        self.d.cni_conf.mkdir(parents=True, exist_ok=True)
+        if self.network:
+            subnet = "10.241.0.0/16" if self.kind == "nodeagent" else "10.242.0.0/16"
+            (self.d.cni_conf / "10-bench.conflist").write_text(json.dumps(conflist(self.root, self.bridge, subnet)))
+        client = self.d.start()
+        if self.kind == "containerd":
+            from cri.runtime.service import RuntimeOptions
+
+            self.d.import_images(factory, RuntimeOptions(state_dir=self.root).pause, [])
+        return client
+
+    def daemon_pid(self) -> int:
+        return self.d.proc.pid
+
+    def per_pod_pids(self, client: CRIClient, sid: str, cid: str) -> list[int]:
+        """The processes a pod costs besides its container's own: pause and the shim(s)."""
+        info = json.loads(client.sandbox_status(sid, verbose=True).info.get("info", "{}"))
+        pids = [info["pid"]] if info.get("pid") else []
+        if self.kind == "nodeagent":
+            pids.append(json.loads(client.status(cid, verbose=True).info["info"])["shimPid"])
+        else:
+            out = subprocess.run(["pgrep", "-f", f"containerd-shim-runc-v2 .*-id {sid}"],
+                                 capture_output=True, text=True).stdout.split()
+            pids += [int(x) for x in out]
+        return pids
+
+    def stop(self) -> None:
+        if self.d is not None:
+            if self.d.client is not None:
+                for s in self.d.client.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
+                    try:
+                        self.d.client.stop_sandbox(s.id)
+                        self.d.client.remove_sandbox(s.id)
+                    except Exception as e:  # keep cleaning
+                        print(f"cleanup {s.id[:12]}: {e}", file=sys.stderr)
+            self.d.stop()
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+
+
+def lifecycle(client: CRIClient, pods: int, parent: str, tmp: Path) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {op: [] for op in OPS}
+
+    def timed(op, fn, *a):
+        t0 = time.perf_counter()
+        r = fn(*a)
+        times[op].append((time.perf_counter() - t0) * 1000)
+        return r
+
+    for i in range(pods):
+        scfg = sandbox_config(f"bench-{i}", uid=f"bench-uid-{i}", cgroup_parent=f"{parent}/pod{i}",
+                              log_dir=str(tmp / "logs" / str(i)))
+        sid = timed("RunPodSandbox", client.run_sandbox, scfg)
+        timed("PodSandboxStatus", client.sandbox_status, sid)
+        cid = timed("CreateContainer", client.create, sid,
+                    container_config("sleeper", IMAGE, ["sleep", "3600"], log_path="sleeper/0.log"), scfg)
+        timed("StartContainer", client.start, cid)
+        timed("StopContainer", client.stop, cid, 0)
+        timed("RemoveContainer", client.remove, cid)
+        timed("StopPodSandbox", client.stop_sandbox, sid)
+        timed("RemovePodSandbox", client.remove_sandbox, sid)
+    return times
+
+
+def density(target: Target, client: CRIClient, pods: int, parent: str, tmp: Path) -> dict[str, float]:
+    daemon = target.daemon_pid()
+    before = rss_kb(daemon)
+    made = []
+    for i in range(pods):
+        scfg = sandbox_config(f"dense-{i}", uid=f"dense-uid-{i}", cgroup_parent=f"{parent}/dpod{i}",
+                              log_dir=str(tmp / "dlogs" / str(i)))
+        sid = client.run_sandbox(scfg)
+        cid = client.create(sid, container_config("sleeper", IMAGE, ["sleep", "3600"], log_path="s/0.log"), scfg)
+        client.start(cid)
+        made.append((sid, cid))
+    time.sleep(1)
+    per_pod = [sum(pss_kb(p) for p in target.per_pod_pids(client, sid, cid)) for sid, cid in made]
+    growth = max(0, rss_kb(daemon) - before)
+    for sid, _ in made:
+        client.stop_sandbox(sid)
+        client.remove_sandbox(sid)
+    return {"pods": pods, "pause_shim_pss_kib_per_pod": statistics.mean(per_pod) if per_pod else 0.0,
+            "daemon_rss_growth_kib_per_pod": growth / pods if pods else 0.0}
+
+
+def remove_parent(parent: str) -> None:
+    with open("/proc/self/mounts") as f:  # every hierarchy: runc also uses the name=systemd one
+        roots = [line.split()[1] for line in f if line.split()[2] in ("cgroup", "cgroup2")]
+    for r in roots:
+        p = Path(r + parent)
+        if p.exists():
+            for dirpath, _, _ in sorted(os.walk(p), key=lambda t: -len(t[0])):
+                try:
+                    os.rmdir(dirpath)
+                except OSError:
+                    pass
+
+
+def run_one(kind: str, args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory(prefix=f"bench-{kind}-") as tmp:
+        root = Path(tmp)
+        target = Target(kind, root, not args.no_network)
+        parent = f"/nodeagent-bench-{kind}-{os.getpid()}"
+        try:
+            client = target.start()
+            times = lifecycle(client, args.pods, parent, root)
+            dens = density(target, client, args.pods, parent, root) if not args.no_density else {}
+        finally:
+            target.stop()
+            remove_parent(parent)
+    return {"times": times, "density": dens}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pods", type=int, default=100, help="pods per phase (default: 100)")
+    ap.add_argument("--runtime", choices=["both", "nodeagent", "containerd"], default="both")
+    ap.add_argument("--no-network", action="store_true", help="skip CNI (pods get no IP)")
+    ap.add_argument("--no-density", action="store_true", help="skip the N-running-pods memory phase")
+    ap.add_argument("--json", action="store_true", help="print raw results as JSON")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("needs root (namespaces, cgroups, mounts)", file=sys.stderr)
+        return 2
+    kinds = ["nodeagent", "containerd"] if args.runtime == "both" else [args.runtime]
+    results = {k: run_one(k, args) for k in kinds}
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    load = os.getloadavg()[0]
+    print(f"CRI lifecycle, {args.pods} pods, one container each, network: "
+          f"{'none' if args.no_network else 'bridge+host-local (Debian reference plugins)'}; load avg {load:.1f}")
+    head = f"{'operation':<20}" + "".join(f"{k + ' p50':>16}{k + ' p99':>16}" for k in kinds)
+    print(head)
+    for op in OPS:
+        row = f"{op:<20}"
+        for k in kinds:
+            xs = results[k]["times"][op]
+            row += f"{pct(xs, 50):>13.1f} ms{pct(xs, 99):>13.1f} ms"
+        print(row)
+    for k in kinds:
+        t = results[k]["times"]
+        both = [a + b for a, b in zip(t["CreateContainer"], t["StartContainer"], strict=True)]
+        print(f"{k}: CreateContainer+StartContainer p50 {pct(both, 50):.1f} ms")
+    for k in kinds:
+        d = results[k]["density"]
+        if d:
+            print(f"{k}: per running pod at {d['pods']} pods: pause+shim PSS {d['pause_shim_pss_kib_per_pod'] / 1024:.2f} MiB, "
+                  f"daemon RSS growth {d['daemon_rss_growth_kib_per_pod'] / 1024:.3f} MiB "
+                  f"(total {(d['pause_shim_pss_kib_per_pod'] + d['daemon_rss_growth_kib_per_pod']) / 1024:.2f} MiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

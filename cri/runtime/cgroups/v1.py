@@ -1,0 +1,148 @@
+"""cgroup v1 driver: one directory per hierarchy, limits and stats through cgroupspy's controllers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from cgroupspy import controllers as cc
+from cgroupspy.nodes import Node
+
+from cri.runtime.cgroups.base import Resources, Stats, norm, read_int, read_kv, rmdir_retry, write
+
+# The hierarchies a pod or container joins; others (freezer, blkio) are left to the parent.
+MANAGED = ("cpu", "cpuacct", "cpuset", "memory", "pids", "devices")
+_CONTROLLER_CLASSES = {
+    "cpu": cc.CpuController,
+    "cpuacct": cc.CpuAcctController,
+    "cpuset": cc.CpuSetController,
+    "memory": cc.MemoryController,
+}
+
+
+class V1Cgroups:
+    version = "v1"
+
+    def __init__(self, mounts: dict[str, str]) -> None:
+        # controller -> mount point; co-mounted controllers (cpu,cpuacct) share a directory.
+        self.mounts = {c: m for c, m in mounts.items() if c in MANAGED}
+        self._dirs = sorted(set(self.mounts.values()))
+
+    # -- paths -----------------------------------------------------------------------------------
+    def _dir(self, ctrl: str, path: str) -> Path:
+        return Path(self.mounts[ctrl] + norm(path))
+
+    def _node(self, ctrl: str, path: str) -> Node:
+        """A cgroupspy node for `path` in the hierarchy of `ctrl`, without scanning the tree."""
+        mount = self.mounts[ctrl]
+        root = Node(os.path.dirname(mount).encode())
+        top = Node(os.path.basename(mount).encode(), parent=root)
+        top.controller_type = ctrl.encode()
+        top.controller = _CONTROLLER_CLASSES[ctrl](top)
+        node = top
+        for part in norm(path).strip("/").split("/"):
+            if part:
+                node = Node(part.encode(), parent=node)
+        return node
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def create(self, path: str) -> list[str]:
+        path = norm(path)
+        made: list[str] = []
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            sub = "/" + "/".join(parts[:i])
+            new = False
+            for d in self._dirs:
+                p = Path(d + sub)
+                try:
+                    p.mkdir()
+                    new = True
+                except FileExistsError:
+                    continue
+                if d == self.mounts.get("cpuset"):
+                    # v1 cpuset children start empty; a task cannot join until they are filled in.
+                    for f in ("cpuset.cpus", "cpuset.mems"):
+                        write(p / f, (p.parent / f).read_text().strip() or "\n")
+            if new:
+                made.append(sub)
+        return made
+
+    def exists(self, path: str) -> bool:
+        return any(Path(d + norm(path)).is_dir() for d in self._dirs)
+
+    def remove(self, path: str) -> None:
+        for d in self._dirs:
+            rmdir_retry(Path(d + norm(path)))
+
+    def procs_files(self, path: str) -> list[str]:
+        return [d + norm(path) + "/cgroup.procs" for d in self._dirs]
+
+    def pids(self, path: str) -> list[int]:
+        out: set[int] = set()
+        for d in self._dirs:
+            with contextlib.suppress(OSError):
+                out.update(int(x) for x in Path(d + norm(path), "cgroup.procs").read_text().split())
+        return sorted(out)
+
+    # -- limits ----------------------------------------------------------------------------------
+    def apply(self, path: str, res: Resources) -> None:
+        if "cpu" in self.mounts:
+            cpu = self._node("cpu", path).controller
+            if res.cpu_shares:
+                cpu.shares = max(2, res.cpu_shares)
+            if res.cpu_period:
+                cpu.cfs_period_us = res.cpu_period
+            if res.cpu_quota:
+                cpu.cfs_quota_us = res.cpu_quota
+        if "memory" in self.mounts and res.memory_limit:
+            mem = self._node("memory", path).controller
+            mem.limit_in_bytes = res.memory_limit
+            if res.memory_swap_limit and (self._dir("memory", path) / "memory.memsw.limit_in_bytes").exists():
+                mem.memsw_limit_in_bytes = res.memory_swap_limit
+        if "cpuset" in self.mounts and (res.cpuset_cpus or res.cpuset_mems):
+            d = self._dir("cpuset", path)
+            if res.cpuset_cpus:
+                write(d / "cpuset.cpus", res.cpuset_cpus)
+            if res.cpuset_mems:
+                write(d / "cpuset.mems", res.cpuset_mems)
+        if "pids" in self.mounts and res.pids_limit:
+            write(self._dir("pids", path) / "pids.max", str(res.pids_limit) if res.pids_limit > 0 else "max")
+        for key, value in res.unified:
+            # v2-style keys ("pids.max", "memory.max") written to the v1 file of the same name when it exists.
+            ctrl = key.split(".", 1)[0]
+            if ctrl in self.mounts and (self._dir(ctrl, path) / key).exists():
+                write(self._dir(ctrl, path) / key, value)
+
+    def restrict_devices(self, path: str, allow: list[str]) -> None:
+        """Deny every device, then allow these rules ("c 1:3 rwm", ...), as runc does on v1."""
+        if "devices" not in self.mounts:
+            return
+        d = self._dir("devices", path)
+        write(d / "devices.deny", "a")
+        for rule in allow:
+            write(d / "devices.allow", rule)
+
+    # -- facts -----------------------------------------------------------------------------------
+    def stats(self, path: str) -> Stats:
+        usage = working = rss = limit = faults = major = cpu_ns = 0
+        if "cpuacct" in self.mounts:
+            cpu_ns = read_int(self._dir("cpuacct", path) / "cpuacct.usage")
+        if "memory" in self.mounts:
+            d = self._dir("memory", path)
+            usage = read_int(d / "memory.usage_in_bytes")
+            limit = read_int(d / "memory.limit_in_bytes")
+            st = read_kv(d / "memory.stat")
+            inactive = st.get("total_inactive_file", st.get("inactive_file", 0))
+            working = max(0, usage - inactive)
+            rss = st.get("total_rss", st.get("rss", 0))
+            faults = st.get("total_pgfault", 0)
+            major = st.get("total_pgmajfault", 0)
+        pids = read_int(self._dir("pids", path) / "pids.current") if "pids" in self.mounts else 0
+        return Stats(cpu_ns, usage, working, rss, limit, faults, major, pids)
+
+    def oom_kills(self, path: str) -> int:
+        if "memory" not in self.mounts:
+            return 0
+        return read_kv(self._dir("memory", path) / "memory.oom_control").get("oom_kill", 0)

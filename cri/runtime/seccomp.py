@@ -1,0 +1,70 @@
+"""The RuntimeDefault seccomp profile, built with libseccomp (the library runc and containerd use).
+
+Docker's and containerd's default profile is an allow-list of ~350 syscalls; this is its
+deny-list counterpart: the syscalls that profile refuses to a container without extra
+capabilities fail with EPERM (kernel modules, kexec, reboot, swap, clock setting, mounts,
+namespace creation, bpf/perf, keyrings, ptrace-like peeking, handle-based opens, ...).
+Everything else is allowed. Built once in the daemon; a forked container child only loads it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+
+DENIED = (
+    "acct", "add_key", "bpf", "clock_adjtime", "clock_settime", "create_module", "delete_module",
+    "finit_module", "fsconfig", "fsmount", "fsopen", "fspick", "get_kernel_syms", "get_mempolicy",
+    "init_module", "ioperm", "iopl", "kcmp", "kexec_file_load", "kexec_load", "keyctl", "lookup_dcookie",
+    "mbind", "mount", "mount_setattr", "move_mount", "move_pages", "name_to_handle_at", "nfsservctl",
+    "open_by_handle_at", "open_tree", "perf_event_open", "pivot_root", "process_vm_readv",
+    "process_vm_writev", "ptrace", "query_module", "quotactl", "quotactl_fd", "reboot", "request_key",
+    "set_mempolicy", "setns", "settimeofday", "swapoff", "swapon", "sysfs", "_sysctl", "umount", "umount2",
+    "unshare", "uselib", "userfaultfd", "ustat", "vm86", "vm86old",
+)
+
+SCMP_ACT_ALLOW = 0x7FFF0000
+
+
+def SCMP_ACT_ERRNO(e: int) -> int:
+    return 0x00050000 | (e & 0x0000FFFF)
+
+
+class Profile:
+    """A loaded-on-demand filter: `load()` applies it to the calling thread (forked child)."""
+
+    def __init__(self) -> None:
+        name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
+        self.lib = ctypes.CDLL(name, use_errno=True)
+        self.lib.seccomp_init.restype = ctypes.c_void_p
+        self.lib.seccomp_init.argtypes = [ctypes.c_uint32]
+        self.lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+        self.lib.seccomp_rule_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint]
+        self.lib.seccomp_load.argtypes = [ctypes.c_void_p]
+        self.ctx = self.lib.seccomp_init(SCMP_ACT_ALLOW)
+        if not self.ctx:
+            raise OSError("seccomp_init failed")
+        for name in DENIED:
+            nr = self.lib.seccomp_syscall_resolve_name(name.encode())
+            if nr < 0:
+                continue  # not a syscall on this architecture
+            rc = self.lib.seccomp_rule_add(self.ctx, SCMP_ACT_ERRNO(errno.EPERM), nr, 0)
+            if rc < 0:
+                raise OSError(-rc, f"seccomp_rule_add {name}")
+
+    def load(self) -> None:
+        rc = self.lib.seccomp_load(self.ctx)
+        if rc < 0:
+            raise OSError(-rc, "seccomp_load")
+
+
+_PROFILE: Profile | None = None
+
+
+def runtime_default() -> Profile:
+    """The process-wide profile (built at first use, before any fork needs it)."""
+    global _PROFILE
+    if _PROFILE is None:
+        _PROFILE = Profile()
+    return _PROFILE

@@ -1,0 +1,117 @@
+"""Runtime state on disk: one JSON record per sandbox and container, written temp-then-rename.
+
+Records are plain dataclasses; the CRI config they were made from is kept as serialized protobuf
+(base64) so List/Status can answer with the caller's exact labels, annotations and metadata.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+SANDBOX_READY, SANDBOX_NOTREADY = "READY", "NOTREADY"
+CREATED, RUNNING, EXITED, UNKNOWN = "CREATED", "RUNNING", "EXITED", "UNKNOWN"
+
+
+@dataclasses.dataclass
+class SandboxRecord:
+    id: str
+    key: str  # name_namespace_uid_attempt: unique among live sandboxes
+    created_at: int
+    config: str  # base64 PodSandboxConfig
+    runtime_handler: str = ""
+    state: str = SANDBOX_READY
+    pid: int = 0
+    pid_start: int = 0
+    net_mode: int = 0  # NamespaceMode: 0 POD, 2 NODE
+    ipc_mode: int = 0
+    pid_mode: int = 1  # CONTAINER unless the pod shares its pid namespace
+    hostname: str = ""
+    pod_cgroup: str = ""
+    cgroup: str = ""  # pause's own leaf
+    made_cgroups: list[str] = dataclasses.field(default_factory=list)
+    shm: str = ""  # tmpfs mount bound on each container's /dev/shm
+    network: bool = False  # attached through CNI (and not yet released)
+    ip: str = ""
+    additional_ips: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class ContainerRecord:
+    id: str
+    sandbox_id: str
+    key: str
+    created_at: int
+    config: str  # base64 ContainerConfig
+    image: str  # as the caller named it
+    image_id: str
+    image_ref: str  # digested reference when known, else the id
+    rootfs: str
+    cgroup: str
+    log_path: str
+    launch: dict[str, Any]  # argv, env, cwd, creds, mounts, ... (see runtime.containers)
+    state: str = CREATED
+    started_at: int = 0
+    finished_at: int = 0
+    exit_code: int = 0
+    reason: str = ""
+    message: str = ""
+    pid: int = 0
+    pid_start: int = 0
+    shim_pid: int = 0
+    shim_start: int = 0
+    resources: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def encode(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def decode(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Atomically replace `path` with obj as JSON (a crash leaves the old or the new file, never half)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
+
+
+def save(path: Path, rec: Any) -> None:
+    write_json(path, dataclasses.asdict(rec))
+
+
+def load(path: Path, cls: type[T]) -> T | None:
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        doc = json.loads(path.read_text())
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in names})
+    return None
+
+
+def proc_start(pid: int) -> int:
+    """A process's start time (clock ticks since boot): with the pid, it names one process for good."""
+    if pid <= 0:
+        return 0
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return 0
+    rest = data.rsplit(b")", 1)[-1].split()
+    if len(rest) < 20 or rest[0] == b"Z":
+        return 0
+    return int(rest[19])
+
+
+def alive(pid: int, start: int) -> bool:
+    return pid > 0 and start > 0 and proc_start(pid) == start

@@ -1,0 +1,145 @@
+"""The raw Linux syscalls the runtime needs, in one place (ctypes over libc).
+
+Every function raises OSError with the errno on failure. The functions are resolved at import,
+so a process forked from the daemon can call them without importing or loading anything.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MS_SLAVE = 1 << 19
+MS_SHARED = 1 << 20
+MNT_DETACH = 2
+
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAPBSET_DROP = 24
+PR_SET_KEEPCAPS = 8
+PR_SET_PDEATHSIG = 1
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+
+SYS_pivot_root = 155  # x86_64
+SYS_capset = 126
+SYS_setgroups = 116
+SYS_setresuid = 117
+SYS_setresgid = 119
+
+_mount = _libc.mount
+_mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_umount2 = _libc.umount2
+_umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_unshare = _libc.unshare
+_setns = _libc.setns
+_prctl = _libc.prctl
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_syscall = _libc.syscall
+_sethostname = _libc.sethostname
+_sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def _b(s: str | bytes | None) -> bytes | None:
+    if s is None or isinstance(s, bytes):
+        return s
+    return os.fsencode(s)
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
+    _check(_mount(_b(source), _b(target), _b(fstype), flags, _b(data)), f"mount {target}")
+
+
+def umount(target: str, flags: int = 0) -> None:
+    _check(_umount2(_b(target), flags), f"umount {target}")
+
+
+def unshare(flags: int) -> None:
+    _check(_unshare(flags), "unshare")
+
+
+def setns(fd: int, nstype: int = 0) -> None:
+    _check(_setns(fd, nstype), "setns")
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    _check(_syscall(SYS_pivot_root, _b(new_root), _b(put_old)), "pivot_root")
+
+
+def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
+    rc = _prctl(option, arg2, arg3, arg4, arg5)
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"prctl {option}: {os.strerror(e)}")
+    return rc
+
+
+def sethostname(name: str) -> None:
+    b = name.encode()
+    _check(_sethostname(b, len(b)), "sethostname")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def capset(effective: int, permitted: int, inheritable: int) -> None:
+    """Set this thread's capability sets (64-bit masks)."""
+    hdr = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    for i, shift in enumerate((0, 32)):
+        data[i].effective = (effective >> shift) & 0xFFFFFFFF
+        data[i].permitted = (permitted >> shift) & 0xFFFFFFFF
+        data[i].inheritable = (inheritable >> shift) & 0xFFFFFFFF
+    _check(_syscall(SYS_capset, ctypes.byref(hdr), ctypes.byref(data)), "capset")
+
+
+def setgroups(groups: list[int]) -> None:
+    arr = (ctypes.c_uint32 * max(1, len(groups)))(*groups)
+    # The raw syscall: glibc's wrapper would broadcast to threads, which a forked child has none of.
+    _check(_syscall(SYS_setgroups, len(groups), arr), "setgroups")
+
+
+def setresgid(gid: int) -> None:
+    _check(_syscall(SYS_setresgid, gid, gid, gid), "setresgid")
+
+
+def setresuid(uid: int) -> None:
+    _check(_syscall(SYS_setresuid, uid, uid, uid), "setresuid")
+
+
+def last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except OSError:
+        return 40

@@ -1,0 +1,77 @@
+"""Version, Status, RuntimeConfig, UpdateRuntimeConfig, GetContainerEvents, and the verbs answered
+UNIMPLEMENTED (checkpointing, pod metrics)."""
+
+from __future__ import annotations
+
+import json
+
+from cri.proto import api_pb2 as pb
+from cri.runtime.errors import Unimplemented
+from cri.server.boundary import rpc
+
+RUNTIME_NAME = "nodeagent"
+RUNTIME_API_VERSION = "v1"
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("nodeagent")
+    except Exception:
+        return "0.1.0"
+
+
+class InfoVerbs:
+    runtime: object
+
+    @rpc
+    async def Version(self, request, context):
+        return pb.VersionResponse(version="0.1.0", runtime_name=RUNTIME_NAME, runtime_version=_version(),
+                                  runtime_api_version=RUNTIME_API_VERSION)
+
+    @rpc
+    async def Status(self, request, context):
+        rt = self.runtime
+        resp = pb.StatusResponse()
+        resp.status.conditions.add(type="RuntimeReady", status=True)
+        net = rt.cni.network() if rt.cni is not None else None
+        if net is not None:
+            resp.status.conditions.add(type="NetworkReady", status=True)
+        else:
+            resp.status.conditions.add(type="NetworkReady", status=False, reason="NetworkPluginNotReady",
+                                       message=f"no CNI network config in {rt.opts.cni_conf_dir}")
+        h = resp.runtime_handlers.add(name="")
+        h.features.recursive_read_only_mounts = False
+        h.features.user_namespaces = False
+        if request.verbose:
+            resp.info["config"] = json.dumps({"stateDir": str(rt.opts.state_dir), "cniConfDir": rt.opts.cni_conf_dir,
+                                              "cniBinDirs": list(rt.opts.cni_bin_dirs), "cgroups": rt.cgroups.version,
+                                              "podCIDR": rt.pod_cidr,
+                                              "network": net.name if net is not None else None})
+        return resp
+
+    @rpc
+    async def RuntimeConfig(self, request, context):
+        return pb.RuntimeConfigResponse(linux=pb.LinuxRuntimeConfiguration(cgroup_driver=pb.CGROUPFS))
+
+    @rpc
+    async def UpdateRuntimeConfig(self, request, context):
+        self.runtime.pod_cidr = request.runtime_config.network_config.pod_cidr
+        return pb.UpdateRuntimeConfigResponse()
+
+    async def GetContainerEvents(self, request, context):
+        async for ev in self.runtime.events():
+            yield ev
+
+    @rpc
+    async def CheckpointContainer(self, request, context):
+        raise Unimplemented("container checkpointing (CRIU) is not supported by this runtime")
+
+    @rpc
+    async def ListMetricDescriptors(self, request, context):
+        raise Unimplemented("pod sandbox metrics are not served; use ListPodSandboxStats")
+
+    @rpc
+    async def ListPodSandboxMetrics(self, request, context):
+        raise Unimplemented("pod sandbox metrics are not served; use ListPodSandboxStats")

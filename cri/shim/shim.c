@@ -1,0 +1,187 @@
+/* shim: the per-container supervisor. One tiny static process per running container.
+ *
+ * usage: shim EXIT_FILE LOG_PATH PID OUT_FD ERR_FD
+ *   PID      the container's init process, a child of this process (the runtime forks it,
+ *            then this process execs the shim, so the child stays ours to wait for)
+ *   OUT_FD   read end of the container's stdout pipe; ERR_FD the stderr pipe
+ *   LOG_PATH where the container's output goes, in the CRI log format
+ *            ("<RFC3339Nano> <stdout|stderr> <F|P> <content>\n"); "-" discards it
+ * When the container exits, its status is written to EXIT_FILE (temp file + rename) as
+ * "code=N signal=S finished=NS\n", so it is known even when the runtime daemon was down.
+ * SIGUSR1 reopens LOG_PATH (after log rotation). SIGTERM/SIGINT/SIGHUP are ignored: the
+ * runtime stops the container, not the shim.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_LINE 16384
+
+struct stream {
+    int fd;
+    const char *name;
+    char buf[MAX_LINE];
+    size_t len;
+};
+
+static const char *log_path;
+static int log_fd = -1;
+
+static void open_log(void) {
+    if (log_fd >= 0) close(log_fd);
+    log_fd = -1;
+    if (strcmp(log_path, "-") == 0) return;
+    log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+}
+
+static void write_all(int fd, const char *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void emit(struct stream *s, const char *data, size_t n, char tag) {
+    if (log_fd < 0) return;
+    char head[96];
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    int h = snprintf(head, sizeof(head), "%04d-%02d-%02dT%02d:%02d:%02d.%09ldZ %s %c ",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec, s->name, tag);
+    /* One write per record keeps lines whole when stdout and stderr interleave. */
+    char out[sizeof(head) + MAX_LINE + 1];
+    memcpy(out, head, (size_t)h);
+    memcpy(out + h, data, n);
+    out[h + n] = '\n';
+    write_all(log_fd, out, (size_t)h + n + 1);
+}
+
+/* Emit every complete line in the buffer; a full buffer without a newline goes out as a partial. */
+static void flush_lines(struct stream *s, int at_eof) {
+    size_t start = 0;
+    for (size_t i = 0; i < s->len; i++) {
+        if (s->buf[i] == '\n') {
+            emit(s, s->buf + start, i - start, 'F');
+            start = i + 1;
+        }
+    }
+    if (start > 0) {
+        memmove(s->buf, s->buf + start, s->len - start);
+        s->len -= start;
+    }
+    if (s->len == MAX_LINE || (at_eof && s->len > 0)) {
+        emit(s, s->buf, s->len, at_eof ? 'F' : 'P');
+        s->len = 0;
+    }
+}
+
+/* Returns 0 at EOF (or error), 1 otherwise. */
+static int pump(struct stream *s) {
+    ssize_t n = read(s->fd, s->buf + s->len, MAX_LINE - s->len);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 1;
+    if (n <= 0) {
+        flush_lines(s, 1);
+        close(s->fd);
+        s->fd = -1;
+        return 0;
+    }
+    s->len += (size_t)n;
+    flush_lines(s, 0);
+    return 1;
+}
+
+static void write_exit(const char *path, int status) {
+    int code = 255, sig = 0;
+    if (WIFEXITED(status)) code = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status)) { sig = WTERMSIG(status); code = 128 + sig; }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    char line[128];
+    int n = snprintf(line, sizeof(line), "code=%d signal=%d finished=%lld\n", code, sig,
+                     (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    write_all(fd, line, (size_t)n);
+    fsync(fd);
+    close(fd);
+    rename(tmp, path);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 6) {
+        fprintf(stderr, "usage: shim EXIT_FILE LOG_PATH PID OUT_FD ERR_FD\n");
+        return 2;
+    }
+    const char *exit_file = argv[1];
+    log_path = argv[2];
+    pid_t pid = (pid_t)atoi(argv[3]);
+    static struct stream streams[2];
+    streams[0].fd = atoi(argv[4]);
+    streams[0].name = "stdout";
+    streams[1].fd = atoi(argv[5]);
+    streams[1].name = "stderr";
+
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    open_log();
+
+    int exited = 0, status = 0;
+    /* A SIGCHLD may have arrived before the mask was set: check once up front. */
+    if (waitpid(pid, &status, WNOHANG) == pid) exited = 1;
+    int drain_ms = -1;
+    for (;;) {
+        struct pollfd fds[3];
+        fds[0].fd = sfd; fds[0].events = POLLIN;
+        fds[1].fd = streams[0].fd; fds[1].events = POLLIN;
+        fds[2].fd = streams[1].fd; fds[2].events = POLLIN;
+        if (exited && streams[0].fd < 0 && streams[1].fd < 0) break;
+        if (exited && drain_ms < 0) drain_ms = 500;  /* leftover writers: give output a moment */
+        int rc = poll(fds, 3, exited ? drain_ms : -1);
+        if (rc < 0 && errno == EINTR) continue;
+        if (rc == 0) break;  /* drain time is up */
+        if (fds[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+                if (si.ssi_signo == SIGUSR1) open_log();
+            }
+            if (!exited && waitpid(pid, &status, WNOHANG) == pid) exited = 1;
+            while (waitpid(-1, NULL, WNOHANG) > 0) {}
+        }
+        for (int i = 0; i < 2; i++) {
+            if (streams[i].fd >= 0 && (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) pump(&streams[i]);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        if (streams[i].fd >= 0) flush_lines(&streams[i], 1);
+    }
+    write_exit(exit_file, status);
+    return 0;
+}

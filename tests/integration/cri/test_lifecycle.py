@@ -1,0 +1,343 @@
+"""Sandbox and container lifecycle through the CRI socket, on the real kernel."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from cri.proto import api_pb2 as pb
+from tests.integration.cri.conftest import CONFIGURED
+from tests.integration.cri.daemon import mounts_under
+
+pytestmark = pytest.mark.root
+
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+(Z|[+-]\d\d:\d\d) (stdout|stderr) (F|P) (.*)$")
+
+
+def ns_inode(pid: int | str, kind: str) -> str:
+    return os.readlink(f"/proc/{pid}/ns/{kind}")
+
+
+def test_version_and_status(cri):
+    c = cri.client
+    v = c.rt.Version(pb.VersionRequest(version="v1"))
+    assert v.runtime_name == "nodeagent" and v.runtime_api_version == "v1"
+    st = c.rt.Status(pb.StatusRequest())
+    conds = {x.type: x.status for x in st.status.conditions}
+    assert conds["RuntimeReady"] is True
+    assert conds["NetworkReady"] is False  # no CNI config in this daemon's conf dir
+    assert c.rt.RuntimeConfig(pb.RuntimeConfigRequest()).linux.cgroup_driver == pb.CGROUPFS
+
+
+def test_sandbox_lifecycle_namespaces_and_cleanup(cri, pods):
+    c = cri.client
+    sid, cfg = pods.run(hostname="pod-one")
+    st = c.sandbox_status(sid, verbose=True)
+    assert st.status.state == pb.SANDBOX_READY
+    assert st.status.metadata.name == cfg.metadata.name
+    import json
+
+    info = json.loads(st.info["info"])
+    pid = info["pid"]
+    for kind in ("net", "uts", "ipc"):
+        assert ns_inode(pid, kind) != ns_inode("self", kind), kind
+    assert ns_inode(pid, "mnt") == ns_inode("self", "mnt")  # pause needs no mount namespace
+    rss_kb = int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1))
+    assert rss_kb < 1024, f"pause RSS {rss_kb} kB"
+    items = c.rt.ListPodSandbox(pb.ListPodSandboxRequest(filter=pb.PodSandboxFilter(id=sid))).items
+    assert [i.id for i in items] == [sid]
+
+    c.stop_sandbox(sid)
+    assert c.sandbox_status(sid).status.state == pb.SANDBOX_NOTREADY
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]
+    c.stop_sandbox(sid)  # idempotent
+    c.remove_sandbox(sid)
+    c.remove_sandbox(sid)  # idempotent
+    with pytest.raises(grpc.RpcError) as e:
+        c.sandbox_status(sid)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    assert not (cri.state / "sandboxes" / sid).exists()
+    assert not mounts_under(cri.state / "sandboxes")
+
+
+def test_container_lifecycle_logs_exec(cri, pods):
+    c = cri.client
+    sid, scfg = pods.run(hostname="lifecycle")
+    cid = pods.container(sid, scfg, ["sh", "-c", "echo out-line; echo err-line >&2; printf partial; "
+                                                "trap 'exit 143' TERM; sleep 300 & wait"],
+                         start=False)
+    assert c.status(cid).status.state == pb.CONTAINER_CREATED
+    c.start(cid)
+    st = c.wait_state(cid, pb.CONTAINER_RUNNING)
+    assert st.state == pb.CONTAINER_RUNNING and st.started_at > 0
+    info = pods.info(cid)
+    pid = info["pid"]
+    # joins the sandbox's net/uts/ipc; its own mount and pid namespaces, where it is PID 1
+    sinfo = __import__("json").loads(c.sandbox_status(sid, verbose=True).info["info"])
+    for kind in ("net", "uts", "ipc"):
+        assert ns_inode(pid, kind) == ns_inode(sinfo["pid"], kind)
+    for kind in ("mnt", "pid"):
+        assert ns_inode(pid, kind) != ns_inode(sinfo["pid"], kind)
+    r = c.exec_sync(cid, ["sh", "-c", "hostname; cat /proc/1/cmdline | tr '\\0' ' '; echo; echo oops >&2; exit 3"])
+    lines = r.stdout.decode().splitlines()
+    assert lines[0] == "lifecycle"
+    assert lines[1].startswith("sh -c echo out-line")  # the container's command is its PID 1
+    assert r.stderr == b"oops\n" and r.exit_code == 3
+
+    log = Path(st.log_path)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and "err-line" not in log.read_text():
+        time.sleep(0.05)
+    entries = [LOG_LINE.match(x) for x in log.read_text().splitlines()]
+    assert all(entries), log.read_text()
+    got = {(m.group(2), m.group(3), m.group(4)) for m in entries}
+    assert ("stdout", "F", "out-line") in got and ("stderr", "F", "err-line") in got
+
+    t0 = time.monotonic()
+    c.stop(cid, timeout=20)
+    assert time.monotonic() - t0 < 15  # SIGTERM handled: no wait for the SIGKILL deadline
+    st = c.status(cid).status
+    assert st.state == pb.CONTAINER_EXITED and st.exit_code == 143 and st.finished_at >= st.started_at
+    # "partial" had no newline: it is flushed when the stream closes
+    assert "stdout F partial" in log.read_text() or "stdout P partial" in log.read_text()
+    rootfs = info["rootfs"]
+    c.remove(cid)
+    assert not os.path.ismount(rootfs) and not Path(rootfs).exists()
+    assert not log.exists()
+    c.remove(cid)  # idempotent
+    c.stop(cid)
+
+
+def test_image_config_is_merged(cri, pods):
+    c = cri.client
+    sid, scfg = pods.run()
+    cid = pods.container(sid, scfg, [], image=CONFIGURED)
+    st = c.wait_state(cid, pb.CONTAINER_EXITED)
+    assert st.exit_code == 0 and st.reason == "Completed"
+    text = Path(st.log_path).read_text()
+    assert "configured hello from /work as 1000:1000" in text
+    assert st.user.linux.uid == 1000 and st.user.linux.gid == 1000
+
+
+def test_two_containers_share_localhost_and_ipc(cri, pods):
+    c = cri.client
+    sid, scfg = pods.run()
+    server = pods.container(sid, scfg, ["httpd", "-f", "-p", "127.0.0.1:8080", "-h", "/etc"], name="server")
+    client = pods.container(sid, scfg, ["sleep", "300"], name="client")
+    c.wait_state(server, pb.CONTAINER_RUNNING)
+    body = b""
+    for _ in range(50):
+        r = c.exec_sync(client, ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/hostname"])
+        if r.exit_code == 0:
+            body = r.stdout
+            break
+        time.sleep(0.1)
+    assert body.strip().decode() == scfg.hostname
+    assert c.exec_sync(server, ["sh", "-c", "echo shared > /dev/shm/token"]).exit_code == 0
+    assert c.exec_sync(client, ["cat", "/dev/shm/token"]).stdout == b"shared\n"
+    a, b = pods.info(server)["pid"], pods.info(client)["pid"]
+    assert ns_inode(a, "ipc") == ns_inode(b, "ipc") and ns_inode(a, "net") == ns_inode(b, "net")
+
+
+def test_cgroup_limits_and_live_update(cri, pods):
+    c = cri.client
+    sid, scfg = pods.run()
+    from cri.client import container_config
+
+    cfg = container_config("limited", "localhost/busybox:latest", ["sleep", "300"])
+    r = cfg.linux.resources
+    r.cpu_period, r.cpu_quota, r.cpu_shares = 100000, 50000, 512
+    r.memory_limit_in_bytes = 64 << 20
+    r.unified["pids.max"] = "42"
+    cid = c.create(sid, cfg, scfg)
+    c.start(cid)
+    cg = pods.info(cid)["cgroup"]
+    from nodeagent.host.probe import detect_cgroups
+
+    info = detect_cgroups()
+    if info.version == "v1":
+        m = info.v1_controllers
+        assert Path(m["cpu"] + cg, "cpu.cfs_quota_us").read_text().strip() == "50000"
+        assert Path(m["cpu"] + cg, "cpu.cfs_period_us").read_text().strip() == "100000"
+        assert Path(m["cpu"] + cg, "cpu.shares").read_text().strip() == "512"
+        assert Path(m["memory"] + cg, "memory.limit_in_bytes").read_text().strip() == str(64 << 20)
+        assert Path(m["pids"] + cg, "pids.max").read_text().strip() == "42"
+        pid = pods.info(cid)["pid"]
+        assert str(pid) in Path(m["memory"] + cg, "cgroup.procs").read_text().split()
+        upd = pb.LinuxContainerResources(cpu_period=100000, cpu_quota=20000, memory_limit_in_bytes=32 << 20)
+        c.rt.UpdateContainerResources(pb.UpdateContainerResourcesRequest(container_id=cid, linux=upd))
+        assert Path(m["cpu"] + cg, "cpu.cfs_quota_us").read_text().strip() == "20000"
+        assert Path(m["memory"] + cg, "memory.limit_in_bytes").read_text().strip() == str(32 << 20)
+    else:
+        root = info.v2_root
+        assert Path(root + cg, "cpu.max").read_text().split() == ["50000", "100000"]
+        assert Path(root + cg, "pids.max").read_text().strip() == "42"
+    stats = c.rt.ContainerStats(pb.ContainerStatsRequest(container_id=cid)).stats
+    assert stats.memory.working_set_bytes.value > 0 and stats.attributes.id == cid
+
+
+def test_oom_killed_is_reported(cri, pods):
+    c = cri.client
+    sid, scfg = pods.run()
+    from cri.client import container_config
+
+    cfg = container_config("hog", "localhost/busybox:latest", ["tail", "/dev/zero"])
+    cfg.linux.resources.memory_limit_in_bytes = 16 << 20
+    cfg.linux.resources.memory_swap_limit_in_bytes = 16 << 20
+    cid = c.create(sid, cfg, scfg)
+    c.start(cid)
+    st = c.wait_state(cid, pb.CONTAINER_EXITED, 60)
+    assert st.state == pb.CONTAINER_EXITED
+    assert st.reason == "OOMKilled" and st.exit_code == 137
+
+
+def test_security_defaults_readonly_rootfs_and_masks(cri, pods):
+    c = cri.client
+    sid, scfg = pods.run()
+    from cri.client import container_config
+
+    cfg = container_config("locked", "localhost/busybox:latest", ["sleep", "300"])
+    sec = cfg.linux.security_context
+    sec.readonly_rootfs = True
+    sec.no_new_privs = True
+    sec.capabilities.drop_capabilities.append("NET_RAW")
+    cid = c.create(sid, cfg, scfg)
+    c.start(cid)
+    assert c.exec_sync(cid, ["touch", "/newfile"]).exit_code != 0
+    assert c.exec_sync(cid, ["sh", "-c", "echo x > /dev/shm/ok"]).exit_code == 0
+    status = c.exec_sync(cid, ["cat", "/proc/self/status"]).stdout.decode()
+    bnd = int(re.search(r"CapBnd:\s+([0-9a-f]+)", status).group(1), 16)
+    from cri.runtime import caps
+
+    expected = caps.mask([x for x in caps.DEFAULT if x != "NET_RAW"])
+    assert bnd == expected
+    assert re.search(r"NoNewPrivs:\s+1", status)
+    assert c.exec_sync(cid, ["cat", "/proc/kcore"]).stdout == b""  # masked with /dev/null
+    assert c.exec_sync(cid, ["sh", "-c", "echo 1 > /proc/sys/kernel/domainname"]).exit_code != 0
+
+
+def test_reopen_container_log(cri, pods):
+    c = cri.client
+    sid, scfg = pods.run()
+    cid = pods.container(sid, scfg, ["sh", "-c", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.05; done"])
+    log = Path(c.status(cid).status.log_path)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and "tick" not in log.read_text():
+        time.sleep(0.05)
+    rotated = log.with_name("0.log.1")
+    log.rename(rotated)
+    c.rt.ReopenContainerLog(pb.ReopenContainerLogRequest(container_id=cid))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not (log.exists() and "tick" in log.read_text()):
+        time.sleep(0.05)
+    assert "tick" in log.read_text() and "tick" in rotated.read_text()
+    rotated.unlink()
+
+
+def test_exec_timeout_and_stopped_container(cri, pods):
+    c = cri.client
+    sid, scfg = pods.run()
+    cid = pods.container(sid, scfg, ["sleep", "300"])
+    with pytest.raises(grpc.RpcError) as e:
+        c.exec_sync(cid, ["sleep", "30"], timeout=1)
+    assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    c.stop(cid, 0)
+    with pytest.raises(grpc.RpcError) as e:
+        c.exec_sync(cid, ["true"])
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_container_events_and_stats(cri, pods):
+    import threading
+
+    c = cri.client
+    stream = c.rt.GetContainerEvents(pb.GetEventsRequest())
+    seen: list[tuple[str, int]] = []
+
+    def consume():
+        try:
+            for ev in stream:
+                seen.append((ev.container_id, ev.container_event_type))
+        except grpc.RpcError:
+            pass
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    time.sleep(0.2)
+    sid, scfg = pods.run()
+    cid = pods.container(sid, scfg, ["sleep", "300"])
+    stats = c.rt.ListContainerStats(pb.ListContainerStatsRequest(filter=pb.ContainerStatsFilter(pod_sandbox_id=sid)))
+    assert [s.attributes.id for s in stats.stats] == [cid]
+    pod_stats = c.rt.PodSandboxStats(pb.PodSandboxStatsRequest(pod_sandbox_id=sid)).stats
+    assert pod_stats.attributes.id == sid and pod_stats.linux.process.process_count.value >= 1
+    c.stop(cid, 0)
+    c.remove(cid)
+    deadline = time.monotonic() + 5
+    want = [pb.CONTAINER_CREATED_EVENT, pb.CONTAINER_STARTED_EVENT, pb.CONTAINER_STOPPED_EVENT,
+            pb.CONTAINER_DELETED_EVENT]
+    while time.monotonic() < deadline and [k for i, k in seen if i == cid] != want:
+        time.sleep(0.05)
+    stream.cancel()
+    assert [k for i, k in seen if i == cid] == want
+
+
+def test_seccomp_runtime_default_and_unconfined(cri, pods):
+    c = cri.client
+    sid, scfg = pods.run()
+    from cri.client import container_config
+
+    confined = container_config("confined", "localhost/busybox:latest", ["sleep", "300"])
+    confined.linux.security_context.seccomp.profile_type = pb.SecurityProfile.RuntimeDefault
+    free = container_config("free", "localhost/busybox:latest", ["sleep", "300"])
+    free.linux.security_context.seccomp.profile_type = pb.SecurityProfile.Unconfined
+    a, b = c.create(sid, confined, scfg), c.create(sid, free, scfg)
+    c.start(a)
+    c.start(b)
+    assert re.search(r"Seccomp:\s+2", c.exec_sync(a, ["cat", "/proc/1/status"]).stdout.decode())
+    assert re.search(r"Seccomp:\s+2", c.exec_sync(a, ["cat", "/proc/self/status"]).stdout.decode())
+    assert re.search(r"Seccomp:\s+0", c.exec_sync(b, ["cat", "/proc/1/status"]).stdout.decode())
+    local = container_config("local", "localhost/busybox:latest", ["true"])
+    local.linux.security_context.seccomp.profile_type = pb.SecurityProfile.Localhost
+    with pytest.raises(grpc.RpcError) as e:
+        c.create(sid, local, scfg)
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_sysctls_and_devices(cri, pods):
+    c = cri.client
+    cfg = pods.config()
+    cfg.linux.sysctls["net.ipv4.ip_local_port_range"] = "20000 30000"
+    cfg.linux.sysctls["kernel.shm_rmid_forced"] = "1"
+    host_range = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+    sid, scfg = pods.run(cfg)
+    from cri.client import container_config
+
+    ccfg = container_config("dev", "localhost/busybox:latest", ["sleep", "300"])
+    ccfg.devices.add(container_path="/dev/extra-null", host_path="/dev/null", permissions="rw")
+    cid = c.create(sid, ccfg, scfg)
+    c.start(cid)
+    out = c.exec_sync(cid, ["cat", "/proc/sys/net/ipv4/ip_local_port_range", "/proc/sys/kernel/shm_rmid_forced"])
+    assert out.stdout.decode().split() == ["20000", "30000", "1"]
+    assert Path("/proc/sys/net/ipv4/ip_local_port_range").read_text() == host_range
+    assert c.exec_sync(cid, ["sh", "-c", "echo x > /dev/extra-null"]).exit_code == 0
+    # the devices cgroup: a node may be made (m) but not opened unless allowed
+    r = c.exec_sync(cid, ["sh", "-c", "mknod /tmp/loopdev b 7 0 && head -c 1 /tmp/loopdev"])
+    from nodeagent.host.probe import detect_cgroups
+
+    if detect_cgroups().version == "v1":
+        assert r.exit_code != 0 and b"not permitted" in r.stderr
+    bad = pods.config()
+    bad.linux.sysctls["kernel.panic"] = "1"
+    with pytest.raises(grpc.RpcError) as e:
+        c.run_sandbox(bad)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kernel.panic" in e.value.details()
+    dev = container_config("nodev", "localhost/busybox:latest", ["true"])
+    dev.devices.add(container_path="/dev/x", host_path="/etc/hostname")
+    with pytest.raises(grpc.RpcError) as e:
+        c.create(sid, dev, scfg)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a device" in e.value.details()

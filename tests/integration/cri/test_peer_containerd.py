@@ -1,0 +1,163 @@
+"""The same CRI client lifecycle against our runtime and against Debian's containerd + runc.
+
+A check that holds on ours but fails on containerd would mean our client side (and so our
+expectations of a runtime) is wrong; these run on both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from cri.client import container_config
+from cri.proto import api_pb2 as pb
+from cri.runtime.service import RuntimeOptions
+from tests.harness.resources import unique
+from tests.integration.cri.conftest import BUSYBOX, Pods
+from tests.integration.cri.containerd import Containerd, available
+from tests.integration.cri.daemon import CRIDaemon
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+LOG_LINE = re.compile(r"^\S+ (stdout|stderr) (F|P) (.*)$")
+
+
+def bridge_conflist(tmp: Path) -> tuple[dict, str]:
+    bridge = unique("br")
+    n = os.getpid() % 250
+    return {"cniVersion": "0.4.0", "name": f"peer-{bridge}", "plugins": [
+        {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False,
+         "ipam": {"type": "host-local", "dataDir": str(tmp / "ipam"), "ranges": [[{"subnet": f"10.{101 + n % 40}.{n}.0/24"}]],
+                  "routes": [{"dst": "0.0.0.0/0"}]}},
+        {"type": "loopback"}]}, bridge
+
+
+@pytest.fixture(scope="module", params=["nodeagent", "containerd"])
+def peer(request, tmp_path_factory, images):
+    root = tmp_path_factory.mktemp(request.param)
+    conf, bridge = bridge_conflist(root)
+    if request.param == "nodeagent":
+        d = CRIDaemon(root)
+        d.import_images([images.busybox.docker_archive])
+    else:
+        why = available()
+        if why:
+            pytest.skip(why)
+        d = Containerd(root)
+    (d.cni_conf).mkdir(parents=True, exist_ok=True)
+    (d.cni_conf / "10-peer.conflist").write_text(json.dumps(conf))
+    d.start()
+    if request.param == "containerd":
+        d.import_images(images, RuntimeOptions(state_dir=root).pause, [])
+    try:
+        yield request.param, d
+    finally:
+        if d.client is not None:
+            for s in d.client.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
+                d.client.stop_sandbox(s.id)
+                d.client.remove_sandbox(s.id)
+        d.stop()
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
+
+
+def cgroup_mounts() -> list[str]:
+    with open("/proc/self/mounts") as f:
+        return [line.split()[1] for line in f if line.split()[2] in ("cgroup", "cgroup2")]
+
+
+@pytest.fixture
+def ppods(peer, tmp_path):
+    name, d = peer
+    p = Pods(d, tmp_path)
+    try:
+        yield p
+    finally:
+        if name == "containerd":
+            # runc leaves the cgroup_parent it created (kubelet owns pod cgroups); ours removes what it made
+            from tests.harness.resources import remove_cgroup
+
+            for sid in p.ids:
+                try:
+                    d.client.stop_sandbox(sid)
+                    d.client.remove_sandbox(sid)
+                except grpc.RpcError as e:
+                    if e.code() != grpc.StatusCode.NOT_FOUND:
+                        raise
+            p.ids.clear()
+            for parent in p.parents:
+                for r in cgroup_mounts():  # runc makes the parent in every hierarchy, name=systemd too
+                    remove_cgroup(Path(r + parent))
+            p.parents.clear()
+        p.close()
+
+
+def test_pod_and_container_lifecycle(peer, ppods):
+    name, d = peer
+    c = d.client
+    sid, scfg = ppods.run(hostname="peerpod")
+    st = c.sandbox_status(sid).status
+    assert st.state == pb.SANDBOX_READY and st.metadata.name == scfg.metadata.name
+    assert st.network.ip.startswith("10.")
+    cfg = container_config("app", BUSYBOX, ["sh", "-c", "echo started; exec sleep 300"], log_path="app/0.log")
+    cid = c.create(sid, cfg, scfg)
+    assert c.status(cid).status.state == pb.CONTAINER_CREATED
+    c.start(cid)
+    assert c.wait_state(cid, pb.CONTAINER_RUNNING).state == pb.CONTAINER_RUNNING
+    r = c.exec_sync(cid, ["sh", "-c", "hostname; cat /proc/1/cmdline | tr '\\0' ' '; exit 4"])
+    out = r.stdout.decode().splitlines()
+    assert out[0] == "peerpod" and out[1].startswith("sleep 300") and r.exit_code == 4
+    ids = [x.id for x in c.rt.ListContainers(pb.ListContainersRequest(
+        filter=pb.ContainerFilter(pod_sandbox_id=sid))).containers]
+    assert ids == [cid]
+    log = Path(c.status(cid).status.log_path)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not (log.exists() and "started" in log.read_text()):
+        time.sleep(0.05)
+    m = LOG_LINE.match(log.read_text().splitlines()[0])
+    assert m and m.groups() == ("stdout", "F", "started")
+    c.stop(cid, 0)
+    st = c.status(cid).status
+    assert st.state == pb.CONTAINER_EXITED and st.exit_code == 137
+    c.remove(cid)
+    with pytest.raises(grpc.RpcError) as e:
+        c.status(cid)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    c.stop_sandbox(sid)
+    assert c.sandbox_status(sid).status.state == pb.SANDBOX_NOTREADY
+    c.remove_sandbox(sid)
+    with pytest.raises(grpc.RpcError) as e:
+        c.sandbox_status(sid)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_exit_code_and_unknown_image(peer, ppods):
+    name, d = peer
+    c = d.client
+    sid, scfg = ppods.run()
+    cid = c.create(sid, container_config("exits", BUSYBOX, ["sh", "-c", "exit 9"]), scfg)
+    c.start(cid)
+    st = c.wait_state(cid, pb.CONTAINER_EXITED)
+    assert st.exit_code == 9 and st.reason == "Error"
+    with pytest.raises(grpc.RpcError) as e:
+        c.create(sid, container_config("ghost", "localhost/no-such-image:1", ["true"]), scfg)
+    assert e.value.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNKNOWN)
+    assert "no-such-image" in e.value.details()
+
+
+def test_remove_running_pod_kills_everything(peer, ppods):
+    name, d = peer
+    c = d.client
+    sid, scfg = ppods.run()
+    cid = c.create(sid, container_config("busy", BUSYBOX, ["sleep", "300"]), scfg)
+    c.start(cid)
+    c.stop_sandbox(sid)
+    assert c.status(cid).status.state == pb.CONTAINER_EXITED
+    c.remove_sandbox(sid)
+    assert not c.rt.ListContainers(pb.ListContainersRequest(filter=pb.ContainerFilter(id=cid))).containers

@@ -1,0 +1,58 @@
+"""The C shim writes CRI-format logs and the exit status; no root needed (it supervises a plain child)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from cri.runtime.service import RuntimeOptions
+
+SHIM = RuntimeOptions(state_dir=Path("/nonexistent")).shim
+pytestmark = pytest.mark.skipif(not os.path.exists(SHIM), reason="shim not built: run make build")
+
+
+def run_under_shim(tmp_path: Path, script: str) -> tuple[str, str]:
+    """Fork a child running `script`, exec the shim as its parent (as the runtime does)."""
+    log, exit_file = tmp_path / "ctr.log", tmp_path / "exit"
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    p1 = os.fork()
+    if p1 == 0:
+        child = os.fork()
+        if child == 0:
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.execv("/bin/sh", ["sh", "-c", script])
+        os.close(out_w)
+        os.close(err_w)
+        os.set_inheritable(out_r, True)
+        os.set_inheritable(err_r, True)
+        os.execv(SHIM, [SHIM, str(exit_file), str(log), str(child), str(out_r), str(err_r)])
+    for fd in (out_r, out_w, err_r, err_w):
+        os.close(fd)
+    os.waitpid(p1, 0)
+    return log.read_text(), exit_file.read_text()
+
+
+def test_log_lines_and_exit_code(tmp_path):
+    log, status = run_under_shim(tmp_path, "echo one; echo two >&2; printf tail; exit 3")
+    lines = log.splitlines()
+    pat = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (stdout|stderr) ([FP]) (.*)$")
+    parsed = [pat.match(x).groups() for x in lines]
+    assert ("stdout", "F", "one") in parsed and ("stderr", "F", "two") in parsed and ("stdout", "F", "tail") in parsed
+    assert status.startswith("code=3 signal=0 finished=")
+
+
+def test_long_lines_are_split_as_partials(tmp_path):
+    log, _ = run_under_shim(tmp_path, "head -c 40000 /dev/zero | tr '\\0' x; echo")
+    tags = [line.split(" ", 3)[2] for line in log.splitlines()]
+    assert tags[-1] == "F" and tags.count("P") >= 2
+    assert sum(len(line.split(" ", 3)[3]) for line in log.splitlines()) == 40000
+
+
+def test_signal_exit(tmp_path):
+    _, status = run_under_shim(tmp_path, "kill -9 $$")
+    assert status.startswith("code=137 signal=9")
