@@ -74,7 +74,7 @@ def rules(net: str, cid: str, ifname: str, pod: ipaddress.IPv4Interface, maps: l
     lines += [
         f"-A PREROUTING -m addrtype --dst-type LOCAL {c} -j {dn}",
         f"-A OUTPUT -m addrtype --dst-type LOCAL {c} -j {dn}",
-        f"-A POSTROUTING -d {pod.ip}/32 {c} -j {sn}",
+        f"-I POSTROUTING 1 -d {pod.ip}/32 {c} -j {sn}",  # before the bridge's masq ACCEPT of pod traffic
     ]
     return lines
 

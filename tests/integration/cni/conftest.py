@@ -37,6 +37,32 @@ def runtime(cni_bin: Path) -> Runtime:
     return Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": "none"})
 
 
+@pytest.fixture(scope="module")
+def cni_daemon(tmp_path_factory: pytest.TempPathFactory):
+    """A resident `nodeagent cni-daemon` on a private socket; yields the socket path."""
+    import time
+
+    sock = str(tmp_path_factory.mktemp("cnid") / "cni.sock")
+    exe = os.path.join(os.path.dirname(sys.executable), "nodeagent")
+    p = subprocess.Popen([exe, "cni-daemon", "--socket", sock], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(sock):
+        assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.stderr else "no socket"
+        time.sleep(0.05)
+    yield sock
+    p.terminate()
+    p.wait(timeout=10)
+    assert not os.path.exists(sock)
+
+
+@pytest.fixture(params=["in-process", "daemon"])
+def any_runtime(request: pytest.FixtureRequest, cni_bin: Path) -> Runtime:
+    """The same runtime with and without the resident daemon: results must not differ."""
+    if request.param == "daemon":
+        return Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": request.getfixturevalue("cni_daemon")})
+    return Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": "none"})
+
+
 def free_subnet() -> ipaddress.IPv4Network:
     used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
     for _ in range(100):
