@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import json
 import os
 import random
@@ -106,10 +107,10 @@ class Net:
         return sorted(n for n in os.listdir("/sys/class/net") if n.startswith(veth_prefix(self.name)))
 
     def rules(self) -> list[str]:
-        """Every nat rule (both backends) that names this network or this subnet."""
+        """Every nat/filter rule (both backends) that names this network or this subnet."""
         out = []
-        for exe in ("iptables-nft-save", "iptables-legacy-save"):
-            text = subprocess.run([exe, "-t", "nat"], capture_output=True, text=True).stdout
+        for exe, table in itertools.product(("iptables-nft-save", "iptables-legacy-save"), ("nat", "filter")):
+            text = subprocess.run([exe, "-t", table], capture_output=True, text=True).stdout
             net_prefix = str(self.subnet.network_address).rsplit(".", 1)[0] + "."
             out += [ln for ln in text.splitlines()
                     if f"net={self.name} " in ln or (net_prefix in ln and not ln.startswith("#"))]
@@ -134,6 +135,20 @@ def net(tmp_path: Path) -> Net:
         with contextlib.suppress(Exception):
             iptables.remove_tagged(be, "nat", "masq", lambda nn, c, i: nn == n.name, ("NA-MASQ-",))
             iptables.remove_tagged(be, "nat", "portmap", lambda nn, c, i: nn == n.name, ("NA-DN-", "NA-SN-"))
+
+
+@pytest.fixture
+def outside(res):
+    """A test netns reached from the host over a veth: (netns, host-side address, its own address)."""
+    ext = res.netns()
+    host_end, ext_end = res.veth(peer_netns=ext)
+    sub = free_subnet()
+    h, e = str(sub.network_address + 1), str(sub.network_address + 2)
+    sh("ip", "addr", "add", f"{h}/24", "dev", host_end)
+    sh("ip", "link", "set", host_end, "up")
+    sh("ip", "-n", ext, "addr", "add", f"{e}/24", "dev", ext_end)
+    sh("ip", "-n", ext, "link", "set", ext_end, "up")
+    return ext, h, e
 
 
 def netns_path(name: str) -> str:

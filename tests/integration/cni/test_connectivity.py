@@ -4,29 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.resources import sh
 from tests.integration.cni import netutil
-from tests.integration.cni.conftest import free_subnet, netns_path, ping
+from tests.integration.cni.conftest import netns_path, ping
 
 pytestmark = pytest.mark.root
 
 
 def pod_ip(result: dict) -> str:
     return result["ips"][0]["address"].split("/")[0]
-
-
-@pytest.fixture
-def outside(res):
-    """A test netns reached from the host over a veth: (netns, host-side address, its own address)."""
-    ext = res.netns()
-    host_end, ext_end = res.veth(peer_netns=ext)
-    sub = free_subnet()
-    h, e = str(sub.network_address + 1), str(sub.network_address + 2)
-    sh("ip", "addr", "add", f"{h}/24", "dev", host_end)
-    sh("ip", "link", "set", host_end, "up")
-    sh("ip", "-n", ext, "addr", "add", f"{e}/24", "dev", ext_end)
-    sh("ip", "-n", ext, "link", "set", ext_end, "up")
-    return ext, h, e
 
 
 def test_two_pods_reach_each_other_and_the_gateway(runtime, net, res):
