@@ -2,12 +2,13 @@
 
 The lean exec'd client sends {plugin, env, stdin}; the daemon runs exactly the
 same `skel.dispatch` the in-process fallback runs and answers {code, stdout}.
-One thread per connection; IPAM correctness never depends on the daemon (its
+A fixed pool of worker threads (each with its own netlink socket); IPAM correctness never depends on the daemon (its
 flock works between threads as between processes).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -46,11 +47,12 @@ class _Handler(socketserver.StreamRequestHandler):
         self.wfile.write(json.dumps({"code": code, "stdout": out.decode()}).encode())
 
 
-class Server(socketserver.ThreadingUnixStreamServer):
-    daemon_threads = True
+class Server(socketserver.UnixStreamServer):
+    """Requests run on a fixed pool, so each worker keeps its netlink socket across requests."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, workers: int = 8) -> None:
         self.plugins = _plugins()
+        self.pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cni")
         from cni import netlink
 
         netlink.host()  # warm: pyroute2 imported, one socket open
@@ -60,6 +62,21 @@ class Server(socketserver.ThreadingUnixStreamServer):
         super().__init__(path, _Handler)
         os.chmod(path, 0o600)
         self.path = path
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.pool.submit(self._work, request, client_address)
+
+    def _work(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.pool.shutdown(wait=True)
 
 
 def serve(path: str, ready: threading.Event | None = None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -45,28 +46,37 @@ def in_netns(netns_fd: int, fn: Callable[[IPRoute], T]) -> T:
     return netns.run_in(netns_fd, body)
 
 
-def link_index(ipr: IPRoute, name: str) -> int | None:
+def get_link(ipr: IPRoute, name: str) -> Any | None:
+    """One RTM_GETLINK by name (never a dump); None if there is no such link."""
     try:
-        found = ipr.link_lookup(ifname=name)
+        return ipr.link("get", ifname=name)[0]
     except NetlinkError as e:
         if e.code == errno.ENODEV:
             return None
         raise
-    return found[0] if found else None
 
 
-def link_info(ipr: IPRoute, index: int) -> Any:
-    return ipr.get_links(index)[0]
+def link_index(ipr: IPRoute, name: str) -> int | None:
+    link = get_link(ipr, name)
+    return None if link is None else int(link["index"])
 
 
 def mac_of(link: Any) -> str:
-    return str(link.get("IFLA_ADDRESS") or link.get_attr("IFLA_ADDRESS") or "")
+    return str(link.get_attr("IFLA_ADDRESS") or "")
 
 
-def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None, promisc: bool, vlan_filtering: bool) -> int:
-    idx = link_index(ipr, name)
-    if idx is None:
-        kw: dict[str, Any] = {"ifname": name, "kind": "bridge"}
+def random_mac() -> str:
+    """A locally administered unicast MAC, set at creation so the result needs no query in the netns."""
+    b = bytearray(os.urandom(6))
+    b[0] = (b[0] & 0xFC) | 0x02
+    return ":".join(f"{x:02x}" for x in b)
+
+
+def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None, promisc: bool, vlan_filtering: bool) -> Any:
+    """The bridge's link message, creating it (up) if needed. One netlink round trip when it exists."""
+    link = get_link(ipr, name)
+    if link is None:
+        kw: dict[str, Any] = {"ifname": name, "kind": "bridge", "state": "up"}
         if mtu:
             kw["mtu"] = mtu
         if vlan_filtering:
@@ -76,25 +86,21 @@ def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None, promisc: bool, vlan_
         except NetlinkError as e:
             if e.code != errno.EEXIST:  # a concurrent ADD made it first
                 raise
-        idx = link_index(ipr, name)
-        if idx is None:
+        link = get_link(ipr, name)
+        if link is None:
             raise RuntimeError(f"bridge {name} vanished while being created")
-    link = link_info(ipr, idx)
-    if link.get_attr("IFLA_LINKINFO") and link.get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND") != "bridge":
+    if link.get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND") not in (None, "bridge"):
         raise RuntimeError(f"{name} exists and is not a bridge")
     want_flags = 1 | (0x100 if promisc else 0)  # IFF_UP | IFF_PROMISC
     if link["flags"] & want_flags != want_flags:
-        ipr.link("set", index=idx, state="up", **({"promisc": 1} if promisc else {}))
+        ipr.link("set", index=link["index"], state="up", **({"promisc": 1} if promisc else {}))
     if vlan_filtering and not link.get_nested("IFLA_LINKINFO", "IFLA_INFO_DATA", "IFLA_BR_VLAN_FILTERING"):
-        ipr.link("set", index=idx, kind="bridge", br_vlan_filtering=1)
-    return idx
+        ipr.link("set", index=link["index"], kind="bridge", br_vlan_filtering=1)
+    return link
 
 
-def ensure_addr(ipr: IPRoute, index: int, address: str, prefixlen: int) -> None:
-    family = 10 if ":" in address else 2
-    for a in ipr.get_addr(index=index, family=family):
-        if a.get_attr("IFA_ADDRESS") == address and a["prefixlen"] == prefixlen:
-            return
+def add_addr(ipr: IPRoute, index: int, address: str, prefixlen: int) -> None:
+    """Add an address; already there is fine (concurrent ADDs share the gateway address)."""
     try:
         ipr.addr("add", index=index, address=address, prefixlen=prefixlen)
     except NetlinkError as e:
@@ -103,19 +109,17 @@ def ensure_addr(ipr: IPRoute, index: int, address: str, prefixlen: int) -> None:
 
 
 def create_veth(ipr: IPRoute, host_name: str, peer_name: str, netns_fd: int, master: int,
-                mtu: int | None) -> int:
-    """Create the pair (host end up, enslaved; peer inside the netns); return the host end's index."""
-    kw: dict[str, Any] = {"ifname": host_name, "kind": "veth", "master": master,
-                          "peer": {"ifname": peer_name, "net_ns_fd": netns_fd}}
+                mtu: int | None, peer_mac: str) -> Any:
+    """Create the pair in one request (host end up and enslaved; peer born in the netns); the host link."""
+    peer: dict[str, Any] = {"ifname": peer_name, "net_ns_fd": netns_fd, "address": peer_mac}
+    kw: dict[str, Any] = {"ifname": host_name, "kind": "veth", "master": master, "state": "up", "peer": peer}
     if mtu:
-        kw["mtu"] = mtu
-        kw["peer"]["mtu"] = mtu
+        kw["mtu"] = peer["mtu"] = mtu
     ipr.link("add", **kw)
-    idx = link_index(ipr, host_name)
-    if idx is None:
+    link = get_link(ipr, host_name)
+    if link is None:
         raise RuntimeError(f"veth {host_name} vanished after creation")
-    ipr.link("set", index=idx, state="up")
-    return idx
+    return link
 
 
 def delete_link(ipr: IPRoute, name: str) -> bool:
@@ -140,22 +144,14 @@ def set_vlan(ipr: IPRoute, index: int, vid: int) -> None:
     ipr.vlan_filter("add", index=index, vlan_info={"vid": vid, "flags": 6})  # PVID | UNTAGGED
 
 
-def configure_container(c: IPRoute, ifname: str, ips: list[dict[str, Any]],
-                        routes: list[dict[str, Any]]) -> tuple[int, str]:
-    """Inside the netns: addresses on `ifname`, link up, routes; return (index, mac)."""
-    idx = link_index(c, ifname)
-    if idx is None:
-        raise RuntimeError(f"{ifname} missing in the container netns")
+def configure_container(c: IPRoute, index: int, ips: list[dict[str, Any]], routes: list[dict[str, Any]]) -> None:
+    """Inside the netns: link `index` up, its addresses, then the routes."""
+    c.link("set", index=index, state="up")
     for ip in ips:
         addr, _, plen = ip["address"].partition("/")
-        try:
-            c.addr("add", index=idx, address=addr, prefixlen=int(plen))
-        except NetlinkError as e:
-            if e.code != errno.EEXIST:
-                raise
-    c.link("set", index=idx, state="up")
+        add_addr(c, index, addr, int(plen))
     for r in routes:
-        kw: dict[str, Any] = {"dst": r["dst"], "oif": idx}
+        kw: dict[str, Any] = {"dst": r["dst"], "oif": index}
         if r.get("gw"):
             kw["gateway"] = r["gw"]
         try:
@@ -163,4 +159,3 @@ def configure_container(c: IPRoute, ifname: str, ips: list[dict[str, Any]],
         except NetlinkError as e:
             if e.code != errno.EEXIST:
                 raise
-    return idx, mac_of(link_info(c, idx))

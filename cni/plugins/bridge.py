@@ -10,18 +10,16 @@ containerID, ifname), and "already gone" is success.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import ipaddress
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from cni import delegate, iptables
+from cni import delegate, iptables, masq
 from cni.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, UNSUPPORTED_FIELD, CNIError
 from cni.skel import CmdArgs
-
-MASQ_PREFIX = "NA-MASQ-"
-MULTICAST = "224.0.0.0/4"
 
 
 @dataclass(frozen=True)
@@ -91,42 +89,11 @@ def _sysctl(path: str, value: str) -> None:
         f.write(value)
 
 
-def masq_add(be: str, conf: NetConf, a: CmdArgs, ips: list[dict[str, Any]]) -> None:
-    t = iptables.tag("masq", conf.name, a.container_id, a.ifname)
-    chain = iptables.chain_name(MASQ_PREFIX, conf.name, a.container_id, a.ifname)
-    for v6 in (False, True):
-        mine = [ipaddress.ip_interface(i["address"]) for i in ips if (":" in i["address"]) == v6]
-        if not mine:
-            continue
-        lines = [f":{chain} - [0:0]"]
-        for iface in mine:
-            lines.append(f'-A {chain} -d {iface.network} -m comment --comment "{t}" -j ACCEPT')
-        if not v6:
-            lines.append(f'-A {chain} ! -d {MULTICAST} -m comment --comment "{t}" -j MASQUERADE')
-        else:
-            lines.append(f'-A {chain} ! -d ff00::/8 -m comment --comment "{t}" -j MASQUERADE')
-        for iface in mine:
-            lines.append(f'-A POSTROUTING -s {iface.ip}/{iface.max_prefixlen} -m comment --comment "{t}" -j {chain}')
-        iptables.restore(be, "nat", lines, v6)
-
-
-def masq_del(be: str, conf: NetConf, a: CmdArgs, prev: dict[str, Any] | None) -> None:
-    """Fast path: delete exactly the rules the result implies (1 exec); else find them by tag."""
-    t = iptables.tag("masq", conf.name, a.container_id, a.ifname)
-    chain = iptables.chain_name(MASQ_PREFIX, conf.name, a.container_id, a.ifname)
-    ips = [i["address"] for i in (prev or {}).get("ips", [])]
-    v4 = [ipaddress.ip_interface(x) for x in ips if ":" not in x]
-    if v4 and len(v4) == len(ips):
-        lines = [f'-D POSTROUTING -s {i.ip}/32 -m comment --comment "{t}" -j {chain}' for i in v4]
-        if iptables.try_restore(be, "nat", [*lines, f":{chain} - [0:0]", f"-X {chain}"]):
-            return
-    key = (conf.name, a.container_id, a.ifname)
-    for v6 in (False, True):
-        with contextlib.suppress(CNIError):
-            iptables.remove_tagged(be, "nat", "masq", lambda n, c, i: (n, c, i) == key, (MASQ_PREFIX,), v6)
-
-
 class Bridge:
+    def __init__(self, masq_cache: masq.Cache | None = None) -> None:
+        # a resident daemon passes one long-lived cache; an exec'd plugin starts empty each time
+        self.masq_cache = masq_cache or masq.Cache()
+
     def add(self, a: CmdArgs) -> dict[str, Any]:
         from cni import netlink, netns
 
@@ -135,20 +102,24 @@ class Bridge:
         undo = contextlib.ExitStack()
         with contextlib.closing(_Fd(fd)), undo:
             ipr = netlink.host()
-            br_idx = netlink.ensure_bridge(ipr, conf.bridge, conf.mtu, conf.promisc, conf.vlan is not None)
+            br = netlink.ensure_bridge(ipr, conf.bridge, conf.mtu, conf.promisc, conf.vlan is not None)
             host_name = host_veth_name(conf.name, a.container_id, a.ifname)
-            retried = netlink.delete_link(ipr, host_name)  # a retried ADD starts from scratch
+            cmac = netlink.random_mac()
             try:
-                host_idx = netlink.create_veth(ipr, host_name, a.ifname, fd, br_idx, conf.mtu)
+                host = netlink.create_veth(ipr, host_name, a.ifname, fd, br["index"], conf.mtu, cmac)
             except Exception as e:
-                if getattr(e, "code", None) == 17:
+                if getattr(e, "code", None) != errno.EEXIST:
+                    raise
+                # a retried ADD: our host end from the earlier try, or a clash inside the netns
+                if not netlink.delete_link(ipr, host_name):
                     raise CNIError(INVALID_CONFIG, f"container already has an interface named {a.ifname}") from None
-                raise
+                host = netlink.create_veth(ipr, host_name, a.ifname, fd, br["index"], conf.mtu, cmac)
             undo.callback(netlink.delete_link, ipr, host_name)
+            peer_index = int(host.get_attr("IFLA_LINK"))
             if conf.hairpin:
                 _sysctl(f"/sys/class/net/{host_name}/brport/hairpin_mode", "1")
             if conf.vlan:
-                netlink.set_vlan(ipr, host_idx, conf.vlan)
+                netlink.set_vlan(ipr, host["index"], conf.vlan)
 
             ipam = delegate.call("ADD", conf.ipam_type, a.stdin, a.env, a.path) or {}
             undo.callback(_quiet, delegate.call, "DEL", conf.ipam_type, a.stdin, a.env, a.path)
@@ -163,8 +134,8 @@ class Bridge:
                     if gw:
                         plen = ipaddress.ip_interface(ip["address"]).network.prefixlen
                         if conf.force_address:
-                            _drop_other_addrs(ipr, br_idx, gw, ip["address"])
-                        netlink.ensure_addr(ipr, br_idx, gw, plen)
+                            _drop_other_addrs(ipr, br["index"], gw, ip["address"])
+                        netlink.add_addr(ipr, br["index"], gw, plen)
                 if any(":" not in i["address"] for i in ips):
                     _sysctl("/proc/sys/net/ipv4/ip_forward", "1")
                 if any(":" in i["address"] for i in ips):
@@ -176,33 +147,27 @@ class Bridge:
                         routes = [r for r in routes if r["dst"] != dst] + [{"dst": dst, "gw": ip["gateway"]}]
             croutes = [dict(r, gw=r.get("gw") or _gw_for(r["dst"], ips)) for r in routes]
 
-            _, cmac = netlink.in_netns(fd, lambda c: netlink.configure_container(c, a.ifname, ips, croutes))
+            netlink.in_netns(fd, lambda c: netlink.configure_container(c, peer_index, ips, croutes))
 
             if conf.ip_masq:
-                be = iptables.backend(a.env)
-                if retried:
-                    masq_del(be, conf, a, None)
-                undo.callback(_quiet, masq_del, be, conf, a, {"ips": ips})
-                masq_add(be, conf, a, ips)
-
-            br_mac = netlink.mac_of(netlink.link_info(ipr, br_idx))
-            host_mac = netlink.mac_of(netlink.link_info(ipr, host_idx))
+                with masq.bridge_lock(conf.bridge):
+                    masq.ensure(iptables.backend(a.env), conf.name, [i["address"] for i in ips], self.masq_cache)
             undo.pop_all()
         for ip in ips:
             ip["interface"] = 2
         result: dict[str, Any] = {
             "cniVersion": a.version,
             "interfaces": [
-                {"name": conf.bridge, "mac": br_mac},
-                {"name": host_name, "mac": host_mac},
+                {"name": conf.bridge, "mac": netlink.mac_of(br)},
+                {"name": host_name, "mac": netlink.mac_of(host)},
                 {"name": a.ifname, "mac": cmac, "sandbox": a.netns},
             ],
             "ips": ips,
             "routes": routes,
-            "dns": ipam.get("dns") or a.config.get("dns") or {},
         }
-        if not result["dns"]:
-            del result["dns"]
+        dns = ipam.get("dns") or a.config.get("dns")
+        if dns:
+            result["dns"] = dns
         return result
 
     def delete(self, a: CmdArgs) -> None:
@@ -212,7 +177,14 @@ class Bridge:
 
         netlink.delete_link(netlink.host(), host_veth_name(conf.name, a.container_id, a.ifname))
         if conf.ip_masq:
-            masq_del(iptables.backend(a.env), conf, a, a.config.get("prevResult"))
+            self._masq_if_unused(conf, a)
+
+    def _masq_if_unused(self, conf: NetConf, a: CmdArgs) -> None:
+        """The network's last veth is gone from this host: its masquerade chain goes too."""
+        prefix = veth_prefix(conf.name)
+        with masq.bridge_lock(conf.bridge):
+            if not any(n.startswith(prefix) for n in os.listdir("/sys/class/net")):
+                masq.remove(iptables.backend(a.env), conf.name, self.masq_cache)
 
     def check(self, a: CmdArgs) -> None:
         from cni import netlink, netns
@@ -227,8 +199,8 @@ class Bridge:
         if br_idx is None:
             raise CNIError(UNKNOWN_CONTAINER, f"bridge {conf.bridge} not found")
         host_name = host_veth_name(conf.name, a.container_id, a.ifname)
-        h = netlink.link_index(ipr, host_name)
-        if h is None or netlink.link_info(ipr, h).get_attr("IFLA_MASTER") != br_idx:
+        h = netlink.get_link(ipr, host_name)
+        if h is None or h.get_attr("IFLA_MASTER") != br_idx:
             raise CNIError(UNKNOWN_CONTAINER, f"host veth {host_name} missing or not on {conf.bridge}")
         fd = netns.open_netns(a.netns)
         try:
@@ -254,11 +226,7 @@ class Bridge:
         for name in netlink.links_with_prefix(ipr, veth_prefix(conf.name)):
             if name not in keep:
                 netlink.delete_link(ipr, name)
-        be = iptables.backend(a.env)
-        for v6 in (False, True):
-            with contextlib.suppress(CNIError):
-                iptables.remove_tagged(be, "nat", "masq", lambda n, c, i: n == conf.name and (c, i) not in valid,
-                                       (MASQ_PREFIX,), v6)
+        self._masq_if_unused(conf, a)
 
     def status(self, a: CmdArgs) -> None:
         conf = parse_conf(a.config)

@@ -30,8 +30,7 @@ def allocate(store: Store, cfg: ipam_config.IPAMConfig, owner: tuple[str, str]) 
                 if held is not None:
                     got.append((held, allocator.range_of(ranges, held)))
                     continue
-                last_s = store.last_reserved(idx)
-                last = ipaddress.ip_address(last_s) if last_s else None
+                last = _parse_ip(store.last_reserved(idx))
                 for ip in allocator.candidates(ranges, last):
                     if store.reserve(str(ip), owner, idx):
                         got.append((ip, allocator.range_of(ranges, ip)))
@@ -45,6 +44,13 @@ def allocate(store: Store, cfg: ipam_config.IPAMConfig, owner: tuple[str, str]) 
                     store.release(str(ip))
             raise
     return got
+
+
+def _parse_ip(s: str | None) -> Any:
+    try:
+        return ipaddress.ip_address(s) if s else None
+    except ValueError:
+        return None
 
 
 def release(store: Store, owner: tuple[str, str]) -> None:

@@ -83,7 +83,7 @@ def test_add_check_del_result_shape(runtime, net, res, version):
     link = json.loads(in_ns(ns, "ip", "-j", "link", "show", "eth0").stdout)[0]
     assert link["address"] == r["interfaces"][2]["mac"]
     assert "default via " + net.gateway in in_ns(ns, "ip", "route").stdout
-    assert len(net.rules()) == 3  # the POSTROUTING jump and the chain's two rules
+    assert len(net.rules()) == 3  # the network's POSTROUTING jump and its chain's two rules
 
     conf_prev = dict(conf, prevResult=r)
     if version >= "0.4.0":
