@@ -56,10 +56,6 @@ def via_daemon(path: str, plugin: str, env: dict[str, str], stdin: bytes) -> tup
 
 def plugin_object(plugin: str) -> object:
     if plugin == "bridge":
-        if sys.flags.no_site:  # the lean launcher skipped site-packages; the fallback needs pyroute2
-            import site
-
-            site.main()
         from cni.plugins.bridge import Bridge
 
         return Bridge()

@@ -9,6 +9,7 @@ and remove them even when the result that made them is lost.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -25,11 +26,17 @@ def backend(env: Mapping[str, str] | None = None) -> str:
     forced = (env or {}).get("NODEAGENT_IPTABLES") or os.environ.get("NODEAGENT_IPTABLES")
     if forced in ("legacy", "nft"):
         return forced
+    return _host_backend()
+
+
+@functools.cache
+def _host_backend() -> str:
+    """The backend behind the host's `iptables` (iptables-nft → xtables-nft-multi, or -legacy)."""
     exe = shutil.which("iptables") or "/usr/sbin/iptables"
-    real = os.path.realpath(exe)
-    if real.endswith("-legacy"):
+    real = os.path.basename(os.path.realpath(exe))
+    if "legacy" in real:
         return "legacy"
-    if real.endswith("-nft"):
+    if "nft" in real:
         return "nft"
     out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False).stdout
     return "nft" if "nf_tables" in out else "legacy"

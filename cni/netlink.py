@@ -1,9 +1,8 @@
-"""Small synchronous pyroute2 helpers for the bridge plugin; no policy, typed errors.
+"""pyroute2 helpers for what is not on the ADD/DEL hot path (that is `cni.rtnl`): creating
+and tuning bridges, VLANs, and the queries CHECK and forceAddress make. No policy, typed errors.
 
-The veth pair is created in one RTM_NEWLINK from the host: the host end enslaved
-to the bridge, the peer born inside the container netns under its final name,
-so nothing is moved or renamed. Only the container-side address/route set-up
-needs a socket in the netns, opened through `cni.netns.run_in`.
+The lean launcher starts Python without site-packages; importing this module adds them
+(pyroute2 lives there), so only calls that need pyroute2 pay for it.
 """
 
 from __future__ import annotations
@@ -11,9 +10,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+if sys.flags.no_site and "pyroute2" not in sys.modules:
+    import site
+
+    site.main()
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError

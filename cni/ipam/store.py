@@ -74,8 +74,15 @@ class DiskStore:
     def _write_last(self, range_set: int, ip: str) -> None:
         # Only a round-robin hint, written in place on purpose: a rename here costs an ext4 data
         # flush (~1.5 ms) per ADD, and a torn hint is harmless (an unparsable one restarts the scan).
-        with open(os.path.join(self.dir, f"{LAST_PREFIX}{range_set}"), "w") as f:
-            f.write(ip)
+        # Truncating to zero would trigger the same flush (ext4 auto_da_alloc): overwrite, then shorten.
+        fd = os.open(os.path.join(self.dir, f"{LAST_PREFIX}{range_set}"), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC,
+                     0o644)
+        try:
+            data = ip.encode()
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
 
     def last_reserved(self, range_set: int) -> str | None:
         try:

@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from cni import delegate, iptables, masq
-from cni.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, UNSUPPORTED_FIELD, CNIError
+from cni import delegate, iptables, masq, rtnl
+from cni.errors import INTERNAL, INVALID_CONFIG, UNKNOWN_CONTAINER, UNSUPPORTED_FIELD, CNIError
 from cni.skel import CmdArgs
 
 
@@ -95,31 +95,37 @@ class Bridge:
         self.masq_cache = masq_cache or masq.Cache()
 
     def add(self, a: CmdArgs) -> dict[str, Any]:
-        from cni import netlink, netns
+        from cni import netns
 
         conf = parse_conf(a.config)
         fd = netns.open_netns(a.netns)
         undo = contextlib.ExitStack()
         with contextlib.closing(_Fd(fd)), undo:
-            ipr = netlink.host()
-            br = netlink.ensure_bridge(ipr, conf.bridge, conf.mtu, conf.promisc, conf.vlan is not None)
+            br = ensure_bridge(conf)
+            br_idx = int(br["ifindex"])
             host_name = host_veth_name(conf.name, a.container_id, a.ifname)
-            cmac = netlink.random_mac()
+            cmac = rtnl.random_mac()
+            new = rtnl.new_veth(host_name, a.ifname, fd, br_idx, cmac, conf.mtu, 1)
             try:
-                host = netlink.create_veth(ipr, host_name, a.ifname, fd, br["index"], conf.mtu, cmac)
-            except Exception as e:
-                if getattr(e, "code", None) != errno.EEXIST:
+                rtnl.request([new])
+            except OSError as e:
+                if e.errno != errno.EEXIST:
                     raise
-                # a retried ADD: our host end from the earlier try, or a clash inside the netns
-                if not netlink.delete_link(ipr, host_name):
+                # a retried ADD (our host end from the earlier try), or a clash inside the netns
+                if not rtnl.delete(host_name):
                     raise CNIError(INVALID_CONFIG, f"container already has an interface named {a.ifname}") from None
-                host = netlink.create_veth(ipr, host_name, a.ifname, fd, br["index"], conf.mtu, cmac)
-            undo.callback(netlink.delete_link, ipr, host_name)
-            peer_index = int(host.get_attr("IFLA_LINK"))
+                rtnl.request([new])
+            undo.callback(rtnl.delete, host_name)
+            host = rtnl.sysfs_link(host_name)
+            if host is None:
+                raise CNIError(INTERNAL, f"veth {host_name} vanished after creation")
+            peer_index = int(host["iflink"])
             if conf.hairpin:
                 _sysctl(f"/sys/class/net/{host_name}/brport/hairpin_mode", "1")
             if conf.vlan:
-                netlink.set_vlan(ipr, host["index"], conf.vlan)
+                from cni import netlink
+
+                netlink.set_vlan(netlink.host(), int(host["ifindex"]), conf.vlan)
 
             ipam = delegate.call("ADD", conf.ipam_type, a.stdin, a.env, a.path) or {}
             undo.callback(_quiet, delegate.call, "DEL", conf.ipam_type, a.stdin, a.env, a.path)
@@ -134,8 +140,10 @@ class Bridge:
                     if gw:
                         plen = ipaddress.ip_interface(ip["address"]).network.prefixlen
                         if conf.force_address:
-                            _drop_other_addrs(ipr, br["index"], gw, ip["address"])
-                        netlink.add_addr(ipr, br["index"], gw, plen)
+                            from cni import netlink
+
+                            _drop_other_addrs(netlink.host(), br_idx, gw, ip["address"])
+                        rtnl.request([rtnl.add_address(br_idx, f"{gw}/{plen}", 1)], ok_errnos=(errno.EEXIST,))
                 if any(":" not in i["address"] for i in ips):
                     _sysctl("/proc/sys/net/ipv4/ip_forward", "1")
                 if any(":" in i["address"] for i in ips):
@@ -147,7 +155,10 @@ class Bridge:
                         routes = [r for r in routes if r["dst"] != dst] + [{"dst": dst, "gw": ip["gateway"]}]
             croutes = [dict(r, gw=r.get("gw") or _gw_for(r["dst"], ips)) for r in routes]
 
-            netlink.in_netns(fd, lambda c: netlink.configure_container(c, peer_index, ips, croutes))
+            csock = netns.run_in(fd, rtnl.open_socket)  # opened inside the netns, stays bound to it
+            with csock:
+                rtnl.configure(csock, peer_index, [i["address"] for i in ips],
+                               [(r["dst"], r.get("gw")) for r in croutes])
 
             if conf.ip_masq:
                 with masq.bridge_lock(conf.bridge):
@@ -158,8 +169,8 @@ class Bridge:
         result: dict[str, Any] = {
             "cniVersion": a.version,
             "interfaces": [
-                {"name": conf.bridge, "mac": netlink.mac_of(br)},
-                {"name": host_name, "mac": netlink.mac_of(host)},
+                {"name": conf.bridge, "mac": br["address"]},
+                {"name": host_name, "mac": host["address"]},
                 {"name": a.ifname, "mac": cmac, "sandbox": a.netns},
             ],
             "ips": ips,
@@ -173,9 +184,7 @@ class Bridge:
     def delete(self, a: CmdArgs) -> None:
         conf = parse_conf(a.config)
         delegate.call("DEL", conf.ipam_type, a.stdin, a.env, a.path)
-        from cni import netlink
-
-        netlink.delete_link(netlink.host(), host_veth_name(conf.name, a.container_id, a.ifname))
+        rtnl.delete(host_veth_name(conf.name, a.container_id, a.ifname))
         if conf.ip_masq:
             self._masq_if_unused(conf, a)
 
@@ -215,17 +224,16 @@ class Bridge:
                 raise CNIError(UNKNOWN_CONTAINER, f"address {addr} not on {a.ifname}")
 
     def gc(self, a: CmdArgs) -> None:
-        from cni import netlink
         from cni.plugins.host_local import valid_attachments
 
         conf = parse_conf(a.config)
         delegate.call("GC", conf.ipam_type, a.stdin, a.env, a.path)
         valid = valid_attachments(a.config)
         keep = {host_veth_name(conf.name, cid, ifn) for cid, ifn in valid}
-        ipr = netlink.host()
-        for name in netlink.links_with_prefix(ipr, veth_prefix(conf.name)):
-            if name not in keep:
-                netlink.delete_link(ipr, name)
+        prefix = veth_prefix(conf.name)
+        for name in os.listdir("/sys/class/net"):
+            if name.startswith(prefix) and name not in keep:
+                rtnl.delete(name)
         self._masq_if_unused(conf, a)
 
     def status(self, a: CmdArgs) -> None:
@@ -259,6 +267,31 @@ def _drop_other_addrs(ipr: Any, br_idx: int, gw: str, cidr: str) -> None:
 def _quiet(fn: Any, *args: Any) -> None:
     with contextlib.suppress(Exception):
         fn(*args)
+
+
+def ensure_bridge(conf: NetConf) -> dict[str, str]:
+    """The bridge as sysfs shows it; pyroute2 is imported only to create or fix it up."""
+    link = rtnl.sysfs_link(conf.bridge)
+    want = 0x1 | (0x100 if conf.promisc else 0)  # IFF_UP | IFF_PROMISC
+    if link is not None and not os.path.isdir(f"/sys/class/net/{conf.bridge}/bridge"):
+        raise CNIError(INVALID_CONFIG, f"{conf.bridge} exists and is not a bridge")
+    vlan_ok = conf.vlan is None or _read(f"/sys/class/net/{conf.bridge}/bridge/vlan_filtering") == "1"
+    if link is None or int(link["flags"], 16) & want != want or not vlan_ok:
+        from cni import netlink
+
+        netlink.ensure_bridge(netlink.host(), conf.bridge, conf.mtu, conf.promisc, conf.vlan is not None)
+        link = rtnl.sysfs_link(conf.bridge)
+        if link is None:
+            raise CNIError(INTERNAL, f"bridge {conf.bridge} vanished while being set up")
+    return link
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
 
 
 class _Fd:
