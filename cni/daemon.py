@@ -1,7 +1,8 @@
 """The resident CNI daemon: keeps pyroute2 imported and netlink sockets open, serves plugin calls.
 
-The lean exec'd client sends {plugin, env, stdin}; the daemon runs exactly the
-same `skel.dispatch` the in-process fallback runs and answers {code, stdout}.
+The exec'd thin client (C, or `cni.client`) sends plugin, env and stdin (wire format in
+`cni.client`); the daemon runs exactly the `skel.dispatch` the in-process fallback runs
+and answers with the exit status and stdout.
 A fixed pool of worker threads (each with its own netlink socket); IPAM correctness never depends on the daemon (its
 flock works between threads as between processes).
 """
@@ -15,9 +16,11 @@ import logging
 import os
 import socketserver
 import threading
+import time
 from typing import Any
 
-from cni import skel
+from cni import client, skel
+from cni.errors import DECODE_FAILURE, CNIError
 
 log = logging.getLogger("nodeagent.cni.daemon")
 
@@ -34,17 +37,17 @@ class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         raw = self.rfile.read()
         try:
-            req = json.loads(raw)
-            plugin = self.server.plugins[req["plugin"]]  # type: ignore[attr-defined]
-            env = {str(k): str(v) for k, v in req["env"].items()}
-            stdin = str(req.get("stdin", "")).encode()
-        except (ValueError, KeyError, AttributeError) as e:
-            self.wfile.write(json.dumps({"code": 1, "stdout": json.dumps(
-                {"cniVersion": "1.0.0", "code": 6, "msg": "bad daemon request", "details": str(e)})}).encode())
+            name, env, stdin = client.decode_request(raw)
+            plugin = self.server.plugins[name]  # type: ignore[attr-defined]
+        except (ValueError, KeyError) as e:
+            err = CNIError(DECODE_FAILURE, "bad cni daemon request", str(e)).to_json("1.0.0")
+            self.wfile.write(b"1\n" + json.dumps(err).encode() + b"\n")
             return
+        t0 = time.perf_counter()
         code, out = skel.dispatch(plugin, env, stdin)
-        log.debug("%s %s %s -> %d", req["plugin"], env.get("CNI_COMMAND"), env.get("CNI_CONTAINERID"), code)
-        self.wfile.write(json.dumps({"code": code, "stdout": out.decode()}).encode())
+        log.debug("%s %s %s -> %d in %.1f ms", name, env.get("CNI_COMMAND"), env.get("CNI_CONTAINERID"),
+                  code, (time.perf_counter() - t0) * 1e3)
+        self.wfile.write(f"{code}\n".encode() + out)
 
 
 class Server(socketserver.UnixStreamServer):

@@ -56,3 +56,17 @@ def test_launchers_are_lean_and_answer_version(tmp_path):
             "('pyroute2', 'iptc', 'yaml', 'grpc')))")
     out = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_daemon_wire_format_round_trips():
+    from cni.client import decode_request, encode_request
+
+    env = {"CNI_COMMAND": "ADD", "CNI_ARGS": "A=1;B=2", "EMPTY": ""}
+    plugin, got, stdin = decode_request(encode_request("bridge", env, b'{"x":"\\u0000"}\n'))
+    assert (plugin, got, stdin) == ("bridge", env, b'{"x":"\\u0000"}\n')
+    for bad in (b"", b"HTTP/1.1\n", b"NACNI1 bridge\nA=1"):
+        try:
+            decode_request(bad)
+        except ValueError:
+            continue
+        raise AssertionError(bad)
