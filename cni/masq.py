@@ -14,20 +14,23 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import ipaddress
 import os
 import threading
 import time
-from collections.abc import Iterator
 
 from cni import iptables
+from cni.sha import sha256
+
+TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 PREFIX = "NA-MASQ-"
 
 
 def chain(network: str) -> str:
-    return PREFIX + hashlib.sha256(network.encode()).hexdigest()[:16]
+    return PREFIX + sha256(network.encode()).hexdigest()[:16]
 
 
 def rules(network: str, subnets: list[str], v6: bool) -> list[str]:

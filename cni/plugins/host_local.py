@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from typing import Any
 
 from cni.errors import INTERNAL, IO_FAILURE, NOT_AVAILABLE, CNIError
 from cni.ipam import allocator
 from cni.ipam import config as ipam_config
-from cni.ipam.store import DiskStore, Store
-from cni.skel import CmdArgs
+from cni.ipam.store import DiskStore
+
+TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cni.ipam.store import Store
+    from cni.skel import CmdArgs
 
 
 def allocate(store: Store, cfg: ipam_config.IPAMConfig, owner: tuple[str, str]) -> list[tuple[Any, Any]]:
