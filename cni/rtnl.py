@@ -35,7 +35,12 @@ def _msg(mtype: int, flags: int, seq: int, body: bytes) -> bytes:
 
 
 def link_up(index: int, seq: int) -> bytes:
-    return _msg(RTM_NEWLINK, 0, seq, struct.pack("=BxHiII", socket.AF_UNSPEC, 0, index, IFF_UP, IFF_UP))
+    return set_flags(index, IFF_UP, IFF_UP, seq)
+
+
+def set_flags(index: int, flags: int, change: int, seq: int) -> bytes:
+    """Set the `change` bits of a link's flags to their values in `flags` (IFF_UP, IFF_PROMISC...)."""
+    return _msg(RTM_NEWLINK, 0, seq, struct.pack("=BxHiII", socket.AF_UNSPEC, 0, index, flags, change))
 
 
 def add_address(index: int, cidr: str, seq: int) -> bytes:

@@ -274,14 +274,24 @@ def ensure_bridge(conf: NetConf) -> dict[str, str]:
     want = 0x1 | (0x100 if conf.promisc else 0)  # IFF_UP | IFF_PROMISC
     if link is not None and not os.path.isdir(f"/sys/class/net/{conf.bridge}/bridge"):
         raise CNIError(INVALID_CONFIG, f"{conf.bridge} exists and is not a bridge")
-    vlan_ok = conf.vlan is None or _read(f"/sys/class/net/{conf.bridge}/bridge/vlan_filtering") == "1"
-    if link is None or int(link["flags"], 16) & want != want or not vlan_ok:
+    if link is None:
         from cni import netlink
 
-        netlink.ensure_bridge(netlink.host(), conf.bridge, conf.mtu, conf.promisc, conf.vlan is not None)
+        netlink.ensure_bridge(netlink.host(), conf.bridge, conf.mtu, False, False)
         link = rtnl.sysfs_link(conf.bridge)
         if link is None:
             raise CNIError(INTERNAL, f"bridge {conf.bridge} vanished while being set up")
+    if conf.vlan is not None:
+        flag = f"/sys/class/net/{conf.bridge}/bridge/vlan_filtering"
+        if not os.path.exists(flag):
+            raise CNIError(UNSUPPORTED_FIELD, "vlan needs bridge VLAN filtering, which this kernel lacks",
+                           "CONFIG_BRIDGE_VLAN_FILTERING")
+        if _read(flag) != "1":
+            from cni import netlink
+
+            netlink.host().link("set", index=int(link["ifindex"]), kind="bridge", br_vlan_filtering=1)
+    if int(link["flags"], 16) & want != want:
+        rtnl.request([rtnl.set_flags(int(link["ifindex"]), want, want, 1)])
     return link
 
 

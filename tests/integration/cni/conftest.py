@@ -109,7 +109,8 @@ class Net:
     def rules(self) -> list[str]:
         """Every nat/filter rule (both backends) that names this network or this subnet."""
         out = []
-        for exe, table in itertools.product(("iptables-nft-save", "iptables-legacy-save"), ("nat", "filter")):
+        saves = ("iptables-nft-save", "iptables-legacy-save", "ip6tables-nft-save", "ip6tables-legacy-save")
+        for exe, table in itertools.product(saves, ("nat", "filter")):
             text = subprocess.run([exe, "-t", table], capture_output=True, text=True).stdout
             net_prefix = str(self.subnet.network_address).rsplit(".", 1)[0] + "."
             out += [ln for ln in text.splitlines()

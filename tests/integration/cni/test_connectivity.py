@@ -14,7 +14,8 @@ def pod_ip(result: dict) -> str:
     return result["ips"][0]["address"].split("/")[0]
 
 
-def test_two_pods_reach_each_other_and_the_gateway(runtime, net, res):
+def test_two_pods_reach_each_other_and_the_gateway(any_runtime, net, res):
+    runtime = any_runtime
     a, b = res.netns(), res.netns()
     ra = runtime.call("nodeagent-bridge", "ADD", net.conf(), cid="pa", netns=netns_path(a))
     rb = runtime.call("nodeagent-bridge", "ADD", net.conf(), cid="pb", netns=netns_path(b))
@@ -41,7 +42,8 @@ def test_masquerade_to_an_outside_address(runtime, net, res, outside):
     net.assert_clean()
 
 
-def test_host_port_from_host_localhost_other_netns_and_hairpin(runtime, net, res, outside):
+def test_host_port_from_host_localhost_other_netns_and_hairpin(any_runtime, net, res, outside):
+    runtime = any_runtime
     ext, host_addr, ext_addr = outside
     pod = res.netns()
     hp = netutil.free_port()
