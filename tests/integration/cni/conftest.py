@@ -132,10 +132,11 @@ def net(tmp_path: Path) -> Net:
     subprocess.run(["ip", "link", "del", n.bridge], capture_output=True)
     from cni import iptables
 
-    for be in ("nft", "legacy"):
+    for be, v6 in itertools.product(("nft", "legacy"), (False, True)):  # a failed test's leftovers
         with contextlib.suppress(Exception):
-            iptables.remove_tagged(be, "nat", "masq", lambda nn, c, i: nn == n.name, ("NA-MASQ-",))
-            iptables.remove_tagged(be, "nat", "portmap", lambda nn, c, i: nn == n.name, ("NA-DN-", "NA-SN-"))
+            iptables.remove_tagged(be, "nat", "masq", lambda nn, c, i: nn == n.name, ("NA-MASQ-",), v6)
+        with contextlib.suppress(Exception):
+            iptables.remove_tagged(be, "nat", "portmap", lambda nn, c, i: nn == n.name, ("NA-DN-", "NA-SN-"), v6)
 
 
 @pytest.fixture
