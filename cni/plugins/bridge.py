@@ -15,7 +15,7 @@ import ipaddress
 import os
 
 from cni import delegate, iptables, masq, rtnl
-from cni.errors import INTERNAL, INVALID_CONFIG, UNKNOWN_CONTAINER, UNSUPPORTED_FIELD, CNIError
+from cni.errors import INTERNAL, INVALID_CONFIG, NOT_AVAILABLE, UNKNOWN_CONTAINER, UNSUPPORTED_FIELD, CNIError
 from cni.sha import sha256
 
 TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
@@ -237,6 +237,11 @@ class Bridge:
 
     def status(self, a: CmdArgs) -> None:
         conf = parse_conf(a.config)
+        if conf.ip_masq:
+            be = iptables.backend(a.env)
+            if not any(os.access(os.path.join(d, f"iptables-{be}-restore"), os.X_OK)
+                       for d in a.env.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").split(os.pathsep) + ["/usr/sbin"]):
+                raise CNIError(NOT_AVAILABLE, f"ipMasq needs iptables-{be}-restore, which is not installed")
         delegate.call("STATUS", conf.ipam_type, a.stdin, a.env, a.path)
 
 
