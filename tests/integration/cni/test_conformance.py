@@ -143,3 +143,38 @@ def test_status(runtime, net, tmp_path):
     with pytest.raises(PluginError) as e:
         runtime.call("nodeagent-bridge", "STATUS", conf)
     assert e.value.code == 50
+
+
+def test_bridge_falls_back_in_process_when_no_daemon_listens(cni_bin, net, res, tmp_path):
+    """A missing socket, and a stale one (a daemon that died), both mean: run in-process."""
+    import socket as _socket
+
+    from tests.integration.cni.invoker import Runtime
+
+    stale = str(tmp_path / "stale.sock")
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    s.bind(stale)
+    s.close()  # the file stays, nobody listens: ECONNREFUSED
+    for path in (str(tmp_path / "absent.sock"), stale):
+        rt = Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": path})
+        ns = netns_path(res.netns())
+        r = rt.call("nodeagent-bridge", "ADD", net.conf(), cid="fb", netns=ns)
+        assert r["ips"] and len(net.veths()) == 1
+        rt.call("nodeagent-bridge", "DEL", dict(net.conf(), prevResult=r), cid="fb", netns=ns)
+        net.assert_clean()
+
+
+def test_daemon_and_in_process_give_the_same_answers(cni_bin, cni_daemon, net, res):
+    from tests.integration.cni.invoker import Runtime
+
+    via = Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": cni_daemon})
+    ns = netns_path(res.netns())
+    for stdin, code in ((b"{nope", 6), (json.dumps(dict(net.conf(), cniVersion="0.1.0")).encode(), 1)):
+        with pytest.raises(PluginError) as e:
+            via.call("nodeagent-bridge", "ADD", stdin, cid="d1", netns=ns)
+        assert e.value.code == code
+    r = via.call("nodeagent-bridge", "ADD", net.conf(version="1.1.0"), cid="d1", netns=ns)
+    via.call("nodeagent-bridge", "CHECK", dict(net.conf(version="1.1.0"), prevResult=r), cid="d1", netns=ns)
+    via.call("nodeagent-bridge", "GC", dict(net.conf(version="1.1.0"), **{"cni.dev/valid-attachments": []}))
+    net.assert_clean()
+    assert via.call("nodeagent-bridge", "STATUS", net.conf(version="1.1.0")) is None
