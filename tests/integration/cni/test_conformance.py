@@ -178,3 +178,21 @@ def test_daemon_and_in_process_give_the_same_answers(cni_bin, cni_daemon, net, r
     via.call("nodeagent-bridge", "GC", dict(net.conf(version="1.1.0"), **{"cni.dev/valid-attachments": []}))
     net.assert_clean()
     assert via.call("nodeagent-bridge", "STATUS", net.conf(version="1.1.0")) is None
+
+
+def test_conflist_gc_with_portmap(runtime, net, res):
+    """GC through a chained conflist: stale attachments lose veth, address, host ports and masquerade."""
+    conflist = net.conflist({"type": "nodeagent-portmap", "capabilities": {"portMappings": True}},
+                            version="1.1.0")
+    pods = {}
+    for i in range(2):
+        ns = netns_path(res.netns())
+        rc = {"portMappings": [{"hostPort": 41000 + i, "containerPort": 80, "protocol": "tcp"}]}
+        pods[f"g{i}"] = runtime.add_list(conflist, f"g{i}", ns, runtime_config=rc)
+    assert sum("nodeagent/portmap" in r for r in net.rules()) > 0
+    runtime.gc_list(conflist, [{"containerID": "g1", "ifname": "eth0"}])
+    portmap_ids = {r.split(" id=")[1].split()[0] for r in net.rules() if "nodeagent/portmap" in r}
+    assert portmap_ids == {"g1"}
+    assert len(net.veths()) == 1 and len(net.allocations()) == 1
+    runtime.gc_list(conflist, [])
+    net.assert_clean()
