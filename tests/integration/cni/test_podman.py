@@ -1,4 +1,5 @@
-"""An independent CNI caller: Debian's podman 4.3 (CNI backend) runs a container on our network.
+"""An independent CNI caller: Debian's podman 4.3 (CNI backend) runs a container on our network,
+with a published port through our portmap.
 
 Run in a private mount namespace with a tmpfs over /var/lib, because podman 4.3's CNI
 backend keeps libcni's result cache in /var/lib/cni with no setting to move it, and
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -28,10 +31,16 @@ mount --make-rprivate /
 mount -t tmpfs tmpfs /var/lib
 P="podman --root {t}/root --runroot {t}/run --storage-driver vfs"
 $P load -q -i {archive} >/dev/null
-$P run -d --name {name} --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 --network {net} {image} sleep 120 >/dev/null
+$P run -d --name {name} --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 --network {net} -p {hp}:80 {image} >/dev/null
 echo "IP $($P inspect -f '{{{{.NetworkSettings.Networks.{net}.IPAddress}}}}' {name})"
 echo "PORTS $(ls /sys/class/net/{bridge}/brif | tr '\\n' ' ')"
 echo "SEEN $($P exec {name} ip -4 -o addr show eth0)"
+for i in 1 2 3 4 5 6 7 8 9 10; do
+  if {py} -c "import urllib.request as u; u.urlopen('http://127.0.0.1:{hp}/', timeout=2).read()" 2>/dev/null
+  then echo "HOSTPORT ok"; break; fi
+  sleep 0.3
+done
+echo "RULES $(iptables-save -t nat 2>/dev/null | grep -c 'nodeagent/portmap net={net} ' || true)"
 $P rm -f -t 0 {name} >/dev/null
 echo "DONE"
 """
@@ -64,9 +73,10 @@ lock_type = "file"
 events_logger = "none"
 cgroup_manager = "cgroupfs"
 """)
-    img = images.busybox
+    img = images.httpd
+    hp = random.randint(20000, 60000)
     script = SCRIPT.format(t=tmp_path, archive=img.docker_archive, name=f"c{net.name}", net=net.name,
-                           image=img.ref, bridge=net.bridge)
+                           image=img.ref, bridge=net.bridge, hp=hp, py=sys.executable)
     env = dict(os.environ, CONTAINERS_CONF=str(conf), NODEAGENT_CNI_SOCKET="none")
     p = subprocess.run(["unshare", "-m", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0 and "DONE" in p.stdout, p.stdout + p.stderr
@@ -75,6 +85,8 @@ cgroup_manager = "cgroupfs"
     assert ip.startswith(str(net.subnet.network_address).rsplit(".", 1)[0] + ".")
     assert f"inet {ip}/24" in lines["SEEN"]                       # the container saw the address we assigned
     assert any(port.startswith("na") for port in lines["PORTS"].split())  # our veth was on our bridge
+    assert lines.get("HOSTPORT") == "ok"                          # podman's -p went through our portmap
+    assert int(lines["RULES"]) > 0
     net.assert_clean()                                            # podman's DEL removed all of it
     subprocess.run(["unshare", "-m", "sh", "-c", f"mount --make-rprivate /; mount -t tmpfs tmpfs /var/lib; "
                     f"podman --root {tmp_path}/root --runroot {tmp_path}/run --storage-driver vfs system reset -f"],
