@@ -30,6 +30,7 @@ set -e
 mount --make-rprivate /
 mount -t tmpfs tmpfs /var/lib
 P="podman --root {t}/root --runroot {t}/run --storage-driver vfs"
+trap '$P rm -f -t 0 {name} >/dev/null 2>&1 || true' EXIT
 $P load -q -i {archive} >/dev/null
 $P run -d --name {name} --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 --network {net} -p {hp}:80 {image} >/dev/null
 echo "IP $($P inspect -f '{{{{.NetworkSettings.Networks.{net}.IPAddress}}}}' {name})"
