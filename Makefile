@@ -57,7 +57,8 @@ $(STAMPS)/python: pyproject.toml
 # Generated and compiled parts (CRI stubs, pause binary, CNI plugins) are added here as they land.
 build: python cni-install
 
-# The CNI plugins' lean launchers, and a default conflist written only if absent.
+# The CNI plugins (bridge: compiled thin client; others: lean Python launchers) and a default
+# conflist, written only if absent. nodeagent cni-daemon serves the bridge's fast path.
 CNI_BIN_DIR ?= /opt/cni/bin
 CNI_CONF_DIR ?= /etc/cni/net.d
 cni-install: python
