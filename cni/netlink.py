@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -66,17 +65,6 @@ def link_index(ipr: IPRoute, name: str) -> int | None:
     return None if link is None else int(link["index"])
 
 
-def mac_of(link: Any) -> str:
-    return str(link.get_attr("IFLA_ADDRESS") or "")
-
-
-def random_mac() -> str:
-    """A locally administered unicast MAC, set at creation so the result needs no query in the netns."""
-    b = bytearray(os.urandom(6))
-    b[0] = (b[0] & 0xFC) | 0x02
-    return ":".join(f"{x:02x}" for x in b)
-
-
 def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None, promisc: bool, vlan_filtering: bool) -> Any:
     """The bridge's link message, creating it (up) if needed. One netlink round trip when it exists."""
     link = get_link(ipr, name)
@@ -104,63 +92,8 @@ def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None, promisc: bool, vlan_
     return link
 
 
-def add_addr(ipr: IPRoute, index: int, address: str, prefixlen: int) -> None:
-    """Add an address; already there is fine (concurrent ADDs share the gateway address)."""
-    try:
-        ipr.addr("add", index=index, address=address, prefixlen=prefixlen)
-    except NetlinkError as e:
-        if e.code != errno.EEXIST:
-            raise
-
-
-def create_veth(ipr: IPRoute, host_name: str, peer_name: str, netns_fd: int, master: int,
-                mtu: int | None, peer_mac: str) -> Any:
-    """Create the pair in one request (host end up and enslaved; peer born in the netns); the host link."""
-    peer: dict[str, Any] = {"ifname": peer_name, "net_ns_fd": netns_fd, "address": peer_mac}
-    kw: dict[str, Any] = {"ifname": host_name, "kind": "veth", "master": master, "state": "up", "peer": peer}
-    if mtu:
-        kw["mtu"] = peer["mtu"] = mtu
-    ipr.link("add", **kw)
-    link = get_link(ipr, host_name)
-    if link is None:
-        raise RuntimeError(f"veth {host_name} vanished after creation")
-    return link
-
-
-def delete_link(ipr: IPRoute, name: str) -> bool:
-    """Delete a link by name; False if it was already gone."""
-    try:
-        ipr.link("del", ifname=name)
-        return True
-    except NetlinkError as e:
-        if e.code in (errno.ENODEV, errno.ENOENT):
-            return False
-        raise
-
-
-def links_with_prefix(ipr: IPRoute, prefix: str) -> list[str]:
-    return [n for n in (link.get_attr("IFLA_IFNAME") for link in ipr.get_links()) if n and n.startswith(prefix)]
-
-
 def set_vlan(ipr: IPRoute, index: int, vid: int) -> None:
     """Make `vid` the port's untagged PVID (bridge vlan filtering)."""
     with contextlib.suppress(NetlinkError):
         ipr.vlan_filter("del", index=index, vlan_info={"vid": 1})
     ipr.vlan_filter("add", index=index, vlan_info={"vid": vid, "flags": 6})  # PVID | UNTAGGED
-
-
-def configure_container(c: IPRoute, index: int, ips: list[dict[str, Any]], routes: list[dict[str, Any]]) -> None:
-    """Inside the netns: link `index` up, its addresses, then the routes."""
-    c.link("set", index=index, state="up")
-    for ip in ips:
-        addr, _, plen = ip["address"].partition("/")
-        add_addr(c, index, addr, int(plen))
-    for r in routes:
-        kw: dict[str, Any] = {"dst": r["dst"], "oif": index}
-        if r.get("gw"):
-            kw["gateway"] = r["gw"]
-        try:
-            c.route("add", **kw)
-        except NetlinkError as e:
-            if e.code != errno.EEXIST:
-                raise
