@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 
 import pytest
 
@@ -41,7 +43,47 @@ def test_reference_bridge_with_our_host_local(runtime, net, res):
     assert bridge_ports == []
 
 
+SHARED = {"nat": ("CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-MASQ", "CNI-HOSTPORT-SETMARK"),
+          "filter": ("CNI-FORWARD", "CNI-ADMIN")}
+
+
+def _chains(table: str) -> dict[str, list[str]]:
+    """chain -> its rules, and '<builtin>:<chain>' -> rules in built-in chains jumping to a CNI- chain."""
+    text = subprocess.run(["iptables-nft-save", "-t", table], capture_output=True, text=True).stdout
+    out: dict[str, list[str]] = {}
+    for ln in text.splitlines():
+        if ln.startswith(":"):
+            out.setdefault(ln[1:].split()[0], [])
+        elif ln.startswith("-A "):
+            out.setdefault(ln.split()[1], []).append(ln)
+    return out
+
+
+def _remove_reference_shared_chains(existed: set[str]) -> None:
+    """The reference portmap/firewall never delete their shared chains; drop the ones this test made,
+    once nothing but their own structure is left in them (another user's rules keep them)."""
+    structural = ("CNI portfwd", "CNI firewall plugin", "--mark 0x2000/0x2000 -j MASQUERADE")
+    for table, names in SHARED.items():
+        chains = _chains(table)
+        mine = [c for c in names if c in chains and c not in existed]
+        if not mine or any(not any(x in r for x in structural) for c in mine for r in chains[c]):
+            continue
+        jumps = [r for c, rules in chains.items() if c.isupper() and not c.startswith("CNI-") for r in rules
+                 if r.split("-j ")[-1].split()[0] in mine]
+        lines = ["-D" + r[2:] for r in jumps] + [f":{c} - [0:0]" for c in mine] + [f"-X {c}" for c in mine]
+        subprocess.run(["iptables-nft-restore", "--noflush"], input="\n".join([f"*{table}", *lines, "COMMIT", ""]),
+                       text=True, capture_output=True)
+
+
 def test_our_bridge_chained_with_reference_portmap_bandwidth_firewall(runtime, net, res, outside):
+    existed = set(_chains("nat")) | set(_chains("filter"))
+    try:
+        _chained_with_reference(runtime, net, res, outside)
+    finally:
+        _remove_reference_shared_chains(existed)
+
+
+def _chained_with_reference(runtime, net, res, outside):
     ext, host_addr, ext_addr = outside
     pod = res.netns()
     hp = netutil.free_port()
@@ -55,7 +97,20 @@ def test_our_bridge_chained_with_reference_portmap_bandwidth_firewall(runtime, n
                         "egressRate": 8_000_000, "egressBurst": 1_000_000}}
     links_before = set(os.listdir("/sys/class/net"))
     result = runtime.add_list(conflist, "chain1", netns_path(pod), runtime_config=rc)
+    try:
+        _exercise(runtime, conflist, rc, result, pod, hp, ext, host_addr, ext_addr)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            runtime.del_list(conflist, "chain1", netns_path(pod), prev=result, runtime_config=rc)
+        raise
+    net.assert_clean()
+    leftover = {n for n in set(os.listdir("/sys/class/net")) - links_before if n.startswith("bwp")}
+    assert leftover == set()  # bandwidth's ifb device ("bwp…") went with DEL
+
+
+def _exercise(runtime, conflist, rc, result, pod, hp, ext, host_addr, ext_addr):
     host_veth = result["interfaces"][1]["name"]
+    assert any(n.startswith("bwp") for n in os.listdir("/sys/class/net"))  # egress shaping made its ifb
     qdisc = os.popen(f"tc qdisc show dev {host_veth}").read()
     assert "tbf" in qdisc or "ingress" in qdisc      # bandwidth shaped our host veth
     srv = netutil.serve(pod, 8080, 1)
@@ -68,6 +123,3 @@ def test_our_bridge_chained_with_reference_portmap_bandwidth_firewall(runtime, n
     checkable = dict(conflist, plugins=[p for p in conflist["plugins"] if p["type"] != "portmap"])
     runtime.check_list(checkable, "chain1", netns_path(pod), result, runtime_config=rc)
     runtime.del_list(conflist, "chain1", netns_path(pod), prev=result, runtime_config=rc)
-    net.assert_clean()
-    leftover = set(os.listdir("/sys/class/net")) - links_before - {net.bridge}
-    assert leftover == set()  # bandwidth's ifb device went with DEL
