@@ -109,6 +109,16 @@ def ensure(be: str, network: str, cidrs: list[str], cache: Cache) -> None:
         cache.mark(key)
 
 
+def missing(be: str, network: str, cidrs: list[str]) -> list[str]:
+    """The network's masquerade rules for these addresses that are not in the kernel (for CHECK)."""
+    out = []
+    for v6, subnets in split_subnets(cidrs).items():
+        if subnets:
+            have = set(iptables.save(be, "nat", v6).splitlines())
+            out += [ln for ln in rules(network, subnets, v6) if ln not in have]
+    return out
+
+
 def remove(be: str, network: str, cache: Cache) -> None:
     """Drop the network's chain and jumps, both families; already gone is fine."""
     cache.forget(be, network)

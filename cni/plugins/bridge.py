@@ -221,6 +221,10 @@ class Bridge:
             addr = str(ipaddress.ip_interface(ip["address"]))
             if addr not in have:
                 raise CNIError(UNKNOWN_CONTAINER, f"address {addr} not on {a.ifname}")
+        if conf.ip_masq:
+            gone = masq.missing(iptables.backend(a.env), conf.name, [i["address"] for i in prev.get("ips", [])])
+            if gone:
+                raise CNIError(INTERNAL, "masquerade rules missing", gone[0])
 
     def gc(self, a: CmdArgs) -> None:
         from cni.plugins.host_local import valid_attachments

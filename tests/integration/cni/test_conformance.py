@@ -88,6 +88,14 @@ def test_add_check_del_result_shape(runtime, net, res, version):
     conf_prev = dict(conf, prevResult=r)
     if version >= "0.4.0":
         runtime.call("nodeagent-bridge", "CHECK", conf_prev, cid="c1", netns=netns_path(ns))
+        jump = next(r for r in net.rules() if r.startswith("-A POSTROUTING"))
+        subprocess.run(["iptables-restore", "--noflush"], input=f"*nat\n-D{jump[2:]}\nCOMMIT\n", text=True,
+                       check=True)
+        with pytest.raises(PluginError) as e:
+            runtime.call("nodeagent-bridge", "CHECK", conf_prev, cid="c1", netns=netns_path(ns))
+        assert "masquerade" in e.value.out["msg"]
+        runtime.call("nodeagent-bridge", "ADD", conf, cid="c1", netns=netns_path(ns))  # ADD repairs it
+        runtime.call("nodeagent-bridge", "CHECK", conf_prev, cid="c1", netns=netns_path(ns))
         in_ns(ns, "ip", "addr", "flush", "dev", "eth0")
         with pytest.raises(PluginError) as e:
             runtime.call("nodeagent-bridge", "CHECK", conf_prev, cid="c1", netns=netns_path(ns))
