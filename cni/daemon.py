@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import socketserver
 import threading
 import time
@@ -31,6 +32,17 @@ def _plugins() -> dict[str, Any]:
     from cni.plugins.portmap import Portmap
 
     return {"bridge": Bridge(), "host-local": HostLocal(), "portmap": Portmap()}
+
+
+def _listening(path: str) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -60,6 +72,8 @@ class Server(socketserver.UnixStreamServer):
 
         netlink.host()  # warm: pyroute2 imported, one socket open
         if os.path.exists(path):
+            if _listening(path):
+                raise RuntimeError(f"a cni daemon already serves {path}")
             os.unlink(path)  # stale socket of a dead daemon
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         super().__init__(path, _Handler)

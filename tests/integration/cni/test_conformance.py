@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -173,7 +174,13 @@ def test_bridge_falls_back_in_process_when_no_daemon_listens(cni_bin, net, res, 
 
 
 def test_daemon_and_in_process_give_the_same_answers(cni_bin, cni_daemon, net, res):
+    import sys
+
     from tests.integration.cni.invoker import Runtime
+
+    second = subprocess.run([os.path.join(os.path.dirname(sys.executable), "nodeagent"), "cni-daemon",
+                             "--socket", cni_daemon], capture_output=True, text=True, timeout=60)
+    assert second.returncode == 1 and "already serves" in second.stderr  # never two daemons on one socket
 
     via = Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": cni_daemon})
     ns = netns_path(res.netns())
