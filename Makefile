@@ -74,7 +74,8 @@ cri/pause/pause: cri/pause/pause.c | $(STAMPS)/apt
 cri/shim/shim: cri/shim/shim.c | $(STAMPS)/apt
 	gcc -static -O2 -s -Wall -o $@ $<
 
-# The CNI plugins' lean launchers, and a default conflist written only if absent.
+# The CNI plugins (bridge: compiled thin client; others: lean Python launchers) and a default
+# conflist, written only if absent. nodeagent cni-daemon serves the bridge's fast path.
 CNI_BIN_DIR ?= /opt/cni/bin
 CNI_CONF_DIR ?= /etc/cni/net.d
 cni-install: python

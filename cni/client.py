@@ -1,28 +1,58 @@
-"""The exec'd entry point of every nodeagent CNI plugin: stdlib only, so it starts in ~10 ms.
+"""The exec'd entry point of every nodeagent CNI plugin when run from Python: stdlib only, lean imports.
 
-bridge (the only plugin that needs pyroute2) forwards the call — env and stdin,
-verbatim — to the resident `nodeagent cni-daemon` over a unix socket when one
-is listening, and otherwise runs the plugin in-process (the slow but complete
-fallback). host-local and portmap are stdlib-only and always run in-process.
+bridge (the only plugin with kernel work worth keeping warm) forwards the call — the
+whole environment and stdin, verbatim — to the resident `nodeagent cni-daemon` over a
+unix socket when one listens, and otherwise runs the plugin in-process (same code, same
+answers). host-local and portmap are stdlib-only and always run in-process.
+`make cni-install` puts a compiled C twin of the bridge client (cni/native/cni_client.c)
+in the CNI bin dir, which saves the interpreter start on the daemon path.
 NODEAGENT_CNI_SOCKET names the socket ("none" disables the daemon path).
+
+Wire format: request "NACNI1 <plugin>\\n", "K=V\\0" per variable, "\\0", stdin to EOF;
+reply "<exit status>\\n" then the plugin's stdout to EOF.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
 
 DEFAULT_SOCKET = "/run/nodeagent/cni.sock"
 VIA_DAEMON = {"bridge"}
-TRY_AGAIN = 11
+MAGIC = b"NACNI1"
+TRY_AGAIN = b'{"cniVersion":"1.0.0","code":11,"msg":"cni daemon connection failed","details":"%s"}\n'
 
 
 def _read_stdin() -> bytes:
     if sys.stdin is None or sys.stdin.isatty():
         return b""
     return sys.stdin.buffer.read()
+
+
+def encode_request(plugin: str, env: dict[str, str], stdin: bytes) -> bytes:
+    parts = [MAGIC + b" " + plugin.encode() + b"\n"]
+    parts += [f"{k}={v}".encode() + b"\0" for k, v in env.items() if "\0" not in k + v]
+    parts += [b"\0", stdin]
+    return b"".join(parts)
+
+
+def decode_request(data: bytes) -> tuple[str, dict[str, str], bytes]:
+    """(plugin, env, stdin) from a request; ValueError if it is not one."""
+    head, nl, rest = data.partition(b"\n")
+    magic, _, plugin = head.partition(b" ")
+    if magic != MAGIC or not nl:
+        raise ValueError("not a nodeagent CNI request")
+    env: dict[str, str] = {}
+    while True:
+        item, sep, rest = rest.partition(b"\0")
+        if not sep:
+            raise ValueError("truncated environment")
+        if not item:
+            break
+        k, _, v = item.decode("utf-8", "surrogateescape").partition("=")
+        env[k] = v
+    return plugin.decode(), env, rest
 
 
 def via_daemon(path: str, plugin: str, env: dict[str, str], stdin: bytes) -> tuple[int, bytes] | None:
@@ -33,7 +63,7 @@ def via_daemon(path: str, plugin: str, env: dict[str, str], stdin: bytes) -> tup
             s.connect(path)
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             return None
-        s.sendall(json.dumps({"plugin": plugin, "env": env, "stdin": stdin.decode("utf-8", "replace")}).encode())
+        s.sendall(encode_request(plugin, env, stdin))
         s.shutdown(socket.SHUT_WR)
         chunks = []
         while True:
@@ -42,24 +72,17 @@ def via_daemon(path: str, plugin: str, env: dict[str, str], stdin: bytes) -> tup
                 break
             chunks.append(b)
     except OSError as e:
-        msg = {"cniVersion": "1.0.0", "code": TRY_AGAIN, "msg": "cni daemon connection failed", "details": str(e)}
-        return 1, json.dumps(msg).encode() + b"\n"
+        return 1, TRY_AGAIN % str(e).encode()
     finally:
         s.close()
-    try:
-        reply = json.loads(b"".join(chunks))
-        return int(reply["code"]), reply["stdout"].encode()
-    except (ValueError, KeyError):
-        msg = {"cniVersion": "1.0.0", "code": TRY_AGAIN, "msg": "cni daemon sent a broken reply"}
-        return 1, json.dumps(msg).encode() + b"\n"
+    status, nl, out = b"".join(chunks).partition(b"\n")
+    if not nl or not status.strip().isdigit():
+        return 1, TRY_AGAIN % b"broken reply"
+    return int(status), out
 
 
 def plugin_object(plugin: str) -> object:
     if plugin == "bridge":
-        if sys.flags.no_site:  # the lean launcher skipped site-packages; the fallback needs pyroute2
-            import site
-
-            site.main()
         from cni.plugins.bridge import Bridge
 
         return Bridge()
@@ -74,11 +97,11 @@ def plugin_object(plugin: str) -> object:
     raise ValueError(plugin)
 
 
-def main(plugin: str) -> int:
+def main(plugin: str, daemon: bool = True) -> int:
     env = dict(os.environ)
     stdin = _read_stdin()
     reply = None
-    if plugin in VIA_DAEMON and env.get("CNI_COMMAND") not in (None, "VERSION"):
+    if daemon and plugin in VIA_DAEMON and env.get("CNI_COMMAND") not in (None, "VERSION"):
         path = env.get("NODEAGENT_CNI_SOCKET") or DEFAULT_SOCKET
         if path != "none":
             reply = via_daemon(path, plugin, env, stdin)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-from collections.abc import Mapping
-from typing import Any
 
 from cni.errors import DECODE_FAILURE, INTERNAL, CNIError
+
+TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 
 IN_PROCESS = {"nodeagent-host-local"}
 
@@ -38,6 +41,8 @@ def call(command: str, plugin_type: str, stdin: bytes, env: Mapping[str, str],
 
         code, out = skel.dispatch(host_local.HostLocal(), env2, stdin)
     else:
+        import subprocess
+
         exe = find(plugin_type, path)
         env2.setdefault("PATH", os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"))
         p = subprocess.run([exe], input=stdin, env=env2, capture_output=True, check=False)

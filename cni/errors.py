@@ -6,7 +6,9 @@ protocol boundary (`cni.skel`), so callers always get the spec's error JSON.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
+if TYPE_CHECKING:
+    from typing import Any
 
 INCOMPATIBLE_VERSION = 1
 UNSUPPORTED_FIELD = 2

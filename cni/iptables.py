@@ -9,14 +9,17 @@ and remove them even when the result that made them is lost.
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import os
 import re
-import shutil
-import subprocess
-from collections.abc import Callable, Mapping
 
 from cni.errors import INTERNAL, CNIError
+from cni.sha import sha256
+
+TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
 
 TAG_RE = re.compile(r'--comment "?nodeagent/(\w+) net=(\S+) id=(\S+) if=([^"\s]+)"?')
 
@@ -25,11 +28,20 @@ def backend(env: Mapping[str, str] | None = None) -> str:
     forced = (env or {}).get("NODEAGENT_IPTABLES") or os.environ.get("NODEAGENT_IPTABLES")
     if forced in ("legacy", "nft"):
         return forced
+    return _host_backend()
+
+
+@functools.cache
+def _host_backend() -> str:
+    """The backend behind the host's `iptables` (iptables-nft → xtables-nft-multi, or -legacy)."""
+    import shutil
+    import subprocess
+
     exe = shutil.which("iptables") or "/usr/sbin/iptables"
-    real = os.path.realpath(exe)
-    if real.endswith("-legacy"):
+    real = os.path.basename(os.path.realpath(exe))
+    if "legacy" in real:
         return "legacy"
-    if real.endswith("-nft"):
+    if "nft" in real:
         return "nft"
     out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False).stdout
     return "nft" if "nf_tables" in out else "legacy"
@@ -42,10 +54,12 @@ def tag(kind: str, network: str, cid: str, ifname: str) -> str:
 
 def chain_name(prefix: str, network: str, cid: str, ifname: str) -> str:
     """A per-attachment chain name (<= 28 chars), stable so DEL finds it without state."""
-    return prefix + hashlib.sha256(f"{network}/{cid}/{ifname}".encode()).hexdigest()[:16]
+    return prefix + sha256(f"{network}/{cid}/{ifname}".encode()).hexdigest()[:16]
 
 
 def restore(be: str, table: str, lines: list[str], v6: bool = False) -> None:
+    import subprocess
+
     exe = f"ip6tables-{be}-restore" if v6 else f"iptables-{be}-restore"
     text = "\n".join([f"*{table}", *lines, "COMMIT", ""])
     p = subprocess.run([exe, "-w", "5", "--noflush"], input=text, capture_output=True, text=True, check=False)
@@ -62,6 +76,8 @@ def try_restore(be: str, table: str, lines: list[str], v6: bool = False) -> bool
 
 
 def save(be: str, table: str, v6: bool = False) -> str:
+    import subprocess
+
     exe = f"ip6tables-{be}-save" if v6 else f"iptables-{be}-save"
     p = subprocess.run([exe, "-t", table], capture_output=True, text=True, check=False)
     if p.returncode != 0:

@@ -1,18 +1,23 @@
-"""Small synchronous pyroute2 helpers for the bridge plugin; no policy, typed errors.
+"""pyroute2 helpers for what is not on the ADD/DEL hot path (that is `cni.rtnl`): creating
+and tuning bridges, VLANs, and the queries CHECK and forceAddress make. No policy, typed errors.
 
-The veth pair is created in one RTM_NEWLINK from the host: the host end enslaved
-to the bridge, the peer born inside the container netns under its final name,
-so nothing is moved or renamed. Only the container-side address/route set-up
-needs a socket in the netns, opened through `cni.netns.run_in`.
+The lean launcher starts Python without site-packages; importing this module adds them
+(pyroute2 lives there), so only calls that need pyroute2 pay for it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+if sys.flags.no_site and "pyroute2" not in sys.modules:
+    import site
+
+    site.main()
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
@@ -45,28 +50,26 @@ def in_netns(netns_fd: int, fn: Callable[[IPRoute], T]) -> T:
     return netns.run_in(netns_fd, body)
 
 
-def link_index(ipr: IPRoute, name: str) -> int | None:
+def get_link(ipr: IPRoute, name: str) -> Any | None:
+    """One RTM_GETLINK by name (never a dump); None if there is no such link."""
     try:
-        found = ipr.link_lookup(ifname=name)
+        return ipr.link("get", ifname=name)[0]
     except NetlinkError as e:
         if e.code == errno.ENODEV:
             return None
         raise
-    return found[0] if found else None
 
 
-def link_info(ipr: IPRoute, index: int) -> Any:
-    return ipr.get_links(index)[0]
+def link_index(ipr: IPRoute, name: str) -> int | None:
+    link = get_link(ipr, name)
+    return None if link is None else int(link["index"])
 
 
-def mac_of(link: Any) -> str:
-    return str(link.get("IFLA_ADDRESS") or link.get_attr("IFLA_ADDRESS") or "")
-
-
-def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None, promisc: bool, vlan_filtering: bool) -> int:
-    idx = link_index(ipr, name)
-    if idx is None:
-        kw: dict[str, Any] = {"ifname": name, "kind": "bridge"}
+def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None, promisc: bool, vlan_filtering: bool) -> Any:
+    """The bridge's link message, creating it (up) if needed. One netlink round trip when it exists."""
+    link = get_link(ipr, name)
+    if link is None:
+        kw: dict[str, Any] = {"ifname": name, "kind": "bridge", "state": "up"}
         if mtu:
             kw["mtu"] = mtu
         if vlan_filtering:
@@ -76,61 +79,17 @@ def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None, promisc: bool, vlan_
         except NetlinkError as e:
             if e.code != errno.EEXIST:  # a concurrent ADD made it first
                 raise
-        idx = link_index(ipr, name)
-        if idx is None:
+        link = get_link(ipr, name)
+        if link is None:
             raise RuntimeError(f"bridge {name} vanished while being created")
-    link = link_info(ipr, idx)
-    if link.get_attr("IFLA_LINKINFO") and link.get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND") != "bridge":
+    if link.get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND") not in (None, "bridge"):
         raise RuntimeError(f"{name} exists and is not a bridge")
     want_flags = 1 | (0x100 if promisc else 0)  # IFF_UP | IFF_PROMISC
     if link["flags"] & want_flags != want_flags:
-        ipr.link("set", index=idx, state="up", **({"promisc": 1} if promisc else {}))
+        ipr.link("set", index=link["index"], state="up", **({"promisc": 1} if promisc else {}))
     if vlan_filtering and not link.get_nested("IFLA_LINKINFO", "IFLA_INFO_DATA", "IFLA_BR_VLAN_FILTERING"):
-        ipr.link("set", index=idx, kind="bridge", br_vlan_filtering=1)
-    return idx
-
-
-def ensure_addr(ipr: IPRoute, index: int, address: str, prefixlen: int) -> None:
-    family = 10 if ":" in address else 2
-    for a in ipr.get_addr(index=index, family=family):
-        if a.get_attr("IFA_ADDRESS") == address and a["prefixlen"] == prefixlen:
-            return
-    try:
-        ipr.addr("add", index=index, address=address, prefixlen=prefixlen)
-    except NetlinkError as e:
-        if e.code != errno.EEXIST:
-            raise
-
-
-def create_veth(ipr: IPRoute, host_name: str, peer_name: str, netns_fd: int, master: int,
-                mtu: int | None) -> int:
-    """Create the pair (host end up, enslaved; peer inside the netns); return the host end's index."""
-    kw: dict[str, Any] = {"ifname": host_name, "kind": "veth", "master": master,
-                          "peer": {"ifname": peer_name, "net_ns_fd": netns_fd}}
-    if mtu:
-        kw["mtu"] = mtu
-        kw["peer"]["mtu"] = mtu
-    ipr.link("add", **kw)
-    idx = link_index(ipr, host_name)
-    if idx is None:
-        raise RuntimeError(f"veth {host_name} vanished after creation")
-    ipr.link("set", index=idx, state="up")
-    return idx
-
-
-def delete_link(ipr: IPRoute, name: str) -> bool:
-    """Delete a link by name; False if it was already gone."""
-    try:
-        ipr.link("del", ifname=name)
-        return True
-    except NetlinkError as e:
-        if e.code in (errno.ENODEV, errno.ENOENT):
-            return False
-        raise
-
-
-def links_with_prefix(ipr: IPRoute, prefix: str) -> list[str]:
-    return [n for n in (link.get_attr("IFLA_IFNAME") for link in ipr.get_links()) if n and n.startswith(prefix)]
+        ipr.link("set", index=link["index"], kind="bridge", br_vlan_filtering=1)
+    return link
 
 
 def set_vlan(ipr: IPRoute, index: int, vid: int) -> None:
@@ -138,29 +97,3 @@ def set_vlan(ipr: IPRoute, index: int, vid: int) -> None:
     with contextlib.suppress(NetlinkError):
         ipr.vlan_filter("del", index=index, vlan_info={"vid": 1})
     ipr.vlan_filter("add", index=index, vlan_info={"vid": vid, "flags": 6})  # PVID | UNTAGGED
-
-
-def configure_container(c: IPRoute, ifname: str, ips: list[dict[str, Any]],
-                        routes: list[dict[str, Any]]) -> tuple[int, str]:
-    """Inside the netns: addresses on `ifname`, link up, routes; return (index, mac)."""
-    idx = link_index(c, ifname)
-    if idx is None:
-        raise RuntimeError(f"{ifname} missing in the container netns")
-    for ip in ips:
-        addr, _, plen = ip["address"].partition("/")
-        try:
-            c.addr("add", index=idx, address=addr, prefixlen=int(plen))
-        except NetlinkError as e:
-            if e.code != errno.EEXIST:
-                raise
-    c.link("set", index=idx, state="up")
-    for r in routes:
-        kw: dict[str, Any] = {"dst": r["dst"], "oif": idx}
-        if r.get("gw"):
-            kw["gateway"] = r["gw"]
-        try:
-            c.route("add", **kw)
-        except NetlinkError as e:
-            if e.code != errno.EEXIST:
-                raise
-    return idx, mac_of(link_info(c, idx))

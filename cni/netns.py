@@ -12,13 +12,17 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Callable
-from typing import TypeVar
 
 from cni.errors import UNKNOWN_CONTAINER, CNIError
 
+TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    T = TypeVar("T")
+
 CLONE_NEWNET = 0x40000000
-T = TypeVar("T")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 

@@ -12,9 +12,6 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from cni import version as ver
 from cni.errors import (
@@ -25,6 +22,18 @@ from cni.errors import (
     INVALID_ENV,
     CNIError,
 )
+
+TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any, Protocol
+
+    class Plugin(Protocol):
+        def add(self, a: CmdArgs) -> dict[str, Any]: ...
+        def delete(self, a: CmdArgs) -> None: ...
+        def check(self, a: CmdArgs) -> None: ...
+        def gc(self, a: CmdArgs) -> None: ...
+        def status(self, a: CmdArgs) -> None: ...
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
 _NEEDS = {
@@ -37,19 +46,22 @@ _NEEDS = {
 }
 
 
-@dataclass
 class CmdArgs:
     """One invocation, parsed: the env the runtime set and the network config it sent."""
 
-    command: str
-    container_id: str
-    netns: str
-    ifname: str
-    args: dict[str, str]
-    path: list[str]
-    config: dict[str, Any]
-    stdin: bytes
-    env: Mapping[str, str] = field(default_factory=dict)
+    __slots__ = ("command", "container_id", "netns", "ifname", "args", "path", "config", "stdin", "env")
+
+    def __init__(self, command: str, container_id: str, netns: str, ifname: str, args: dict[str, str],
+                 path: list[str], config: dict[str, Any], stdin: bytes, env: Mapping[str, str] | None = None) -> None:
+        self.command = command
+        self.container_id = container_id
+        self.netns = netns
+        self.ifname = ifname
+        self.args = args
+        self.path = path
+        self.config = config
+        self.stdin = stdin
+        self.env = env if env is not None else {}
 
     @property
     def version(self) -> str:
@@ -58,14 +70,6 @@ class CmdArgs:
     @property
     def name(self) -> str:
         return str(self.config.get("name", ""))
-
-
-class Plugin(Protocol):
-    def add(self, a: CmdArgs) -> dict[str, Any]: ...
-    def delete(self, a: CmdArgs) -> None: ...
-    def check(self, a: CmdArgs) -> None: ...
-    def gc(self, a: CmdArgs) -> None: ...
-    def status(self, a: CmdArgs) -> None: ...
 
 
 def parse_cni_args(raw: str) -> dict[str, str]:

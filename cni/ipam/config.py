@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
-from typing import Any
 
 from cni.errors import INVALID_CONFIG, CNIError
+
+TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 Net = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-@dataclass(frozen=True)
 class Range:
-    subnet: Net
-    start: IP
-    end: IP
-    gateway: IP | None
+    __slots__ = ("subnet", "start", "end", "gateway")
+
+    def __init__(self, subnet: Net, start: IP, end: IP, gateway: IP | None) -> None:
+        self.subnet, self.start, self.end, self.gateway = subnet, start, end, gateway
+
+    def __repr__(self) -> str:
+        return f"Range({self.subnet}, {self.start}-{self.end}, gw={self.gateway})"
 
     def __contains__(self, ip: IP) -> bool:
         return ip.version == self.start.version and self.start <= ip <= self.end
@@ -27,13 +31,12 @@ class Range:
         return ip in self and ip != self.gateway
 
 
-@dataclass(frozen=True)
 class IPAMConfig:
-    name: str
-    range_sets: tuple[tuple[Range, ...], ...]
-    routes: tuple[dict[str, Any], ...]
-    dns: dict[str, Any]
-    data_dir: str
+    __slots__ = ("name", "range_sets", "routes", "dns", "data_dir")
+
+    def __init__(self, name: str, range_sets: tuple[tuple[Range, ...], ...], routes: tuple[dict[str, Any], ...],
+                 dns: dict[str, Any], data_dir: str) -> None:
+        self.name, self.range_sets, self.routes, self.dns, self.data_dir = name, range_sets, routes, dns, data_dir
 
 
 def _ip(v: Any, what: str) -> IP:

@@ -10,33 +10,30 @@ containerID, ifname), and "already gone" is success.
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import errno
 import ipaddress
 import os
-from dataclasses import dataclass
-from typing import Any
 
-from cni import delegate, iptables
-from cni.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, UNSUPPORTED_FIELD, CNIError
-from cni.skel import CmdArgs
+from cni import delegate, iptables, masq, rtnl
+from cni.errors import INTERNAL, INVALID_CONFIG, NOT_AVAILABLE, UNKNOWN_CONTAINER, UNSUPPORTED_FIELD, CNIError
+from cni.sha import sha256
 
-MASQ_PREFIX = "NA-MASQ-"
-MULTICAST = "224.0.0.0/4"
+TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cni.skel import CmdArgs
 
 
-@dataclass(frozen=True)
 class NetConf:
-    name: str
-    bridge: str
-    is_gateway: bool
-    is_default_gateway: bool
-    force_address: bool
-    ip_masq: bool
-    hairpin: bool
-    promisc: bool
-    mtu: int | None
-    vlan: int | None
-    ipam_type: str
+    """The bridge options we act on (a plain class: dataclasses costs ~10 ms of imports per exec)."""
+
+    __slots__ = ("name", "bridge", "is_gateway", "is_default_gateway", "force_address", "ip_masq", "hairpin",
+                 "promisc", "mtu", "vlan", "ipam_type")
+
+    def __init__(self, **kw: Any) -> None:
+        for k in self.__slots__:
+            setattr(self, k, kw[k])
 
 
 def parse_conf(cfg: dict[str, Any]) -> NetConf:
@@ -73,11 +70,11 @@ def parse_conf(cfg: dict[str, Any]) -> NetConf:
 
 def host_veth_name(network: str, cid: str, ifname: str) -> str:
     """'na' + 4 hex of the network + 9 hex of the attachment: 15 chars, stable, greppable per network."""
-    return veth_prefix(network) + hashlib.sha256(f"{network}/{cid}/{ifname}".encode()).hexdigest()[:9]
+    return veth_prefix(network) + sha256(f"{network}/{cid}/{ifname}".encode()).hexdigest()[:9]
 
 
 def veth_prefix(network: str) -> str:
-    return "na" + hashlib.sha256(network.encode()).hexdigest()[:4]
+    return "na" + sha256(network.encode()).hexdigest()[:4]
 
 
 def _sysctl(path: str, value: str) -> None:
@@ -91,64 +88,43 @@ def _sysctl(path: str, value: str) -> None:
         f.write(value)
 
 
-def masq_add(be: str, conf: NetConf, a: CmdArgs, ips: list[dict[str, Any]]) -> None:
-    t = iptables.tag("masq", conf.name, a.container_id, a.ifname)
-    chain = iptables.chain_name(MASQ_PREFIX, conf.name, a.container_id, a.ifname)
-    for v6 in (False, True):
-        mine = [ipaddress.ip_interface(i["address"]) for i in ips if (":" in i["address"]) == v6]
-        if not mine:
-            continue
-        lines = [f":{chain} - [0:0]"]
-        for iface in mine:
-            lines.append(f'-A {chain} -d {iface.network} -m comment --comment "{t}" -j ACCEPT')
-        if not v6:
-            lines.append(f'-A {chain} ! -d {MULTICAST} -m comment --comment "{t}" -j MASQUERADE')
-        else:
-            lines.append(f'-A {chain} ! -d ff00::/8 -m comment --comment "{t}" -j MASQUERADE')
-        for iface in mine:
-            lines.append(f'-A POSTROUTING -s {iface.ip}/{iface.max_prefixlen} -m comment --comment "{t}" -j {chain}')
-        iptables.restore(be, "nat", lines, v6)
-
-
-def masq_del(be: str, conf: NetConf, a: CmdArgs, prev: dict[str, Any] | None) -> None:
-    """Fast path: delete exactly the rules the result implies (1 exec); else find them by tag."""
-    t = iptables.tag("masq", conf.name, a.container_id, a.ifname)
-    chain = iptables.chain_name(MASQ_PREFIX, conf.name, a.container_id, a.ifname)
-    ips = [i["address"] for i in (prev or {}).get("ips", [])]
-    v4 = [ipaddress.ip_interface(x) for x in ips if ":" not in x]
-    if v4 and len(v4) == len(ips):
-        lines = [f'-D POSTROUTING -s {i.ip}/32 -m comment --comment "{t}" -j {chain}' for i in v4]
-        if iptables.try_restore(be, "nat", [*lines, f":{chain} - [0:0]", f"-X {chain}"]):
-            return
-    key = (conf.name, a.container_id, a.ifname)
-    for v6 in (False, True):
-        with contextlib.suppress(CNIError):
-            iptables.remove_tagged(be, "nat", "masq", lambda n, c, i: (n, c, i) == key, (MASQ_PREFIX,), v6)
-
-
 class Bridge:
+    def __init__(self, masq_cache: masq.Cache | None = None) -> None:
+        # a resident daemon passes one long-lived cache; an exec'd plugin starts empty each time
+        self.masq_cache = masq_cache or masq.Cache()
+
     def add(self, a: CmdArgs) -> dict[str, Any]:
-        from cni import netlink, netns
+        from cni import netns
 
         conf = parse_conf(a.config)
         fd = netns.open_netns(a.netns)
         undo = contextlib.ExitStack()
         with contextlib.closing(_Fd(fd)), undo:
-            ipr = netlink.host()
-            br_idx = netlink.ensure_bridge(ipr, conf.bridge, conf.mtu, conf.promisc, conf.vlan is not None)
+            br = ensure_bridge(conf)
+            br_idx = int(br["ifindex"])
             host_name = host_veth_name(conf.name, a.container_id, a.ifname)
-            retried = netlink.delete_link(ipr, host_name)  # a retried ADD starts from scratch
+            cmac = rtnl.random_mac()
+            new = rtnl.new_veth(host_name, a.ifname, fd, br_idx, cmac, conf.mtu, 1)
             try:
-                host_idx = netlink.create_veth(ipr, host_name, a.ifname, fd, br_idx, conf.mtu)
-            except Exception as e:
-                if getattr(e, "code", None) == 17:
+                rtnl.request([new])
+            except OSError as e:
+                if e.errno != errno.EEXIST:
+                    raise
+                # a retried ADD (our host end from the earlier try), or a clash inside the netns
+                if not rtnl.delete(host_name):
                     raise CNIError(INVALID_CONFIG, f"container already has an interface named {a.ifname}") from None
-                raise
-            undo.callback(netlink.delete_link, ipr, host_name)
+                rtnl.request([new])
+            undo.callback(rtnl.delete, host_name)
+            host = rtnl.sysfs_link(host_name)
+            if host is None:
+                raise CNIError(INTERNAL, f"veth {host_name} vanished after creation")
+            peer_index = int(host["iflink"])
             if conf.hairpin:
                 _sysctl(f"/sys/class/net/{host_name}/brport/hairpin_mode", "1")
             if conf.vlan:
-                netlink.set_vlan(ipr, host_idx, conf.vlan)
+                from cni import netlink
+
+                netlink.set_vlan(netlink.host(), int(host["ifindex"]), conf.vlan)
 
             ipam = delegate.call("ADD", conf.ipam_type, a.stdin, a.env, a.path) or {}
             undo.callback(_quiet, delegate.call, "DEL", conf.ipam_type, a.stdin, a.env, a.path)
@@ -163,8 +139,10 @@ class Bridge:
                     if gw:
                         plen = ipaddress.ip_interface(ip["address"]).network.prefixlen
                         if conf.force_address:
-                            _drop_other_addrs(ipr, br_idx, gw, ip["address"])
-                        netlink.ensure_addr(ipr, br_idx, gw, plen)
+                            from cni import netlink
+
+                            _drop_other_addrs(netlink.host(), br_idx, gw, ip["address"])
+                        rtnl.request([rtnl.add_address(br_idx, f"{gw}/{plen}", 1)], ok_errnos=(errno.EEXIST,))
                 if any(":" not in i["address"] for i in ips):
                     _sysctl("/proc/sys/net/ipv4/ip_forward", "1")
                 if any(":" in i["address"] for i in ips):
@@ -176,43 +154,45 @@ class Bridge:
                         routes = [r for r in routes if r["dst"] != dst] + [{"dst": dst, "gw": ip["gateway"]}]
             croutes = [dict(r, gw=r.get("gw") or _gw_for(r["dst"], ips)) for r in routes]
 
-            _, cmac = netlink.in_netns(fd, lambda c: netlink.configure_container(c, a.ifname, ips, croutes))
+            csock = netns.run_in(fd, rtnl.open_socket)  # opened inside the netns, stays bound to it
+            with csock:
+                rtnl.configure(csock, peer_index, [i["address"] for i in ips],
+                               [(r["dst"], r.get("gw")) for r in croutes])
 
             if conf.ip_masq:
-                be = iptables.backend(a.env)
-                if retried:
-                    masq_del(be, conf, a, None)
-                undo.callback(_quiet, masq_del, be, conf, a, {"ips": ips})
-                masq_add(be, conf, a, ips)
-
-            br_mac = netlink.mac_of(netlink.link_info(ipr, br_idx))
-            host_mac = netlink.mac_of(netlink.link_info(ipr, host_idx))
+                with masq.bridge_lock(conf.bridge):
+                    masq.ensure(iptables.backend(a.env), conf.name, [i["address"] for i in ips], self.masq_cache)
             undo.pop_all()
         for ip in ips:
             ip["interface"] = 2
         result: dict[str, Any] = {
             "cniVersion": a.version,
             "interfaces": [
-                {"name": conf.bridge, "mac": br_mac},
-                {"name": host_name, "mac": host_mac},
+                {"name": conf.bridge, "mac": br["address"]},
+                {"name": host_name, "mac": host["address"]},
                 {"name": a.ifname, "mac": cmac, "sandbox": a.netns},
             ],
             "ips": ips,
             "routes": routes,
-            "dns": ipam.get("dns") or a.config.get("dns") or {},
         }
-        if not result["dns"]:
-            del result["dns"]
+        dns = ipam.get("dns") or a.config.get("dns")
+        if dns:
+            result["dns"] = dns
         return result
 
     def delete(self, a: CmdArgs) -> None:
         conf = parse_conf(a.config)
         delegate.call("DEL", conf.ipam_type, a.stdin, a.env, a.path)
-        from cni import netlink
-
-        netlink.delete_link(netlink.host(), host_veth_name(conf.name, a.container_id, a.ifname))
+        rtnl.delete(host_veth_name(conf.name, a.container_id, a.ifname))
         if conf.ip_masq:
-            masq_del(iptables.backend(a.env), conf, a, a.config.get("prevResult"))
+            self._masq_if_unused(conf, a)
+
+    def _masq_if_unused(self, conf: NetConf, a: CmdArgs) -> None:
+        """The network's last veth is gone from this host: its masquerade chain goes too."""
+        prefix = veth_prefix(conf.name)
+        with masq.bridge_lock(conf.bridge):
+            if not any(n.startswith(prefix) for n in os.listdir("/sys/class/net")):
+                masq.remove(iptables.backend(a.env), conf.name, self.masq_cache)
 
     def check(self, a: CmdArgs) -> None:
         from cni import netlink, netns
@@ -227,8 +207,8 @@ class Bridge:
         if br_idx is None:
             raise CNIError(UNKNOWN_CONTAINER, f"bridge {conf.bridge} not found")
         host_name = host_veth_name(conf.name, a.container_id, a.ifname)
-        h = netlink.link_index(ipr, host_name)
-        if h is None or netlink.link_info(ipr, h).get_attr("IFLA_MASTER") != br_idx:
+        h = netlink.get_link(ipr, host_name)
+        if h is None or h.get_attr("IFLA_MASTER") != br_idx:
             raise CNIError(UNKNOWN_CONTAINER, f"host veth {host_name} missing or not on {conf.bridge}")
         fd = netns.open_netns(a.netns)
         try:
@@ -241,27 +221,31 @@ class Bridge:
             addr = str(ipaddress.ip_interface(ip["address"]))
             if addr not in have:
                 raise CNIError(UNKNOWN_CONTAINER, f"address {addr} not on {a.ifname}")
+        if conf.ip_masq:
+            gone = masq.missing(iptables.backend(a.env), conf.name, [i["address"] for i in prev.get("ips", [])])
+            if gone:
+                raise CNIError(INTERNAL, "masquerade rules missing", gone[0])
 
     def gc(self, a: CmdArgs) -> None:
-        from cni import netlink
         from cni.plugins.host_local import valid_attachments
 
         conf = parse_conf(a.config)
         delegate.call("GC", conf.ipam_type, a.stdin, a.env, a.path)
         valid = valid_attachments(a.config)
         keep = {host_veth_name(conf.name, cid, ifn) for cid, ifn in valid}
-        ipr = netlink.host()
-        for name in netlink.links_with_prefix(ipr, veth_prefix(conf.name)):
-            if name not in keep:
-                netlink.delete_link(ipr, name)
-        be = iptables.backend(a.env)
-        for v6 in (False, True):
-            with contextlib.suppress(CNIError):
-                iptables.remove_tagged(be, "nat", "masq", lambda n, c, i: n == conf.name and (c, i) not in valid,
-                                       (MASQ_PREFIX,), v6)
+        prefix = veth_prefix(conf.name)
+        for name in os.listdir("/sys/class/net"):
+            if name.startswith(prefix) and name not in keep:
+                rtnl.delete(name)
+        self._masq_if_unused(conf, a)
 
     def status(self, a: CmdArgs) -> None:
         conf = parse_conf(a.config)
+        if conf.ip_masq:
+            be = iptables.backend(a.env)
+            if not any(os.access(os.path.join(d, f"iptables-{be}-restore"), os.X_OK)
+                       for d in a.env.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").split(os.pathsep) + ["/usr/sbin"]):
+                raise CNIError(NOT_AVAILABLE, f"ipMasq needs iptables-{be}-restore, which is not installed")
         delegate.call("STATUS", conf.ipam_type, a.stdin, a.env, a.path)
 
 
@@ -291,6 +275,41 @@ def _drop_other_addrs(ipr: Any, br_idx: int, gw: str, cidr: str) -> None:
 def _quiet(fn: Any, *args: Any) -> None:
     with contextlib.suppress(Exception):
         fn(*args)
+
+
+def ensure_bridge(conf: NetConf) -> dict[str, str]:
+    """The bridge as sysfs shows it; pyroute2 is imported only to create or fix it up."""
+    link = rtnl.sysfs_link(conf.bridge)
+    want = 0x1 | (0x100 if conf.promisc else 0)  # IFF_UP | IFF_PROMISC
+    if link is not None and not os.path.isdir(f"/sys/class/net/{conf.bridge}/bridge"):
+        raise CNIError(INVALID_CONFIG, f"{conf.bridge} exists and is not a bridge")
+    if link is None:
+        from cni import netlink
+
+        netlink.ensure_bridge(netlink.host(), conf.bridge, conf.mtu, False, False)
+        link = rtnl.sysfs_link(conf.bridge)
+        if link is None:
+            raise CNIError(INTERNAL, f"bridge {conf.bridge} vanished while being set up")
+    if conf.vlan is not None:
+        flag = f"/sys/class/net/{conf.bridge}/bridge/vlan_filtering"
+        if not os.path.exists(flag):
+            raise CNIError(UNSUPPORTED_FIELD, "vlan needs bridge VLAN filtering, which this kernel lacks",
+                           "CONFIG_BRIDGE_VLAN_FILTERING")
+        if _read(flag) != "1":
+            from cni import netlink
+
+            netlink.host().link("set", index=int(link["ifindex"]), kind="bridge", br_vlan_filtering=1)
+    if int(link["flags"], 16) & want != want:
+        rtnl.request([rtnl.set_flags(int(link["ifindex"]), want, want, 1)])
+    return link
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
 
 
 class _Fd:

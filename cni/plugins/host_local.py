@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from typing import Any
 
 from cni.errors import INTERNAL, IO_FAILURE, NOT_AVAILABLE, CNIError
 from cni.ipam import allocator
 from cni.ipam import config as ipam_config
-from cni.ipam.store import DiskStore, Store
-from cni.skel import CmdArgs
+from cni.ipam.store import DiskStore
+
+TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cni.ipam.store import Store
+    from cni.skel import CmdArgs
 
 
 def allocate(store: Store, cfg: ipam_config.IPAMConfig, owner: tuple[str, str]) -> list[tuple[Any, Any]]:
@@ -30,8 +35,7 @@ def allocate(store: Store, cfg: ipam_config.IPAMConfig, owner: tuple[str, str]) 
                 if held is not None:
                     got.append((held, allocator.range_of(ranges, held)))
                     continue
-                last_s = store.last_reserved(idx)
-                last = ipaddress.ip_address(last_s) if last_s else None
+                last = _parse_ip(store.last_reserved(idx))
                 for ip in allocator.candidates(ranges, last):
                     if store.reserve(str(ip), owner, idx):
                         got.append((ip, allocator.range_of(ranges, ip)))
@@ -45,6 +49,13 @@ def allocate(store: Store, cfg: ipam_config.IPAMConfig, owner: tuple[str, str]) 
                     store.release(str(ip))
             raise
     return got
+
+
+def _parse_ip(s: str | None) -> Any:
+    try:
+        return ipaddress.ip_address(s) if s else None
+    except ValueError:
+        return None
 
 
 def release(store: Store, owner: tuple[str, str]) -> None:

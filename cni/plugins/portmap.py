@@ -12,12 +12,16 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-from typing import Any
 
 from cni import iptables
 from cni.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, CNIError
 from cni.plugins.host_local import valid_attachments
-from cni.skel import CmdArgs
+
+TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cni.skel import CmdArgs
 
 DN_PREFIX = "NA-DN-"
 SN_PREFIX = "NA-SN-"
@@ -74,7 +78,7 @@ def rules(net: str, cid: str, ifname: str, pod: ipaddress.IPv4Interface, maps: l
     lines += [
         f"-A PREROUTING -m addrtype --dst-type LOCAL {c} -j {dn}",
         f"-A OUTPUT -m addrtype --dst-type LOCAL {c} -j {dn}",
-        f"-A POSTROUTING -d {pod.ip}/32 {c} -j {sn}",
+        f"-I POSTROUTING 1 -d {pod.ip}/32 {c} -j {sn}",  # before the bridge's masq ACCEPT of pod traffic
     ]
     return lines
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 
 DEFAULT_SOCKET = "/run/nodeagent/cni.sock"
 
@@ -25,4 +26,7 @@ def run(args: argparse.Namespace) -> int:
         daemon.serve(args.socket)
     except KeyboardInterrupt:
         pass
+    except RuntimeError as e:
+        print(f"nodeagent cni-daemon: {e}", file=sys.stderr)
+        return 1
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import json
 import os
 import random
@@ -34,6 +35,32 @@ def cni_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def runtime(cni_bin: Path) -> Runtime:
+    return Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": "none"})
+
+
+@pytest.fixture(scope="module")
+def cni_daemon(tmp_path_factory: pytest.TempPathFactory):
+    """A resident `nodeagent cni-daemon` on a private socket; yields the socket path."""
+    import time
+
+    sock = str(tmp_path_factory.mktemp("cnid") / "cni.sock")
+    exe = os.path.join(os.path.dirname(sys.executable), "nodeagent")
+    p = subprocess.Popen([exe, "cni-daemon", "--socket", sock], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(sock):
+        assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.stderr else "no socket"
+        time.sleep(0.05)
+    yield sock
+    p.terminate()
+    p.wait(timeout=10)
+    assert not os.path.exists(sock)
+
+
+@pytest.fixture(params=["in-process", "daemon"])
+def any_runtime(request: pytest.FixtureRequest, cni_bin: Path) -> Runtime:
+    """The same runtime with and without the resident daemon: results must not differ."""
+    if request.param == "daemon":
+        return Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": request.getfixturevalue("cni_daemon")})
     return Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": "none"})
 
 
@@ -80,10 +107,11 @@ class Net:
         return sorted(n for n in os.listdir("/sys/class/net") if n.startswith(veth_prefix(self.name)))
 
     def rules(self) -> list[str]:
-        """Every nat rule (both backends) that names this network or this subnet."""
+        """Every nat/filter rule (both backends) that names this network or this subnet."""
         out = []
-        for exe in ("iptables-nft-save", "iptables-legacy-save"):
-            text = subprocess.run([exe, "-t", "nat"], capture_output=True, text=True).stdout
+        saves = ("iptables-nft-save", "iptables-legacy-save", "ip6tables-nft-save", "ip6tables-legacy-save")
+        for exe, table in itertools.product(saves, ("nat", "filter")):
+            text = subprocess.run([exe, "-t", table], capture_output=True, text=True).stdout
             net_prefix = str(self.subnet.network_address).rsplit(".", 1)[0] + "."
             out += [ln for ln in text.splitlines()
                     if f"net={self.name} " in ln or (net_prefix in ln and not ln.startswith("#"))]
@@ -104,10 +132,25 @@ def net(tmp_path: Path) -> Net:
     subprocess.run(["ip", "link", "del", n.bridge], capture_output=True)
     from cni import iptables
 
-    for be in ("nft", "legacy"):
+    for be, v6 in itertools.product(("nft", "legacy"), (False, True)):  # a failed test's leftovers
         with contextlib.suppress(Exception):
-            iptables.remove_tagged(be, "nat", "masq", lambda nn, c, i: nn == n.name, ("NA-MASQ-",))
-            iptables.remove_tagged(be, "nat", "portmap", lambda nn, c, i: nn == n.name, ("NA-DN-", "NA-SN-"))
+            iptables.remove_tagged(be, "nat", "masq", lambda nn, c, i: nn == n.name, ("NA-MASQ-",), v6)
+        with contextlib.suppress(Exception):
+            iptables.remove_tagged(be, "nat", "portmap", lambda nn, c, i: nn == n.name, ("NA-DN-", "NA-SN-"), v6)
+
+
+@pytest.fixture
+def outside(res):
+    """A test netns reached from the host over a veth: (netns, host-side address, its own address)."""
+    ext = res.netns()
+    host_end, ext_end = res.veth(peer_netns=ext)
+    sub = free_subnet()
+    h, e = str(sub.network_address + 1), str(sub.network_address + 2)
+    sh("ip", "addr", "add", f"{h}/24", "dev", host_end)
+    sh("ip", "link", "set", host_end, "up")
+    sh("ip", "-n", ext, "addr", "add", f"{e}/24", "dev", ext_end)
+    sh("ip", "-n", ext, "link", "set", ext_end, "up")
+    return ext, h, e
 
 
 def netns_path(name: str) -> str:

@@ -65,6 +65,7 @@ class Runtime:
         assert p.stdin
         p.stdin.write(json.dumps(conf).encode())
         p.stdin.close()
+        p.stdin = None  # so communicate() only reads
         return p
 
     # -- conflists, as libcni builds each plugin's config --------------------------------------------

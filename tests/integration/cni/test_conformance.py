@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -83,10 +84,18 @@ def test_add_check_del_result_shape(runtime, net, res, version):
     link = json.loads(in_ns(ns, "ip", "-j", "link", "show", "eth0").stdout)[0]
     assert link["address"] == r["interfaces"][2]["mac"]
     assert "default via " + net.gateway in in_ns(ns, "ip", "route").stdout
-    assert len(net.rules()) == 3  # the POSTROUTING jump and the chain's two rules
+    assert len(net.rules()) == 3  # the network's POSTROUTING jump and its chain's two rules
 
     conf_prev = dict(conf, prevResult=r)
     if version >= "0.4.0":
+        runtime.call("nodeagent-bridge", "CHECK", conf_prev, cid="c1", netns=netns_path(ns))
+        jump = next(r for r in net.rules() if r.startswith("-A POSTROUTING"))
+        subprocess.run(["iptables-restore", "--noflush"], input=f"*nat\n-D{jump[2:]}\nCOMMIT\n", text=True,
+                       check=True)
+        with pytest.raises(PluginError) as e:
+            runtime.call("nodeagent-bridge", "CHECK", conf_prev, cid="c1", netns=netns_path(ns))
+        assert "masquerade" in e.value.out["msg"]
+        runtime.call("nodeagent-bridge", "ADD", conf, cid="c1", netns=netns_path(ns))  # ADD repairs it
         runtime.call("nodeagent-bridge", "CHECK", conf_prev, cid="c1", netns=netns_path(ns))
         in_ns(ns, "ip", "addr", "flush", "dev", "eth0")
         with pytest.raises(PluginError) as e:
@@ -143,3 +152,62 @@ def test_status(runtime, net, tmp_path):
     with pytest.raises(PluginError) as e:
         runtime.call("nodeagent-bridge", "STATUS", conf)
     assert e.value.code == 50
+
+
+def test_bridge_falls_back_in_process_when_no_daemon_listens(cni_bin, net, res, tmp_path):
+    """A missing socket, and a stale one (a daemon that died), both mean: run in-process."""
+    import socket as _socket
+
+    from tests.integration.cni.invoker import Runtime
+
+    stale = str(tmp_path / "stale.sock")
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    s.bind(stale)
+    s.close()  # the file stays, nobody listens: ECONNREFUSED
+    for path in (str(tmp_path / "absent.sock"), stale):
+        rt = Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": path})
+        ns = netns_path(res.netns())
+        r = rt.call("nodeagent-bridge", "ADD", net.conf(), cid="fb", netns=ns)
+        assert r["ips"] and len(net.veths()) == 1
+        rt.call("nodeagent-bridge", "DEL", dict(net.conf(), prevResult=r), cid="fb", netns=ns)
+        net.assert_clean()
+
+
+def test_daemon_and_in_process_give_the_same_answers(cni_bin, cni_daemon, net, res):
+    import sys
+
+    from tests.integration.cni.invoker import Runtime
+
+    second = subprocess.run([os.path.join(os.path.dirname(sys.executable), "nodeagent"), "cni-daemon",
+                             "--socket", cni_daemon], capture_output=True, text=True, timeout=60)
+    assert second.returncode == 1 and "already serves" in second.stderr  # never two daemons on one socket
+
+    via = Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": cni_daemon})
+    ns = netns_path(res.netns())
+    for stdin, code in ((b"{nope", 6), (json.dumps(dict(net.conf(), cniVersion="0.1.0")).encode(), 1)):
+        with pytest.raises(PluginError) as e:
+            via.call("nodeagent-bridge", "ADD", stdin, cid="d1", netns=ns)
+        assert e.value.code == code
+    r = via.call("nodeagent-bridge", "ADD", net.conf(version="1.1.0"), cid="d1", netns=ns)
+    via.call("nodeagent-bridge", "CHECK", dict(net.conf(version="1.1.0"), prevResult=r), cid="d1", netns=ns)
+    via.call("nodeagent-bridge", "GC", dict(net.conf(version="1.1.0"), **{"cni.dev/valid-attachments": []}))
+    net.assert_clean()
+    assert via.call("nodeagent-bridge", "STATUS", net.conf(version="1.1.0")) is None
+
+
+def test_conflist_gc_with_portmap(runtime, net, res):
+    """GC through a chained conflist: stale attachments lose veth, address, host ports and masquerade."""
+    conflist = net.conflist({"type": "nodeagent-portmap", "capabilities": {"portMappings": True}},
+                            version="1.1.0")
+    pods = {}
+    for i in range(2):
+        ns = netns_path(res.netns())
+        rc = {"portMappings": [{"hostPort": 41000 + i, "containerPort": 80, "protocol": "tcp"}]}
+        pods[f"g{i}"] = runtime.add_list(conflist, f"g{i}", ns, runtime_config=rc)
+    assert sum("nodeagent/portmap" in r for r in net.rules()) > 0
+    runtime.gc_list(conflist, [{"containerID": "g1", "ifname": "eth0"}])
+    portmap_ids = {r.split(" id=")[1].split()[0] for r in net.rules() if "nodeagent/portmap" in r}
+    assert portmap_ids == {"g1"}
+    assert len(net.veths()) == 1 and len(net.allocations()) == 1
+    runtime.gc_list(conflist, [])
+    net.assert_clean()

@@ -56,3 +56,42 @@ def test_launchers_are_lean_and_answer_version(tmp_path):
             "('pyroute2', 'iptc', 'yaml', 'grpc')))")
     out = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_daemon_wire_format_round_trips():
+    from cni.client import decode_request, encode_request
+
+    env = {"CNI_COMMAND": "ADD", "CNI_ARGS": "A=1;B=2", "EMPTY": ""}
+    plugin, got, stdin = decode_request(encode_request("bridge", env, b'{"x":"\\u0000"}\n'))
+    assert (plugin, got, stdin) == ("bridge", env, b'{"x":"\\u0000"}\n')
+    for bad in (b"", b"HTTP/1.1\n", b"NACNI1 bridge\nA=1"):
+        try:
+            decode_request(bad)
+        except ValueError:
+            continue
+        raise AssertionError(bad)
+
+
+def test_portmap_rules_dnat_hairpin_and_localhost():
+    import ipaddress
+
+    from cni.plugins.portmap import mappings, rules
+
+    maps = mappings({"runtimeConfig": {"portMappings": [
+        {"hostPort": 8080, "containerPort": 80, "protocol": "TCP"},
+        {"hostPort": 5353, "containerPort": 53, "protocol": "udp", "hostIP": "127.0.0.1"},
+        {"hostPort": 9, "containerPort": 9, "hostIP": "::1"}]}})
+    assert [m["protocol"] for m in maps] == ["tcp", "udp"]  # IPv6 host IPs are skipped
+    lines = rules("n1", "c1", "eth0", ipaddress.ip_interface("10.0.0.5/24"), maps, snat=True)
+    text = "\n".join(lines)
+    assert "--dport 8080" in text and "--to-destination 10.0.0.5:80" in text
+    assert "-d 127.0.0.1/32 -p udp -m udp --dport 5353" in text
+    assert "-s 10.0.0.0/24 -p tcp -m tcp --dport 80" in text and "-s 127.0.0.0/8 -p tcp" in text
+    assert any(ln.startswith("-I POSTROUTING 1 -d 10.0.0.5/32") for ln in lines)
+    assert all("nodeagent/portmap net=n1 id=c1 if=eth0" in ln for ln in lines if ln.startswith(("-A", "-I")))
+    try:
+        mappings({"runtimeConfig": {"portMappings": [{"hostPort": 0, "containerPort": 80}]}})
+    except Exception as e:
+        assert e.code == 7
+    else:
+        raise AssertionError("hostPort 0 accepted")
