@@ -22,6 +22,7 @@ from nodeagent.api.qos import (
     pod_qos,
 )
 from nodeagent.api.quantity import int_value, milli_value, parse_quantity
+from nodeagent.kubelet.static_pods import is_mirror_pod, is_static_pod
 
 MIN_SHARES = 2
 MAX_SHARES = 262144
@@ -239,15 +240,6 @@ def container_resources(pod: Mapping[str, Any], container: Mapping[str, Any], me
 
 
 # -- oom_score_adj (pkg/kubelet/qos/policy.go) -------------------------------------------------------
-
-
-def is_static_pod(pod: Mapping[str, Any]) -> bool:
-    return ((pod.get("metadata") or {}).get("annotations") or {}).get("kubernetes.io/config.source",
-                                                                     "api") != "api"
-
-
-def is_mirror_pod(pod: Mapping[str, Any]) -> bool:
-    return "kubernetes.io/config.mirror" in (((pod.get("metadata") or {}).get("annotations")) or {})
 
 
 def is_critical_pod(pod: Mapping[str, Any]) -> bool:

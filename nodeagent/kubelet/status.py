@@ -14,6 +14,7 @@ from typing import Any
 
 from nodeagent.api.qos import pod_qos
 from nodeagent.kubelet.clock import rfc3339
+from nodeagent.kubelet.static_pods import is_static_pod
 
 # Waiting reasons (kubelet images/errors.go, kuberuntime, kubelet_pods.go)
 CONTAINER_CREATING = "ContainerCreating"
@@ -258,7 +259,7 @@ def pod_phase(pod: Mapping[str, Any], init_statuses: list[Mapping[str, Any]],
     if running > 0 and unknown == 0:
         return "Running"
     if running == 0 and stopped > 0 and unknown == 0:
-        if pod_is_terminal and not _is_static(pod):
+        if pod_is_terminal and not is_static_pod(pod):
             return "Succeeded" if stopped == succeeded else "Failed"
         if policy == "Always":
             return "Running"
@@ -268,11 +269,6 @@ def pod_phase(pod: Mapping[str, Any], init_statuses: list[Mapping[str, Any]],
             return "Failed"
         return "Running"
     return "Pending"
-
-
-def _is_static(pod: Mapping[str, Any]) -> bool:
-    return ((pod.get("metadata") or {}).get("annotations") or {}).get("kubernetes.io/config.source",
-                                                                     "api") != "api"
 
 
 def _go_list(names: list[str]) -> str:
