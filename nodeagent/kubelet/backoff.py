@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodeagent.kubelet.clock import Clock, RealClock
+from nodeagent.kubelet.status import container_hash
 
 INITIAL_BACKOFF = 10.0
 MAX_CONTAINER_BACKOFF = 300.0
@@ -94,8 +95,6 @@ def format_pod(pod: Mapping[str, Any]) -> str:
 
 def container_backoff_key(pod: Mapping[str, Any], container: Mapping[str, Any]) -> str:
     """kuberuntime GetStableKey: pod name, namespace, uid, container name and its hash."""
-    from nodeagent.kubelet.status import container_hash
-
     m = pod.get("metadata") or {}
     return f"{m.get('name')}_{m.get('namespace')}_{m.get('uid')}_{container.get('name')}_{container_hash(container):x}"
 

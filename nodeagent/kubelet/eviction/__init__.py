@@ -6,6 +6,7 @@ from nodeagent.kubelet.eviction.manager import (
     PodUsage,
     evicted_status,
     eviction_message,
+    local_storage_violation,
     rank_pods,
     thresholds_met,
 )
@@ -20,5 +21,5 @@ from nodeagent.kubelet.eviction.thresholds import (
 )
 
 __all__ = ["Eviction", "EvictionManager", "Observation", "PodUsage", "Threshold", "ThresholdError", "Value",
-           "evicted_status", "eviction_message", "hard_eviction_reservation", "observations_from", "observe",
+           "evicted_status", "eviction_message", "hard_eviction_reservation", "local_storage_violation", "observations_from", "observe",
            "parse_duration", "parse_thresholds", "rank_pods", "thresholds_met"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -29,6 +30,9 @@ NODE_LOW_FMT = "The node was low on resource: {}. "
 NODE_CONDITION_FMT = "The node had condition: {}. "
 THRESHOLD_MET_FMT = "Threshold quantity: {}, available: {}. "
 CONTAINER_FMT = "Container {} was using {}, request is {}, has larger consumption of {}. "
+EMPTY_DIR_FMT = "Usage of EmptyDir volume {} exceeds the limit {}. "
+CONTAINER_EPHEMERAL_FMT = "Container {} exceeded its local ephemeral storage limit {}. "
+POD_EPHEMERAL_FMT = "Pod ephemeral local storage usage exceeds the total limit of containers {}. "
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +44,7 @@ class PodUsage:
     inodes: int = 0
     processes: int = 0
     containers: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)  # name → {memory, ephemeral-storage}
+    volumes: Mapping[str, int] = dataclasses.field(default_factory=dict)  # emptyDir name → bytes used
 
 
 StatsFunc = Callable[[Mapping[str, Any]], "PodUsage | None"]
@@ -209,6 +214,40 @@ def evicted_status(pod: Mapping[str, Any], message: str, now: float) -> dict[str
     return status
 
 
+def local_storage_violation(pod: Mapping[str, Any], usage: PodUsage | None) -> str | None:
+    """localStorageEviction: the message when an emptyDir exceeds its sizeLimit, the pod its summed
+    ephemeral-storage limits, or a container its own limit (checked in that order); None when within."""
+    if usage is None:
+        return None
+    spec = pod.get("spec") or {}
+    for v in spec.get("volumes") or []:
+        ed = v.get("emptyDir")
+        if ed is None or ed.get("medium") == "Memory" or ed.get("sizeLimit") is None:
+            continue
+        limit = parse_quantity(ed["sizeLimit"])
+        used = usage.volumes.get(v["name"])
+        if used is not None and limit > 0 and used > limit:
+            return EMPTY_DIR_FMT.format(_go_q(v["name"]), _go_q(_fmt(limit, "ephemeral-storage")))
+    containers = list(spec.get("containers") or [])
+    limits = [((c.get("resources") or {}).get("limits") or {}).get("ephemeral-storage") for c in containers]
+    if containers and all(limit is not None for limit in limits):
+        total = sum((parse_quantity(x) for x in limits), Fraction(0))
+        if usage.ephemeral_storage > total:
+            return POD_EPHEMERAL_FMT.format(_fmt(total, "ephemeral-storage"))
+    for c, limit in zip(containers, limits, strict=True):
+        if limit is None:
+            continue
+        used = (usage.containers.get(c["name"]) or {}).get("ephemeral-storage")
+        if used is not None and used > parse_quantity(limit):
+            return CONTAINER_EPHEMERAL_FMT.format(c["name"], _go_q(_fmt(parse_quantity(limit), "ephemeral-storage")))
+    return None
+
+
+def _go_q(s: str) -> str:
+    """Go's %q for the ASCII names and quantities these messages carry."""
+    return json.dumps(s)
+
+
 # -- the manager -----------------------------------------------------------------------------------
 
 
@@ -263,6 +302,17 @@ class EvictionManager:
             msg, ann = eviction_message(target.resource, pod, stats, met, observations)
             return Eviction(pod, msg, grace, ann, target)
         return None
+
+    def local_storage_evictions(self, active_pods: Sequence[Mapping[str, Any]], stats: StatsFunc) -> list[Eviction]:
+        """Pods over their own ephemeral-storage limits, evicted regardless of node pressure (grace 0)."""
+        out = []
+        for pod in active_pods:
+            if is_critical_pod(pod):
+                continue
+            msg = local_storage_violation(pod, stats(pod))
+            if msg is not None:
+                out.append(Eviction(pod, msg, 0, {}, th.Threshold(th.NODEFS_AVAILABLE, th.Value(quantity=Fraction(0)))))
+        return out
 
     def conditions(self) -> dict[str, bool]:
         return {c: c in self.node_conditions for c in ("MemoryPressure", "DiskPressure", "PIDPressure")}

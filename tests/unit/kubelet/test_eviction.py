@@ -241,3 +241,21 @@ def test_observe_real_host(tmp_path: Path):
     obs = signals.observe(tmp_path)
     for name in ("memory.available", "nodefs.available", "nodefs.inodesFree", "pid.available"):
         assert 0 < obs[name].available <= obs[name].capacity, name
+
+
+def test_local_storage_violations():
+    from nodeagent.kubelet.eviction import local_storage_violation
+
+    p = pod(container("app", limits={"ephemeral-storage": "100Mi"}), container("side", limits={"ephemeral-storage": "50Mi"}))
+    p["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "10Mi"}}]
+    assert local_storage_violation(p, PodUsage(ephemeral_storage=20 * Mi, volumes={"scratch": 5 * Mi})) is None
+    assert local_storage_violation(p, PodUsage(volumes={"scratch": 11 * Mi})) == \
+        'Usage of EmptyDir volume "scratch" exceeds the limit "10Mi". '
+    assert local_storage_violation(p, PodUsage(ephemeral_storage=151 * Mi)) == \
+        "Pod ephemeral local storage usage exceeds the total limit of containers 150Mi. "
+    assert local_storage_violation(p, PodUsage(ephemeral_storage=60 * Mi,
+                                               containers={"side": {"ephemeral-storage": 60 * Mi}})) == \
+        'Container side exceeded its local ephemeral storage limit "50Mi". '
+    m = EvictionManager([], FakeClock())
+    evs = m.local_storage_evictions([p], lambda _: PodUsage(volumes={"scratch": 11 * Mi}))
+    assert len(evs) == 1 and evs[0].grace_period == 0
