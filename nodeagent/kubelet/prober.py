@@ -343,9 +343,10 @@ class ResultsManager:
         self._results.pop(container_id, None)
 
 
-def liveness_kill_message(container_name: str, probe_type: str = LIVENESS) -> str:
-    """The message the pod worker kills a container with after a liveness/startup failure."""
-    return f"Container {container_name} failed {probe_type} probe, will be restarted"
+def liveness_kill_message(container_name: str, probe_type: str = LIVENESS, restart: bool = True) -> str:
+    """The Killing event message after a liveness/startup failure (kuberuntime computePodActions)."""
+    msg = f"Container {container_name} failed {probe_type} probe"
+    return f"{msg}, will be restarted" if restart else msg
 
 
 # -- the worker -----------------------------------------------------------------------------------

@@ -52,6 +52,11 @@ def container_hash(container: Mapping[str, Any]) -> int:
     return h
 
 
+def definition_changed_message(container_name: str) -> str:
+    """The Killing event message when a running container's hash no longer matches its spec."""
+    return f"Container {container_name} definition changed, will be restarted"
+
+
 @dataclasses.dataclass(frozen=True)
 class ContainerRecord:
     """One runtime container (CRI ContainerStatus), the kubelet's kubecontainer.Status."""
@@ -252,7 +257,12 @@ def pod_phase(pod: Mapping[str, Any], init_statuses: list[Mapping[str, Any]],
             unknown += 1
     if failed_init > 0 and policy == "Never":
         return "Failed"
-    if pending_init > 0 or pending_sidecars > 0:
+    # Once a regular container has run, restarting sidecars no longer hold the pod in Pending.
+    pod_has_initialized = any(
+        _has(s.get("state") or {}, "running") or _has(s.get("state") or {}, "terminated")
+        or _has(s.get("lastState") or {}, "terminated")
+        for s in statuses if s.get("name") in {c["name"] for c in spec.get("containers") or []})
+    if pending_init > 0 or (pending_sidecars > 0 and not pod_has_initialized):
         return "Pending"
     if waiting > 0:
         return "Pending"

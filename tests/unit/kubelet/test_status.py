@@ -205,3 +205,15 @@ def test_container_hash_changes_with_image_only():
     assert h != container_hash(dict(c, name="b"))
     assert h == container_hash(dict(c, resources={"limits": {"cpu": "1"}}))
     assert 0 <= h < 2**32
+
+
+def test_restarting_sidecar_does_not_send_initialized_pod_back_to_pending():
+    side = container("s", restartPolicy="Always")
+    p = pod(container("app"), init=[side])
+    # the sidecar restarted and its startup probe has not passed yet; the app container already ran
+    recs = [rec("s", "running", attempt=1), rec("app", "running")]
+    st = generate_pod_status(p, recs, now=NOW, started={"s": False})
+    assert st["phase"] == "Running"
+    # before any regular container ran, the same sidecar state keeps the pod Pending
+    st = generate_pod_status(p, [rec("s", "running")], now=NOW, started={"s": False})
+    assert st["phase"] == "Pending"
