@@ -102,49 +102,46 @@ def _cmp(a: Any, b: Any) -> int:
     return (a > b) - (a < b)
 
 
-def _exceeds(stats: StatsFunc, resource: str):
-    def cmp(p1, p2) -> int:
-        s1, s2 = stats(p1), stats(p2)
-        if s1 is None or s2 is None:
-            return 0
-        e1 = _usage(s1, resource) > _request(p1, resource)
-        e2 = _usage(s2, resource) > _request(p2, resource)
-        return _cmp(e2, e1)  # exceeding requests sorts first
-    return cmp
+@dataclasses.dataclass(frozen=True)
+class _RankInfo:
+    """What ranking compares, computed once per pod (requests parse quantities: not per comparison)."""
+
+    priority: int
+    usage: int | None  # None: no stats for this pod
+    request: Fraction
+    processes: int | None
 
 
-def _by_priority(p1, p2) -> int:
-    return _cmp(_priority(p1), _priority(p2))  # lower priority first
+def _exceeds(a: _RankInfo, b: _RankInfo) -> int:
+    if a.usage is None or b.usage is None:
+        return 0
+    return _cmp(b.usage > b.request, a.usage > a.request)  # exceeding requests sorts first
 
 
-def _above_request(stats: StatsFunc, resource: str):
-    def cmp(p1, p2) -> int:
-        s1, s2 = stats(p1), stats(p2)
-        if s1 is None:
-            return 1  # no stats: after the ones we can measure
-        if s2 is None:
-            return -1
-        d1 = _usage(s1, resource) - _request(p1, resource)
-        d2 = _usage(s2, resource) - _request(p2, resource)
-        return _cmp(d2, d1)  # larger consumption above request first
-    return cmp
+def _by_priority(a: _RankInfo, b: _RankInfo) -> int:
+    return _cmp(a.priority, b.priority)  # lower priority first
 
 
-def _processes(stats: StatsFunc):
-    def cmp(p1, p2) -> int:
-        s1, s2 = stats(p1), stats(p2)
-        if s1 is None:
-            return 1
-        if s2 is None:
-            return -1
-        return _cmp(s2.processes, s1.processes)
-    return cmp
+def _above_request(a: _RankInfo, b: _RankInfo) -> int:
+    if a.usage is None:
+        return 1  # no stats: after the ones we can measure
+    if b.usage is None:
+        return -1
+    return _cmp(b.usage - b.request, a.usage - a.request)  # larger consumption above request first
+
+
+def _processes(a: _RankInfo, b: _RankInfo) -> int:
+    if a.processes is None:
+        return 1
+    if b.processes is None:
+        return -1
+    return _cmp(b.processes, a.processes)
 
 
 def _ordered_by(*cmps):
-    def cmp(p1, p2) -> int:
+    def cmp(a, b) -> int:
         for c in cmps:
-            r = c(p1, p2)
+            r = c(a[1], b[1])
             if r:
                 return r
         return 0
@@ -155,11 +152,17 @@ def rank_pods(pods: Sequence[Mapping[str, Any]], signal: str, stats: StatsFunc) 
     """Victims first: memory/disk: usage above requests, then priority, then usage above requests;
     pids: priority, then process count."""
     resource = th.SIGNAL_RESOURCE[signal]
+    infos = []
+    for pod in pods:
+        u = stats(pod)
+        infos.append((pod, _RankInfo(_priority(pod), None if u is None else _usage(u, resource),
+                                     _request(pod, resource) if resource != "pids" else Fraction(0),
+                                     None if u is None else u.processes)))
     if resource == "pids":
-        key = _ordered_by(_by_priority, _processes(stats))
+        key = _ordered_by(_by_priority, _processes)
     else:
-        key = _ordered_by(_exceeds(stats, resource), _by_priority, _above_request(stats, resource))
-    return sorted(pods, key=key)
+        key = _ordered_by(_exceeds, _by_priority, _above_request)
+    return [pod for pod, _ in sorted(infos, key=key)]
 
 
 # -- messages and status -----------------------------------------------------------------------------
