@@ -107,8 +107,8 @@ def _state_of(rec: ContainerRecord) -> dict[str, Any]:
         if rec.message:
             t["message"] = rec.message
         return {"terminated": t}
-    # created or unknown: not running yet (kubelet reports Waiting/ContainerCreating for created ones)
-    return {"waiting": {"reason": CONTAINER_CREATING}}
+    # created or unknown: "waiting to be running", with no reason (kubelet convertContainerStatus)
+    return {"waiting": {}}
 
 
 def _should_restart(pod: Mapping[str, Any], container: Mapping[str, Any], latest: ContainerRecord | None,
@@ -415,10 +415,8 @@ def generate_pod_status(pod: Mapping[str, Any], records: Iterable[ContainerRecor
                                 sync_errors=sync_errors, ready=ready, started=started,
                                 old_statuses=old.get("containerStatuses"))
     phase = pod_phase(pod, init_st, app_st, pod_is_terminal)
-    if old.get("phase") in ("Succeeded", "Failed") and phase not in ("Succeeded", "Failed"):
-        phase = old["phase"]  # a terminal phase is never left
-    if phase == "Failed" and old.get("phase") == "Succeeded":
-        phase = "Succeeded"
+    if old.get("phase") in ("Succeeded", "Failed"):
+        phase = old["phase"]  # pods never leave a terminal phase (kubelet forces the API's back)
     conds = []
     if sandbox_ready is not None:
         conds.append(_cond("PodReadyToStartContainers", sandbox_ready))
@@ -445,6 +443,6 @@ def generate_pod_status(pod: Mapping[str, Any], records: Iterable[ContainerRecor
         status["hostIP"] = hips[0]
         status["hostIPs"] = [{"ip": ip} for ip in hips]
     for key in ("reason", "message", "nominatedNodeName"):
-        if old.get(key) and phase in ("Failed", "Succeeded", old.get("phase")):
+        if old.get(key) and phase == old.get("phase"):  # e.g. Evicted stays with its Failed phase
             status[key] = old[key]
     return status

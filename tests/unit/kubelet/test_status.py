@@ -217,3 +217,17 @@ def test_restarting_sidecar_does_not_send_initialized_pod_back_to_pending():
     # before any regular container ran, the same sidecar state keeps the pod Pending
     st = generate_pod_status(p, [rec("s", "running")], now=NOW, started={"s": False})
     assert st["phase"] == "Pending"
+
+
+def test_created_container_is_waiting_without_reason():
+    st = generate_pod_status(pod(container("a")), [rec("a", "created")], now=NOW)
+    assert st["containerStatuses"][0]["state"] == {"waiting": {}}
+    assert st["containerStatuses"][0]["containerID"] == "containerd://a-0"
+    assert st["phase"] == "Pending"
+
+
+def test_succeeded_pod_never_turns_failed():
+    p = pod(container("a"), restartPolicy="Never")
+    p["status"] = {"phase": "Succeeded"}
+    st = generate_pod_status(p, [rec("a", "exited", exit_code=1)], now=NOW)
+    assert st["phase"] == "Succeeded"
