@@ -111,14 +111,21 @@ def _state_of(rec: ContainerRecord) -> dict[str, Any]:
     return {"waiting": {}}
 
 
-def _should_restart(pod: Mapping[str, Any], container: Mapping[str, Any], latest: ContainerRecord | None,
-                    is_init: bool) -> bool:
-    """ShouldContainerBeRestarted, reduced to what status needs."""
-    if latest is None or latest.state != "exited":
+def should_restart_container(pod: Mapping[str, Any], container: Mapping[str, Any],
+                             latest: ContainerRecord | None, is_init: bool = False) -> bool:
+    """ShouldContainerBeRestarted: start it when it never ran, is created/unknown, or exited and the restart
+    policy (the pod's, or Always for a sidecar) allows; never once the pod is being deleted."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    if latest is None:
         return True
-    policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+    if latest.state == "running":
+        return False
+    if latest.state in ("created", "unknown"):
+        return True
     if is_init and container.get("restartPolicy") == "Always":
         return True
+    policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
     if policy == "Never":
         return False
     if policy == "OnFailure" or is_init:
@@ -171,7 +178,7 @@ def container_statuses(pod: Mapping[str, Any], containers: Iterable[Mapping[str,
             status["restartCount"] = old[name].get("restartCount", 0)
         err = sync_errors.get(name)
         if err is not None and (latest is None or latest.state != "running") and \
-                _should_restart(pod, c, latest, is_init):
+                should_restart_container(pod, c, latest, is_init):
             if "terminated" in status["state"]:
                 status["lastState"] = status["state"]
             waiting = {"reason": err.reason}

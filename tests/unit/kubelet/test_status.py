@@ -231,3 +231,23 @@ def test_succeeded_pod_never_turns_failed():
     p["status"] = {"phase": "Succeeded"}
     st = generate_pod_status(p, [rec("a", "exited", exit_code=1)], now=NOW)
     assert st["phase"] == "Succeeded"
+
+
+def test_should_restart_container():
+    from nodeagent.kubelet.status import should_restart_container
+
+    c = container("a")
+    ok, bad = rec("a", "exited", exit_code=0), rec("a", "exited", exit_code=1)
+    assert should_restart_container(pod(c), c, None)
+    assert not should_restart_container(pod(c), c, rec("a", "running"))
+    assert should_restart_container(pod(c, restartPolicy="Never"), c, rec("a", "created"))
+    assert should_restart_container(pod(c), c, ok)
+    assert not should_restart_container(pod(c, restartPolicy="OnFailure"), c, ok)
+    assert should_restart_container(pod(c, restartPolicy="OnFailure"), c, bad)
+    assert not should_restart_container(pod(c, restartPolicy="Never"), c, bad)
+    assert not should_restart_container(pod(c), c, ok, is_init=True)  # a finished init container stays done
+    side = container("s", restartPolicy="Always")
+    assert should_restart_container(pod(c, restartPolicy="Never"), side, ok, is_init=True)
+    deleting = pod(c)
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert not should_restart_container(deleting, c, bad)
