@@ -7,8 +7,9 @@ Layout of a target directory:
     key -> ..data/key                   user-visible names (top-level path components only)
 
 An update writes a new timestamped directory, points `..data_tmp` at it and renames it over `..data`
-(one atomic rename), fixes the user-visible links, then removes the old directory. A reader who opens
-`key` sees either the old or the new content, never a mix.
+(one atomic rename), fixes the user-visible links, then removes older generations, keeping the one it
+just replaced until the next update. A reader who opens `key` sees the old or the new content, never a
+mix and never a missing file.
 """
 
 from __future__ import annotations
@@ -133,6 +134,11 @@ class AtomicWriter:
             link = self.target / top
             if link.is_symlink():
                 link.unlink()
-        if old_ts is not None and old_ts != ts_dir and old_ts.name.startswith(".."):
-            shutil.rmtree(old_ts, ignore_errors=True)
+        # Older generations go now; the one just replaced stays until the next update. (The kubelet removes
+        # it at once, so a reader that resolved ..data just before the rename can get ENOENT opening `key`.)
+        keep = {ts_dir.name, old_ts.name if old_ts is not None else ""}
+        for entry in os.scandir(self.target):
+            if entry.name.startswith("..") and entry.name not in keep and entry.name not in (DATA_DIR, DATA_DIR_TMP) \
+                    and entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
         return True

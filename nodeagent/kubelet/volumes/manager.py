@@ -133,8 +133,11 @@ class VolumeManager:
     def __init__(self, root: str | os.PathLike = DEFAULT_ROOT, get_configmap: Getter | None = None,
                  get_secret: Getter | None = None, get_token: TokenGetter | None = None,
                  node_allocatable: Mapping[str, Any] | None = None,
-                 now: Callable[[], float] | None = None) -> None:
+                 now: Callable[[], float] | None = None, secrets_in_memory: bool = True) -> None:
+        """secrets_in_memory: secret and projected volumes sit on their own tmpfs, as the kubelet keeps
+        them (its wrapped emptyDir with medium Memory), so secret data never reaches the node's disk."""
         self.root = Path(root)
+        self.secrets_in_memory = secrets_in_memory
         self.get_configmap = get_configmap
         self.get_secret = get_secret
         self.get_token = get_token
@@ -214,6 +217,8 @@ class VolumeManager:
             payload = projected_payload(src, pod, self.get_configmap, self.get_secret, self.get_token,
                                         self.node_allocatable)
         path.mkdir(parents=True, exist_ok=True, mode=0o755)
+        if self.secrets_in_memory and kind in ("secret", "projected") and not mnt.is_mountpoint(path):
+            mnt.mount_tmpfs(path, empty_dir_memory_size(pod, {}, self._allocatable_memory()), 0o755)
         return AtomicWriter(path, self.now).write(payload)
 
     def update_pod(self, pod: Mapping[str, Any]) -> list[str]:

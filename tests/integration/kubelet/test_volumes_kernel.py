@@ -116,8 +116,35 @@ def test_configmap_swap_is_atomic_for_a_reader(res):
     assert int(reads) > 0
     assert len(seen) >= 2, out  # the reader really read across swaps
     assert swaps == 160
-    # only the current payload remains: one timestamped dir, ..data, and the key link
+    # the current payload and the one it replaced remain, nothing older
     names = os.listdir(target.parent)
-    assert sorted(n for n in names if n.startswith("..")) == sorted(["..data", os.readlink(target.parent / "..data")])
+    gens = [n for n in names if n.startswith("..") and n != "..data"]
+    assert len(gens) == 2 and os.readlink(target.parent / "..data") in gens
     vm.teardown_pod("pod-atomic")
     assert not Path(root, "pods").joinpath("pod-atomic").exists()
+
+
+def test_secret_and_projected_volumes_live_on_tmpfs(res):
+    import base64
+
+    root = res.mountpoint()
+    secret = {"data": {"password": base64.b64encode(b"s3cret").decode()}}
+    vm = VolumeManager(root, get_secret=lambda ns, n: secret, get_configmap=lambda ns, n: {"data": {"a": "1"}})
+    p = pod(container("app", limits={"memory": "32Mi"}), uid="pod-secret-1")
+    p["spec"]["volumes"] = [{"name": "creds", "secret": {"secretName": "db"}},
+                            {"name": "all", "projected": {"sources": [{"secret": {"name": "db"}},
+                                                                      {"configMap": {"name": "c"}}]}},
+                            {"name": "cfg", "configMap": {"name": "c"}}]
+    vols = vm.setup_pod(p)
+    assert mnt.fs_type(vols["creds"].host_path) == "tmpfs"
+    assert "size=32768k" in mnt.mount_options(vols["creds"].host_path)
+    assert mnt.fs_type(vols["all"].host_path) == "tmpfs"
+    assert mnt.fs_type(vols["cfg"].host_path) is None  # configMaps stay on disk, as in kubelet
+    assert Path(vols["creds"].host_path, "password").read_bytes() == b"s3cret"
+    secret["data"]["password"] = base64.b64encode(b"rotated").decode()
+    assert vm.update_pod(p) == ["creds", "all"]
+    assert Path(vols["all"].host_path, "password").read_bytes() == b"rotated"
+    assert len(mnt.mounts_under(Path(root, "pods/pod-secret-1"))) == 2  # re-projection does not stack mounts
+    vm.teardown_pod("pod-secret-1")
+    assert mnt.mounts_under(root) == []
+    assert not Path(root, "pods/pod-secret-1").exists()

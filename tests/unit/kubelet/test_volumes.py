@@ -53,11 +53,14 @@ def test_atomic_writer_update_removes_old(tmp_path: Path):
     assert w.write({"a": FileProjection(b"3"), "c": FileProjection(b"4")})
     new_ts = os.readlink(d / "..data")
     assert new_ts != old_ts
-    assert set(listing(d)) == {"..data", new_ts, "a", "c"}
+    # the replaced generation stays (readers that resolved ..data just before the swap), "b" is gone
+    assert set(listing(d)) == {"..data", new_ts, old_ts, "a", "c"}
     assert (d / "a").read_bytes() == b"3"
     assert w.write({"a": FileProjection(b"3", 0o400), "c": FileProjection(b"4")})  # a mode change is a change
+    third = os.readlink(d / "..data")
+    assert set(listing(d)) == {"..data", third, new_ts, "a", "c"}  # two generations at most
     assert w.write({})
-    assert set(listing(d)) == {"..data", os.readlink(d / "..data")}
+    assert set(listing(d)) == {"..data", os.readlink(d / "..data"), third}
 
 
 @pytest.mark.parametrize("bad", ["/abs", "../up", "a/../../b", "..hidden", ""])
@@ -180,7 +183,7 @@ def store():
 
 def test_setup_update_teardown(tmp_path: Path):
     objs = store()
-    vm = VolumeManager(tmp_path, get_configmap=lambda ns, n: objs.get((ns, n)),
+    vm = VolumeManager(tmp_path, secrets_in_memory=False, get_configmap=lambda ns, n: objs.get((ns, n)),
                        get_secret=lambda ns, n: objs.get((ns, n)),
                        get_token=lambda p, aud, exp: f"token-for-{aud}-{exp}")
     p = full_pod()
@@ -231,7 +234,7 @@ def test_missing_configmap_is_a_failed_mount(tmp_path: Path):
 
 
 def test_unsupported_volume_types(tmp_path: Path):
-    vm = VolumeManager(tmp_path)
+    vm = VolumeManager(tmp_path, secrets_in_memory=False)
     p = pod(container(), uid="u3")
     p["spec"]["volumes"] = [{"name": "n", "nfs": {"server": "x", "path": "/"}}]
     with pytest.raises(VolumeError, match="nfs is unimplemented"):
