@@ -59,10 +59,9 @@ class Backoff:
         e = self._entries.get(key)
         if e is None:
             return False
-        now = self.clock.now()
-        if self._expired(now, e.last_update):
-            return False
-        return now - event_time < e.backoff
+        if self._expired(event_time, e.last_update):
+            return False  # it ran (or stayed quiet) for twice the maximum since the last failure
+        return self.clock.now() - event_time < e.backoff
 
     def in_backoff_since_update(self, key: str, event_time: float | None = None) -> bool:
         """True while the delay since the last recorded failure has not elapsed (image pulls)."""
