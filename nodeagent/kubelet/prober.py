@@ -98,7 +98,7 @@ def format_url(scheme: str, host: str, port: int, path: str) -> str:
 
 
 async def probe_http(url: str, headers: Mapping[str, str] | None, timeout_s: float) -> Outcome:
-    """GET url: 2xx success, 3xx success unless it is a redirect to another host (Warning), else failure.
+    """GET url: 2xx success, a 3xx that is not followed Warning (counted as success), else failure.
 
     Redirects to the same hostname are followed (up to 10), redirects elsewhere are not: kubelet's
     redirect checker returns the 3xx itself, which is reported as "Probe terminated redirects".
@@ -129,7 +129,9 @@ async def probe_http(url: str, headers: Mapping[str, str] | None, timeout_s: flo
                             return Outcome(Result.FAILURE, f'Get "{url}": stopped after 10 redirects')
                         current = target
                         continue
-                    if 200 <= resp.status < 400:
+                    if 300 <= resp.status < 400:  # a redirect not followed (other host, 304, no Location)
+                        return Outcome(Result.WARNING, f"Probe terminated redirects, Response body: {body}")
+                    if 200 <= resp.status < 300:
                         return Outcome(Result.SUCCESS, body)
                     return Outcome(Result.FAILURE, f"HTTP probe failed with statuscode: {resp.status}")
     except TimeoutError:

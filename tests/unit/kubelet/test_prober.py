@@ -105,7 +105,7 @@ async def test_http_redirects(http_server):
     out = await probe_http(base + "/loop", None, 2)
     assert out.result == Result.FAILURE and "stopped after 10 redirects" in out.output
     assert (await probe_http(base + "/redirect-to-bad", None, 2)).result == Result.FAILURE
-    assert (await probe_http(base + "/plain-304", None, 2)).result == Result.SUCCESS
+    assert (await probe_http(base + "/plain-304", None, 2)).result == Result.WARNING
 
 
 async def test_http_timeout_refused_and_body_limit(http_server):
