@@ -216,9 +216,12 @@ class StaticPodSource:
 
 
 def _seen_stamp(ts: float) -> str:
+    """Go's RFC3339Nano, which drops trailing zeros of the fraction."""
     import datetime
 
-    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+    d = datetime.datetime.fromtimestamp(ts, datetime.UTC)
+    frac = f"{d.microsecond:06d}".rstrip("0")
+    return d.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + "Z"
 
 
 # -- mirror pods -------------------------------------------------------------------------------------

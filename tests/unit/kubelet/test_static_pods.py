@@ -160,3 +160,10 @@ def test_mirror_pod(tmp_path: Path):
     assert "uid" in static["metadata"]  # the static pod itself is untouched
     other = dict(m, metadata=dict(m["metadata"], annotations={CONFIG_MIRROR: "stale"}))
     assert not mirror_matches(static, other)
+
+
+def test_seen_stamp_is_rfc3339nano():
+    from nodeagent.kubelet.static_pods import _seen_stamp
+
+    assert _seen_stamp(1_700_000_000.0) == "2023-11-14T22:13:20Z"
+    assert _seen_stamp(1_700_000_000.25) == "2023-11-14T22:13:20.25Z"
