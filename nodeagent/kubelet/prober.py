@@ -543,6 +543,13 @@ class ProbeManager:
                 del self._workers[key]
                 self._tasks.pop(key, None)
 
+    def update_pod(self, pod: Mapping[str, Any]) -> None:
+        """Give the pod's workers its latest object (a deletionTimestamp stops liveness/startup probing)."""
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        for key, w in self._workers.items():
+            if key[0] == uid:
+                w.pod = pod
+
     def remove_pod(self, pod_uid: str) -> None:
         for key, w in list(self._workers.items()):
             if key[0] == pod_uid:

@@ -353,3 +353,13 @@ def test_no_probes_means_started_and_ready():
     pod = {"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "a"}]}}
     assert mgr.started_and_ready(pod, {"a": "x"}, {"a": True}) == ({"a": True}, {"a": True})
     assert mgr.started_and_ready(pod, {"a": "x"}, {"a": False}) == ({"a": False}, {"a": False})
+
+
+async def test_deleting_pod_stops_liveness_with_success():
+    w, rm, prober, status, _ = make(LIVENESS, {"exec": {}}, [Result.FAILURE])
+    mgr = ProbeManager(Prober(), lambda uid: status)
+    mgr._workers[("u1", "app", LIVENESS)] = w
+    deleting = dict(w.pod, metadata={"uid": "u1", "deletionTimestamp": "2026-01-01T00:00:00Z"})
+    mgr.update_pod(deleting)
+    assert not await w.do_probe()
+    assert prober.calls == 0 and rm.get("containerd://c1") == Result.SUCCESS
