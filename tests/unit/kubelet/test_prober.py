@@ -27,10 +27,27 @@ from nodeagent.kubelet.prober import (
 )
 
 
+async def until(cond, limit: float = 5.0) -> None:
+    """Let the event loop run until cond() holds (bounded, so a bug fails instead of hanging)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while not cond():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture
+def refused_port():
+    """A port that refuses connections and that nobody else can take meanwhile: bound, never listening."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
 
 
 @pytest.fixture
@@ -108,18 +125,18 @@ async def test_http_redirects(http_server):
     assert (await probe_http(base + "/plain-304", None, 2)).result == Result.WARNING
 
 
-async def test_http_timeout_refused_and_body_limit(http_server):
+async def test_http_timeout_refused_and_body_limit(http_server, refused_port):
     port, _ = http_server
     out = await probe_http(f"http://127.0.0.1:{port}/slow", None, 0.3)
     assert out.result == Result.FAILURE and "context deadline exceeded" in out.output
-    dead = free_port()
+    dead = refused_port
     out = await probe_http(f"http://127.0.0.1:{dead}/", None, 1)
     assert out.result == Result.FAILURE and "connection refused" in out.output
     out = await probe_http(f"http://127.0.0.1:{port}/big", None, 2)
     assert out.result == Result.SUCCESS and len(out.output) == 10 * 1024
 
 
-async def test_tcp_probe():
+async def test_tcp_probe(refused_port):
     server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
@@ -127,8 +144,8 @@ async def test_tcp_probe():
     finally:
         server.close()
         await server.wait_closed()
-    out = await probe_tcp("127.0.0.1", port, 1)
-    assert out == Outcome(Result.FAILURE, f"dial tcp 127.0.0.1:{port}: connect: connection refused")
+    out = await probe_tcp("127.0.0.1", refused_port, 1)
+    assert out == Outcome(Result.FAILURE, f"dial tcp 127.0.0.1:{refused_port}: connect: connection refused")
 
 
 async def test_exec_probe():
@@ -295,17 +312,14 @@ async def test_not_running_container_and_terminal_pod():
 async def test_run_loop_probes_each_period_and_stops():
     w, rm, prober, _, clock = make(READINESS, {"exec": {}, "periodSeconds": 7}, [Result.SUCCESS] * 10)
     task = asyncio.create_task(w.run())
-    await asyncio.sleep(0.01)
-    assert prober.calls == 1
+    await until(lambda: prober.calls == 1 and clock.sleepers == 1)
     clock.advance(6.9)
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.02)
     assert prober.calls == 1
     clock.advance(0.1)
-    await asyncio.sleep(0.01)
-    assert prober.calls == 2
+    await until(lambda: prober.calls == 2)
     w.trigger()
-    await asyncio.sleep(0.01)
-    assert prober.calls == 3
+    await until(lambda: prober.calls == 3)
     w.stop()
     await asyncio.wait_for(task, 1)
     assert rm.get("containerd://c1") is None
@@ -328,21 +342,19 @@ async def test_manager_end_to_end_with_fake_exec():
     runner = asyncio.create_task(mgr.run())
     await mgr.wait_ready()
     mgr.add_pod(pod)
-    await asyncio.sleep(0.01)
+    await until(lambda: mgr.startup.get("containerd://c1") is not None and clock.sleepers == 2)
     ids, running = {"app": "containerd://c1"}, {"app": True}
     assert mgr.started_and_ready(pod, ids, running) == ({"app": False}, {"app": False})
     healthy["ok"] = True
     clock.advance(1)
-    await asyncio.sleep(0.01)
-    assert mgr.startup.get("containerd://c1") == Result.SUCCESS
+    await until(lambda: mgr.startup.get("containerd://c1") == Result.SUCCESS)
     status["containerStatuses"][0]["started"] = True
-    # startup success triggers the readiness worker without waiting for its period
+    # the first status that reports the container started triggers its readiness probe at once
     mgr.started_and_ready(pod, ids, running)
-    await asyncio.sleep(0.02)
+    await until(lambda: mgr.readiness.get("containerd://c1") == Result.SUCCESS)
     assert mgr.started_and_ready(pod, ids, running) == ({"app": True}, {"app": True})
     mgr.remove_pod("u1")
-    await asyncio.sleep(0.01)
-    assert not mgr.has_worker("u1", "app", READINESS)
+    await until(lambda: not mgr.has_worker("u1", "app", READINESS))
     runner.cancel()
     with pytest.raises(asyncio.CancelledError):
         await runner
