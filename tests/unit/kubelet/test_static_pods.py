@@ -129,7 +129,7 @@ async def test_run_sends_initial_and_changes(tmp_path: Path):
     src = StaticPodSource(tmp_path / "manifests", "n", clock, period=5)
     updates = []
     task = asyncio.create_task(src.run(lambda pods: updates.append([p["metadata"]["name"] for p in pods])))
-    for _ in range(50):
+    for _ in range(500):  # bounded: a bug fails the test instead of hanging it
         await asyncio.sleep(0.01)
         if updates:
             break
@@ -137,7 +137,7 @@ async def test_run_sends_initial_and_changes(tmp_path: Path):
     (tmp_path / "manifests").mkdir()
     (tmp_path / "manifests/web.yaml").write_text(WEB)
     clock.advance(5)
-    for _ in range(100):
+    for _ in range(500):
         await asyncio.sleep(0.01)
         if len(updates) > 1:
             break
