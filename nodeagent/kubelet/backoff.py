@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodeagent.kubelet.clock import Clock, RealClock
+from nodeagent.kubelet.status import container_hash
 
 INITIAL_BACKOFF = 10.0
 MAX_CONTAINER_BACKOFF = 300.0
@@ -58,10 +59,9 @@ class Backoff:
         e = self._entries.get(key)
         if e is None:
             return False
-        now = self.clock.now()
-        if self._expired(now, e.last_update):
-            return False
-        return now - event_time < e.backoff
+        if self._expired(event_time, e.last_update):
+            return False  # it ran (or stayed quiet) for twice the maximum since the last failure
+        return self.clock.now() - event_time < e.backoff
 
     def in_backoff_since_update(self, key: str, event_time: float | None = None) -> bool:
         """True while the delay since the last recorded failure has not elapsed (image pulls)."""
@@ -94,8 +94,6 @@ def format_pod(pod: Mapping[str, Any]) -> str:
 
 def container_backoff_key(pod: Mapping[str, Any], container: Mapping[str, Any]) -> str:
     """kuberuntime GetStableKey: pod name, namespace, uid, container name and its hash."""
-    from nodeagent.kubelet.status import container_hash
-
     m = pod.get("metadata") or {}
     return f"{m.get('name')}_{m.get('namespace')}_{m.get('uid')}_{container.get('name')}_{container_hash(container):x}"
 

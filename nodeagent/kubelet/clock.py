@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import heapq
 import itertools
 import time
@@ -61,7 +62,13 @@ class FakeClock:
 
 def rfc3339(ts: float) -> str:
     """A Kubernetes metav1.Time string (second precision, UTC, "Z")."""
-    return datetime.datetime.fromtimestamp(int(ts), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339(int(ts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rfc3339(seconds: int) -> str:
+    # Statuses repeat the same few timestamps (start times, transitions): format each once.
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rfc3339(s: str) -> float:

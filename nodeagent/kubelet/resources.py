@@ -22,6 +22,7 @@ from nodeagent.api.qos import (
     pod_qos,
 )
 from nodeagent.api.quantity import int_value, milli_value, parse_quantity
+from nodeagent.kubelet.static_pods import is_mirror_pod, is_static_pod
 
 MIN_SHARES = 2
 MAX_SHARES = 262144
@@ -64,11 +65,25 @@ def milli_cpu_to_quota(milli_cpu: int, period_us: int = QUOTA_PERIOD_US) -> int:
     return max(MIN_QUOTA_PERIOD_US, milli_cpu * period_us // MILLI_CPU_TO_CPU)
 
 
-def cpu_shares_to_weight(shares: int) -> int:
-    """cgroup v2 cpu.weight for v1 shares (runc's linear map of [2, 262144] onto [1, 10000])."""
+def cpu_shares_to_weight(shares: int, formula: str = "linear") -> int:
+    """cgroup v2 cpu.weight for v1 shares.
+
+    "linear": runc <= 1.2 (Debian 12's runc, containerd's CRI on it) maps [2, 262144] onto [1, 10000]
+    linearly, so the default 1024 shares become 39. "quadratic": opencontainers/cgroups >= 0.0.2 (runc 1.3,
+    crun 1.23) fits a curve through (2, 1), (1024, 100), (262144, 10000) so 1024 shares give weight 100.
+    """
     if shares <= 0:
         return 0
-    return 1 + ((shares - 2) * 9999) // 262142
+    if formula == "linear":
+        return 1 + ((shares - 2) * 9999) // 262142
+    if formula != "quadratic":
+        raise ValueError(f"unknown cpu.weight formula {formula!r}")
+    if shares <= 2:
+        return 1
+    if shares >= MAX_SHARES:
+        return 10000
+    lg = math.log2(shares)
+    return math.ceil(10 ** ((lg * lg + 125 * lg) / 612.0 - 7.0 / 34.0))
 
 
 def cpu_max(quota_us: int | None, period_us: int = QUOTA_PERIOD_US) -> str:
@@ -183,11 +198,11 @@ class ResourceConfig:
             out["memory.limit_in_bytes"] = str(self.memory_limit) if self.memory_limit > 0 else "-1"
         return out
 
-    def v2_files(self) -> dict[str, str]:
+    def v2_files(self, weight_formula: str = "linear") -> dict[str, str]:
         """The cgroup v2 equivalents (cpu.weight, cpu.max, memory.max)."""
         out = {}
         if self.cpu_shares is not None:
-            out["cpu.weight"] = str(cpu_shares_to_weight(self.cpu_shares))
+            out["cpu.weight"] = str(cpu_shares_to_weight(self.cpu_shares, weight_formula))
         if self.cpu_quota is not None or self.cpu_period is not None:
             quota = self.cpu_quota if self.cpu_quota and self.cpu_quota > 0 else None
             out["cpu.max"] = cpu_max(quota, self.cpu_period or QUOTA_PERIOD_US)
@@ -239,15 +254,6 @@ def container_resources(pod: Mapping[str, Any], container: Mapping[str, Any], me
 
 
 # -- oom_score_adj (pkg/kubelet/qos/policy.go) -------------------------------------------------------
-
-
-def is_static_pod(pod: Mapping[str, Any]) -> bool:
-    return ((pod.get("metadata") or {}).get("annotations") or {}).get("kubernetes.io/config.source",
-                                                                     "api") != "api"
-
-
-def is_mirror_pod(pod: Mapping[str, Any]) -> bool:
-    return "kubernetes.io/config.mirror" in (((pod.get("metadata") or {}).get("annotations")) or {})
 
 
 def is_critical_pod(pod: Mapping[str, Any]) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 from nodeagent.api.qos import pod_qos
 from nodeagent.kubelet.clock import rfc3339
+from nodeagent.kubelet.static_pods import is_static_pod
 
 # Waiting reasons (kubelet images/errors.go, kuberuntime, kubelet_pods.go)
 CONTAINER_CREATING = "ContainerCreating"
@@ -49,6 +50,11 @@ def container_hash(container: Mapping[str, Any]) -> int:
         h ^= b
         h = (h * 0x01000193) & 0xFFFFFFFF
     return h
+
+
+def definition_changed_message(container_name: str) -> str:
+    """The Killing event message when a running container's hash no longer matches its spec."""
+    return f"Container {container_name} definition changed, will be restarted"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,18 +107,25 @@ def _state_of(rec: ContainerRecord) -> dict[str, Any]:
         if rec.message:
             t["message"] = rec.message
         return {"terminated": t}
-    # created or unknown: not running yet (kubelet reports Waiting/ContainerCreating for created ones)
-    return {"waiting": {"reason": CONTAINER_CREATING}}
+    # created or unknown: "waiting to be running", with no reason (kubelet convertContainerStatus)
+    return {"waiting": {}}
 
 
-def _should_restart(pod: Mapping[str, Any], container: Mapping[str, Any], latest: ContainerRecord | None,
-                    is_init: bool) -> bool:
-    """ShouldContainerBeRestarted, reduced to what status needs."""
-    if latest is None or latest.state != "exited":
+def should_restart_container(pod: Mapping[str, Any], container: Mapping[str, Any],
+                             latest: ContainerRecord | None, is_init: bool = False) -> bool:
+    """ShouldContainerBeRestarted: start it when it never ran, is created/unknown, or exited and the restart
+    policy (the pod's, or Always for a sidecar) allows; never once the pod is being deleted."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    if latest is None:
         return True
-    policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+    if latest.state == "running":
+        return False
+    if latest.state in ("created", "unknown"):
+        return True
     if is_init and container.get("restartPolicy") == "Always":
         return True
+    policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
     if policy == "Never":
         return False
     if policy == "OnFailure" or is_init:
@@ -165,7 +178,7 @@ def container_statuses(pod: Mapping[str, Any], containers: Iterable[Mapping[str,
             status["restartCount"] = old[name].get("restartCount", 0)
         err = sync_errors.get(name)
         if err is not None and (latest is None or latest.state != "running") and \
-                _should_restart(pod, c, latest, is_init):
+                should_restart_container(pod, c, latest, is_init):
             if "terminated" in status["state"]:
                 status["lastState"] = status["state"]
             waiting = {"reason": err.reason}
@@ -251,14 +264,19 @@ def pod_phase(pod: Mapping[str, Any], init_statuses: list[Mapping[str, Any]],
             unknown += 1
     if failed_init > 0 and policy == "Never":
         return "Failed"
-    if pending_init > 0 or pending_sidecars > 0:
+    # Once a regular container has run, restarting sidecars no longer hold the pod in Pending.
+    pod_has_initialized = any(
+        _has(s.get("state") or {}, "running") or _has(s.get("state") or {}, "terminated")
+        or _has(s.get("lastState") or {}, "terminated")
+        for s in statuses if s.get("name") in {c["name"] for c in spec.get("containers") or []})
+    if pending_init > 0 or (pending_sidecars > 0 and not pod_has_initialized):
         return "Pending"
     if waiting > 0:
         return "Pending"
     if running > 0 and unknown == 0:
         return "Running"
     if running == 0 and stopped > 0 and unknown == 0:
-        if pod_is_terminal and not _is_static(pod):
+        if pod_is_terminal and not is_static_pod(pod):
             return "Succeeded" if stopped == succeeded else "Failed"
         if policy == "Always":
             return "Running"
@@ -268,11 +286,6 @@ def pod_phase(pod: Mapping[str, Any], init_statuses: list[Mapping[str, Any]],
             return "Failed"
         return "Running"
     return "Pending"
-
-
-def _is_static(pod: Mapping[str, Any]) -> bool:
-    return ((pod.get("metadata") or {}).get("annotations") or {}).get("kubernetes.io/config.source",
-                                                                     "api") != "api"
 
 
 def _go_list(names: list[str]) -> str:
@@ -409,10 +422,8 @@ def generate_pod_status(pod: Mapping[str, Any], records: Iterable[ContainerRecor
                                 sync_errors=sync_errors, ready=ready, started=started,
                                 old_statuses=old.get("containerStatuses"))
     phase = pod_phase(pod, init_st, app_st, pod_is_terminal)
-    if old.get("phase") in ("Succeeded", "Failed") and phase not in ("Succeeded", "Failed"):
-        phase = old["phase"]  # a terminal phase is never left
-    if phase == "Failed" and old.get("phase") == "Succeeded":
-        phase = "Succeeded"
+    if old.get("phase") in ("Succeeded", "Failed"):
+        phase = old["phase"]  # pods never leave a terminal phase (kubelet forces the API's back)
     conds = []
     if sandbox_ready is not None:
         conds.append(_cond("PodReadyToStartContainers", sandbox_ready))
@@ -439,6 +450,6 @@ def generate_pod_status(pod: Mapping[str, Any], records: Iterable[ContainerRecor
         status["hostIP"] = hips[0]
         status["hostIPs"] = [{"ip": ip} for ip in hips]
     for key in ("reason", "message", "nominatedNodeName"):
-        if old.get(key) and phase in ("Failed", "Succeeded", old.get("phase")):
+        if old.get(key) and phase == old.get("phase"):  # e.g. Evicted stays with its Failed phase
             status[key] = old[key]
     return status

@@ -96,3 +96,24 @@ def test_image_pull_backoff():
     assert ib.failed(p, "img") == 20
     ib.succeeded(p, "img")
     assert not ib.check(p, "img").in_backoff
+
+
+def test_container_that_ran_ten_minutes_starts_over():
+    clock = FakeClock()
+    cl = CrashLoopBackoff(clock)
+    c = container("app")
+    p = pod(c)
+    waits = []
+    for _ in range(5):  # crash-looping: each exit waits out the backoff, runs 1 s and exits again
+        exited, waited = clock.now(), 0
+        while cl.check(p, c, exited).in_backoff:
+            clock.advance(1)
+            waited += 1
+        waits.append(waited)
+        clock.advance(1)
+    assert waits == [0, 10, 20, 40, 80]  # seconds from each exit to its restart
+    assert cl.backoff.get(next(iter(cl.backoff._entries))) == 160
+    clock.advance(601)  # then it ran for over 10 minutes before exiting again
+    d = cl.check(p, c, clock.now())
+    assert not d.in_backoff
+    assert cl.backoff.get(next(iter(cl.backoff._entries))) == 10

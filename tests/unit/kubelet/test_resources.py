@@ -29,6 +29,11 @@ def test_cpu_weight(shares, weight):
     assert r.cpu_shares_to_weight(shares) == weight
 
 
+@pytest.mark.parametrize("shares,weight", [(2, 1), (1024, 100), (262144, 10000), (0, 0), (102, 17), (2048, 174)])
+def test_cpu_weight_quadratic(shares, weight):
+    assert r.cpu_shares_to_weight(shares, "quadratic") == weight
+
+
 def test_v2_strings():
     assert r.cpu_max(None) == "max 100000"
     assert r.cpu_max(50000) == "50000 100000"

@@ -205,3 +205,49 @@ def test_container_hash_changes_with_image_only():
     assert h != container_hash(dict(c, name="b"))
     assert h == container_hash(dict(c, resources={"limits": {"cpu": "1"}}))
     assert 0 <= h < 2**32
+
+
+def test_restarting_sidecar_does_not_send_initialized_pod_back_to_pending():
+    side = container("s", restartPolicy="Always")
+    p = pod(container("app"), init=[side])
+    # the sidecar restarted and its startup probe has not passed yet; the app container already ran
+    recs = [rec("s", "running", attempt=1), rec("app", "running")]
+    st = generate_pod_status(p, recs, now=NOW, started={"s": False})
+    assert st["phase"] == "Running"
+    # before any regular container ran, the same sidecar state keeps the pod Pending
+    st = generate_pod_status(p, [rec("s", "running")], now=NOW, started={"s": False})
+    assert st["phase"] == "Pending"
+
+
+def test_created_container_is_waiting_without_reason():
+    st = generate_pod_status(pod(container("a")), [rec("a", "created")], now=NOW)
+    assert st["containerStatuses"][0]["state"] == {"waiting": {}}
+    assert st["containerStatuses"][0]["containerID"] == "containerd://a-0"
+    assert st["phase"] == "Pending"
+
+
+def test_succeeded_pod_never_turns_failed():
+    p = pod(container("a"), restartPolicy="Never")
+    p["status"] = {"phase": "Succeeded"}
+    st = generate_pod_status(p, [rec("a", "exited", exit_code=1)], now=NOW)
+    assert st["phase"] == "Succeeded"
+
+
+def test_should_restart_container():
+    from nodeagent.kubelet.status import should_restart_container
+
+    c = container("a")
+    ok, bad = rec("a", "exited", exit_code=0), rec("a", "exited", exit_code=1)
+    assert should_restart_container(pod(c), c, None)
+    assert not should_restart_container(pod(c), c, rec("a", "running"))
+    assert should_restart_container(pod(c, restartPolicy="Never"), c, rec("a", "created"))
+    assert should_restart_container(pod(c), c, ok)
+    assert not should_restart_container(pod(c, restartPolicy="OnFailure"), c, ok)
+    assert should_restart_container(pod(c, restartPolicy="OnFailure"), c, bad)
+    assert not should_restart_container(pod(c, restartPolicy="Never"), c, bad)
+    assert not should_restart_container(pod(c), c, ok, is_init=True)  # a finished init container stays done
+    side = container("s", restartPolicy="Always")
+    assert should_restart_container(pod(c, restartPolicy="Never"), side, ok, is_init=True)
+    deleting = pod(c)
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert not should_restart_container(deleting, c, bad)

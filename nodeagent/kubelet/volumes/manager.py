@@ -1,0 +1,255 @@
+"""Pod volumes on disk: `<root>/pods/<uid>/volumes/kubernetes.io~<type>/<name>`.
+
+`VolumeManager.setup_pod(pod)` makes every volume of a pod and returns where each one is on the host
+(what the pod worker bind-mounts into containers through CRI); `update_pod` re-projects configMap,
+secret, downwardAPI and projected volumes (atomic swaps, no-ops when unchanged); `teardown_pod` unmounts
+and removes everything under the pod's directory. Blocking: run from a worker thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import stat
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from nodeagent.api.quantity import int_value
+from nodeagent.kubelet.resources import pod_resource_config
+from nodeagent.kubelet.volumes import mount as mnt
+from nodeagent.kubelet.volumes.atomic_writer import AtomicWriter, PayloadError
+from nodeagent.kubelet.volumes.payloads import (
+    DEFAULT_MODE,
+    Getter,
+    TokenGetter,
+    VolumeSourceError,
+    configmap_payload,
+    downward_api_payload,
+    projected_payload,
+    secret_payload,
+)
+
+DEFAULT_ROOT = "/var/lib/kubelet"
+
+PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.io~configmap",
+               "secret": "kubernetes.io~secret", "downwardAPI": "kubernetes.io~downward-api",
+               "projected": "kubernetes.io~projected"}
+PROJECTED_KINDS = ("configMap", "secret", "downwardAPI", "projected")
+
+
+class VolumeError(Exception):
+    """A volume could not be set up; `event_message` is the FailedMount event's text."""
+
+    def __init__(self, volume: str, message: str) -> None:
+        super().__init__(message)
+        self.volume = volume
+        self.message = message
+
+    @property
+    def event_message(self) -> str:
+        return f'MountVolume.SetUp failed for volume "{self.volume}" : {self.message}'
+
+
+@dataclasses.dataclass(frozen=True)
+class Volume:
+    name: str
+    kind: str  # emptyDir, hostPath, configMap, secret, downwardAPI, projected
+    host_path: str
+    read_only: bool = False  # configMap/secret/downwardAPI/projected are always mounted read-only
+
+
+def volume_kind(volume: Mapping[str, Any]) -> str:
+    for k in ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected"):
+        if k in volume:
+            return k
+    other = [k for k in volume if k != "name"]
+    raise VolumeError(volume.get("name", "?"), f"volume type {','.join(other) or 'unknown'} is unimplemented")
+
+
+# -- hostPath -------------------------------------------------------------------------------------------
+
+
+def check_host_path(path: str, type_: str | None) -> None:
+    """checkTypeInternal: create for *OrCreate, else the path must be of the named kind."""
+    if not type_:
+        return
+    def exists() -> bool:
+        return os.path.lexists(path)
+
+    def kind() -> int | None:
+        try:
+            return os.stat(path).st_mode
+        except OSError:
+            return None
+
+    if type_ == "DirectoryOrCreate":
+        if not exists():
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            return
+        type_ = "Directory"
+    elif type_ == "FileOrCreate":
+        if not exists():
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+            except OSError as e:
+                raise VolumeSourceError(f"hostPath type check failed: {path} could not be created: {e.strerror}") from None
+            os.close(fd)
+            return
+        type_ = "File"
+    m = kind()
+    checks = {"Directory": (stat.S_ISDIR, "is not a directory"), "File": (stat.S_ISREG, "is not a file"),
+              "Socket": (stat.S_ISSOCK, "is not a socket file"), "CharDevice": (stat.S_ISCHR, "is not a character device"),
+              "BlockDevice": (stat.S_ISBLK, "is not a block device")}
+    if type_ not in checks:
+        raise VolumeSourceError(f"{type_} is an invalid volume type")
+    test, what = checks[type_]
+    if m is None or not test(m):
+        raise VolumeSourceError(f"hostPath type check failed: {path} {what}")
+
+
+# -- emptyDir -------------------------------------------------------------------------------------------
+
+
+def empty_dir_memory_size(pod: Mapping[str, Any], source: Mapping[str, Any],
+                          node_allocatable_memory: int | None) -> int | None:
+    """calculateEmptyDirMemorySize: node allocatable, lowered to the pod's memory limit, lowered to sizeLimit."""
+    size = node_allocatable_memory
+    pod_limit = pod_resource_config(pod, enforce_cpu_limits=False).memory_limit
+    if pod_limit and pod_limit > 0 and (size is None or pod_limit <= size):
+        size = pod_limit
+    if source.get("sizeLimit") is not None:
+        limit = int_value(source["sizeLimit"])
+        if limit > 0 and (size is None or limit <= size):
+            size = limit
+    return size
+
+
+# -- the manager ----------------------------------------------------------------------------------------
+
+
+class VolumeManager:
+    def __init__(self, root: str | os.PathLike = DEFAULT_ROOT, get_configmap: Getter | None = None,
+                 get_secret: Getter | None = None, get_token: TokenGetter | None = None,
+                 node_allocatable: Mapping[str, Any] | None = None,
+                 now: Callable[[], float] | None = None, secrets_in_memory: bool = True) -> None:
+        """secrets_in_memory: secret and projected volumes sit on their own tmpfs, as the kubelet keeps
+        them (its wrapped emptyDir with medium Memory), so secret data never reaches the node's disk."""
+        self.root = Path(root)
+        self.secrets_in_memory = secrets_in_memory
+        self.get_configmap = get_configmap
+        self.get_secret = get_secret
+        self.get_token = get_token
+        self.node_allocatable = dict(node_allocatable or {})
+        self.now = now
+
+    # layout
+    def pods_dir(self) -> Path:
+        return self.root / "pods"
+
+    def pod_dir(self, uid: str) -> Path:
+        if not uid or "/" in uid or uid in (".", ".."):
+            raise ValueError(f"invalid pod uid {uid!r}")
+        return self.pods_dir() / uid
+
+    def volume_dir(self, uid: str, kind: str, name: str) -> Path:
+        return self.pod_dir(uid) / "volumes" / PLUGIN_DIRS[kind] / name
+
+    # setup
+    def setup_pod(self, pod: Mapping[str, Any]) -> dict[str, Volume]:
+        """Every volume of the pod, ready to bind-mount. Raises VolumeError naming the first that failed."""
+        out = {}
+        for v in (pod.get("spec") or {}).get("volumes") or []:
+            out[v["name"]] = self.setup_volume(pod, v)
+        return out
+
+    def setup_volume(self, pod: Mapping[str, Any], volume: Mapping[str, Any]) -> Volume:
+        name = volume["name"]
+        kind = volume_kind(volume)
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        try:
+            if kind == "hostPath":
+                hp = volume["hostPath"]
+                check_host_path(hp["path"], hp.get("type"))
+                return Volume(name, kind, hp["path"])
+            path = self.volume_dir(uid, kind, name)
+            if kind == "emptyDir":
+                self._setup_empty_dir(pod, volume["emptyDir"] or {}, path)
+                return Volume(name, kind, str(path))
+            self._project(pod, volume, kind, path)
+            return Volume(name, kind, str(path), read_only=True)
+        except VolumeError:
+            raise
+        except (VolumeSourceError, PayloadError) as e:
+            raise VolumeError(name, str(e)) from None
+        except OSError as e:
+            raise VolumeError(name, f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")) from None
+
+    def _setup_empty_dir(self, pod: Mapping[str, Any], source: Mapping[str, Any], path: Path) -> None:
+        medium = source.get("medium", "")
+        if medium not in ("", "Memory"):
+            raise VolumeSourceError(f"emptyDir medium {medium} is unimplemented")
+        path.mkdir(parents=True, exist_ok=True, mode=0o750)
+        if medium == "Memory":
+            if not mnt.is_mountpoint(path):
+                size = empty_dir_memory_size(pod, source, self._allocatable_memory())
+                mnt.mount_tmpfs(path, size, 0o777)
+        os.chmod(path, 0o777)  # every emptyDir is world-writable, as kubelet makes them
+
+    def _allocatable_memory(self) -> int | None:
+        v = self.node_allocatable.get("memory")
+        return int_value(v) if v is not None else None
+
+    def _project(self, pod: Mapping[str, Any], volume: Mapping[str, Any], kind: str, path: Path) -> bool:
+        ns = (pod.get("metadata") or {}).get("namespace", "default")
+        src = volume[kind] or {}
+        if kind == "configMap":
+            obj = self.get_configmap(ns, src["name"]) if self.get_configmap else None
+            payload = configmap_payload(src, obj)
+        elif kind == "secret":
+            obj = self.get_secret(ns, src["secretName"]) if self.get_secret else None
+            payload = secret_payload(src, obj)
+        elif kind == "downwardAPI":
+            payload = downward_api_payload(src.get("items") or [], pod, int(src.get("defaultMode", DEFAULT_MODE)),
+                                           self.node_allocatable)
+        else:
+            payload = projected_payload(src, pod, self.get_configmap, self.get_secret, self.get_token,
+                                        self.node_allocatable)
+        path.mkdir(parents=True, exist_ok=True, mode=0o755)
+        if self.secrets_in_memory and kind in ("secret", "projected") and not mnt.is_mountpoint(path):
+            mnt.mount_tmpfs(path, empty_dir_memory_size(pod, {}, self._allocatable_memory()), 0o755)
+        return AtomicWriter(path, self.now).write(payload)
+
+    def update_pod(self, pod: Mapping[str, Any]) -> list[str]:
+        """Re-project the pod's configMap/secret/downwardAPI/projected volumes; returns the names that changed."""
+        changed = []
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        for v in (pod.get("spec") or {}).get("volumes") or []:
+            kind = volume_kind(v)
+            if kind not in PROJECTED_KINDS:
+                continue
+            try:
+                if self._project(pod, v, kind, self.volume_dir(uid, kind, v["name"])):
+                    changed.append(v["name"])
+            except (VolumeSourceError, PayloadError) as e:
+                raise VolumeError(v["name"], str(e)) from None
+        return changed
+
+    # teardown
+    def teardown_pod(self, uid: str) -> None:
+        """Unmount whatever is mounted below the pod's directory, then remove it. Idempotent."""
+        pod_dir = self.pod_dir(uid)
+        if not pod_dir.exists():
+            return
+        for mp in mnt.mounts_under(pod_dir):
+            mnt.unmount(mp)
+        left = mnt.mounts_under(pod_dir)
+        if left:
+            raise OSError(f"still mounted under {pod_dir}: {left}")
+        shutil.rmtree(pod_dir)
+
+    def pod_uids_on_disk(self) -> list[str]:
+        """Pods that still have a directory (orphans to clean after a restart)."""
+        d = self.pods_dir()
+        return sorted(p.name for p in d.iterdir() if p.is_dir()) if d.exists() else []
