@@ -35,12 +35,24 @@ def safe_encode(s: str) -> str:
     return "".join(_ALPHANUMS[ord(c) % len(_ALPHANUMS)] for c in s)
 
 
+def _normalized(template: Mapping[str, Any]) -> str:
+    """The template as Go compares it: no hash label, and null/empty fields the same as absent."""
+    def prune(v: Any) -> Any:
+        if isinstance(v, dict):
+            out = {k: prune(x) for k, x in v.items()}
+            return {k: x for k, x in out.items() if x not in (None, {}, [])}
+        if isinstance(v, list):
+            return [prune(x) for x in v]
+        return v
+
+    t = copy.deepcopy(dict(template))
+    ((t.get("metadata") or {}).get("labels") or {}).pop(HASH_LABEL, None)
+    return json.dumps(prune(t), sort_keys=True, separators=(",", ":"))
+
+
 def template_hash(template: Mapping[str, Any], collision_count: int | None = None) -> str:
     """The pod-template-hash label value (ComputeHash: fnv32a of the template and collisionCount)."""
-    t = copy.deepcopy(dict(template))
-    labels = ((t.get("metadata") or {}).get("labels") or {})
-    labels.pop(HASH_LABEL, None)
-    data = json.dumps(t, sort_keys=True, separators=(",", ":")).encode()
+    data = _normalized(template).encode()
     if collision_count:
         data += str(collision_count).encode()
     return safe_encode(str(_fnv32a(data)))
@@ -48,17 +60,7 @@ def template_hash(template: Mapping[str, Any], collision_count: int | None = Non
 
 def templates_equal(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """EqualIgnoreHash: pod templates compared without the pod-template-hash label."""
-    def strip(t: Mapping[str, Any]) -> str:
-        t = copy.deepcopy(dict(t))
-        ((t.get("metadata") or {}).get("labels") or {}).pop(HASH_LABEL, None)
-        md = t.get("metadata")
-        if md is not None and not md.get("labels"):
-            md.pop("labels", None)
-        if md is not None and not md:
-            t.pop("metadata")
-        return json.dumps(t, sort_keys=True)
-
-    return strip(a) == strip(b)
+    return _normalized(a) == _normalized(b)
 
 
 def revision(obj: Mapping[str, Any]) -> int:

@@ -100,3 +100,11 @@ def test_status_and_completion():
     assert d.is_complete(deployment, st)
     old = rs("old", 1, 1, "y")
     assert not d.is_complete(deployment, d.status(deployment, new, [new, old]))
+
+
+def test_null_and_empty_fields_compare_like_go():
+    t = dep()["spec"]["template"]
+    from_kubectl = {"metadata": {"creationTimestamp": None, "labels": {"app": "web", d.HASH_LABEL: "x"}},
+                    "spec": {**t["spec"], "volumes": []}}
+    assert d.templates_equal(t, from_kubectl)
+    assert d.template_hash(t) == d.template_hash(from_kubectl)
