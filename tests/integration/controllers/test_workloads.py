@@ -55,15 +55,15 @@ async def cluster(server):
     await client.close()
 
 
-async def eventually(fn, timeout=30.0, interval=0.1):
-    deadline = time.monotonic() + timeout
+async def eventually(fn, within=30.0, interval=0.1):
+    deadline = time.monotonic() + within
     last = None
     while time.monotonic() < deadline:
         last = await fn()
         if last:
             return last
         await asyncio.sleep(interval)
-    raise AssertionError(f"condition not reached in {timeout}s (last: {last!r})")
+    raise AssertionError(f"condition not reached in {within}s (last: {last!r})")
 
 
 def labels_of(kind: str, name: str) -> dict:
