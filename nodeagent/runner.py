@@ -26,6 +26,7 @@ class Component:
     name: str
     target: str  # "package.module:function"
     issue: str  # which part of the project delivers it, for the "missing" message
+    after: tuple[str, ...] = ()  # components that must be ready before this one starts
 
     def load(self) -> Serve | None:
         module, _, attr = self.target.partition(":")
@@ -58,10 +59,11 @@ async def run_components(components: list[Component], config: Any) -> int:
     try:
         async with asyncio.TaskGroup() as tg:
             tasks = []
+            readiness = {c.name: asyncio.Event() for c, _ in present}
             for c, fn in present:
-                ready = asyncio.Event()
-                tasks.append(tg.create_task(fn(config, ready), name=c.name))
-                tg.create_task(_announce(c.name, ready), name=f"{c.name}-ready")
+                deps = [readiness[a] for a in c.after if a in readiness]
+                tasks.append(tg.create_task(_start(c.name, fn, config, readiness[c.name], deps), name=c.name))
+                tg.create_task(_announce(c.name, readiness[c.name]), name=f"{c.name}-ready")
             await stop.wait()
             log.info("stopping: %s", ", ".join(c.name for c, _ in present) or "nothing to stop")
             for t in tasks:
@@ -78,6 +80,12 @@ async def run_components(components: list[Component], config: Any) -> int:
 
 class _Stopped(Exception):
     """Raised inside the TaskGroup to cancel its remaining tasks on a stop signal."""
+
+
+async def _start(name: str, fn: Serve, config: Any, ready: asyncio.Event, deps: list[asyncio.Event]) -> None:
+    for dep in deps:
+        await dep.wait()
+    await fn(config, ready)
 
 
 async def _announce(name: str, ready: asyncio.Event) -> None:

@@ -212,7 +212,7 @@ class Handlers:
             except protobuf.Unsupported as e:
                 raise errors.unsupported_media(f"{ctype}: {e}") from None
         if verb == "patch":
-            request["patch_type"] = ctype
+            info.patch_type = ctype
             if ctype not in ("application/json-patch+json", "application/merge-patch+json",
                              "application/strategic-merge-patch+json", "application/apply-patch+yaml"):
                 raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
@@ -330,7 +330,7 @@ class Handlers:
     # ------------------------------------------------------------------ patch
     async def patch(self, request: web.Request, info: RequestInfo, body: Any, dry_run: bool,
                     subresource: str = "") -> tuple[dict[str, Any], bool]:
-        ptype = request.get("patch_type", "application/strategic-merge-patch+json")
+        ptype = info.patch_type or "application/strategic-merge-patch+json"
         res = info.resource
         if ptype == "application/apply-patch+yaml":
             if not request.query.get("fieldManager"):

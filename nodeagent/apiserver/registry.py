@@ -412,9 +412,11 @@ class Registry:
         if res is NAMESPACES:
             return await self._delete_namespace(current)
         finalizers = list(meta.get("finalizers") or [])
-        if policy == "Orphan" and "orphan" not in finalizers and finalizers:
+        # The garbage collector (controllers) finishes these: it orphans or deletes the dependents,
+        # then removes the finalizer. Pods own nothing, so they skip it.
+        if policy == "Orphan" and "orphan" not in finalizers and res is not PODS:
             finalizers.append("orphan")
-        if policy == "Foreground" and "foregroundDeletion" not in finalizers and finalizers:
+        if policy == "Foreground" and "foregroundDeletion" not in finalizers and res is not PODS:
             finalizers.append("foregroundDeletion")
         graceful = (res is PODS and (current.get("spec") or {}).get("nodeName") and not _terminal(current))
         if graceful:

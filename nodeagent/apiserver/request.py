@@ -17,6 +17,7 @@ class RequestInfo:
     name: str | None
     subresource: str
     verb: str  # get list watch create update patch delete deletecollection
+    patch_type: str = ""
 
 
 def parse(method: str, path: str, query: dict[str, str]) -> RequestInfo | None:

@@ -77,7 +77,7 @@ async def _scale(h: Handlers, request: web.Request, info: RequestInfo, body: Any
     res, ns, name = info.resource, info.namespace, info.name or ""
     if info.verb == "get":
         return json_response(to_scale(await h.registry.get(res, ns, name)))
-    ptype = request.get("patch_type")
+    ptype = info.patch_type
 
     def mutate(cur: dict[str, Any]) -> dict[str, Any]:
         scale = to_scale(cur)

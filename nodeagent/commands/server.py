@@ -27,5 +27,7 @@ def run(args: argparse.Namespace) -> int:
                        datastore=args.datastore, service_cluster_ip_range=args.service_cluster_ip_range,
                        advertise_address=args.advertise_address)
     del serve  # imported to fail early if the apiserver cannot load
-    return asyncio.run(run_components([Component("apiserver", "nodeagent.apiserver.server:serve",
-                                                 "the apiserver issue")], cfg))
+    return asyncio.run(run_components([
+        Component("apiserver", "nodeagent.apiserver.server:serve", "the apiserver issue"),
+        Component("controllers", "nodeagent.controllers.manager:serve", "the controllers issue", after=("apiserver",)),
+    ], cfg))

@@ -1,0 +1,151 @@
+"""List-then-watch caches (informers): a local copy of one resource kept current, with event handlers.
+
+Lists, then watches from the list's resourceVersion; reconnects from the last seen version (bookmarks
+keep it fresh); a 410 Gone means the history was compacted: relist and emit the difference, so handlers
+see every object converge without duplicates. `resync` periodically re-delivers every object as an update.
+Handlers should only record (e.g. enqueue a key); they may be plain functions or coroutines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from nodeagent.client.rest import Client, ClientError, resolve
+
+log = logging.getLogger("nodeagent.client.informer")
+
+Handler = Callable[..., Any]
+
+
+def key_of(obj: dict[str, Any]) -> str:
+    m = obj.get("metadata") or {}
+    return f"{m['namespace']}/{m['name']}" if m.get("namespace") else m["name"]
+
+
+class Informer:
+    def __init__(self, client: Client, resource: str, namespace: str | None = None,
+                 label_selector: str | None = None, field_selector: str | None = None, resync: float = 0.0,
+                 watch_timeout: int = 300) -> None:
+        self.client = client
+        self.resource = resolve(resource)
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.resync = resync
+        self.watch_timeout = watch_timeout
+        self.cache: dict[str, dict[str, Any]] = {}
+        self.resource_version = ""
+        self.synced = asyncio.Event()
+        self.relists = 0
+        self._handlers: list[tuple[Handler | None, Handler | None, Handler | None]] = []
+
+    # ------------------------------------------------------------------ read side
+    def get(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        return self.cache.get(f"{namespace}/{name}" if namespace else name)
+
+    def list(self) -> list[dict[str, Any]]:
+        return list(self.cache.values())
+
+    def add_handler(self, on_add: Handler | None = None, on_update: Handler | None = None,
+                    on_delete: Handler | None = None) -> None:
+        """on_add(obj), on_update(old, new), on_delete(obj)."""
+        self._handlers.append((on_add, on_update, on_delete))
+
+    async def wait_synced(self) -> None:
+        await self.synced.wait()
+
+    # ------------------------------------------------------------------ loop
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        """Run until cancelled; `ready` (and `synced`) is set after the first full list is delivered."""
+        backoff = 0.2
+        need_list = True
+        tasks = []
+        if self.resync > 0:
+            tasks.append(asyncio.get_running_loop().create_task(self._resync_loop()))
+        try:
+            while True:
+                try:
+                    if need_list:
+                        await self._relist()
+                        need_list = False
+                        self.synced.set()
+                        if ready is not None:
+                            ready.set()
+                    await self._watch()
+                    backoff = 0.2
+                except ClientError as e:
+                    if e.gone:
+                        log.info("%s: watch history compacted (%s); relisting", self.resource.name, e.message)
+                        need_list = True
+                        continue
+                    log.debug("%s: %s; retrying in %.1fs", self.resource.name, e, backoff)
+                    await asyncio.sleep(backoff * (1 + random.random() / 4))
+                    backoff = min(backoff * 2, 10.0)
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def _relist(self) -> None:
+        out = await self.client.list(self.resource, self.namespace, self.label_selector, self.field_selector,
+                                     limit=500)
+        fresh = {key_of(o): o for o in out["items"]}
+        old = self.cache
+        self.cache = fresh
+        self.resource_version = out["metadata"]["resourceVersion"]
+        if self.synced.is_set():
+            self.relists += 1
+        for k, o in fresh.items():
+            if k not in old:
+                await self._emit(0, o)
+            elif old[k]["metadata"].get("resourceVersion") != o["metadata"].get("resourceVersion"):
+                await self._emit(1, old[k], o)
+        for k, o in old.items():
+            if k not in fresh:
+                await self._emit(2, o)
+
+    async def _watch(self) -> None:
+        async for ev in self.client.watch(self.resource, self.namespace, self.resource_version, self.label_selector,
+                                          self.field_selector, timeout_seconds=self.watch_timeout):
+            typ, obj = ev["type"], ev["object"]
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if typ == "BOOKMARK":
+                if rv:
+                    self.resource_version = rv
+                continue
+            k = key_of(obj)
+            if typ == "ADDED" or typ == "MODIFIED":
+                old = self.cache.get(k)
+                self.cache[k] = obj
+                if old is None:
+                    await self._emit(0, obj)
+                else:
+                    await self._emit(1, old, obj)
+            elif typ == "DELETED":
+                old = self.cache.pop(k, None)
+                await self._emit(2, old or obj)
+            if rv:
+                self.resource_version = rv
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync)
+            if self.synced.is_set():
+                for o in list(self.cache.values()):
+                    await self._emit(1, o, o)
+
+    async def _emit(self, which: int, *args: Any) -> None:
+        for hs in self._handlers:
+            fn = hs[which]
+            if fn is None:
+                continue
+            try:
+                r = fn(*args)
+                if inspect.isawaitable(r):
+                    await r
+            except Exception:
+                log.exception("%s informer handler", self.resource.name)

@@ -1,0 +1,253 @@
+"""Async REST client: typed verbs over HTTPS with bearer tokens, Status errors raised as ClientError."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+import yaml
+
+from nodeagent.apiserver.resources import RESOURCES, Resource
+
+PATCH_TYPES = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
+               "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}
+
+
+class ClientError(Exception):
+    """A Kubernetes Status failure (or a transport failure, code 0) from the apiserver."""
+
+    def __init__(self, code: int, reason: str, message: str, status: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{code} {reason}: {message}")
+        self.code, self.reason, self.message, self.status = code, reason, message, status or {}
+
+    @property
+    def not_found(self) -> bool:
+        return self.code == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.code == 409 and self.reason == "Conflict"
+
+    @property
+    def already_exists(self) -> bool:
+        return self.code == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def gone(self) -> bool:
+        return self.code == 410
+
+
+def resolve(resource: str | Resource) -> Resource:
+    """'pods', 'deployments', 'deployments.apps', 'apps/v1/deployments' or 'v1/pods' -> the Resource."""
+    if isinstance(resource, Resource):
+        return resource
+    if "/" in resource:
+        gv, _, name = resource.rpartition("/")
+        group, _, version = gv.rpartition("/")
+        hits = [r for r in RESOURCES if r.name == name and r.group == group and r.version == version]
+    else:
+        name, _, group = resource.partition(".")
+        hits = [r for r in RESOURCES if r.name == name and (r.group == group or not group)]
+        hits.sort(key=lambda r: r.group != "" and r.group != "apps")  # core and apps win ties, as kubectl does
+    if not hits:
+        raise ValueError(f"unknown resource {resource!r}")
+    return hits[0]
+
+
+def path_for(res: Resource, namespace: str | None = None, name: str | None = None, subresource: str = "") -> str:
+    p = res.gv_path
+    if res.namespaced and namespace:
+        p += f"/namespaces/{namespace}"
+    p += f"/{res.name}"
+    if name:
+        p += f"/{name}"
+    if subresource:
+        p += f"/{subresource}"
+    return p
+
+
+class Client:
+    def __init__(self, server: str, token: str | None = None, ca_file: str | None = None,
+                 ca_data: bytes | None = None, insecure: bool = False, max_connections: int = 32) -> None:
+        self.server = server.rstrip("/")
+        self.token = token
+        if self.server.startswith("https"):
+            ctx = ssl.create_default_context(cafile=ca_file, cadata=ca_data.decode() if ca_data else None)
+            if insecure:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+        else:
+            ctx = None  # type: ignore[assignment]
+        self._ssl = ctx
+        self._limit = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | Path, **kw: Any) -> Client:
+        cfg = yaml.safe_load(Path(path).read_text())
+        ctx_name = cfg.get("current-context")
+        ctx = next((c["context"] for c in cfg.get("contexts", []) if c["name"] == ctx_name), cfg["contexts"][0]["context"])
+        cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
+        user = next((u["user"] for u in cfg.get("users", []) if u["name"] == ctx.get("user")), {})
+        ca = base64.b64decode(cluster["certificate-authority-data"]) if cluster.get("certificate-authority-data") else None
+        return cls(cluster["server"], user.get("token"), ca_file=cluster.get("certificate-authority"), ca_data=ca,
+                   insecure=bool(cluster.get("insecure-skip-tls-verify")), **kw)
+
+    def _sess(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            headers = {"Accept": "application/json", "User-Agent": "nodeagent-client"}
+            if self.token:
+                headers["Authorization"] = f"Bearer {self.token}"
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False, limit=self._limit),
+                headers=headers, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
+                      content_type: str = "application/json", deadline: float = 60) -> Any:
+        data = None
+        headers = {}
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        url = self.server + path + ("?" + urlencode(_clean(params)) if params else "")
+        try:
+            async with self._sess().request(method, url, data=data, headers=headers,
+                                            timeout=aiohttp.ClientTimeout(total=deadline)) as r:
+                raw = await r.read()
+                if r.status >= 400:
+                    raise _error(r.status, raw)
+                if r.content_type == "application/json":
+                    return json.loads(raw)
+                return raw.decode(errors="replace")
+        except aiohttp.ClientError as e:
+            raise ClientError(0, "ConnectionError", str(e)) from e
+
+    # ------------------------------------------------------------------ verbs
+    async def get(self, resource: str | Resource, name: str, namespace: str | None = None,
+                  subresource: str = "") -> dict[str, Any]:
+        return await self.request("GET", path_for(resolve(resource), namespace, name, subresource))
+
+    async def list(self, resource: str | Resource, namespace: str | None = None, label_selector: str | None = None,
+                   field_selector: str | None = None, limit: int | None = None,
+                   resource_version: str | None = None) -> dict[str, Any]:
+        """The whole list (following `continue` when `limit` pages it)."""
+        res = resolve(resource)
+        params = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": limit,
+                  "resourceVersion": resource_version}
+        out = await self.request("GET", path_for(res, namespace), params=params)
+        while limit and out["metadata"].get("continue"):
+            more = await self.request("GET", path_for(res, namespace),
+                                      params={**params, "continue": out["metadata"]["continue"]})
+            out["items"] += more["items"]
+            out["metadata"] = more["metadata"]
+        return out
+
+    async def create(self, resource: str | Resource, obj: dict[str, Any], namespace: str | None = None,
+                     subresource: str = "", name: str | None = None) -> dict[str, Any]:
+        res = resolve(resource)
+        ns = namespace or (obj.get("metadata") or {}).get("namespace")
+        return await self.request("POST", path_for(res, ns, name if subresource else None, subresource), obj)
+
+    async def update(self, resource: str | Resource, obj: dict[str, Any], namespace: str | None = None,
+                     subresource: str = "") -> dict[str, Any]:
+        res = resolve(resource)
+        meta = obj.get("metadata") or {}
+        return await self.request("PUT", path_for(res, namespace or meta.get("namespace"), meta["name"], subresource), obj)
+
+    async def update_status(self, resource: str | Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self.update(resource, obj, subresource="status")
+
+    async def patch(self, resource: str | Resource, name: str, patch: Any, namespace: str | None = None,
+                    patch_type: str = "merge", subresource: str = "", field_manager: str | None = None,
+                    force: bool | None = None) -> dict[str, Any]:
+        params: dict[str, Any] = {"fieldManager": field_manager}
+        if force is not None:
+            params["force"] = "true" if force else "false"
+        return await self.request("PATCH", path_for(resolve(resource), namespace, name, subresource), patch,
+                                  params=params, content_type=PATCH_TYPES.get(patch_type, patch_type))
+
+    async def delete(self, resource: str | Resource, name: str, namespace: str | None = None,
+                     grace_period: int | None = None, propagation: str | None = None,
+                     preconditions: dict[str, str] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if grace_period is not None:
+            body["gracePeriodSeconds"] = grace_period
+        if propagation:
+            body["propagationPolicy"] = propagation
+        if preconditions:
+            body["preconditions"] = preconditions
+        return await self.request("DELETE", path_for(resolve(resource), namespace, name), body)
+
+    async def bind(self, namespace: str, pod: str, node: str) -> dict[str, Any]:
+        return await self.create("pods", {"apiVersion": "v1", "kind": "Binding",
+                                          "metadata": {"name": pod, "namespace": namespace},
+                                          "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
+                                 namespace, "binding", pod)
+
+    async def evict(self, namespace: str, pod: str, grace_period: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": pod, "namespace": namespace}}
+        if grace_period is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_period}
+        return await self.create("pods", body, namespace, "eviction", pod)
+
+    async def watch(self, resource: str | Resource, namespace: str | None = None,
+                    resource_version: str | None = None, label_selector: str | None = None,
+                    field_selector: str | None = None, timeout_seconds: int | None = None,
+                    bookmarks: bool = True) -> AsyncIterator[dict[str, Any]]:
+        """Watch events as dicts {type, object}; an ERROR event is raised as ClientError (410 -> .gone)."""
+        res = resolve(resource)
+        params = {"watch": "1", "resourceVersion": resource_version, "labelSelector": label_selector,
+                  "fieldSelector": field_selector, "timeoutSeconds": timeout_seconds,
+                  "allowWatchBookmarks": "true" if bookmarks else None}
+        url = self.server + path_for(res, namespace) + "?" + urlencode(_clean(params))
+        try:
+            async with self._sess().get(url, timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as r:
+                if r.status >= 400:
+                    raise _error(r.status, await r.read())
+                buf = b""
+                async for chunk in r.content.iter_any():
+                    buf += chunk
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        if not line.strip():
+                            continue
+                        ev = json.loads(line)
+                        if ev.get("type") == "ERROR":
+                            st = ev.get("object") or {}
+                            raise ClientError(st.get("code", 500), st.get("reason", ""), st.get("message", ""), st)
+                        yield ev
+        except aiohttp.ClientError as e:
+            raise ClientError(0, "ConnectionError", str(e)) from e
+
+
+def _clean(params: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (params or {}).items() if v is not None}
+
+
+def _error(code: int, raw: bytes) -> ClientError:
+    try:
+        st = json.loads(raw)
+        return ClientError(st.get("code", code), st.get("reason", ""), st.get("message", ""), st)
+    except ValueError:
+        return ClientError(code, "", raw.decode(errors="replace")[:500])
+
+
+__all__ = ["Client", "ClientError", "resolve", "path_for"]

@@ -1,0 +1,160 @@
+"""The garbage collector: dependents follow their owners (ownerReferences), in all three policies.
+
+Background: a dependent whose owners are all gone is deleted. Foreground: an
+owner being deleted with the `foregroundDeletion` finalizer first has its
+dependents deleted, then loses the finalizer (and so disappears). Orphan: an
+owner with the `orphan` finalizer has its references removed from every
+dependent, then loses the finalizer. The graph is the union of the informers'
+caches, keyed by uid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodeagent.client.informer import key_of
+from nodeagent.client.rest import ClientError
+from nodeagent.controllers.base import Controller, SharedInformers
+
+# Resources whose objects own or are owned by others.
+RESOURCES = ("pods", "replicasets", "deployments", "daemonsets", "statefulsets", "jobs", "cronjobs",
+             "configmaps", "secrets", "services", "endpointslices")
+FOREGROUND = "foregroundDeletion"
+ORPHAN = "orphan"
+
+
+class GarbageCollector(Controller):
+    name = "garbagecollector"
+    workers = 4
+
+    def __init__(self, client, informers: SharedInformers, recorder, resources=RESOURCES) -> None:
+        super().__init__(client, informers, recorder)
+        self.resources = resources
+        self._kind_to_resource: dict[str, str] = {}
+        for r in resources:
+            inf = informers.get(r)
+            self._kind_to_resource[inf.resource.kind] = r
+            inf.add_handler(lambda o, r=r: self._changed(r, o), lambda old, new, r=r: self._changed(r, new),
+                            lambda o, r=r: self._deleted(r, o))
+
+    # Keys are "<resource>|<namespace/name>".
+    def _changed(self, resource: str, obj: dict) -> None:
+        self.queue.add(f"{resource}|{key_of(obj)}")
+
+    def _deleted(self, resource: str, obj: dict) -> None:
+        # An owner went away: look at its dependents.
+        uid = obj["metadata"].get("uid")
+        for dep_res, dep in self._dependents_of(uid):
+            self.queue.add(f"{dep_res}|{key_of(dep)}")
+
+    def _find(self, uid: str, kind: str) -> dict | None:
+        res = self._kind_to_resource.get(kind)
+        if res is None:
+            return None
+        for o in self.informers.get(res).list():
+            if o["metadata"].get("uid") == uid:
+                return o
+        return None
+
+    def _dependents_of(self, uid: str | None) -> list[tuple[str, dict]]:
+        out = []
+        for r in self.resources:
+            for o in self.informers.get(r).list():
+                if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or []):
+                    out.append((r, o))
+        return out
+
+    async def _owner_exists(self, ref: dict[str, Any], namespace: str | None) -> bool:
+        if self._find(ref.get("uid"), ref.get("kind", "")) is not None:
+            return True
+        # Not in our caches (another kind, or a cache lagging behind): ask the API, by uid.
+        resource = self._kind_to_resource.get(ref.get("kind", ""))
+        if resource is None:
+            return True  # unknown kinds are never collected on a guess
+        try:
+            live = await self.client.get(resource, ref["name"], namespace if
+                                         self.informers.get(resource).resource.namespaced else None)
+        except ClientError as e:
+            if e.not_found:
+                return False
+            raise
+        return live["metadata"].get("uid") == ref.get("uid")
+
+    async def reconcile(self, key: str) -> None:
+        resource, _, nskey = key.partition("|")
+        ns, _, name = nskey.rpartition("/")
+        obj = self.informers.get(resource).get(name, ns or None)
+        if obj is None:
+            return
+        meta = obj["metadata"]
+        finalizers = meta.get("finalizers") or []
+        if meta.get("deletionTimestamp") and FOREGROUND in finalizers:
+            await self._foreground(resource, obj)
+            return
+        if meta.get("deletionTimestamp") and ORPHAN in finalizers:
+            await self._orphan(resource, obj)
+            return
+        if not meta.get("ownerReferences") or meta.get("deletionTimestamp"):
+            return
+        # Decide on the live object, not the cache: an orphaning owner may just have removed its reference.
+        try:
+            live = await self.client.get(resource, name, ns or None)
+        except ClientError as e:
+            if e.not_found:
+                return
+            raise
+        meta = live["metadata"]
+        refs = meta.get("ownerReferences") or []
+        if not refs or meta.get("deletionTimestamp"):
+            return
+        for ref in refs:
+            if await self._owner_exists(ref, ns or None):
+                return
+        try:
+            await self.client.delete(resource, name, ns or None, propagation="Background",
+                                     preconditions={"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]})
+            self.log.info("collected %s %s: every owner is gone", resource, nskey)
+        except ClientError as e:
+            if not (e.not_found or e.conflict):
+                raise
+
+    async def _remove_finalizer(self, resource: str, obj: dict, finalizer: str) -> None:
+        meta = obj["metadata"]
+        left = [f for f in meta.get("finalizers") or [] if f != finalizer]
+        try:
+            await self.client.patch(resource, meta["name"], {"metadata": {
+                "finalizers": left or None, "resourceVersion": meta["resourceVersion"]}}, meta.get("namespace"))
+        except ClientError as e:
+            if not e.not_found:
+                raise
+
+    async def _foreground(self, resource: str, owner: dict) -> None:
+        deps = self._dependents_of(owner["metadata"]["uid"])
+        blocking = 0
+        for dep_res, dep in deps:
+            dmeta = dep["metadata"]
+            blocking += 1
+            if dmeta.get("deletionTimestamp"):
+                continue
+            try:
+                await self.client.delete(dep_res, dmeta["name"], dmeta.get("namespace"), propagation="Foreground")
+            except ClientError as e:
+                if not e.not_found:
+                    raise
+        if blocking == 0:
+            await self._remove_finalizer(resource, owner, FOREGROUND)
+        else:
+            self.queue.add_after(f"{resource}|{key_of(owner)}", 1.0)
+
+    async def _orphan(self, resource: str, owner: dict) -> None:
+        uid = owner["metadata"]["uid"]
+        for dep_res, dep in self._dependents_of(uid):
+            dmeta = dep["metadata"]
+            refs = [r for r in dmeta.get("ownerReferences") or [] if r.get("uid") != uid]
+            try:
+                await self.client.patch(dep_res, dmeta["name"], {"metadata": {"ownerReferences": refs or None}},
+                                        dmeta.get("namespace"))
+            except ClientError as e:
+                if not e.not_found:
+                    raise
+        await self._remove_finalizer(resource, owner, ORPHAN)

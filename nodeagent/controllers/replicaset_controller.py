@@ -1,0 +1,164 @@
+"""The ReplicaSet reconcile loop: keeps `spec.replicas` pods for each ReplicaSet."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from typing import Any
+
+from nodeagent.client.informer import key_of
+from nodeagent.client.rest import ClientError
+from nodeagent.controllers import podutil, replicaset
+from nodeagent.controllers.base import Controller, Expectations, SharedInformers, split_key
+
+SLOW_START_INITIAL_BATCH = 1
+
+
+class ReplicaSetController(Controller):
+    name = "replicaset"
+    workers = 4
+
+    def __init__(self, client, informers: SharedInformers, recorder) -> None:
+        super().__init__(client, informers, recorder)
+        self.rss = informers.get("replicasets")
+        self.pods = informers.get("pods")
+        self.expectations = Expectations()
+        self.rss.add_handler(self.enqueue, lambda old, new: self.enqueue(new), self._rs_deleted)
+        self.pods.add_handler(self._pod_added, self._pod_updated, self._pod_deleted)
+
+    # -- handlers: record, never write --------------------------------------------------------------
+    def _rs_deleted(self, rs: dict) -> None:
+        self.expectations.forget(key_of(rs))
+
+    def _owner_key(self, pod: dict) -> str | None:
+        ref = podutil.controller_ref(pod)
+        if ref and ref.get("kind") == "ReplicaSet":
+            return f"{pod['metadata'].get('namespace')}/{ref['name']}"
+        return None
+
+    def _enqueue_matching(self, pod: dict) -> None:
+        """An orphan pod: every ReplicaSet that could adopt it takes a look."""
+        from nodeagent.api.selectors import from_label_selector
+
+        ns = pod["metadata"].get("namespace")
+        labels = pod["metadata"].get("labels") or {}
+        for rs in self.rss.list():
+            if rs["metadata"].get("namespace") == ns and from_label_selector(
+                    (rs.get("spec") or {}).get("selector")).matches(labels):
+                self.enqueue(rs)
+
+    def _pod_added(self, pod: dict) -> None:
+        key = self._owner_key(pod)
+        if key:
+            self.expectations.observed_add(key)
+            self.queue.add(key)
+        elif not podutil.is_terminating(pod):
+            self._enqueue_matching(pod)
+
+    def _pod_updated(self, old: dict, new: dict) -> None:
+        for p in (old, new):
+            key = self._owner_key(p)
+            if key:
+                self.queue.add(key)
+        if not self._owner_key(new):
+            self._enqueue_matching(new)
+
+    def _pod_deleted(self, pod: dict) -> None:
+        key = self._owner_key(pod)
+        if key:
+            self.expectations.observed_delete(key)
+            self.queue.add(key)
+
+    # -- reconcile ---------------------------------------------------------------------------------
+    async def reconcile(self, key: str) -> None:
+        ns, name = split_key(key)
+        rs = self.rss.get(name, ns)
+        if rs is None:
+            self.expectations.forget(key)
+            return
+        pods = [p for p in self.pods.list() if p["metadata"].get("namespace") == ns]
+        plan = replicaset.plan(rs, pods)
+        self.log.debug("%s: %d owned, create %d, delete %d, adopt %d, release %d, expectations %s", key,
+                       len(plan.owned), plan.create, len(plan.delete), len(plan.adopt), len(plan.release),
+                       "met" if self.expectations.satisfied(key) else "pending")
+        if plan.adopt or plan.create:
+            # RecheckDeletionTimestamp: the cache may not show yet that this ReplicaSet is going away
+            # (it may be orphaning its pods right now); never adopt or create for a dying owner.
+            try:
+                live = await self.client.get("replicasets", name, ns)
+            except ClientError as e:
+                if e.not_found:
+                    return
+                raise
+            if podutil.is_terminating(live) or live["metadata"].get("uid") != rs["metadata"].get("uid"):
+                return
+        for pod in plan.adopt:
+            await self._set_owner(pod, rs, adopt=True)
+        for pod in plan.release:
+            await self._set_owner(pod, rs, adopt=False)
+        failure = None
+        if self.expectations.satisfied(key) and not podutil.is_terminating(rs):
+            if plan.create:
+                failure = await self._create(key, rs, plan.create)
+            elif plan.delete:
+                await self._delete(key, rs, plan.delete)
+        await self._update_status(rs, replicaset.status(rs, plan.owned, dt.datetime.now(dt.UTC), failure))
+
+    async def _set_owner(self, pod: dict, rs: dict, adopt: bool) -> None:
+        meta = pod["metadata"]
+        refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != rs["metadata"]["uid"]]
+        if adopt:
+            refs.append(podutil.owner_reference(rs))
+        patch = {"metadata": {"ownerReferences": refs or None, "resourceVersion": meta.get("resourceVersion")}}
+        try:
+            await self.client.patch("pods", meta["name"], patch, meta.get("namespace"))
+        except ClientError as e:
+            if not (e.not_found or e.conflict):
+                raise
+
+    async def _create(self, key: str, rs: dict, count: int) -> str | None:
+        ns = rs["metadata"].get("namespace", "default")
+        template = (rs.get("spec") or {}).get("template") or {}
+        errors: list[str] = []
+        self.expectations.expect(key, adds=count)
+
+        async def one() -> None:
+            pod = podutil.pod_from_template(template, rs, ns, rs["metadata"]["name"])
+            try:
+                created = await self.client.create("pods", pod, ns)
+            except ClientError as e:
+                self.expectations.lower(key, adds=1)
+                errors.append(e.message)
+                self.recorder.record(rs, "Warning", "FailedCreate", f"Error creating: {e.message}")
+                raise
+            self.recorder.record(rs, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
+
+        done = await podutil.slow_start_batch(count, SLOW_START_INITIAL_BATCH, one)
+        skipped = count - done - len(errors)
+        if skipped > 0:
+            self.expectations.lower(key, adds=skipped)
+        return errors[0] if errors else None
+
+    async def _delete(self, key: str, rs: dict, victims: list[dict]) -> None:
+        self.expectations.expect(key, deletes=len(victims))
+        for pod in victims:
+            meta = pod["metadata"]
+            try:
+                await self.client.delete("pods", meta["name"], meta.get("namespace"))
+                self.recorder.record(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {meta['name']}")
+            except ClientError as e:
+                self.expectations.lower(key, deletes=1)
+                if not e.not_found:
+                    self.recorder.record(rs, "Warning", "FailedDelete", f"Error deleting: {e.message}")
+                    raise
+
+    async def _update_status(self, rs: dict, status: dict[str, Any]) -> None:
+        if (rs.get("status") or {}) == status:
+            return
+        new = copy.deepcopy(rs)
+        new["status"] = status
+        try:
+            await self.client.update_status("replicasets", new)
+        except ClientError as e:
+            if not e.not_found:
+                raise

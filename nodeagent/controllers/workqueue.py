@@ -1,0 +1,167 @@
+"""A rate-limited work queue with client-go's semantics, for asyncio controllers.
+
+A key is queued at most once; a key being processed that is added again is
+marked dirty and re-queued when its worker calls `done`, so one key is never
+processed by two workers at once and the latest state always gets a pass.
+Failures back off per key (exponential, 5 ms doubling to 1000 s) combined with
+an overall token bucket (10 qps, burst 100), like DefaultControllerRateLimiter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Hashable
+
+
+class ExponentialLimiter:
+    """Per-item exponential failure backoff: base × 2^failures, capped."""
+
+    def __init__(self, base: float = 0.005, cap: float = 1000.0) -> None:
+        self.base, self.cap = base, cap
+        self._failures: dict[Hashable, int] = {}
+
+    def when(self, item: Hashable) -> float:
+        n = self._failures.get(item, 0)
+        self._failures[item] = n + 1
+        return min(self.base * (2 ** n), self.cap)
+
+    def forget(self, item: Hashable) -> None:
+        self._failures.pop(item, None)
+
+    def retries(self, item: Hashable) -> int:
+        return self._failures.get(item, 0)
+
+
+class BucketLimiter:
+    """Overall token bucket: `qps` tokens per second, up to `burst` saved."""
+
+    def __init__(self, qps: float = 10.0, burst: int = 100, clock: Callable[[], float] = time.monotonic) -> None:
+        self.qps, self.burst, self.clock = qps, burst, clock
+        self._tokens = float(burst)
+        self._last = clock()
+
+    def when(self, item: Hashable) -> float:
+        now = self.clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+        self._last = now
+        self._tokens -= 1
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    def forget(self, item: Hashable) -> None:
+        return None
+
+    def retries(self, item: Hashable) -> int:
+        return 0
+
+
+class MaxOfLimiter:
+    def __init__(self, *limiters) -> None:
+        self.limiters = limiters
+
+    def when(self, item: Hashable) -> float:
+        return max(lim.when(item) for lim in self.limiters)
+
+    def forget(self, item: Hashable) -> None:
+        for lim in self.limiters:
+            lim.forget(item)
+
+    def retries(self, item: Hashable) -> int:
+        return max(lim.retries(item) for lim in self.limiters)
+
+
+def default_limiter(clock: Callable[[], float] = time.monotonic) -> MaxOfLimiter:
+    return MaxOfLimiter(ExponentialLimiter(), BucketLimiter(clock=clock))
+
+
+class ShutDown(Exception):
+    """The queue was shut down: workers return."""
+
+
+class WorkQueue:
+    """Dedupe + dirty/processing sets + delayed adds + rate-limited re-adds."""
+
+    def __init__(self, limiter=None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.limiter = limiter or default_limiter(clock)
+        self._queue: collections.deque[Hashable] = collections.deque()
+        self._dirty: set[Hashable] = set()
+        self._processing: set[Hashable] = set()
+        self._waiting: list[tuple[float, int, Hashable]] = []  # (ready at, seq, item)
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+        self._shutdown = False
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, item: Hashable) -> None:
+        if self._shutdown or item in self._dirty:
+            return
+        self._dirty.add(item)
+        if item not in self._processing:
+            self._queue.append(item)
+            self._notify()
+
+    def add_after(self, item: Hashable, delay: float) -> None:
+        if self._shutdown:
+            return
+        if delay <= 0:
+            self.add(item)
+            return
+        heapq.heappush(self._waiting, (self.clock() + delay, next(self._seq), item))
+        self._arm()
+
+    def add_rate_limited(self, item: Hashable) -> None:
+        self.add_after(item, self.limiter.when(item))
+
+    def forget(self, item: Hashable) -> None:
+        self.limiter.forget(item)
+
+    def retries(self, item: Hashable) -> int:
+        return self.limiter.retries(item)
+
+    async def get(self) -> Hashable:
+        """The next key to process; call `done(key)` when finished. Raises ShutDown when drained."""
+        while True:
+            self._promote()
+            if self._queue:
+                item = self._queue.popleft()
+                self._processing.add(item)
+                self._dirty.discard(item)
+                return item
+            if self._shutdown:
+                raise ShutDown
+            # No await between the check above and clear(): a concurrent add cannot be missed.
+            self._wake.clear()
+            timeout = max(0.0, self._waiting[0][0] - self.clock()) if self._waiting else None
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    def done(self, item: Hashable) -> None:
+        self._processing.discard(item)
+        if item in self._dirty:
+            self._queue.append(item)
+            self._notify()
+
+    def shutdown(self) -> None:
+        self._shutdown = True
+        self._notify()
+
+    def _promote(self) -> None:
+        now = self.clock()
+        while self._waiting and self._waiting[0][0] <= now:
+            _, _, item = heapq.heappop(self._waiting)
+            self.add(item)
+
+    def _arm(self) -> None:
+        # Wake waiting getters so they recompute how long to sleep for the earliest delayed item.
+        self._notify()
+
+    def _notify(self) -> None:
+        self._wake.set()

@@ -1,0 +1,119 @@
+"""Bad input gets the right Status and stores nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeagent.apiserver.auth import issue_node_token
+from tests.integration.apiserver.http import call
+
+CM = "/api/v1/namespaces/default/configmaps"
+
+
+def names(server) -> list[str]:
+    code, body = call(server, "GET", CM)
+    assert code == 200
+    return [i["metadata"]["name"] for i in body["items"]]
+
+
+def assert_status(body, code: int, reason: str) -> None:
+    assert body["kind"] == "Status" and body["status"] == "Failure", body
+    assert body["code"] == code and body["reason"] == reason, body
+
+
+@pytest.mark.parametrize("body,ctype,code,reason", [
+    ('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x1"', "application/json", 400, "BadRequest"),
+    ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: [x2", "application/yaml", 400, "BadRequest"),
+    ('{"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "x3"}}', "application/json", 400, "BadRequest"),
+    ('{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x4"}}', "application/json", 400, "BadRequest"),
+    ('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "X_5"}}', "application/json", 422, "Invalid"),
+    ('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x6", "labels": {"a": "b c"}}}',
+     "application/json", 422, "Invalid"),
+    ('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}', "application/json", 422, "Invalid"),
+    ("garbage", "application/x-foo", 415, "UnsupportedMediaType"),
+])
+def test_rejected_and_nothing_stored(server, body, ctype, code, reason):
+    before = names(server)
+    got, status = call(server, "POST", CM, body, content_type=ctype)
+    assert got == code, status
+    assert_status(status, code, reason)
+    assert names(server) == before
+
+
+def test_invalid_has_field_causes(server):
+    code, st = call(server, "POST", "/api/v1/namespaces/default/pods",
+                    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}})
+    assert code == 422
+    assert {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers[0].image"} \
+        in st["details"]["causes"]
+    assert st["details"]["kind"] == "Pod" and st["details"]["name"] == "p"
+
+
+def test_oversized_body_is_413(server):
+    big = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"a": "x" * (4 << 20)}}
+    code, st = call(server, "POST", CM, big)
+    assert code == 413
+    assert_status(st, 413, "RequestEntityTooLarge")
+    assert "big" not in names(server)
+
+
+def test_unknown_namespace_is_404(server):
+    code, st = call(server, "POST", "/api/v1/namespaces/nope/configmaps",
+                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})
+    assert code == 404
+    assert st["message"] == 'namespaces "nope" not found'
+
+
+def test_missing_or_wrong_token_is_401(server):
+    for tok in (None, "not-a-token"):
+        code, st = call(server, "GET", CM, token=tok)
+        assert code == 401
+        assert_status(st, 401, "Unauthorized")
+
+
+def test_node_credentials_are_restricted(server):
+    tok_a = issue_node_token(server.data_dir, "node-a")
+    issue_node_token(server.data_dir, "node-b")
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}
+    code, _ = call(server, "POST", "/api/v1/nodes", node, token=tok_a)
+    assert code == 201
+    code, st = call(server, "POST", "/api/v1/nodes", {**node, "metadata": {"name": "node-b"}}, token=tok_a)
+    assert code == 403
+    assert_status(st, 403, "Forbidden")
+    code, _ = call(server, "GET", "/api/v1/nodes/node-b", token=tok_a)
+    assert code == 404  # reads are allowed; node-b does not exist: nothing was stored
+    # pods: only the status of pods bound to this node
+    for name, bound in (("pa", "node-a"), ("pb", "node-b")):
+        code, _ = call(server, "POST", "/api/v1/namespaces/default/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": bound, "containers": [{"name": "c", "image": "busybox"}]}})
+        assert code == 201
+    patch = {"status": {"phase": "Running"}}
+    code, _ = call(server, "PATCH", "/api/v1/namespaces/default/pods/pa/status", patch, token=tok_a,
+                   content_type="application/merge-patch+json")
+    assert code == 200
+    code, st = call(server, "PATCH", "/api/v1/namespaces/default/pods/pb/status", patch, token=tok_a,
+                    content_type="application/merge-patch+json")
+    assert code == 403
+    code, pb = call(server, "GET", "/api/v1/namespaces/default/pods/pb")
+    assert pb["status"]["phase"] == "Pending"
+    code, _ = call(server, "POST", CM, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n"}},
+                   token=tok_a)
+    assert code == 403
+    for p in ("pa", "pb"):
+        call(server, "DELETE", f"/api/v1/namespaces/default/pods/{p}?gracePeriodSeconds=0")
+    call(server, "DELETE", "/api/v1/nodes/node-a")
+
+
+def test_discovery_and_openapi(server):
+    code, body = call(server, "GET", "/openapi/v2")
+    assert code == 200 and body == b""
+    code, v = call(server, "GET", "/version/", token=None)
+    assert code == 200 and v["major"] == "1"
+    code, rl = call(server, "GET", "/api/v1")
+    pods = next(r for r in rl["resources"] if r["name"] == "pods")
+    assert "watch" in pods["verbs"] and pods["shortNames"] == ["po"]
+    ev = next(r for r in rl["resources"] if r["name"] == "pods/eviction")
+    assert (ev["group"], ev["version"], ev["kind"]) == ("policy", "v1", "Eviction")
+    code, st = call(server, "GET", "/api/v1/nosuchthings")
+    assert code == 404 and st["reason"] == "NotFound"

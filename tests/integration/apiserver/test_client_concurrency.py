@@ -1,0 +1,170 @@
+"""nodeagent.client against an in-process apiserver: conflicts, 100 watchers, informers, relist after compaction,
+leader election."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from nodeagent.apiserver.server import ApiServer, ServerConfig
+from nodeagent.client import Client, ClientError, Informer
+from nodeagent.client.leader import LeaderElector
+
+
+@pytest.fixture
+async def live(tmp_path):
+    srv = ApiServer(ServerConfig(data_dir=str(tmp_path), bind_address="127.0.0.1", port=0, datastore="memory"))
+    await srv.start()
+    c = Client.from_kubeconfig(srv.kubeconfig_path, max_connections=200)
+    try:
+        yield srv, c
+    finally:
+        await c.close()
+        await srv.stop()
+
+
+def cm(name: str, **data: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+async def test_conflicting_updates_one_wins(live):
+    _, c = live
+    base = await c.create("configmaps", cm("x", v="0"), "default")
+    a, b = dict(base, data={"v": "a"}), dict(base, data={"v": "b"})
+    await c.update("configmaps", a, "default")
+    with pytest.raises(ClientError) as e:
+        await c.update("configmaps", b, "default")
+    assert e.value.conflict and "the object has been modified" in e.value.message
+    assert (await c.get("configmaps", "x", "default"))["data"] == {"v": "a"}
+    # concurrent patches without a resourceVersion all land (the server retries on its own conflicts)
+    await asyncio.gather(*(c.patch("configmaps", "x", {"data": {f"k{i}": str(i)}}, "default") for i in range(30)))
+    got = (await c.get("configmaps", "x", "default"))["data"]
+    assert all(got[f"k{i}"] == str(i) for i in range(30))
+
+
+async def test_100_watchers_see_every_event_once_in_order(live):
+    _, c = live
+    await c.create("namespaces", {"metadata": {"name": "w"}})
+    rv = (await c.list("configmaps", "w"))["metadata"]["resourceVersion"]
+    n_watchers, expected = 100, []
+    got: list[list[tuple[str, str, str]]] = [[] for _ in range(n_watchers)]
+    started = asyncio.Event()
+    connected = 0
+
+    async def watcher(i: int) -> None:
+        nonlocal connected
+        connected += 1
+        if connected == n_watchers:
+            started.set()
+        async for ev in c.watch("configmaps", "w", rv, bookmarks=False):
+            m = ev["object"]["metadata"]
+            got[i].append((ev["type"], m["name"], m["resourceVersion"]))
+            if m["name"] == "end":
+                return
+
+    tasks = [asyncio.create_task(watcher(i)) for i in range(n_watchers)]
+    await started.wait()
+    for i in range(40):
+        o = await c.create("configmaps", cm(f"c{i}", a="1"), "w")
+        expected.append(("ADDED", f"c{i}", o["metadata"]["resourceVersion"]))
+        if i % 2:
+            o = await c.patch("configmaps", f"c{i}", {"data": {"a": "2"}}, "w")
+            expected.append(("MODIFIED", f"c{i}", o["metadata"]["resourceVersion"]))
+        if i % 4 == 3:
+            await c.delete("configmaps", f"c{i}", "w")
+            expected.append(("DELETED", f"c{i}", None))
+    o = await c.create("configmaps", cm("end"), "w")
+    expected.append(("ADDED", "end", o["metadata"]["resourceVersion"]))
+    await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    for seq in got:
+        assert [(t, n) for t, n, _ in seq] == [(t, n) for t, n, _ in expected]
+        assert [rv for (_, _, rv), (_, _, want) in zip(seq, expected, strict=True) if want] == [w for _, _, w in expected if w]
+        revs = [int(r) for _, _, r in seq]
+        assert revs == sorted(revs) and len(set(revs)) == len(revs)
+
+
+async def test_watch_too_old_gives_410(live):
+    srv, c = live
+    await c.create("configmaps", cm("a"), "default")
+    await srv.store.compact(srv.store.revision)
+    with pytest.raises(ClientError) as e:
+        async for _ in c.watch("configmaps", "default", "1"):
+            pass
+    assert e.value.gone and e.value.reason == "Expired"
+
+
+async def test_informer_handlers_and_relist_after_compaction(live):
+    srv, c = live
+    await c.create("namespaces", {"metadata": {"name": "inf"}})
+    await c.create("configmaps", cm("pre"), "inf")
+    inf = Informer(c, "configmaps", "inf", watch_timeout=1)
+    events: list[tuple[str, str]] = []
+    inf.add_handler(on_add=lambda o: events.append(("add", o["metadata"]["name"])),
+                    on_update=lambda old, new: events.append(("update", new["metadata"]["name"])),
+                    on_delete=lambda o: events.append(("delete", o["metadata"]["name"])))
+    task = asyncio.create_task(inf.run())
+    try:
+        await asyncio.wait_for(inf.wait_synced(), 10)
+        assert events == [("add", "pre")]
+        await c.create("configmaps", cm("b"), "inf")
+        await c.patch("configmaps", "b", {"data": {"x": "1"}}, "inf")
+        await c.delete("configmaps", "pre", "inf")
+        for _ in range(100):
+            if len(events) == 4:
+                break
+            await asyncio.sleep(0.05)
+        assert events[1:] == [("add", "b"), ("update", "b"), ("delete", "pre")]
+        await c.create("configmaps", cm("after"), "inf")
+        for _ in range(100):
+            if inf.get("after", "inf"):
+                break
+            await asyncio.sleep(0.05)
+        # History moves on elsewhere and is compacted past the informer's last version: its next watch
+        # (every second here) gets 410 Gone and it relists.
+        for i in range(5):
+            await c.create("configmaps", cm(f"o{i}"), "default")
+        await srv.store.compact(srv.store.revision)
+        for _ in range(100):
+            if inf.relists >= 1 and inf.get("after", "inf"):
+                break
+            await asyncio.sleep(0.05)
+        assert inf.relists >= 1
+        assert sorted(o["metadata"]["name"] for o in inf.list()) == ["after", "b"]
+        assert events.count(("add", "after")) == 1
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_leader_election_single_leader_and_takeover(live):
+    _, c = live
+    a = LeaderElector(c, "ctl", "a", lease_duration=2, renew_deadline=1.5, retry_period=0.2)
+    b = LeaderElector(c, "ctl", "b", lease_duration=2, renew_deadline=1.5, retry_period=0.2)
+    stop_a = asyncio.Event()
+    ran: list[str] = []
+
+    async def work(name: str, stop: asyncio.Event) -> None:
+        ran.append(name)
+        await stop.wait()
+
+    ta = asyncio.create_task(a.run(lambda: work("a", stop_a)))
+    await asyncio.sleep(0.5)
+    tb = asyncio.create_task(b.run(lambda: work("b", asyncio.Event())))
+    await asyncio.sleep(1.0)
+    assert ran == ["a"] and a.is_leader and not b.is_leader
+    ta.cancel()  # a dies without releasing: b takes over after the lease expires
+    with contextlib.suppress(asyncio.CancelledError):
+        await ta
+    for _ in range(100):
+        if b.is_leader:
+            break
+        await asyncio.sleep(0.1)
+    assert b.is_leader and ran == ["a", "b"]
+    lease = await c.get("leases", "ctl", "kube-system")
+    assert lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
+    tb.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await tb

@@ -1,0 +1,83 @@
+"""The official Python `kubernetes` client, unchanged, against a real `nodeagent server`."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+kubernetes = pytest.importorskip("kubernetes")
+from kubernetes import client, config, watch  # noqa: E402
+from kubernetes.client.rest import ApiException  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def api(server):
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(server.kubeconfig), client_configuration=cfg)
+    with client.ApiClient(cfg) as c:
+        yield c
+
+
+def test_list_create_patch_delete(api):
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    ns = f"py-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    assert ns in [n.metadata.name for n in core.list_namespace().items]
+    pod = client.V1Pod(metadata=client.V1ObjectMeta(name="p1", labels={"app": "a"}),
+                       spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]))
+    created = core.create_namespaced_pod(ns, pod)
+    assert created.metadata.uid and created.spec.containers[0].image_pull_policy == "Always"
+    assert created.status.phase == "Pending"
+    patched = core.patch_namespaced_pod("p1", ns, {"metadata": {"labels": {"tier": "x"}}})
+    assert patched.metadata.labels == {"app": "a", "tier": "x"}
+    # list body -> JSON patch
+    patched = core.patch_namespaced_pod("p1", ns, [{"op": "replace", "path": "/metadata/labels/app", "value": "b"}])
+    assert patched.metadata.labels["app"] == "b"
+    assert [p.metadata.name for p in core.list_namespaced_pod(ns, label_selector="app=b").items] == ["p1"]
+    assert core.list_namespaced_pod(ns, label_selector="app=a").items == []
+    dep = apps.create_namespaced_deployment(ns, {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "d"}},
+                 "template": {"metadata": {"labels": {"app": "d"}},
+                              "spec": {"containers": [{"name": "c", "image": "nginx:1.25"}]}}}})
+    assert dep.spec.replicas == 2
+    scale = apps.patch_namespaced_deployment_scale("d", ns, {"spec": {"replicas": 4}})
+    assert scale.spec.replicas == 4
+    apps.delete_namespaced_deployment("d", ns)
+    core.delete_namespaced_pod("p1", ns)
+    with pytest.raises(ApiException) as e:
+        core.read_namespaced_pod("p1", ns)
+    assert e.value.status == 404
+    with pytest.raises(ApiException) as e:
+        core.create_namespaced_config_map(ns, {"metadata": {"name": "BAD"}})
+    assert e.value.status == 422
+
+
+def test_watch_stream(api):
+    core = client.CoreV1Api(api)
+    ns = f"pyw-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    rv = core.list_namespaced_config_map(ns).metadata.resource_version
+    seen: list[tuple[str, str]] = []
+    done = threading.Event()
+
+    def watcher() -> None:
+        w = watch.Watch()
+        for ev in w.stream(core.list_namespaced_config_map, ns, resource_version=rv, timeout_seconds=10):
+            seen.append((ev["type"], ev["object"].metadata.name))
+            if len(seen) == 3:
+                w.stop()
+        done.set()
+
+    t = threading.Thread(target=watcher)
+    t.start()
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "c1"}, "data": {"a": "1"}})
+    core.patch_namespaced_config_map("c1", ns, {"data": {"a": "2"}})
+    core.delete_namespaced_config_map("c1", ns)
+    assert done.wait(15)
+    t.join()
+    assert seen == [("ADDED", "c1"), ("MODIFIED", "c1"), ("DELETED", "c1")]

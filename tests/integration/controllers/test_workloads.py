@@ -1,0 +1,253 @@
+"""ReplicaSet, Deployment and garbage collection against a real apiserver, with hollow nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from nodeagent.client.rest import Client, ClientError
+from nodeagent.controllers.manager import run_controllers
+from nodeagent.testing.apiserver import start_server
+from nodeagent.testing.hollow import HollowNodes
+from tests.harness.resources import unique
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[3]
+KUBECTLS = {"1.32": shutil.which("kubectl") or "/usr/bin/kubectl",
+            "1.20": str(REPO / ".cache/kubectl-1.20/usr/bin/kubectl")}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("ctl-apiserver"))
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+@pytest.fixture
+async def cluster(server):
+    """A client, the controllers, and hollow nodes that bind and run pods; a fresh namespace."""
+    client = Client.from_kubeconfig(server.kubeconfig)
+    ns = unique("ns").lower()
+    await client.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    nodes = HollowNodes(client, [f"{ns}-n1", f"{ns}-n2"], bind=True)
+    await nodes.register()
+    ready = asyncio.Event()
+    async with asyncio.TaskGroup() as tg:
+        ctl = tg.create_task(run_controllers(client, ready))
+        hollow = tg.create_task(nodes.run())
+        await asyncio.wait_for(ready.wait(), 30)
+        try:
+            yield client, ns
+        finally:
+            ctl.cancel()
+            hollow.cancel()
+    with contextlib.suppress(ClientError):
+        await client.delete("namespaces", ns)
+    await nodes.remove()
+    await client.close()
+
+
+async def eventually(fn, within=30.0, interval=0.1):
+    deadline = time.monotonic() + within
+    last = None
+    while time.monotonic() < deadline:
+        last = await fn()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"condition not reached in {within}s (last: {last!r})")
+
+
+def labels_of(kind: str, name: str) -> dict:
+    return {"app": f"{kind}-{name}"}
+
+
+def template(app: str, image: str = "localhost/busybox:latest") -> dict:
+    return {"metadata": {"labels": {"app": app}},
+            "spec": {"containers": [{"name": "c", "image": image, "command": ["sleep", "3600"]}]}}
+
+
+async def pods_of(client, ns, app):
+    items = (await client.list("pods", ns, label_selector=f"app={app}"))["items"]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+async def test_replicaset_keeps_count_replaces_and_scales(cluster):
+    client, ns = cluster
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web", "namespace": ns},
+          "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "rs"}}, "template": template("rs")}}
+    created = await client.create("replicasets", rs, ns)
+    pods = await eventually(lambda: _n_pods(client, ns, "rs", 3))
+    for p in pods:
+        ref = p["metadata"]["ownerReferences"][0]
+        assert ref["uid"] == created["metadata"]["uid"] and ref["controller"] is True
+        assert p["metadata"]["name"].startswith("web-")
+    await client.delete("pods", pods[0]["metadata"]["name"], ns, grace_period=0)
+    replaced = await eventually(lambda: _n_pods(client, ns, "rs", 3, exclude=pods[0]["metadata"]["name"]))
+    assert pods[0]["metadata"]["name"] not in [p["metadata"]["name"] for p in replaced]
+    await client.patch("replicasets", "web", {"spec": {"replicas": 1}}, ns)
+    await eventually(lambda: _n_pods(client, ns, "rs", 1))
+
+    async def status_ok():
+        st = (await client.get("replicasets", "web", ns)).get("status") or {}
+        return st.get("replicas") == 1 and st.get("readyReplicas") == 1 and st.get("observedGeneration") == 2
+    await eventually(status_ok)
+    events = (await client.list("events", ns))["items"]
+    reasons = {e["reason"] for e in events if e["involvedObject"]["name"] == "web"}
+    assert {"SuccessfulCreate", "SuccessfulDelete"} <= reasons
+
+
+async def _n_pods(client, ns, app, n, exclude=None):
+    pods = await pods_of(client, ns, app)
+    if exclude and any(p["metadata"]["name"] == exclude for p in pods):
+        return None
+    return pods if len(pods) == n else None
+
+
+async def test_replicaset_adopts_orphans_and_releases_relabelled(cluster):
+    client, ns = cluster
+    orphan = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "orphan", "namespace": ns,
+                                                               "labels": {"app": "adopt"}},
+              "spec": template("adopt")["spec"]}
+    await client.create("pods", orphan, ns)
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "adopter", "namespace": ns},
+          "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "adopt"}}, "template": template("adopt")}}
+    await client.create("replicasets", rs, ns)
+    pods = await eventually(lambda: _n_pods(client, ns, "adopt", 2))
+    adopted = next(p for p in pods if p["metadata"]["name"] == "orphan")
+    assert adopted["metadata"]["ownerReferences"][0]["name"] == "adopter"
+    await client.patch("pods", "orphan", {"metadata": {"labels": {"app": "gone"}}}, ns)
+
+    async def released():
+        p = await client.get("pods", "orphan", ns)
+        return not p["metadata"].get("ownerReferences") and len(await pods_of(client, ns, "adopt")) == 2
+    await eventually(released)
+
+
+def kubectl(version, server, *args, check=True, input=None):
+    binary = KUBECTLS[version]
+    if not Path(binary).exists():
+        pytest.skip(f"kubectl {version} not found at {binary} (run make install)")
+    p = subprocess.run([binary, *args], capture_output=True, text=True, env=server.env(), timeout=120, input=input)
+    if check:
+        assert p.returncode == 0, f"kubectl {' '.join(args)}: {p.stdout}\n{p.stderr}"
+    return p
+
+
+@pytest.mark.parametrize("version", ["1.32", "1.20"])
+async def test_deployment_rollout_history_undo_with_kubectl(cluster, server, version):
+    client, ns = cluster
+    manifest = f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: nginx-deployment
+  namespace: {ns}
+  labels:
+    app: nginx
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      app: nginx
+  template:
+    metadata:
+      labels:
+        app: nginx
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.14.2
+        ports:
+        - containerPort: 80
+"""
+    def run(*args, **kw):
+        return asyncio.to_thread(kubectl, version, server, *args, **kw)
+
+    await asyncio.to_thread(kubectl, version, server, "apply", "-f", "-", input=manifest)
+    out = (await run("-n", ns, "rollout", "status", "deployment/nginx-deployment", "--timeout=60s")).stdout
+    assert "successfully rolled out" in out
+    rss = (await client.list("replicasets", ns))["items"]
+    assert len(rss) == 1 and rss[0]["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "1"
+
+    await run("-n", ns, "set", "image", "deployment/nginx-deployment", "nginx=nginx:1.16.1")
+    out = (await run("-n", ns, "rollout", "status", "deployment/nginx-deployment", "--timeout=60s")).stdout
+    assert "successfully rolled out" in out
+    rss = {r["metadata"]["annotations"]["deployment.kubernetes.io/revision"]: r
+           for r in (await client.list("replicasets", ns))["items"]}
+    assert rss["1"]["spec"]["replicas"] == 0 and rss["2"]["spec"]["replicas"] == 3
+    pods = await pods_of(client, ns, "nginx")
+    assert {p["spec"]["containers"][0]["image"] for p in pods} == {"nginx:1.16.1"}
+
+    hist = (await run("-n", ns, "rollout", "history", "deployment/nginx-deployment")).stdout
+    assert "1 " in hist and "2 " in hist
+    await run("-n", ns, "rollout", "undo", "deployment/nginx-deployment")
+    out = (await run("-n", ns, "rollout", "status", "deployment/nginx-deployment", "--timeout=60s")).stdout
+    assert "successfully rolled out" in out
+
+    async def back_on_old_image():
+        pods = await pods_of(client, ns, "nginx")
+        return len(pods) == 3 and {p["spec"]["containers"][0]["image"] for p in pods} == {"nginx:1.14.2"}
+    await eventually(back_on_old_image)
+    rs_revs = {r["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
+               for r in (await client.list("replicasets", ns))["items"]}
+    assert rs_revs == {"2", "3"}  # the old ReplicaSet became revision 3
+
+    await run("-n", ns, "scale", "deployment/nginx-deployment", "--replicas=5")
+    await eventually(lambda: _n_pods(client, ns, "nginx", 5))
+    events = (await client.list("events", ns))["items"]
+    assert any(e["reason"] == "ScalingReplicaSet" for e in events)
+
+    await run("-n", ns, "delete", "deployment", "nginx-deployment")
+
+    async def all_gone():
+        return not (await client.list("replicasets", ns))["items"] and not await pods_of(client, ns, "nginx")
+    await eventually(all_gone)
+
+
+async def test_recreate_strategy_replaces_all_at_once(cluster):
+    client, ns = cluster
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "rec", "namespace": ns},
+           "spec": {"replicas": 2, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": {"app": "rec"}},
+                    "template": template("rec", "a:1")}}
+    await client.create("deployments", dep, ns)
+    await eventually(lambda: _n_pods(client, ns, "rec", 2))
+    await client.patch("deployments", "rec", {"spec": {"template": template("rec", "a:2")}}, ns)
+
+    async def rolled():
+        pods = await pods_of(client, ns, "rec")
+        return len(pods) == 2 and all(p["spec"]["containers"][0]["image"] == "a:2" for p in pods)
+    await eventually(rolled)
+
+
+@pytest.mark.parametrize("policy", ["Orphan", "Foreground"])
+async def test_cascading_delete_policies(cluster, policy):
+    client, ns = cluster
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "gc", "namespace": ns},
+          "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "gc"}}, "template": template("gc")}}
+    await client.create("replicasets", rs, ns)
+    await eventually(lambda: _n_pods(client, ns, "gc", 2))
+    await client.delete("replicasets", "gc", ns, propagation=policy)
+
+    async def rs_gone():
+        try:
+            await client.get("replicasets", "gc", ns)
+            return False
+        except ClientError as e:
+            return e.not_found
+    await eventually(rs_gone)
+    pods = await pods_of(client, ns, "gc")
+    if policy == "Orphan":
+        events = [(e["reason"], e["message"]) for e in (await client.list("events", ns))["items"]]
+        assert len(pods) == 2, events
+        assert all(not p["metadata"].get("ownerReferences") for p in pods)
+    else:
+        assert pods == []
