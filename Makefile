@@ -87,7 +87,7 @@ lint: python
 test: install lint
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
-unit: python
+unit: build
 	$(PY) -m pytest tests/unit --no-leak-check
 
 up: install
