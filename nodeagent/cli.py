@@ -15,9 +15,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "version": ("version", "print the version"),
     "doctor": ("doctor", "report what this host's kernel supports and what nodeagent will use"),
     "up": ("up", "run the whole single-node cluster in the foreground"),
-    "image": ("image", "manage the runtime's images: import, pull, ls, rm"),
     "cni-daemon": ("cni_daemon", "serve the CNI plugins' fast path (netlink sockets kept open)"),
-    "server": ("server", "run the control plane's Kubernetes-compatible apiserver in the foreground"),
+    "server": ("server", "run the control plane (apiserver, controllers) in the foreground"),
     "cri": ("cri", "run the container runtime (CRI runtime.v1 gRPC server) in the foreground"),
     "image": ("image", "manage the runtime's images: import, pull, ls, rm, inspect"),
 }
