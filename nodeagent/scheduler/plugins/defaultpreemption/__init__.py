@@ -1,0 +1,206 @@
+"""DefaultPreemption (PostFilter): when no node fits, find nodes where evicting lower-priority pods
+would make room, choose the victims minimally (PDB-violating ones reprieved first), pick the best
+node (fewest PDB violations, lowest top victim priority, lowest priority sum, fewest victims,
+latest start), nominate it and delete the victims gracefully.
+
+Dry runs work on a cloned NodeInfo and a cloned CycleState (PreFilter extensions keep
+InterPodAffinity / PodTopologySpread counts consistent), so the snapshot is never touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from nodeagent.api.selectors import from_label_selector
+from nodeagent.scheduler.framework import (
+    Code,
+    CycleState,
+    NodeInfo,
+    PodInfo,
+    PostFilterResult,
+    Status,
+    unresolvable,
+    unschedulable,
+)
+from nodeagent.scheduler.framework.status import reasons_summary
+
+NAME = "DefaultPreemption"
+R_NOT_HELPFUL = "Preemption is not helpful for scheduling"
+R_NO_VICTIMS = "No preemption victims found for incoming pod"
+
+
+@dataclasses.dataclass
+class Args:
+    min_candidate_nodes_percentage: int = 10
+    min_candidate_nodes_absolute: int = 100
+
+
+def validate(args: Args) -> list[str]:
+    errs = []
+    if not 0 <= args.min_candidate_nodes_percentage <= 100:
+        errs.append("minCandidateNodesPercentage must be in [0, 100]")
+    if args.min_candidate_nodes_absolute < 0:
+        errs.append("minCandidateNodesAbsolute must be >= 0")
+    if args.min_candidate_nodes_percentage == 0 and args.min_candidate_nodes_absolute == 0:
+        errs.append("minCandidateNodesPercentage and minCandidateNodesAbsolute cannot both be 0")
+    return errs
+
+
+@dataclasses.dataclass
+class Candidate:
+    node: str
+    victims: list[PodInfo]
+    num_pdb_violations: int
+
+
+@dataclasses.dataclass
+class _PDB:
+    namespace: str
+    selector: Any
+    allowed: int
+    disrupted: frozenset[str]
+
+
+def parse_pdbs(pdbs: list[dict[str, Any]]) -> list[_PDB]:
+    out = []
+    for p in pdbs:
+        sel = (p.get("spec") or {}).get("selector")
+        if not sel or (not sel.get("matchLabels") and not sel.get("matchExpressions")):
+            continue  # a nil or empty PDB selector matches nothing
+        st = p.get("status") or {}
+        out.append(_PDB((p.get("metadata") or {}).get("namespace") or "default", from_label_selector(sel),
+                        int(st.get("disruptionsAllowed") or 0), frozenset(st.get("disruptedPods") or {})))
+    return out
+
+
+def split_by_pdb(pods: list[PodInfo], pdbs: list[_PDB]) -> tuple[list[PodInfo], list[PodInfo]]:
+    """(violating, non-violating), each in the given order; budgets are consumed as pods are counted."""
+    allowed = [p.allowed for p in pdbs]
+    violating, ok = [], []
+    for pod in pods:
+        hit = False
+        if pod.labels:
+            for i, pdb in enumerate(pdbs):
+                if pdb.namespace != pod.namespace or not pdb.selector.matches(pod.labels):
+                    continue
+                if pod.name in pdb.disrupted:
+                    continue
+                allowed[i] -= 1
+                if allowed[i] < 0:
+                    hit = True
+        (violating if hit else ok).append(pod)
+    return violating, ok
+
+
+def pick_one(cands: list[Candidate]) -> Candidate:
+    """kube-scheduler's pickOneNodeForPreemption criteria, in order."""
+    def key(c: Candidate) -> tuple[Any, ...]:
+        top = c.victims[0].priority if c.victims else -(2**31)
+        psum = sum(v.priority + 2**31 + 1 for v in c.victims)
+        top_start = min((v.start_time for v in c.victims if v.priority == top), default="")
+        # latest earliest-start wins: invert the string ordering with a tuple of negated code points
+        return (c.num_pdb_violations, top, psum, len(c.victims), tuple(-ord(ch) for ch in top_start))
+    return min(cands, key=key)
+
+
+class DefaultPreemption:
+    name = NAME
+
+    def __init__(self, args: Args, handle: Any):
+        self.args = args
+        self.handle = handle
+
+    def eligible(self, pod: PodInfo) -> str:
+        if pod.preemption_policy == "Never":
+            return "not eligible due to preemptionPolicy=Never."
+        nn = pod.nominated_node_name
+        if nn:
+            ni = self.handle.snapshot.get(nn)
+            if ni is not None and any(p.deleting and p.priority < pod.priority for p in ni.pods.values()):
+                return "not eligible due to a terminating pod on the nominated node."
+        return ""
+
+    def num_candidates(self, n: int) -> int:
+        k = n * self.args.min_candidate_nodes_percentage // 100
+        return min(max(k, self.args.min_candidate_nodes_absolute), n)
+
+    def post_filter(self, state: CycleState, pod: PodInfo, statuses: dict[str, Status]
+                    ) -> tuple[PostFilterResult | None, Status | None]:
+        why = self.eligible(pod)
+        if why:
+            return None, unschedulable(NAME, why)
+        snap = self.handle.snapshot
+        n_all = snap.num_nodes
+        potential = []
+        result_statuses: dict[str, Status] = {}
+        not_helpful = unresolvable(NAME, R_NOT_HELPFUL)
+        for ni in snap.nodes:
+            s = statuses.get(ni.name)
+            if s is not None and s.code == Code.UNSCHEDULABLE:
+                potential.append(ni)
+            else:
+                result_statuses[ni.name] = not_helpful
+        if not potential:
+            return None, unresolvable(NAME, f"preemption: 0/{n_all} nodes are available: "
+                                            f"{reasons_summary(result_statuses)}.")
+        pdbs = parse_pdbs(self.handle.pdbs())
+        want = self.num_candidates(len(potential))
+        offset = self.handle.rng.randrange(len(potential))
+        cands: list[Candidate] = []
+        non_violating = 0
+        for i in range(len(potential)):
+            ni = potential[(offset + i) % len(potential)]
+            victims, nviol, s = self.select_victims(state, pod, ni, pdbs)
+            if s is None and victims:
+                cands.append(Candidate(ni.name, victims, nviol))
+                if nviol == 0:
+                    non_violating += 1
+                if non_violating > 0 and len(cands) >= want:
+                    break
+            else:
+                result_statuses[ni.name] = s or unresolvable(NAME, R_NO_VICTIMS)
+        if not cands:
+            return None, unschedulable(NAME, f"preemption: 0/{n_all} nodes are available: "
+                                             f"{reasons_summary(result_statuses)}.")
+        best = pick_one(cands)
+        self.handle.preempt(pod, best.node, best.victims)
+        return PostFilterResult(best.node), None
+
+    def select_victims(self, state: CycleState, pod: PodInfo, ni: NodeInfo, pdbs: list[_PDB]
+                       ) -> tuple[list[PodInfo], int, Status | None]:
+        """Remove every lower-priority pod; if the pod then fits, add back as many as possible,
+        most important first, PDB-protected ones before the rest."""
+        lower = [p for p in ni.pods.values() if p.priority < pod.priority]
+        if not lower:
+            return [], 0, unresolvable(NAME, R_NO_VICTIMS)
+        fw = self.handle.framework
+        node = ni.clone()
+        st = state.clone()
+        for p in lower:
+            node.remove_pod(p)
+            fw.run_pre_filter_remove_pod(st, pod, p, node)
+        filters = fw.active_filters(st)
+        s = fw.run_filters(st, pod, node, filters)
+        if s is not None:
+            return [], 0, s
+        lower.sort(key=lambda p: (-p.priority, p.start_time))
+        violating, rest = split_by_pdb(lower, pdbs)
+        victims: list[PodInfo] = []
+        nviol = 0
+        for group, counts in ((violating, True), (rest, False)):
+            for p in group:
+                node.add_pod(p)
+                fw.run_pre_filter_add_pod(st, pod, p, node)
+                if fw.run_filters(st, pod, node, filters) is not None:
+                    node.remove_pod(p)
+                    fw.run_pre_filter_remove_pod(st, pod, p, node)
+                    victims.append(p)
+                    if counts:
+                        nviol += 1
+        victims.sort(key=lambda p: (-p.priority, p.start_time))
+        return victims, nviol, None
+
+
+def new(args: Args | None, handle: Any) -> DefaultPreemption:
+    return DefaultPreemption(args or Args(), handle)
