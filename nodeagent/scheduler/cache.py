@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from nodeagent.scheduler.clock import Clock, RealClock
-from nodeagent.scheduler.framework.types import NodeInfo, PodInfo
+from nodeagent.scheduler.framework.types import NodeInfo, PodInfo, pod_uid
 
 log = logging.getLogger("nodeagent.scheduler.cache")
 
@@ -46,6 +46,18 @@ class Snapshot:
     def nodes_with_required_anti_affinity(self) -> list[NodeInfo]:
         return [ni for ni in self._cache.anti_affinity_nodes.values() if ni.node]
 
+    @property
+    def any_filter_taints(self) -> bool:
+        return bool(self._cache.filter_tainted)
+
+    @property
+    def any_prefer_taints(self) -> bool:
+        return bool(self._cache.prefer_tainted)
+
+    @property
+    def any_unschedulable(self) -> bool:
+        return bool(self._cache.cordoned)
+
     def image_nodes(self, image: str) -> int:
         return len(self._cache.image_nodes.get(image, ()))
 
@@ -60,6 +72,11 @@ class Cache:
         self.affinity_nodes: dict[str, NodeInfo] = {}
         self.anti_affinity_nodes: dict[str, NodeInfo] = {}
         self.image_nodes: dict[str, set[str]] = {}
+        # nodes with NoSchedule/NoExecute taints, PreferNoSchedule taints, or cordoned: lets plugins
+        # skip whole passes when no node in the cluster has any
+        self.filter_tainted: set[str] = set()
+        self.prefer_tainted: set[str] = set()
+        self.cordoned: set[str] = set()
         self._snapshot = Snapshot(self)
         self._nodes_changed = True
 
@@ -74,6 +91,12 @@ class Cache:
             self._drop_images(ni)
         had = bool(ni.node)
         ni.set_node(node, self.taints_from_conditions)
+        for flag, s in ((ni.filter_taints, self.filter_tainted), (ni.prefer_taints, self.prefer_tainted),
+                        (ni.unschedulable, self.cordoned)):
+            if flag:
+                s.add(name)
+            else:
+                s.discard(name)
         for img in ni.images:
             self.image_nodes.setdefault(img, set()).add(name)
         if not had:
@@ -87,6 +110,9 @@ class Cache:
         if ni is None:
             return
         self._drop_images(ni)
+        self.filter_tainted.discard(name)
+        self.prefer_tainted.discard(name)
+        self.cordoned.discard(name)
         if ni.pods:  # pods still bound there: keep a node-less NodeInfo until they go
             ni.node = {}
             ni.generation += 1
@@ -166,8 +192,13 @@ class Cache:
 
     def add_pod(self, pod: dict[str, Any]) -> PodInfo:
         """A bound pod from the API: confirms an assumed pod or adds a new one."""
+        st = self.pods.get(pod_uid(pod))
+        if st is not None and st.assumed and _same_scheduling_spec(st.pod, pod):
+            st.pod.pod = pod  # confirmation of what we assumed: keep the parsed view, adopt the object
+            st.pod.resource_version = (pod.get("metadata") or {}).get("resourceVersion") or ""
+            st.assumed, st.deadline = False, None
+            return st.pod
         p = PodInfo(pod)
-        st = self.pods.get(p.uid)
         if st is not None:
             self._unplace(st.pod)  # the API's object replaces the assumed copy (node may differ)
             self._place(p)
@@ -188,9 +219,7 @@ class Cache:
         return p
 
     def remove_pod(self, pod: dict[str, Any]) -> PodInfo | None:
-        meta = pod.get("metadata") or {}
-        uid = meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-        st = self.pods.pop(uid, None)
+        st = self.pods.pop(pod_uid(pod), None)
         if st is None:
             return None
         self._unplace(st.pod)
@@ -220,3 +249,18 @@ class Cache:
             s.num_nodes = len(s.nodes)
             self._nodes_changed = False
         return s
+
+
+def _same_scheduling_spec(p: PodInfo, pod: dict[str, Any]) -> bool:
+    """The API object is the one we assumed: same node, same spec apart from nodeName, same labels."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName") != p.node_name:
+        return False
+    old = p.pod.get("spec") or {}
+    if old is spec:
+        return True
+    for k in ("containers", "initContainers", "overhead", "affinity", "tolerations", "topologySpreadConstraints"):
+        if old.get(k) != spec.get(k):
+            return False
+    return (p.pod.get("metadata") or {}).get("labels") == (pod.get("metadata") or {}).get("labels") and \
+        bool((pod.get("metadata") or {}).get("deletionTimestamp")) == p.deleting

@@ -18,7 +18,7 @@ from nodeagent.scheduler.clock import Clock, RealClock
 from nodeagent.scheduler.framework.interface import ActionType, ClusterEvent, CycleState
 from nodeagent.scheduler.framework.runtime import Framework
 from nodeagent.scheduler.framework.status import Code, FitError, Status
-from nodeagent.scheduler.framework.types import NodeInfo, PodInfo
+from nodeagent.scheduler.framework.types import NodeInfo, PodInfo, pod_uid
 from nodeagent.scheduler.priority import resolve_priority
 from nodeagent.scheduler.profile import SchedulerConfig, build_framework
 from nodeagent.scheduler.queue import ASSIGNED_POD_DELETE, QueuedPodInfo, SchedulingQueue
@@ -150,18 +150,18 @@ class Scheduler:
                 if self._terminal(new):
                     return self.on_delete("Pod", new)
                 if not was_assigned:
-                    self.queue.delete(PodInfo(new).uid)
+                    self.queue.delete(pod_uid(new))
                 p = self.cache.update_pod(new) if was_assigned else self.cache.add_pod(new)
                 if was_assigned and old.get("metadata", {}).get("labels") != new.get("metadata", {}).get("labels"):
                     self.queue.move_all_to_active_or_backoff(
                         ClusterEvent("Pod", ActionType.UPDATE_POD_LABEL), old, new,
                         pred=lambda qp: _affinity_related(qp, p))
-                if _scaled_down(old, new):
+                if was_assigned and _scaled_down(old, new):
                     self.queue.move_all_to_active_or_backoff(
                         ClusterEvent("Pod", ActionType.UPDATE_POD_SCALE_DOWN), old, new)
             elif self._responsible(new):
                 if self._terminal(new) or (new.get("metadata") or {}).get("deletionTimestamp"):
-                    self.queue.delete(PodInfo(new).uid)
+                    self.queue.delete(pod_uid(new))
                 else:
                     self.queue.update(self._pod_info(new))
         else:
@@ -171,10 +171,10 @@ class Scheduler:
         if kind == "Node":
             self.cache.remove_node(obj["metadata"]["name"])
         elif kind == "Pod":
-            if (obj.get("spec") or {}).get("nodeName") or self.cache.get_pod(PodInfo(obj).uid):
+            uid = pod_uid(obj)
+            if (obj.get("spec") or {}).get("nodeName") or self.cache.get_pod(uid):
                 self.cache.remove_pod(obj)
                 self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE, obj, None)
-            uid = PodInfo(obj).uid
             self.queue.delete(uid)
             fw_waiting = [fw for fw in self.frameworks.values() if uid in fw.waiting]
             for fw in fw_waiting:
@@ -326,19 +326,10 @@ class Scheduler:
         return s is None
 
     def select_host(self, nodes: list[NodeInfo], scores: list[int]) -> str:
-        """The best score; ties broken uniformly at random (reservoir sampling, as kube-scheduler)."""
-        best = -1
-        chosen = ""
-        count = 0
-        rnd = self.rng.randrange
-        for n, s in zip(nodes, scores, strict=True):
-            if s > best:
-                best, chosen, count = s, n.name, 1
-            elif s == best:
-                count += 1
-                if rnd(count) == 0:
-                    chosen = n.name
-        return chosen
+        """The best score; ties broken uniformly at random (kube-scheduler samples the same distribution)."""
+        best = max(scores)
+        ties = [i for i, s in enumerate(scores) if s == best]
+        return nodes[ties[self.rng.randrange(len(ties))] if len(ties) > 1 else ties[0]].name
 
     # -- binding cycle -------------------------------------------------------------------------------
 
@@ -484,6 +475,11 @@ def _affinity_related(qp: QueuedPodInfo, added: PodInfo) -> bool:
 
 
 def _scaled_down(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    os_, ns_ = old.get("spec") or {}, new.get("spec") or {}
+    if os_.get("containers") == ns_.get("containers") and os_.get("initContainers") == ns_.get("initContainers") \
+            and os_.get("overhead") == ns_.get("overhead"):
+        return False
+
     def req(p: dict[str, Any]) -> tuple[int, int]:
         pi = PodInfo(p)
         return pi.req_cpu, pi.req_mem

@@ -186,7 +186,7 @@ class Framework:
 
     def run_score(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]) -> list[int]:
         """Weighted sum of every score plugin's normalized 0..100 score, per node (same order as nodes)."""
-        total = [0] * len(nodes)
+        total: list[int] | None = None
         skip = state.skip_score
         for p in self.score_plugins:
             if p.name in skip:
@@ -196,12 +196,16 @@ class Framework:
             norm = getattr(p, "normalize_score", None)
             if norm is not None:
                 norm(state, pod, scores)
+            if scores and (max(scores) > MAX_NODE_SCORE or min(scores) < 0):
+                raise ValueError(f"plugin {p.name} returned a score outside [0, {MAX_NODE_SCORE}]")
             w = self.weights.get(p.name, 1)
-            for i, s in enumerate(scores):
-                if s > MAX_NODE_SCORE or s < 0:
-                    raise ValueError(f"plugin {p.name} returned score {s} outside [0, {MAX_NODE_SCORE}]")
-                total[i] += s * w
-        return total
+            if total is None:
+                total = scores if w == 1 else [s * w for s in scores]
+            elif w == 1:
+                total = [a + b for a, b in zip(total, scores, strict=True)]
+            else:
+                total = [a + b * w for a, b in zip(total, scores, strict=True)]
+        return total if total is not None else [0] * len(nodes)
 
     # -- reserve / permit / binding cycle -------------------------------------------------------------
 

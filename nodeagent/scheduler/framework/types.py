@@ -85,6 +85,12 @@ def pod_requests(spec: Mapping[str, Any], non_zero: bool = False) -> dict[str, i
     return total
 
 
+def pod_uid(pod: Mapping[str, Any]) -> str:
+    """The key PodInfo uses, without parsing the pod."""
+    meta = pod.get("metadata") or {}
+    return meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
 class AffinityTerm:
     """A parsed PodAffinityTerm: which pods (namespaces + selector) and over which topology key."""
 

@@ -59,18 +59,12 @@ class BalancedAllocation:
         if not self.cpu_mem:
             return [self.score(state, pod, n) for n in nodes]
         pc, pm = pod.req_cpu, pod.req_mem
-        out = []
-        for n in nodes:
-            ac, am = n.alloc_cpu, n.alloc_mem
-            if not ac or not am:
-                out.append(self.score(state, pod, n))
-                continue
-            fc = (n.req_cpu + pc) / ac
-            fm = (n.req_mem + pm) / am
-            fc = 1.0 if fc > 1 else fc
-            fm = 1.0 if fm > 1 else fm
-            out.append(int((1 - abs(fc - fm) / 2) * MAX_NODE_SCORE))
-        return out
+        try:  # (1 - std) * 100 with std = |fcpu - fmem| / 2, fractions capped at 1
+            return [int((1 - abs((fc if (fc := (n.req_cpu + pc) / n.alloc_cpu) < 1 else 1.0)
+                                 - (fm if (fm := (n.req_mem + pm) / n.alloc_mem) < 1 else 1.0)) / 2) * MAX_NODE_SCORE)
+                    for n in nodes]
+        except ZeroDivisionError:  # a node without cpu or memory: the general path skips that resource
+            return [self.score(state, pod, n) for n in nodes]
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
         fracs = []

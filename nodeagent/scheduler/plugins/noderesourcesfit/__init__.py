@@ -163,14 +163,9 @@ class NodeResourcesFit:
                 return [((min(n.nz_cpu + pc, n.alloc_cpu) * 100 // n.alloc_cpu if n.alloc_cpu else 0)
                          + (min(n.nz_mem + pm, n.alloc_mem) * 100 // n.alloc_mem if n.alloc_mem else 0)) // 2
                         for n in nodes]
-            out = []
-            for n in nodes:
-                ac, am = n.alloc_cpu, n.alloc_mem
-                rc, rm = n.nz_cpu + pc, n.nz_mem + pm
-                sc = (ac - rc) * 100 // ac if ac and rc <= ac else 0
-                sm = (am - rm) * 100 // am if am and rm <= am else 0
-                out.append((sc + sm) // 2)
-            return out
+            return [(((ac - rc) * 100 // ac if (rc := n.nz_cpu + pc) <= (ac := n.alloc_cpu) and ac else 0)
+                     + ((am - rm) * 100 // am if (rm := n.nz_mem + pm) <= (am := n.alloc_mem) and am else 0)) // 2
+                    for n in nodes]
         return [self.score(state, pod, n) for n in nodes]
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:

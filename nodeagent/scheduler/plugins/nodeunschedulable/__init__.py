@@ -31,8 +31,14 @@ class NodeUnschedulable:
             return None
         return _REJECT
 
+    def __init__(self, handle: Any = None):
+        self.handle = handle
+
     def filter_many(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]
                     ) -> tuple[list[NodeInfo], list[tuple[NodeInfo, Status]]]:
+        snap = getattr(self.handle, "snapshot", None)
+        if snap is not None and not snap.any_unschedulable:
+            return nodes, []
         if any(tolerates(t, _TAINT) for t in pod.tolerations):
             return nodes, []
         passed = [n for n in nodes if not n.unschedulable]
@@ -45,4 +51,4 @@ class NodeUnschedulable:
 
 
 def new(args: None, handle: Any) -> NodeUnschedulable:
-    return NodeUnschedulable()
+    return NodeUnschedulable(handle)

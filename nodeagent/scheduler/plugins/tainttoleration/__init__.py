@@ -15,6 +15,7 @@ from nodeagent.scheduler.framework import (
     PodInfo,
     Status,
     default_normalize,
+    skip,
     unresolvable,
 )
 
@@ -50,7 +51,8 @@ def taint_reason(t: Mapping[str, Any]) -> str:
 class TaintToleration:
     name = NAME
 
-    def __init__(self) -> None:
+    def __init__(self, handle: Any = None) -> None:
+        self.handle = handle
         self._reasons: dict[str, Status] = {}
 
     def _reject(self, t: Mapping[str, Any]) -> Status:
@@ -68,6 +70,9 @@ class TaintToleration:
 
     def filter_many(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]
                     ) -> tuple[list[NodeInfo], list[tuple[NodeInfo, Status]]]:
+        snap = getattr(self.handle, "snapshot", None)
+        if snap is not None and not snap.any_filter_taints:
+            return nodes, []
         passed, failed = [], []
         tols = pod.tolerations
         for n in nodes:
@@ -82,6 +87,9 @@ class TaintToleration:
         return passed, failed
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]) -> Status | None:
+        snap = getattr(self.handle, "snapshot", None)
+        if snap is not None and not snap.any_prefer_taints:
+            return skip(NAME)  # every node would score the same (100): skipping can't change the choice
         state[NAME] = [t for t in pod.tolerations if (t.get("effect") or "PreferNoSchedule") == "PreferNoSchedule"]
         return None
 
@@ -101,4 +109,4 @@ class TaintToleration:
 
 
 def new(args: None, handle: Any) -> TaintToleration:
-    return TaintToleration()
+    return TaintToleration(handle)
