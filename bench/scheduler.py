@@ -24,11 +24,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nodeagent.scheduler.fakes import FakeCluster, make_node, make_pod  # noqa: E402
-from nodeagent.scheduler.profile import SchedulerConfig  # noqa: E402
-from nodeagent.scheduler.scheduler import Scheduler  # noqa: E402
+from nodeagent.scheduler.fakes import FakeCluster, make_node, make_pod
+from nodeagent.scheduler.profile import SchedulerConfig
+from nodeagent.scheduler.scheduler import Scheduler
 
 # kube-scheduler scheduler_perf thresholds at 5000 nodes (pods/s)
+SORT = "cumulative"
 THRESHOLDS = {"basic": 680, "nodeaffinity": 220, "antiaffinity": 60, "preemption": 570}
 NAMES = {"basic": "SchedulingBasic", "nodeaffinity": "SchedulingNodeAffinity",
          "antiaffinity": "SchedulingPodAntiAffinity", "preemption": "PreemptionBasic"}
@@ -100,7 +101,7 @@ async def run_one(kind: str, n_nodes: int, profile: bool) -> tuple[float, int, d
     except asyncio.CancelledError:
         pass
     if prof:
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+        pstats.Stats(prof).sort_stats(SORT).print_stats(25)
     return n_measure / dt, n_measure, dict(sched.stats)
 
 

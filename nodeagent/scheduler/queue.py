@@ -286,7 +286,7 @@ class SchedulingQueue:
     def add_nominated(self, pod: PodInfo, node: str) -> None:
         self.delete_nominated(pod.uid)
         pod.nominated_node_name = node
-        self.nominated.setdefault(node, {})[pod.uid] = pod
+        self.nominated.setdefault(node, {})[pod.uid] = pod.with_node(node)
         self._nominated_node[pod.uid] = node
 
     def delete_nominated(self, uid: str) -> None:

@@ -18,7 +18,7 @@ from nodeagent.scheduler.clock import Clock, RealClock
 from nodeagent.scheduler.framework.interface import ActionType, ClusterEvent, CycleState
 from nodeagent.scheduler.framework.runtime import Framework
 from nodeagent.scheduler.framework.status import Code, FitError, Status
-from nodeagent.scheduler.framework.types import NodeInfo, PodInfo, pod_uid
+from nodeagent.scheduler.framework.types import NodeInfo, PodInfo, pod_uid, temporarily
 from nodeagent.scheduler.priority import resolve_priority
 from nodeagent.scheduler.profile import SchedulerConfig, build_framework
 from nodeagent.scheduler.queue import ASSIGNED_POD_DELETE, QueuedPodInfo, SchedulingQueue
@@ -66,6 +66,9 @@ class Handle:
 
     def preempt(self, pod: PodInfo, node: str, victims: list[PodInfo]) -> None:
         self._s.preempt(pod, node, victims)
+
+    def nominated_for(self, node: str, pod: PodInfo) -> list[PodInfo]:
+        return self._s.nominated_for(node, pod)
 
 
 class Scheduler:
@@ -311,19 +314,25 @@ class Scheduler:
     def _fits_with_nominated(self, fw: Framework, state: CycleState, pi: PodInfo, ni: NodeInfo,
                              filters: list[Any], statuses: dict[str, Status] | None = None) -> bool:
         """Filters must also pass with the node's higher-or-equal-priority nominated pods placed."""
-        others = [p for p in self.queue.nominated_pods_for_node(ni.name)
-                  if p.uid != pi.uid and p.priority >= pi.priority]
+        others = self.nominated_for(ni.name, pi)
         if not others:
             return True
-        node = ni.clone()
-        st = state.clone()
-        for p in others:
-            node.add_pod(p.with_node(ni.name))
-            fw.run_pre_filter_add_pod(st, pi, p, node)
-        s = fw.run_filters(st, pi, node, filters)
+        st = fw.what_if_state(state)
+        # the node already passed every filter; only pod-dependent ones can change
+        with temporarily(ni, add=others):  # the cycle is synchronous: nobody else sees the what-if
+            for p in others:
+                fw.run_pre_filter_add_pod(st, pi, p, ni)
+            s = fw.run_filters(st, pi, ni, fw.pod_dependent(filters))
         if s is not None and statuses is not None:
             statuses[ni.name] = s
         return s is None
+
+    def nominated_for(self, node: str, pi: PodInfo) -> list[PodInfo]:
+        """Pods nominated to `node` that `pi` must leave room for (priority >= its own)."""
+        pods = self.queue.nominated.get(node)
+        if not pods:
+            return []
+        return [p for p in pods.values() if p.uid != pi.uid and p.priority >= pi.priority]
 
     def select_host(self, nodes: list[NodeInfo], scores: list[int]) -> str:
         """The best score; ties broken uniformly at random (kube-scheduler samples the same distribution)."""

@@ -131,6 +131,27 @@ class Framework:
         skip = state.skip_filter
         return [p for p in self.filter_plugins if p.name not in skip] if skip else self.filter_plugins
 
+    def what_if_state(self, state: CycleState) -> CycleState:
+        """A CycleState preemption/nominated what-ifs may change: cloned only when a PreFilter
+        extension (add_pod/remove_pod) would write to it."""
+        for p in self.pre_filter_plugins:
+            if hasattr(p, "add_pod") and p.name not in state.skip_filter and p.name in state:
+                return state.clone()
+        return state
+
+    @staticmethod
+    def pod_dependent(filters: list[Any], after: str = "") -> list[Any]:
+        """The filters whose verdict can change when pods are added to or removed from a node.
+        Node-only filters are kept if they come at or after plugin `after` (they haven't been seen
+        to pass on that node)."""
+        out, seen = [], not after
+        for p in filters:
+            if p.name == after:
+                seen = True
+            if seen or getattr(p, "pod_dependent", True):
+                out.append(p)
+        return out
+
     def run_filters(self, state: CycleState, pod: PodInfo, node: NodeInfo,
                     filters: list[Any] | None = None) -> Status | None:
         """All filters on one node, stopping at the first rejection."""

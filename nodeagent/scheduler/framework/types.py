@@ -8,8 +8,9 @@ integer comparisons instead of walking pod specs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from nodeagent.api import quantity
@@ -330,11 +331,16 @@ class NodeInfo:
     def clone(self) -> NodeInfo:
         """A copy whose pod set and aggregates can change without touching this one (preemption what-ifs)."""
         c = object.__new__(NodeInfo)
-        for s in NodeInfo.__slots__:
-            object.__setattr__(c, s, getattr(self, s))
-        c.pods = dict(self.pods)
+        c.node, c.name, c.labels, c.taints = self.node, self.name, self.labels, self.taints
+        c.filter_taints, c.prefer_taints, c.unschedulable = self.filter_taints, self.prefer_taints, self.unschedulable
+        c.alloc_cpu, c.alloc_mem, c.alloc_eph, c.alloc_pods = self.alloc_cpu, self.alloc_mem, self.alloc_eph, self.alloc_pods
+        c.alloc_scalar, c.images, c.generation = self.alloc_scalar, self.images, self.generation
+        c.req_cpu, c.req_mem, c.req_eph, c.nz_cpu, c.nz_mem = self.req_cpu, self.req_mem, self.req_eph, self.nz_cpu, self.nz_mem
         c.req_scalar = dict(self.req_scalar)
+        c.pods = dict(self.pods)
         c.used_ports = {k: list(v) for k, v in self.used_ports.items()}
+        c.pods_with_affinity = self.pods_with_affinity
+        c.pods_with_required_anti_affinity = self.pods_with_required_anti_affinity
         return c
 
     def ports_conflict(self, ports: tuple[tuple[str, int, str], ...]) -> bool:
@@ -347,3 +353,22 @@ class NodeInfo:
 
     def __repr__(self) -> str:
         return f"NodeInfo({self.name}, pods={len(self.pods)})"
+
+
+@contextlib.contextmanager
+def temporarily(node: NodeInfo, add: Sequence[PodInfo] = (), remove: Sequence[PodInfo] = ()) -> Iterator[NodeInfo]:
+    """Add/remove pods on a NodeInfo for a what-if and restore it exactly afterwards.
+
+    Cheaper than cloning; safe because scheduling cycles are synchronous, so nothing else reads
+    the NodeInfo meanwhile. Pods the body moves itself must be balanced by the body.
+    """
+    for p in add:
+        node.add_pod(p)
+    removed = [p for p in remove if node.remove_pod(p)]
+    try:
+        yield node
+    finally:
+        for p in removed:
+            node.add_pod(p)
+        for p in add:
+            node.remove_pod(p)

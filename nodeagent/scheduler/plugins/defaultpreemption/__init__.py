@@ -24,6 +24,7 @@ from nodeagent.scheduler.framework import (
     unschedulable,
 )
 from nodeagent.scheduler.framework.status import reasons_summary
+from nodeagent.scheduler.framework.types import temporarily
 
 NAME = "DefaultPreemption"
 R_NOT_HELPFUL = "Preemption is not helpful for scheduling"
@@ -151,7 +152,7 @@ class DefaultPreemption:
         non_violating = 0
         for i in range(len(potential)):
             ni = potential[(offset + i) % len(potential)]
-            victims, nviol, s = self.select_victims(state, pod, ni, pdbs)
+            victims, nviol, s = self.select_victims(state, pod, ni, pdbs, statuses[ni.name].plugin)
             if s is None and victims:
                 cands.append(Candidate(ni.name, victims, nviol))
                 if nviol == 0:
@@ -167,37 +168,48 @@ class DefaultPreemption:
         self.handle.preempt(pod, best.node, best.victims)
         return PostFilterResult(best.node), None
 
-    def select_victims(self, state: CycleState, pod: PodInfo, ni: NodeInfo, pdbs: list[_PDB]
-                       ) -> tuple[list[PodInfo], int, Status | None]:
+    def select_victims(self, state: CycleState, pod: PodInfo, ni: NodeInfo, pdbs: list[_PDB],
+                       failed_at: str = "") -> tuple[list[PodInfo], int, Status | None]:
         """Remove every lower-priority pod; if the pod then fits, add back as many as possible,
         most important first, PDB-protected ones before the rest."""
         lower = [p for p in ni.pods.values() if p.priority < pod.priority]
         if not lower:
             return [], 0, unresolvable(NAME, R_NO_VICTIMS)
         fw = self.handle.framework
-        node = ni.clone()
-        st = state.clone()
-        for p in lower:
-            node.remove_pod(p)
-            fw.run_pre_filter_remove_pod(st, pod, p, node)
-        filters = fw.active_filters(st)
-        s = fw.run_filters(st, pod, node, filters)
-        if s is not None:
-            return [], 0, s
-        lower.sort(key=lambda p: (-p.priority, p.start_time))
-        violating, rest = split_by_pdb(lower, pdbs)
-        victims: list[PodInfo] = []
-        nviol = 0
-        for group, counts in ((violating, True), (rest, False)):
-            for p in group:
-                node.add_pod(p)
+        st = fw.what_if_state(state)
+        nominated = self.handle.nominated_for(ni.name, pod)
+        # what-if on the node itself, restored on exit (the cycle is synchronous)
+        with temporarily(ni, add=nominated, remove=lower) as node:
+            for p in nominated:
                 fw.run_pre_filter_add_pod(st, pod, p, node)
-                if fw.run_filters(st, pod, node, filters) is not None:
+            for p in lower:
+                fw.run_pre_filter_remove_pod(st, pod, p, node)
+            # node-only filters before the one that rejected this node already passed on it
+            filters = fw.pod_dependent(fw.active_filters(st), failed_at)
+            s = fw.run_filters(st, pod, node, filters)
+            if s is not None:
+                return [], 0, s
+            lower.sort(key=lambda p: (-p.priority, p.start_time))
+            violating, rest = split_by_pdb(lower, pdbs)
+            victims: list[PodInfo] = []
+            reprieved: list[PodInfo] = []
+            nviol = 0
+            try:
+                for group, counts in ((violating, True), (rest, False)):
+                    for p in group:
+                        node.add_pod(p)
+                        fw.run_pre_filter_add_pod(st, pod, p, node)
+                        if fw.run_filters(st, pod, node, filters) is None:
+                            reprieved.append(p)
+                            continue
+                        node.remove_pod(p)
+                        fw.run_pre_filter_remove_pod(st, pod, p, node)
+                        victims.append(p)
+                        if counts:
+                            nviol += 1
+            finally:
+                for p in reprieved:  # temporarily() re-adds every removed pod on exit
                     node.remove_pod(p)
-                    fw.run_pre_filter_remove_pod(st, pod, p, node)
-                    victims.append(p)
-                    if counts:
-                        nviol += 1
         victims.sort(key=lambda p: (-p.priority, p.start_time))
         return victims, nviol, None
 

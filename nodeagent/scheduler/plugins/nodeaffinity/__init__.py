@@ -96,6 +96,7 @@ def _names_from_fields(terms: Any) -> set[str] | None:
 
 class NodeAffinity:
     name = NAME
+    pod_dependent = False  # the verdict depends on the node alone: pod what-ifs cannot change it
 
     def __init__(self, args: Args):
         aa = args.added_affinity or {}

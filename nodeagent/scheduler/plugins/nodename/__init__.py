@@ -24,6 +24,7 @@ _REJECT = unresolvable(NAME, REASON)
 
 class NodeName:
     name = NAME
+    pod_dependent = False  # the verdict depends on the node alone: pod what-ifs cannot change it
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status | None]:
         if not pod.node_name:

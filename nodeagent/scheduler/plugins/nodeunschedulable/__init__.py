@@ -25,6 +25,7 @@ _REJECT = unresolvable(NAME, REASON)
 
 class NodeUnschedulable:
     name = NAME
+    pod_dependent = False  # the verdict depends on the node alone: pod what-ifs cannot change it
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status | None:
         if not node.unschedulable or any(tolerates(t, _TAINT) for t in pod.tolerations):

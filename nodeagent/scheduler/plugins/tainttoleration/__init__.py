@@ -50,6 +50,7 @@ def taint_reason(t: Mapping[str, Any]) -> str:
 
 class TaintToleration:
     name = NAME
+    pod_dependent = False  # the verdict depends on the node alone: pod what-ifs cannot change it
 
     def __init__(self, handle: Any = None) -> None:
         self.handle = handle
