@@ -72,6 +72,7 @@ class FakeCluster:
     def __init__(self, grace_delay: float = 0.0):
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # uid -> pod
+        self.by_name: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid
         self.pdb_objs: list[dict[str, Any]] = []
         self.classes: list[dict[str, Any]] = []
         self.namespaces: dict[str, dict[str, str]] = {}
@@ -122,6 +123,7 @@ class FakeCluster:
 
     def add_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         self.pods[pod["metadata"]["uid"]] = pod
+        self.by_name[(pod["metadata"].get("namespace") or "default", pod["metadata"]["name"])] = pod["metadata"]["uid"]
         self._emit("on_add", "Pod", pod)
         return pod
 
@@ -136,10 +138,10 @@ class FakeCluster:
             self._emit("on_delete", "Pod", old)
 
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
-        for p in self.pods.values():
-            if p["metadata"]["name"] == name and p["metadata"].get("namespace", "default") == namespace:
-                return p
-        raise KeyError(f"{namespace}/{name}")
+        uid = self.by_name.get((namespace, name))
+        if uid is None or uid not in self.pods:
+            raise KeyError(f"{namespace}/{name}")
+        return self.pods[uid]
 
     def node_of(self, name: str, namespace: str = "default") -> str | None:
         try:

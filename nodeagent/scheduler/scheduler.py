@@ -18,7 +18,7 @@ from nodeagent.scheduler.clock import Clock, RealClock
 from nodeagent.scheduler.framework.interface import ActionType, ClusterEvent, CycleState
 from nodeagent.scheduler.framework.runtime import Framework
 from nodeagent.scheduler.framework.status import Code, FitError, Status
-from nodeagent.scheduler.framework.types import NodeInfo, PodInfo, pod_uid, temporarily
+from nodeagent.scheduler.framework.types import NodeInfo, PodInfo, pod_uid
 from nodeagent.scheduler.priority import resolve_priority
 from nodeagent.scheduler.profile import SchedulerConfig, build_framework
 from nodeagent.scheduler.queue import ASSIGNED_POD_DELETE, QueuedPodInfo, SchedulingQueue
@@ -318,11 +318,18 @@ class Scheduler:
         if not others:
             return True
         st = fw.what_if_state(state)
-        # the node already passed every filter; only pod-dependent ones can change
-        with temporarily(ni, add=others):  # the cycle is synchronous: nobody else sees the what-if
-            for p in others:
-                fw.run_pre_filter_add_pod(st, pi, p, ni)
+        # the node already passed every filter; only pod-dependent ones can change. The what-if
+        # runs on the node itself: the cycle is synchronous, so nobody else sees it.
+        for p in others:
+            ni.add_pod(p)
+        try:
+            if fw.ext_plugins:
+                for p in others:
+                    fw.run_pre_filter_add_pod(st, pi, p, ni)
             s = fw.run_filters(st, pi, ni, fw.pod_dependent(filters))
+        finally:
+            for p in others:
+                ni.remove_pod(p)
         if s is not None and statuses is not None:
             statuses[ni.name] = s
         return s is None

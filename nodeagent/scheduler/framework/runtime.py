@@ -79,6 +79,8 @@ class Framework:
         if not self.bind_plugins:
             raise ValueError(f"profile {profile_name}: at least one bind plugin is required")
         self.waiting: dict[str, asyncio.Future[Status | None]] = {}
+        self.ext_plugins = [p for p in self.pre_filter_plugins if hasattr(p, "add_pod")]
+        self._pod_dependent: dict[tuple[int, str], list[Any]] = {}
 
     # -- queue ---------------------------------------------------------------------------------------
 
@@ -117,14 +119,14 @@ class Framework:
         return result, None
 
     def run_pre_filter_add_pod(self, state: CycleState, pod: PodInfo, to_add: PodInfo, node: NodeInfo) -> None:
-        for p in self.pre_filter_plugins:
-            if p.name not in state.skip_filter and hasattr(p, "add_pod"):
+        for p in self.ext_plugins:
+            if p.name not in state.skip_filter:
                 p.add_pod(state, pod, to_add, node)
 
     def run_pre_filter_remove_pod(self, state: CycleState, pod: PodInfo, to_remove: PodInfo,
                                   node: NodeInfo) -> None:
-        for p in self.pre_filter_plugins:
-            if p.name not in state.skip_filter and hasattr(p, "remove_pod"):
+        for p in self.ext_plugins:
+            if p.name not in state.skip_filter:
                 p.remove_pod(state, pod, to_remove, node)
 
     def active_filters(self, state: CycleState) -> list[Any]:
@@ -134,22 +136,26 @@ class Framework:
     def what_if_state(self, state: CycleState) -> CycleState:
         """A CycleState preemption/nominated what-ifs may change: cloned only when a PreFilter
         extension (add_pod/remove_pod) would write to it."""
-        for p in self.pre_filter_plugins:
-            if hasattr(p, "add_pod") and p.name not in state.skip_filter and p.name in state:
+        for p in self.ext_plugins:
+            if p.name not in state.skip_filter and p.name in state:
                 return state.clone()
         return state
 
-    @staticmethod
-    def pod_dependent(filters: list[Any], after: str = "") -> list[Any]:
+    def pod_dependent(self, filters: list[Any], after: str = "") -> list[Any]:
         """The filters whose verdict can change when pods are added to or removed from a node.
         Node-only filters are kept if they come at or after plugin `after` (they haven't been seen
         to pass on that node)."""
+        key = (hash(tuple(p.name for p in filters)), after)
+        got = self._pod_dependent.get(key)
+        if got is not None:
+            return got
         out, seen = [], not after
         for p in filters:
             if p.name == after:
                 seen = True
             if seen or getattr(p, "pod_dependent", True):
                 out.append(p)
+        self._pod_dependent[key] = out
         return out
 
     def run_filters(self, state: CycleState, pod: PodInfo, node: NodeInfo,

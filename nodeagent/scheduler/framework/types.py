@@ -125,7 +125,8 @@ class PodInfo:
                  "host_ports", "tolerations", "node_selector", "required_node_terms", "preferred_node_terms",
                  "required_affinity", "required_anti_affinity", "preferred_affinity",
                  "preferred_anti_affinity", "spread_constraints", "images", "preemption_policy",
-                 "nominated_node_name", "scheduling_gates", "scheduler_name", "resource_version")
+                 "nominated_node_name", "scheduling_gates", "scheduler_name", "resource_version",
+                 "any_affinity")
 
     def __init__(self, pod: dict[str, Any]):
         meta = pod.get("metadata") or {}
@@ -179,13 +180,10 @@ class PodInfo:
         self.preferred_anti_affinity = tuple(
             AffinityTerm(w.get("podAffinityTerm") or {}, ns, int(w.get("weight") or 0))
             for w in paa.get("preferredDuringSchedulingIgnoredDuringExecution") or ())
+        self.any_affinity = bool(self.required_affinity or self.required_anti_affinity or self.preferred_affinity
+                                 or self.preferred_anti_affinity)
         self.spread_constraints: list[dict[str, Any]] = spec.get("topologySpreadConstraints") or []
         self.images = tuple(normalized_image(c.get("image") or "") for c in spec.get("containers") or ())
-
-    @property
-    def has_affinity(self) -> bool:
-        return bool(self.required_affinity or self.required_anti_affinity or self.preferred_affinity
-                    or self.preferred_anti_affinity)
 
     def with_node(self, node_name: str) -> PodInfo:
         """A shallow copy bound to `node_name` (the assumed pod): no deep copy of the spec."""
@@ -294,12 +292,13 @@ class NodeInfo:
                 rs[k] = rs.get(k, 0) + v
         self.nz_cpu += p.nz_cpu
         self.nz_mem += p.nz_mem
-        for proto, port, ip in p.host_ports:
-            self.used_ports.setdefault((proto, port), []).append(ip)
-        if p.required_affinity or p.required_anti_affinity or p.preferred_affinity or p.preferred_anti_affinity:
+        if p.host_ports:
+            for proto, port, ip in p.host_ports:
+                self.used_ports.setdefault((proto, port), []).append(ip)
+        if p.any_affinity:
             self.pods_with_affinity += 1
-        if p.required_anti_affinity:
-            self.pods_with_required_anti_affinity += 1
+            if p.required_anti_affinity:
+                self.pods_with_required_anti_affinity += 1
         self.generation += 1
 
     def remove_pod(self, p: PodInfo) -> bool:
@@ -315,16 +314,17 @@ class NodeInfo:
                 rs[k] = rs.get(k, 0) - v
         self.nz_cpu -= p.nz_cpu
         self.nz_mem -= p.nz_mem
-        for proto, port, ip in p.host_ports:
-            ips = self.used_ports.get((proto, port))
-            if ips:
-                ips.remove(ip)
-                if not ips:
-                    del self.used_ports[(proto, port)]
-        if p.required_affinity or p.required_anti_affinity or p.preferred_affinity or p.preferred_anti_affinity:
+        if p.host_ports:
+            for proto, port, ip in p.host_ports:
+                ips = self.used_ports.get((proto, port))
+                if ips:
+                    ips.remove(ip)
+                    if not ips:
+                        del self.used_ports[(proto, port)]
+        if p.any_affinity:
             self.pods_with_affinity -= 1
-        if p.required_anti_affinity:
-            self.pods_with_required_anti_affinity -= 1
+            if p.required_anti_affinity:
+                self.pods_with_required_anti_affinity -= 1
         self.generation += 1
         return True
 

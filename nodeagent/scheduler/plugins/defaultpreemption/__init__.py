@@ -24,7 +24,6 @@ from nodeagent.scheduler.framework import (
     unschedulable,
 )
 from nodeagent.scheduler.framework.status import reasons_summary
-from nodeagent.scheduler.framework.types import temporarily
 
 NAME = "DefaultPreemption"
 R_NOT_HELPFUL = "Preemption is not helpful for scheduling"
@@ -150,9 +149,10 @@ class DefaultPreemption:
         offset = self.handle.rng.randrange(len(potential))
         cands: list[Candidate] = []
         non_violating = 0
+        dry = _DryRun(self.handle.framework, state)
         for i in range(len(potential)):
             ni = potential[(offset + i) % len(potential)]
-            victims, nviol, s = self.select_victims(state, pod, ni, pdbs, statuses[ni.name].plugin)
+            victims, nviol, s = self.select_victims(state, pod, ni, pdbs, statuses[ni.name].plugin, dry)
             if s is None and victims:
                 cands.append(Candidate(ni.name, victims, nviol))
                 if nviol == 0:
@@ -169,49 +169,94 @@ class DefaultPreemption:
         return PostFilterResult(best.node), None
 
     def select_victims(self, state: CycleState, pod: PodInfo, ni: NodeInfo, pdbs: list[_PDB],
-                       failed_at: str = "") -> tuple[list[PodInfo], int, Status | None]:
+                       failed_at: str = "", dry: _DryRun | None = None) -> tuple[list[PodInfo], int, Status | None]:
         """Remove every lower-priority pod; if the pod then fits, add back as many as possible,
-        most important first, PDB-protected ones before the rest."""
-        lower = [p for p in ni.pods.values() if p.priority < pod.priority]
+        most important first, PDB-protected ones before the rest.
+
+        The what-if runs on the node itself and restores it exactly (the cycle is synchronous);
+        with no PreFilter extension active, the CycleState is shared rather than cloned."""
+        prio = pod.priority
+        lower = [p for p in ni.pods.values() if p.priority < prio]
         if not lower:
             return [], 0, unresolvable(NAME, R_NO_VICTIMS)
-        fw = self.handle.framework
-        st = fw.what_if_state(state)
+        if dry is None:
+            dry = _DryRun(self.handle.framework, state)
+        st = dry.state_for_node()
+        exts = dry.exts
+        filters = dry.filters_after(failed_at)
+        run_filters = dry.fw.run_filters
         nominated = self.handle.nominated_for(ni.name, pod)
-        # what-if on the node itself, restored on exit (the cycle is synchronous)
-        with temporarily(ni, add=nominated, remove=lower) as node:
-            for p in nominated:
-                fw.run_pre_filter_add_pod(st, pod, p, node)
-            for p in lower:
-                fw.run_pre_filter_remove_pod(st, pod, p, node)
-            # node-only filters before the one that rejected this node already passed on it
-            filters = fw.pod_dependent(fw.active_filters(st), failed_at)
-            s = fw.run_filters(st, pod, node, filters)
+        for p in nominated:
+            ni.add_pod(p)
+        for p in lower:
+            ni.remove_pod(p)
+        out: list[PodInfo] = []  # pods currently off the node (restored in `finally`)
+        out.extend(lower)
+        try:
+            for e in exts:
+                for p in nominated:
+                    e.add_pod(st, pod, p, ni)
+                for p in lower:
+                    e.remove_pod(st, pod, p, ni)
+            s = run_filters(st, pod, ni, filters)
             if s is not None:
                 return [], 0, s
-            lower.sort(key=lambda p: (-p.priority, p.start_time))
-            violating, rest = split_by_pdb(lower, pdbs)
+            lower.sort(key=_importance)
+            if pdbs:
+                violating, rest = split_by_pdb(lower, pdbs)
+            else:
+                violating, rest = [], lower
             victims: list[PodInfo] = []
-            reprieved: list[PodInfo] = []
             nviol = 0
-            try:
-                for group, counts in ((violating, True), (rest, False)):
-                    for p in group:
-                        node.add_pod(p)
-                        fw.run_pre_filter_add_pod(st, pod, p, node)
-                        if fw.run_filters(st, pod, node, filters) is None:
-                            reprieved.append(p)
-                            continue
-                        node.remove_pod(p)
-                        fw.run_pre_filter_remove_pod(st, pod, p, node)
-                        victims.append(p)
-                        if counts:
-                            nviol += 1
-            finally:
-                for p in reprieved:  # temporarily() re-adds every removed pod on exit
-                    node.remove_pod(p)
-        victims.sort(key=lambda p: (-p.priority, p.start_time))
+            for group, counts in ((violating, True), (rest, False)):
+                for p in group:
+                    ni.add_pod(p)
+                    out.remove(p)
+                    for e in exts:
+                        e.add_pod(st, pod, p, ni)
+                    if run_filters(st, pod, ni, filters) is None:
+                        continue  # reprieved
+                    ni.remove_pod(p)
+                    out.append(p)
+                    for e in exts:
+                        e.remove_pod(st, pod, p, ni)
+                    victims.append(p)
+                    if counts:
+                        nviol += 1
+        finally:
+            for p in out:
+                ni.add_pod(p)
+            for p in nominated:
+                ni.remove_pod(p)
+        victims.sort(key=_importance)
         return victims, nviol, None
+
+
+def _importance(p: PodInfo) -> tuple[int, str]:
+    """Most important first: higher priority, then earlier start."""
+    return (-p.priority, p.start_time)
+
+
+class _DryRun:
+    """What every dry run of one preemption attempt shares: extension plugins, filter lists, state."""
+
+    def __init__(self, fw: Any, state: CycleState):
+        self.fw = fw
+        self.state = state
+        self.exts = [p for p in fw.pre_filter_plugins
+                     if hasattr(p, "add_pod") and p.name not in state.skip_filter and p.name in state]
+        self.active = fw.active_filters(state)
+        self._filters: dict[str, list[Any]] = {}
+
+    def state_for_node(self) -> CycleState:
+        return self.state.clone() if self.exts else self.state
+
+    def filters_after(self, failed_at: str) -> list[Any]:
+        # node-only filters before the one that rejected this node already passed on it
+        f = self._filters.get(failed_at)
+        if f is None:
+            f = self._filters[failed_at] = self.fw.pod_dependent(self.active, failed_at)
+        return f
 
 
 def new(args: Args | None, handle: Any) -> DefaultPreemption:
