@@ -68,10 +68,13 @@ def counts(kind: str, nodes: int) -> tuple[int, int]:
         return nodes, 1000
     if kind == "antiaffinity":
         return min(nodes // 5, nodes // 2), min(1000, nodes - nodes // 5)
-    return 4 * nodes, nodes  # preemption: every node full of low-priority pods, one high-priority pod each
+    # preemption: every node full of low-priority pods (4 x 900m on 4 cpu); high-priority 3-cpu pods each
+    # need 3 victims. scheduler_perf runs 500 nodes / 2000 init / 500 measured (its 5000-node variant is
+    # disabled upstream as too slow); we keep 4 init pods per node and measure at most 500.
+    return 4 * nodes, min(nodes, 500)
 
 
-async def run_one(kind: str, n_nodes: int, profile: bool) -> tuple[float, int, dict[str, int]]:
+async def run_one(kind: str, n_nodes: int, profile: bool) -> tuple[float, float, int, dict[str, int]]:
     cluster = FakeCluster()
     sched = Scheduler(SchedulerConfig(), cluster.api(), rng=random.Random(42))
     cluster.subscribe(sched)
@@ -87,6 +90,7 @@ async def run_one(kind: str, n_nodes: int, profile: bool) -> tuple[float, int, d
     gc.collect()
     prof = cProfile.Profile() if profile else None
     t0 = time.perf_counter()
+    c0 = time.process_time()
     if prof:
         prof.enable()
     for p in measure:
@@ -95,6 +99,7 @@ async def run_one(kind: str, n_nodes: int, profile: bool) -> tuple[float, int, d
     if prof:
         prof.disable()
     dt = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     task.cancel()
     try:
         await task
@@ -102,7 +107,7 @@ async def run_one(kind: str, n_nodes: int, profile: bool) -> tuple[float, int, d
         pass
     if prof:
         pstats.Stats(prof).sort_stats(SORT).print_stats(25)
-    return n_measure / dt, n_measure, dict(sched.stats)
+    return n_measure / dt, n_measure / cpu, n_measure, dict(sched.stats)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,17 +116,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default="basic,nodeaffinity,antiaffinity,preemption",
                     help="comma-separated: " + ",".join(THRESHOLDS))
     ap.add_argument("--profile", action="store_true", help="cProfile the measured phase and print the top")
+    ap.add_argument("--profile-sort", default="cumulative", help="pstats sort key (cumulative, tottime)")
     args = ap.parse_args(argv)
+    global SORT
+    SORT = args.profile_sort
     node_counts = [int(x) for x in args.nodes.split(",") if x]
     kinds = [k for k in args.workloads.split(",") if k]
-    print("in-memory scheduler throughput (fake API, no apiserver); shared 2-core machine, figures are noisy")
-    print(f"{'workload':<28}{'nodes':>7}{'pods':>7}{'pods/s':>10}{'kube-scheduler @5000':>22}  verdict")
+    print("in-memory scheduler throughput (fake API, no apiserver). The machine is shared (2 cores, other jobs):")
+    print("wall pods/s depends on the load; cpu pods/s divides by this process's CPU time (load-independent).")
+    print(f"{'workload':<28}{'nodes':>7}{'pods':>7}{'wall pods/s':>13}{'cpu pods/s':>12}"
+          f"{'kube-scheduler @5000':>22}  verdict (cpu)")
     for kind in kinds:
         for n in node_counts:
-            rate, pods, stats = asyncio.run(run_one(kind, n, args.profile))
+            rate, cpu_rate, pods, stats = asyncio.run(run_one(kind, n, args.profile))
             ref = THRESHOLDS[kind]
-            verdict = ("meets" if rate >= ref else "below") if n == 5000 else ""
-            print(f"{NAMES[kind]:<28}{n:>7}{pods:>7}{rate:>10.0f}{ref:>22}  {verdict}", flush=True)
+            verdict = ("meets" if cpu_rate >= ref else "below") if n == 5000 else ""
+            print(f"{NAMES[kind]:<28}{n:>7}{pods:>7}{rate:>13.0f}{cpu_rate:>12.0f}{ref:>22}  {verdict}", flush=True)
     print("through the apiserver: n/a here (the apiserver and client are wired in by the lead)")
     return 0
 

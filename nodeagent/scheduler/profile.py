@@ -88,6 +88,9 @@ def parse_config(doc: dict[str, Any] | None) -> SchedulerConfig:
     return cfg
 
 
+DEFAULT_PROFILE_FILE = Path(__file__).with_name("default-profile.yaml")
+
+
 def load_config(path: str | Path | None) -> SchedulerConfig:
     if path is None:
         return SchedulerConfig()

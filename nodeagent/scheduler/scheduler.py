@@ -136,7 +136,10 @@ class Scheduler:
                     self.queue.move_all_to_active_or_backoff(ClusterEvent("Pod", ActionType.ADD), None, obj,
                                                              pred=lambda qp: _affinity_related(qp, p))
             elif self._responsible(obj) and not self._terminal(obj):
-                self.queue.add(self._pod_info(obj))
+                pi = self._pod_info(obj)
+                self.queue.add(pi)
+                if pi.nominated_node_name:  # nominated by an earlier run (or another replica)
+                    self.queue.add_nominated(pi, pi.nominated_node_name)
         else:
             self._other_event(kind, ActionType.ADD, None, obj)
 
@@ -166,7 +169,10 @@ class Scheduler:
                 if self._terminal(new) or (new.get("metadata") or {}).get("deletionTimestamp"):
                     self.queue.delete(pod_uid(new))
                 else:
-                    self.queue.update(self._pod_info(new))
+                    pi = self._pod_info(new)
+                    self.queue.update(pi)
+                    if pi.nominated_node_name:
+                        self.queue.add_nominated(pi, pi.nominated_node_name)
         else:
             self._other_event(kind, ActionType.UPDATE, old, new)
 

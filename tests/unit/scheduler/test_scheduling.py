@@ -202,3 +202,25 @@ def test_profile_errors():
         setup([], config={"profiles": [{"pluginConfig": [{"name": "NodeResourcesFit", "args": {"bogus": 1}}]}]})
     with pytest.raises(ConfigError):
         parse_config({"percentageOfNodesToScore": 150})
+
+
+def test_default_profile_file_matches_the_built_in_defaults():
+    from nodeagent.scheduler.profile import DEFAULT_PROFILE_FILE, Profile, load_config
+
+    cfg = load_config(DEFAULT_PROFILE_FILE)
+    assert plugin_set(cfg.profiles[0]) == plugin_set(Profile())
+    cluster, s = setup([make_node("n")])
+    s2 = Scheduler(cfg, cluster.api())
+    assert list(s2.frameworks["default-scheduler"].plugins) == list(s.frameworks["default-scheduler"].plugins)
+
+
+async def test_nominated_node_from_the_api_is_honoured_by_lower_priority_pods():
+    clock = FakeClock()
+    cluster, s = setup([make_node("n", cpu="2")], clock=clock)
+    vip = make_pod("vip", cpu="2", priority=100, schedulingGates=[{"name": "hold"}])
+    vip["status"]["nominatedNodeName"] = "n"
+    cluster.add_pod(vip)
+    cluster.add_pod(make_pod("low", cpu="1", priority=1))
+    await s.drain()
+    assert cluster.node_of("low") is None
+    assert "0/1 nodes are available: 1 Insufficient cpu." in cluster.events_for("low", "FailedScheduling")[0]["message"]
