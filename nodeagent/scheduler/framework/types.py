@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -92,10 +93,25 @@ def pod_uid(pod: Mapping[str, Any]) -> str:
     return meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
 
 
+_TERM_IDS: dict[tuple[Any, ...], int] = {}
+_term_seq = itertools.count()
+
+
+def _term_id(sig: tuple[Any, ...]) -> int:
+    """Equal terms (same namespaces and selectors) share an id, so matches can be memoized per cycle."""
+    global _TERM_IDS
+    tid = _TERM_IDS.get(sig)
+    if tid is None:
+        if len(_TERM_IDS) > 65536:  # bounded: older terms keep unique ids, they just stop sharing
+            _TERM_IDS = {}
+        tid = _TERM_IDS[sig] = next(_term_seq)
+    return tid
+
+
 class AffinityTerm:
     """A parsed PodAffinityTerm: which pods (namespaces + selector) and over which topology key."""
 
-    __slots__ = ("namespaces", "ns_selector", "selector", "topology_key", "weight")
+    __slots__ = ("namespaces", "ns_selector", "selector", "topology_key", "weight", "id")
 
     def __init__(self, term: Mapping[str, Any], pod_namespace: str, weight: int = 0):
         self.selector: Selector = from_label_selector(term.get("labelSelector"))
@@ -107,6 +123,7 @@ class AffinityTerm:
             nss = (pod_namespace,)
         self.namespaces = frozenset(nss)
         self.weight = weight
+        self.id = _term_id((self.namespaces, self.ns_selector, self.selector))
 
     def matches(self, pod: PodInfo, ns_labels: Mapping[str, Mapping[str, str]] | None = None) -> bool:
         if pod.namespace not in self.namespaces:
@@ -126,7 +143,7 @@ class PodInfo:
                  "required_affinity", "required_anti_affinity", "preferred_affinity",
                  "preferred_anti_affinity", "spread_constraints", "images", "preemption_policy",
                  "nominated_node_name", "scheduling_gates", "scheduler_name", "resource_version",
-                 "any_affinity")
+                 "any_affinity", "match_key")
 
     def __init__(self, pod: dict[str, Any]):
         meta = pod.get("metadata") or {}
@@ -139,6 +156,8 @@ class PodInfo:
         self.uid: str = meta.get("uid") or self.key
         self.resource_version: str = meta.get("resourceVersion") or ""
         self.labels: dict[str, str] = meta.get("labels") or {}
+        # what selectors and namespaces look at: equal keys match the same terms
+        self.match_key = (self.namespace, frozenset(self.labels.items()))
         self.node_name: str = spec.get("nodeName") or ""
         self.priority: int = int(spec.get("priority") or 0)
         self.deleting = bool(meta.get("deletionTimestamp"))

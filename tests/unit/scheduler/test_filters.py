@@ -162,3 +162,28 @@ def test_pod_topology_spread_do_not_schedule():
     soft = [dict(c[0], whenUnsatisfiable="ScheduleAnyway", maxSkew=1)]
     assert env.filter("PodTopologySpread", make_pod("p", labels={"app": "a"}, topologySpreadConstraints=soft),
                       "n0") is None
+
+
+def test_inter_pod_affinity_counts_every_pod_when_many_share_labels_and_terms():
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    nodes = [make_node(f"n{i}", labels={"zone": f"z{i // 2}"}) for i in range(6)]
+    env = Env(nodes, [make_pod(f"db{i}", labels={"app": "db"}, affinity=anti, node=f"n{i}") for i in (0, 2, 3)])
+    r_mine = "node(s) didn't match pod anti-affinity rules"
+    assert env.filter_all("InterPodAffinity", make_pod("x", labels={"app": "db"}, affinity=anti)) == {
+        "n0": r_mine, "n1": "", "n2": r_mine, "n3": r_mine, "n4": "", "n5": ""}
+    r_theirs = "node(s) didn't satisfy existing pods anti-affinity rules"
+    assert env.filter_all("InterPodAffinity", make_pod("y", labels={"app": "db"})) == {
+        "n0": r_theirs, "n1": "", "n2": r_theirs, "n3": r_theirs, "n4": "", "n5": ""}
+    # in another namespace the same labels match nothing (the terms default to their pods' namespace)
+    assert set(env.filter_all("InterPodAffinity", make_pod("z", namespace="b", labels={"app": "db"})).values()) == {""}
+    # preemption what-ifs keep the counts consistent
+    pe_state, pi = env._prep(make_pod("x", labels={"app": "db"}, affinity=anti))
+    plugin = env.plugin("InterPodAffinity")
+    plugin.pre_filter(pe_state, pi)
+    n0 = env.sched.cache.nodes["n0"]
+    victim = next(iter(n0.pods.values()))
+    plugin.remove_pod(pe_state, pi, victim, n0)
+    assert plugin.filter(pe_state, pi, n0) is None
+    plugin.add_pod(pe_state, pi, victim, n0)
+    assert plugin.filter(pe_state, pi, n0).reasons == (r_mine,)

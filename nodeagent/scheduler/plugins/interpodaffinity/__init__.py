@@ -25,6 +25,7 @@ from nodeagent.scheduler.framework import (
     unresolvable,
     unschedulable,
 )
+from nodeagent.scheduler.framework.types import AffinityTerm
 
 NAME = "InterPodAffinity"
 R_AFFINITY = "node(s) didn't match pod affinity rules"
@@ -102,24 +103,48 @@ class InterPodAffinity:
             return None, skip(NAME)
         st = _State(self.handle.namespace_labels)
         nsl = st.ns_labels
+        # existing pods' required anti-affinity against the incoming pod: equal terms (by id) give
+        # equal answers, so each distinct term is matched once
+        seen: dict[int, bool] = {}
+        existing = st.existing
         for ni in with_anti:
+            labels = ni.labels
             for ep in ni.pods.values():
                 for t in ep.required_anti_affinity:
-                    if t.matches(pod, nsl):
-                        _bump(st.existing, t.topology_key, ni, 1)
+                    m = seen.get(t.id)
+                    if m is None:
+                        m = seen[t.id] = t.matches(pod, nsl)
+                    if m:
+                        v = labels.get(t.topology_key)
+                        if v is not None:
+                            k = (t.topology_key, v)
+                            existing[k] = existing.get(k, 0) + 1
                         st.existing_keys.add(t.topology_key)
         if pod.required_affinity or pod.required_anti_affinity:
             aff, anti = pod.required_affinity, pod.required_anti_affinity
+            # per distinct (namespace, labels) of existing pods: (matches all affinity terms, anti terms hit)
+            memo: dict[Any, tuple[bool, tuple[AffinityTerm, ...]]] = {}
+            counts_a, counts_n = st.affinity, st.anti
             for ni in snap.nodes:
                 if not ni.pods:
                     continue
+                labels = ni.labels
                 for ep in ni.pods.values():
-                    if aff and all(t.matches(ep, nsl) for t in aff):
+                    r = memo.get(ep.match_key)
+                    if r is None:
+                        r = memo[ep.match_key] = (bool(aff) and all(t.matches(ep, nsl) for t in aff),
+                                                  tuple(t for t in anti if t.matches(ep, nsl)))
+                    if r[0]:
                         for t in aff:
-                            _bump(st.affinity, t.topology_key, ni, 1)
-                    for t in anti:
-                        if t.matches(ep, nsl):
-                            _bump(st.anti, t.topology_key, ni, 1)
+                            v = labels.get(t.topology_key)
+                            if v is not None:
+                                k = (t.topology_key, v)
+                                counts_a[k] = counts_a.get(k, 0) + 1
+                    for t in r[1]:
+                        v = labels.get(t.topology_key)
+                        if v is not None:
+                            k = (t.topology_key, v)
+                            counts_n[k] = counts_n.get(k, 0) + 1
         state[NAME] = st
         return None, None
 
