@@ -93,6 +93,9 @@ class NodeResourcesFit:
         self.default_resources = [n for n, w in self.resources] == ["cpu", "memory"] and \
             all(w == 1 for _, w in self.resources)
         self._status: dict[tuple[str, ...], Status] = {}
+        names = ("Too many pods", "Insufficient cpu", "Insufficient memory", "Insufficient ephemeral-storage")
+        self._by_bits = [None] + [self._reject(tuple(r for i, r in enumerate(names) if b & (1 << i)))
+                                  for b in range(1, 16)]
 
     def _scalars(self, pod: PodInfo) -> list[tuple[str, int]]:
         out = []
@@ -148,10 +151,22 @@ class NodeResourcesFit:
                 return passed, []
         failed = []
         passed = []
+        if scalars:
+            for n in nodes:
+                reasons = self.insufficient(pod, n, scalars)
+                if reasons:
+                    failed.append((n, self._reject(reasons)))
+                else:
+                    passed.append(n)
+            return passed, failed
+        # the common case inlined: one status per distinct combination of the four checks
+        by_bits = self._by_bits
         for n in nodes:
-            reasons = self.insufficient(pod, n, scalars)
-            if reasons:
-                failed.append((n, self._reject(reasons)))
+            bits = ((len(n.pods) >= n.alloc_pods) | ((cpu > 0 and cpu > n.alloc_cpu - n.req_cpu) << 1)
+                    | ((mem > 0 and mem > n.alloc_mem - n.req_mem) << 2)
+                    | ((eph > 0 and eph > n.alloc_eph - n.req_eph) << 3))
+            if bits:
+                failed.append((n, by_bits[bits]))
             else:
                 passed.append(n)
         return passed, failed
