@@ -130,9 +130,14 @@ def plugin_set(profile: Profile) -> PluginSet:
     return PluginSet(points, weights)
 
 
-def build_framework(profile: Profile, handle: Any) -> Framework:
-    """Instantiate the profile's plugins (validated args, one instance each) and wire them."""
+def build_framework(profile: Profile, handle: Any, out_of_tree: dict[str, Any] | None = None) -> Framework:
+    """Instantiate the profile's plugins (validated args, one instance each) and wire them.
+    `out_of_tree` adds plugin modules (NAME, new, optional Args/validate) beside the in-tree ones."""
     registry = discover()
+    for name, mod in (out_of_tree or {}).items():
+        if name in registry:
+            raise ConfigError(f"out-of-tree plugin {name!r} collides with an in-tree plugin")
+        registry[name] = mod
     ps = plugin_set(profile)
     wanted: list[str] = []
     for names in ps.points.values():

@@ -73,14 +73,14 @@ class Handle:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, api: SchedulerAPI, *, clock: Clock | None = None,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, out_of_tree: dict[str, Any] | None = None):
         self.config = config
         self.api = api
         self.clock = clock or RealClock()
         self.rng = rng or random.Random()
         self.cache = Cache(self.clock)
         self.handle = Handle(self, api, self.rng)
-        self.frameworks: dict[str, Framework] = {p.scheduler_name: build_framework(p, self.handle)
+        self.frameworks: dict[str, Framework] = {p.scheduler_name: build_framework(p, self.handle, out_of_tree)
                                                  for p in config.profiles}
         self.percentages = {p.scheduler_name: (p.percentage_of_nodes_to_score
                                                if p.percentage_of_nodes_to_score is not None
