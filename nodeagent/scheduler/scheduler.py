@@ -256,7 +256,7 @@ class Scheduler:
             raise FitError(pi.key, 0, {}, "no nodes available to schedule pods")
         feasible, statuses = self.find_nodes_that_fit(fw, state, pi, snap)
         if not feasible:
-            plugins = frozenset(s.plugin for s in statuses.values() if s.plugin)
+            plugins = frozenset(s.plugin for s in set(statuses.values()) if s.plugin)
             raise FitError(pi.key, snap.num_nodes, statuses, "", plugins)
         if len(feasible) == 1:
             return feasible[0].name

@@ -8,6 +8,7 @@ PreFilter/PreScore means "don't call my Filter/Score for this pod", WAIT is Perm
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 
@@ -22,7 +23,7 @@ class Code(enum.IntEnum):
     PENDING = 6
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)  # identity hash: plugins share instances
 class Status:
     code: Code
     reasons: tuple[str, ...] = ()
@@ -84,9 +85,10 @@ class FitError(Exception):
 def reasons_summary(statuses: dict[str, Status] | list[Status]) -> str:
     """kube-scheduler's "1 Insufficient cpu, 2 node(s) had untolerated taint {k: v}" (sorted strings)."""
     counts: dict[str, int] = {}
-    for s in (statuses.values() if isinstance(statuses, dict) else statuses):
+    # plugins reuse Status objects, so count distinct objects first (in C), then their reasons
+    for s, n in collections.Counter(statuses.values() if isinstance(statuses, dict) else statuses).items():
         for r in s.reasons:
-            counts[r] = counts.get(r, 0) + 1
+            counts[r] = counts.get(r, 0) + n
     return ", ".join(sorted(f"{n} {r}" for r, n in counts.items()))
 
 

@@ -93,3 +93,25 @@ def test_candidate_count_follows_kubernetes_defaults():
     pe = Env([make_node("a")]).plugin("DefaultPreemption")
     assert pe.num_candidates(50) == 50 and pe.num_candidates(500) == 100 and pe.num_candidates(5000) == 500
     assert CycleState().clone() == {}
+
+
+def test_pick_one_criteria_in_order():
+    from nodeagent.scheduler.framework import PodInfo
+    from nodeagent.scheduler.plugins.defaultpreemption import Candidate, pick_one
+
+    def v(prio, start):
+        p = make_pod(f"v{prio}{start}", priority=prio)
+        p["status"]["startTime"] = start
+        return PodInfo(p)
+
+    a = Candidate("a", [v(5, "2026-01-01T00:00:00Z")], 1)
+    b = Candidate("b", [v(9, "2026-01-01T00:00:00Z")], 0)
+    assert pick_one([a, b]).node == "b"  # PDB violations first
+    c = Candidate("c", [v(3, "2026-01-01T00:00:00Z"), v(3, "2026-01-01T00:00:01Z")], 0)
+    d = Candidate("d", [v(4, "2026-01-01T00:00:00Z")], 0)
+    assert pick_one([d, c]).node == "c"  # then the lowest highest-priority victim
+    e = Candidate("e", [v(3, "2026-01-01T00:00:00Z")], 0)
+    assert pick_one([c, e]).node == "e"  # then the lowest priority sum
+    f = Candidate("f", [v(3, "2026-01-01T00:05:00Z")], 0)
+    assert pick_one([e, f]).node == "f"  # then the latest start among the top victims
+    assert pick_one([e, Candidate("g", list(e.victims), 0)]).node == "e"  # then the first

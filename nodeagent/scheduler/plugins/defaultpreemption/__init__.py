@@ -94,14 +94,27 @@ def split_by_pdb(pods: list[PodInfo], pdbs: list[_PDB]) -> tuple[list[PodInfo], 
 
 
 def pick_one(cands: list[Candidate]) -> Candidate:
-    """kube-scheduler's pickOneNodeForPreemption criteria, in order."""
-    def key(c: Candidate) -> tuple[Any, ...]:
-        top = c.victims[0].priority if c.victims else -(2**31)
-        psum = sum(v.priority + 2**31 + 1 for v in c.victims)
-        top_start = min((v.start_time for v in c.victims if v.priority == top), default="")
-        # latest earliest-start wins: invert the string ordering with a tuple of negated code points
-        return (c.num_pdb_violations, top, psum, len(c.victims), tuple(-ord(ch) for ch in top_start))
-    return min(cands, key=key)
+    """kube-scheduler's pickOneNodeForPreemption: narrow by each criterion in turn (fewest PDB
+    violations, lowest highest-victim priority, lowest priority sum, fewest victims, latest start
+    of the highest-priority victims), the first left wins."""
+    def narrow(cs: list[Candidate], key: Any) -> list[Candidate]:
+        if len(cs) == 1:
+            return cs
+        vals = [key(c) for c in cs]
+        best = min(vals)
+        return [c for c, v in zip(cs, vals, strict=True) if v == best]
+
+    cs = narrow(cands, lambda c: c.num_pdb_violations)
+    cs = narrow(cs, lambda c: c.victims[0].priority if c.victims else -(2**31))
+    cs = narrow(cs, lambda c: sum(v.priority + 2**31 + 1 for v in c.victims))
+    cs = narrow(cs, lambda c: len(c.victims))
+    if len(cs) > 1:
+        def earliest_top_start(c: Candidate) -> str:
+            top = c.victims[0].priority
+            return min(v.start_time for v in c.victims if v.priority == top)
+        latest = max(earliest_top_start(c) for c in cs)
+        cs = [c for c in cs if earliest_top_start(c) == latest]
+    return cs[0]
 
 
 class DefaultPreemption:
@@ -132,15 +145,12 @@ class DefaultPreemption:
             return None, unschedulable(NAME, why)
         snap = self.handle.snapshot
         n_all = snap.num_nodes
-        potential = []
-        result_statuses: dict[str, Status] = {}
         not_helpful = unresolvable(NAME, R_NOT_HELPFUL)
-        for ni in snap.nodes:
-            s = statuses.get(ni.name)
-            if s is not None and s.code == Code.UNSCHEDULABLE:
-                potential.append(ni)
-            else:
-                result_statuses[ni.name] = not_helpful
+        resolvable = {id(s) for s in set(statuses.values()) if s.code == Code.UNSCHEDULABLE}
+        get = statuses.get
+        potential = [ni for ni in snap.nodes if id(get(ni.name)) in resolvable]
+        result_statuses: dict[str, Status] = {ni.name: not_helpful for ni in snap.nodes
+                                              if id(get(ni.name)) not in resolvable}
         if not potential:
             return None, unresolvable(NAME, f"preemption: 0/{n_all} nodes are available: "
                                             f"{reasons_summary(result_statuses)}.")
