@@ -288,8 +288,9 @@ class Scheduler:
         if pre_res is not None and pre_res.node_names is not None:
             allowed = pre_res.node_names
             candidates = [n for n in snap.nodes if n.name in allowed]
-            excluded = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, ("node(s) didn't satisfy plugin(s) [NodeAffinity]",),
-                              "NodeAffinity")
+            excluded = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                              ("node(s) didn't satisfy plugin(s) [" + " ".join(pre_res.plugins) + "]",),
+                              pre_res.plugins[0] if pre_res.plugins else "")
             for n in snap.nodes:
                 if n.name not in allowed:
                     statuses[n.name] = excluded

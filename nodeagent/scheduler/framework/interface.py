@@ -81,6 +81,7 @@ class ClusterEventWithHint:
 class PreFilterResult:
     """Node names a PreFilter already knows are the only candidates (None = all)."""
     node_names: set[str] | None = None
+    plugins: tuple[str, ...] = ()  # which PreFilters narrowed the set (for the rejection message)
 
 
 @dataclasses.dataclass

@@ -112,10 +112,11 @@ class Framework:
             if r is not None and r.node_names is not None:
                 names = r.node_names if result is None or result.node_names is None \
                     else result.node_names & r.node_names
-                result = PreFilterResult(names)
+                result = PreFilterResult(names, (result.plugins if result else ()) + (p.name,))
                 if not names:
                     return result, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
-                                          ("node(s) didn't satisfy plugin(s) [" + p.name + "]",), p.name)
+                                          ("node(s) didn't satisfy plugin(s) [" + " ".join(result.plugins) + "]",),
+                                          p.name)
         return result, None
 
     def run_pre_filter_add_pod(self, state: CycleState, pod: PodInfo, to_add: PodInfo, node: NodeInfo) -> None:

@@ -224,3 +224,16 @@ async def test_nominated_node_from_the_api_is_honoured_by_lower_priority_pods():
     await s.drain()
     assert cluster.node_of("low") is None
     assert "0/1 nodes are available: 1 Insufficient cpu." in cluster.events_for("low", "FailedScheduling")[0]["message"]
+
+
+async def test_prefilter_result_narrows_nodes_and_names_the_plugin():
+    by_name = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}]}}}
+    cluster, s = setup([make_node("a"), make_node("b", cpu="1")], [make_pod("p", cpu="2", affinity=by_name)])
+    await s.drain()
+    msg = cluster.events_for("p", "FailedScheduling")[0]["message"]
+    assert msg.startswith("0/2 nodes are available: 1 Insufficient cpu, "
+                          "1 node(s) didn't satisfy plugin(s) [NodeAffinity].")
+    cluster2, s2 = setup([make_node("a"), make_node("b")], [make_pod("p", affinity=by_name)])
+    await s2.drain()
+    assert cluster2.node_of("p") == "b"
