@@ -187,3 +187,21 @@ def test_inter_pod_affinity_counts_every_pod_when_many_share_labels_and_terms():
     assert plugin.filter(pe_state, pi, n0) is None
     plugin.add_pod(pe_state, pi, victim, n0)
     assert plugin.filter(pe_state, pi, n0).reasons == (r_mine,)
+
+
+def test_pod_topology_spread_what_ifs_update_the_global_minimum():
+    nodes = [make_node(f"n{i}") for i in range(3)]
+    pods = [make_pod("a0", labels={"app": "a"}, node="n0"), make_pod("a1", labels={"app": "a"}, node="n1")]
+    env = Env(nodes, pods)
+    c = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+          "labelSelector": {"matchLabels": {"app": "a"}}}]
+    state, pi = env._prep(make_pod("p", labels={"app": "a"}, topologySpreadConstraints=c))
+    plugin = env.plugin("PodTopologySpread")
+    plugin.pre_filter(state, pi)
+    n0, n2 = env.sched.cache.nodes["n0"], env.sched.cache.nodes["n2"]
+    assert plugin.filter(state, pi, n0) is not None and plugin.filter(state, pi, n2) is None
+    filler = next(iter(n0.pods.values()))
+    plugin.add_pod(state, pi, filler, n2)  # n2 now has one too: minimum becomes 1
+    assert plugin.filter(state, pi, n0) is None
+    plugin.remove_pod(state, pi, filler, n2)
+    assert plugin.filter(state, pi, n0) is not None

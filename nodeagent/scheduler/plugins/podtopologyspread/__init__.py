@@ -85,24 +85,29 @@ def _count(node: NodeInfo, ns: str, sel: Selector) -> int:
 
 
 class _FilterState:
-    __slots__ = ("constraints", "counts", "domains")
+    __slots__ = ("constraints", "counts", "domains", "mins")
 
     def __init__(self, constraints: list[Constraint]):
         self.constraints = constraints
         self.counts: dict[tuple[str, str], int] = {}
         self.domains: dict[str, set[str]] = {c.key: set() for c in constraints}
+        self.mins: dict[str, int] = {}  # global minimum per topology key, recomputed after changes
 
     def clone(self) -> _FilterState:
         c = _FilterState(self.constraints)
         c.counts = dict(self.counts)
         c.domains = {k: set(v) for k, v in self.domains.items()}
+        c.mins = dict(self.mins)
         return c
 
     def min_match(self, c: Constraint) -> int:
         doms = self.domains[c.key]
         if len(doms) < c.min_domains:
             return 0
-        return min((self.counts.get((c.key, v), 0) for v in doms), default=0)
+        m = self.mins.get(c.key)
+        if m is None:
+            m = self.mins[c.key] = min((self.counts.get((c.key, v), 0) for v in doms), default=0)
+        return m
 
 
 class PodTopologySpread:
@@ -160,6 +165,7 @@ class PodTopologySpread:
             v = node.labels.get(c.key)
             if v is not None and v in st.domains[c.key] and c.selector.matches(other.labels):
                 st.counts[(c.key, v)] = st.counts.get((c.key, v), 0) + n
+                st.mins.pop(c.key, None)
 
     def add_pod(self, state: CycleState, pod: PodInfo, to_add: PodInfo, node: NodeInfo) -> None:
         self._update(state, pod, to_add, node, 1)
