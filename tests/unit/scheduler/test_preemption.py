@@ -115,3 +115,41 @@ def test_pick_one_criteria_in_order():
     f = Candidate("f", [v(3, "2026-01-01T00:05:00Z")], 0)
     assert pick_one([e, f]).node == "f"  # then the latest start among the top victims
     assert pick_one([e, Candidate("g", list(e.victims), 0)]).node == "e"  # then the first
+
+
+def test_arithmetic_dry_run_agrees_with_the_generic_what_if():
+    import random
+
+    from nodeagent.scheduler.plugins.defaultpreemption import _DryRun
+
+    rng = random.Random(11)
+    for trial in range(30):
+        nodes = [make_node(f"n{i}", cpu=str(rng.choice([2, 4, 8])), memory=f"{rng.choice([4, 8])}Gi",
+                           pods=rng.choice([3, 5, 110])) for i in range(4)]
+        pods = []
+        for i in range(rng.randint(4, 16)):
+            pods.append(make_pod(f"t{trial}p{i}", cpu=f"{rng.choice([100, 500, 900, 1500])}m",
+                                 memory=f"{rng.choice([100, 500, 2000])}Mi", priority=rng.choice([0, 1, 5, 20]),
+                                 labels={"app": rng.choice(["a", "b"])}, node=f"n{rng.randrange(4)}"))
+        env = Env(nodes, pods)
+        if trial % 2:
+            env.cluster.pdb_objs.append({"metadata": {"namespace": "default"},
+                                         "spec": {"selector": {"matchLabels": {"app": "a"}}},
+                                         "status": {"disruptionsAllowed": rng.randint(0, 2)}})
+        incoming = make_pod("hi", cpu=f"{rng.choice([500, 1500, 3000])}m", memory="1Gi", priority=10)
+        pe = env.plugin("DefaultPreemption")
+        state, pi = env._prep(incoming)
+        env.fw.run_pre_filter(state, pi)
+        pdbs = parse_pdbs(env.cluster.pdbs())
+        for n in nodes:
+            ni = env.sched.cache.nodes[n["metadata"]["name"]]
+            before = (ni.req_cpu, ni.req_mem, len(ni.pods))
+            results = []
+            for arithmetic in (True, False):
+                dry = _DryRun(env.fw, state)
+                dry.use_arithmetic = arithmetic
+                assert dry.arithmetic("NodeResourcesFit", pi, [], []) == arithmetic
+                v, nviol, s = pe.select_victims(state, pi, ni, pdbs, "NodeResourcesFit", dry)
+                results.append(([p.name for p in v], nviol, s.reasons if s else None))
+            assert results[0] == results[1], (trial, n["metadata"]["name"])
+            assert (ni.req_cpu, ni.req_mem, len(ni.pods)) == before

@@ -191,11 +191,13 @@ class DefaultPreemption:
             return [], 0, unresolvable(NAME, R_NO_VICTIMS)
         if dry is None:
             dry = _DryRun(self.handle.framework, state)
+        nominated = self.handle.nominated_for(ni.name, pod)
+        if dry.arithmetic(failed_at, pod, nominated, lower):
+            return self._select_by_arithmetic(state, pod, ni, pdbs, dry.filters_after(failed_at), nominated, lower)
         st = dry.state_for_node()
         exts = dry.exts
         filters = dry.filters_after(failed_at)
         run_filters = dry.fw.run_filters
-        nominated = self.handle.nominated_for(ni.name, pod)
         for p in nominated:
             ni.add_pod(p)
         for p in lower:
@@ -242,6 +244,42 @@ class DefaultPreemption:
         return victims, nviol, None
 
 
+    def _select_by_arithmetic(self, state: CycleState, pod: PodInfo, ni: NodeInfo, pdbs: list[_PDB],
+                              filters: list[Any], nominated: list[PodInfo], lower: list[PodInfo]
+                              ) -> tuple[list[PodInfo], int, Status | None]:
+        """select_victims when every filter that matters only counts resources: the same
+        remove-all-then-reprieve walk, on request sums instead of NodeInfo mutations."""
+        dp = len(nominated) - len(lower)
+        dc = sum(p.req_cpu for p in nominated) - sum(p.req_cpu for p in lower)
+        dm = sum(p.req_mem for p in nominated) - sum(p.req_mem for p in lower)
+        de = sum(p.req_eph for p in nominated) - sum(p.req_eph for p in lower)
+
+        def check(dp: int, dc: int, dm: int, de: int) -> Status | None:
+            for f in filters:
+                s = f.filter_with_delta(state, pod, ni, dp, dc, dm, de)
+                if s is not None:
+                    return s
+            return None
+
+        s = check(dp, dc, dm, de)
+        if s is not None:
+            return [], 0, s
+        lower.sort(key=_importance)
+        violating, rest = split_by_pdb(lower, pdbs) if pdbs else ([], lower)
+        victims: list[PodInfo] = []
+        nviol = 0
+        for group, counts in ((violating, True), (rest, False)):
+            for p in group:
+                if check(dp + 1, dc + p.req_cpu, dm + p.req_mem, de + p.req_eph) is None:
+                    dp, dc, dm, de = dp + 1, dc + p.req_cpu, dm + p.req_mem, de + p.req_eph  # reprieved
+                    continue
+                victims.append(p)
+                if counts:
+                    nviol += 1
+        victims.sort(key=_importance)
+        return victims, nviol, None
+
+
 def _importance(p: PodInfo) -> tuple[int, str]:
     """Most important first: higher priority, then earlier start."""
     return (-p.priority, p.start_time)
@@ -257,6 +295,16 @@ class _DryRun:
                      if hasattr(p, "add_pod") and p.name not in state.skip_filter and p.name in state]
         self.active = fw.active_filters(state)
         self._filters: dict[str, list[Any]] = {}
+        self.use_arithmetic = True
+
+    def arithmetic(self, failed_at: str, pod: PodInfo, nominated: list[PodInfo], lower: list[PodInfo]) -> bool:
+        """True when the dry run can be done on request sums: no PreFilter state to keep in step,
+        every remaining filter supports filter_with_delta, and no extended resources are involved."""
+        if not self.use_arithmetic or self.exts or pod.req_scalar:
+            return False
+        if not all(hasattr(f, "filter_with_delta") for f in self.filters_after(failed_at)):
+            return False
+        return not any(p.req_scalar for p in lower) and not any(p.req_scalar for p in nominated)
 
     def state_for_node(self) -> CycleState:
         return self.state.clone() if self.exts else self.state

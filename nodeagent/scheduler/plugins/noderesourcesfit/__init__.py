@@ -171,6 +171,18 @@ class NodeResourcesFit:
                 passed.append(n)
         return passed, failed
 
+    def filter_with_delta(self, state: CycleState, pod: PodInfo, node: NodeInfo,
+                          dpods: int, dcpu: int, dmem: int, deph: int) -> Status | None:
+        """Filter as if the node's pod count and requests changed by the deltas: preemption's
+        what-if arithmetic, without adding or removing pods. Only for pods without extended
+        resources (callers fall back to Filter otherwise)."""
+        cpu, mem, eph = pod.req_cpu, pod.req_mem, pod.req_eph
+        bits = ((len(node.pods) + dpods >= node.alloc_pods)
+                | ((cpu > 0 and cpu > node.alloc_cpu - node.req_cpu - dcpu) << 1)
+                | ((mem > 0 and mem > node.alloc_mem - node.req_mem - dmem) << 2)
+                | ((eph > 0 and eph > node.alloc_eph - node.req_eph - deph) << 3))
+        return self._by_bits[bits] if bits else None
+
     def score_many(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]) -> list[int]:
         if self.default_resources:
             pc, pm = pod.nz_cpu, pod.nz_mem
