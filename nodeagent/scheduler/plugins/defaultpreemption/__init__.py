@@ -112,8 +112,9 @@ def pick_one(cands: list[Candidate]) -> Candidate:
         def earliest_top_start(c: Candidate) -> str:
             top = c.victims[0].priority
             return min(v.start_time for v in c.victims if v.priority == top)
-        latest = max(earliest_top_start(c) for c in cs)
-        cs = [c for c in cs if earliest_top_start(c) == latest]
+        starts = [earliest_top_start(c) for c in cs]
+        latest = max(starts)
+        cs = [c for c, s in zip(cs, starts, strict=True) if s == latest]
     return cs[0]
 
 
@@ -146,14 +147,18 @@ class DefaultPreemption:
         snap = self.handle.snapshot
         n_all = snap.num_nodes
         not_helpful = unresolvable(NAME, R_NOT_HELPFUL)
-        resolvable = {id(s) for s in set(statuses.values()) if s.code == Code.UNSCHEDULABLE}
+        resolvable = {s for s in set(statuses.values()) if s.code == Code.UNSCHEDULABLE}  # identity-hashed
         get = statuses.get
-        potential = [ni for ni in snap.nodes if id(get(ni.name)) in resolvable]
-        result_statuses: dict[str, Status] = {ni.name: not_helpful for ni in snap.nodes
-                                              if id(get(ni.name)) not in resolvable}
+        potential = [ni for ni in snap.nodes if get(ni.name) in resolvable]
+        dry_run_statuses: dict[str, Status] = {}
+
+        def message() -> str:  # built only when preemption fails
+            all_statuses = {ni.name: not_helpful for ni in snap.nodes if get(ni.name) not in resolvable}
+            all_statuses.update(dry_run_statuses)
+            return f"preemption: 0/{n_all} nodes are available: {reasons_summary(all_statuses)}."
+
         if not potential:
-            return None, unresolvable(NAME, f"preemption: 0/{n_all} nodes are available: "
-                                            f"{reasons_summary(result_statuses)}.")
+            return None, unresolvable(NAME, message())
         pdbs = parse_pdbs(self.handle.pdbs())
         want = self.num_candidates(len(potential))
         offset = self.handle.rng.randrange(len(potential))
@@ -170,10 +175,9 @@ class DefaultPreemption:
                 if non_violating > 0 and len(cands) >= want:
                     break
             else:
-                result_statuses[ni.name] = s or unresolvable(NAME, R_NO_VICTIMS)
+                dry_run_statuses[ni.name] = s or unresolvable(NAME, R_NO_VICTIMS)
         if not cands:
-            return None, unschedulable(NAME, f"preemption: 0/{n_all} nodes are available: "
-                                             f"{reasons_summary(result_statuses)}.")
+            return None, unschedulable(NAME, message())
         best = pick_one(cands)
         self.handle.preempt(pod, best.node, best.victims)
         return PostFilterResult(best.node), None
@@ -250,9 +254,11 @@ class DefaultPreemption:
         """select_victims when every filter that matters only counts resources: the same
         remove-all-then-reprieve walk, on request sums instead of NodeInfo mutations."""
         dp = len(nominated) - len(lower)
-        dc = sum(p.req_cpu for p in nominated) - sum(p.req_cpu for p in lower)
-        dm = sum(p.req_mem for p in nominated) - sum(p.req_mem for p in lower)
-        de = sum(p.req_eph for p in nominated) - sum(p.req_eph for p in lower)
+        dc = dm = de = 0
+        for p in nominated:
+            dc, dm, de = dc + p.req_cpu, dm + p.req_mem, de + p.req_eph
+        for p in lower:
+            dc, dm, de = dc - p.req_cpu, dm - p.req_mem, de - p.req_eph
 
         def check(dp: int, dc: int, dm: int, de: int) -> Status | None:
             for f in filters:
@@ -296,15 +302,17 @@ class _DryRun:
         self.active = fw.active_filters(state)
         self._filters: dict[str, list[Any]] = {}
         self.use_arithmetic = True
+        self._arith: dict[str, bool] = {}
 
     def arithmetic(self, failed_at: str, pod: PodInfo, nominated: list[PodInfo], lower: list[PodInfo]) -> bool:
         """True when the dry run can be done on request sums: no PreFilter state to keep in step,
         every remaining filter supports filter_with_delta, and no extended resources are involved."""
         if not self.use_arithmetic or self.exts or pod.req_scalar:
-            return False
-        if not all(hasattr(f, "filter_with_delta") for f in self.filters_after(failed_at)):
-            return False
-        return not any(p.req_scalar for p in lower) and not any(p.req_scalar for p in nominated)
+            return False  # (others' extended resources matter only when the pod asks for some)
+        ok = self._arith.get(failed_at)
+        if ok is None:
+            ok = self._arith[failed_at] = all(hasattr(f, "filter_with_delta") for f in self.filters_after(failed_at))
+        return ok
 
     def state_for_node(self) -> CycleState:
         return self.state.clone() if self.exts else self.state
