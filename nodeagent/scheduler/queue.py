@@ -206,13 +206,14 @@ class SchedulingQueue:
             self._info.pop(uid, None)
 
     def add_unschedulable_if_not_present(self, qp: QueuedPodInfo, cycle: int, backoff: bool = False) -> None:
-        """A pod the cycle couldn't place: park it, or back it off if an event raced the cycle
-        or it failed with an error (no rejecting plugins)."""
+        """A pod the cycle couldn't place: park it (moved by events its rejecting plugins registered
+        for, or by any event when none is known), or back it off if it failed with an error
+        (`backoff`) or an event raced the cycle."""
         uid = qp.key
         if uid not in self._where:
             return  # deleted meanwhile
         qp.timestamp = self.clock.now()
-        if backoff or not qp.unschedulable_plugins or self.move_request_cycle >= cycle:
+        if backoff or self.move_request_cycle >= cycle:
             self._to_backoff(qp)
         else:
             self._to_unschedulable(qp)

@@ -213,7 +213,7 @@ class Scheduler:
             node_name = self.schedule_pod(fw, state, pi, snap)
         except FitError as fe:
             nominated = ""
-            if fw.post_filter_plugins and not fe.prefilter_msg:
+            if fw.post_filter_plugins and fe.num_all_nodes:
                 res, st = fw.run_post_filter(state, pi, fe.node_statuses)
                 if res is not None and res.nominated_node_name:
                     nominated = res.nominated_node_name
@@ -253,7 +253,7 @@ class Scheduler:
     def schedule_pod(self, fw: Framework, state: CycleState, pi: PodInfo, snap: Snapshot) -> str:
         nodes = snap.nodes
         if not nodes:
-            raise FitError(pi.key, 0, {}, "no nodes available to schedule pods")
+            raise FitError(pi.key, 0, {}, "no nodes")
         feasible, statuses = self.find_nodes_that_fit(fw, state, pi, snap)
         if not feasible:
             plugins = frozenset(s.plugin for s in set(statuses.values()) if s.plugin)

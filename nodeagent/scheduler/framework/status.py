@@ -64,6 +64,9 @@ def ok(s: Status | None) -> bool:
     return s is None or s.code == Code.SUCCESS
 
 
+NO_NODES = "no nodes available to schedule pods"
+
+
 class FitError(Exception):
     """No node fits: carries every node's rejecting status for the FailedScheduling summary."""
 
@@ -78,6 +81,8 @@ class FitError(Exception):
         self.unschedulable_plugins = unschedulable_plugins
 
     def __str__(self) -> str:
+        if self.num_all_nodes == 0:
+            return NO_NODES
         return fit_error_message(self.num_all_nodes, self.node_statuses, self.prefilter_msg,
                                  self.postfilter_msg)
 

@@ -35,9 +35,9 @@ def drain(q):
     return out
 
 
-def park(q, qp, plugins):
+def park(q, qp, plugins, backoff=False):
     qp.unschedulable_plugins = set(plugins)
-    q.add_unschedulable_if_not_present(qp, q.scheduling_cycle)
+    q.add_unschedulable_if_not_present(qp, q.scheduling_cycle, backoff=backoff)
 
 
 def test_active_queue_orders_by_priority_then_arrival():
@@ -57,7 +57,7 @@ def test_backoff_doubles_from_one_second_up_to_ten():
     for _ in range(6):
         qp = q.pop_nowait()
         durations.append(q.backoff_duration(qp))
-        park(q, qp, [])  # an error: straight to backoffQ
+        park(q, qp, [], backoff=True)  # an error: straight to backoffQ
         assert q.where("p") == "backoff"
         clock.advance(durations[-1] - 0.01)
         assert q.flush_backoff_completed() == 0 and q.pop_nowait() is None
@@ -161,3 +161,14 @@ def test_priority_update_reorders_active_queue():
     q.add(pod("b", 1))
     q.update(pod("b", 10))
     assert [qp.pod_info.name for qp in drain(q)] == ["b", "a"]
+
+
+def test_pods_rejected_without_known_plugins_move_on_any_event():
+    clock = FakeClock()
+    q = make(clock)
+    q.add(pod("p"))
+    park(q, q.pop_nowait(), [])
+    assert q.where("p") == "unschedulable"
+    clock.advance(2)
+    assert q.move_all_to_active_or_backoff(ClusterEvent("Namespace", ActionType.ADD)) == 1
+    assert q.where("p") == "active"

@@ -237,3 +237,25 @@ async def test_prefilter_result_narrows_nodes_and_names_the_plugin():
     cluster2, s2 = setup([make_node("a"), make_node("b")], [make_pod("p", affinity=by_name)])
     await s2.drain()
     assert cluster2.node_of("p") == "b"
+
+
+async def test_no_nodes_then_a_node_arrives():
+    clock = FakeClock()
+    cluster, s = setup([], [make_pod("p")], clock=clock)
+    await s.drain()
+    assert [e["message"] for e in cluster.events_for("p", "FailedScheduling")] == [
+        "no nodes available to schedule pods"]
+    assert s.queue.where(cluster.pod("p")["metadata"]["uid"]) == "unschedulable"
+    cluster.add_node(make_node("n"))
+    await retry(s, clock)
+    assert cluster.node_of("p") == "n"
+
+
+async def test_prefilter_rejection_still_reports_preemption():
+    aff = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    cluster, s = setup([make_node("a"), make_node("b")], [make_pod("p", affinity=aff)])
+    await s.drain()
+    assert cluster.events_for("p", "FailedScheduling")[0]["message"] == (
+        "0/2 nodes are available: 2 node(s) didn't match pod affinity rules. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
