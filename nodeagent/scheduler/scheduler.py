@@ -12,7 +12,7 @@ import random
 from collections.abc import Coroutine
 from typing import Any
 
-from nodeagent.scheduler.api import SchedulerAPI
+from nodeagent.scheduler.api import EventSource, SchedulerAPI
 from nodeagent.scheduler.cache import Cache, Snapshot
 from nodeagent.scheduler.clock import Clock, RealClock
 from nodeagent.scheduler.framework.interface import ActionType, ClusterEvent, CycleState
@@ -453,10 +453,16 @@ class Scheduler:
         self._bound_waiters.append((count, fut))
         await fut
 
-    async def run(self, ready: asyncio.Event | None = None, flush_period: float = 1.0) -> None:
-        """Schedule until cancelled: pop, run a cycle, yield to the loop so binds and events progress."""
+    async def run(self, ready: asyncio.Event | None = None, flush_period: float = 1.0,
+                  source: EventSource | None = None) -> None:
+        """Schedule until cancelled: pop, run a cycle, yield to the loop so binds and events progress.
+        With an event source (the informers), nothing is scheduled before its first full list."""
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
+            if source is not None:
+                synced = asyncio.Event()
+                tg.create_task(source.run(self, synced))
+                await synced.wait()
             tg.create_task(self.queue.run_flushers(flush_period))
             if ready is not None:
                 ready.set()

@@ -259,3 +259,25 @@ async def test_prefilter_rejection_still_reports_preemption():
     assert cluster.events_for("p", "FailedScheduling")[0]["message"] == (
         "0/2 nodes are available: 2 node(s) didn't match pod affinity rules. "
         "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+
+
+async def test_run_with_an_event_source_waits_for_sync_then_schedules():
+    import asyncio
+    import random
+
+    cluster = FakeCluster()
+    cluster.nodes["n"] = make_node("n")  # present before the scheduler starts: delivered by the initial list
+    pending = make_pod("early")
+    cluster.pods[pending["metadata"]["uid"]] = pending
+    cluster.by_name[("default", "early")] = pending["metadata"]["uid"]
+    s = Scheduler(SchedulerConfig(), cluster.api(), rng=random.Random(1))
+    ready = asyncio.Event()
+    task = asyncio.create_task(s.run(ready, source=cluster))
+    await asyncio.wait_for(ready.wait(), 5)
+    cluster.add_pod(make_pod("late"))
+    await asyncio.wait_for(s.wait_scheduled(2), 5)
+    assert cluster.node_of("early") == "n" and cluster.node_of("late") == "n"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not s._tasks
