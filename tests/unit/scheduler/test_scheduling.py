@@ -281,3 +281,13 @@ async def test_run_with_an_event_source_waits_for_sync_then_schedules():
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not s._tasks
+
+
+def test_ties_are_broken_at_random_among_the_best_only():
+    from nodeagent.scheduler.framework import NodeInfo
+
+    cluster, s = setup([])
+    nodes = [NodeInfo(make_node(n)) for n in ("a", "b", "c", "d")]
+    picks = {s.select_host(nodes, [90, 100, 100, 40]) for _ in range(200)}
+    assert picks == {"b", "c"}
+    assert s.select_host(nodes, [1, 2, 3, 4]) == "d"
