@@ -1,0 +1,252 @@
+"""InterPodAffinity: required pod affinity / anti-affinity over topology domains (Filter, including
+existing pods' anti-affinity against the incoming pod) and preferred terms (Score).
+
+PreFilter counts, per (topologyKey, value) domain, the existing pods matching the incoming pod's
+terms and the existing pods whose anti-affinity the incoming pod would violate; Filter is then
+dict lookups per node. The counts follow pod add/remove for preemption's what-ifs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from nodeagent.scheduler.framework import (
+    MAX_NODE_SCORE,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    NodeInfo,
+    PodInfo,
+    PreFilterResult,
+    Status,
+    skip,
+    unresolvable,
+    unschedulable,
+)
+from nodeagent.scheduler.framework.types import AffinityTerm
+
+NAME = "InterPodAffinity"
+R_AFFINITY = "node(s) didn't match pod affinity rules"
+R_ANTI = "node(s) didn't match pod anti-affinity rules"
+R_EXISTING = "node(s) didn't satisfy existing pods anti-affinity rules"
+_REJ_AFF = unresolvable(NAME, R_AFFINITY)
+_REJ_ANTI = unschedulable(NAME, R_ANTI)
+_REJ_EXISTING = unschedulable(NAME, R_EXISTING)
+
+
+@dataclasses.dataclass
+class Args:
+    hard_pod_affinity_weight: int = 1
+    ignore_preferred_terms_of_existing_pods: bool = False
+
+
+def validate(args: Args) -> list[str]:
+    if not 0 <= args.hard_pod_affinity_weight <= 100:
+        return ["hardPodAffinityWeight must be in [0, 100]"]
+    return []
+
+
+def _bump(counts: dict[tuple[str, str], int], key: str, node: NodeInfo, n: int) -> None:
+    v = node.labels.get(key)
+    if v is not None:
+        k = (key, v)
+        c = counts.get(k, 0) + n
+        if c:
+            counts[k] = c
+        else:
+            counts.pop(k, None)
+
+
+class _State:
+    __slots__ = ("existing", "existing_keys", "affinity", "anti", "ns_labels")
+
+    def __init__(self, ns_labels: Any):
+        self.existing: dict[tuple[str, str], int] = {}
+        self.affinity: dict[tuple[str, str], int] = {}
+        self.anti: dict[tuple[str, str], int] = {}
+        self.existing_keys: set[str] = set()
+        self.ns_labels = ns_labels
+
+    def clone(self) -> _State:
+        c = _State(self.ns_labels)
+        c.existing, c.affinity, c.anti = dict(self.existing), dict(self.affinity), dict(self.anti)
+        c.existing_keys = set(self.existing_keys)
+        return c
+
+    def update(self, pod: PodInfo, other: PodInfo, node: NodeInfo, n: int) -> None:
+        nsl = self.ns_labels
+        for t in other.required_anti_affinity:
+            if t.matches(pod, nsl):
+                _bump(self.existing, t.topology_key, node, n)
+                self.existing_keys.add(t.topology_key)
+        if pod.required_affinity and all(t.matches(other, nsl) for t in pod.required_affinity):
+            for t in pod.required_affinity:
+                _bump(self.affinity, t.topology_key, node, n)
+        for t in pod.required_anti_affinity:
+            if t.matches(other, nsl):
+                _bump(self.anti, t.topology_key, node, n)
+
+
+class InterPodAffinity:
+    name = NAME
+
+    def __init__(self, args: Args, handle: Any):
+        self.args = args
+        self.handle = handle
+
+    def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status | None]:
+        snap = self.handle.snapshot
+        with_anti = snap.nodes_with_required_anti_affinity()
+        if not pod.required_affinity and not pod.required_anti_affinity and not with_anti:
+            return None, skip(NAME)
+        st = _State(self.handle.namespace_labels)
+        nsl = st.ns_labels
+        # existing pods' required anti-affinity against the incoming pod: equal terms (by id) give
+        # equal answers, so each distinct term is matched once
+        seen: dict[int, bool] = {}
+        existing = st.existing
+        for ni in with_anti:
+            labels = ni.labels
+            for ep in ni.pods.values():
+                for t in ep.required_anti_affinity:
+                    m = seen.get(t.id)
+                    if m is None:
+                        m = seen[t.id] = t.matches(pod, nsl)
+                    if m:
+                        v = labels.get(t.topology_key)
+                        if v is not None:
+                            k = (t.topology_key, v)
+                            existing[k] = existing.get(k, 0) + 1
+                        st.existing_keys.add(t.topology_key)
+        if pod.required_affinity or pod.required_anti_affinity:
+            aff, anti = pod.required_affinity, pod.required_anti_affinity
+            # per distinct (namespace, labels) of existing pods: (matches all affinity terms, anti terms hit)
+            memo: dict[Any, tuple[bool, tuple[AffinityTerm, ...]]] = {}
+            counts_a, counts_n = st.affinity, st.anti
+            for ni in snap.nodes:
+                if not ni.pods:
+                    continue
+                labels = ni.labels
+                for ep in ni.pods.values():
+                    r = memo.get(ep.match_key)
+                    if r is None:
+                        r = memo[ep.match_key] = (bool(aff) and all(t.matches(ep, nsl) for t in aff),
+                                                  tuple(t for t in anti if t.matches(ep, nsl)))
+                    if r[0]:
+                        for t in aff:
+                            v = labels.get(t.topology_key)
+                            if v is not None:
+                                k = (t.topology_key, v)
+                                counts_a[k] = counts_a.get(k, 0) + 1
+                    for t in r[1]:
+                        v = labels.get(t.topology_key)
+                        if v is not None:
+                            k = (t.topology_key, v)
+                            counts_n[k] = counts_n.get(k, 0) + 1
+        state[NAME] = st
+        return None, None
+
+    def add_pod(self, state: CycleState, pod: PodInfo, to_add: PodInfo, node: NodeInfo) -> None:
+        st = state.get(NAME)
+        if st is not None:
+            st.update(pod, to_add, node, 1)
+
+    def remove_pod(self, state: CycleState, pod: PodInfo, to_remove: PodInfo, node: NodeInfo) -> None:
+        st = state.get(NAME)
+        if st is not None:
+            st.update(pod, to_remove, node, -1)
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status | None:
+        st: _State | None = state.get(NAME)
+        if st is None:
+            return None
+        labels = node.labels
+        if pod.required_affinity:
+            fits = True
+            for t in pod.required_affinity:
+                v = labels.get(t.topology_key)
+                if v is None or not st.affinity.get((t.topology_key, v)):
+                    fits = False
+                    break
+            if not fits:
+                # the first pod of a group that selects itself may go anywhere its keys exist
+                if st.affinity or not all(t.matches(pod, st.ns_labels) for t in pod.required_affinity) \
+                        or not all(t.topology_key in labels for t in pod.required_affinity):
+                    return _REJ_AFF
+        if st.anti:
+            for t in pod.required_anti_affinity:
+                v = labels.get(t.topology_key)
+                if v is not None and st.anti.get((t.topology_key, v)):
+                    return _REJ_ANTI
+        if st.existing:
+            for k in st.existing_keys:
+                v = labels.get(k)
+                if v is not None and st.existing.get((k, v)):
+                    return _REJ_EXISTING
+        return None
+
+    # -- scoring -------------------------------------------------------------------------------------
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]) -> Status | None:
+        snap = self.handle.snapshot
+        own = bool(pod.preferred_affinity or pod.preferred_anti_affinity)
+        candidates = snap.nodes if own else snap.nodes_with_affinity()
+        if not own and not candidates:
+            return skip(NAME)
+        nsl = self.handle.namespace_labels
+        hard = self.args.hard_pod_affinity_weight
+        ignore_existing_pref = self.args.ignore_preferred_terms_of_existing_pods
+        topo: dict[tuple[str, str], int] = {}
+        for ni in candidates:
+            if not ni.pods:
+                continue
+            for ep in ni.pods.values():
+                for t in pod.preferred_affinity:
+                    if t.matches(ep, nsl):
+                        _bump(topo, t.topology_key, ni, t.weight)
+                for t in pod.preferred_anti_affinity:
+                    if t.matches(ep, nsl):
+                        _bump(topo, t.topology_key, ni, -t.weight)
+                if hard:
+                    for t in ep.required_affinity:
+                        if t.matches(pod, nsl):
+                            _bump(topo, t.topology_key, ni, hard)
+                if not ignore_existing_pref:
+                    for t in ep.preferred_affinity:
+                        if t.matches(pod, nsl):
+                            _bump(topo, t.topology_key, ni, t.weight)
+                    for t in ep.preferred_anti_affinity:
+                        if t.matches(pod, nsl):
+                            _bump(topo, t.topology_key, ni, -t.weight)
+        if not topo:
+            return skip(NAME)
+        state[NAME + "/score"] = (topo, {k for k, _ in topo})
+        return None
+
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
+        topo, keys = state[NAME + "/score"]
+        labels = node.labels
+        s = 0
+        for k in keys:
+            v = labels.get(k)
+            if v is not None:
+                s += topo.get((k, v), 0)
+        return s
+
+    def normalize_score(self, state: CycleState, pod: PodInfo, scores: list[int]) -> None:
+        if not scores:
+            return
+        lo, hi = min(scores), max(scores)
+        diff = hi - lo
+        for i, s in enumerate(scores):
+            scores[i] = MAX_NODE_SCORE * (s - lo) // diff if diff > 0 else 0
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [ClusterEventWithHint(ClusterEvent("Pod", ActionType.ALL)),
+                ClusterEventWithHint(ClusterEvent("Node", ActionType.ADD | ActionType.UPDATE_NODE_LABEL))]
+
+
+def new(args: Args | None, handle: Any) -> InterPodAffinity:
+    return InterPodAffinity(args or Args(), handle)

@@ -1,0 +1,155 @@
+"""DefaultPreemption: candidate nodes, minimal victims, PDBs, policy, and the pick among nodes."""
+
+from nodeagent.scheduler.fakes import make_node, make_pod
+from nodeagent.scheduler.framework import CycleState
+from nodeagent.scheduler.plugins.defaultpreemption import parse_pdbs, split_by_pdb
+
+from .helpers import Env
+
+
+def victims_on(env, pod, node):
+    pe = env.plugin("DefaultPreemption")
+    state, pi = env._prep(pod)
+    env.fw.run_pre_filter(state, pi)
+    v, nviol, s = pe.select_victims(state, pi, env.sched.cache.nodes[node], parse_pdbs(env.cluster.pdbs()))
+    return [p.name for p in v], nviol, s
+
+
+def test_minimal_victims_most_important_reprieved_first():
+    env = Env([make_node("n", cpu="4")], [
+        make_pod("low1", cpu="1", priority=1, node="n"),
+        make_pod("low2", cpu="1", priority=2, node="n"),
+        make_pod("low3", cpu="2", priority=1, node="n"),
+        make_pod("peer", cpu="0", priority=10, node="n")])
+    before = env.sched.cache.nodes["n"].req_cpu
+    victims, nviol, s = victims_on(env, make_pod("hi", cpu="2", priority=10), "n")
+    assert s is None and victims == ["low3"] and nviol == 0
+    assert env.sched.cache.nodes["n"].req_cpu == before and len(env.sched.cache.nodes["n"].pods) == 4
+
+
+def test_no_victims_when_nothing_has_lower_priority_or_it_cannot_help():
+    env = Env([make_node("n", cpu="2")], [make_pod("same", cpu="2", priority=5, node="n")])
+    _, _, s = victims_on(env, make_pod("p", cpu="1", priority=5), "n")
+    assert s.reasons == ("No preemption victims found for incoming pod",)
+    env2 = Env([make_node("n", cpu="2")], [make_pod("low", cpu="1", priority=0, node="n")])
+    _, _, s = victims_on(env2, make_pod("p", cpu="3", priority=5), "n")
+    assert s.reasons == ("Insufficient cpu",)
+
+
+def test_pdb_split_consumes_budgets_in_order():
+    pods = [make_pod(f"w{i}", labels={"app": "w"}) for i in range(3)]
+    pdb = {"metadata": {"namespace": "default"}, "spec": {"selector": {"matchLabels": {"app": "w"}}},
+           "status": {"disruptionsAllowed": 1}}
+    from nodeagent.scheduler.framework import PodInfo
+    infos = [PodInfo(p) for p in pods]
+    violating, ok = split_by_pdb(infos, parse_pdbs([pdb]))
+    assert [p.name for p in ok] == ["w0"] and [p.name for p in violating] == ["w1", "w2"]
+    empty = dict(pdb, spec={"selector": {}})
+    assert split_by_pdb(infos, parse_pdbs([empty]))[0] == []
+
+
+async def test_preemption_prefers_the_node_without_pdb_violations():
+    env = Env([make_node("a", cpu="2"), make_node("b", cpu="2")], [
+        make_pod("guarded", cpu="2", priority=1, labels={"app": "db"}, node="a"),
+        make_pod("free", cpu="2", priority=1, labels={"app": "batch"}, node="b")])
+    env.cluster.add_pdb({"metadata": {"name": "db", "namespace": "default"},
+                         "spec": {"selector": {"matchLabels": {"app": "db"}}}, "status": {"disruptionsAllowed": 0}})
+    env.cluster.add_pod(make_pod("hi", cpu="2", priority=100))
+    await env.sched.drain()
+    assert env.cluster.deleted == ["free"]
+    assert env.cluster.pod("hi")["status"]["nominatedNodeName"] == "b"
+
+
+async def test_preemption_prefers_lowest_priority_then_fewest_victims():
+    env = Env([make_node("a", cpu="2"), make_node("b", cpu="2"), make_node("c", cpu="2")], [
+        make_pod("a-mid", cpu="2", priority=50, node="a"),
+        make_pod("b-low1", cpu="1", priority=1, node="b"), make_pod("b-low2", cpu="1", priority=1, node="b"),
+        make_pod("c-low", cpu="2", priority=1, node="c")])
+    env.cluster.add_pod(make_pod("hi", cpu="2", priority=100))
+    await env.sched.drain()
+    assert env.cluster.deleted == ["c-low"]  # same top priority as b, but one victim instead of two
+    assert [e["message"] for e in env.cluster.events_for("c-low", "Preempted")] == [
+        f"Preempted by pod {env.cluster.pod('hi')['metadata']['uid']} on node c"]
+
+
+async def test_preemption_policy_never_and_pdb_free_violation_when_unavoidable():
+    env = Env([make_node("a", cpu="1")], [make_pod("low", cpu="1", priority=0, node="a")])
+    env.cluster.add_pod(make_pod("polite", cpu="1", priority=100, preemptionPolicy="Never"))
+    await env.sched.drain()
+    assert env.cluster.deleted == []
+    assert env.cluster.events_for("polite", "FailedScheduling")[-1]["message"] == (
+        "0/1 nodes are available: 1 Insufficient cpu. not eligible due to preemptionPolicy=Never.")
+    # with a PDB that allows nothing, the only candidate is still taken (violations are minimized, not forbidden)
+    env.cluster.add_pdb({"metadata": {"name": "x", "namespace": "default"},
+                         "spec": {"selector": {"matchLabels": {"app": "x"}}}, "status": {"disruptionsAllowed": 0}})
+    env2 = Env([make_node("a", cpu="1")], [make_pod("low", cpu="1", priority=0, labels={"app": "x"}, node="a")])
+    env2.cluster.pdb_objs = env.cluster.pdb_objs
+    env2.cluster.add_pod(make_pod("hi", cpu="1", priority=100))
+    await env2.sched.drain()
+    assert env2.cluster.deleted == ["low"]
+
+
+def test_candidate_count_follows_kubernetes_defaults():
+    pe = Env([make_node("a")]).plugin("DefaultPreemption")
+    assert pe.num_candidates(50) == 50 and pe.num_candidates(500) == 100 and pe.num_candidates(5000) == 500
+    assert CycleState().clone() == {}
+
+
+def test_pick_one_criteria_in_order():
+    from nodeagent.scheduler.framework import PodInfo
+    from nodeagent.scheduler.plugins.defaultpreemption import Candidate, pick_one
+
+    def v(prio, start):
+        p = make_pod(f"v{prio}{start}", priority=prio)
+        p["status"]["startTime"] = start
+        return PodInfo(p)
+
+    a = Candidate("a", [v(5, "2026-01-01T00:00:00Z")], 1)
+    b = Candidate("b", [v(9, "2026-01-01T00:00:00Z")], 0)
+    assert pick_one([a, b]).node == "b"  # PDB violations first
+    c = Candidate("c", [v(3, "2026-01-01T00:00:00Z"), v(3, "2026-01-01T00:00:01Z")], 0)
+    d = Candidate("d", [v(4, "2026-01-01T00:00:00Z")], 0)
+    assert pick_one([d, c]).node == "c"  # then the lowest highest-priority victim
+    e = Candidate("e", [v(3, "2026-01-01T00:00:00Z")], 0)
+    assert pick_one([c, e]).node == "e"  # then the lowest priority sum
+    f = Candidate("f", [v(3, "2026-01-01T00:05:00Z")], 0)
+    assert pick_one([e, f]).node == "f"  # then the latest start among the top victims
+    assert pick_one([e, Candidate("g", list(e.victims), 0)]).node == "e"  # then the first
+
+
+def test_arithmetic_dry_run_agrees_with_the_generic_what_if():
+    import random
+
+    from nodeagent.scheduler.plugins.defaultpreemption import _DryRun
+
+    rng = random.Random(11)
+    for trial in range(30):
+        nodes = [make_node(f"n{i}", cpu=str(rng.choice([2, 4, 8])), memory=f"{rng.choice([4, 8])}Gi",
+                           pods=rng.choice([3, 5, 110])) for i in range(4)]
+        pods = []
+        for i in range(rng.randint(4, 16)):
+            pods.append(make_pod(f"t{trial}p{i}", cpu=f"{rng.choice([100, 500, 900, 1500])}m",
+                                 memory=f"{rng.choice([100, 500, 2000])}Mi", priority=rng.choice([0, 1, 5, 20]),
+                                 labels={"app": rng.choice(["a", "b"])}, node=f"n{rng.randrange(4)}"))
+        env = Env(nodes, pods)
+        if trial % 2:
+            env.cluster.pdb_objs.append({"metadata": {"namespace": "default"},
+                                         "spec": {"selector": {"matchLabels": {"app": "a"}}},
+                                         "status": {"disruptionsAllowed": rng.randint(0, 2)}})
+        incoming = make_pod("hi", cpu=f"{rng.choice([500, 1500, 3000])}m", memory="1Gi", priority=10)
+        pe = env.plugin("DefaultPreemption")
+        state, pi = env._prep(incoming)
+        env.fw.run_pre_filter(state, pi)
+        pdbs = parse_pdbs(env.cluster.pdbs())
+        for n in nodes:
+            ni = env.sched.cache.nodes[n["metadata"]["name"]]
+            before = (ni.req_cpu, ni.req_mem, len(ni.pods))
+            results = []
+            for arithmetic in (True, False):
+                dry = _DryRun(env.fw, state)
+                dry.use_arithmetic = arithmetic
+                assert dry.arithmetic("NodeResourcesFit", pi, [], []) == arithmetic
+                v, nviol, s = pe.select_victims(state, pi, ni, pdbs, "NodeResourcesFit", dry)
+                results.append(([p.name for p in v], nviol, s.reasons if s else None))
+            assert results[0] == results[1], (trial, n["metadata"]["name"])
+            assert (ni.req_cpu, ni.req_mem, len(ni.pods)) == before

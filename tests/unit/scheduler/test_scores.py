@@ -1,0 +1,108 @@
+"""Each score orders nodes as specified and stays within 0..100 after normalization."""
+
+from nodeagent.scheduler.fakes import make_node, make_pod
+
+from .helpers import Env
+
+
+def _loaded():
+    return Env([make_node("empty", cpu="4", memory="8Gi"), make_node("half", cpu="4", memory="8Gi"),
+                make_node("full", cpu="4", memory="8Gi")],
+               [make_pod("h", cpu="2", memory="4Gi", node="half"), make_pod("f", cpu="3", memory="6Gi", node="full")])
+
+
+def test_least_allocated_prefers_emptier_nodes():
+    s = _loaded().scores("NodeResourcesFit", make_pod("p", cpu="500m", memory="1Gi"))
+    assert s["empty"] > s["half"] > s["full"]
+    # (4000-500)*100//4000 = 87 cpu, (8-1)*100//8 = 87 memory
+    assert s["empty"] == 87
+
+
+def test_most_allocated_is_opt_in_and_prefers_fuller_nodes():
+    cfg = {"profiles": [{"schedulerName": "default-scheduler", "pluginConfig": [
+        {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}]}]}
+    env = _loaded()
+    env2 = Env([make_node("empty", cpu="4", memory="8Gi"), make_node("full", cpu="4", memory="8Gi")],
+               [make_pod("f", cpu="3", memory="6Gi", node="full")], config=cfg)
+    s = env2.scores("NodeResourcesFit", make_pod("p", cpu="500m", memory="1Gi"))
+    assert s["full"] > s["empty"]
+    assert env.plugin("NodeResourcesFit").most is False
+
+
+def test_pods_without_requests_score_with_non_zero_defaults():
+    s = _loaded().scores("NodeResourcesFit", make_pod("p"))
+    assert s["empty"] > s["full"]
+
+
+def test_balanced_allocation_prefers_even_cpu_memory_use():
+    env = Env([make_node("cpu-heavy", cpu="4", memory="8Gi"), make_node("even", cpu="4", memory="8Gi")],
+              [make_pod("c", cpu="3", memory="1Gi", node="cpu-heavy"), make_pod("e", cpu="1", memory="2Gi", node="even")])
+    s = env.scores("NodeResourcesBalancedAllocation", make_pod("p", cpu="1", memory="2Gi"))
+    assert s["even"] == 100 and s["even"] > s["cpu-heavy"]
+    assert env.scores("NodeResourcesBalancedAllocation", make_pod("besteffort")) is None  # skipped
+
+
+def test_preferred_node_affinity_weights():
+    env = Env([make_node("a", labels={"disk": "ssd", "zone": "z1"}), make_node("b", labels={"disk": "ssd"}),
+               make_node("c")])
+    aff = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 10, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}},
+        {"weight": 30, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}]}}
+    assert env.scores("NodeAffinity", make_pod("p", affinity=aff)) == {"a": 100, "b": 25, "c": 0}
+    assert env.scores("NodeAffinity", make_pod("p")) is None
+
+
+def test_taint_toleration_prefers_fewer_untolerated_prefer_no_schedule():
+    env = Env([make_node("two", taints=[{"key": "a", "effect": "PreferNoSchedule"},
+                                       {"key": "b", "effect": "PreferNoSchedule"}]),
+               make_node("one", taints=[{"key": "a", "effect": "PreferNoSchedule"}]), make_node("none")])
+    assert env.scores("TaintToleration", make_pod("p")) == {"two": 0, "one": 50, "none": 100}
+    tol = [{"key": "a", "operator": "Exists", "effect": "PreferNoSchedule"}]
+    assert env.scores("TaintToleration", make_pod("p", tolerations=tol)) == {"two": 0, "one": 100, "none": 100}
+
+
+def test_preferred_inter_pod_affinity_and_anti_affinity():
+    nodes = [make_node(f"n{i}", labels={"zone": f"z{i}"}) for i in range(3)]
+    env = Env(nodes, [make_pod("cache", labels={"app": "cache"}, node="n0"),
+                      make_pod("noisy", labels={"app": "noisy"}, node="n1")])
+    aff = {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "podAffinityTerm": {
+        "labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "zone"}}]},
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {"app": "noisy"}}, "topologyKey": "zone"}}]}}
+    assert env.scores("InterPodAffinity", make_pod("p", affinity=aff)) == {"n0": 100, "n1": 0, "n2": 50}
+
+
+def test_existing_pods_preferred_terms_attract_the_incoming_pod():
+    aff = {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 20, "podAffinityTerm": {
+        "labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}}]}}
+    env = Env([make_node("a"), make_node("b")], [make_pod("lonely", node="b", affinity=aff)])
+    assert env.scores("InterPodAffinity", make_pod("p", labels={"app": "web"})) == {"a": 0, "b": 100}
+
+
+def test_topology_spread_schedule_anyway_prefers_less_crowded_domains():
+    nodes = [make_node(f"n{i}", labels={"zone": f"z{i % 2}"}) for i in range(4)]
+    pods = [make_pod(f"a{i}", labels={"app": "a"}, node="n0") for i in range(3)]
+    env = Env(nodes, pods)
+    c = [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
+          "labelSelector": {"matchLabels": {"app": "a"}}}]
+    s = env.scores("PodTopologySpread", make_pod("p", labels={"app": "a"}, topologySpreadConstraints=c))
+    assert s["n1"] == s["n3"] == 100 and s["n0"] == s["n2"] < 100
+
+
+def test_default_spreading_applies_to_pods_selected_by_a_service():
+    env = Env([make_node("a"), make_node("b")],
+              [make_pod("w1", labels={"app": "web"}, node="a"), make_pod("w2", labels={"app": "web"}, node="a")])
+    assert env.scores("PodTopologySpread", make_pod("p", labels={"app": "web"})) is None  # no owner: skipped
+    env.cluster.add_service("default", {"app": "web"})
+    s = env.scores("PodTopologySpread", make_pod("p", labels={"app": "web"}))
+    assert s["b"] == 100 and s["a"] < 100
+
+
+def test_image_locality_prefers_nodes_with_big_images():
+    big = 500 * 1024 * 1024
+    env = Env([make_node("has", images=[(["registry.k8s.io/app:1"], big)]),
+               make_node("small", images=[(["registry.k8s.io/app:1"], 10 * 1024 * 1024)]),
+               make_node("none")])
+    s = env.scores("ImageLocality", make_pod("p", image="registry.k8s.io/app:1"))
+    assert s["has"] > s["small"] == s["none"] == 0
+    assert env.scores("ImageLocality", make_pod("p", image="other:2")) is None
