@@ -5,6 +5,13 @@ from __future__ import annotations
 import argparse
 
 
+# The components `server` runs beside the apiserver; each can be left out with --without.
+OPTIONAL = {
+    "scheduler": ("nodeagent.scheduler.service:serve", "the scheduler issue"),
+    "controllers": ("nodeagent.controllers.manager:serve", "the controllers issue"),
+}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default="/var/lib/nodeagent", help="state directory (default: %(default)s)")
     p.add_argument("--bind-address", default="0.0.0.0", help="address to listen on (default: %(default)s)")
@@ -13,6 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sqlite, memory, or etcd://HOST:PORT (default: %(default)s)")
     p.add_argument("--service-cluster-ip-range", default="10.96.0.0/12",
                    help="CIDR Service ClusterIPs come from (default: %(default)s)")
+    p.add_argument("--without", action="append", default=[], choices=sorted(OPTIONAL),
+                   help="do not run this control-plane component (repeatable), e.g. to run your own")
     p.add_argument("--advertise-address", default=None,
                    help="IP other nodes reach this server on (default: the bind address, or the default route's)")
 
@@ -27,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
                        datastore=args.datastore, service_cluster_ip_range=args.service_cluster_ip_range,
                        advertise_address=args.advertise_address)
     del serve  # imported to fail early if the apiserver cannot load
-    return asyncio.run(run_components([
-        Component("apiserver", "nodeagent.apiserver.server:serve", "the apiserver issue"),
-        Component("controllers", "nodeagent.controllers.manager:serve", "the controllers issue", after=("apiserver",)),
-    ], cfg))
+    components = [Component("apiserver", "nodeagent.apiserver.server:serve", "the apiserver issue")]
+    components += [Component(name, target, issue, after=("apiserver",))
+                   for name, (target, issue) in OPTIONAL.items() if name not in args.without]
+    return asyncio.run(run_components(components, cfg))

@@ -15,8 +15,8 @@ log = logging.getLogger("nodeagent.up")
 COMPONENTS = [
     Component("cri", "cri.daemon:serve", "the cri issue"),
     Component("apiserver", "nodeagent.apiserver.server:serve", "the apiserver issue"),
-    Component("scheduler", "nodeagent.scheduler.service:serve", "the scheduler issue"),
-    Component("controllers", "nodeagent.controllers.manager:serve", "the controllers issue"),
+    Component("scheduler", "nodeagent.scheduler.service:serve", "the scheduler issue", after=("apiserver",)),
+    Component("controllers", "nodeagent.controllers.manager:serve", "the controllers issue", after=("apiserver",)),
     Component("kubelet", "nodeagent.kubelet.agent:serve", "the kubelet issue"),
     Component("netproxy", "netproxy.service:serve", "the netproxy issue"),
 ]

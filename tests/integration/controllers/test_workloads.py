@@ -26,7 +26,9 @@ KUBECTLS = {"1.32": shutil.which("kubectl") or "/usr/bin/kubectl",
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = start_server(tmp_path_factory.mktemp("ctl-apiserver"))
+    # The controllers under test run in this process; the server must not run its own as well.
+    srv = start_server(tmp_path_factory.mktemp("ctl-apiserver"), extra=["--without", "controllers",
+                                                                        "--without", "scheduler"])
     yield srv
     assert srv.stop() == 0, srv.log()
 
