@@ -149,3 +149,23 @@ class Informer:
                     await r
             except Exception:
                 log.exception("%s informer handler", self.resource.name)
+
+
+class SharedInformers:
+    """One informer per resource, shared by every controller that reads it."""
+
+    def __init__(self, client: Client, resync: float = 0.0) -> None:
+        self.client = client
+        self.resync = resync
+        self._informers: dict[str, Informer] = {}
+
+    def get(self, resource: str) -> Informer:
+        if resource not in self._informers:
+            self._informers[resource] = Informer(self.client, resource, resync=self.resync)
+        return self._informers[resource]
+
+    async def run(self, tg: asyncio.TaskGroup) -> None:
+        """Start every informer in `tg` and wait until all have listed once."""
+        for name, inf in self._informers.items():
+            tg.create_task(inf.run(), name=f"informer-{name}")
+        await asyncio.gather(*(inf.wait_synced() for inf in self._informers.values()))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-
 # The components `server` runs beside the apiserver; each can be left out with --without.
 OPTIONAL = {
     "scheduler": ("nodeagent.scheduler.service:serve", "the scheduler issue"),

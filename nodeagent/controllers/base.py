@@ -14,31 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeagent.client.events import EventRecorder
-from nodeagent.client.informer import Informer, key_of
+from nodeagent.client.informer import SharedInformers, key_of
 from nodeagent.client.rest import Client
 from nodeagent.controllers.workqueue import ShutDown, WorkQueue
 
 MAX_RETRIES = 15
-
-
-class SharedInformers:
-    """One informer per resource, shared by every controller that reads it."""
-
-    def __init__(self, client: Client, resync: float = 0.0) -> None:
-        self.client = client
-        self.resync = resync
-        self._informers: dict[str, Informer] = {}
-
-    def get(self, resource: str) -> Informer:
-        if resource not in self._informers:
-            self._informers[resource] = Informer(self.client, resource, resync=self.resync)
-        return self._informers[resource]
-
-    async def run(self, tg: asyncio.TaskGroup) -> None:
-        """Start every informer in `tg` and wait until all have listed once."""
-        for name, inf in self._informers.items():
-            tg.create_task(inf.run(), name=f"informer-{name}")
-        await asyncio.gather(*(inf.wait_synced() for inf in self._informers.values()))
 
 
 class Expectations:

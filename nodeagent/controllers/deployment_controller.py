@@ -8,10 +8,11 @@ import math
 from typing import Any
 
 from nodeagent.api.selectors import from_label_selector
+from nodeagent.client.informer import SharedInformers
 from nodeagent.client.rest import ClientError
 from nodeagent.controllers import deployment as d
 from nodeagent.controllers import podutil
-from nodeagent.controllers.base import Controller, SharedInformers, split_key
+from nodeagent.controllers.base import Controller, split_key
 
 
 def _now() -> str:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeagent.client.informer import key_of
+from nodeagent.client.informer import SharedInformers, key_of
 from nodeagent.client.rest import ClientError
-from nodeagent.controllers.base import Controller, SharedInformers
+from nodeagent.controllers.base import Controller
 
 # Resources whose objects own or are owned by others.
 RESOURCES = ("pods", "replicasets", "deployments", "daemonsets", "statefulsets", "jobs", "cronjobs",

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.client.events import EventRecorder
+from nodeagent.client.informer import SharedInformers
 from nodeagent.client.leader import LeaderElector
 from nodeagent.client.rest import Client
-from nodeagent.controllers.base import Controller, SharedInformers
+from nodeagent.controllers.base import Controller
 from nodeagent.controllers.deployment_controller import DeploymentController
 from nodeagent.controllers.gc_controller import GarbageCollector
 from nodeagent.controllers.replicaset_controller import ReplicaSetController

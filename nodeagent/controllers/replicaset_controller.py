@@ -6,10 +6,10 @@ import copy
 import datetime as dt
 from typing import Any
 
-from nodeagent.client.informer import key_of
+from nodeagent.client.informer import SharedInformers, key_of
 from nodeagent.client.rest import ClientError
 from nodeagent.controllers import podutil, replicaset
-from nodeagent.controllers.base import Controller, Expectations, SharedInformers, split_key
+from nodeagent.controllers.base import Controller, Expectations, split_key
 
 SLOW_START_INITIAL_BATCH = 1
 
