@@ -31,6 +31,7 @@ class GarbageCollector(Controller):
         super().__init__(client, informers, recorder)
         self.resources = resources
         self._kind_to_resource: dict[str, str] = {}
+        self._uids: dict[str, str] = {}  # uid -> informer cache key, for every watched object
         for r in resources:
             inf = informers.get(r)
             self._kind_to_resource[inf.resource.kind] = r
@@ -39,11 +40,13 @@ class GarbageCollector(Controller):
 
     # Keys are "<resource>|<namespace/name>".
     def _changed(self, resource: str, obj: dict) -> None:
+        self._uids[obj["metadata"].get("uid")] = key_of(obj)
         self.queue.add(f"{resource}|{key_of(obj)}")
 
     def _deleted(self, resource: str, obj: dict) -> None:
         # An owner went away: look at its dependents.
         uid = obj["metadata"].get("uid")
+        self._uids.pop(uid, None)
         for dep_res, dep in self._dependents_of(uid):
             self.queue.add(f"{dep_res}|{key_of(dep)}")
 
@@ -51,10 +54,9 @@ class GarbageCollector(Controller):
         res = self._kind_to_resource.get(kind)
         if res is None:
             return None
-        for o in self.informers.get(res).list():
-            if o["metadata"].get("uid") == uid:
-                return o
-        return None
+        key = self._uids.get(uid)
+        obj = self.informers.get(res).cache.get(key) if key else None
+        return obj if obj is not None and obj["metadata"].get("uid") == uid else None
 
     def _dependents_of(self, uid: str | None) -> list[tuple[str, dict]]:
         out = []
@@ -96,6 +98,8 @@ class GarbageCollector(Controller):
             return
         if not meta.get("ownerReferences") or meta.get("deletionTimestamp"):
             return
+        if any(self._find(ref.get("uid"), ref.get("kind", "")) is not None for ref in meta["ownerReferences"]):
+            return  # an owner is in the cache: nothing to collect (the common case, no API call)
         # Decide on the live object, not the cache: an orphaning owner may just have removed its reference.
         try:
             live = await self.client.get(resource, name, ns or None)

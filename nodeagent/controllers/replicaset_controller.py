@@ -23,6 +23,10 @@ class ReplicaSetController(Controller):
         self.rss = informers.get("replicasets")
         self.pods = informers.get("pods")
         self.expectations = Expectations()
+        # pod keys by controlling owner uid, and controller-less pods by namespace: a reconcile
+        # looks only at the pods it could own, not at every pod in the namespace.
+        self._by_owner: dict[str, set[str]] = {}
+        self._orphans: dict[str, set[str]] = {}
         self.rss.add_handler(self.enqueue, lambda old, new: self.enqueue(new), self._rs_deleted)
         self.pods.add_handler(self._pod_added, self._pod_updated, self._pod_deleted)
 
@@ -47,7 +51,23 @@ class ReplicaSetController(Controller):
                     (rs.get("spec") or {}).get("selector")).matches(labels):
                 self.enqueue(rs)
 
+    def _index(self, pod: dict, add: bool) -> None:
+        pkey = key_of(pod)
+        ref = podutil.controller_ref(pod)
+        bucket = (self._by_owner.setdefault(ref["uid"], set()) if ref
+                  else self._orphans.setdefault(pod["metadata"].get("namespace") or "", set()))
+        if add:
+            bucket.add(pkey)
+        else:
+            bucket.discard(pkey)
+
+    def _candidates(self, rs: dict) -> list[dict]:
+        keys = set(self._by_owner.get(rs["metadata"].get("uid"), ())) | \
+            self._orphans.get(rs["metadata"].get("namespace") or "", set())
+        return [p for k in keys if (p := self.pods.cache.get(k)) is not None]
+
     def _pod_added(self, pod: dict) -> None:
+        self._index(pod, True)
         key = self._owner_key(pod)
         if key:
             self.expectations.observed_add(key)
@@ -56,6 +76,8 @@ class ReplicaSetController(Controller):
             self._enqueue_matching(pod)
 
     def _pod_updated(self, old: dict, new: dict) -> None:
+        self._index(old, False)
+        self._index(new, True)
         for p in (old, new):
             key = self._owner_key(p)
             if key:
@@ -64,6 +86,7 @@ class ReplicaSetController(Controller):
             self._enqueue_matching(new)
 
     def _pod_deleted(self, pod: dict) -> None:
+        self._index(pod, False)
         key = self._owner_key(pod)
         if key:
             self.expectations.observed_delete(key)
@@ -76,8 +99,7 @@ class ReplicaSetController(Controller):
         if rs is None:
             self.expectations.forget(key)
             return
-        pods = [p for p in self.pods.list() if p["metadata"].get("namespace") == ns]
-        plan = replicaset.plan(rs, pods)
+        plan = replicaset.plan(rs, self._candidates(rs))
         self.log.debug("%s: %d owned, create %d, delete %d, adopt %d, release %d, expectations %s", key,
                        len(plan.owned), plan.create, len(plan.delete), len(plan.adopt), len(plan.release),
                        "met" if self.expectations.satisfied(key) else "pending")

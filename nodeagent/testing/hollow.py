@@ -58,19 +58,32 @@ class HollowNodes:
             with contextlib.suppress(ClientError):
                 await self.client.delete("nodes", n)
 
-    async def run(self) -> None:
-        """Act on pods until cancelled (list, then watch from the list's resourceVersion)."""
+    async def run(self, workers: int = 16) -> None:
+        """Act on pods until cancelled: a watcher feeds a queue that `workers` drain concurrently."""
+        queue: asyncio.Queue[dict] = asyncio.Queue()
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(workers):
+                tg.create_task(self._worker(queue))
+            while True:
+                try:
+                    listed = await self.client.list("pods")
+                    for pod in listed["items"]:
+                        queue.put_nowait(pod)
+                    async for ev in self.client.watch("pods",
+                                                      resource_version=listed["metadata"]["resourceVersion"],
+                                                      timeout_seconds=300):
+                        if ev["type"] in ("ADDED", "MODIFIED"):
+                            queue.put_nowait(ev["object"])
+                except ClientError:
+                    await asyncio.sleep(0.2)
+
+    async def _worker(self, queue: asyncio.Queue) -> None:
         while True:
+            pod = await queue.get()
             try:
-                listed = await self.client.list("pods")
-                for pod in listed["items"]:
-                    await self._handle(pod)
-                async for ev in self.client.watch("pods", resource_version=listed["metadata"]["resourceVersion"],
-                                                  timeout_seconds=300):
-                    if ev["type"] in ("ADDED", "MODIFIED"):
-                        await self._handle(ev["object"])
+                await self._handle(pod)
             except ClientError:
-                await asyncio.sleep(0.2)
+                pass
 
     async def _handle(self, pod: dict) -> None:
         meta, spec = pod["metadata"], pod.get("spec") or {}
