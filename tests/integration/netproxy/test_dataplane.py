@@ -27,7 +27,7 @@ HTTP = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
 EP_HTTP = [{"name": "http", "port": 8080, "protocol": "TCP"}]
 
 
-@pytest.fixture(params=["iptables", "nftables", "ipvs"])
+@pytest.fixture(params=["iptables", "iptables-libiptc", "nftables", "ipvs"])
 def mode(request, require):
     if request.param == "nftables":
         require("nftables")
@@ -54,7 +54,8 @@ class Harness:
         self.node = NodeConfig(node_name=NODE, cluster_cidr=lab.cluster_cidr,
                                node_ips=(lab.node_ip,) if lab.node_ip else ())
         self.worker = NetnsWorker(lab.node)
-        self.proxy = Proxy(make_proxier(mode, self.node), self.worker, **proxy_kw)
+        options = {"incremental": "libiptc"} if mode == "iptables-libiptc" else {}
+        self.proxy = Proxy(make_proxier(mode.split("-")[0], self.node, **options), self.worker, **proxy_kw)
         self.proxy.set_services_synced()
         self.proxy.set_endpoints_synced()
         self.slices: dict[str, dict] = {}
@@ -278,7 +279,7 @@ def test_drift_is_repaired_by_the_periodic_resync(lab, make, mode):
 
 
 def _break_rules(lab: Lab, mode: str) -> None:
-    if mode == "iptables":
+    if mode.startswith("iptables"):
         lab.in_node("iptables-legacy", "-w", "-t", "nat", "-F", "KUBE-SERVICES")
     elif mode == "nftables":
         lab.in_node("nft", "delete", "element", "ip", "kube-proxy", "service-ips",
@@ -295,7 +296,7 @@ def test_cleanup_removes_everything(lab, make, mode):
     h.endpoints("web", ["a"])
     h.sync()
     asyncio.run(h.proxy.cleanup())
-    if mode == "iptables":
+    if mode.startswith("iptables"):
         for table in ("nat", "filter"):
             assert "KUBE-" not in lab.in_node("iptables-legacy-save", "-t", table)
     elif mode == "nftables":
