@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "version": ("version", "print the version"),
     "doctor": ("doctor", "report what this host's kernel supports and what nodeagent will use"),
     "up": ("up", "run the whole single-node cluster in the foreground"),
+    "proxy": ("proxy", "run netproxy alone: Services as iptables / nftables / IPVS rules"),
 }
 
 
