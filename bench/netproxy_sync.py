@@ -29,8 +29,8 @@ from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
 
 MODES = {
-    "iptables": ("iptables", {"backend": "legacy", "incremental": "restore"}),
-    "iptables-libiptc": ("iptables", {"backend": "legacy", "incremental": "libiptc"}),
+    "iptables": ("iptables", {"backend": "legacy", "incremental": "libiptc"}),
+    "iptables-restore": ("iptables", {"backend": "legacy", "incremental": "restore"}),
     "iptables-nft": ("iptables", {"backend": "nft"}),
     "nftables": ("nftables", {}),
 }
@@ -156,7 +156,7 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="1000,5000,10000", help="comma-separated Service counts")
-    p.add_argument("--modes", default="iptables,iptables-libiptc,nftables",
+    p.add_argument("--modes", default="iptables,iptables-restore,nftables",
                    help=f"comma-separated, from {', '.join(MODES)} (iptables-nft is slow: 56 s at 10k)")
     p.add_argument("--endpoints", type=int, default=3)
     p.add_argument("--changes", type=int, default=20, help="one-Service changes measured per run")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from netproxy.hashing import ext_chain, sep_chain, svc_chain, svl_chain
+from netproxy.hashing import ext_chain, hash16, svc_chain, svl_chain
 from netproxy.model import Endpoint, ServicePort, ServicePortName, categorize
 from netproxy.proxier import NodeConfig
 
@@ -83,6 +83,8 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
     svc, ext, svl = svc_chain(spn, n.prefix), ext_chain(spn, n.prefix), svl_chain(spn, n.prefix)
     proto = _proto(sp)
     name = str(spn)
+    seps = {ep: f"{n.prefix}SEP-{hash16(f'{name}{sp.protocol.lower()}{ep.ip}:{ep.port}')}"
+            for ep in sel.all_reachable}
 
     def add(table: str, chain: str, spec: str) -> None:
         r.dispatch.setdefault((table, chain), []).append(spec)
@@ -127,12 +129,12 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
                              f"--dport {sp.port} ! -s {node.cluster_cidr} -j {n.mark_masq}")
         if sp.affinity_timeout:
             for ep in eps:
-                sep = sep_chain(spn, ep, n.prefix)
+                sep = seps[ep]
                 rules.append(f"-m comment --comment {_q(f'{name} -> {ep}')} -m recent --name {sep} "
                              f"--mask 255.255.255.255 --rsource --rcheck --seconds {sp.affinity_timeout} "
                              f"--reap -j {sep}")
         for i, ep in enumerate(eps):
-            sep = sep_chain(spn, ep, n.prefix)
+            sep = seps[ep]
             left = len(eps) - i
             stat = f"-m statistic --mode random --probability {1.0 / left:0.10f} " if left > 1 else ""
             rules.append(f"-m comment --comment {_q(f'{name} -> {ep}')} {stat}-j {sep}")
@@ -156,7 +158,7 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
                          f" -j {n.mark_masq}")
             rules.append(f"-j {svc}")
     for ep in sel.all_reachable:
-        sep = sep_chain(spn, ep, n.prefix)
+        sep = seps[ep]
         recent = f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set " if sp.affinity_timeout else ""
         r.chains[sep] = [
             f"-m comment --comment {_q(name)} -s {ep.ip}/32 -j {n.mark_masq}",

@@ -5,8 +5,11 @@ full kube-proxy ruleset ~20x faster than iptables-nft-restore (2.9 s vs 56 s at
 10k Services), so `backend="legacy"` is the default; its rules show in
 `iptables-legacy-save`. `backend="nft"` writes through iptables-nft (shown by
 `iptables-save` on Debian 12) and makes one-Service changes cheap instead.
-Small changes can go through python-iptables (libiptc, legacy only) with
-`incremental="libiptc"`.
+Full syncs always stream one iptables-restore (python-iptables builds rules at
+~0.6 ms each in Python); small legacy changes go through python-iptables
+(libiptc) in-process by default, measured ~20% faster than a partial
+iptables-restore at 1k-10k Services (`incremental="restore"` keeps the latter).
+Both pay legacy's whole-table fetch and replace on every commit.
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ class IptablesProxier:
 
     name = "iptables"
 
-    def __init__(self, node: NodeConfig, backend: str = "legacy", incremental: str = "restore") -> None:
+    def __init__(self, node: NodeConfig, backend: str = "legacy", incremental: str | None = None) -> None:
+        if incremental is None:  # the faster per job, as measured: libiptc for small legacy changes
+            incremental = "libiptc" if backend == "legacy" else "restore"
         if backend not in ("legacy", "nft"):
             raise ValueError("backend must be legacy or nft")
         if incremental not in ("restore", "libiptc"):

@@ -27,17 +27,18 @@ class NftablesProxier:
         self.node = node
         self.table = node.nft_table
         self.plans: dict[ServicePortName, PortPlan] = {}
-        self._inputs: dict[ServicePortName, tuple] = {}  # what each plan was made from (resync reuse)
+        self._inputs: dict[ServicePortName, tuple] = {}  # spn -> ((port, endpoints), plan)
         self._sock: nl.NftSocket | None = None
 
     def _plan(self, spn: ServicePortName, state: ProxyState) -> PortPlan:
+        """Reuse the last plan when the port and its endpoints are unchanged (periodic resyncs)."""
         key = (state.services[spn], state.endpoints.get(spn, ()))
-        if self._inputs.get(spn) == key and spn in self.plans:
-            return self.plans[spn]
-        return plan_port(key[0], key[1], self.node)
-
-    def _remember(self, state: ProxyState) -> None:
-        self._inputs = {spn: (state.services[spn], state.endpoints.get(spn, ())) for spn in self.plans}
+        cached = self._inputs.get(spn)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        plan = plan_port(key[0], key[1], self.node)
+        self._inputs[spn] = (key, plan)
+        return plan
 
     def _socket(self) -> nl.NftSocket:
         if self._sock is None:
@@ -58,7 +59,9 @@ class NftablesProxier:
         partial(b, {s: self.plans[s] for s in changed if s in self.plans}, {s: new[s] for s in changed if s in new})
         self._socket().send(b)
         self.plans = new
-        self._remember(state)
+        for spn in changes.ports:
+            if spn not in new:
+                self._inputs.pop(spn, None)
         return SyncResult(full=False, rules=b.counts["rules"], chains=b.counts["chains"],
                           detail=f"{len(changed)} ports, {len(b)} messages")
 
@@ -72,7 +75,7 @@ class NftablesProxier:
         write_ports(b, plans.values())
         self._socket().send(b)
         self.plans = plans
-        self._remember(state)
+        self._inputs = {spn: v for spn, v in self._inputs.items() if spn in plans}
         return SyncResult(full=True, rules=b.counts["rules"], chains=b.counts["chains"],
                           detail=f"{len(b)} messages, {b.counts['elements']} elements")
 

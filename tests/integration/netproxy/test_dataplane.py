@@ -27,7 +27,7 @@ HTTP = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
 EP_HTTP = [{"name": "http", "port": 8080, "protocol": "TCP"}]
 
 
-@pytest.fixture(params=["iptables", "iptables-libiptc", "nftables", "ipvs"])
+@pytest.fixture(params=["iptables", "iptables-restore", "nftables", "ipvs"])
 def mode(request, require):
     if request.param == "nftables":
         require("nftables")
@@ -54,7 +54,7 @@ class Harness:
         self.node = NodeConfig(node_name=NODE, cluster_cidr=lab.cluster_cidr,
                                node_ips=(lab.node_ip,) if lab.node_ip else ())
         self.worker = NetnsWorker(lab.node)
-        options = {"incremental": "libiptc"} if mode == "iptables-libiptc" else {}
+        options = {"incremental": "restore"} if mode == "iptables-restore" else {}
         self.proxy = Proxy(make_proxier(mode.split("-")[0], self.node, **options), self.worker, **proxy_kw)
         self.proxy.set_services_synced()
         self.proxy.set_endpoints_synced()
