@@ -18,6 +18,7 @@ from netproxy.lab import Lab, endpoint_slice, service
 from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
+from tests.harness.resources import JANITOR
 
 pytestmark = [pytest.mark.root]
 
@@ -39,10 +40,12 @@ def mode(request, require):
 @pytest.fixture
 def lab():
     lab = Lab()
+    key = f"netproxy lab {lab.tag}"
+    JANITOR.register(key, lab.close)  # also removed at session end if the run is interrupted
     try:
         yield lab
     finally:
-        lab.close()
+        JANITOR.release(key)
         assert lab.gone(), "test namespaces left behind"
 
 
