@@ -28,10 +28,12 @@ HTTP = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
 EP_HTTP = [{"name": "http", "port": 8080, "protocol": "TCP"}]
 
 
-@pytest.fixture(params=["iptables", "iptables-restore", "nftables", "ipvs"])
+@pytest.fixture(params=["iptables", "iptables-restore", "iptables-nft", "nftables", "ipvs"])
 def mode(request, require):
     if request.param == "nftables":
         require("nftables")
+    if request.param == "iptables-nft":
+        require("iptables-nft")
     if request.param == "ipvs":
         require("ipvs", "dummy")
     return request.param
@@ -57,7 +59,7 @@ class Harness:
         self.node = NodeConfig(node_name=NODE, cluster_cidr=lab.cluster_cidr,
                                node_ips=(lab.node_ip,) if lab.node_ip else ())
         self.worker = NetnsWorker(lab.node)
-        options = {"incremental": "restore"} if mode == "iptables-restore" else {}
+        options = {"iptables-restore": {"incremental": "restore"}, "iptables-nft": {"backend": "nft"}}.get(mode, {})
         self.proxy = Proxy(make_proxier(mode.split("-")[0], self.node, **options), self.worker, **proxy_kw)
         self.proxy.set_services_synced()
         self.proxy.set_endpoints_synced()
@@ -281,9 +283,13 @@ def test_drift_is_repaired_by_the_periodic_resync(lab, make, mode):
     assert asyncio.run(scenario()) == [f"a {lab.node_pod_ip}"]
 
 
+def _iptables(mode: str) -> str:
+    return "iptables-nft" if mode == "iptables-nft" else "iptables-legacy"
+
+
 def _break_rules(lab: Lab, mode: str) -> None:
     if mode.startswith("iptables"):
-        lab.in_node("iptables-legacy", "-w", "-t", "nat", "-F", "KUBE-SERVICES")
+        lab.in_node(_iptables(mode), "-w", "-t", "nat", "-F", "KUBE-SERVICES")
     elif mode == "nftables":
         lab.in_node("nft", "delete", "element", "ip", "kube-proxy", "service-ips",
                     f"{{ {VIP} . tcp . 80 }}")
@@ -301,7 +307,7 @@ def test_cleanup_removes_everything(lab, make, mode):
     asyncio.run(h.proxy.cleanup())
     if mode.startswith("iptables"):
         for table in ("nat", "filter"):
-            assert "KUBE-" not in lab.in_node("iptables-legacy-save", "-t", table)
+            assert "KUBE-" not in lab.in_node(f"{_iptables(mode)}-save", "-t", table)
     elif mode == "nftables":
         assert "kube-proxy" not in lab.in_node("nft", "list", "tables")
     else:
