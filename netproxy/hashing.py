@@ -7,19 +7,25 @@ habits (and their notes from real clusters) carry over.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 
 from netproxy.model import Endpoint, ServicePortName
 
 
+@functools.lru_cache(maxsize=1 << 17)
+def hash16(data: str) -> str:
+    """The first 16 base32 characters of sha256(data): base32 maps each 5 bytes to 8 characters,
+    so encoding only the first 10 bytes gives the same prefix, much faster."""
+    return base64.b32encode(hashlib.sha256(data.encode()).digest()[:10]).decode()
+
+
 def port_proto_hash(spn: ServicePortName | str, protocol: str) -> str:
-    data = f"{spn}{protocol.lower()}".encode()
-    return base64.b32encode(hashlib.sha256(data).digest()).decode()[:16]
+    return hash16(f"{spn}{protocol.lower()}")
 
 
 def endpoint_hash(spn: ServicePortName | str, protocol: str, endpoint: Endpoint | str) -> str:
-    data = f"{spn}{protocol.lower()}{endpoint}".encode()
-    return base64.b32encode(hashlib.sha256(data).digest()).decode()[:16]
+    return hash16(f"{spn}{protocol.lower()}{endpoint}")
 
 
 def svc_chain(spn: ServicePortName, prefix: str = "KUBE-") -> str:

@@ -196,7 +196,7 @@ class Lab:
         return self._client_ips[name][1]
 
     def connect(self, ns: str, proto: str, host: str, port: int, count: int = 1, src_port: int = 0,
-                timeout: float = 2.0) -> list[tuple[str, float]]:
+                timeout: float = 5.0) -> list[tuple[str, float]]:
         """Run `count` connections (or UDP requests) from `ns`: [(answer | refused | timeout, seconds)]."""
         out = sh("ip", "netns", "exec", ns, sys.executable, "-S", str(self._files / "client.py"), proto, host,
                  str(port), str(count), str(src_port), str(timeout))

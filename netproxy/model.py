@@ -220,5 +220,5 @@ def categorize(sp: ServicePort, endpoints: Iterable[Endpoint], node_name: str | 
     local = _usable(e for e in eps if e.is_local(node_name))
     cluster = local if sp.internal_local else _usable(eps)
     ext_local = local if sp.uses_local_external else ()
-    reach = tuple(sorted(set(cluster) | set(ext_local)))
+    reach = tuple(dict.fromkeys(cluster + ext_local))  # ordered union (endpoints arrive sorted)
     return EndpointSelection(cluster, local, reach, any(e.ready for e in eps))

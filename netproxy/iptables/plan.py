@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from netproxy.hashing import ext_chain, sep_chain, svc_chain, svl_chain
+from netproxy.hashing import ext_chain, hash16, svc_chain, svl_chain
 from netproxy.model import Endpoint, ServicePort, ServicePortName, categorize
 from netproxy.proxier import NodeConfig
 
@@ -83,6 +83,8 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
     svc, ext, svl = svc_chain(spn, n.prefix), ext_chain(spn, n.prefix), svl_chain(spn, n.prefix)
     proto = _proto(sp)
     name = str(spn)
+    seps = {ep: f"{n.prefix}SEP-{hash16(f'{name}{sp.protocol.lower()}{ep.ip}:{ep.port}')}"
+            for ep in sel.all_reachable}
 
     def add(table: str, chain: str, spec: str) -> None:
         r.dispatch.setdefault((table, chain), []).append(spec)
@@ -127,12 +129,12 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
                              f"--dport {sp.port} ! -s {node.cluster_cidr} -j {n.mark_masq}")
         if sp.affinity_timeout:
             for ep in eps:
-                sep = sep_chain(spn, ep, n.prefix)
+                sep = seps[ep]
                 rules.append(f"-m comment --comment {_q(f'{name} -> {ep}')} -m recent --name {sep} "
                              f"--mask 255.255.255.255 --rsource --rcheck --seconds {sp.affinity_timeout} "
                              f"--reap -j {sep}")
         for i, ep in enumerate(eps):
-            sep = sep_chain(spn, ep, n.prefix)
+            sep = seps[ep]
             left = len(eps) - i
             stat = f"-m statistic --mode random --probability {1.0 / left:0.10f} " if left > 1 else ""
             rules.append(f"-m comment --comment {_q(f'{name} -> {ep}')} {stat}-j {sep}")
@@ -156,7 +158,7 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
                          f" -j {n.mark_masq}")
             rules.append(f"-j {svc}")
     for ep in sel.all_reachable:
-        sep = sep_chain(spn, ep, n.prefix)
+        sep = seps[ep]
         recent = f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set " if sp.affinity_timeout else ""
         r.chains[sep] = [
             f"-m comment --comment {_q(name)} -s {ep.ip}/32 -j {n.mark_masq}",
@@ -256,50 +258,66 @@ def full_restore(plans: Mapping[ServicePortName, PortRules], node: NodeConfig,
     return "\n".join(out) + "\n"
 
 
-def partial_restore(old: Mapping[ServicePortName, PortRules], new: Mapping[ServicePortName, PortRules],
-                    changed: Iterable[ServicePortName]) -> str:
-    """iptables-restore --noflush input for the changed ports only.
+Op = tuple[str, ...]  # ("declare", chain) | ("-D"|"-I"|"-A", chain, spec) | ("-X", chain)
+
+
+def partial_ops(old: Mapping[ServicePortName, PortRules], new: Mapping[ServicePortName, PortRules],
+                changed: Iterable[ServicePortName]) -> dict[str, list[Op]]:
+    """Per table, the operations turning `old` into `new` for the changed ports, in a safe order.
 
     Dispatch rules are deleted/inserted one by one (inserted at the top of their chain so
     the NodePorts jump stays last); a port's chains are rewritten only if their rules
-    changed; chains no port needs any more are flushed and deleted.
+    changed; chains no port needs any more are flushed and deleted last.
     """
-    tables: dict[str, list[str]] = {FILTER: [], NAT: []}
-    declares: dict[str, list[str]] = {FILTER: [], NAT: []}
-    deletes: list[str] = []
     changed = list(changed)
     still_used: set[str] = set()
     for spn in changed:
         if spn in new:
             still_used.update(new[spn].chains)
+    declares: dict[str, list[Op]] = {FILTER: [], NAT: []}
+    body: dict[str, list[Op]] = {FILTER: [], NAT: []}
+    deletes: list[str] = []
     for spn in changed:
         op, np_ = old.get(spn) or PortRules(), new.get(spn) or PortRules()
         for key in op.dispatch.keys() | np_.dispatch.keys():
             table, chain = key
             before, after = op.dispatch.get(key, []), np_.dispatch.get(key, [])
-            for s in before:
-                if s not in after:
-                    tables[table].append(f"-D {chain} {s}")
+            body[table].extend(("-D", chain, x) for x in before if x not in after)
             verb = "-A" if chain.endswith("NODEPORTS") or chain.endswith("EXTERNAL-SERVICES") else "-I"
-            for s in after:
-                if s not in before:
-                    tables[table].append(f"{verb} {chain} 1 {s}" if verb == "-I" else f"-A {chain} {s}")
+            body[table].extend((verb, chain, x) for x in after if x not in before)
         for chain, specs in np_.chains.items():
             if op.chains.get(chain) != specs:
-                declares[NAT].append(f":{chain} - [0:0]")
-                tables[NAT].extend(f"-A {chain} {s}" for s in specs)
+                declares[NAT].append(("declare", chain))
+                body[NAT].extend(("-A", chain, x) for x in specs)
         deletes.extend(c for c in op.chains if c not in still_used)
-    deletes = [c for c in dict.fromkeys(deletes) if c not in still_used]
-    out: list[str] = []
+    deletes = list(dict.fromkeys(deletes))
+    out: dict[str, list[Op]] = {}
     for table in (FILTER, NAT):
-        body = tables[table]
-        decl = declares[table] + ([f":{c} - [0:0]" for c in deletes] if table == NAT else [])
-        if not body and not decl:
-            continue
-        out.append(f"*{table}")
-        out.extend(dict.fromkeys(decl))
-        out.extend(body)
+        ops = list(dict.fromkeys(declares[table]))
         if table == NAT:
-            out.extend(f"-X {c}" for c in deletes)
-        out.append("COMMIT")
-    return "\n".join(out) + "\n" if out else ""
+            ops += [("declare", c) for c in deletes]
+        ops += body[table]
+        if table == NAT:
+            ops += [("-X", c) for c in deletes]
+        if ops:
+            out[table] = ops
+    return out
+
+
+def partial_restore(old: Mapping[ServicePortName, PortRules], new: Mapping[ServicePortName, PortRules],
+                    changed: Iterable[ServicePortName]) -> str:
+    """iptables-restore --noflush input for the changed ports only (see `partial_ops`)."""
+    lines: list[str] = []
+    for table, ops in partial_ops(old, new, changed).items():
+        lines.append(f"*{table}")
+        for o in ops:
+            if o[0] == "declare":
+                lines.append(f":{o[1]} - [0:0]")
+            elif o[0] == "-X":
+                lines.append(f"-X {o[1]}")
+            elif o[0] == "-I":
+                lines.append(f"-I {o[1]} 1 {o[2]}")
+            else:
+                lines.append(f"{o[0]} {o[1]} {o[2]}")
+        lines.append("COMMIT")
+    return "\n".join(lines) + "\n" if lines else ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 
@@ -25,7 +26,6 @@ SVC_KEY_TYPE = (nl.TYPE_IPADDR << 12) | (nl.TYPE_INET_PROTOCOL << 6) | nl.TYPE_I
 NP_KEY_TYPE = (nl.TYPE_INET_PROTOCOL << 6) | nl.TYPE_INET_SERVICE
 SERVICE_CHECK, NODEPORT_CHECK = "service-endpoints-check", "nodeport-endpoints-check"
 HOOKS = {"prerouting": 0, "input": 1, "forward": 2, "output": 3, "postrouting": 4}
-ANON_MAP = "__map%d"
 
 
 def _saddr() -> bytes:
@@ -106,9 +106,34 @@ def skeleton(b: nl.Batch, node: NodeConfig) -> None:
 
 
 def add_rule(b: nl.Batch, chain: str, rule: Rule) -> None:
+    b.add_rule(chain, rule_exprs(rule))
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def rule_exprs(rule: Rule) -> bytes:
+    """The expressions of one rule; cached, since resyncs repeat the same rules."""
+    out = _Out()
+    _encode(out, rule)
+    return out.data
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.data = b""
+
+    def add_rule(self, _chain: str, data: bytes) -> None:
+        self.data = data
+
+
+def _encode(b: _Out, rule: Rule) -> None:
+    chain = ""
     kind = rule[0]
     if kind == "jump":
         b.add_rule(chain, nl.immediate_verdict(nl.JUMP, rule[1]))
+    elif kind == "numgen_goto":
+        _, n, target = rule
+        b.add_rule(chain, nl.numgen(nl.REG_1, n) + nl.cmp(nl.REG_1, nl.CMP_EQ, nl.host_u32(0)) +
+                   nl.immediate_verdict(nl.GOTO, target))
     elif kind == "goto":
         b.add_rule(chain, nl.immediate_verdict(nl.GOTO, rule[1]))
     elif kind == "svc_masq":
@@ -121,14 +146,6 @@ def add_rule(b: nl.Batch, chain: str, rule: Rule) -> None:
         b.add_rule(chain, e + nl.immediate_verdict(nl.JUMP, MARK_MASQ))
     elif kind == "affinity_check":
         b.add_rule(chain, _saddr() + nl.lookup(rule[1], nl.REG_1) + nl.immediate_verdict(nl.GOTO, rule[2]))
-    elif kind == "numgen":
-        targets = rule[1]
-        set_id = b.add_set(ANON_MAP, 4, nl.TYPE_INTEGER, nl.SET_ANONYMOUS | nl.SET_CONSTANT | nl.SET_MAP,
-                           data_verdict=True, size=len(targets), key_byteorder=nl.BYTEORDER_HOST)
-        b.add_elements(ANON_MAP, [nl.element(nl.host_u32(i), (nl.GOTO, t)) for i, t in enumerate(targets)],
-                       set_id=set_id)
-        b.add_rule(chain, nl.numgen(nl.REG_1, len(targets)) +
-                   nl.lookup(ANON_MAP, nl.REG_1, nl.REG_VERDICT, set_id=set_id))
     elif kind == "saddr_jump":
         b.add_rule(chain, _saddr() + nl.cmp(nl.REG_1, nl.CMP_EQ, nl.ip4(rule[1])) +
                    nl.immediate_verdict(nl.JUMP, rule[2]))

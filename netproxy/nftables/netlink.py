@@ -10,6 +10,7 @@ Every batch is one transaction (BATCH_BEGIN … BATCH_END in one sendmsg).
 from __future__ import annotations
 
 import errno
+import functools
 import itertools
 import os
 import socket
@@ -78,17 +79,25 @@ class NftError(OSError):
 
 
 # -- attribute encoding ------------------------------------------------------------------------------
+_hdr = struct.Struct("=HH").pack
+_PAD = (b"", b"\0\0\0", b"\0\0", b"\0")
+
+
 def attr(t: int, payload: bytes) -> bytes:
     n = 4 + len(payload)
-    return struct.pack("=HH", n, t) + payload + b"\0" * (-n % 4)
+    return _hdr(n, t) + payload + _PAD[n & 3]
 
 
 def nest(t: int, *parts: bytes) -> bytes:
-    return attr(t | NLA_F_NESTED, b"".join(parts))
+    payload = b"".join(parts)
+    return _hdr(4 + len(payload), t | NLA_F_NESTED) + payload  # nested payloads are already aligned
+
+
+_be32 = struct.Struct(">I").pack
 
 
 def u32(t: int, v: int) -> bytes:
-    return attr(t, struct.pack(">I", v & 0xFFFFFFFF))
+    return _hdr(8, t) + _be32(v & 0xFFFFFFFF)
 
 
 def i32(t: int, v: int) -> bytes:
@@ -99,8 +108,11 @@ def u64(t: int, v: int) -> bytes:
     return attr(t, struct.pack(">Q", v))
 
 
+@functools.lru_cache(maxsize=1 << 18)
 def s(t: int, text: str) -> bytes:
-    return attr(t, text.encode() + b"\0")
+    payload = text.encode() + b"\0"
+    n = 4 + len(payload)
+    return _hdr(n, t) + payload + _PAD[n & 3]
 
 
 def value(t: int, data: bytes) -> bytes:
@@ -137,34 +149,42 @@ def expr(name: str, *parts: bytes) -> bytes:
     return nest(LIST_ELEM, s(EXPR_NAME, name), nest(EXPR_DATA, *parts))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def payload(dreg: int, base: int, offset: int, length: int) -> bytes:
     return expr("payload", u32(1, dreg), u32(2, base), u32(3, offset), u32(4, length))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def meta_load(dreg: int, key: int) -> bytes:
     return expr("meta", u32(1, dreg), u32(2, key))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def meta_set(key: int, sreg: int) -> bytes:
     return expr("meta", u32(2, key), u32(3, sreg))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def cmp(sreg: int, op: int, data: bytes) -> bytes:
     return expr("cmp", u32(1, sreg), u32(2, op), value(3, data))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def bitwise(sreg: int, dreg: int, mask: bytes, xor: bytes) -> bytes:
     return expr("bitwise", u32(1, sreg), u32(2, dreg), u32(3, len(mask)), value(4, mask), value(5, xor))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def immediate_verdict(code: int, chain: str | None = None) -> bytes:
     return expr("immediate", u32(1, REG_VERDICT), verdict_data(2, code, chain))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def immediate_data(dreg: int, data: bytes) -> bytes:
     return expr("immediate", u32(1, dreg), value(2, data))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def lookup(set_name: str, sreg: int, dreg: int | None = None, set_id: int | None = None) -> bytes:
     parts = [s(1, set_name), u32(2, sreg)]
     if dreg is not None:
@@ -174,10 +194,12 @@ def lookup(set_name: str, sreg: int, dreg: int | None = None, set_id: int | None
     return expr("lookup", *parts)
 
 
-def numgen(dreg: int, modulus: int) -> bytes:
-    return expr("numgen", u32(1, dreg), u32(2, modulus), u32(3, NG_RANDOM))
+@functools.lru_cache(maxsize=1 << 16)
+def numgen(dreg: int, modulus: int, offset: int = 0) -> bytes:
+    return expr("numgen", u32(1, dreg), u32(2, modulus), u32(3, NG_RANDOM), *([u32(4, offset)] if offset else []))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def dnat(reg_addr: int, reg_port: int) -> bytes:
     return expr("nat", u32(1, NAT_DNAT), u32(2, NFPROTO_IPV4), u32(3, reg_addr), u32(5, reg_port))
 
@@ -190,14 +212,17 @@ def reject_icmp_port_unreachable() -> bytes:
     return expr("reject", u32(1, 0), attr(2, b"\x03"))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def fib_addrtype(dreg: int, flags: int) -> bytes:
     return expr("fib", u32(1, dreg), u32(2, FIB_RESULT_ADDRTYPE), u32(3, flags))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def ct_load(dreg: int, key: int) -> bytes:
     return expr("ct", u32(1, dreg), u32(2, key))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def dynset_update(set_name: str, sreg_key: int) -> bytes:
     return expr("dynset", s(1, set_name), u32(3, DYNSET_OP_UPDATE), u32(4, sreg_key))
 
@@ -279,8 +304,16 @@ class Batch:
         head = s(ELEM_LIST_TABLE, self.table) + s(ELEM_LIST_SET, set_name)
         if set_id is not None:
             head += u32(ELEM_LIST_SET_ID, set_id)
-        for i in range(0, len(elems), 1024):  # keep each message well under 64 KiB
-            self._add(msg, flags, head + nest(ELEM_LIST_ELEMENTS, *elems[i:i + 1024]))
+        chunk: list[bytes] = []
+        size = 0
+        for e in elems:  # an attribute's length is 16 bits: keep each message under 64 KiB
+            if size + len(e) > 60000:
+                self._add(msg, flags, head + nest(ELEM_LIST_ELEMENTS, *chunk))
+                chunk, size = [], 0
+            chunk.append(e)
+            size += len(e)
+        if chunk:
+            self._add(msg, flags, head + nest(ELEM_LIST_ELEMENTS, *chunk))
 
     def add_elements(self, set_name: str, elems: list[bytes], set_id: int | None = None) -> None:
         if elems:

@@ -27,7 +27,18 @@ class NftablesProxier:
         self.node = node
         self.table = node.nft_table
         self.plans: dict[ServicePortName, PortPlan] = {}
+        self._inputs: dict[ServicePortName, tuple] = {}  # spn -> ((port, endpoints), plan)
         self._sock: nl.NftSocket | None = None
+
+    def _plan(self, spn: ServicePortName, state: ProxyState) -> PortPlan:
+        """Reuse the last plan when the port and its endpoints are unchanged (periodic resyncs)."""
+        key = (state.services[spn], state.endpoints.get(spn, ()))
+        cached = self._inputs.get(spn)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        plan = plan_port(key[0], key[1], self.node)
+        self._inputs[spn] = (key, plan)
+        return plan
 
     def _socket(self) -> nl.NftSocket:
         if self._sock is None:
@@ -39,21 +50,23 @@ class NftablesProxier:
             return self._full(state)
         new = dict(self.plans)
         for spn in changes.ports:
-            sp = state.services.get(spn)
-            if sp is None:
+            if spn not in state.services:
                 new.pop(spn, None)
             else:
-                new[spn] = plan_port(sp, state.endpoints.get(spn, ()), self.node)
+                new[spn] = self._plan(spn, state)
         b = nl.Batch(self.table)
         changed = [spn for spn in changes.ports if self.plans.get(spn) != new.get(spn)]
         partial(b, {s: self.plans[s] for s in changed if s in self.plans}, {s: new[s] for s in changed if s in new})
         self._socket().send(b)
         self.plans = new
+        for spn in changes.ports:
+            if spn not in new:
+                self._inputs.pop(spn, None)
         return SyncResult(full=False, rules=b.counts["rules"], chains=b.counts["chains"],
                           detail=f"{len(changed)} ports, {len(b)} messages")
 
     def _full(self, state: ProxyState) -> SyncResult:
-        plans = {spn: plan_port(sp, state.endpoints.get(spn, ()), self.node) for spn, sp in state.services.items()}
+        plans = {spn: self._plan(spn, state) for spn in state.services}
         b = nl.Batch(self.table)
         b.add_table()
         b.del_table()
@@ -62,6 +75,7 @@ class NftablesProxier:
         write_ports(b, plans.values())
         self._socket().send(b)
         self.plans = plans
+        self._inputs = {spn: v for spn, v in self._inputs.items() if spn in plans}
         return SyncResult(full=True, rules=b.counts["rules"], chains=b.counts["chains"],
                           detail=f"{len(b)} messages, {b.counts['elements']} elements")
 
@@ -70,7 +84,7 @@ class NftablesProxier:
         b.add_table()
         b.del_table()
         self._socket().send(b)
-        self.plans = {}
+        self.plans, self._inputs = {}, {}
         if self._sock:
             self._sock.close()
             self._sock = None

@@ -18,6 +18,7 @@ from netproxy.lab import Lab, endpoint_slice, service
 from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
+from tests.harness.resources import JANITOR
 
 pytestmark = [pytest.mark.root]
 
@@ -27,10 +28,12 @@ HTTP = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
 EP_HTTP = [{"name": "http", "port": 8080, "protocol": "TCP"}]
 
 
-@pytest.fixture(params=["iptables", "nftables", "ipvs"])
+@pytest.fixture(params=["iptables", "iptables-restore", "iptables-nft", "nftables", "ipvs"])
 def mode(request, require):
     if request.param == "nftables":
         require("nftables")
+    if request.param == "iptables-nft":
+        require("iptables-nft")
     if request.param == "ipvs":
         require("ipvs", "dummy")
     return request.param
@@ -39,10 +42,12 @@ def mode(request, require):
 @pytest.fixture
 def lab():
     lab = Lab()
+    key = f"netproxy lab {lab.tag}"
+    JANITOR.register(key, lab.close)  # also removed at session end if the run is interrupted
     try:
         yield lab
     finally:
-        lab.close()
+        JANITOR.release(key)
         assert lab.gone(), "test namespaces left behind"
 
 
@@ -54,7 +59,8 @@ class Harness:
         self.node = NodeConfig(node_name=NODE, cluster_cidr=lab.cluster_cidr,
                                node_ips=(lab.node_ip,) if lab.node_ip else ())
         self.worker = NetnsWorker(lab.node)
-        self.proxy = Proxy(make_proxier(mode, self.node), self.worker, **proxy_kw)
+        options = {"iptables-restore": {"incremental": "restore"}, "iptables-nft": {"backend": "nft"}}.get(mode, {})
+        self.proxy = Proxy(make_proxier(mode.split("-")[0], self.node, **options), self.worker, **proxy_kw)
         self.proxy.set_services_synced()
         self.proxy.set_endpoints_synced()
         self.slices: dict[str, dict] = {}
@@ -277,9 +283,13 @@ def test_drift_is_repaired_by_the_periodic_resync(lab, make, mode):
     assert asyncio.run(scenario()) == [f"a {lab.node_pod_ip}"]
 
 
+def _iptables(mode: str) -> str:
+    return "iptables-nft" if mode == "iptables-nft" else "iptables-legacy"
+
+
 def _break_rules(lab: Lab, mode: str) -> None:
-    if mode == "iptables":
-        lab.in_node("iptables-legacy", "-w", "-t", "nat", "-F", "KUBE-SERVICES")
+    if mode.startswith("iptables"):
+        lab.in_node(_iptables(mode), "-w", "-t", "nat", "-F", "KUBE-SERVICES")
     elif mode == "nftables":
         lab.in_node("nft", "delete", "element", "ip", "kube-proxy", "service-ips",
                     f"{{ {VIP} . tcp . 80 }}")
@@ -295,9 +305,9 @@ def test_cleanup_removes_everything(lab, make, mode):
     h.endpoints("web", ["a"])
     h.sync()
     asyncio.run(h.proxy.cleanup())
-    if mode == "iptables":
+    if mode.startswith("iptables"):
         for table in ("nat", "filter"):
-            assert "KUBE-" not in lab.in_node("iptables-legacy-save", "-t", table)
+            assert "KUBE-" not in lab.in_node(f"{_iptables(mode)}-save", "-t", table)
     elif mode == "nftables":
         assert "kube-proxy" not in lab.in_node("nft", "list", "tables")
     else:

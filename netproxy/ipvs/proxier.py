@@ -1,0 +1,150 @@
+"""The ipvs backend: kube-ipvs0 + IPVS virtual servers (pyroute2 generic netlink) + ipsets + fixed rules.
+
+A full sync reads what the kernel has (IPVS services and destinations, the
+addresses on kube-ipvs0, our ipsets) and applies the diff to the plan, which
+also repairs drift; a partial sync diffs against what it last applied. Needs a
+kernel with IPVS and dummy links (the Vagrant guests; not this build machine).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+from netproxy.ipvs.plan import DUMMY, IPSETS, Desired, VirtualServer, diff, iptables_rules, plan
+from netproxy.proxier import NodeConfig, SyncResult
+from netproxy.tracker import Changes, ProxyState
+
+PROTO = {"TCP": socket.IPPROTO_TCP, "UDP": socket.IPPROTO_UDP, "SCTP": 132}
+PROTO_NAME = {v: k for k, v in PROTO.items()}
+IP_VS_SVC_F_PERSISTENT = 0x1
+FWD_MASQ = 0
+
+
+def _run(argv: list[str], stdin: str | None = None) -> str:
+    p = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {p.stderr.strip()[:1000]}")
+    return p.stdout
+
+
+class IpvsProxier:
+    """Blocking; call it from the proxy's netns worker thread (netlink sockets bind to that netns)."""
+
+    name = "ipvs"
+
+    def __init__(self, node: NodeConfig, scheduler: str = "rr") -> None:
+        self.node = node
+        self.scheduler = scheduler
+        self.applied = Desired()
+
+    # -- kernel state ------------------------------------------------------------------------------
+    def _ensure_base(self) -> None:
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ipr:
+            if not ipr.link_lookup(ifname=DUMMY):
+                ipr.link("add", ifname=DUMMY, kind="dummy")
+        _run(["ipset", "restore", "-exist"],
+             "".join(f"create {name} {kind}" + (" range 0-65535" if kind.startswith("bitmap") else "") + "\n"
+                     for name, kind in IPSETS.items()))
+        _run(["iptables-legacy-restore", "-w", "--noflush"], iptables_rules(self.node))
+        for chain, target in (("PREROUTING", "KUBE-SERVICES"), ("OUTPUT", "KUBE-SERVICES"),
+                              ("POSTROUTING", "KUBE-POSTROUTING")):
+            if subprocess.run(["iptables-legacy", "-w", "-t", "nat", "-C", chain, "-j", target],
+                              capture_output=True).returncode != 0:
+                _run(["iptables-legacy", "-w", "-t", "nat", "-I", chain, "-j", target])
+
+    def read_kernel(self) -> Desired:
+        from pyroute2 import IPVS, IPRoute, IPVSDest, IPVSService
+
+        d = Desired(ipsets={name: set() for name in IPSETS})
+        with IPVS() as ipvs:
+            for msg in ipvs.service("dump"):
+                svc = IPVSService.from_message(msg)
+                key = (svc["addr"], PROTO_NAME.get(svc["protocol"], str(svc["protocol"])), svc["port"])
+                dests = frozenset((dst["addr"], dst["port"], dst["weight"])
+                                  for dst in (IPVSDest.from_message(m) for m in ipvs.dest("dump", service=svc)))
+                persistent = svc.get("flags", {}).get("flags", 0) & IP_VS_SVC_F_PERSISTENT
+                d.services[key] = VirtualServer(svc["sched_name"], svc["timeout"] if persistent else 0, dests)
+        with IPRoute() as ipr:
+            idx = ipr.link_lookup(ifname=DUMMY)
+            if idx:
+                d.addresses = {a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(index=idx[0], family=socket.AF_INET)}
+        for name in IPSETS:
+            out = subprocess.run(["ipset", "list", name], capture_output=True, text=True).stdout
+            members = out.split("Members:\n", 1)[1] if "Members:\n" in out else ""
+            d.ipsets[name] = {ln.strip() for ln in members.splitlines() if ln.strip()}
+        return d
+
+    # -- syncing -----------------------------------------------------------------------------------
+    def sync(self, state: ProxyState, changes: Changes, full: bool) -> SyncResult:
+        desired = plan(state.services, state.endpoints, self.node, self.scheduler)
+        if full:
+            self._ensure_base()
+            current = self.read_kernel()
+        else:
+            current = self.applied
+        ops = diff(current, desired)
+        self.apply(ops)
+        self.applied = desired
+        return SyncResult(full=full, rules=sum(len(v.dests) for v in desired.services.values()),
+                          chains=len(desired.services), detail=f"{len(ops)} operations")
+
+    def apply(self, ops: list[tuple]) -> None:
+        from pyroute2 import IPVS, IPRoute, IPVSDest, IPVSService
+
+        def service(key, vs: VirtualServer | None = None) -> IPVSService:
+            ip, proto, port = key
+            kw = {"addr": ip, "port": port, "protocol": PROTO[proto]}
+            if vs is not None:
+                kw["sched_name"] = vs.scheduler
+                if vs.persistence:
+                    kw["flags"] = {"flags": IP_VS_SVC_F_PERSISTENT, "mask": 0xFFFF}
+                    kw["timeout"] = vs.persistence
+            return IPVSService(**kw)
+
+        ipset_lines = []
+        with IPVS() as ipvs, IPRoute() as ipr:
+            idx = ipr.link_lookup(ifname=DUMMY)
+            for op in ops:
+                kind = op[0]
+                if kind == "add-addr" and idx:
+                    ipr.addr("add", index=idx[0], address=op[1], prefixlen=32)
+                elif kind == "del-addr" and idx:
+                    ipr.addr("del", index=idx[0], address=op[1], prefixlen=32)
+                elif kind == "add-vs":
+                    ipvs.service("add", service=service(op[1], op[2]))
+                elif kind == "edit-vs":
+                    ipvs.service("set", service=service(op[1], op[2]))
+                elif kind == "del-vs":
+                    ipvs.service("del", service=service(op[1]))
+                elif kind in ("add-dest", "del-dest"):
+                    ip, port, weight = op[2]
+                    ipvs.dest("add" if kind == "add-dest" else "del", service=service(op[1]),
+                              dest=IPVSDest(addr=ip, port=port, weight=weight, fwd_method=FWD_MASQ))
+                elif kind in ("add-entry", "del-entry"):
+                    ipset_lines.append(f"{'add' if kind == 'add-entry' else 'del'} {op[1]} {op[2]}")
+        if ipset_lines:
+            _run(["ipset", "restore", "-exist"], "\n".join(ipset_lines) + "\n")
+
+    def cleanup(self) -> None:
+        from pyroute2 import IPVS, IPRoute, IPVSService
+
+        with IPVS() as ipvs:
+            for key in list(self.read_kernel().services):
+                ip, proto, port = key
+                ipvs.service("del", service=IPVSService(addr=ip, port=port, protocol=PROTO[proto]))
+        with IPRoute() as ipr:
+            idx = ipr.link_lookup(ifname=DUMMY)
+            if idx:
+                ipr.link("del", index=idx[0])
+        for chain, target in (("PREROUTING", "KUBE-SERVICES"), ("OUTPUT", "KUBE-SERVICES"),
+                              ("POSTROUTING", "KUBE-POSTROUTING")):
+            subprocess.run(["iptables-legacy", "-w", "-t", "nat", "-D", chain, "-j", target], capture_output=True)
+        for chain in ("KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-MARK-MASQ", "KUBE-NODE-PORT", "KUBE-LOAD-BALANCER"):
+            subprocess.run(["iptables-legacy", "-w", "-t", "nat", "-F", chain], capture_output=True)
+            subprocess.run(["iptables-legacy", "-w", "-t", "nat", "-X", chain], capture_output=True)
+        for name in IPSETS:
+            subprocess.run(["ipset", "destroy", name], capture_output=True)
+        self.applied = Desired()

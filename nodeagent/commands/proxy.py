@@ -1,0 +1,92 @@
+"""`nodeagent proxy`: netproxy alone, from Service / EndpointSlice manifests until the API client exists.
+
+    nodeagent proxy --mode nftables --from-file services.yaml --netns node1 --once
+    nodeagent proxy --mode iptables --netns node1 --cleanup
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+
+log = logging.getLogger("nodeagent.proxy")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", default="iptables", choices=["iptables", "nftables", "ipvs"])
+    p.add_argument("--from-file", action="append", default=[],
+                   help="YAML/JSON file of Services and EndpointSlices (repeatable; multi-document YAML, List kinds)")
+    p.add_argument("--node-name", default=None)
+    p.add_argument("--node-ip", action="append", default=[], help="address NodePorts answer on (repeatable)")
+    p.add_argument("--cluster-cidr", default=None, help="pod CIDR; off-cluster sources to ClusterIPs are masqueraded")
+    p.add_argument("--netns", default=None, help="program this named network namespace instead of the host's")
+    p.add_argument("--sync-period", type=float, default=30.0, help="full resync period, seconds")
+    p.add_argument("--min-sync-period", type=float, default=1.0, help="minimum gap between syncs, seconds")
+    p.add_argument("--once", action="store_true", help="sync once and exit")
+    p.add_argument("--cleanup", action="store_true", help="remove every rule this mode owns and exit")
+
+
+def load_objects(paths: list[str]) -> tuple[list[dict], list[dict]]:
+    import yaml
+
+    services, slices = [], []
+    for path in paths:
+        with open(path) as f:
+            text = f.read()
+        docs = json.loads(text) if path.endswith(".json") else list(yaml.safe_load_all(text))
+        stack = docs if isinstance(docs, list) else [docs]
+        while stack:
+            obj = stack.pop(0)
+            if not obj:
+                continue
+            kind = obj.get("kind")
+            if kind and kind.endswith("List"):
+                stack.extend(obj.get("items") or [])
+            elif kind == "Service":
+                services.append(obj)
+            elif kind == "EndpointSlice":
+                slices.append(obj)
+    return services, slices
+
+
+def run(args: argparse.Namespace) -> int:
+    from netproxy.backends import make_proxier
+    from netproxy.netns import NetnsWorker
+    from netproxy.proxier import NodeConfig
+    from netproxy.proxy import Proxy
+    from netproxy.service import StaticSource
+
+    node = NodeConfig(node_name=args.node_name, node_ips=tuple(args.node_ip), cluster_cidr=args.cluster_cidr)
+    worker = NetnsWorker(args.netns)
+    proxy = Proxy(make_proxier(args.mode, node), worker, min_interval=args.min_sync_period,
+                  max_interval=args.sync_period)
+
+    async def main() -> int:
+        if args.cleanup:
+            await proxy.cleanup()
+            log.info("%s rules removed", args.mode)
+            return 0
+        services, slices = load_objects(args.from_file)
+        if args.once:
+            for s in services:
+                proxy.on_service(None, s)
+            for s in slices:
+                proxy.on_endpoint_slice(s)
+            proxy.set_services_synced()
+            proxy.set_endpoints_synced()
+            result = await proxy.sync(full=True)
+            print(json.dumps({"mode": args.mode, "services": len(services), "slices": len(slices),
+                              "rules": result.rules if result else 0, "chains": result.chains if result else 0,
+                              "seconds": round(proxy.stats.last_duration, 4)}))
+            return 0
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(StaticSource(services, slices).run(proxy))
+            tg.create_task(proxy.run())
+        return 0
+
+    try:
+        return asyncio.run(main())
+    finally:
+        worker.close()

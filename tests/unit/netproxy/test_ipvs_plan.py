@@ -1,0 +1,59 @@
+from netproxy.ipvs.plan import Desired, diff, iptables_rules, plan
+from netproxy.lab import service
+from netproxy.model import Endpoint, parse_service
+from netproxy.proxier import NodeConfig
+
+NODE = NodeConfig(node_name="me", node_ips=("192.168.1.10",), cluster_cidr="10.244.0.0/16")
+EPS = (Endpoint("10.244.0.1", 8080, node_name="me"), Endpoint("10.244.0.2", 8080, node_name="other"))
+
+
+def ports(**spec):
+    ports = spec.pop("ports", [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}])
+    return parse_service(service("web", "10.96.0.10", ports, **spec))
+
+
+def test_cluster_ip_nodeport_and_ipsets():
+    svcs = ports(type="NodePort")
+    (spn,) = svcs
+    d = plan(svcs, {spn: EPS}, NODE)
+    vs = d.services[("10.96.0.10", "TCP", 80)]
+    assert vs.scheduler == "rr" and vs.dests == {("10.244.0.1", 8080, 1), ("10.244.0.2", 8080, 1)}
+    assert d.services[("192.168.1.10", "TCP", 30080)].dests == vs.dests
+    assert d.addresses == {"10.96.0.10"}
+    assert d.ipsets["KUBE-CLUSTER-IP"] == {"10.96.0.10,tcp:80"}
+    assert d.ipsets["KUBE-NODE-PORT-TCP"] == {"30080"}
+    assert "10.244.0.1,tcp:8080,10.244.0.1" in d.ipsets["KUBE-LOOP-BACK"]
+
+
+def test_local_policy_affinity_and_no_endpoints():
+    svcs = ports(type="NodePort", externalTrafficPolicy="Local", sessionAffinity="ClientIP",
+                 sessionAffinityConfig={"clientIP": {"timeoutSeconds": 30}})
+    (spn,) = svcs
+    d = plan(svcs, {spn: EPS}, NODE, scheduler="sh")
+    np_vs = d.services[("192.168.1.10", "TCP", 30080)]
+    assert np_vs.dests == {("10.244.0.1", 8080, 1)} and np_vs.persistence == 30 and np_vs.scheduler == "sh"
+    assert d.ipsets["KUBE-NODE-PORT-LOCAL-TCP"] == {"30080"}
+    empty = plan(svcs, {}, NODE)
+    assert not empty.services and empty.addresses == {"10.96.0.10"}  # bound → the node itself rejects
+
+
+def test_diff_orders_and_minimises():
+    svcs = ports()
+    (spn,) = svcs
+    a = plan(svcs, {spn: EPS}, NODE)
+    assert diff(a, a) == []
+    ops = diff(Desired(), a)
+    assert ops[0] == ("add-addr", "10.96.0.10")
+    assert [o[0] for o in ops[1:4]] == ["add-vs", "add-dest", "add-dest"]
+    b = plan(svcs, {spn: EPS[:1]}, NODE)
+    assert diff(a, b) == [("del-dest", ("10.96.0.10", "TCP", 80), ("10.244.0.2", 8080, 1)),
+                          ("del-entry", "KUBE-LOOP-BACK", "10.244.0.2,tcp:8080,10.244.0.2")]
+    gone = plan({}, {}, NODE)
+    kinds = [o[0] for o in diff(a, gone)]
+    assert kinds.index("del-vs") < kinds.index("del-addr")
+
+
+def test_fixed_rules_masquerade_by_ipset():
+    text = iptables_rules(NODE)
+    assert "--match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ" in text
+    assert "! -s 10.244.0.0/16" in text and text.count("COMMIT") == 1
