@@ -62,8 +62,15 @@ def node_config(config: Any) -> NodeConfig:
 
 async def serve(config: Any, ready: asyncio.Event) -> None:
     source: Source | None = getattr(config, "netproxy_source", None)
+    client = None
+    if source is None and getattr(config, "kubeconfig", None):
+        from netproxy.api_source import ApiSource
+        from nodeagent.client.rest import Client
+
+        client = Client.from_kubeconfig(config.kubeconfig)
+        source = ApiSource(client)
     if source is None:
-        log.warning("netproxy: no Service source is wired yet (needs the API client); writing no rules")
+        log.warning("netproxy: no Service source configured (set kubeconfig); writing no rules")
         ready.set()
         await asyncio.Event().wait()
         return
@@ -82,3 +89,5 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
     finally:
         with contextlib.suppress(Exception):
             worker.close()
+        if client is not None:
+            await client.close()

@@ -18,6 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", default="iptables", choices=["iptables", "nftables", "ipvs"])
     p.add_argument("--from-file", action="append", default=[],
                    help="YAML/JSON file of Services and EndpointSlices (repeatable; multi-document YAML, List kinds)")
+    p.add_argument("--kubeconfig", default=None,
+                   help="take Services and EndpointSlices from this cluster (instead of --from-file)")
     p.add_argument("--node-name", default=None)
     p.add_argument("--node-ip", action="append", default=[], help="address NodePorts answer on (repeatable)")
     p.add_argument("--cluster-cidr", default=None, help="pod CIDR; off-cluster sources to ClusterIPs are masqueraded")
@@ -81,9 +83,22 @@ def run(args: argparse.Namespace) -> int:
                               "rules": result.rules if result else 0, "chains": result.chains if result else 0,
                               "seconds": round(proxy.stats.last_duration, 4)}))
             return 0
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(StaticSource(services, slices).run(proxy))
-            tg.create_task(proxy.run())
+        client = None
+        if args.kubeconfig:
+            from netproxy.api_source import ApiSource
+            from nodeagent.client.rest import Client
+
+            client = Client.from_kubeconfig(args.kubeconfig)
+            source = ApiSource(client)
+        else:
+            source = StaticSource(services, slices)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(source.run(proxy))
+                tg.create_task(proxy.run())
+        finally:
+            if client is not None:
+                await client.close()
         return 0
 
     try:

@@ -19,12 +19,13 @@ from nodeagent.client.leader import LeaderElector
 from nodeagent.client.rest import Client
 from nodeagent.controllers.base import Controller
 from nodeagent.controllers.deployment_controller import DeploymentController
+from nodeagent.controllers.endpoints_controller import EndpointsController
 from nodeagent.controllers.gc_controller import GarbageCollector
 from nodeagent.controllers.replicaset_controller import ReplicaSetController
 
 log = logging.getLogger("nodeagent.controllers")
 
-CONTROLLERS = (ReplicaSetController, DeploymentController, GarbageCollector)
+CONTROLLERS = (ReplicaSetController, DeploymentController, GarbageCollector, EndpointsController)
 
 
 async def run_controllers(client: Client, ready: asyncio.Event | None = None,
