@@ -27,6 +27,8 @@ _state: dict = {}
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("nodeagent")
     group.addoption("--no-leak-check", action="store_true", help="do not compare host state before/after")
+    group.addoption("--leak-check-no-reap", action="store_true",
+                    help="report leaks but remove nothing (when others share the host)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -96,7 +98,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             say(f"  leaked {kind}: {item}")
         if len(items) > 50:
             say(f"  ... and {len(items) - 50} more {kind} entries")
-    _reap(found, procs)
+    if not session.config.getoption("--leak-check-no-reap"):
+        _reap(found, procs)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
