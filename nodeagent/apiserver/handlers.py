@@ -14,8 +14,16 @@ from aiohttp import web
 from nodeagent.api import patch as patches
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
 from nodeagent.apiserver import auth, codec, discovery, errors, subresources, table
+from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.errors import ApiError
-from nodeagent.apiserver.registry import PODS, Registry, check_field_selector
+from nodeagent.apiserver.registry import (
+    PODS,
+    Registry,
+    check_field_selector,
+    decode_continue,
+    encode_continue,
+    matches,
+)
 from nodeagent.apiserver.request import RequestInfo, parse
 from nodeagent.apiserver.resources import Resource
 from nodeagent.apiserver.watch import watch_events
@@ -57,9 +65,10 @@ class Wants:
 
 
 class Handlers:
-    def __init__(self, registry: Registry, tokens: auth.TokenFile, address: str,
+    def __init__(self, registry: Registry, cache: WatchCache, tokens: auth.TokenFile, address: str,
                  kubelet_proxy: Any = None) -> None:
         self.registry = registry
+        self.cache = cache
         self.store = registry.store
         self.tokens = tokens
         self.address = address
@@ -129,8 +138,13 @@ class Handlers:
         if sub:
             return await subresources.handle(self, request, info, body, wants, dry_run)
         if verb == "get":
-            obj = await self.registry.get(res, info.namespace, info.name or "")
-            return json_response(self._single(res, obj, wants, q))
+            await self.cache.wait_fresh()
+            entry = self.cache.get(res.key(info.namespace, info.name or ""))
+            if entry is None:
+                raise errors.not_found(res.name, info.name or "", res.group)
+            if not wants.table and not wants.partial:
+                return web.Response(body=entry.raw, content_type=JSON)
+            return json_response(self._single(res, entry.obj, wants, q))
         if verb == "list":
             return await self._list(request, info, wants)
         if verb == "watch":
@@ -276,19 +290,46 @@ class Handlers:
             limit = int(q.get("limit") or 0)
         except ValueError:
             raise errors.bad_request("limit must be an integer") from None
-        items, rev, cont = await self.registry.list(res, info.namespace, labels, fields, limit, q.get("continue"))
+        ns = info.namespace
+        ns_name = next((f.value for f in fields if f.field == "metadata.namespace" and f.op == "="), None)
+        if res.namespaced and not ns and ns_name:
+            ns = ns_name
+        await self.cache.wait_fresh()
+        entries, rev = self.cache.list(res.key_prefix(), ns if res.namespaced else None)
+        start_key = None
+        if q.get("continue"):
+            rev, start_key = decode_continue(q["continue"])
+        selected = []
+        cont = None
+        filtering = not labels.is_everything or bool(fields)
+        for e in entries:
+            m = e.obj["metadata"]
+            if start_key is not None and res.key(m.get("namespace"), m["name"]) <= start_key:
+                continue
+            if filtering and not matches(e.obj, labels, fields):
+                continue
+            if limit and len(selected) >= limit:
+                last = selected[-1].obj["metadata"]
+                cont = encode_continue(rev, res.key(last.get("namespace"), last["name"]))
+                break
+            selected.append(e)
+        if not wants.table and not wants.partial:
+            meta: dict[str, Any] = {"resourceVersion": str(rev)}
+            if cont:
+                meta["continue"] = cont
+            head = codec.dumps({"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta})
+            body = head[:-1] + b',"items":[' + b",".join(e.raw for e in selected) + b"]}"
+            return web.Response(body=body, content_type=JSON)
+        items = [e.obj for e in selected]
         if wants.table:
             return json_response(table.table(res.kind, items, str(rev), q.get("includeObject", "Metadata"), cont))
-        meta: dict[str, Any] = {"resourceVersion": str(rev)}
+        pmeta: dict[str, Any] = {"resourceVersion": str(rev)}
         if cont:
-            meta["continue"] = cont
-        if wants.partial:
-            return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                                  "metadata": meta,
-                                  "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                             "metadata": o["metadata"]} for o in items]})
-        return json_response({"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta,
-                              "items": items})
+            pmeta["continue"] = cont
+        return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                              "metadata": pmeta,
+                              "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                         "metadata": o["metadata"]} for o in items]})
 
     async def _watch(self, request: web.Request, info: RequestInfo, wants: Wants) -> web.StreamResponse:
         q = request.query
@@ -304,18 +345,21 @@ class Handlers:
                 raise errors.bad_request("timeoutSeconds must be a number") from None
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         send_initial = q.get("sendInitialEvents") == "true"
-        events = watch_events(self.store, res, info.namespace, labels, fields, q.get("resourceVersion"), timeout,
+        events = watch_events(self.cache, res, info.namespace, labels, fields, q.get("resourceVersion"), timeout,
                               bookmarks, send_initial)
         resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         include = q.get("includeObject", "Metadata")
         try:
-            async for typ, obj in events:
+            async for typ, obj, line in events:
                 if wants.table and typ not in ("ERROR", "BOOKMARK"):
                     obj = table.table(res.kind, [obj], obj["metadata"].get("resourceVersion", ""), include)
                 elif wants.partial and typ not in ("ERROR",):
                     obj = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+                elif line is not None:
+                    await resp.write(line)
+                    continue
                 await resp.write(codec.dumps({"type": typ, "object": obj}) + b"\n")
         except (ConnectionResetError, ConnectionError):
             pass

@@ -15,6 +15,7 @@ from aiohttp import web
 from nodeagent.apiserver import auth, kubeconfig, pki
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.bootstrap import Bootstrap
+from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.handlers import Handlers
 from nodeagent.apiserver.registry import SERVICES, Registry
 
@@ -99,6 +100,7 @@ class ApiServer:
         self.kubeconfig_path = self.data_dir / "admin.kubeconfig"
         self._runner: web.ServerRunner | None = None
         self._tasks: list[asyncio.Task] = []
+        self.cache: WatchCache | None = None
         self.port = cfg.port
 
     def _ssl(self) -> ssl.SSLContext:
@@ -118,7 +120,9 @@ class ApiServer:
         self.registry.rebuild_allocators(services)
         from nodeagent.apiserver.proxy import KubeletProxy
 
-        handlers = Handlers(self.registry, self.tokens, f"{self.advertise}:{self.cfg.port}",
+        self.cache = WatchCache(self.store)
+        await self.cache.start()
+        handlers = Handlers(self.registry, self.cache, self.tokens, f"{self.advertise}:{self.cfg.port}",
                             KubeletProxy(self.data_dir / "pki" / "ca.crt"))
         server = web.Server(handlers.handle, access_log=None)
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
@@ -154,6 +158,8 @@ class ApiServer:
                 await t
             except BaseException:
                 pass
+        if self.cache is not None:
+            await self.cache.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         await self.registry.close()

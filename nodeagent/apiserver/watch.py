@@ -1,6 +1,7 @@
-"""Watch semantics over the store: initial ADDED events, selector transitions, bookmarks, timeout, 410.
+"""Watch semantics over the watch cache: initial ADDED events, selector transitions, bookmarks, timeout, 410.
 
-Produces (type, object) pairs; the HTTP handler encodes them (plain or as one-row Tables).
+Yields (type, object, line): `line` is the pre-encoded JSON event when the watcher sees the event
+unchanged (plain JSON, same type), so a hundred watchers cost one encoding.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from typing import Any
 
 from nodeagent.api.selectors import FieldRequirement, Selector
 from nodeagent.apiserver import errors
+from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.registry import matches
 from nodeagent.apiserver.resources import Resource
-from nodeagent.store import base as store_base
 
 BOOKMARK_INTERVAL = 10.0
 
 
-def _parse_rv(rv: str | None) -> int | None:
+def parse_rv(rv: str | None) -> int | None:
     if rv in (None, "", "0"):
         return None
     try:
@@ -29,38 +30,26 @@ def _parse_rv(rv: str | None) -> int | None:
         raise errors.bad_request(f"invalid resource version: {rv}") from None
 
 
-async def watch_events(store: store_base.Store, res: Resource, ns: str | None, labels: Selector | None,
+async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels: Selector | None,
                        fields: tuple[FieldRequirement, ...], resource_version: str | None,
                        timeout_s: float | None, bookmarks: bool, send_initial: bool | None = None,
-                       bookmark_interval: float = BOOKMARK_INTERVAL) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    since = _parse_rv(resource_version)
+                       bookmark_interval: float = BOOKMARK_INTERVAL
+                       ) -> AsyncIterator[tuple[str, dict[str, Any], bytes | None]]:
+    since = parse_rv(resource_version)
     prefix = res.key_prefix(ns)
     ns_field = next((f.value for f in fields if f.field == "metadata.namespace" and f.op == "="), None)
     if res.namespaced and not ns and ns_field:
         prefix = res.key_prefix(ns_field)
-    deadline = time.monotonic() + timeout_s if timeout_s else None
-    initial: list[dict[str, Any]] = []
+    plain = (labels is None or labels.is_everything) and not fields
     if since is None or send_initial:
-        items, rev = await store.list(prefix)
-        initial = [o for o in items if matches(o, labels, fields)]
-        since = rev
-    last_rev = since
-    for o in initial:
-        yield "ADDED", o
-    if send_initial and bookmarks:
-        yield "BOOKMARK", _bookmark(res, last_rev, initial_done=True)
+        await cache.wait_fresh()
+    deadline = time.monotonic() + timeout_s if timeout_s else None
     queue: asyncio.Queue = asyncio.Queue()
+    last_rev = since or 0
 
     async def pump() -> None:
-        try:
-            async for ev in store.watch(prefix, since):
-                queue.put_nowait(ev)
-        except store_base.Gone as e:
-            queue.put_nowait(e)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a broken backend ends the stream; the client re-watches
-            queue.put_nowait(e)
+        async for item in cache.watch(prefix, since, bool(send_initial)):
+            queue.put_nowait(item)
         queue.put_nowait(None)
 
     task = asyncio.get_running_loop().create_task(pump())
@@ -75,40 +64,52 @@ async def watch_events(store: store_base.Store, res: Resource, ns: str | None, l
                     return
                 wait = left if wait is None else min(wait, left)
             try:
-                ev = await asyncio.wait_for(queue.get(), wait) if wait is not None else await queue.get()
+                item = await asyncio.wait_for(queue.get(), wait) if wait is not None else await queue.get()
             except TimeoutError:
                 if bookmarks and time.monotonic() >= next_bookmark:
-                    yield "BOOKMARK", _bookmark(res, last_rev)
+                    if queue.empty():
+                        last_rev = max(last_rev, cache.rev)
+                    yield "BOOKMARK", _bookmark(res, last_rev), None
                     next_bookmark = time.monotonic() + bookmark_interval
                 continue
-            if ev is None:
+            if item is None:
                 return
-            if isinstance(ev, store_base.Gone):
-                yield "ERROR", errors.gone(f"too old resource version: {ev.requested} ({ev.compacted})").status()
+            what, val = item
+            if what == "gone":
+                yield "ERROR", errors.gone(f"too old resource version: {val[0]} ({val[1]})").status(), None
                 return
-            if isinstance(ev, Exception):
-                yield "ERROR", errors.internal(str(ev)).status()
-                return
+            if what == "initial":
+                if matches(val.obj, labels, fields):
+                    yield "ADDED", val.obj, None
+                continue
+            if what == "synced":
+                last_rev = val
+                if send_initial and bookmarks:
+                    yield "BOOKMARK", _bookmark(res, last_rev, initial_done=True), None
+                continue
+            ev = val
             last_rev = ev.revision
-            typ = _transition(ev, labels, fields)
+            if plain:
+                yield ev.type, ev.obj, ev.line
+                continue
+            typ = transition(ev.type, ev.obj, ev.prev, labels, fields)
             if typ is not None:
-                yield typ, ev.object
+                yield typ, ev.obj, ev.line if typ == ev.type else None
     finally:
         task.cancel()
         with contextlib.suppress(BaseException):
             await task
 
 
-def _transition(ev: store_base.Event, labels: Selector | None, fields: tuple[FieldRequirement, ...]) -> str | None:
+def transition(typ: str, obj: dict[str, Any], prev: dict[str, Any] | None, labels: Selector | None,
+               fields: tuple[FieldRequirement, ...]) -> str | None:
     """The event type this watcher sees: an object moving into or out of the selection is ADDED or DELETED."""
-    if (labels is None or labels.is_everything) and not fields:
-        return ev.type
-    now = matches(ev.object, labels, fields)
-    if ev.type == "ADDED":
+    now = matches(obj, labels, fields)
+    if typ == "ADDED":
         return "ADDED" if now else None
-    if ev.type == "DELETED":
-        return "DELETED" if now or (ev.prev is not None and matches(ev.prev, labels, fields)) else None
-    before = matches(ev.prev, labels, fields) if ev.prev is not None else now
+    if typ == "DELETED":
+        return "DELETED" if now or (prev is not None and matches(prev, labels, fields)) else None
+    before = matches(prev, labels, fields) if prev is not None else now
     if now and before:
         return "MODIFIED"
     if now:

@@ -1,0 +1,208 @@
+"""The watch cache: one store watch feeding an in-memory index, an event window, and every API watcher.
+
+Like kube-apiserver's cacher: GET and LIST are served from memory after waiting until the cache has
+caught up with the store's current revision (so a client reads its own writes), objects are encoded
+once (bytes kept beside the dict), and each change is encoded once for all plain-JSON watchers.
+Watches may start from any revision inside the event window; older ones get 410 Expired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from nodeagent.apiserver import codec
+from nodeagent.store import base as store_base
+
+log = logging.getLogger("nodeagent.apiserver.cache")
+ROOT = "/registry/"
+
+
+class Entry:
+    __slots__ = ("obj", "_raw")
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj = obj
+        self._raw: bytes | None = None
+
+    @property
+    def raw(self) -> bytes:
+        if self._raw is None:
+            self._raw = codec.dumps(self.obj)
+        return self._raw
+
+
+class CachedEvent:
+    __slots__ = ("type", "key", "obj", "prev", "revision", "_line")
+
+    def __init__(self, ev: store_base.Event) -> None:
+        self.type, self.key, self.obj, self.prev, self.revision = ev.type, ev.key, ev.object, ev.prev, ev.revision
+        self._line: bytes | None = None
+
+    @property
+    def line(self) -> bytes:
+        """`{"type":..,"object":..}\\n`, encoded once for every plain-JSON watcher."""
+        if self._line is None:
+            self._line = codec.dumps({"type": self.type, "object": self.obj}) + b"\n"
+        return self._line
+
+
+class Subscriber:
+    __slots__ = ("prefix", "queue")
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.queue: asyncio.Queue[CachedEvent | None] = asyncio.Queue()
+
+
+def _split(key: str) -> tuple[str, str, str]:
+    """'/registry/<group>/<res>/<ns>/<name>' or '/registry/<group>/<res>/<name>' -> (res prefix, ns, name)."""
+    parts = key.split("/")
+    if len(parts) == 6:
+        return "/".join(parts[:4]) + "/", parts[4], parts[5]
+    return "/".join(parts[:4]) + "/", "", parts[-1]
+
+
+class WatchCache:
+    def __init__(self, store: store_base.Store, window: int = 20000) -> None:
+        self.store = store
+        self.rev = 0
+        self.oldest = 0  # watches may start from any revision >= oldest
+        self._index: dict[str, dict[str, dict[str, Entry]]] = {}  # res prefix -> ns -> name -> Entry
+        self._events: collections.deque[CachedEvent] = collections.deque(maxlen=window)
+        self._subs: set[Subscriber] = set()
+        self._advanced = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.ready = asyncio.Event()
+
+    async def start(self) -> None:
+        await self._fill()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="watch-cache")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        for s in list(self._subs):
+            s.queue.put_nowait(None)
+
+    async def _fill(self) -> None:
+        items, rev = await self.store.list(ROOT)
+        self._index = {}
+        for o in items:
+            key = self._key_of(o)
+            if key:
+                p, ns, name = _split(key)
+                self._index.setdefault(p, {}).setdefault(ns, {})[name] = Entry(o)
+        self.rev = rev
+        self.oldest = rev
+        self._events.clear()
+        self._wake()
+
+    def _key_of(self, o: dict[str, Any]) -> str | None:
+        from nodeagent.apiserver.resources import by_kind
+
+        r = by_kind(o.get("apiVersion", ""), o.get("kind", ""))
+        if r is None:
+            return None
+        return r.key((o.get("metadata") or {}).get("namespace"), o["metadata"]["name"])
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async for ev in self.store.watch(ROOT, self.rev):
+                    self._apply(ev)
+                return
+            except store_base.Gone:
+                log.warning("watch cache fell behind compaction; rebuilding")
+                await self._fill()
+                for s in list(self._subs):  # their position is lost: end their streams, clients re-watch
+                    s.queue.put_nowait(None)
+                self._subs.clear()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("watch cache: store watch failed; restarting")
+                await asyncio.sleep(0.5)
+
+    def _apply(self, ev: store_base.Event) -> None:
+        p, ns, name = _split(ev.key)
+        if ev.type == "DELETED":
+            names = self._index.get(p, {}).get(ns)
+            if names is not None:
+                names.pop(name, None)
+        else:
+            self._index.setdefault(p, {}).setdefault(ns, {})[name] = Entry(ev.object)
+        cev = CachedEvent(ev)
+        self._events.append(cev)
+        if len(self._events) == self._events.maxlen:
+            self.oldest = self._events[0].revision - 1
+        self.rev = ev.revision
+        for s in self._subs:
+            if ev.key.startswith(s.prefix):
+                s.queue.put_nowait(cev)
+        self._wake()
+
+    def _wake(self) -> None:
+        self._advanced.set()
+        self._advanced = asyncio.Event()
+
+    async def wait_fresh(self, limit_s: float = 10.0) -> None:
+        """Wait until every write the store has committed is in the cache (read-your-writes)."""
+        target = self.store.revision
+        if self.rev >= target:
+            return
+        async with asyncio.timeout(limit_s):
+            while self.rev < target:
+                await self._advanced.wait()
+
+    # ------------------------------------------------------------------ reads
+    def get(self, key: str) -> Entry | None:
+        p, ns, name = _split(key)
+        return self._index.get(p, {}).get(ns, {}).get(name)
+
+    def list(self, res_prefix: str, ns: str | None) -> tuple[list[Entry], int]:
+        by_ns = self._index.get(res_prefix, {})
+        out: list[Entry] = []
+        for n in ([ns] if ns is not None else sorted(by_ns)):
+            names = by_ns.get(n) or {}
+            out += [names[k] for k in sorted(names)]
+        return out, self.rev
+
+    # ------------------------------------------------------------------ watch
+    async def watch(self, prefix: str, since: int | None,
+                    initial: bool = False) -> AsyncIterator[tuple[str, Any]]:
+        """('event', CachedEvent) from revision > since (or ('initial', Entry) for the current state first
+        when since is None or `initial`), then live; ('gone', (since, oldest)) when since is too old."""
+        sub = Subscriber(prefix)
+        snapshot: list[Entry] = []
+        backlog: list[CachedEvent] = []
+        if since is None or initial:
+            res_prefix = "/".join(prefix.split("/")[:4]) + "/"
+            ns = prefix.split("/")[4] if len(prefix.split("/")) > 5 else None
+            snapshot, since = self.list(res_prefix, ns)
+        elif since < max(self.oldest, self.store.compacted):
+            yield "gone", (since, max(self.oldest, self.store.compacted))
+            return
+        else:
+            backlog = [e for e in self._events if e.revision > since and e.key.startswith(prefix)]
+        self._subs.add(sub)  # no await since the snapshot/backlog: nothing is missed or repeated
+        try:
+            for en in snapshot:
+                yield "initial", en
+            yield "synced", since
+            for ev in backlog:
+                yield "event", ev
+            while True:
+                ev = await sub.queue.get()
+                if ev is None:
+                    return
+                if ev.revision > since:
+                    yield "event", ev
+        finally:
+            self._subs.discard(sub)
