@@ -7,6 +7,17 @@ store); `list` returns the revision it was read at; `watch(prefix, since)`
 yields every change with a revision greater than `since`, in order, without
 gaps or duplicates; revisions at or below the compacted one are `Gone`.
 Backends: memory (tests, benchmarks), SQLite (the default), etcd.
+
+Watch details every backend follows (as etcd and the apiserver's watch cache do):
+- Revisions start at 1 on an empty store, as in etcd (the first write gets 2), so a
+  list's revision is never 0 and `since=0` can mean "from now": only changes after
+  the current revision (etcd's start_revision 0). The apiserver's "resourceVersion=0
+  / unset" list-then-watch semantics are built on top: list, then watch from the
+  list's revision.
+- Events are shared between watchers: treat them as read-only.
+- A watcher that falls too far behind (its bounded queue is full) is ended with
+  Gone, so its client relists instead of the server buffering without bound.
+- Closing the store ends every watch cleanly (the iterator just stops).
 """
 
 from __future__ import annotations
@@ -97,7 +108,8 @@ class Store(Protocol):
     def watch(self, prefix: str, since: int) -> AsyncIterator[Event]:
         """Every change under `prefix` with revision > `since`, in order, then live changes.
 
-        Raises Gone (at the first iteration) when `since` < `compacted`.
+        Raises Gone (at the first iteration) when `since` < `compacted`, and later if the
+        watcher falls too far behind. `since=0` starts at the current revision.
         """
         ...
 

@@ -2,31 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import copy
 from collections.abc import AsyncIterator
 
 from nodeagent.store.base import AlreadyExists, Conflict, Event, Gone, NotFound, with_revision
+from nodeagent.store.fanout import DEFAULT_QUEUE, FanOut
 
 
 class MemoryStore:
-    """Single event loop, no persistence. Watchers get a queue each; history is kept until compaction."""
+    """Single event loop, no persistence. Watchers get a bounded queue each; history is kept until compaction."""
 
-    def __init__(self) -> None:
+    def __init__(self, watch_queue: int = DEFAULT_QUEUE) -> None:
         self._data: dict[str, dict] = {}
         self._keys: list[str] = []  # sorted, for prefix lists
         self._history: list[Event] = []
-        self._rev = 0
+        self._rev = 1  # as in etcd: an empty store is at revision 1
         self._compacted = 0
-        self._watchers: set[tuple[str, asyncio.Queue]] = set()
+        self._fanout = FanOut(watch_queue)
 
     async def start(self) -> None:
         return None
 
     async def close(self) -> None:
-        for _, q in list(self._watchers):
-            q.put_nowait(None)
+        self._fanout.close()
 
     @property
     def revision(self) -> int:
@@ -39,9 +38,7 @@ class MemoryStore:
     def _commit(self, type_: str, key: str, obj: dict, prev: dict | None) -> Event:
         ev = Event(type_, key, obj, self._rev, prev)  # type: ignore[arg-type]
         self._history.append(ev)
-        for prefix, q in self._watchers:
-            if key.startswith(prefix):
-                q.put_nowait(ev)
+        self._fanout.publish(ev)
         return ev
 
     async def create(self, key: str, obj: dict) -> dict:
@@ -94,24 +91,21 @@ class MemoryStore:
         return copy.deepcopy(last)
 
     async def watch(self, prefix: str, since: int) -> AsyncIterator[Event]:
+        if since == 0:
+            since = self._rev
         if since < self._compacted:
             raise Gone(prefix, since, self._compacted)
-        q: asyncio.Queue = asyncio.Queue()
-        entry = (prefix, q)
         # Replay and subscribe with no await in between: nothing can commit in the gap.
-        start = bisect.bisect_right([e.revision for e in self._history], since)
+        start = bisect.bisect_right(self._history, since, key=lambda e: e.revision)
         backlog = [e for e in self._history[start:] if e.key.startswith(prefix)]
-        self._watchers.add(entry)
+        w = self._fanout.subscribe(prefix, self._rev)
         try:
             for ev in backlog:
                 yield ev
-            while True:
-                ev = await q.get()
-                if ev is None:
-                    return
+            while (ev := await w.next()) is not None:
                 yield ev
         finally:
-            self._watchers.discard(entry)
+            self._fanout.unsubscribe(w)
 
     async def compact(self, revision: int) -> None:
         revision = min(revision, self._rev)
