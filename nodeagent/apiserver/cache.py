@@ -117,8 +117,10 @@ class WatchCache:
             try:
                 async for ev in self.store.watch(ROOT, self.rev):
                     self._apply(ev)
-                return
+                await asyncio.sleep(0.1)  # the store ended the stream (closing): resume if it comes back
             except store_base.Gone:
+                if self.rev >= self.store.compacted:
+                    continue  # we only fell behind the live feed: resume from the log
                 log.warning("watch cache fell behind compaction; rebuilding")
                 await self._fill()
                 for s in list(self._subs):  # their position is lost: end their streams, clients re-watch

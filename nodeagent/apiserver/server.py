@@ -18,6 +18,8 @@ from nodeagent.apiserver.bootstrap import Bootstrap
 from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.handlers import Handlers
 from nodeagent.apiserver.registry import SERVICES, Registry
+from nodeagent.store import open_store
+from nodeagent.store.compactor import DEFAULT_INTERVAL, run_compactor
 
 log = logging.getLogger("nodeagent.apiserver")
 
@@ -49,25 +51,6 @@ class ServerConfig:
         return out
 
 
-def open_store(datastore: str, data_dir: str) -> Any:
-    """The configured backend; memory when asked, or (logged) when the durable backends are not built in yet."""
-    if datastore == "memory":
-        from nodeagent.store.memory import MemoryStore
-
-        return MemoryStore()
-    try:
-        from nodeagent.store import open_store as factory  # provided by the store backends
-    except ImportError:
-        if datastore == "sqlite":
-            from nodeagent.store.memory import MemoryStore
-
-            log.warning("the SQLite store is not available in this build; using the in-memory store "
-                        "(state is lost on restart)")
-            return MemoryStore()
-        raise SystemExit(f"datastore {datastore!r} is not available in this build") from None
-    return factory(datastore, data_dir)
-
-
 def advertise_ip(bind: str) -> str:
     if bind not in ("0.0.0.0", "::", ""):
         return bind
@@ -90,10 +73,11 @@ def client_host(bind: str) -> str:
 class ApiServer:
     """One running apiserver; `start()` binds and bootstraps, `stop()` releases everything."""
 
-    def __init__(self, cfg: ServerConfig, store: Any = None) -> None:
+    def __init__(self, cfg: ServerConfig, store: Any = None, compact_interval: float = DEFAULT_INTERVAL) -> None:
         self.cfg = cfg
         self.data_dir = Path(cfg.data_dir)
         self.store = store if store is not None else open_store(cfg.datastore, cfg.data_dir)
+        self.compact_interval = compact_interval
         self.advertise = cfg.advertise_address or advertise_ip(cfg.bind_address)
         self.tokens = auth.TokenFile(self.data_dir / "tokens.csv")
         self.registry = Registry(self.store, Allocators(cfg.service_cluster_ip_range))
@@ -133,7 +117,10 @@ class ApiServer:
             self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         boot = Bootstrap(self.registry, [self.advertise], self.port)
         await boot.ensure()
-        self._tasks.append(asyncio.get_running_loop().create_task(boot.run(self.cfg.repair_interval)))
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(boot.run(self.cfg.repair_interval), name="bootstrap"))
+        self._tasks.append(loop.create_task(run_compactor(self.store, interval=self.compact_interval),
+                                            name="compactor"))
         ca = (self.data_dir / "pki" / "ca.crt").read_bytes()
         text = kubeconfig.render(f"https://{client_host(self.cfg.bind_address)}:{self.port}", ca, admin_token)
         kubeconfig.write(self.kubeconfig_path, text)
