@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.peers import PeerLeases, endpoint_subsets
 from nodeagent.apiserver.registry import NAMESPACES, PRIORITY_CLASSES, SERVICES, Registry, now_rfc3339
 from nodeagent.apiserver.resources import lookup
 from nodeagent.store import base as store_base
@@ -19,12 +20,11 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
 class Bootstrap:
-    def __init__(self, registry: Registry, endpoint_ips: list[str], port: int,
-                 endpoint_source: Any = None) -> None:
+    def __init__(self, registry: Registry, ip: str, port: int, peers: PeerLeases | None = None) -> None:
         self.registry = registry
-        self.ips = endpoint_ips
+        self.ip = ip
         self.port = port
-        self.endpoint_source = endpoint_source  # async () -> list of live server IPs (HA), or None
+        self.peers = peers
 
     async def ensure(self) -> None:
         reg = self.registry
@@ -70,9 +70,8 @@ class Bootstrap:
             await self.registry.store.update(SERVICES.key("default", "kubernetes"), svc)
 
     async def _ensure_endpoints(self) -> None:
-        ips = await self.endpoint_source() if self.endpoint_source else self.ips
-        subsets = [{"addresses": [{"ip": ip} for ip in sorted(ips)],
-                    "ports": [{"name": "https", "port": self.port, "protocol": "TCP"}]}] if ips else []
+        eps = await self.peers.live_endpoints() if self.peers else [(self.ip, self.port)]
+        subsets = endpoint_subsets(eps)
         key = ENDPOINTS.key("default", "kubernetes")
         store = self.registry.store
         try:
@@ -96,9 +95,11 @@ class Bootstrap:
                 pass
 
     async def run(self, interval: float = 10.0) -> None:
-        """Repair loop: re-ensure periodically and right after the watched objects change."""
+        """Repair loop: renew our lease, re-ensure namespaces, Service and Endpoints periodically."""
         while True:
             try:
+                if self.peers:
+                    await self.peers.renew()
                 await self.ensure()
             except asyncio.CancelledError:
                 raise

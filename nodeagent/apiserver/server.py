@@ -17,6 +17,7 @@ from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.bootstrap import Bootstrap
 from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.handlers import Handlers
+from nodeagent.apiserver.peers import PeerLeases
 from nodeagent.apiserver.registry import SERVICES, Registry
 from nodeagent.store import open_store
 from nodeagent.store.compactor import DEFAULT_INTERVAL, run_compactor
@@ -36,6 +37,7 @@ class ServerConfig:
     service_cluster_ip_range: str = "10.96.0.0/12"
     advertise_address: str | None = None
     repair_interval: float = 10.0
+    lease_duration: int = 15
 
     @classmethod
     def from_any(cls, cfg: Any) -> ServerConfig:
@@ -85,6 +87,7 @@ class ApiServer:
         self._runner: web.ServerRunner | None = None
         self._tasks: list[asyncio.Task] = []
         self.cache: WatchCache | None = None
+        self.peers: PeerLeases | None = None
         self.port = cfg.port
 
     def _ssl(self) -> ssl.SSLContext:
@@ -115,10 +118,13 @@ class ApiServer:
         await site.start()
         if self.cfg.port == 0:
             self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        boot = Bootstrap(self.registry, [self.advertise], self.port)
+        self.peers = PeerLeases(self.registry, self.advertise, self.port, self.cfg.lease_duration)
+        await self.peers.renew()
+        boot = Bootstrap(self.registry, self.advertise, self.port, self.peers)
         await boot.ensure()
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(boot.run(self.cfg.repair_interval), name="bootstrap"))
+        interval = min(self.cfg.repair_interval, self.cfg.lease_duration / 3)
+        self._tasks.append(loop.create_task(boot.run(interval), name="bootstrap"))
         self._tasks.append(loop.create_task(run_compactor(self.store, interval=self.compact_interval),
                                             name="compactor"))
         ca = (self.data_dir / "pki" / "ca.crt").read_bytes()
@@ -145,6 +151,8 @@ class ApiServer:
                 await t
             except BaseException:
                 pass
+        if self.peers is not None:
+            await self.peers.release()
         if self.cache is not None:
             await self.cache.stop()
         if self._runner is not None:

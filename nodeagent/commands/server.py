@@ -13,6 +13,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sqlite, memory, or etcd://HOST:PORT (default: %(default)s)")
     p.add_argument("--service-cluster-ip-range", default="10.96.0.0/12",
                    help="CIDR Service ClusterIPs come from (default: %(default)s)")
+    p.add_argument("--lease-duration", type=int, default=15,
+                   help="seconds an apiserver's identity lease lasts; the `kubernetes` endpoints drop a server "
+                        "that stops renewing it (default: %(default)s)")
     p.add_argument("--advertise-address", default=None,
                    help="IP other nodes reach this server on (default: the bind address, or the default route's)")
 
@@ -25,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = ServerConfig(data_dir=args.data_dir, bind_address=args.bind_address, port=args.port,
                        datastore=args.datastore, service_cluster_ip_range=args.service_cluster_ip_range,
-                       advertise_address=args.advertise_address)
+                       advertise_address=args.advertise_address, lease_duration=args.lease_duration)
     del serve  # imported to fail early if the apiserver cannot load
     return asyncio.run(run_components([Component("apiserver", "nodeagent.apiserver.server:serve",
                                                  "the apiserver issue")], cfg))
