@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from nodeagent.api.quantity import QuantityError, parse_quantity
+from nodeagent.api.quantity import QuantityError
+from nodeagent.api.quantity import parse_quantity as _parse
+
+# Pods repeat the same few quantity strings; parsing them is the costly part of defaulting a pod.
+parse_quantity = functools.lru_cache(maxsize=4096)(_parse)
 
 _COMPUTE = ("cpu", "memory")
 

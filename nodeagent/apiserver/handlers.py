@@ -130,7 +130,10 @@ class Handlers:
         dry_run = q.get("dryRun") == "All"
         wants = Wants(request.headers.get("Accept", ""))
         body: Any = None
-        if verb in ("create", "update", "patch") or (verb in ("delete", "deletecollection") and request.can_read_body):
+        streaming = info.subresource in ("log", "exec", "attach", "portforward", "proxy")
+        if streaming:
+            pass  # the body (if any) is the stream itself, forwarded to the kubelet
+        elif verb in ("create", "update", "patch") or (verb in ("delete", "deletecollection") and request.can_read_body):
             body = await self._read_body(request, info, verb)
         if not user.is_admin:
             await self._authorize(user, info, body)
@@ -150,7 +153,7 @@ class Handlers:
         if verb == "watch":
             return await self._watch(request, info, wants)
         if verb == "create":
-            obj = await self.registry.create(res, info.namespace, body, dry_run)
+            obj = await self.registry.create(res, info.namespace, body, dry_run, owned=True)
             return json_response(self._single(res, obj, wants, q), 201)
         if verb == "update":
             obj, created = await self.registry.update(res, info.namespace, info.name or "", body, "", dry_run)

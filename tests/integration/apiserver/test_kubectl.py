@@ -153,3 +153,31 @@ def test_errors_print_like_kubernetes(kubectl, tmp_path):
     ns = new_ns(kubectl)
     p = kubectl.run("create", "namespace", ns, check=False)
     assert p.returncode == 1 and f'namespaces "{ns}" already exists' in p.stderr
+
+
+def test_server_side_apply_and_namespace_delete(kubectl):
+    ns = new_ns(kubectl)
+    out = kubectl("apply", "--server-side", "-n", ns, "-f", str(MANIFESTS / "nginx-deployment.yaml"))
+    assert "deployment.apps/nginx-deployment serverside-applied" in out
+    edited = (MANIFESTS / "nginx-deployment.yaml").read_text().replace("replicas: 3", "replicas: 4")
+    out = kubectl("apply", "--server-side", "-n", ns, "-f", "-", input=edited)
+    assert "serverside-applied" in out
+    assert kubectl("get", "-n", ns, "deploy", "nginx-deployment", "-o", "jsonpath={.spec.replicas}") == "4"
+    assert "deployment.apps/nginx-deployment" in kubectl("get", "-n", ns, "all")
+    out = kubectl("delete", "namespace", ns, timeout=90)  # waits until the namespace is really gone
+    assert f'namespace "{ns}" deleted' in out
+    assert kubectl.run("get", "namespace", ns, check=False).returncode == 1
+
+
+def test_logs_and_exec_without_a_kubelet_say_why(kubectl):
+    ns = new_ns(kubectl)
+    node = f"n-{uuid.uuid4().hex[:6]}"
+    kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}))
+    p = kubectl.run("logs", "-n", ns, "p", check=False)
+    assert p.returncode != 0 and f'no kubelet API serves node "{node}"' in p.stderr
+    p = kubectl.run("exec", "-n", ns, "p", "--", "true", check=False, timeout=60)
+    assert p.returncode != 0 and "kubelet" in p.stderr, p.stderr
+    kubectl("delete", "node", node)
