@@ -330,6 +330,10 @@ class Registry:
             changed = _spec_part(new) != _spec_part(current)
             nm["generation"] = cur_meta["generation"] + (1 if changed else 0)
         self._validate(res, new)
+        if not subresource:
+            errs = validation.validate_update(new, current, res.kind)
+            if errs:
+                raise errors.invalid(res.kind, name, errs, res.group)
         if res is SERVICES and not subresource:
             async with self._svc_lock:
                 errs = self.alloc.allocate(new, current)

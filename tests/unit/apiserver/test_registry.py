@@ -135,3 +135,24 @@ async def test_namespace_deletion_empties_it(reg):
         raise AssertionError("namespace was not removed")
     items, _, _ = await reg.list(CMS, "gone")
     assert items == []
+
+
+async def test_immutable_fields_on_update(reg):
+    await reg.create(PODS, "d", pod())
+    p = await reg.get(PODS, "d", "p")
+    p["spec"]["containers"][0]["image"] = "busybox:2"  # allowed
+    p, _ = await reg.update(PODS, "d", "p", p)
+    p["spec"]["nodeName"] = "n1"  # only through binding
+    with pytest.raises(ApiError) as e:
+        await reg.update(PODS, "d", "p", p)
+    assert e.value.code == 422 and e.value.details["causes"][0]["field"] == "spec.nodeName"
+    p = await reg.get(PODS, "d", "p")
+    p["spec"]["containers"][0]["ports"] = [{"containerPort": 1}]
+    with pytest.raises(ApiError) as e:
+        await reg.update(PODS, "d", "p", p)
+    assert e.value.code == 422
+    svc = await reg.create(lookup("", "v1", "services"), "d", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
+    svc["spec"]["clusterIP"] = "10.96.0.77" if svc["spec"]["clusterIP"] != "10.96.0.77" else "10.96.0.78"
+    with pytest.raises(ApiError) as e:
+        await reg.update(lookup("", "v1", "services"), "d", "s", svc)
+    assert e.value.code == 422
