@@ -428,9 +428,11 @@ class Registry:
         if res is NAMESPACES:
             return await self._delete_namespace(current)
         finalizers = list(meta.get("finalizers") or [])
-        if policy == "Orphan" and "orphan" not in finalizers and finalizers:
+        # As kube-apiserver: these two policies are carried out by the garbage collector, which removes
+        # its finalizer when the dependents are orphaned / deleted.
+        if policy == "Orphan" and "orphan" not in finalizers:
             finalizers.append("orphan")
-        if policy == "Foreground" and "foregroundDeletion" not in finalizers and finalizers:
+        if policy == "Foreground" and "foregroundDeletion" not in finalizers:
             finalizers.append("foregroundDeletion")
         graceful = (res is PODS and (current.get("spec") or {}).get("nodeName") and not _terminal(current))
         if graceful:

@@ -156,3 +156,15 @@ async def test_immutable_fields_on_update(reg):
     with pytest.raises(ApiError) as e:
         await reg.update(lookup("", "v1", "services"), "d", "s", svc)
     assert e.value.code == 422
+
+
+async def test_orphan_and_foreground_leave_it_to_the_garbage_collector(reg):
+    for name, policy, fin in (("o", "Orphan", "orphan"), ("f", "Foreground", "foregroundDeletion")):
+        await reg.create(CMS, "d", {"metadata": {"name": name}})
+        o = await reg.delete(CMS, "d", name, {"propagationPolicy": policy})
+        assert o["metadata"]["deletionTimestamp"] and o["metadata"]["finalizers"] == [fin]
+        o = await reg.get(CMS, "d", name)
+        o["metadata"]["finalizers"] = []
+        await reg.update(CMS, "d", name, o)  # the GC's last step
+        with pytest.raises(ApiError):
+            await reg.get(CMS, "d", name)
