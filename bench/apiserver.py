@@ -196,6 +196,14 @@ def fill(srv, ns: str, n: int, procs: int, conc: int) -> list[str]:
 
 
 def bench_backend(datastore: str, a: argparse.Namespace) -> dict[str, float]:
+    if datastore == "etcd":  # a private etcd (Debian's etcd-server) for this run
+        from nodeagent.testing.etcd import EtcdServer, available
+
+        reason = available()
+        if reason:
+            raise RuntimeError(reason)
+        with EtcdServer(name="bench-apiserver") as etcd:
+            return bench_backend(f"etcd://{etcd.endpoint}", a)
     with tempfile.TemporaryDirectory(prefix="bench-apiserver-") as d:
         srv = start_server(Path(d), datastore)
         try:
@@ -225,8 +233,9 @@ def bench_backend(datastore: str, a: argparse.Namespace) -> dict[str, float]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--datastores", default="memory,sqlite",
-                   help="comma-separated backends to compare (memory, sqlite, etcd://HOST:PORT)")
+    p.add_argument("--datastores", default="sqlite,etcd,memory",
+                   help="comma-separated backends to compare: memory, sqlite, etcd (a private etcd is started) "
+                        "or etcd://HOST:PORT")
     p.add_argument("--creates", type=int, default=4000)
     p.add_argument("--gets", type=int, default=20000)
     p.add_argument("--lists-1k", type=int, default=100)

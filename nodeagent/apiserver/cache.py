@@ -12,7 +12,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 from nodeagent.apiserver import codec
@@ -52,11 +51,12 @@ class CachedEvent:
 
 
 class Subscriber:
-    __slots__ = ("prefix", "queue")
+    __slots__ = ("prefix", "queue", "since")
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self.queue: asyncio.Queue[CachedEvent | None] = asyncio.Queue()
+        self.since = 0
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
 
 
 def _split(key: str) -> tuple[str, str, str]:
@@ -146,7 +146,7 @@ class WatchCache:
             self.oldest = self._events[0].revision - 1
         self.rev = ev.revision
         for s in self._subs:
-            if ev.key.startswith(s.prefix):
+            if ev.key.startswith(s.prefix) and ev.revision > s.since:
                 s.queue.put_nowait(cev)
         self._wake()
 
@@ -177,34 +177,35 @@ class WatchCache:
         return out, self.rev
 
     # ------------------------------------------------------------------ watch
-    async def watch(self, prefix: str, since: int | None,
-                    initial: bool = False) -> AsyncIterator[tuple[str, Any]]:
-        """('event', CachedEvent) from revision > since (or ('initial', Entry) for the current state first
-        when since is None or `initial`), then live; ('gone', (since, oldest)) when since is too old."""
+    def subscribe(self, prefix: str, since: int | None, initial: bool = False) -> Subscriber:
+        """A queue holding, in order: ('initial', Entry) for the current state (when since is None or
+        `initial`), ('synced', revision), then every CachedEvent after that revision as it happens;
+        or ('gone', (since, oldest)) and None when `since` is older than the window. Unsubscribe when done.
+
+        Everything is queued synchronously, so an empty queue means this watcher has been given every
+        change up to `self.rev` (what makes a bookmark at `self.rev` safe).
+        """
         sub = Subscriber(prefix)
-        snapshot: list[Entry] = []
-        backlog: list[CachedEvent] = []
+        q = sub.queue
         if since is None or initial:
-            res_prefix = "/".join(prefix.split("/")[:4]) + "/"
-            ns = prefix.split("/")[4] if len(prefix.split("/")) > 5 else None
+            parts = prefix.split("/")
+            res_prefix = "/".join(parts[:4]) + "/"
+            ns = parts[4] if len(parts) > 5 else None
             snapshot, since = self.list(res_prefix, ns)
-        elif since < max(self.oldest, self.store.compacted):
-            yield "gone", (since, max(self.oldest, self.store.compacted))
-            return
-        else:
-            backlog = [e for e in self._events if e.revision > since and e.key.startswith(prefix)]
-        self._subs.add(sub)  # no await since the snapshot/backlog: nothing is missed or repeated
-        try:
             for en in snapshot:
-                yield "initial", en
-            yield "synced", since
-            for ev in backlog:
-                yield "event", ev
-            while True:
-                ev = await sub.queue.get()
-                if ev is None:
-                    return
-                if ev.revision > since:
-                    yield "event", ev
-        finally:
-            self._subs.discard(sub)
+                q.put_nowait(("initial", en))  # type: ignore[arg-type]
+        elif since < max(self.oldest, self.store.compacted):
+            q.put_nowait(("gone", (since, max(self.oldest, self.store.compacted))))  # type: ignore[arg-type]
+            q.put_nowait(None)
+            return sub
+        q.put_nowait(("synced", since))  # type: ignore[arg-type]
+        if since < self.rev:
+            for e in self._events:
+                if e.revision > since and e.key.startswith(prefix):
+                    q.put_nowait(e)
+        sub.since = since
+        self._subs.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self._subs.discard(sub)

@@ -355,15 +355,19 @@ class Handlers:
         await resp.prepare(request)
         include = q.get("includeObject", "Metadata")
         try:
-            async for typ, obj, line in events:
-                if wants.table and typ not in ("ERROR", "BOOKMARK"):
-                    obj = table.table(res.kind, [obj], obj["metadata"].get("resourceVersion", ""), include)
-                elif wants.partial and typ not in ("ERROR",):
-                    obj = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
-                elif line is not None:
-                    await resp.write(line)
-                    continue
-                await resp.write(codec.dumps({"type": typ, "object": obj}) + b"\n")
+            async for batch in events:
+                out = []
+                for typ, obj, line in batch:
+                    if wants.table and typ not in ("ERROR", "BOOKMARK"):
+                        obj = table.table(res.kind, [obj], obj["metadata"].get("resourceVersion", ""), include)
+                    elif wants.partial and typ not in ("ERROR",):
+                        obj = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                               "metadata": obj["metadata"]}
+                    elif line is not None:
+                        out.append(line)
+                        continue
+                    out.append(codec.dumps({"type": typ, "object": obj}) + b"\n")
+                await resp.write(b"".join(out))
         except (ConnectionResetError, ConnectionError):
             pass
         finally:

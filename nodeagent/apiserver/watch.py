@@ -1,20 +1,20 @@
 """Watch semantics over the watch cache: initial ADDED events, selector transitions, bookmarks, timeout, 410.
 
-Yields (type, object, line): `line` is the pre-encoded JSON event when the watcher sees the event
-unchanged (plain JSON, same type), so a hundred watchers cost one encoding.
+Yields batches of (type, object, line): `line` is the pre-encoded JSON event when the watcher sees the
+event unchanged (plain JSON, same type), so a hundred watchers cost one encoding; a batch is everything
+that was ready at once, written to the client in one write.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from nodeagent.api.selectors import FieldRequirement, Selector
 from nodeagent.apiserver import errors
-from nodeagent.apiserver.cache import WatchCache
+from nodeagent.apiserver.cache import CachedEvent, WatchCache
 from nodeagent.apiserver.registry import matches
 from nodeagent.apiserver.resources import Resource
 
@@ -34,7 +34,7 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
                        fields: tuple[FieldRequirement, ...], resource_version: str | None,
                        timeout_s: float | None, bookmarks: bool, send_initial: bool | None = None,
                        bookmark_interval: float = BOOKMARK_INTERVAL
-                       ) -> AsyncIterator[tuple[str, dict[str, Any], bytes | None]]:
+                       ) -> AsyncIterator[list[tuple[str, dict[str, Any], bytes | None]]]:
     since = parse_rv(resource_version)
     prefix = res.key_prefix(ns)
     ns_field = next((f.value for f in fields if f.field == "metadata.namespace" and f.op == "="), None)
@@ -44,15 +44,9 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
     if since is None or send_initial:
         await cache.wait_fresh()
     deadline = time.monotonic() + timeout_s if timeout_s else None
-    queue: asyncio.Queue = asyncio.Queue()
+    sub = cache.subscribe(prefix, since, bool(send_initial))
+    queue = sub.queue
     last_rev = since or 0
-
-    async def pump() -> None:
-        async for item in cache.watch(prefix, since, bool(send_initial)):
-            queue.put_nowait(item)
-        queue.put_nowait(None)
-
-    task = asyncio.get_running_loop().create_task(pump())
     try:
         next_bookmark = time.monotonic() + bookmark_interval
         while True:
@@ -69,36 +63,49 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
                 if bookmarks and time.monotonic() >= next_bookmark:
                     if queue.empty():
                         last_rev = max(last_rev, cache.rev)
-                    yield "BOOKMARK", _bookmark(res, last_rev), None
+                    yield [("BOOKMARK", _bookmark(res, last_rev), None)]
                     next_bookmark = time.monotonic() + bookmark_interval
                 continue
-            if item is None:
+            batch: list[tuple[str, dict[str, Any], bytes | None]] = []
+            stop = False
+            while True:  # everything already queued goes out in one write
+                if item is None:
+                    stop = True
+                    break
+                if isinstance(item, CachedEvent):
+                    what, val = "event", item
+                else:
+                    what, val = item
+                if what == "gone":
+                    batch.append(("ERROR", errors.gone(f"too old resource version: {val[0]} ({val[1]})").status(),
+                                  None))
+                    stop = True
+                    break
+                if what == "initial":
+                    if matches(val.obj, labels, fields):
+                        batch.append(("ADDED", val.obj, None))
+                elif what == "synced":
+                    last_rev = val
+                    if send_initial and bookmarks:
+                        batch.append(("BOOKMARK", _bookmark(res, last_rev, initial_done=True), None))
+                else:
+                    ev = val
+                    last_rev = ev.revision
+                    if plain:
+                        batch.append((ev.type, ev.obj, ev.line))
+                    else:
+                        typ = transition(ev.type, ev.obj, ev.prev, labels, fields)
+                        if typ is not None:
+                            batch.append((typ, ev.obj, ev.line if typ == ev.type else None))
+                if queue.empty() or len(batch) >= 256:
+                    break
+                item = queue.get_nowait()
+            if batch:
+                yield batch
+            if stop:
                 return
-            what, val = item
-            if what == "gone":
-                yield "ERROR", errors.gone(f"too old resource version: {val[0]} ({val[1]})").status(), None
-                return
-            if what == "initial":
-                if matches(val.obj, labels, fields):
-                    yield "ADDED", val.obj, None
-                continue
-            if what == "synced":
-                last_rev = val
-                if send_initial and bookmarks:
-                    yield "BOOKMARK", _bookmark(res, last_rev, initial_done=True), None
-                continue
-            ev = val
-            last_rev = ev.revision
-            if plain:
-                yield ev.type, ev.obj, ev.line
-                continue
-            typ = transition(ev.type, ev.obj, ev.prev, labels, fields)
-            if typ is not None:
-                yield typ, ev.obj, ev.line if typ == ev.type else None
     finally:
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
+        cache.unsubscribe(sub)
 
 
 def transition(typ: str, obj: dict[str, Any], prev: dict[str, Any] | None, labels: Selector | None,
