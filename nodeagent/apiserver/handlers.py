@@ -25,7 +25,7 @@ from nodeagent.apiserver.registry import (
     matches,
 )
 from nodeagent.apiserver.request import RequestInfo, parse
-from nodeagent.apiserver.resources import Resource
+from nodeagent.apiserver.resources import VIRTUAL, Resource
 from nodeagent.apiserver.watch import watch_events
 from nodeagent.store import base as store_base
 
@@ -135,6 +135,8 @@ class Handlers:
             pass  # the body (if any) is the stream itself, forwarded to the kubelet
         elif verb in ("create", "update", "patch") or (verb in ("delete", "deletecollection") and request.can_read_body):
             body = await self._read_body(request, info, verb)
+        if res.name in VIRTUAL and res.group == "authorization.k8s.io":
+            return json_response(await self._access_review(user, body), 201)
         if not user.is_admin:
             await self._authorize(user, info, body)
         sub = info.subresource
@@ -207,6 +209,26 @@ class Handlers:
         if why is not None:
             raise errors.forbidden(user.name, info.verb, res.name, res.group, info.namespace or "", info.name or "",
                                    why)
+
+    async def _access_review(self, user: auth.User, body: Any) -> dict[str, Any]:
+        """SelfSubjectAccessReview (`kubectl auth can-i`): answered with the same rules requests get."""
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body must be a SelfSubjectAccessReview")
+        attrs = (body.get("spec") or {}).get("resourceAttributes") or {}
+        allowed, reason = True, "admin"
+        if not user.is_admin:
+            node = user.node_name
+            if node is None:
+                allowed, reason = False, "no rule allows this user"
+            else:
+                why = auth.node_may(node, attrs.get("verb", ""), attrs.get("resource", ""),
+                                    attrs.get("subresource", ""), attrs.get("namespace", ""), attrs.get("name", ""),
+                                    None)
+                allowed, reason = why is None, why or "NodeRestriction"
+        out = dict(body)
+        out.setdefault("metadata", {})
+        out["status"] = {"allowed": allowed, "reason": reason}
+        return out
 
     # ------------------------------------------------------------------ bodies
     async def _read_body(self, request: web.Request, info: RequestInfo, verb: str) -> Any:

@@ -78,7 +78,15 @@ RESOURCES: tuple[Resource, ...] = (
     R("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), (), ("status",)),
     R("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
     R("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
+    # RBAC objects are stored and served (manifests carry them); authorization itself is admin/NodeRestriction.
+    R("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+    R("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    R("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+    R("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+    R("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False, (), (), (),
+      ("create",)),
 )
+VIRTUAL = {"selfsubjectaccessreviews"}  # computed on create, never stored
 
 # Subresources whose kind differs from the parent's, as discovery lists them.
 SUBRESOURCE_KINDS = {

@@ -181,3 +181,16 @@ def test_logs_and_exec_without_a_kubelet_say_why(kubectl):
     p = kubectl.run("exec", "-n", ns, "p", "--", "true", check=False, timeout=60)
     assert p.returncode != 0 and "kubelet" in p.stderr, p.stderr
     kubectl("delete", "node", node)
+
+
+def test_more_generators_and_rbac_objects(kubectl):
+    ns = new_ns(kubectl)
+    assert "created" in kubectl("create", "-n", ns, "secret", "generic", "s1", "--from-literal=a=b")
+    assert kubectl("get", "-n", ns, "secret", "s1", "-o", "jsonpath={.data.a}") == "Yg=="
+    assert "created" in kubectl("create", "-n", ns, "service", "clusterip", "svc1", "--tcp=80:8080")
+    assert kubectl("get", "-n", ns, "svc", "svc1", "-o", "jsonpath={.spec.ports[0].targetPort}") == "8080"
+    assert "created" in kubectl("create", "-n", ns, "rolebinding", "rb", "--clusterrole=view", "--user=bob")
+    assert kubectl("get", "-n", ns, "rolebinding", "rb", "-o", "jsonpath={.roleRef.name}/{.subjects[0].name}") == "view/bob"
+    assert "created" in kubectl("create", "-n", ns, "job", "j1", "--image=busybox", "--", "echo", "hi")
+    assert kubectl("get", "-n", ns, "job", "j1", "-o", "jsonpath={.spec.template.spec.restartPolicy}") == "Never"
+    assert kubectl("auth", "can-i", "create", "pods").strip() == "yes"
