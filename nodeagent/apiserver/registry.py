@@ -180,6 +180,7 @@ class Registry:
         self._validate(res, obj)
         if res is SERVICES:
             async with self._svc_lock:
+                await self._refresh_allocations()
                 errs = self.alloc.allocate(obj)
                 if errs:
                     raise errors.invalid(res.kind, meta["name"], errs, res.group)
@@ -336,6 +337,7 @@ class Registry:
                 raise errors.invalid(res.kind, name, errs, res.group)
         if res is SERVICES and not subresource:
             async with self._svc_lock:
+                await self._refresh_allocations()
                 errs = self.alloc.allocate(new, current)
                 if errs:
                     self.alloc.allocate(current)
@@ -509,6 +511,11 @@ class Registry:
             pass
         except Exception:
             log.exception("finishing namespace %s", name)
+
+    async def _refresh_allocations(self) -> None:
+        """Re-read what the stored Services hold (other servers on the same store allocate too)."""
+        services, _ = await self.store.list(SERVICES.key_prefix())
+        self.alloc.rebuild(services)
 
     def rebuild_allocators(self, services: list[dict[str, Any]]) -> None:
         self.alloc.rebuild(services)
