@@ -78,9 +78,46 @@ def cpu_seconds(pid: int) -> float:
 
 
 CPU: dict[str, float] = {}
+LOADER = "python"
+
+
+def ab_rate(kind: str, srv, ns: str, total: int, conc: int, names: list[str] | None = None) -> float:
+    """The same load from ApacheBench (C, keep-alive, one process): leaves the server a core of its own."""
+    import re
+    import shutil
+    import subprocess
+
+    url = f"{srv.url}/api/v1/namespaces/{ns}/pods"
+    args = ["ab", "-q", "-k", "-c", str(conc), "-n", str(total), "-H", f"Authorization: Bearer {srv.token}",
+            "-H", "Accept: application/json"]
+    tmp = None
+    if kind == "create":
+        tmp = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+        body = pod("x")
+        del body["metadata"]["name"]
+        body["metadata"]["generateName"] = "ab-"
+        json.dump(body, tmp)
+        tmp.close()
+        args += ["-p", tmp.name, "-T", "application/json"]
+    elif kind == "get":
+        url += f"/{(names or ['p0'])[0]}"
+    assert shutil.which("ab")
+    c0 = cpu_seconds(srv.proc.pid)
+    out = subprocess.run([*args, url], capture_output=True, text=True, timeout=600).stdout
+    if tmp:
+        Path(tmp.name).unlink()
+    done = int(re.search(r"Complete requests:\s+(\d+)", out).group(1))
+    bad = re.search(r"Non-2xx responses:\s+(\d+)", out)
+    failed = int(re.search(r"Failed requests:\s+(\d+)", out).group(1))
+    if bad or failed:
+        print(f"    ({bad.group(1) if bad else 0} non-2xx, {failed} failed {kind}s)")
+    CPU[kind] = (cpu_seconds(srv.proc.pid) - c0) / max(done, 1)
+    return float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1))
 
 
 def rate(kind: str, srv, ns: str, total: int, procs: int, conc: int, names: list[str] | None = None) -> float:
+    if LOADER == "ab":
+        return ab_rate(kind, srv, ns, total, conc * procs, names)
     per = total // procs
     c0 = cpu_seconds(srv.proc.pid)
     t0 = time.perf_counter()
@@ -245,7 +282,15 @@ def main() -> int:
     p.add_argument("--events", type=int, default=200)
     p.add_argument("--procs", type=int, default=2, help="client processes")
     p.add_argument("--concurrency", type=int, default=16, help="in-flight requests per client process")
+    p.add_argument("--loader", choices=["auto", "ab", "python"], default="auto",
+                   help="load generator for creates/gets/lists: ApacheBench (apache2-utils) when installed, "
+                        "else Python client processes (default: auto)")
     a = p.parse_args()
+    global LOADER
+    import shutil
+
+    LOADER = "ab" if a.loader == "ab" or (a.loader == "auto" and shutil.which("ab")) else "python"
+    print(f"load generator: {LOADER}")
     results = {}
     for ds in a.datastores.split(","):
         print(f"== {ds}", flush=True)

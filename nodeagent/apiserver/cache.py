@@ -68,8 +68,9 @@ def _split(key: str) -> tuple[str, str, str]:
 
 
 class WatchCache:
-    def __init__(self, store: store_base.Store, window: int = 20000) -> None:
+    def __init__(self, store: store_base.Store, window: int = 20000, max_backlog: int = 10000) -> None:
         self.store = store
+        self.max_backlog = max_backlog
         self.rev = 0
         self.oldest = 0  # watches may start from any revision >= oldest
         self._index: dict[str, dict[str, dict[str, Entry]]] = {}  # res prefix -> ns -> name -> Entry
@@ -145,9 +146,16 @@ class WatchCache:
         if len(self._events) == self._events.maxlen:
             self.oldest = self._events[0].revision - 1
         self.rev = ev.revision
+        slow = []
         for s in self._subs:
             if ev.key.startswith(s.prefix) and ev.revision > s.since:
-                s.queue.put_nowait(cev)
+                if s.queue.qsize() >= self.max_backlog:
+                    slow.append(s)
+                else:
+                    s.queue.put_nowait(cev)
+        for s in slow:  # a watcher that cannot keep up is ended, as kube-apiserver does; it re-watches
+            self._subs.discard(s)
+            s.queue.put_nowait(None)
         self._wake()
 
     def _wake(self) -> None:

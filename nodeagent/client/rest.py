@@ -183,6 +183,13 @@ class Client:
         return await self.request("PATCH", path_for(resolve(resource), namespace, name, subresource), patch,
                                   params=params, content_type=PATCH_TYPES.get(patch_type, patch_type))
 
+    async def apply(self, resource: str | Resource, obj: dict[str, Any], field_manager: str,
+                    namespace: str | None = None, force: bool = False, subresource: str = "") -> dict[str, Any]:
+        """Server-side apply of `obj` (created when absent)."""
+        meta = obj.get("metadata") or {}
+        return await self.patch(resource, meta["name"], obj, namespace or meta.get("namespace"), "apply",
+                                subresource, field_manager, force)
+
     async def delete(self, resource: str | Resource, name: str, namespace: str | None = None,
                      grace_period: int | None = None, propagation: str | None = None,
                      preconditions: dict[str, str] | None = None) -> dict[str, Any]:

@@ -64,3 +64,17 @@ async def test_bookmarks_timeout_and_gone():
     got = await collect(gen, 1)
     assert got[0][0] == "ERROR"
     await cache.stop()
+
+
+async def test_a_watcher_that_cannot_keep_up_is_ended():
+    reg, cache = await setup()
+    cache.max_backlog = 5
+    sub = cache.subscribe(CMS.key_prefix("d"), cache.rev)
+    for i in range(10):
+        await reg.create(CMS, "d", {"metadata": {"name": f"c{i}"}})
+    await asyncio.sleep(0.05)
+    items = []
+    while not sub.queue.empty():
+        items.append(sub.queue.get_nowait())
+    assert items[-1] is None and len(items) <= 7  # synced + 5 events + the end
+    await cache.stop()
