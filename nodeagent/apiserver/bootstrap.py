@@ -4,6 +4,7 @@ Endpoints in `default`, created at start and repaired when deleted or changed (t
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import uuid
 from typing import Any
@@ -12,10 +13,14 @@ from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.peers import PeerLeases, endpoint_subsets
 from nodeagent.apiserver.registry import NAMESPACES, PRIORITY_CLASSES, SERVICES, Registry, now_rfc3339
 from nodeagent.apiserver.resources import lookup
+from nodeagent.apiserver.table import parse_time
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.bootstrap")
 ENDPOINTS = lookup("", "v1", "endpoints")
+EVENTS = lookup("", "v1", "events")
+EVENTS_V1 = lookup("events.k8s.io", "v1", "events")
+EVENT_TTL = 3600.0
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -25,6 +30,7 @@ class Bootstrap:
         self.ip = ip
         self.port = port
         self.peers = peers
+        self._last_expiry = 0.0
 
     async def ensure(self) -> None:
         reg = self.registry
@@ -94,6 +100,24 @@ class Bootstrap:
             except (store_base.Conflict, store_base.NotFound):
                 pass
 
+    async def expire_events(self, ttl: float = EVENT_TTL) -> int:
+        """Delete Events older than `ttl` seconds (kube-apiserver's --event-ttl, 1h): they would pile up forever."""
+        store = self.registry.store
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=ttl)
+        removed = 0
+        for res in (EVENTS, EVENTS_V1):
+            items, _ = await store.list(res.key_prefix())
+            for ev in items:
+                m = ev.get("metadata") or {}
+                when = parse_time(ev.get("lastTimestamp") or ev.get("eventTime") or m.get("creationTimestamp"))
+                if when is not None and when < cutoff:
+                    try:
+                        await store.delete(res.key(m.get("namespace"), m["name"]))
+                        removed += 1
+                    except store_base.StoreError:
+                        pass
+        return removed
+
     async def run(self, interval: float = 10.0) -> None:
         """Repair loop: renew our lease, re-ensure namespaces, Service and Endpoints periodically."""
         while True:
@@ -101,6 +125,10 @@ class Bootstrap:
                 if self.peers:
                     await self.peers.renew()
                 await self.ensure()
+                now = asyncio.get_running_loop().time()
+                if now - self._last_expiry > 60:
+                    self._last_expiry = now
+                    await self.expire_events()
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -71,3 +71,17 @@ async def test_node_ports_and_cluster_ips(live):
     assert b["spec"]["ports"][0]["nodePort"] == 30080
     names = [s["metadata"]["name"] for s in (await c.list("services", "default"))["items"]]
     assert sorted(names) == ["b", "kubernetes"]
+
+
+async def test_old_events_expire(live):
+    srv, c = live
+    from nodeagent.apiserver.bootstrap import Bootstrap
+
+    for name, ts in (("old", "2020-01-01T00:00:00Z"), ("new", None)):
+        ev = {"metadata": {"name": name}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+              "reason": "Test", "message": "m", "type": "Normal"}
+        if ts:
+            ev["lastTimestamp"] = ts
+        await c.create("events", ev, "default")
+    await Bootstrap(srv.registry, "127.0.0.1", srv.port).expire_events()  # (the server's own loop may be first)
+    assert [e["metadata"]["name"] for e in (await c.list("events", "default"))["items"]] == ["new"]
