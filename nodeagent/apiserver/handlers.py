@@ -6,12 +6,14 @@ Every failure leaves here as a Kubernetes Status with its code; nothing below ma
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from typing import Any
 
 from aiohttp import web
 
 from nodeagent.api import patch as patches
+from nodeagent.api.fieldset import apply_ownership
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
 from nodeagent.apiserver import auth, codec, discovery, errors, subresources, table
 from nodeagent.apiserver.cache import WatchCache
@@ -23,6 +25,7 @@ from nodeagent.apiserver.registry import (
     decode_continue,
     encode_continue,
     matches,
+    now_rfc3339,
 )
 from nodeagent.apiserver.request import RequestInfo, parse
 from nodeagent.apiserver.resources import VIRTUAL, Resource
@@ -414,16 +417,19 @@ class Handlers:
                 raise errors.bad_request("apply patch must be an object")
             applied = body
 
+            manager = request.query["fieldManager"]
+
             def mutate(cur: dict[str, Any]) -> dict[str, Any]:
                 out = patches.strategic_merge(cur, {k: v for k, v in applied.items() if k != "status"}
                                               if not subresource else applied)
-                out.setdefault("metadata", {}).pop("resourceVersion", None) \
-                    if not (applied.get("metadata") or {}).get("resourceVersion") else None
-                out["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+                out.setdefault("metadata", {})["resourceVersion"] = cur["metadata"]["resourceVersion"]
+                apply_ownership(out, applied, manager, res.api_version, now_rfc3339())
                 return out
 
             def create() -> dict[str, Any]:
-                return dict(applied)
+                obj = copy.deepcopy(applied)
+                apply_ownership(obj, applied, manager, res.api_version, now_rfc3339())
+                return obj
 
             return await self.registry.patch_with_retry(res, info.namespace, info.name or "", subresource, mutate,
                                                         dry_run, create_missing=create)

@@ -167,7 +167,7 @@ class Registry:
             meta["name"] = meta["generateName"] + "".join(random.choice(_GEN_CHARS) for _ in range(5))
         meta["uid"] = new_uid()
         meta["creationTimestamp"] = now_rfc3339()
-        for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"):
+        for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(k, None)
         if res.kind in _STATUS_SPLIT and res.kind not in ("Node",):
             obj.pop("status", None)
@@ -323,6 +323,8 @@ class Registry:
             else:
                 nm.pop(k, None)
         nm.pop("selfLink", None)
+        if "managedFields" not in nm and "managedFields" in cur_meta:
+            nm["managedFields"] = cur_meta["managedFields"]  # a write that does not mention them keeps them
         if res.kind == "Namespace":
             defaults.namespace(new)
         if not subresource:

@@ -173,11 +173,18 @@ async def test_leader_election_single_leader_and_takeover(live):
 async def test_server_side_apply_creates_then_merges(live):
     _, c = live
     o = await c.apply("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
-                                     "data": {"a": "1"}}, "tester", "default")
-    assert o["data"] == {"a": "1"}
+                                     "data": {"a": "1", "b": "1"}}, "tester", "default")
+    assert o["data"] == {"a": "1", "b": "1"}
+    assert [m["manager"] for m in o["metadata"]["managedFields"]] == ["tester"]
+    await c.patch("configmaps", "ssa", {"data": {"c": "by-hand"}}, "default")  # not owned by the applier
     o = await c.apply("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
                                      "data": {"a": "2"}}, "tester", "default")
-    assert o["data"] == {"a": "2"}
+    assert o["data"] == {"a": "2", "c": "by-hand"}  # b: no longer applied by its owner, so removed
+    o = await c.apply("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
+                                     "data": {"d": "1"}}, "other", "default")
+    o = await c.apply("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
+                                     "data": {"d": "1"}}, "tester", "default")
+    assert o["data"] == {"c": "by-hand", "d": "1"}  # d is still applied by "other"
     with pytest.raises(ClientError) as e:
         await c.patch("configmaps", "ssa", {"data": {}}, "default", "apply")  # no fieldManager
     assert e.value.code == 422

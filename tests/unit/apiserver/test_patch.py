@@ -63,3 +63,22 @@ def test_strategic_merge_service_ports_by_port():
     svc = {"spec": {"ports": [{"port": 80, "targetPort": 8080}, {"port": 443, "targetPort": 8443}]}}
     out = strategic_merge(svc, {"spec": {"ports": [{"port": 80, "targetPort": 9090}]}})
     assert out["spec"]["ports"] == [{"port": 80, "targetPort": 9090}, {"port": 443, "targetPort": 8443}]
+
+
+def test_fieldset_ownership_removes_only_what_the_manager_dropped():
+    from nodeagent.api.fieldset import apply_ownership, fields_v1, leaves
+
+    first = {"metadata": {"name": "d", "labels": {"a": "1", "b": "2"}},
+             "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}]},
+                                                           {"name": "side", "image": "s"}]}}}}
+    tree = fields_v1(first)
+    assert ("f:spec", "f:template", "f:spec", "f:containers", 'k:{"name":"side"}') in leaves(tree)
+    live = strategic_merge({}, first)
+    apply_ownership(live, first, "m", "apps/v1", "t")
+    second = {"metadata": {"name": "d", "labels": {"a": "1"}},
+              "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i2"}]}}}}
+    live = strategic_merge(live, second)
+    apply_ownership(live, second, "m", "apps/v1", "t")
+    assert live["metadata"]["labels"] == {"a": "1"}
+    cs = live["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in cs] == ["c"] and cs[0]["image"] == "i2" and "ports" not in cs[0]
