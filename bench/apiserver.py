@@ -109,6 +109,8 @@ def ab_rate(kind: str, srv, ns: str, total: int, conc: int, names: list[str] | N
     done = int(re.search(r"Complete requests:\s+(\d+)", out).group(1))
     bad = re.search(r"Non-2xx responses:\s+(\d+)", out)
     failed = int(re.search(r"Failed requests:\s+(\d+)", out).group(1))
+    length = re.search(r"Length: (\d+)", out)  # ab counts bodies of another length (generated names) as failed
+    failed -= int(length.group(1)) if length else 0
     if bad or failed:
         print(f"    ({bad.group(1) if bad else 0} non-2xx, {failed} failed {kind}s)")
     CPU[kind] = (cpu_seconds(srv.proc.pid) - c0) / max(done, 1)
@@ -117,7 +119,7 @@ def ab_rate(kind: str, srv, ns: str, total: int, conc: int, names: list[str] | N
 
 def rate(kind: str, srv, ns: str, total: int, procs: int, conc: int, names: list[str] | None = None) -> float:
     if LOADER == "ab":
-        return ab_rate(kind, srv, ns, total, conc * procs, names)
+        return ab_rate(kind, srv, ns, total, conc * procs * (2 if kind == "create" else 1), names)
     per = total // procs
     c0 = cpu_seconds(srv.proc.pid)
     t0 = time.perf_counter()

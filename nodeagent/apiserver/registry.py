@@ -114,6 +114,16 @@ class Registry:
         self._svc_lock = asyncio.Lock()
         self._quota_locks: dict[str, asyncio.Lock] = {}
         self._bg: set[asyncio.Task] = set()
+        self.cache: Any = None  # the watch cache, when the server has one: admission reads from it
+
+    async def _lookup(self, res: Resource, ns: str | None) -> list[dict[str, Any]]:
+        """Objects of a kind for admission decisions (read-only): from the watch cache when there is one."""
+        if self.cache is not None:
+            await self.cache.wait_fresh()
+            entries, _ = self.cache.list(res.key_prefix(), ns if res.namespaced else None)
+            return [e.obj for e in entries]
+        items, _ = await self.store.list(res.key_prefix(ns))
+        return items
 
     # ------------------------------------------------------------------ reads
     async def get(self, res: Resource, ns: str | None, name: str) -> dict[str, Any]:
@@ -197,7 +207,7 @@ class Registry:
     async def _quota_and_create(self, res: Resource, ns: str | None, obj: dict[str, Any],
                                 dry_run: bool) -> dict[str, Any]:
         if res.namespaced and res is not QUOTAS:
-            quotas, _ = await self.store.list(QUOTAS.key_prefix(ns))
+            quotas = await self._lookup(QUOTAS, ns)
             if quotas:
                 lock = self._quota_locks.setdefault(ns or "", asyncio.Lock())
                 async with lock:
@@ -211,10 +221,15 @@ class Registry:
 
     async def _store_create(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj["metadata"]
-        try:
-            return await self.store.create(res.key(meta.get("namespace"), meta["name"]), obj)
-        except store_base.AlreadyExists:
-            raise errors.already_exists(res.name, meta["name"], res.group) from None
+        for _ in range(8):
+            try:
+                return await self.store.create(res.key(meta.get("namespace"), meta["name"]), obj)
+            except store_base.AlreadyExists:
+                if not meta.get("generateName"):
+                    break
+                # a generated name collided: pick another (Kubernetes' RetryGenerateName)
+                meta["name"] = meta["generateName"] + "".join(random.choice(_GEN_CHARS) for _ in range(5))
+        raise errors.already_exists(res.name, meta["name"], res.group)
 
     async def _record_quota_use(self, ns: str, quotas: list[dict[str, Any]], used: dict[str, dict[str, str]]) -> None:
         for q in quotas:
@@ -240,11 +255,11 @@ class Registry:
             pass
 
     async def _admit_pod(self, pod: dict[str, Any], ns: str) -> None:
-        classes, _ = await self.store.list(PRIORITY_CLASSES.key_prefix())
+        classes = list(await self._lookup(PRIORITY_CLASSES, None))
         classes += [{"metadata": {"name": n}, "value": v} for n, v in admission.SYSTEM_PRIORITY_CLASSES.items()
                     if not any(c["metadata"]["name"] == n for c in classes)]
         admission.resolve_priority(pod, classes)
-        ranges, _ = await self.store.list(LIMIT_RANGES.key_prefix(ns))
+        ranges = await self._lookup(LIMIT_RANGES, ns)
         if ranges:
             admission.apply_limit_ranges(pod, ranges)
             from nodeagent.api.qos import qos_class

@@ -109,6 +109,7 @@ class ApiServer:
 
         self.cache = WatchCache(self.store)
         await self.cache.start()
+        self.registry.cache = self.cache
         handlers = Handlers(self.registry, self.cache, self.tokens, f"{self.advertise}:{self.cfg.port}",
                             KubeletProxy(self.data_dir / "pki" / "ca.crt"))
         server = web.Server(handlers.handle, access_log=None)
