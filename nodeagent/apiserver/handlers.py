@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import time
 from typing import Any
 
 from aiohttp import web
@@ -18,6 +19,7 @@ from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_l
 from nodeagent.apiserver import auth, codec, discovery, errors, subresources, table
 from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.metrics import Metrics
 from nodeagent.apiserver.registry import (
     PODS,
     Registry,
@@ -76,6 +78,7 @@ class Handlers:
         self.tokens = tokens
         self.address = address
         self.kubelet_proxy = kubelet_proxy
+        self.metrics = Metrics()
 
     # ------------------------------------------------------------------ entry
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -99,10 +102,25 @@ class Handlers:
         if user is None:
             raise errors.unauthorized()
         query = request.query
+        if path == "/metrics":
+            if not user.is_admin:
+                raise errors.forbidden(user.name, "get", "/metrics", "", "", "")
+            return web.Response(body=self.metrics.render(), content_type="text/plain")
         info = parse(request.method, path, query)  # type: ignore[arg-type]
         if info is None:
             return self._discovery(request, path)
-        return await self._resource(request, info, user)
+        t0 = time.perf_counter()
+        code = 500
+        try:
+            resp = await self._resource(request, info, user)
+            code = resp.status
+            return resp
+        except ApiError as e:
+            code = e.code
+            raise
+        finally:
+            r = info.resource
+            self.metrics.observe(info.verb, r.group, r.name, info.subresource, code, time.perf_counter() - t0)
 
     def _discovery(self, request: web.Request, path: str) -> web.StreamResponse:
         p = path.rstrip("/")
@@ -378,6 +396,8 @@ class Handlers:
         resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
+        gauge = self.metrics.watchers.labels(res.name)
+        gauge.inc()
         include = q.get("includeObject", "Metadata")
         try:
             async for batch in events:
@@ -396,6 +416,7 @@ class Handlers:
         except (ConnectionResetError, ConnectionError):
             pass
         finally:
+            gauge.dec()
             await events.aclose()
         try:
             await resp.write_eof()
