@@ -9,10 +9,11 @@ import logging
 import uuid
 from typing import Any
 
+from nodeagent.apiserver import admission
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.peers import PeerLeases, endpoint_subsets
 from nodeagent.apiserver.registry import NAMESPACES, PRIORITY_CLASSES, SERVICES, Registry, now_rfc3339
-from nodeagent.apiserver.resources import lookup
+from nodeagent.apiserver.resources import RESOURCES, VIRTUAL, lookup
 from nodeagent.apiserver.table import parse_time
 from nodeagent.store import base as store_base
 
@@ -21,6 +22,7 @@ ENDPOINTS = lookup("", "v1", "endpoints")
 EVENTS = lookup("", "v1", "events")
 EVENTS_V1 = lookup("events.k8s.io", "v1", "events")
 EVENT_TTL = 3600.0
+QUOTAS = lookup("", "v1", "resourcequotas")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -118,6 +120,30 @@ class Bootstrap:
                         pass
         return removed
 
+    async def reconcile_quotas(self) -> None:
+        """Keep every ResourceQuota's status (hard, used) current, deletions included (the quota controller)."""
+        store = self.registry.store
+        quotas, _ = await store.list(QUOTAS.key_prefix())
+        for q in quotas:
+            ns = q["metadata"]["namespace"]
+            hard = (q.get("spec") or {}).get("hard") or {}
+            wanted: dict[Any, list[dict[str, Any]]] = {}
+            for r in RESOURCES:
+                if not r.namespaced or r.name in VIRTUAL:
+                    continue
+                count_key = f"count/{r.name}" + (f".{r.group}" if r.group else "")
+                core_pods = r.name == "pods" and not r.group
+                if core_pods or count_key in hard or (not r.group and r.name in hard):
+                    wanted[r], _ = await store.list(r.key_prefix(ns))
+            used = admission.quota_used(q, wanted)
+            st = q.get("status") or {}
+            if st.get("used") != used or st.get("hard") != hard:
+                q["status"] = {"hard": hard, "used": used}
+                try:
+                    await store.update(QUOTAS.key(ns, q["metadata"]["name"]), q, int(q["metadata"]["resourceVersion"]))
+                except store_base.StoreError:
+                    pass
+
     async def run(self, interval: float = 10.0) -> None:
         """Repair loop: renew our lease, re-ensure namespaces, Service and Endpoints periodically."""
         while True:
@@ -125,6 +151,7 @@ class Bootstrap:
                 if self.peers:
                     await self.peers.renew()
                 await self.ensure()
+                await self.reconcile_quotas()
                 now = asyncio.get_running_loop().time()
                 if now - self._last_expiry > 60:
                     self._last_expiry = now

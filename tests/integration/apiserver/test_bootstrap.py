@@ -85,3 +85,21 @@ async def test_old_events_expire(live):
         await c.create("events", ev, "default")
     await Bootstrap(srv.registry, "127.0.0.1", srv.port).expire_events()  # (the server's own loop may be first)
     assert [e["metadata"]["name"] for e in (await c.list("events", "default"))["items"]] == ["new"]
+
+
+async def test_quota_status_follows_deletions(live):
+    _, c = live
+    await c.create("resourcequotas", {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "5", "configmaps": "9"}}},
+                   "default")
+    for i in range(2):
+        await c.create("pods", {"metadata": {"name": f"p{i}"},
+                                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}, "default")
+    await c.delete("pods", "p0", "default")
+    await c.create("configmaps", {"metadata": {"name": "cm"}}, "default")
+    for _ in range(100):
+        st = (await c.get("resourcequotas", "q", "default")).get("status") or {}
+        if st.get("used", {}).get("pods") == "1" and st["used"].get("configmaps") == "1":
+            break
+        await asyncio.sleep(0.1)
+    assert st["used"]["pods"] == "1" and st["hard"] == {"pods": "5", "configmaps": "9"}
+    assert st["used"]["configmaps"] == "1"
