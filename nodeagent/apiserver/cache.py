@@ -12,6 +12,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from nodeagent.apiserver import codec
@@ -51,12 +52,15 @@ class CachedEvent:
 
 
 class Subscriber:
-    __slots__ = ("prefix", "queue", "since")
+    __slots__ = ("direct", "prefix", "queue", "since")
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.since = 0
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        # Set by a plain-JSON watcher once caught up: events are written to its connection right here,
+        # with no task switch per watcher; returns False when the connection is gone or backed up.
+        self.direct: Callable[[bytes], bool] | None = None
 
 
 def _split(key: str) -> tuple[str, str, str]:
@@ -149,7 +153,10 @@ class WatchCache:
         slow = []
         for s in self._subs:
             if ev.key.startswith(s.prefix) and ev.revision > s.since:
-                if s.queue.qsize() >= self.max_backlog:
+                if s.direct is not None:
+                    if not s.direct(cev.line):
+                        slow.append(s)
+                elif s.queue.qsize() >= self.max_backlog:
                     slow.append(s)
                 else:
                     s.queue.put_nowait(cev)

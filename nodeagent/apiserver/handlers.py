@@ -37,6 +37,7 @@ from nodeagent.store import base as store_base
 log = logging.getLogger("nodeagent.apiserver")
 
 MAX_BODY = 3 * 1024 * 1024
+WATCH_BUFFER = 16 * 1024 * 1024  # a watcher whose unsent events exceed this is ended (it re-watches)
 JSON = "application/json"
 _PUBLIC = {"/version", "/version/", "/healthz", "/livez", "/readyz"}
 _RETURNS_OBJECT_ON_DELETE = {"pods", "namespaces", "services", "nodes"}
@@ -391,11 +392,21 @@ class Handlers:
                 raise errors.bad_request("timeoutSeconds must be a number") from None
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         send_initial = q.get("sendInitialEvents") == "true"
-        events = watch_events(self.cache, res, info.namespace, labels, fields, q.get("resourceVersion"), timeout,
-                              bookmarks, send_initial)
         resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
+        transport = request.transport
+
+        def direct(data: bytes) -> bool:
+            """Write one event as an HTTP chunk straight to the connection (the cache calls this)."""
+            if transport is None or transport.is_closing() or transport.get_write_buffer_size() > WATCH_BUFFER:
+                return False
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            return True
+
+        events = watch_events(self.cache, res, info.namespace, labels, fields, q.get("resourceVersion"), timeout,
+                              bookmarks, send_initial,
+                              direct=None if wants.table or wants.partial else direct)
         gauge = self.metrics.watchers.labels(res.name)
         gauge.inc()
         include = q.get("includeObject", "Metadata")

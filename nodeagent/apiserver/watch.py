@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from nodeagent.api.selectors import FieldRequirement, Selector
@@ -33,8 +33,11 @@ def parse_rv(rv: str | None) -> int | None:
 async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels: Selector | None,
                        fields: tuple[FieldRequirement, ...], resource_version: str | None,
                        timeout_s: float | None, bookmarks: bool, send_initial: bool | None = None,
-                       bookmark_interval: float = BOOKMARK_INTERVAL
+                       bookmark_interval: float = BOOKMARK_INTERVAL,
+                       direct: Callable[[bytes], bool] | None = None,
                        ) -> AsyncIterator[list[tuple[str, dict[str, Any], bytes | None]]]:
+    """`direct`: for a plain watcher, a synchronous writer the cache may call with each event's line once
+    the stream has caught up (see Subscriber.direct); events before that come through the batches."""
     since = parse_rv(resource_version)
     prefix = res.key_prefix(ns)
     ns_field = next((f.value for f in fields if f.field == "metadata.namespace" and f.op == "="), None)
@@ -45,6 +48,7 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
         await cache.wait_fresh()
     deadline = time.monotonic() + timeout_s if timeout_s else None
     sub = cache.subscribe(prefix, since, bool(send_initial))
+    direct = direct if plain else None
     queue = sub.queue
     last_rev = since or 0
     try:
@@ -57,6 +61,8 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
                 if left <= 0:
                     return
                 wait = left if wait is None else min(wait, left)
+            if direct is not None and sub.direct is None and queue.empty():
+                sub.direct = direct  # caught up: from now on the cache writes our events itself
             try:
                 item = await asyncio.wait_for(queue.get(), wait) if wait is not None else await queue.get()
             except TimeoutError:
