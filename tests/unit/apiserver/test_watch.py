@@ -78,3 +78,27 @@ async def test_a_watcher_that_cannot_keep_up_is_ended():
         items.append(sub.queue.get_nowait())
     assert items[-1] is None and len(items) <= 7  # synced + 5 events + the end
     await cache.stop()
+
+
+async def test_caught_up_watchers_are_written_directly_until_the_connection_backs_up():
+    reg, cache = await setup()
+    written: list[bytes] = []
+    accept = True
+
+    def direct(data: bytes) -> bool:
+        if accept:
+            written.append(data)
+        return accept
+
+    gen = watch_events(cache, CMS, "d", None, (), str(cache.rev), None, False, direct=direct)
+    task = asyncio.create_task(collect(gen, 100, limit=3))
+    await asyncio.sleep(0.05)  # caught up: the generator handed its subscriber to the cache
+    await reg.create(CMS, "d", {"metadata": {"name": "a"}})
+    await reg.create(CMS, "d", {"metadata": {"name": "b"}})
+    await cache.wait_fresh()
+    assert [b'"name":"a"' in w for w in written] == [True, False] and b'"name":"b"' in written[1]
+    assert all(w.startswith(b'{"type":"ADDED"') and w.endswith(b"\n") for w in written)
+    accept = False
+    await reg.create(CMS, "d", {"metadata": {"name": "c"}})  # the connection is backed up: the watch ends
+    assert await asyncio.wait_for(task, 3) == []
+    await cache.stop()
