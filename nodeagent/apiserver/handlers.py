@@ -121,7 +121,10 @@ class Handlers:
             raise
         finally:
             r = info.resource
-            self.metrics.observe(info.verb, r.group, r.name, info.subresource, code, time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            self.metrics.observe(info.verb, r.group, r.name, info.subresource, code, took)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s %s %s %d %.1fms", user.name, request.method, request.path_qs, code, took * 1000)
 
     def _discovery(self, request: web.Request, path: str) -> web.StreamResponse:
         p = path.rstrip("/")
