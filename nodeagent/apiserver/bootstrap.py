@@ -13,7 +13,7 @@ from nodeagent.apiserver import admission
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.peers import PeerLeases, endpoint_subsets
 from nodeagent.apiserver.registry import NAMESPACES, PRIORITY_CLASSES, SERVICES, Registry, now_rfc3339
-from nodeagent.apiserver.resources import RESOURCES, VIRTUAL, lookup
+from nodeagent.apiserver.resources import VIRTUAL, all_resources, lookup
 from nodeagent.apiserver.table import parse_time
 from nodeagent.store import base as store_base
 
@@ -128,7 +128,7 @@ class Bootstrap:
             ns = q["metadata"]["namespace"]
             hard = (q.get("spec") or {}).get("hard") or {}
             wanted: dict[Any, list[dict[str, Any]]] = {}
-            for r in RESOURCES:
+            for r in all_resources():
                 if not r.namespaced or r.name in VIRTUAL:
                     continue
                 count_key = f"count/{r.name}" + (f".{r.group}" if r.group else "")

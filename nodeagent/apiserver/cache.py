@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeagent.apiserver import codec
+from nodeagent.apiserver.resources import CRD_PREFIX, sync_crd
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.cache")
@@ -99,6 +100,9 @@ class WatchCache:
     async def _fill(self) -> None:
         items, rev = await self.store.list(ROOT)
         self._index = {}
+        for o in items:  # custom resources' definitions first: their objects' keys depend on them
+            if o.get("kind") == "CustomResourceDefinition":
+                sync_crd(o["metadata"]["name"], o)
         for o in items:
             key = self._key_of(o)
             if key:
@@ -139,6 +143,8 @@ class WatchCache:
 
     def _apply(self, ev: store_base.Event) -> None:
         p, ns, name = _split(ev.key)
+        if ev.key.startswith(CRD_PREFIX):
+            sync_crd(name, None if ev.type == "DELETED" else ev.object)
         if ev.type == "DELETED":
             names = self._index.get(p, {}).get(ns)
             if names is not None:

@@ -6,7 +6,7 @@ import platform
 import sys
 from typing import Any
 
-from nodeagent.apiserver.resources import GROUP_VERSIONS, SUBRESOURCE_KINDS, resources_in
+from nodeagent.apiserver.resources import SUBRESOURCE_KINDS, group_versions, resources_in
 
 # The Kubernetes API level this server speaks (kubectl warns on skew beyond +-1 minor; it still works).
 KUBE_MAJOR, KUBE_MINOR = "1", "30"
@@ -33,7 +33,7 @@ def api_versions(address: str) -> dict[str, Any]:
 
 def api_group_list() -> dict[str, Any]:
     groups = []
-    for group, versions in GROUP_VERSIONS.items():
+    for group, versions in group_versions().items():
         if not group:
             continue
         gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]

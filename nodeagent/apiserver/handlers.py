@@ -107,7 +107,13 @@ class Handlers:
             if not user.is_admin:
                 raise errors.forbidden(user.name, "get", "/metrics", "", "", "")
             return web.Response(body=self.metrics.render(), content_type="text/plain")
-        info = parse(request.method, path, query)  # type: ignore[arg-type]
+        try:
+            info = parse(request.method, path, query)  # type: ignore[arg-type]
+        except ApiError as e:
+            if e.code != 404:
+                raise
+            await self.cache.wait_fresh()  # a CustomResourceDefinition written a moment ago may serve it
+            info = parse(request.method, path, query)  # type: ignore[arg-type]
         if info is None:
             return self._discovery(request, path)
         t0 = time.perf_counter()

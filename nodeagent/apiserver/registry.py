@@ -31,7 +31,7 @@ log = logging.getLogger("nodeagent.apiserver")
 # Kinds whose main-resource writes leave status alone (they have a status subresource).
 _STATUS_SPLIT = {"Pod", "Deployment", "ReplicaSet", "DaemonSet", "StatefulSet", "Job", "CronJob", "Service",
                  "Namespace", "Node", "ResourceQuota", "PodDisruptionBudget", "ReplicationController",
-                 "PersistentVolumeClaim", "PersistentVolume"}
+                 "PersistentVolumeClaim", "PersistentVolume", "CustomResourceDefinition"}
 _GEN_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _NO_SPEC_KEYS = ("metadata", "status", "apiVersion", "kind")
 TERMINAL = ("Succeeded", "Failed")
@@ -43,6 +43,7 @@ PRIORITY_CLASSES = lookup("scheduling.k8s.io", "v1", "priorityclasses")
 LIMIT_RANGES = lookup("", "v1", "limitranges")
 QUOTAS = lookup("", "v1", "resourcequotas")
 SERVICE_ACCOUNTS = lookup("", "v1", "serviceaccounts")
+CRDS = lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 
 # Field selectors each resource accepts beyond metadata.name / metadata.namespace.
 FIELD_LABELS: dict[str, set[str]] = {
@@ -187,6 +188,8 @@ class Registry:
         defaults.apply_defaults(obj, res.kind)
         if res is PODS:
             await self._admit_pod(obj, ns or "")
+        if res is CRDS:
+            self._establish_crd(obj)
         self._validate(res, obj)
         if res is SERVICES:
             async with self._svc_lock:
@@ -203,6 +206,40 @@ class Registry:
         if res is NAMESPACES and not dry_run:
             await self._ensure_default_sa(meta["name"])
         return created
+
+    def _establish_crd(self, crd: dict[str, Any]) -> None:
+        """Check a CustomResourceDefinition's names and mark it Established (served at once)."""
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        errs = []
+        for f in ("plural", "kind"):
+            if not names.get(f):
+                errs.append(validation.required(f"spec.names.{f}"))
+        if not spec.get("group"):
+            errs.append(validation.required("spec.group"))
+        if not spec.get("versions"):
+            errs.append(validation.required("spec.versions"))
+        want = f"{names.get('plural')}.{spec.get('group')}"
+        if not errs and crd["metadata"].get("name") != want:
+            errs.append(validation.invalid("metadata.name", crd["metadata"].get("name"), "must be spec.names.plural+\".\"+spec.group"))
+        if errs:
+            raise errors.invalid("CustomResourceDefinition", crd["metadata"].get("name", ""), errs,
+                                 "apiextensions.k8s.io")
+        now = now_rfc3339()
+        accepted = {"plural": names["plural"], "kind": names["kind"],
+                    "singular": names.get("singular") or names["kind"].lower(),
+                    "listKind": names.get("listKind") or names["kind"] + "List"}
+        for k in ("shortNames", "categories"):
+            if names.get(k):
+                accepted[k] = names[k]
+        crd["status"] = {"acceptedNames": accepted,
+                         "storedVersions": [v["name"] for v in spec["versions"] if v.get("storage")] or
+                         [spec["versions"][0].get("name")],
+                         "conditions": [{"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+                                         "message": "no conflicts found", "lastTransitionTime": now},
+                                        {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                                         "message": "the initial names have been accepted",
+                                         "lastTransitionTime": now}]}
 
     async def _quota_and_create(self, res: Resource, ns: str | None, obj: dict[str, Any],
                                 dry_run: bool) -> dict[str, Any]:
@@ -446,6 +483,8 @@ class Registry:
             policy = "Orphan"
         if res is NAMESPACES:
             return await self._delete_namespace(current)
+        if res is CRDS:
+            await self._delete_custom_objects(current)
         finalizers = list(meta.get("finalizers") or [])
         # As kube-apiserver: these two policies are carried out by the garbage collector, which removes
         # its finalizer when the dependents are orphaned / deleted.
@@ -485,6 +524,23 @@ class Registry:
                 self.alloc.release(current)
         return out
 
+    async def _delete_custom_objects(self, crd: dict[str, Any]) -> None:
+        """Deleting a CustomResourceDefinition deletes every object of its kind first (as Kubernetes does)."""
+        spec = crd.get("spec") or {}
+        plural = (spec.get("names") or {}).get("plural")
+        if not plural or not spec.get("group"):
+            return
+        prefix = f"/registry/{spec['group']}/{plural}/"
+        items, _ = await self.store.list(prefix)
+        from nodeagent.apiserver.resources import Resource
+
+        r = Resource(spec["group"], "v1", plural, "", spec.get("scope", "Namespaced") == "Namespaced")
+        for o in items:
+            try:
+                await self.store.delete(r.key(o["metadata"].get("namespace"), o["metadata"]["name"]))
+            except store_base.NotFound:
+                pass
+
     async def _delete_namespace(self, current: dict[str, Any]) -> dict[str, Any]:
         name = current["metadata"]["name"]
         if name in ("default", "kube-system", "kube-public"):
@@ -504,12 +560,12 @@ class Registry:
 
     async def _finish_namespace(self, name: str) -> None:
         """The namespace lifecycle controller's job: delete everything inside, then the namespace."""
-        from nodeagent.apiserver.resources import RESOURCES
+        from nodeagent.apiserver.resources import all_resources
 
         try:
             for _ in range(600):
                 left = 0
-                for r in RESOURCES:
+                for r in all_resources():
                     if not r.namespaced:
                         continue
                     items, _ = await self.store.list(r.key_prefix(name))

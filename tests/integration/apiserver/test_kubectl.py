@@ -194,3 +194,20 @@ def test_more_generators_and_rbac_objects(kubectl):
     assert "created" in kubectl("create", "-n", ns, "job", "j1", "--image=busybox", "--", "echo", "hi")
     assert kubectl("get", "-n", ns, "job", "j1", "-o", "jsonpath={.spec.template.spec.restartPolicy}") == "Never"
     assert kubectl("auth", "can-i", "create", "pods").strip() == "yes"
+
+
+def test_custom_resource_definition_and_objects(kubectl):
+    """The CronTab example from the Kubernetes docs: define, wait established, create, get, delete."""
+    ns = new_ns(kubectl)
+    kubectl("apply", "-f", str(MANIFESTS / "resourcedefinition.yaml"))
+    out = kubectl("wait", "--for", "condition=established", "--timeout=30s",
+                  "crd/crontabs.stable.example.com")
+    assert "condition met" in out
+    assert "crontab.stable.example.com/my-new-cron-object created" in kubectl(
+        "apply", "-n", ns, "-f", str(MANIFESTS / "my-crontab.yaml"))
+    assert "my-new-cron-object" in kubectl("get", "-n", ns, "crontab")
+    assert kubectl("get", "-n", ns, "ct", "my-new-cron-object", "-o", "jsonpath={.spec.image}") == \
+        "my-awesome-cron-image"
+    assert "crontabs" in kubectl("api-resources", "--api-group=stable.example.com")
+    kubectl("delete", "-n", ns, "crontab", "my-new-cron-object")
+    kubectl("delete", "-f", str(MANIFESTS / "resourcedefinition.yaml"))
