@@ -136,9 +136,13 @@ class Handlers:
         p = path.rstrip("/")
         if request.method != "GET":
             raise errors.method_not_allowed()
-        if p == "/api":
-            return json_response(discovery.api_versions(self.address))
-        if p == "/apis":
+        if p in ("/api", "/apis"):
+            media = discovery.wants_aggregated(request.headers.get("Accept", ""))
+            if media is not None:
+                return web.Response(body=codec.dumps(discovery.aggregated(p == "/api", media)),
+                                    headers={"Content-Type": media, "Vary": "Accept"})
+            if p == "/api":
+                return json_response(discovery.api_versions(self.address))
             return json_response(discovery.api_group_list())
         if p == "/openapi/v2":
             return web.Response(body=b"", content_type="application/octet-stream")

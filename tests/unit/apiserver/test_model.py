@@ -110,3 +110,20 @@ def test_allocator_conflicts_and_release():
     assert "already allocated" in errs[0]["message"]
     a.release(s1)
     assert a.allocate(s2) == []
+
+
+def test_aggregated_discovery():
+    from nodeagent.apiserver import discovery
+
+    accept = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
+              "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json")
+    assert discovery.wants_aggregated(accept) == discovery.AGGREGATED_V2
+    assert discovery.wants_aggregated("application/json, */*") is None
+    doc = discovery.aggregated(True, discovery.AGGREGATED_V2)
+    assert [i["metadata"]["name"] for i in doc["items"]] == [""]
+    pods = next(r for r in doc["items"][0]["versions"][0]["resources"] if r["resource"] == "pods")
+    ev = next(s for s in pods["subresources"] if s["subresource"] == "eviction")
+    assert ev["responseKind"] == {"group": "policy", "version": "v1", "kind": "Eviction"}
+    assert pods["scope"] == "Namespaced" and pods["shortNames"] == ["po"]
+    groups = [i["metadata"]["name"] for i in discovery.aggregated(False, discovery.AGGREGATED_V2)["items"]]
+    assert "apps" in groups and "" not in groups
