@@ -41,8 +41,13 @@ def fake_kubelet(tmp_path):
         await ws.close()
         return ws
 
+    async def healthz(request: web.Request) -> web.Response:
+        seen.append(request.path_qs)
+        return web.Response(text="ok")
+
     async def main() -> None:
         app = web.Application()
+        app.router.add_get("/healthz", healthz)
         app.router.add_get("/containerLogs/{ns}/{pod}/{c}", logs)
         app.router.add_route("*", "/exec/{ns}/{pod}/{c}", exec_)
         runner = web.AppRunner(app)
@@ -80,6 +85,8 @@ def test_logs_and_exec_reach_the_kubelet(server, fake_kubelet):
     assert kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
         "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}})).returncode == 0
+    p = kubectl("get", "--raw", f"/api/v1/nodes/{node}/proxy/healthz")
+    assert p.returncode == 0 and p.stdout == "ok", p.stderr
     p = kubectl("logs", "-n", ns, pod, "--tail=5")
     assert p.returncode == 0 and p.stdout == "line1\nline2\n", p.stderr
     assert any(s.startswith(f"/containerLogs/{ns}/{pod}/c") and "tailLines=5" in s for s in seen)
