@@ -20,9 +20,10 @@ from typing import Any
 
 from nodeagent.api import defaults, validation
 from nodeagent.api.selectors import FieldRequirement, Selector, field_value, fields_match
-from nodeagent.apiserver import admission, errors
+from nodeagent.apiserver import admission, errors, lifecycle
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.lifecycle import now_rfc3339
 from nodeagent.apiserver.resources import Resource, lookup
 from nodeagent.store import base as store_base
 
@@ -65,10 +66,6 @@ _uid_random = random.Random(_rng)
 def new_uid() -> str:
     """A random (version 4) UUID from a seeded PRNG: no syscall per object on the create path."""
     return str(uuid.UUID(int=_uid_random.getrandbits(128), version=4))
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def check_field_selector(res: Resource, reqs: tuple[FieldRequirement, ...]) -> None:
@@ -189,7 +186,7 @@ class Registry:
         if res is PODS:
             await self._admit_pod(obj, ns or "")
         if res is CRDS:
-            self._establish_crd(obj)
+            lifecycle.establish_crd(self, obj)
         self._validate(res, obj)
         if res is SERVICES:
             async with self._svc_lock:
@@ -206,40 +203,6 @@ class Registry:
         if res is NAMESPACES and not dry_run:
             await self._ensure_default_sa(meta["name"])
         return created
-
-    def _establish_crd(self, crd: dict[str, Any]) -> None:
-        """Check a CustomResourceDefinition's names and mark it Established (served at once)."""
-        spec = crd.get("spec") or {}
-        names = spec.get("names") or {}
-        errs = []
-        for f in ("plural", "kind"):
-            if not names.get(f):
-                errs.append(validation.required(f"spec.names.{f}"))
-        if not spec.get("group"):
-            errs.append(validation.required("spec.group"))
-        if not spec.get("versions"):
-            errs.append(validation.required("spec.versions"))
-        want = f"{names.get('plural')}.{spec.get('group')}"
-        if not errs and crd["metadata"].get("name") != want:
-            errs.append(validation.invalid("metadata.name", crd["metadata"].get("name"), "must be spec.names.plural+\".\"+spec.group"))
-        if errs:
-            raise errors.invalid("CustomResourceDefinition", crd["metadata"].get("name", ""), errs,
-                                 "apiextensions.k8s.io")
-        now = now_rfc3339()
-        accepted = {"plural": names["plural"], "kind": names["kind"],
-                    "singular": names.get("singular") or names["kind"].lower(),
-                    "listKind": names.get("listKind") or names["kind"] + "List"}
-        for k in ("shortNames", "categories"):
-            if names.get(k):
-                accepted[k] = names[k]
-        crd["status"] = {"acceptedNames": accepted,
-                         "storedVersions": [v["name"] for v in spec["versions"] if v.get("storage")] or
-                         [spec["versions"][0].get("name")],
-                         "conditions": [{"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-                                         "message": "no conflicts found", "lastTransitionTime": now},
-                                        {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-                                         "message": "the initial names have been accepted",
-                                         "lastTransitionTime": now}]}
 
     async def _quota_and_create(self, res: Resource, ns: str | None, obj: dict[str, Any],
                                 dry_run: bool) -> dict[str, Any]:
@@ -482,9 +445,9 @@ class Registry:
         if options.get("orphanDependents") is True:
             policy = "Orphan"
         if res is NAMESPACES:
-            return await self._delete_namespace(current)
+            return await lifecycle.delete_namespace(self, current)
         if res is CRDS:
-            await self._delete_custom_objects(current)
+            await lifecycle.delete_custom_objects(self, current)
         finalizers = list(meta.get("finalizers") or [])
         # As kube-apiserver: these two policies are carried out by the garbage collector, which removes
         # its finalizer when the dependents are orphaned / deleted.
@@ -523,67 +486,6 @@ class Registry:
             async with self._svc_lock:
                 self.alloc.release(current)
         return out
-
-    async def _delete_custom_objects(self, crd: dict[str, Any]) -> None:
-        """Deleting a CustomResourceDefinition deletes every object of its kind first (as Kubernetes does)."""
-        spec = crd.get("spec") or {}
-        plural = (spec.get("names") or {}).get("plural")
-        if not plural or not spec.get("group"):
-            return
-        prefix = f"/registry/{spec['group']}/{plural}/"
-        items, _ = await self.store.list(prefix)
-        from nodeagent.apiserver.resources import Resource
-
-        r = Resource(spec["group"], "v1", plural, "", spec.get("scope", "Namespaced") == "Namespaced")
-        for o in items:
-            try:
-                await self.store.delete(r.key(o["metadata"].get("namespace"), o["metadata"]["name"]))
-            except store_base.NotFound:
-                pass
-
-    async def _delete_namespace(self, current: dict[str, Any]) -> dict[str, Any]:
-        name = current["metadata"]["name"]
-        if name in ("default", "kube-system", "kube-public"):
-            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
-                           {"name": name, "kind": "namespaces"})
-        if current["metadata"].get("deletionTimestamp"):
-            return current
-        new = copy.deepcopy(current)
-        new["metadata"]["deletionTimestamp"] = now_rfc3339()
-        new["metadata"]["deletionGracePeriodSeconds"] = 0
-        new.setdefault("status", {})["phase"] = "Terminating"
-        out = await self.store.update(NAMESPACES.key(None, name), new)
-        t = asyncio.get_running_loop().create_task(self._finish_namespace(name))
-        self._bg.add(t)
-        t.add_done_callback(self._bg.discard)
-        return out
-
-    async def _finish_namespace(self, name: str) -> None:
-        """The namespace lifecycle controller's job: delete everything inside, then the namespace."""
-        from nodeagent.apiserver.resources import all_resources
-
-        try:
-            for _ in range(600):
-                left = 0
-                for r in all_resources():
-                    if not r.namespaced:
-                        continue
-                    items, _ = await self.store.list(r.key_prefix(name))
-                    for o in items:
-                        left += 1
-                        try:
-                            await self.delete(r, name, o["metadata"]["name"], {"gracePeriodSeconds": 0
-                                                                               if r is not PODS else None})
-                        except ApiError:
-                            pass
-                if not left:
-                    break
-                await asyncio.sleep(1)
-            await self.store.delete(NAMESPACES.key(None, name))
-        except store_base.NotFound:
-            pass
-        except Exception:
-            log.exception("finishing namespace %s", name)
 
     async def _refresh_allocations(self) -> None:
         """Re-read what the stored Services hold (other servers on the same store allocate too)."""
