@@ -6,17 +6,14 @@ Every failure leaves here as a Kubernetes Status with its code; nothing below ma
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import time
 from typing import Any
 
 from aiohttp import web
 
-from nodeagent.api import patch as patches
-from nodeagent.api.fieldset import apply_ownership
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
-from nodeagent.apiserver import auth, codec, discovery, errors, subresources, table
+from nodeagent.apiserver import auth, codec, discovery, errors, patching, subresources, table
 from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.metrics import Metrics
@@ -27,7 +24,6 @@ from nodeagent.apiserver.registry import (
     decode_continue,
     encode_continue,
     matches,
-    now_rfc3339,
 )
 from nodeagent.apiserver.request import RequestInfo, parse
 from nodeagent.apiserver.resources import VIRTUAL, Resource
@@ -448,51 +444,9 @@ class Handlers:
             pass
         return resp
 
-    # ------------------------------------------------------------------ patch
     async def patch(self, request: web.Request, info: RequestInfo, body: Any, dry_run: bool,
                     subresource: str = "") -> tuple[dict[str, Any], bool]:
-        ptype = info.patch_type or "application/strategic-merge-patch+json"
-        res = info.resource
-        if ptype == "application/apply-patch+yaml":
-            if not request.query.get("fieldManager"):
-                raise errors.invalid("PatchOptions", "", [{"reason": "FieldValueRequired", "field": "fieldManager",
-                                                           "message": "Required value: is required for apply patch"}],
-                                     "meta.k8s.io")
-            if not isinstance(body, dict):
-                raise errors.bad_request("apply patch must be an object")
-            applied = body
-
-            manager = request.query["fieldManager"]
-
-            def mutate(cur: dict[str, Any]) -> dict[str, Any]:
-                out = patches.strategic_merge(cur, {k: v for k, v in applied.items() if k != "status"}
-                                              if not subresource else applied)
-                out.setdefault("metadata", {})["resourceVersion"] = cur["metadata"]["resourceVersion"]
-                apply_ownership(out, applied, manager, res.api_version, now_rfc3339())
-                return out
-
-            def create() -> dict[str, Any]:
-                obj = copy.deepcopy(applied)
-                apply_ownership(obj, applied, manager, res.api_version, now_rfc3339())
-                return obj
-
-            return await self.registry.patch_with_retry(res, info.namespace, info.name or "", subresource, mutate,
-                                                        dry_run, create_missing=create)
-
-        def mutate2(cur: dict[str, Any]) -> dict[str, Any]:
-            try:
-                if ptype == "application/json-patch+json":
-                    return patches.json_patch(cur, body)
-                if not isinstance(body, dict):
-                    raise errors.bad_request("patch body must be a JSON object")
-                if ptype == "application/merge-patch+json":
-                    return patches.merge_patch(cur, body)
-                return patches.strategic_merge(cur, body)
-            except patches.PatchError as e:
-                raise ApiError(422, "Invalid", str(e)) from None
-
-        out = await self.registry.patch_with_retry(res, info.namespace, info.name or "", subresource, mutate2, dry_run)
-        return out
+        return await patching.patch(self.registry, request.query, info, body, dry_run, subresource)
 
 
 __all__ = ["PODS", "Handlers"]
