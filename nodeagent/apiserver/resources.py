@@ -78,6 +78,12 @@ RESOURCES: tuple[Resource, ...] = (
     R("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), (), ("status",)),
     R("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
     R("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
+    # Stored and served so real manifests apply; nothing in nodeagent acts on them (yet).
+    R("networking.k8s.io", "v1", "ingresses", "Ingress", True, ("ing",), (), ("status",)),
+    R("networking.k8s.io", "v1", "ingressclasses", "IngressClass", False),
+    R("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, ("sc",)),
+    R("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",), _ALL, ("status",)),
+    R("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
     # RBAC objects are stored and served (manifests carry them); authorization itself is admin/NodeRestriction.
     R("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     R("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
