@@ -91,8 +91,9 @@ class ApiServer:
         self.port = cfg.port
 
     def _ssl(self) -> ssl.SSLContext:
-        names = [] if self.cfg.bind_address in ("0.0.0.0", "::") else []
-        crt, key = pki.ensure_serving_cert(self.data_dir / "pki", [self.advertise, self.cfg.bind_address], names)
+        # pods reach us as https://kubernetes.default.svc = the range's first IP: that must verify too
+        ips = [self.advertise, self.cfg.bind_address, self.registry.alloc.first_ip]
+        crt, key = pki.ensure_serving_cert(self.data_dir / "pki", ips)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(str(crt), str(key))
         ctx.set_alpn_protocols(["http/1.1"])

@@ -127,3 +127,20 @@ def test_aggregated_discovery():
     assert pods["scope"] == "Namespaced" and pods["shortNames"] == ["po"]
     groups = [i["metadata"]["name"] for i in discovery.aggregated(False, discovery.AGGREGATED_V2)["items"]]
     assert "apps" in groups and "" not in groups
+
+
+def test_serving_cert_names(tmp_path):
+    from cryptography import x509
+
+    from nodeagent.apiserver import pki
+
+    crt, _ = pki.ensure_serving_cert(tmp_path, ["10.96.0.1", "192.0.2.7"])
+    cert = x509.load_pem_x509_certificate(crt.read_bytes())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {"10.96.0.1", "192.0.2.7", "127.0.0.1"} <= {str(i) for i in san.get_values_for_type(x509.IPAddress)}
+    assert "kubernetes.default.svc" in san.get_values_for_type(x509.DNSName)
+    before = crt.read_bytes()
+    pki.ensure_serving_cert(tmp_path, ["10.96.0.1"])  # already covered: kept
+    assert crt.read_bytes() == before
+    pki.ensure_serving_cert(tmp_path, ["198.51.100.1"])  # a new address: reissued by the same CA
+    assert crt.read_bytes() != before
