@@ -23,15 +23,18 @@ EVENTS = lookup("", "v1", "events")
 EVENTS_V1 = lookup("events.k8s.io", "v1", "events")
 EVENT_TTL = 3600.0
 QUOTAS = lookup("", "v1", "resourcequotas")
+CONFIGMAPS = lookup("", "v1", "configmaps")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
 class Bootstrap:
-    def __init__(self, registry: Registry, ip: str, port: int, peers: PeerLeases | None = None) -> None:
+    def __init__(self, registry: Registry, ip: str, port: int, peers: PeerLeases | None = None,
+                 ca_pem: str | None = None) -> None:
         self.registry = registry
         self.ip = ip
         self.port = port
         self.peers = peers
+        self.ca_pem = ca_pem
         self._last_expiry = 0.0
 
     async def ensure(self) -> None:
@@ -49,6 +52,38 @@ class Bootstrap:
                 "value": value, "description": desc, "preemptionPolicy": "PreemptLowerPriority"})
         await self._ensure_kubernetes_service()
         await self._ensure_endpoints()
+        if self.ca_pem:
+            await self._publish_root_ca()
+
+    async def _publish_root_ca(self) -> None:
+        """The `kube-root-ca.crt` ConfigMap in every namespace (the root CA publisher's job)."""
+        store = self.registry.store
+        namespaces, _ = await store.list(NAMESPACES.key_prefix())
+        for ns in namespaces:
+            name = ns["metadata"]["name"]
+            if ns["metadata"].get("deletionTimestamp"):
+                continue
+            key = CONFIGMAPS.key(name, "kube-root-ca.crt")
+            try:
+                cm = await store.get(key)
+                if (cm.get("data") or {}).get("ca.crt") == self.ca_pem:
+                    continue
+                cm["data"] = {"ca.crt": self.ca_pem}
+                await store.update(key, cm, int(cm["metadata"]["resourceVersion"]))
+            except store_base.NotFound:
+                try:
+                    await store.create(key, {"apiVersion": "v1", "kind": "ConfigMap",
+                                             "metadata": {"name": "kube-root-ca.crt", "namespace": name,
+                                                          "uid": str(uuid.uuid4()), "creationTimestamp": now_rfc3339(),
+                                                          "annotations": {"kubernetes.io/description": (
+                                                              "Contains a CA bundle that can be used to verify the "
+                                                              "kube-apiserver when using internal endpoints such as "
+                                                              "the internal service IP or kubernetes.default.svc.")}},
+                                             "data": {"ca.crt": self.ca_pem}})
+                except store_base.StoreError:
+                    pass
+            except store_base.StoreError:
+                pass
 
     async def _ensure_created(self, res: Any, ns: str | None, obj: dict[str, Any]) -> None:
         try:

@@ -122,7 +122,8 @@ class ApiServer:
             self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.peers = PeerLeases(self.registry, self.advertise, self.port, self.cfg.lease_duration)
         await self.peers.renew()
-        boot = Bootstrap(self.registry, self.advertise, self.port, self.peers)
+        ca_pem = (self.data_dir / "pki" / "ca.crt").read_text()
+        boot = Bootstrap(self.registry, self.advertise, self.port, self.peers, ca_pem)
         await boot.ensure()
         loop = asyncio.get_running_loop()
         interval = min(self.cfg.repair_interval, self.cfg.lease_duration / 3)

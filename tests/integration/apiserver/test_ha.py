@@ -4,6 +4,7 @@ others, the `kubernetes` endpoints list exactly the live servers, and killing on
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
 
 import pytest
@@ -33,7 +34,12 @@ def ports_of(ep: dict) -> set[int]:
 
 async def test_three_servers_share_etcd_and_survive_one_dying(etcd, tmp_path):
     ds = f"etcd://{etcd.endpoint.split('://', 1)[-1]}"
-    servers = [start_server(tmp_path / f"s{i}", ds, extra=["--lease-duration", "3"]) for i in range(3)]
+    servers = [start_server(tmp_path / "s0", ds, extra=["--lease-duration", "3"])]
+    for i in (1, 2):  # one cluster: the same CA and tokens on every server
+        d = tmp_path / f"s{i}"
+        shutil.copytree(tmp_path / "s0" / "pki", d / "pki")
+        shutil.copy(tmp_path / "s0" / "tokens.csv", d / "tokens.csv")
+        servers.append(start_server(d, ds, extra=["--lease-duration", "3"]))
     clients = [Client.from_kubeconfig(s.kubeconfig) for s in servers]
     try:
         # writes on s0 are seen by a watch on s2
@@ -42,7 +48,8 @@ async def test_three_servers_share_etcd_and_survive_one_dying(etcd, tmp_path):
 
         async def watch() -> None:
             async for ev in clients[2].watch("configmaps", "default", rv, bookmarks=False):
-                seen.append(ev["object"]["metadata"]["name"])
+                if ev["object"]["metadata"]["name"].startswith("from-"):
+                    seen.append(ev["object"]["metadata"]["name"])
                 if len(seen) == 2:
                     return
 
@@ -64,6 +71,8 @@ async def test_three_servers_share_etcd_and_survive_one_dying(etcd, tmp_path):
         servers[0].proc.wait()
         await clients[1].create("configmaps", {"metadata": {"name": "after-kill"}}, "default")
         assert (await clients[2].get("configmaps", "after-kill", "default"))["metadata"]["name"] == "after-kill"
+        ca = [(s.data_dir / "pki" / "ca.crt").read_bytes() for s in servers]
+        assert ca[0] == ca[1] == ca[2]
         want = {servers[1].port, servers[2].port}
         for _ in range(150):
             ep = await clients[2].get("endpoints", "kubernetes", "default")
