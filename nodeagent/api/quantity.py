@@ -7,6 +7,7 @@ to the requested scale, as resource.Quantity.MilliValue/Value do.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -30,7 +31,13 @@ def parse_quantity(value: str | int | float) -> Fraction:
         return Fraction(value)
     if isinstance(value, float):
         return Fraction(str(value))
-    s = str(value).strip()
+    return _parse_str(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_str(value: str) -> Fraction:
+    """Cached: objects repeat the same few quantity strings, and parsing is the costly part (Fractions are immutable)."""
+    s = value.strip()
     m = _RE.match(s)
     if not m:
         raise QuantityError(

@@ -279,3 +279,64 @@ def validate(obj: dict[str, Any], kind: str, namespaced: bool) -> FieldErrors:
         if not isinstance(obj.get("value"), int):
             errs.append(required("value"))
     return errs
+
+
+def _immutable(field: str) -> dict[str, str]:
+    return err("FieldValueInvalid", field, "field is immutable")
+
+
+def validate_update(new: dict[str, Any], old: dict[str, Any], kind: str) -> FieldErrors:
+    """Rules that compare an update with the stored object (immutable fields), as Kubernetes enforces them."""
+    ns, os_ = new.get("spec") or {}, old.get("spec") or {}
+    errs: FieldErrors = []
+    if kind == "Pod":
+        errs += _pod_update(ns, os_)
+    elif kind in ("Deployment", "ReplicaSet", "DaemonSet", "StatefulSet") and ns.get("selector") != os_.get("selector"):
+        errs.append(_immutable("spec.selector"))
+    elif kind == "Job" and ns.get("selector") is not None and os_.get("selector") is not None \
+            and ns.get("selector") != os_.get("selector"):
+        errs.append(_immutable("spec.selector"))
+    elif kind == "Service":
+        oip, nip = os_.get("clusterIP"), ns.get("clusterIP")
+        if oip and nip and oip != nip and os_.get("type") != "ExternalName" and ns.get("type") != "ExternalName":
+            errs.append(err("FieldValueInvalid", "spec.clusterIPs[0]",
+                            f'Invalid value: []string{{"{nip}"}}: may not change once set'))
+    elif kind in ("ConfigMap", "Secret") and old.get("immutable"):
+        for f in ("data", "binaryData"):
+            if new.get(f) != old.get(f):
+                errs.append(err("FieldValueForbidden", f, "Forbidden: field is immutable when `immutable` is set"))
+    return errs
+
+
+_POD_MUTABLE = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates")
+
+
+def _pod_update(new: dict[str, Any], old: dict[str, Any]) -> FieldErrors:
+    """A pod's spec is immutable except container images, activeDeadlineSeconds, added tolerations,
+    terminationGracePeriodSeconds (to shorten it) and removed scheduling gates."""
+    def strip(spec: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in spec.items() if k not in _POD_MUTABLE}
+        for f in ("containers", "initContainers"):
+            if isinstance(out.get(f), list):
+                out[f] = [{k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c for c in out[f]]
+        return out
+
+    errs: FieldErrors = []
+    if old.get("nodeName") and new.get("nodeName") != old.get("nodeName") or \
+            not old.get("nodeName") and new.get("nodeName"):
+        errs.append(err("FieldValueForbidden", "spec.nodeName",
+                        "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+                        "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only "
+                        "additions to existing tolerations), `spec.terminationGracePeriodSeconds` (allow it to be set "
+                        "to 1 if it was previously negative)"))
+    elif strip(new) != strip(old):
+        errs.append(err("FieldValueForbidden", "spec",
+                        "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+                        "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only "
+                        "additions to existing tolerations), `spec.terminationGracePeriodSeconds` (allow it to be set "
+                        "to 1 if it was previously negative)"))
+    old_t = old.get("tolerations") or []
+    if not errs and any(t not in (new.get("tolerations") or []) for t in old_t):
+        errs.append(err("FieldValueForbidden", "spec.tolerations", "Forbidden: existing toleration can not be modified "
+                        "except its tolerationSeconds"))
+    return errs

@@ -154,3 +154,14 @@ def check_quota(res: Resource, obj: dict[str, Any], quotas: list[dict[str, Any]]
         used_by_quota[q["metadata"]["name"]] = {
             k: format_quantity(totals.get(k, Fraction(0)) + new_use.get(k, Fraction(0))) for k in tracked}
     return used_by_quota
+
+
+def quota_used(quota: dict[str, Any], objects_by_resource: dict[Resource, list[dict[str, Any]]]) -> dict[str, str]:
+    """status.used for one quota: what the namespace's objects charge against each of its hard limits."""
+    hard = (quota.get("spec") or {}).get("hard") or {}
+    totals: dict[str, Fraction] = {}
+    for res, objs in objects_by_resource.items():
+        for o in objs:
+            for k, v in object_usage(res, o).items():
+                totals[k] = totals.get(k, Fraction(0)) + v
+    return {k: format_quantity(totals.get(k, Fraction(0))) for k in hard}

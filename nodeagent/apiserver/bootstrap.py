@@ -4,27 +4,38 @@ Endpoints in `default`, created at start and repaired when deleted or changed (t
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import uuid
 from typing import Any
 
+from nodeagent.apiserver import admission
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.peers import PeerLeases, endpoint_subsets
 from nodeagent.apiserver.registry import NAMESPACES, PRIORITY_CLASSES, SERVICES, Registry, now_rfc3339
-from nodeagent.apiserver.resources import lookup
+from nodeagent.apiserver.resources import VIRTUAL, all_resources, lookup
+from nodeagent.apiserver.table import parse_time
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.bootstrap")
 ENDPOINTS = lookup("", "v1", "endpoints")
+EVENTS = lookup("", "v1", "events")
+EVENTS_V1 = lookup("events.k8s.io", "v1", "events")
+EVENT_TTL = 3600.0
+QUOTAS = lookup("", "v1", "resourcequotas")
+CONFIGMAPS = lookup("", "v1", "configmaps")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
 class Bootstrap:
-    def __init__(self, registry: Registry, endpoint_ips: list[str], port: int,
-                 endpoint_source: Any = None) -> None:
+    def __init__(self, registry: Registry, ip: str, port: int, peers: PeerLeases | None = None,
+                 ca_pem: str | None = None) -> None:
         self.registry = registry
-        self.ips = endpoint_ips
+        self.ip = ip
         self.port = port
-        self.endpoint_source = endpoint_source  # async () -> list of live server IPs (HA), or None
+        self.peers = peers
+        self.ca_pem = ca_pem
+        self._last_expiry = 0.0
 
     async def ensure(self) -> None:
         reg = self.registry
@@ -41,6 +52,38 @@ class Bootstrap:
                 "value": value, "description": desc, "preemptionPolicy": "PreemptLowerPriority"})
         await self._ensure_kubernetes_service()
         await self._ensure_endpoints()
+        if self.ca_pem:
+            await self._publish_root_ca()
+
+    async def _publish_root_ca(self) -> None:
+        """The `kube-root-ca.crt` ConfigMap in every namespace (the root CA publisher's job)."""
+        store = self.registry.store
+        namespaces, _ = await store.list(NAMESPACES.key_prefix())
+        for ns in namespaces:
+            name = ns["metadata"]["name"]
+            if ns["metadata"].get("deletionTimestamp"):
+                continue
+            key = CONFIGMAPS.key(name, "kube-root-ca.crt")
+            try:
+                cm = await store.get(key)
+                if (cm.get("data") or {}).get("ca.crt") == self.ca_pem:
+                    continue
+                cm["data"] = {"ca.crt": self.ca_pem}
+                await store.update(key, cm, int(cm["metadata"]["resourceVersion"]))
+            except store_base.NotFound:
+                try:
+                    await store.create(key, {"apiVersion": "v1", "kind": "ConfigMap",
+                                             "metadata": {"name": "kube-root-ca.crt", "namespace": name,
+                                                          "uid": str(uuid.uuid4()), "creationTimestamp": now_rfc3339(),
+                                                          "annotations": {"kubernetes.io/description": (
+                                                              "Contains a CA bundle that can be used to verify the "
+                                                              "kube-apiserver when using internal endpoints such as "
+                                                              "the internal service IP or kubernetes.default.svc.")}},
+                                             "data": {"ca.crt": self.ca_pem}})
+                except store_base.StoreError:
+                    pass
+            except store_base.StoreError:
+                pass
 
     async def _ensure_created(self, res: Any, ns: str | None, obj: dict[str, Any]) -> None:
         try:
@@ -70,9 +113,8 @@ class Bootstrap:
             await self.registry.store.update(SERVICES.key("default", "kubernetes"), svc)
 
     async def _ensure_endpoints(self) -> None:
-        ips = await self.endpoint_source() if self.endpoint_source else self.ips
-        subsets = [{"addresses": [{"ip": ip} for ip in sorted(ips)],
-                    "ports": [{"name": "https", "port": self.port, "protocol": "TCP"}]}] if ips else []
+        eps = await self.peers.live_endpoints() if self.peers else [(self.ip, self.port)]
+        subsets = endpoint_subsets(eps)
         key = ENDPOINTS.key("default", "kubernetes")
         store = self.registry.store
         try:
@@ -95,11 +137,60 @@ class Bootstrap:
             except (store_base.Conflict, store_base.NotFound):
                 pass
 
+    async def expire_events(self, ttl: float = EVENT_TTL) -> int:
+        """Delete Events older than `ttl` seconds (kube-apiserver's --event-ttl, 1h): they would pile up forever."""
+        store = self.registry.store
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=ttl)
+        removed = 0
+        for res in (EVENTS, EVENTS_V1):
+            items, _ = await store.list(res.key_prefix())
+            for ev in items:
+                m = ev.get("metadata") or {}
+                when = parse_time(ev.get("lastTimestamp") or ev.get("eventTime") or m.get("creationTimestamp"))
+                if when is not None and when < cutoff:
+                    try:
+                        await store.delete(res.key(m.get("namespace"), m["name"]))
+                        removed += 1
+                    except store_base.StoreError:
+                        pass
+        return removed
+
+    async def reconcile_quotas(self) -> None:
+        """Keep every ResourceQuota's status (hard, used) current, deletions included (the quota controller)."""
+        store = self.registry.store
+        quotas, _ = await store.list(QUOTAS.key_prefix())
+        for q in quotas:
+            ns = q["metadata"]["namespace"]
+            hard = (q.get("spec") or {}).get("hard") or {}
+            wanted: dict[Any, list[dict[str, Any]]] = {}
+            for r in all_resources():
+                if not r.namespaced or r.name in VIRTUAL:
+                    continue
+                count_key = f"count/{r.name}" + (f".{r.group}" if r.group else "")
+                core_pods = r.name == "pods" and not r.group
+                if core_pods or count_key in hard or (not r.group and r.name in hard):
+                    wanted[r], _ = await store.list(r.key_prefix(ns))
+            used = admission.quota_used(q, wanted)
+            st = q.get("status") or {}
+            if st.get("used") != used or st.get("hard") != hard:
+                q["status"] = {"hard": hard, "used": used}
+                try:
+                    await store.update(QUOTAS.key(ns, q["metadata"]["name"]), q, int(q["metadata"]["resourceVersion"]))
+                except store_base.StoreError:
+                    pass
+
     async def run(self, interval: float = 10.0) -> None:
-        """Repair loop: re-ensure periodically and right after the watched objects change."""
+        """Repair loop: renew our lease, re-ensure namespaces, Service and Endpoints periodically."""
         while True:
             try:
+                if self.peers:
+                    await self.peers.renew()
                 await self.ensure()
+                await self.reconcile_quotas()
+                now = asyncio.get_running_loop().time()
+                if now - self._last_expiry > 60:
+                    self._last_expiry = now
+                    await self.expire_events()
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -6,7 +6,7 @@ import platform
 import sys
 from typing import Any
 
-from nodeagent.apiserver.resources import GROUP_VERSIONS, SUBRESOURCE_KINDS, resources_in
+from nodeagent.apiserver.resources import SUBRESOURCE_KINDS, group_versions, resources_in
 
 # The Kubernetes API level this server speaks (kubectl warns on skew beyond +-1 minor; it still works).
 KUBE_MAJOR, KUBE_MINOR = "1", "30"
@@ -33,7 +33,7 @@ def api_versions(address: str) -> dict[str, Any]:
 
 def api_group_list() -> dict[str, Any]:
     groups = []
-    for group, versions in GROUP_VERSIONS.items():
+    for group, versions in group_versions().items():
         if not group:
             continue
         gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
@@ -70,3 +70,51 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
             out.append(e)
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}
+
+
+AGGREGATED_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+AGGREGATED_V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+
+
+def wants_aggregated(accept: str) -> str | None:
+    """The aggregated-discovery media type the client asked for first (kubectl >= 1.27), if any."""
+    for part in accept.split(","):
+        p = part.replace(" ", "")
+        if "as=APIGroupDiscoveryList" in p and "g=apidiscovery.k8s.io" in p:
+            return AGGREGATED_V2 if "v=v2;" in p + ";" and "v=v2beta1" not in p else AGGREGATED_V2BETA1
+        if p.startswith("application/json") and "as=" not in p:
+            return None
+    return None
+
+
+def aggregated(core: bool, media: str) -> dict[str, Any]:
+    """/api or /apis as one APIGroupDiscoveryList: every group, version and resource in one answer."""
+    items = []
+    for group, versions in group_versions().items():
+        if (group == "") != core:
+            continue
+        vs = []
+        for v in versions:
+            resources = []
+            for r in resources_in(group, v):
+                entry: dict[str, Any] = {
+                    "resource": r.name, "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+                    "scope": "Namespaced" if r.namespaced else "Cluster", "singularResource": r.singular,
+                    "verbs": list(r.verbs)}
+                if r.short_names:
+                    entry["shortNames"] = list(r.short_names)
+                if r.categories:
+                    entry["categories"] = list(r.categories)
+                subs = []
+                for sub in r.subresources:
+                    sg, sv, skind, verbs = SUBRESOURCE_KINDS[sub]
+                    subs.append({"subresource": sub, "verbs": list(verbs),
+                                 "responseKind": {"group": sg if sg is not None else r.group,
+                                                  "version": sv or r.version, "kind": skind or r.kind}})
+                if subs:
+                    entry["subresources"] = subs
+                resources.append(entry)
+            vs.append({"version": v, "resources": resources, "freshness": "Current"})
+        items.append({"metadata": {"name": group, "creationTimestamp": None}, "versions": vs})
+    api_version = "apidiscovery.k8s.io/v2" if media == AGGREGATED_V2 else "apidiscovery.k8s.io/v2beta1"
+    return {"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items}

@@ -7,23 +7,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from aiohttp import web
 
-from nodeagent.api import patch as patches
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
-from nodeagent.apiserver import auth, codec, discovery, errors, subresources, table
+from nodeagent.apiserver import auth, codec, discovery, errors, patching, subresources, table
+from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.errors import ApiError
-from nodeagent.apiserver.registry import PODS, Registry, check_field_selector
+from nodeagent.apiserver.metrics import Metrics
+from nodeagent.apiserver.registry import (
+    PODS,
+    Registry,
+    check_field_selector,
+    decode_continue,
+    encode_continue,
+    matches,
+)
 from nodeagent.apiserver.request import RequestInfo, parse
-from nodeagent.apiserver.resources import Resource
+from nodeagent.apiserver.resources import VIRTUAL, Resource
 from nodeagent.apiserver.watch import watch_events
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver")
 
 MAX_BODY = 3 * 1024 * 1024
+WATCH_BUFFER = 16 * 1024 * 1024  # a watcher whose unsent events exceed this is ended (it re-watches)
 JSON = "application/json"
 _PUBLIC = {"/version", "/version/", "/healthz", "/livez", "/readyz"}
 _RETURNS_OBJECT_ON_DELETE = {"pods", "namespaces", "services", "nodes"}
@@ -57,13 +67,15 @@ class Wants:
 
 
 class Handlers:
-    def __init__(self, registry: Registry, tokens: auth.TokenFile, address: str,
+    def __init__(self, registry: Registry, cache: WatchCache, tokens: auth.TokenFile, address: str,
                  kubelet_proxy: Any = None) -> None:
         self.registry = registry
+        self.cache = cache
         self.store = registry.store
         self.tokens = tokens
         self.address = address
         self.kubelet_proxy = kubelet_proxy
+        self.metrics = Metrics()
 
     # ------------------------------------------------------------------ entry
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -87,18 +99,46 @@ class Handlers:
         if user is None:
             raise errors.unauthorized()
         query = request.query
-        info = parse(request.method, path, query)  # type: ignore[arg-type]
+        if path == "/metrics":
+            if not user.is_admin:
+                raise errors.forbidden(user.name, "get", "/metrics", "", "", "")
+            return web.Response(body=self.metrics.render(), content_type="text/plain")
+        try:
+            info = parse(request.method, path, query)  # type: ignore[arg-type]
+        except ApiError as e:
+            if e.code != 404:
+                raise
+            await self.cache.wait_fresh()  # a CustomResourceDefinition written a moment ago may serve it
+            info = parse(request.method, path, query)  # type: ignore[arg-type]
         if info is None:
             return self._discovery(request, path)
-        return await self._resource(request, info, user)
+        t0 = time.perf_counter()
+        code = 500
+        try:
+            resp = await self._resource(request, info, user)
+            code = resp.status
+            return resp
+        except ApiError as e:
+            code = e.code
+            raise
+        finally:
+            r = info.resource
+            took = time.perf_counter() - t0
+            self.metrics.observe(info.verb, r.group, r.name, info.subresource, code, took)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s %s %s %d %.1fms", user.name, request.method, request.path_qs, code, took * 1000)
 
     def _discovery(self, request: web.Request, path: str) -> web.StreamResponse:
         p = path.rstrip("/")
         if request.method != "GET":
             raise errors.method_not_allowed()
-        if p == "/api":
-            return json_response(discovery.api_versions(self.address))
-        if p == "/apis":
+        if p in ("/api", "/apis"):
+            media = discovery.wants_aggregated(request.headers.get("Accept", ""))
+            if media is not None:
+                return web.Response(body=codec.dumps(discovery.aggregated(p == "/api", media)),
+                                    headers={"Content-Type": media, "Vary": "Accept"})
+            if p == "/api":
+                return json_response(discovery.api_versions(self.address))
             return json_response(discovery.api_group_list())
         if p == "/openapi/v2":
             return web.Response(body=b"", content_type="application/octet-stream")
@@ -121,22 +161,32 @@ class Handlers:
         dry_run = q.get("dryRun") == "All"
         wants = Wants(request.headers.get("Accept", ""))
         body: Any = None
-        if verb in ("create", "update", "patch") or (verb in ("delete", "deletecollection") and request.can_read_body):
+        streaming = info.subresource in ("log", "exec", "attach", "portforward", "proxy")
+        if streaming:
+            pass  # the body (if any) is the stream itself, forwarded to the kubelet
+        elif verb in ("create", "update", "patch") or (verb in ("delete", "deletecollection") and request.can_read_body):
             body = await self._read_body(request, info, verb)
+        if res.name in VIRTUAL and res.group == "authorization.k8s.io":
+            return json_response(await self._access_review(user, body), 201)
         if not user.is_admin:
             await self._authorize(user, info, body)
         sub = info.subresource
         if sub:
             return await subresources.handle(self, request, info, body, wants, dry_run)
         if verb == "get":
-            obj = await self.registry.get(res, info.namespace, info.name or "")
-            return json_response(self._single(res, obj, wants, q))
+            await self.cache.wait_fresh()
+            entry = self.cache.get(res.key(info.namespace, info.name or ""))
+            if entry is None:
+                raise errors.not_found(res.name, info.name or "", res.group)
+            if not wants.table and not wants.partial:
+                return web.Response(body=entry.raw, content_type=JSON)
+            return json_response(self._single(res, entry.obj, wants, q))
         if verb == "list":
             return await self._list(request, info, wants)
         if verb == "watch":
             return await self._watch(request, info, wants)
         if verb == "create":
-            obj = await self.registry.create(res, info.namespace, body, dry_run)
+            obj = await self.registry.create(res, info.namespace, body, dry_run, owned=True)
             return json_response(self._single(res, obj, wants, q), 201)
         if verb == "update":
             obj, created = await self.registry.update(res, info.namespace, info.name or "", body, "", dry_run)
@@ -190,6 +240,26 @@ class Handlers:
         if why is not None:
             raise errors.forbidden(user.name, info.verb, res.name, res.group, info.namespace or "", info.name or "",
                                    why)
+
+    async def _access_review(self, user: auth.User, body: Any) -> dict[str, Any]:
+        """SelfSubjectAccessReview (`kubectl auth can-i`): answered with the same rules requests get."""
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body must be a SelfSubjectAccessReview")
+        attrs = (body.get("spec") or {}).get("resourceAttributes") or {}
+        allowed, reason = True, "admin"
+        if not user.is_admin:
+            node = user.node_name
+            if node is None:
+                allowed, reason = False, "no rule allows this user"
+            else:
+                why = auth.node_may(node, attrs.get("verb", ""), attrs.get("resource", ""),
+                                    attrs.get("subresource", ""), attrs.get("namespace", ""), attrs.get("name", ""),
+                                    None)
+                allowed, reason = why is None, why or "NodeRestriction"
+        out = dict(body)
+        out.setdefault("metadata", {})
+        out["status"] = {"allowed": allowed, "reason": reason}
+        return out
 
     # ------------------------------------------------------------------ bodies
     async def _read_body(self, request: web.Request, info: RequestInfo, verb: str) -> Any:
@@ -276,19 +346,46 @@ class Handlers:
             limit = int(q.get("limit") or 0)
         except ValueError:
             raise errors.bad_request("limit must be an integer") from None
-        items, rev, cont = await self.registry.list(res, info.namespace, labels, fields, limit, q.get("continue"))
+        ns = info.namespace
+        ns_name = next((f.value for f in fields if f.field == "metadata.namespace" and f.op == "="), None)
+        if res.namespaced and not ns and ns_name:
+            ns = ns_name
+        await self.cache.wait_fresh()
+        entries, rev = self.cache.list(res.key_prefix(), ns if res.namespaced else None)
+        start_key = None
+        if q.get("continue"):
+            rev, start_key = decode_continue(q["continue"])
+        selected = []
+        cont = None
+        filtering = not labels.is_everything or bool(fields)
+        for e in entries:
+            m = e.obj["metadata"]
+            if start_key is not None and res.key(m.get("namespace"), m["name"]) <= start_key:
+                continue
+            if filtering and not matches(e.obj, labels, fields):
+                continue
+            if limit and len(selected) >= limit:
+                last = selected[-1].obj["metadata"]
+                cont = encode_continue(rev, res.key(last.get("namespace"), last["name"]))
+                break
+            selected.append(e)
+        if not wants.table and not wants.partial:
+            meta: dict[str, Any] = {"resourceVersion": str(rev)}
+            if cont:
+                meta["continue"] = cont
+            head = codec.dumps({"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta})
+            body = head[:-1] + b',"items":[' + b",".join(e.raw for e in selected) + b"]}"
+            return web.Response(body=body, content_type=JSON)
+        items = [e.obj for e in selected]
         if wants.table:
             return json_response(table.table(res.kind, items, str(rev), q.get("includeObject", "Metadata"), cont))
-        meta: dict[str, Any] = {"resourceVersion": str(rev)}
+        pmeta: dict[str, Any] = {"resourceVersion": str(rev)}
         if cont:
-            meta["continue"] = cont
-        if wants.partial:
-            return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                                  "metadata": meta,
-                                  "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                             "metadata": o["metadata"]} for o in items]})
-        return json_response({"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta,
-                              "items": items})
+            pmeta["continue"] = cont
+        return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                              "metadata": pmeta,
+                              "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                         "metadata": o["metadata"]} for o in items]})
 
     async def _watch(self, request: web.Request, info: RequestInfo, wants: Wants) -> web.StreamResponse:
         q = request.query
@@ -304,22 +401,42 @@ class Handlers:
                 raise errors.bad_request("timeoutSeconds must be a number") from None
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         send_initial = q.get("sendInitialEvents") == "true"
-        events = watch_events(self.store, res, info.namespace, labels, fields, q.get("resourceVersion"), timeout,
-                              bookmarks, send_initial)
         resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
+        transport = request.transport
+
+        def direct(data: bytes) -> bool:
+            """Write one event as an HTTP chunk straight to the connection (the cache calls this)."""
+            if transport is None or transport.is_closing() or transport.get_write_buffer_size() > WATCH_BUFFER:
+                return False
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            return True
+
+        events = watch_events(self.cache, res, info.namespace, labels, fields, q.get("resourceVersion"), timeout,
+                              bookmarks, send_initial,
+                              direct=None if wants.table or wants.partial else direct)
+        gauge = self.metrics.watchers.labels(res.name)
+        gauge.inc()
         include = q.get("includeObject", "Metadata")
         try:
-            async for typ, obj in events:
-                if wants.table and typ not in ("ERROR", "BOOKMARK"):
-                    obj = table.table(res.kind, [obj], obj["metadata"].get("resourceVersion", ""), include)
-                elif wants.partial and typ not in ("ERROR",):
-                    obj = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
-                await resp.write(codec.dumps({"type": typ, "object": obj}) + b"\n")
+            async for batch in events:
+                out = []
+                for typ, obj, line in batch:
+                    if wants.table and typ not in ("ERROR", "BOOKMARK"):
+                        obj = table.table(res.kind, [obj], obj["metadata"].get("resourceVersion", ""), include)
+                    elif wants.partial and typ not in ("ERROR",):
+                        obj = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                               "metadata": obj["metadata"]}
+                    elif line is not None:
+                        out.append(line)
+                        continue
+                    out.append(codec.dumps({"type": typ, "object": obj}) + b"\n")
+                await resp.write(b"".join(out))
         except (ConnectionResetError, ConnectionError):
             pass
         finally:
+            gauge.dec()
             await events.aclose()
         try:
             await resp.write_eof()
@@ -327,48 +444,9 @@ class Handlers:
             pass
         return resp
 
-    # ------------------------------------------------------------------ patch
     async def patch(self, request: web.Request, info: RequestInfo, body: Any, dry_run: bool,
                     subresource: str = "") -> tuple[dict[str, Any], bool]:
-        ptype = info.patch_type or "application/strategic-merge-patch+json"
-        res = info.resource
-        if ptype == "application/apply-patch+yaml":
-            if not request.query.get("fieldManager"):
-                raise errors.invalid("PatchOptions", "", [{"reason": "FieldValueRequired", "field": "fieldManager",
-                                                           "message": "Required value: is required for apply patch"}],
-                                     "meta.k8s.io")
-            if not isinstance(body, dict):
-                raise errors.bad_request("apply patch must be an object")
-            applied = body
-
-            def mutate(cur: dict[str, Any]) -> dict[str, Any]:
-                out = patches.strategic_merge(cur, {k: v for k, v in applied.items() if k != "status"}
-                                              if not subresource else applied)
-                out.setdefault("metadata", {}).pop("resourceVersion", None) \
-                    if not (applied.get("metadata") or {}).get("resourceVersion") else None
-                out["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
-                return out
-
-            def create() -> dict[str, Any]:
-                return dict(applied)
-
-            return await self.registry.patch_with_retry(res, info.namespace, info.name or "", subresource, mutate,
-                                                        dry_run, create_missing=create)
-
-        def mutate2(cur: dict[str, Any]) -> dict[str, Any]:
-            try:
-                if ptype == "application/json-patch+json":
-                    return patches.json_patch(cur, body)
-                if not isinstance(body, dict):
-                    raise errors.bad_request("patch body must be a JSON object")
-                if ptype == "application/merge-patch+json":
-                    return patches.merge_patch(cur, body)
-                return patches.strategic_merge(cur, body)
-            except patches.PatchError as e:
-                raise ApiError(422, "Invalid", str(e)) from None
-
-        out = await self.registry.patch_with_retry(res, info.namespace, info.name or "", subresource, mutate2, dry_run)
-        return out
+        return await patching.patch(self.registry, request.query, info, body, dry_run, subresource)
 
 
 __all__ = ["PODS", "Handlers"]

@@ -3,7 +3,8 @@
 The envelope is the 4-byte magic `k8s\\0` then a runtime.Unknown message (typeMeta=1, raw=2,
 contentEncoding=3, contentType=4). `raw` is decoded with the small field maps below (from
 k8s.io/api generated.proto) for the kinds kubectl's generators create: Namespace, ConfigMap,
-Secret, Deployment (with its pod template), Service. Anything else is Unsupported (415).
+Secret, Deployment (with its pod template), Service, ServiceAccount, RBAC roles and bindings,
+PriorityClass, ResourceQuota. Anything else is Unsupported (415) with a message saying to use JSON.
 """
 
 from __future__ import annotations
@@ -88,6 +89,19 @@ S: dict[str, dict[int, tuple[str, str]]] = {
     "EnvVar": {1: ("name", "string"), 2: ("value", "string")},
     "ResourceRequirements": {1: ("limits", "quantities"), 2: ("requests", "quantities")},
     "Service": {1: ("metadata", "ObjectMeta"), 2: ("spec", "ServiceSpec")},
+    "ServiceAccount": {1: ("metadata", "ObjectMeta")},
+    "Role": {1: ("metadata", "ObjectMeta"), 2: ("rules", "[]PolicyRule")},
+    "ClusterRole": {1: ("metadata", "ObjectMeta"), 2: ("rules", "[]PolicyRule")},
+    "PolicyRule": {1: ("verbs", "[]string"), 2: ("apiGroups", "[]string"), 3: ("resources", "[]string"),
+                   4: ("resourceNames", "[]string"), 5: ("nonResourceURLs", "[]string")},
+    "RoleBinding": {1: ("metadata", "ObjectMeta"), 2: ("subjects", "[]Subject"), 3: ("roleRef", "RoleRef")},
+    "ClusterRoleBinding": {1: ("metadata", "ObjectMeta"), 2: ("subjects", "[]Subject"), 3: ("roleRef", "RoleRef")},
+    "Subject": {1: ("kind", "string"), 2: ("apiGroup", "string"), 3: ("name", "string"), 4: ("namespace", "string")},
+    "RoleRef": {1: ("apiGroup", "string"), 2: ("kind", "string"), 3: ("name", "string")},
+    "PriorityClass": {1: ("metadata", "ObjectMeta"), 2: ("value", "int"), 3: ("globalDefault", "bool"),
+                      4: ("description", "string"), 5: ("preemptionPolicy", "string")},
+    "ResourceQuota": {1: ("metadata", "ObjectMeta"), 2: ("spec", "ResourceQuotaSpec")},
+    "ResourceQuotaSpec": {1: ("hard", "quantities"), 2: ("scopes", "[]string")},
     "ServiceSpec": {1: ("ports", "[]ServicePort"), 2: ("selector", "map"), 3: ("clusterIP", "string"),
                     4: ("type", "string"), 10: ("externalName", "string")},
     "ServicePort": {1: ("name", "string"), 2: ("protocol", "string"), 3: ("port", "int"),
@@ -142,7 +156,7 @@ def message(b: bytes, name: str) -> dict[str, Any]:
             v = message(val, base)
         if rep:
             out.setdefault(key, []).append(v)
-        else:
+        elif v != "":  # Go encodes empty strings that JSON (omitempty) would leave out
             out[key] = v
     for key, (typ, entries) in maps.items():
         if typ == "quantities":

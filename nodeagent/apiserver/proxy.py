@@ -42,8 +42,7 @@ class KubeletProxy:
         res, sub = info.resource, info.subresource
         if res.name == "nodes":
             node = await h.registry.get(res, None, info.name or "")
-            rest = request.match_info.get("tail", "")
-            path = "/" + rest
+            path = info.proxy_path or "/"
         else:
             pod = await h.registry.get(res, info.namespace, info.name or "")
             node_name = (pod.get("spec") or {}).get("nodeName")

@@ -21,9 +21,10 @@ from typing import Any
 from nodeagent.api import defaults, validation
 from nodeagent.api.qos import compute_pod_qos
 from nodeagent.api.selectors import FieldRequirement, Selector, field_value, fields_match
-from nodeagent.apiserver import admission, errors
+from nodeagent.apiserver import admission, errors, lifecycle
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.lifecycle import now_rfc3339
 from nodeagent.apiserver.resources import Resource, lookup
 from nodeagent.store import base as store_base
 
@@ -32,7 +33,7 @@ log = logging.getLogger("nodeagent.apiserver")
 # Kinds whose main-resource writes leave status alone (they have a status subresource).
 _STATUS_SPLIT = {"Pod", "Deployment", "ReplicaSet", "DaemonSet", "StatefulSet", "Job", "CronJob", "Service",
                  "Namespace", "Node", "ResourceQuota", "PodDisruptionBudget", "ReplicationController",
-                 "PersistentVolumeClaim", "PersistentVolume"}
+                 "PersistentVolumeClaim", "PersistentVolume", "CustomResourceDefinition"}
 _GEN_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _NO_SPEC_KEYS = ("metadata", "status", "apiVersion", "kind")
 TERMINAL = ("Succeeded", "Failed")
@@ -44,6 +45,7 @@ PRIORITY_CLASSES = lookup("scheduling.k8s.io", "v1", "priorityclasses")
 LIMIT_RANGES = lookup("", "v1", "limitranges")
 QUOTAS = lookup("", "v1", "resourcequotas")
 SERVICE_ACCOUNTS = lookup("", "v1", "serviceaccounts")
+CRDS = lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 
 # Field selectors each resource accepts beyond metadata.name / metadata.namespace.
 FIELD_LABELS: dict[str, set[str]] = {
@@ -58,8 +60,13 @@ FIELD_LABELS: dict[str, set[str]] = {
 }
 
 
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+_rng = random.SystemRandom().getrandbits(64)
+_uid_random = random.Random(_rng)
+
+
+def new_uid() -> str:
+    """A random (version 4) UUID from a seeded PRNG: no syscall per object on the create path."""
+    return str(uuid.UUID(int=_uid_random.getrandbits(128), version=4))
 
 
 def check_field_selector(res: Resource, reqs: tuple[FieldRequirement, ...]) -> None:
@@ -106,6 +113,16 @@ class Registry:
         self._svc_lock = asyncio.Lock()
         self._quota_locks: dict[str, asyncio.Lock] = {}
         self._bg: set[asyncio.Task] = set()
+        self.cache: Any = None  # the watch cache, when the server has one: admission reads from it
+
+    async def _lookup(self, res: Resource, ns: str | None) -> list[dict[str, Any]]:
+        """Objects of a kind for admission decisions (read-only): from the watch cache when there is one."""
+        if self.cache is not None:
+            await self.cache.wait_fresh()
+            entries, _ = self.cache.list(res.key_prefix(), ns if res.namespaced else None)
+            return [e.obj for e in entries]
+        items, _ = await self.store.list(res.key_prefix(ns))
+        return items
 
     # ------------------------------------------------------------------ reads
     async def get(self, res: Resource, ns: str | None, name: str) -> dict[str, Any]:
@@ -144,8 +161,9 @@ class Registry:
 
     # ------------------------------------------------------------------ create
     async def create(self, res: Resource, ns: str | None, obj: Any, dry_run: bool = False,
-                     user_is_node: bool = False) -> dict[str, Any]:
-        obj = self._check_body(res, ns, obj)
+                     owned: bool = False) -> dict[str, Any]:
+        """`owned`: the caller hands `obj` over (a freshly decoded body), so it is not copied first."""
+        obj = self._check_body(res, ns, obj, owned)
         meta = obj["metadata"]
         if meta.get("resourceVersion"):
             raise errors.bad_request("resourceVersion should not be set on objects to be created")
@@ -156,9 +174,9 @@ class Registry:
             meta.pop("namespace", None)
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + "".join(random.choice(_GEN_CHARS) for _ in range(5))
-        meta["uid"] = str(uuid.uuid4())
+        meta["uid"] = new_uid()
         meta["creationTimestamp"] = now_rfc3339()
-        for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"):
+        for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(k, None)
         if res.kind in _STATUS_SPLIT and res.kind not in ("Node",):
             obj.pop("status", None)
@@ -168,9 +186,12 @@ class Registry:
         defaults.apply_defaults(obj, res.kind)
         if res is PODS:
             await self._admit_pod(obj, ns or "")
+        if res is CRDS:
+            lifecycle.establish_crd(self, obj)
         self._validate(res, obj)
         if res is SERVICES:
             async with self._svc_lock:
+                await self._refresh_allocations()
                 errs = self.alloc.allocate(obj)
                 if errs:
                     raise errors.invalid(res.kind, meta["name"], errs, res.group)
@@ -187,7 +208,7 @@ class Registry:
     async def _quota_and_create(self, res: Resource, ns: str | None, obj: dict[str, Any],
                                 dry_run: bool) -> dict[str, Any]:
         if res.namespaced and res is not QUOTAS:
-            quotas, _ = await self.store.list(QUOTAS.key_prefix(ns))
+            quotas = await self._lookup(QUOTAS, ns)
             if quotas:
                 lock = self._quota_locks.setdefault(ns or "", asyncio.Lock())
                 async with lock:
@@ -201,10 +222,15 @@ class Registry:
 
     async def _store_create(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj["metadata"]
-        try:
-            return await self.store.create(res.key(meta.get("namespace"), meta["name"]), obj)
-        except store_base.AlreadyExists:
-            raise errors.already_exists(res.name, meta["name"], res.group) from None
+        for _ in range(8):
+            try:
+                return await self.store.create(res.key(meta.get("namespace"), meta["name"]), obj)
+            except store_base.AlreadyExists:
+                if not meta.get("generateName"):
+                    break
+                # a generated name collided: pick another (Kubernetes' RetryGenerateName)
+                meta["name"] = meta["generateName"] + "".join(random.choice(_GEN_CHARS) for _ in range(5))
+        raise errors.already_exists(res.name, meta["name"], res.group)
 
     async def _record_quota_use(self, ns: str, quotas: list[dict[str, Any]], used: dict[str, dict[str, str]]) -> None:
         for q in quotas:
@@ -230,11 +256,11 @@ class Registry:
             pass
 
     async def _admit_pod(self, pod: dict[str, Any], ns: str) -> None:
-        classes, _ = await self.store.list(PRIORITY_CLASSES.key_prefix())
+        classes = list(await self._lookup(PRIORITY_CLASSES, None))
         classes += [{"metadata": {"name": n}, "value": v} for n, v in admission.SYSTEM_PRIORITY_CLASSES.items()
                     if not any(c["metadata"]["name"] == n for c in classes)]
         admission.resolve_priority(pod, classes)
-        ranges, _ = await self.store.list(LIMIT_RANGES.key_prefix(ns))
+        ranges = await self._lookup(LIMIT_RANGES, ns)
         if ranges:
             admission.apply_limit_ranges(pod, ranges)
             pod.setdefault("status", {})["qosClass"] = compute_pod_qos(pod)
@@ -251,10 +277,11 @@ class Registry:
                                                           "message": f"namespace {ns} is being terminated",
                                                           "field": "metadata.namespace"}]})
 
-    def _check_body(self, res: Resource, ns: str | None, obj: Any) -> dict[str, Any]:
+    def _check_body(self, res: Resource, ns: str | None, obj: Any, owned: bool = False) -> dict[str, Any]:
         if not isinstance(obj, dict):
             raise errors.bad_request("the object provided is unrecognized (must be of type object)")
-        obj = copy.deepcopy(obj)
+        if not owned:
+            obj = copy.deepcopy(obj)
         av, kind = obj.get("apiVersion"), obj.get("kind")
         if av and av != res.api_version:
             raise errors.bad_request(f"the API version in the data ({av}) does not match the expected API version "
@@ -310,6 +337,8 @@ class Registry:
             else:
                 nm.pop(k, None)
         nm.pop("selfLink", None)
+        if "managedFields" not in nm and "managedFields" in cur_meta:
+            nm["managedFields"] = cur_meta["managedFields"]  # a write that does not mention them keeps them
         if res.kind == "Namespace":
             defaults.namespace(new)
         if not subresource:
@@ -318,8 +347,13 @@ class Registry:
             changed = _spec_part(new) != _spec_part(current)
             nm["generation"] = cur_meta["generation"] + (1 if changed else 0)
         self._validate(res, new)
+        if not subresource:
+            errs = validation.validate_update(new, current, res.kind)
+            if errs:
+                raise errors.invalid(res.kind, name, errs, res.group)
         if res is SERVICES and not subresource:
             async with self._svc_lock:
+                await self._refresh_allocations()
                 errs = self.alloc.allocate(new, current)
                 if errs:
                     self.alloc.allocate(current)
@@ -410,13 +444,15 @@ class Registry:
         if options.get("orphanDependents") is True:
             policy = "Orphan"
         if res is NAMESPACES:
-            return await self._delete_namespace(current)
+            return await lifecycle.delete_namespace(self, current)
+        if res is CRDS:
+            await lifecycle.delete_custom_objects(self, current)
         finalizers = list(meta.get("finalizers") or [])
-        # The garbage collector (controllers) finishes these: it orphans or deletes the dependents,
-        # then removes the finalizer. Pods own nothing, so they skip it.
-        if policy == "Orphan" and "orphan" not in finalizers and res is not PODS:
+        # As kube-apiserver: these two policies are carried out by the garbage collector, which removes
+        # its finalizer when the dependents are orphaned / deleted.
+        if policy == "Orphan" and "orphan" not in finalizers:
             finalizers.append("orphan")
-        if policy == "Foreground" and "foregroundDeletion" not in finalizers and res is not PODS:
+        if policy == "Foreground" and "foregroundDeletion" not in finalizers:
             finalizers.append("foregroundDeletion")
         graceful = (res is PODS and (current.get("spec") or {}).get("nodeName") and not _terminal(current))
         if graceful:
@@ -450,49 +486,10 @@ class Registry:
                 self.alloc.release(current)
         return out
 
-    async def _delete_namespace(self, current: dict[str, Any]) -> dict[str, Any]:
-        name = current["metadata"]["name"]
-        if name in ("default", "kube-system", "kube-public"):
-            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
-                           {"name": name, "kind": "namespaces"})
-        if current["metadata"].get("deletionTimestamp"):
-            return current
-        new = copy.deepcopy(current)
-        new["metadata"]["deletionTimestamp"] = now_rfc3339()
-        new["metadata"]["deletionGracePeriodSeconds"] = 0
-        new.setdefault("status", {})["phase"] = "Terminating"
-        out = await self.store.update(NAMESPACES.key(None, name), new)
-        t = asyncio.get_running_loop().create_task(self._finish_namespace(name))
-        self._bg.add(t)
-        t.add_done_callback(self._bg.discard)
-        return out
-
-    async def _finish_namespace(self, name: str) -> None:
-        """The namespace lifecycle controller's job: delete everything inside, then the namespace."""
-        from nodeagent.apiserver.resources import RESOURCES
-
-        try:
-            for _ in range(600):
-                left = 0
-                for r in RESOURCES:
-                    if not r.namespaced:
-                        continue
-                    items, _ = await self.store.list(r.key_prefix(name))
-                    for o in items:
-                        left += 1
-                        try:
-                            await self.delete(r, name, o["metadata"]["name"], {"gracePeriodSeconds": 0
-                                                                               if r is not PODS else None})
-                        except ApiError:
-                            pass
-                if not left:
-                    break
-                await asyncio.sleep(1)
-            await self.store.delete(NAMESPACES.key(None, name))
-        except store_base.NotFound:
-            pass
-        except Exception:
-            log.exception("finishing namespace %s", name)
+    async def _refresh_allocations(self) -> None:
+        """Re-read what the stored Services hold (other servers on the same store allocate too)."""
+        services, _ = await self.store.list(SERVICES.key_prefix())
+        self.alloc.rebuild(services)
 
     def rebuild_allocators(self, services: list[dict[str, Any]]) -> None:
         self.alloc.rebuild(services)

@@ -18,6 +18,7 @@ class RequestInfo:
     subresource: str
     verb: str  # get list watch create update patch delete deletecollection
     patch_type: str = ""
+    proxy_path: str = ""  # for nodes/<n>/proxy/<path>: the path on the kubelet
 
 
 def parse(method: str, path: str, query: dict[str, str]) -> RequestInfo | None:
@@ -40,6 +41,10 @@ def parse(method: str, path: str, query: dict[str, str]) -> RequestInfo | None:
     if not rest:
         raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
     res = lookup(group, version, rest[0])
+    proxy_path = ""
+    if res is not None and len(rest) > 3 and rest[2] == "proxy":
+        proxy_path = "/" + "/".join(rest[3:])
+        rest = rest[:3]
     if res is None or len(rest) > 3:
         raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
     name = rest[1] if len(rest) > 1 else None
@@ -58,4 +63,4 @@ def parse(method: str, path: str, query: dict[str, str]) -> RequestInfo | None:
         raise errors.method_not_allowed()
     if watch and name and method == "GET":
         verb = "watch"
-    return RequestInfo(res, ns, name, sub, verb)
+    return RequestInfo(res, ns, name, sub, verb, proxy_path=proxy_path)

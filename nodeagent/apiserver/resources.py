@@ -78,7 +78,23 @@ RESOURCES: tuple[Resource, ...] = (
     R("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), (), ("status",)),
     R("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
     R("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
+    # Stored and served so real manifests apply; nothing in nodeagent acts on them (yet).
+    R("networking.k8s.io", "v1", "ingresses", "Ingress", True, ("ing",), (), ("status",)),
+    R("networking.k8s.io", "v1", "ingressclasses", "IngressClass", False),
+    R("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, ("sc",)),
+    R("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",), _ALL, ("status",)),
+    R("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
+    # RBAC objects are stored and served (manifests carry them); authorization itself is admin/NodeRestriction.
+    R("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+    R("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    R("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+    R("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+    R("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False, (), (), (),
+      ("create",)),
+    R("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
+      ("crd", "crds"), (), ("status",)),
 )
+VIRTUAL = {"selfsubjectaccessreviews"}  # computed on create, never stored
 
 # Subresources whose kind differs from the parent's, as discovery lists them.
 SUBRESOURCE_KINDS = {
@@ -95,26 +111,57 @@ SUBRESOURCE_KINDS = {
     "ephemeralcontainers": (None, None, None, ("get", "patch", "update")),
 }
 
-GROUP_VERSIONS: dict[str, list[str]] = {}
-for _r in RESOURCES:
-    GROUP_VERSIONS.setdefault(_r.group, [])
-    if _r.version not in GROUP_VERSIONS[_r.group]:
-        GROUP_VERSIONS[_r.group].append(_r.version)
-
+CRD_PREFIX = "/registry/apiextensions.k8s.io/customresourcedefinitions/"
 _BY_PATH: dict[tuple[str, str, str], Resource] = {(r.group, r.version, r.name): r for r in RESOURCES}
+_DYNAMIC: dict[str, list[Resource]] = {}  # CRD name -> the resources it serves (one per served version)
+
+
+def all_resources() -> list[Resource]:
+    return list(RESOURCES) + [r for rs in _DYNAMIC.values() for r in rs]
+
+
+def group_versions() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for r in all_resources():
+        out.setdefault(r.group, [])
+        if r.version not in out[r.group]:
+            out[r.group].append(r.version)
+    return out
 
 
 def lookup(group: str, version: str, name: str) -> Resource | None:
-    return _BY_PATH.get((group, version, name))
+    r = _BY_PATH.get((group, version, name))
+    if r is None and _DYNAMIC:
+        r = next((d for rs in _DYNAMIC.values() for d in rs
+                  if (d.group, d.version, d.name) == (group, version, name)), None)
+    return r
 
 
 def by_kind(api_version: str, kind: str) -> Resource | None:
     group, _, version = api_version.rpartition("/")
-    for r in RESOURCES:
+    for r in all_resources():
         if r.group == group and r.version == version and r.kind == kind:
             return r
     return None
 
 
 def resources_in(group: str, version: str) -> list[Resource]:
-    return [r for r in RESOURCES if r.group == group and r.version == version]
+    return [r for r in all_resources() if r.group == group and r.version == version]
+
+
+def sync_crd(name: str, crd: dict | None) -> None:
+    """Serve (or stop serving) the custom resources a CustomResourceDefinition declares."""
+    if crd is None or (crd.get("metadata") or {}).get("deletionTimestamp"):
+        _DYNAMIC.pop(name, None)
+        return
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    out = []
+    for v in spec.get("versions") or []:
+        if not v.get("served", True) or not names.get("plural") or not names.get("kind"):
+            continue
+        subs = tuple(k for k in ("status", "scale") if k in (v.get("subresources") or {}))
+        out.append(Resource(spec.get("group", ""), v.get("name", "v1"), names["plural"], names["kind"],
+                            spec.get("scope", "Namespaced") == "Namespaced", tuple(names.get("shortNames") or ()),
+                            tuple(names.get("categories") or ()), subs))
+    _DYNAMIC[name] = out

@@ -15,8 +15,12 @@ from aiohttp import web
 from nodeagent.apiserver import auth, kubeconfig, pki
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.bootstrap import Bootstrap
+from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.handlers import Handlers
+from nodeagent.apiserver.peers import PeerLeases
 from nodeagent.apiserver.registry import SERVICES, Registry
+from nodeagent.store import open_store
+from nodeagent.store.compactor import DEFAULT_INTERVAL, run_compactor
 
 log = logging.getLogger("nodeagent.apiserver")
 
@@ -33,6 +37,7 @@ class ServerConfig:
     service_cluster_ip_range: str = "10.96.0.0/12"
     advertise_address: str | None = None
     repair_interval: float = 10.0
+    lease_duration: int = 15
 
     @classmethod
     def from_any(cls, cfg: Any) -> ServerConfig:
@@ -46,25 +51,6 @@ class ServerConfig:
                     setattr(out, f.name, getattr(cfg, name))
                     break
         return out
-
-
-def open_store(datastore: str, data_dir: str) -> Any:
-    """The configured backend; memory when asked, or (logged) when the durable backends are not built in yet."""
-    if datastore == "memory":
-        from nodeagent.store.memory import MemoryStore
-
-        return MemoryStore()
-    try:
-        from nodeagent.store import open_store as factory  # provided by the store backends
-    except ImportError:
-        if datastore == "sqlite":
-            from nodeagent.store.memory import MemoryStore
-
-            log.warning("the SQLite store is not available in this build; using the in-memory store "
-                        "(state is lost on restart)")
-            return MemoryStore()
-        raise SystemExit(f"datastore {datastore!r} is not available in this build") from None
-    return factory(datastore, data_dir)
 
 
 def advertise_ip(bind: str) -> str:
@@ -89,21 +75,25 @@ def client_host(bind: str) -> str:
 class ApiServer:
     """One running apiserver; `start()` binds and bootstraps, `stop()` releases everything."""
 
-    def __init__(self, cfg: ServerConfig, store: Any = None) -> None:
+    def __init__(self, cfg: ServerConfig, store: Any = None, compact_interval: float = DEFAULT_INTERVAL) -> None:
         self.cfg = cfg
         self.data_dir = Path(cfg.data_dir)
         self.store = store if store is not None else open_store(cfg.datastore, cfg.data_dir)
+        self.compact_interval = compact_interval
         self.advertise = cfg.advertise_address or advertise_ip(cfg.bind_address)
         self.tokens = auth.TokenFile(self.data_dir / "tokens.csv")
         self.registry = Registry(self.store, Allocators(cfg.service_cluster_ip_range))
         self.kubeconfig_path = self.data_dir / "admin.kubeconfig"
         self._runner: web.ServerRunner | None = None
         self._tasks: list[asyncio.Task] = []
+        self.cache: WatchCache | None = None
+        self.peers: PeerLeases | None = None
         self.port = cfg.port
 
     def _ssl(self) -> ssl.SSLContext:
-        names = [] if self.cfg.bind_address in ("0.0.0.0", "::") else []
-        crt, key = pki.ensure_serving_cert(self.data_dir / "pki", [self.advertise, self.cfg.bind_address], names)
+        # pods reach us as https://kubernetes.default.svc = the range's first IP: that must verify too
+        ips = [self.advertise, self.cfg.bind_address, self.registry.alloc.first_ip]
+        crt, key = pki.ensure_serving_cert(self.data_dir / "pki", ips)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(str(crt), str(key))
         ctx.set_alpn_protocols(["http/1.1"])
@@ -118,7 +108,10 @@ class ApiServer:
         self.registry.rebuild_allocators(services)
         from nodeagent.apiserver.proxy import KubeletProxy
 
-        handlers = Handlers(self.registry, self.tokens, f"{self.advertise}:{self.cfg.port}",
+        self.cache = WatchCache(self.store)
+        await self.cache.start()
+        self.registry.cache = self.cache
+        handlers = Handlers(self.registry, self.cache, self.tokens, f"{self.advertise}:{self.cfg.port}",
                             KubeletProxy(self.data_dir / "pki" / "ca.crt"))
         server = web.Server(handlers.handle, access_log=None)
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
@@ -127,9 +120,16 @@ class ApiServer:
         await site.start()
         if self.cfg.port == 0:
             self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        boot = Bootstrap(self.registry, [self.advertise], self.port)
+        self.peers = PeerLeases(self.registry, self.advertise, self.port, self.cfg.lease_duration)
+        await self.peers.renew()
+        ca_pem = (self.data_dir / "pki" / "ca.crt").read_text()
+        boot = Bootstrap(self.registry, self.advertise, self.port, self.peers, ca_pem)
         await boot.ensure()
-        self._tasks.append(asyncio.get_running_loop().create_task(boot.run(self.cfg.repair_interval)))
+        loop = asyncio.get_running_loop()
+        interval = min(self.cfg.repair_interval, self.cfg.lease_duration / 3)
+        self._tasks.append(loop.create_task(boot.run(interval), name="bootstrap"))
+        self._tasks.append(loop.create_task(run_compactor(self.store, interval=self.compact_interval),
+                                            name="compactor"))
         ca = (self.data_dir / "pki" / "ca.crt").read_bytes()
         text = kubeconfig.render(f"https://{client_host(self.cfg.bind_address)}:{self.port}", ca, admin_token)
         kubeconfig.write(self.kubeconfig_path, text)
@@ -154,6 +154,10 @@ class ApiServer:
                 await t
             except BaseException:
                 pass
+        if self.peers is not None:
+            await self.peers.release()
+        if self.cache is not None:
+            await self.cache.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         await self.registry.close()

@@ -302,6 +302,23 @@ TABLES: dict[str, tuple[list[Col], Callable[[dict[str, Any], dt.datetime], list[
                                       .replace("<none>", "<none>"), age(o, now)]),
 }
 
+def _ingress(o: dict[str, Any], now: dt.datetime) -> list[Any]:
+    spec = o.get("spec") or {}
+    hosts = ",".join(r.get("host", "") for r in spec.get("rules") or [] if r.get("host")) or "*"
+    lb = [i.get("ip") or i.get("hostname") for i in ((o.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []]
+    ports = "80, 443" if spec.get("tls") else "80"
+    return [o["metadata"]["name"], spec.get("ingressClassName") or "<none>", hosts, ",".join(lb), ports, age(o, now)]
+
+
+TABLES["Ingress"] = ([("Name", "string", 0), ("Class", "string", 0), ("Hosts", "string", 0),
+                      ("Address", "string", 0), ("Ports", "string", 0), ("Age", "string", 0)], _ingress)
+TABLES["StorageClass"] = ([("Name", "string", 0), ("Provisioner", "string", 0), ("ReclaimPolicy", "string", 0),
+                           ("VolumeBindingMode", "string", 0), ("AllowVolumeExpansion", "string", 0),
+                           ("Age", "string", 0)],
+                          lambda o, now: [o["metadata"]["name"], o.get("provisioner", ""),
+                                          o.get("reclaimPolicy", "Delete"), o.get("volumeBindingMode", "Immediate"),
+                                          str(bool(o.get("allowVolumeExpansion"))).lower(), age(o, now)])
+
 _DEFAULT: tuple[list[Col], Callable[[dict[str, Any], dt.datetime], list[Any]]] = (
     [("Name", "string", 0), ("Created At", "date", 0)],
     lambda o, now: [o["metadata"]["name"], (o.get("metadata") or {}).get("creationTimestamp", "")],

@@ -1,26 +1,27 @@
-"""Watch semantics over the store: initial ADDED events, selector transitions, bookmarks, timeout, 410.
+"""Watch semantics over the watch cache: initial ADDED events, selector transitions, bookmarks, timeout, 410.
 
-Produces (type, object) pairs; the HTTP handler encodes them (plain or as one-row Tables).
+Yields batches of (type, object, line): `line` is the pre-encoded JSON event when the watcher sees the
+event unchanged (plain JSON, same type), so a hundred watchers cost one encoding; a batch is everything
+that was ready at once, written to the client in one write.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from nodeagent.api.selectors import FieldRequirement, Selector
 from nodeagent.apiserver import errors
+from nodeagent.apiserver.cache import CachedEvent, WatchCache
 from nodeagent.apiserver.registry import matches
 from nodeagent.apiserver.resources import Resource
-from nodeagent.store import base as store_base
 
 BOOKMARK_INTERVAL = 10.0
 
 
-def _parse_rv(rv: str | None) -> int | None:
+def parse_rv(rv: str | None) -> int | None:
     if rv in (None, "", "0"):
         return None
     try:
@@ -29,41 +30,27 @@ def _parse_rv(rv: str | None) -> int | None:
         raise errors.bad_request(f"invalid resource version: {rv}") from None
 
 
-async def watch_events(store: store_base.Store, res: Resource, ns: str | None, labels: Selector | None,
+async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels: Selector | None,
                        fields: tuple[FieldRequirement, ...], resource_version: str | None,
                        timeout_s: float | None, bookmarks: bool, send_initial: bool | None = None,
-                       bookmark_interval: float = BOOKMARK_INTERVAL) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    since = _parse_rv(resource_version)
+                       bookmark_interval: float = BOOKMARK_INTERVAL,
+                       direct: Callable[[bytes], bool] | None = None,
+                       ) -> AsyncIterator[list[tuple[str, dict[str, Any], bytes | None]]]:
+    """`direct`: for a plain watcher, a synchronous writer the cache may call with each event's line once
+    the stream has caught up (see Subscriber.direct); events before that come through the batches."""
+    since = parse_rv(resource_version)
     prefix = res.key_prefix(ns)
     ns_field = next((f.value for f in fields if f.field == "metadata.namespace" and f.op == "="), None)
     if res.namespaced and not ns and ns_field:
         prefix = res.key_prefix(ns_field)
-    deadline = time.monotonic() + timeout_s if timeout_s else None
-    initial: list[dict[str, Any]] = []
+    plain = (labels is None or labels.is_everything) and not fields
     if since is None or send_initial:
-        items, rev = await store.list(prefix)
-        initial = [o for o in items if matches(o, labels, fields)]
-        since = rev
-    last_rev = since
-    for o in initial:
-        yield "ADDED", o
-    if send_initial and bookmarks:
-        yield "BOOKMARK", _bookmark(res, last_rev, initial_done=True)
-    queue: asyncio.Queue = asyncio.Queue()
-
-    async def pump() -> None:
-        try:
-            async for ev in store.watch(prefix, since):
-                queue.put_nowait(ev)
-        except store_base.Gone as e:
-            queue.put_nowait(e)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a broken backend ends the stream; the client re-watches
-            queue.put_nowait(e)
-        queue.put_nowait(None)
-
-    task = asyncio.get_running_loop().create_task(pump())
+        await cache.wait_fresh()
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    sub = cache.subscribe(prefix, since, bool(send_initial))
+    direct = direct if plain else None
+    queue = sub.queue
+    last_rev = since or 0
     try:
         next_bookmark = time.monotonic() + bookmark_interval
         while True:
@@ -74,41 +61,68 @@ async def watch_events(store: store_base.Store, res: Resource, ns: str | None, l
                 if left <= 0:
                     return
                 wait = left if wait is None else min(wait, left)
+            if direct is not None and sub.direct is None and queue.empty():
+                sub.direct = direct  # caught up: from now on the cache writes our events itself
             try:
-                ev = await asyncio.wait_for(queue.get(), wait) if wait is not None else await queue.get()
+                item = await asyncio.wait_for(queue.get(), wait) if wait is not None else await queue.get()
             except TimeoutError:
                 if bookmarks and time.monotonic() >= next_bookmark:
-                    yield "BOOKMARK", _bookmark(res, last_rev)
+                    if queue.empty():
+                        last_rev = max(last_rev, cache.rev)
+                    yield [("BOOKMARK", _bookmark(res, last_rev), None)]
                     next_bookmark = time.monotonic() + bookmark_interval
                 continue
-            if ev is None:
+            batch: list[tuple[str, dict[str, Any], bytes | None]] = []
+            stop = False
+            while True:  # everything already queued goes out in one write
+                if item is None:
+                    stop = True
+                    break
+                if isinstance(item, CachedEvent):
+                    what, val = "event", item
+                else:
+                    what, val = item
+                if what == "gone":
+                    batch.append(("ERROR", errors.gone(f"too old resource version: {val[0]} ({val[1]})").status(),
+                                  None))
+                    stop = True
+                    break
+                if what == "initial":
+                    if matches(val.obj, labels, fields):
+                        batch.append(("ADDED", val.obj, None))
+                elif what == "synced":
+                    last_rev = val
+                    if send_initial and bookmarks:
+                        batch.append(("BOOKMARK", _bookmark(res, last_rev, initial_done=True), None))
+                else:
+                    ev = val
+                    last_rev = ev.revision
+                    if plain:
+                        batch.append((ev.type, ev.obj, ev.line))
+                    else:
+                        typ = transition(ev.type, ev.obj, ev.prev, labels, fields)
+                        if typ is not None:
+                            batch.append((typ, ev.obj, ev.line if typ == ev.type else None))
+                if queue.empty() or len(batch) >= 256:
+                    break
+                item = queue.get_nowait()
+            if batch:
+                yield batch
+            if stop:
                 return
-            if isinstance(ev, store_base.Gone):
-                yield "ERROR", errors.gone(f"too old resource version: {ev.requested} ({ev.compacted})").status()
-                return
-            if isinstance(ev, Exception):
-                yield "ERROR", errors.internal(str(ev)).status()
-                return
-            last_rev = ev.revision
-            typ = _transition(ev, labels, fields)
-            if typ is not None:
-                yield typ, ev.object
     finally:
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
+        cache.unsubscribe(sub)
 
 
-def _transition(ev: store_base.Event, labels: Selector | None, fields: tuple[FieldRequirement, ...]) -> str | None:
+def transition(typ: str, obj: dict[str, Any], prev: dict[str, Any] | None, labels: Selector | None,
+               fields: tuple[FieldRequirement, ...]) -> str | None:
     """The event type this watcher sees: an object moving into or out of the selection is ADDED or DELETED."""
-    if (labels is None or labels.is_everything) and not fields:
-        return ev.type
-    now = matches(ev.object, labels, fields)
-    if ev.type == "ADDED":
+    now = matches(obj, labels, fields)
+    if typ == "ADDED":
         return "ADDED" if now else None
-    if ev.type == "DELETED":
-        return "DELETED" if now or (ev.prev is not None and matches(ev.prev, labels, fields)) else None
-    before = matches(ev.prev, labels, fields) if ev.prev is not None else now
+    if typ == "DELETED":
+        return "DELETED" if now or (prev is not None and matches(prev, labels, fields)) else None
+    before = matches(prev, labels, fields) if prev is not None else now
     if now and before:
         return "MODIFIED"
     if now:

@@ -43,6 +43,8 @@ class Informer:
         self.synced = asyncio.Event()
         self.relists = 0
         self._handlers: list[tuple[Handler | None, Handler | None, Handler | None]] = []
+        self._indexers: dict[str, Callable[[dict[str, Any]], list[str]]] = {}
+        self._indices: dict[str, dict[str, set[str]]] = {}
 
     # ------------------------------------------------------------------ read side
     def get(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
@@ -50,6 +52,41 @@ class Informer:
 
     def list(self) -> list[dict[str, Any]]:
         return list(self.cache.values())
+
+    def add_index(self, name: str, fn: Callable[[dict[str, Any]], list[str]]) -> None:
+        """Keep objects findable by `fn(obj)` values (e.g. pods by spec.nodeName); see `by_index`."""
+        self._indexers[name] = fn
+        self._indices[name] = {}
+        for k, o in self.cache.items():
+            self._index_add(name, k, o)
+
+    def by_index(self, name: str, value: str) -> list[dict[str, Any]]:
+        return [self.cache[k] for k in sorted(self._indices[name].get(value, ())) if k in self.cache]
+
+    def _index_add(self, name: str, key: str, obj: dict[str, Any]) -> None:
+        for v in self._indexers[name](obj) or ():
+            self._indices[name].setdefault(v, set()).add(key)
+
+    def _index_remove(self, key: str, obj: dict[str, Any] | None) -> None:
+        if obj is None:
+            return
+        for name, fn in self._indexers.items():
+            for v in fn(obj) or ():
+                keys = self._indices[name].get(v)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._indices[name][v]
+
+    def _store(self, key: str, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Put (or with None remove) one object, keeping the indices in step; returns the old one."""
+        old = self.cache.pop(key, None)
+        self._index_remove(key, old)
+        if obj is not None:
+            self.cache[key] = obj
+            for name in self._indexers:
+                self._index_add(name, key, obj)
+        return old
 
     def add_handler(self, on_add: Handler | None = None, on_update: Handler | None = None,
                     on_delete: Handler | None = None) -> None:
@@ -96,6 +133,10 @@ class Informer:
         fresh = {key_of(o): o for o in out["items"]}
         old = self.cache
         self.cache = fresh
+        self._indices = {name: {} for name in self._indexers}
+        for k, o in fresh.items():
+            for name in self._indexers:
+                self._index_add(name, k, o)
         self.resource_version = out["metadata"]["resourceVersion"]
         if self.synced.is_set():
             self.relists += 1
@@ -119,14 +160,13 @@ class Informer:
                 continue
             k = key_of(obj)
             if typ == "ADDED" or typ == "MODIFIED":
-                old = self.cache.get(k)
-                self.cache[k] = obj
+                old = self._store(k, obj)
                 if old is None:
                     await self._emit(0, obj)
                 else:
                     await self._emit(1, old, obj)
             elif typ == "DELETED":
-                old = self.cache.pop(k, None)
+                old = self._store(k, None)
                 await self._emit(2, old or obj)
             if rv:
                 self.resource_version = rv

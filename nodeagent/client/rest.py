@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 import aiohttp
 import yaml
 
-from nodeagent.apiserver.resources import RESOURCES, Resource
+from nodeagent.apiserver.resources import Resource, all_resources
 
 PATCH_TYPES = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
                "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}
@@ -50,10 +50,12 @@ def resolve(resource: str | Resource) -> Resource:
     if "/" in resource:
         gv, _, name = resource.rpartition("/")
         group, _, version = gv.rpartition("/")
-        hits = [r for r in RESOURCES if r.name == name and r.group == group and r.version == version]
+        hits = [r for r in all_resources() if r.name == name and r.group == group and r.version == version]
+        if not hits:  # a custom resource this process has not seen defined: namespaced when a namespace is given
+            return Resource(group, version, name, "")
     else:
         name, _, group = resource.partition(".")
-        hits = [r for r in RESOURCES if r.name == name and (r.group == group or not group)]
+        hits = [r for r in all_resources() if r.name == name and (r.group == group or not group)]
         hits.sort(key=lambda r: r.group != "" and r.group != "apps")  # core and apps win ties, as kubectl does
     if not hits:
         raise ValueError(f"unknown resource {resource!r}")
@@ -182,6 +184,13 @@ class Client:
             params["force"] = "true" if force else "false"
         return await self.request("PATCH", path_for(resolve(resource), namespace, name, subresource), patch,
                                   params=params, content_type=PATCH_TYPES.get(patch_type, patch_type))
+
+    async def apply(self, resource: str | Resource, obj: dict[str, Any], field_manager: str,
+                    namespace: str | None = None, force: bool = False, subresource: str = "") -> dict[str, Any]:
+        """Server-side apply of `obj` (created when absent)."""
+        meta = obj.get("metadata") or {}
+        return await self.patch(resource, meta["name"], obj, namespace or meta.get("namespace"), "apply",
+                                subresource, field_manager, force)
 
     async def delete(self, resource: str | Resource, name: str, namespace: str | None = None,
                      grace_period: int | None = None, propagation: str | None = None,

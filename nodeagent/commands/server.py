@@ -21,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CIDR Service ClusterIPs come from (default: %(default)s)")
     p.add_argument("--without", action="append", default=[], choices=sorted(OPTIONAL),
                    help="do not run this control-plane component (repeatable), e.g. to run your own")
+    p.add_argument("--lease-duration", type=int, default=15,
+                   help="seconds an apiserver's identity lease lasts; the `kubernetes` endpoints drop a server "
+                        "that stops renewing it (default: %(default)s)")
     p.add_argument("--advertise-address", default=None,
                    help="IP other nodes reach this server on (default: the bind address, or the default route's)")
 
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = ServerConfig(data_dir=args.data_dir, bind_address=args.bind_address, port=args.port,
                        datastore=args.datastore, service_cluster_ip_range=args.service_cluster_ip_range,
-                       advertise_address=args.advertise_address)
+                       advertise_address=args.advertise_address, lease_duration=args.lease_duration)
     del serve  # imported to fail early if the apiserver cannot load
     components = [Component("apiserver", "nodeagent.apiserver.server:serve", "the apiserver issue")]
     components += [Component(name, target, issue, after=("apiserver",))

@@ -28,7 +28,10 @@ class ServerProcess:
         return int(self.url.rsplit(":", 1)[1])
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        """For kubectl: this server's kubeconfig, and a HOME of its own (kubectl's discovery cache goes there)."""
+        home = self.data_dir / "home"
+        home.mkdir(exist_ok=True)
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "HOME": str(home)}
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
         if self.proc.poll() is None:

@@ -18,7 +18,7 @@ KUBECTL_120 = str(REPO / ".cache/kubectl-1.20/usr/bin/kubectl")
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = start_server(tmp_path_factory.mktemp("apiserver"))
+    srv = start_server(tmp_path_factory.mktemp("apiserver"), "sqlite")
     yield srv
     rc = srv.stop()
     assert rc == 0, srv.log()

@@ -117,3 +117,12 @@ def test_discovery_and_openapi(server):
     assert (ev["group"], ev["version"], ev["kind"]) == ("policy", "v1", "Eviction")
     code, st = call(server, "GET", "/api/v1/nosuchthings")
     assert code == 404 and st["reason"] == "NotFound"
+
+
+def test_metrics_count_requests(server):
+    call(server, "GET", "/api/v1/namespaces/default/configmaps")
+    code, text = call(server, "GET", "/metrics")
+    assert code == 200
+    assert b'apiserver_request_total{code="200",group="",resource="configmaps",subresource="",verb="list"}' in text
+    code, _ = call(server, "GET", "/metrics", token=None)
+    assert code == 401

@@ -100,6 +100,7 @@ async def test_informer_handlers_and_relist_after_compaction(live):
     await c.create("namespaces", {"metadata": {"name": "inf"}})
     await c.create("configmaps", cm("pre"), "inf")
     inf = Informer(c, "configmaps", "inf", watch_timeout=1)
+    inf.add_index("tier", lambda o: [(o["metadata"].get("labels") or {}).get("tier", "none")])
     events: list[tuple[str, str]] = []
     inf.add_handler(on_add=lambda o: events.append(("add", o["metadata"]["name"])),
                     on_update=lambda old, new: events.append(("update", new["metadata"]["name"])),
@@ -116,6 +117,13 @@ async def test_informer_handlers_and_relist_after_compaction(live):
                 break
             await asyncio.sleep(0.05)
         assert events[1:] == [("add", "b"), ("update", "b"), ("delete", "pre")]
+        await c.patch("configmaps", "b", {"metadata": {"labels": {"tier": "web"}}}, "inf")
+        for _ in range(100):
+            if inf.by_index("tier", "web"):
+                break
+            await asyncio.sleep(0.05)
+        assert [o["metadata"]["name"] for o in inf.by_index("tier", "web")] == ["b"]
+        assert inf.by_index("tier", "none") == []
         await c.create("configmaps", cm("after"), "inf")
         for _ in range(100):
             if inf.get("after", "inf"):
@@ -168,3 +176,23 @@ async def test_leader_election_single_leader_and_takeover(live):
     tb.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await tb
+
+
+async def test_server_side_apply_creates_then_merges(live):
+    _, c = live
+    o = await c.apply("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
+                                     "data": {"a": "1", "b": "1"}}, "tester", "default")
+    assert o["data"] == {"a": "1", "b": "1"}
+    assert [m["manager"] for m in o["metadata"]["managedFields"]] == ["tester"]
+    await c.patch("configmaps", "ssa", {"data": {"c": "by-hand"}}, "default")  # not owned by the applier
+    o = await c.apply("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
+                                     "data": {"a": "2"}}, "tester", "default")
+    assert o["data"] == {"a": "2", "c": "by-hand"}  # b: no longer applied by its owner, so removed
+    o = await c.apply("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
+                                     "data": {"d": "1"}}, "other", "default")
+    o = await c.apply("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
+                                     "data": {"d": "1"}}, "tester", "default")
+    assert o["data"] == {"c": "by-hand", "d": "1"}  # d is still applied by "other"
+    with pytest.raises(ClientError) as e:
+        await c.patch("configmaps", "ssa", {"data": {}}, "default", "apply")  # no fieldManager
+    assert e.value.code == 422

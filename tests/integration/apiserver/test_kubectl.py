@@ -153,3 +153,61 @@ def test_errors_print_like_kubernetes(kubectl, tmp_path):
     ns = new_ns(kubectl)
     p = kubectl.run("create", "namespace", ns, check=False)
     assert p.returncode == 1 and f'namespaces "{ns}" already exists' in p.stderr
+
+
+def test_server_side_apply_and_namespace_delete(kubectl):
+    ns = new_ns(kubectl)
+    out = kubectl("apply", "--server-side", "-n", ns, "-f", str(MANIFESTS / "nginx-deployment.yaml"))
+    assert "deployment.apps/nginx-deployment serverside-applied" in out
+    edited = (MANIFESTS / "nginx-deployment.yaml").read_text().replace("replicas: 3", "replicas: 4")
+    out = kubectl("apply", "--server-side", "-n", ns, "-f", "-", input=edited)
+    assert "serverside-applied" in out
+    assert kubectl("get", "-n", ns, "deploy", "nginx-deployment", "-o", "jsonpath={.spec.replicas}") == "4"
+    assert "deployment.apps/nginx-deployment" in kubectl("get", "-n", ns, "all")
+    out = kubectl("delete", "namespace", ns, timeout=90)  # waits until the namespace is really gone
+    assert f'namespace "{ns}" deleted' in out
+    assert kubectl.run("get", "namespace", ns, check=False).returncode == 1
+
+
+def test_logs_and_exec_without_a_kubelet_say_why(kubectl):
+    ns = new_ns(kubectl)
+    node = f"n-{uuid.uuid4().hex[:6]}"
+    kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}))
+    p = kubectl.run("logs", "-n", ns, "p", check=False)
+    assert p.returncode != 0 and f'no kubelet API serves node "{node}"' in p.stderr
+    p = kubectl.run("exec", "-n", ns, "p", "--", "true", check=False, timeout=60)
+    assert p.returncode != 0 and "kubelet" in p.stderr, p.stderr
+    kubectl("delete", "node", node)
+
+
+def test_more_generators_and_rbac_objects(kubectl):
+    ns = new_ns(kubectl)
+    assert "created" in kubectl("create", "-n", ns, "secret", "generic", "s1", "--from-literal=a=b")
+    assert kubectl("get", "-n", ns, "secret", "s1", "-o", "jsonpath={.data.a}") == "Yg=="
+    assert "created" in kubectl("create", "-n", ns, "service", "clusterip", "svc1", "--tcp=80:8080")
+    assert kubectl("get", "-n", ns, "svc", "svc1", "-o", "jsonpath={.spec.ports[0].targetPort}") == "8080"
+    assert "created" in kubectl("create", "-n", ns, "rolebinding", "rb", "--clusterrole=view", "--user=bob")
+    assert kubectl("get", "-n", ns, "rolebinding", "rb", "-o", "jsonpath={.roleRef.name}/{.subjects[0].name}") == "view/bob"
+    assert "created" in kubectl("create", "-n", ns, "job", "j1", "--image=busybox", "--", "echo", "hi")
+    assert kubectl("get", "-n", ns, "job", "j1", "-o", "jsonpath={.spec.template.spec.restartPolicy}") == "Never"
+    assert kubectl("auth", "can-i", "create", "pods").strip() == "yes"
+
+
+def test_custom_resource_definition_and_objects(kubectl):
+    """The CronTab example from the Kubernetes docs: define, wait established, create, get, delete."""
+    ns = new_ns(kubectl)
+    kubectl("apply", "-f", str(MANIFESTS / "resourcedefinition.yaml"))
+    out = kubectl("wait", "--for", "condition=established", "--timeout=30s",
+                  "crd/crontabs.stable.example.com")
+    assert "condition met" in out
+    assert "crontab.stable.example.com/my-new-cron-object created" in kubectl(
+        "apply", "-n", ns, "-f", str(MANIFESTS / "my-crontab.yaml"))
+    assert "my-new-cron-object" in kubectl("get", "-n", ns, "crontab")
+    assert kubectl("get", "-n", ns, "ct", "my-new-cron-object", "-o", "jsonpath={.spec.image}") == \
+        "my-awesome-cron-image"
+    assert "crontabs" in kubectl("api-resources", "--api-group=stable.example.com")
+    kubectl("delete", "-n", ns, "crontab", "my-new-cron-object")
+    kubectl("delete", "-f", str(MANIFESTS / "resourcedefinition.yaml"))

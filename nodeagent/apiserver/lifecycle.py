@@ -1,0 +1,121 @@
+"""Object lifecycles beyond plain CRUD: namespace termination (the namespace controller's part) and
+CustomResourceDefinitions (establishing them, deleting their objects with them)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING, Any
+
+from nodeagent.api import validation
+from nodeagent.apiserver import errors
+from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.resources import Resource, all_resources, lookup
+from nodeagent.store import base as store_base
+
+if TYPE_CHECKING:
+    from nodeagent.apiserver.registry import Registry
+
+log = logging.getLogger("nodeagent.apiserver")
+NAMESPACES = lookup("", "v1", "namespaces")
+PODS = lookup("", "v1", "pods")
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def establish_crd(reg: Registry, crd: dict[str, Any]) -> None:
+    """Check a CustomResourceDefinition's names and mark it Established (served at once)."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    errs = []
+    for f in ("plural", "kind"):
+        if not names.get(f):
+            errs.append(validation.required(f"spec.names.{f}"))
+    if not spec.get("group"):
+        errs.append(validation.required("spec.group"))
+    if not spec.get("versions"):
+        errs.append(validation.required("spec.versions"))
+    want = f"{names.get('plural')}.{spec.get('group')}"
+    if not errs and crd["metadata"].get("name") != want:
+        errs.append(validation.invalid("metadata.name", crd["metadata"].get("name"), "must be spec.names.plural+\".\"+spec.group"))
+    if errs:
+        raise errors.invalid("CustomResourceDefinition", crd["metadata"].get("name", ""), errs,
+                             "apiextensions.k8s.io")
+    now = now_rfc3339()
+    accepted = {"plural": names["plural"], "kind": names["kind"],
+                "singular": names.get("singular") or names["kind"].lower(),
+                "listKind": names.get("listKind") or names["kind"] + "List"}
+    for k in ("shortNames", "categories"):
+        if names.get(k):
+            accepted[k] = names[k]
+    crd["status"] = {"acceptedNames": accepted,
+                     "storedVersions": [v["name"] for v in spec["versions"] if v.get("storage")] or
+                     [spec["versions"][0].get("name")],
+                     "conditions": [{"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+                                     "message": "no conflicts found", "lastTransitionTime": now},
+                                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                                     "message": "the initial names have been accepted",
+                                     "lastTransitionTime": now}]}
+
+async def delete_custom_objects(reg: Registry, crd: dict[str, Any]) -> None:
+    """Deleting a CustomResourceDefinition deletes every object of its kind first (as Kubernetes does)."""
+    spec = crd.get("spec") or {}
+    plural = (spec.get("names") or {}).get("plural")
+    if not plural or not spec.get("group"):
+        return
+    prefix = f"/registry/{spec['group']}/{plural}/"
+    items, _ = await reg.store.list(prefix)
+    r = Resource(spec["group"], "v1", plural, "", spec.get("scope", "Namespaced") == "Namespaced")
+    for o in items:
+        try:
+            await reg.store.delete(r.key(o["metadata"].get("namespace"), o["metadata"]["name"]))
+        except store_base.NotFound:
+            pass
+
+async def delete_namespace(reg: Registry, current: dict[str, Any]) -> dict[str, Any]:
+    name = current["metadata"]["name"]
+    if name in ("default", "kube-system", "kube-public"):
+        raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                       {"name": name, "kind": "namespaces"})
+    if current["metadata"].get("deletionTimestamp"):
+        return current
+    new = copy.deepcopy(current)
+    new["metadata"]["deletionTimestamp"] = now_rfc3339()
+    new["metadata"]["deletionGracePeriodSeconds"] = 0
+    new.setdefault("status", {})["phase"] = "Terminating"
+    out = await reg.store.update(NAMESPACES.key(None, name), new)
+    t = asyncio.get_running_loop().create_task(finish_namespace(reg, name))
+    reg._bg.add(t)
+    t.add_done_callback(reg._bg.discard)
+    return out
+
+async def finish_namespace(reg: Registry, name: str) -> None:
+    """The namespace lifecycle controller's job: delete everything inside, then the namespace."""
+
+    try:
+        for _ in range(600):
+            left = 0
+            for r in all_resources():
+                if not r.namespaced:
+                    continue
+                items, _ = await reg.store.list(r.key_prefix(name))
+                for o in items:
+                    left += 1
+                    try:
+                        await reg.delete(r, name, o["metadata"]["name"], {"gracePeriodSeconds": 0
+                                                                           if r is not PODS else None})
+                    except ApiError:
+                        pass
+            if not left:
+                break
+            await asyncio.sleep(1)
+        await reg.store.delete(NAMESPACES.key(None, name))
+    except store_base.NotFound:
+        pass
+    except Exception:
+        log.exception("finishing namespace %s", name)
+

@@ -1,0 +1,170 @@
+"""REST semantics over the in-memory store: metadata, generation, finalizers, graceful delete, admission."""
+
+import asyncio
+
+import pytest
+
+from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.registry import Registry
+from nodeagent.apiserver.resources import lookup
+from nodeagent.store.memory import MemoryStore
+
+NS, PODS, CMS = lookup("", "v1", "namespaces"), lookup("", "v1", "pods"), lookup("", "v1", "configmaps")
+DEPLOY, QUOTA, LR = lookup("apps", "v1", "deployments"), lookup("", "v1", "resourcequotas"), lookup("", "v1", "limitranges")
+PC = lookup("scheduling.k8s.io", "v1", "priorityclasses")
+
+
+@pytest.fixture
+async def reg():
+    r = Registry(MemoryStore())
+    await r.create(NS, None, {"metadata": {"name": "d"}})
+    yield r
+    await r.close()
+
+
+def pod(name="p", **spec):
+    return {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "busybox"}], **spec}}
+
+
+async def test_create_sets_metadata_and_generate_name(reg):
+    o = await reg.create(CMS, "d", {"metadata": {"generateName": "cm-"}})
+    m = o["metadata"]
+    assert m["name"].startswith("cm-") and len(m["name"]) == 8
+    assert m["uid"] and m["creationTimestamp"].endswith("Z") and m["resourceVersion"] and m["namespace"] == "d"
+    with pytest.raises(ApiError) as e:
+        await reg.create(CMS, "d", {"metadata": {"name": m["name"]}})
+    assert e.value.code == 409 and e.value.reason == "AlreadyExists"
+
+
+async def test_generation_bumps_on_spec_change_only_and_status_is_separate(reg):
+    d = {"metadata": {"name": "web"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}},
+                                              "template": {"metadata": {"labels": {"a": "b"}},
+                                                           "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    o = await reg.create(DEPLOY, "d", d)
+    assert o["metadata"]["generation"] == 1
+    o["metadata"]["labels"] = {"x": "y"}
+    o, _ = await reg.update(DEPLOY, "d", "web", o)
+    assert o["metadata"]["generation"] == 1
+    o["spec"]["replicas"] = 3
+    o["status"] = {"replicas": 99}  # ignored on the main resource
+    o, _ = await reg.update(DEPLOY, "d", "web", o)
+    assert o["metadata"]["generation"] == 2 and "replicas" not in (o.get("status") or {})
+    o["status"] = {"replicas": 3}
+    o, _ = await reg.update(DEPLOY, "d", "web", o, "status")
+    assert o["status"] == {"replicas": 3} and o["metadata"]["generation"] == 2
+    stale = dict(o, metadata=dict(o["metadata"], resourceVersion="1"))
+    with pytest.raises(ApiError) as e:
+        await reg.update(DEPLOY, "d", "web", stale)
+    assert e.value.code == 409 and e.value.reason == "Conflict"
+
+
+async def test_finalizers_hold_deletion_until_removed(reg):
+    await reg.create(CMS, "d", {"metadata": {"name": "f", "finalizers": ["example.com/x"]}})
+    o = await reg.delete(CMS, "d", "f")
+    assert o["metadata"]["deletionTimestamp"]
+    got = await reg.get(CMS, "d", "f")
+    got["metadata"]["finalizers"] = []
+    await reg.update(CMS, "d", "f", got)
+    with pytest.raises(ApiError) as e:
+        await reg.get(CMS, "d", "f")
+    assert e.value.code == 404
+
+
+async def test_bound_pod_deletes_gracefully_then_with_zero(reg):
+    await reg.create(PODS, "d", pod(nodeName="n1"))
+    o = await reg.delete(PODS, "d", "p")
+    assert o["metadata"]["deletionGracePeriodSeconds"] == 30
+    await reg.get(PODS, "d", "p")  # still there: the kubelet finishes it
+    await reg.delete(PODS, "d", "p", {"gracePeriodSeconds": 0})
+    with pytest.raises(ApiError):
+        await reg.get(PODS, "d", "p")
+    await reg.create(PODS, "d", pod("q"))  # unscheduled: gone at once
+    await reg.delete(PODS, "d", "q")
+    with pytest.raises(ApiError):
+        await reg.get(PODS, "d", "q")
+
+
+async def test_delete_preconditions(reg):
+    await reg.create(CMS, "d", {"metadata": {"name": "c"}})
+    with pytest.raises(ApiError) as e:
+        await reg.delete(CMS, "d", "c", {"preconditions": {"uid": "wrong"}})
+    assert e.value.code == 409 and "Precondition failed" in e.value.message
+
+
+async def test_quota_limitrange_priority(reg):
+    await reg.create(LR, "d", {"metadata": {"name": "lr"}, "spec": {"limits": [
+        {"type": "Container", "default": {"cpu": "200m", "memory": "64Mi"},
+         "defaultRequest": {"cpu": "100m", "memory": "32Mi"}, "max": {"cpu": "1"}}]}})
+    await reg.create(QUOTA, "d", {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "2", "requests.cpu": "250m"}}})
+    await reg.create(PC, None, {"metadata": {"name": "high"}, "value": 1000})
+    p = await reg.create(PODS, "d", pod("a", priorityClassName="high"))
+    assert p["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "200m", "memory": "64Mi"},
+                                                      "requests": {"cpu": "100m", "memory": "32Mi"}}
+    assert p["spec"]["priority"] == 1000 and p["status"]["qosClass"] == "Burstable"
+    await reg.create(PODS, "d", pod("b"))
+    with pytest.raises(ApiError) as e:
+        await reg.create(PODS, "d", pod("c"))
+    assert e.value.code == 403 and "exceeded quota: q" in e.value.message
+    q = await reg.get(QUOTA, "d", "q")
+    assert q["status"]["used"]["pods"] == "2"
+    big = pod("big")
+    big["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "2"}}
+    with pytest.raises(ApiError) as e:
+        await reg.create(PODS, "d", big)
+    assert e.value.code == 403
+    with pytest.raises(ApiError) as e:
+        await reg.create(PODS, "d", pod("x", priorityClassName="nope"))
+    assert e.value.code == 403 and "no PriorityClass with name nope" in e.value.message
+
+
+async def test_namespace_deletion_empties_it(reg):
+    await reg.create(NS, None, {"metadata": {"name": "gone"}})
+    await reg.create(CMS, "gone", {"metadata": {"name": "c"}})
+    o = await reg.delete(NS, None, "gone")
+    assert o["status"]["phase"] == "Terminating"
+    with pytest.raises(ApiError) as e:
+        await reg.create(CMS, "gone", {"metadata": {"name": "new"}})
+    assert e.value.code == 403
+    for _ in range(100):
+        try:
+            await reg.get(NS, None, "gone")
+        except ApiError:
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("namespace was not removed")
+    items, _, _ = await reg.list(CMS, "gone")
+    assert items == []
+
+
+async def test_immutable_fields_on_update(reg):
+    await reg.create(PODS, "d", pod())
+    p = await reg.get(PODS, "d", "p")
+    p["spec"]["containers"][0]["image"] = "busybox:2"  # allowed
+    p, _ = await reg.update(PODS, "d", "p", p)
+    p["spec"]["nodeName"] = "n1"  # only through binding
+    with pytest.raises(ApiError) as e:
+        await reg.update(PODS, "d", "p", p)
+    assert e.value.code == 422 and e.value.details["causes"][0]["field"] == "spec.nodeName"
+    p = await reg.get(PODS, "d", "p")
+    p["spec"]["containers"][0]["ports"] = [{"containerPort": 1}]
+    with pytest.raises(ApiError) as e:
+        await reg.update(PODS, "d", "p", p)
+    assert e.value.code == 422
+    svc = await reg.create(lookup("", "v1", "services"), "d", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
+    svc["spec"]["clusterIP"] = "10.96.0.77" if svc["spec"]["clusterIP"] != "10.96.0.77" else "10.96.0.78"
+    with pytest.raises(ApiError) as e:
+        await reg.update(lookup("", "v1", "services"), "d", "s", svc)
+    assert e.value.code == 422
+
+
+async def test_orphan_and_foreground_leave_it_to_the_garbage_collector(reg):
+    for name, policy, fin in (("o", "Orphan", "orphan"), ("f", "Foreground", "foregroundDeletion")):
+        await reg.create(CMS, "d", {"metadata": {"name": name}})
+        o = await reg.delete(CMS, "d", name, {"propagationPolicy": policy})
+        assert o["metadata"]["deletionTimestamp"] and o["metadata"]["finalizers"] == [fin]
+        o = await reg.get(CMS, "d", name)
+        o["metadata"]["finalizers"] = []
+        await reg.update(CMS, "d", name, o)  # the GC's last step
+        with pytest.raises(ApiError):
+            await reg.get(CMS, "d", name)

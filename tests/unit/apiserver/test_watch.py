@@ -1,0 +1,104 @@
+"""Watch semantics over the watch cache: initial state, selector transitions, bookmarks, timeout, 410."""
+
+import asyncio
+
+from nodeagent.api.selectors import parse_label_selector
+from nodeagent.apiserver.cache import WatchCache
+from nodeagent.apiserver.registry import Registry
+from nodeagent.apiserver.resources import lookup
+from nodeagent.apiserver.watch import watch_events
+from nodeagent.store.memory import MemoryStore
+
+NS, CMS = lookup("", "v1", "namespaces"), lookup("", "v1", "configmaps")
+
+
+async def setup():
+    store = MemoryStore()
+    reg = Registry(store)
+    await reg.create(NS, None, {"metadata": {"name": "d"}})
+    cache = WatchCache(store)
+    await cache.start()
+    return reg, cache
+
+
+async def collect(gen, n: int, limit: float = 5.0) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    async with asyncio.timeout(limit):
+        async for batch in gen:
+            for typ, obj, _ in batch:
+                out.append((typ, obj["metadata"].get("name", obj["metadata"].get("resourceVersion"))))
+            if len(out) >= n:
+                break
+    await gen.aclose()
+    return out
+
+
+async def test_initial_then_label_transitions():
+    reg, cache = await setup()
+    await reg.create(CMS, "d", {"metadata": {"name": "a", "labels": {"x": "1"}}})
+    await reg.create(CMS, "d", {"metadata": {"name": "b"}})
+    gen = watch_events(cache, CMS, "d", parse_label_selector("x=1"), (), None, None, False)
+    task = asyncio.create_task(collect(gen, 4))
+    await asyncio.sleep(0.05)
+    b = await reg.get(CMS, "d", "b")
+    b["metadata"]["labels"] = {"x": "1"}
+    await reg.update(CMS, "d", "b", b)  # enters the selection: ADDED
+    a = await reg.get(CMS, "d", "a")
+    a["metadata"]["labels"] = {"x": "2"}
+    await reg.update(CMS, "d", "a", a)  # leaves it: DELETED
+    await reg.delete(CMS, "d", "b")
+    assert await task == [("ADDED", "a"), ("ADDED", "b"), ("DELETED", "a"), ("DELETED", "b")]
+    await cache.stop()
+
+
+async def test_bookmarks_timeout_and_gone():
+    reg, cache = await setup()
+    o = await reg.create(CMS, "d", {"metadata": {"name": "a"}})
+    rv = o["metadata"]["resourceVersion"]
+    gen = watch_events(cache, CMS, "d", None, (), rv, 0.5, True, bookmark_interval=0.1)
+    got = await collect(gen, 100, limit=3)
+    assert got and all(t == "BOOKMARK" for t, _ in got)  # then the stream ended at its timeout
+    assert got[-1][1] == str(cache.rev)
+    await reg.store.compact(reg.store.revision)
+    gen = watch_events(cache, CMS, "d", None, (), "1", None, False)
+    got = await collect(gen, 1)
+    assert got[0][0] == "ERROR"
+    await cache.stop()
+
+
+async def test_a_watcher_that_cannot_keep_up_is_ended():
+    reg, cache = await setup()
+    cache.max_backlog = 5
+    sub = cache.subscribe(CMS.key_prefix("d"), cache.rev)
+    for i in range(10):
+        await reg.create(CMS, "d", {"metadata": {"name": f"c{i}"}})
+    await asyncio.sleep(0.05)
+    items = []
+    while not sub.queue.empty():
+        items.append(sub.queue.get_nowait())
+    assert items[-1] is None and len(items) <= 7  # synced + 5 events + the end
+    await cache.stop()
+
+
+async def test_caught_up_watchers_are_written_directly_until_the_connection_backs_up():
+    reg, cache = await setup()
+    written: list[bytes] = []
+    accept = True
+
+    def direct(data: bytes) -> bool:
+        if accept:
+            written.append(data)
+        return accept
+
+    gen = watch_events(cache, CMS, "d", None, (), str(cache.rev), None, False, direct=direct)
+    task = asyncio.create_task(collect(gen, 100, limit=3))
+    await asyncio.sleep(0.05)  # caught up: the generator handed its subscriber to the cache
+    await reg.create(CMS, "d", {"metadata": {"name": "a"}})
+    await reg.create(CMS, "d", {"metadata": {"name": "b"}})
+    await cache.wait_fresh()
+    assert [b'"name":"a"' in w for w in written] == [True, False] and b'"name":"b"' in written[1]
+    assert all(w.startswith(b'{"type":"ADDED"') and w.endswith(b"\n") for w in written)
+    accept = False
+    await reg.create(CMS, "d", {"metadata": {"name": "c"}})  # the connection is backed up: the watch ends
+    assert await asyncio.wait_for(task, 3) == []
+    await cache.stop()
