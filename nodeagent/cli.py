@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "server": ("server", "run the control plane (apiserver, controllers) in the foreground"),
     "cri": ("cri", "run the container runtime (CRI runtime.v1 gRPC server) in the foreground"),
     "image": ("image", "manage the runtime's images: import, pull, ls, rm, inspect"),
+    "dns": ("dns", "run the cluster DNS server (Service and Pod records, forwarding) in the foreground"),
 }
 
 

@@ -1,0 +1,31 @@
+"""`nodeagent dns`: the cluster DNS server in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", default="/var/lib/nodeagent/admin.kubeconfig",
+                   help="kubeconfig of the apiserver to watch (default: %(default)s)")
+    p.add_argument("--listen", default="0.0.0.0:53", metavar="ADDR:PORT",
+                   help="UDP and TCP address to serve on (default: %(default)s)")
+    p.add_argument("--cluster-domain", default="cluster.local", help="the cluster's DNS zone (default: %(default)s)")
+    p.add_argument("--upstream", action="append", default=None, metavar="ADDR[:PORT]",
+                   help="resolver for names outside the cluster domain; repeatable "
+                        "(default: the nameservers in /etc/resolv.conf)")
+    p.add_argument("--ttl", type=int, default=30, help="TTL of cluster answers, seconds (default: %(default)s)")
+    p.add_argument("--pods", default="insecure", choices=["insecure", "verified", "disabled"],
+                   help="<a-b-c-d>.<ns>.pod records: any address, only live pods', or none (default: %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from nodeagent.dns.service import DNSConfig, serve
+    from nodeagent.runner import Component, run_components
+
+    cfg = DNSConfig(kubeconfig=args.kubeconfig, listen=args.listen, cluster_domain=args.cluster_domain,
+                    upstreams=args.upstream, ttl=args.ttl, pods=args.pods)
+    del serve  # imported to fail early if the DNS server cannot load
+    return asyncio.run(run_components([Component("dns", "nodeagent.dns.service:serve", "the DNS issue")], cfg))

@@ -1,0 +1,100 @@
+"""The cluster DNS component: informers over the API feed `ClusterRecords`; listeners answer from them.
+
+`serve(config, ready)` is the runner's component signature (`nodeagent dns`, and `nodeagent server`
+when the lead adds it): `config` is a `DNSConfig`, or any config with `data_dir` (the server's),
+in which case the admin kubeconfig under it is used and the `dns_*` attributes, when present,
+override the defaults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from nodeagent.client.informer import Informer
+from nodeagent.client.rest import Client
+from nodeagent.dns.forward import Forwarder, parse_upstream, resolv_conf_nameservers
+from nodeagent.dns.records import KINDS, ClusterRecords, Obj
+from nodeagent.dns.server import Handler, run_listeners
+
+log = logging.getLogger("nodeagent.dns")
+
+
+@dataclasses.dataclass
+class DNSConfig:
+    kubeconfig: str
+    listen: str = "0.0.0.0:53"
+    cluster_domain: str = "cluster.local"
+    upstreams: list[str] | None = None  # None: the nameservers of resolv_conf
+    resolv_conf: str = "/etc/resolv.conf"
+    ttl: int = 30
+    pods: str = "insecure"
+    upstream_timeout: float = 2.0
+
+    @classmethod
+    def from_any(cls, config: Any) -> DNSConfig:
+        if isinstance(config, DNSConfig):
+            return config
+        data_dir = Path(getattr(config, "data_dir", "/var/lib/nodeagent"))
+        kw = {f.name: getattr(config, f"dns_{f.name}") for f in dataclasses.fields(cls)
+              if f.name != "kubeconfig" and getattr(config, f"dns_{f.name}", None) is not None}
+        return cls(kubeconfig=str(data_dir / "admin.kubeconfig"), **kw)
+
+    def upstream_addrs(self) -> list[tuple[str, int]]:
+        if self.upstreams is not None:
+            return [parse_upstream(u) for u in self.upstreams]
+        return resolv_conf_nameservers(self.resolv_conf)
+
+
+RESOURCES = {"services": "services", "endpointslices": "endpointslices.discovery.k8s.io",
+             "endpoints": "endpoints", "pods": "pods", "namespaces": "namespaces"}
+
+
+class ClusterSource:
+    """One informer per kind; every event invalidates the records' indexes (handlers only record)."""
+
+    def __init__(self, client: Client) -> None:
+        self.informers = {kind: Informer(client, RESOURCES[kind]) for kind in KINDS}
+
+    def lister(self, kind: str) -> Iterable[Obj]:
+        return self.informers[kind].cache.values()
+
+    def attach(self, records: ClusterRecords) -> None:
+        for inf in self.informers.values():
+            inf.add_handler(records.invalidate, records.invalidate, records.invalidate)
+
+    async def run(self, tg: asyncio.TaskGroup) -> None:
+        """Start every informer in `tg` and return once each has delivered its first list."""
+        for kind, inf in self.informers.items():
+            tg.create_task(inf.run(), name=f"dns-informer-{kind}")
+        await asyncio.gather(*(inf.wait_synced() for inf in self.informers.values()))
+
+
+async def run_dns(cfg: DNSConfig, client: Client, ready: asyncio.Event | None = None,
+                  bound: list[tuple[str, int]] | None = None) -> None:
+    """Informers, then listeners; until cancelled. `bound` receives the (host, port) actually bound."""
+    source = ClusterSource(client)
+    records = ClusterRecords(source.lister, cfg.cluster_domain, cfg.ttl, cfg.pods)
+    source.attach(records)
+    ups = cfg.upstream_addrs()
+    if not ups:
+        log.warning("dns: no upstream resolvers; names outside %s are refused", cfg.cluster_domain)
+    handler = Handler(records, Forwarder(ups, cfg.upstream_timeout) if ups else None)
+    async with asyncio.TaskGroup() as tg:
+        await source.run(tg)
+        records.invalidate()
+        await run_listeners(handler, cfg.listen, ready, bound)
+
+
+async def serve(config: Any, ready: asyncio.Event) -> None:
+    """The runner component: cluster DNS from the cluster's informers."""
+    cfg = DNSConfig.from_any(config)
+    client = Client.from_kubeconfig(cfg.kubeconfig)
+    try:
+        await run_dns(cfg, client, ready)
+    finally:
+        await client.close()
