@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import socket
 import struct
 from collections.abc import Awaitable
 from typing import Any
@@ -152,26 +153,48 @@ def _header_error(wire: bytes, rcode: int) -> bytes | None:
 
 
 # -------------------------------------------------------------------------------------- listeners
-class _UDP(asyncio.DatagramProtocol):
-    def __init__(self, handler: Handler, tg: asyncio.TaskGroup) -> None:
+class _UDP:
+    """A non-blocking UDP socket read from the event loop; each wake-up drains up to BATCH datagrams
+    (one epoll round trip for many queries under load, where asyncio's datagram transport makes one
+    per datagram). Replies are sent at once; a full socket buffer drops the reply, as UDP may."""
+
+    BATCH = 64
+
+    def __init__(self, handler: Handler, tg: asyncio.TaskGroup, sock: socket.socket) -> None:
         self.handler = handler
         self.tg = tg
-        self.transport: asyncio.DatagramTransport | None = None
+        self.sock = sock
+        self.closed = False
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def on_readable(self) -> None:
+        for _ in range(self.BATCH):
+            try:
+                data, addr = self.sock.recvfrom(65535)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # e.g. ICMP port unreachable reported on the socket
+                log.debug("dns: udp recv: %s", e)
+                continue
+            try:
+                out = self.handler.handle(data, udp=True)
+            except Exception:
+                self.handler.stats.errors += 1
+                log.exception("dns: query from %s", addr)
+                out = _header_error(data, dns.rcode.SERVFAIL)
+            if isinstance(out, bytes | bytearray):
+                self._send(out, addr)
+            elif out is not None:
+                self.tg.create_task(self._later(out, addr))
 
-    def datagram_received(self, data: bytes, addr: Any) -> None:
+    def _send(self, out: bytes, addr: Any) -> None:
+        if self.closed:
+            return
         try:
-            out = self.handler.handle(data, udp=True)
-        except Exception:
+            self.sock.sendto(out, addr)
+        except (BlockingIOError, InterruptedError):
             self.handler.stats.errors += 1
-            log.exception("dns: query from %s", addr)
-            out = _header_error(data, dns.rcode.SERVFAIL)
-        if isinstance(out, bytes | bytearray):
-            self.transport.sendto(out, addr)  # type: ignore[union-attr]
-        elif out is not None:
-            self.tg.create_task(self._later(out, addr))
+        except OSError as e:
+            log.debug("dns: udp send to %s: %s", addr, e)
 
     async def _later(self, aw: Awaitable[bytes | None], addr: Any) -> None:
         try:
@@ -180,8 +203,8 @@ class _UDP(asyncio.DatagramProtocol):
             self.handler.stats.errors += 1
             log.exception("dns: forwarded query from %s", addr)
             return
-        if out is not None and self.transport is not None and not self.transport.is_closing():
-            self.transport.sendto(out, addr)
+        if out is not None:
+            self._send(out, addr)
 
 
 async def _tcp_client(handler: Handler, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -228,16 +251,25 @@ async def run_listeners(handler: Handler, listen: str, ready: asyncio.Event | No
                                          reuse_address=True)
         try:
             port = tcp.sockets[0].getsockname()[1]
-            transport, _ = await loop.create_datagram_endpoint(lambda: _UDP(handler, tg), local_addr=(host, port))
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_DGRAM)
             try:
-                if bound is not None:
-                    bound.append((host, port))
-                log.info("dns: serving on %s:%d (udp, tcp)", host, port)
-                if ready is not None:
-                    ready.set()
-                await asyncio.Future()  # until cancelled
+                sock.setblocking(False)
+                sock.bind((host, port))
+                udp = _UDP(handler, tg, sock)
+                loop.add_reader(sock.fileno(), udp.on_readable)
+                try:
+                    if bound is not None:
+                        bound.append((host, port))
+                    log.info("dns: serving on %s:%d (udp, tcp)", host, port)
+                    if ready is not None:
+                        ready.set()
+                    await asyncio.Future()  # until cancelled
+                finally:
+                    udp.closed = True
+                    loop.remove_reader(sock.fileno())
             finally:
-                transport.close()
+                sock.close()
         finally:
             tcp.close()
             for w in list(conns):
