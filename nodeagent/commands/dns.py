@@ -17,6 +17,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ttl", type=int, default=30, help="TTL of cluster answers, seconds (default: %(default)s)")
     p.add_argument("--pods", default="insecure", choices=["insecure", "verified", "disabled"],
                    help="<a-b-c-d>.<ns>.pod records: any address, only live pods', or none (default: %(default)s)")
+    p.add_argument("--register-service", action="store_true",
+                   help="create/repair kube-system/kube-dns (ClusterIP --service-ip) pointing at this server")
+    p.add_argument("--service-ip", default="10.96.0.10",
+                   help="the kube-dns ClusterIP to register (default: %(default)s)")
+    p.add_argument("--advertise-address", default=None,
+                   help="address the kube-dns endpoint points at (default: the listen address, "
+                        "or the default route's when listening on all)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from nodeagent.runner import Component, run_components
 
     cfg = DNSConfig(kubeconfig=args.kubeconfig, listen=args.listen, cluster_domain=args.cluster_domain,
-                    upstreams=args.upstream, ttl=args.ttl, pods=args.pods)
+                    upstreams=args.upstream, ttl=args.ttl, pods=args.pods,
+                    register_service=args.register_service, service_ip=args.service_ip,
+                    advertise_address=args.advertise_address)
     del serve  # imported to fail early if the DNS server cannot load
     return asyncio.run(run_components([Component("dns", "nodeagent.dns.service:serve", "the DNS issue")], cfg))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.client.informer import Informer
-from nodeagent.client.rest import Client
+from nodeagent.client.rest import Client, ClientError
 from nodeagent.dns.forward import Forwarder, parse_upstream, resolv_conf_nameservers
 from nodeagent.dns.records import KINDS, ClusterRecords, Obj
 from nodeagent.dns.server import Handler, run_listeners
@@ -34,14 +34,22 @@ class DNSConfig:
     ttl: int = 30
     pods: str = "insecure"
     upstream_timeout: float = 2.0
+    register_service: bool = False  # create/repair kube-system/kube-dns pointing at this server
+    service_ip: str | None = None  # None: the 10th address of service_cluster_ip_range
+    service_cluster_ip_range: str = "10.96.0.0/12"
+    advertise_address: str | None = None  # the kube-dns endpoint; None: the listen address or default route's
 
     @classmethod
     def from_any(cls, config: Any) -> DNSConfig:
         if isinstance(config, DNSConfig):
             return config
         data_dir = Path(getattr(config, "data_dir", "/var/lib/nodeagent"))
-        kw = {f.name: getattr(config, f"dns_{f.name}") for f in dataclasses.fields(cls)
-              if f.name != "kubeconfig" and getattr(config, f"dns_{f.name}", None) is not None}
+        kw: dict[str, Any] = {"register_service": True}
+        for shared in ("service_cluster_ip_range", "advertise_address"):  # the server's own settings
+            if getattr(config, shared, None) is not None:
+                kw[shared] = getattr(config, shared)
+        kw.update({f.name: getattr(config, f"dns_{f.name}") for f in dataclasses.fields(cls)
+                   if f.name != "kubeconfig" and getattr(config, f"dns_{f.name}", None) is not None})
         return cls(kubeconfig=str(data_dir / "admin.kubeconfig"), **kw)
 
     def upstream_addrs(self) -> list[tuple[str, int]]:
@@ -84,10 +92,35 @@ async def run_dns(cfg: DNSConfig, client: Client, ready: asyncio.Event | None = 
     if not ups:
         log.warning("dns: no upstream resolvers; names outside %s are refused", cfg.cluster_domain)
     handler = Handler(records, Forwarder(ups, cfg.upstream_timeout) if ups else None)
+    bound = bound if bound is not None else []
+    listening = asyncio.Event()
     async with asyncio.TaskGroup() as tg:
         await source.run(tg)
         records.invalidate()
-        await run_listeners(handler, cfg.listen, ready, bound)
+        tg.create_task(run_listeners(handler, cfg.listen, listening, bound), name="dns-listeners")
+        await listening.wait()
+        if cfg.register_service:
+            await _register(cfg, client, bound[0])
+        if ready is not None:
+            ready.set()
+
+
+async def _register(cfg: DNSConfig, client: Client, bound: tuple[str, int]) -> None:
+    """kube-system/kube-dns → this server; retried until the apiserver takes it."""
+    from nodeagent.apiserver.server import advertise_ip
+    from nodeagent.dns.register import default_service_ip, ensure_dns_service
+
+    ip = cfg.advertise_address or advertise_ip(bound[0])
+    service_ip = cfg.service_ip or default_service_ip(cfg.service_cluster_ip_range)
+    delay = 0.2
+    while True:
+        try:
+            await ensure_dns_service(client, service_ip, ip, bound[1])
+            return
+        except ClientError as e:
+            log.warning("dns: registering kube-system/kube-dns: %s; retrying in %.1fs", e, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 async def serve(config: Any, ready: asyncio.Event) -> None:

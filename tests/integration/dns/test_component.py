@@ -1,0 +1,61 @@
+"""`serve(config, ready)` as a `nodeagent server` component: the server's config (data_dir, Service
+range), the kube-dns Service registered at the range's 10th address and pointing at this server."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import types
+
+import dns.asyncquery
+import dns.message
+import dns.rcode
+import pytest
+
+from nodeagent.client.rest import Client
+from nodeagent.dns.service import serve
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_component_registers_kube_dns_and_answers(server, upstream):
+    config = types.SimpleNamespace(data_dir=str(server.data_dir), service_cluster_ip_range="10.96.0.0/12",
+                                   advertise_address=None, dns_listen="127.0.0.1:0",
+                                   dns_upstreams=[f"127.0.0.1:{upstream.port}"])
+    ready = asyncio.Event()
+    task = asyncio.create_task(serve(config, ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 30)
+        async with Client(server.url, server.token, ca_file=str(server.ca_file)) as c:
+            svc = await c.get("services", "kube-dns", "kube-system")
+            sl = await c.get("endpointslices.discovery.k8s.io", "kube-dns-nodeagent-dns", "kube-system")
+        assert svc["spec"]["clusterIP"] == "10.96.0.10"
+        assert sl["endpoints"][0]["addresses"] == ["127.0.0.1"]
+        port = sl["ports"][0]["port"]
+        assert {p["protocol"] for p in sl["ports"]} == {"UDP", "TCP"}
+
+        async def a(name: str) -> dns.message.Message:
+            return await dns.asyncquery.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=5)
+
+        async def kube_dns_answered() -> list[str]:
+            for _ in range(200):
+                r = await a("kube-dns.kube-system.svc.cluster.local")
+                if r.answer:
+                    return [rd.to_text() for rd in r.answer[0]]
+                await asyncio.sleep(0.05)
+            return []
+
+        assert await kube_dns_answered() == ["10.96.0.10"]
+        assert [rd.to_text() for rd in (await a("ns.dns.cluster.local")).answer[0]] == ["10.96.0.10"]
+        assert (await a("www.example.test")).answer[0][0].to_text() == "203.0.113.10"
+        assert (await a("nope.default.svc.cluster.local")).rcode() == dns.rcode.NXDOMAIN
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    # stopped: the port is free again (listeners closed)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", port))
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
