@@ -90,10 +90,80 @@ class Service:
 class _Index:
     namespaces: set[str]
     services: dict[tuple[str, str], Service]
-    endpoints: dict[tuple[str, str], list[Endpoint]]
     service_by_ip: dict[str, tuple[str, str]]
+    raw_endpoints: dict[tuple[str, str], list[Endpoint]]  # from EndpointSlices / Endpoints only
+    endpoints: dict[tuple[str, str], list[Endpoint]]  # deduplicated, with pod hostnames merged
     endpoint_names: dict[str, list[str]]  # ip -> "<label>.<svc>.<ns>"
     pods_by_ip: dict[str, list[tuple[str, str, str, str]]]  # ip -> (ns, name, hostname, subdomain)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pod:
+    namespace: str
+    name: str
+    ips: tuple[str, ...]
+    hostname: str
+    subdomain: str
+    ready: bool
+
+
+def pod_view(o: Obj | None) -> _Pod | None:
+    """What DNS reads of a pod; None when it has no address DNS may answer (hostNetwork, finished)."""
+    if o is None:
+        return None
+    meta, spec, status = o.get("metadata") or {}, o.get("spec") or {}, o.get("status") or {}
+    if spec.get("hostNetwork") or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    ips = tuple(filter(None, [p.get("ip") for p in status.get("podIPs") or []] or [status.get("podIP")]))
+    if not ips:
+        return None
+    return _Pod(meta.get("namespace", "default"), meta.get("name", ""), ips, spec.get("hostname", "") or "",
+                spec.get("subdomain", "") or "", _pod_ready(o))
+
+
+class _PodIndex:
+    """Pods by IP (PTR, verified pod records) and pods with hostname + subdomain, kept incrementally."""
+
+    def __init__(self) -> None:
+        self.by_ip: dict[str, list[tuple[str, str, str, str]]] = {}
+        self.hostnamed: dict[tuple[str, str], _Pod] = {}
+
+    def add(self, o: Obj | None) -> bool:
+        p = pod_view(o)
+        if p is None:
+            return False
+        for ip in p.ips:
+            self.by_ip.setdefault(ip, []).append((p.namespace, p.name, p.hostname, p.subdomain))
+        if p.hostname and p.subdomain:
+            self.hostnamed[(p.namespace, p.name)] = p
+            return True
+        return False
+
+    def remove(self, o: Obj | None) -> bool:
+        p = pod_view(o)
+        if p is None:
+            return False
+        for ip in p.ips:
+            rest = [e for e in self.by_ip.get(ip, []) if (e[0], e[1]) != (p.namespace, p.name)]
+            if rest:
+                self.by_ip[ip] = rest
+            else:
+                self.by_ip.pop(ip, None)
+        return self.hostnamed.pop((p.namespace, p.name), None) is not None
+
+
+def relevant(kind: str, o: Obj) -> Any:
+    """The part of an object DNS answers from (equal before and after: the update is a no-op)."""
+    if kind == "pods":
+        return pod_view(o)
+    if kind == "services":
+        return o.get("spec")
+    if kind == "endpointslices":
+        return ((o.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME_LABEL), o.get("addressType"), \
+            o.get("endpoints"), o.get("ports")
+    if kind == "endpoints":
+        return o.get("subsets")
+    return (o.get("metadata") or {}).get("name")
 
 
 class ClusterRecords:
@@ -111,18 +181,59 @@ class ClusterRecords:
         self.generation = 0
         self.modified = int(time.time())
         self._index: _Index | None = None
+        self._dirty: set[str] = set()
+        self._pods: _PodIndex | None = None
 
     # ------------------------------------------------------------------ change side
     def invalidate(self, *_: Any) -> None:
-        """Called on every informer event: the indexes are rebuilt on the next question."""
+        """Everything may have changed: rebuild every index from the lister on the next question."""
+        self._index = None
+        self._pods = None
+        self._bump()
+
+    def changed(self, kind: str, old: Obj | None, new: Obj | None) -> bool:
+        """One informer event (old None: added, new None: deleted). Updates that change nothing DNS
+        answers from are dropped (no cache flush); pods are indexed incrementally (they churn most),
+        other kinds mark their part for a rebuild on the next question. True if anything changed."""
+        if old is not None and new is not None and relevant(kind, old) == relevant(kind, new):
+            return False
+        if kind == "pods" and self._pods is not None:
+            hostnamed = self._pods.remove(old) | self._pods.add(new)
+            if hostnamed:
+                self._dirty.add("merge")
+        else:
+            self._dirty.add("endpoints" if kind in ("endpointslices", "endpoints") else kind)
+        self._bump()
+        return True
+
+    def _bump(self) -> None:
         self.generation += 1
         self.modified = int(time.time())
-        self._index = None
 
     def index(self) -> _Index:
-        if self._index is None:
-            self._index = build_index(self.lister)
-        return self._index
+        ix = self._index
+        if self._pods is None:
+            self._pods = _PodIndex()
+            for o in self.lister("pods"):
+                self._pods.add(o)
+            self._dirty.add("merge")
+        if ix is None:
+            ix = self._index = _Index(set(), {}, {}, {}, {}, {}, self._pods.by_ip)
+            self._dirty.update(("namespaces", "services", "endpoints"))
+        if not self._dirty:
+            return ix
+        dirty, self._dirty = self._dirty, set()
+        if "namespaces" in dirty:
+            ix.namespaces = {(o.get("metadata") or {}).get("name", "") for o in self.lister("namespaces")}
+        if "services" in dirty:
+            ix.services, ix.service_by_ip = build_services(self.lister("services"))
+        if "endpoints" in dirty:
+            ix.raw_endpoints = build_endpoints(self.lister("endpointslices"), self.lister("endpoints"))
+        if dirty & {"services", "endpoints", "pods", "merge"}:
+            ix.endpoints, ix.endpoint_names = merge_endpoints(ix.raw_endpoints, ix.services,
+                                                              self._pods.hostnamed.values())
+        ix.pods_by_ip = self._pods.by_ip
+        return ix
 
     # ------------------------------------------------------------------ question side
     def resolve(self, qname: dns.name.Name, qtype: int) -> Answer:
@@ -295,44 +406,50 @@ class ClusterRecords:
 
 
 # ---------------------------------------------------------------------------------- index building
-def build_index(lister: Lister) -> _Index:
-    namespaces = {(o.get("metadata") or {}).get("name", "") for o in lister("namespaces")}
+def build_services(objs: Iterable[Obj]) -> tuple[dict[tuple[str, str], Service], dict[str, tuple[str, str]]]:
     services: dict[tuple[str, str], Service] = {}
     service_by_ip: dict[str, tuple[str, str]] = {}
-    for o in lister("services"):
+    for o in objs:
         s = parse_service(o)
         services[(s.namespace, s.name)] = s
         for ip in s.cluster_ips:
             service_by_ip.setdefault(ip, (s.namespace, s.name))
-    endpoints: dict[tuple[str, str], list[Endpoint]] = {}
-    for o in lister("endpointslices"):
+    return services, service_by_ip
+
+
+def build_endpoints(slices: Iterable[Obj], endpoints: Iterable[Obj]) -> dict[tuple[str, str], list[Endpoint]]:
+    out: dict[tuple[str, str], list[Endpoint]] = {}
+    for o in slices:
         meta = o.get("metadata") or {}
         svc = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
         if svc and o.get("addressType", "IPv4") in ("IPv4", "IPv6"):
-            endpoints.setdefault((meta.get("namespace", "default"), svc), []).extend(slice_endpoints(o))
-    for o in lister("endpoints"):
+            out.setdefault((meta.get("namespace", "default"), svc), []).extend(slice_endpoints(o))
+    for o in endpoints:
         meta = o.get("metadata") or {}
         key = (meta.get("namespace", "default"), meta.get("name", ""))
-        if key not in endpoints:  # EndpointSlices win when a Service has both
-            endpoints[key] = endpoints_v1(o)
-    pods_by_ip: dict[str, list[tuple[str, str, str, str]]] = {}
-    for o in lister("pods"):
-        meta, spec, status = o.get("metadata") or {}, o.get("spec") or {}, o.get("status") or {}
-        if spec.get("hostNetwork") or status.get("phase") in ("Succeeded", "Failed"):
-            continue
-        ips = [p.get("ip") for p in status.get("podIPs") or []] or [status.get("podIP")]
-        ns, hostname, subdomain = meta.get("namespace", "default"), spec.get("hostname", ""), spec.get("subdomain", "")
-        for ip in filter(None, ips):
-            pods_by_ip.setdefault(ip, []).append((ns, meta.get("name", ""), hostname, subdomain))
-        svc = services.get((ns, subdomain)) if hostname and subdomain else None
-        if svc is not None and svc.headless and (_pod_ready(o) or svc.publish_not_ready):
-            _add_pod_hostname(endpoints.setdefault((ns, subdomain), []), svc, hostname, ips)
-    endpoint_names: dict[str, list[str]] = {}
-    for (ns, svc_name), eps in endpoints.items():
-        eps[:] = _dedup(eps)
-        for ep in eps:
-            endpoint_names.setdefault(ep.ip, []).append(f"{ep.label()}.{svc_name}.{ns}")
-    return _Index(namespaces, services, endpoints, service_by_ip, endpoint_names, pods_by_ip)
+        if key not in out:  # EndpointSlices win when a Service has both
+            out[key] = endpoints_v1(o)
+    return out
+
+
+def merge_endpoints(raw: dict[tuple[str, str], list[Endpoint]], services: dict[tuple[str, str], Service],
+                    hostnamed: Iterable[_Pod]) -> tuple[dict[tuple[str, str], list[Endpoint]], dict[str, list[str]]]:
+    """Deduplicated endpoints (copies), plus pods with hostname + subdomain of a headless Service."""
+    merged = {key: _dedup(eps) for key, eps in raw.items()}
+    for p in hostnamed:
+        svc = services.get((p.namespace, p.subdomain))
+        if svc is not None and svc.headless and (p.ready or svc.publish_not_ready):
+            _add_pod_hostname(merged.setdefault((p.namespace, p.subdomain), []), svc, p.hostname, list(p.ips))
+    names: dict[str, list[str]] = {}
+    for (ns, svc_name), eps in merged.items():
+        for e in eps:
+            names.setdefault(e.ip, []).append(f"{e.label()}.{svc_name}.{ns}")
+    return merged, names
+
+
+def build_index(lister: Lister) -> _Index:
+    """Every index at once from the lister (tests, benchmarks)."""
+    return ClusterRecords(lister).index()
 
 
 def parse_service(o: Obj) -> Service:

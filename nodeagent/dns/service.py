@@ -63,7 +63,7 @@ RESOURCES = {"services": "services", "endpointslices": "endpointslices.discovery
 
 
 class ClusterSource:
-    """One informer per kind; every event invalidates the records' indexes (handlers only record)."""
+    """One informer per kind; handlers only hand each event to `ClusterRecords.changed` (no I/O)."""
 
     def __init__(self, client: Client) -> None:
         self.informers = {kind: Informer(client, RESOURCES[kind]) for kind in KINDS}
@@ -72,8 +72,10 @@ class ClusterSource:
         return self.informers[kind].cache.values()
 
     def attach(self, records: ClusterRecords) -> None:
-        for inf in self.informers.values():
-            inf.add_handler(records.invalidate, records.invalidate, records.invalidate)
+        for kind, inf in self.informers.items():
+            inf.add_handler(lambda o, k=kind: records.changed(k, None, o),
+                            lambda old, new, k=kind: records.changed(k, old, new),
+                            lambda o, k=kind: records.changed(k, o, None))
 
     async def run(self, tg: asyncio.TaskGroup) -> None:
         """Start every informer in `tg` and return once each has delivered its first list."""

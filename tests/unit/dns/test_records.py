@@ -224,3 +224,38 @@ def test_changes_need_invalidate():
 def test_bad_pods_mode_rejected():
     with pytest.raises(ValueError):
         rec(pods="sometimes")
+
+
+def test_changed_drops_no_op_updates_and_indexes_pods_incrementally():
+    objs = world()
+    r = rec(objs)
+    assert values(ask(r, "9.9.244.10.in-addr.arpa", T.PTR)) == ["10-244-9-9.web.pod.cluster.local."]
+    lonely = objs["pods"][1]
+    touched = {**lonely, "status": {**lonely["status"], "containerStatuses": [{"name": "c", "restartCount": 1}]}}
+    gen = r.generation
+    assert not r.changed("pods", lonely, touched) and r.generation == gen  # nothing DNS reads
+    assert not r.changed("namespaces", objs["namespaces"][0], objs["namespaces"][0])
+    # a new StatefulSet-style pod: its hostname record and its PTR appear without a full rebuild
+    new = pod("db-7", "web", "10.244.1.7", hostname="db-7", subdomain="db")
+    objs["pods"].append(new)
+    assert r.changed("pods", None, new) and r.generation == gen + 1
+    assert values(ask(r, "db-7.db.web.svc.cluster.local")) == ["10.244.1.7"]
+    assert values(ask(r, "7.1.244.10.in-addr.arpa", T.PTR)) == ["db-7.db.web.svc.cluster.local."]
+    # it stops being ready: gone from the headless answers; deleted: its PTR falls through
+    unready = pod("db-7", "web", "10.244.1.7", hostname="db-7", subdomain="db", ready=False)
+    assert r.changed("pods", new, unready)
+    assert ask(r, "db-7.db.web.svc.cluster.local").rcode == NX
+    assert r.changed("pods", unready, None)
+    assert ask(r, "7.1.244.10.in-addr.arpa", T.PTR).forward
+    # a Service change rebuilds the Service part
+    svc = objs["services"][2]
+    moved = {**svc, "spec": {**svc["spec"], "clusterIP": "10.96.0.98", "clusterIPs": ["10.96.0.98"]}}
+    objs["services"][2] = moved
+    assert r.changed("services", svc, moved)
+    assert values(ask(r, "api.web.svc.cluster.local")) == ["10.96.0.98"]
+    # a slice update is seen; an identical one is not a change
+    sl = objs["endpointslices"][0]
+    grown = {**sl, "endpoints": [*sl["endpoints"], ep("10.244.1.9")]}
+    objs["endpointslices"][0] = grown
+    assert r.changed("endpointslices", sl, grown) and not r.changed("endpointslices", grown, dict(grown))
+    assert "10.244.1.9" in values(ask(r, "db.web.svc.cluster.local"))
