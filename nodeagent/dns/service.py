@@ -19,7 +19,7 @@ from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.dns.forward import Forwarder, parse_upstream, resolv_conf_nameservers
 from nodeagent.dns.records import KINDS, ClusterRecords, Obj
-from nodeagent.dns.server import Handler, run_listeners
+from nodeagent.dns.server import Handler, run_listeners, split_hostport
 
 log = logging.getLogger("nodeagent.dns")
 
@@ -91,8 +91,11 @@ async def run_dns(cfg: DNSConfig, client: Client, ready: asyncio.Event | None = 
     records = ClusterRecords(source.lister, cfg.cluster_domain, cfg.ttl, cfg.pods)
     source.attach(records)
     ups = cfg.upstream_addrs()
-    if not ups:
-        log.warning("dns: no upstream resolvers; names outside %s are refused", cfg.cluster_domain)
+    kept = [u for u in ups if not _is_self(u, split_hostport(cfg.listen))]
+    if kept != ups:
+        log.warning("dns: dropping upstreams that are this server (a forwarding loop): %s",
+                    [u for u in ups if u not in kept])
+        ups = kept
     handler = Handler(records, Forwarder(ups, cfg.upstream_timeout) if ups else None)
     bound = bound if bound is not None else []
     listening = asyncio.Event()
@@ -105,6 +108,14 @@ async def run_dns(cfg: DNSConfig, client: Client, ready: asyncio.Event | None = 
             await _register(cfg, client, bound[0])
         if ready is not None:
             ready.set()
+
+
+def _is_self(upstream: tuple[str, int], listen: tuple[str, int]) -> bool:
+    """An upstream this very server answers on: the listen address, or loopback when listening on all."""
+    if upstream == listen:
+        return True
+    return listen[0] in ("0.0.0.0", "", "::") and upstream[1] == listen[1] and \
+        (upstream[0].startswith("127.") or upstream[0] == "::1")
 
 
 async def _register(cfg: DNSConfig, client: Client, bound: tuple[str, int]) -> None:

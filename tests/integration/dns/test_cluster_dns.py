@@ -170,3 +170,29 @@ def test_reverse_lookup_outside_the_cluster_falls_through_to_upstream(dnsd, upst
     name = dns.reversename.from_address("198.51.100.99").to_text()
     r = ask(dnsd, name, T.PTR)
     assert r.rcode() == dns.rcode.NXDOMAIN and upstream.count(name) == 1
+
+
+def test_statefulset_pods_hostname_records_from_pod_specs(api, dnsd, objects):
+    """Pods with hostname + subdomain of a headless Service get `<hostname>.<svc>.<ns>.svc` once Ready."""
+    async def make(c):
+        await c.create("services", service("sts", NS, "None", [{"name": "web", "port": 80}]), NS)
+        for i in range(2):
+            p = await c.create("pods", {"apiVersion": "v1", "kind": "Pod",
+                                        "metadata": {"name": f"sts-{i}", "namespace": NS},
+                                        "spec": {"hostname": f"sts-{i}", "subdomain": "sts",
+                                                 "containers": [{"name": "c", "image": "busybox"}]}}, NS)
+            p["status"] = {"phase": "Running", "podIP": f"10.244.8.{i + 1}", "podIPs": [{"ip": f"10.244.8.{i + 1}"}],
+                           "conditions": [{"type": "Ready", "status": "True" if i == 0 else "False"}]}
+            await c.update_status("pods", p)
+    api(make)
+    name = f"sts-0.sts.{NS}.svc.cluster.local"
+    assert eventually(lambda: addrs(ask(dnsd, name)) == ["10.244.8.1"])
+    assert ask(dnsd, f"sts-1.sts.{NS}.svc.cluster.local").rcode() == dns.rcode.NXDOMAIN  # not Ready
+    assert addrs(ask(dnsd, dns.reversename.from_address("10.244.8.1").to_text(), T.PTR), T.PTR) == [name + "."]
+
+    async def ready(c):
+        p = await c.get("pods", "sts-1", NS)
+        p["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        await c.update_status("pods", p)
+    api(ready)
+    assert eventually(lambda: addrs(ask(dnsd, f"sts.{NS}.svc.cluster.local")) == ["10.244.8.1", "10.244.8.2"])

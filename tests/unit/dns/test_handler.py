@@ -163,3 +163,28 @@ def test_address_parsing(tmp_path):
     p.write_text("search x\nnameserver 192.0.2.1\nnameserver fe80::1%eth0\n")
     assert resolv_conf_nameservers(p) == [("192.0.2.1", 53), ("fe80::1", 53)]
     assert resolv_conf_nameservers(tmp_path / "missing") == []
+
+
+def test_config_from_a_server_config():
+    import types
+
+    from nodeagent.dns.service import DNSConfig
+
+    cfg = DNSConfig.from_any(types.SimpleNamespace(data_dir="/tmp/x", service_cluster_ip_range="10.100.0.0/16",
+                                                   advertise_address="192.0.2.5", dns_listen="127.0.0.1:5353",
+                                                   dns_ttl=5))
+    assert cfg.kubeconfig == "/tmp/x/admin.kubeconfig" and cfg.listen == "127.0.0.1:5353" and cfg.ttl == 5
+    assert cfg.register_service and cfg.advertise_address == "192.0.2.5"
+    assert cfg.service_cluster_ip_range == "10.100.0.0/16"
+    from nodeagent.dns.register import default_service_ip
+
+    assert default_service_ip(cfg.service_cluster_ip_range) == "10.100.0.10"
+    assert default_service_ip() == "10.96.0.10"
+    assert DNSConfig("k", upstreams=["127.0.0.1:5300"]).upstream_addrs() == [("127.0.0.1", 5300)]
+
+
+def test_upstreams_that_are_this_server_are_dropped():
+    from nodeagent.dns.service import _is_self
+
+    assert _is_self(("127.0.0.1", 53), ("0.0.0.0", 53)) and _is_self(("10.0.0.1", 5353), ("10.0.0.1", 5353))
+    assert not _is_self(("127.0.0.53", 53), ("127.0.0.1", 53)) and not _is_self(("192.0.2.1", 53), ("0.0.0.0", 53))
