@@ -40,6 +40,7 @@ class Stats:
     forwarded: int = 0
     truncated: int = 0
     errors: int = 0
+    dropped: int = 0
 
 
 class Handler:
@@ -159,12 +160,14 @@ class _UDP:
     per datagram). Replies are sent at once; a full socket buffer drops the reply, as UDP may."""
 
     BATCH = 64
+    MAX_PENDING = 1024  # forwarded questions in flight; past that new ones are dropped (clients retry)
 
     def __init__(self, handler: Handler, tg: asyncio.TaskGroup, sock: socket.socket) -> None:
         self.handler = handler
         self.tg = tg
         self.sock = sock
         self.closed = False
+        self.pending = 0
 
     def on_readable(self) -> None:
         for _ in range(self.BATCH):
@@ -184,6 +187,11 @@ class _UDP:
             if isinstance(out, bytes | bytearray):
                 self._send(out, addr)
             elif out is not None:
+                if self.pending >= self.MAX_PENDING:
+                    self.handler.stats.dropped += 1
+                    out.close()  # type: ignore[attr-defined]
+                    continue
+                self.pending += 1
                 self.tg.create_task(self._later(out, addr))
 
     def _send(self, out: bytes, addr: Any) -> None:
@@ -203,6 +211,8 @@ class _UDP:
             self.handler.stats.errors += 1
             log.exception("dns: forwarded query from %s", addr)
             return
+        finally:
+            self.pending -= 1
         if out is not None:
             self._send(out, addr)
 
