@@ -30,6 +30,8 @@ import dns.rcode
 import dns.rdata
 import dns.rdataclass
 import dns.rdatatype
+import dns.rdtypes.IN.A
+import dns.rdtypes.IN.AAAA
 import dns.rrset
 
 Obj = Mapping[str, Any]
@@ -253,7 +255,7 @@ class ClusterRecords:
     def _negative(self, rcode: int) -> Answer:
         return Answer(rcode=rcode, authority=[self.soa()])
 
-    def _zone_answer(self, qname: dns.name.Name, qtype: int, rest: list[str]) -> Answer:
+    def _zone_answer(self, qname: dns.name.Name, qtype: int, rest: list[str], depth: int = 0) -> Answer:
         if not rest and qtype == SOA:
             return Answer(answer=[self.soa()])
         if not rest and qtype == NS:
@@ -274,7 +276,7 @@ class ClusterRecords:
         if not found:
             return self._negative(dns.rcode.NXDOMAIN)
         if qtype in (A, AAAA):
-            return self._address_answer(qname, qtype, items)
+            return self._address_answer(qname, qtype, items, depth)
         if qtype == SRV:
             return self._srv_answer(qname, items)
         if qtype == CNAME:
@@ -282,13 +284,16 @@ class ClusterRecords:
             return Answer(answer=self._rrset(qname, names)) if names else self._negative(dns.rcode.NOERROR)
         return self._negative(dns.rcode.NOERROR)
 
-    def _address_answer(self, qname: dns.name.Name, qtype: int, items: list[tuple[str, int, str]]) -> Answer:
+    def _address_answer(self, qname: dns.name.Name, qtype: int, items: list[tuple[str, int, str]],
+                        depth: int = 0) -> Answer:
         for host, _, _ in items:
             if not _is_ip(host):  # ExternalName: CNAME, then the target's addresses
                 target = dns.name.from_text(host)
                 cname = dns.rrset.from_text(qname, self.ttl, IN, CNAME, target.to_text())
                 if target.is_subdomain(self.zone):
-                    inner = self._zone_answer(target, qtype, _rest_of(target, self.zone))
+                    if depth >= 8:  # an ExternalName loop inside the zone: the CNAME alone
+                        return Answer(answer=[cname])
+                    inner = self._zone_answer(target, qtype, _rest_of(target, self.zone), depth + 1)
                     return dataclasses.replace(inner, answer=[cname, *inner.answer], rcode=dns.rcode.NOERROR,
                                                authority=inner.authority if not inner.answer else [])
                 return Answer(answer=[cname], chase=target)
@@ -401,7 +406,12 @@ class ClusterRecords:
             if rrs is None:
                 rrs = by_type[rdtype] = dns.rrset.RRset(owner, IN, rdtype)
                 rrs.update_ttl(self.ttl)
-            rrs.add(dns.rdata.from_text(IN, rdtype, text))
+            if rdtype == A:  # the hot types built directly: from_text runs a tokenizer
+                rrs.add(dns.rdtypes.IN.A.A(IN, A, text))
+            elif rdtype == AAAA:
+                rrs.add(dns.rdtypes.IN.AAAA.AAAA(IN, AAAA, text))
+            else:
+                rrs.add(dns.rdata.from_text(IN, rdtype, text))
         return list(by_type.values())
 
 

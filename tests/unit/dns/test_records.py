@@ -259,3 +259,11 @@ def test_changed_drops_no_op_updates_and_indexes_pods_incrementally():
     objs["endpointslices"][0] = grown
     assert r.changed("endpointslices", sl, grown) and not r.changed("endpointslices", grown, dict(grown))
     assert "10.244.1.9" in values(ask(r, "db.web.svc.cluster.local"))
+
+
+def test_externalname_loop_inside_the_zone_ends():
+    objs = world()
+    objs["services"].append(service("loop", "web", None, [], type="ExternalName",
+                                    externalName="loop.web.svc.cluster.local"))
+    a = ask(rec(objs), "loop.web.svc.cluster.local")
+    assert a.rcode == OK and values(a, T.CNAME) == ["loop.web.svc.cluster.local."]
