@@ -294,7 +294,8 @@ class ClusterRecords:
                     if depth >= 8:  # an ExternalName loop inside the zone: the CNAME alone
                         return Answer(answer=[cname])
                     inner = self._zone_answer(target, qtype, _rest_of(target, self.zone), depth + 1)
-                    return dataclasses.replace(inner, answer=[cname, *inner.answer], rcode=dns.rcode.NOERROR,
+                    chain = [cname, *(rr for rr in inner.answer if rr != cname)]
+                    return dataclasses.replace(inner, answer=chain, rcode=dns.rcode.NOERROR,
                                                authority=inner.authority if not inner.answer else [])
                 return Answer(answer=[cname], chase=target)
         want = "." if qtype == A else ":"
