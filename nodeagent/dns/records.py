@@ -185,6 +185,11 @@ class ClusterRecords:
         self._index: _Index | None = None
         self._dirty: set[str] = set()
         self._pods: _PodIndex | None = None
+        self.synced = True  # False while the informers have not listed: no NXDOMAIN yet (SERVFAIL)
+
+    def set_synced(self) -> None:
+        self.synced = True
+        self.invalidate()
 
     # ------------------------------------------------------------------ change side
     def invalidate(self, *_: Any) -> None:
@@ -274,7 +279,7 @@ class ClusterRecords:
                 self._negative(dns.rcode.NOERROR)
         found, items = self._records(rest)
         if not found:
-            return self._negative(dns.rcode.NXDOMAIN)
+            return self._negative(dns.rcode.NXDOMAIN if self.synced else dns.rcode.SERVFAIL)
         if qtype in (A, AAAA):
             return self._address_answer(qname, qtype, items, depth)
         if qtype == SRV:

@@ -22,6 +22,7 @@ from nodeagent.dns.records import KINDS, ClusterRecords, Obj
 from nodeagent.dns.server import Handler, run_listeners, split_hostport
 
 log = logging.getLogger("nodeagent.dns")
+SYNC_WAIT = 5.0
 
 
 @dataclasses.dataclass
@@ -77,11 +78,22 @@ class ClusterSource:
                             lambda old, new, k=kind: records.changed(k, old, new),
                             lambda o, k=kind: records.changed(k, o, None))
 
-    async def run(self, tg: asyncio.TaskGroup) -> None:
-        """Start every informer in `tg` and return once each has delivered its first list."""
+    async def run(self, tg: asyncio.TaskGroup, records: ClusterRecords, wait: float | None = None) -> None:
+        """Start every informer in `tg`; return once each has delivered its first list, or after `wait`
+        seconds (CoreDNS's behaviour: serve anyway, SERVFAIL instead of NXDOMAIN until synced)."""
         for kind, inf in self.informers.items():
             tg.create_task(inf.run(), name=f"dns-informer-{kind}")
-        await asyncio.gather(*(inf.wait_synced() for inf in self.informers.values()))
+
+        async def all_synced() -> None:
+            await asyncio.gather(*(inf.wait_synced() for inf in self.informers.values()))
+            records.set_synced()
+
+        wait = SYNC_WAIT if wait is None else wait
+        synced = tg.create_task(all_synced(), name="dns-informers-synced")
+        done, _ = await asyncio.wait([synced], timeout=wait)
+        if not done:
+            log.warning("dns: the API is not listed yet after %.0fs; serving (SERVFAIL for unknown cluster "
+                        "names until it is)", wait)
 
 
 async def run_dns(cfg: DNSConfig, client: Client, ready: asyncio.Event | None = None,
@@ -89,6 +101,7 @@ async def run_dns(cfg: DNSConfig, client: Client, ready: asyncio.Event | None = 
     """Informers, then listeners; until cancelled. `bound` receives the (host, port) actually bound."""
     source = ClusterSource(client)
     records = ClusterRecords(source.lister, cfg.cluster_domain, cfg.ttl, cfg.pods)
+    records.synced = False
     source.attach(records)
     ups = cfg.upstream_addrs()
     kept = [u for u in ups if not _is_self(u, split_hostport(cfg.listen))]
@@ -100,8 +113,7 @@ async def run_dns(cfg: DNSConfig, client: Client, ready: asyncio.Event | None = 
     bound = bound if bound is not None else []
     listening = asyncio.Event()
     async with asyncio.TaskGroup() as tg:
-        await source.run(tg)
-        records.invalidate()
+        await source.run(tg, records)
         tg.create_task(run_listeners(handler, cfg.listen, listening, bound), name="dns-listeners")
         await listening.wait()
         if cfg.register_service:

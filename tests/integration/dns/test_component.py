@@ -59,3 +59,31 @@ async def test_component_registers_kube_dns_and_answers(server, upstream):
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
+
+
+async def test_serves_before_the_api_answers(upstream, monkeypatch):
+    """An apiserver that is not there: after the sync wait the server answers anyway, SERVFAIL for
+    cluster names it cannot deny yet, forwarded names as usual (CoreDNS's behaviour)."""
+    import nodeagent.dns.service as service
+
+    monkeypatch.setattr(service, "SYNC_WAIT", 0.3)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # nothing listens once closed
+    cfg = service.DNSConfig(kubeconfig="-", listen="127.0.0.1:0", upstreams=[f"127.0.0.1:{upstream.port}"])
+    ready, bound = asyncio.Event(), []
+    async with Client(f"https://127.0.0.1:{dead}", "t", insecure=True) as c:
+        task = asyncio.create_task(service.run_dns(cfg, c, ready, bound))
+        try:
+            await asyncio.wait_for(ready.wait(), 10)
+            port = bound[0][1]
+            q = dns.message.make_query("nope.default.svc.cluster.local", "A")
+            r = await dns.asyncquery.udp(q, "127.0.0.1", port=port, timeout=5)
+            assert r.rcode() == dns.rcode.SERVFAIL
+            r = await dns.asyncquery.udp(dns.message.make_query("www.example.test", "A"), "127.0.0.1", port=port,
+                                         timeout=5)
+            assert r.answer[0][0].to_text() == "203.0.113.10"
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task

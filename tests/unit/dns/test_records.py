@@ -267,3 +267,13 @@ def test_externalname_loop_inside_the_zone_ends():
                                     externalName="loop.web.svc.cluster.local"))
     a = ask(rec(objs), "loop.web.svc.cluster.local")
     assert a.rcode == OK and values(a, T.CNAME) == ["loop.web.svc.cluster.local."]
+
+
+def test_servfail_instead_of_nxdomain_until_synced():
+    r = rec()
+    r.synced = False
+    assert ask(r, "nope.web.svc.cluster.local").rcode == dns.rcode.SERVFAIL
+    assert values(ask(r, "api.web.svc.cluster.local")) == ["10.96.0.20"]
+    gen = r.generation
+    r.set_synced()
+    assert r.generation > gen and ask(r, "nope.web.svc.cluster.local").rcode == NX
