@@ -118,8 +118,16 @@ async def run_dns(cfg: DNSConfig, client: Client, ready: asyncio.Event | None = 
         await listening.wait()
         if cfg.register_service:
             await _register(cfg, client, bound[0])
+            tg.create_task(_repair(cfg, client, bound[0]), name="dns-register-repair")
         if ready is not None:
             ready.set()
+
+
+async def _repair(cfg: DNSConfig, client: Client, bound: tuple[str, int], interval: float = 30.0) -> None:
+    """Re-ensure the kube-dns Service and slice periodically (someone may delete or edit them)."""
+    while True:
+        await asyncio.sleep(interval)
+        await _register(cfg, client, bound)
 
 
 def _is_self(upstream: tuple[str, int], listen: tuple[str, int]) -> bool:
