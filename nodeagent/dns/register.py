@@ -45,20 +45,25 @@ def dns_endpoint_slice(ip: str, port: int) -> dict[str, Any]:
                       {"name": "dns-tcp", "port": port, "protocol": "TCP"}]}
 
 
-async def ensure_dns_service(client: Client, cluster_ip: str, endpoint_ip: str, port: int) -> str:
+async def ensure_dns_service(client: Client, cluster_ip: str, endpoint_ip: str, port: int,
+                             quiet: bool = False) -> str:
     """Create/repair the kube-dns Service and its slice; returns the Service's ClusterIP."""
+    changed = True
     try:
         svc = await client.create("services", dns_service(cluster_ip), NAMESPACE)
     except ClientError as e:
         if not e.already_exists:
             raise
         svc = await client.get("services", NAME, NAMESPACE)
+        changed = False
     have = (svc.get("spec") or {}).get("clusterIP", "")
     if have != cluster_ip:
-        log.warning("dns: %s/%s already has ClusterIP %s (wanted %s); keeping it", NAMESPACE, NAME, have, cluster_ip)
+        log.log(logging.DEBUG if quiet else logging.WARNING, "dns: %s/%s has ClusterIP %s (wanted %s); keeping it",
+                NAMESPACE, NAME, have, cluster_ip)
     want = dns_endpoint_slice(endpoint_ip, port)
     try:
         await client.create("endpointslices.discovery.k8s.io", want, NAMESPACE)
+        changed = True
     except ClientError as e:
         if not e.already_exists:
             raise
@@ -66,5 +71,10 @@ async def ensure_dns_service(client: Client, cluster_ip: str, endpoint_ip: str, 
         if (cur.get("endpoints"), cur.get("ports")) != (want["endpoints"], want["ports"]):
             cur.update(endpoints=want["endpoints"], ports=want["ports"])
             await client.update("endpointslices.discovery.k8s.io", cur, NAMESPACE)
-    log.info("dns: %s/%s %s -> %s:%d", NAMESPACE, NAME, have, endpoint_ip, port)
+            changed = True
+    if changed:
+        log.info("dns: %s/%s %s -> %s:%d", NAMESPACE, NAME, have, endpoint_ip, port)
+    return have
+    if changed or True:
+        log.info("dns: %s/%s %s -> %s:%d", NAMESPACE, NAME, have, endpoint_ip, port)
     return have

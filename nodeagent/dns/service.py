@@ -127,7 +127,7 @@ async def _repair(cfg: DNSConfig, client: Client, bound: tuple[str, int], interv
     """Re-ensure the kube-dns Service and slice periodically (someone may delete or edit them)."""
     while True:
         await asyncio.sleep(interval)
-        await _register(cfg, client, bound)
+        await _register(cfg, client, bound, quiet=True)
 
 
 def _is_self(upstream: tuple[str, int], listen: tuple[str, int]) -> bool:
@@ -138,7 +138,7 @@ def _is_self(upstream: tuple[str, int], listen: tuple[str, int]) -> bool:
         (upstream[0].startswith("127.") or upstream[0] == "::1")
 
 
-async def _register(cfg: DNSConfig, client: Client, bound: tuple[str, int]) -> None:
+async def _register(cfg: DNSConfig, client: Client, bound: tuple[str, int], quiet: bool = False) -> None:
     """kube-system/kube-dns → this server; retried until the apiserver takes it."""
     from nodeagent.apiserver.server import advertise_ip
     from nodeagent.dns.register import default_service_ip, ensure_dns_service
@@ -148,7 +148,7 @@ async def _register(cfg: DNSConfig, client: Client, bound: tuple[str, int]) -> N
     delay = 0.2
     while True:
         try:
-            await ensure_dns_service(client, service_ip, ip, bound[1])
+            await ensure_dns_service(client, service_ip, ip, bound[1], quiet)
             return
         except ClientError as e:
             log.warning("dns: registering kube-system/kube-dns: %s; retrying in %.1fs", e, delay)
