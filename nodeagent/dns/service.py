@@ -22,7 +22,8 @@ from nodeagent.dns.records import KINDS, ClusterRecords, Obj
 from nodeagent.dns.server import Handler, run_listeners, split_hostport
 
 log = logging.getLogger("nodeagent.dns")
-SYNC_WAIT = 5.0
+SYNC_WAIT = 5.0  # serve after this long even if the informers have not listed
+REPAIR_INTERVAL = 30.0  # re-ensure the kube-dns registration
 
 
 @dataclasses.dataclass
@@ -123,10 +124,10 @@ async def run_dns(cfg: DNSConfig, client: Client, ready: asyncio.Event | None = 
             ready.set()
 
 
-async def _repair(cfg: DNSConfig, client: Client, bound: tuple[str, int], interval: float = 30.0) -> None:
+async def _repair(cfg: DNSConfig, client: Client, bound: tuple[str, int]) -> None:
     """Re-ensure the kube-dns Service and slice periodically (someone may delete or edit them)."""
     while True:
-        await asyncio.sleep(interval)
+        await asyncio.sleep(REPAIR_INTERVAL)
         await _register(cfg, client, bound, quiet=True)
 
 

@@ -18,7 +18,10 @@ from nodeagent.dns.service import serve
 pytestmark = pytest.mark.e2e
 
 
-async def test_component_registers_kube_dns_and_answers(server, upstream):
+async def test_component_registers_kube_dns_and_answers(server, upstream, monkeypatch):
+    import nodeagent.dns.service as service
+
+    monkeypatch.setattr(service, "REPAIR_INTERVAL", 0.2)
     config = types.SimpleNamespace(data_dir=str(server.data_dir), service_cluster_ip_range="10.96.0.0/12",
                                    advertise_address=None, dns_listen="127.0.0.1:0",
                                    dns_upstreams=[f"127.0.0.1:{upstream.port}"])
@@ -49,6 +52,15 @@ async def test_component_registers_kube_dns_and_answers(server, upstream):
         assert [rd.to_text() for rd in (await a("ns.dns.cluster.local")).answer[0]] == ["10.96.0.10"]
         assert (await a("www.example.test")).answer[0][0].to_text() == "203.0.113.10"
         assert (await a("nope.default.svc.cluster.local")).rcode() == dns.rcode.NXDOMAIN
+        async with Client(server.url, server.token, ca_file=str(server.ca_file)) as c:  # deleted: repaired
+            await c.delete("endpointslices.discovery.k8s.io", "kube-dns-nodeagent-dns", "kube-system")
+            for _ in range(100):
+                await asyncio.sleep(0.1)
+                items = (await c.list("endpointslices.discovery.k8s.io", "kube-system"))["items"]
+                if any(i["metadata"]["name"] == "kube-dns-nodeagent-dns" for i in items):
+                    break
+            else:
+                pytest.fail("the kube-dns EndpointSlice was not recreated")
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
