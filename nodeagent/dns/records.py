@@ -255,7 +255,7 @@ class ClusterRecords:
     def soa(self) -> dns.rrset.RRset:
         rd = dns.rdata.from_text(IN, SOA, f"ns.dns.{self.domain}. hostmaster.{self.domain}. "
                                           f"{self.modified} 7200 1800 86400 {self.ttl}")
-        return dns.rrset.from_rdata(self.zone, self.ttl, rd)
+        return dns.rrset.from_rdata(self.zone, min(self.ttl, 300), rd)
 
     def _negative(self, rcode: int) -> Answer:
         return Answer(rcode=rcode, authority=[self.soa()])
@@ -294,17 +294,19 @@ class ClusterRecords:
         for host, _, _ in items:
             if not _is_ip(host):  # ExternalName: CNAME, then the target's addresses
                 target = dns.name.from_text(host)
+                if target == qname:
+                    continue  # x CNAME x: a direct loop, left out (CoreDNS)
                 cname = dns.rrset.from_text(qname, self.ttl, IN, CNAME, target.to_text())
-                if target.is_subdomain(self.zone):
-                    if depth >= 8:  # an ExternalName loop inside the zone: the CNAME alone
-                        return Answer(answer=[cname])
-                    inner = self._zone_answer(target, qtype, _rest_of(target, self.zone), depth + 1)
-                    chain = [cname, *(rr for rr in inner.answer if rr != cname)]
-                    return dataclasses.replace(inner, answer=chain, rcode=dns.rcode.NOERROR,
-                                               authority=inner.authority if not inner.answer else [])
-                return Answer(answer=[cname], chase=target)
+                if not target.is_subdomain(self.zone):
+                    return Answer(answer=[cname], chase=target)
+                if depth >= 7:  # a longer loop inside the zone
+                    continue
+                inner = self._zone_answer(target, qtype, _rest_of(target, self.zone), depth + 1)
+                if inner.answer:  # the CNAME only with what it leads to (CoreDNS)
+                    return Answer(answer=[cname, *(rr for rr in inner.answer if rr != cname)],
+                                  additional=inner.additional)
         want = "." if qtype == A else ":"
-        ips = [host for host, _, _ in items if want in host]
+        ips = [host for host, _, _ in items if want in host and _is_ip(host)]
         if not ips:
             return self._negative(dns.rcode.NOERROR)
         return Answer(answer=self._rrset(qname, [(qtype, ip) for ip in ips]))
@@ -316,7 +318,7 @@ class ClusterRecords:
         seen: dict[tuple[int, str], str] = {}
         for host, port, target in srv:
             seen.setdefault((port, target), host)
-        weight = max(1, 100 // len(seen))
+        weight = max(1, 100 // len(items))  # CoreDNS: 100 / every candidate, at least 1
         rrs = self._rrset(qname, [(SRV, f"0 {weight} {port} {target}.") for port, target in seen])
         extra: dict[str, list[tuple[int, str]]] = {}
         for (_, target), host in seen.items():

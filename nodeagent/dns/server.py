@@ -102,13 +102,16 @@ class Handler:
                                       additional=list(up.additional)), udp, self.stats, authoritative=False)
 
     async def _chase(self, q: dns.message.Message, ans: Answer, udp: bool) -> bytes | None:
-        """An ExternalName CNAME: append the target's records from upstream (as CoreDNS does)."""
-        extra = []
+        """An ExternalName CNAME: the CNAME plus the target's records from upstream; when no upstream
+        answers, NODATA (CoreDNS leaves the CNAME out when its lookup fails)."""
+        up = None
         if self.forwarder is not None and ans.chase is not None:
             up = await self.forwarder.resolve(ans.chase, q.question[0].rdtype)
-            if up is not None:
-                extra = list(up.answer)
-        return _answer_wire(q, dataclasses.replace(ans, answer=ans.answer + extra, chase=None), udp, self.stats)
+        if up is None:
+            ans = Answer(authority=[self.records.soa()])
+        else:
+            ans = dataclasses.replace(ans, answer=ans.answer + list(up.answer), chase=None)
+        return _answer_wire(q, ans, udp, self.stats)
 
 
 def _reply(q: dns.message.Message, rcode: int = dns.rcode.NOERROR, authoritative: bool = False) -> dns.message.Message:

@@ -188,3 +188,18 @@ def test_upstreams_that_are_this_server_are_dropped():
 
     assert _is_self(("127.0.0.1", 53), ("0.0.0.0", 53)) and _is_self(("10.0.0.1", 5353), ("10.0.0.1", 5353))
     assert not _is_self(("127.0.0.53", 53), ("127.0.0.1", 53)) and not _is_self(("192.0.2.1", 53), ("0.0.0.0", 53))
+
+
+async def test_externalname_without_an_upstream_answer_is_nodata():
+    objs = objects()
+    objs["services"].append(service("ext", "web", None, [], type="ExternalName", externalName="example.org"))
+    fw = Forwarder([("192.0.2.1", 53)])
+
+    async def down(qname, qtype, qclass):
+        return None
+
+    fw._ask = down
+    h = Handler(ClusterRecords(dict_lister(objs)), fw)
+    out = h.handle(query("ext.web.svc.cluster.local").to_wire(), True)
+    r = dns.message.from_wire(await out)
+    assert r.rcode() == dns.rcode.NOERROR and not r.answer and r.authority[0].rdtype == T.SOA

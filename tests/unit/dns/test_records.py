@@ -261,12 +261,16 @@ def test_changed_drops_no_op_updates_and_indexes_pods_incrementally():
     assert "10.244.1.9" in values(ask(r, "db.web.svc.cluster.local"))
 
 
-def test_externalname_loop_inside_the_zone_ends():
+def test_externalname_loops_and_dangling_targets_inside_the_zone_are_nodata():
     objs = world()
-    objs["services"].append(service("loop", "web", None, [], type="ExternalName",
-                                    externalName="loop.web.svc.cluster.local"))
-    a = ask(rec(objs), "loop.web.svc.cluster.local")
-    assert a.rcode == OK and values(a, T.CNAME) == ["loop.web.svc.cluster.local."]
+    objs["services"] += [service("loop", "web", None, [], type="ExternalName", externalName="loop.web.svc.cluster.local"),
+                         service("ping", "web", None, [], type="ExternalName", externalName="pong.web.svc.cluster.local"),
+                         service("pong", "web", None, [], type="ExternalName", externalName="ping.web.svc.cluster.local"),
+                         service("gone", "web", None, [], type="ExternalName", externalName="x.web.svc.cluster.local")]
+    for name in ("loop", "ping", "gone"):
+        a = ask(rec(objs), f"{name}.web.svc.cluster.local")
+        assert a.rcode == OK and not a.answer and a.authority[0].rdtype == T.SOA, name
+    assert values(ask(rec(objs), "loop.web.svc.cluster.local", T.CNAME)) == ["loop.web.svc.cluster.local."]
 
 
 def test_servfail_instead_of_nxdomain_until_synced():
