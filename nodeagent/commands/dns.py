@@ -28,13 +28,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
+    import sys
+    from pathlib import Path
 
     from nodeagent.dns.service import DNSConfig, serve
     from nodeagent.runner import Component, run_components
+
+    if not Path(args.kubeconfig).is_file():
+        print(f"nodeagent dns: no kubeconfig at {args.kubeconfig} (--kubeconfig)", file=sys.stderr)
+        return 1
 
     cfg = DNSConfig(kubeconfig=args.kubeconfig, listen=args.listen, cluster_domain=args.cluster_domain,
                     upstreams=args.upstream, ttl=args.ttl, pods=args.pods,
                     register_service=args.register_service, service_ip=args.service_ip,
                     advertise_address=args.advertise_address)
     del serve  # imported to fail early if the DNS server cannot load
-    return asyncio.run(run_components([Component("dns", "nodeagent.dns.service:serve", "the DNS issue")], cfg))
+    failed: OSError | None = None
+    try:
+        return asyncio.run(run_components([Component("dns", "nodeagent.dns.service:serve", "the DNS issue")], cfg))
+    except* OSError as eg:  # e.g. the address is in use, or port 53 needs root
+        failed = _first(eg)
+    print(f"nodeagent dns: cannot serve on {args.listen}: {failed}", file=sys.stderr)
+    return 1
+
+
+def _first(eg: BaseExceptionGroup) -> OSError:
+    e: BaseException = eg
+    while isinstance(e, BaseExceptionGroup):
+        e = e.exceptions[0]
+    return e  # type: ignore[return-value]

@@ -24,6 +24,7 @@ from nodeagent.dns.server import Handler, run_listeners, split_hostport
 log = logging.getLogger("nodeagent.dns")
 SYNC_WAIT = 5.0  # serve after this long even if the informers have not listed
 REPAIR_INTERVAL = 30.0  # re-ensure the kube-dns registration
+BIND_RETRY = 10.0  # as a server component: retry an address that cannot be bound
 
 
 @dataclasses.dataclass
@@ -40,13 +41,14 @@ class DNSConfig:
     service_ip: str | None = None  # None: the 10th address of service_cluster_ip_range
     service_cluster_ip_range: str = "10.96.0.0/12"
     advertise_address: str | None = None  # the kube-dns endpoint; None: the listen address or default route's
+    retry_bind: bool = False  # keep retrying an address in use (as a server component) instead of failing
 
     @classmethod
     def from_any(cls, config: Any) -> DNSConfig:
         if isinstance(config, DNSConfig):
             return config
         data_dir = Path(getattr(config, "data_dir", "/var/lib/nodeagent"))
-        kw: dict[str, Any] = {"register_service": True}
+        kw: dict[str, Any] = {"register_service": True, "retry_bind": True}
         for shared in ("service_cluster_ip_range", "advertise_address"):  # the server's own settings
             if getattr(config, shared, None) is not None:
                 kw[shared] = getattr(config, shared)
@@ -158,10 +160,21 @@ async def _register(cfg: DNSConfig, client: Client, bound: tuple[str, int], quie
 
 
 async def serve(config: Any, ready: asyncio.Event) -> None:
-    """The runner component: cluster DNS from the cluster's informers."""
+    """The runner component: cluster DNS from the cluster's informers. As a part of the server
+    (`retry_bind`), an address it cannot bind (port 53 taken) is retried instead of stopping the
+    whole control plane; `nodeagent dns` alone fails at once."""
     cfg = DNSConfig.from_any(config)
     client = Client.from_kubeconfig(cfg.kubeconfig)
     try:
-        await run_dns(cfg, client, ready)
+        while True:
+            try:
+                await run_dns(cfg, client, ready)
+                return
+            except* OSError as eg:
+                if not cfg.retry_bind:
+                    raise
+                log.error("dns: cannot serve on %s (%s); retrying in %.0fs", cfg.listen, eg.exceptions[0],
+                          BIND_RETRY)
+            await asyncio.sleep(BIND_RETRY)
     finally:
         await client.close()

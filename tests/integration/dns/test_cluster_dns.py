@@ -196,3 +196,17 @@ def test_statefulset_pods_hostname_records_from_pod_specs(api, dnsd, objects):
         await c.update_status("pods", p)
     api(ready)
     assert eventually(lambda: addrs(ask(dnsd, f"sts.{NS}.svc.cluster.local")) == ["10.244.8.1", "10.244.8.2"])
+
+
+def test_cli_reports_an_address_in_use(server):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        port = blocker.getsockname()[1]
+        p = subprocess.run([sys.executable, "-m", "nodeagent", "dns", "--kubeconfig", str(server.kubeconfig),
+                            "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and f"cannot serve on 127.0.0.1:{port}" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr

@@ -99,3 +99,30 @@ async def test_serves_before_the_api_answers(upstream, monkeypatch):
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
+
+
+async def test_component_retries_an_address_in_use(server, upstream, monkeypatch):
+    """As a server component, a taken port is retried (the control plane keeps running)."""
+    import nodeagent.dns.service as service
+
+    monkeypatch.setattr(service, "BIND_RETRY", 0.2)
+    blocker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    blocker.bind(("127.0.0.1", 0))
+    port = blocker.getsockname()[1]
+    config = types.SimpleNamespace(data_dir=str(server.data_dir), dns_listen=f"127.0.0.1:{port}",
+                                   dns_upstreams=[f"127.0.0.1:{upstream.port}"], dns_register_service=False)
+    ready = asyncio.Event()
+    task = asyncio.create_task(serve(config, ready))
+    try:
+        await asyncio.sleep(1.0)
+        assert not ready.is_set() and not task.done()  # still trying, not crashed
+        blocker.close()
+        await asyncio.wait_for(ready.wait(), 20)
+        r = await dns.asyncquery.udp(dns.message.make_query("kubernetes.default.svc.cluster.local", "A"),
+                                     "127.0.0.1", port=port, timeout=5)
+        assert r.answer
+    finally:
+        blocker.close()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
