@@ -96,7 +96,10 @@ class Forwarder:
                 self._store(key, resp)
             fut.set_result(resp)
             return resp
-        except BaseException as e:
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except Exception as e:
             fut.set_exception(e)
             fut.exception()  # retrieved: waiters re-raise it, nobody logs "never retrieved"
             raise

@@ -203,3 +203,26 @@ async def test_externalname_without_an_upstream_answer_is_nodata():
     out = h.handle(query("ext.web.svc.cluster.local").to_wire(), True)
     r = dns.message.from_wire(await out)
     assert r.rcode() == dns.rcode.NOERROR and not r.answer and r.authority[0].rdtype == T.SOA
+
+
+async def test_forwarder_shares_one_upstream_query_between_concurrent_askers():
+    import asyncio
+
+    fw = Forwarder([("192.0.2.1", 53)])
+    calls = []
+    gate = asyncio.Event()
+
+    async def slow(qname, qtype, qclass):
+        calls.append(qname)
+        await gate.wait()
+        r = dns.message.make_response(query(qname.to_text(), qtype))
+        r.answer.append(dns.rrset.from_text(qname, 60, "IN", "A", "198.51.100.8"))
+        return r
+
+    fw._ask = slow
+    name = dns.name.from_text("shared.example.org")
+    tasks = [asyncio.create_task(fw.resolve(name, T.A)) for _ in range(5)]
+    await asyncio.sleep(0)
+    gate.set()
+    out = await asyncio.gather(*tasks)
+    assert len(calls) == 1 and all(r.answer[0][0].to_text() == "198.51.100.8" for r in out)
