@@ -13,7 +13,8 @@ STAMPS := $(CACHE)/stamps
 # Debian packages: kernel tools, and the real peers the tests run against.
 APT_PACKAGES := iproute2 iptables nftables conntrack ipset ipvsadm kmod procps psmisc util-linux \
 	busybox-static file gcc libc6-dev ca-certificates \
-	containerd runc containernetworking-plugins etcd-server docker-registry skopeo podman iperf3 apache2-utils
+	containerd runc containernetworking-plugins etcd-server docker-registry skopeo podman iperf3 \
+	apache2-utils dnsmasq-base
 # Debian's kubectl 1.20, unpacked privately (installing it would replace the machine's kubectl).
 KUBECTL_120 := $(CACHE)/kubectl-1.20/usr/bin/kubectl
 
