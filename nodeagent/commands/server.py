@@ -8,6 +8,7 @@ import argparse
 OPTIONAL = {
     "scheduler": ("nodeagent.scheduler.service:serve", "the scheduler issue"),
     "controllers": ("nodeagent.controllers.manager:serve", "the controllers issue"),
+    "dns": ("nodeagent.dns.service:serve", "the DNS issue"),
 }
 
 

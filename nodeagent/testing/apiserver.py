@@ -48,7 +48,8 @@ class ServerProcess:
 
 
 def start_server(data_dir: Path, datastore: str = "memory", port: int = 0, extra: list[str] = (),  # type: ignore[assignment]
-                 timeout: float = 30) -> ServerProcess:
+                 timeout: float = 30, dns: bool = False) -> ServerProcess:
+    """A server on 127.0.0.1; without its DNS unless asked, so parallel test servers do not contend for :53."""
     data_dir.mkdir(parents=True, exist_ok=True)
     kc = data_dir / "admin.kubeconfig"
     if kc.exists():
@@ -56,7 +57,8 @@ def start_server(data_dir: Path, datastore: str = "memory", port: int = 0, extra
     log_path = data_dir / "server.log"
     logf = open(log_path, "ab")
     proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "server", "--data-dir", str(data_dir),
-                             "--bind-address", "127.0.0.1", "--port", str(port), "--datastore", datastore, *extra],
+                             "--bind-address", "127.0.0.1", "--port", str(port), "--datastore", datastore,
+                             *([] if dns else ["--without", "dns"]), *extra],
                             stdout=logf, stderr=subprocess.STDOUT)
     logf.close()
     deadline = time.monotonic() + timeout
