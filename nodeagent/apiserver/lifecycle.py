@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as dt
 import logging
 from typing import TYPE_CHECKING, Any
 
 from nodeagent.api import validation
+from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import errors
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.resources import Resource, all_resources, lookup
@@ -21,10 +21,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("nodeagent.apiserver")
 NAMESPACES = lookup("", "v1", "namespaces")
 PODS = lookup("", "v1", "pods")
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def establish_crd(reg: Registry, crd: dict[str, Any]) -> None:

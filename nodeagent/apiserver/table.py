@@ -6,16 +6,9 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from nodeagent.api.times import parse_time
+
 Col = tuple[str, str, int]  # name, type, priority (1 = only with -o wide)
-
-
-def parse_time(s: str | None) -> dt.datetime | None:
-    if not s:
-        return None
-    try:
-        return dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def human_duration(seconds: float) -> str:

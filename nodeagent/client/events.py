@@ -10,21 +10,17 @@ client-go's event correlator does. A full queue drops events, like client-go.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from nodeagent.api.times import now_rfc3339
 from nodeagent.client.rest import Client, ClientError
 
 log = logging.getLogger("nodeagent.events")
 
 REPEAT_WINDOW = 600.0
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,7 +68,7 @@ class EventRecorder:
         ref = item["ref"]
         ns = ref.get("namespace") or "default"
         key = (ref.get("uid"), ref.get("name"), ns, item["type"], item["reason"], item["message"])
-        now = _now()
+        now = now_rfc3339()
         seen = self._seen.get(key)
         if seen and time.monotonic() - seen[3] < REPEAT_WINDOW:
             _, name, count, _ = seen

@@ -9,30 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
 
+from nodeagent.api import times
 from nodeagent.client.rest import Client, ClientError
 
 log = logging.getLogger("nodeagent.client.leader")
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def _fmt(t: dt.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(s: str | None) -> dt.datetime | None:
-    if not s:
-        return None
-    try:
-        return dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 class LeaderElector:
@@ -43,15 +26,15 @@ class LeaderElector:
         self.is_leader = False
 
     async def try_acquire_or_renew(self) -> bool:
-        now = _now()
+        now = times.now()
         spec = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_duration),
-                "renewTime": _fmt(now)}
+                "renewTime": times.format_micro(now)}
         try:
             lease = await self.client.get("leases", self.name, self.namespace)
         except ClientError as e:
             if not e.not_found:
                 raise
-            spec["acquireTime"] = _fmt(now)
+            spec["acquireTime"] = times.format_micro(now)
             spec["leaseTransitions"] = 0
             try:
                 await self.client.create("leases", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -64,15 +47,15 @@ class LeaderElector:
                 raise
         cur = lease.get("spec") or {}
         holder = cur.get("holderIdentity")
-        renew = _parse(cur.get("renewTime")) or _parse(cur.get("acquireTime"))
+        renew = times.parse_time(cur.get("renewTime")) or times.parse_time(cur.get("acquireTime"))
         dur = cur.get("leaseDurationSeconds") or self.lease_duration
         if holder and holder != self.identity and renew and (now - renew).total_seconds() < dur:
             return False
         if holder == self.identity:
-            spec["acquireTime"] = cur.get("acquireTime") or _fmt(now)
+            spec["acquireTime"] = cur.get("acquireTime") or times.format_micro(now)
             spec["leaseTransitions"] = cur.get("leaseTransitions", 0)
         else:
-            spec["acquireTime"] = _fmt(now)
+            spec["acquireTime"] = times.format_micro(now)
             spec["leaseTransitions"] = cur.get("leaseTransitions", 0) + 1
         lease["spec"] = spec
         try:

@@ -8,15 +8,12 @@ import math
 from typing import Any
 
 from nodeagent.api.selectors import from_label_selector
+from nodeagent.api.times import now_rfc3339, parse_time
 from nodeagent.client.informer import SharedInformers
 from nodeagent.client.rest import ClientError
 from nodeagent.controllers import deployment as d
 from nodeagent.controllers import podutil
 from nodeagent.controllers.base import Controller, split_key
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class DeploymentController(Controller):
@@ -227,7 +224,7 @@ class DeploymentController(Controller):
                 raise
 
     def _conditions(self, dep: dict, new_rs: dict | None, st: dict[str, Any], current: list[dict]) -> list[dict]:
-        now = _now()
+        now = now_rfc3339()
         by_type = {c["type"]: c for c in current}
         _, max_unavailable = d.fenceposts(dep)
         available = st["availableReplicas"] >= d.replicas(dep) - max_unavailable
@@ -256,7 +253,7 @@ class DeploymentController(Controller):
             deadline = (dep.get("spec") or {}).get("progressDeadlineSeconds", 600)
             stalled = False
             if prev and prev.get("reason") == "ReplicaSetUpdated" and prev.get("lastUpdateTime"):
-                since = podutil.parse_time(prev["lastUpdateTime"])
+                since = parse_time(prev["lastUpdateTime"])
                 stalled = bool(since and (dt.datetime.now(dt.UTC) - since).total_seconds() > deadline)
             if stalled or (prev and prev.get("reason") == "ProgressDeadlineExceeded"):
                 put("Progressing", "False", "ProgressDeadlineExceeded",

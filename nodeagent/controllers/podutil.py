@@ -13,18 +13,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from nodeagent.api.selectors import Selector
+from nodeagent.api.times import parse_time
 
 POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 _PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}
-
-
-def parse_time(value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def controller_ref(obj: Mapping[str, Any]) -> dict | None:

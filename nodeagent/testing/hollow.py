@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import itertools
 
+from nodeagent.api.times import now_rfc3339
 from nodeagent.client.rest import Client, ClientError
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node_object(name: str, cpu: str = "32", memory: str = "128Gi", pods: str = "1000",
                 labels: dict[str, str] | None = None) -> dict:
-    now = _now()
+    now = now_rfc3339()
     capacity = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "100Gi"}
     return {
         "apiVersion": "v1", "kind": "Node",
@@ -100,7 +96,7 @@ class HollowNodes:
                 return
             status = pod.get("status") or {}
             if self.make_ready and status.get("phase") != "Running":
-                now = _now()
+                now = now_rfc3339()
                 pod["status"] = {**status, "phase": "Running", "hostIP": "127.0.0.1", "podIP": "10.244.0.2",
                                  "startTime": now,
                                  "conditions": [{"type": t, "status": "True", "lastTransitionTime": now}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from nodeagent.api.taints import tolerates
 from nodeagent.scheduler.framework import (
     ActionType,
     ClusterEvent,
@@ -20,20 +21,6 @@ from nodeagent.scheduler.framework import (
 )
 
 NAME = "TaintToleration"
-
-
-def tolerates(tol: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """corev1 Toleration.ToleratesTaint."""
-    eff = tol.get("effect") or ""
-    if eff and eff != taint.get("effect"):
-        return False
-    key = tol.get("key") or ""
-    if key and key != taint.get("key"):
-        return False
-    op = tol.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    return op == "Equal" and (tol.get("value") or "") == (taint.get("value") or "")
 
 
 def first_untolerated(taints: Iterable[Mapping[str, Any]], tolerations: list[Mapping[str, Any]]
