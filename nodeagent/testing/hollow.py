@@ -13,7 +13,11 @@ import contextlib
 import datetime as dt
 import itertools
 
+from nodeagent.api import taints as taintlib
+from nodeagent.api.selectors import node_matches_selector_terms
 from nodeagent.client.rest import Client, ClientError
+
+LEASE_NAMESPACE = "kube-node-lease"
 
 
 def _now() -> str:
@@ -41,17 +45,27 @@ def node_object(name: str, cpu: str = "32", memory: str = "128Gi", pods: str = "
 
 
 class HollowNodes:
-    def __init__(self, client: Client, names: list[str], bind: bool = False, ready: bool = True) -> None:
+    def __init__(self, client: Client, names: list[str], bind: bool = False, ready: bool = True,
+                 heartbeat: float = 0.0, labels: dict[str, dict[str, str]] | None = None) -> None:
         self.client = client
         self.names = names
         self.bind = bind
         self.make_ready = ready
+        self.heartbeat = heartbeat  # seconds between Lease renewals (0: no Leases)
+        self.labels = labels or {}
+        self.dead: set[str] = set()  # nodes that stopped: no heartbeat, no pod handling, never chosen
         self._next = itertools.cycle(names)
+        self._nodes: dict[str, dict] = {}
+        self._nodes_at = 0.0
+
+    def kill(self, name: str) -> None:
+        """The node's kubelet stops: its Lease is no longer renewed and its pods are left alone."""
+        self.dead.add(name)
 
     async def register(self) -> None:
         for n in self.names:
             with contextlib.suppress(ClientError):
-                await self.client.create("nodes", node_object(n))
+                await self.client.create("nodes", node_object(n, labels=self.labels.get(n)))
 
     async def remove(self) -> None:
         for n in self.names:
@@ -59,7 +73,69 @@ class HollowNodes:
                 await self.client.delete("nodes", n)
 
     async def run(self) -> None:
-        """Act on pods until cancelled (list, then watch from the list's resourceVersion)."""
+        """Act on pods (and renew Leases) until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            if self.heartbeat > 0:
+                tg.create_task(self._heartbeats())
+            tg.create_task(self._pods())
+
+    async def _heartbeats(self) -> None:
+        while True:
+            now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            for n in self.names:
+                if n in self.dead:
+                    continue
+                lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                         "metadata": {"name": n, "namespace": LEASE_NAMESPACE},
+                         "spec": {"holderIdentity": n, "leaseDurationSeconds": 40, "renewTime": now}}
+                try:
+                    try:
+                        await self.client.patch("leases", n, {"spec": lease["spec"]}, LEASE_NAMESPACE)
+                    except ClientError as e:
+                        if not e.not_found:
+                            raise
+                        await self.client.create("leases", lease, LEASE_NAMESPACE)
+                except ClientError:
+                    pass
+            await asyncio.sleep(self.heartbeat)
+
+    async def _node_cache(self) -> dict[str, dict]:
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._nodes_at > 0.3:
+            fresh = {}
+            for n in self.names:
+                with contextlib.suppress(ClientError):
+                    fresh[n] = await self.client.get("nodes", n)
+            self._nodes, self._nodes_at = fresh, loop.time()
+        return self._nodes
+
+    async def _choose(self, spec: dict) -> str | None:
+        """Round-robin over live nodes that fit the pod's nodeSelector, required affinity and taints."""
+        plain = not (spec.get("nodeSelector") or spec.get("affinity"))
+        nodes = await self._node_cache()
+        for _ in range(len(self.names)):
+            n = next(self._next)
+            if n in self.dead:
+                continue
+            node = nodes.get(n)
+            if node is None:
+                continue
+            if taintlib.first_untolerated((node.get("spec") or {}).get("taints") or [], spec.get("tolerations") or [],
+                                          ("NoSchedule", "NoExecute")):
+                continue
+            if plain:
+                return n
+            labels = node["metadata"].get("labels") or {}
+            if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+                continue
+            required = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                         .get("requiredDuringSchedulingIgnoredDuringExecution")) or {}).get("nodeSelectorTerms")
+            if required and not node_matches_selector_terms(node, required):
+                continue
+            return n
+        return None
+
+    async def _pods(self) -> None:
         while True:
             try:
                 listed = await self.client.list("pods")
@@ -78,9 +154,11 @@ class HollowNodes:
         try:
             if not node:
                 if self.bind and not meta.get("deletionTimestamp"):
-                    await self.client.bind(meta["namespace"], meta["name"], next(self._next))
+                    target = await self._choose(spec)
+                    if target:
+                        await self.client.bind(meta["namespace"], meta["name"], target)
                 return
-            if node not in self.names:
+            if node not in self.names or node in self.dead:
                 return
             if meta.get("deletionTimestamp"):
                 await self.client.delete("pods", meta["name"], meta["namespace"], grace_period=0)
