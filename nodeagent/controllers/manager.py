@@ -17,6 +17,7 @@ from nodeagent.client.events import EventRecorder
 from nodeagent.client.leader import LeaderElector
 from nodeagent.client.rest import Client
 from nodeagent.controllers.base import Controller, SharedInformers
+from nodeagent.controllers.daemonset_controller import DaemonSetController
 from nodeagent.controllers.deployment_controller import DeploymentController
 from nodeagent.controllers.gc_controller import GarbageCollector
 from nodeagent.controllers.nodeipam_controller import NodeIpamController
@@ -29,7 +30,7 @@ log = logging.getLogger("nodeagent.controllers")
 
 CONTROLLERS: tuple[type[Controller], ...] = (
     ReplicaSetController, DeploymentController, GarbageCollector, NodeLifecycleController, NodeIpamController,
-    PodGCController,
+    PodGCController, DaemonSetController,
 )
 
 

@@ -57,6 +57,7 @@ class HollowNodes:
         self._next = itertools.cycle(names)
         self._nodes: dict[str, dict] = {}
         self._nodes_at = 0.0
+        self._unbound: dict[tuple[str, str], dict] = {}  # pods no node fit yet: tried again
 
     def kill(self, name: str) -> None:
         """The node's kubelet stops: its Lease is no longer renewed and its pods are left alone."""
@@ -78,6 +79,16 @@ class HollowNodes:
             if self.heartbeat > 0:
                 tg.create_task(self._heartbeats())
             tg.create_task(self._pods())
+            if self.bind:
+                tg.create_task(self._retry_unbound())
+
+    async def _retry_unbound(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            for key, pod in list(self._unbound.items()):
+                self._unbound.pop(key, None)
+                with contextlib.suppress(ClientError):
+                    await self._handle(pod)
 
     async def _heartbeats(self) -> None:
         while True:
@@ -143,6 +154,9 @@ class HollowNodes:
                     await self._handle(pod)
                 async for ev in self.client.watch("pods", resource_version=listed["metadata"]["resourceVersion"],
                                                   timeout_seconds=300):
+                    if ev["type"] == "DELETED":
+                        m = ev["object"]["metadata"]
+                        self._unbound.pop((m.get("namespace"), m.get("name")), None)
                     if ev["type"] in ("ADDED", "MODIFIED"):
                         await self._handle(ev["object"])
             except ClientError:
@@ -157,6 +171,8 @@ class HollowNodes:
                     target = await self._choose(spec)
                     if target:
                         await self.client.bind(meta["namespace"], meta["name"], target)
+                    else:
+                        self._unbound[(meta["namespace"], meta["name"])] = pod
                 return
             if node not in self.names or node in self.dead:
                 return
