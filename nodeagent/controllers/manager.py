@@ -17,9 +17,11 @@ from nodeagent.client.events import EventRecorder
 from nodeagent.client.leader import LeaderElector
 from nodeagent.client.rest import Client
 from nodeagent.controllers.base import Controller, SharedInformers
+from nodeagent.controllers.cronjob_controller import CronJobController
 from nodeagent.controllers.daemonset_controller import DaemonSetController
 from nodeagent.controllers.deployment_controller import DeploymentController
 from nodeagent.controllers.gc_controller import GarbageCollector
+from nodeagent.controllers.job_controller import JobController
 from nodeagent.controllers.nodeipam_controller import NodeIpamController
 from nodeagent.controllers.nodelifecycle_controller import NodeLifecycleController
 from nodeagent.controllers.options import ControllerOptions
@@ -30,7 +32,7 @@ log = logging.getLogger("nodeagent.controllers")
 
 CONTROLLERS: tuple[type[Controller], ...] = (
     ReplicaSetController, DeploymentController, GarbageCollector, NodeLifecycleController, NodeIpamController,
-    PodGCController, DaemonSetController,
+    PodGCController, DaemonSetController, JobController, CronJobController,
 )
 
 

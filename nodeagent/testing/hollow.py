@@ -180,7 +180,7 @@ class HollowNodes:
                 await self.client.delete("pods", meta["name"], meta["namespace"], grace_period=0)
                 return
             status = pod.get("status") or {}
-            if self.make_ready and status.get("phase") != "Running":
+            if self.make_ready and status.get("phase") not in ("Running", "Succeeded", "Failed"):
                 now = _now()
                 pod["status"] = {**status, "phase": "Running", "hostIP": "127.0.0.1", "podIP": "10.244.0.2",
                                  "startTime": now,
