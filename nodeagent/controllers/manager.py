@@ -27,12 +27,14 @@ from nodeagent.controllers.nodelifecycle_controller import NodeLifecycleControll
 from nodeagent.controllers.options import ControllerOptions
 from nodeagent.controllers.podgc_controller import PodGCController
 from nodeagent.controllers.replicaset_controller import ReplicaSetController
+from nodeagent.controllers.statefulset_controller import StatefulSetController
 
 log = logging.getLogger("nodeagent.controllers")
 
 CONTROLLERS: tuple[type[Controller], ...] = (
     ReplicaSetController, DeploymentController, GarbageCollector, NodeLifecycleController, NodeIpamController,
     PodGCController, DaemonSetController, JobController, CronJobController,
+    StatefulSetController,
 )
 
 

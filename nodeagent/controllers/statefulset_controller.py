@@ -1,0 +1,31 @@
+"""The StatefulSet loop: stable <name>-<ordinal> pods, created and removed in order (decisions in statefulset.py)."""
+
+from __future__ import annotations
+
+from nodeagent.controllers import podutil, statefulset
+from nodeagent.controllers.base import split_key
+from nodeagent.controllers.workload_base import PodOwnerController
+
+
+class StatefulSetController(PodOwnerController):
+    name = "statefulset"
+    resource = "statefulsets"
+    kind = "StatefulSet"
+
+    async def reconcile(self, key: str) -> None:
+        ns, name = split_key(key)
+        sts = self.owners.get(name, ns)
+        if sts is None:
+            return
+        p = statefulset.plan(sts, self.owned_pods(sts))
+        if self.expectations.satisfied(key) and not podutil.is_terminating(sts):
+            rev = statefulset.revision(sts)
+            if p.create:
+                self.expectations.expect(key, adds=len(p.create))
+                for i in p.create:
+                    await self.create_pod(key, sts, statefulset.pod_for_ordinal(sts, i, rev))
+            if p.delete:
+                self.expectations.expect(key, deletes=len(p.delete))
+                for pod in p.delete:
+                    await self.delete_pod(key, sts, pod)
+        await self.write_status(sts, p.status)
