@@ -26,7 +26,9 @@ from nodeagent.controllers.nodeipam_controller import NodeIpamController
 from nodeagent.controllers.nodelifecycle_controller import NodeLifecycleController
 from nodeagent.controllers.options import ControllerOptions
 from nodeagent.controllers.podgc_controller import PodGCController
+from nodeagent.controllers.quota_controller import ResourceQuotaController
 from nodeagent.controllers.replicaset_controller import ReplicaSetController
+from nodeagent.controllers.serviceaccount_controller import ServiceAccountController
 from nodeagent.controllers.statefulset_controller import StatefulSetController
 
 log = logging.getLogger("nodeagent.controllers")
@@ -34,7 +36,7 @@ log = logging.getLogger("nodeagent.controllers")
 CONTROLLERS: tuple[type[Controller], ...] = (
     ReplicaSetController, DeploymentController, GarbageCollector, NodeLifecycleController, NodeIpamController,
     PodGCController, DaemonSetController, JobController, CronJobController,
-    StatefulSetController,
+    StatefulSetController, ServiceAccountController, ResourceQuotaController,
 )
 
 
