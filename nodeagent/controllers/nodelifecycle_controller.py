@@ -81,6 +81,9 @@ class NodeLifecycleController(Controller):
                 self.log.info("zone %r is now %s", zone.replace("\x00", ""), state)
             self.limiter.set_rate(zone, rates[zone])
         self.zone_states = states
+        not_ready = {n["metadata"]["name"] for n in nodes if nl.ready_status(n) != "True"}
+        if not_ready:
+            await self._mark_pods_not_ready(not_ready, now_iso)
         for node in nodes:
             allow = nl.needs_no_execute_taint(node) and self.limiter.try_take(nl.zone_key(node))
             taints = nl.reconcile_taints(node, now_iso, allow)
@@ -102,6 +105,21 @@ class NodeLifecycleController(Controller):
         self.log.info("node %s: no heartbeat for %.0fs, Ready is now Unknown", name, self.tracker.silent_for(name))
         self.recorder.record(node, "Normal", "NodeNotReady", f"Node {name} status is now: NodeNotReady")
         return updated
+
+    async def _mark_pods_not_ready(self, node_names: set[str], now_iso: str) -> None:
+        """Pods on nodes that are not Ready stop counting as Ready (Endpoints drop them)."""
+        for pod in self.pods.list():
+            if (pod.get("spec") or {}).get("nodeName") not in node_names:
+                continue
+            status = nl.not_ready_pod_status(pod, now_iso)
+            if status is None:
+                continue
+            try:
+                await self.client.update_status("pods", {**pod, "status": status})
+                self.recorder.record(pod, "Warning", "NodeNotReady", "Node is not ready")
+            except ClientError as e:
+                if not (e.not_found or e.conflict):
+                    raise
 
     async def _set_taints(self, node: dict, taints: list[dict]) -> None:
         meta = node["metadata"]

@@ -161,3 +161,25 @@ def test_podgc_decisions():
     done = [pod(f"t{i}", "n1", "Succeeded", f"2026-01-01T00:00:0{i}Z") for i in range(5)]
     assert [p["metadata"]["name"] for p in podgc.terminated_over_threshold(done, 3)] == ["t0", "t1"]
     assert podgc.terminated_over_threshold(done, 0) == []
+
+
+async def test_pods_on_an_unknown_node_are_marked_not_ready():
+    ctl, inf, client, rec, clock = make(2)
+    for name, node_name in (("a", "n0"), ("b", "n1")):
+        inf.get("pods").put({"kind": "Pod", "apiVersion": "v1",
+                             "metadata": {"name": name, "namespace": "d", "uid": name},
+                             "spec": {"nodeName": node_name},
+                             "status": {"phase": "Running", "conditions": [
+                                 {"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]}})
+    for _ in range(10):
+        heartbeat(inf, ["n1"], clock)
+        await ctl.monitor_once()
+        clock.advance(5)
+
+    def ready(name):
+        return {c["type"]: c["status"] for c in inf.get("pods").get(name, "d")["status"]["conditions"]}
+    assert ready("a") == {"Ready": "False", "ContainersReady": "False"}
+    assert ready("b") == {"Ready": "True", "ContainersReady": "True"}
+    n_writes = len([c for c in client.calls if c[:2] == ("status", "pods")])
+    await ctl.monitor_once()  # idempotent: no second write
+    assert len([c for c in client.calls if c[:2] == ("status", "pods")]) == n_writes == 1
