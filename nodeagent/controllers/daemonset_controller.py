@@ -28,9 +28,12 @@ class DaemonSetController(PodOwnerController):
         ds = self.owners.get(name, ns)
         if ds is None:
             return
-        p = daemonset.plan(ds, self.nodes.list(), self.owned_pods(ds), self.options.wall())
+        pods = self.owned_pods(ds)
+        p = daemonset.plan(ds, self.nodes.list(), pods, self.options.wall())
+        rev = daemonset.revision_hash(ds)
+        if not podutil.is_terminating(ds):
+            await self.sync_revisions(ds, f"{name}-{rev}", rev, pods)
         if self.expectations.satisfied(key) and not podutil.is_terminating(ds):
-            rev = daemonset.revision_hash(ds)
             if p.create:
                 self.expectations.expect(key, adds=len(p.create))
                 await asyncio.gather(*(self.create_pod(key, ds, daemonset.pod_for_node(ds, n, rev))

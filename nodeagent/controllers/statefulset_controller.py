@@ -17,9 +17,12 @@ class StatefulSetController(PodOwnerController):
         sts = self.owners.get(name, ns)
         if sts is None:
             return
-        p = statefulset.plan(sts, self.owned_pods(sts))
+        pods = self.owned_pods(sts)
+        p = statefulset.plan(sts, pods)
+        rev = statefulset.revision(sts)
+        if not podutil.is_terminating(sts):
+            await self.sync_revisions(sts, rev, rev, pods)
         if self.expectations.satisfied(key) and not podutil.is_terminating(sts):
-            rev = statefulset.revision(sts)
             if p.create:
                 self.expectations.expect(key, adds=len(p.create))
                 for i in p.create:

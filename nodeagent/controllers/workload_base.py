@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from nodeagent.client.rest import ClientError
-from nodeagent.controllers import podutil
+from nodeagent.controllers import podutil, revisions
 from nodeagent.controllers.base import Controller, Expectations, SharedInformers
 
 
@@ -20,6 +20,7 @@ class PodOwnerController(Controller):
         super().__init__(client, informers, recorder, options)
         self.owners = informers.get(self.resource)
         self.pods = informers.get("pods")
+        informers.get("controllerrevisions")
         self.expectations = Expectations(self.options.clock)
         self.owners.add_handler(self.enqueue, lambda old, new: self.enqueue(new),
                                 lambda o: self.expectations.forget(f"{o['metadata'].get('namespace')}/"
@@ -79,6 +80,27 @@ class PodOwnerController(Controller):
             self.recorder.record(owner, "Warning", "FailedDelete", f"Error deleting: {e.message}")
             raise
         self.recorder.record(owner, "Normal", "SuccessfulDelete", f"Deleted pod: {meta['name']}")
+
+    async def sync_revisions(self, owner: dict, name: str, hash_value: str, pods: list[dict]) -> int:
+        """Keep the owner's ControllerRevisions (kubectl rollout history/undo); returns the current number."""
+        crs = self.informers.get("controllerrevisions")
+        uid, ns = owner["metadata"].get("uid"), owner["metadata"].get("namespace")
+        mine = [r for r in crs.list() if r["metadata"].get("namespace") == ns
+                and (podutil.controller_ref(r) or {}).get("uid") == uid]
+        in_use = {((p.get("metadata") or {}).get("labels") or {}).get(revisions.HASH_LABEL) for p in pods}
+        p = revisions.plan(owner, name, hash_value, mine, in_use)
+        try:
+            if p.create is not None:
+                await self.client.create("controllerrevisions", p.create, ns)
+            if p.renumber is not None:
+                rev, number = p.renumber
+                await self.client.patch("controllerrevisions", rev["metadata"]["name"], {"revision": number}, ns)
+            for r in p.delete:
+                await self.client.delete("controllerrevisions", r["metadata"]["name"], ns)
+        except ClientError as e:
+            if not (e.already_exists or e.not_found or e.conflict):
+                raise
+        return p.number
 
     async def write_status(self, owner: dict, status: dict[str, Any]) -> None:
         merged = {**(owner.get("status") or {}), **status}

@@ -56,6 +56,18 @@ async def test_daemonset_one_pod_per_eligible_node_and_rollout(server, version):
         assert {p["spec"]["containers"][0]["image"] for p in pods} == {"a:2"}
         st = (await client.get("daemonsets", "agent", ns))["status"]
         assert st["desiredNumberScheduled"] == 3 and st["updatedNumberScheduled"] == 3 and st["numberReady"] == 3
+        hist = (await run("-n", ns, "rollout", "history", "daemonset/agent")).stdout
+        assert [ln.split()[0] for ln in hist.splitlines() if ln[:1].isdigit()] == ["1", "2"], hist
+        await run("-n", ns, "rollout", "undo", "daemonset/agent")
+        out = (await run("-n", ns, "rollout", "status", "daemonset/agent", "--timeout=60s")).stdout
+        assert "successfully rolled out" in out
+
+        async def back():
+            pods = await pods_of(client, ns, "agent")
+            return len(pods) == 3 and {p["spec"]["containers"][0]["image"] for p in pods} == {"a:1"}
+        await eventually(back)
+        crs = [c for c in (await client.list("controllerrevisions", ns))["items"]]
+        assert sorted(c["revision"] for c in crs) == [2, 3]  # the first template came back as revision 3
         reasons = {e["reason"] for e in (await client.list("events", ns))["items"]
                    if e["involvedObject"]["name"] == "agent"}
         assert {"SuccessfulCreate", "SuccessfulDelete"} <= reasons

@@ -79,6 +79,17 @@ async def test_statefulset_ordered_stable_and_partitioned_rollout(server, versio
         assert DONE(out), out  # kubectl says "partitioned roll out complete" whenever rollingUpdate is set
         assert {image(p) for p in (await sts_pods(client, ns)).values()} == {"nginx:1.16.1"}
 
+        hist = (await run("-n", ns, "rollout", "history", "statefulset/web")).stdout
+        assert [ln.split()[0] for ln in hist.splitlines() if ln[:1].isdigit()] == ["1", "2"], hist
+        await run("-n", ns, "rollout", "undo", "statefulset/web")
+        out = (await run("-n", ns, "rollout", "status", "statefulset/web", "--timeout=60s")).stdout
+        assert DONE(out), out
+
+        async def undone():
+            pods = await sts_pods(client, ns)
+            return len(pods) == 3 and {image(p) for p in pods.values()} == {"nginx:1.14.2"}
+        await eventually(undone)
+
         await run("-n", ns, "scale", "statefulset/web", "--replicas=1")
 
         async def scaled_down():
