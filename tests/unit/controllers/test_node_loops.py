@@ -183,3 +183,35 @@ async def test_pods_on_an_unknown_node_are_marked_not_ready():
     n_writes = len([c for c in client.calls if c[:2] == ("status", "pods")])
     await ctl.monitor_once()  # idempotent: no second write
     assert len([c for c in client.calls if c[:2] == ("status", "pods")]) == n_writes == 1
+
+
+async def test_partially_disrupted_large_zone_uses_the_secondary_rate_small_zone_stops():
+    # z1: 6 nodes (large with threshold 5), 4 go silent -> PartialDisruption -> 0.01 node/s.
+    # z2: 3 nodes stay healthy, so not every zone is down.
+    def zone(i):
+        return "z1" if i < 6 else "z2"
+    live = [f"n{i}" for i in range(4, 9)]
+    ctl, inf, client, rec, clock = make(9, zone_of=zone, large_cluster_size_threshold=5,
+                                        node_eviction_rate=0.1, secondary_node_eviction_rate=0.01)
+    for _ in range(10):
+        heartbeat(inf, live, clock)
+        await ctl.monitor_once()
+        clock.advance(5)
+    assert ctl.zone_states[next(z for z in ctl.zone_states if z.endswith("z1"))] == "PartialDisruption"
+    counts = []
+    for _ in range(60):  # 300 s of fake time: at 0.01/s at most one token after the first (burst 1) is spent
+        heartbeat(inf, live, clock)
+        await ctl.monitor_once()
+        counts.append(sum((t.UNREACHABLE, "NoExecute") in taints_of(inf, f"n{i}") for i in range(4)))
+        clock.advance(5)
+    # the first taint went on when the zone turned (a full bucket); the next come 100 s apart
+    assert set(counts[:17]) == {1}  # 5..90 s later: still one
+    assert 3 <= counts[-1] <= 4  # 300 s later: 1 + 300 * 0.01
+
+    # the same disruption with a small-cluster threshold: a small partially disrupted zone is not tainted at all
+    ctl, inf, client, rec, clock = make(9, zone_of=zone, large_cluster_size_threshold=50)
+    for _ in range(70):
+        heartbeat(inf, live, clock)
+        await ctl.monitor_once()
+        clock.advance(5)
+    assert sum((t.UNREACHABLE, "NoExecute") in taints_of(inf, f"n{i}") for i in range(4)) == 0
