@@ -46,12 +46,12 @@ def node_object(name: str, cpu: str = "32", memory: str = "128Gi", pods: str = "
 
 class HollowNodes:
     def __init__(self, client: Client, names: list[str], bind: bool = False, ready: bool = True,
-                 heartbeat: float = 0.0, labels: dict[str, dict[str, str]] | None = None) -> None:
+                 heartbeat: float = 10.0, labels: dict[str, dict[str, str]] | None = None) -> None:
         self.client = client
         self.names = names
         self.bind = bind
         self.make_ready = ready
-        self.heartbeat = heartbeat  # seconds between Lease renewals (0: no Leases)
+        self.heartbeat = heartbeat  # seconds between Lease renewals (0: none; then the node goes Unknown)
         self.labels = labels or {}
         self.dead: set[str] = set()  # nodes that stopped: no heartbeat, no pod handling, never chosen
         self._next = itertools.cycle(names)
