@@ -13,7 +13,7 @@ from tests.integration.controllers.conftest import cluster_env, eventually, pods
 
 pytestmark = pytest.mark.slow
 
-FAST = ControllerOptions(node_monitor_period=0.3, node_monitor_grace_period=3.0, node_eviction_rate=10.0,
+FAST = ControllerOptions(node_monitor_period=0.3, node_monitor_grace_period=5.0, node_eviction_rate=10.0,
                          pod_gc_period=0.5, cluster_cidr="10.200.0.0/16", node_cidr_mask_size=24)
 
 
