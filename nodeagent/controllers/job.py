@@ -18,12 +18,14 @@ from nodeagent.controllers import podutil
 from nodeagent.controllers.options import iso
 
 JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
 
 
 @dataclasses.dataclass
 class Plan:
     create: int = 0
+    create_indexes: list[int] = dataclasses.field(default_factory=list)  # Indexed mode: which indexes to start
     delete: list[Mapping[str, Any]] = dataclasses.field(default_factory=list)
     status: dict = dataclasses.field(default_factory=dict)
     finished: str | None = None  # "Complete" / "Failed" when this sync finishes the Job
@@ -106,6 +108,10 @@ def plan(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: dt.date
                 "Job was active longer than specified deadline"
         else:
             out.requeue_after = left
+    if spec.get("completionMode") == "Indexed" and completions is not None:
+        done_idx = succeeded_indexes(pods, int(completions))
+        st["succeeded"] = succeeded = max(len(done_idx), int(old.get("succeeded") or 0))
+        st["completedIndexes"] = format_indexes(done_idx)
     if out.finished is None:
         done = succeeded >= int(completions) if completions is not None else (succeeded > 0 and not active)
         if done:
@@ -121,6 +127,10 @@ def plan(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: dt.date
             st["completionTime"] = iso(now)
         return out
 
+    if spec.get("completionMode") == "Indexed" and completions is not None:
+        _plan_indexed(out, active, pods, int(completions), 0 if suspended else parallelism, failed, failed_pods,
+                      now, backoff_base, backoff_max)
+        return out
     if suspended:
         wanted = 0
     elif completions is None:
@@ -138,6 +148,77 @@ def plan(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: dt.date
         else:
             out.create = wanted - len(active)
     return out
+
+
+def pod_index(pod: Mapping[str, Any]) -> int | None:
+    meta = pod.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(INDEX_KEY) or (meta.get("labels") or {}).get(INDEX_KEY)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def succeeded_indexes(pods: Iterable[Mapping[str, Any]], completions: int) -> set[int]:
+    return {i for p in pods if _phase(p) == "Succeeded" and (i := pod_index(p)) is not None and 0 <= i < completions}
+
+
+def format_indexes(indexes: Iterable[int]) -> str:
+    """status.completedIndexes: sorted ranges, "0-2,4"."""
+    out, run = [], []
+    for i in sorted(set(indexes)):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [i]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def _plan_indexed(out: Plan, active: list[Mapping[str, Any]], pods: list[Mapping[str, Any]], completions: int,
+                  parallelism: int, failed: int, failed_pods: list[Mapping[str, Any]], now: dt.datetime,
+                  base: float, cap: float) -> None:
+    """Indexed mode: one pod per index not yet succeeded, lowest first, at most `parallelism` at once."""
+    done = succeeded_indexes(pods, completions)
+    running: dict[int, Mapping[str, Any]] = {}
+    for p in sorted(active, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
+        i = pod_index(p)
+        if i is None or not 0 <= i < completions or i in done or i in running:
+            out.delete.append(p)  # invalid, finished or duplicate index
+        else:
+            running[i] = p
+    extra = len(running) - parallelism
+    if extra > 0:
+        for i in sorted(running, reverse=True)[:extra]:
+            out.delete.append(running.pop(i))
+    pending = [i for i in range(completions) if i not in done and i not in running]
+    room = parallelism - len(running)
+    if room <= 0 or not pending:
+        return
+    delay = backoff_delay(failed, base, cap)
+    last = max((t for t in (_finished_at(p) for p in failed_pods) if t), default=None)
+    wait = (last.timestamp() + delay - now.timestamp()) if (delay and last) else 0.0
+    if wait > 0:
+        out.requeue_after = min(wait, out.requeue_after or wait)
+        return
+    out.create_indexes = pending[:room]
+
+
+def indexed_pod(pod: dict, job_name: str, index: int) -> dict:
+    """Stamp a pod for one completion index: annotation, label, hostname, JOB_COMPLETION_INDEX."""
+    meta = pod["metadata"]
+    meta["generateName"] = f"{job_name}-{index}-"
+    meta.setdefault("annotations", {})[INDEX_KEY] = str(index)
+    meta.setdefault("labels", {})[INDEX_KEY] = str(index)
+    pod["spec"].setdefault("hostname", f"{job_name}-{index}")
+    for c in [*(pod["spec"].get("initContainers") or []), *(pod["spec"].get("containers") or [])]:
+        env = [e for e in c.get("env") or [] if e.get("name") != "JOB_COMPLETION_INDEX"]
+        env.append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
+        c["env"] = env
+    return pod
 
 
 def ttl_left(job: Mapping[str, Any], now: dt.datetime) -> float | None:

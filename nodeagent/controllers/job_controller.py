@@ -43,6 +43,13 @@ class JobController(PodOwnerController):
                     pod = podutil.pod_from_template(template, job, ns or "default", name,
                                                     jobs.pod_template_labels(job))
                     await self.create_pod(key, job, pod)
+            if p.create_indexes:
+                self.expectations.expect(key, adds=len(p.create_indexes))
+                template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
+                for i in p.create_indexes:
+                    pod = podutil.pod_from_template(template, job, ns or "default", name,
+                                                    jobs.pod_template_labels(job))
+                    await self.create_pod(key, job, jobs.indexed_pod(pod, name, i))
             if p.delete:
                 self.expectations.expect(key, deletes=len(p.delete))
                 for pod in p.delete:

@@ -158,3 +158,21 @@ async def _n(client, ns, job, n, phase=None):
     if phase and any((p.get("status") or {}).get("phase") != phase for p in active):
         return None
     return active if len(active) == n else None
+
+
+async def test_indexed_job_completes_every_index(server):
+    async with cluster_env(server) as env:
+        client, ns = env.client, env.ns
+        await client.create("jobs", job_body("idx", ns, parallelism=2, completions=3, completionMode="Indexed"), ns)
+        finished: set[str] = set()
+        while len(finished) < 3:
+            pods = await eventually(lambda: _n(client, ns, "idx", min(2, 3 - len(finished)), phase="Running"))
+            for p in pods:
+                index = p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+                assert index not in finished and p["spec"]["hostname"] == f"idx-{index}"
+                assert {"name": "JOB_COMPLETION_INDEX", "value": index} in p["spec"]["containers"][0]["env"]
+                await finish(client, p, "Succeeded")
+                finished.add(index)
+        assert finished == {"0", "1", "2"}
+        assert await eventually(lambda: condition(client, ns, "idx")) == "Complete"
+        assert (await client.get("jobs", "idx", ns))["status"]["completedIndexes"] == "0-2"

@@ -137,3 +137,30 @@ def test_cronjob_history_limits_and_saw_completed():
     assert sorted(x["metadata"]["name"] for x in p.delete_history) == ["bad0", "ok0"]
     assert ("Normal", "SawCompletedJob", "Saw completed job: ok3, status: Complete") in p.events
     assert p.status["lastSuccessfulTime"] == j.iso(at(900 + 10))
+
+
+def ipod(index, phase="Running", ts="2026-01-01T00:00:00Z"):
+    return {"metadata": {"name": f"p{index}-{phase}", "creationTimestamp": ts,
+                         "annotations": {j.INDEX_KEY: str(index)}}, "spec": {}, "status": {"phase": phase}}
+
+
+def test_indexed_job_runs_each_index_once_lowest_first():
+    spec = job(parallelism=2, completions=5, completionMode="Indexed")
+    p = j.plan(spec, [], T0)
+    assert p.create_indexes == [0, 1] and p.create == 0
+    p = j.plan(spec, [ipod(0, "Succeeded"), ipod(1), ipod(3, "Succeeded")], T0)
+    assert p.create_indexes == [2] and p.status["completedIndexes"] == "0,3" and p.status["succeeded"] == 2
+    p = j.plan(spec, [ipod(1), ipod(1, ts="2026-01-01T00:00:09Z"), ipod(0, "Succeeded")], T0)
+    assert [x["metadata"]["name"] for x in p.delete] == ["p1-Running"] and len(p.delete) == 1
+    p = j.plan(spec, [ipod(i, "Succeeded") for i in range(5)], T0)
+    assert p.finished == "Complete" and p.status["completedIndexes"] == "0-4"
+    assert j.format_indexes([5, 1, 2, 3, 7, 8]) == "1-3,5,7-8"
+
+
+def test_indexed_pod_carries_its_index():
+    pod = {"metadata": {"labels": {}}, "spec": {"containers": [{"name": "c", "env": [{"name": "A", "value": "1"}]}]}}
+    out = j.indexed_pod(pod, "work", 3)
+    assert out["metadata"]["generateName"] == "work-3-" and out["spec"]["hostname"] == "work-3"
+    assert out["metadata"]["annotations"][j.INDEX_KEY] == "3" and out["metadata"]["labels"][j.INDEX_KEY] == "3"
+    assert out["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"},
+                                                   {"name": "JOB_COMPLETION_INDEX", "value": "3"}]
