@@ -44,7 +44,31 @@ def pod_for_ordinal(sts: Mapping[str, Any], i: int, rev: str) -> dict:
     pod["spec"]["hostname"] = name
     if spec.get("serviceName"):
         pod["spec"]["subdomain"] = spec["serviceName"]
+    claims = {c["metadata"]["name"]: claim_name(sts, c, i) for c in spec.get("volumeClaimTemplates") or []}
+    if claims:  # updateStorage: each template's volume points at this ordinal's own claim
+        vols = [v for v in pod["spec"].get("volumes") or [] if v.get("name") not in claims]
+        vols += [{"name": t, "persistentVolumeClaim": {"claimName": c}} for t, c in claims.items()]
+        pod["spec"]["volumes"] = vols
     return pod
+
+
+def claim_name(sts: Mapping[str, Any], template: Mapping[str, Any], i: int) -> str:
+    """<template>-<set>-<ordinal>: the claim that follows an ordinal across pod re-creations."""
+    return f"{template['metadata']['name']}-{sts['metadata']['name']}-{i}"
+
+
+def claims_for(sts: Mapping[str, Any], i: int) -> list[dict]:
+    """The PersistentVolumeClaims ordinal `i` needs (created before its pod, never deleted with it)."""
+    spec = sts.get("spec") or {}
+    labels = dict(((spec.get("selector") or {}).get("matchLabels")) or {})
+    out = []
+    for t in spec.get("volumeClaimTemplates") or []:
+        tmeta = t.get("metadata") or {}
+        out.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": claim_name(sts, t, i), "namespace": sts["metadata"].get("namespace"),
+                                 "labels": {**(tmeta.get("labels") or {}), **labels}},
+                    "spec": copy.deepcopy(t.get("spec") or {})})
+    return out
 
 
 def _running_ready(pod: Mapping[str, Any]) -> bool:

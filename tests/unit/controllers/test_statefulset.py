@@ -79,3 +79,16 @@ def test_partitioned_rolling_update():
     assert st["currentRevision"] == r2 and st["currentReplicas"] == 3 and st["readyReplicas"] == 3
     # an unhealthy pod stops the rollout
     assert s.plan(new, [pod(0, r1), pod(1, r1, ready=False), pod(2, r1)]).delete == []
+
+
+def test_volume_claim_templates_give_each_ordinal_its_claim():
+    x = sts()
+    x["spec"]["volumeClaimTemplates"] = [{"metadata": {"name": "www"},
+                                          "spec": {"accessModes": ["ReadWriteOnce"],
+                                                   "resources": {"requests": {"storage": "1Gi"}}}}]
+    p = s.pod_for_ordinal(x, 1, "r")
+    assert {"name": "www", "persistentVolumeClaim": {"claimName": "www-web-1"}} in p["spec"]["volumes"]
+    claims = s.claims_for(x, 1)
+    assert [c["metadata"]["name"] for c in claims] == ["www-web-1"]
+    assert claims[0]["metadata"]["labels"] == {"app": "w"} and claims[0]["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert "ownerReferences" not in claims[0]["metadata"]  # claims outlive the pods and the set (Retain)
