@@ -27,6 +27,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "that stops renewing it (default: %(default)s)")
     p.add_argument("--advertise-address", default=None,
                    help="IP other nodes reach this server on (default: the bind address, or the default route's)")
+    c = p.add_argument_group("controllers")
+    c.add_argument("--controllers", default="*",
+                   help="controllers to run: '*' all, 'name' adds, '-name' removes, 'none' (default: %(default)s)")
+    c.add_argument("--cluster-cidr", default="10.244.0.0/16", help="pod range node podCIDRs come from")
+    c.add_argument("--node-cidr-mask-size", type=int, default=24, help="size of each node's podCIDR")
+    c.add_argument("--node-monitor-period", type=float, default=5.0, help="seconds between node health checks")
+    c.add_argument("--node-monitor-grace-period", type=float, default=40.0,
+                   help="seconds without heartbeat before a node is Unknown (default: %(default)s)")
+    c.add_argument("--node-eviction-rate", type=float, default=0.1, help="nodes/s tainted in a healthy zone")
+    c.add_argument("--secondary-node-eviction-rate", type=float, default=0.01,
+                   help="nodes/s tainted in a partially disrupted large zone")
+    c.add_argument("--unhealthy-zone-threshold", type=float, default=0.55, help="not-ready share of a disrupted zone")
+    c.add_argument("--large-cluster-size-threshold", type=int, default=50, help="nodes in a zone to count as large")
+    c.add_argument("--terminated-pod-gc-threshold", type=int, default=12500,
+                   help="terminated pods kept before PodGC deletes the oldest (0: never)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +54,16 @@ def run(args: argparse.Namespace) -> int:
                        datastore=args.datastore, service_cluster_ip_range=args.service_cluster_ip_range,
                        advertise_address=args.advertise_address, lease_duration=args.lease_duration)
     del serve  # imported to fail early if the apiserver cannot load
+    from nodeagent.controllers.options import ControllerOptions
+
+    cfg.controllers = args.controllers  # type: ignore[attr-defined]  # read by the controller manager
+    cfg.controller_options = ControllerOptions(  # type: ignore[attr-defined]
+        cluster_cidr=args.cluster_cidr, node_cidr_mask_size=args.node_cidr_mask_size,
+        node_monitor_period=args.node_monitor_period, node_monitor_grace_period=args.node_monitor_grace_period,
+        node_eviction_rate=args.node_eviction_rate, secondary_node_eviction_rate=args.secondary_node_eviction_rate,
+        unhealthy_zone_threshold=args.unhealthy_zone_threshold,
+        large_cluster_size_threshold=args.large_cluster_size_threshold,
+        terminated_pod_gc_threshold=args.terminated_pod_gc_threshold)
     components = [Component("apiserver", "nodeagent.apiserver.server:serve", "the apiserver issue")]
     components += [Component(name, target, issue, after=("apiserver",))
                    for name, (target, issue) in OPTIONAL.items() if name not in args.without]

@@ -16,6 +16,7 @@ from typing import Any
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import SharedInformers, key_of
 from nodeagent.client.rest import Client
+from nodeagent.controllers.options import ControllerOptions
 from nodeagent.controllers.workqueue import ShutDown, WorkQueue
 
 MAX_RETRIES = 15
@@ -70,8 +71,10 @@ class Controller:
     name = "controller"
     workers = 2
 
-    def __init__(self, client: Client, informers: SharedInformers, recorder: EventRecorder) -> None:
+    def __init__(self, client: Client, informers: SharedInformers, recorder: EventRecorder,
+                 options: ControllerOptions | None = None) -> None:
         self.client = client
+        self.options = options or ControllerOptions()
         self.informers = informers
         self.recorder = recorder
         self.queue = WorkQueue()

@@ -20,8 +20,8 @@ class DeploymentController(Controller):
     name = "deployment"
     workers = 2
 
-    def __init__(self, client, informers: SharedInformers, recorder) -> None:
-        super().__init__(client, informers, recorder)
+    def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:
+        super().__init__(client, informers, recorder, options)
         self.deployments = informers.get("deployments")
         self.rss = informers.get("replicasets")
         self.pods = informers.get("pods")

@@ -22,8 +22,8 @@ class EndpointsController(Controller):
     name = "endpoints"
     workers = 2
 
-    def __init__(self, client, informers: SharedInformers, recorder) -> None:
-        super().__init__(client, informers, recorder)
+    def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:
+        super().__init__(client, informers, recorder, options)
         self.services = informers.get("services")
         self.pods = informers.get("pods")
         self.endpoints = informers.get("endpoints")

@@ -27,8 +27,8 @@ class GarbageCollector(Controller):
     name = "garbagecollector"
     workers = 4
 
-    def __init__(self, client, informers: SharedInformers, recorder, resources=RESOURCES) -> None:
-        super().__init__(client, informers, recorder)
+    def __init__(self, client, informers: SharedInformers, recorder, options=None, resources=RESOURCES) -> None:
+        super().__init__(client, informers, recorder, options)
         self.resources = resources
         self._kind_to_resource: dict[str, str] = {}
         self._uids: dict[str, str] = {}  # uid -> informer cache key, for every watched object

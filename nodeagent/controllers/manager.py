@@ -18,22 +18,58 @@ from nodeagent.client.informer import SharedInformers
 from nodeagent.client.leader import LeaderElector
 from nodeagent.client.rest import Client
 from nodeagent.controllers.base import Controller
+from nodeagent.controllers.cronjob_controller import CronJobController
+from nodeagent.controllers.daemonset_controller import DaemonSetController
 from nodeagent.controllers.deployment_controller import DeploymentController
 from nodeagent.controllers.endpoints_controller import EndpointsController
 from nodeagent.controllers.gc_controller import GarbageCollector
+from nodeagent.controllers.job_controller import JobController
+from nodeagent.controllers.nodeipam_controller import NodeIpamController
+from nodeagent.controllers.nodelifecycle_controller import NodeLifecycleController
+from nodeagent.controllers.options import ControllerOptions
+from nodeagent.controllers.podgc_controller import PodGCController
+from nodeagent.controllers.quota_controller import ResourceQuotaController
 from nodeagent.controllers.replicaset_controller import ReplicaSetController
+from nodeagent.controllers.serviceaccount_controller import ServiceAccountController
+from nodeagent.controllers.statefulset_controller import StatefulSetController
 
 log = logging.getLogger("nodeagent.controllers")
 
-CONTROLLERS = (ReplicaSetController, DeploymentController, GarbageCollector, EndpointsController)
+CONTROLLERS: tuple[type[Controller], ...] = (
+    ReplicaSetController, DeploymentController, GarbageCollector, NodeLifecycleController, NodeIpamController,
+    PodGCController, DaemonSetController, JobController, CronJobController,
+    StatefulSetController, ServiceAccountController, ResourceQuotaController, EndpointsController,
+)
+
+
+def select(spec: str | None) -> tuple[type[Controller], ...]:
+    """kube-controller-manager's --controllers: `*` all, `name` adds, `-name` removes, `none` nothing."""
+    if spec is None:
+        return CONTROLLERS
+    chosen: list[type[Controller]] = []
+    by_name = {c.name: c for c in CONTROLLERS}
+    for word in (w.strip() for w in spec.split(",")):
+        if not word or word == "none":
+            continue
+        if word == "*":
+            chosen += [c for c in CONTROLLERS if c not in chosen]
+        elif word.startswith("-"):
+            chosen = [c for c in chosen if c.name != word[1:]] if word != "-*" else []
+        elif word in by_name:
+            if by_name[word] not in chosen:
+                chosen.append(by_name[word])
+        else:
+            raise ValueError(f"unknown controller {word!r} (known: {', '.join(by_name)})")
+    return tuple(chosen)
 
 
 async def run_controllers(client: Client, ready: asyncio.Event | None = None,
-                          controllers: tuple[type[Controller], ...] = CONTROLLERS) -> None:
+                          controllers: tuple[type[Controller], ...] = CONTROLLERS,
+                          options: ControllerOptions | None = None) -> None:
     """All controllers until cancelled (no leader election: tests and single servers)."""
     informers = SharedInformers(client)
     recorder = EventRecorder(client, "controller-manager", socket.gethostname())
-    instances = [cls(client, informers, recorder) for cls in controllers]
+    instances = [cls(client, informers, recorder, options) for cls in controllers]
     async with asyncio.TaskGroup() as tg:
         tg.create_task(recorder.run(), name="events")
         await informers.run(tg)
@@ -47,10 +83,16 @@ async def run_controllers(client: Client, ready: asyncio.Event | None = None,
 async def serve(config: Any, ready: asyncio.Event) -> None:
     """The `nodeagent up/server` component."""
     kubeconfig = Path(getattr(config, "data_dir", "/var/lib/nodeagent")) / "admin.kubeconfig"
+    chosen = select(getattr(config, "controllers", None))
+    options = getattr(config, "controller_options", None) or ControllerOptions()
+    if not chosen:
+        log.info("no controllers enabled")
+        ready.set()
+        return
     client = Client.from_kubeconfig(kubeconfig)
     try:
         elector = LeaderElector(client, "nodeagent-controller-manager", f"{socket.gethostname()}-{id(client):x}")
         ready.set()
-        await elector.run(lambda: run_controllers(client))
+        await elector.run(lambda: run_controllers(client, controllers=chosen, options=options))
     finally:
         await client.close()

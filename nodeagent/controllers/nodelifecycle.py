@@ -230,3 +230,23 @@ def pods_to_evict(pods: Iterable[Mapping[str, Any]], node: Mapping[str, Any], ta
         else:
             next_check = at if next_check is None else min(next_check, at)
     return due, next_check
+
+
+def not_ready_pod_status(pod: Mapping[str, Any], now_iso: str) -> dict | None:
+    """MarkPodsNotReady: the pod's status with Ready False, or None when it is already so (or finished)."""
+    status = dict(pod.get("status") or {})
+    if status.get("phase") in ("Succeeded", "Failed") or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    conds = [dict(c) for c in status.get("conditions") or []]
+    changed = False
+    for c in conds:
+        if c.get("type") in ("Ready", "ContainersReady") and c.get("status") != "False":
+            c.update(status="False", reason="NodeNotReady" if c["type"] == "Ready" else c.get("reason"),
+                     lastTransitionTime=now_iso)
+            if c["type"] == "Ready":
+                c["message"] = "the node this pod runs on is not ready"
+            changed = True
+    if not changed:
+        return None
+    status["conditions"] = conds
+    return status

@@ -18,8 +18,8 @@ class ReplicaSetController(Controller):
     name = "replicaset"
     workers = 4
 
-    def __init__(self, client, informers: SharedInformers, recorder) -> None:
-        super().__init__(client, informers, recorder)
+    def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:
+        super().__init__(client, informers, recorder, options)
         self.rss = informers.get("replicasets")
         self.pods = informers.get("pods")
         self.expectations = Expectations()

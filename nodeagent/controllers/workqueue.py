@@ -138,8 +138,11 @@ class WorkQueue:
             # No await between the check above and clear(): a concurrent add cannot be missed.
             self._wake.clear()
             timeout = max(0.0, self._waiting[0][0] - self.clock()) if self._waiting else None
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that arrives as the
+            # event fires, leaving a worker waiting forever and its controller unable to stop.
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

@@ -3,83 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-import subprocess
-import time
-from pathlib import Path
 
 import pytest
 
-from nodeagent.client.rest import Client, ClientError
-from nodeagent.controllers.manager import run_controllers
-from nodeagent.testing.apiserver import start_server
-from nodeagent.testing.hollow import HollowNodes
-from tests.harness.resources import unique
+from nodeagent.client.rest import ClientError
+from tests.integration.controllers.conftest import eventually, kubectl, pods_of, template
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[3]
-KUBECTLS = {"1.32": shutil.which("kubectl") or "/usr/bin/kubectl",
-            "1.20": str(REPO / ".cache/kubectl-1.20/usr/bin/kubectl")}
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    # The controllers under test run in this process; the server must not run its own as well.
-    srv = start_server(tmp_path_factory.mktemp("ctl-apiserver"), extra=["--without", "controllers",
-                                                                        "--without", "scheduler"])
-    yield srv
-    assert srv.stop() == 0, srv.log()
-
-
-@pytest.fixture
-async def cluster(server):
-    """A client, the controllers, and hollow nodes that bind and run pods; a fresh namespace."""
-    client = Client.from_kubeconfig(server.kubeconfig)
-    ns = unique("ns").lower()
-    await client.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    nodes = HollowNodes(client, [f"{ns}-n1", f"{ns}-n2"], bind=True)
-    await nodes.register()
-    ready = asyncio.Event()
-    async with asyncio.TaskGroup() as tg:
-        ctl = tg.create_task(run_controllers(client, ready))
-        hollow = tg.create_task(nodes.run())
-        await asyncio.wait_for(ready.wait(), 30)
-        try:
-            yield client, ns
-        finally:
-            ctl.cancel()
-            hollow.cancel()
-    with contextlib.suppress(ClientError):
-        await client.delete("namespaces", ns)
-    await nodes.remove()
-    await client.close()
-
-
-async def eventually(fn, within=30.0, interval=0.1):
-    deadline = time.monotonic() + within
-    last = None
-    while time.monotonic() < deadline:
-        last = await fn()
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"condition not reached in {within}s (last: {last!r})")
-
-
 def labels_of(kind: str, name: str) -> dict:
     return {"app": f"{kind}-{name}"}
-
-
-def template(app: str, image: str = "localhost/busybox:latest") -> dict:
-    return {"metadata": {"labels": {"app": app}},
-            "spec": {"containers": [{"name": "c", "image": image, "command": ["sleep", "3600"]}]}}
-
-
-async def pods_of(client, ns, app):
-    items = (await client.list("pods", ns, label_selector=f"app={app}"))["items"]
-    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
 
 async def test_replicaset_keeps_count_replaces_and_scales(cluster):
@@ -132,16 +65,6 @@ async def test_replicaset_adopts_orphans_and_releases_relabelled(cluster):
         p = await client.get("pods", "orphan", ns)
         return not p["metadata"].get("ownerReferences") and len(await pods_of(client, ns, "adopt")) == 2
     await eventually(released)
-
-
-def kubectl(version, server, *args, check=True, input=None):
-    binary = KUBECTLS[version]
-    if not Path(binary).exists():
-        pytest.skip(f"kubectl {version} not found at {binary} (run make install)")
-    p = subprocess.run([binary, *args], capture_output=True, text=True, env=server.env(), timeout=120, input=input)
-    if check:
-        assert p.returncode == 0, f"kubectl {' '.join(args)}: {p.stdout}\n{p.stderr}"
-    return p
 
 
 @pytest.mark.parametrize("version", ["1.32", "1.20"])

@@ -64,3 +64,24 @@ def test_bucket_limiter_allows_burst_then_paces():
     assert lim.when(4) == pytest.approx(0.1)
     now[0] += 1.0
     assert lim.when(5) == 0.0
+
+
+async def test_get_stays_cancellable_when_an_add_races_the_cancel():
+    """Getters cancelled in the same loop turn an item arrives must all end (none waits on forever)."""
+    import asyncio as aio
+
+    from nodeagent.controllers.workqueue import WorkQueue as WQ
+
+    q = WQ()
+    q.add_after("later", 30.0)  # a delayed item: the getters wait with a timeout
+    getters = [aio.create_task(q.get()) for _ in range(2)]  # two workers, as a controller runs
+    await aio.sleep(0)
+    await aio.sleep(0)
+    q.add("now")  # wakes both getters ...
+    for g in getters:
+        g.cancel()  # ... in the same turn they are cancelled (a controller shutting down)
+    done, pending = await aio.wait(getters, timeout=2)
+    for g in pending:
+        g.cancel()
+    assert not pending, "a cancelled get() kept waiting"
+    assert sum(1 for g in done if not g.cancelled()) <= 1

@@ -1,0 +1,54 @@
+"""Controller-manager settings: periods, rates and ranges, with the clocks tests replace.
+
+One dataclass handed to every controller, so `nodeagent server` flags and tests
+configure them in one place (kube-controller-manager's flags, same defaults).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from collections.abc import Callable
+
+from nodeagent.controllers import nodelifecycle
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclasses.dataclass
+class ControllerOptions:
+    # node lifecycle
+    node_monitor_period: float = 5.0  # --node-monitor-period
+    node_monitor_grace_period: float = 40.0  # --node-monitor-grace-period
+    node_eviction_rate: float = 0.1  # --node-eviction-rate
+    secondary_node_eviction_rate: float = 0.01  # --secondary-node-eviction-rate
+    unhealthy_zone_threshold: float = 0.55  # --unhealthy-zone-threshold
+    large_cluster_size_threshold: int = 50  # --large-cluster-size-threshold
+    # node IPAM
+    allocate_node_cidrs: bool = True
+    cluster_cidr: str = "10.244.0.0/16"  # --cluster-cidr
+    node_cidr_mask_size: int = 24  # --node-cidr-mask-size
+    # pod GC
+    pod_gc_period: float = 20.0
+    terminated_pod_gc_threshold: int = 12500  # --terminated-pod-gc-threshold
+    # jobs
+    job_backoff_base: float = 10.0  # the job controller's DefaultJobBackOff
+    job_backoff_max: float = 360.0  # MaxJobBackOff
+    cronjob_resync: float = 10.0  # how often every CronJob is looked at even without changes
+    # clocks: monotonic seconds for periods and rate limits, wall time for API timestamps
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], dt.datetime] = _utcnow
+
+    def lifecycle_settings(self) -> nodelifecycle.Settings:
+        return nodelifecycle.Settings(
+            grace_period=self.node_monitor_grace_period, eviction_rate=self.node_eviction_rate,
+            secondary_eviction_rate=self.secondary_node_eviction_rate,
+            unhealthy_zone_threshold=self.unhealthy_zone_threshold,
+            large_cluster_size=self.large_cluster_size_threshold)
+
+
+def iso(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

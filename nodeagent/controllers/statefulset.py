@@ -1,0 +1,166 @@
+"""The StatefulSet controller's decisions: ordinals, ordered create/delete, partitioned rolling update.
+
+Pure functions (pkg/controller/statefulset, one step per sync like the seed's
+OrderedReady): pods are named <set>-<ordinal> with hostname = pod name and
+subdomain = serviceName; with OrderedReady, ordinal N is created only when
+0..N-1 are Running and Ready, and scale-down removes the highest ordinal first,
+one at a time; Parallel does all at once. RollingUpdate replaces pods whose
+revision differs, highest ordinal first, only for ordinals >= partition.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nodeagent.controllers import podutil
+from nodeagent.controllers.deployment import template_hash
+
+REVISION_LABEL = "controller-revision-hash"
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+
+
+def revision(sts: Mapping[str, Any]) -> str:
+    return f"{sts['metadata']['name']}-{template_hash((sts.get('spec') or {}).get('template') or {})}"
+
+
+def ordinal(sts_name: str, pod: Mapping[str, Any]) -> int | None:
+    m = re.fullmatch(re.escape(sts_name) + r"-(\d+)", (pod.get("metadata") or {}).get("name", ""))
+    return int(m.group(1)) if m else None
+
+
+def pod_for_ordinal(sts: Mapping[str, Any], i: int, rev: str) -> dict:
+    meta, spec = sts["metadata"], sts.get("spec") or {}
+    name = f"{meta['name']}-{i}"
+    pod = podutil.pod_from_template(copy.deepcopy(spec.get("template") or {}), sts, meta.get("namespace", "default"),
+                                    meta["name"], {REVISION_LABEL: rev, POD_NAME_LABEL: name,
+                                                   POD_INDEX_LABEL: str(i)})
+    pod["metadata"].pop("generateName", None)
+    pod["metadata"]["name"] = name
+    pod["spec"]["hostname"] = name
+    if spec.get("serviceName"):
+        pod["spec"]["subdomain"] = spec["serviceName"]
+    claims = {c["metadata"]["name"]: claim_name(sts, c, i) for c in spec.get("volumeClaimTemplates") or []}
+    if claims:  # updateStorage: each template's volume points at this ordinal's own claim
+        vols = [v for v in pod["spec"].get("volumes") or [] if v.get("name") not in claims]
+        vols += [{"name": t, "persistentVolumeClaim": {"claimName": c}} for t, c in claims.items()]
+        pod["spec"]["volumes"] = vols
+    return pod
+
+
+def claim_name(sts: Mapping[str, Any], template: Mapping[str, Any], i: int) -> str:
+    """<template>-<set>-<ordinal>: the claim that follows an ordinal across pod re-creations."""
+    return f"{template['metadata']['name']}-{sts['metadata']['name']}-{i}"
+
+
+def claims_for(sts: Mapping[str, Any], i: int) -> list[dict]:
+    """The PersistentVolumeClaims ordinal `i` needs (created before its pod, never deleted with it)."""
+    spec = sts.get("spec") or {}
+    labels = dict(((spec.get("selector") or {}).get("matchLabels")) or {})
+    out = []
+    for t in spec.get("volumeClaimTemplates") or []:
+        tmeta = t.get("metadata") or {}
+        out.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": claim_name(sts, t, i), "namespace": sts["metadata"].get("namespace"),
+                                 "labels": {**(tmeta.get("labels") or {}), **labels}},
+                    "spec": copy.deepcopy(t.get("spec") or {})})
+    return out
+
+
+def _running_ready(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running" and podutil.is_pod_ready(pod)
+
+
+def _rev(pod: Mapping[str, Any]) -> str:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, "")
+
+
+@dataclasses.dataclass
+class Plan:
+    create: list[int] = dataclasses.field(default_factory=list)
+    delete: list[Mapping[str, Any]] = dataclasses.field(default_factory=list)
+    status: dict = dataclasses.field(default_factory=dict)
+
+
+def plan(sts: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Plan:
+    spec = sts.get("spec") or {}
+    name = sts["metadata"]["name"]
+    replicas = int(spec.get("replicas", 1))
+    parallel = spec.get("podManagementPolicy") == "Parallel"
+    strategy = spec.get("updateStrategy") or {}
+    partition = int((strategy.get("rollingUpdate") or {}).get("partition") or 0)
+    rev = revision(sts)
+    current_rev = (sts.get("status") or {}).get("currentRevision") or rev
+    by_ord: dict[int, Mapping[str, Any]] = {}
+    for p in pods:
+        i = ordinal(name, p)
+        if i is not None:
+            by_ord[i] = p
+    out = Plan()
+    out.status = _status(sts, by_ord, replicas, rev, current_rev, partition)
+    if podutil.is_terminating(sts):
+        return out
+
+    # ordinals in range: (re)create missing and failed pods in order
+    for i in range(replicas):
+        p = by_ord.get(i)
+        if p is None:
+            out.create.append(i)
+            if not parallel:
+                return out
+            continue
+        if (p.get("status") or {}).get("phase") == "Failed" and not podutil.is_terminating(p):
+            out.delete.append(p)
+            if not parallel:
+                return out
+            continue
+        if not parallel and (podutil.is_terminating(p) or not _running_ready(p)):
+            return out  # wait for this one before touching the next
+    if out.create or out.delete:
+        return out
+
+    # condemned ordinals: highest first, one at a time when ordered
+    condemned = sorted((i for i in by_ord if i >= replicas), reverse=True)
+    for i in condemned:
+        p = by_ord[i]
+        if podutil.is_terminating(p):
+            if not parallel:
+                return out
+            continue
+        out.delete.append(p)
+        if not parallel:
+            return out
+    if out.delete:
+        return out
+
+    # rolling update: the highest ordinal >= partition not at the update revision, when all are healthy
+    if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+        return out
+    if any(podutil.is_terminating(by_ord[i]) or not _running_ready(by_ord[i]) for i in range(replicas)):
+        return out
+    for i in range(replicas - 1, partition - 1, -1):
+        if _rev(by_ord[i]) != rev:
+            out.delete.append(by_ord[i])
+            return out
+    return out
+
+
+def _status(sts: Mapping[str, Any], by_ord: Mapping[int, Mapping[str, Any]], replicas: int, rev: str,
+            current_rev: str, partition: int) -> dict:
+    live = [p for p in by_ord.values() if not podutil.is_terminating(p)]
+    updated = sum(1 for p in live if _rev(p) == rev)
+    current = sum(1 for p in live if _rev(p) == current_rev)
+    ready = sum(1 for p in live if _running_ready(p))
+    # every replica at the update revision and ready: the rollout is done, the update becomes current
+    if updated == replicas and ready == replicas and len(live) == replicas:
+        current_rev, current = rev, updated
+    return {
+        "observedGeneration": sts["metadata"].get("generation", 1),
+        "replicas": len(live), "readyReplicas": ready, "availableReplicas": ready,
+        "currentReplicas": current, "updatedReplicas": updated,
+        "currentRevision": current_rev, "updateRevision": rev,
+    }

@@ -1,0 +1,49 @@
+"""The StatefulSet loop: stable <name>-<ordinal> pods, created and removed in order (decisions in statefulset.py)."""
+
+from __future__ import annotations
+
+from nodeagent.client.rest import ClientError
+from nodeagent.controllers import podutil, statefulset
+from nodeagent.controllers.base import split_key
+from nodeagent.controllers.workload_base import PodOwnerController
+
+
+class StatefulSetController(PodOwnerController):
+    name = "statefulset"
+    resource = "statefulsets"
+    kind = "StatefulSet"
+
+    async def reconcile(self, key: str) -> None:
+        ns, name = split_key(key)
+        sts = self.owners.get(name, ns)
+        if sts is None:
+            return
+        pods = self.owned_pods(sts)
+        p = statefulset.plan(sts, pods)
+        rev = statefulset.revision(sts)
+        if not podutil.is_terminating(sts):
+            await self.sync_revisions(sts, rev, rev, pods)
+        if self.expectations.satisfied(key) and not podutil.is_terminating(sts):
+            if p.create:
+                self.expectations.expect(key, adds=len(p.create))
+                for i in p.create:
+                    await self._ensure_claims(sts, i)
+                    await self.create_pod(key, sts, statefulset.pod_for_ordinal(sts, i, rev))
+            if p.delete:
+                self.expectations.expect(key, deletes=len(p.delete))
+                for pod in p.delete:
+                    await self.delete_pod(key, sts, pod)
+        await self.write_status(sts, p.status)
+
+    async def _ensure_claims(self, sts: dict, i: int) -> None:
+        for claim in statefulset.claims_for(sts, i):
+            try:
+                await self.client.create("persistentvolumeclaims", claim, claim["metadata"]["namespace"])
+                self.recorder.record(sts, "Normal", "SuccessfulCreate",
+                                     f"create Claim {claim['metadata']['name']} Pod {sts['metadata']['name']}-{i} "
+                                     f"in StatefulSet {sts['metadata']['name']} success")
+            except ClientError as e:
+                if not e.already_exists:
+                    self.recorder.record(sts, "Warning", "FailedCreate",
+                                         f"create Claim {claim['metadata']['name']} failed: {e.message}")
+                    raise
