@@ -176,3 +176,32 @@ async def test_cascading_delete_policies(cluster, policy):
         assert all(not p["metadata"].get("ownerReferences") for p in pods)
     else:
         assert pods == []
+
+
+@pytest.mark.parametrize("version", ["1.32", "1.20"])
+async def test_rollout_pause_and_resume_with_kubectl(cluster, server, version):
+    client, ns = cluster
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "pz", "namespace": ns},
+           "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "pz"}}, "template": template("pz", "a:1")}}
+    await client.create("deployments", dep, ns)
+    await eventually(lambda: _n_pods(client, ns, "pz", 2))
+
+    def run(*args):
+        return asyncio.to_thread(kubectl, version, server, "-n", ns, *args)
+
+    await run("rollout", "pause", "deployment/pz")
+    await run("set", "image", "deployment/pz", "c=a:2")
+
+    async def progressing_paused():
+        d = await client.get("deployments", "pz", ns)
+        conds = {c["type"]: c for c in (d.get("status") or {}).get("conditions") or []}
+        return conds.get("Progressing", {}).get("reason") == "DeploymentPaused"
+    await eventually(progressing_paused)
+    await asyncio.sleep(1.0)  # paused: the new template must not roll out
+    assert {p["spec"]["containers"][0]["image"] for p in await pods_of(client, ns, "pz")} == {"a:1"}
+    assert len((await client.list("replicasets", ns, label_selector="app=pz"))["items"]) == 1
+
+    await run("rollout", "resume", "deployment/pz")
+    out = (await run("rollout", "status", "deployment/pz", "--timeout=60s")).stdout
+    assert "successfully rolled out" in out
+    assert {p["spec"]["containers"][0]["image"] for p in await pods_of(client, ns, "pz")} == {"a:2"}
