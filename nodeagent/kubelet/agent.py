@@ -1,0 +1,252 @@
+"""The kubelet component: `serve(config, ready)` registers the node and runs its pods through CRI.
+
+Pod sources (the apiserver's pods bound to this node, via an informer) feed the pod workers, one task
+per pod; the PLEG relists the runtime each second and wakes the workers of pods whose containers
+changed; each sync PATCHes the pod's status; a terminated pod is removed from the runtime and its API
+object confirmed deleted (gracePeriodSeconds=0). Everything runs in one TaskGroup owned by `serve`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+from nodeagent.client.events import EventRecorder
+from nodeagent.client.informer import Informer
+from nodeagent.client.rest import Client, ClientError
+from nodeagent.kubelet.clock import Clock, RealClock
+from nodeagent.kubelet.cri import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, RuntimeClient
+from nodeagent.kubelet.kuberuntime import PodRuntime, termination_grace, uid_of
+from nodeagent.kubelet.node import NodeAgent
+from nodeagent.kubelet.pleg import GenericPLEG, Record
+from nodeagent.kubelet.volumes.manager import VolumeManager
+from nodeagent.kubelet.workers import PodWorkers
+
+log = logging.getLogger("nodeagent.kubelet")
+
+DEFAULT_DATA_DIR = "/var/lib/nodeagent"
+ORPHAN_GRACE = 2
+
+
+def instance_tag(data_dir: str) -> str:
+    """A short stable tag for one data dir, so several agents on one host never share names."""
+    return hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:6]
+
+
+def default_cgroup_root(data_dir: str) -> str:
+    """The default data dir uses the hierarchy's root (plain `kubepods`); any other one its own root."""
+    return "" if str(data_dir) == DEFAULT_DATA_DIR else f"nodeagent-{instance_tag(data_dir)}"
+
+
+@dataclasses.dataclass
+class KubeletConfig:
+    data_dir: str = DEFAULT_DATA_DIR
+    node_name: str = ""
+    runtime_endpoint: str = ""
+    kubeconfig: str = ""  # default: <data_dir>/admin.kubeconfig (the `up` case)
+    server: str = ""  # with token: `nodeagent agent`
+    token: str = ""
+    cgroup_root: str = ""
+    root_dir: str = ""  # volumes: <root_dir>/pods/<uid>/volumes
+    log_dir: str = ""  # container logs: <log_dir>/<ns>_<name>_<uid>/<container>/<n>.log
+    resync: float = 10.0
+
+    @classmethod
+    def from_any(cls, config: Any) -> KubeletConfig:
+        if isinstance(config, cls):
+            return config
+        data_dir = str(getattr(config, "data_dir", None) or DEFAULT_DATA_DIR)
+        endpoint = getattr(config, "container_runtime_endpoint", None) or ""
+        if not endpoint:
+            from cri.daemon import CRIConfig
+
+            endpoint = CRIConfig.from_any(config).socket
+        cgroup_root = getattr(config, "cgroup_root", None)
+        return cls(data_dir=data_dir,
+                   node_name=(getattr(config, "node_name", None) or socket.gethostname()).lower(),
+                   runtime_endpoint=endpoint,
+                   kubeconfig=getattr(config, "kubeconfig", None) or "",
+                   server=getattr(config, "server", None) or "", token=getattr(config, "token", None) or "",
+                   cgroup_root=default_cgroup_root(data_dir) if cgroup_root is None else cgroup_root,
+                   root_dir=getattr(config, "root_dir", None) or str(Path(data_dir, "kubelet")),
+                   log_dir=getattr(config, "log_dir", None) or str(Path(data_dir, "pod-logs")))
+
+    def client(self) -> Client:
+        if self.server:
+            return Client(self.server, self.token or None, insecure=True)
+        return Client.from_kubeconfig(self.kubeconfig or Path(self.data_dir, "admin.kubeconfig"))
+
+
+class Kubelet:
+    def __init__(self, cfg: KubeletConfig, client: Client, cri: RuntimeClient, clock: Clock | None = None) -> None:
+        self.cfg = cfg
+        self.client = client
+        self.cri = cri
+        self.clock = clock or RealClock()
+        self.recorder = EventRecorder(client, "kubelet", cfg.node_name)
+        self.pleg = GenericPLEG(self.clock)
+        self.node = NodeAgent(client, cri, cfg.node_name, cfg.data_dir, self.pleg.healthy, self.clock)
+        self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),
+                                     get_secret=self._getter("secrets"))
+        self.runtime: PodRuntime | None = None
+        self.workers: PodWorkers | None = None
+        self.last_status: dict[str, dict[str, Any]] = {}
+
+    def _getter(self, resource: str):
+        """A blocking (namespace, name) → object getter for the volume plugins, which run in a thread."""
+        def get(namespace: str, name: str) -> dict[str, Any] | None:
+            assert self._loop is not None
+            fut = asyncio.run_coroutine_threadsafe(self.client.get(resource, name, namespace), self._loop)
+            try:
+                return fut.result(timeout=30)
+            except ClientError as e:
+                if e.not_found:
+                    return None
+                raise
+        return get
+
+    async def run(self, ready: asyncio.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(Path(self.cfg.log_dir).mkdir, parents=True, exist_ok=True)
+        await self._wait_runtime()
+        await self.node.register()
+        self.runtime = PodRuntime(self.cri, self.volumes, self.recorder, self.clock, log_root=Path(self.cfg.log_dir),
+                                  cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p),
+                                  memory_capacity=self.node.memory_capacity(), runtime_name=self.node.runtime_name)
+        async with asyncio.TaskGroup() as tg:
+            self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock, resync=self.cfg.resync)
+            tg.create_task(self.recorder.run(), name="kubelet-events")
+            tg.create_task(self.node.run(), name="kubelet-node")
+            self.pods.add_handler(self._on_pod, lambda old, new: self._on_pod(new), self._on_pod_deleted)
+            tg.create_task(self.pods.run(), name="kubelet-pods")
+            await self.pods.wait_synced()
+            tg.create_task(self._pleg_loop(), name="kubelet-pleg")
+            log.info("kubelet for node %s running (runtime %s %s at %s)", self.cfg.node_name,
+                     self.node.runtime_name, self.node.runtime_version, self.cfg.runtime_endpoint)
+            ready.set()
+
+    async def _wait_runtime(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await self.cri.version()
+                return
+            except Exception as e:
+                log.info("waiting for the runtime at %s: %s", self.cfg.runtime_endpoint, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    # -- sources -----------------------------------------------------------------------------------
+    def _on_pod(self, pod: dict[str, Any]) -> None:
+        assert self.workers is not None
+        self.workers.update(pod)
+
+    def _on_pod_deleted(self, pod: dict[str, Any]) -> None:
+        assert self.workers is not None
+        self.workers.remove(pod)
+
+    # -- PLEG ----------------------------------------------------------------------------------------
+    async def _pleg_loop(self) -> None:
+        assert self.workers is not None
+        while True:
+            try:
+                boxes = await self.cri.list_sandboxes()
+                ctrs = await self.cri.list_containers()
+            except Exception as e:
+                log.warning("PLEG relist failed: %s", e)
+            else:
+                records = [Record(s.labels.get(POD_UID_LABEL, ""), s.id, _state_name(s.state, sandbox=True))
+                           for s in boxes if s.labels.get(POD_UID_LABEL)]
+                records += [Record(c.labels.get(POD_UID_LABEL, ""), c.id, _state_name(c.state))
+                            for c in ctrs if c.labels.get(POD_UID_LABEL)]
+                for ev in self.pleg.relist(records):
+                    self.workers.poke(ev.pod_uid)
+                self._adopt_orphans(boxes)
+            await self.clock.sleep(1.0)
+
+    def _adopt_orphans(self, boxes: list[Any]) -> None:
+        """Runtime pods no source wants (deleted while the agent was down) are terminated."""
+        assert self.workers is not None
+        wanted = {uid_of(p) for p in self.pods.list()}
+        for s in boxes:
+            uid = s.labels.get(POD_UID_LABEL)
+            if not uid or uid in wanted or uid in self.workers.known() or uid in self.workers.finished:
+                continue
+            log.info("terminating orphaned pod %s/%s (%s)", s.labels.get(POD_NAMESPACE_LABEL),
+                     s.labels.get(POD_NAME_LABEL), uid)
+            self.workers.remove({"metadata": {"uid": uid, "name": s.labels.get(POD_NAME_LABEL, ""),
+                                              "namespace": s.labels.get(POD_NAMESPACE_LABEL, "default")},
+                                 "spec": {"terminationGracePeriodSeconds": ORPHAN_GRACE}})
+
+    # -- the workers' work -----------------------------------------------------------------------------
+    async def _sync_pod(self, pod: dict[str, Any]) -> float | None:
+        assert self.runtime is not None
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            await self.runtime.kill_containers(pod)  # terminal: nothing runs, the object stays
+            return None
+        st = await self.runtime.sync(pod)
+        status = self.runtime.pod_status(pod, st, self.node.addresses)
+        await self._post_status(pod, status)
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return 0.0  # stop what is left at once
+        waiting = [c for c in status.get("initContainerStatuses", []) + status.get("containerStatuses", [])
+                   if "running" not in (c.get("state") or {})]
+        return 1.0 if waiting else None
+
+    async def _post_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        uid = uid_of(pod)
+        if self.last_status.get(uid) == status:
+            return
+        m = pod["metadata"]
+        try:
+            await self.client.patch("pods", m["name"], {"status": status}, namespace=m.get("namespace"),
+                                    subresource="status")
+            self.last_status[uid] = status
+        except ClientError as e:
+            if not e.not_found:
+                raise
+
+    async def _terminate_pod(self, pod: dict[str, Any]) -> None:
+        assert self.runtime is not None
+        await self.runtime.kill(pod, termination_grace(pod))
+        self.last_status.pop(uid_of(pod), None)
+        m = pod["metadata"]
+        if not m.get("deletionTimestamp"):
+            return
+        cur = self.pods.get(m["name"], m.get("namespace"))
+        if cur is None or uid_of(cur) != uid_of(pod):
+            return
+        with contextlib.suppress(ClientError):
+            await self.client.delete("pods", m["name"], m.get("namespace"), grace_period=0,
+                                     preconditions={"uid": uid_of(pod)})
+
+
+def _state_name(state: int, sandbox: bool = False) -> str:
+    from cri.proto import api_pb2 as pb
+
+    if sandbox:
+        return pb.PodSandboxState.Name(state)
+    return pb.ContainerState.Name(state)
+
+
+async def serve(config: Any, ready: asyncio.Event) -> None:
+    """The `kubelet` component of `nodeagent up` / `nodeagent agent`."""
+    cfg = KubeletConfig.from_any(config)
+    client = cfg.client()
+    cri = RuntimeClient(cfg.runtime_endpoint)
+    try:
+        await Kubelet(cfg, client, cri).run(ready)
+    finally:
+        with contextlib.suppress(Exception):
+            await cri.close()
+        with contextlib.suppress(Exception):
+            await client.close()

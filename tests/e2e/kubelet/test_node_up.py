@@ -1,0 +1,289 @@
+"""`nodeagent up` on the real kernel, driven with the machine's kubectl (issue 7).
+
+One cluster per module under a private data dir (own CRI socket, bridge, subnet, IPAM dir, cgroup root);
+pods are bound by spec.nodeName (no scheduler needed). Each test deletes its pods and proves the runtime,
+the kernel and the data dir hold nothing of them afterwards; the fixture stops `up` and proves the
+bridge and the cgroup root are gone too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.harness.resources import unique
+
+pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
+
+BUSYBOX = "localhost/busybox:latest"
+HTTPD = "localhost/httpd:v1"
+
+
+class Cluster:
+    def __init__(self, data_dir: Path, node: str, bridge: str, proc: subprocess.Popen, log: Path) -> None:
+        self.data_dir = data_dir
+        self.node = node
+        self.bridge = bridge
+        self.proc = proc
+        self.log = log
+        self.env = {**os.environ, "KUBECONFIG": str(data_dir / "admin.kubeconfig")}
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        p = subprocess.run(["kubectl", *args], capture_output=True, text=True, env=self.env, input=input,
+                           timeout=120)
+        if check and p.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {p.stderr}\n--- up log tail ---\n{self.tail()}")
+        return p.stdout
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+    def apply(self, pod: dict) -> None:
+        pod.setdefault("spec", {})["nodeName"] = self.node
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
+
+    def pod(self, name: str) -> dict:
+        return json.loads(self.kubectl("get", "pod", name, "-o", "json"))
+
+    def wait_pod(self, name: str, pred, timeout: float = 60) -> dict:
+        end = time.monotonic() + timeout
+        pod = {}
+        while time.monotonic() < end:
+            pod = self.pod(name)
+            if pred(pod):
+                return pod
+            time.sleep(0.3)
+        raise AssertionError(f"pod {name} never matched; last status {json.dumps(pod.get('status'), indent=1)}\n"
+                             f"--- up log tail ---\n{self.tail()}")
+
+    def events(self, name: str) -> list[dict]:
+        out = json.loads(self.kubectl("get", "events", "--field-selector", f"involvedObject.name={name}",
+                                      "-o", "json"))
+        return out["items"]
+
+    def cgroup_root(self) -> str:
+        from nodeagent.kubelet.agent import default_cgroup_root
+
+        return default_cgroup_root(str(self.data_dir))
+
+
+def _running(pod: dict) -> bool:
+    st = pod.get("status") or {}
+    return st.get("phase") == "Running" and all(c.get("ready") for c in st.get("containerStatuses") or [{}])
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, images):
+    d = tmp_path_factory.mktemp("up")
+    for img in (images.busybox, images.httpd):
+        subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(d / "images"), "import",
+                        "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
+    node, bridge = unique("nd"), unique("kb")
+    log = d / "up.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "up", "--data-dir", str(d), "--node-name", node,
+                                 "--bridge", bridge, "--bind-address", "127.0.0.1"], stdout=f, stderr=subprocess.STDOUT)
+    c = Cluster(d, node, bridge, proc, log)
+    try:
+        end = time.monotonic() + 60
+        while "kubelet: ready" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < end, c.tail()
+            time.sleep(0.2)
+        yield c
+    finally:
+        c.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=90s", check=False)
+        _wait_runtime_empty(c)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, c.tail()
+    assert not Path(f"/sys/class/net/{bridge}").exists(), "the pod bridge outlived `up`"
+    root = c.cgroup_root()
+    assert not any(Path(m, root).exists() for m in _cgroup_mounts()), f"cgroup {root} outlived `up`"
+    assert str(d) not in Path("/proc/mounts").read_text(), "a mount under the data dir outlived `up`"
+
+
+def _wait_runtime_empty(c: Cluster, timeout: float = 30) -> None:
+    from cri.client import CRIClient
+    from cri.proto import api_pb2 as pb
+
+    cri = CRIClient(str(c.data_dir / "cri.sock"), timeout=10)
+    try:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and c.proc.poll() is None:
+            if not cri.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
+                return
+            time.sleep(0.3)
+    finally:
+        cri.close()
+
+
+def _cgroup_mounts() -> list[str]:
+    out = []
+    for line in Path("/proc/mounts").read_text().splitlines():
+        parts = line.split()
+        if parts[2] in ("cgroup", "cgroup2"):
+            out.append(parts[1])
+    return out
+
+
+def _assert_pod_gone(c: Cluster, pod: dict, timeout: float = 30) -> None:
+    """Soon nothing of the pod is left (a force-deleted pod is cleaned up after its object is gone)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            _check_pod_gone(c, pod)
+            return
+        except AssertionError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.3)
+
+
+def _check_pod_gone(c: Cluster, pod: dict) -> None:
+    """Nothing of the pod is left: sandbox, containers, veth, cgroup, volume mounts, IP allocation."""
+    from cri.client import CRIClient
+    from cri.proto import api_pb2 as pb
+
+    uid = pod["metadata"]["uid"]
+    ip = (pod.get("status") or {}).get("podIP")
+    cri = CRIClient(str(c.data_dir / "cri.sock"))
+    try:
+        f = pb.PodSandboxFilter()
+        f.label_selector["io.kubernetes.pod.uid"] = uid
+        assert not cri.rt.ListPodSandbox(pb.ListPodSandboxRequest(filter=f)).items
+        cf = pb.ContainerFilter()
+        cf.label_selector["io.kubernetes.pod.uid"] = uid
+        assert not cri.rt.ListContainers(pb.ListContainersRequest(filter=cf)).containers
+    finally:
+        cri.close()
+    brif = Path(f"/sys/class/net/{c.bridge}/brif")
+    assert not brif.exists() or not list(brif.iterdir()), "a veth is still on the pod bridge"
+    for m in _cgroup_mounts():
+        assert not list(Path(m).glob(f"{c.cgroup_root()}/kubepods/**/pod{uid}")), f"pod cgroup left in {m}"
+    assert uid not in Path("/proc/mounts").read_text(), "a volume mount of the pod is left"
+    assert not (c.data_dir / "kubelet" / "pods" / uid).exists()
+    if ip:
+        nets = list((c.data_dir / "cni" / "networks").glob(f"*/{ip}"))
+        assert not nets, f"IP allocation {ip} is left"
+
+
+def _delete(c: Cluster, name: str) -> tuple[dict, float]:
+    pod = c.pod(name)
+    t0 = time.monotonic()
+    c.kubectl("delete", "pod", name, "--wait=true", "--timeout=90s")
+    return pod, time.monotonic() - t0
+
+
+def test_pod_runs_with_an_ip_reachable_from_the_host(cluster):
+    c = cluster
+    end = time.monotonic() + 30
+    while True:  # registered NotReady (tainted) until the runtime, the network and the PLEG are fine
+        node = json.loads(c.kubectl("get", "node", c.node, "-o", "json"))
+        ready = next(x for x in node["status"]["conditions"] if x["type"] == "Ready")
+        if ready["status"] == "True" or time.monotonic() > end:
+            break
+        time.sleep(0.3)
+    assert ready["status"] == "True", ready
+    assert node["status"]["capacity"]["pods"] == "110"
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("nodeagent://")
+    assert not any(t["key"] == "node.kubernetes.io/not-ready" for t in node["spec"].get("taints") or [])
+
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+             "spec": {"terminationGracePeriodSeconds": 2,
+                      "containers": [{"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never"}]}})
+    pod = c.wait_pod("web", _running)
+    st = pod["status"]
+    conds = {x["type"]: x["status"] for x in st["conditions"]}
+    assert conds == {"PodReadyToStartContainers": "True", "Initialized": "True", "Ready": "True",
+                     "ContainersReady": "True", "PodScheduled": "True"}
+    assert st["hostIP"] and st["qosClass"] == "BestEffort" and st["startTime"]
+    assert st["containerStatuses"][0]["containerID"].startswith("nodeagent://")
+    ip = st["podIP"]
+    body = urllib.request.urlopen(f"http://{ip}/", timeout=10).read()
+    assert body == b"hello from busybox\n"
+    assert Path(f"/sys/class/net/{c.bridge}/brif").exists() and list(Path(f"/sys/class/net/{c.bridge}/brif").iterdir())
+    reasons = [e["reason"] for e in c.events("web")]
+    assert {"Pulled", "Created", "Started"} <= set(reasons)
+    pod, _ = _delete(c, "web")
+    _assert_pod_gone(c, pod)
+
+
+def test_two_containers_share_localhost_and_an_init_container_runs_first(cluster):
+    c = cluster
+    vol = [{"name": "w", "mountPath": "/work"}]
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "duo"},
+             "spec": {"terminationGracePeriodSeconds": 1,
+                      "initContainers": [{"name": "init", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                          "command": ["sh", "-c", "echo from-init > /work/init.txt"],
+                                          "volumeMounts": vol}],
+                      "containers": [
+                          {"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never"},
+                          {"name": "client", "image": BUSYBOX, "imagePullPolicy": "Never", "volumeMounts": vol,
+                           "command": ["sh", "-c", "test -f /work/init.txt || exit 3; "
+                                       "until wget -qO /work/local.txt http://127.0.0.1/; do sleep 0.2; done; "
+                                       "exec sleep 3600"]}],
+                      "volumes": [{"name": "w", "emptyDir": {}}]}})
+    pod = c.wait_pod("duo", _running)
+    uid = pod["metadata"]["uid"]
+    init = pod["status"]["initContainerStatuses"][0]
+    assert init["state"]["terminated"]["reason"] == "Completed"
+    assert all(s["restartCount"] == 0 for s in pod["status"]["containerStatuses"])  # init.txt was there first
+    vol_dir = c.data_dir / "kubelet" / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "w"
+    end = time.monotonic() + 30
+    while not (vol_dir / "local.txt").exists() or not (vol_dir / "local.txt").read_text():
+        assert time.monotonic() < end, "the client container never reached httpd on localhost"
+        time.sleep(0.2)
+    assert (vol_dir / "local.txt").read_text() == "hello from busybox\n"
+    assert (vol_dir / "init.txt").read_text() == "from-init\n"
+    pod, _ = _delete(c, "duo")
+    _assert_pod_gone(c, pod)
+
+
+def test_crashing_container_goes_to_crash_loop_back_off(cluster):
+    c = cluster
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "crash"},
+             "spec": {"terminationGracePeriodSeconds": 0,  # deleted at once: the kubelet cleans up after
+                      "containers": [{"name": "boom", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                      "command": ["sh", "-c", "exit 3"]}]}})
+
+    def backing_off(pod):
+        for s in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (s.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") == "CrashLoopBackOff" and s.get("restartCount", 0) >= 1:
+                return True
+        return False
+
+    pod = c.wait_pod("crash", backing_off, timeout=90)
+    s = pod["status"]["containerStatuses"][0]
+    assert s["lastState"]["terminated"]["exitCode"] == 3
+    assert s["lastState"]["terminated"]["reason"] == "Error"
+    assert "BackOff" in {e["reason"] for e in c.events("crash")}
+    pod, _ = _delete(c, "crash")
+    _assert_pod_gone(c, pod)
+
+
+def test_deletion_honours_the_grace_period(cluster):
+    c = cluster
+    # pid 1 of its pid namespace ignores SIGTERM (no handler), so only SIGKILL after the grace period ends it
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "slow"},
+             "spec": {"terminationGracePeriodSeconds": 3,
+                      "containers": [{"name": "sleeper", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                      "command": ["sleep", "3600"]}]}})
+    c.wait_pod("slow", _running)
+    pod, took = _delete(c, "slow")
+    assert took >= 2.5, f"deleted after {took:.1f}s: the 3 s grace period was not given"
+    assert "Killing" in {e["reason"] for e in c.events("slow")}
+    _assert_pod_gone(c, pod)
