@@ -22,9 +22,10 @@ from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.kubelet.clock import Clock, RealClock
 from nodeagent.kubelet.cri import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, RuntimeClient
-from nodeagent.kubelet.kuberuntime import PodRuntime, termination_grace, uid_of
+from nodeagent.kubelet.kuberuntime import PodRuntime, latest_records, termination_grace, uid_of
 from nodeagent.kubelet.node import NodeAgent
 from nodeagent.kubelet.pleg import GenericPLEG, Record
+from nodeagent.kubelet.prober import ProbeManager, Prober, Result
 from nodeagent.kubelet.volumes.manager import VolumeManager
 from nodeagent.kubelet.workers import PodWorkers
 
@@ -99,6 +100,29 @@ class Kubelet:
         self.runtime: PodRuntime | None = None
         self.workers: PodWorkers | None = None
         self.last_status: dict[str, dict[str, Any]] = {}
+        self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event), self.last_status.get, self.clock)
+
+    async def _exec_sync(self, container_id: str, cmd: Any, seconds: float) -> tuple[int, bytes, bytes]:
+        r = await self.cri.exec_sync(container_id.split("://", 1)[-1], list(cmd), int(seconds))
+        return r.exit_code, r.stdout, r.stderr
+
+    def _probe_event(self, pod: Any, container: Any, type_: str, reason: str, message: str) -> None:
+        self.recorder.record(pod, type_, reason, message)
+
+    async def _probe_updates(self) -> None:
+        """A probe result changed: resync that pod now (restart on liveness failure, flip Ready)."""
+        assert self.workers is not None
+        queues = (self.probes.liveness.updates, self.probes.readiness.updates, self.probes.startup.updates)
+        while True:
+            getters = [asyncio.ensure_future(q.get()) for q in queues]
+            try:
+                done, _ = await asyncio.wait(getters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for g in getters:
+                    if not g.done():
+                        g.cancel()
+            for g in done:
+                self.workers.poke(g.result().pod_uid)
 
     def _getter(self, resource: str):
         """A blocking (namespace, name) → object getter for the volume plugins, which run in a thread."""
@@ -125,6 +149,9 @@ class Kubelet:
             self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock, resync=self.cfg.resync)
             tg.create_task(self.recorder.run(), name="kubelet-events")
             tg.create_task(self.node.run(), name="kubelet-node")
+            tg.create_task(self.probes.run(), name="kubelet-probes")
+            await self.probes.wait_ready()
+            tg.create_task(self._probe_updates(), name="kubelet-probe-updates")
             self.pods.add_handler(self._on_pod, lambda old, new: self._on_pod(new), self._on_pod_deleted)
             tg.create_task(self.pods.run(), name="kubelet-pods")
             await self.pods.wait_synced()
@@ -193,8 +220,20 @@ class Kubelet:
         if phase in ("Succeeded", "Failed"):
             await self.runtime.kill_containers(pod)  # terminal: nothing runs, the object stays
             return None
-        st = await self.runtime.sync(pod)
-        status = self.runtime.pod_status(pod, st, self.node.addresses)
+        self.probes.add_pod(pod)
+        self.probes.update_pod(pod)
+        liveness_failed, startup_failed = set(), set()
+        for c in (self.last_status.get(uid_of(pod)) or {}).get("containerStatuses") or []:
+            cid = c.get("containerID")
+            if cid and self.probes.liveness.get(cid) == Result.FAILURE:
+                liveness_failed.add(cid)
+            if cid and self.probes.startup.get(cid) == Result.FAILURE:
+                startup_failed.add(cid)
+        st = await self.runtime.sync(pod, liveness_failed, startup_failed)
+        latest = latest_records(st.records)
+        started, ready = self.probes.started_and_ready(
+            pod, {n: r.container_id for n, r in latest.items()}, {n: r.state == "running" for n, r in latest.items()})
+        status = self.runtime.pod_status(pod, st, self.node.addresses, ready=ready, started=started)
         await self._post_status(pod, status)
         if status.get("phase") in ("Succeeded", "Failed"):
             return 0.0  # stop what is left at once
@@ -217,6 +256,7 @@ class Kubelet:
 
     async def _terminate_pod(self, pod: dict[str, Any]) -> None:
         assert self.runtime is not None
+        self.probes.remove_pod(uid_of(pod))
         await self.runtime.kill(pod, termination_grace(pod))
         self.last_status.pop(uid_of(pod), None)
         m = pod["metadata"]

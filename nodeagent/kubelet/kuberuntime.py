@@ -112,20 +112,23 @@ class PodRuntime:
             image_id=st.image_ref, hash=h, runtime=self.runtime_name)
 
     # -- sync -------------------------------------------------------------------------------------
-    async def sync(self, pod: Mapping[str, Any], liveness_failed: set[str] | None = None) -> PodRuntimeState:
+    async def sync(self, pod: Mapping[str, Any], liveness_failed: set[str] | None = None,
+                   startup_failed: set[str] | None = None) -> PodRuntimeState:
         """Move the runtime one step towards the pod's spec; returns the state after the step."""
         uid = uid_of(pod)
         st = await self.state(pod)
         boxes = [SandboxRecord(s.id, s.state == pb.SANDBOX_READY, s.metadata.attempt, s.created_at / 1e9)
                  for s in st.sandboxes]
-        actions = compute_pod_actions(pod, boxes, st.records, liveness_failed=liveness_failed or set())
+        actions = compute_pod_actions(pod, boxes, st.records, liveness_failed=liveness_failed or set(),
+                                      startup_failed=startup_failed or set())
         errors = self.sync_errors.setdefault(uid, {})
         if actions.kill_pod:
             await self._kill_all(pod, st, grace=0, reason_events=False)
             if not actions.create_sandbox:
                 return await self.state(pod)
         for cid, info in actions.containers_to_kill.items():
-            self.recorder.record(pod, "Normal", "Killing", f"Stopping container {info.name}")
+            self.recorder.record(pod, "Normal", "Killing", info.message if info.reason else
+                                 f"Stopping container {info.name}")
             await self._stop_container(cid, _grace(pod))
         sid = "" if actions.create_sandbox else actions.sandbox_id
         to_start = actions.init_containers_to_start + actions.containers_to_start
@@ -338,9 +341,10 @@ class PodRuntime:
 
     # -- status -----------------------------------------------------------------------------------
     def pod_status(self, pod: Mapping[str, Any], st: PodRuntimeState, host_ips: list[str],
-                   ready: Mapping[str, bool] | None = None, terminal: bool = False) -> dict[str, Any]:
+                   ready: Mapping[str, bool] | None = None, started: Mapping[str, bool] | None = None,
+                   terminal: bool = False) -> dict[str, Any]:
         return generate_pod_status(pod, st.records, now=self.clock.now(),
-                                   sync_errors=self.sync_errors.get(uid_of(pod)), ready=ready,
+                                   sync_errors=self.sync_errors.get(uid_of(pod)), ready=ready, started=started,
                                    pod_ips=st.pod_ips, host_ips=host_ips, sandbox_ready=st.sandbox_ready,
                                    pod_is_terminal=terminal)
 
@@ -362,6 +366,10 @@ def _grace(pod: Mapping[str, Any]) -> int:
 
 def termination_grace(pod: Mapping[str, Any]) -> int:
     return _grace(pod)
+
+
+def latest_records(records: list[ContainerRecord]) -> dict[str, ContainerRecord]:
+    return _latest(records)
 
 
 def _latest(records: list[ContainerRecord]) -> dict[str, ContainerRecord]:

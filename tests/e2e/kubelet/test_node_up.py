@@ -287,3 +287,67 @@ def test_deletion_honours_the_grace_period(cluster):
     assert took >= 2.5, f"deleted after {took:.1f}s: the 3 s grace period was not given"
     assert "Killing" in {e["reason"] for e in c.events("slow")}
     _assert_pod_gone(c, pod)
+
+
+def test_liveness_failure_restarts_and_readiness_flips_ready(cluster):
+    c = cluster
+    exec_probe = {"periodSeconds": 1, "failureThreshold": 1, "timeoutSeconds": 2}
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probed"},
+             "spec": {"terminationGracePeriodSeconds": 1,
+                      "containers": [{"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                      # healthy for a few seconds, then the liveness file goes away
+                                      "command": ["sh", "-c", "touch /tmp/alive; sleep 4; rm /tmp/alive; "
+                                                  "exec sleep 3600"],
+                                      "livenessProbe": {"exec": {"command": ["test", "-f", "/tmp/alive"]},
+                                                        **exec_probe}},
+                                     {"name": "web", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                      "command": ["sh", "-c", "sleep 3; touch /tmp/ready; exec sleep 3600"],
+                                      "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/ready"]},
+                                                         **exec_probe}}]}})
+
+    def ready_of(pod, name):
+        return next((s.get("ready") for s in (pod.get("status") or {}).get("containerStatuses") or []
+                     if s["name"] == name), None)
+
+    pod = c.wait_pod("probed", lambda p: (p.get("status") or {}).get("phase") == "Running"
+                     and ready_of(p, "app") is True)
+    conds = {x["type"]: x["status"] for x in pod["status"]["conditions"]}
+    assert ready_of(pod, "web") is False and conds["Ready"] == "False"  # /tmp/ready is not there yet
+    pod = c.wait_pod("probed", lambda p: ready_of(p, "web") is True)
+    assert {x["type"]: x["status"] for x in pod["status"]["conditions"]}["Ready"] in ("True", "False")
+
+    def restarted(p):
+        return any(s["name"] == "app" and s.get("restartCount", 0) >= 1
+                   for s in (p.get("status") or {}).get("containerStatuses") or [])
+
+    c.wait_pod("probed", restarted, timeout=60)
+    events = c.events("probed")
+    assert any(e["reason"] == "Unhealthy" and "Liveness probe failed" in e["message"] for e in events), events
+    assert any(e["reason"] == "Killing" and "failed liveness probe" in e["message"] for e in events), events
+    pod, _ = _delete(c, "probed")
+    _assert_pod_gone(c, pod)
+
+
+def test_limits_reach_the_cgroup_files_in_the_qos_layout(cluster):
+    c = cluster
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "guaranteed"},
+             "spec": {"terminationGracePeriodSeconds": 1,
+                      "containers": [{"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                      "command": ["sleep", "3600"],
+                                      "resources": {"limits": {"cpu": "200m", "memory": "64Mi"}}}]}})
+    pod = c.wait_pod("guaranteed", _running)
+    assert pod["status"]["qosClass"] == "Guaranteed"
+    uid = pod["metadata"]["uid"]
+    from nodeagent.host.probe import detect_cgroups
+
+    info = detect_cgroups()
+    if info.version != "v1":
+        pytest.skip("checks the cgroup v1 files (this host runs the unified hierarchy)")
+    cpu, mem = info.v1_controllers["cpu"], info.v1_controllers["memory"]
+    pod_dir = f"{c.cgroup_root()}/kubepods/pod{uid}"  # Guaranteed pods sit directly under kubepods
+    quotas = [p.read_text().strip() for p in Path(cpu, pod_dir).glob("*/cpu.cfs_quota_us")]
+    shares = [p.read_text().strip() for p in Path(cpu, pod_dir).glob("*/cpu.shares")]
+    limits = [p.read_text().strip() for p in Path(mem, pod_dir).glob("*/memory.limit_in_bytes")]
+    assert "20000" in quotas and "204" in shares and str(64 << 20) in limits, (quotas, shares, limits)
+    pod, _ = _delete(c, "guaranteed")
+    _assert_pod_gone(c, pod)
