@@ -26,6 +26,13 @@ from nodeagent.kubelet.kuberuntime import PodRuntime, latest_records, terminatio
 from nodeagent.kubelet.node import NodeAgent
 from nodeagent.kubelet.pleg import GenericPLEG, Record
 from nodeagent.kubelet.prober import ProbeManager, Prober, Result
+from nodeagent.kubelet.static_pods import (
+    StaticPodSource,
+    is_mirror_pod,
+    is_static_pod,
+    mirror_matches,
+    mirror_pod,
+)
 from nodeagent.kubelet.volumes.manager import VolumeManager
 from nodeagent.kubelet.workers import PodWorkers
 
@@ -56,6 +63,7 @@ class KubeletConfig:
     cgroup_root: str = ""
     root_dir: str = ""  # volumes: <root_dir>/pods/<uid>/volumes
     log_dir: str = ""  # container logs: <log_dir>/<ns>_<name>_<uid>/<container>/<n>.log
+    manifests_dir: str = ""  # static pods
     resync: float = 10.0
 
     @classmethod
@@ -76,7 +84,8 @@ class KubeletConfig:
                    server=getattr(config, "server", None) or "", token=getattr(config, "token", None) or "",
                    cgroup_root=default_cgroup_root(data_dir) if cgroup_root is None else cgroup_root,
                    root_dir=getattr(config, "root_dir", None) or str(Path(data_dir, "kubelet")),
-                   log_dir=getattr(config, "log_dir", None) or str(Path(data_dir, "pod-logs")))
+                   log_dir=getattr(config, "log_dir", None) or str(Path(data_dir, "pod-logs")),
+                   manifests_dir=getattr(config, "manifests_dir", None) or str(Path(data_dir, "manifests")))
 
     def client(self) -> Client:
         if self.server:
@@ -98,6 +107,9 @@ class Kubelet:
         self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),
                                      get_secret=self._getter("secrets"))
         self.runtime: PodRuntime | None = None
+        self.static: dict[str, dict[str, Any]] = {}  # uid → static pod from the manifest dir
+        self.static_source = StaticPodSource(cfg.manifests_dir, cfg.node_name, self.clock)
+        self._tg: asyncio.TaskGroup | None = None
         self.workers: PodWorkers | None = None
         self.last_status: dict[str, dict[str, Any]] = {}
         self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event), self.last_status.get, self.clock)
@@ -139,13 +151,15 @@ class Kubelet:
 
     async def run(self, ready: asyncio.Event) -> None:
         self._loop = asyncio.get_running_loop()
-        await asyncio.to_thread(Path(self.cfg.log_dir).mkdir, parents=True, exist_ok=True)
+        for d in (self.cfg.log_dir, self.cfg.manifests_dir):
+            await asyncio.to_thread(Path(d).mkdir, parents=True, exist_ok=True)
         await self._wait_runtime()
         await self.node.register()
         self.runtime = PodRuntime(self.cri, self.volumes, self.recorder, self.clock, log_root=Path(self.cfg.log_dir),
                                   cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p),
                                   memory_capacity=self.node.memory_capacity(), runtime_name=self.node.runtime_name)
         async with asyncio.TaskGroup() as tg:
+            self._tg = tg
             self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock, resync=self.cfg.resync)
             tg.create_task(self.recorder.run(), name="kubelet-events")
             tg.create_task(self.node.run(), name="kubelet-node")
@@ -155,6 +169,7 @@ class Kubelet:
             self.pods.add_handler(self._on_pod, lambda old, new: self._on_pod(new), self._on_pod_deleted)
             tg.create_task(self.pods.run(), name="kubelet-pods")
             await self.pods.wait_synced()
+            tg.create_task(self.static_source.run(self._on_static_pods), name="kubelet-static-pods")
             tg.create_task(self._pleg_loop(), name="kubelet-pleg")
             log.info("kubelet for node %s running (runtime %s %s at %s)", self.cfg.node_name,
                      self.node.runtime_name, self.node.runtime_version, self.cfg.runtime_endpoint)
@@ -173,12 +188,53 @@ class Kubelet:
 
     # -- sources -----------------------------------------------------------------------------------
     def _on_pod(self, pod: dict[str, Any]) -> None:
-        assert self.workers is not None
+        assert self.workers is not None and self._tg is not None
+        if is_mirror_pod(pod):
+            # A mirror only shows a static pod; deleting it is confirmed at once and the static pod's
+            # next sync publishes a new one.
+            if pod["metadata"].get("deletionTimestamp"):
+                self._tg.create_task(self._delete_now(pod))
+            return
         self.workers.update(pod)
 
     def _on_pod_deleted(self, pod: dict[str, Any]) -> None:
         assert self.workers is not None
+        if is_mirror_pod(pod):
+            for uid, static in self.static.items():
+                if static["metadata"]["name"] == pod["metadata"]["name"]:
+                    self.workers.poke(uid)
+            return
         self.workers.remove(pod)
+
+    def _on_static_pods(self, pods: list[dict[str, Any]]) -> None:
+        """The manifest dir changed: start new/changed static pods, terminate the ones whose file went away."""
+        assert self.workers is not None
+        new = {uid_of(p): p for p in pods}
+        for uid, old in self.static.items():
+            if uid not in new:
+                self.workers.remove(old)
+        self.static = new
+        for p in pods:
+            self.workers.update(p)
+
+    async def _delete_now(self, pod: dict[str, Any]) -> None:
+        m = pod["metadata"]
+        with contextlib.suppress(ClientError):
+            await self.client.delete("pods", m["name"], m.get("namespace"), grace_period=0,
+                                     preconditions={"uid": m["uid"]})
+
+    async def _sync_mirror(self, pod: dict[str, Any]) -> None:
+        """Publish (or replace an outdated) mirror pod for a static pod."""
+        m = pod["metadata"]
+        cur = self.pods.get(m["name"], m.get("namespace"))
+        if cur is not None and is_mirror_pod(cur) and mirror_matches(pod, cur):
+            return
+        if cur is not None:
+            if not is_mirror_pod(cur):
+                return  # an API pod of that name exists: not ours to replace
+            await self._delete_now(cur)
+        with contextlib.suppress(ClientError):
+            await self.client.create("pods", mirror_pod(pod, self.cfg.node_name, self.node.uid))
 
     # -- PLEG ----------------------------------------------------------------------------------------
     async def _pleg_loop(self) -> None:
@@ -202,7 +258,7 @@ class Kubelet:
     def _adopt_orphans(self, boxes: list[Any]) -> None:
         """Runtime pods no source wants (deleted while the agent was down) are terminated."""
         assert self.workers is not None
-        wanted = {uid_of(p) for p in self.pods.list()}
+        wanted = {uid_of(p) for p in self.pods.list()} | set(self.static)
         for s in boxes:
             uid = s.labels.get(POD_UID_LABEL)
             if not uid or uid in wanted or uid in self.workers.known() or uid in self.workers.finished:
@@ -229,6 +285,8 @@ class Kubelet:
                 liveness_failed.add(cid)
             if cid and self.probes.startup.get(cid) == Result.FAILURE:
                 startup_failed.add(cid)
+        if is_static_pod(pod):
+            await self._sync_mirror(pod)
         st = await self.runtime.sync(pod, liveness_failed, startup_failed)
         latest = latest_records(st.records)
         started, ready = self.probes.started_and_ready(
@@ -260,9 +318,13 @@ class Kubelet:
         await self.runtime.kill(pod, termination_grace(pod))
         self.last_status.pop(uid_of(pod), None)
         m = pod["metadata"]
+        cur = self.pods.get(m["name"], m.get("namespace"))
+        if is_static_pod(pod):
+            if cur is not None and is_mirror_pod(cur):
+                await self._delete_now(cur)
+            return
         if not m.get("deletionTimestamp"):
             return
-        cur = self.pods.get(m["name"], m.get("namespace"))
         if cur is None or uid_of(cur) != uid_of(pod):
             return
         with contextlib.suppress(ClientError):

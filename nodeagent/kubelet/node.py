@@ -64,6 +64,7 @@ class NodeAgent:
         self.runtime_name = "unknown"
         self.runtime_version = ""
         self.changed = asyncio.Event()
+        self.uid = ""
 
     def memory_capacity(self) -> int:
         return int(resources._whole(resources._to_list(self.capacity).get("memory", 0)))
@@ -94,11 +95,12 @@ class NodeAgent:
                 "metadata": {"name": self.name, "labels": node_status.node_labels(self.name, hostname)},
                 "spec": {"taints": [dict(node_status.NOT_READY_TAINT)]}}
         try:
-            await self.client.create("nodes", node)
+            self.uid = (await self.client.create("nodes", node))["metadata"]["uid"]
             log.info("registered node %s", self.name)
         except ClientError as e:
             if not e.already_exists:
                 raise
+            self.uid = (await self.client.get("nodes", self.name))["metadata"]["uid"]
             log.info("node %s already registered", self.name)
         await self.post_status()
 

@@ -29,13 +29,35 @@ HTTPD = "localhost/httpd:v1"
 
 
 class Cluster:
-    def __init__(self, data_dir: Path, node: str, bridge: str, proc: subprocess.Popen, log: Path) -> None:
+    def __init__(self, data_dir: Path, node: str, bridge: str) -> None:
         self.data_dir = data_dir
         self.node = node
         self.bridge = bridge
-        self.proc = proc
-        self.log = log
+        self.proc: subprocess.Popen | None = None
+        self.log = data_dir / "up.log"
         self.env = {**os.environ, "KUBECONFIG": str(data_dir / "admin.kubeconfig")}
+
+    def start(self) -> None:
+        mark = self.log.stat().st_size if self.log.exists() else 0
+        with open(self.log, "ab") as f:
+            self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "up", "--data-dir", str(self.data_dir),
+                                          "--node-name", self.node, "--bridge", self.bridge,
+                                          "--bind-address", "127.0.0.1"], stdout=f, stderr=subprocess.STDOUT)
+        end = time.monotonic() + 60
+        while "kubelet: ready" not in self.log.read_bytes()[mark:].decode(errors="replace"):
+            assert self.proc.poll() is None and time.monotonic() < end, self.tail()
+            time.sleep(0.2)
+
+    def stop(self) -> int:
+        """Ctrl-C, as a person stops `up`; returns its exit status."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return self.proc.returncode
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         p = subprocess.run(["kubectl", *args], capture_output=True, text=True, env=self.env, input=input,
@@ -87,29 +109,16 @@ def cluster(tmp_path_factory, images):
     for img in (images.busybox, images.httpd):
         subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(d / "images"), "import",
                         "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
-    node, bridge = unique("nd"), unique("kb")
-    log = d / "up.log"
-    with open(log, "wb") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "up", "--data-dir", str(d), "--node-name", node,
-                                 "--bridge", bridge, "--bind-address", "127.0.0.1"], stdout=f, stderr=subprocess.STDOUT)
-    c = Cluster(d, node, bridge, proc, log)
+    c = Cluster(d, unique("nd"), unique("kb"))
     try:
-        end = time.monotonic() + 60
-        while "kubelet: ready" not in log.read_text(errors="replace"):
-            assert proc.poll() is None and time.monotonic() < end, c.tail()
-            time.sleep(0.2)
+        c.start()
         yield c
     finally:
         c.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=90s", check=False)
         _wait_runtime_empty(c)
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, c.tail()
-    assert not Path(f"/sys/class/net/{bridge}").exists(), "the pod bridge outlived `up`"
+        rc = c.stop()
+    assert rc == 0, c.tail()
+    assert not Path(f"/sys/class/net/{c.bridge}").exists(), "the pod bridge outlived `up`"
     root = c.cgroup_root()
     assert not any(Path(m, root).exists() for m in _cgroup_mounts()), f"cgroup {root} outlived `up`"
     assert str(d) not in Path("/proc/mounts").read_text(), "a mount under the data dir outlived `up`"
@@ -122,7 +131,7 @@ def _wait_runtime_empty(c: Cluster, timeout: float = 30) -> None:
     cri = CRIClient(str(c.data_dir / "cri.sock"), timeout=10)
     try:
         end = time.monotonic() + timeout
-        while time.monotonic() < end and c.proc.poll() is None:
+        while time.monotonic() < end and c.proc is not None and c.proc.poll() is None:
             if not cri.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
                 return
             time.sleep(0.3)
@@ -351,3 +360,49 @@ def test_limits_reach_the_cgroup_files_in_the_qos_layout(cluster):
     assert "20000" in quotas and "204" in shares and str(64 << 20) in limits, (quotas, shares, limits)
     pod, _ = _delete(c, "guaranteed")
     _assert_pod_gone(c, pod)
+
+
+def test_restarting_up_keeps_pods_running_with_their_status(cluster):
+    c = cluster
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "survivor"},
+             "spec": {"terminationGracePeriodSeconds": 1,
+                      "containers": [{"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never"}]}})
+    before = c.wait_pod("survivor", _running)["status"]
+    assert c.stop() == 0
+    c.start()
+    time.sleep(2)  # a few PLEG relists and syncs of the re-adopted pod
+    after = c.wait_pod("survivor", _running)["status"]
+    b, a = before["containerStatuses"][0], after["containerStatuses"][0]
+    assert a["containerID"] == b["containerID"] and a["restartCount"] == 0
+    assert after["podIP"] == before["podIP"] and after["startTime"] == before["startTime"]
+    assert urllib.request.urlopen(f"http://{after['podIP']}/", timeout=10).read() == b"hello from busybox\n"
+    pod, _ = _delete(c, "survivor")
+    _assert_pod_gone(c, pod)
+
+
+def test_static_pod_from_the_manifest_dir_runs_with_a_mirror_pod(cluster):
+    c = cluster
+    manifest = c.data_dir / "manifests" / "static-web.yaml"
+    manifest.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "static-web"},
+        "spec": {"terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never"}]}}))
+    name = f"static-web-{c.node}"
+    end = time.monotonic() + 60
+    while not c.kubectl("get", "pod", name, "--ignore-not-found", "-o", "name"):
+        assert time.monotonic() < end, c.tail()
+        time.sleep(0.3)
+    mirror = c.wait_pod(name, _running)
+    ann = mirror["metadata"]["annotations"]
+    assert ann["kubernetes.io/config.mirror"] == ann["kubernetes.io/config.hash"]
+    assert ann["kubernetes.io/config.source"] == "file"
+    assert mirror["metadata"]["ownerReferences"][0]["kind"] == "Node"
+    ip = mirror["status"]["podIP"]
+    assert urllib.request.urlopen(f"http://{ip}/", timeout=10).read() == b"hello from busybox\n"
+    static_uid = ann["kubernetes.io/config.hash"]
+    manifest.unlink()
+    end = time.monotonic() + 60
+    while c.kubectl("get", "pod", name, "--ignore-not-found", "-o", "name"):
+        assert time.monotonic() < end, "the mirror pod outlived its manifest"
+        time.sleep(0.3)
+    _assert_pod_gone(c, {"metadata": {"uid": static_uid}, "status": {"podIP": ip}})
