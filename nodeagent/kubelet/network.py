@@ -86,9 +86,32 @@ class PodNetwork:
         return True
 
 
+def remove_empty_qos_tree(cgroup_root: str) -> None:
+    """Remove `<root>/kubepods/{besteffort,burstable}`, `kubepods` and the root once no pod uses them,
+    through the runtime's cgroup driver; a cgroup still holding pods stays (rmdir refuses)."""
+    from cri.runtime.cgroups import detect
+    from nodeagent.kubelet import resources
+
+    driver = detect()
+    top = resources.node_allocatable_cgroup(tuple(p for p in cgroup_root.split("/") if p))
+    paths = [top.child("besteffort"), top.child("burstable"), top]
+    if top.parts[:-1]:
+        paths.append(resources.CgroupName(top.parts[:-1]))
+    for name in paths:
+        try:
+            driver.remove(name.cgroupfs())
+        except OSError as e:
+            log.info("cgroup %s kept: %s", name.cgroupfs(), e)
+            return
+
+
 async def serve(config: Any, ready: asyncio.Event) -> None:
-    """The `cni` component of `nodeagent up`: conflist in place before the runtime starts."""
+    """The `cni` component of `nodeagent up`: conflist in place before the runtime starts; on stop, the
+    bridge and the QoS cgroup tree go when no pod is left."""
+    from nodeagent.kubelet.agent import KubeletConfig
+
     net = PodNetwork.from_any(config)
+    cgroup_root = KubeletConfig.from_any(config).cgroup_root
     path = await asyncio.to_thread(net.write)
     log.info("pod network %s: bridge %s, subnet %s (%s)", net.name, net.bridge, net.subnet, path)
     ready.set()
@@ -96,4 +119,5 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
         await asyncio.Event().wait()
     finally:
         with contextlib.suppress(Exception):
-            await asyncio.to_thread(net.cleanup_if_unused)
+            if await asyncio.to_thread(net.cleanup_if_unused):
+                await asyncio.to_thread(remove_empty_qos_tree, cgroup_root)
