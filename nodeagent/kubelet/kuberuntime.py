@@ -137,8 +137,16 @@ class PodRuntime:
             try:
                 vols = await asyncio.to_thread(self.volumes.setup_pod, pod)
             except VolumeError as e:
-                self.recorder.record(pod, "Warning", "FailedMount", e.event_message())
-                raise
+                # The pod waits in ContainerCreating; the worker retries while containers are waiting.
+                self.recorder.record(pod, "Warning", "FailedMount", e.event_message)
+                return st
+        elif not actions.kill_pod:
+            try:  # re-project configMap/secret/downwardAPI contents (atomic swaps; no-op when unchanged)
+                changed = await asyncio.to_thread(self.volumes.update_pod, pod)
+                if changed:
+                    log.info("pod %s: volumes %s updated", pod_name(pod), ", ".join(changed))
+            except VolumeError as e:
+                self.recorder.record(pod, "Warning", "FailedMount", e.event_message)
         if actions.create_sandbox:
             for old in st.sandboxes:
                 await self._remove_sandbox(old.id)

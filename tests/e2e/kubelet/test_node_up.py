@@ -406,3 +406,33 @@ def test_static_pod_from_the_manifest_dir_runs_with_a_mirror_pod(cluster):
         assert time.monotonic() < end, "the mirror pod outlived its manifest"
         time.sleep(0.3)
     _assert_pod_gone(c, {"metadata": {"uid": static_uid}, "status": {"podIP": ip}})
+
+
+def test_config_map_volume_waits_for_its_source_and_follows_updates(cluster):
+    c = cluster
+    c.kubectl("delete", "configmap", "settings", "--ignore-not-found")
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "configured"},
+             "spec": {"terminationGracePeriodSeconds": 1,
+                      "containers": [{"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                      "command": ["sleep", "3600"],
+                                      "volumeMounts": [{"name": "cfg", "mountPath": "/etc/app"}]}],
+                      "volumes": [{"name": "cfg", "configMap": {"name": "settings"}}]}})
+    end = time.monotonic() + 30
+    while "FailedMount" not in {e["reason"] for e in c.events("configured")}:
+        assert time.monotonic() < end, "no FailedMount event for the missing configMap"
+        time.sleep(0.3)
+    assert c.pod("configured")["status"].get("phase") != "Running"
+    c.kubectl("create", "configmap", "settings", "--from-literal=mode=one")
+    pod = c.wait_pod("configured", _running)
+    uid = pod["metadata"]["uid"]
+    mounted = c.data_dir / "kubelet" / "pods" / uid / "volumes" / "kubernetes.io~configmap" / "cfg" / "mode"
+    assert mounted.read_text() == "one"
+    c.kubectl("create", "configmap", "settings", "--from-literal=mode=two", "--dry-run=client", "-o", "yaml")
+    c.kubectl("patch", "configmap", "settings", "-p", '{"data":{"mode":"two"}}')
+    end = time.monotonic() + 40
+    while mounted.read_text() != "two":
+        assert time.monotonic() < end, "the configMap update never reached the mounted file"
+        time.sleep(0.5)
+    pod, _ = _delete(c, "configured")
+    _assert_pod_gone(c, pod)
+    c.kubectl("delete", "configmap", "settings")
