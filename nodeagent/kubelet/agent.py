@@ -157,7 +157,8 @@ class Kubelet:
         await self.node.register()
         self.runtime = PodRuntime(self.cri, self.volumes, self.recorder, self.clock, log_root=Path(self.cfg.log_dir),
                                   cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p),
-                                  memory_capacity=self.node.memory_capacity(), runtime_name=self.node.runtime_name)
+                                  memory_capacity=self.node.memory_capacity(), runtime_name=self.node.runtime_name,
+                                  cgroups=await asyncio.to_thread(_cgroup_driver))
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
             self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock, resync=self.cfg.resync)
@@ -330,6 +331,17 @@ class Kubelet:
         with contextlib.suppress(ClientError):
             await self.client.delete("pods", m["name"], m.get("namespace"), grace_period=0,
                                      preconditions={"uid": uid_of(pod)})
+
+
+def _cgroup_driver() -> Any:
+    """The runtime's one cgroup driver (v1 or v2 by detection), or None where cgroups are unavailable."""
+    try:
+        from cri.runtime.cgroups import detect
+
+        return detect()
+    except Exception as e:
+        log.warning("no cgroup driver: %s", e)
+        return None
 
 
 def _state_name(state: int, sandbox: bool = False) -> str:

@@ -20,6 +20,7 @@ from cri.proto import api_pb2 as pb
 from nodeagent.kubelet import images as image_policy
 from nodeagent.kubelet import resources
 from nodeagent.kubelet.backoff import CrashLoopBackoff, ImagePullBackoff, container_backoff_key
+from nodeagent.kubelet.cgroups import remove_cgroup
 from nodeagent.kubelet.clock import Clock
 from nodeagent.kubelet.cri import (
     CONTAINER_NAME_LABEL,
@@ -63,7 +64,7 @@ class PodRuntime:
 
     def __init__(self, cri: RuntimeClient, volumes: VolumeManager, recorder: Any, clock: Clock, *,
                  log_root: Path, cgroup_root: tuple[str, ...], memory_capacity: int, runtime_name: str,
-                 sandbox_image: str = "") -> None:
+                 sandbox_image: str = "", cgroups: Any = None) -> None:
         self.cri = cri
         self.volumes = volumes
         self.recorder = recorder
@@ -73,6 +74,7 @@ class PodRuntime:
         self.memory_capacity = memory_capacity
         self.runtime_name = runtime_name
         self.sandbox_image = sandbox_image
+        self.cgroups = cgroups  # the runtime's cgroup driver (cri.runtime.cgroups), for pod cgroup removal
         self.crash_backoff = CrashLoopBackoff(clock)
         self.pull_backoff = ImagePullBackoff(clock)
         self.sync_errors: dict[str, dict[str, SyncError]] = {}  # pod uid → container → why it could not start
@@ -310,6 +312,7 @@ class PodRuntime:
         for s in st.sandboxes:
             await self._remove_sandbox(s.id)
         await asyncio.to_thread(self.volumes.teardown_pod, uid_of(pod))
+        await asyncio.to_thread(self._remove_pod_cgroup, pod)
         uid = uid_of(pod)
         self.sync_errors.pop(uid, None)
         for c in ((pod.get("spec") or {}).get("containers") or []):
@@ -320,6 +323,16 @@ class PodRuntime:
         st = await self.state(pod)
         if any(r.state == "running" for r in st.records) or st.sandbox_ready:
             await self._kill_all(pod, st, _grace(pod), reason_events=True)
+
+    def _remove_pod_cgroup(self, pod: Mapping[str, Any]) -> None:
+        """The pod's cgroup goes with the pod. Our runtime removes the parents it made itself; runc under
+        containerd leaves them, as the kubelet owns pod cgroups there."""
+        if self.cgroups is None:
+            return
+        try:
+            remove_cgroup(self.cgroups, self.cgroup_parent(pod))
+        except OSError as e:
+            log.warning("pod %s: cgroup %s not removed: %s", pod_name(pod), self.cgroup_parent(pod), e)
 
     async def _kill_all(self, pod: Mapping[str, Any], st: PodRuntimeState, grace: int, reason_events: bool) -> None:
         running = [r for r in st.records if r.state == "running"]

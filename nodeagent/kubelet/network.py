@@ -91,6 +91,7 @@ def remove_empty_qos_tree(cgroup_root: str) -> None:
     through the runtime's cgroup driver; a cgroup still holding pods stays (rmdir refuses)."""
     from cri.runtime.cgroups import detect
     from nodeagent.kubelet import resources
+    from nodeagent.kubelet.cgroups import remove_cgroup
 
     driver = detect()
     top = resources.node_allocatable_cgroup(tuple(p for p in cgroup_root.split("/") if p))
@@ -99,7 +100,7 @@ def remove_empty_qos_tree(cgroup_root: str) -> None:
         paths.append(resources.CgroupName(top.parts[:-1]))
     for name in paths:
         try:
-            driver.remove(name.cgroupfs())
+            remove_cgroup(driver, name.cgroupfs())
         except OSError as e:
             log.info("cgroup %s kept: %s", name.cgroupfs(), e)
             return

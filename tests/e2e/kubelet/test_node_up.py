@@ -34,6 +34,7 @@ class Cluster:
         self.node = node
         self.bridge = bridge
         self.proc: subprocess.Popen | None = None
+        self.extra: list[str] = []
         self.log = data_dir / "up.log"
         self.env = {**os.environ, "KUBECONFIG": str(data_dir / "admin.kubeconfig")}
 
@@ -42,7 +43,8 @@ class Cluster:
         with open(self.log, "ab") as f:
             self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "up", "--data-dir", str(self.data_dir),
                                           "--node-name", self.node, "--bridge", self.bridge,
-                                          "--bind-address", "127.0.0.1"], stdout=f, stderr=subprocess.STDOUT)
+                                          "--bind-address", "127.0.0.1", *self.extra],
+                                         stdout=f, stderr=subprocess.STDOUT)
         end = time.monotonic() + 60
         while "kubelet: ready" not in self.log.read_bytes()[mark:].decode(errors="replace"):
             assert self.proc.poll() is None and time.monotonic() < end, self.tail()
