@@ -438,3 +438,33 @@ def test_config_map_volume_waits_for_its_source_and_follows_updates(cluster):
     pod, _ = _delete(c, "configured")
     _assert_pod_gone(c, pod)
     c.kubectl("delete", "configmap", "settings")
+
+
+def test_run_to_completion_pod_succeeds_and_frees_its_sandbox(cluster):
+    c = cluster
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "job"},
+             "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                      "containers": [{"name": "once", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                      "command": ["sh", "-c", "echo done"]}]}})
+    pod = c.wait_pod("job", lambda p: (p.get("status") or {}).get("phase") == "Succeeded")
+    s = pod["status"]["containerStatuses"][0]
+    assert s["state"]["terminated"]["reason"] == "Completed" and s["restartCount"] == 0
+    ip = pod["status"].get("podIP")
+
+    from cri.client import CRIClient
+    from cri.proto import api_pb2 as pb
+
+    cri = CRIClient(str(c.data_dir / "cri.sock"))
+    try:
+        f = pb.PodSandboxFilter()
+        f.label_selector["io.kubernetes.pod.uid"] = pod["metadata"]["uid"]
+        end = time.monotonic() + 30
+        while any(b.state == pb.SANDBOX_READY for b in cri.rt.ListPodSandbox(pb.ListPodSandboxRequest(filter=f)).items):
+            assert time.monotonic() < end, "the finished pod's sandbox still runs"
+            time.sleep(0.3)
+    finally:
+        cri.close()
+    if ip:
+        assert not list((c.data_dir / "cni" / "networks").glob(f"*/{ip}")), "the finished pod still holds its IP"
+    pod, _ = _delete(c, "job")
+    _assert_pod_gone(c, pod)
