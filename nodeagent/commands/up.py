@@ -49,6 +49,8 @@ class UpConfig:
     pod_subnet: str | None = None
     bridge: str | None = None
     cni_conf_dir: str | None = None
+    eviction_hard: str | None = None
+    housekeeping_interval: float | None = None
     server: str | None = None  # `nodeagent agent`
     token: str | None = None
 
@@ -64,6 +66,11 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pod-subnet", default=None, help="pod subnet on this node's bridge (default: 10.244.0.0/24, or 10.240.<tag>.0/24 "
                         "for other data dirs)")
     p.add_argument("--bridge", default=None, help="pod bridge name (default: na0, or na<tag> for other data dirs)")
+    p.add_argument("--eviction-hard", default=None,
+                   help="hard eviction thresholds in kubelet syntax, e.g. 'memory.available<500Mi,nodefs.available<10%%' "
+                        "(default: the kubelet's; '' for none)")
+    p.add_argument("--housekeeping-interval", type=float, default=None,
+                   help="seconds between eviction passes (default: 10)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -82,6 +89,8 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
                    apiserver_port=port if port is not None else (6443 if default else 0),
                    apiserver_bind_address=getattr(args, "bind_address", None),
                    cgroup_root=args.cgroup_root, pod_subnet=args.pod_subnet, bridge=args.bridge,
+                   eviction_hard=getattr(args, "eviction_hard", None),
+                   housekeeping_interval=getattr(args, "housekeeping_interval", None),
                    server=getattr(args, "server", None), token=getattr(args, "token", None))
     cfg.cni_conf_dir = PodNetwork.from_any(cfg).conf_dir
     return cfg

@@ -64,6 +64,8 @@ class KubeletConfig:
     root_dir: str = ""  # volumes: <root_dir>/pods/<uid>/volumes
     log_dir: str = ""  # container logs: <log_dir>/<ns>_<name>_<uid>/<container>/<n>.log
     manifests_dir: str = ""  # static pods
+    eviction_hard: str | None = None  # kubelet flag syntax; None: the kubelet's defaults
+    housekeeping_interval: float = 10.0
     resync: float = 10.0
 
     @classmethod
@@ -85,7 +87,9 @@ class KubeletConfig:
                    cgroup_root=default_cgroup_root(data_dir) if cgroup_root is None else cgroup_root,
                    root_dir=getattr(config, "root_dir", None) or str(Path(data_dir, "kubelet")),
                    log_dir=getattr(config, "log_dir", None) or str(Path(data_dir, "pod-logs")),
-                   manifests_dir=getattr(config, "manifests_dir", None) or str(Path(data_dir, "manifests")))
+                   manifests_dir=getattr(config, "manifests_dir", None) or str(Path(data_dir, "manifests")),
+                   eviction_hard=getattr(config, "eviction_hard", None),
+                   housekeeping_interval=float(getattr(config, "housekeeping_interval", None) or 10.0))
 
     def client(self) -> Client:
         if self.server:
@@ -101,7 +105,14 @@ class Kubelet:
         self.clock = clock or RealClock()
         self.recorder = EventRecorder(client, "kubelet", cfg.node_name)
         self.pleg = GenericPLEG(self.clock)
-        self.node = NodeAgent(client, cri, cfg.node_name, cfg.data_dir, self.pleg.healthy, self.clock)
+        from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
+        from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD
+
+        self.eviction = EvictionManager(parse_thresholds(cfg.eviction_hard if cfg.eviction_hard is not None
+                                                         else DEFAULT_HARD), self.clock)
+        self.evicted: dict[str, dict[str, Any]] = {}  # uid → the Failed/Evicted status the pod keeps
+        self.node = NodeAgent(client, cri, cfg.node_name, cfg.data_dir, self.pleg.healthy, self.clock,
+                              eviction=self.eviction)
         self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),
@@ -172,6 +183,12 @@ class Kubelet:
             await self.pods.wait_synced()
             tg.create_task(self.static_source.run(self._on_static_pods), name="kubelet-static-pods")
             tg.create_task(self._pleg_loop(), name="kubelet-pleg")
+            from nodeagent.kubelet.evictions import EvictionLoop
+
+            loop = EvictionLoop(self.eviction, self.clock, self.cfg.data_dir, self._active_pods,
+                                self.runtime.cgroup_parent, self._evict, self.recorder,
+                                self.cfg.housekeeping_interval)
+            tg.create_task(loop.run(), name="kubelet-eviction")
             log.info("kubelet for node %s running (runtime %s %s at %s)", self.cfg.node_name,
                      self.node.runtime_name, self.node.runtime_version, self.cfg.runtime_endpoint)
             ready.set()
@@ -270,9 +287,29 @@ class Kubelet:
                                               "namespace": s.labels.get(POD_NAMESPACE_LABEL, "default")},
                                  "spec": {"terminationGracePeriodSeconds": ORPHAN_GRACE}})
 
+    # -- eviction ----------------------------------------------------------------------------------
+    def _active_pods(self) -> list[dict[str, Any]]:
+        """Pods that run here now (not terminal, not terminating, not already evicted)."""
+        assert self.workers is not None
+        pods = [p for p in self.pods.list() if not is_mirror_pod(p)] + list(self.static.values())
+        return [p for p in pods if uid_of(p) in self.workers.known() and uid_of(p) not in self.evicted
+                and not self.workers.is_terminating(uid_of(p)) and not p["metadata"].get("deletionTimestamp")
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+
+    async def _evict(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        """Failed/Evicted from now on: the worker stops the containers and keeps reporting this status."""
+        assert self.workers is not None
+        self.evicted[uid_of(pod)] = status
+        self.workers.poke(uid_of(pod))
+
     # -- the workers' work -----------------------------------------------------------------------------
     async def _sync_pod(self, pod: dict[str, Any]) -> float | None:
         assert self.runtime is not None
+        evicted = self.evicted.get(uid_of(pod))
+        if evicted is not None:
+            await self.runtime.kill_containers(pod, grace=0)
+            await self._post_status(pod, evicted)
+            return None
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
             await self.runtime.kill_containers(pod)  # terminal: nothing runs, the object stays
@@ -316,6 +353,7 @@ class Kubelet:
     async def _terminate_pod(self, pod: dict[str, Any]) -> None:
         assert self.runtime is not None
         self.probes.remove_pod(uid_of(pod))
+        self.evicted.pop(uid_of(pod), None)
         await self.runtime.kill(pod, termination_grace(pod))
         self.last_status.pop(uid_of(pod), None)
         m = pod["metadata"]

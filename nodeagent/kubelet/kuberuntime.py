@@ -318,11 +318,11 @@ class PodRuntime:
         for c in ((pod.get("spec") or {}).get("containers") or []):
             self.crash_backoff.backoff.reset(container_backoff_key(pod, c))
 
-    async def kill_containers(self, pod: Mapping[str, Any]) -> None:
+    async def kill_containers(self, pod: Mapping[str, Any], grace: int | None = None) -> None:
         """A pod in a terminal phase: stop what still runs and its sandbox (freeing its IP); keep the records."""
         st = await self.state(pod)
         if any(r.state == "running" for r in st.records) or st.sandbox_ready:
-            await self._kill_all(pod, st, _grace(pod), reason_events=True)
+            await self._kill_all(pod, st, _grace(pod) if grace is None else grace, reason_events=True)
 
     def _remove_pod_cgroup(self, pod: Mapping[str, Any]) -> None:
         """The pod's cgroup goes with the pod. Our runtime removes the parents it made itself; runc under

@@ -12,6 +12,7 @@ import datetime as dt
 import logging
 import socket
 from collections.abc import Callable
+from typing import Any
 
 from nodeagent.api.quantity import format_quantity
 from nodeagent.client.rest import Client, ClientError
@@ -47,8 +48,8 @@ class NodeAgent:
 
     def __init__(self, client: Client, cri: RuntimeClient, name: str, fs_path: str,
                  pleg_health: Callable[[], tuple[bool, str]], clock: Clock | None = None,
-                 lease_period: float = 10.0, status_period: float = 10.0, max_pods: int = node_status.DEFAULT_MAX_PODS
-                 ) -> None:
+                 lease_period: float = 10.0, status_period: float = 10.0, max_pods: int = node_status.DEFAULT_MAX_PODS,
+                 eviction: Any = None) -> None:
         self.client = client
         self.cri = cri
         self.name = name
@@ -58,6 +59,7 @@ class NodeAgent:
         self.lease_period = lease_period
         self.status_period = status_period
         self.max_pods = max_pods
+        self.eviction = eviction  # EvictionManager: pressure conditions, taints, the hard-threshold reservation
         self.addresses = host_ips()
         self.capacity = node_status.machine_capacity(fs_path, max_pods)
         self.ready = False
@@ -70,7 +72,12 @@ class NodeAgent:
         return int(resources._whole(resources._to_list(self.capacity).get("memory", 0)))
 
     def allocatable(self) -> dict[str, str]:
-        alloc = resources.node_allocatable(self.capacity)
+        hard = None
+        if self.eviction is not None:
+            from nodeagent.kubelet.eviction import hard_eviction_reservation
+
+            hard = hard_eviction_reservation(self.eviction.thresholds, self.capacity)
+        alloc = resources.node_allocatable(self.capacity, hard_eviction=hard)
         return {k: format_quantity(v, binary=k in ("memory", "ephemeral-storage") or k.startswith("hugepages"))
                 for k, v in alloc.items()}
 
@@ -111,14 +118,8 @@ class NodeAgent:
         old = {c["type"]: c for c in (cur.get("status") or {}).get("conditions") or []}
         ready = node_status.ready_condition(errors, now, old.get("Ready"))
         conds = []
-        for type_, reason, msg in (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                                   ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                                   ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available")):
-            o = old.get(type_) or {}
-            conds.append({"type": type_, "status": "False", "reason": reason, "message": msg,
-                          "lastHeartbeatTime": ready["lastHeartbeatTime"],
-                          "lastTransitionTime": o.get("lastTransitionTime") if o.get("status") == "False"
-                          else ready["lastHeartbeatTime"]})
+        if self.eviction is not None:
+            conds = self.eviction.node_conditions_status(old.values())
         conds.append(ready)
         status = {"capacity": self.capacity, "allocatable": self.allocatable(),
                   "conditions": conds,
@@ -127,7 +128,8 @@ class NodeAgent:
                   "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}}}
         await self.client.patch("nodes", self.name, {"status": status}, subresource="status")
         is_ready = not errors
-        taints = node_status.node_taints((cur.get("spec") or {}).get("taints") or [], is_ready)
+        taints = node_status.node_taints((cur.get("spec") or {}).get("taints") or [], is_ready,
+                                         self.eviction.taints() if self.eviction is not None else ())
         if taints != ((cur.get("spec") or {}).get("taints") or []):
             await self.client.patch("nodes", self.name, {"spec": {"taints": taints or None}})
         if is_ready != self.ready:
