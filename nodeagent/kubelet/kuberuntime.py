@@ -172,9 +172,11 @@ class PodRuntime:
             try:
                 await self._start_container(pod, sid, sandbox_cfg, c, 0 if prev is None else prev.attempt + 1, vols)
                 errors.pop(name, None)
-                if prev is not None:
-                    with contextlib.suppress(Exception):
-                        await self.cri.remove_container(prev.id)  # keep one exited instance per name
+                # Keep the previous (exited) instance for lastState, as the kubelet does; older ones go.
+                for old in st.records:
+                    if old.name == name and old.state == "exited" and prev is not None and old.id != prev.id:
+                        with contextlib.suppress(Exception):
+                            await self.cri.remove_container(old.id)
             except _StartError as e:
                 errors[name] = SyncError(e.reason, e.message)
             if name in actions.init_containers_to_start:
