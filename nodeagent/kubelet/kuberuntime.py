@@ -131,7 +131,7 @@ class PodRuntime:
         for cid, info in actions.containers_to_kill.items():
             self.recorder.record(pod, "Normal", "Killing", info.message if info.reason else
                                  f"Stopping container {info.name}")
-            await self._stop_container(cid, _grace(pod))
+            await self._stop_container(cid, _grace(pod), pod, info.name)
         sid = "" if actions.create_sandbox else actions.sandbox_id
         to_start = actions.init_containers_to_start + actions.containers_to_start
         vols: dict[str, Any] = {}
@@ -226,6 +226,30 @@ class PodRuntime:
             self.recorder.record(pod, "Warning", "Failed", f"Error: {msg}")
             raise _StartError("RunContainerError", msg) from e
         self.recorder.record(pod, "Normal", "Started", f"Started container {c['name']}")
+        hook = (c.get("lifecycle") or {}).get("postStart")
+        if hook and not await self._run_hook(pod, c, cid, hook, "PostStart", POST_START_TIMEOUT):
+            # kubelet: a failed postStart hook kills the container; the restart policy decides what follows.
+            await self._stop_container(cid, _grace(pod))
+            raise _StartError("PostStartHookError", f"PostStartHook failed for container {c['name']}")
+
+    async def _run_hook(self, pod: Mapping[str, Any], c: Mapping[str, Any], cid: str, hook: Mapping[str, Any],
+                        kind: str, timeout_s: int) -> bool:
+        """Run an exec lifecycle hook in the container; False (with a Failed<kind>Hook event) when it failed."""
+        if "exec" not in hook:
+            self.recorder.record(pod, "Warning", f"Failed{kind}Hook",
+                                 f"{kind} hook of container {c['name']}: only exec handlers are supported")
+            return False
+        cmd = list((hook.get("exec") or {}).get("command") or [])
+        try:
+            r = await self.cri.exec_sync(cid, cmd, timeout_s)
+            ok, out = r.exit_code == 0, (r.stdout + r.stderr).decode(errors="replace")
+        except Exception as e:
+            ok, out = False, _details(e)
+        if not ok:
+            self.recorder.record(pod, "Warning", f"Failed{kind}Hook",
+                                 f"Exec lifecycle hook ({cmd}) for Container \"{c['name']}\" in Pod "
+                                 f"\"{pod_name(pod)}\" failed - error: {out.strip()[:200]}")
+        return ok
 
     # -- configs ----------------------------------------------------------------------------------
     def pod_log_dir(self, pod: Mapping[str, Any]) -> Path:
@@ -341,13 +365,21 @@ class PodRuntime:
         for r in running:
             if reason_events:
                 self.recorder.record(pod, "Normal", "Killing", f"Stopping container {r.name}")
-        await asyncio.gather(*(self._stop_container(r.id, grace) for r in running))
+        await asyncio.gather(*(self._stop_container(r.id, grace, pod, r.name) for r in running))
         for s in st.sandboxes:
             if s.state == pb.SANDBOX_READY:
                 with contextlib.suppress(Exception):
                     await self.cri.stop_sandbox(s.id)
 
-    async def _stop_container(self, cid: str, grace: int) -> None:
+    async def _stop_container(self, cid: str, grace: int, pod: Mapping[str, Any] | None = None,
+                              name: str = "") -> None:
+        """preStop hook (within the grace period), then StopContainer: SIGTERM, SIGKILL after what is left."""
+        spec = _container_spec(pod, name) if pod is not None else None
+        hook = ((spec or {}).get("lifecycle") or {}).get("preStop")
+        if hook and grace > 0:
+            t0 = self.clock.now()
+            await self._run_hook(pod, spec, cid, hook, "PreStop", grace)
+            grace = max(MIN_GRACE_AFTER_HOOK, grace - int(self.clock.now() - t0))
         try:
             await self.cri.stop_container(cid, grace)
         except Exception as e:
@@ -377,6 +409,16 @@ class _StartError(Exception):
         super().__init__(f"{reason}: {message}")
         self.reason = reason
         self.message = message
+
+
+POST_START_TIMEOUT = 30
+MIN_GRACE_AFTER_HOOK = 2  # kubelet gives SIGTERM at least this long after a preStop hook
+
+
+def _container_spec(pod: Mapping[str, Any] | None, name: str) -> Mapping[str, Any] | None:
+    spec = (pod or {}).get("spec") or {}
+    return next((c for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+                 if c.get("name") == name), None)
 
 
 def _grace(pod: Mapping[str, Any]) -> int:

@@ -30,6 +30,7 @@ class FakeCRI:
         self.images = set(images)
         self.calls: list[tuple[str, Any]] = []
         self.fail_start: set[str] = set()  # container names whose start fails
+        self.exec_results: dict[tuple[str, ...], int] = {}  # command → exit code (default 0)
         self._ids = itertools.count(1)
         self._ip = itertools.count(2)
 
@@ -125,6 +126,11 @@ class FakeCRI:
         self.calls.append(("RemoveContainer", self.containers[cid].metadata.name))
         del self.containers[cid]
         del self.container_sandbox[cid]
+
+    async def exec_sync(self, cid: str, cmd: list[str], seconds: int = 0) -> pb.ExecSyncResponse:
+        self.calls.append(("ExecSync", (self.containers[cid].metadata.name, tuple(cmd))))
+        code = self.exec_results.get(tuple(cmd), 0)
+        return pb.ExecSyncResponse(exit_code=code, stdout=b"", stderr=b"failed" if code else b"")
 
     async def image_present(self, image: str) -> pb.Image | None:
         return pb.Image(id=f"sha256:{image}", size=1) if image in self.images else None

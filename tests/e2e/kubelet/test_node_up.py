@@ -468,3 +468,24 @@ def test_run_to_completion_pod_succeeds_and_frees_its_sandbox(cluster):
         assert not list((c.data_dir / "cni" / "networks").glob(f"*/{ip}")), "the finished pod still holds its IP"
     pod, _ = _delete(c, "job")
     _assert_pod_gone(c, pod)
+
+
+def test_post_start_and_pre_stop_hooks_run_in_the_container(cluster):
+    c = cluster
+    out = c.data_dir / "hook-out"
+    out.mkdir(exist_ok=True)
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hooked"},
+             "spec": {"terminationGracePeriodSeconds": 5,
+                      "containers": [{"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                      "command": ["sleep", "3600"],
+                                      "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+                                      "lifecycle": {
+                                          "postStart": {"exec": {"command": ["sh", "-c", "echo up > /out/post"]}},
+                                          "preStop": {"exec": {"command": ["sh", "-c", "echo down > /out/pre"]}}}}],
+                      "volumes": [{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}]}})
+    c.wait_pod("hooked", _running)
+    assert (out / "post").read_text() == "up\n"
+    assert not (out / "pre").exists()
+    pod, _ = _delete(c, "hooked")
+    assert (out / "pre").read_text() == "down\n"
+    _assert_pod_gone(c, pod)

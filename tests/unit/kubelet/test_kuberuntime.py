@@ -152,3 +152,26 @@ async def test_volume_mounts_point_at_the_pod_volume_dirs(rt, tmp_path):
     assert m.host_path == str(tmp_path / "kubelet" / "pods" / "u1" / "volumes" / "kubernetes.io~empty-dir" / "scratch")
     assert cri.last_config.annotations["io.kubernetes.container.hash"]
     assert isinstance(cri.last_config, pb.ContainerConfig)
+
+
+async def test_lifecycle_hooks_run_around_start_and_stop(rt):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("a", lifecycle={"postStart": {"exec": {"command": ["touch", "/started"]}},
+                                   "preStop": {"exec": {"command": ["sh", "-c", "drain"]}}})])
+    await r.sync(pod)
+    i_start = cri.calls.index(("StartContainer", "a"))
+    assert cri.calls[i_start + 1] == ("ExecSync", ("a", ("touch", "/started")))
+    await r.kill(pod, 5)
+    i_hook = cri.calls.index(("ExecSync", ("a", ("sh", "-c", "drain"))))
+    assert cri.calls[i_hook + 1][0] == "StopContainer"
+
+
+async def test_failed_post_start_hook_kills_the_container(rt):
+    r, cri, rec, clock = rt
+    cri.exec_results[("false",)] = 1
+    pod = _pod([_c("a", lifecycle={"postStart": {"exec": {"command": ["false"]}}})])
+    st = await r.sync(pod)
+    assert "FailedPostStartHook" in rec.reasons()
+    assert not cri.running("a")
+    s = r.pod_status(pod, st, [])["containerStatuses"][0]
+    assert "running" not in s["state"]
