@@ -489,3 +489,17 @@ def test_post_start_and_pre_stop_hooks_run_in_the_container(cluster):
     pod, _ = _delete(c, "hooked")
     assert (out / "pre").read_text() == "down\n"
     _assert_pod_gone(c, pod)
+
+
+def test_memory_hog_is_oom_killed_and_reported(cluster):
+    c = cluster
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hog"},
+             "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                      "containers": [{"name": "hog", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                      "command": ["sh", "-c", "x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done"],
+                                      "resources": {"limits": {"memory": "16Mi"}}}]}})
+    pod = c.wait_pod("hog", lambda p: (p.get("status") or {}).get("phase") == "Failed")
+    term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["reason"] == "OOMKilled" and term["exitCode"] == 137, term
+    pod, _ = _delete(c, "hog")
+    _assert_pod_gone(c, pod)
