@@ -129,8 +129,7 @@ class PodRuntime:
             if not actions.create_sandbox:
                 return await self.state(pod)
         for cid, info in actions.containers_to_kill.items():
-            self.recorder.record(pod, "Normal", "Killing", info.message if info.reason else
-                                 f"Stopping container {info.name}")
+            self.recorder.record(pod, "Normal", "Killing", info.message or f"Stopping container {info.name}")
             await self._stop_container(cid, _grace(pod), pod, info.name)
         sid = "" if actions.create_sandbox else actions.sandbox_id
         to_start = actions.init_containers_to_start + actions.containers_to_start

@@ -31,6 +31,7 @@ class FakeCRI:
         self.calls: list[tuple[str, Any]] = []
         self.fail_start: set[str] = set()  # container names whose start fails
         self.exec_results: dict[tuple[str, ...], int] = {}  # command → exit code (default 0)
+        self.unpullable: set[str] = set()
         self._ids = itertools.count(1)
         self._ip = itertools.count(2)
 
@@ -137,6 +138,8 @@ class FakeCRI:
 
     async def pull_image(self, image: str) -> str:
         self.calls.append(("PullImage", image))
+        if image in self.unpullable:
+            raise RuntimeError(f"failed to resolve reference {image!r}: not found")
         self.images.add(image)
         return f"sha256:{image}"
 

@@ -175,3 +175,32 @@ async def test_failed_post_start_hook_kills_the_container(rt):
     assert not cri.running("a")
     s = r.pod_status(pod, st, [])["containerStatuses"][0]
     assert "running" not in s["state"]
+
+
+async def test_failed_pull_is_err_image_pull_then_image_pull_back_off(rt):
+    r, cri, rec, clock = rt
+    cri.unpullable.add("example.org/missing:1")
+    pod = _pod([_c("a", image="example.org/missing:1")])
+    st = await r.sync(pod)
+    s = r.pod_status(pod, st, [])["containerStatuses"][0]
+    assert s["state"]["waiting"]["reason"] == "ErrImagePull"
+    st = await r.sync(pod)  # within the back-off: no new pull
+    assert [c for c in cri.calls if c[0] == "PullImage"] == [("PullImage", "example.org/missing:1")]
+    s = r.pod_status(pod, st, [])["containerStatuses"][0]
+    assert s["state"]["waiting"]["reason"] == "ImagePullBackOff"
+    clock.advance(11)
+    await r.sync(pod)
+    assert len([c for c in cri.calls if c[0] == "PullImage"]) == 2
+
+
+async def test_changed_container_spec_restarts_the_container(rt):
+    r, cri, rec, clock = rt
+    cri.images.add("localhost/busybox:v2")
+    pod = _pod([_c("a")])
+    await r.sync(pod)
+    first = cri.running("a")
+    pod["spec"]["containers"][0]["image"] = "localhost/busybox:v2"  # the one mutable field that is hashed
+    await r.sync(pod)
+    assert any(m == "Container a definition changed, will be restarted" for _, _, m in rec.events)
+    assert cri.running("a") and cri.running("a") != first
+    assert cri.last_config.image.image == "localhost/busybox:v2"
