@@ -66,6 +66,8 @@ async def measure(kubeconfig: Path, node: str, n: int, concurrency: int) -> list
 
         async def watch() -> None:
             async for ev in client.watch("pods", "default", resource_version=rv):
+                if ev.get("type") not in ("ADDED", "MODIFIED"):
+                    continue  # BOOKMARK, DELETED
                 obj = ev["object"]
                 name = obj["metadata"]["name"]
                 if name in created and name not in latency and running(obj):
@@ -85,7 +87,14 @@ async def measure(kubeconfig: Path, node: str, n: int, concurrency: int) -> list
                 await client.create("pods", pod(name, node), "default")
 
         await asyncio.gather(*(create(i) for i in range(n)))
-        await asyncio.wait_for(done.wait(), timeout=60 + 5 * n)
+        waiter = asyncio.create_task(done.wait())
+        await asyncio.wait([watcher, waiter], timeout=60 + 5 * n, return_when=asyncio.FIRST_COMPLETED)
+        if watcher.done() and not done.is_set():
+            waiter.cancel()
+            watcher.result()  # the watch failed: raise its error
+            raise RuntimeError("the watch ended before every pod ran")
+        if not done.is_set():
+            raise TimeoutError(f"only {len(latency)} of {n} pods ran")
         watcher.cancel()
         return list(latency.values())
     finally:
@@ -128,6 +137,23 @@ def wait_runtime_empty(socket: str, timeout: float = 120) -> bool:
         cri.close()
 
 
+def steady_state(pid: int, seconds: float) -> tuple[float, int]:
+    """CPU share of one core and RSS (bytes) of the `up` process (apiserver + controllers + runtime + kubelet
+    together: they share the process) while the pods just run."""
+    def cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    c0, t0 = cpu(), time.monotonic()
+    time.sleep(seconds)
+    share = (cpu() - c0) / (time.monotonic() - t0)
+    rss = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+    return share, rss
+
+
 def cri_floor(socket: str, runs: int, concurrency: int = 1) -> list[float]:
     """Pods straight through CRI on the same runtime, `concurrency` at a time: sandbox + create + start
     per pod (then all removed): what any kubelet on this runtime pays at least."""
@@ -164,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pods", type=int, default=30, help="pods to start (default %(default)s; the issue asks 100)")
     p.add_argument("--concurrency", type=int, default=10, help="create requests in flight (default %(default)s)")
     p.add_argument("--floor-runs", type=int, default=10, help="CRI-only pods for the reference (default %(default)s)")
+    p.add_argument("--steady-seconds", type=float, default=20,
+                   help="after all pods run, sample the up process's CPU and RSS this long (default %(default)s)")
     p.add_argument("--keep", action="store_true", help="keep the data dir")
     a = p.parse_args(argv)
 
@@ -189,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         floor = cri_floor(str(data / "cri.sock"), a.floor_runs)
         floor_conc = cri_floor(str(data / "cri.sock"), a.pods, a.concurrency)
         lat = asyncio.run(measure(kc, node, a.pods, a.concurrency))
+        cpu_share, rss = steady_state(proc.pid, a.steady_seconds) if a.steady_seconds > 0 else (0.0, 0)
         asyncio.run(cleanup(kc, a.pods))
         if not wait_runtime_empty(str(data / "cri.sock")):
             print("warning: pods still in the runtime after 120 s; `up` will adopt them on its next start",
@@ -201,7 +230,12 @@ def main(argv: list[str] | None = None) -> int:
                           "reference_cri_only_pod_p99_s": round(pct(floor, 0.99), 3),
                           "reference_cri_only_same_load_p50_s": round(pct(floor_conc, 0.5), 3),
                           "reference_cri_only_same_load_p99_s": round(pct(floor_conc, 0.99), 3),
-                          "targets": "p50 <= 0.3 s, p99 <= 1 s (SLO 5 s)"}, indent=1))
+                          f"steady_{a.pods}_pods_up_process_cpu_share_of_a_core": round(cpu_share, 3),
+                          f"steady_{a.pods}_pods_up_process_rss_mib": round(rss / 2**20, 1),
+                          "targets": "p50 <= 0.3 s, p99 <= 1 s (SLO 5 s); agent idle CPU <= 5% of a core, "
+                                     "RSS <= 150 MiB at 110 pods (k3s agent: 275 MB, 3%)",
+                          "note": "one `up` process holds apiserver + controllers + runtime + kubelet; "
+                                  "machine shared with other jobs"}, indent=1))
     except BaseException:
         rc = 1
         with contextlib.suppress(Exception):

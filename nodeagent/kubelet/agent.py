@@ -22,6 +22,9 @@ from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.kubelet.clock import Clock, RealClock
 from nodeagent.kubelet.cri import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, RuntimeClient
+from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
+from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD
+from nodeagent.kubelet.evictions import EvictionLoop
 from nodeagent.kubelet.kuberuntime import PodRuntime, latest_records, termination_grace, uid_of
 from nodeagent.kubelet.node import NodeAgent
 from nodeagent.kubelet.pleg import GenericPLEG, Record
@@ -105,9 +108,6 @@ class Kubelet:
         self.clock = clock or RealClock()
         self.recorder = EventRecorder(client, "kubelet", cfg.node_name)
         self.pleg = GenericPLEG(self.clock)
-        from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
-        from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD
-
         self.eviction = EvictionManager(parse_thresholds(cfg.eviction_hard if cfg.eviction_hard is not None
                                                          else DEFAULT_HARD), self.clock)
         self.evicted: dict[str, dict[str, Any]] = {}  # uid → the Failed/Evicted status the pod keeps
@@ -183,8 +183,6 @@ class Kubelet:
             await self.pods.wait_synced()
             tg.create_task(self.static_source.run(self._on_static_pods), name="kubelet-static-pods")
             tg.create_task(self._pleg_loop(), name="kubelet-pleg")
-            from nodeagent.kubelet.evictions import EvictionLoop
-
             loop = EvictionLoop(self.eviction, self.clock, self.cfg.data_dir, self._active_pods,
                                 self.runtime.cgroup_parent, self._evict, self.recorder,
                                 self.cfg.housekeeping_interval)
