@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "version": ("version", "print the version"),
     "doctor": ("doctor", "report what this host's kernel supports and what nodeagent will use"),
     "up": ("up", "run the whole single-node cluster in the foreground"),
+    "agent": ("agent", "run the node part (runtime, pod network, kubelet) against a remote apiserver"),
     "cni-daemon": ("cni_daemon", "serve the CNI plugins' fast path (netlink sockets kept open)"),
     "server": ("server", "run the control plane (apiserver, controllers) in the foreground"),
     "cri": ("cri", "run the container runtime (CRI runtime.v1 gRPC server) in the foreground"),

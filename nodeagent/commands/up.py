@@ -1,4 +1,9 @@
-"""`nodeagent up`: the whole single-node cluster in the foreground."""
+"""`nodeagent up`: the whole single-node cluster in the foreground.
+
+Every path and name comes from --data-dir (CRI socket, state, CNI conflist/bridge/IPAM dir, cgroup root,
+volumes, logs), so several instances with different data dirs run side by side; the default data dir
+keeps the well-known locations (/run/nodeagent/cri.sock, /etc/cni/net.d, bridge na0, port 6443).
+"""
 
 from __future__ import annotations
 
@@ -11,13 +16,24 @@ from nodeagent.runner import Component, run_components
 
 log = logging.getLogger("nodeagent.up")
 
-# The parts of a single-node cluster, in start order; each issue fills its own in.
+DEFAULT_DATA_DIR = "/var/lib/nodeagent"
+
+# The parts of a single-node cluster, in start order, each after what it needs.
 COMPONENTS = [
-    Component("cri", "cri.daemon:serve", "the cri issue"),
+    Component("cni", "nodeagent.kubelet.network:serve", "the kubelet issue"),
+    Component("cri", "cri.daemon:serve", "the cri issue", after=("cni",)),
     Component("apiserver", "nodeagent.apiserver.server:serve", "the apiserver issue"),
     Component("scheduler", "nodeagent.scheduler.service:serve", "the scheduler issue", after=("apiserver",)),
     Component("controllers", "nodeagent.controllers.manager:serve", "the controllers issue", after=("apiserver",)),
-    Component("kubelet", "nodeagent.kubelet.agent:serve", "the kubelet issue"),
+    Component("kubelet", "nodeagent.kubelet.agent:serve", "the kubelet issue", after=("cri", "apiserver")),
+    Component("netproxy", "netproxy.service:serve", "the netproxy issue", after=("apiserver",)),
+]
+
+# `nodeagent agent`: the node part alone, against a remote apiserver.
+NODE_COMPONENTS = [
+    Component("cni", "nodeagent.kubelet.network:serve", "the kubelet issue"),
+    Component("cri", "cri.daemon:serve", "the cri issue", after=("cni",)),
+    Component("kubelet", "nodeagent.kubelet.agent:serve", "the kubelet issue", after=("cri",)),
     Component("netproxy", "netproxy.service:serve", "the netproxy issue"),
 ]
 
@@ -27,19 +43,72 @@ class UpConfig:
     data_dir: str
     node_name: str | None
     container_runtime_endpoint: str | None
+    apiserver_port: int | None = None
+    apiserver_bind_address: str | None = None
+    cgroup_root: str | None = None
+    pod_subnet: str | None = None
+    bridge: str | None = None
+    cni_conf_dir: str | None = None
+    eviction_hard: str | None = None
+    housekeeping_interval: float | None = None
+    server: str | None = None  # `nodeagent agent`
+    token: str | None = None
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", default="/var/lib/nodeagent", help="state directory (default: %(default)s)")
+def add_node_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="state directory (default: %(default)s)")
     p.add_argument("--node-name", default=None, help="node name (default: the hostname)")
     p.add_argument("--container-runtime-endpoint", default=None,
                    help="CRI endpoint, e.g. unix:///run/containerd/containerd.sock (default: start ours)")
+    p.add_argument("--cgroup-root", default=None,
+                   help="cgroup the kubepods tree goes under (default: the root for the default data dir, "
+                        "else nodeagent-<tag of the data dir>)")
+    p.add_argument("--pod-subnet", default=None, help="pod subnet on this node's bridge (default: 10.244.0.0/24, or 10.240.<tag>.0/24 "
+                        "for other data dirs)")
+    p.add_argument("--bridge", default=None, help="pod bridge name (default: na0, or na<tag> for other data dirs)")
+    p.add_argument("--eviction-hard", default=None,
+                   help="hard eviction thresholds in kubelet syntax, e.g. 'memory.available<500Mi,nodefs.available<10%%' "
+                        "(default: the kubelet's; '' for none)")
+    p.add_argument("--housekeeping-interval", type=float, default=None,
+                   help="seconds between eviction passes (default: 10)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_node_arguments(p)
+    p.add_argument("--port", type=int, default=None,
+                   help="apiserver HTTPS port (default: 6443 for the default data dir, else any free one)")
+    p.add_argument("--bind-address", default=None, help="apiserver listen address (default: 0.0.0.0)")
+
+
+def config_from_args(args: argparse.Namespace) -> UpConfig:
+    from nodeagent.kubelet.network import PodNetwork
+
+    default = args.data_dir == DEFAULT_DATA_DIR
+    port = getattr(args, "port", None)
+    cfg = UpConfig(args.data_dir, args.node_name, args.container_runtime_endpoint,
+                   apiserver_port=port if port is not None else (6443 if default else 0),
+                   apiserver_bind_address=getattr(args, "bind_address", None),
+                   cgroup_root=args.cgroup_root, pod_subnet=args.pod_subnet, bridge=args.bridge,
+                   eviction_hard=getattr(args, "eviction_hard", None),
+                   housekeeping_interval=getattr(args, "housekeeping_interval", None),
+                   server=getattr(args, "server", None), token=getattr(args, "token", None))
+    cfg.cni_conf_dir = PodNetwork.from_any(cfg).conf_dir
+    return cfg
+
+
+def no_grpc_fork_handlers() -> None:
+    """The runtime forks container processes from this process, which also holds gRPC channels; gRPC's
+    fork handlers would try to restart its threads in those children (inside new pid namespaces, where
+    that fails): turn them off before grpc is first imported."""
+    import os
+
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 
 def run(args: argparse.Namespace) -> int:
     from nodeagent.host.probe import probe_host
 
+    no_grpc_fork_handlers()
     report = probe_host()
     log.info("host: kernel %s, cgroups %s", report.kernel, report.cgroups.summary)
-    cfg = UpConfig(args.data_dir, args.node_name, args.container_runtime_endpoint)
-    return asyncio.run(run_components(COMPONENTS, cfg))
+    return asyncio.run(run_components(COMPONENTS, config_from_args(args)))

@@ -19,7 +19,7 @@ def test_up_starts_and_stops_on_sigint(tmp_path):
         while time.monotonic() < deadline:
             line = p.stdout.readline()
             seen.append(line)
-            if "waiting for Ctrl-C" in line or ": ready" in line:
+            if "waiting for Ctrl-C" in line or "kubelet: ready" in line:
                 break
         p.send_signal(signal.SIGINT)
         out, _ = p.communicate(timeout=60)

@@ -1,0 +1,402 @@
+"""The kubelet component: `serve(config, ready)` registers the node and runs its pods through CRI.
+
+Pod sources (the apiserver's pods bound to this node, via an informer) feed the pod workers, one task
+per pod; the PLEG relists the runtime each second and wakes the workers of pods whose containers
+changed; each sync PATCHes the pod's status; a terminated pod is removed from the runtime and its API
+object confirmed deleted (gracePeriodSeconds=0). Everything runs in one TaskGroup owned by `serve`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+from nodeagent.client.events import EventRecorder
+from nodeagent.client.informer import Informer
+from nodeagent.client.rest import Client, ClientError
+from nodeagent.kubelet.clock import Clock, RealClock
+from nodeagent.kubelet.cri import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, RuntimeClient
+from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
+from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD
+from nodeagent.kubelet.evictions import EvictionLoop
+from nodeagent.kubelet.kuberuntime import PodRuntime, latest_records, termination_grace, uid_of
+from nodeagent.kubelet.node import NodeAgent
+from nodeagent.kubelet.pleg import GenericPLEG, Record
+from nodeagent.kubelet.prober import ProbeManager, Prober, Result
+from nodeagent.kubelet.static_pods import (
+    StaticPodSource,
+    is_mirror_pod,
+    is_static_pod,
+    mirror_matches,
+    mirror_pod,
+)
+from nodeagent.kubelet.volumes.manager import VolumeManager
+from nodeagent.kubelet.workers import PodWorkers
+
+log = logging.getLogger("nodeagent.kubelet")
+
+DEFAULT_DATA_DIR = "/var/lib/nodeagent"
+ORPHAN_GRACE = 2
+
+
+def instance_tag(data_dir: str) -> str:
+    """A short stable tag for one data dir, so several agents on one host never share names."""
+    return hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:6]
+
+
+def default_cgroup_root(data_dir: str) -> str:
+    """The default data dir uses the hierarchy's root (plain `kubepods`); any other one its own root."""
+    return "" if str(data_dir) == DEFAULT_DATA_DIR else f"nodeagent-{instance_tag(data_dir)}"
+
+
+@dataclasses.dataclass
+class KubeletConfig:
+    data_dir: str = DEFAULT_DATA_DIR
+    node_name: str = ""
+    runtime_endpoint: str = ""
+    kubeconfig: str = ""  # default: <data_dir>/admin.kubeconfig (the `up` case)
+    server: str = ""  # with token: `nodeagent agent`
+    token: str = ""
+    cgroup_root: str = ""
+    root_dir: str = ""  # volumes: <root_dir>/pods/<uid>/volumes
+    log_dir: str = ""  # container logs: <log_dir>/<ns>_<name>_<uid>/<container>/<n>.log
+    manifests_dir: str = ""  # static pods
+    eviction_hard: str | None = None  # kubelet flag syntax; None: the kubelet's defaults
+    housekeeping_interval: float = 10.0
+    resync: float = 10.0
+
+    @classmethod
+    def from_any(cls, config: Any) -> KubeletConfig:
+        if isinstance(config, cls):
+            return config
+        data_dir = str(getattr(config, "data_dir", None) or DEFAULT_DATA_DIR)
+        endpoint = getattr(config, "container_runtime_endpoint", None) or ""
+        if not endpoint:
+            from cri.daemon import CRIConfig
+
+            endpoint = CRIConfig.from_any(config).socket
+        cgroup_root = getattr(config, "cgroup_root", None)
+        return cls(data_dir=data_dir,
+                   node_name=(getattr(config, "node_name", None) or socket.gethostname()).lower(),
+                   runtime_endpoint=endpoint,
+                   kubeconfig=getattr(config, "kubeconfig", None) or "",
+                   server=getattr(config, "server", None) or "", token=getattr(config, "token", None) or "",
+                   cgroup_root=default_cgroup_root(data_dir) if cgroup_root is None else cgroup_root,
+                   root_dir=getattr(config, "root_dir", None) or str(Path(data_dir, "kubelet")),
+                   log_dir=getattr(config, "log_dir", None) or str(Path(data_dir, "pod-logs")),
+                   manifests_dir=getattr(config, "manifests_dir", None) or str(Path(data_dir, "manifests")),
+                   eviction_hard=getattr(config, "eviction_hard", None),
+                   housekeeping_interval=float(getattr(config, "housekeeping_interval", None) or 10.0))
+
+    def client(self) -> Client:
+        if self.server:
+            return Client(self.server, self.token or None, insecure=True)
+        return Client.from_kubeconfig(self.kubeconfig or Path(self.data_dir, "admin.kubeconfig"))
+
+
+class Kubelet:
+    def __init__(self, cfg: KubeletConfig, client: Client, cri: RuntimeClient, clock: Clock | None = None) -> None:
+        self.cfg = cfg
+        self.client = client
+        self.cri = cri
+        self.clock = clock or RealClock()
+        self.recorder = EventRecorder(client, "kubelet", cfg.node_name)
+        self.pleg = GenericPLEG(self.clock)
+        self.eviction = EvictionManager(parse_thresholds(cfg.eviction_hard if cfg.eviction_hard is not None
+                                                         else DEFAULT_HARD), self.clock)
+        self.evicted: dict[str, dict[str, Any]] = {}  # uid → the Failed/Evicted status the pod keeps
+        self.node = NodeAgent(client, cri, cfg.node_name, cfg.data_dir, self.pleg.healthy, self.clock,
+                              eviction=self.eviction)
+        self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),
+                                     get_secret=self._getter("secrets"))
+        self.runtime: PodRuntime | None = None
+        self.static: dict[str, dict[str, Any]] = {}  # uid → static pod from the manifest dir
+        self.static_source = StaticPodSource(cfg.manifests_dir, cfg.node_name, self.clock)
+        self._tg: asyncio.TaskGroup | None = None
+        self.workers: PodWorkers | None = None
+        self.last_status: dict[str, dict[str, Any]] = {}
+        self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event), self.last_status.get, self.clock)
+
+    async def _exec_sync(self, container_id: str, cmd: Any, seconds: float) -> tuple[int, bytes, bytes]:
+        r = await self.cri.exec_sync(container_id.split("://", 1)[-1], list(cmd), int(seconds))
+        return r.exit_code, r.stdout, r.stderr
+
+    def _probe_event(self, pod: Any, container: Any, type_: str, reason: str, message: str) -> None:
+        self.recorder.record(pod, type_, reason, message)
+
+    async def _probe_updates(self) -> None:
+        """A probe result changed: resync that pod now (restart on liveness failure, flip Ready)."""
+        assert self.workers is not None
+        queues = (self.probes.liveness.updates, self.probes.readiness.updates, self.probes.startup.updates)
+        while True:
+            getters = [asyncio.ensure_future(q.get()) for q in queues]
+            try:
+                done, _ = await asyncio.wait(getters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for g in getters:
+                    if not g.done():
+                        g.cancel()
+            for g in done:
+                self.workers.poke(g.result().pod_uid)
+
+    def _getter(self, resource: str):
+        """A blocking (namespace, name) → object getter for the volume plugins, which run in a thread."""
+        def get(namespace: str, name: str) -> dict[str, Any] | None:
+            assert self._loop is not None
+            fut = asyncio.run_coroutine_threadsafe(self.client.get(resource, name, namespace), self._loop)
+            try:
+                return fut.result(timeout=30)
+            except ClientError as e:
+                if e.not_found:
+                    return None
+                raise
+        return get
+
+    async def run(self, ready: asyncio.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        for d in (self.cfg.log_dir, self.cfg.manifests_dir):
+            await asyncio.to_thread(Path(d).mkdir, parents=True, exist_ok=True)
+        await self._wait_runtime()
+        await self.node.register()
+        self.runtime = PodRuntime(self.cri, self.volumes, self.recorder, self.clock, log_root=Path(self.cfg.log_dir),
+                                  cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p),
+                                  memory_capacity=self.node.memory_capacity(), runtime_name=self.node.runtime_name,
+                                  cgroups=await asyncio.to_thread(_cgroup_driver))
+        async with asyncio.TaskGroup() as tg:
+            self._tg = tg
+            self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock, resync=self.cfg.resync)
+            tg.create_task(self.recorder.run(), name="kubelet-events")
+            tg.create_task(self.node.run(), name="kubelet-node")
+            tg.create_task(self.probes.run(), name="kubelet-probes")
+            await self.probes.wait_ready()
+            tg.create_task(self._probe_updates(), name="kubelet-probe-updates")
+            self.pods.add_handler(self._on_pod, lambda old, new: self._on_pod(new), self._on_pod_deleted)
+            tg.create_task(self.pods.run(), name="kubelet-pods")
+            await self.pods.wait_synced()
+            tg.create_task(self.static_source.run(self._on_static_pods), name="kubelet-static-pods")
+            tg.create_task(self._pleg_loop(), name="kubelet-pleg")
+            loop = EvictionLoop(self.eviction, self.clock, self.cfg.data_dir, self._active_pods,
+                                self.runtime.cgroup_parent, self._evict, self.recorder,
+                                self.cfg.housekeeping_interval)
+            tg.create_task(loop.run(), name="kubelet-eviction")
+            log.info("kubelet for node %s running (runtime %s %s at %s)", self.cfg.node_name,
+                     self.node.runtime_name, self.node.runtime_version, self.cfg.runtime_endpoint)
+            ready.set()
+
+    async def _wait_runtime(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await self.cri.version()
+                return
+            except Exception as e:
+                log.info("waiting for the runtime at %s: %s", self.cfg.runtime_endpoint, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    # -- sources -----------------------------------------------------------------------------------
+    def _on_pod(self, pod: dict[str, Any]) -> None:
+        assert self.workers is not None and self._tg is not None
+        if is_mirror_pod(pod):
+            # A mirror only shows a static pod; deleting it is confirmed at once and the static pod's
+            # next sync publishes a new one.
+            if pod["metadata"].get("deletionTimestamp"):
+                self._tg.create_task(self._delete_now(pod))
+            return
+        self.workers.update(pod)
+
+    def _on_pod_deleted(self, pod: dict[str, Any]) -> None:
+        assert self.workers is not None
+        if is_mirror_pod(pod):
+            for uid, static in self.static.items():
+                if static["metadata"]["name"] == pod["metadata"]["name"]:
+                    self.workers.poke(uid)
+            return
+        self.workers.remove(pod)
+
+    def _on_static_pods(self, pods: list[dict[str, Any]]) -> None:
+        """The manifest dir changed: start new/changed static pods, terminate the ones whose file went away."""
+        assert self.workers is not None
+        new = {uid_of(p): p for p in pods}
+        for uid, old in self.static.items():
+            if uid not in new:
+                self.workers.remove(old)
+        self.static = new
+        for p in pods:
+            self.workers.update(p)
+
+    async def _delete_now(self, pod: dict[str, Any]) -> None:
+        m = pod["metadata"]
+        with contextlib.suppress(ClientError):
+            await self.client.delete("pods", m["name"], m.get("namespace"), grace_period=0,
+                                     preconditions={"uid": m["uid"]})
+
+    async def _sync_mirror(self, pod: dict[str, Any]) -> None:
+        """Publish (or replace an outdated) mirror pod for a static pod."""
+        m = pod["metadata"]
+        cur = self.pods.get(m["name"], m.get("namespace"))
+        if cur is not None and is_mirror_pod(cur) and mirror_matches(pod, cur):
+            return
+        if cur is not None:
+            if not is_mirror_pod(cur):
+                return  # an API pod of that name exists: not ours to replace
+            await self._delete_now(cur)
+        with contextlib.suppress(ClientError):
+            await self.client.create("pods", mirror_pod(pod, self.cfg.node_name, self.node.uid))
+
+    # -- PLEG ----------------------------------------------------------------------------------------
+    async def _pleg_loop(self) -> None:
+        assert self.workers is not None
+        while True:
+            try:
+                boxes = await self.cri.list_sandboxes()
+                ctrs = await self.cri.list_containers()
+            except Exception as e:
+                log.warning("PLEG relist failed: %s", e)
+            else:
+                records = [Record(s.labels.get(POD_UID_LABEL, ""), s.id, _state_name(s.state, sandbox=True))
+                           for s in boxes if s.labels.get(POD_UID_LABEL)]
+                records += [Record(c.labels.get(POD_UID_LABEL, ""), c.id, _state_name(c.state))
+                            for c in ctrs if c.labels.get(POD_UID_LABEL)]
+                for ev in self.pleg.relist(records):
+                    self.workers.poke(ev.pod_uid)
+                self._adopt_orphans(boxes)
+            await self.clock.sleep(1.0)
+
+    def _adopt_orphans(self, boxes: list[Any]) -> None:
+        """Runtime pods no source wants (deleted while the agent was down) are terminated."""
+        assert self.workers is not None
+        wanted = {uid_of(p) for p in self.pods.list()} | set(self.static)
+        for s in boxes:
+            uid = s.labels.get(POD_UID_LABEL)
+            if not uid or uid in wanted or uid in self.workers.known() or uid in self.workers.finished:
+                continue
+            log.info("terminating orphaned pod %s/%s (%s)", s.labels.get(POD_NAMESPACE_LABEL),
+                     s.labels.get(POD_NAME_LABEL), uid)
+            self.workers.remove({"metadata": {"uid": uid, "name": s.labels.get(POD_NAME_LABEL, ""),
+                                              "namespace": s.labels.get(POD_NAMESPACE_LABEL, "default")},
+                                 "spec": {"terminationGracePeriodSeconds": ORPHAN_GRACE}})
+
+    # -- eviction ----------------------------------------------------------------------------------
+    def _active_pods(self) -> list[dict[str, Any]]:
+        """Pods that run here now (not terminal, not terminating, not already evicted)."""
+        assert self.workers is not None
+        pods = [p for p in self.pods.list() if not is_mirror_pod(p)] + list(self.static.values())
+        return [p for p in pods if uid_of(p) in self.workers.known() and uid_of(p) not in self.evicted
+                and not self.workers.is_terminating(uid_of(p)) and not p["metadata"].get("deletionTimestamp")
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+
+    async def _evict(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        """Failed/Evicted from now on: the worker stops the containers and keeps reporting this status."""
+        assert self.workers is not None
+        self.evicted[uid_of(pod)] = status
+        self.workers.poke(uid_of(pod))
+
+    # -- the workers' work -----------------------------------------------------------------------------
+    async def _sync_pod(self, pod: dict[str, Any]) -> float | None:
+        assert self.runtime is not None
+        evicted = self.evicted.get(uid_of(pod))
+        if evicted is not None:
+            await self.runtime.kill_containers(pod, grace=0)
+            await self._post_status(pod, evicted)
+            return None
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            await self.runtime.kill_containers(pod)  # terminal: nothing runs, the object stays
+            return None
+        self.probes.add_pod(pod)
+        self.probes.update_pod(pod)
+        liveness_failed, startup_failed = set(), set()
+        for c in (self.last_status.get(uid_of(pod)) or {}).get("containerStatuses") or []:
+            cid = c.get("containerID")
+            if cid and self.probes.liveness.get(cid) == Result.FAILURE:
+                liveness_failed.add(cid)
+            if cid and self.probes.startup.get(cid) == Result.FAILURE:
+                startup_failed.add(cid)
+        if is_static_pod(pod):
+            await self._sync_mirror(pod)
+        st = await self.runtime.sync(pod, liveness_failed, startup_failed)
+        latest = latest_records(st.records)
+        started, ready = self.probes.started_and_ready(
+            pod, {n: r.container_id for n, r in latest.items()}, {n: r.state == "running" for n, r in latest.items()})
+        status = self.runtime.pod_status(pod, st, self.node.addresses, ready=ready, started=started)
+        await self._post_status(pod, status)
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return 0.0  # stop what is left at once
+        waiting = [c for c in status.get("initContainerStatuses", []) + status.get("containerStatuses", [])
+                   if "running" not in (c.get("state") or {})]
+        return 1.0 if waiting else None
+
+    async def _post_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        uid = uid_of(pod)
+        if self.last_status.get(uid) == status:
+            return
+        m = pod["metadata"]
+        try:
+            await self.client.patch("pods", m["name"], {"status": status}, namespace=m.get("namespace"),
+                                    subresource="status")
+            self.last_status[uid] = status
+        except ClientError as e:
+            if not e.not_found:
+                raise
+
+    async def _terminate_pod(self, pod: dict[str, Any]) -> None:
+        assert self.runtime is not None
+        self.probes.remove_pod(uid_of(pod))
+        self.evicted.pop(uid_of(pod), None)
+        await self.runtime.kill(pod, termination_grace(pod))
+        self.last_status.pop(uid_of(pod), None)
+        m = pod["metadata"]
+        cur = self.pods.get(m["name"], m.get("namespace"))
+        if is_static_pod(pod):
+            if cur is not None and is_mirror_pod(cur):
+                await self._delete_now(cur)
+            return
+        if not m.get("deletionTimestamp"):
+            return
+        if cur is None or uid_of(cur) != uid_of(pod):
+            return
+        with contextlib.suppress(ClientError):
+            await self.client.delete("pods", m["name"], m.get("namespace"), grace_period=0,
+                                     preconditions={"uid": uid_of(pod)})
+
+
+def _cgroup_driver() -> Any:
+    """The runtime's one cgroup driver (v1 or v2 by detection), or None where cgroups are unavailable."""
+    try:
+        from cri.runtime.cgroups import detect
+
+        return detect()
+    except Exception as e:
+        log.warning("no cgroup driver: %s", e)
+        return None
+
+
+def _state_name(state: int, sandbox: bool = False) -> str:
+    from cri.proto import api_pb2 as pb
+
+    if sandbox:
+        return pb.PodSandboxState.Name(state)
+    return pb.ContainerState.Name(state)
+
+
+async def serve(config: Any, ready: asyncio.Event) -> None:
+    """The `kubelet` component of `nodeagent up` / `nodeagent agent`."""
+    cfg = KubeletConfig.from_any(config)
+    client = cfg.client()
+    cri = RuntimeClient(cfg.runtime_endpoint)
+    try:
+        await Kubelet(cfg, client, cri).run(ready)
+    finally:
+        with contextlib.suppress(Exception):
+            await cri.close()
+        with contextlib.suppress(Exception):
+            await client.close()

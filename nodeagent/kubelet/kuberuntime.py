@@ -1,0 +1,451 @@
+"""One pod's sync and kill through CRI (kubelet kuberuntime SyncPod / KillPod).
+
+The pod worker calls `sync(pod)` with the latest desired pod and `kill(pod, grace)` when it terminates;
+the decisions come from the pure modules (pod_actions, status, backoff, images, resources) and this file
+only turns them into CRI calls, volume setup and events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cri.proto import api_pb2 as pb
+from nodeagent.kubelet import images as image_policy
+from nodeagent.kubelet import resources
+from nodeagent.kubelet.backoff import CrashLoopBackoff, ImagePullBackoff, container_backoff_key
+from nodeagent.kubelet.cgroups import remove_cgroup
+from nodeagent.kubelet.clock import Clock
+from nodeagent.kubelet.cri import (
+    CONTAINER_NAME_LABEL,
+    HASH_ANNOTATION,
+    POD_NAME_LABEL,
+    POD_NAMESPACE_LABEL,
+    POD_UID_LABEL,
+    RuntimeClient,
+    is_not_found,
+)
+from nodeagent.kubelet.pod_actions import SandboxRecord, compute_pod_actions
+from nodeagent.kubelet.status import ContainerRecord, SyncError, container_hash, generate_pod_status
+from nodeagent.kubelet.volumes.manager import VolumeError, VolumeManager
+
+log = logging.getLogger("nodeagent.kubelet.kuberuntime")
+
+_STATE = {pb.CONTAINER_CREATED: "created", pb.CONTAINER_RUNNING: "running", pb.CONTAINER_EXITED: "exited"}
+
+
+@dataclasses.dataclass
+class PodRuntimeState:
+    """What the runtime holds for one pod right now."""
+
+    sandboxes: list[pb.PodSandbox]
+    records: list[ContainerRecord]
+    pod_ips: list[str]
+    sandbox_ready: bool
+
+
+def uid_of(pod: Mapping[str, Any]) -> str:
+    return (pod.get("metadata") or {}).get("uid", "")
+
+
+def pod_name(pod: Mapping[str, Any]) -> str:
+    m = pod.get("metadata") or {}
+    return f"{m.get('namespace', 'default')}/{m.get('name', '')}"
+
+
+class PodRuntime:
+    """The CRI side of the pod workers: sync, kill, and the status of one pod."""
+
+    def __init__(self, cri: RuntimeClient, volumes: VolumeManager, recorder: Any, clock: Clock, *,
+                 log_root: Path, cgroup_root: tuple[str, ...], memory_capacity: int, runtime_name: str,
+                 sandbox_image: str = "", cgroups: Any = None) -> None:
+        self.cri = cri
+        self.volumes = volumes
+        self.recorder = recorder
+        self.clock = clock
+        self.log_root = log_root
+        self.cgroup_root = cgroup_root
+        self.memory_capacity = memory_capacity
+        self.runtime_name = runtime_name
+        self.sandbox_image = sandbox_image
+        self.cgroups = cgroups  # the runtime's cgroup driver (cri.runtime.cgroups), for pod cgroup removal
+        self.crash_backoff = CrashLoopBackoff(clock)
+        self.pull_backoff = ImagePullBackoff(clock)
+        self.sync_errors: dict[str, dict[str, SyncError]] = {}  # pod uid → container → why it could not start
+
+    # -- runtime state ----------------------------------------------------------------------------
+    async def state(self, pod: Mapping[str, Any]) -> PodRuntimeState:
+        uid = uid_of(pod)
+        sandboxes = await self.cri.list_sandboxes(uid)
+        records = []
+        for c in await self.cri.list_containers(uid):
+            try:
+                st = await self.cri.container_status(c.id)
+            except Exception as e:
+                if is_not_found(e):
+                    continue
+                raise
+            records.append(self._record(st))
+        ips: list[str] = []
+        ready = False
+        latest = max(sandboxes, key=lambda s: s.created_at, default=None)
+        if latest is not None and latest.state == pb.SANDBOX_READY:
+            ready = True
+            with contextlib.suppress(Exception):
+                net = (await self.cri.sandbox_status(latest.id)).network
+                ips = [ip for ip in [net.ip, *(a.ip for a in net.additional_ips)] if ip]
+        return PodRuntimeState(sandboxes, records, ips, ready)
+
+    def _record(self, st: pb.ContainerStatus) -> ContainerRecord:
+        try:
+            h = int(st.annotations.get(HASH_ANNOTATION, "0"), 16)
+        except ValueError:
+            h = 0
+        return ContainerRecord(
+            name=st.metadata.name, id=st.id, state=_STATE.get(st.state, "unknown"), attempt=st.metadata.attempt,
+            created_at=st.created_at / 1e9, started_at=st.started_at / 1e9, finished_at=st.finished_at / 1e9,
+            exit_code=st.exit_code, reason=st.reason, message=st.message, image=st.image.image,
+            image_id=st.image_ref, hash=h, runtime=self.runtime_name)
+
+    # -- sync -------------------------------------------------------------------------------------
+    async def sync(self, pod: Mapping[str, Any], liveness_failed: set[str] | None = None,
+                   startup_failed: set[str] | None = None) -> PodRuntimeState:
+        """Move the runtime one step towards the pod's spec; returns the state after the step."""
+        uid = uid_of(pod)
+        st = await self.state(pod)
+        boxes = [SandboxRecord(s.id, s.state == pb.SANDBOX_READY, s.metadata.attempt, s.created_at / 1e9)
+                 for s in st.sandboxes]
+        actions = compute_pod_actions(pod, boxes, st.records, liveness_failed=liveness_failed or set(),
+                                      startup_failed=startup_failed or set())
+        errors = self.sync_errors.setdefault(uid, {})
+        if actions.kill_pod:
+            await self._kill_all(pod, st, grace=0, reason_events=False)
+            if not actions.create_sandbox:
+                return await self.state(pod)
+        for cid, info in actions.containers_to_kill.items():
+            self.recorder.record(pod, "Normal", "Killing", info.message or f"Stopping container {info.name}")
+            await self._stop_container(cid, _grace(pod), pod, info.name)
+        sid = "" if actions.create_sandbox else actions.sandbox_id
+        to_start = actions.init_containers_to_start + actions.containers_to_start
+        vols: dict[str, Any] = {}
+        if actions.create_sandbox or to_start:
+            try:
+                vols = await asyncio.to_thread(self.volumes.setup_pod, pod)
+            except VolumeError as e:
+                # The pod waits in ContainerCreating; the worker retries while containers are waiting.
+                self.recorder.record(pod, "Warning", "FailedMount", e.event_message)
+                return st
+        elif not actions.kill_pod:
+            try:  # re-project configMap/secret/downwardAPI contents (atomic swaps; no-op when unchanged)
+                changed = await asyncio.to_thread(self.volumes.update_pod, pod)
+                if changed:
+                    log.info("pod %s: volumes %s updated", pod_name(pod), ", ".join(changed))
+            except VolumeError as e:
+                self.recorder.record(pod, "Warning", "FailedMount", e.event_message)
+        if actions.create_sandbox:
+            for old in st.sandboxes:
+                await self._remove_sandbox(old.id)
+            sid = await self.cri.run_sandbox(self.sandbox_config(pod, actions.attempt))
+            st = await self.state(pod)
+        sandbox_cfg = self.sandbox_config(pod, actions.attempt)
+        spec = pod.get("spec") or {}
+        by_name = {c["name"]: c for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])}
+        latest = _latest(st.records)
+        for name in to_start:
+            c = by_name[name]
+            prev = latest.get(name)
+            if prev is not None and prev.state == "exited":
+                decision = self.crash_backoff.check(pod, c, prev.finished_at)
+                if decision.in_backoff:
+                    errors[name] = SyncError("CrashLoopBackOff", decision.message)
+                    self.recorder.record(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} "
+                                         f"in pod {(pod['metadata'])['name']}_{pod['metadata'].get('namespace')}"
+                                         f"({uid})")
+                    continue
+            try:
+                await self._start_container(pod, sid, sandbox_cfg, c, 0 if prev is None else prev.attempt + 1, vols)
+                errors.pop(name, None)
+                # Keep the previous (exited) instance for lastState, as the kubelet does; older ones go.
+                for old in st.records:
+                    if old.name == name and old.state == "exited" and prev is not None and old.id != prev.id:
+                        with contextlib.suppress(Exception):
+                            await self.cri.remove_container(old.id)
+            except _StartError as e:
+                errors[name] = SyncError(e.reason, e.message)
+            if name in actions.init_containers_to_start:
+                break  # one init container at a time: the next sync (PLEG) starts the next
+        return await self.state(pod)
+
+    async def _start_container(self, pod: Mapping[str, Any], sid: str, sandbox_cfg: pb.PodSandboxConfig,
+                               c: Mapping[str, Any], attempt: int, vols: Mapping[str, Any]) -> None:
+        image = c.get("image", "")
+        present = await self.cri.image_present(image)
+        decision = image_policy.pull_decision(c, present is not None)
+        if decision.error_reason:
+            self.recorder.record(pod, "Warning", decision.error_reason, decision.message)
+            raise _StartError(decision.error_reason, decision.message)
+        if decision.pull:
+            bo = self.pull_backoff.check(pod, image)
+            if bo.in_backoff:
+                raise _StartError("ImagePullBackOff", bo.message)
+            self.recorder.record(pod, "Normal", "Pulling", image_policy.pulling_message(image))
+            t0 = self.clock.now()
+            try:
+                await self.cri.pull_image(image)
+            except Exception as e:
+                self.pull_backoff.failed(pod, image)
+                reason, msg = image_policy.pull_failed(image, _details(e))
+                self.recorder.record(pod, "Warning", "Failed", msg)
+                raise _StartError(reason, msg) from e
+            self.pull_backoff.succeeded(pod, image)
+            took = self.clock.now() - t0
+            img = await self.cri.image_present(image)
+            self.recorder.record(pod, "Normal", "Pulled",
+                                 image_policy.pulled_message(image, took, took, img.size if img else 0))
+        else:
+            self.recorder.record(pod, "Normal", "Pulled", decision.message)
+        try:
+            cfg = self.container_config(pod, c, attempt, vols)
+            cid = await self.cri.create_container(sid, cfg, sandbox_cfg)
+        except Exception as e:
+            msg = _details(e)
+            self.recorder.record(pod, "Warning", "Failed", f"Error: {msg}")
+            raise _StartError("CreateContainerError", msg) from e
+        self.recorder.record(pod, "Normal", "Created", f"Created container {c['name']}")
+        try:
+            await self.cri.start_container(cid)
+        except Exception as e:
+            msg = _details(e)
+            self.recorder.record(pod, "Warning", "Failed", f"Error: {msg}")
+            raise _StartError("RunContainerError", msg) from e
+        self.recorder.record(pod, "Normal", "Started", f"Started container {c['name']}")
+        hook = (c.get("lifecycle") or {}).get("postStart")
+        if hook and not await self._run_hook(pod, c, cid, hook, "PostStart", POST_START_TIMEOUT):
+            # kubelet: a failed postStart hook kills the container; the restart policy decides what follows.
+            await self._stop_container(cid, _grace(pod))
+            raise _StartError("PostStartHookError", f"PostStartHook failed for container {c['name']}")
+
+    async def _run_hook(self, pod: Mapping[str, Any], c: Mapping[str, Any], cid: str, hook: Mapping[str, Any],
+                        kind: str, timeout_s: int) -> bool:
+        """Run an exec lifecycle hook in the container; False (with a Failed<kind>Hook event) when it failed."""
+        if "exec" not in hook:
+            self.recorder.record(pod, "Warning", f"Failed{kind}Hook",
+                                 f"{kind} hook of container {c['name']}: only exec handlers are supported")
+            return False
+        cmd = list((hook.get("exec") or {}).get("command") or [])
+        try:
+            r = await self.cri.exec_sync(cid, cmd, timeout_s)
+            ok, out = r.exit_code == 0, (r.stdout + r.stderr).decode(errors="replace")
+        except Exception as e:
+            ok, out = False, _details(e)
+        if not ok:
+            self.recorder.record(pod, "Warning", f"Failed{kind}Hook",
+                                 f"Exec lifecycle hook ({cmd}) for Container \"{c['name']}\" in Pod "
+                                 f"\"{pod_name(pod)}\" failed - error: {out.strip()[:200]}")
+        return ok
+
+    # -- configs ----------------------------------------------------------------------------------
+    def pod_log_dir(self, pod: Mapping[str, Any]) -> Path:
+        m = pod.get("metadata") or {}
+        return self.log_root / f"{m.get('namespace', 'default')}_{m.get('name', '')}_{m.get('uid', '')}"
+
+    def cgroup_parent(self, pod: Mapping[str, Any]) -> str:
+        return resources.pod_cgroup(pod, self.cgroup_root).cgroupfs()
+
+    def sandbox_config(self, pod: Mapping[str, Any], attempt: int) -> pb.PodSandboxConfig:
+        m = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        host_net = bool(spec.get("hostNetwork"))
+        cfg = pb.PodSandboxConfig(hostname="" if host_net else (spec.get("hostname") or m.get("name", "")),
+                                  log_directory=str(self.pod_log_dir(pod)))
+        cfg.metadata.name, cfg.metadata.namespace = m.get("name", ""), m.get("namespace", "default")
+        cfg.metadata.uid, cfg.metadata.attempt = m.get("uid", ""), attempt
+        cfg.labels.update({k: str(v) for k, v in (m.get("labels") or {}).items()})
+        cfg.labels.update({POD_UID_LABEL: m.get("uid", ""), POD_NAME_LABEL: m.get("name", ""),
+                           POD_NAMESPACE_LABEL: m.get("namespace", "default")})
+        cfg.annotations.update({k: str(v) for k, v in (m.get("annotations") or {}).items()})
+        cfg.linux.cgroup_parent = self.cgroup_parent(pod)
+        nso = cfg.linux.security_context.namespace_options
+        nso.network = pb.NODE if host_net else pb.POD
+        nso.pid = pb.NODE if spec.get("hostPID") else (pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER)
+        nso.ipc = pb.NODE if spec.get("hostIPC") else pb.POD
+        for c in spec.get("containers") or []:
+            for p in c.get("ports") or []:
+                if p.get("hostPort"):
+                    cfg.port_mappings.add(container_port=p["containerPort"], host_port=p["hostPort"],
+                                          protocol=pb.Protocol.Value(p.get("protocol", "TCP")),
+                                          host_ip=p.get("hostIP", ""))
+        return cfg
+
+    def container_config(self, pod: Mapping[str, Any], c: Mapping[str, Any], attempt: int,
+                         vols: Mapping[str, Any]) -> pb.ContainerConfig:
+        m = pod.get("metadata") or {}
+        cfg = pb.ContainerConfig(command=c.get("command") or [], args=c.get("args") or [],
+                                 working_dir=c.get("workingDir", ""), log_path=f"{c['name']}/{attempt}.log",
+                                 stdin=bool(c.get("stdin")), tty=bool(c.get("tty")))
+        (self.pod_log_dir(pod) / c["name"]).mkdir(parents=True, exist_ok=True)
+        cfg.metadata.name, cfg.metadata.attempt = c["name"], attempt
+        cfg.image.image = c.get("image", "")
+        for e in c.get("env") or []:
+            if "value" in e or "valueFrom" not in e:
+                cfg.envs.add(key=e["name"], value=str(e.get("value", "")))
+        cfg.labels.update({POD_UID_LABEL: m.get("uid", ""), POD_NAME_LABEL: m.get("name", ""),
+                           POD_NAMESPACE_LABEL: m.get("namespace", "default"), CONTAINER_NAME_LABEL: c["name"]})
+        cfg.annotations[HASH_ANNOTATION] = f"{container_hash(c):x}"
+        for vm in c.get("volumeMounts") or []:
+            v = vols.get(vm["name"])
+            if v is None:
+                continue
+            host = v.host_path
+            if vm.get("subPath"):
+                host = os.path.join(host, vm["subPath"])
+            cfg.mounts.add(container_path=vm["mountPath"], host_path=host,
+                           readonly=bool(vm.get("readOnly")) or v.read_only)
+        r = resources.container_resources(pod, c, self.memory_capacity)
+        lr = cfg.linux.resources
+        lr.cpu_shares = r["cpu_shares"]
+        lr.memory_limit_in_bytes = r["memory_limit_in_bytes"]
+        lr.oom_score_adj = r["oom_score_adj"]
+        lr.cpu_period = r.get("cpu_period", 0)
+        lr.cpu_quota = r.get("cpu_quota", 0)
+        sc = c.get("securityContext") or {}
+        lsc = cfg.linux.security_context
+        lsc.privileged = bool(sc.get("privileged"))
+        if sc.get("runAsUser") is not None:
+            lsc.run_as_user.value = int(sc["runAsUser"])
+        spec = pod.get("spec") or {}
+        nso = lsc.namespace_options
+        nso.network = pb.NODE if spec.get("hostNetwork") else pb.POD
+        nso.pid = pb.NODE if spec.get("hostPID") else (pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER)
+        nso.ipc = pb.NODE if spec.get("hostIPC") else pb.POD
+        return cfg
+
+    # -- kill -------------------------------------------------------------------------------------
+    async def kill(self, pod: Mapping[str, Any], grace: int) -> None:
+        """Stop every container with the grace period, then remove containers, sandboxes and volumes."""
+        st = await self.state(pod)
+        await self._kill_all(pod, st, grace, reason_events=True)
+        for c in st.records:
+            with contextlib.suppress(Exception):
+                await self.cri.remove_container(c.id)
+        for s in st.sandboxes:
+            await self._remove_sandbox(s.id)
+        await asyncio.to_thread(self.volumes.teardown_pod, uid_of(pod))
+        await asyncio.to_thread(self._remove_pod_cgroup, pod)
+        uid = uid_of(pod)
+        self.sync_errors.pop(uid, None)
+        for c in ((pod.get("spec") or {}).get("containers") or []):
+            self.crash_backoff.backoff.reset(container_backoff_key(pod, c))
+
+    async def kill_containers(self, pod: Mapping[str, Any], grace: int | None = None) -> None:
+        """A pod in a terminal phase: stop what still runs and its sandbox (freeing its IP); keep the records."""
+        st = await self.state(pod)
+        if any(r.state == "running" for r in st.records) or st.sandbox_ready:
+            await self._kill_all(pod, st, _grace(pod) if grace is None else grace, reason_events=True)
+
+    def _remove_pod_cgroup(self, pod: Mapping[str, Any]) -> None:
+        """The pod's cgroup goes with the pod. Our runtime removes the parents it made itself; runc under
+        containerd leaves them, as the kubelet owns pod cgroups there."""
+        if self.cgroups is None:
+            return
+        try:
+            remove_cgroup(self.cgroups, self.cgroup_parent(pod))
+        except OSError as e:
+            log.warning("pod %s: cgroup %s not removed: %s", pod_name(pod), self.cgroup_parent(pod), e)
+
+    async def _kill_all(self, pod: Mapping[str, Any], st: PodRuntimeState, grace: int, reason_events: bool) -> None:
+        running = [r for r in st.records if r.state == "running"]
+        for r in running:
+            if reason_events:
+                self.recorder.record(pod, "Normal", "Killing", f"Stopping container {r.name}")
+        await asyncio.gather(*(self._stop_container(r.id, grace, pod, r.name) for r in running))
+        for s in st.sandboxes:
+            if s.state == pb.SANDBOX_READY:
+                with contextlib.suppress(Exception):
+                    await self.cri.stop_sandbox(s.id)
+
+    async def _stop_container(self, cid: str, grace: int, pod: Mapping[str, Any] | None = None,
+                              name: str = "") -> None:
+        """preStop hook (within the grace period), then StopContainer: SIGTERM, SIGKILL after what is left."""
+        spec = _container_spec(pod, name) if pod is not None else None
+        hook = ((spec or {}).get("lifecycle") or {}).get("preStop")
+        if hook and grace > 0:
+            t0 = self.clock.now()
+            await self._run_hook(pod, spec, cid, hook, "PreStop", grace)
+            grace = max(MIN_GRACE_AFTER_HOOK, grace - int(self.clock.now() - t0))
+        try:
+            await self.cri.stop_container(cid, grace)
+        except Exception as e:
+            if not is_not_found(e):
+                log.warning("stop container %s: %s", cid[:12], e)
+
+    async def _remove_sandbox(self, sid: str) -> None:
+        for fn in (self.cri.stop_sandbox, self.cri.remove_sandbox):
+            try:
+                await fn(sid)
+            except Exception as e:
+                if not is_not_found(e):
+                    log.warning("%s %s: %s", fn.__name__, sid[:12], e)
+
+    # -- status -----------------------------------------------------------------------------------
+    def pod_status(self, pod: Mapping[str, Any], st: PodRuntimeState, host_ips: list[str],
+                   ready: Mapping[str, bool] | None = None, started: Mapping[str, bool] | None = None,
+                   terminal: bool = False) -> dict[str, Any]:
+        return generate_pod_status(pod, st.records, now=self.clock.now(),
+                                   sync_errors=self.sync_errors.get(uid_of(pod)), ready=ready, started=started,
+                                   pod_ips=st.pod_ips, host_ips=host_ips, sandbox_ready=st.sandbox_ready,
+                                   pod_is_terminal=terminal)
+
+
+class _StartError(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+POST_START_TIMEOUT = 30
+MIN_GRACE_AFTER_HOOK = 2  # kubelet gives SIGTERM at least this long after a preStop hook
+
+
+def _container_spec(pod: Mapping[str, Any] | None, name: str) -> Mapping[str, Any] | None:
+    spec = (pod or {}).get("spec") or {}
+    return next((c for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+                 if c.get("name") == name), None)
+
+
+def _grace(pod: Mapping[str, Any]) -> int:
+    m = pod.get("metadata") or {}
+    if m.get("deletionGracePeriodSeconds") is not None:
+        return int(m["deletionGracePeriodSeconds"])
+    g = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return 30 if g is None else int(g)
+
+
+def termination_grace(pod: Mapping[str, Any]) -> int:
+    return _grace(pod)
+
+
+def latest_records(records: list[ContainerRecord]) -> dict[str, ContainerRecord]:
+    return _latest(records)
+
+
+def _latest(records: list[ContainerRecord]) -> dict[str, ContainerRecord]:
+    out: dict[str, ContainerRecord] = {}
+    for r in records:
+        cur = out.get(r.name)
+        if cur is None or (r.created_at, r.attempt) > (cur.created_at, cur.attempt):
+            out[r.name] = r
+    return out
+
+
+def _details(e: BaseException) -> str:
+    """A gRPC error's details, or the exception's text."""
+    details = getattr(e, "details", None)
+    return details() if callable(details) else str(e)

@@ -1,0 +1,165 @@
+"""The Node object and its Lease (kubelet_node_status.go, nodelease): register, then keep both fresh.
+
+Status is posted every `status_period` and whenever the readiness changes; the Lease is renewed every
+`lease_period` (10 s). The Ready condition comes from the runtime's Status (RuntimeReady, NetworkReady)
+and the PLEG's health; the node taints itself not-ready until they are all fine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from nodeagent.api.quantity import format_quantity
+from nodeagent.client.rest import Client, ClientError
+from nodeagent.kubelet import node_status, resources
+from nodeagent.kubelet.clock import Clock, RealClock
+from nodeagent.kubelet.cri import RuntimeClient
+
+log = logging.getLogger("nodeagent.kubelet.node")
+
+KUBELET_VERSION = "v1.32.0-nodeagent"
+LEASE_NAMESPACE = "kube-node-lease"
+LEASE_DURATION = 40
+
+
+def host_ips() -> list[str]:
+    """The node's InternalIP: the source address of the default route (no packet is sent)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("10.255.255.255", 1))
+        return [s.getsockname()[0]]
+    except OSError:
+        return ["127.0.0.1"]
+    finally:
+        s.close()
+
+
+def _microtime(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class NodeAgent:
+    """Owns this node's Node and Lease objects."""
+
+    def __init__(self, client: Client, cri: RuntimeClient, name: str, fs_path: str,
+                 pleg_health: Callable[[], tuple[bool, str]], clock: Clock | None = None,
+                 lease_period: float = 10.0, status_period: float = 10.0, max_pods: int = node_status.DEFAULT_MAX_PODS,
+                 eviction: Any = None) -> None:
+        self.client = client
+        self.cri = cri
+        self.name = name
+        self.fs_path = fs_path
+        self.pleg_health = pleg_health
+        self.clock = clock or RealClock()
+        self.lease_period = lease_period
+        self.status_period = status_period
+        self.max_pods = max_pods
+        self.eviction = eviction  # EvictionManager: pressure conditions, taints, the hard-threshold reservation
+        self.addresses = host_ips()
+        self.capacity = node_status.machine_capacity(fs_path, max_pods)
+        self.ready = False
+        self.runtime_name = "unknown"
+        self.runtime_version = ""
+        self.changed = asyncio.Event()
+        self.uid = ""
+
+    def memory_capacity(self) -> int:
+        return int(resources._whole(resources._to_list(self.capacity).get("memory", 0)))
+
+    def allocatable(self) -> dict[str, str]:
+        hard = None
+        if self.eviction is not None:
+            from nodeagent.kubelet.eviction import hard_eviction_reservation
+
+            hard = hard_eviction_reservation(self.eviction.thresholds, self.capacity)
+        alloc = resources.node_allocatable(self.capacity, hard_eviction=hard)
+        return {k: format_quantity(v, binary=k in ("memory", "ephemeral-storage") or k.startswith("hugepages"))
+                for k, v in alloc.items()}
+
+    async def _runtime_errors(self) -> list[str]:
+        try:
+            st = await self.cri.status()
+        except Exception as e:
+            return node_status.runtime_errors(False, False, "RuntimeDown", str(e))
+        conds = {c.type: c for c in st.status.conditions}
+        rt = conds.get("RuntimeReady")
+        net = conds.get("NetworkReady")
+        pleg_ok, pleg_msg = self.pleg_health()
+        return node_status.runtime_errors(bool(rt and rt.status), bool(net and net.status),
+                                          net.reason if net else "NetworkPluginNotReady",
+                                          net.message if net else "", pleg_ok, pleg_msg)
+
+    async def register(self) -> None:
+        v = await self.cri.version()
+        self.runtime_name, self.runtime_version = v.runtime_name, v.runtime_version
+        hostname = socket.gethostname()
+        node = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": self.name, "labels": node_status.node_labels(self.name, hostname)},
+                "spec": {"taints": [dict(node_status.NOT_READY_TAINT)]}}
+        try:
+            self.uid = (await self.client.create("nodes", node))["metadata"]["uid"]
+            log.info("registered node %s", self.name)
+        except ClientError as e:
+            if not e.already_exists:
+                raise
+            self.uid = (await self.client.get("nodes", self.name))["metadata"]["uid"]
+            log.info("node %s already registered", self.name)
+        await self.post_status()
+
+    async def post_status(self) -> None:
+        errors = await self._runtime_errors()
+        now = self.clock.now()
+        cur = await self.client.get("nodes", self.name)
+        old = {c["type"]: c for c in (cur.get("status") or {}).get("conditions") or []}
+        ready = node_status.ready_condition(errors, now, old.get("Ready"))
+        conds = []
+        if self.eviction is not None:
+            conds = self.eviction.node_conditions_status(old.values())
+        conds.append(ready)
+        status = {"capacity": self.capacity, "allocatable": self.allocatable(),
+                  "conditions": conds,
+                  "addresses": node_status.node_addresses(socket.gethostname(), self.addresses),
+                  "nodeInfo": node_status.node_info(self.runtime_name, self.runtime_version, KUBELET_VERSION),
+                  "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}}}
+        await self.client.patch("nodes", self.name, {"status": status}, subresource="status")
+        is_ready = not errors
+        taints = node_status.node_taints((cur.get("spec") or {}).get("taints") or [], is_ready,
+                                         self.eviction.taints() if self.eviction is not None else ())
+        if taints != ((cur.get("spec") or {}).get("taints") or []):
+            await self.client.patch("nodes", self.name, {"spec": {"taints": taints or None}})
+        if is_ready != self.ready:
+            log.info("node %s: %s", self.name, "Ready" if is_ready else f"NotReady ({'; '.join(errors)})")
+        self.ready = is_ready
+
+    async def renew_lease(self) -> None:
+        now = _microtime(self.clock.now())
+        spec = {"holderIdentity": self.name, "leaseDurationSeconds": LEASE_DURATION, "renewTime": now}
+        try:
+            await self.client.patch("leases", self.name, {"spec": spec}, namespace=LEASE_NAMESPACE)
+        except ClientError as e:
+            if not e.not_found:
+                raise
+            await self.client.create("leases", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                                "metadata": {"name": self.name, "namespace": LEASE_NAMESPACE},
+                                                "spec": {**spec, "acquireTime": now}}, namespace=LEASE_NAMESPACE)
+
+    async def run(self) -> None:
+        """Renew the Lease and post the status until cancelled; errors are logged and retried next period."""
+        next_status = 0.0
+        while True:
+            try:
+                await self.renew_lease()
+            except Exception as e:
+                log.warning("lease renewal failed: %s", e)
+            if self.clock.now() >= next_status or not self.ready:
+                try:
+                    await self.post_status()
+                    next_status = self.clock.now() + self.status_period
+                except Exception as e:
+                    log.warning("node status update failed: %s", e)
+            await self.clock.sleep(self.lease_period if self.ready else 1.0)

@@ -1,0 +1,53 @@
+"""Per-instance names and paths: several `nodeagent up` with different data dirs never collide."""
+
+import argparse
+
+from nodeagent.commands.up import config_from_args
+from nodeagent.kubelet.agent import KubeletConfig
+from nodeagent.kubelet.network import PodNetwork
+
+
+def _args(data_dir, **kw):
+    base = dict(data_dir=data_dir, node_name=None, container_runtime_endpoint=None, cgroup_root=None,
+                pod_subnet=None, bridge=None, port=None, bind_address=None, eviction_hard=None,
+                housekeeping_interval=None)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_default_data_dir_keeps_the_well_known_locations():
+    cfg = config_from_args(_args("/var/lib/nodeagent"))
+    net = PodNetwork.from_any(cfg)
+    kc = KubeletConfig.from_any(cfg)
+    assert (net.bridge, net.subnet, net.conf_dir, net.ipam_dir) == (
+        "na0", "10.244.0.0/24", "/etc/cni/net.d", "/var/lib/cni/networks")
+    assert cfg.apiserver_port == 6443
+    assert kc.runtime_endpoint == "/run/nodeagent/cri.sock" and kc.cgroup_root == ""
+
+
+def test_two_data_dirs_share_nothing(tmp_path):
+    a, b = (config_from_args(_args(str(tmp_path / n))) for n in ("a", "b"))
+    na, nb = PodNetwork.from_any(a), PodNetwork.from_any(b)
+    ka, kb = KubeletConfig.from_any(a), KubeletConfig.from_any(b)
+    for x, y in ((na.bridge, nb.bridge), (na.name, nb.name), (na.conf_dir, nb.conf_dir),
+                 (na.ipam_dir, nb.ipam_dir), (ka.runtime_endpoint, kb.runtime_endpoint),
+                 (ka.cgroup_root, kb.cgroup_root), (ka.root_dir, kb.root_dir), (ka.log_dir, kb.log_dir),
+                 (ka.manifests_dir, kb.manifests_dir)):
+        assert x != y
+    assert a.apiserver_port == 0 and len(na.bridge) <= 15
+    assert na.conf_dir.startswith(str(tmp_path / "a")) and a.cni_conf_dir == na.conf_dir
+    assert ka.runtime_endpoint == str(tmp_path / "a" / "cri.sock")
+
+
+def test_flags_override_the_derived_names(tmp_path):
+    cfg = config_from_args(_args(str(tmp_path), bridge="br-x", pod_subnet="10.9.8.0/24", cgroup_root="mine",
+                                 node_name="Node-A", port=7000))
+    net = PodNetwork.from_any(cfg)
+    kc = KubeletConfig.from_any(cfg)
+    assert (net.bridge, net.subnet, kc.cgroup_root, kc.node_name, cfg.apiserver_port) == (
+        "br-x", "10.9.8.0/24", "mine", "node-a", 7000)
+    conf = net.conflist()
+    assert conf["name"] == net.name
+    plugin = conf["plugins"][0]
+    assert plugin["bridge"] == "br-x" and plugin["ipam"]["dataDir"] == net.ipam_dir
+    assert plugin["ipam"]["ranges"] == [[{"subnet": "10.9.8.0/24"}]]

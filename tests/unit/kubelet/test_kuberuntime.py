@@ -1,0 +1,206 @@
+"""One pod's sync and kill through a fake CRI: what the kubelet asks the runtime, in which order."""
+
+from pathlib import Path
+
+import pytest
+
+from cri.proto import api_pb2 as pb
+from nodeagent.kubelet.clock import FakeClock
+from nodeagent.kubelet.kuberuntime import PodRuntime
+from nodeagent.kubelet.volumes.manager import VolumeManager
+from nodeagent.testing.fake_cri import FakeCRI
+
+IMG = "localhost/busybox:latest"
+
+
+class Recorder:
+    def __init__(self):
+        self.events = []
+
+    def record(self, obj, type_, reason, message):
+        self.events.append((type_, reason, message))
+
+    def reasons(self):
+        return [r for _, r, _ in self.events]
+
+
+def _pod(containers, init=(), uid="u1", **spec):
+    return {"metadata": {"name": "p", "namespace": "default", "uid": uid},
+            "spec": {"containers": list(containers), "initContainers": list(init), **spec}, "status": {}}
+
+
+def _c(name, **kw):
+    return {"name": name, "image": IMG, "imagePullPolicy": "IfNotPresent", **kw}
+
+
+@pytest.fixture
+def rt(tmp_path: Path):
+    clock = FakeClock(1_700_000_000.0)
+    cri = FakeCRI(images=(IMG,), clock=clock)
+    rec = Recorder()
+    r = PodRuntime(cri, VolumeManager(tmp_path / "kubelet"), rec, clock, log_root=tmp_path / "logs",
+                   cgroup_root=("inst",), memory_capacity=8 << 30, runtime_name="fake")
+    return r, cri, rec, clock
+
+
+async def test_sandbox_then_init_containers_one_at_a_time_then_apps(rt):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("app")], init=[_c("init1"), _c("init2")])
+    st = await r.sync(pod)
+    assert [c for c in cri.calls if c[0] != "PullImage"] == [
+        ("RunPodSandbox", "p"), ("CreateContainer", "init1"), ("StartContainer", "init1")]
+    cfg = next(iter(cri.sandbox_configs.values()))
+    assert cfg.linux.cgroup_parent == "/inst/kubepods/besteffort/podu1"
+    assert cfg.labels["io.kubernetes.pod.uid"] == "u1"
+    assert st.pod_ips == ["10.0.0.2"]
+    status = r.pod_status(pod, st, ["192.0.2.1"])
+    assert status["phase"] == "Pending" and status["podIP"] == "10.0.0.2" and status["hostIP"] == "192.0.2.1"
+
+    await r.sync(pod)  # init1 still running: nothing new
+    assert sum(1 for c in cri.calls if c[0] == "StartContainer") == 1
+    cri.exit(cri.running("init1")[0], 0)
+    await r.sync(pod)
+    assert cri.calls[-1] == ("StartContainer", "init2")
+    cri.exit(cri.running("init2")[0], 0)
+    st = await r.sync(pod)
+    assert cri.calls[-1] == ("StartContainer", "app")
+    status = r.pod_status(pod, st, [])
+    assert status["phase"] == "Running"
+    assert [s["state"]["terminated"]["reason"] for s in status["initContainerStatuses"]] == ["Completed"] * 2
+    assert {"Pulled", "Created", "Started"} <= set(rec.reasons())
+
+
+async def test_crashing_container_restarts_once_then_backs_off(rt):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("boom")])
+    await r.sync(pod)
+    clock.advance(1)
+    cri.exit(cri.running("boom")[0], 1)
+    await r.sync(pod)  # first restart is immediate
+    assert [c for c in cri.calls if c == ("StartContainer", "boom")] == [("StartContainer", "boom")] * 2
+    clock.advance(1)
+    cri.exit(cri.running("boom")[0], 1)
+    st = await r.sync(pod)  # within the 10 s back-off: not started
+    assert [c for c in cri.calls if c == ("StartContainer", "boom")] == [("StartContainer", "boom")] * 2
+    status = r.pod_status(pod, st, [])
+    s = status["containerStatuses"][0]
+    assert s["state"]["waiting"]["reason"] == "CrashLoopBackOff" and s["restartCount"] == 1
+    assert s["lastState"]["terminated"]["exitCode"] == 1
+    assert "BackOff" in rec.reasons()
+    clock.advance(11)
+    st = await r.sync(pod)
+    assert [c for c in cri.calls if c == ("StartContainer", "boom")] == [("StartContainer", "boom")] * 3
+    assert ("RemoveContainer", "boom") in cri.calls  # the oldest instance; the previous one stays
+    s = r.pod_status(pod, st, [])["containerStatuses"][0]
+    assert "running" in s["state"] and s["restartCount"] == 2 and s["lastState"]["terminated"]["exitCode"] == 1
+
+
+async def test_image_pulled_per_policy_with_events(rt):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("a", image="example.org/x:1", imagePullPolicy="IfNotPresent"),
+                _c("b", imagePullPolicy="Always")])
+    await r.sync(pod)
+    pulls = [c[1] for c in cri.calls if c[0] == "PullImage"]
+    assert pulls == ["example.org/x:1", IMG]
+    assert rec.reasons().count("Pulling") == 2 and rec.reasons().count("Pulled") == 2
+
+
+async def test_never_policy_without_the_image_is_reported_not_pulled(rt):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("a", image="example.org/absent:1", imagePullPolicy="Never")])
+    st = await r.sync(pod)
+    assert not [c for c in cri.calls if c[0] in ("PullImage", "CreateContainer")]
+    s = r.pod_status(pod, st, [])["containerStatuses"][0]
+    assert s["state"]["waiting"]["reason"] == "ErrImageNeverPull"
+
+
+async def test_guaranteed_limits_reach_the_container_config(rt):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("a", resources={"limits": {"cpu": "250m", "memory": "128Mi"}})])
+    await r.sync(pod)
+    res = cri.last_config.linux.resources
+    assert (res.cpu_quota, res.cpu_period, res.memory_limit_in_bytes, res.cpu_shares) == (
+        25000, 100000, 128 << 20, 256)
+    assert res.oom_score_adj == -997
+    assert next(iter(cri.sandbox_configs.values())).linux.cgroup_parent == "/inst/kubepods/podu1"
+
+
+async def test_kill_stops_with_the_grace_period_then_removes_everything(rt, tmp_path):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("a"), _c("b")], volumes=[{"name": "scratch", "emptyDir": {}}])
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "scratch", "mountPath": "/s"}]
+    await r.sync(pod)
+    vol = tmp_path / "kubelet" / "pods" / "u1" / "volumes" / "kubernetes.io~empty-dir" / "scratch"
+    assert vol.is_dir()
+    pod["metadata"]["deletionGracePeriodSeconds"] = 7
+    await r.kill(pod, 7)
+    stops = [c[1] for c in cri.calls if c[0] == "StopContainer"]
+    assert sorted(stops) == [("a", 7), ("b", 7)]
+    assert not cri.containers and not cri.sandboxes
+    assert not (tmp_path / "kubelet" / "pods" / "u1").exists()
+    assert rec.reasons().count("Killing") == 2
+    await r.kill(pod, 7)  # idempotent: nothing left is fine
+
+
+async def test_volume_mounts_point_at_the_pod_volume_dirs(rt, tmp_path):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("a", volumeMounts=[{"name": "scratch", "mountPath": "/s", "readOnly": True}])],
+               volumes=[{"name": "scratch", "emptyDir": {}}])
+    await r.sync(pod)
+    (m,) = cri.last_config.mounts
+    assert m.container_path == "/s" and m.readonly
+    assert m.host_path == str(tmp_path / "kubelet" / "pods" / "u1" / "volumes" / "kubernetes.io~empty-dir" / "scratch")
+    assert cri.last_config.annotations["io.kubernetes.container.hash"]
+    assert isinstance(cri.last_config, pb.ContainerConfig)
+
+
+async def test_lifecycle_hooks_run_around_start_and_stop(rt):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("a", lifecycle={"postStart": {"exec": {"command": ["touch", "/started"]}},
+                                   "preStop": {"exec": {"command": ["sh", "-c", "drain"]}}})])
+    await r.sync(pod)
+    i_start = cri.calls.index(("StartContainer", "a"))
+    assert cri.calls[i_start + 1] == ("ExecSync", ("a", ("touch", "/started")))
+    await r.kill(pod, 5)
+    i_hook = cri.calls.index(("ExecSync", ("a", ("sh", "-c", "drain"))))
+    assert cri.calls[i_hook + 1][0] == "StopContainer"
+
+
+async def test_failed_post_start_hook_kills_the_container(rt):
+    r, cri, rec, clock = rt
+    cri.exec_results[("false",)] = 1
+    pod = _pod([_c("a", lifecycle={"postStart": {"exec": {"command": ["false"]}}})])
+    st = await r.sync(pod)
+    assert "FailedPostStartHook" in rec.reasons()
+    assert not cri.running("a")
+    s = r.pod_status(pod, st, [])["containerStatuses"][0]
+    assert "running" not in s["state"]
+
+
+async def test_failed_pull_is_err_image_pull_then_image_pull_back_off(rt):
+    r, cri, rec, clock = rt
+    cri.unpullable.add("example.org/missing:1")
+    pod = _pod([_c("a", image="example.org/missing:1")])
+    st = await r.sync(pod)
+    s = r.pod_status(pod, st, [])["containerStatuses"][0]
+    assert s["state"]["waiting"]["reason"] == "ErrImagePull"
+    st = await r.sync(pod)  # within the back-off: no new pull
+    assert [c for c in cri.calls if c[0] == "PullImage"] == [("PullImage", "example.org/missing:1")]
+    s = r.pod_status(pod, st, [])["containerStatuses"][0]
+    assert s["state"]["waiting"]["reason"] == "ImagePullBackOff"
+    clock.advance(11)
+    await r.sync(pod)
+    assert len([c for c in cri.calls if c[0] == "PullImage"]) == 2
+
+
+async def test_changed_container_spec_restarts_the_container(rt):
+    r, cri, rec, clock = rt
+    cri.images.add("localhost/busybox:v2")
+    pod = _pod([_c("a")])
+    await r.sync(pod)
+    first = cri.running("a")
+    pod["spec"]["containers"][0]["image"] = "localhost/busybox:v2"  # the one mutable field that is hashed
+    await r.sync(pod)
+    assert any(m == "Container a definition changed, will be restarted" for _, _, m in rec.events)
+    assert cri.running("a") and cri.running("a") != first
+    assert cri.last_config.image.image == "localhost/busybox:v2"

@@ -1,0 +1,98 @@
+"""Pod workers: one task per pod, latest update wins, sync → terminating → terminated."""
+
+import asyncio
+
+from nodeagent.kubelet.workers import Phase, PodWorkers
+
+
+def _pod(uid, gen=0, deleting=False):
+    m = {"uid": uid, "name": f"p-{uid}", "namespace": "default", "generation": gen}
+    if deleting:
+        m["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": m, "spec": {}}
+
+
+async def test_updates_coalesce_to_the_latest():
+    seen = []
+    gate = asyncio.Event()
+
+    async def sync(pod):
+        seen.append(pod["metadata"]["generation"])
+        await gate.wait()
+        return None
+
+    async def terminate(pod):
+        raise AssertionError("not deleted")
+
+    async with asyncio.TaskGroup() as tg:
+        w = PodWorkers(tg, sync, terminate, resync=3600)
+        w.update(_pod("a", 1))
+        await asyncio.sleep(0.01)  # the first sync is running and blocked
+        for gen in (2, 3, 4):
+            w.update(_pod("a", gen))
+        gate.set()
+        await asyncio.sleep(0.05)
+        assert seen == [1, 4]  # 2 and 3 were superseded while 1 ran
+        assert w.phase("a") == Phase.SYNC
+        await w.stop()
+
+
+async def test_deletion_terminates_once_and_forgets_the_pod():
+    terminated = []
+
+    async def sync(pod):
+        return None
+
+    async def terminate(pod):
+        terminated.append(pod["metadata"]["uid"])
+
+    async with asyncio.TaskGroup() as tg:
+        w = PodWorkers(tg, sync, terminate, resync=3600)
+        w.update(_pod("a"))
+        await asyncio.sleep(0.01)
+        w.update(_pod("a", deleting=True))
+        await asyncio.sleep(0.05)
+        assert terminated == ["a"]
+        assert w.phase("a") is None and "a" in w.finished
+        w.remove(_pod("a"))  # the informer's delete after our final delete: ignored
+        w.update(_pod("a", deleting=True))
+        await asyncio.sleep(0.05)
+        assert terminated == ["a"]
+
+
+async def test_failed_termination_is_retried():
+    calls = 0
+
+    async def sync(pod):
+        return None
+
+    async def terminate(pod):
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("runtime busy")
+
+    async with asyncio.TaskGroup() as tg:
+        w = PodWorkers(tg, sync, terminate, resync=3600, retry=0.01)
+        w.remove(_pod("b"))
+        await asyncio.sleep(0.1)
+        assert calls == 2 and w.phase("b") is None
+
+
+async def test_sync_hint_schedules_the_next_sync():
+    n = 0
+
+    async def sync(pod):
+        nonlocal n
+        n += 1
+        return 0.01  # e.g. a container is in back-off
+
+    async def terminate(pod):
+        pass
+
+    async with asyncio.TaskGroup() as tg:
+        w = PodWorkers(tg, sync, terminate, resync=3600)
+        w.update(_pod("c"))
+        await asyncio.sleep(0.2)
+        await w.stop()
+    assert n >= 3
