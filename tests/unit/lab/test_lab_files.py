@@ -16,13 +16,17 @@ LAB = REPO / "vagrant"
 SCRIPTS = sorted(LAB.rglob("*.sh"))
 
 
-def vagrant_validate(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def has_vagrant_libvirt() -> bool:
+    return any(Path("/usr/share/rubygems-integration/all/specifications").glob("vagrant-libvirt-*.gemspec"))
+
+
+def vagrant_validate(tmp_path: Path, *flags: str, **env: str) -> subprocess.CompletedProcess:
     if not shutil.which("vagrant"):
         pytest.skip("vagrant is not installed (Debian package `vagrant`, in the Makefile's APT_PACKAGES)")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("LAB_", "VAGRANT_")) and k != "WORKERS"}
     full = {**clean, "VAGRANT_HOME": str(tmp_path / "vagrant.d"), "VAGRANT_DOTFILE_PATH": str(tmp_path / "dot"),
             "VAGRANT_CHECKPOINT_DISABLE": "1", **env}
-    return subprocess.run(["vagrant", "validate", "--ignore-provider", "--no-color"], cwd=LAB, env=full,
+    return subprocess.run(["vagrant", "validate", "--no-color", *(flags or ("--ignore-provider",))], cwd=LAB, env=full,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -36,6 +40,16 @@ def test_vagrantfile_validates_with_the_default_cp_and_two_workers(tmp_path):
     assert "Vagrantfile validated successfully" in p.stdout
     assert machines(p.stdout) == ["cp", "worker1", "worker2"]
     assert not (LAB / ".vagrant").exists() or (LAB / ".vagrant").is_dir()
+
+
+@pytest.mark.parametrize("driver", ["kvm", "qemu"])
+def test_libvirt_provider_config_validates(tmp_path, driver):
+    if not has_vagrant_libvirt():
+        pytest.skip("vagrant-libvirt is not installed (make lab-deps installs it)")
+    p = vagrant_validate(tmp_path, "--no-tty", VAGRANT_DEFAULT_PROVIDER="libvirt", LAB_LIBVIRT_DRIVER=driver,
+                         LAB_STORAGE_POOL="lab", LAB_CPUS="1", LAB_MEMORY="1024")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Vagrantfile validated successfully" in p.stdout
 
 
 @pytest.mark.parametrize("workers, expected", [("0", ["cp"]), ("3", ["cp", "worker1", "worker2", "worker3"])])
