@@ -109,5 +109,5 @@ lab-deps:
 lab-box: lab-deps
 	vagrant/host/build-box.sh
 
-lab-test: install lab-box
+lab-test: lab-box
 	vagrant/host/lab-test.sh
