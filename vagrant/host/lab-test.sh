@@ -15,7 +15,11 @@ export VAGRANT_DEFAULT_PROVIDER=libvirt VAGRANT_CHECKPOINT_DISABLE=1
 if [[ -z ${LAB_LIBVIRT_DRIVER:-} ]]; then
     if [[ -r /dev/kvm && -w /dev/kvm ]]; then LAB_LIBVIRT_DRIVER=kvm; else LAB_LIBVIRT_DRIVER=qemu; fi
 fi
-export LAB_LIBVIRT_DRIVER LAB_BOX WORKERS=$LAB_WORKERS
+# This host's extra CAs (a TLS-intercepting proxy's, say) so the guests reach PyPI as it does.
+if [[ -z ${LAB_CA_CERTS:-} ]] && compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+    LAB_CA_CERTS=/usr/local/share/ca-certificates
+fi
+export LAB_LIBVIRT_DRIVER LAB_BOX WORKERS=$LAB_WORKERS LAB_CA_CERTS=${LAB_CA_CERTS:-}
 log() { printf '[%s] lab-test: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 die() { log "ERROR: $*" >&2; exit 1; }
 

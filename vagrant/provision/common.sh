@@ -23,6 +23,23 @@ else
     unchanged "make and python3-venv are installed"
 fi
 
+# Extra CAs shared by the host (LAB_CA_CERTS in the Vagrantfile): trusted system-wide and by pip.
+shopt -s nullglob
+certs=("$LAB_SHARE"/ca-certificates/*.crt)
+shopt -u nullglob
+if ((${#certs[@]})); then
+    certs_changed=0
+    for crt in "${certs[@]}"; do
+        dest=$LAB_ROOT/usr/local/share/ca-certificates/lab-${crt##*/}
+        lab_install_file 0644 "$dest" <"$crt" && certs_changed=1
+    done
+    if [[ $certs_changed == 1 ]]; then
+        update-ca-certificates >/dev/null
+        log "update-ca-certificates: ok"
+    fi
+    printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' | lab_install_file 0644 "$LAB_ROOT/etc/pip.conf" || true
+fi
+
 if [[ $LAB_SKIP_MAKE == 1 ]]; then
     log "skipping make install (LAB_SKIP_MAKE=1)"
 else
