@@ -14,7 +14,7 @@ STAMPS := $(CACHE)/stamps
 APT_PACKAGES := iproute2 iptables nftables conntrack ipset ipvsadm kmod procps psmisc util-linux \
 	busybox-static file gcc libc6-dev ca-certificates \
 	containerd runc containernetworking-plugins etcd-server docker-registry skopeo podman iperf3 \
-	apache2-utils dnsmasq-base
+	apache2-utils dnsmasq-base vagrant shellcheck
 # Debian's kubectl 1.20, unpacked privately (installing it would replace the machine's kubectl).
 KUBECTL_120 := $(CACHE)/kubectl-1.20/usr/bin/kubectl
 
@@ -96,3 +96,18 @@ up: install
 
 clean:
 	rm -rf $(VENV) $(CACHE) build *.egg-info
+
+# The Vagrant lab (vagrant/README.md). Opt-in, never part of `make test`: lab-deps installs the
+# hypervisor side, lab-box builds a Debian 12 libvirt box offline from Debian packages, lab-test
+# brings up cp + one worker with vagrant-libvirt, checks them and destroys them.
+LAB_APT_PACKAGES := vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils \
+	dnsmasq-base debootstrap grub-pc-bin e2fsprogs fdisk rsync openssh-client
+.PHONY: lab-deps lab-box lab-test
+lab-deps:
+	LAB_APT_PACKAGES="$(LAB_APT_PACKAGES)" vagrant/host/deps.sh
+
+lab-box: lab-deps
+	vagrant/host/build-box.sh
+
+lab-test: lab-box
+	vagrant/host/lab-test.sh

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# make lab-test: the lab for real, opt-in. Brings up cp + one worker with vagrant-libvirt from the
+# box `make lab-box` built, waits until every node is Ready, runs the checks inside cp, and destroys
+# the VMs whatever happened. Under software emulation (LAB_LIBVIRT_DRIVER=qemu) expect ~10-20 min.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+: "${LAB_BOX_FILE:=$REPO/.cache/lab/debian12.box}"
+: "${LAB_BOX:=nodeagent/debian12}"
+: "${LAB_WORKERS:=1}"
+: "${LAB_KEEP:=0}"                                   # 1: leave the VMs up for a look
+export VAGRANT_HOME=${VAGRANT_HOME:-$REPO/.cache/lab/vagrant.d}
+export VAGRANT_DOTFILE_PATH=${VAGRANT_DOTFILE_PATH:-$REPO/.cache/lab/dot}
+export VAGRANT_DEFAULT_PROVIDER=libvirt VAGRANT_CHECKPOINT_DISABLE=1
+# KVM when this host has a usable /dev/kvm, else QEMU's software emulation; LAB_LIBVIRT_DRIVER wins.
+if [[ -z ${LAB_LIBVIRT_DRIVER:-} ]]; then
+    if [[ -r /dev/kvm && -w /dev/kvm ]]; then LAB_LIBVIRT_DRIVER=kvm; else LAB_LIBVIRT_DRIVER=qemu; fi
+fi
+# This host's extra CAs (a TLS-intercepting proxy's, say) so the guests reach PyPI as it does.
+if [[ -z ${LAB_CA_CERTS:-} ]] && compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+    LAB_CA_CERTS=/usr/local/share/ca-certificates
+fi
+export LAB_LIBVIRT_DRIVER LAB_BOX WORKERS=$LAB_WORKERS LAB_CA_CERTS=${LAB_CA_CERTS:-}
+log() { printf '[%s] lab-test: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+die() { log "ERROR: $*" >&2; exit 1; }
+
+command -v vagrant >/dev/null || die "vagrant is missing: run make lab-deps"
+vagrant plugin list 2>/dev/null | grep -q vagrant-libvirt || die "vagrant-libvirt is missing: run make lab-deps"
+"$REPO/vagrant/host/libvirt.sh" start
+
+if ! vagrant box list 2>/dev/null | grep -q "^$LAB_BOX "; then
+    [[ -f $LAB_BOX_FILE ]] || die "no box $LAB_BOX and no $LAB_BOX_FILE: run make lab-box"
+    log "adding the box $LAB_BOX from $LAB_BOX_FILE"
+    vagrant box add --name "$LAB_BOX" "$LAB_BOX_FILE"
+fi
+
+cd "$REPO/vagrant"
+destroy() {
+    local rc=$?
+    if [[ $LAB_KEEP == 1 ]]; then
+        log "LAB_KEEP=1: leaving the VMs up (vagrant destroy -f in vagrant/ with the same environment)"
+    else
+        log "destroying the VMs"
+        vagrant destroy -f || log "vagrant destroy failed: check virsh -c qemu:///system list --all"
+    fi
+    exit "$rc"
+}
+trap destroy EXIT
+
+log "vagrant up: cp + $LAB_WORKERS worker(s), box $LAB_BOX, libvirt driver $LAB_LIBVIRT_DRIVER"
+start=$SECONDS
+vagrant up --provider=libvirt
+log "vagrant up took $((SECONDS - start))s"
+vagrant ssh cp -c "sudo env LAB_EXPECT_NODES=$((LAB_WORKERS + 1)) bash /vagrant/vagrant/provision/checks.sh"
+log "the lab works"
