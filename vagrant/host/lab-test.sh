@@ -41,6 +41,7 @@ destroy() {
     else
         log "destroying the VMs"
         vagrant destroy -f || log "vagrant destroy failed: check virsh -c qemu:///system list --all"
+        "$REPO/vagrant/host/libvirt.sh" stop
     fi
     exit "$rc"
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make sure libvirtd and virtlogd run on this host. With systemd they are its services; without it
 # (containers, CI) they are started by hand here, daemonized, and left running for later labs.
-# `libvirt.sh stop` stops the ones this script started (their pids are under LAB_LIBVIRT_RUN).
+# `libvirt.sh stop` stops the ones this script started (their pids are under LAB_LIBVIRT_RUN) and
+# removes the firewall chains libvirtd made.
 set -euo pipefail
 : "${LAB_LIBVIRT_RUN:=/run/nodeagent-lab}"
 log() { printf '[%s] lab-libvirt: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
@@ -43,13 +44,30 @@ start)
     log "libvirt ready (storage pool $pool)"
     ;;
 stop)
+    stopped=0
     for daemon in libvirtd virtlogd; do
         if running "$daemon"; then
             kill "$(cat "$LAB_LIBVIRT_RUN/$daemon.pid")"
             log "stopped $daemon"
+            stopped=1
         fi
         rm -f "$LAB_LIBVIRT_RUN/$daemon.pid"
     done
+    # libvirtd leaves its (empty) top-level firewall chains behind; remove the ones it made.
+    if [[ $stopped == 1 ]]; then
+        sleep 1
+        for ipt in iptables ip6tables; do
+            for table in nat mangle; do
+                while "$ipt" -t "$table" -D POSTROUTING -j LIBVIRT_PRT 2>/dev/null; do :; done
+                if "$ipt" -t "$table" -F LIBVIRT_PRT 2>/dev/null; then "$ipt" -t "$table" -X LIBVIRT_PRT || :; fi
+            done
+            for chain in INP:INPUT OUT:OUTPUT FWX:FORWARD FWI:FORWARD FWO:FORWARD; do
+                while "$ipt" -D "${chain#*:}" -j "LIBVIRT_${chain%%:*}" 2>/dev/null; do :; done
+                if "$ipt" -F "LIBVIRT_${chain%%:*}" 2>/dev/null; then "$ipt" -X "LIBVIRT_${chain%%:*}" || :; fi
+            done
+        done
+        log "removed libvirt's firewall chains"
+    fi
     ;;
 *)
     die "usage: $0 [start|stop]"
