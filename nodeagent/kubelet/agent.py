@@ -69,7 +69,7 @@ class KubeletConfig:
     manifests_dir: str = ""  # static pods
     eviction_hard: str | None = None  # kubelet flag syntax; None: the kubelet's defaults
     housekeeping_interval: float = 10.0
-    resync: float = 10.0
+    resync: float = 60.0  # kubelet's --sync-frequency: every pod is re-synced at least this often
 
     @classmethod
     def from_any(cls, config: Any) -> KubeletConfig:
@@ -92,7 +92,8 @@ class KubeletConfig:
                    log_dir=getattr(config, "log_dir", None) or str(Path(data_dir, "pod-logs")),
                    manifests_dir=getattr(config, "manifests_dir", None) or str(Path(data_dir, "manifests")),
                    eviction_hard=getattr(config, "eviction_hard", None),
-                   housekeeping_interval=float(getattr(config, "housekeeping_interval", None) or 10.0))
+                   housekeeping_interval=float(getattr(config, "housekeeping_interval", None) or 10.0),
+                   resync=float(getattr(config, "sync_frequency", None) or 60.0))
 
     def client(self) -> Client:
         if self.server:
