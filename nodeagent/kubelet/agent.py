@@ -179,7 +179,7 @@ class Kubelet:
             tg.create_task(self.probes.run(), name="kubelet-probes")
             await self.probes.wait_ready()
             tg.create_task(self._probe_updates(), name="kubelet-probe-updates")
-            self.pods.add_handler(self._on_pod, lambda old, new: self._on_pod(new), self._on_pod_deleted)
+            self.pods.add_handler(self._on_pod, self._on_pod_update, self._on_pod_deleted)
             tg.create_task(self.pods.run(), name="kubelet-pods")
             await self.pods.wait_synced()
             tg.create_task(self.static_source.run(self._on_static_pods), name="kubelet-static-pods")
@@ -213,6 +213,13 @@ class Kubelet:
                 self._tg.create_task(self._delete_now(pod))
             return
         self.workers.update(pod)
+
+    def _on_pod_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        if is_mirror_pod(new) or _desired_changed(old, new):
+            self._on_pod(new)
+        else:
+            assert self.workers is not None
+            self.workers.update(new, wake=False)  # a status write (ours) came back: nothing to sync
 
     def _on_pod_deleted(self, pod: dict[str, Any]) -> None:
         assert self.workers is not None
@@ -368,6 +375,18 @@ class Kubelet:
         with contextlib.suppress(ClientError):
             await self.client.delete("pods", m["name"], m.get("namespace"), grace_period=0,
                                      preconditions={"uid": uid_of(pod)})
+
+
+_VOLATILE_META = ("resourceVersion", "managedFields", "generation")
+
+
+def _desired_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether anything but the status (and bookkeeping metadata) changed between two versions of a pod."""
+    if old.get("spec") != new.get("spec"):
+        return True
+    om = {k: v for k, v in (old.get("metadata") or {}).items() if k not in _VOLATILE_META}
+    nm = {k: v for k, v in (new.get("metadata") or {}).items() if k not in _VOLATILE_META}
+    return om != nm
 
 
 def _cgroup_driver() -> Any:
