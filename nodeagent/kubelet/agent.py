@@ -171,6 +171,8 @@ class Kubelet:
                                   cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p),
                                   memory_capacity=self.node.memory_capacity(), runtime_name=self.node.runtime_name,
                                   cgroups=await asyncio.to_thread(_cgroup_driver))
+        if self.runtime.cgroups is not None:
+            await asyncio.to_thread(_ensure_qos_tree, self.runtime.cgroups, self.runtime.cgroup_root)
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
             self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock, resync=self.cfg.resync)
@@ -387,6 +389,15 @@ def _desired_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
     om = {k: v for k, v in (old.get("metadata") or {}).items() if k not in _VOLATILE_META}
     nm = {k: v for k, v in (new.get("metadata") or {}).items() if k not in _VOLATILE_META}
     return om != nm
+
+
+def _ensure_qos_tree(driver: Any, cgroup_root: tuple[str, ...]) -> None:
+    """kubepods and its burstable/besteffort children exist before any pod (as the kubelet's QoS container
+    manager makes them), so pods never race to create their shared parents."""
+    from nodeagent.kubelet import resources
+
+    for qos in ("Burstable", "BestEffort"):
+        driver.create(resources.qos_cgroup(qos, cgroup_root).cgroupfs())
 
 
 def _cgroup_driver() -> Any:
