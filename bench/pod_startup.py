@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--floor-runs", type=int, default=10, help="CRI-only pods for the reference (default %(default)s)")
     p.add_argument("--steady-seconds", type=float, default=20,
                    help="after all pods run, sample the up process's CPU and RSS this long (default %(default)s)")
+    p.add_argument("--settle-seconds", type=float, default=15, help="wait before sampling (default %(default)s)")
     p.add_argument("--keep", action="store_true", help="keep the data dir")
     a = p.parse_args(argv)
 
@@ -217,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         floor = cri_floor(str(data / "cri.sock"), a.floor_runs)
         floor_conc = cri_floor(str(data / "cri.sock"), a.pods, a.concurrency)
         lat = asyncio.run(measure(kc, node, a.pods, a.concurrency))
+        time.sleep(a.settle_seconds)  # events of the start-up flushed, first syncs after Running done
         cpu_share, rss = steady_state(proc.pid, a.steady_seconds) if a.steady_seconds > 0 else (0.0, 0)
         asyncio.run(cleanup(kc, a.pods))
         if not wait_runtime_empty(str(data / "cri.sock")):

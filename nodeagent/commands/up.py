@@ -51,6 +51,7 @@ class UpConfig:
     cni_conf_dir: str | None = None
     eviction_hard: str | None = None
     housekeeping_interval: float | None = None
+    sync_frequency: float | None = None
     server: str | None = None  # `nodeagent agent`
     token: str | None = None
 
@@ -71,6 +72,9 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: the kubelet's; '' for none)")
     p.add_argument("--housekeeping-interval", type=float, default=None,
                    help="seconds between eviction passes (default: 10)")
+    p.add_argument("--sync-frequency", type=float, default=None,
+                   help="seconds between periodic syncs of a running pod (default: 60; runtime events and "
+                        "probe changes sync at once)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,6 +95,7 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
                    cgroup_root=args.cgroup_root, pod_subnet=args.pod_subnet, bridge=args.bridge,
                    eviction_hard=getattr(args, "eviction_hard", None),
                    housekeeping_interval=getattr(args, "housekeeping_interval", None),
+                   sync_frequency=getattr(args, "sync_frequency", None),
                    server=getattr(args, "server", None), token=getattr(args, "token", None))
     cfg.cni_conf_dir = PodNetwork.from_any(cfg).conf_dir
     return cfg

@@ -69,7 +69,7 @@ class KubeletConfig:
     manifests_dir: str = ""  # static pods
     eviction_hard: str | None = None  # kubelet flag syntax; None: the kubelet's defaults
     housekeeping_interval: float = 10.0
-    resync: float = 10.0
+    resync: float = 60.0  # kubelet's --sync-frequency: every pod is re-synced at least this often
 
     @classmethod
     def from_any(cls, config: Any) -> KubeletConfig:
@@ -92,7 +92,8 @@ class KubeletConfig:
                    log_dir=getattr(config, "log_dir", None) or str(Path(data_dir, "pod-logs")),
                    manifests_dir=getattr(config, "manifests_dir", None) or str(Path(data_dir, "manifests")),
                    eviction_hard=getattr(config, "eviction_hard", None),
-                   housekeeping_interval=float(getattr(config, "housekeeping_interval", None) or 10.0))
+                   housekeeping_interval=float(getattr(config, "housekeeping_interval", None) or 10.0),
+                   resync=float(getattr(config, "sync_frequency", None) or 60.0))
 
     def client(self) -> Client:
         if self.server:
@@ -170,6 +171,8 @@ class Kubelet:
                                   cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p),
                                   memory_capacity=self.node.memory_capacity(), runtime_name=self.node.runtime_name,
                                   cgroups=await asyncio.to_thread(_cgroup_driver))
+        if self.runtime.cgroups is not None:
+            await asyncio.to_thread(_ensure_qos_tree, self.runtime.cgroups, self.runtime.cgroup_root)
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
             self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock, resync=self.cfg.resync)
@@ -178,7 +181,7 @@ class Kubelet:
             tg.create_task(self.probes.run(), name="kubelet-probes")
             await self.probes.wait_ready()
             tg.create_task(self._probe_updates(), name="kubelet-probe-updates")
-            self.pods.add_handler(self._on_pod, lambda old, new: self._on_pod(new), self._on_pod_deleted)
+            self.pods.add_handler(self._on_pod, self._on_pod_update, self._on_pod_deleted)
             tg.create_task(self.pods.run(), name="kubelet-pods")
             await self.pods.wait_synced()
             tg.create_task(self.static_source.run(self._on_static_pods), name="kubelet-static-pods")
@@ -212,6 +215,13 @@ class Kubelet:
                 self._tg.create_task(self._delete_now(pod))
             return
         self.workers.update(pod)
+
+    def _on_pod_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        if is_mirror_pod(new) or _desired_changed(old, new):
+            self._on_pod(new)
+        else:
+            assert self.workers is not None
+            self.workers.update(new, wake=False)  # a status write (ours) came back: nothing to sync
 
     def _on_pod_deleted(self, pod: dict[str, Any]) -> None:
         assert self.workers is not None
@@ -367,6 +377,27 @@ class Kubelet:
         with contextlib.suppress(ClientError):
             await self.client.delete("pods", m["name"], m.get("namespace"), grace_period=0,
                                      preconditions={"uid": uid_of(pod)})
+
+
+_VOLATILE_META = ("resourceVersion", "managedFields", "generation")
+
+
+def _desired_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether anything but the status (and bookkeeping metadata) changed between two versions of a pod."""
+    if old.get("spec") != new.get("spec"):
+        return True
+    om = {k: v for k, v in (old.get("metadata") or {}).items() if k not in _VOLATILE_META}
+    nm = {k: v for k, v in (new.get("metadata") or {}).items() if k not in _VOLATILE_META}
+    return om != nm
+
+
+def _ensure_qos_tree(driver: Any, cgroup_root: tuple[str, ...]) -> None:
+    """kubepods and its burstable/besteffort children exist before any pod (as the kubelet's QoS container
+    manager makes them), so pods never race to create their shared parents."""
+    from nodeagent.kubelet import resources
+
+    for qos in ("Burstable", "BestEffort"):
+        driver.create(resources.qos_cgroup(qos, cgroup_root).cgroupfs())
 
 
 def _cgroup_driver() -> Any:

@@ -63,8 +63,9 @@ class PodWorkers:
         return set(self.workers)
 
     # -- inputs ------------------------------------------------------------------------------------
-    def update(self, pod: dict[str, Any]) -> None:
-        """Record the newest desired pod for its worker (starting one if needed) and wake it."""
+    def update(self, pod: dict[str, Any], wake: bool = True) -> None:
+        """Record the newest desired pod for its worker (starting one if needed) and wake it (unless only
+        its status changed: that is our own write coming back, nothing to do for it)."""
         uid = pod["metadata"]["uid"]
         if uid in self.finished:
             return
@@ -74,6 +75,8 @@ class PodWorkers:
             w.task = self.tg.create_task(self._run(uid, w), name=f"pod-{uid[:8]}")
         else:
             w.pod = pod
+            if not wake:
+                return
         w.wake.set()
 
     def remove(self, pod: dict[str, Any]) -> None:

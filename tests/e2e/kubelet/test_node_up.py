@@ -43,7 +43,7 @@ class Cluster:
         with open(self.log, "ab") as f:
             self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "up", "--data-dir", str(self.data_dir),
                                           "--node-name", self.node, "--bridge", self.bridge,
-                                          "--bind-address", "127.0.0.1", *self.extra],
+                                          "--bind-address", "127.0.0.1", "--sync-frequency", "5", *self.extra],
                                          stdout=f, stderr=subprocess.STDOUT)
         end = time.monotonic() + 60
         while "kubelet: ready" not in self.log.read_bytes()[mark:].decode(errors="replace"):

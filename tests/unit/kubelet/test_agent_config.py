@@ -10,7 +10,7 @@ from nodeagent.kubelet.network import PodNetwork
 def _args(data_dir, **kw):
     base = dict(data_dir=data_dir, node_name=None, container_runtime_endpoint=None, cgroup_root=None,
                 pod_subnet=None, bridge=None, port=None, bind_address=None, eviction_hard=None,
-                housekeeping_interval=None)
+                housekeeping_interval=None, sync_frequency=None)
     base.update(kw)
     return argparse.Namespace(**base)
 

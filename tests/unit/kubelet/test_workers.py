@@ -96,3 +96,38 @@ async def test_sync_hint_schedules_the_next_sync():
         await asyncio.sleep(0.2)
         await w.stop()
     assert n >= 3
+
+
+async def test_status_only_update_refreshes_the_slot_without_a_sync():
+    seen = []
+
+    async def sync(pod):
+        seen.append(pod["metadata"]["generation"])
+        return None
+
+    async def terminate(pod):
+        pass
+
+    async with asyncio.TaskGroup() as tg:
+        w = PodWorkers(tg, sync, terminate, resync=3600)
+        w.update(_pod("a", 1))
+        await asyncio.sleep(0.02)
+        w.update(_pod("a", 2), wake=False)
+        await asyncio.sleep(0.02)
+        assert seen == [1]
+        w.poke("a")  # the next wake syncs the newest pod
+        await asyncio.sleep(0.02)
+        assert seen == [1, 2]
+        await w.stop()
+
+
+def test_only_spec_or_metadata_changes_are_desired_changes():
+    from nodeagent.kubelet.agent import _desired_changed
+
+    old = {"metadata": {"name": "p", "resourceVersion": "1", "labels": {"a": "1"}}, "spec": {"x": 1},
+           "status": {"phase": "Pending"}}
+    status_only = {**old, "metadata": {**old["metadata"], "resourceVersion": "2"}, "status": {"phase": "Running"}}
+    assert not _desired_changed(old, status_only)
+    deleting = {**old, "metadata": {**old["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert _desired_changed(old, deleting)
+    assert _desired_changed(old, {**old, "spec": {"x": 2}})
