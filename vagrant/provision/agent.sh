@@ -11,8 +11,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 : "${LAB_JOIN_OPTIONAL:=0}"                          # 1 on cp: join only when the build can
 
 [[ -x $NODEAGENT ]] || die "$NODEAGENT is missing: run common.sh first"
-if [[ $LAB_JOIN_OPTIONAL == 1 && ! -s $LAB_JOIN_FILE ]] && ! lab_has_command agent; then
-    log "this build has no \`nodeagent agent\` yet and there is no join command: this node does not join"
+if [[ $LAB_JOIN_OPTIONAL == 1 && ! -s $LAB_JOIN_FILE ]]; then
+    # On cp server.sh runs first: no join file means this build's server has no join flow yet.
+    log "there is no join command from the control plane: this node does not join"
     exit 0
 fi
 log "waiting up to ${LAB_JOIN_TIMEOUT}s for the join command at $LAB_JOIN_FILE"
