@@ -172,18 +172,33 @@ def test_reverse_lookup_outside_the_cluster_falls_through_to_upstream(dnsd, upst
     assert r.rcode() == dns.rcode.NXDOMAIN and upstream.count(name) == 1
 
 
+async def set_status(c, name, status):
+    """Replace a pod's status, retrying on 409: the server's scheduler also writes pod status."""
+    from nodeagent.client.rest import ClientError
+
+    for _ in range(20):
+        p = await c.get("pods", name, NS)
+        p["status"] = status
+        try:
+            return await c.update_status("pods", p)
+        except ClientError as e:
+            if not e.conflict:
+                raise
+    raise AssertionError(f"pod {name}: status kept conflicting")
+
+
 def test_statefulset_pods_hostname_records_from_pod_specs(api, dnsd, objects):
     """Pods with hostname + subdomain of a headless Service get `<hostname>.<svc>.<ns>.svc` once Ready."""
     async def make(c):
         await c.create("services", service("sts", NS, "None", [{"name": "web", "port": 80}]), NS)
         for i in range(2):
-            p = await c.create("pods", {"apiVersion": "v1", "kind": "Pod",
-                                        "metadata": {"name": f"sts-{i}", "namespace": NS},
-                                        "spec": {"hostname": f"sts-{i}", "subdomain": "sts",
-                                                 "containers": [{"name": "c", "image": "busybox"}]}}, NS)
-            p["status"] = {"phase": "Running", "podIP": f"10.244.8.{i + 1}", "podIPs": [{"ip": f"10.244.8.{i + 1}"}],
-                           "conditions": [{"type": "Ready", "status": "True" if i == 0 else "False"}]}
-            await c.update_status("pods", p)
+            await c.create("pods", {"apiVersion": "v1", "kind": "Pod",
+                                   "metadata": {"name": f"sts-{i}", "namespace": NS},
+                                   "spec": {"hostname": f"sts-{i}", "subdomain": "sts",
+                                            "containers": [{"name": "c", "image": "busybox"}]}}, NS)
+            status = {"phase": "Running", "podIP": f"10.244.8.{i + 1}", "podIPs": [{"ip": f"10.244.8.{i + 1}"}],
+                      "conditions": [{"type": "Ready", "status": "True" if i == 0 else "False"}]}
+            await set_status(c, f"sts-{i}", status)
     api(make)
     name = f"sts-0.sts.{NS}.svc.cluster.local"
     assert eventually(lambda: addrs(ask(dnsd, name)) == ["10.244.8.1"])
@@ -192,8 +207,7 @@ def test_statefulset_pods_hostname_records_from_pod_specs(api, dnsd, objects):
 
     async def ready(c):
         p = await c.get("pods", "sts-1", NS)
-        p["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-        await c.update_status("pods", p)
+        await set_status(c, "sts-1", {**p["status"], "conditions": [{"type": "Ready", "status": "True"}]})
     api(ready)
     assert eventually(lambda: addrs(ask(dnsd, f"sts.{NS}.svc.cluster.local")) == ["10.244.8.1", "10.244.8.2"])
 
