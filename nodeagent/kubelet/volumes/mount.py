@@ -1,17 +1,14 @@
 """The only place the kubelet's volume code mounts and unmounts (tmpfs for emptyDir medium Memory).
 
-Synchronous syscalls through libc; call them from a worker thread, not the event loop.
+Synchronous syscalls through the runtime's one syscall module; call them from a worker thread, not the event loop.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import os
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-MNT_DETACH = 2
+from cri.runtime import syscalls
 
 
 class MountError(OSError):
@@ -23,25 +20,28 @@ def mount_tmpfs(target: str | os.PathLike, size_bytes: int | None = None, mode: 
     opts = [f"mode={mode:o}"]
     if size_bytes:
         opts.append(f"size={size_bytes}")
-    rc = _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", 0, ",".join(opts).encode())
-    if rc != 0:
-        e = ctypes.get_errno()
-        raise MountError(e, f"mount tmpfs on {target}: {os.strerror(e)}")
+    try:
+        syscalls.mount("tmpfs", os.fspath(target), "tmpfs", 0, ",".join(opts))
+    except OSError as e:
+        raise MountError(e.errno, f"mount tmpfs on {target}: {os.strerror(e.errno or 0)}") from None
 
 
 def unmount(target: str | os.PathLike) -> None:
     """Unmount target; a busy mount is detached lazily (it is gone from the tree either way)."""
-    rc = _libc.umount2(os.fsencode(target), 0)
-    if rc == 0:
+    try:
+        syscalls.umount(os.fspath(target))
         return
-    e = ctypes.get_errno()
+    except OSError as first:
+        e = first.errno
     if e == errno.EBUSY:
-        if _libc.umount2(os.fsencode(target), MNT_DETACH) == 0:
+        try:
+            syscalls.umount(os.fspath(target), syscalls.MNT_DETACH)
             return
-        e = ctypes.get_errno()
+        except OSError as second:
+            e = second.errno
     if e == errno.EINVAL and not is_mountpoint(target):
         return  # not mounted: nothing to do
-    raise MountError(e, f"unmount {target}: {os.strerror(e)}")
+    raise MountError(e, f"unmount {target}: {os.strerror(e or 0)}")
 
 
 def _unescape(s: str) -> str:
