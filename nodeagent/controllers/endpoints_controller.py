@@ -59,10 +59,12 @@ class EndpointsController(Controller):
         if have is None:
             try:
                 await self.client.create("endpoints", want, ns)
+                return
             except ClientError as e:
                 if not e.already_exists:
                     raise
-            return
+            # Our cache has not seen an object we created moments ago: update the live one instead.
+            have = await self.client.get("endpoints", name, ns)
         if have.get("subsets", []) == want["subsets"] and \
                 (have["metadata"].get("labels") or {}) == (want["metadata"].get("labels") or {}):
             return
@@ -83,10 +85,13 @@ class EndpointsController(Controller):
             if cur is None:
                 try:
                     await self.client.create("endpointslices", s, ns)
+                    continue
                 except ClientError as e:
                     if not e.already_exists:
                         raise
-            elif any(cur.get(k) != s.get(k) for k in ("endpoints", "ports", "addressType")) or \
+                # Created moments ago but not yet in our cache: compare against the live one.
+                cur = await self.client.get("endpointslices", s["metadata"]["name"], ns)
+            if any(cur.get(k) != s.get(k) for k in ("endpoints", "ports", "addressType")) or \
                     (cur["metadata"].get("labels") or {}) != s["metadata"]["labels"]:
                 new = {**s, "metadata": {**cur["metadata"], "labels": s["metadata"]["labels"],
                                          "ownerReferences": s["metadata"]["ownerReferences"]}}
