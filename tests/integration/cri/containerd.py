@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 from cri.client import CRIClient
 from nodeagent.testing.images import BUSYBOX, Entry, ImageFactory, ImageSpec
+from tests.integration.cri.launch import mounts_under, start_runtime, stop_process
 
 PAUSE_REF = "localhost/pause:3.6"
 
@@ -75,14 +75,12 @@ class Containerd:
         self.cni_conf.mkdir(parents=True, exist_ok=True)
         cfg = self.root / "config.toml"
         cfg.write_text(CONFIG.format(root=self.root, pause=PAUSE_REF))
-        self.proc = subprocess.Popen(["containerd", "--config", str(cfg)], stdout=open(self.root / "log", "ab"),
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        self.client = CRIClient(self.socket)
         try:
-            self.client.wait_ready(60)
+            self.proc, self.client = start_runtime(["containerd", "--config", str(cfg)], self.root / "log",
+                                                   self.socket, new_session=True)
         except Exception:
             self.stop()
-            raise RuntimeError((self.root / "log").read_text()[-3000:]) from None
+            raise
         return self.client
 
     def import_images(self, factory: ImageFactory, pause_binary: str, specs: list[ImageSpec]) -> None:
@@ -97,17 +95,9 @@ class Containerd:
         if self.client:
             self.client.close()
             self.client = None
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, grace=30)
         # containerd leaves its metadata mounts (e.g. the snapshotter's) to the host; drop ours.
-        with open("/proc/self/mountinfo") as f:
-            points = [line.split()[4] for line in f if line.split()[4].startswith(str(self.root))]
-        for point in sorted(points, key=len, reverse=True):
+        for point in sorted(mounts_under(self.root), key=len, reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
         for p in reversed(self.HOST_CNI_CACHE):
             if not getattr(self, "_had", {}).get(p, True):

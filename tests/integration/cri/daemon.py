@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -12,6 +11,9 @@ from pathlib import Path
 
 from cri.client import CRIClient
 from cri.proto import api_pb2 as pb
+from tests.integration.cri.launch import mounts_under, start_runtime, stop_process
+
+__all__ = ["CRIDaemon", "mounts_under", "reap"]
 
 
 class CRIDaemon:
@@ -35,38 +37,25 @@ class CRIDaemon:
 
     def start(self) -> CRIClient:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
+        self.proc, self.client = start_runtime(
             [sys.executable, "-m", "nodeagent", "--log-level", "info", "cri", "--socket", self.socket,
              "--state-dir", str(self.state), "--cni-conf-dir", str(self.cni_conf), "--cni-bin-dir", "/usr/lib/cni"],
-            stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, env=env)
-        self.client = CRIClient(self.socket)
-        try:
-            self.client.wait_ready(60)
-        except Exception:
-            self.kill()
-            raise RuntimeError(f"cri daemon did not start:\n{self.log.read_text()[-3000:]}") from None
+            self.log, self.socket, env=env)
         return self.client
 
     def kill(self) -> None:
         """kill -9: the runtime dies, its pods and containers must not."""
-        if self.client:
-            self.client.close()
-            self.client = None
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        self._close_client()
+        stop_process(self.proc, grace=0)
 
     def stop(self) -> None:
+        self._close_client()
+        stop_process(self.proc, grace=20)
+
+    def _close_client(self) -> None:
         if self.client:
             self.client.close()
             self.client = None
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
     def remove_everything(self) -> None:
         """Remove every sandbox the daemon knows (tests clean their own; this catches failures)."""
@@ -77,12 +66,6 @@ class CRIDaemon:
             with contextlib.suppress(Exception):
                 c.stop_sandbox(s.id)
                 c.remove_sandbox(s.id)
-
-
-def mounts_under(path: Path) -> list[str]:
-    p = str(path)
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(p)]
 
 
 def reap(pids: list[int]) -> None:
