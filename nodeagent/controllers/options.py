@@ -33,6 +33,8 @@ class ControllerOptions:
     node_cidr_mask_size: int = 24  # --node-cidr-mask-size
     # pod GC
     pod_gc_period: float = 20.0
+    # how long a pod's node must stay missing before its pods count as orphans (podgc's quarantineTime)
+    pod_gc_orphan_quarantine: float = 40.0
     terminated_pod_gc_threshold: int = 12500  # --terminated-pod-gc-threshold
     # jobs
     job_backoff_base: float = 10.0  # the job controller's DefaultJobBackOff

@@ -1,4 +1,9 @@
-"""The PodGC loop: force-deletes pods whose node is gone, and old terminated pods, every period."""
+"""The PodGC loop: force-deletes pods whose node is gone, and old terminated pods, every period.
+
+A node missing from the cache is only believed gone after it has stayed missing for the
+quarantine (kube's podgc: 40 s) and a live GET confirms it: a pod may name a node that
+has not registered yet, and a lagging cache must not cost anyone their pods.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ class PodGCController(Controller):
         super().__init__(client, informers, recorder, options)
         self.pods = informers.get("pods")
         self.nodes = informers.get("nodes")
+        self._missing_since: dict[str, float] = {}
 
     async def run(self) -> None:
         while True:
@@ -34,8 +40,14 @@ class PodGCController(Controller):
         victims = list(podgc.terminated_over_threshold(pods, self.options.terminated_pod_gc_threshold))
         victims += podgc.unscheduled_terminating(pods)
         gone: dict[str, bool] = {}
-        for pod in podgc.orphaned(pods, known):
+        now = self.options.clock()
+        orphans = podgc.orphaned(pods, known)
+        missing = {p["spec"]["nodeName"] for p in orphans}
+        self._missing_since = {n: self._missing_since.get(n, now) for n in missing}
+        for pod in orphans:
             node = pod["spec"]["nodeName"]
+            if now - self._missing_since[node] < self.options.pod_gc_orphan_quarantine:
+                continue  # still in quarantine
             if node not in gone:  # the cache may lag: ask the apiserver before deleting anything
                 try:
                     await self.client.get("nodes", node)

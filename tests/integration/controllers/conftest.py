@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -75,17 +74,6 @@ async def cluster_env(server, options: ControllerOptions | None = None, n_nodes:
 async def cluster(server):
     async with cluster_env(server) as env:
         yield env.client, env.ns
-
-
-async def eventually(fn, within=30.0, interval=0.1):
-    deadline = time.monotonic() + within
-    last = None
-    while time.monotonic() < deadline:
-        last = await fn()
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"condition not reached in {within}s (last: {last!r})")
 
 
 def kubectl(version, server, *args, check=True, input=None):

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from tests.integration.controllers.conftest import cluster_env, eventually, kubectl, pods_of, template
+from tests.harness.waiting import eventually
+from tests.integration.controllers.conftest import cluster_env, kubectl, pods_of, template
 
 pytestmark = pytest.mark.slow
 

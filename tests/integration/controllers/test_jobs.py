@@ -9,7 +9,8 @@ import pytest
 
 from nodeagent.client.rest import ClientError
 from nodeagent.controllers.options import ControllerOptions
-from tests.integration.controllers.conftest import cluster_env, eventually
+from tests.harness.waiting import eventually
+from tests.integration.controllers.conftest import cluster_env
 
 pytestmark = pytest.mark.slow
 

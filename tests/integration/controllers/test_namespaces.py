@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nodeagent.client.rest import ClientError
-from tests.integration.controllers.conftest import cluster_env, eventually, template
+from tests.harness.waiting import eventually
+from tests.integration.controllers.conftest import cluster_env, template
 
 pytestmark = pytest.mark.slow
 

@@ -9,12 +9,13 @@ import pytest
 from nodeagent.api import taints as t
 from nodeagent.client.rest import ClientError
 from nodeagent.controllers.options import ControllerOptions
-from tests.integration.controllers.conftest import cluster_env, eventually, pods_of, template
+from tests.harness.waiting import eventually
+from tests.integration.controllers.conftest import cluster_env, pods_of, template
 
 pytestmark = pytest.mark.slow
 
 FAST = ControllerOptions(node_monitor_period=0.3, node_monitor_grace_period=5.0, node_eviction_rate=10.0,
-                         pod_gc_period=0.5, cluster_cidr="10.200.0.0/16", node_cidr_mask_size=24)
+                         pod_gc_period=0.5, pod_gc_orphan_quarantine=1.0, cluster_cidr="10.200.0.0/16", node_cidr_mask_size=24)
 
 
 async def test_dead_node_is_tainted_and_its_pods_evicted_and_replaced(server):

@@ -8,7 +8,7 @@ from nodeagent.client.rest import Client
 from nodeagent.testing.apiserver import start_server
 from nodeagent.testing.hollow import node_object
 from tests.harness.resources import unique
-from tests.integration.controllers.conftest import eventually
+from tests.harness.waiting import eventually
 
 pytestmark = pytest.mark.slow
 

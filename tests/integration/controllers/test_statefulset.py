@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from tests.integration.controllers.conftest import cluster_env, eventually, kubectl, template
+from tests.harness.waiting import eventually
+from tests.integration.controllers.conftest import cluster_env, kubectl, template
 
 pytestmark = pytest.mark.slow
 

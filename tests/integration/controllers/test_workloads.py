@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from nodeagent.client.rest import ClientError
-from tests.integration.controllers.conftest import eventually, kubectl, pods_of, template
+from tests.harness.waiting import eventually
+from tests.integration.controllers.conftest import kubectl, pods_of, template
 
 pytestmark = pytest.mark.slow
 

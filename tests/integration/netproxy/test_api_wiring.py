@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import time
 
 import pytest
 
 from nodeagent.client.rest import Client
 from nodeagent.testing.apiserver import start_server
 from tests.harness.resources import unique
+from tests.harness.waiting import eventually
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -21,16 +20,6 @@ def server(tmp_path_factory):
     srv = start_server(tmp_path_factory.mktemp("np-apiserver"))  # runs the endpoints controller
     yield srv
     assert srv.stop() == 0, srv.log()
-
-
-async def eventually(fn, within=30.0):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        got = await fn()
-        if got:
-            return got
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not reached in {within}s")
 
 
 async def make_pod(client, ns, name, ip, ready=True):

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 
 from nodeagent.client.rest import Client
 from nodeagent.testing.apiserver import start_server
 from nodeagent.testing.hollow import HollowNodes, node_object
 from tests.harness.resources import unique
+from tests.harness.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -20,16 +18,6 @@ def server(tmp_path_factory):
     srv = start_server(tmp_path_factory.mktemp("sched-apiserver"))  # with its scheduler and controllers
     yield srv
     assert srv.stop() == 0, srv.log()
-
-
-async def eventually(fn, within=30.0):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        got = await fn()
-        if got:
-            return got
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not reached in {within}s")
 
 
 def pod(ns, name, cpu="100m", **spec):

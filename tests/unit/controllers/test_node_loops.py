@@ -215,3 +215,23 @@ async def test_partially_disrupted_large_zone_uses_the_secondary_rate_small_zone
         await ctl.monitor_once()
         clock.advance(5)
     assert sum((t.UNREACHABLE, "NoExecute") in taints_of(inf, f"n{i}") for i in range(4)) == 0
+
+
+async def test_podgc_waits_out_the_quarantine_before_deleting_orphans():
+    from nodeagent.controllers.podgc_controller import PodGCController
+
+    clock = FakeClock()
+    inf = FakeInformers()
+    client = FakeClient(inf)
+    ctl = PodGCController(client, inf, FakeRecorder(), ControllerOptions(clock=clock, pod_gc_orphan_quarantine=40))
+    inf.get("nodes").put(node("n1"))
+    for name, on in (("early", "late-node"), ("orphan", "gone"), ("fine", "n1")):
+        inf.get("pods").put({"metadata": {"name": name, "namespace": "d", "uid": name},
+                             "spec": {"nodeName": on}, "status": {"phase": "Running"}})
+    assert await ctl.gc_once() == 0  # first seen missing: quarantined
+    clock.advance(30)
+    inf.get("nodes").put(node("late-node"))  # registers within the quarantine: its pod is kept
+    assert await ctl.gc_once() == 0
+    clock.advance(15)
+    assert await ctl.gc_once() == 1  # 45 s missing and confirmed by a live GET
+    assert {p["metadata"]["name"] for p in inf.get("pods").list()} == {"early", "fine"}
