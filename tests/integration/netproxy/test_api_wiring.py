@@ -61,8 +61,11 @@ async def test_service_endpoints_reach_the_proxy_rules(server, res, require, mod
             return ips == ["10.244.9.11", "10.244.9.12"] and not_ready == ["10.244.9.13"] and subsets
         subsets = await eventually(endpoints_ready)
         assert subsets[0]["ports"] == [{"port": 8080, "protocol": "TCP"}]  # named targetPort resolved
-        slices = (await client.list("endpointslices", ns, label_selector="kubernetes.io/service-name=web"))["items"]
-        assert len(slices) == 1 and len(slices[0]["endpoints"]) == 3
+
+        async def slices_ready():  # written after the Endpoints object, in the same reconcile
+            slices = (await client.list("endpointslices", ns, label_selector="kubernetes.io/service-name=web"))
+            return len(slices["items"]) == 1 and len(slices["items"][0]["endpoints"]) == 3
+        await eventually(slices_ready)
 
         proxy = res.process([sys.executable, "-m", "nodeagent", "proxy", "--mode", mode, "--kubeconfig",
                              str(server.kubeconfig), "--netns", netns, "--min-sync-period", "0.1"],
