@@ -291,7 +291,8 @@ def _break_rules(lab: Lab, mode: str) -> None:
     if mode.startswith("iptables"):
         lab.in_node(_iptables(mode), "-w", "-t", "nat", "-F", "KUBE-SERVICES")
     elif mode == "nftables":
-        lab.in_node("nft", "delete", "element", "ip", "kube-proxy", "service-ips",
+        # a one-endpoint ClusterIP port lives in the picked set for one endpoint (no chain of its own)
+        lab.in_node("nft", "delete", "element", "ip", "kube-proxy", "service-ips-1-endpoint",
                     f"{{ {VIP} . tcp . 80 }}")
     else:
         lab.in_node("ipvsadm", "-D", "-t", f"{VIP}:80")
