@@ -115,9 +115,6 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
         return p
     spn = sp.name
     sel = categorize(sp, endpoints, node.node_name)
-    svc, ext, loc = service_chain(spn), external_chain(spn), local_chain(spn)
-    vips_ext = list(sp.external_ips) + list(sp.load_balancer_ips)
-    external_eps = sel.local if sp.uses_local_external else sel.cluster
     key = (sp.cluster_ip, sp.protocol, sp.port)
     if not sp.externally_accessible and not sp.affinity_timeout and 0 < len(sel.cluster) <= MAX_PICKED:
         p.elements[(picked_set(len(sel.cluster)), *key)] = None
@@ -125,6 +122,9 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
             p.elements[(SERVICE_ENDPOINTS, *key, i)] = (ep.ip, ep.port)
         p.hairpin = tuple(sorted({ep.ip for ep in sel.cluster}))
         return p
+    svc, ext, loc = service_chain(spn), external_chain(spn), local_chain(spn)
+    vips_ext = list(sp.external_ips) + list(sp.load_balancer_ips)
+    external_eps = sel.local if sp.uses_local_external else sel.cluster
 
     def balance(chain: str, eps: tuple[Endpoint, ...], masq: bool) -> None:
         rules = p.chains.setdefault(chain, [])
