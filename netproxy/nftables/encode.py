@@ -16,6 +16,8 @@ from netproxy.nftables.plan import (
     NO_EP_SERVICES,
     NO_LOCAL_NODEPORTS,
     NO_LOCAL_SERVICES,
+    NODEPORT_ENDPOINTS,
+    NODEPORTS,
     SERVICE_ENDPOINTS,
     SERVICE_IPS,
     SERVICE_NODEPORTS,
@@ -23,7 +25,9 @@ from netproxy.nftables.plan import (
     ElemData,
     ElemKey,
     Rule,
+    nodeport_pick_chain,
     pick_chain,
+    picked_nodeport_set,
     picked_set,
 )
 from netproxy.proxier import NodeConfig
@@ -36,9 +40,12 @@ _SVC_TYPEOF = (nl.ud_payload(nl.UD_PROTO_IP, nl.UD_IP_DADDR), nl.ud_meta(nl.META
                nl.ud_payload(nl.UD_PROTO_TH, nl.UD_TH_DPORT))
 ENDPOINTS_UDATA = nl.ud_typeof(nl.ud_concat(*_SVC_TYPEOF, nl.ud_numgen_random(1)),
                                nl.ud_concat(_SVC_TYPEOF[0], _SVC_TYPEOF[2]))
+NODEPORT_ENDPOINTS_UDATA = nl.ud_typeof(nl.ud_concat(*_SVC_TYPEOF[1:], nl.ud_numgen_random(1)),
+                                        nl.ud_concat(_SVC_TYPEOF[0], _SVC_TYPEOF[2]))
 HAIRPIN_UDATA = nl.ud_typeof(nl.ud_concat(nl.ud_payload(nl.UD_PROTO_IP, nl.UD_IP_SADDR),
                                           nl.ud_payload(nl.UD_PROTO_IP, nl.UD_IP_DADDR)))
 ENDPOINTS_KEY_TYPE = (SVC_KEY_TYPE << 6) | nl.TYPE_INTEGER
+NODEPORT_ENDPOINTS_KEY_TYPE = (NP_KEY_TYPE << 6) | nl.TYPE_INTEGER
 ENDPOINT_DATA_TYPE = (nl.TYPE_IPADDR << 6) | nl.TYPE_INET_SERVICE
 HAIRPIN_KEY_TYPE = (nl.TYPE_IPADDR << 6) | nl.TYPE_IPADDR
 
@@ -82,6 +89,12 @@ def _pick_dnat(n: int) -> bytes:
         nl.dnat(nl.REG_1, nl.REG32_01)
 
 
+def _nodeport_pick_dnat(n: int) -> bytes:
+    """dnat to meta l4proto . th dport . numgen random mod n map @nodeport-endpoints"""
+    return _np_key_load() + nl.numgen(nl.REG32_02, n) + nl.lookup(NODEPORT_ENDPOINTS, nl.REG_1, nl.REG_1) + \
+        nl.dnat(nl.REG_1, nl.REG32_01)
+
+
 def skeleton(b: nl.Batch, node: NodeConfig) -> None:
     """The table, its maps, the fixed chains and hooks (everything but per-Service state)."""
     bit = node.masq_mark
@@ -89,12 +102,14 @@ def skeleton(b: nl.Batch, node: NodeConfig) -> None:
     b.add_set(SERVICE_NODEPORTS, 8, NP_KEY_TYPE, nl.SET_MAP, data_verdict=True)
     for name in (NO_EP_SERVICES, NO_LOCAL_SERVICES, *(picked_set(n) for n in range(1, MAX_PICKED + 1))):
         b.add_set(name, 12, SVC_KEY_TYPE)
-    for name in (NO_EP_NODEPORTS, NO_LOCAL_NODEPORTS):
+    for name in (NO_EP_NODEPORTS, NO_LOCAL_NODEPORTS, *(picked_nodeport_set(n) for n in range(1, MAX_PICKED + 1))):
         b.add_set(name, 8, NP_KEY_TYPE)
     b.add_set(SERVICE_ENDPOINTS, 16, ENDPOINTS_KEY_TYPE, nl.SET_MAP, data=(ENDPOINT_DATA_TYPE, 8),
               udata=ENDPOINTS_UDATA)
+    b.add_set(NODEPORT_ENDPOINTS, 12, NODEPORT_ENDPOINTS_KEY_TYPE, nl.SET_MAP, data=(ENDPOINT_DATA_TYPE, 8),
+              udata=NODEPORT_ENDPOINTS_UDATA)
     b.add_set(HAIRPIN, 8, HAIRPIN_KEY_TYPE, udata=HAIRPIN_UDATA)
-    for name in (SERVICES, MARK_MASQ, MASQUERADING, SERVICE_CHECK, NODEPORT_CHECK):
+    for name in (SERVICES, NODEPORTS, MARK_MASQ, MASQUERADING, SERVICE_CHECK, NODEPORT_CHECK):
         b.add_chain(name)
     b.add_chain("nat-prerouting", HOOKS["prerouting"], -100, "nat")
     b.add_chain("nat-output", HOOKS["output"], -100, "nat")
@@ -110,6 +125,9 @@ def skeleton(b: nl.Batch, node: NodeConfig) -> None:
         if masq:
             b.add_rule(pick_chain(n), masq)
         b.add_rule(pick_chain(n), _pick_dnat(n))
+        b.add_chain(nodeport_pick_chain(n))  # external traffic under Cluster policy: always masqueraded
+        b.add_rule(nodeport_pick_chain(n), nl.immediate_verdict(nl.JUMP, MARK_MASQ))
+        b.add_rule(nodeport_pick_chain(n), _nodeport_pick_dnat(n))
     b.add_rule(SERVICES, _svc_key_load() + nl.lookup(SERVICE_IPS, nl.REG_1, nl.REG_VERDICT))
     for n in range(1, MAX_PICKED + 1):
         b.add_rule(SERVICES, _svc_key_load() + nl.lookup(picked_set(n), nl.REG_1) +
@@ -117,7 +135,11 @@ def skeleton(b: nl.Batch, node: NodeConfig) -> None:
     node_match = [nl.payload(nl.REG_1, nl.PAYLOAD_NETWORK, 16, 4) + nl.cmp(nl.REG_1, nl.CMP_EQ, nl.ip4(ip))
                   for ip in node.node_ips] or [_local_daddr()]
     for m in node_match:
-        b.add_rule(SERVICES, m + _np_key_load() + nl.lookup(SERVICE_NODEPORTS, nl.REG_1, nl.REG_VERDICT))
+        b.add_rule(SERVICES, m + nl.immediate_verdict(nl.JUMP, NODEPORTS))
+    b.add_rule(NODEPORTS, _np_key_load() + nl.lookup(SERVICE_NODEPORTS, nl.REG_1, nl.REG_VERDICT))
+    for n in range(1, MAX_PICKED + 1):
+        b.add_rule(NODEPORTS, _np_key_load() + nl.lookup(picked_nodeport_set(n), nl.REG_1) +
+                   nl.immediate_verdict(nl.GOTO, nodeport_pick_chain(n)))
     b.add_rule(MARK_MASQ, _mark_or(bit))
     hairpin = nl.ct_load(nl.REG_1, nl.CT_STATUS) + \
         nl.bitwise(nl.REG_1, nl.REG_1, nl.host_u32(nl.IPS_DST_NAT), nl.host_u32(0)) + \
@@ -220,14 +242,14 @@ def elem_key(key: ElemKey) -> bytes:
         return nl.ip4(key[1]) * 2
     ip, proto, port = key[1:4]
     out = (nl.ip4(ip) if ip else b"") + nl.proto_key(proto) + nl.port_key(port)
-    return out + nl.host_u32(key[4]) if key[0] == SERVICE_ENDPOINTS else out
+    return out + nl.host_u32(key[4]) if len(key) == 5 else out  # endpoint maps: + numgen slot
 
 
 def elem(key: ElemKey, data: ElemData, with_data: bool = True) -> bytes:
     """One set/map element; `with_data=False` for deletions (the key alone)."""
     if data is None or not with_data:
         return nl.element(elem_key(key))
-    if key[0] == SERVICE_ENDPOINTS:
+    if key[0] in (SERVICE_ENDPOINTS, NODEPORT_ENDPOINTS):
         return nl.element(elem_key(key), data=nl.ip4(data[0]) + nl.port_key(data[1]))
     code = nl.GOTO if data[0] == "goto" else nl.DROP
     return nl.element(elem_key(key), (code, data[1]))

@@ -5,6 +5,9 @@
       map service-endpoints   vip . proto . port . (numgen random mod n) : ip . port   (their endpoints, slot i)
       chain endpoint-pick-<n> masquerade mark, dnat to daddr . proto . dport . numgen random mod n map @…
       set hairpin-endpoints   ip saddr . ip daddr   (endpoint . endpoint: masqueraded after DNAT to itself)
+      set service-nodeports-<n>-endpoints / map nodeport-endpoints / chain nodeport-pick-<n>
+                              the same for a picked port's NodePort (Cluster policy: always masqueraded)
+      chain nodeports         reached for local destination addresses: the NodePort lookups
       map service-ips         ipv4_addr . inet_proto . inet_service : verdict   (other ports: per-Service chains)
       map service-nodeports   inet_proto . inet_service : verdict
       set no-endpoint-services / no-endpoint-nodeports            → reject
@@ -16,8 +19,8 @@
       chain endpoint-<h>-…__ip/port            hairpin mark, affinity update, dnat
       set affinity-<h>-…      ClientIP affinity (dynamic, timeout)
 
-A "picked" port (a ClusterIP-only port without affinity and with 1..16 endpoints,
-the common case) owns no chain and no rule: it is only set and map elements, so
+A "picked" port (a ClusterIP or NodePort port without affinity, external/LB IPs
+or Local external policy, with 1..16 endpoints: the common case) owns no chain and no rule: it is only set and map elements, so
 adding, changing or deleting it never adds a rule or a jump. That matters because
 the kernel (6.1 … 6.18) re-validates the WHOLE table on commit whenever a batch adds
 a rule with an expression that has a validate hook (immediate jump/goto, nat,
@@ -25,7 +28,7 @@ masq, reject, fib, meta set, lookup…) or a verdict-map element with jump/goto
 (nf_tables_newrule / nft_add_set_elem set validate_state NEED; nf_tables_validate
 then walks every base chain's reachable rules): ~60 ms at 10k Services, whatever
 the change. Data-map and plain-set elements skip it. Ports needing per-Service
-logic (affinity, NodePort / external / LB IPs, more than 16 endpoints) keep
+logic (affinity, external / LB IPs, Local external policy, more than 16 endpoints) keep
 kube-proxy's chain layout below and pay that validation when they change.
 
 Rules are described as small tuples so plans compare cheaply; `encode.py` turns
@@ -50,6 +53,7 @@ SERVICE_IPS, SERVICE_NODEPORTS = "service-ips", "service-nodeports"
 NO_EP_SERVICES, NO_EP_NODEPORTS = "no-endpoint-services", "no-endpoint-nodeports"
 NO_LOCAL_SERVICES, NO_LOCAL_NODEPORTS = "no-local-endpoint-services", "no-local-endpoint-nodeports"
 SERVICE_ENDPOINTS, HAIRPIN = "service-endpoints", "hairpin-endpoints"
+NODEPORT_ENDPOINTS, NODEPORTS = "nodeport-endpoints", "nodeports"
 MAX_PICKED = 16  # endpoint counts with a shared pick chain (more: per-Service chains)
 MARK_MASQ, MASQUERADING, SERVICES = "mark-for-masquerade", "masquerading", "services"
 
@@ -60,6 +64,14 @@ def picked_set(n: int) -> str:
 
 def pick_chain(n: int) -> str:
     return f"endpoint-pick-{n}"
+
+
+def picked_nodeport_set(n: int) -> str:
+    return f"service-nodeports-{n}-endpoint{'s' if n > 1 else ''}"
+
+
+def nodeport_pick_chain(n: int) -> str:
+    return f"nodeport-pick-{n}"
 
 Rule = tuple  # ("kind", args...)
 Verdict = tuple[str, str | None]  # ("goto", chain) | ("drop", None)
@@ -116,10 +128,16 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
     spn = sp.name
     sel = categorize(sp, endpoints, node.node_name)
     key = (sp.cluster_ip, sp.protocol, sp.port)
-    if not sp.externally_accessible and not sp.affinity_timeout and 0 < len(sel.cluster) <= MAX_PICKED:
-        p.elements[(picked_set(len(sel.cluster)), *key)] = None
+    n = len(sel.cluster)
+    if (not sp.affinity_timeout and not sp.external_ips and not sp.load_balancer_ips and not sp.uses_local_external
+            and 0 < n <= MAX_PICKED):
+        p.elements[(picked_set(n), *key)] = None
         for i, ep in enumerate(sel.cluster):
             p.elements[(SERVICE_ENDPOINTS, *key, i)] = (ep.ip, ep.port)
+        if sp.node_port:
+            p.elements[(picked_nodeport_set(n), None, sp.protocol, sp.node_port)] = None
+            for i, ep in enumerate(sel.cluster):
+                p.elements[(NODEPORT_ENDPOINTS, None, sp.protocol, sp.node_port, i)] = (ep.ip, ep.port)
         p.hairpin = tuple(sorted({ep.ip for ep in sel.cluster}))
         return p
     svc, ext, loc = service_chain(spn), external_chain(spn), local_chain(spn)

@@ -10,6 +10,7 @@ from netproxy.nftables.plan import (
     NO_EP_NODEPORTS,
     NO_EP_SERVICES,
     NO_LOCAL_NODEPORTS,
+    NODEPORT_ENDPOINTS,
     SERVICE_ENDPOINTS,
     SERVICE_IPS,
     SERVICE_NODEPORTS,
@@ -44,12 +45,24 @@ def test_plain_cluster_ip_port_is_elements_only():
 def test_ports_needing_per_service_logic_keep_chains():
     many = [Endpoint(f"10.244.1.{i}", 8080) for i in range(MAX_PICKED + 1)]
     sticky = port(sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 30}})
-    nodeport = port(type="NodePort", ports=[{"name": "http", "port": 80, "nodePort": 30080}])
-    for sp, eps in ((sticky, EPS), (nodeport, EPS), (port(), many)):
+    local = port(type="NodePort", externalTrafficPolicy="Local",
+                 ports=[{"name": "http", "port": 80, "nodePort": 30080}])
+    external = port(externalIPs=["192.0.2.1"])
+    for sp, eps in ((sticky, EPS), (local, EPS), (external, EPS), (port(), many)):
         p = plan_port(sp, eps, NODE)
         assert service_chain(sp.name) in p.chains and not p.hairpin
         assert p.elements[(SERVICE_IPS, "10.96.0.10", "TCP", 80)] == ("goto", service_chain(sp.name))
-    assert (SERVICE_NODEPORTS, None, "TCP", 30080) in plan_port(nodeport, EPS, NODE).elements
+    assert (SERVICE_NODEPORTS, None, "TCP", 30080) in plan_port(local, EPS, NODE).elements
+
+
+def test_cluster_policy_node_port_is_elements_only():
+    sp = port(type="NodePort", ports=[{"name": "http", "port": 80, "nodePort": 30080}])
+    p = plan_port(sp, EPS[:2], NODE)
+    assert p.chains == {}
+    assert p.elements[("service-nodeports-2-endpoints", None, "TCP", 30080)] is None
+    assert p.elements[(NODEPORT_ENDPOINTS, None, "TCP", 30080, 1)] == ("10.244.0.2", 8080)
+    assert encode.elem_key((NODEPORT_ENDPOINTS, None, "TCP", 30080, 1)) == \
+        bytes([6, 0, 0, 0]) + (30080).to_bytes(2, "big") + b"\0\0" + (1).to_bytes(4, "little")
 
 
 def test_no_endpoints_reject_and_local_policy_drop_are_plain_set_elements():
