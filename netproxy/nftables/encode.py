@@ -8,17 +8,27 @@ import struct
 
 from netproxy.nftables import netlink as nl
 from netproxy.nftables.plan import (
+    HAIRPIN,
     MARK_MASQ,
     MASQUERADING,
+    MAX_PICKED,
     NO_EP_NODEPORTS,
     NO_EP_SERVICES,
-    REJECT_CHAIN,
+    NO_LOCAL_NODEPORTS,
+    NO_LOCAL_SERVICES,
+    NODEPORT_ENDPOINTS,
+    NODEPORTS,
+    SERVICE_ENDPOINTS,
     SERVICE_IPS,
     SERVICE_NODEPORTS,
     SERVICES,
+    ElemData,
     ElemKey,
     Rule,
-    Verdict,
+    nodeport_pick_chain,
+    pick_chain,
+    picked_nodeport_set,
+    picked_set,
 )
 from netproxy.proxier import NodeConfig
 
@@ -26,6 +36,18 @@ SVC_KEY_TYPE = (nl.TYPE_IPADDR << 12) | (nl.TYPE_INET_PROTOCOL << 6) | nl.TYPE_I
 NP_KEY_TYPE = (nl.TYPE_INET_PROTOCOL << 6) | nl.TYPE_INET_SERVICE
 SERVICE_CHECK, NODEPORT_CHECK = "service-endpoints-check", "nodeport-endpoints-check"
 HOOKS = {"prerouting": 0, "input": 1, "forward": 2, "output": 3, "postrouting": 4}
+_SVC_TYPEOF = (nl.ud_payload(nl.UD_PROTO_IP, nl.UD_IP_DADDR), nl.ud_meta(nl.META_L4PROTO),
+               nl.ud_payload(nl.UD_PROTO_TH, nl.UD_TH_DPORT))
+ENDPOINTS_UDATA = nl.ud_typeof(nl.ud_concat(*_SVC_TYPEOF, nl.ud_numgen_random(1)),
+                               nl.ud_concat(_SVC_TYPEOF[0], _SVC_TYPEOF[2]))
+NODEPORT_ENDPOINTS_UDATA = nl.ud_typeof(nl.ud_concat(*_SVC_TYPEOF[1:], nl.ud_numgen_random(1)),
+                                        nl.ud_concat(_SVC_TYPEOF[0], _SVC_TYPEOF[2]))
+HAIRPIN_UDATA = nl.ud_typeof(nl.ud_concat(nl.ud_payload(nl.UD_PROTO_IP, nl.UD_IP_SADDR),
+                                          nl.ud_payload(nl.UD_PROTO_IP, nl.UD_IP_DADDR)))
+ENDPOINTS_KEY_TYPE = (SVC_KEY_TYPE << 6) | nl.TYPE_INTEGER
+NODEPORT_ENDPOINTS_KEY_TYPE = (NP_KEY_TYPE << 6) | nl.TYPE_INTEGER
+ENDPOINT_DATA_TYPE = (nl.TYPE_IPADDR << 6) | nl.TYPE_INET_SERVICE
+HAIRPIN_KEY_TYPE = (nl.TYPE_IPADDR << 6) | nl.TYPE_IPADDR
 
 
 def _saddr() -> bytes:
@@ -61,14 +83,33 @@ def _mark_or(bit: int) -> bytes:
         nl.meta_set(nl.META_MARK, nl.REG_1)
 
 
+def _pick_dnat(n: int) -> bytes:
+    """dnat to ip daddr . meta l4proto . th dport . numgen random mod n map @service-endpoints"""
+    return _svc_key_load() + nl.numgen(nl.REG32_03, n) + nl.lookup(SERVICE_ENDPOINTS, nl.REG_1, nl.REG_1) + \
+        nl.dnat(nl.REG_1, nl.REG32_01)
+
+
+def _nodeport_pick_dnat(n: int) -> bytes:
+    """dnat to meta l4proto . th dport . numgen random mod n map @nodeport-endpoints"""
+    return _np_key_load() + nl.numgen(nl.REG32_02, n) + nl.lookup(NODEPORT_ENDPOINTS, nl.REG_1, nl.REG_1) + \
+        nl.dnat(nl.REG_1, nl.REG32_01)
+
+
 def skeleton(b: nl.Batch, node: NodeConfig) -> None:
     """The table, its maps, the fixed chains and hooks (everything but per-Service state)."""
     bit = node.masq_mark
-    for name in (SERVICE_IPS, NO_EP_SERVICES):
-        b.add_set(name, 12, SVC_KEY_TYPE, nl.SET_MAP, data_verdict=True)
-    for name in (SERVICE_NODEPORTS, NO_EP_NODEPORTS):
-        b.add_set(name, 8, NP_KEY_TYPE, nl.SET_MAP, data_verdict=True)
-    for name in (SERVICES, MARK_MASQ, MASQUERADING, REJECT_CHAIN, SERVICE_CHECK, NODEPORT_CHECK):
+    b.add_set(SERVICE_IPS, 12, SVC_KEY_TYPE, nl.SET_MAP, data_verdict=True)
+    b.add_set(SERVICE_NODEPORTS, 8, NP_KEY_TYPE, nl.SET_MAP, data_verdict=True)
+    for name in (NO_EP_SERVICES, NO_LOCAL_SERVICES, *(picked_set(n) for n in range(1, MAX_PICKED + 1))):
+        b.add_set(name, 12, SVC_KEY_TYPE)
+    for name in (NO_EP_NODEPORTS, NO_LOCAL_NODEPORTS, *(picked_nodeport_set(n) for n in range(1, MAX_PICKED + 1))):
+        b.add_set(name, 8, NP_KEY_TYPE)
+    b.add_set(SERVICE_ENDPOINTS, 16, ENDPOINTS_KEY_TYPE, nl.SET_MAP, data=(ENDPOINT_DATA_TYPE, 8),
+              udata=ENDPOINTS_UDATA)
+    b.add_set(NODEPORT_ENDPOINTS, 12, NODEPORT_ENDPOINTS_KEY_TYPE, nl.SET_MAP, data=(ENDPOINT_DATA_TYPE, 8),
+              udata=NODEPORT_ENDPOINTS_UDATA)
+    b.add_set(HAIRPIN, 8, HAIRPIN_KEY_TYPE, udata=HAIRPIN_UDATA)
+    for name in (SERVICES, NODEPORTS, MARK_MASQ, MASQUERADING, SERVICE_CHECK, NODEPORT_CHECK):
         b.add_chain(name)
     b.add_chain("nat-prerouting", HOOKS["prerouting"], -100, "nat")
     b.add_chain("nat-output", HOOKS["output"], -100, "nat")
@@ -76,12 +117,35 @@ def skeleton(b: nl.Batch, node: NodeConfig) -> None:
     b.add_chain("filter-input", HOOKS["input"], -110, "filter")
     b.add_chain("filter-forward", HOOKS["forward"], -110, "filter")
     b.add_chain("filter-output", HOOKS["output"], -110, "filter")
+    masq = (nl.immediate_verdict(nl.JUMP, MARK_MASQ) if node.masquerade_all else
+            _cidr_match(node.cluster_cidr, nl.CMP_NEQ) + nl.immediate_verdict(nl.JUMP, MARK_MASQ)
+            if node.cluster_cidr else None)
+    for n in range(1, MAX_PICKED + 1):
+        b.add_chain(pick_chain(n))
+        if masq:
+            b.add_rule(pick_chain(n), masq)
+        b.add_rule(pick_chain(n), _pick_dnat(n))
+        b.add_chain(nodeport_pick_chain(n))  # external traffic under Cluster policy: always masqueraded
+        b.add_rule(nodeport_pick_chain(n), nl.immediate_verdict(nl.JUMP, MARK_MASQ))
+        b.add_rule(nodeport_pick_chain(n), _nodeport_pick_dnat(n))
     b.add_rule(SERVICES, _svc_key_load() + nl.lookup(SERVICE_IPS, nl.REG_1, nl.REG_VERDICT))
+    for n in range(1, MAX_PICKED + 1):
+        b.add_rule(SERVICES, _svc_key_load() + nl.lookup(picked_set(n), nl.REG_1) +
+                   nl.immediate_verdict(nl.GOTO, pick_chain(n)))
     node_match = [nl.payload(nl.REG_1, nl.PAYLOAD_NETWORK, 16, 4) + nl.cmp(nl.REG_1, nl.CMP_EQ, nl.ip4(ip))
                   for ip in node.node_ips] or [_local_daddr()]
     for m in node_match:
-        b.add_rule(SERVICES, m + _np_key_load() + nl.lookup(SERVICE_NODEPORTS, nl.REG_1, nl.REG_VERDICT))
+        b.add_rule(SERVICES, m + nl.immediate_verdict(nl.JUMP, NODEPORTS))
+    b.add_rule(NODEPORTS, _np_key_load() + nl.lookup(SERVICE_NODEPORTS, nl.REG_1, nl.REG_VERDICT))
+    for n in range(1, MAX_PICKED + 1):
+        b.add_rule(NODEPORTS, _np_key_load() + nl.lookup(picked_nodeport_set(n), nl.REG_1) +
+                   nl.immediate_verdict(nl.GOTO, nodeport_pick_chain(n)))
     b.add_rule(MARK_MASQ, _mark_or(bit))
+    hairpin = nl.ct_load(nl.REG_1, nl.CT_STATUS) + \
+        nl.bitwise(nl.REG_1, nl.REG_1, nl.host_u32(nl.IPS_DST_NAT), nl.host_u32(0)) + \
+        nl.cmp(nl.REG_1, nl.CMP_NEQ, nl.host_u32(0)) + _saddr() + \
+        nl.payload(nl.REG32_01, nl.PAYLOAD_NETWORK, 16, 4) + nl.lookup(HAIRPIN, nl.REG_1)
+    b.add_rule(MASQUERADING, hairpin + nl.masquerade())
     b.add_rule(MASQUERADING, nl.meta_load(nl.REG_1, nl.META_MARK) +
                nl.bitwise(nl.REG_1, nl.REG_1, nl.host_u32(bit), nl.host_u32(0)) +
                nl.cmp(nl.REG_1, nl.CMP_EQ, nl.host_u32(0)) + nl.immediate_verdict(nl.RETURN))
@@ -89,10 +153,12 @@ def skeleton(b: nl.Batch, node: NodeConfig) -> None:
                nl.bitwise(nl.REG_1, nl.REG_1, nl.host_u32(0xFFFFFFFF), nl.host_u32(bit)) +
                nl.meta_set(nl.META_MARK, nl.REG_1))
     b.add_rule(MASQUERADING, nl.masquerade())
-    b.add_rule(REJECT_CHAIN, nl.reject_icmp_port_unreachable())
-    b.add_rule(SERVICE_CHECK, _svc_key_load() + nl.lookup(NO_EP_SERVICES, nl.REG_1, nl.REG_VERDICT))
+    reject, drop = nl.reject_icmp_port_unreachable(), nl.immediate_verdict(nl.DROP)
+    b.add_rule(SERVICE_CHECK, _svc_key_load() + nl.lookup(NO_EP_SERVICES, nl.REG_1) + reject)
+    b.add_rule(SERVICE_CHECK, _svc_key_load() + nl.lookup(NO_LOCAL_SERVICES, nl.REG_1) + drop)
     for m in node_match:
-        b.add_rule(NODEPORT_CHECK, m + _np_key_load() + nl.lookup(NO_EP_NODEPORTS, nl.REG_1, nl.REG_VERDICT))
+        b.add_rule(NODEPORT_CHECK, m + _np_key_load() + nl.lookup(NO_EP_NODEPORTS, nl.REG_1) + reject)
+        b.add_rule(NODEPORT_CHECK, m + _np_key_load() + nl.lookup(NO_LOCAL_NODEPORTS, nl.REG_1) + drop)
     ct_new = nl.ct_load(nl.REG_1, nl.CT_STATE) + \
         nl.bitwise(nl.REG_1, nl.REG_1, nl.host_u32(nl.CT_STATE_NEW), nl.host_u32(0)) + \
         nl.cmp(nl.REG_1, nl.CMP_NEQ, nl.host_u32(0))
@@ -172,12 +238,18 @@ def add_affinity_set(b: nl.Batch, name: str, timeout: int) -> None:
 
 
 def elem_key(key: ElemKey) -> bytes:
-    _, ip, proto, port = key
-    return (nl.ip4(ip) if ip else b"") + nl.proto_key(proto) + nl.port_key(port)
+    if key[0] == HAIRPIN:
+        return nl.ip4(key[1]) * 2
+    ip, proto, port = key[1:4]
+    out = (nl.ip4(ip) if ip else b"") + nl.proto_key(proto) + nl.port_key(port)
+    return out + nl.host_u32(key[4]) if len(key) == 5 else out  # endpoint maps: + numgen slot
 
 
-def elem(key: ElemKey, verdict: Verdict | None) -> bytes:
-    if verdict is None:
+def elem(key: ElemKey, data: ElemData, with_data: bool = True) -> bytes:
+    """One set/map element; `with_data=False` for deletions (the key alone)."""
+    if data is None or not with_data:
         return nl.element(elem_key(key))
-    code = nl.GOTO if verdict[0] == "goto" else nl.DROP
-    return nl.element(elem_key(key), (code, verdict[1]))
+    if key[0] in (SERVICE_ENDPOINTS, NODEPORT_ENDPOINTS):
+        return nl.element(elem_key(key), data=nl.ip4(data[0]) + nl.port_key(data[1]))
+    code = nl.GOTO if data[0] == "goto" else nl.DROP
+    return nl.element(elem_key(key), (code, data[1]))

@@ -53,7 +53,7 @@ DROP, ACCEPT, CONTINUE, BREAK, JUMP, GOTO, RETURN = 0, 1, -1, -2, -3, -4, -5
 
 # registers
 REG_VERDICT, REG_1, REG_2 = 0, 1, 2
-REG32_00, REG32_01, REG32_02 = 8, 9, 10
+REG32_00, REG32_01, REG32_02, REG32_03 = 8, 9, 10, 11
 
 # expression constants
 PAYLOAD_NETWORK, PAYLOAD_TRANSPORT = 1, 2
@@ -61,7 +61,8 @@ META_MARK, META_L4PROTO = 3, 16
 CMP_EQ, CMP_NEQ = 0, 1
 NG_RANDOM = 1
 NAT_DNAT = 1
-CT_STATE = 0
+CT_STATE, CT_STATUS = 0, 2
+IPS_DST_NAT = 1 << 5
 CT_STATE_NEW = 1 << 3
 FIB_RESULT_ADDRTYPE, FIB_F_SADDR, FIB_F_DADDR = 3, 1, 2
 RTN_LOCAL = 2
@@ -72,6 +73,12 @@ NAT_RANGE_PROTO_RANDOM_FULLY = 16
 TYPE_VERDICT, TYPE_INTEGER, TYPE_IPADDR, TYPE_INET_PROTOCOL, TYPE_INET_SERVICE = 1, 4, 7, 12, 13
 UDATA_SET_KEYBYTEORDER = 0
 BYTEORDER_HOST, BYTEORDER_BIG = 1, 2
+# nft's `typeof` set userdata (libnftnl udata TLVs: u8 type, u8 length, value; integers host-endian):
+# SET_KEYBYTEORDER 0, SET_DATABYTEORDER 1, SET_KEY_TYPEOF 3, SET_DATA_TYPEOF 4, SET_DATA_INTERVAL 6;
+# an expression is {0: kind, 1: its fields}; kinds as nft numbers them (payload 7, meta 9, concat 13, numgen 23)
+UD_KEYBYTEORDER, UD_DATABYTEORDER, UD_KEY_TYPEOF, UD_DATA_TYPEOF, UD_DATA_INTERVAL = 0, 1, 3, 4, 6
+UD_EXPR_PAYLOAD, UD_EXPR_META, UD_EXPR_CONCAT, UD_EXPR_NUMGEN = 7, 9, 13, 23
+UD_PROTO_IP, UD_PROTO_TH, UD_IP_SADDR, UD_IP_DADDR, UD_TH_DPORT = 12, 11, 11, 12, 2
 
 
 class NftError(OSError):
@@ -142,6 +149,42 @@ def port_key(port: int) -> bytes:
 
 def host_u32(v: int) -> bytes:
     return struct.pack("=I", v)
+
+
+# -- nft `typeof` userdata (so `nft list` prints `typeof ip daddr . … : …` and nft -f reads it back) ----
+def _ud(t: int, v: bytes) -> bytes:
+    return bytes([t, len(v)]) + v
+
+
+def _ud32(t: int, n: int) -> bytes:
+    return _ud(t, struct.pack("=I", n))
+
+
+def ud_payload(proto: int, field: int) -> bytes:
+    return _ud32(0, UD_EXPR_PAYLOAD) + _ud(1, _ud32(0, proto) + _ud32(1, field))
+
+
+def ud_meta(key: int) -> bytes:
+    return _ud32(0, UD_EXPR_META) + _ud(1, _ud32(0, key))
+
+
+def ud_numgen_random(modulus: int) -> bytes:
+    return _ud32(0, UD_EXPR_NUMGEN) + _ud(1, _ud32(0, NG_RANDOM) + _ud32(1, modulus) + _ud32(2, 0))
+
+
+def ud_concat(*exprs: bytes) -> bytes:
+    return _ud32(0, UD_EXPR_CONCAT) + _ud(1, b"".join(_ud(i, e) for i, e in enumerate(exprs)))
+
+
+def ud_typeof(key: bytes, data: bytes | None = None) -> bytes:
+    """Set userdata naming the key (and map data) expressions, as nft 1.0 writes it."""
+    out = _ud32(UD_KEYBYTEORDER, 0)
+    if data is not None:
+        out += _ud32(UD_DATABYTEORDER, 0)
+    out += _ud(UD_KEY_TYPEOF, key)
+    if data is not None:
+        out += _ud(UD_DATA_TYPEOF, data) + _ud32(UD_DATA_INTERVAL, 0)
+    return out
 
 
 # -- expressions -------------------------------------------------------------------------------------
@@ -275,12 +318,15 @@ class Batch:
 
     def add_set(self, name: str, key_len: int, key_type: int, flags: int = 0, data_verdict: bool = False,
                 timeout_ms: int | None = None, concat: tuple[int, ...] = (), size: int | None = None,
-                key_byteorder: int | None = None) -> int:
+                key_byteorder: int | None = None, data: tuple[int, int] | None = None,
+                udata: bytes | None = None) -> int:
         set_id = next(self._set_ids)
         body = s(SET_TABLE, self.table) + s(SET_NAME, name) + u32(SET_FLAGS, flags) + \
             u32(SET_KEY_TYPE, key_type) + u32(SET_KEY_LEN, key_len)
         if data_verdict:
             body += u32(SET_DATA_TYPE, DATA_TYPE_VERDICT)
+        elif data is not None:  # (nft datatype, length): a data map
+            body += u32(SET_DATA_TYPE, data[0]) + u32(SET_DATA_LEN, data[1])
         desc = b""
         if size is not None:
             desc += u32(SET_DESC_SIZE, size)
@@ -293,6 +339,8 @@ class Batch:
             body += u64(SET_TIMEOUT, timeout_ms)
         if key_byteorder is not None:
             body += attr(SET_USERDATA, bytes([UDATA_SET_KEYBYTEORDER, 4]) + host_u32(key_byteorder))
+        elif udata is not None:
+            body += attr(SET_USERDATA, udata)
         self._add(NEWSET, NLM_F_CREATE, body)
         self.counts["sets"] += 1
         return set_id
@@ -325,10 +373,12 @@ class Batch:
             self._elems(DELSETELEM, set_name, elems, None, 0)
 
 
-def element(key: bytes, verdict: tuple[int, str | None] | None = None) -> bytes:
+def element(key: bytes, verdict: tuple[int, str | None] | None = None, data: bytes | None = None) -> bytes:
     parts = value(ELEM_KEY, key)
     if verdict is not None:
         parts += verdict_data(ELEM_DATA, verdict[0], verdict[1])
+    elif data is not None:
+        parts += value(ELEM_DATA, data)
     return nest(LIST_ELEM, parts)
 
 

@@ -1,15 +1,35 @@
 """Pure planning of the nftables layout (kube-proxy's nftables mode, IPv4, one `ip` table).
 
     table ip kube-proxy
-      map service-ips         ipv4_addr . inet_proto . inet_service : verdict   (ClusterIP, external, LB)
+      set service-ips-<n>-endpoints  ipv4_addr . inet_proto . inet_service   ("picked" ClusterIP ports, n = 1..16)
+      map service-endpoints   vip . proto . port . (numgen random mod n) : ip . port   (their endpoints, slot i)
+      chain endpoint-pick-<n> masquerade mark, dnat to daddr . proto . dport . numgen random mod n map @…
+      set hairpin-endpoints   ip saddr . ip daddr   (endpoint . endpoint: masqueraded after DNAT to itself)
+      set service-nodeports-<n>-endpoints / map nodeport-endpoints / chain nodeport-pick-<n>
+                              the same for a picked port's NodePort (Cluster policy: always masqueraded)
+      chain nodeports         reached for local destination addresses: the NodePort lookups
+      map service-ips         ipv4_addr . inet_proto . inet_service : verdict   (other ports: per-Service chains)
       map service-nodeports   inet_proto . inet_service : verdict
-      map no-endpoint-services / no-endpoint-nodeports  → goto reject-chain (or drop)
-      chain services          the two vmap lookups (dispatch)
+      set no-endpoint-services / no-endpoint-nodeports            → reject
+      set no-local-endpoint-services / no-local-endpoint-nodeports → drop (Local policy, none local)
+      chain services          the dispatch lookups
       chain service-<h>-ns/name/proto/port      masquerade mark, then one rule per endpoint:
                                                 numgen random mod (N-i) == 0 goto endpoint-i
       chain external-<h>-…    / local-<h>-…     external traffic (Cluster / Local policy)
       chain endpoint-<h>-…__ip/port            hairpin mark, affinity update, dnat
       set affinity-<h>-…      ClientIP affinity (dynamic, timeout)
+
+A "picked" port (a ClusterIP or NodePort port without affinity, external/LB IPs
+or Local external policy, with 1..16 endpoints: the common case) owns no chain and no rule: it is only set and map elements, so
+adding, changing or deleting it never adds a rule or a jump. That matters because
+the kernel (6.1 … 6.18) re-validates the WHOLE table on commit whenever a batch adds
+a rule with an expression that has a validate hook (immediate jump/goto, nat,
+masq, reject, fib, meta set, lookup…) or a verdict-map element with jump/goto
+(nf_tables_newrule / nft_add_set_elem set validate_state NEED; nf_tables_validate
+then walks every base chain's reachable rules): ~60 ms at 10k Services, whatever
+the change. Data-map and plain-set elements skip it. Ports needing per-Service
+logic (affinity, external / LB IPs, Local external policy, more than 16 endpoints) keep
+kube-proxy's chain layout below and pay that validation when they change.
 
 Rules are described as small tuples so plans compare cheaply; `encode.py` turns
 them into netlink expressions. Endpoint choice is iptables' statistic cascade in
@@ -31,12 +51,32 @@ from netproxy.proxier import NodeConfig
 
 SERVICE_IPS, SERVICE_NODEPORTS = "service-ips", "service-nodeports"
 NO_EP_SERVICES, NO_EP_NODEPORTS = "no-endpoint-services", "no-endpoint-nodeports"
-MAPS = (SERVICE_IPS, SERVICE_NODEPORTS, NO_EP_SERVICES, NO_EP_NODEPORTS)
-REJECT_CHAIN, MARK_MASQ, MASQUERADING, SERVICES = "reject-chain", "mark-for-masquerade", "masquerading", "services"
+NO_LOCAL_SERVICES, NO_LOCAL_NODEPORTS = "no-local-endpoint-services", "no-local-endpoint-nodeports"
+SERVICE_ENDPOINTS, HAIRPIN = "service-endpoints", "hairpin-endpoints"
+NODEPORT_ENDPOINTS, NODEPORTS = "nodeport-endpoints", "nodeports"
+MAX_PICKED = 16  # endpoint counts with a shared pick chain (more: per-Service chains)
+MARK_MASQ, MASQUERADING, SERVICES = "mark-for-masquerade", "masquerading", "services"
+
+
+def picked_set(n: int) -> str:
+    return f"service-ips-{n}-endpoint{'s' if n > 1 else ''}"
+
+
+def pick_chain(n: int) -> str:
+    return f"endpoint-pick-{n}"
+
+
+def picked_nodeport_set(n: int) -> str:
+    return f"service-nodeports-{n}-endpoint{'s' if n > 1 else ''}"
+
+
+def nodeport_pick_chain(n: int) -> str:
+    return f"nodeport-pick-{n}"
 
 Rule = tuple  # ("kind", args...)
 Verdict = tuple[str, str | None]  # ("goto", chain) | ("drop", None)
-ElemKey = tuple  # (map, ip|None, proto, port)
+ElemKey = tuple  # (set, ip|None, proto, port[, slot]) | (HAIRPIN, ip)
+ElemData = tuple | None  # Verdict for service-ips / service-nodeports, (ip, port) for service-endpoints
 
 
 def _h(text: str) -> str:
@@ -73,7 +113,8 @@ def affinity_set(spn: ServicePortName, ep: Endpoint) -> str:
 class PortPlan:
     chains: dict[str, list[Rule]] = dataclasses.field(default_factory=dict)
     sets: dict[str, int] = dataclasses.field(default_factory=dict)  # affinity set -> timeout seconds
-    elements: dict[ElemKey, Verdict] = dataclasses.field(default_factory=dict)
+    elements: dict[ElemKey, ElemData] = dataclasses.field(default_factory=dict)
+    hairpin: tuple[str, ...] = ()  # endpoint IPs of a picked port (shared set: the proxier refcounts them)
 
     def rule_count(self) -> int:
         return sum(len(r) for r in self.chains.values())
@@ -86,6 +127,19 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
         return p
     spn = sp.name
     sel = categorize(sp, endpoints, node.node_name)
+    key = (sp.cluster_ip, sp.protocol, sp.port)
+    n = len(sel.cluster)
+    if (not sp.affinity_timeout and not sp.external_ips and not sp.load_balancer_ips and not sp.uses_local_external
+            and 0 < n <= MAX_PICKED):
+        p.elements[(picked_set(n), *key)] = None
+        for i, ep in enumerate(sel.cluster):
+            p.elements[(SERVICE_ENDPOINTS, *key, i)] = (ep.ip, ep.port)
+        if sp.node_port:
+            p.elements[(picked_nodeport_set(n), None, sp.protocol, sp.node_port)] = None
+            for i, ep in enumerate(sel.cluster):
+                p.elements[(NODEPORT_ENDPOINTS, None, sp.protocol, sp.node_port, i)] = (ep.ip, ep.port)
+        p.hairpin = tuple(sorted({ep.ip for ep in sel.cluster}))
+        return p
     svc, ext, loc = service_chain(spn), external_chain(spn), local_chain(spn)
     vips_ext = list(sp.external_ips) + list(sp.load_balancer_ips)
     external_eps = sel.local if sp.uses_local_external else sel.cluster
@@ -107,7 +161,7 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
         balance(svc, sel.cluster, True)
         p.elements[(SERVICE_IPS, sp.cluster_ip, sp.protocol, sp.port)] = ("goto", svc)
     else:
-        p.elements[(NO_EP_SERVICES, sp.cluster_ip, sp.protocol, sp.port)] = ("goto", REJECT_CHAIN)
+        p.elements[(NO_EP_SERVICES, *key)] = None
 
     if sp.externally_accessible:
         if external_eps:
@@ -128,12 +182,13 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
             if sp.node_port:
                 p.elements[(SERVICE_NODEPORTS, None, sp.protocol, sp.node_port)] = ("goto", ext)
         else:
-            no_local = sp.uses_local_external and bool(sel.cluster)
-            verdict: Verdict = ("drop", None) if no_local else ("goto", REJECT_CHAIN)
+            no_local = sp.uses_local_external and bool(sel.cluster)  # drop: others may have local ones
+            svc_set, np_set = (NO_LOCAL_SERVICES, NO_LOCAL_NODEPORTS) if no_local else (NO_EP_SERVICES,
+                                                                                        NO_EP_NODEPORTS)
             for ip in vips_ext:
-                p.elements[(NO_EP_SERVICES, ip, sp.protocol, sp.port)] = verdict
+                p.elements[(svc_set, ip, sp.protocol, sp.port)] = None
             if sp.node_port:
-                p.elements[(NO_EP_NODEPORTS, None, sp.protocol, sp.node_port)] = verdict
+                p.elements[(np_set, None, sp.protocol, sp.node_port)] = None
 
     for ep in sel.all_reachable:
         chain = endpoint_chain(spn, ep)

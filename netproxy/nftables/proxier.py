@@ -2,18 +2,19 @@
 
 Full sync: create-delete-create the table and write everything (atomic replace,
 which also repairs any drift). Partial sync: only the changed Service ports'
-chains, affinity sets and map elements, element by element.
+chains, affinity sets and map elements, element by element; its Python work is
+proportional to the changed ports, never to the number of Services.
 """
 
 from __future__ import annotations
 
 import subprocess
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from netproxy.model import ServicePortName
 from netproxy.nftables import encode
 from netproxy.nftables import netlink as nl
-from netproxy.nftables.plan import PortPlan, plan_port
+from netproxy.nftables.plan import HAIRPIN, PortPlan, plan_port
 from netproxy.proxier import NodeConfig, SyncResult
 from netproxy.tracker import Changes, ProxyState
 
@@ -28,6 +29,7 @@ class NftablesProxier:
         self.table = node.nft_table
         self.plans: dict[ServicePortName, PortPlan] = {}
         self._inputs: dict[ServicePortName, tuple] = {}  # spn -> ((port, endpoints), plan)
+        self.hairpin: Counter[str] = Counter()  # endpoint IP -> picked ports using it (shared set elements)
         self._sock: nl.NftSocket | None = None
 
     def _plan(self, spn: ServicePortName, state: ProxyState) -> PortPlan:
@@ -48,22 +50,36 @@ class NftablesProxier:
     def sync(self, state: ProxyState, changes: Changes, full: bool) -> SyncResult:
         if full:
             return self._full(state)
-        new = dict(self.plans)
+        old: dict[ServicePortName, PortPlan] = {}
+        new: dict[ServicePortName, PortPlan] = {}
         for spn in changes.ports:
-            if spn not in state.services:
-                new.pop(spn, None)
-            else:
-                new[spn] = self._plan(spn, state)
+            before = self.plans.get(spn)
+            after = self._plan(spn, state) if spn in state.services else None
+            if before != after:
+                if before is not None:
+                    old[spn] = before
+                if after is not None:
+                    new[spn] = after
         b = nl.Batch(self.table)
-        changed = [spn for spn in changes.ports if self.plans.get(spn) != new.get(spn)]
-        partial(b, {s: self.plans[s] for s in changed if s in self.plans}, {s: new[s] for s in changed if s in new})
-        self._socket().send(b)
-        self.plans = new
+        partial(b, old, new)
+        hairpin = _hairpin_delta(self.hairpin, old.values(), new.values())
+        if hairpin[0]:
+            b.del_elements(HAIRPIN, [encode.elem((HAIRPIN, ip), None) for ip in hairpin[0]])
+        if hairpin[1]:
+            b.add_elements(HAIRPIN, [encode.elem((HAIRPIN, ip), None) for ip in hairpin[1]])
+        try:
+            self._socket().send(b)
+        except BaseException:
+            _hairpin_delta(self.hairpin, new.values(), old.values())  # undo the refcounts: nothing was applied
+            raise
         for spn in changes.ports:
-            if spn not in new:
+            if spn in new:
+                self.plans[spn] = new[spn]
+            elif spn not in state.services:
+                self.plans.pop(spn, None)
                 self._inputs.pop(spn, None)
         return SyncResult(full=False, rules=b.counts["rules"], chains=b.counts["chains"],
-                          detail=f"{len(changed)} ports, {len(b)} messages")
+                          detail=f"{len(old.keys() | new.keys())} ports, {len(b)} messages")
 
     def _full(self, state: ProxyState) -> SyncResult:
         plans = {spn: self._plan(spn, state) for spn in state.services}
@@ -73,8 +89,10 @@ class NftablesProxier:
         b.add_table()
         encode.skeleton(b, self.node)
         write_ports(b, plans.values())
+        hairpin = Counter(ip for p in plans.values() for ip in p.hairpin)
+        b.add_elements(HAIRPIN, [encode.elem((HAIRPIN, ip), None) for ip in hairpin])
         self._socket().send(b)
-        self.plans = plans
+        self.plans, self.hairpin = plans, hairpin
         self._inputs = {spn: v for spn, v in self._inputs.items() if spn in plans}
         return SyncResult(full=True, rules=b.counts["rules"], chains=b.counts["chains"],
                           detail=f"{len(b)} messages, {b.counts['elements']} elements")
@@ -84,7 +102,7 @@ class NftablesProxier:
         b.add_table()
         b.del_table()
         self._socket().send(b)
-        self.plans, self._inputs = {}, {}
+        self.plans, self._inputs, self.hairpin = {}, {}, Counter()
         if self._sock:
             self._sock.close()
             self._sock = None
@@ -137,12 +155,12 @@ def partial(b: nl.Batch, old: dict[ServicePortName, PortPlan], new: dict[Service
                 encode.add_rule(b, chain, r)
     dels: dict[str, list[bytes]] = defaultdict(list)
     adds: dict[str, list[bytes]] = defaultdict(list)
-    for key, verdict in old_elems.items():
-        if new_elems.get(key) != verdict:
-            dels[key[0]].append(encode.elem(key, None))
-    for key, verdict in new_elems.items():
-        if old_elems.get(key) != verdict:
-            adds[key[0]].append(encode.elem(key, verdict))
+    for key, data in old_elems.items():
+        if key not in new_elems or new_elems[key] != data:
+            dels[key[0]].append(encode.elem(key, data, with_data=False))
+    for key, data in new_elems.items():
+        if key not in old_elems or old_elems[key] != data:
+            adds[key[0]].append(encode.elem(key, data))
     for name, elems in dels.items():
         b.del_elements(name, elems)
     for name, elems in adds.items():
@@ -155,3 +173,18 @@ def partial(b: nl.Batch, old: dict[ServicePortName, PortPlan], new: dict[Service
     for name in old_sets:
         if name not in new_sets:
             b.del_set(name)
+
+
+def _hairpin_delta(refs: Counter[str], removed, added) -> tuple[list[str], list[str]]:
+    """Apply picked ports' endpoint IPs leaving/arriving to the refcounts: (IPs now unused, IPs newly used)."""
+    start: dict[str, int] = {}
+    for plans, step in ((removed, -1), (added, 1)):
+        for p in plans:
+            for ip in p.hairpin:
+                start.setdefault(ip, refs[ip])
+                refs[ip] += step
+    gone = [ip for ip, n in start.items() if n > 0 and refs[ip] <= 0]
+    fresh = [ip for ip, n in start.items() if n <= 0 and refs[ip] > 0]
+    for ip in gone:
+        del refs[ip]
+    return gone, fresh

@@ -27,7 +27,8 @@ def test_proxy_once_then_cleanup(res, tmp_path, mode, require):
     assert report["services"] == 1 and report["rules"] > 0
     show = (["iptables-legacy-save", "-t", "nat"] if mode == "iptables" else ["nft", "list", "ruleset"])
     rules = subprocess.run(["ip", "netns", "exec", ns, *show], capture_output=True, text=True, check=True).stdout
-    assert "10.244.0.5:8080" in rules
+    # iptables: the DNAT target; nftables: the Service's endpoint-map element (slot 0 → ip . port)
+    assert ("10.244.0.5:8080" if mode == "iptables" else "10.96.0.10 . tcp . 80 . 0 : 10.244.0.5 . 8080") in rules
     subprocess.run(cli + ["--cleanup"], capture_output=True, text=True, check=True)
     rules = subprocess.run(["ip", "netns", "exec", ns, *show], capture_output=True, text=True, check=True).stdout
     assert "10.244.0.5" not in rules and "KUBE-" not in rules and "kube-proxy" not in rules
