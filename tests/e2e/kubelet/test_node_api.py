@@ -239,6 +239,22 @@ def test_exec_stdin(cluster, ticker):  # noqa: F811
     assert out == "HELLO STDIN\n"
 
 
+def test_attach_streams_the_containers_output(cluster, ticker):  # noqa: F811
+    p = subprocess.Popen(["kubectl", "attach", "ticker"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=cluster.env)
+    seen: list[int] = []
+    try:
+        end = time.monotonic() + 30
+        while time.monotonic() < end and len(seen) < 3:
+            line = p.stdout.readline()
+            assert line, p.stderr.read()
+            seen += _lines(line, "tick")
+    finally:
+        p.kill()
+        p.wait()
+    assert len(seen) >= 3 and seen == sorted(seen), seen
+
+
 def _runtime_speaks_spdy(c) -> str | None:
     """None when the runtime's streaming server answers a SPDY/3.1 upgrade with 101, else why not."""
     from urllib.parse import urlsplit
