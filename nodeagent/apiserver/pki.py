@@ -86,3 +86,27 @@ def ensure_serving_cert(pki: Path, extra_ips: list[str], extra_names: list[str] 
     _write_private(key, _key_pem(k))
     _write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return crt, key
+
+
+def ensure_kubelet_client_cert(pki: Path) -> tuple[Path, Path]:
+    """The client cert the apiserver presents to kubelets (kubeadm's apiserver-kubelet-client:
+    CN kube-apiserver-kubelet-client, O system:masters), signed by the cluster CA."""
+    ca, ca_key = ensure_ca(pki)
+    crt, key = pki / "apiserver-kubelet-client.crt", pki / "apiserver-kubelet-client.key"
+    if crt.exists() and key.exists():
+        cur = x509.load_pem_x509_certificate(crt.read_bytes())
+        if cur.issuer == ca.subject and cur.not_valid_after_utc > dt.datetime.now(dt.UTC) + dt.timedelta(days=1):
+            return crt, key
+    k = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                                     x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client")]))
+            .issuer_name(ca.subject).public_key(k.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=825))
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA256()))
+    _write_private(key, _key_pem(k))
+    _write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
+    return crt, key

@@ -37,6 +37,7 @@ def kubelet_address(node: dict[str, Any]) -> tuple[str, int] | None:
 class KubeletProxy:
     def __init__(self, ca_file: Path) -> None:
         self.ca_file = ca_file
+        self._ctx: ssl.SSLContext | None = None
 
     async def __call__(self, h: Handlers, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res, sub = info.resource, info.subresource
@@ -71,10 +72,19 @@ class KubeletProxy:
         return await self._stream(request, addr, path)
 
     def _client_ssl(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE  # the kubelet's serving cert is self-signed until the kubelet issue signs it
-        return ctx
+        """TLS to a kubelet: present the CA-signed apiserver-kubelet-client cert (the kubelet authenticates
+        us by it); like kube-apiserver without --kubelet-certificate-authority, the kubelet's serving cert
+        is not verified (agents that joined without the CA key serve a self-signed one)."""
+        if self._ctx is None:
+            from nodeagent.apiserver.pki import ensure_kubelet_client_cert
+
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            crt, key = ensure_kubelet_client_cert(self.ca_file.parent)
+            ctx.load_cert_chain(str(crt), str(key))
+            self._ctx = ctx
+        return self._ctx
 
     async def _stream(self, request: web.Request, addr: tuple[str, int], path: str) -> web.StreamResponse:
         import aiohttp
@@ -99,7 +109,7 @@ class KubeletProxy:
             r, w = await asyncio.wait_for(asyncio.open_connection(addr[0], addr[1], ssl=self._client_ssl()), 5)
         except (OSError, TimeoutError) as e:
             raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: {e}") from None
-        qs = request.query_string
+        qs = request.rel_url.raw_query_string  # still percent-encoded: it goes on the request line as is
         lines = [f"{request.method} {path}{'?' + qs if qs else ''} HTTP/1.1", f"Host: {addr[0]}:{addr[1]}"]
         for k, v in request.headers.items():
             if k.lower() not in ("host", "authorization"):

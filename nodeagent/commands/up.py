@@ -52,6 +52,8 @@ class UpConfig:
     eviction_hard: str | None = None
     housekeeping_interval: float | None = None
     sync_frequency: float | None = None
+    kubelet_port: int | None = None
+    kubelet_address: str | None = None
     server: str | None = None  # `nodeagent agent`
     token: str | None = None
 
@@ -72,6 +74,10 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: the kubelet's; '' for none)")
     p.add_argument("--housekeeping-interval", type=float, default=None,
                    help="seconds between eviction passes (default: 10)")
+    p.add_argument("--kubelet-port", type=int, default=None,
+                   help="the kubelet's Node API HTTPS port (default: 10250 for the default data dir, else any "
+                        "free one)")
+    p.add_argument("--kubelet-address", default=None, help="the Node API's listen address (default: 0.0.0.0)")
     p.add_argument("--sync-frequency", type=float, default=None,
                    help="seconds between periodic syncs of a running pod (default: 60; runtime events and "
                         "probe changes sync at once)")
@@ -96,6 +102,8 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
                    eviction_hard=getattr(args, "eviction_hard", None),
                    housekeeping_interval=getattr(args, "housekeeping_interval", None),
                    sync_frequency=getattr(args, "sync_frequency", None),
+                   kubelet_port=getattr(args, "kubelet_port", None),
+                   kubelet_address=getattr(args, "kubelet_address", None),
                    server=getattr(args, "server", None), token=getattr(args, "token", None))
     cfg.cni_conf_dir = PodNetwork.from_any(cfg).conf_dir
     return cfg

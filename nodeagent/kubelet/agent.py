@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import logging
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,9 @@ from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD
 from nodeagent.kubelet.evictions import EvictionLoop
 from nodeagent.kubelet.kuberuntime import PodRuntime, latest_records, termination_grace, uid_of
 from nodeagent.kubelet.node import NodeAgent
-from nodeagent.kubelet.pleg import GenericPLEG, Record
+from nodeagent.kubelet.pleg import EventType, GenericPLEG, Record
 from nodeagent.kubelet.prober import ProbeManager, Prober, Result
+from nodeagent.kubelet.server.metrics import KubeletMetrics
 from nodeagent.kubelet.static_pods import (
     StaticPodSource,
     is_mirror_pod,
@@ -70,6 +72,8 @@ class KubeletConfig:
     eviction_hard: str | None = None  # kubelet flag syntax; None: the kubelet's defaults
     housekeeping_interval: float = 10.0
     resync: float = 60.0  # kubelet's --sync-frequency: every pod is re-synced at least this often
+    port: int = 10250  # the Node API (HTTPS); 0: any free port
+    address: str = "0.0.0.0"
 
     @classmethod
     def from_any(cls, config: Any) -> KubeletConfig:
@@ -93,7 +97,9 @@ class KubeletConfig:
                    manifests_dir=getattr(config, "manifests_dir", None) or str(Path(data_dir, "manifests")),
                    eviction_hard=getattr(config, "eviction_hard", None),
                    housekeeping_interval=float(getattr(config, "housekeeping_interval", None) or 10.0),
-                   resync=float(getattr(config, "sync_frequency", None) or 60.0))
+                   resync=float(getattr(config, "sync_frequency", None) or 60.0),
+                   port=_kubelet_port(config, data_dir),
+                   address=getattr(config, "kubelet_address", None) or "0.0.0.0")
 
     def client(self) -> Client:
         if self.server:
@@ -122,9 +128,15 @@ class Kubelet:
         self.static: dict[str, dict[str, Any]] = {}  # uid → static pod from the manifest dir
         self.static_source = StaticPodSource(cfg.manifests_dir, cfg.node_name, self.clock)
         self._tg: asyncio.TaskGroup | None = None
+        self._last_relist_start: float | None = None
         self.workers: PodWorkers | None = None
         self.last_status: dict[str, dict[str, Any]] = {}
         self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event), self.last_status.get, self.clock)
+        self.metrics = KubeletMetrics()
+        self._running_counts: tuple[int, dict[str, int]] = (0, {})
+        self.metrics.set_running_source(lambda: self._running_counts)
+        self._first_seen: dict[str, float] = {}  # uid → monotonic time a pending pod was first synced
+        self.api: Any = None
 
     async def _exec_sync(self, container_id: str, cmd: Any, seconds: float) -> tuple[int, bytes, bytes]:
         r = await self.cri.exec_sync(container_id.split("://", 1)[-1], list(cmd), int(seconds))
@@ -166,6 +178,31 @@ class Kubelet:
         for d in (self.cfg.log_dir, self.cfg.manifests_dir):
             await asyncio.to_thread(Path(d).mkdir, parents=True, exist_ok=True)
         await self._wait_runtime()
+        await self._start_api()
+        try:
+            await self._run_node(ready)
+        finally:
+            if self.api is not None:
+                await self.api.stop()
+
+    async def _start_api(self) -> None:
+        """The Node API listens before the node registers, so its port is in the first status."""
+        from nodeagent.kubelet import server
+
+        deps = server.ServerDeps(self.cfg.node_name, self.cri, self.api_pods, self.metrics, self.cfg.root_dir,
+                                 self.cfg.log_dir)
+        self.api = await server.start(deps, self.client, self.cfg.data_dir, str(Path(self.cfg.root_dir, "pki")),
+                                      self.cfg.address, self.cfg.port, self.node.addresses)
+        self.node.kubelet_port = self.api.port
+
+    def api_pods(self) -> list[dict[str, Any]]:
+        """The pods this kubelet runs (API pods bound here and static pods), with its latest status of each."""
+        from nodeagent.kubelet.server.app import pod_list_item
+
+        pods = [p for p in self.pods.list() if not is_mirror_pod(p)] + list(self.static.values())
+        return [pod_list_item(p, self.last_status.get(uid_of(p))) for p in pods]
+
+    async def _run_node(self, ready: asyncio.Event) -> None:
         await self.node.register()
         self.runtime = PodRuntime(self.cri, self.volumes, self.recorder, self.clock, log_root=Path(self.cfg.log_dir),
                                   cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p),
@@ -266,20 +303,41 @@ class Kubelet:
     async def _pleg_loop(self) -> None:
         assert self.workers is not None
         while True:
+            started = time.monotonic()
+            if self._last_relist_start is not None:
+                self.metrics.pleg_interval.observe(started - self._last_relist_start)
+            self._last_relist_start = started
             try:
                 boxes = await self.cri.list_sandboxes()
                 ctrs = await self.cri.list_containers()
             except Exception as e:
                 log.warning("PLEG relist failed: %s", e)
             else:
+                self.metrics.pleg_relist.observe(time.monotonic() - started)
+                self.metrics.pleg_last_seen.set(self.clock.now())
+                self._count_running(boxes, ctrs)
                 records = [Record(s.labels.get(POD_UID_LABEL, ""), s.id, _state_name(s.state, sandbox=True))
                            for s in boxes if s.labels.get(POD_UID_LABEL)]
                 records += [Record(c.labels.get(POD_UID_LABEL, ""), c.id, _state_name(c.state))
                             for c in ctrs if c.labels.get(POD_UID_LABEL)]
                 for ev in self.pleg.relist(records):
+                    if ev.type == EventType.CONTAINER_STARTED:
+                        self.metrics.started_containers.labels("container").inc()
                     self.workers.poke(ev.pod_uid)
                 self._adopt_orphans(boxes)
             await self.clock.sleep(1.0)
+
+    def _count_running(self, boxes: list[Any], ctrs: list[Any]) -> None:
+        """kubelet_running_pods / kubelet_running_containers, from the last relist."""
+        from cri.proto import api_pb2 as pb
+
+        pods = sum(1 for s in boxes if s.state == pb.SANDBOX_READY and s.labels.get(POD_UID_LABEL))
+        states: dict[str, int] = {}
+        for c in ctrs:
+            if c.labels.get(POD_UID_LABEL):
+                name = pb.ContainerState.Name(c.state).removeprefix("CONTAINER_").lower()
+                states[name] = states.get(name, 0) + 1
+        self._running_counts = (pods, states)
 
     def _adopt_orphans(self, boxes: list[Any]) -> None:
         """Runtime pods no source wants (deleted while the agent was down) are terminated."""
@@ -322,6 +380,8 @@ class Kubelet:
         if phase in ("Succeeded", "Failed"):
             await self.runtime.kill_containers(pod)  # terminal: nothing runs, the object stays
             return None
+        if phase in (None, "Pending") and uid_of(pod) not in self.last_status:
+            self._first_seen.setdefault(uid_of(pod), time.monotonic())
         self.probes.add_pod(pod)
         self.probes.update_pod(pod)
         liveness_failed, startup_failed = set(), set()
@@ -339,6 +399,11 @@ class Kubelet:
             pod, {n: r.container_id for n, r in latest.items()}, {n: r.state == "running" for n, r in latest.items()})
         status = self.runtime.pod_status(pod, st, self.node.addresses, ready=ready, started=started)
         await self._post_status(pod, status)
+        seen = self._first_seen.get(uid_of(pod))
+        if seen is not None and status.get("phase") in ("Running", "Succeeded", "Failed"):
+            del self._first_seen[uid_of(pod)]
+            if status.get("phase") == "Running":
+                self.metrics.pod_start.observe(time.monotonic() - seen)
         if status.get("phase") in ("Succeeded", "Failed"):
             return 0.0  # stop what is left at once
         waiting = [c for c in status.get("initContainerStatuses", []) + status.get("containerStatuses", [])
@@ -362,6 +427,7 @@ class Kubelet:
         assert self.runtime is not None
         self.probes.remove_pod(uid_of(pod))
         self.evicted.pop(uid_of(pod), None)
+        self._first_seen.pop(uid_of(pod), None)
         await self.runtime.kill(pod, termination_grace(pod))
         self.last_status.pop(uid_of(pod), None)
         m = pod["metadata"]
@@ -389,6 +455,15 @@ def _desired_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
     om = {k: v for k, v in (old.get("metadata") or {}).items() if k not in _VOLATILE_META}
     nm = {k: v for k, v in (new.get("metadata") or {}).items() if k not in _VOLATILE_META}
     return om != nm
+
+
+def _kubelet_port(config: Any, data_dir: str) -> int:
+    """--kubelet-port, else 10250 for the default data dir and any free port for others (several agents
+    on one host must not collide)."""
+    port = getattr(config, "kubelet_port", None)
+    if port is not None:
+        return int(port)
+    return 10250 if str(data_dir) == DEFAULT_DATA_DIR else 0
 
 
 def _ensure_qos_tree(driver: Any, cgroup_root: tuple[str, ...]) -> None:

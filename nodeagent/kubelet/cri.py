@@ -93,6 +93,31 @@ class RuntimeClient:
         return await self.rt.ExecSync(pb.ExecSyncRequest(container_id=cid, cmd=cmd, timeout=seconds),
                                       timeout=self.timeout + seconds)
 
+    async def exec_url(self, cid: str, cmd: list[str], tty: bool, stdin: bool, stdout: bool, stderr: bool) -> str:
+        r = await self.rt.Exec(pb.ExecRequest(container_id=cid, cmd=cmd, tty=tty, stdin=stdin, stdout=stdout,
+                                              stderr=stderr), timeout=self.timeout)
+        return r.url
+
+    async def attach_url(self, cid: str, tty: bool, stdin: bool, stdout: bool, stderr: bool) -> str:
+        r = await self.rt.Attach(pb.AttachRequest(container_id=cid, tty=tty, stdin=stdin, stdout=stdout,
+                                                  stderr=stderr), timeout=self.timeout)
+        return r.url
+
+    async def port_forward_url(self, sid: str, ports: list[int]) -> str:
+        r = await self.rt.PortForward(pb.PortForwardRequest(pod_sandbox_id=sid, port=ports), timeout=self.timeout)
+        return r.url
+
+    async def list_container_stats(self) -> list[pb.ContainerStats]:
+        r = await self.rt.ListContainerStats(pb.ListContainerStatsRequest(), timeout=self.timeout)
+        return list(r.stats)
+
+    async def list_sandbox_stats(self) -> list[pb.PodSandboxStats]:
+        r = await self.rt.ListPodSandboxStats(pb.ListPodSandboxStatsRequest(), timeout=self.timeout)
+        return list(r.stats)
+
+    async def image_fs_info(self) -> pb.ImageFsInfoResponse:
+        return await self.img.ImageFsInfo(pb.ImageFsInfoRequest(), timeout=self.timeout)
+
     async def image_present(self, image: str) -> pb.Image | None:
         r = await self.img.ImageStatus(pb.ImageStatusRequest(image=pb.ImageSpec(image=image)), timeout=self.timeout)
         return r.image if r.HasField("image") and r.image.id else None
@@ -104,3 +129,7 @@ class RuntimeClient:
 
 def is_not_found(e: BaseException) -> bool:
     return isinstance(e, grpc.aio.AioRpcError) and e.code() == grpc.StatusCode.NOT_FOUND
+
+
+def is_unimplemented(e: BaseException) -> bool:
+    return isinstance(e, grpc.aio.AioRpcError) and e.code() == grpc.StatusCode.UNIMPLEMENTED

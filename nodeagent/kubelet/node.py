@@ -67,6 +67,7 @@ class NodeAgent:
         self.runtime_version = ""
         self.changed = asyncio.Event()
         self.uid = ""
+        self.kubelet_port = 0  # the Node API's port, published in status.daemonEndpoints
 
     def memory_capacity(self) -> int:
         return int(resources._whole(resources._to_list(self.capacity).get("memory", 0)))
@@ -125,7 +126,7 @@ class NodeAgent:
                   "conditions": conds,
                   "addresses": node_status.node_addresses(socket.gethostname(), self.addresses),
                   "nodeInfo": node_status.node_info(self.runtime_name, self.runtime_version, KUBELET_VERSION),
-                  "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}}}
+                  "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port}}}
         await self.client.patch("nodes", self.name, {"status": status}, subresource="status")
         is_ready = not errors
         taints = node_status.node_taints((cur.get("spec") or {}).get("taints") or [], is_ready,

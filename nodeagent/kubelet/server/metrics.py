@@ -1,0 +1,70 @@
+"""The kubelet's Prometheus metrics (names and buckets as pkg/kubelet/metrics defines them).
+
+One registry per kubelet (several agents may share a process in tests). The sync loop, PLEG and pod
+workers record into it; gauges for running pods/containers are computed when scraped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+# kubelet's buckets for pod start and PLEG relist (metrics.go)
+POD_START_BUCKETS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900,
+                     1200, 1800, 2700, 3600)
+PLEG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class _Running:
+    """kubelet_running_pods and kubelet_running_containers{container_state}, read at scrape time."""
+
+    def __init__(self, snapshot: Callable[[], tuple[int, dict[str, int]]]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self):
+        pods, states = self.snapshot()
+        g = GaugeMetricFamily("kubelet_running_pods", "Number of pods that have a running pod sandbox")
+        g.add_metric([], pods)
+        yield g
+        c = GaugeMetricFamily("kubelet_running_containers", "Number of containers currently running",
+                              labels=["container_state"])
+        for state in ("running", "exited", "created", "unknown"):
+            c.add_metric([state], states.get(state, 0))
+        yield c
+
+
+class KubeletMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.pod_start = Histogram("kubelet_pod_start_duration_seconds",
+                                   "Duration in seconds from kubelet seeing a pod for the first time to the pod "
+                                   "starting to run", buckets=POD_START_BUCKETS, registry=r)
+        self.pod_worker = Histogram("kubelet_pod_worker_duration_seconds",
+                                    "Duration in seconds to sync a single pod", ["operation"], registry=r)
+        self.pleg_relist = Histogram("kubelet_pleg_relist_duration_seconds",
+                                     "Duration in seconds for relisting pods in PLEG", buckets=PLEG_BUCKETS,
+                                     registry=r)
+        self.pleg_interval = Histogram("kubelet_pleg_relist_interval_seconds",
+                                       "Interval in seconds between relisting in PLEG", buckets=PLEG_BUCKETS,
+                                       registry=r)
+        self.pleg_last_seen = Gauge("kubelet_pleg_last_seen_seconds",
+                                    "Timestamp in seconds when PLEG was last seen active", registry=r)
+        self.started_containers = Counter("kubelet_started_containers", "Cumulative number of containers started",
+                                          ["container_type"], registry=r)
+        self.evictions = Counter("kubelet_evictions", "Cumulative number of pod evictions by eviction signal",
+                                 ["eviction_signal"], registry=r)
+        self.http_requests = Counter("kubelet_http_requests", "Number of the http requests received since the "
+                                     "server started", ["method", "path", "server_type", "long_running"],
+                                     registry=r)
+        self._running: _Running | None = None
+
+    def set_running_source(self, snapshot: Callable[[], tuple[int, dict[str, int]]]) -> None:
+        if self._running is None:
+            self._running = _Running(snapshot)
+            self.registry.register(self._running)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,90 @@
+"""The kubelet API's serving certificate and its client CA.
+
+As the kubelet does: a serving cert is signed by the cluster CA when the CA key is at hand (`nodeagent
+up`, where the apiserver's PKI is under the same data dir), otherwise it is self-signed
+(`<host>@<timestamp>`-style, kept in the kubelet's cert dir and reused). Client certificates are
+verified against the cluster CA (the apiserver's `kube-root-ca.crt`), optional so bearer tokens still work.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+import socket
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _sans(node_name: str, ips: list[str]) -> tuple[set[str], set[str]]:
+    names = {node_name, socket.gethostname(), "localhost"}
+    return {i for i in {"127.0.0.1", *ips} if i}, {n for n in names if n}
+
+
+def ensure_serving_cert(cert_dir: Path, node_name: str, ips: list[str], ca_crt: Path | None = None,
+                        ca_key: Path | None = None) -> tuple[Path, Path]:
+    """kubelet.crt/kubelet.key under cert_dir: CA-signed when the CA key exists, else self-signed.
+
+    Reused while it still names every wanted address and its issuer is the one we would use now."""
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    crt, key = cert_dir / "kubelet.crt", cert_dir / "kubelet.key"
+    ca = ca_k = None
+    if ca_crt is not None and ca_key is not None and ca_crt.exists() and ca_key.exists():
+        ca = x509.load_pem_x509_certificate(ca_crt.read_bytes())
+        ca_k = serialization.load_pem_private_key(ca_key.read_bytes(), None)
+    want_ips, want_names = _sans(node_name, ips)
+    if crt.exists() and key.exists():
+        cur = x509.load_pem_x509_certificate(crt.read_bytes())
+        with_issuer = (ca.subject if ca is not None else cur.subject) == cur.issuer
+        try:
+            san = cur.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            have_ips = {str(i) for i in san.get_values_for_type(x509.IPAddress)}
+            have = set(san.get_values_for_type(x509.DNSName))
+            if with_issuer and want_ips <= have_ips and want_names <= have and \
+                    cur.not_valid_after_utc > dt.datetime.now(dt.UTC) + dt.timedelta(days=1):
+                return crt, key
+        except x509.ExtensionNotFound:
+            pass
+    k = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME,
+                                            f"system:node:{node_name}" if ca is not None
+                                            else f"{node_name}@{int(now.timestamp())}")])
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in sorted(want_names)]
+    sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in sorted(want_ips)]
+    b = (x509.CertificateBuilder().subject_name(subject)
+         .issuer_name(ca.subject if ca is not None else subject).public_key(k.public_key())
+         .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(hours=1))
+         .not_valid_after(now + dt.timedelta(days=365))
+         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True))
+    cert = b.sign(ca_k if ca_k is not None else k, hashes.SHA256())  # type: ignore[arg-type]
+    _write_private(key, k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                        serialization.NoEncryption()))
+    _write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
+    return crt, key
+
+
+def server_context(crt: Path, key: Path, client_ca_pem: str | None) -> ssl.SSLContext:
+    """TLS for the kubelet API; client certs are asked for (optional) and checked against the cluster CA."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(crt), str(key))
+    ctx.set_alpn_protocols(["http/1.1"])
+    if client_ca_pem:
+        ctx.load_verify_locations(cadata=client_ca_pem)
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
