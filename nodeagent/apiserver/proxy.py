@@ -7,6 +7,7 @@ Without one, the answer is a 503 Status naming the node, so kubectl prints why.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,7 +91,8 @@ class KubeletProxy:
         import aiohttp
 
         url = f"https://{addr[0]}:{addr[1]}{path}"
-        try:
+
+        async def exchange() -> web.StreamResponse:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5)) as s, \
                     s.request(request.method, url, params=request.query, ssl=self._client_ssl()) as up:
                 resp = web.StreamResponse(status=up.status,
@@ -100,6 +102,18 @@ class KubeletProxy:
                     await resp.write(chunk)
                 await resp.write_eof()
                 return resp
+
+        # A follow (`logs -f`) of a silent container sends nothing for a long time, so a client that went
+        # away is only noticed by looking: then the kubelet connection is dropped with it.
+        task = asyncio.ensure_future(exchange())
+        while not (await asyncio.wait({task}, timeout=1.0))[0]:
+            if request.transport is None or request.transport.is_closing():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError, OSError):
+                    await task
+                return web.Response(status=499)  # nobody is there to read it
+        try:
+            return task.result()
         except (aiohttp.ClientError, OSError) as e:
             raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: {e}") from None
 

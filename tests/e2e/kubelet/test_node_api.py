@@ -389,3 +389,38 @@ def test_stale_follow_ends_when_the_pod_goes(cluster):  # noqa: F811
     finally:
         c.kubectl("delete", "pod", "brief", "--wait=true", "--timeout=60s", check=False)
 
+
+
+def _connections_to(port: int) -> int:
+    out = subprocess.run(["ss", "-Htn", "state", "established", f"( dport = :{port} )"], capture_output=True,
+                         text=True, check=True).stdout
+    return len(out.splitlines())
+
+
+def test_follow_of_a_silent_container_ends_when_the_client_goes(cluster):  # noqa: F811
+    """The apiserver drops its kubelet connection once a `logs -f` client disconnects, even with no output."""
+    c = cluster
+    port = int(_kubelet_url(c).rsplit(":", 1)[1])
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "silent"},
+             "spec": {"terminationGracePeriodSeconds": 1,
+                      "containers": [{"name": "main", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                      "command": ["sleep", "3600"]}]}})
+    try:
+        c.wait_pod("silent", _running)
+        before = _connections_to(port)
+        p = subprocess.Popen(["kubectl", "logs", "-f", "silent"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=c.env)
+        try:
+            end = time.monotonic() + 20
+            while _connections_to(port) <= before and time.monotonic() < end:
+                time.sleep(0.2)
+            assert _connections_to(port) > before, "the follow never reached the kubelet"
+        finally:
+            p.kill()
+            p.wait()
+        end = time.monotonic() + 15
+        while _connections_to(port) > before and time.monotonic() < end:
+            time.sleep(0.2)
+        assert _connections_to(port) <= before, "the apiserver kept following for a client that left"
+    finally:
+        c.kubectl("delete", "pod", "silent", "--wait=true", "--timeout=60s", check=False)
