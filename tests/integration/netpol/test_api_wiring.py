@@ -1,0 +1,114 @@
+"""NetworkPolicies through the whole control path: apiserver (validation, defaults) → informers →
+`nodeagent netpol --kubeconfig` → sets in a test netns, following pod and namespace label changes."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nodeagent.client.rest import Client, ClientError
+from nodeagent.testing.apiserver import start_server
+from tests.harness.resources import unique
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("netpol-apiserver"))
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+async def eventually(fn, within=30.0):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        got = await fn()
+        if got:
+            return got
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"not reached in {within}s")
+
+
+async def make_pod(client, ns, name, ip, labels, node="n1"):
+    pod = await client.create("pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox",
+                                                   "ports": [{"name": "http", "containerPort": 8080}]}]}}, ns)
+    pod["status"] = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}
+    return await client.update_status("pods", pod)
+
+
+@pytest.mark.parametrize("mode", ["iptables", "nftables"])
+async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, require, mode):
+    if mode == "nftables":
+        require("nftables")
+    client = Client.from_kubeconfig(server.kubeconfig)
+    ns, peer_ns = unique("np").lower(), unique("npp").lower()
+    netns = res.netns()
+    net = "10.244.9" if mode == "iptables" else "10.244.10"  # the other run's pods may still be terminating
+    proc = None
+    try:
+        await client.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        await client.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": peer_ns}})
+        await make_pod(client, ns, "db", f"{net}.11", {"role": "db"})
+        await make_pod(client, ns, "web", f"{net}.12", {"role": "web"})
+        await make_pod(client, peer_ns, "client", f"{net}.13", {"app": "client"}, node="n2")
+        with pytest.raises(ClientError) as bad:
+            await client.create("networkpolicies", {
+                "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": "bad", "namespace": ns},
+                "spec": {"podSelector": {}, "ingress": [{"ports": [{"port": 80, "endPort": 70}]}]}}, ns)
+        assert bad.value.code == 422
+        assert bad.value.status["details"]["causes"][0]["field"] == "spec.ingress[0].ports[0].endPort"
+        pol = await client.create("networkpolicies", {
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "db", "namespace": ns},
+            "spec": {"podSelector": {"matchLabels": {"role": "db"}},
+                     "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "a"}}},
+                                           {"podSelector": {"matchLabels": {"role": "frontend"}}}],
+                                  "ports": [{"port": "http"}]}]}}, ns)
+        assert pol["spec"]["policyTypes"] == ["Ingress"]
+        assert pol["spec"]["ingress"][0]["ports"][0]["protocol"] == "TCP"
+
+        proc = res.process([sys.executable, "-m", "nodeagent", "netpol", "--mode", mode, "--kubeconfig",
+                            str(server.kubeconfig), "--netns", netns, "--node-name", "n1",
+                            "--min-sync-period", "0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def dump() -> str:
+            cmd = ["ipset", "list"] if mode == "iptables" else ["nft", "list", "ruleset"]
+            return subprocess.run(["ip", "netns", "exec", netns, *cmd], capture_output=True, text=True).stdout
+
+        def peers(text: str) -> str:
+            # the elements of the rule's pod-peer set (named ...-0P in iptables mode, ..._0p in nftables mode)
+            blocks = text.split("Name: ") if mode == "iptables" else text.split("set ")
+            return "".join(b for b in blocks if b.split() and b.split()[0].lower().endswith(("-0p", "_0p")))
+
+        async def programmed():
+            t = dump()
+            return f"{net}.11" in t and ("8080" in t) and t
+        text = await eventually(programmed)
+        assert f"{net}.12" not in peers(text) and f"{net}.13" not in peers(text)
+        # a pod label change: web becomes a frontend
+        web = await client.get("pods", "web", ns)
+        web["metadata"]["labels"] = {"role": "frontend"}
+        await client.update("pods", web, ns)
+        await eventually(lambda: asyncio.sleep(0, f"{net}.12" in peers(dump())))
+        # a namespace label change: the other namespace's pod becomes a peer
+        pns = await client.get("namespaces", peer_ns)
+        pns["metadata"].setdefault("labels", {})["team"] = "a"
+        await client.update("namespaces", pns)
+        await eventually(lambda: asyncio.sleep(0, f"{net}.13" in peers(dump())))
+        await client.delete("networkpolicies", "db", ns)
+        await eventually(lambda: asyncio.sleep(0, f"{net}.13" not in dump() and f"{net}.12" not in dump()))
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+        for n in (ns, peer_ns):
+            await client.delete("namespaces", n)
+        await client.close()
