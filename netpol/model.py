@@ -342,10 +342,17 @@ class PolicyModel:
 
     def _candidates(self, p: Policy) -> set[str]:
         """Pods that can contribute to p's sets (saves scanning every pod for namespace-scoped policies)."""
-        out = set(self.pods_by_ns.get(p.namespace, ()))
-        if self._uses_ns_selector(p) or any(r.any_peer and any(pt[3] for pt in r.ports)
-                                            for r in p.rules.get(EGRESS, [])):
+        if any(r.any_peer and any(pt[3] for pt in r.ports) for r in p.rules.get(EGRESS, [])):
             return set(self.pods)
+        out = set(self.pods_by_ns.get(p.namespace, ()))
+        for rules in p.rules.values():
+            for r in rules:
+                for peer in r.peers:
+                    if peer.ns is None:
+                        continue
+                    for ns, labels in self.namespaces.items():
+                        if peer.ns.matches(labels):
+                            out |= self.pods_by_ns.get(ns, set())
         return out
 
     def _eval_pod(self, info: PodInfo, policies: Iterable[Policy]) -> None:
