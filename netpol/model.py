@@ -87,6 +87,16 @@ class PodInfo:
     ip: str | None
     local: bool
     ports: tuple[tuple[str, str, int], ...]  # (name, proto, containerPort)
+    lkey: tuple[tuple[str, str], ...] = ()  # the labels, hashable (selector match cache key)
+
+
+@dataclasses.dataclass(frozen=True)
+class RulePlan:
+    """One rule, precompiled for evaluation: interned selector ids and the set names it feeds."""
+    peer_set: str | None
+    any_peer: bool
+    peers: tuple[tuple[int | None, int | None], ...]  # (pod selector id, namespace selector id)
+    named: tuple[tuple[str, str, str], ...]  # (set name, protocol, port name)
 
 
 @dataclasses.dataclass
@@ -233,7 +243,8 @@ def pod_info(obj: Mapping[str, Any], node_name: str | None) -> PodInfo | None:
                 ports.append((p["name"], _proto(p.get("protocol")), int(p["containerPort"])))
     ns = meta.get("namespace") or "default"
     local = node_name is None or spec.get("nodeName") == node_name
-    return PodInfo(f"{ns}/{meta.get('name')}", ns, dict(meta.get("labels") or {}), ip, local, tuple(ports))
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    return PodInfo(f"{ns}/{meta.get('name')}", ns, labels, ip, local, tuple(ports), tuple(sorted(labels.items())))
 
 
 class PolicyModel:
@@ -255,6 +266,43 @@ class PolicyModel:
         self._contrib: dict[tuple[str, str], dict[str, frozenset[str]]] = {}  # (policy key, pod key) -> sets
         self._by_pod: dict[str, set[str]] = {}  # pod key -> policy keys with contributions
         self._changes = Changes(full=True)
+        self._sel_ids: dict[Selector, int] = {}
+        self._sels: list[Selector] = []
+        self._match: dict[tuple[int, tuple[tuple[str, str], ...]], bool] = {}
+        self._ns_lkey: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._plans: dict[str, tuple[int, dict[str, list[RulePlan]]]] = {}  # policy key -> (target id, plans)
+
+    # ------------------------------------------------------------------ selector matching (memoized)
+    def _sid(self, sel: Selector | None) -> int | None:
+        if sel is None:
+            return None
+        sid = self._sel_ids.get(sel)
+        if sid is None:
+            sid = self._sel_ids[sel] = len(self._sels)
+            self._sels.append(sel)
+        return sid
+
+    def _matches(self, sid: int, labels: Mapping[str, str], lkey: tuple[tuple[str, str], ...]) -> bool:
+        k = (sid, lkey)
+        r = self._match.get(k)
+        if r is None:
+            if len(self._match) > 200_000:
+                self._match.clear()
+            r = self._match[k] = self._sels[sid].matches(labels)
+        return r
+
+    def _plan(self, p: Policy) -> tuple[int, dict[str, list[RulePlan]]]:
+        plans: dict[str, list[RulePlan]] = {}
+        for direction in p.types:
+            tag = "I" if direction == INGRESS else "E"
+            out = []
+            for i, r in enumerate(p.rules.get(direction, [])):
+                named = tuple((f"{tag}{p.pid}-{i}N{j}", proto, pname)
+                              for j, (proto, _port, _end, pname) in enumerate(r.ports) if pname is not None)
+                out.append(RulePlan(f"{tag}{p.pid}-{i}P" if r.peers and not r.any_peer else None, r.any_peer,
+                                    tuple((self._sid(x.pod), self._sid(x.ns)) for x in r.peers), named))
+            plans[direction] = out
+        return self._sid(p.target) or 0, plans
 
     # ------------------------------------------------------------------ inputs
     def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
@@ -265,8 +313,10 @@ class PolicyModel:
             return
         if new is None:
             self.namespaces.pop(name, None)
+            self._ns_lkey.pop(name, None)
         else:
             self.namespaces[name] = new
+            self._ns_lkey[name] = tuple(sorted(new.items()))
         for pk in sorted(self.pods_by_ns.get(name, ())):
             self._eval_pod(self.pods[pk], [p for p in self.policies.values() if self._uses_ns_selector(p)])
 
@@ -300,6 +350,7 @@ class PolicyModel:
         if old is not None:
             self._remove_policy(old)
         self.policies[key] = new
+        self._plans[key] = self._plan(new)
         ch = self._changes
         for name, kind in new.sets.items():
             self.set_kinds[name] = kind
@@ -359,51 +410,62 @@ class PolicyModel:
         for p in policies:
             self._eval_one(p, info)
 
-    def _peer_matches(self, p: Policy, peer: Peer, pod: PodInfo) -> bool:
-        if peer.ns is None:
+    def _peer_matches(self, p: Policy, pod_sid: int | None, ns_sid: int | None, pod: PodInfo) -> bool:
+        if ns_sid is None:
             if pod.namespace != p.namespace:
                 return False
-        elif not peer.ns.matches(self.namespaces.get(pod.namespace, {})) or pod.namespace not in self.namespaces:
-            return False
-        return peer.pod is None or peer.pod.matches(pod.labels)
+        else:
+            nkey = self._ns_lkey.get(pod.namespace)
+            if nkey is None or not self._matches(ns_sid, self.namespaces[pod.namespace], nkey):
+                return False
+        return pod_sid is None or self._matches(pod_sid, pod.labels, pod.lkey)
 
     def _eval_one(self, p: Policy, pod: PodInfo) -> None:
+        """Which of p's sets `pod` belongs to (with which elements), applied as reference-count changes."""
         ip = pod.ip or ""
-        out: dict[str, set[str]] = {}
-        targeted = pod.local and pod.namespace == p.namespace and p.target.matches(pod.labels)
+        out: dict[str, frozenset[str]] = {}
+        target_sid, plans = self._plans[p.key]
+        targeted = pod.local and pod.namespace == p.namespace and self._matches(target_sid, pod.labels, pod.lkey)
         if targeted:
-            out[p.target_set()] = {ip}
+            me = frozenset((ip,))
+            out[p.target_set()] = me
             for d in p.types:
-                out.setdefault(ISO_SETS[d], set()).add(ip)
-        for direction in p.types:
-            tag = "I" if direction == INGRESS else "E"
-            for i, r in enumerate(p.rules.get(direction, [])):
-                peer = r.any_peer or any(self._peer_matches(p, x, pod) for x in r.peers)
-                if r.peers and peer and not r.any_peer:
-                    out.setdefault(f"{tag}{p.pid}-{i}P", set()).add(ip)
+                out[ISO_SETS[d]] = me
+        for direction, rules in plans.items():
+            for r in rules:
+                peer = r.any_peer or any(self._peer_matches(p, ps, ns, pod) for ps, ns in r.peers)
+                if peer and r.peer_set is not None:
+                    out[r.peer_set] = frozenset((ip,))
                 # named ports resolve on the destination: the target pod (ingress) or the peer pod (egress)
-                dest = targeted if direction == INGRESS else peer
-                if not dest:
+                if not r.named or not (targeted if direction == INGRESS else peer):
                     continue
-                for j, (proto, _port, _end, pname) in enumerate(r.ports):
-                    if pname is None:
-                        continue
-                    for name, cproto, cport in pod.ports:
-                        if name == pname and cproto == proto:
-                            out.setdefault(f"{tag}{p.pid}-{i}N{j}", set()).add(f"{ip},{proto},{cport}")
-        self._apply(p.key, pod.key, {k: frozenset(v) for k, v in out.items()})
+                for set_name, proto, pname in r.named:
+                    els = frozenset(f"{ip},{proto},{cport}" for name, cproto, cport in pod.ports
+                                    if name == pname and cproto == proto)
+                    if els:
+                        out[set_name] = els
+        if out or (p.key, pod.key) in self._contrib:
+            self._apply(p.key, pod.key, out)
 
     def _apply(self, policy_key: str, pod_key: str, new: dict[str, frozenset[str]]) -> None:
         ck = (policy_key, pod_key)
-        old = self._contrib.get(ck, {})
+        old = self._contrib.get(ck)
         if old == new:
             return
-        for name in old.keys() | new.keys():
-            o, n = old.get(name, frozenset()), new.get(name, frozenset())
-            for e in n - o:
-                self._ref(name, e, 1)
-            for e in o - n:
-                self._ref(name, e, -1)
+        ref = self._ref
+        if not old:
+            for name, els in new.items():
+                for e in els:
+                    ref(name, e, 1)
+        else:
+            for name in old.keys() | new.keys():
+                o, n = old.get(name, frozenset()), new.get(name, frozenset())
+                if o == n:
+                    continue
+                for e in n - o:
+                    ref(name, e, 1)
+                for e in o - n:
+                    ref(name, e, -1)
         if new:
             self._contrib[ck] = new
             self._by_pod.setdefault(pod_key, set()).add(policy_key)
@@ -416,19 +478,24 @@ class PolicyModel:
     def _ref(self, name: str, elem: str, delta: int) -> None:
         refs = self.elements.setdefault(name, {})
         n = refs.get(elem, 0) + delta
+        if n > 1:
+            refs[elem] = n
+            return
         ch = self._changes
         if n <= 0:
             refs.pop(elem, None)
             if n == 0 and delta < 0:
-                if elem in ch.added.get(name, ()):
-                    ch.added[name].discard(elem)
+                added = ch.added.get(name)
+                if added is not None and elem in added:
+                    added.discard(elem)
                 else:
                     ch.removed.setdefault(name, set()).add(elem)
         else:
             refs[elem] = n
-            if n == 1 and delta > 0:
-                if elem in ch.removed.get(name, ()):
-                    ch.removed[name].discard(elem)
+            if delta > 0:
+                removed = ch.removed.get(name)
+                if removed is not None and elem in removed:
+                    removed.discard(elem)
                 else:
                     ch.added.setdefault(name, set()).add(elem)
 
@@ -437,6 +504,7 @@ class PolicyModel:
             if (p.key, pk) in self._contrib:
                 self._apply(p.key, pk, {})
         self.policies.pop(p.key, None)
+        self._plans.pop(p.key, None)
         ch = self._changes
         for name in p.sets:
             self.elements.pop(name, None)
