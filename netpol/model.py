@@ -7,15 +7,18 @@ policy's namespace, namespaceSelector across namespaces, both combined = AND, ip
 no peers = anyone) and a port matches (number, number..endPort, or a name resolved against the
 destination pod's container ports; no ports = any). Replies pass through conntrack in the backends.
 
-Design (as kube-router and Calico do): rules only ever name sets, so a pod or namespace label change
-only changes set *elements*; rules change only when a policy object changes. The model keeps per-set
-reference counts of elements contributed by (policy, pod) pairs and records what changed since the last
-`take_changes()`; the backends turn that into ipset / nft element updates.
+Design (as Calico's selector sets and kube-router do): rules only ever name sets, so a pod or namespace
+label change only changes set *elements*; rules change only when a policy object changes. Sets are
+content-addressed by their definition (namespace + selectors, ipBlocks, named port), so policies with
+the same selectors share one set. The model keeps per-set reference counts of elements contributed by
+pods and records what changed since the last `take_changes()`; the backends turn that into ipset / nft
+element updates. Memberships are memoized per (selector, label set).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import ipaddress
 import itertools
@@ -60,23 +63,51 @@ class RuleSpec:
     ports: tuple[tuple[str, int | None, int | None, str | None], ...]  # (proto, port, endPort, name)
 
 
+_PREFIX = {"target": "T", "peer": "P", "named": "N", "cidr": "C"}
+_ELEM_KIND = {"target": "ip", "peer": "ip", "named": "ipport", "cidr": "net"}
+
+
+@dataclasses.dataclass(frozen=True)
+class SetDef:
+    """What decides a set's members; equal definitions are one shared set."""
+    kind: str  # target | peer | named | cidr
+    namespace: str = ""
+    target: Selector | None = None  # target pods (also the destinations of an ingress named port)
+    peers: tuple[Peer, ...] = ()  # peer pods (also the destinations of an egress named port)
+    any_peer: bool = False
+    proto: str = ""
+    port_name: str = ""
+    cidrs: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def name(self) -> str:
+        return f"{_PREFIX[self.kind]}-{hashlib.sha1(repr(self).encode()).hexdigest()[:10]}"
+
+    @property
+    def elem_kind(self) -> str:
+        return _ELEM_KIND[self.kind]
+
+    def uses_namespaces(self) -> bool:
+        return any(p.ns is not None for p in self.peers)
+
+
 @dataclasses.dataclass
 class Policy:
     key: str
-    pid: str  # short id naming its sets and chains; new per spec version
+    pid: str  # short id naming its chains; new per spec version
     namespace: str
     target: Selector
     types: tuple[str, ...]
     rules: dict[str, list[RuleSpec]]
     lines: dict[str, list[Line]] = dataclasses.field(default_factory=dict)
-    sets: dict[str, str] = dataclasses.field(default_factory=dict)  # set name -> kind
-    static: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)  # cidr set contents
+    defs: dict[str, SetDef] = dataclasses.field(default_factory=dict)  # every set its rules name
+    rule_sets: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)  # for tests/debugging
 
     def chain(self, direction: str) -> str:
         return f"{'I' if direction == INGRESS else 'E'}-{self.pid}"
 
     def target_set(self) -> str:
-        return f"T-{self.pid}"
+        return SetDef("target", self.namespace, self.target).name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,15 +119,6 @@ class PodInfo:
     local: bool
     ports: tuple[tuple[str, str, int], ...]  # (name, proto, containerPort)
     lkey: tuple[tuple[str, str], ...] = ()  # the labels, hashable (selector match cache key)
-
-
-@dataclasses.dataclass(frozen=True)
-class RulePlan:
-    """One rule, precompiled for evaluation: interned selector ids and the set names it feeds."""
-    peer_set: str | None
-    any_peer: bool
-    peers: tuple[tuple[int | None, int | None], ...]  # (pod selector id, namespace selector id)
-    named: tuple[tuple[str, str, str], ...]  # (set name, protocol, port name)
 
 
 @dataclasses.dataclass
@@ -114,10 +136,6 @@ class Changes:
     def empty(self) -> bool:
         return not (self.full or any(self.added.values()) or any(self.removed.values()) or self.new_sets
                     or self.gone_sets or self.chains_changed)
-
-
-class PolicyError(ValueError):
-    pass
 
 
 def _proto(p: str | None) -> str:
@@ -181,7 +199,8 @@ def compile_policy(obj: Mapping[str, Any], pid: str) -> Policy:
                 else:
                     num = int(port) if port is not None else None
                     ports.append((proto, num, p.get("endPort") if num is not None else None, None))
-            out.append(RuleSpec(tuple(peers), tuple(cidrs), not (r.get(peer_field) or []), tuple(ports)))
+            out.append(RuleSpec(tuple(peers), tuple(sorted(set(cidrs))), not (r.get(peer_field) or []),
+                                tuple(ports)))
         rules[direction] = out
     pol = Policy(key, pid, ns, from_label_selector(spec.get("podSelector") or {}), types, rules)
     _plan_lines(pol)
@@ -189,30 +208,38 @@ def compile_policy(obj: Mapping[str, Any], pid: str) -> Policy:
 
 
 def _plan_lines(pol: Policy) -> None:
-    pol.sets[pol.target_set()] = "ip"
+    target = SetDef("target", pol.namespace, pol.target)
+    pol.defs[target.name] = target
     for direction in pol.types:
         lines: list[Line] = []
-        tag = "I" if direction == INGRESS else "E"
-        for i, r in enumerate(pol.rules.get(direction, [])):
+        info: list[dict[str, Any]] = []
+        for r in pol.rules.get(direction, []):
             peer_matches: list[tuple[str | None, str | None]] = []
+            entry: dict[str, Any] = {"peer": None, "cidr": None, "named": []}
             if r.any_peer:
                 peer_matches.append((None, None))
             else:
                 if r.peers:
-                    name = f"{tag}{pol.pid}-{i}P"
-                    pol.sets[name] = "ip"
-                    peer_matches.append((name, "ip"))
+                    d = SetDef("peer", pol.namespace, peers=r.peers)
+                    pol.defs[d.name] = d
+                    entry["peer"] = d.name
+                    peer_matches.append((d.name, "ip"))
                 if r.cidrs:
-                    name = f"{tag}{pol.pid}-{i}C"
-                    pol.sets[name] = "net"
-                    pol.static[name] = frozenset(r.cidrs)
-                    peer_matches.append((name, "net"))
+                    d = SetDef("cidr", cidrs=r.cidrs)
+                    pol.defs[d.name] = d
+                    entry["cidr"] = d.name
+                    peer_matches.append((d.name, "net"))
             port_matches: list[PortMatch | None] = []
-            for j, (proto, port, end, pname) in enumerate(r.ports):
+            for proto, port, end, pname in r.ports:
                 if pname is not None:
-                    name = f"{tag}{pol.pid}-{i}N{j}"
-                    pol.sets[name] = "ipport"
-                    port_matches.append(PortMatch(proto, named_set=name))
+                    if direction == INGRESS:
+                        d = SetDef("named", pol.namespace, target=pol.target, proto=proto, port_name=pname)
+                    else:
+                        d = SetDef("named", pol.namespace, peers=r.peers, any_peer=r.any_peer, proto=proto,
+                                   port_name=pname)
+                    pol.defs[d.name] = d
+                    entry["named"].append(d.name)
+                    port_matches.append(PortMatch(proto, named_set=d.name))
                 else:
                     port_matches.append(PortMatch(proto, port, end))
             if not port_matches:
@@ -220,7 +247,9 @@ def _plan_lines(pol: Policy) -> None:
             for ps, kind in peer_matches:
                 for pm in port_matches:
                     lines.append(Line(ps, kind, pm))
+            info.append(entry)
         pol.lines[direction] = lines
+        pol.rule_sets[direction] = info
 
 
 def pod_info(obj: Mapping[str, Any], node_name: str | None) -> PodInfo | None:
@@ -247,6 +276,9 @@ def pod_info(obj: Mapping[str, Any], node_name: str | None) -> PodInfo | None:
     return PodInfo(f"{ns}/{meta.get('name')}", ns, labels, ip, local, tuple(ports), tuple(sorted(labels.items())))
 
 
+_Plan = tuple[int | None, tuple[tuple[int | None, int | None], ...]]  # (target sid, ((pod sid, ns sid), ...))
+
+
 class PolicyModel:
     """The desired sets and rules for one node, kept current incrementally.
 
@@ -263,50 +295,24 @@ class PolicyModel:
         self._gen = itertools.count(1)
         self.elements: dict[str, dict[str, int]] = {s: {} for s in ISO_SETS.values()}  # set -> elem -> refs
         self.set_kinds: dict[str, str] = {s: "ip" for s in ISO_SETS.values()}
-        self._contrib: dict[tuple[str, str], dict[str, frozenset[str]]] = {}  # (policy key, pod key) -> sets
-        self._by_pod: dict[str, set[str]] = {}  # pod key -> policy keys with contributions
+        self.defs: dict[str, SetDef] = {}  # pod-derived and cidr sets in use
+        self._def_refs: dict[str, int] = {}  # policies naming each set
+        self._iso_refs: dict[str, dict[str, int]] = {}  # target set -> direction -> policies isolating with it
+        self._plans: dict[str, _Plan] = {}
+        self._ns_defs: set[str] = set()  # sets whose members depend on namespace labels
+        self._contrib: dict[tuple[str, str], frozenset[str]] = {}  # (set, pod key) -> elements
+        self._by_pod: dict[str, set[str]] = {}  # pod key -> sets it contributes to
+        self._members: dict[str, set[str]] = {}  # set -> pod keys contributing to it
         self._changes = Changes(full=True)
         self._sel_ids: dict[Selector, int] = {}
         self._sels: list[Selector] = []
         self._match: dict[tuple[int, tuple[tuple[str, str], ...]], bool] = {}
         self._ns_lkey: dict[str, tuple[tuple[str, str], ...]] = {}
-        self._plans: dict[str, tuple[int, dict[str, list[RulePlan]]]] = {}  # policy key -> (target id, plans)
-
-    # ------------------------------------------------------------------ selector matching (memoized)
-    def _sid(self, sel: Selector | None) -> int | None:
-        if sel is None:
-            return None
-        sid = self._sel_ids.get(sel)
-        if sid is None:
-            sid = self._sel_ids[sel] = len(self._sels)
-            self._sels.append(sel)
-        return sid
-
-    def _matches(self, sid: int, labels: Mapping[str, str], lkey: tuple[tuple[str, str], ...]) -> bool:
-        k = (sid, lkey)
-        r = self._match.get(k)
-        if r is None:
-            if len(self._match) > 200_000:
-                self._match.clear()
-            r = self._match[k] = self._sels[sid].matches(labels)
-        return r
-
-    def _plan(self, p: Policy) -> tuple[int, dict[str, list[RulePlan]]]:
-        plans: dict[str, list[RulePlan]] = {}
-        for direction in p.types:
-            tag = "I" if direction == INGRESS else "E"
-            out = []
-            for i, r in enumerate(p.rules.get(direction, [])):
-                named = tuple((f"{tag}{p.pid}-{i}N{j}", proto, pname)
-                              for j, (proto, _port, _end, pname) in enumerate(r.ports) if pname is not None)
-                out.append(RulePlan(f"{tag}{p.pid}-{i}P" if r.peers and not r.any_peer else None, r.any_peer,
-                                    tuple((self._sid(x.pod), self._sid(x.ns)) for x in r.peers), named))
-            plans[direction] = out
-        return self._sid(p.target) or 0, plans
 
     # ------------------------------------------------------------------ inputs
     def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
-        """A namespace's labels (None: deleted). Only pods of that namespace are re-evaluated."""
+        """A namespace's labels (None: deleted). Only that namespace's pods are re-evaluated, and only
+        against sets with namespace selectors."""
         old = self.namespaces.get(name)
         new = dict(labels) if labels is not None else None
         if old == new:
@@ -317,8 +323,11 @@ class PolicyModel:
         else:
             self.namespaces[name] = new
             self._ns_lkey[name] = tuple(sorted(new.items()))
+        defs = [self.defs[n] for n in sorted(self._ns_defs)]
         for pk in sorted(self.pods_by_ns.get(name, ())):
-            self._eval_pod(self.pods[pk], [p for p in self.policies.values() if self._uses_ns_selector(p)])
+            pod = self.pods[pk]
+            for d in defs:
+                self._apply(d, pk, self._eval(d, pod))
 
     def set_pod(self, key: str, obj: Mapping[str, Any] | None) -> None:
         info = pod_info(obj, self.node_name) if obj is not None else None
@@ -329,41 +338,31 @@ class PolicyModel:
             self.pods_by_ns.get(old.namespace, set()).discard(key)
         if info is None:
             self.pods.pop(key, None)
-            for pk in list(self._by_pod.get(key, ())):
-                self._apply(pk, key, {})
+            for name in list(self._by_pod.get(key, ())):
+                self._apply(self.defs[name], key, frozenset())
             self._by_pod.pop(key, None)
             return
         self.pods[key] = info
         self.pods_by_ns.setdefault(info.namespace, set()).add(key)
-        self._eval_pod(info, list(self.policies.values()))
+        for d in self.defs.values():
+            if d.kind != "cidr":
+                self._apply(d, key, self._eval(d, info))
 
     def set_policy(self, key: str, obj: Mapping[str, Any] | None) -> None:
         old = self.policies.get(key)
         if obj is None:
             if old is not None:
-                self._remove_policy(old)
+                self.policies.pop(key)
+                self._release(old)
             return
         digest = hashlib.sha256(key.encode()).hexdigest()[:6]
         new = compile_policy(obj, f"{digest}{next(self._gen) % 4096:03x}")
         if old is not None and old.types == new.types and old.target == new.target and old.rules == new.rules:
             return
-        if old is not None:
-            self._remove_policy(old)
         self.policies[key] = new
-        self._plans[key] = self._plan(new)
-        ch = self._changes
-        for name, kind in new.sets.items():
-            self.set_kinds[name] = kind
-            self.elements[name] = {}
-            ch.new_sets[name] = kind
-            ch.gone_sets.discard(name)
-        for name, elems in new.static.items():
-            for e in elems:
-                self._ref(name, e, 1)
-        ch.chains_changed = True
-        ch.new_chains.update(new.chain(d) for d in new.types)
-        for pk in self._candidates(new):
-            self._eval_one(new, self.pods[pk])
+        self._acquire(new)  # before releasing the old version, so sets both use are kept
+        if old is not None:
+            self._release(old)
 
     # ------------------------------------------------------------------ outputs
     def take_changes(self) -> Changes:
@@ -386,94 +385,169 @@ class PolicyModel:
             return {INGRESS: False, EGRESS: False}
         return {d: info.ip in self.elements[s] for d, s in ISO_SETS.items()}
 
-    # ------------------------------------------------------------------ evaluation
-    @staticmethod
-    def _uses_ns_selector(p: Policy) -> bool:
-        return any(peer.ns is not None for rules in p.rules.values() for r in rules for peer in r.peers)
+    # ------------------------------------------------------------------ policies → sets
+    def _acquire(self, p: Policy) -> None:
+        ch = self._changes
+        for name, d in p.defs.items():
+            n = self._def_refs.get(name, 0)
+            self._def_refs[name] = n + 1
+            if n == 0:
+                self._create_set(d)
+        target = p.target_set()
+        iso = self._iso_refs.setdefault(target, {})
+        for direction in p.types:
+            iso[direction] = iso.get(direction, 0) + 1
+            if iso[direction] == 1:
+                for e in list(self.elements[target]):
+                    self._ref(ISO_SETS[direction], e, 1)
+        ch.chains_changed = True
+        ch.new_chains.update(p.chain(d) for d in p.types)
 
-    def _candidates(self, p: Policy) -> set[str]:
-        """Pods that can contribute to p's sets (saves scanning every pod for namespace-scoped policies)."""
-        if any(r.any_peer and any(pt[3] for pt in r.ports) for r in p.rules.get(EGRESS, [])):
+    def _release(self, p: Policy) -> None:
+        ch = self._changes
+        target = p.target_set()
+        iso = self._iso_refs.get(target, {})
+        for direction in p.types:
+            iso[direction] -= 1
+            if iso[direction] == 0:
+                for e in list(self.elements[target]):
+                    self._ref(ISO_SETS[direction], e, -1)
+        for name in p.defs:
+            self._def_refs[name] -= 1
+            if self._def_refs[name] == 0:
+                del self._def_refs[name]
+                self._drop_set(name)
+        ch.chains_changed = True
+        for d in p.types:
+            c = p.chain(d)
+            if c in ch.new_chains:
+                ch.new_chains.discard(c)
+            else:
+                ch.gone_chains.add(c)
+
+    def _create_set(self, d: SetDef) -> None:
+        name = d.name
+        ch = self._changes
+        self.defs[name] = d
+        self.set_kinds[name] = d.elem_kind
+        self.elements[name] = {}
+        ch.new_sets[name] = d.elem_kind
+        ch.gone_sets.discard(name)  # dropped and re-created in one batch: the backend re-creates it empty
+        if d.kind == "cidr":
+            for e in d.cidrs:
+                self._ref(name, e, 1)
+            return
+        self._plans[name] = (self._sid(d.target), tuple((self._sid(x.pod), self._sid(x.ns)) for x in d.peers))
+        if d.uses_namespaces():
+            self._ns_defs.add(name)
+        for pk in self._candidates(d):
+            self._apply(d, pk, self._eval(d, self.pods[pk]))
+
+    def _drop_set(self, name: str) -> None:
+        ch = self._changes
+        for pk in self._members.pop(name, set()):
+            self._contrib.pop((name, pk), None)
+            s = self._by_pod.get(pk)
+            if s is not None:
+                s.discard(name)
+        self._iso_refs.pop(name, None)
+        self.defs.pop(name, None)
+        self._plans.pop(name, None)
+        self._ns_defs.discard(name)
+        self.elements.pop(name, None)
+        self.set_kinds.pop(name, None)
+        ch.added.pop(name, None)
+        ch.removed.pop(name, None)
+        if name in ch.new_sets:
+            del ch.new_sets[name]
+        else:
+            ch.gone_sets.add(name)
+
+    def _candidates(self, d: SetDef) -> set[str]:
+        """Pods that can be members (saves scanning every pod for namespace-scoped sets)."""
+        if d.any_peer:
             return set(self.pods)
-        out = set(self.pods_by_ns.get(p.namespace, ()))
-        for rules in p.rules.values():
-            for r in rules:
-                for peer in r.peers:
-                    if peer.ns is None:
-                        continue
-                    for ns, labels in self.namespaces.items():
-                        if peer.ns.matches(labels):
-                            out |= self.pods_by_ns.get(ns, set())
+        out = set(self.pods_by_ns.get(d.namespace, ()))
+        for peer in d.peers:
+            if peer.ns is not None:
+                for ns, labels in self.namespaces.items():
+                    if peer.ns.matches(labels):
+                        out |= self.pods_by_ns.get(ns, set())
         return out
 
-    def _eval_pod(self, info: PodInfo, policies: Iterable[Policy]) -> None:
-        for p in policies:
-            self._eval_one(p, info)
+    # ------------------------------------------------------------------ membership
+    def _sid(self, sel: Selector | None) -> int | None:
+        if sel is None:
+            return None
+        sid = self._sel_ids.get(sel)
+        if sid is None:
+            sid = self._sel_ids[sel] = len(self._sels)
+            self._sels.append(sel)
+        return sid
 
-    def _peer_matches(self, p: Policy, pod_sid: int | None, ns_sid: int | None, pod: PodInfo) -> bool:
-        if ns_sid is None:
-            if pod.namespace != p.namespace:
-                return False
+    def _matches(self, sid: int, labels: Mapping[str, str], lkey: tuple[tuple[str, str], ...]) -> bool:
+        k = (sid, lkey)
+        r = self._match.get(k)
+        if r is None:
+            if len(self._match) > 200_000:
+                self._match.clear()
+            r = self._match[k] = self._sels[sid].matches(labels)
+        return r
+
+    def _eval(self, d: SetDef, pod: PodInfo) -> frozenset[str]:
+        """The elements `pod` puts into set `d` (empty: not a member)."""
+        target_sid, peers = self._plans[d.name]
+        if target_sid is not None:  # target pods, or the destinations of an ingress named port
+            member = pod.local and pod.namespace == d.namespace and self._matches(target_sid, pod.labels, pod.lkey)
+        elif d.any_peer:
+            member = True
         else:
-            nkey = self._ns_lkey.get(pod.namespace)
-            if nkey is None or not self._matches(ns_sid, self.namespaces[pod.namespace], nkey):
-                return False
-        return pod_sid is None or self._matches(pod_sid, pod.labels, pod.lkey)
+            member = False
+            for pod_sid, ns_sid in peers:
+                if ns_sid is None:
+                    if pod.namespace != d.namespace:
+                        continue
+                else:
+                    nkey = self._ns_lkey.get(pod.namespace)
+                    if nkey is None or not self._matches(ns_sid, self.namespaces[pod.namespace], nkey):
+                        continue
+                if pod_sid is None or self._matches(pod_sid, pod.labels, pod.lkey):
+                    member = True
+                    break
+        if not member:
+            return frozenset()
+        if d.kind != "named":
+            return frozenset((pod.ip or "",))
+        return frozenset(f"{pod.ip},{proto},{port}" for name, proto, port in pod.ports
+                         if name == d.port_name and proto == d.proto)
 
-    def _eval_one(self, p: Policy, pod: PodInfo) -> None:
-        """Which of p's sets `pod` belongs to (with which elements), applied as reference-count changes."""
-        ip = pod.ip or ""
-        out: dict[str, frozenset[str]] = {}
-        target_sid, plans = self._plans[p.key]
-        targeted = pod.local and pod.namespace == p.namespace and self._matches(target_sid, pod.labels, pod.lkey)
-        if targeted:
-            me = frozenset((ip,))
-            out[p.target_set()] = me
-            for d in p.types:
-                out[ISO_SETS[d]] = me
-        for direction, rules in plans.items():
-            for r in rules:
-                peer = r.any_peer or any(self._peer_matches(p, ps, ns, pod) for ps, ns in r.peers)
-                if peer and r.peer_set is not None:
-                    out[r.peer_set] = frozenset((ip,))
-                # named ports resolve on the destination: the target pod (ingress) or the peer pod (egress)
-                if not r.named or not (targeted if direction == INGRESS else peer):
-                    continue
-                for set_name, proto, pname in r.named:
-                    els = frozenset(f"{ip},{proto},{cport}" for name, cproto, cport in pod.ports
-                                    if name == pname and cproto == proto)
-                    if els:
-                        out[set_name] = els
-        if out or (p.key, pod.key) in self._contrib:
-            self._apply(p.key, pod.key, out)
-
-    def _apply(self, policy_key: str, pod_key: str, new: dict[str, frozenset[str]]) -> None:
-        ck = (policy_key, pod_key)
-        old = self._contrib.get(ck)
+    def _apply(self, d: SetDef, pod_key: str, new: frozenset[str]) -> None:
+        name = d.name
+        ck = (name, pod_key)
+        old = self._contrib.get(ck, frozenset())
         if old == new:
             return
-        ref = self._ref
-        if not old:
-            for name, els in new.items():
-                for e in els:
-                    ref(name, e, 1)
-        else:
-            for name in old.keys() | new.keys():
-                o, n = old.get(name, frozenset()), new.get(name, frozenset())
-                if o == n:
-                    continue
-                for e in n - o:
-                    ref(name, e, 1)
-                for e in o - n:
-                    ref(name, e, -1)
+        iso = [ISO_SETS[x] for x, n in self._iso_refs.get(name, {}).items() if n > 0]
+        for e in new - old:
+            self._ref(name, e, 1)
+            for s in iso:
+                self._ref(s, e, 1)
+        for e in old - new:
+            self._ref(name, e, -1)
+            for s in iso:
+                self._ref(s, e, -1)
         if new:
             self._contrib[ck] = new
-            self._by_pod.setdefault(pod_key, set()).add(policy_key)
+            self._by_pod.setdefault(pod_key, set()).add(name)
+            self._members.setdefault(name, set()).add(pod_key)
         else:
             self._contrib.pop(ck, None)
             s = self._by_pod.get(pod_key)
             if s is not None:
-                s.discard(policy_key)
+                s.discard(name)
+            m = self._members.get(name)
+            if m is not None:
+                m.discard(pod_key)
 
     def _ref(self, name: str, elem: str, delta: int) -> None:
         refs = self.elements.setdefault(name, {})
@@ -498,27 +572,3 @@ class PolicyModel:
                     removed.discard(elem)
                 else:
                     ch.added.setdefault(name, set()).add(elem)
-
-    def _remove_policy(self, p: Policy) -> None:
-        for pk in list(self.pods):
-            if (p.key, pk) in self._contrib:
-                self._apply(p.key, pk, {})
-        self.policies.pop(p.key, None)
-        self._plans.pop(p.key, None)
-        ch = self._changes
-        for name in p.sets:
-            self.elements.pop(name, None)
-            self.set_kinds.pop(name, None)
-            ch.added.pop(name, None)
-            ch.removed.pop(name, None)
-            if name in ch.new_sets:
-                del ch.new_sets[name]
-            else:
-                ch.gone_sets.add(name)
-        ch.chains_changed = True
-        for d in p.types:
-            c = p.chain(d)
-            if c in ch.new_chains:
-                ch.new_chains.discard(c)
-            else:
-                ch.gone_chains.add(c)

@@ -70,7 +70,7 @@ class NftablesBackend:
 
     def _add_set(self, name: str, kind: str, elems: object) -> list[str]:
         n = self.set_name(name)
-        out = [f"add set {self.t} {n} {{ {_TYPES[kind]} }}"]
+        out = [f"add set {self.t} {n} {{ {_TYPES[kind]} }}", f"flush set {self.t} {n}"]
         els = self._elements(kind, elems)
         for i in range(0, len(els), 2000):
             out.append(f"add element {self.t} {n} {{ {', '.join(els[i:i + 2000])} }}")

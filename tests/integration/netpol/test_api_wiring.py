@@ -84,9 +84,9 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
             return subprocess.run(["ip", "netns", "exec", netns, *cmd], capture_output=True, text=True).stdout
 
         def peers(text: str) -> str:
-            # the elements of the rule's pod-peer set (named ...-0P in iptables mode, ..._0p in nftables mode)
+            # the elements of the policy's one pod-peer set (NA-NP-P-<hash> in iptables mode, p_<hash> in nftables)
             blocks = text.split("Name: ") if mode == "iptables" else text.split("set ")
-            return "".join(b for b in blocks if b.split() and b.split()[0].lower().endswith(("-0p", "_0p")))
+            return "".join(b for b in blocks if b.split() and b.split()[0].lower().startswith(("na-np-p-", "p_")))
 
         async def programmed():
             t = dump()

@@ -21,9 +21,12 @@ def target_of(m: PolicyModel, key: str) -> set[str]:
     return m.set_elements(m.policies[key].target_set())
 
 
+def rset(m: PolicyModel, key: str, what: str = "peer", direction: str = INGRESS, rule: int = 0) -> str:
+    return m.policies[key].rule_sets[direction][rule][what]
+
+
 def peers_of(m: PolicyModel, key: str, direction: str = INGRESS, rule: int = 0) -> set[str]:
-    p = m.policies[key]
-    return m.set_elements(f"{'I' if direction == INGRESS else 'E'}{p.pid}-{rule}P")
+    return m.set_elements(rset(m, key, "peer", direction, rule))
 
 
 def test_policy_types_default_as_kubernetes():
@@ -92,8 +95,7 @@ def test_namespace_selector_pod_selector_and_both():
     assert not ch.chains_changed and not ch.new_sets
     assert peers_of(m, "default/ns") == {"10.0.0.3", "10.0.0.4", "10.0.0.5"}
     assert peers_of(m, "default/or") == {"10.0.0.6"}
-    p = m.policies["default/ns"]
-    assert ch.added[f"I{p.pid}-0P"] == {"10.0.0.5"}
+    assert ch.added[rset(m, "default/ns")] == {"10.0.0.5"}
 
 
 def test_pod_label_change_is_only_element_updates():
@@ -106,15 +108,15 @@ def test_pod_label_change_is_only_element_updates():
     assert first.full and first.chains_changed
     m.set_pod("default/fe", pod_object("fe", "default", "10.0.0.2", "n1", {"role": "frontend"}))
     ch = m.take_changes()
-    pid = m.policies["default/p"].pid
-    assert ch.added == {f"I{pid}-0P": {"10.0.0.2"}} and not any(ch.removed.values())
+    peer = rset(m, "default/p")
+    assert ch.added == {peer: {"10.0.0.2"}} and not any(ch.removed.values())
     assert not ch.chains_changed and not ch.full
     m.set_pod("default/fe", pod_object("fe", "default", "10.0.0.2", "n1", {"role": "x"}))
     m.set_pod("default/fe", pod_object("fe", "default", "10.0.0.2", "n1", {"role": "frontend"}))
     assert m.take_changes().empty()  # flapping back and forth between syncs cancels out
     m.set_pod("default/fe", None)
     ch = m.take_changes()
-    assert ch.removed == {f"I{pid}-0P": {"10.0.0.2"}}
+    assert ch.removed == {peer: {"10.0.0.2"}}
 
 
 def test_named_ports_resolve_per_destination_pod():
@@ -124,11 +126,12 @@ def test_named_ports_resolve_per_destination_pod():
     m.set_policy("default/p", policy("p", "default", {
         "podSelector": {"matchLabels": {"app": "web"}}, "ingress": [{"ports": [{"port": "http"}]}],
         "egress": [{"to": [{"podSelector": {}}], "ports": [{"port": "http", "protocol": "TCP"}]}]}))
-    pid = m.policies["default/p"].pid
-    assert m.set_elements(f"I{pid}-0N0") == {"10.0.0.1,tcp,8080", "10.0.0.2,tcp,9090"}
-    assert m.set_elements(f"E{pid}-0N0") == {"10.0.0.1,tcp,8080", "10.0.0.2,tcp,9090"}
+    (ing,) = rset(m, "default/p", "named")
+    (egr,) = rset(m, "default/p", "named", EGRESS)
+    assert m.set_elements(ing) == {"10.0.0.1,tcp,8080", "10.0.0.2,tcp,9090"}
+    assert m.set_elements(egr) == {"10.0.0.1,tcp,8080", "10.0.0.2,tcp,9090"}
     lines = m.policies["default/p"].lines[INGRESS]
-    assert len(lines) == 1 and lines[0].peer_set is None and lines[0].port.named_set == f"I{pid}-0N0"
+    assert len(lines) == 1 and lines[0].peer_set is None and lines[0].port.named_set == ing
 
 
 def test_ip_block_except_and_numeric_ports():
@@ -138,7 +141,7 @@ def test_ip_block_except_and_numeric_ports():
         "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/24", "except": ["10.0.0.128/25"]}}],
                     "ports": [{"port": 53, "protocol": "UDP"}, {"port": 8000, "endPort": 8100}]}]}))
     p = m.policies["default/p"]
-    assert m.set_elements(f"E{p.pid}-0C") == {"10.0.0.0/25"}
+    assert m.set_elements(rset(m, "default/p", "cidr", EGRESS)) == {"10.0.0.0/25"}
     ports = [(ln.port.protocol, ln.port.port, ln.port.end_port) for ln in p.lines[EGRESS]]
     assert ports == [("udp", 53, None), ("tcp", 8000, 8100)]
     assert INGRESS not in p.lines
@@ -164,6 +167,7 @@ def test_policy_update_replaces_its_sets_and_chains():
     ch = m.take_changes()
     new = m.policies["default/p"]
     assert new.pid != old.pid and old.target_set() in ch.gone_sets and new.target_set() in ch.new_sets
+    assert m.set_elements(old.target_set()) == set()
     assert old.chain(INGRESS) in ch.gone_chains and new.chain(INGRESS) in ch.new_chains
     assert m.isolated("default/a")[INGRESS] is False
 
@@ -184,11 +188,32 @@ def test_backends_render_without_a_kernel():
     m.set_policy("default/p", policy("p", "default", {
         "podSelector": {}, "ingress": [{"from": [{"podSelector": {}}, {"ipBlock": {"cidr": "1.2.3.0/24"}}],
                                         "ports": [{"port": "http"}, {"port": 80, "endPort": 90}]}]}))
-    pid = m.policies["default/p"].pid
+    peer, cidr, (named,) = (rset(m, "default/p", w) for w in ("peer", "cidr", "named"))
     chains = IptablesBackend(backend="legacy")._all_chains(m)
     rules = "\n".join(r for c in chains.values() for r in c)
-    assert f"--match-set NA-NP-I{pid}-0P src -p tcp -m set --match-set NA-NP-I{pid}-0N0 dst,dst" in rules
-    assert f"--match-set NA-NP-I{pid}-0C src -p tcp -m tcp --dport 80:90" in rules
+    assert f"--match-set NA-NP-{peer} src -p tcp -m set --match-set NA-NP-{named} dst,dst" in rules
+    assert f"--match-set NA-NP-{cidr} src -p tcp -m tcp --dport 80:90" in rules
     script = NftablesBackend()._full(m)
-    assert f"ip saddr @i{pid}_0c meta l4proto tcp th dport 80-90" in script
+    assert f"ip saddr @{cidr.lower().replace('-', '_')} meta l4proto tcp th dport 80-90" in script
     assert "10.0.0.1 . tcp . 8080" in script
+
+
+def test_policies_with_the_same_selectors_share_sets_until_the_last_goes():
+    m = model_with(pod_object("a", "default", "10.0.0.1", "n1", {"app": "a"}),
+                   pod_object("b", "default", "10.0.0.2", "n1", {"role": "fe"}))
+    spec = {"podSelector": {"matchLabels": {"app": "a"}},
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "fe"}}}]}]}
+    m.set_policy("default/p1", policy("p1", "default", spec))
+    m.set_policy("default/p2", policy("p2", "default", spec | {"policyTypes": ["Ingress", "Egress"]}))
+    assert rset(m, "default/p1") == rset(m, "default/p2")
+    assert m.policies["default/p1"].target_set() == m.policies["default/p2"].target_set()
+    assert m.isolated("default/a") == {INGRESS: True, EGRESS: True}
+    m.take_changes()
+    m.set_policy("default/p2", None)
+    ch = m.take_changes()
+    assert ch.gone_sets == set() and ch.removed == {"EGR-ISO": {"10.0.0.1"}}
+    assert m.isolated("default/a") == {INGRESS: True, EGRESS: False}
+    m.set_policy("default/p1", None)
+    ch = m.take_changes()
+    assert len(ch.gone_sets) == 2  # the shared target and peer sets
+    assert m.defs == {} and m.set_elements("ING-ISO") == set()
