@@ -5,8 +5,10 @@
     chain ingress: ip daddr @t_<policy> jump i_<policy> …; ip daddr @ing_iso, no ingress mark → reject
     chain i_<policy>: peer/port matches → meta mark |= ingress bit
 
-Same layout and marks as the iptables backend. A label change is `add element` / `delete element`
-lines; a full sync deletes and recreates the table in the same transaction (no window without rules).
+Same layout and marks as the iptables backend. A full sync deletes and recreates the table in one
+`nft -f` transaction (no window without rules); policy changes are `nft -f` scripts too. The hot path,
+a pod or namespace label change, is element-only: it goes out as one hand-built nf_tables netlink batch
+(netproxy's encoder), without the nft CLI's whole-ruleset fetch on every call.
 Our own table is independent of other tables' verdicts (a service proxy's accept elsewhere does not
 skip it). Blocking: call from the enforcer's netns worker thread.
 """
@@ -17,6 +19,7 @@ import logging
 
 from netpol.iptables import MARK_EGRESS, MARK_INGRESS, BackendError, run
 from netpol.model import INGRESS, ISO_SETS, Changes, Line, PolicyModel
+from netproxy.nftables import netlink as nl
 
 log = logging.getLogger("netpol.nftables")
 
@@ -30,6 +33,7 @@ class NftablesBackend:
     def __init__(self, table: str = "nodeagent-netpol") -> None:
         self.table = table
         self.t = f"ip {table}"
+        self._sock: nl.NftSocket | None = None  # opened on the worker thread, so in its netns
 
     @staticmethod
     def set_name(name: str) -> str:
@@ -51,9 +55,36 @@ class NftablesBackend:
 
     # ------------------------------------------------------------------ sync
     def sync(self, model: PolicyModel, ch: Changes) -> None:
+        if not (ch.full or ch.new_sets or ch.gone_sets or ch.chains_changed):
+            self._elements_batch(model, ch)
+            return
         script = self._full(model) if ch.full else self._incremental(model, ch)
         if script:
             self._nft(script)
+
+    @staticmethod
+    def _key(kind: str, e: str) -> bytes:
+        if kind == "ipport":
+            ip, proto, port = e.split(",")
+            return nl.ip4(ip) + nl.proto_key(proto.upper()) + nl.port_key(int(port))
+        return nl.ip4(e)
+
+    def _elements_batch(self, model: PolicyModel, ch: Changes) -> None:
+        b = nl.Batch(self.table)
+        for changes, add in ((ch.removed, False), (ch.added, True)):
+            for name, elems in changes.items():
+                kind = model.set_kinds.get(name)
+                if not elems or kind is None:
+                    continue
+                if kind == "net":  # interval sets change only with their policy (never here)
+                    raise BackendError(f"element update of interval set {name}")
+                keys = [nl.element(self._key(kind, e)) for e in sorted(elems)]
+                (b.add_elements if add else b.del_elements)(self.set_name(name), keys)
+        if not b.msgs:
+            return
+        if self._sock is None:
+            self._sock = nl.NftSocket()
+        self._sock.send(b)
 
     def _full(self, model: PolicyModel) -> str:
         out = [f"add table {self.t}", f"delete table {self.t}", f"add table {self.t}"]
@@ -158,3 +189,6 @@ class NftablesBackend:
 
     def cleanup(self) -> None:
         self._nft(f"add table {self.t}\ndelete table {self.t}\n")
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
