@@ -114,6 +114,7 @@ class IptablesBackend:
             wanted = {self.chain_name(c) for c in ch.new_chains} | set(self.dispatch.values())
             self._restore({k: v for k, v in all_chains.items() if k in wanted},
                           {self.chain_name(c) for c in ch.gone_chains})
+            self._ensure_jump()
         if ch.gone_sets:
             self._ipset([f"destroy {self.set_name(s)}" for s in sorted(ch.gone_sets)], check=False)
 

@@ -94,8 +94,7 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps({"mode": args.mode, "policies": len(m.policies), "pods": len(m.pods),
                                   "sets": len(m.set_kinds), "seconds": round(enforcer.stats.last_duration, 4)}))
                 return 0
-            await enforcer.run()
-            return 0
+            return await until_signal(enforcer.run())
         if not args.kubeconfig:
             raise SystemExit("netpol: --kubeconfig or --from-file is required (or --cleanup)")
         from netpol import api_source
@@ -105,12 +104,30 @@ def run(args: argparse.Namespace) -> int:
         client = Client.from_kubeconfig(args.kubeconfig)
         informers = SharedInformers(client)
         api_source.wire(informers, enforcer)
-        try:
+        async def serve() -> None:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(api_source.run(informers, enforcer))
                 tg.create_task(enforcer.run())
+
+        try:
+            return await until_signal(serve())
         finally:
             await client.close()
+
+    async def until_signal(work) -> int:
+        """Run `work` until SIGINT/SIGTERM, then remove our rules: nothing stale outlives the enforcer."""
+        import signal
+
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(work)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            log.info("netpol: stopping; removing %s rules", args.mode)
+        finally:
+            await enforcer.cleanup()
         return 0
 
     try:

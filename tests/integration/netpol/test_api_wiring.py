@@ -105,6 +105,11 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
         await eventually(lambda: asyncio.sleep(0, f"{net}.13" in peers(dump())))
         await client.delete("networkpolicies", "db", ns)
         await eventually(lambda: asyncio.sleep(0, f"{net}.13" not in dump() and f"{net}.12" not in dump()))
+        assert ("NA-NP-ING-ISO" if mode == "iptables" else "ing_iso") in dump()
+        proc.terminate()  # SIGTERM: the command removes what it wrote
+        assert proc.wait(10) == 0
+        leftover = dump()
+        assert "NA-NP-" not in leftover and "nodeagent-netpol" not in leftover, leftover
     finally:
         if proc is not None:
             proc.terminate()

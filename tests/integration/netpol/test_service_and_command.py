@@ -50,6 +50,13 @@ def test_policy_applies_to_the_real_pod_behind_a_cluster_ip(mode, require):
         assert c.connect("default/frontend", (VIP, "default-db"), 80) == "ok"
         assert c.connect("default/other", (VIP, "default-db"), 80) == "blocked"
         assert c.connect("default/frontend", "default/db", 6379) == "ok"
+        # egress from a client, through the ClusterIP: the policy sees the backend pod, not the VIP
+        c.apply(policy("frontend-out", "default", {
+            "podSelector": {"matchLabels": {"role": "frontend"}}, "policyTypes": ["Egress"],
+            "egress": [{"to": [{"podSelector": {"matchLabels": {"role": "db"}}}]}]}))
+        c.sync()
+        assert c.connect("default/frontend", (VIP, "default-db"), 80) == "ok"
+        assert c.connect("default/frontend", "default/other") == "blocked"
         c.run(proxy.cleanup())
         c.cleanup()
         assert c.leftovers() == []
