@@ -111,7 +111,7 @@ class IptablesBackend:
             self._ipset(lines)
         if ch.chains_changed:
             all_chains = self._all_chains(model)
-            wanted = {self.chain_name(c) for c in ch.new_chains} | set(self.dispatch.values())
+            wanted = {self.chain_name(c) for c in ch.dirty_chains} | set(self.dispatch.values())
             self._restore({k: v for k, v in all_chains.items() if k in wanted},
                           {self.chain_name(c) for c in ch.gone_chains})
             self._ensure_jump()
@@ -132,10 +132,12 @@ class IptablesBackend:
             for d in p.types:
                 me = "dst" if d == INGRESS else "src"
                 chain = self.chain_name(p.chain(d))
-                chains[self.dispatch[d]].append(
-                    f"-A {self.dispatch[d]} -m set --match-set {self.set_name(p.target_set())} {me} -j {chain}")
+                if chain not in chains:
+                    chains[self.dispatch[d]].append(
+                        f"-A {self.dispatch[d]} -m set --match-set {self.set_name(p.target_set())} {me} -j {chain}")
+                    chains[chain] = []
                 mark = MARK_INGRESS if d == INGRESS else MARK_EGRESS
-                chains[chain] = [self._line(chain, d, ln, mark) for ln in p.lines.get(d, [])]
+                chains[chain] += [self._line(chain, d, ln, mark) for ln in p.lines.get(d, [])]
         for d, iso in ISO_SETS.items():
             me = "dst" if d == INGRESS else "src"
             mark = MARK_INGRESS if d == INGRESS else MARK_EGRESS

@@ -104,7 +104,9 @@ class Policy:
     rule_sets: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)  # for tests/debugging
 
     def chain(self, direction: str) -> str:
-        return f"{'I' if direction == INGRESS else 'E'}-{self.pid}"
+        """Policies with the same target set share one chain per direction (their rules concatenated),
+        so a packet's dispatch walks distinct target sets, not every policy."""
+        return f"{'I' if direction == INGRESS else 'E'}-{self.target_set()}"
 
     def target_set(self) -> str:
         return SetDef("target", self.namespace, self.target).name
@@ -130,7 +132,7 @@ class Changes:
     new_sets: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> kind
     gone_sets: set[str] = dataclasses.field(default_factory=set)
     chains_changed: bool = False  # policies added/removed/changed: rewrite the dispatch and policy chains
-    new_chains: set[str] = dataclasses.field(default_factory=set)
+    dirty_chains: set[str] = dataclasses.field(default_factory=set)  # (re)write these
     gone_chains: set[str] = dataclasses.field(default_factory=set)
 
     def empty(self) -> bool:
@@ -401,7 +403,9 @@ class PolicyModel:
                 for e in list(self.elements[target]):
                     self._ref(ISO_SETS[direction], e, 1)
         ch.chains_changed = True
-        ch.new_chains.update(p.chain(d) for d in p.types)
+        for d in p.types:
+            ch.dirty_chains.add(p.chain(d))
+            ch.gone_chains.discard(p.chain(d))
 
     def _release(self, p: Policy) -> None:
         ch = self._changes
@@ -409,21 +413,20 @@ class PolicyModel:
         iso = self._iso_refs.get(target, {})
         for direction in p.types:
             iso[direction] -= 1
-            if iso[direction] == 0:
+            c = p.chain(direction)
+            if iso[direction] == 0:  # the last policy with this target and direction
                 for e in list(self.elements[target]):
                     self._ref(ISO_SETS[direction], e, -1)
+                ch.dirty_chains.discard(c)
+                ch.gone_chains.add(c)
+            else:
+                ch.dirty_chains.add(c)
+        ch.chains_changed = True
         for name in p.defs:
             self._def_refs[name] -= 1
             if self._def_refs[name] == 0:
                 del self._def_refs[name]
                 self._drop_set(name)
-        ch.chains_changed = True
-        for d in p.types:
-            c = p.chain(d)
-            if c in ch.new_chains:
-                ch.new_chains.discard(c)
-            else:
-                ch.gone_chains.add(c)
 
     def _create_set(self, d: SetDef) -> None:
         name = d.name

@@ -121,9 +121,9 @@ class NftablesBackend:
                            f"{{ {', '.join(self._elements(model.set_kinds[name], elems))} }}")
         if ch.chains_changed:
             chains = self._all_chains(model)
-            for c in sorted(ch.new_chains):
+            for c in sorted(ch.dirty_chains):
                 cn = self.chain_name(c)
-                out.append(f"add chain {self.t} {cn}")
+                out += [f"add chain {self.t} {cn}", f"flush chain {self.t} {cn}"]
                 out += [f"add rule {self.t} {cn} {r}" for r in chains.get(cn, [])]
             for d in ("ingress", "egress"):
                 out.append(f"flush chain {self.t} {d}")
@@ -147,9 +147,11 @@ class NftablesBackend:
                 me = "daddr" if d == INGRESS else "saddr"
                 chain = self.chain_name(p.chain(d))
                 disp = "ingress" if d == INGRESS else "egress"
-                chains[disp].append(f"ip {me} @{self.set_name(p.target_set())} jump {chain}")
+                if chain not in chains:
+                    chains[disp].append(f"ip {me} @{self.set_name(p.target_set())} jump {chain}")
+                    chains[chain] = []
                 mark = MARK_INGRESS if d == INGRESS else MARK_EGRESS
-                chains[chain] = [self._line(d, ln, mark) for ln in p.lines.get(d, [])]
+                chains[chain] += [self._line(d, ln, mark) for ln in p.lines.get(d, [])]
         for d, iso in ISO_SETS.items():
             me = "daddr" if d == INGRESS else "saddr"
             mark = MARK_INGRESS if d == INGRESS else MARK_EGRESS

@@ -44,7 +44,7 @@ async def make_pod(client, ns, name, ip, labels, node="n1"):
 
 
 @pytest.mark.parametrize("mode", ["iptables", "nftables"])
-async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, require, mode):
+async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, require, mode, tmp_path):
     if mode == "nftables":
         require("nftables")
     client = Client.from_kubeconfig(server.kubeconfig)
@@ -75,9 +75,10 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
         assert pol["spec"]["policyTypes"] == ["Ingress"]
         assert pol["spec"]["ingress"][0]["ports"][0]["protocol"] == "TCP"
 
+        log = await asyncio.to_thread(open, tmp_path / "netpol.log", "w")  # the child's stderr, shown on failure
         proc = res.process([sys.executable, "-m", "nodeagent", "netpol", "--mode", mode, "--kubeconfig",
                             str(server.kubeconfig), "--netns", netns, "--node-name", "n1",
-                            "--min-sync-period", "0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            "--min-sync-period", "0.1"], stdout=subprocess.DEVNULL, stderr=log)
 
         def dump() -> str:
             cmd = ["ipset", "list"] if mode == "iptables" else ["nft", "list", "ruleset"]
@@ -110,10 +111,14 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
         assert proc.wait(10) == 0
         leftover = dump()
         assert "NA-NP-" not in leftover and "nodeagent-netpol" not in leftover, leftover
+    except BaseException:
+        print((tmp_path / "netpol.log").read_text() if (tmp_path / "netpol.log").exists() else "no log")
+        raise
     finally:
         if proc is not None:
             proc.terminate()
             proc.wait(10)
+            log.close()
         for n in (ns, peer_ns):
             await client.delete("namespaces", n)
         await client.close()

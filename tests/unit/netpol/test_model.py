@@ -168,7 +168,7 @@ def test_policy_update_replaces_its_sets_and_chains():
     new = m.policies["default/p"]
     assert new.pid != old.pid and old.target_set() in ch.gone_sets and new.target_set() in ch.new_sets
     assert m.set_elements(old.target_set()) == set()
-    assert old.chain(INGRESS) in ch.gone_chains and new.chain(INGRESS) in ch.new_chains
+    assert old.chain(INGRESS) in ch.gone_chains and new.chain(INGRESS) in ch.dirty_chains
     assert m.isolated("default/a")[INGRESS] is False
 
 
@@ -217,3 +217,23 @@ def test_policies_with_the_same_selectors_share_sets_until_the_last_goes():
     ch = m.take_changes()
     assert len(ch.gone_sets) == 2  # the shared target and peer sets
     assert m.defs == {} and m.set_elements("ING-ISO") == set()
+
+
+def test_policies_with_one_target_share_one_chain_and_one_dispatch_rule():
+    from netpol.iptables import IptablesBackend
+
+    m = model_with(pod_object("a", "default", "10.0.0.1", "n1", {"app": "a"}))
+    sel = {"podSelector": {"matchLabels": {"app": "a"}}}
+    m.set_policy("default/p1", policy("p1", "default", sel | {"ingress": [{"ports": [{"port": 80}]}]}))
+    m.set_policy("default/p2", policy("p2", "default", sel | {"ingress": [{"ports": [{"port": 81}]}]}))
+    b = IptablesBackend(backend="legacy")
+    chains = b._all_chains(m)
+    chain = b.chain_name(m.policies["default/p1"].chain(INGRESS))
+    assert len(chains[chain]) == 2 and len(chains[b.dispatch[INGRESS]]) == 2  # one jump + the isolation rule
+    m.take_changes()
+    m.set_policy("default/p1", None)
+    ch = m.take_changes()
+    assert ch.dirty_chains == {m.policies["default/p2"].chain(INGRESS)} and not ch.gone_chains
+    m.set_policy("default/p2", None)
+    ch = m.take_changes()
+    assert ch.gone_chains and not ch.dirty_chains
