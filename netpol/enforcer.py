@@ -47,8 +47,13 @@ def make_backend(mode: str, **kw: Any) -> Backend:
 
 
 def ensure_bridge_netfilter() -> bool:
-    """Bridged (same-node pod-to-pod) packets must traverse the IPv4 forward hook for policy to see
-    them; the sysctl is per network namespace, so this changes only the namespace we run in."""
+    """Bridged (same-node pod-to-pod) packets must traverse the IPv4 forward hook for policy to see them.
+
+    Chosen over a bridge-family nft table because (1) the service proxy needs it anyway: without it a
+    bridged pod → ClusterIP → pod packet never meets the ip-family DNAT, so policy on the real
+    destination could not be checked in a bridge table either; (2) one hook point (ip forward, after
+    DNAT) serves both modes, iptables included, which has no bridge-family equivalent with ipsets.
+    The sysctl is per network namespace, so this changes only the namespace we run in."""
     try:
         with open(BR_NF_SYSCTL) as f:
             if f.read().strip() == "1":
