@@ -24,14 +24,14 @@ def server(tmp_path_factory):
     assert srv.stop() == 0, srv.log()
 
 
-async def eventually(fn, within=30.0):
+async def eventually(fn, within=30.0, what=""):
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         got = await fn()
         if got:
             return got
         await asyncio.sleep(0.1)
-    raise AssertionError(f"not reached in {within}s")
+    raise AssertionError(f"not reached in {within}s: {what or fn}")
 
 
 async def make_pod(client, ns, name, ip, labels, node="n1"):
@@ -53,6 +53,12 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
     net = "10.244.9" if mode == "iptables" else "10.244.10"  # the other run's pods may still be terminating
     proc = None
     try:
+        for node in ("n1", "n2"):  # pods bound to a node that does not exist are garbage-collected (PodGC)
+            try:
+                await client.create("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+            except ClientError as e:
+                if e.code != 409:
+                    raise
         await client.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         await client.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": peer_ns}})
         await make_pod(client, ns, "db", f"{net}.11", {"role": "db"})
@@ -92,20 +98,21 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
         async def programmed():
             t = dump()
             return f"{net}.11" in t and ("8080" in t) and t
-        text = await eventually(programmed)
+        text = await eventually(programmed, what="db and its named port programmed")
         assert f"{net}.12" not in peers(text) and f"{net}.13" not in peers(text)
         # a pod label change: web becomes a frontend
         web = await client.get("pods", "web", ns)
         web["metadata"]["labels"] = {"role": "frontend"}
         await client.update("pods", web, ns)
-        await eventually(lambda: asyncio.sleep(0, f"{net}.12" in peers(dump())))
+        await eventually(lambda: asyncio.sleep(0, f"{net}.12" in peers(dump())), what="pod label change")
         # a namespace label change: the other namespace's pod becomes a peer
         pns = await client.get("namespaces", peer_ns)
         pns["metadata"].setdefault("labels", {})["team"] = "a"
         await client.update("namespaces", pns)
-        await eventually(lambda: asyncio.sleep(0, f"{net}.13" in peers(dump())))
+        await eventually(lambda: asyncio.sleep(0, f"{net}.13" in peers(dump())), what="namespace label change")
         await client.delete("networkpolicies", "db", ns)
-        await eventually(lambda: asyncio.sleep(0, f"{net}.13" not in dump() and f"{net}.12" not in dump()))
+        await eventually(lambda: asyncio.sleep(0, f"{net}.13" not in dump() and f"{net}.12" not in dump()),
+                         what="policy deleted")
         assert ("NA-NP-ING-ISO" if mode == "iptables" else "ing_iso") in dump()
         proc.terminate()  # SIGTERM: the command removes what it wrote
         assert proc.wait(10) == 0
@@ -122,3 +129,32 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
         for n in (ns, peer_ns):
             await client.delete("namespaces", n)
         await client.close()
+
+
+@pytest.mark.parametrize("mode", ["iptables", "nftables"])
+async def test_up_component_serves_then_removes_its_rules_on_stop(server, res, require, mode, tmp_path):
+    """`netpol.service:serve` as `nodeagent up` runs it (kubeconfig, tagged names for a non-default data dir)."""
+    import types
+
+    from netpol.service import backend_for, serve
+
+    if mode == "nftables":
+        require("nftables")
+    netns = res.netns()
+    config = types.SimpleNamespace(data_dir=str(tmp_path), node_name="n1", kubeconfig=str(server.kubeconfig),
+                                   netpol_mode=mode, netpol_netns=netns)
+    names = backend_for(mode, str(tmp_path))
+    mark = names.cp if mode == "iptables" else names.table
+
+    def dump() -> str:
+        cmd = ["iptables-legacy-save", "-t", "filter"] if mode == "iptables" else ["nft", "list", "tables"]
+        return subprocess.run(["ip", "netns", "exec", netns, *cmd], capture_output=True, text=True).stdout
+
+    ready = asyncio.Event()
+    task = asyncio.create_task(serve(config, ready))
+    await asyncio.wait_for(ready.wait(), 30)
+    assert mark in await asyncio.to_thread(dump)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert mark not in await asyncio.to_thread(dump)
