@@ -191,10 +191,24 @@ def priorityclass(obj: dict[str, Any]) -> None:
     obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
 
 
+def networkpolicy(obj: dict[str, Any]) -> None:
+    """policyTypes: Ingress always, plus Egress when egress rules exist; port protocols default to TCP."""
+    spec = obj.setdefault("spec", {})
+    if isinstance(spec, dict):
+        spec.setdefault("podSelector", {})
+        if not spec.get("policyTypes"):
+            spec["policyTypes"] = ["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]
+        for field in ("ingress", "egress"):
+            for rule in spec.get(field) or []:
+                for p in (rule or {}).get("ports") or []:
+                    if isinstance(p, dict):
+                        p.setdefault("protocol", "TCP")
+
+
 BY_KIND = {
     "Pod": pod, "Deployment": deployment, "ReplicaSet": replicaset, "DaemonSet": daemonset,
     "StatefulSet": statefulset, "Job": job, "CronJob": cronjob, "Service": service, "Namespace": namespace,
-    "Secret": secret, "Node": node, "PriorityClass": priorityclass,
+    "Secret": secret, "Node": node, "PriorityClass": priorityclass, "NetworkPolicy": networkpolicy,
 }
 
 

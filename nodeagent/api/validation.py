@@ -240,6 +240,108 @@ def _service(spec: dict[str, Any]) -> FieldErrors:
     return errs
 
 
+def _label_selector(sel: Any, field: str) -> FieldErrors:
+    from nodeagent.api.selectors import SelectorError, from_label_selector
+
+    if sel is None:
+        return []
+    if not isinstance(sel, dict):
+        return [invalid(field, sel, "must be an object")]
+    try:
+        from_label_selector(sel)
+    except (SelectorError, KeyError, TypeError) as e:
+        return [invalid(field, sel, str(e))]
+    return []
+
+
+def _np_port(p: Any, base: str) -> FieldErrors:
+    if not isinstance(p, dict):
+        return [invalid(base, p, "must be an object")]
+    errs: FieldErrors = []
+    proto = p.get("protocol", "TCP")
+    if proto not in ("TCP", "UDP", "SCTP"):
+        errs.append(err("FieldValueNotSupported", f"{base}.protocol",
+                        f'Unsupported value: "{proto}": supported values: "SCTP", "TCP", "UDP"'))
+    port, end = p.get("port"), p.get("endPort")
+    if isinstance(port, int) and not isinstance(port, bool):
+        if not 0 < port < 65536:
+            errs.append(invalid(f"{base}.port", port, "must be between 1 and 65535, inclusive"))
+    elif isinstance(port, str):
+        if len(port) > 15 or not re.match(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", port) or "--" in port \
+                or not re.search(r"[a-z]", port):
+            errs.append(invalid(f"{base}.port", port, "must be a valid port name (IANA_SVC_NAME: at most 15 "
+                                "lower-case alphanumerics or '-', at least one letter)"))
+        if end is not None:
+            errs.append(invalid(f"{base}.endPort", end, "may not be specified when `port` is non-numeric"))
+    elif port is not None:
+        errs.append(invalid(f"{base}.port", port, "must be a port number or name"))
+    if end is not None and (port is None or isinstance(port, int)):
+        if port is None:
+            errs.append(invalid(f"{base}.endPort", end, "may not be specified when `port` is not specified"))
+        elif not isinstance(end, int) or not 0 < end < 65536:
+            errs.append(invalid(f"{base}.endPort", end, "must be between 1 and 65535, inclusive"))
+        elif end < port:
+            errs.append(invalid(f"{base}.endPort", end, "must be greater than or equal to `port`"))
+    return errs
+
+
+def _np_peer(peer: Any, base: str) -> FieldErrors:
+    import ipaddress
+
+    if not isinstance(peer, dict):
+        return [invalid(base, peer, "must be an object")]
+    keys = [k for k in ("podSelector", "namespaceSelector", "ipBlock") if peer.get(k) is not None]
+    if not keys:
+        return [required(base, "must specify a peer")]
+    if "ipBlock" in keys and len(keys) > 1:
+        return [err("FieldValueForbidden", base, "Forbidden: may not specify both ipBlock and another peer")]
+    errs = _label_selector(peer.get("podSelector"), f"{base}.podSelector")
+    errs += _label_selector(peer.get("namespaceSelector"), f"{base}.namespaceSelector")
+    blk = peer.get("ipBlock")
+    if blk is not None:
+        cidr = blk.get("cidr") if isinstance(blk, dict) else None
+        if not cidr:
+            return errs + [required(f"{base}.ipBlock.cidr")]
+        try:
+            net = ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            return errs + [invalid(f"{base}.ipBlock.cidr", cidr,
+                                   "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)")]
+        for j, ex in enumerate(blk.get("except") or []):
+            f = f"{base}.ipBlock.except[{j}]"
+            try:
+                e = ipaddress.ip_network(ex, strict=False)
+            except (ValueError, TypeError):
+                errs.append(invalid(f, ex, "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"))
+                continue
+            if e.version != net.version or not e.subnet_of(net) or e.prefixlen <= net.prefixlen:  # type: ignore[arg-type]
+                errs.append(invalid(f, ex, "must be a strict subset of `cidr`"))
+    return errs
+
+
+def _network_policy(spec: dict[str, Any]) -> FieldErrors:
+    """networking.k8s.io/v1 NetworkPolicy, as Kubernetes' ValidateNetworkPolicySpec words it."""
+    errs = _label_selector(spec.get("podSelector"), "spec.podSelector")
+    types = spec.get("policyTypes") or []
+    for i, t in enumerate(types):
+        if t not in ("Ingress", "Egress"):
+            errs.append(err("FieldValueNotSupported", f"spec.policyTypes[{i}]",
+                            f'Unsupported value: "{t}": supported values: "Ingress", "Egress"'))
+    if len(types) > 2:
+        errs.append(invalid("spec.policyTypes", types, "may not specify more than two policyTypes"))
+    for field, peers in (("ingress", "from"), ("egress", "to")):
+        for i, rule in enumerate(spec.get(field) or []):
+            base = f"spec.{field}[{i}]"
+            if not isinstance(rule, dict):
+                errs.append(invalid(base, rule, "must be an object"))
+                continue
+            for j, p in enumerate(rule.get("ports") or []):
+                errs += _np_port(p, f"{base}.ports[{j}]")
+            for j, peer in enumerate(rule.get(peers) or []):
+                errs += _np_peer(peer, f"{base}.{peers}[{j}]")
+    return errs
+
+
 def validate(obj: dict[str, Any], kind: str, namespaced: bool) -> FieldErrors:
     """Every field error for a create or update of `obj` (metadata plus the kind's spec rules)."""
     errs = validate_metadata(obj, kind, namespaced)
@@ -269,6 +371,8 @@ def validate(obj: dict[str, Any], kind: str, namespaced: bool) -> FieldErrors:
         errs += _pod_template(tpl.get("template"), "spec.jobTemplate.spec.template", None)
     elif kind == "Service":
         errs += _service(spec)
+    elif kind == "NetworkPolicy":
+        errs += _network_policy(spec)
     elif kind == "ConfigMap" or kind == "Secret":
         for field in ("data", "binaryData", "stringData"):
             for k in (obj.get(field) or {}):

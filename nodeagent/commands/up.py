@@ -27,6 +27,7 @@ COMPONENTS = [
     Component("controllers", "nodeagent.controllers.manager:serve", "the controllers issue", after=("apiserver",)),
     Component("kubelet", "nodeagent.kubelet.agent:serve", "the kubelet issue", after=("cri", "apiserver")),
     Component("netproxy", "netproxy.service:serve", "the netproxy issue", after=("apiserver",)),
+    Component("netpol", "netpol.service:serve", "the dns/netpol issue", after=("apiserver",)),
 ]
 
 # `nodeagent agent`: the node part alone, against a remote apiserver.
@@ -35,6 +36,7 @@ NODE_COMPONENTS = [
     Component("cri", "cri.daemon:serve", "the cri issue", after=("cni",)),
     Component("kubelet", "nodeagent.kubelet.agent:serve", "the kubelet issue", after=("cri",)),
     Component("netproxy", "netproxy.service:serve", "the netproxy issue"),
+    Component("netpol", "netpol.service:serve", "the dns/netpol issue"),
 ]
 
 

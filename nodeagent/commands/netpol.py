@@ -1,0 +1,138 @@
+"""`nodeagent netpol`: NetworkPolicy enforcement alone, from a cluster or from manifests.
+
+    nodeagent netpol --kubeconfig admin.kubeconfig --mode nftables --node-name node1
+    nodeagent netpol --from-file objects.yaml --netns node1 --once
+    nodeagent netpol --mode iptables --cleanup
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+
+log = logging.getLogger("nodeagent.netpol")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", default="iptables", choices=["iptables", "nftables"])
+    p.add_argument("--kubeconfig", default=None, help="take NetworkPolicies, Pods and Namespaces from this cluster")
+    p.add_argument("--from-file", action="append", default=[],
+                   help="YAML/JSON file of NetworkPolicies, Pods and Namespaces (repeatable; instead of --kubeconfig)")
+    p.add_argument("--node-name", default=None,
+                   help="enforce for pods on this node (default: the hostname; with --from-file: every pod)")
+    p.add_argument("--netns", default=None, help="program this named network namespace instead of the host's")
+    p.add_argument("--sync-period", type=float, default=60.0, help="full resync period, seconds")
+    p.add_argument("--min-sync-period", type=float, default=0.5, help="minimum gap between syncs, seconds")
+    p.add_argument("--once", action="store_true", help="with --from-file: sync once and exit (rules stay)")
+    p.add_argument("--cleanup", action="store_true", help="remove every chain, set or table this mode owns and exit")
+
+
+def load_objects(paths: list[str]) -> list[dict]:
+    import yaml
+
+    out: list[dict] = []
+    for path in paths:
+        with open(path) as f:
+            text = f.read()
+        docs = json.loads(text) if path.endswith(".json") else list(yaml.safe_load_all(text))
+        stack = docs if isinstance(docs, list) else [docs]
+        while stack:
+            obj = stack.pop(0)
+            if not obj:
+                continue
+            kind = obj.get("kind") or ""
+            if kind.endswith("List"):
+                stack.extend(obj.get("items") or [])
+            elif kind in ("Pod", "Namespace", "NetworkPolicy"):
+                out.append(obj)
+    return out
+
+
+def feed(enforcer, objects: list[dict]) -> None:
+    from nodeagent.client.informer import key_of
+
+    for o in objects:
+        if o["kind"] == "Namespace":
+            labels = dict(o["metadata"].get("labels") or {})
+            labels.setdefault("kubernetes.io/metadata.name", o["metadata"]["name"])
+            enforcer.on_namespace(o["metadata"]["name"], labels)
+    for o in objects:
+        o.setdefault("metadata", {}).setdefault("namespace", "default")
+        if o["kind"] == "Pod":
+            enforcer.on_pod(key_of(o), o)
+        elif o["kind"] == "NetworkPolicy":
+            enforcer.on_policy(key_of(o), o)
+
+
+def run(args: argparse.Namespace) -> int:
+    import socket
+
+    from netpol.enforcer import Enforcer, make_backend
+    from netproxy.netns import NetnsWorker
+
+    if args.from_file and args.kubeconfig:
+        raise SystemExit("netpol: use --kubeconfig or --from-file, not both")
+    node = args.node_name or (None if args.from_file else socket.gethostname().lower())
+    worker = NetnsWorker(args.netns)
+    enforcer = Enforcer(make_backend(args.mode), worker, node_name=node, min_interval=args.min_sync_period,
+                        max_interval=args.sync_period, sources=1 if args.from_file else 3)
+
+    async def main() -> int:
+        if args.cleanup:
+            await enforcer.cleanup()
+            left = await enforcer.leftovers()
+            print(json.dumps({"mode": args.mode, "removed": True, "left": left}))
+            return 1 if left else 0
+        if args.from_file:
+            feed(enforcer, load_objects(args.from_file))
+            enforcer.source_synced()
+            if args.once:
+                await enforcer.sync(full=True)
+                m = enforcer.model
+                print(json.dumps({"mode": args.mode, "policies": len(m.policies), "pods": len(m.pods),
+                                  "sets": len(m.set_kinds), "seconds": round(enforcer.stats.last_duration, 4)}))
+                return 0
+            return await until_signal(enforcer.run())
+        if not args.kubeconfig:
+            raise SystemExit("netpol: --kubeconfig or --from-file is required (or --cleanup)")
+        from netpol import api_source
+        from nodeagent.client.informer import SharedInformers
+        from nodeagent.client.rest import Client
+
+        client = Client.from_kubeconfig(args.kubeconfig)
+        informers = SharedInformers(client)
+        api_source.wire(informers, enforcer)
+        async def serve() -> None:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(api_source.run(informers, enforcer))
+                tg.create_task(enforcer.run())
+
+        try:
+            return await until_signal(serve())
+        finally:
+            await client.close()
+
+    async def until_signal(work) -> int:
+        """Run `work` until SIGINT/SIGTERM, then remove our rules: nothing stale outlives the enforcer."""
+        import signal
+
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(work)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            log.info("netpol: stopping; removing %s rules", args.mode)
+        finally:
+            await enforcer.cleanup()
+        return 0
+
+    try:
+        return asyncio.run(main())
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        worker.close()
