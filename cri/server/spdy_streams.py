@@ -33,6 +33,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from cri.server.fdio import write_fd
 from cri.server.spdy import Session, Stream
 
 log = logging.getLogger("nodeagent.cri.stream.spdy")
@@ -233,7 +234,7 @@ async def pump_stdin(stream: Stream, h: Any) -> None:
         if h.stdin is None:
             continue
         try:
-            await asyncio.to_thread(os.write, h.stdin, data)
+            await write_fd(h.stdin, data)
         except OSError:
             return
     if h.stdin is not None and not h.tty:

@@ -31,6 +31,7 @@ from aiohttp import WSMsgType, web
 from cri.runtime import syscalls as sc
 from cri.runtime.process import spawn_exec
 from cri.server import spdy_streams as sp
+from cri.server.fdio import make_nonblocking, read_fd, write_fd
 
 log = logging.getLogger("nodeagent.cri.stream")
 
@@ -143,6 +144,7 @@ class StreamServer:
             await ws.send_bytes(bytes([ERROR]) + failure(str(e)))
             await ws.close()
             return ws
+        make_nonblocking(h.stdin, h.stdout, h.stderr)
         send_lock = asyncio.Lock()
 
         async def send(ch: int, data: bytes) -> None:
@@ -164,6 +166,7 @@ class StreamServer:
             reader.cancel()
             for p in pumps:
                 p.cancel()
+            await asyncio.gather(reader, *pumps, return_exceptions=True)  # unregistered before the fds close
             if h.stdin is not None and h.stdin != h.stdout:
                 with contextlib.suppress(OSError):
                     os.close(h.stdin)
@@ -178,8 +181,8 @@ class StreamServer:
         want = req["stdout"] if ch == STDOUT else req["stderr"]
         while True:
             try:
-                data = await asyncio.to_thread(os.read, fd, 65536)
-            except OSError:  # EIO from a pty master once the command is gone
+                data = await read_fd(fd)
+            except OSError:
                 return
             if not data:
                 return
@@ -193,7 +196,7 @@ class StreamServer:
                     continue
                 ch, data = msg.data[0], msg.data[1:]
                 if ch == STDIN and h.stdin is not None:
-                    await asyncio.to_thread(os.write, h.stdin, data)
+                    await write_fd(h.stdin, data)
                 elif ch == RESIZE and h.tty:
                     size = json.loads(data or b"{}")
                     fcntl.ioctl(h.stdout, termios.TIOCSWINSZ,
@@ -316,6 +319,7 @@ class StreamServer:
         except Exception as e:
             await rc.write_status(failure(str(e)), str(e))
             return
+        make_nonblocking(h.stdin, h.stdout, h.stderr)
         names = {STDOUT: "stdout", STDERR: "stderr"}
 
         async def send(ch: int, data: bytes) -> None:
@@ -339,6 +343,7 @@ class StreamServer:
                 h.kill()  # cancelled: the client is gone
             for t in inputs + pumps:
                 t.cancel()
+            await asyncio.gather(*inputs, *pumps, return_exceptions=True)  # unregistered before the fds close
             if h.stdin is not None and h.stdin != h.stdout:
                 with contextlib.suppress(OSError):
                     os.close(h.stdin)

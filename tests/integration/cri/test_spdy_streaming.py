@@ -194,3 +194,30 @@ def test_port_forward_through_a_websocket_tunnel(cri, pods):
         return out
     for body, err in asyncio.run(go()):
         assert b"200 OK" in body and scfg.hostname.encode() in body and err == b""
+
+
+def test_many_interactive_execs_at_once(cri, pods):
+    """Sessions waiting on their client's input must not hold up each other (no thread per blocked read)."""
+    sid, scfg = pods.run()
+    cid = pods.container(sid, scfg, ["sleep", "300"])
+    urls = [cri.client.rt.Exec(pb.ExecRequest(container_id=cid, cmd=["cat"], stdin=True, stdout=True,
+                                              stderr=True)).url for _ in range(8)]
+
+    async def one(i: int, url: str, opened: asyncio.Barrier) -> bytes:
+        c = await SpdyClient.upgrade(url, [V4])
+        err = await c.open({"streamtype": "error"})
+        stdin = await c.open({"streamtype": "stdin"})
+        out = await c.open({"streamtype": "stdout"})
+        await c.open({"streamtype": "stderr"})
+        await opened.wait()  # every command is running and blocked on its stdin
+        await stdin.write(f"session {i}\n".encode())
+        await stdin.close()
+        data = await out.read_all()
+        assert b"Success" in await err.read_all()
+        await c.close()
+        return data
+
+    async def go():
+        opened = asyncio.Barrier(len(urls))
+        return await asyncio.wait_for(asyncio.gather(*(one(i, u, opened) for i, u in enumerate(urls))), 60)
+    assert asyncio.run(go()) == [f"session {i}\n".encode() for i in range(len(urls))]
