@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import os
 import re
 import subprocess
@@ -40,6 +41,9 @@ def front(cri, tmp_path_factory):
         if cri.client.exec_sync(cid, ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/hostname"]).exit_code == 0:
             break
         time.sleep(0.1)
+    # 3 MiB to download: many times the 64 KiB SPDY windows
+    assert cri.client.exec_sync(cid, ["sh", "-c", "head -c 3145728 /dev/urandom > /etc/big"]).exit_code == 0
+    big = cri.client.exec_sync(cid, ["md5sum", "/etc/big"]).stdout.split()[0].decode()
     rt = cri.client.rt
 
     def stream_url(verb: str, q: dict) -> str:
@@ -62,6 +66,7 @@ def front(cri, tmp_path_factory):
     f.env = dict(os.environ, KUBECONFIG=str(tmp / "kubeconfig"), HOME=str(tmp))  # type: ignore[attr-defined]
     f.cache = str(tmp / "cache")  # type: ignore[attr-defined]
     f.hostname = scfg.hostname  # type: ignore[attr-defined]
+    f.big_md5 = big  # type: ignore[attr-defined]
     try:
         yield f
     finally:
@@ -109,7 +114,10 @@ def _port_forward(front, version: str, env: dict) -> list[bytes]:
             with urllib.request.urlopen(url, timeout=20) as resp:
                 return resp.read()
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            return list(pool.map(get, range(6)))
+            bodies = list(pool.map(get, range(6)))
+        with urllib.request.urlopen(url.replace("/hostname", "/big"), timeout=60) as resp:
+            bodies.append(hashlib.md5(resp.read()).hexdigest().encode())
+        return bodies
     finally:
         p.terminate()
         try:
@@ -127,5 +135,6 @@ def _port_forward(front, version: str, env: dict) -> list[bytes]:
 def test_kubectl_port_forward(front, version, env, upgrade):
     before = len(front.upgrades)
     bodies = _port_forward(front, version, env)
-    assert bodies == [front.hostname.encode() + b"\n"] * 6
+    assert bodies[:6] == [front.hostname.encode() + b"\n"] * 6
+    assert bodies[6] == front.big_md5.encode()
     assert [u.lower() for _, u in front.upgrades[before:]] == [upgrade.lower()]

@@ -4,6 +4,7 @@ SPDY client (tests/integration/cri/spdy_client.py), raw and tunnelled in a webso
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 
@@ -182,6 +183,10 @@ def test_port_forward_concurrent_requests_and_errors(cri, pods):
 
 def test_port_forward_through_a_websocket_tunnel(cri, pods):
     sid, scfg = _httpd_pod(cri, pods)
+    cid = cri.client.rt.ListContainers(pb.ListContainersRequest(
+        filter=pb.ContainerFilter(pod_sandbox_id=sid))).containers[0].id
+    assert cri.client.exec_sync(cid, ["sh", "-c", "head -c 2097152 /dev/urandom > /etc/big"]).exit_code == 0
+    big_md5 = cri.client.exec_sync(cid, ["md5sum", "/etc/big"]).stdout.split()[0].decode()
     url = cri.client.rt.PortForward(pb.PortForwardRequest(pod_sandbox_id=sid, port=[8080])).url
     request = b"GET /hostname HTTP/1.0\r\nHost: x\r\n\r\n"
 
@@ -189,11 +194,15 @@ def test_port_forward_through_a_websocket_tunnel(cri, pods):
         c = await SpdyClient.tunnel(url, "portforward.k8s.io")
         assert c.response_headers["sec-websocket-protocol"] == ["SPDY/3.1+portforward.k8s.io"]
         await c.settings_initial_window(1 << 20)
-        out = await asyncio.gather(_forward(c, 0, 8080, request), _forward(c, 1, 8080, request))
+        out = await asyncio.gather(_forward(c, 0, 8080, request), _forward(c, 1, 8080, request),
+                                   _forward(c, 2, 8080, b"GET /big HTTP/1.0\r\n\r\n"))
         await c.close()
         return out
-    for body, err in asyncio.run(go()):
+    results = asyncio.run(go())
+    for body, err in results[:2]:
         assert b"200 OK" in body and scfg.hostname.encode() in body and err == b""
+    body, err = results[2]  # 2 MiB: the server waits on our windows (we send WINDOW_UPDATE as we read)
+    assert err == b"" and hashlib.md5(body.split(b"\r\n\r\n", 1)[1]).hexdigest() == big_md5
 
 
 def test_many_interactive_execs_at_once(cri, pods):
