@@ -16,12 +16,13 @@ from urllib.parse import parse_qs, urlsplit
 POD, NS, CONTAINER = "p", "default", "c"
 
 
-def _pod() -> dict:
+def _pod(names: list[str]) -> dict:
     return {"kind": "Pod", "apiVersion": "v1",
             "metadata": {"name": POD, "namespace": NS, "uid": "u-1", "resourceVersion": "1"},
-            "spec": {"containers": [{"name": CONTAINER, "image": "busybox"}], "nodeName": "n"},
-            "status": {"phase": "Running", "containerStatuses": [{"name": CONTAINER, "ready": True, "restartCount": 0,
-                                                                  "image": "busybox", "imageID": "", "state": {"running": {}}}]}}
+            "spec": {"containers": [{"name": n, "image": "busybox"} for n in names], "nodeName": "n"},
+            "status": {"phase": "Running", "containerStatuses": [
+                {"name": n, "ready": True, "restartCount": 0, "image": "busybox", "imageID": "",
+                 "state": {"running": {}}} for n in names]}}
 
 
 def _resources() -> dict:
@@ -40,7 +41,6 @@ ROUTES = {
     "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": []},
     "/api/v1": _resources(),
     "/version": {"major": "1", "minor": "32", "gitVersion": "v1.32.0", "platform": "linux/amd64"},
-    f"/api/v1/namespaces/{NS}/pods/{POD}": _pod(),
 }
 
 
@@ -49,6 +49,7 @@ class KubeFront:
         self.stream_url = stream_url  # (verb, query) -> the runtime's one-time URL (blocking call)
         self.port = 0
         self.upgrades: list[tuple[str, str]] = []  # (verb, Upgrade header) of relayed requests
+        self.containers = [CONTAINER]  # the pod's containers, as the pod object lists them
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
@@ -87,6 +88,8 @@ class KubeFront:
                     await self._relay(verb, method, u, headers, reader, writer)
                     return
                 body = ROUTES.get(u.path.rstrip("/") or "/")
+                if u.path == f"/api/v1/namespaces/{NS}/pods/{POD}":
+                    body = _pod(self.containers)
                 status = "200 OK" if body is not None else "404 Not Found"
                 if body is None:
                     body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}

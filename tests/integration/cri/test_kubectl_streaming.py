@@ -52,11 +52,13 @@ def front(cri, tmp_path_factory):
                                           stdin=_truthy(q, "stdin"), stdout=_truthy(q, "stdout"),
                                           stderr=_truthy(q, "stderr"))).url
         if verb == "attach":
-            return rt.Attach(pb.AttachRequest(container_id=cid, stdout=_truthy(q, "stdout"),
+            return rt.Attach(pb.AttachRequest(container_id=f.ids[q["container"][0]], stdout=_truthy(q, "stdout"),
                                               stderr=_truthy(q, "stderr"))).url
         return rt.PortForward(pb.PortForwardRequest(pod_sandbox_id=sid)).url
 
     f = KubeFront(stream_url)
+    f.ids = {"c": cid}  # type: ignore[attr-defined]
+    f.pods, f.sid, f.scfg = pods, sid, scfg  # type: ignore[attr-defined]
     loop = asyncio.new_event_loop()
     t = threading.Thread(target=loop.run_forever, daemon=True)
     t.start()
@@ -138,3 +140,29 @@ def test_kubectl_port_forward(front, version, env, upgrade):
     assert bodies[:6] == [front.hostname.encode() + b"\n"] * 6
     assert bodies[6] == front.big_md5.encode()
     assert [u.lower() for _, u in front.upgrades[before:]] == [upgrade.lower()]
+
+
+@pytest.mark.parametrize("version", ["1.32", "1.20"])
+def test_kubectl_attach_over_spdy(front, version):
+    """kubectl attach follows a running container's output until it exits, then reports its exit code."""
+    name = "talk" + version.replace(".", "")
+    cid = front.pods.container(front.sid, front.scfg, ["sh", "-c", "i=0; while [ ! -e /tmp/stop ]; do "
+                                                       "i=$((i+1)); echo out$i; echo err$i >&2; sleep 0.2; done; exit 5"],
+                               name=name)
+    front.ids[name] = cid
+    front.containers.append(name)
+    cmd = [_kubectl(version), "--cache-dir", front.cache, "attach", "p", "-c", name]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=dict(front.env, KUBECTL_REMOTE_COMMAND_WEBSOCKETS="false"))
+    try:
+        line = p.stdout.readline()
+        assert re.fullmatch(rb"out\d+\n", line), (line, p.stderr.read1(4096) if p.poll() is not None else b"")
+        assert front.pods.c.exec_sync(cid, ["touch", "/tmp/stop"]).exit_code == 0
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 5, err
+    assert re.search(rb"err\d+\n", err)
+    assert front.upgrades[-1] == ("attach", "SPDY/3.1")

@@ -216,3 +216,81 @@ def test_garbage_ends_the_session_with_a_protocol_error_goaway():
         frames = await h.flush()
         assert frames == [spdy.ControlFrame(spdy.GOAWAY, 0, struct.pack(">II", 0, spdy.GOAWAY_PROTOCOL_ERROR))]
     run(go())
+
+
+def test_protocol_negotiation_takes_the_clients_first_served_offer():
+    from aiohttp.test_utils import make_mocked_request
+    from multidict import CIMultiDict
+
+    from cri.server.spdy_streams import EXEC_SPDY_PROTOCOLS, negotiate
+
+    def req(*offers):
+        return make_mocked_request("POST", "/exec/t", headers=CIMultiDict(
+            [("Upgrade", "SPDY/3.1")] + [("X-Stream-Protocol-Version", o) for o in offers]))
+    assert negotiate(req("v5.channel.k8s.io", "v4.channel.k8s.io", "v3.channel.k8s.io"),
+                     EXEC_SPDY_PROTOCOLS, "channel.k8s.io") == "v4.channel.k8s.io"
+    assert negotiate(req("v2.channel.k8s.io, channel.k8s.io"), EXEC_SPDY_PROTOCOLS, "x") == "v2.channel.k8s.io"
+    assert negotiate(req(), EXEC_SPDY_PROTOCOLS, "channel.k8s.io") == "channel.k8s.io"  # legacy: no offer
+    assert negotiate(req("v9.channel.k8s.io"), EXEC_SPDY_PROTOCOLS, "channel.k8s.io") is None
+
+
+def test_port_forward_pairs_streams_by_request_id_or_by_legacy_stream_ids():
+    import socket
+
+    from cri.server.spdy_streams import PortForwarder
+
+    async def go():
+        h = Harness()
+        h.session.start()
+        pods_end: dict[int, socket.socket] = {}
+
+        async def connect(port: int) -> socket.socket:
+            if port == 9:
+                raise ConnectionRefusedError(111, "Connection refused")
+            ours, theirs = socket.socketpair()
+            pods_end[port] = theirs
+            return ours
+        fwd = PortForwarder(h.session, connect)
+        h.session._on_stream = fwd.on_stream
+        z = _client_compressor()
+        # with requestID headers, data before error on purpose
+        h.session.feed(_syn_stream(z, 1, [(b"streamtype", b"data"), (b"port", b"80"), (b"requestid", b"7")]))
+        h.session.feed(_syn_stream(z, 3, [(b"streamtype", b"error"), (b"port", b"80"), (b"requestid", b"7")]))
+        # a legacy client: no requestID; the data stream's id is its error stream's + 2
+        h.session.feed(_syn_stream(z, 5, [(b"streamtype", b"error"), (b"port", b"81")]))
+        h.session.feed(_syn_stream(z, 7, [(b"streamtype", b"data"), (b"port", b"81")]))
+        h.session.feed(_syn_stream(z, 9, [(b"streamtype", b"error"), (b"port", b"9"), (b"requestid", b"8")]))
+        h.session.feed(_syn_stream(z, 11, [(b"streamtype", b"data"), (b"port", b"9"), (b"requestid", b"8")]))
+        h.session.feed(spdy.data_frame(1, spdy.FLAG_FIN, b"to-80"))
+        h.session.feed(spdy.data_frame(7, 0, b"to-81"))
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if len(pods_end) == 2:
+                break
+        loop = asyncio.get_running_loop()
+        for port, expect in ((80, b"to-80"), (81, b"to-81")):
+            pods_end[port].setblocking(False)
+            got = b""
+            while len(got) < len(expect):
+                got += await asyncio.wait_for(loop.sock_recv(pods_end[port], 100), 2)
+            assert got == expect
+        assert await asyncio.wait_for(loop.sock_recv(pods_end[80], 100), 2) == b""  # FIN became SHUT_WR
+        await loop.sock_sendall(pods_end[81], b"from-81")
+        pods_end[81].close()
+        pods_end[80].close()
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+        frames = spdy.FrameReader().feed(bytes(h.out))
+        data = {}
+        fins = set()
+        for f in frames:
+            if isinstance(f, spdy.DataFrame):
+                data[f.stream_id] = data.get(f.stream_id, b"") + f.data
+                if f.flags & spdy.FLAG_FIN:
+                    fins.add(f.stream_id)
+        assert data.get(7) == b"from-81" and 7 in fins and 1 in fins
+        assert b"9" in data[9] and b"refused" in data[9].lower()  # the failure is on request 8's error stream
+        assert {3, 5, 9, 11} <= fins
+        await fwd.close()
+        await h.session.close()
+    run(go())
