@@ -326,11 +326,11 @@ class StreamServer:
             await rc.send(names[ch], data)
         outputs = [(h.stdout, STDOUT)] + ([(h.stderr, STDERR)] if h.stderr is not None else [])
         pumps = [asyncio.create_task(self._pump(fd, ch, send, req)) for fd, ch in outputs]
-        inputs = []
-        if "stdin" in rc.streams:
-            inputs.append(asyncio.create_task(sp.pump_stdin(rc.streams["stdin"], h)))
+        inputs = []  # resize first: what the client sent before its input is applied before it
         if "resize" in rc.streams:
             inputs.append(asyncio.create_task(sp.pump_resize(rc.streams["resize"], h)))
+        if "stdin" in rc.streams:
+            inputs.append(asyncio.create_task(sp.pump_stdin(rc.streams["stdin"], h)))
         finished = False
         try:
             await asyncio.gather(*pumps)
