@@ -301,6 +301,7 @@ class Session:
         self._done = asyncio.Event()
         self._writer: asyncio.Task | None = None
         self.on_read: Callable[[], None] | None = None  # the transport may resume reading
+        self.after_close: Callable[[], Awaitable[None]] | None = None  # e.g. close a carrying websocket
 
     # -- output ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -348,17 +349,18 @@ class Session:
 
     async def close(self, status: int = GOAWAY_OK) -> None:
         """GOAWAY, flush what is queued, stop the writer."""
-        if self._writer is None:
-            self._shutdown()
-            return
-        if not self.closed:
-            self._queue(goaway(self.last_stream_id, status))
-        self._out.put_nowait(None)
-        try:
-            await self._writer
-        except (ConnectionError, RuntimeError, asyncio.CancelledError):
-            pass
+        if self._writer is not None:
+            if not self.closed:
+                self._queue(goaway(self.last_stream_id, status))
+            self._out.put_nowait(None)
+            try:
+                await self._writer
+            except (ConnectionError, RuntimeError, asyncio.CancelledError):
+                pass
         self._shutdown()
+        if self.after_close is not None:
+            after, self.after_close = self.after_close, None
+            await after()
 
     async def wait_closed(self) -> None:
         await self._done.wait()

@@ -156,16 +156,14 @@ async def accept_tunnel(request: web.Request, served: tuple[str, ...],
             session.feed_eof()
 
     task = asyncio.create_task(reader(), name="spdy-tunnel-reader")
-    session_close = session.close
 
-    async def close(status: int = 0) -> None:  # closing the session also ends the websocket
-        await session_close(status)
+    async def end_websocket() -> None:  # closing the session also ends the websocket
         if not ws.closed:
             await ws.close()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    session.close = close  # type: ignore[method-assign]
+    session.after_close = end_websocket
     return session, chosen, ws
 
 

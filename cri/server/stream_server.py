@@ -286,26 +286,15 @@ class StreamServer:
         if isinstance(accepted, web.Response):
             return accepted
         session, version, resp = accepted
+        gone = asyncio.create_task(session.wait_closed())
         try:
-            try:
-                streams = await sp.RemoteCommand.wait_for_streams(queue, version, req)
-            except TimeoutError:
-                log.warning("%s: timed out waiting for the client's streams", request.path)
-                return resp
-            rc = sp.RemoteCommand(session, version, streams)
-            work = asyncio.create_task(run(rc, req))
-            gone = asyncio.create_task(session.wait_closed())
-            try:
-                await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                if not work.done():  # the client went away first: so does its command
-                    work.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await work
-                gone.cancel()
-            if work.done() and not work.cancelled() and work.exception() is not None:
-                raise work.exception()
+            ended, streams = await until_gone(gone, sp.RemoteCommand.wait_for_streams(queue, version, req))
+            if ended:
+                await until_gone(gone, run(sp.RemoteCommand(session, version, streams), req))
+        except TimeoutError:
+            log.warning("%s: timed out waiting for the client's streams", request.path)
         finally:
+            gone.cancel()
             await session.close()
         return resp
 
@@ -396,6 +385,21 @@ class StreamServer:
             await forwarder.close()
             await session.close()
         return resp
+
+
+async def until_gone(gone: asyncio.Task, work) -> tuple[bool, Any]:
+    """Run work until it ends or the client goes away (then it is cancelled): (ended, its result)."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():  # the client went away first (or we are cancelled): so does the work
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        return False, None
+    return True, task.result()  # raises what the work raised
 
 
 async def follow_log(c: Any, req: dict[str, Any], send, closed) -> None:
