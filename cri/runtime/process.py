@@ -412,6 +412,9 @@ def spawn_exec(target_pid: int, argv: list[str], env: list[str], cwd: str, creds
     e1 = os.fork()
     if e1 == 0:
         try:
+            # Another thread may be between its own fork and closing its command's pipe ends: keep
+            # only ours, or this process (alive as long as our command) would hold theirs open.
+            _close_all_but({sync_w, *child_fds, *(fd for fd, _ in fds)})
             for f in cgroup_procs:
                 with contextlib.suppress(OSError):
                     _write_file(f, "0")
@@ -454,6 +457,16 @@ def spawn_exec(target_pid: int, argv: list[str], env: list[str], cwd: str, creds
         os.close(fd)
     inner = _read_all(sync_r).strip()
     return ExecHandle(e1, int(inner) if inner else 0, parent_fds[0], parent_fds[1], parent_fds[2], tty)
+
+
+def _close_all_but(keep: set[int]) -> None:
+    """Close every fd from 3 up except those in keep (close_range between them)."""
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 16)
 
 
 TIOCSPTLCK = 0x40045431

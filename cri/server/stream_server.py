@@ -6,7 +6,8 @@ then upgrades it to a websocket speaking Kubernetes' channel protocol ("v5.chann
 3 error (a metav1.Status when the command ends), 4 terminal resize ({"Width","Height"}), and in v5
 255 "close" (the client closed stdin). Port forwarding uses "v4.channel.k8s.io"/"portforward.k8s.io":
 per port a data channel (2i) and an error channel (2i+1), each opened with the port in 2 bytes
-little-endian. SPDY (what older crictl and kubelet proxies speak) is not implemented.
+little-endian. The same URLs also take SPDY/3.1 upgrades (and SPDY tunnelled in a websocket for
+port-forward): see cri/server/spdy_streams.py.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from aiohttp import WSMsgType, web
 
 from cri.runtime import syscalls as sc
 from cri.runtime.process import spawn_exec
+from cri.server import spdy_streams as sp
+from cri.server.fdio import make_nonblocking, read_fd, write_fd
 
 log = logging.getLogger("nodeagent.cri.stream")
 
@@ -46,6 +49,11 @@ def exit_status(code: int) -> bytes:
                        "message": f"command terminated with non-zero exit code: {code}",
                        "reason": "NonZeroExitCode",
                        "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}).encode()
+
+
+def exit_message(code: int) -> str | None:
+    """What channel.k8s.io before v4 writes on the error stream (nothing on success)."""
+    return None if code == 0 else f"command terminated with non-zero exit code: {code}"
 
 
 def failure(message: str) -> bytes:
@@ -91,9 +99,9 @@ class StreamServer:
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
         app = web.Application()
-        app.router.add_get("/exec/{token}", self._exec)
-        app.router.add_get("/attach/{token}", self._attach)
-        app.router.add_get("/portforward/{token}", self._portforward)
+        for kind, handler in (("exec", self._exec), ("attach", self._attach), ("portforward", self._portforward)):
+            app.router.add_get(f"/{kind}/{{token}}", handler)
+            app.router.add_post(f"/{kind}/{{token}}", handler)  # SPDY clients POST
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -122,6 +130,8 @@ class StreamServer:
     # -- exec ------------------------------------------------------------------------------------
     async def _exec(self, request: web.Request) -> web.StreamResponse:
         req = self._take(request, "exec")
+        if sp.is_spdy_upgrade(request):
+            return await self._spdy_remote(request, req, self._spdy_exec)
         ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, max_msg_size=0)
         await ws.prepare(request)
         c = self.runtime.container(req["container_id"])
@@ -134,6 +144,7 @@ class StreamServer:
             await ws.send_bytes(bytes([ERROR]) + failure(str(e)))
             await ws.close()
             return ws
+        make_nonblocking(h.stdin, h.stdout, h.stderr)
         send_lock = asyncio.Lock()
 
         async def send(ch: int, data: bytes) -> None:
@@ -155,6 +166,7 @@ class StreamServer:
             reader.cancel()
             for p in pumps:
                 p.cancel()
+            await asyncio.gather(reader, *pumps, return_exceptions=True)  # unregistered before the fds close
             if h.stdin is not None and h.stdin != h.stdout:
                 with contextlib.suppress(OSError):
                     os.close(h.stdin)
@@ -169,8 +181,8 @@ class StreamServer:
         want = req["stdout"] if ch == STDOUT else req["stderr"]
         while True:
             try:
-                data = await asyncio.to_thread(os.read, fd, 65536)
-            except OSError:  # EIO from a pty master once the command is gone
+                data = await read_fd(fd)
+            except OSError:
                 return
             if not data:
                 return
@@ -184,7 +196,7 @@ class StreamServer:
                     continue
                 ch, data = msg.data[0], msg.data[1:]
                 if ch == STDIN and h.stdin is not None:
-                    await asyncio.to_thread(os.write, h.stdin, data)
+                    await write_fd(h.stdin, data)
                 elif ch == RESIZE and h.tty:
                     size = json.loads(data or b"{}")
                     fcntl.ioctl(h.stdout, termios.TIOCSWINSZ,
@@ -199,6 +211,8 @@ class StreamServer:
     # -- attach (output only: the shim owns the container's stdio and writes it to the log) -------
     async def _attach(self, request: web.Request) -> web.StreamResponse:
         req = self._take(request, "attach")
+        if sp.is_spdy_upgrade(request):
+            return await self._spdy_remote(request, req, self._spdy_attach)
         ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS)
         await ws.prepare(request)
         c = self.runtime.container(req["container_id"])
@@ -209,26 +223,10 @@ class StreamServer:
         for ch, want in ((STDOUT, req["stdout"]), (STDERR, req["stderr"])):
             if want:
                 await ws.send_bytes(bytes([ch]))
-        with open(c.log_path, "rb") as f:  # noqa: ASYNC230 - a local log file, read in small steps
-            f.seek(0, os.SEEK_END)
-            pending = b""
-            while not ws.closed:
-                chunk = f.read(65536)
-                if not chunk:
-                    if c.state != "RUNNING":
-                        break
-                    await asyncio.sleep(0.05)
-                    continue
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    parts = line.split(b" ", 3)
-                    if len(parts) < 4:
-                        continue
-                    stream, tag, text = parts[1], parts[2], parts[3]
-                    ch = STDOUT if stream == b"stdout" else STDERR
-                    if (ch == STDOUT and req["stdout"]) or (ch == STDERR and req["stderr"]):
-                        await ws.send_bytes(bytes([ch]) + text + (b"\n" if tag == b"F" else b""))
+
+        async def send(ch: int, data: bytes) -> None:
+            await ws.send_bytes(bytes([ch]) + data)
+        await follow_log(c, req, send, lambda: ws.closed)
         if not ws.closed:
             await ws.send_bytes(bytes([ERROR]) + exit_status(c.exit_code))
             await ws.close()
@@ -237,6 +235,8 @@ class StreamServer:
     # -- port forward ----------------------------------------------------------------------------
     async def _portforward(self, request: web.Request) -> web.StreamResponse:
         req = self._take(request, "portforward")
+        if sp.is_spdy_upgrade(request) or sp.wants_tunnel(request):
+            return await self._spdy_portforward(request, req)
         ports = [int(p) for p in request.query.getall("port", [])] or list(req["ports"])
         ws = web.WebSocketResponse(protocols=PORTFORWARD_PROTOCOLS, max_msg_size=0)
         await ws.prepare(request)
@@ -277,3 +277,150 @@ class StreamServer:
                 await ws.close()
                 return
             await ws.send_bytes(bytes([ch]) + data)
+
+    # -- SPDY/3.1 --------------------------------------------------------------------------------
+    async def _spdy_remote(self, request: web.Request, req: dict[str, Any], run) -> web.StreamResponse:
+        """Upgrade, wait for the client's streams, run exec or attach on them, GOAWAY."""
+        queue: asyncio.Queue[sp.Stream] = asyncio.Queue()
+        accepted = await sp.accept_spdy(request, sp.EXEC_SPDY_PROTOCOLS, "channel.k8s.io", queue.put_nowait)
+        if isinstance(accepted, web.Response):
+            return accepted
+        session, version, resp = accepted
+        gone = asyncio.create_task(session.wait_closed())
+        try:
+            ended, streams = await until_gone(gone, sp.RemoteCommand.wait_for_streams(queue, version, req))
+            if ended:
+                await until_gone(gone, run(sp.RemoteCommand(session, version, streams), req))
+        except TimeoutError:
+            log.warning("%s: timed out waiting for the client's streams", request.path)
+        finally:
+            gone.cancel()
+            await session.close()
+        return resp
+
+    async def _spdy_exec(self, rc: sp.RemoteCommand, req: dict[str, Any]) -> None:
+        c = self.runtime.container(req["container_id"])
+        L = c.launch
+        creds = self.runtime.creds(c)
+        try:
+            h = await asyncio.to_thread(spawn_exec, c.pid, req["cmd"], L["env"], L["cwd"], creds,
+                                        self.runtime.cgroups.procs_files(c.cgroup), req["stdin"], req["tty"])
+        except Exception as e:
+            await rc.write_status(failure(str(e)), str(e))
+            return
+        make_nonblocking(h.stdin, h.stdout, h.stderr)
+        names = {STDOUT: "stdout", STDERR: "stderr"}
+
+        async def send(ch: int, data: bytes) -> None:
+            await rc.send(names[ch], data)
+        outputs = [(h.stdout, STDOUT)] + ([(h.stderr, STDERR)] if h.stderr is not None else [])
+        pumps = [asyncio.create_task(self._pump(fd, ch, send, req)) for fd, ch in outputs]
+        inputs = []  # resize first: what the client sent before its input is applied before it
+        if "resize" in rc.streams:
+            inputs.append(asyncio.create_task(sp.pump_resize(rc.streams["resize"], h)))
+        if "stdin" in rc.streams:
+            inputs.append(asyncio.create_task(sp.pump_stdin(rc.streams["stdin"], h)))
+        finished = False
+        try:
+            await asyncio.gather(*pumps)
+            code = await asyncio.to_thread(h.wait)
+            finished = True
+            await rc.close_output()
+            await rc.write_status(exit_status(code), exit_message(code))
+        finally:
+            if not finished:
+                h.kill()  # cancelled: the client is gone
+            for t in inputs + pumps:
+                t.cancel()
+            await asyncio.gather(*inputs, *pumps, return_exceptions=True)  # unregistered before the fds close
+            if h.stdin is not None and h.stdin != h.stdout:
+                with contextlib.suppress(OSError):
+                    os.close(h.stdin)
+            for fd, _ in outputs:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            if not finished:
+                await asyncio.to_thread(h.wait)
+
+    async def _spdy_attach(self, rc: sp.RemoteCommand, req: dict[str, Any]) -> None:
+        c = self.runtime.container(req["container_id"])
+        if not c.log_path:
+            message = "the container has no log to attach to"
+            await rc.write_status(failure(message), message)
+            return
+
+        async def send(ch: int, data: bytes) -> None:
+            await rc.send("stdout" if ch == STDOUT else "stderr", data)
+        await follow_log(c, req, send, lambda: rc.session.closed)
+        await rc.close_output()
+        await rc.write_status(exit_status(c.exit_code), exit_message(c.exit_code))
+
+    async def _spdy_portforward(self, request: web.Request, req: dict[str, Any]) -> web.StreamResponse:
+        s = self.runtime.sandbox(req["sandbox_id"])
+        netns = f"/proc/{s.pid}/ns/net" if s.net_mode != 2 else "/proc/self/ns/net"
+
+        async def connect(port: int) -> socket.socket:
+            return await asyncio.to_thread(connect_in_netns, netns, port)
+        forwarder: sp.PortForwarder | None = None
+        pending: list[sp.Stream] = []
+
+        def on_stream(stream: sp.Stream) -> None:
+            if forwarder is None:
+                pending.append(stream)
+            else:
+                forwarder.on_stream(stream)
+        if sp.is_spdy_upgrade(request):
+            accepted = await sp.accept_spdy(request, sp.PORTFORWARD_SPDY_PROTOCOLS, "portforward.k8s.io", on_stream)
+            if isinstance(accepted, web.Response):
+                return accepted
+        else:
+            accepted = await sp.accept_tunnel(request, sp.PORTFORWARD_SPDY_PROTOCOLS, on_stream)
+        session, _version, resp = accepted
+        forwarder = sp.PortForwarder(session, connect)
+        for stream in pending:
+            forwarder.on_stream(stream)
+        try:
+            await session.wait_closed()  # the client ends port forwarding by closing the connection
+        finally:
+            await forwarder.close()
+            await session.close()
+        return resp
+
+
+async def until_gone(gone: asyncio.Task, work) -> tuple[bool, Any]:
+    """Run work until it ends or the client goes away (then it is cancelled): (ended, its result)."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():  # the client went away first (or we are cancelled): so does the work
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        return False, None
+    return True, task.result()  # raises what the work raised
+
+
+async def follow_log(c: Any, req: dict[str, Any], send, closed) -> None:
+    """Follow the container's CRI log from its end and hand each line to send(channel, text)."""
+    with open(c.log_path, "rb") as f:  # noqa: ASYNC230 - a local log file, read in small steps
+        f.seek(0, os.SEEK_END)
+        pending = b""
+        while not closed():
+            chunk = f.read(65536)
+            if not chunk:
+                if c.state != "RUNNING":
+                    break
+                await asyncio.sleep(0.05)
+                continue
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                parts = line.split(b" ", 3)
+                if len(parts) < 4:
+                    continue
+                stream, tag, text = parts[1], parts[2], parts[3]
+                ch = STDOUT if stream == b"stdout" else STDERR
+                if (ch == STDOUT and req["stdout"]) or (ch == STDERR and req["stderr"]):
+                    await send(ch, text + (b"\n" if tag == b"F" else b""))
