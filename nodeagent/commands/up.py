@@ -55,7 +55,7 @@ class UpConfig:
     server: str | None = None  # `nodeagent agent`
     token: str | None = None
     cluster_dns: str | None = None  # kubelet --cluster-dns (comma-separated); '' for none
-    kubeconfig: str | None = None  # `nodeagent agent`: the node's own credential, written by the join
+    node_kubeconfig: str | None = None  # `nodeagent agent`: the node's own credential, written by the join
 
 
 def add_node_arguments(p: argparse.ArgumentParser) -> None:

@@ -96,7 +96,7 @@ class KubeletConfig:
         return cls(data_dir=data_dir,
                    node_name=(getattr(config, "node_name", None) or socket.gethostname()).lower(),
                    runtime_endpoint=endpoint,
-                   kubeconfig=getattr(config, "kubeconfig", None) or "",
+                   kubeconfig=getattr(config, "node_kubeconfig", None) or getattr(config, "kubeconfig", None) or "",
                    server=getattr(config, "server", None) or "", token=getattr(config, "token", None) or "",
                    cgroup_root=default_cgroup_root(data_dir) if cgroup_root is None else cgroup_root,
                    root_dir=getattr(config, "root_dir", None) or str(Path(data_dir, "kubelet")),
