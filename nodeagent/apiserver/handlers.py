@@ -177,7 +177,10 @@ class Handlers:
             await self._authorize(user, info, body)
         sub = info.subresource
         if sub:
-            return await subresources.handle(self, request, info, body, wants, dry_run)
+            resp = await subresources.handle(self, request, info, body, wants, dry_run)
+            if self.join is not None and res.name == "certificatesigningrequests" and sub == "approval":
+                self.join.kick()  # sign what was just approved
+            return resp
         if verb == "get":
             await self.cache.wait_fresh()
             entry = self.cache.get(res.key(info.namespace, info.name or ""))

@@ -88,6 +88,10 @@ class JoinService:
         except store_base.NotFound:
             return None
 
+    def kick(self) -> None:
+        """Sweep now (a CSR was created or approved)."""
+        self._kick.set()
+
     def admit_csr(self, body: Any, user: auth.User) -> None:
         """The apiserver records who asked (spec.username/groups), as the CSR strategy does."""
         if isinstance(body, dict):
