@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
         except JoinRefused as e:
             print(f"nodeagent agent: join refused: {e}", file=sys.stderr)
             return 1
-        cfg.node_kubeconfig, cfg.server, cfg.token = str(path), None, None
+        # the components use the node's own credential from here on (KubeletConfig.client()), never the token
+        cfg.node_kubeconfig, cfg.token = str(path), None
     elif args.ca_cert_hash or not unsafe:
         print("nodeagent agent: --token is not a bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}, as in the server's "
               "join command); a plain bearer token is used only with --discovery-token-unsafe-skip-ca-verification "

@@ -110,9 +110,12 @@ class KubeletConfig:
                    resolv_conf=getattr(config, "resolv_conf", None) or "/etc/resolv.conf")
 
     def client(self) -> Client:
+        """The node's own credential (a joined `agent`) first, then --server/--token, then `up`'s admin."""
+        if self.kubeconfig:
+            return Client.from_kubeconfig(self.kubeconfig)
         if self.server:
             return Client(self.server, self.token or None, insecure=True)
-        return Client.from_kubeconfig(self.kubeconfig or Path(self.data_dir, "admin.kubeconfig"))
+        return Client.from_kubeconfig(Path(self.data_dir, "admin.kubeconfig"))
 
 
 class Kubelet:
