@@ -113,9 +113,13 @@ class Handlers:
                 raise
             await self.cache.wait_fresh()  # a CustomResourceDefinition written a moment ago may serve it
             info = parse(request.method, path, query)  # type: ignore[arg-type]
-        if info is None:
-            if ANONYMOUS_GROUP in user.groups:
+        if ANONYMOUS_GROUP in user.groups:  # no credential: kube-public/cluster-info and nothing else
+            from nodeagent.join.authz import is_cluster_info
+
+            if info is None or not is_cluster_info(info.verb, info.resource.group, info.resource.name,
+                                                   info.subresource, info.namespace or "", info.name or ""):
                 raise errors.unauthorized()
+        if info is None:
             return self._discovery(request, path)
         t0 = time.perf_counter()
         code = 500
