@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "image": ("image", "manage the runtime's images: import, pull, ls, rm, inspect"),
     "proxy": ("proxy", "run netproxy alone: Services as iptables / nftables / IPVS rules"),
     "dns": ("dns", "run the cluster DNS server (Service and Pod records, forwarding) in the foreground"),
+    "token": ("token", "bootstrap tokens for joining nodes: create (prints the join command), list, delete"),
 }
 
 

@@ -201,6 +201,8 @@ class Handlers:
             if self.join is not None and res.group == "certificates.k8s.io" and res.name == "certificatesigningrequests":
                 self.join.admit_csr(body, user)
             obj = await self.registry.create(res, info.namespace, body, dry_run, owned=True)
+            if self.join is not None and res.name == "secrets" and info.namespace == "kube-system":
+                self.join.kick()  # a new bootstrap token: sign cluster-info for it now
             return json_response(self._single(res, obj, wants, q), 201)
         if verb == "update":
             obj, created = await self.registry.update(res, info.namespace, info.name or "", body, "", dry_run)

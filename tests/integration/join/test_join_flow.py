@@ -8,6 +8,7 @@ import asyncio
 import base64
 import json
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -96,3 +97,28 @@ def test_unrecognized_request_waits_for_kubectl_certificate_approve(srv):
         assert [c["type"] for c in csr["status"]["conditions"]] == ["Approved"]
     finally:
         _kubectl(srv, "delete", "csr", "alice")
+
+
+def test_token_create_prints_a_join_command_that_joins_and_delete_revokes_it(srv, tmp_path):
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "nodeagent", "token", "--kubeconfig", str(srv.kubeconfig),
+                               *args], capture_output=True, text=True, timeout=60)
+
+    p = cli("create", "--ttl", "600", "--description", "for a test")
+    assert p.returncode == 0, p.stderr
+    words = p.stdout.split()
+    j = {words[i][2:]: words[i + 1] for i in range(2, len(words) - 1, 2)}
+    assert j["server"] == srv.url and j["ca-cert-hash"] == _join_words(srv)["ca-cert-hash"]
+    assert j["token"] != _join_words(srv)["token"]
+    listed = cli("list")
+    assert j["token"][:6] + ".<secret>" in listed.stdout and "for a test" in listed.stdout, listed.stdout
+    before = set(_csr_names(srv))
+    path = asyncio.run(join(j["server"], j["token"], [j["ca-cert-hash"]], "token-node", tmp_path / "a"))
+    assert path.exists()
+    _kubectl(srv, "delete", "csr", *(set(_csr_names(srv)) - before))
+    assert cli("delete", j["token"]).returncode == 0
+    p = subprocess.run([sys.executable, "-m", "nodeagent", "agent", "--data-dir", str(tmp_path / "b"), "--node-name",
+                        "token-node-2", "--server", j["server"], "--token", j["token"], "--ca-cert-hash",
+                        j["ca-cert-hash"]], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "join refused" in p.stderr, p.stderr
+    assert not (tmp_path / "b" / "kubelet.kubeconfig").exists()
