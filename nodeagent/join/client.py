@@ -91,7 +91,7 @@ async def discover(server: str, token: str, ca_hashes: list[str], unsafe_skip_ca
     signature = data.get(tokens.JWS_PREFIX + tid)
     if signature is None:
         raise JoinRefused(f"token id {tid!r} is invalid for this cluster or it has expired (cluster-info has no "
-                          "signature for it): get a new join command from the server")
+                          "signature for it): `nodeagent token create` on the server prints a new join command")
     if not tokens.verify_detached(signature, content, tid, tsecret):
         raise JoinRefused("the cluster-info signature does not verify with this token: wrong token, or the server "
                           "is not the one that issued it; refusing to trust it")
@@ -141,7 +141,7 @@ async def request_certificate(client: Client, node_name: str, wait_s: float) -> 
     except ClientError as e:
         if e.code == 401:
             raise JoinRefused("the server refused the bootstrap token (unknown or expired): get a new join "
-                              "command from the server") from None
+                              "command from the server (`nodeagent token create`)") from None
         raise JoinRefused(f"the server refused the certificate signing request: {e}") from None
     ok = False
     try:

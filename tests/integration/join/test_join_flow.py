@@ -122,3 +122,12 @@ def test_token_create_prints_a_join_command_that_joins_and_delete_revokes_it(srv
                         j["ca-cert-hash"]], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "join refused" in p.stderr, p.stderr
     assert not (tmp_path / "b" / "kubelet.kubeconfig").exists()
+
+
+def test_unsafe_skip_ca_verification_joins_without_a_pin(srv, tmp_path):
+    j = _join_words(srv)
+    before = set(_csr_names(srv))
+    path = asyncio.run(join(j["server"], j["token"], [], "unpinned-node", tmp_path, unsafe_skip_ca_verification=True))
+    ca = base64.b64decode(yaml.safe_load(path.read_text())["clusters"][0]["cluster"]["certificate-authority-data"])
+    assert ca == srv.ca_file.read_bytes()
+    _kubectl(srv, "delete", "csr", *(set(_csr_names(srv)) - before))
