@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "proxy": ("proxy", "run netproxy alone: Services as iptables / nftables / IPVS rules"),
     "netpol": ("netpol", "run NetworkPolicy enforcement alone: iptables / nftables rules from policies"),
     "dns": ("dns", "run the cluster DNS server (Service and Pod records, forwarding) in the foreground"),
+    "token": ("token", "bootstrap tokens for joining nodes: create (prints the join command), list, delete"),
 }
 
 

@@ -92,6 +92,20 @@ def issue_node_token(data_dir: str | Path, node_name: str) -> str:
     return TokenFile(Path(data_dir) / "tokens.csv").issue(f"system:node:{node_name}", (NODES_GROUP,))
 
 
+def cert_user(peercert: dict | None) -> User | None:
+    """The user a verified client certificate names: CN the user, each O a group (x509 authentication)."""
+    if not peercert:
+        return None
+    cn, orgs = "", []
+    for rdn in peercert.get("subject") or ():
+        for key, value in rdn:
+            if key == "commonName":
+                cn = value
+            elif key == "organizationName":
+                orgs.append(value)
+    return User(cn, tuple(orgs)) if cn else None
+
+
 READ_VERBS = {"get", "list", "watch"}
 
 

@@ -6,6 +6,7 @@ Every failure leaves here as a Kubernetes Status with its code; nothing below ma
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -37,6 +38,7 @@ WATCH_BUFFER = 16 * 1024 * 1024  # a watcher whose unsent events exceed this is 
 JSON = "application/json"
 _PUBLIC = {"/version", "/version/", "/healthz", "/livez", "/readyz"}
 _RETURNS_OBJECT_ON_DELETE = {"pods", "namespaces", "services", "nodes"}
+ANONYMOUS_GROUP = "system:unauthenticated"
 
 
 def json_response(obj: Any, status: int = 200) -> web.Response:
@@ -68,7 +70,8 @@ class Wants:
 
 class Handlers:
     def __init__(self, registry: Registry, cache: WatchCache, tokens: auth.TokenFile, address: str,
-                 kubelet_proxy: Any = None) -> None:
+                 kubelet_proxy: Any = None, join: Any = None) -> None:
+        self.join = join  # nodeagent.join.service.JoinService: bootstrap tokens, CSR admission
         self.registry = registry
         self.cache = cache
         self.store = registry.store
@@ -95,11 +98,11 @@ class Handlers:
             if path.startswith("/version"):
                 return json_response(discovery.version_info())
             return web.Response(text="ok")
-        user = self.tokens.authenticate(request.headers.get("Authorization"))
-        if user is None:
-            raise errors.unauthorized()
+        user = await self._authenticate(request)
         query = request.query
         if path == "/metrics":
+            if ANONYMOUS_GROUP in user.groups:
+                raise errors.unauthorized()
             if not user.is_admin:
                 raise errors.forbidden(user.name, "get", "/metrics", "", "", "")
             return web.Response(body=self.metrics.render(), content_type="text/plain")
@@ -110,6 +113,12 @@ class Handlers:
                 raise
             await self.cache.wait_fresh()  # a CustomResourceDefinition written a moment ago may serve it
             info = parse(request.method, path, query)  # type: ignore[arg-type]
+        if ANONYMOUS_GROUP in user.groups:  # no credential: kube-public/cluster-info and nothing else
+            from nodeagent.join.authz import is_cluster_info
+
+            if info is None or not is_cluster_info(info.verb, info.resource.group, info.resource.name,
+                                                   info.subresource, info.namespace or "", info.name or ""):
+                raise errors.unauthorized()
         if info is None:
             return self._discovery(request, path)
         t0 = time.perf_counter()
@@ -172,7 +181,10 @@ class Handlers:
             await self._authorize(user, info, body)
         sub = info.subresource
         if sub:
-            return await subresources.handle(self, request, info, body, wants, dry_run)
+            resp = await subresources.handle(self, request, info, body, wants, dry_run)
+            if self.join is not None and res.name == "certificatesigningrequests" and sub == "approval":
+                self.join.kick()  # sign what was just approved
+            return resp
         if verb == "get":
             await self.cache.wait_fresh()
             entry = self.cache.get(res.key(info.namespace, info.name or ""))
@@ -186,7 +198,11 @@ class Handlers:
         if verb == "watch":
             return await self._watch(request, info, wants)
         if verb == "create":
+            if self.join is not None and res.group == "certificates.k8s.io" and res.name == "certificatesigningrequests":
+                self.join.admit_csr(body, user)
             obj = await self.registry.create(res, info.namespace, body, dry_run, owned=True)
+            if self.join is not None and res.name == "secrets" and info.namespace == "kube-system":
+                self.join.kick()  # a new bootstrap token: sign cluster-info for it now
             return json_response(self._single(res, obj, wants, q), 201)
         if verb == "update":
             obj, created = await self.registry.update(res, info.namespace, info.name or "", body, "", dry_run)
@@ -223,11 +239,39 @@ class Handlers:
             return False
 
     # ------------------------------------------------------------------ auth
+    async def _authenticate(self, request: web.Request) -> auth.User:
+        """Static token, else a client certificate from the cluster CA, else a bootstrap token; a request
+        with no credential at all is anonymous (it may read kube-public/cluster-info, nothing else)."""
+        header = request.headers.get("Authorization")
+        user = self.tokens.authenticate(header)
+        if user is None and request.transport is not None:
+            user = auth.cert_user(request.transport.get_extra_info("peercert"))
+        if user is None and self.join is not None:
+            user = await self.join.authenticate(header)
+        if user is None:
+            if header:
+                raise errors.unauthorized()
+            user = auth.User("system:anonymous", (ANONYMOUS_GROUP,))
+        return user
+
     async def _authorize(self, user: auth.User, info: RequestInfo, body: Any) -> None:
         node = user.node_name
         res = info.resource
         if node is None:
-            raise errors.forbidden(user.name, info.verb, res.name, res.group, info.namespace or "", info.name or "")
+            from nodeagent.join import authz
+
+            stored = None
+            if info.verb == "delete" and info.name:
+                with contextlib.suppress(store_base.NotFound):
+                    stored = await self.store.get(res.key(info.namespace, info.name))
+            why = authz.may(user.name, user.groups, info.verb, res.group, res.name, info.subresource,
+                            info.namespace or "", info.name or "", stored)
+            if why is not None:
+                if ANONYMOUS_GROUP in user.groups:
+                    raise errors.unauthorized()
+                raise errors.forbidden(user.name, info.verb, res.name, res.group, info.namespace or "",
+                                       info.name or "", why)
+            return
         stored = None
         if info.name and info.verb not in ("get", "list", "watch"):
             try:

@@ -33,7 +33,8 @@ log = logging.getLogger("nodeagent.apiserver")
 # Kinds whose main-resource writes leave status alone (they have a status subresource).
 _STATUS_SPLIT = {"Pod", "Deployment", "ReplicaSet", "DaemonSet", "StatefulSet", "Job", "CronJob", "Service",
                  "Namespace", "Node", "ResourceQuota", "PodDisruptionBudget", "ReplicationController",
-                 "PersistentVolumeClaim", "PersistentVolume", "CustomResourceDefinition"}
+                 "PersistentVolumeClaim", "PersistentVolume", "CustomResourceDefinition",
+                 "CertificateSigningRequest"}
 _GEN_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _NO_SPEC_KEYS = ("metadata", "status", "apiVersion", "kind")
 TERMINAL = ("Succeeded", "Failed")

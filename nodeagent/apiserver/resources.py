@@ -91,6 +91,8 @@ RESOURCES: tuple[Resource, ...] = (
     R("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
     R("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False, (), (), (),
       ("create",)),
+    R("certificates.k8s.io", "v1", "certificatesigningrequests", "CertificateSigningRequest", False, ("csr",), (),
+      ("status", "approval")),
     R("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
       ("crd", "crds"), (), ("status",)),
 )
@@ -108,6 +110,7 @@ SUBRESOURCE_KINDS = {
     "portforward": ("", "", "PodPortForwardOptions", ("create", "get")),
     "proxy": ("", "", "PodProxyOptions", ("create", "delete", "get", "patch", "update")),
     "finalize": (None, None, None, ("update",)),
+    "approval": (None, None, None, ("get", "patch", "update")),
     "ephemeralcontainers": (None, None, None, ("get", "patch", "update")),
 }
 

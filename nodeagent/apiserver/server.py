@@ -38,6 +38,7 @@ class ServerConfig:
     advertise_address: str | None = None
     repair_interval: float = 10.0
     lease_duration: int = 15
+    token_ttl: float = 24 * 3600.0  # the printed join token's lifetime (0: never expires)
 
     @classmethod
     def from_any(cls, cfg: Any) -> ServerConfig:
@@ -96,6 +97,8 @@ class ApiServer:
         crt, key = pki.ensure_serving_cert(self.data_dir / "pki", ips)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(str(crt), str(key))
+        ctx.verify_mode = ssl.CERT_OPTIONAL  # client certificates from the cluster CA authenticate (nodes)
+        ctx.load_verify_locations(cafile=str(self.data_dir / "pki" / "ca.crt"))
         ctx.set_alpn_protocols(["http/1.1"])
         return ctx
 
@@ -111,8 +114,11 @@ class ApiServer:
         self.cache = WatchCache(self.store)
         await self.cache.start()
         self.registry.cache = self.cache
+        from nodeagent.join.service import JoinService
+
+        join = JoinService(self.registry, self.cache, self.data_dir, "", self.cfg.token_ttl)
         handlers = Handlers(self.registry, self.cache, self.tokens, f"{self.advertise}:{self.cfg.port}",
-                            KubeletProxy(self.data_dir / "pki" / "ca.crt"))
+                            KubeletProxy(self.data_dir / "pki" / "ca.crt"), join=join)
         server = web.Server(handlers.handle, access_log=None)
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -125,7 +131,11 @@ class ApiServer:
         ca_pem = (self.data_dir / "pki" / "ca.crt").read_text()
         boot = Bootstrap(self.registry, self.advertise, self.port, self.peers, ca_pem)
         await boot.ensure()
+        host = f"[{self.advertise}]" if ":" in self.advertise else self.advertise
+        join.server_url = f"https://{host}:{self.port}"
+        await join.start()
         loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(join.run(), name="join"))
         interval = min(self.cfg.repair_interval, self.cfg.lease_duration / 3)
         self._tasks.append(loop.create_task(boot.run(interval), name="bootstrap"))
         self._tasks.append(loop.create_task(run_compactor(self.store, interval=self.compact_interval),

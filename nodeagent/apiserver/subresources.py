@@ -30,14 +30,16 @@ async def handle(h: Handlers, request: web.Request, info: RequestInfo, body: Any
     ns, name = info.namespace, info.name or ""
     if sub in _STREAMING:
         return await _kubelet(h, request, info)
-    if sub in ("status", "ephemeralcontainers"):
+    if sub in ("status", "ephemeralcontainers", "approval"):
         if verb == "get":
             return json_response(await h.registry.get(res, ns, name))
         if verb == "update":
-            obj, _ = await h.registry.update(res, ns, name, body, "status" if sub == "status" else "", dry_run)
+            obj, _ = await h.registry.update(res, ns, name, body, "" if sub == "ephemeralcontainers" else "status",
+                                             dry_run)
             return json_response(obj)
         if verb == "patch":
-            obj, _ = await h.patch(request, info, body, dry_run, subresource="status" if sub == "status" else "")
+            obj, _ = await h.patch(request, info, body, dry_run,
+                                   subresource="" if sub == "ephemeralcontainers" else "status")
             return json_response(obj)
     if sub == "finalize" and verb == "update":
         obj, _ = await h.registry.update(res, ns, name, body, "", dry_run)

@@ -76,7 +76,8 @@ def path_for(res: Resource, namespace: str | None = None, name: str | None = Non
 
 class Client:
     def __init__(self, server: str, token: str | None = None, ca_file: str | None = None,
-                 ca_data: bytes | None = None, insecure: bool = False, max_connections: int = 32) -> None:
+                 ca_data: bytes | None = None, insecure: bool = False, max_connections: int = 32,
+                 cert_file: str | None = None, key_file: str | None = None) -> None:
         self.server = server.rstrip("/")
         self.token = token
         if self.server.startswith("https"):
@@ -84,6 +85,8 @@ class Client:
             if insecure:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
+            if cert_file:  # x509 client authentication (a joined node's own certificate)
+                ctx.load_cert_chain(cert_file, key_file)
         else:
             ctx = None  # type: ignore[assignment]
         self._ssl = ctx
@@ -99,7 +102,8 @@ class Client:
         user = next((u["user"] for u in cfg.get("users", []) if u["name"] == ctx.get("user")), {})
         ca = base64.b64decode(cluster["certificate-authority-data"]) if cluster.get("certificate-authority-data") else None
         return cls(cluster["server"], user.get("token"), ca_file=cluster.get("certificate-authority"), ca_data=ca,
-                   insecure=bool(cluster.get("insecure-skip-tls-verify")), **kw)
+                   insecure=bool(cluster.get("insecure-skip-tls-verify")),
+                   cert_file=user.get("client-certificate"), key_file=user.get("client-key"), **kw)
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

@@ -25,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lease-duration", type=int, default=15,
                    help="seconds an apiserver's identity lease lasts; the `kubernetes` endpoints drop a server "
                         "that stops renewing it (default: %(default)s)")
+    p.add_argument("--token-ttl", type=float, default=24 * 3600.0,
+                   help="seconds the printed join token stays valid (default: %(default)s; 0: never expires)")
     p.add_argument("--advertise-address", default=None,
                    help="IP other nodes reach this server on (default: the bind address, or the default route's)")
     c = p.add_argument_group("controllers")
@@ -52,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = ServerConfig(data_dir=args.data_dir, bind_address=args.bind_address, port=args.port,
                        datastore=args.datastore, service_cluster_ip_range=args.service_cluster_ip_range,
-                       advertise_address=args.advertise_address, lease_duration=args.lease_duration)
+                       advertise_address=args.advertise_address, lease_duration=args.lease_duration,
+                       token_ttl=args.token_ttl)
     del serve  # imported to fail early if the apiserver cannot load
     from nodeagent.controllers.options import ControllerOptions
 

@@ -58,6 +58,8 @@ class UpConfig:
     kubelet_address: str | None = None
     server: str | None = None  # `nodeagent agent`
     token: str | None = None
+    cluster_dns: str | None = None  # kubelet --cluster-dns (comma-separated); '' for none
+    node_kubeconfig: str | None = None  # `nodeagent agent`: the node's own credential, written by the join
 
 
 def add_node_arguments(p: argparse.ArgumentParser) -> None:
@@ -83,6 +85,9 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sync-frequency", type=float, default=None,
                    help="seconds between periodic syncs of a running pod (default: 60; runtime events and "
                         "probe changes sync at once)")
+    p.add_argument("--cluster-dns", default=None,
+                   help="cluster DNS IPs written into ClusterFirst pods' resolv.conf, comma-separated (default: the "
+                        "kube-dns Service IP of the server's default Service range, 10.96.0.10; '' for none)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,7 +113,17 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
                    kubelet_address=getattr(args, "kubelet_address", None),
                    server=getattr(args, "server", None), token=getattr(args, "token", None))
     cfg.cni_conf_dir = PodNetwork.from_any(cfg).conf_dir
+    dns = getattr(args, "cluster_dns", None)
+    cfg.cluster_dns = default_cluster_dns() if dns is None else dns
     return cfg
+
+
+def default_cluster_dns() -> str:
+    """The kube-dns ClusterIP the server's DNS registers in its default Service range (10.96.0.10)."""
+    from nodeagent.apiserver.server import ServerConfig
+    from nodeagent.dns.register import default_service_ip
+
+    return default_service_ip(ServerConfig().service_cluster_ip_range)
 
 
 def no_grpc_fork_handlers() -> None:

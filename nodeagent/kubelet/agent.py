@@ -57,6 +57,14 @@ def default_cgroup_root(data_dir: str) -> str:
     return "" if str(data_dir) == DEFAULT_DATA_DIR else f"nodeagent-{instance_tag(data_dir)}"
 
 
+def parse_cluster_dns(value: Any) -> tuple[str, ...]:
+    """`--cluster-dns` as the kubelet takes it: comma-separated IPs (or a list); None/'' for none."""
+    if not value:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(str(i).strip() for i in items if str(i).strip())
+
+
 @dataclasses.dataclass
 class KubeletConfig:
     data_dir: str = DEFAULT_DATA_DIR
@@ -74,6 +82,9 @@ class KubeletConfig:
     resync: float = 60.0  # kubelet's --sync-frequency: every pod is re-synced at least this often
     port: int = 10250  # the Node API (HTTPS); 0: any free port
     address: str = "0.0.0.0"
+    cluster_dns: tuple[str, ...] = ()  # kubelet's --cluster-dns; empty: ClusterFirst pods get the host's DNS
+    cluster_domain: str = "cluster.local"
+    resolv_conf: str = "/etc/resolv.conf"
 
     @classmethod
     def from_any(cls, config: Any) -> KubeletConfig:
@@ -89,7 +100,7 @@ class KubeletConfig:
         return cls(data_dir=data_dir,
                    node_name=(getattr(config, "node_name", None) or socket.gethostname()).lower(),
                    runtime_endpoint=endpoint,
-                   kubeconfig=getattr(config, "kubeconfig", None) or "",
+                   kubeconfig=getattr(config, "node_kubeconfig", None) or getattr(config, "kubeconfig", None) or "",
                    server=getattr(config, "server", None) or "", token=getattr(config, "token", None) or "",
                    cgroup_root=default_cgroup_root(data_dir) if cgroup_root is None else cgroup_root,
                    root_dir=getattr(config, "root_dir", None) or str(Path(data_dir, "kubelet")),
@@ -99,12 +110,18 @@ class KubeletConfig:
                    housekeeping_interval=float(getattr(config, "housekeeping_interval", None) or 10.0),
                    resync=float(getattr(config, "sync_frequency", None) or 60.0),
                    port=_kubelet_port(config, data_dir),
-                   address=getattr(config, "kubelet_address", None) or "0.0.0.0")
+                   address=getattr(config, "kubelet_address", None) or "0.0.0.0",
+                   cluster_dns=parse_cluster_dns(getattr(config, "cluster_dns", None)),
+                   cluster_domain=getattr(config, "cluster_domain", None) or "cluster.local",
+                   resolv_conf=getattr(config, "resolv_conf", None) or "/etc/resolv.conf")
 
     def client(self) -> Client:
+        """The node's own credential (a joined `agent`) first, then --server/--token, then `up`'s admin."""
+        if self.kubeconfig:
+            return Client.from_kubeconfig(self.kubeconfig)
         if self.server:
             return Client(self.server, self.token or None, insecure=True)
-        return Client.from_kubeconfig(self.kubeconfig or Path(self.data_dir, "admin.kubeconfig"))
+        return Client.from_kubeconfig(Path(self.data_dir, "admin.kubeconfig"))
 
 
 class Kubelet:
@@ -207,7 +224,8 @@ class Kubelet:
         self.runtime = PodRuntime(self.cri, self.volumes, self.recorder, self.clock, log_root=Path(self.cfg.log_dir),
                                   cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p),
                                   memory_capacity=self.node.memory_capacity(), runtime_name=self.node.runtime_name,
-                                  cgroups=await asyncio.to_thread(_cgroup_driver))
+                                  cgroups=await asyncio.to_thread(_cgroup_driver), cluster_dns=self.cfg.cluster_dns,
+                                  cluster_domain=self.cfg.cluster_domain, resolv_conf=self.cfg.resolv_conf)
         if self.runtime.cgroups is not None:
             await asyncio.to_thread(_ensure_qos_tree, self.runtime.cgroups, self.runtime.cgroup_root)
         async with asyncio.TaskGroup() as tg:

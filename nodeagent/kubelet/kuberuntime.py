@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cri.proto import api_pb2 as pb
+from nodeagent.dns.resolvconf import ResolvConf, pod_resolv_conf
 from nodeagent.kubelet import images as image_policy
 from nodeagent.kubelet import resources
 from nodeagent.kubelet.backoff import CrashLoopBackoff, ImagePullBackoff, container_backoff_key
@@ -64,8 +65,12 @@ class PodRuntime:
 
     def __init__(self, cri: RuntimeClient, volumes: VolumeManager, recorder: Any, clock: Clock, *,
                  log_root: Path, cgroup_root: tuple[str, ...], memory_capacity: int, runtime_name: str,
-                 sandbox_image: str = "", cgroups: Any = None) -> None:
+                 sandbox_image: str = "", cgroups: Any = None, cluster_dns: tuple[str, ...] = (),
+                 cluster_domain: str = "cluster.local", resolv_conf: str = "/etc/resolv.conf") -> None:
         self.cri = cri
+        self.cluster_dns = list(cluster_dns)  # kubelet --cluster-dns: the kube-dns Service IP(s)
+        self.cluster_domain = cluster_domain
+        self.resolv_conf = resolv_conf  # kubelet --resolv-conf: the host's file, for Default and the search line
         self.volumes = volumes
         self.recorder = recorder
         self.clock = clock
@@ -151,7 +156,10 @@ class PodRuntime:
         if actions.create_sandbox:
             for old in st.sandboxes:
                 await self._remove_sandbox(old.id)
-            sid = await self.cri.run_sandbox(self.sandbox_config(pod, actions.attempt))
+            new_cfg = self.sandbox_config(pod, actions.attempt)
+            for warning in self.dns_warnings(pod):
+                self.recorder.record(pod, "Warning", "DNSConfigForming", warning)
+            sid = await self.cri.run_sandbox(new_cfg)
             st = await self.state(pod)
         sandbox_cfg = self.sandbox_config(pod, actions.attempt)
         spec = pod.get("spec") or {}
@@ -271,6 +279,10 @@ class PodRuntime:
                            POD_NAMESPACE_LABEL: m.get("namespace", "default")})
         cfg.annotations.update({k: str(v) for k, v in (m.get("annotations") or {}).items()})
         cfg.linux.cgroup_parent = self.cgroup_parent(pod)
+        rc = self._resolv_conf(pod)
+        cfg.dns_config.servers.extend(rc.nameservers)
+        cfg.dns_config.searches.extend(rc.searches)
+        cfg.dns_config.options.extend(rc.options)
         nso = cfg.linux.security_context.namespace_options
         nso.network = pb.NODE if host_net else pb.POD
         nso.pid = pb.NODE if spec.get("hostPID") else (pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER)
@@ -282,6 +294,14 @@ class PodRuntime:
                                           protocol=pb.Protocol.Value(p.get("protocol", "TCP")),
                                           host_ip=p.get("hostIP", ""))
         return cfg
+
+    def _resolv_conf(self, pod: Mapping[str, Any]) -> ResolvConf:
+        """The pod's resolv.conf by dnsPolicy (the runtime writes it from the sandbox's dns_config)."""
+        return pod_resolv_conf(pod, self.cluster_dns, self.cluster_domain, _read_text(self.resolv_conf))
+
+    def dns_warnings(self, pod: Mapping[str, Any]) -> list[str]:
+        """What the kubelet reports as DNSConfigForming events (limits exceeded, no cluster DNS)."""
+        return self._resolv_conf(pod).warnings
 
     def container_config(self, pod: Mapping[str, Any], c: Mapping[str, Any], attempt: int,
                          vols: Mapping[str, Any]) -> pb.ContainerConfig:
@@ -443,6 +463,15 @@ def _latest(records: list[ContainerRecord]) -> dict[str, ContainerRecord]:
         if cur is None or (r.created_at, r.attempt) > (cur.created_at, cur.attempt):
             out[r.name] = r
     return out
+
+
+def _read_text(path: str) -> str:
+    """The host's resolv.conf (a small local file, read as the kubelet does on each sandbox start)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def _details(e: BaseException) -> str:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A worker VM: wait for the control plane's join command in the shared folder, then run
-# `nodeagent agent --server ... --token ... --ca-cert-hash ...` as a service beside the CRI daemon.
+# `nodeagent agent --server ... --token ... --ca-cert-hash ...` as a service using the CRI daemon
+# nodeagent-cri.service runs (never a second runtime of its own) and the lab's state dir.
 # On cp it joins the control plane's own node (LAB_JOIN_OPTIONAL=1). Idempotent: a second run changes
 # nothing (the agent restarts only when its unit or join changed).
 set -euo pipefail
@@ -57,7 +58,7 @@ Requires=nodeagent-cri.service
 
 [Service]
 EnvironmentFile=$LAB_ETC/join.env
-ExecStart=$NODEAGENT agent --server \${JOIN_SERVER} --token \${JOIN_TOKEN} $hash_flag $LAB_AGENT_ARGS
+ExecStart=$NODEAGENT agent --server \${JOIN_SERVER} --token \${JOIN_TOKEN} $hash_flag --data-dir $LAB_STATE_DIR --container-runtime-endpoint unix://$CRI_SOCKET $LAB_AGENT_ARGS
 Restart=on-failure
 RestartSec=2
 StandardOutput=append:$LAB_LOG_DIR/agent.log

@@ -1,4 +1,6 @@
-"""`nodeagent agent --server URL --token T`: the node part alone against a separately running server."""
+"""`nodeagent agent --server URL --token T --ca-cert-hash H`: the node part alone joins a separately running
+server with the join command the server printed, and runs as its own identity (a client certificate
+issued through an auto-approved CSR), so NodeRestriction applies to it."""
 
 from __future__ import annotations
 
@@ -10,6 +12,9 @@ import time
 import urllib.request
 
 import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from nodeagent.testing.apiserver import start_server
 from tests.e2e.kubelet.test_node_up import HTTPD, Cluster, _assert_pod_gone, _running, _wait_runtime_empty
@@ -18,7 +23,11 @@ from tests.harness.resources import unique
 pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_agent_registers_and_runs_pods_for_a_remote_server(tmp_path, images):
+def _ready(node: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or [])
+
+
+def test_agent_joins_with_the_printed_command_and_runs_pods_as_itself(tmp_path, images):
     srv = start_server(tmp_path / "server")
     node_dir = tmp_path / "node"
     node_dir.mkdir()
@@ -28,19 +37,55 @@ def test_agent_registers_and_runs_pods_for_a_remote_server(tmp_path, images):
     c.env["KUBECONFIG"] = str(srv.kubeconfig)
     log = node_dir / "agent.log"
     c.log = log
+    join = (srv.data_dir / "join-command").read_text().split()
+    assert join[:2] == ["nodeagent", "agent"] and "--ca-cert-hash" in join
     with open(log, "wb") as f:
-        agent = subprocess.Popen([sys.executable, "-m", "nodeagent", "agent", "--server", srv.url, "--token", srv.token,
-                                  "--data-dir", str(node_dir), "--node-name", c.node, "--bridge", c.bridge],
-                                 stdout=f, stderr=subprocess.STDOUT)
+        agent = subprocess.Popen([sys.executable, "-m", "nodeagent", *join[1:], "--data-dir", str(node_dir), "--node-name", c.node,
+                                  "--bridge", c.bridge], stdout=f, stderr=subprocess.STDOUT)
     c.proc = agent
     try:
-        end = time.monotonic() + 60
+        end = time.monotonic() + 90
         while "kubelet: ready" not in log.read_text(errors="replace"):
             assert agent.poll() is None and time.monotonic() < end, c.tail()
             time.sleep(0.2)
-        node = json.loads(c.kubectl("get", "node", c.node, "-o", "json"))
-        assert node["status"]["nodeInfo"]["kubeletVersion"]
         assert "apiserver: ready" not in log.read_text()  # the node part only
+
+        # its own identity: a client certificate for system:node:<name>, issued through an approved CSR
+        node_kc = node_dir / "kubelet.kubeconfig"
+        user = yaml.safe_load(node_kc.read_text())["users"][0]["user"]
+        assert "token" not in user
+        cert = x509.load_pem_x509_certificate(open(user["client-certificate"], "rb").read())
+        assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == f"system:node:{c.node}"
+        assert cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:nodes"
+        csrs = json.loads(c.kubectl("get", "csr", "-o", "json"))["items"]
+        assert len(csrs) == 1 and csrs[0]["spec"]["username"].startswith("system:bootstrap:")
+        assert [x["type"] for x in csrs[0]["status"]["conditions"]] == ["Approved"]
+
+        end = time.monotonic() + 60
+        while not _ready(node := json.loads(c.kubectl("get", "node", c.node, "-o", "json"))):
+            assert time.monotonic() < end, c.tail()
+            time.sleep(0.5)
+        assert node["status"]["nodeInfo"]["kubeletVersion"]
+
+        # NodeRestriction applies to it: its own Node yes, another node no
+        as_node = {**c.env, "KUBECONFIG": str(node_kc)}
+
+        def kubectl_as_node(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run(["kubectl", *args], capture_output=True, text=True, env=as_node, timeout=60)
+
+        other = unique("other")
+        c.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node",
+                                                             "metadata": {"name": other}}))
+        p = kubectl_as_node("label", "node", other, "stolen=yes")
+        assert p.returncode != 0 and "Forbidden" in p.stderr and f'is not allowed to modify node "{other}"' in p.stderr
+        p = kubectl_as_node("delete", "node", other)
+        assert p.returncode != 0 and "Forbidden" in p.stderr
+        p = kubectl_as_node("label", "node", c.node, "joined=yes")
+        assert p.returncode == 0, p.stderr
+        p = kubectl_as_node("create", "namespace", unique("ns"))
+        assert p.returncode != 0 and "Forbidden" in p.stderr
+        c.kubectl("delete", "node", other)
+
         c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "joined"},
                  "spec": {"terminationGracePeriodSeconds": 1,
                           "containers": [{"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never"}]}})

@@ -180,6 +180,15 @@ def test_control_plane_provisioning_twice_changes_nothing_and_node_works(lab):
     # With the join flow built: the join command reaches the shared folder and cp's own agent joins.
     assert join_file.read_text().startswith("nodeagent agent --server https://")
     assert subprocess.run([str(SHIM), "is-active", "nodeagent-agent.service"], env=lab.env).returncode == 0
+    # it joined as itself, with the lab's state dir and CRI daemon (no second runtime, no host default paths)
+    end = time.monotonic() + 90
+    while (nodes := lab.kubectl("get", "nodes", "-o", "name")).stdout.strip() == "":
+        assert time.monotonic() < end, (lab.root / "var/log/nodeagent/agent.log").read_text(errors="replace")
+        time.sleep(0.5)
+    assert nodes.stdout.startswith("node/"), nodes
+    assert (lab.root / "var/lib/nodeagent/kubelet.kubeconfig").exists()
+    agent_log = (lab.root / "var/log/nodeagent/agent.log").read_text(errors="replace")
+    assert "not starting ours" in agent_log, agent_log
 
 
 JOIN = ("nodeagent agent --server https://192.168.56.10:6443 --token abcdef.0123456789abcdef "
