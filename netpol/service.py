@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-from pathlib import Path
 from typing import Any
 
 from netpol.enforcer import Backend, Enforcer, make_backend
@@ -37,14 +36,9 @@ def backend_for(mode: str, data_dir: str | None) -> Backend:
 
 
 def client_for(config: Any) -> Any:
-    from nodeagent.client.rest import Client
+    from nodeagent.client.config import node_client
 
-    server = getattr(config, "server", None)
-    if server:
-        return Client(server, getattr(config, "token", None) or None, insecure=True)
-    kubeconfig = getattr(config, "kubeconfig", None) or Path(getattr(config, "data_dir", None) or DEFAULT_DATA_DIR,
-                                                             "admin.kubeconfig")
-    return Client.from_kubeconfig(kubeconfig)
+    return node_client(config)
 
 
 async def serve(config: Any, ready: asyncio.Event) -> None:

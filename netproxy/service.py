@@ -8,7 +8,9 @@ the proxy's handlers from watch events and `set_*_synced()` after the first list
 Config attributes read (all optional, so `UpConfig` works unchanged):
 `node_name`, `proxy_mode` (iptables | nftables | ipvs), `proxy_netns`,
 `cluster_cidr`, `node_ips`, `proxy_sync_period` (full resync, s),
-`proxy_min_sync_period` (s), `netproxy_source` (a Source).
+`proxy_min_sync_period` (s), `netproxy_source` (a Source; default: Services and EndpointSlices from
+the API with the node's credential, nodeagent.client.config.node_client), `proxy_cleanup_on_stop`
+(remove the rules on stop: for throwaway instances; kube-proxy keeps them across restarts).
 """
 
 from __future__ import annotations
@@ -63,17 +65,12 @@ def node_config(config: Any) -> NodeConfig:
 async def serve(config: Any, ready: asyncio.Event) -> None:
     source: Source | None = getattr(config, "netproxy_source", None)
     client = None
-    if source is None and getattr(config, "kubeconfig", None):
-        from netproxy.api_source import ApiSource
-        from nodeagent.client.rest import Client
-
-        client = Client.from_kubeconfig(config.kubeconfig)
-        source = ApiSource(client)
     if source is None:
-        log.warning("netproxy: no Service source configured (set kubeconfig); writing no rules")
-        ready.set()
-        await asyncio.Event().wait()
-        return
+        from netproxy.api_source import ApiSource
+        from nodeagent.client.config import node_client
+
+        client = node_client(config)
+        source = ApiSource(client)
     mode = getattr(config, "proxy_mode", None) or "iptables"
     worker = NetnsWorker(getattr(config, "proxy_netns", None))
     proxy = Proxy(make_proxier(mode, node_config(config)), worker,
@@ -87,6 +84,11 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
             log.info("netproxy: %s mode synced (%s)", mode, proxy.stats.last)
             ready.set()
     finally:
+        if getattr(config, "proxy_cleanup_on_stop", False):
+            try:
+                await asyncio.shield(proxy.cleanup())
+            except Exception:
+                log.exception("netproxy: removing the %s rules on stop failed", mode)
         with contextlib.suppress(Exception):
             worker.close()
         if client is not None:

@@ -28,6 +28,7 @@ COMPONENTS = [
     Component("kubelet", "nodeagent.kubelet.agent:serve", "the kubelet issue", after=("cri", "apiserver")),
     Component("netproxy", "netproxy.service:serve", "the netproxy issue", after=("apiserver",)),
     Component("netpol", "netpol.service:serve", "the dns/netpol issue", after=("apiserver",)),
+    Component("dns", "nodeagent.dns.service:serve", "the dns issue", after=("apiserver",)),
 ]
 
 # `nodeagent agent`: the node part alone, against a remote apiserver.
@@ -60,6 +61,10 @@ class UpConfig:
     token: str | None = None
     cluster_dns: str | None = None  # kubelet --cluster-dns (comma-separated); '' for none
     node_kubeconfig: str | None = None  # `nodeagent agent`: the node's own credential, written by the join
+    # Throwaway instances (any data dir but the default) remove their Service rules on stop, and serve
+    # cluster DNS on a port of their own (the kube-dns EndpointSlice carries it), so several coexist.
+    proxy_cleanup_on_stop: bool = False
+    dns_listen: str | None = None
 
 
 def add_node_arguments(p: argparse.ArgumentParser) -> None:
@@ -115,7 +120,27 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
     cfg.cni_conf_dir = PodNetwork.from_any(cfg).conf_dir
     dns = getattr(args, "cluster_dns", None)
     cfg.cluster_dns = default_cluster_dns() if dns is None else dns
+    if not default:
+        cfg.proxy_cleanup_on_stop = True
+        cfg.dns_listen = f"0.0.0.0:{free_udp_tcp_port()}"
     return cfg
+
+
+def free_udp_tcp_port() -> int:
+    """A port free for both UDP and TCP on every address (DNS answers on both)."""
+    import socket
+
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.bind(("0.0.0.0", 0))
+            port = u.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+                try:
+                    t.bind(("0.0.0.0", port))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no port is free for both UDP and TCP")
 
 
 def default_cluster_dns() -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from pathlib import Path
 from typing import Any
 
+from nodeagent.client.config import admin_kubeconfig
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import SharedInformers
 from nodeagent.client.leader import LeaderElector
@@ -82,7 +82,7 @@ async def run_controllers(client: Client, ready: asyncio.Event | None = None,
 
 async def serve(config: Any, ready: asyncio.Event) -> None:
     """The `nodeagent up/server` component."""
-    kubeconfig = Path(getattr(config, "data_dir", "/var/lib/nodeagent")) / "admin.kubeconfig"
+    kubeconfig = admin_kubeconfig(config)
     chosen = select(getattr(config, "controllers", None))
     options = getattr(config, "controller_options", None) or ControllerOptions()
     if not chosen:

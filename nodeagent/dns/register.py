@@ -75,6 +75,3 @@ async def ensure_dns_service(client: Client, cluster_ip: str, endpoint_ip: str, 
     if changed:
         log.info("dns: %s/%s %s -> %s:%d", NAMESPACE, NAME, have, endpoint_ip, port)
     return have
-    if changed or True:
-        log.info("dns: %s/%s %s -> %s:%d", NAMESPACE, NAME, have, endpoint_ip, port)
-    return have

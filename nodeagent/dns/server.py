@@ -171,11 +171,16 @@ class _UDP:
         self.sock = sock
         self.closed = False
         self.pending = 0
+        self.pktinfo = want_pktinfo(sock)
 
     def on_readable(self) -> None:
         for _ in range(self.BATCH):
             try:
-                data, addr = self.sock.recvfrom(65535)
+                if self.pktinfo:
+                    data, anc, _flags, peer = self.sock.recvmsg(65535, 256)
+                    addr: Any = (peer, reply_from(anc))
+                else:
+                    data, addr = self.sock.recvfrom(65535)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:  # e.g. ICMP port unreachable reported on the socket
@@ -201,7 +206,11 @@ class _UDP:
         if self.closed:
             return
         try:
-            self.sock.sendto(out, addr)
+            if self.pktinfo:
+                peer, anc = addr
+                self.sock.sendmsg([out], anc, 0, peer)
+            else:
+                self.sock.sendto(out, addr)
         except (BlockingIOError, InterruptedError):
             self.handler.stats.errors += 1
         except OSError as e:
@@ -218,6 +227,34 @@ class _UDP:
             self.pending -= 1
         if out is not None:
             self._send(out, addr)
+
+
+IP_PKTINFO = 8  # linux/in.h; the socket module does not name it
+
+
+def want_pktinfo(sock: socket.socket) -> bool:
+    """On a wildcard address, ask for each datagram's destination address: a reply must leave from the
+    address the query went to (a pod's query was DNATed to one of several host addresses, and conntrack
+    only un-NATs a reply from that one), not whichever address the route back would pick."""
+    host = sock.getsockname()[0]
+    if host not in ("0.0.0.0", "::"):
+        return False
+    if sock.family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVPKTINFO, 1)
+    else:
+        sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+    return True
+
+
+def reply_from(ancillary: list[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
+    """The control message that sends a reply from the query's destination address (any interface)."""
+    for level, kind, data in ancillary:
+        if level == socket.IPPROTO_IP and kind == IP_PKTINFO and len(data) >= 12:
+            # struct in_pktinfo {int ifindex; in_addr spec_dst; in_addr addr}: reply from addr
+            return [(level, kind, struct.pack("=i4s4s", 0, data[8:12], b"\0" * 4))]
+        if level == socket.IPPROTO_IPV6 and kind == socket.IPV6_PKTINFO and len(data) >= 20:
+            return [(level, kind, data[:16] + struct.pack("=I", 0))]  # in6_pktinfo {addr; ifindex}
+    return []
 
 
 async def _tcp_client(handler: Handler, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,

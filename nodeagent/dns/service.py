@@ -12,9 +12,9 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
+from nodeagent.client.config import admin_kubeconfig
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.dns.forward import Forwarder, parse_upstream, resolv_conf_nameservers
@@ -47,14 +47,13 @@ class DNSConfig:
     def from_any(cls, config: Any) -> DNSConfig:
         if isinstance(config, DNSConfig):
             return config
-        data_dir = Path(getattr(config, "data_dir", "/var/lib/nodeagent"))
         kw: dict[str, Any] = {"register_service": True, "retry_bind": True}
         for shared in ("service_cluster_ip_range", "advertise_address"):  # the server's own settings
             if getattr(config, shared, None) is not None:
                 kw[shared] = getattr(config, shared)
         kw.update({f.name: getattr(config, f"dns_{f.name}") for f in dataclasses.fields(cls)
                    if f.name != "kubeconfig" and getattr(config, f"dns_{f.name}", None) is not None})
-        return cls(kubeconfig=str(data_dir / "admin.kubeconfig"), **kw)
+        return cls(kubeconfig=str(admin_kubeconfig(config)), **kw)
 
     def upstream_addrs(self) -> list[tuple[str, int]]:
         if self.upstreams is not None:

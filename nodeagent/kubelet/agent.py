@@ -117,11 +117,9 @@ class KubeletConfig:
 
     def client(self) -> Client:
         """The node's own credential (a joined `agent`) first, then --server/--token, then `up`'s admin."""
-        if self.kubeconfig:
-            return Client.from_kubeconfig(self.kubeconfig)
-        if self.server:
-            return Client(self.server, self.token or None, insecure=True)
-        return Client.from_kubeconfig(Path(self.data_dir, "admin.kubeconfig"))
+        from nodeagent.client.config import node_client
+
+        return node_client(self)
 
 
 class Kubelet:

@@ -12,10 +12,10 @@ import asyncio
 import logging
 import socket
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from nodeagent.api.selectors import Selector, from_label_selector
+from nodeagent.client.config import admin_kubeconfig
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import SharedInformers
 from nodeagent.client.leader import LeaderElector
@@ -130,7 +130,7 @@ async def run_scheduler(client: Client, ready: asyncio.Event | None = None, prof
 
 async def serve(config: Any, ready: asyncio.Event) -> None:
     """The `nodeagent server` / `up` component."""
-    kubeconfig = Path(getattr(config, "data_dir", "/var/lib/nodeagent")) / "admin.kubeconfig"
+    kubeconfig = admin_kubeconfig(config)
     client = Client.from_kubeconfig(kubeconfig)
     try:
         elector = LeaderElector(client, "nodeagent-scheduler", f"{socket.gethostname()}-{id(client):x}")

@@ -2,23 +2,19 @@
 kube-dns Service IP, 10.96.0.10), and the seed's recipe (`nslookup` of the apiserver's Service) from a
 busybox pod, answered by the cluster DNS.
 
-`up` runs neither the DNS server nor a netproxy with a Service source, so the nslookup test starts
-`nodeagent dns` on this cluster's bridge address and names it in the pod's dnsConfig (dnsPolicy None,
-ClusterFirst's search list) instead of reaching it through the kube-dns ClusterIP."""
+`up` runs the DNS server (on a port of its own for a non-default data dir) and registers it as the
+kube-dns Service's endpoint; its netproxy DNATs the ClusterIP there."""
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from nodeagent.dns.resolvconf import parse_resolv_conf
-from tests.e2e.kubelet.test_node_up import BUSYBOX, cluster  # noqa: F401  (module fixture: one `up` here)
+from tests.e2e.kubelet.test_node_up import BUSYBOX, HTTPD, cluster  # noqa: F401  (module fixture: one `up` here)
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
@@ -71,43 +67,44 @@ def test_resolv_conf_follows_dns_policy(cluster):  # noqa: F811
         c.kubectl("delete", "pods", *pods, "--wait=true", "--timeout=60s", check=False)
 
 
-def _bridge_ip(bridge: str) -> str:
-    out = json.loads(subprocess.run(["ip", "-j", "-4", "addr", "show", "dev", bridge], capture_output=True,
-                                    text=True, check=True).stdout)
-    return out[0]["addr_info"][0]["local"]
-
-
-def test_nslookup_kubernetes_default_answers_the_apiservers_cluster_ip(cluster, tmp_path):  # noqa: F811
-    """The seed's recipe. The cluster DNS listens on this cluster's own bridge address (port 53 there is
-    ours alone); the pod names it as its nameserver with ClusterFirst's search list."""
+def test_nslookup_kubernetes_default_answers_the_apiservers_cluster_ip(cluster):  # noqa: F811
+    """The seed's recipe, the way a pod really resolves: ClusterFirst's nameserver is the kube-dns
+    ClusterIP, which `up`'s netproxy sends to the DNS server `up` runs."""
     c = cluster
-    _run_pod(c, "dns-warmup", "true")  # the bridge exists once a pod has a network
-    _output(c, "dns-warmup")
-    gw = _bridge_ip(c.bridge)
-    log = tmp_path / "dns.log"
-    with open(log, "wb") as f:
-        dns = subprocess.Popen([sys.executable, "-m", "nodeagent", "dns", "--kubeconfig",
-                                str(c.data_dir / "admin.kubeconfig"), "--listen", f"{gw}:53"],
-                               stdout=f, stderr=subprocess.STDOUT)
+    want = json.loads(c.kubectl("get", "svc", "kubernetes", "-o", "json"))["spec"]["clusterIP"]
+    # Debian's busybox nslookup applies the search list to dotless names only (glibc's resolver, as
+    # most programs use it, also searches `kubernetes.default` with ndots:5)
+    # (busybox's nslookup exits 1 when any search-list candidate is NXDOMAIN, even with an answer)
+    script = ("for i in $(seq 120); do nslookup kubernetes >/tmp/a 2>&1; grep -q '^Name:' /tmp/a && break; "
+              "sleep 0.5; done; cat /tmp/a; echo ---; nslookup kubernetes.default.svc.cluster.local; true")
     try:
-        want = json.loads(c.kubectl("get", "svc", "kubernetes", "-o", "json"))["spec"]["clusterIP"]
-        end = time.monotonic() + 30
-        while "serving" not in log.read_text(errors="replace") and "listening" not in log.read_text(errors="replace"):
-            assert dns.poll() is None and time.monotonic() < end, log.read_text()
-            time.sleep(0.2)
-        # Debian's busybox nslookup applies the search list to dotless names only (glibc's resolver, as
-        # most programs use it, also searches `kubernetes.default` with ndots:5)
-        _run_pod(c, "dns-nslookup", "nslookup kubernetes; echo ---; nslookup kubernetes.default.svc.cluster.local",
-                 dnsPolicy="None",
-                 dnsConfig={"nameservers": [gw], "searches": ["default.svc.cluster.local", "svc.cluster.local",
-                                                              "cluster.local"],
-                            "options": [{"name": "ndots", "value": "5"}]})
-        out = _output(c, "dns-nslookup")
+        _run_pod(c, "dns-nslookup", script)
+        out = _output(c, "dns-nslookup", timeout=90)
         by_search, full = out.split("---\n")
         for answer in (by_search, full):
             assert re.search(r"Name:\s+kubernetes\.default\.svc\.cluster\.local\s+Address:\s+" + re.escape(want),
                              answer), out
+        assert "10.96.0.10" in by_search, out  # answered through the kube-dns ClusterIP
     finally:
-        dns.terminate()
-        dns.wait(15)
-        c.kubectl("delete", "pods", "dns-warmup", "dns-nslookup", "--wait=true", "--timeout=60s", check=False)
+        c.kubectl("delete", "pods", "dns-nslookup", "--wait=true", "--timeout=60s", check=False)
+
+
+def test_a_service_is_reached_by_name_from_a_pod(cluster):  # noqa: F811
+    """Pod → cluster DNS → ClusterIP → netproxy's DNAT → the backend pod, all inside one `up`."""
+    c = cluster
+    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "svc-backend", "labels": {"app": "svc-web"}},
+             "spec": {"terminationGracePeriodSeconds": 1,
+                      "containers": [{"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never",
+                                      "ports": [{"name": "http", "containerPort": 80}]}]}})
+    c.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc-web"},
+             "spec": {"selector": {"app": "svc-web"}, "ports": [{"port": 8080, "targetPort": "http"}]}})
+    try:
+        # busybox-static cannot resolve through libc (no NSS when static): its own nslookup does the lookup
+        _run_pod(c, "svc-client", "for i in $(seq 60); do "
+                                  "ip=$(nslookup svc-web 2>/dev/null | awk '/^Address: /{print $2}' | head -1); "
+                                  "[ -n \"$ip\" ] && wget -qO- -T 2 http://$ip:8080/ && exit 0; sleep 0.5; done; exit 1")
+        out = _output(c, "svc-client", timeout=90)
+        assert "hello" in out, out
+    finally:
+        c.kubectl("delete", "pods", "svc-client", "svc-backend", "--wait=true", "--timeout=60s", check=False)
+        c.kubectl("delete", "service", "svc-web", check=False)
