@@ -315,7 +315,7 @@ class Scheduler:
             ok = fw.filter_chunk(state, pi, chunk, filters, statuses)
             if nominated and ok:
                 if dep is None:
-                    dep = fw.pod_dependent(filters)
+                    dep = fw.pod_dependent(filters, None)
                     arith = self._arith_ok(fw, state, pi, dep)
                 ok = [n for n in ok if n.name not in nominated
                       or self._fits_with_nominated(fw, state, pi, n, filters, statuses, dep, arith)]
@@ -334,7 +334,7 @@ class Scheduler:
         if not others:
             return True
         if dep is None:
-            dep = fw.pod_dependent(filters)
+            dep = fw.pod_dependent(filters, None)
         if arith is None:
             arith = self._arith_ok(fw, state, pi, dep)
         s: Status | None = None
