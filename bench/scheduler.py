@@ -4,9 +4,17 @@ Each workload creates N nodes (4 cpu, 32Gi, 110 pods, like scheduler_perf's node
 the scheduler place the init pods, then times how fast the measured pods are bound (pods/s) —
 binding through the in-memory fake API (no apiserver, no kubelets). Printed beside
 kube-scheduler's scheduler_perf thresholds at 5,000 nodes (real apiserver, fake nodes).
+Pod templates and init/measured counts follow scheduler_perf's performance-config.yaml:
+SchedulingBasic, SchedulingNodeAffinity, SchedulingPodAntiAffinity, PreemptionAsync (the
+workload the 570 pods/s preemption threshold belongs to: 100m default pods measured while a
+3-cpu high-priority pod arrives every 200 ms and preempts) and PreemptionBasic (only 3-cpu
+high-priority pods, each preempting three 900m pods; upstream has no 5,000-node threshold).
+
+Then the through-the-apiserver figure: a real `nodeagent server` with N Node objects, its own
+scheduler binding through pods/<name>/binding, timed by a watch (--apiserver NODES).
 
     .venv/bin/python bench/scheduler.py --nodes 100,1000,5000
-    .venv/bin/python bench/scheduler.py --nodes 5000 --workloads basic --profile
+    .venv/bin/python bench/scheduler.py --nodes 5000 --workloads basic --profile --apiserver ''
 """
 
 from __future__ import annotations
@@ -76,10 +84,10 @@ def counts(kind: str, nodes: int) -> tuple[int, int]:
     """(init pods, measured pods), following scheduler_perf's 500- and 5000-node parameters."""
     if kind == "basic":  # upstream: 500 nodes / 500 init / 1000 measured; 5000 / 1000 / 10000 (threshold 680)
         return min(nodes, 1000), (10000 if nodes >= 5000 else 1000)
-    if kind == "nodeaffinity":
-        return nodes, 1000
-    if kind == "antiaffinity":
-        return min(nodes // 5, nodes // 2), min(1000, nodes - nodes // 5)
+    if kind == "nodeaffinity":  # upstream: 500 / 500 / 1000; 5000 / 5000 / 10000 (threshold 220)
+        return nodes, (10000 if nodes >= 5000 else 1000)
+    if kind == "antiaffinity":  # one pod per node; upstream: 500 / 100 / 400; 5000 / 1000 / 2000 (threshold 60)
+        return nodes // 5, (2000 if nodes >= 5000 else min(1000, nodes - nodes // 5))
     # both preemption workloads: every node holds 4 low-priority 900m pods (3.6 of 4 cpu). PreemptionBasic
     # measures N 3-cpu high-priority pods (each needs 3 victims; upstream: 500/2000/500, 1000/4000/1000,
     # 5000/20000/5000 disabled); PreemptionAsync measures N 100m default pods (upstream 500/2000/500,
