@@ -245,3 +245,18 @@ def test_nominated_pods_on_request_sums_agree_with_placing_them():
                for arith in (True, False)]
         assert got[0] == got[1], trial
         assert (ni.req_cpu, ni.req_mem, len(ni.pods)) == before
+
+
+async def test_not_eligible_while_a_lower_priority_pod_on_the_nominated_node_terminates():
+    low = make_pod("low", cpu="2", priority=0, node="a")
+    low["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # preempted earlier, still terminating
+    env = Env([make_node("a", cpu="2"), make_node("b", cpu="2")],
+              [low, make_pod("other", cpu="2", priority=0, node="b")])
+    hi = make_pod("hi", cpu="2", priority=10)
+    hi["status"]["nominatedNodeName"] = "a"
+    env.cluster.add_pod(hi)
+    await env.sched.drain()
+    assert env.cluster.deleted == []  # waits for the terminating pod rather than preempting on b
+    assert env.cluster.events_for("hi", "FailedScheduling")[-1]["message"] == (
+        "0/2 nodes are available: 2 Insufficient cpu. "
+        "not eligible due to a terminating pod on the nominated node.")
