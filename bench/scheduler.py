@@ -124,7 +124,8 @@ async def _churn(cluster: FakeCluster, kind: str) -> None:
         cluster.add_pod(_pod(kind, i, "churn"))
 
 
-async def run_one(kind: str, n_nodes: int, profile: bool) -> tuple[float, float, int, dict[str, int]]:
+async def run_one(kind: str, n_nodes: int, profile: bool, measure: int | None = None
+                  ) -> tuple[float, float, int, dict[str, int]]:
     cluster = FakeCluster()
     sched = Scheduler(SchedulerConfig(), cluster.api(), rng=random.Random(42))
     cluster.subscribe(sched)
@@ -134,6 +135,8 @@ async def run_one(kind: str, n_nodes: int, profile: bool) -> tuple[float, float,
         labels = {"topology.kubernetes.io/zone": "zone1"} if kind == "nodeaffinity" else {}
         cluster.add_node(make_node(f"node-{i}", cpu="4", memory="32Gi", pods=110, labels=labels))
     n_init, n_measure = counts(kind, n_nodes)
+    if measure is not None:
+        n_measure = measure
     counter.target = n_measure
     task = asyncio.create_task(sched.run())
     for i in range(n_init):
@@ -263,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated: " + ",".join(THRESHOLDS))
     ap.add_argument("--profile", action="store_true", help="cProfile the measured phase and print the top")
     ap.add_argument("--profile-sort", default="cumulative", help="pstats sort key (cumulative, tottime)")
+    ap.add_argument("--measure", type=int, default=None, help="measured pods per run (default: the workload's)")
     ap.add_argument("--apiserver", default="1000,5000", metavar="NODES",
                     help="node counts for the through-the-apiserver runs of SchedulingBasic ('' to skip)")
     ap.add_argument("--apiserver-workloads", default="basic", help="workloads for those runs (basic, nodeaffinity)")
@@ -277,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'kube-scheduler @5000':>22}  verdict (cpu)  preemptions")
     for kind in kinds:
         for n in node_counts:
-            rate, cpu_rate, pods, stats = asyncio.run(run_one(kind, n, args.profile))
+            rate, cpu_rate, pods, stats = asyncio.run(run_one(kind, n, args.profile, args.measure))
             ref = THRESHOLDS[kind]
             verdict = ("meets" if cpu_rate >= ref else "below") if n == 5000 and ref else ""
             refs = str(ref) if ref else "none upstream"
@@ -295,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         for kind in [k for k in args.apiserver_workloads.split(",") if k]:
             for n in api_counts:
                 with tempfile.TemporaryDirectory(prefix="sched-bench-") as d:
-                    rate, cpu_rate, pods, setup = asyncio.run(run_apiserver(kind, n, Path(d)))
+                    rate, cpu_rate, pods, setup = asyncio.run(run_apiserver(kind, n, Path(d), args.measure))
                 ref = THRESHOLDS[kind]
                 print(f"{NAMES[kind]:<28}{n:>7}{pods:>7}{rate:>13.0f}{cpu_rate:>19.0f}{ref:>22}{setup:>9.0f}",
                       flush=True)

@@ -260,3 +260,34 @@ async def test_not_eligible_while_a_lower_priority_pod_on_the_nominated_node_ter
     assert env.cluster.events_for("hi", "FailedScheduling")[-1]["message"] == (
         "0/2 nodes are available: 2 Insufficient cpu. "
         "not eligible due to a terminating pod on the nominated node.")
+
+
+def test_pick_one_equals_staged_narrowing_on_random_candidates():
+    import random
+
+    from nodeagent.scheduler.framework import PodInfo
+    from nodeagent.scheduler.plugins.defaultpreemption import Candidate, by_importance, pick_one
+
+    def staged(cands):  # kube-scheduler's pickOneNodeForPreemption, one criterion at a time
+        def narrow(cs, key):
+            best = min(key(c) for c in cs)
+            return [c for c in cs if key(c) == best]
+        cs = narrow(cands, lambda c: c.num_pdb_violations)
+        cs = narrow(cs, lambda c: c.victims[0].priority)
+        cs = narrow(cs, lambda c: sum(v.priority + 2**31 + 1 for v in c.victims))
+        cs = narrow(cs, lambda c: len(c.victims))
+        starts = [min(v.start_time for v in c.victims if v.priority == c.victims[0].priority) for c in cs]
+        return cs[starts.index(max(starts))]
+
+    rng = random.Random(3)
+    for trial in range(200):
+        cands = []
+        for i in range(rng.randint(1, 8)):
+            victims = []
+            for j in range(rng.randint(1, 3)):
+                p = make_pod(f"v{trial}-{i}-{j}", priority=rng.choice([0, 1, 2]))
+                p["status"]["startTime"] = f"2026-01-01T00:00:0{rng.randint(0, 3)}Z"
+                victims.append(PodInfo(p))
+            by_importance(victims)
+            cands.append(Candidate(f"n{i}", victims, rng.choice([0, 0, 1])))
+        assert pick_one(cands) is staged(cands), trial
