@@ -304,6 +304,8 @@ class Scheduler:
         feasible: list[NodeInfo] = []
         processed = 0
         pos = start
+        dep: list[Any] | None = None
+        arith = False
         while processed < n_all and len(feasible) < want:
             size = min(want - len(feasible), n_all - processed)
             end = pos + size
@@ -312,34 +314,63 @@ class Scheduler:
             processed += size
             ok = fw.filter_chunk(state, pi, chunk, filters, statuses)
             if nominated and ok:
+                if dep is None:
+                    dep = fw.pod_dependent(filters, None)
+                    arith = self._arith_ok(fw, state, pi, dep)
                 ok = [n for n in ok if n.name not in nominated
-                      or self._fits_with_nominated(fw, state, pi, n, filters, statuses)]
+                      or self._fits_with_nominated(fw, state, pi, n, filters, statuses, dep, arith)]
             feasible.extend(ok)
         self.next_start_node_index = (start + processed) % n_all
         return feasible, statuses
 
     def _fits_with_nominated(self, fw: Framework, state: CycleState, pi: PodInfo, ni: NodeInfo,
-                             filters: list[Any], statuses: dict[str, Status] | None = None) -> bool:
-        """Filters must also pass with the node's higher-or-equal-priority nominated pods placed."""
+                             filters: list[Any], statuses: dict[str, Status] | None = None,
+                             dep: list[Any] | None = None, arith: bool | None = None) -> bool:
+        """Filters must also pass with the node's higher-or-equal-priority nominated pods placed.
+
+        `dep` (the pod-dependent filters) and `arith` (whether they can be evaluated on request
+        sums) are per-cycle constants the caller may pass in to save recomputing them per node."""
         others = self.nominated_for(ni.name, pi)
         if not others:
             return True
-        st = fw.what_if_state(state)
-        # the node already passed every filter; only pod-dependent ones can change. The what-if
-        # runs on the node itself: the cycle is synchronous, so nobody else sees it.
-        for p in others:
-            ni.add_pod(p)
-        try:
-            if fw.ext_plugins:
-                for p in others:
-                    fw.run_pre_filter_add_pod(st, pi, p, ni)
-            s = fw.run_filters(st, pi, ni, fw.pod_dependent(filters))
-        finally:
+        if dep is None:
+            dep = fw.pod_dependent(filters, None)
+        if arith is None:
+            arith = self._arith_ok(fw, state, pi, dep)
+        s: Status | None = None
+        if arith:
+            # only resource filters can change: the nominated pods as deltas, no NodeInfo changes
+            dp, dc, dm, de = len(others), 0, 0, 0
             for p in others:
-                ni.remove_pod(p)
+                dc, dm, de = dc + p.req_cpu, dm + p.req_mem, de + p.req_eph
+            for f in dep:
+                s = f.filter_with_delta(state, pi, ni, dp, dc, dm, de)
+                if s is not None:
+                    break
+        else:
+            st = fw.what_if_state(state)
+            # the node already passed every filter; only pod-dependent ones can change. The what-if
+            # runs on the node itself: the cycle is synchronous, so nobody else sees it.
+            for p in others:
+                ni.add_pod(p)
+            try:
+                if fw.ext_plugins:
+                    for p in others:
+                        fw.run_pre_filter_add_pod(st, pi, p, ni)
+                s = fw.run_filters(st, pi, ni, dep)
+            finally:
+                for p in others:
+                    ni.remove_pod(p)
         if s is not None and statuses is not None:
             statuses[ni.name] = s
         return s is None
+
+    @staticmethod
+    def _arith_ok(fw: Framework, state: CycleState, pi: PodInfo, dep: list[Any]) -> bool:
+        """True when nominated-pod what-ifs can run on request sums: no PreFilter extension state
+        to keep in step, no extended resources asked for, every pod-dependent filter has a delta form."""
+        return (not pi.req_scalar and fw.what_if_state(state) is state
+                and all(hasattr(f, "filter_with_delta") for f in dep))
 
     def nominated_for(self, node: str, pi: PodInfo) -> list[PodInfo]:
         """Pods nominated to `node` that `pi` must leave room for (priority >= its own)."""

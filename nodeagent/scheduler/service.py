@@ -128,13 +128,23 @@ async def run_scheduler(client: Client, ready: asyncio.Event | None = None, prof
         tg.create_task(scheduler.run(ready, source=backend), name="scheduler")
 
 
+LEASE_NAME = "nodeagent-scheduler"  # kube-system Lease the replicas compete for (kube-scheduler's is kube-scheduler)
+
+
+def elector(client: Client, identity: str, lease_duration: float = 15.0, renew_deadline: float = 10.0,
+            retry_period: float = 2.0) -> LeaderElector:
+    """The scheduler's leader election: with several servers, only the Lease holder schedules."""
+    return LeaderElector(client, LEASE_NAME, identity, lease_duration=lease_duration,
+                         renew_deadline=renew_deadline, retry_period=retry_period)
+
+
 async def serve(config: Any, ready: asyncio.Event) -> None:
     """The `nodeagent server` / `up` component."""
     kubeconfig = admin_kubeconfig(config)
     client = Client.from_kubeconfig(kubeconfig)
     try:
-        elector = LeaderElector(client, "nodeagent-scheduler", f"{socket.gethostname()}-{id(client):x}")
+        el = elector(client, f"{socket.gethostname()}-{id(client):x}")
         ready.set()
-        await elector.run(lambda: run_scheduler(client, profile=getattr(config, "scheduler_config", None)))
+        await el.run(lambda: run_scheduler(client, profile=getattr(config, "scheduler_config", None)))
     finally:
         await client.close()

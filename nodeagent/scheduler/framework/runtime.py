@@ -142,15 +142,16 @@ class Framework:
                 return state.clone()
         return state
 
-    def pod_dependent(self, filters: list[Any], after: str = "") -> list[Any]:
+    def pod_dependent(self, filters: list[Any], after: str | None = "") -> list[Any]:
         """The filters whose verdict can change when pods are added to or removed from a node.
         Node-only filters are kept if they come at or after plugin `after` (they haven't been seen
-        to pass on that node)."""
+        to pass on that node): all of them when `after` is "" (unknown), none when it is None
+        (every filter already passed on the node)."""
         key = (hash(tuple(p.name for p in filters)), after)
         got = self._pod_dependent.get(key)
         if got is not None:
             return got
-        out, seen = [], not after
+        out, seen = [], after == ""
         for p in filters:
             if p.name == after:
                 seen = True

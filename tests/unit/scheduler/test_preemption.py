@@ -153,3 +153,141 @@ def test_arithmetic_dry_run_agrees_with_the_generic_what_if():
                 results.append(([p.name for p in v], nviol, s.reasons if s else None))
             assert results[0] == results[1], (trial, n["metadata"]["name"])
             assert (ni.req_cpu, ni.req_mem, len(ni.pods)) == before
+
+
+def _full_cluster(n_nodes, pdb_allowed=None):
+    """n nodes of 4 cpu, each holding four 900m low-priority pods (scheduler_perf's PreemptionBasic)."""
+    pods = [make_pod(f"low-{i}-{j}", cpu="900m", priority=0, labels={"app": "low"}, node=f"n{i}")
+            for i in range(n_nodes) for j in range(4)]
+    env = Env([make_node(f"n{i}", cpu="4") for i in range(n_nodes)], pods)
+    if pdb_allowed is not None:
+        env.cluster.add_pdb({"metadata": {"name": "low", "namespace": "default"},
+                             "spec": {"selector": {"matchLabels": {"app": "low"}}},
+                             "status": {"disruptionsAllowed": pdb_allowed}})
+    return env
+
+
+def _count_dry_runs(env):
+    pe = env.plugin("DefaultPreemption")
+    calls = []
+    real = pe.select_victims
+
+    def counted(state, pod, ni, *a, **kw):
+        calls.append(ni.name)
+        return real(state, pod, ni, *a, **kw)
+    pe.select_victims = counted
+    return calls
+
+
+async def test_dry_runs_stop_at_the_candidate_limit_from_a_random_offset():
+    env = _full_cluster(300)
+    calls = _count_dry_runs(env)
+    env.cluster.add_pod(make_pod("hi", cpu="3", priority=10))
+    await env.sched.drain()
+    # 10% of 300 is below the absolute minimum of 100: exactly 100 nodes are dry-run, consecutively
+    assert len(calls) == 100 and len(set(calls)) == 100
+    idx = [int(n[1:]) for n in calls]
+    assert all((b - a) % 300 == 1 for a, b in zip(idx, idx[1:], strict=False))
+    # three 900m victims on one node (3.6 of 4 cpu used; the 3-cpu pod needs three of them gone)
+    assert len(env.cluster.deleted) == 3 and len({d.split("-")[1] for d in env.cluster.deleted}) == 1
+    assert f"n{env.cluster.deleted[0].split('-')[1]}" in calls
+    other = _full_cluster(300)
+    other.sched.rng.seed(99)
+    calls2 = _count_dry_runs(other)
+    other.cluster.add_pod(make_pod("hi", cpu="3", priority=10))
+    await other.sched.drain()
+    assert calls2[0] != calls[0]  # the offset is random (different seed, different start)
+
+
+async def test_dry_runs_go_on_while_every_candidate_violates_a_pdb():
+    env = _full_cluster(150, pdb_allowed=0)
+    calls = _count_dry_runs(env)
+    env.cluster.add_pod(make_pod("hi", cpu="3", priority=10))
+    await env.sched.drain()
+    # no candidate without PDB violations: kube-scheduler keeps looking, so every node is tried
+    assert len(calls) == 150
+    assert len(env.cluster.deleted) == 3  # still minimal: three victims, on one node
+
+
+async def test_pdb_protected_pods_are_reprieved_before_others():
+    pods = [make_pod("guarded", cpu="1", priority=0, labels={"app": "db"}, node="a"),
+            make_pod("plain1", cpu="1", priority=0, labels={"app": "x"}, node="a"),
+            make_pod("plain2", cpu="1", priority=0, labels={"app": "x"}, node="a")]
+    env = Env([make_node("a", cpu="3")], pods)
+    env.cluster.add_pdb({"metadata": {"name": "db", "namespace": "default"},
+                         "spec": {"selector": {"matchLabels": {"app": "db"}}}, "status": {"disruptionsAllowed": 0}})
+    env.cluster.add_pod(make_pod("hi", cpu="2", priority=10))
+    await env.sched.drain()
+    assert sorted(env.cluster.deleted) == ["plain1", "plain2"]
+
+
+def test_nominated_pods_on_request_sums_agree_with_placing_them():
+    import random
+
+    rng = random.Random(5)
+    for trial in range(40):
+        env = Env([make_node("a", cpu=str(rng.choice([2, 4])), memory="4Gi", pods=rng.choice([3, 110]))],
+                  [make_pod(f"b{trial}-{i}", cpu=f"{rng.choice([100, 900])}m", memory="500Mi", node="a")
+                   for i in range(rng.randint(0, 2))])
+        for i in range(rng.randint(1, 2)):
+            nom = env.sched._pod_info(make_pod(f"nom{trial}-{i}", cpu=f"{rng.choice([200, 1000, 2000])}m",
+                                               memory="1Gi", priority=rng.choice([0, 10])))
+            env.sched.queue.add_nominated(nom, "a")
+        state, pi = env._prep(make_pod("p", cpu=f"{rng.choice([100, 500, 1000])}m", memory="1Gi",
+                                       priority=rng.choice([0, 5])))
+        env.fw.run_pre_filter(state, pi)
+        filters = env.fw.active_filters(state)
+        ni = env.sched.cache.nodes["a"]
+        before = (ni.req_cpu, ni.req_mem, len(ni.pods))
+        dep = env.fw.pod_dependent(filters, None)
+        assert env.sched._arith_ok(env.fw, state, pi, dep)
+        got = [env.sched._fits_with_nominated(env.fw, state, pi, ni, filters, None, dep, arith)
+               for arith in (True, False)]
+        assert got[0] == got[1], trial
+        assert (ni.req_cpu, ni.req_mem, len(ni.pods)) == before
+
+
+async def test_not_eligible_while_a_lower_priority_pod_on_the_nominated_node_terminates():
+    low = make_pod("low", cpu="2", priority=0, node="a")
+    low["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # preempted earlier, still terminating
+    env = Env([make_node("a", cpu="2"), make_node("b", cpu="2")],
+              [low, make_pod("other", cpu="2", priority=0, node="b")])
+    hi = make_pod("hi", cpu="2", priority=10)
+    hi["status"]["nominatedNodeName"] = "a"
+    env.cluster.add_pod(hi)
+    await env.sched.drain()
+    assert env.cluster.deleted == []  # waits for the terminating pod rather than preempting on b
+    assert env.cluster.events_for("hi", "FailedScheduling")[-1]["message"] == (
+        "0/2 nodes are available: 2 Insufficient cpu. "
+        "not eligible due to a terminating pod on the nominated node.")
+
+
+def test_pick_one_equals_staged_narrowing_on_random_candidates():
+    import random
+
+    from nodeagent.scheduler.framework import PodInfo
+    from nodeagent.scheduler.plugins.defaultpreemption import Candidate, by_importance, pick_one
+
+    def staged(cands):  # kube-scheduler's pickOneNodeForPreemption, one criterion at a time
+        def narrow(cs, key):
+            best = min(key(c) for c in cs)
+            return [c for c in cs if key(c) == best]
+        cs = narrow(cands, lambda c: c.num_pdb_violations)
+        cs = narrow(cs, lambda c: c.victims[0].priority)
+        cs = narrow(cs, lambda c: sum(v.priority + 2**31 + 1 for v in c.victims))
+        cs = narrow(cs, lambda c: len(c.victims))
+        starts = [min(v.start_time for v in c.victims if v.priority == c.victims[0].priority) for c in cs]
+        return cs[starts.index(max(starts))]
+
+    rng = random.Random(3)
+    for trial in range(200):
+        cands = []
+        for i in range(rng.randint(1, 8)):
+            victims = []
+            for j in range(rng.randint(1, 3)):
+                p = make_pod(f"v{trial}-{i}-{j}", priority=rng.choice([0, 1, 2]))
+                p["status"]["startTime"] = f"2026-01-01T00:00:0{rng.randint(0, 3)}Z"
+                victims.append(PodInfo(p))
+            by_importance(victims)
+            cands.append(Candidate(f"n{i}", victims, rng.choice([0, 0, 1])))
+        assert pick_one(cands) is staged(cands), trial

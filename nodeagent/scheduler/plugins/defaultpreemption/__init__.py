@@ -10,6 +10,9 @@ InterPodAffinity / PodTopologySpread counts consistent), so the snapshot is neve
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
+from collections.abc import Callable
 from typing import Any
 
 from nodeagent.api.selectors import from_label_selector
@@ -96,26 +99,29 @@ def split_by_pdb(pods: list[PodInfo], pdbs: list[_PDB]) -> tuple[list[PodInfo], 
 def pick_one(cands: list[Candidate]) -> Candidate:
     """kube-scheduler's pickOneNodeForPreemption: narrow by each criterion in turn (fewest PDB
     violations, lowest highest-victim priority, lowest priority sum, fewest victims, latest start
-    of the highest-priority victims), the first left wins."""
-    def narrow(cs: list[Candidate], key: Any) -> list[Candidate]:
-        if len(cs) == 1:
-            return cs
-        vals = [key(c) for c in cs]
-        best = min(vals)
-        return [c for c, v in zip(cs, vals, strict=True) if v == best]
+    of the highest-priority victims), the first left wins. The first four narrowings are one
+    lexicographic minimum (victims are sorted most important first)."""
+    if len(cands) == 1:
+        return cands[0]
+    floor = -(2**31)
+    best_key = None
+    best: list[Candidate] = []
+    for c in cands:
+        v = c.victims
+        key = (c.num_pdb_violations, v[0].priority if v else floor,
+               sum(map(_PRIORITY, v)) + len(v) * (2**31 + 1), len(v))
+        if best_key is None or key < best_key:
+            best_key, best = key, [c]
+        elif key == best_key:
+            best.append(c)
+    if len(best) == 1:
+        return best[0]
 
-    cs = narrow(cands, lambda c: c.num_pdb_violations)
-    cs = narrow(cs, lambda c: c.victims[0].priority if c.victims else -(2**31))
-    cs = narrow(cs, lambda c: sum(v.priority + 2**31 + 1 for v in c.victims))
-    cs = narrow(cs, lambda c: len(c.victims))
-    if len(cs) > 1:
-        def earliest_top_start(c: Candidate) -> str:
-            top = c.victims[0].priority
-            return min(v.start_time for v in c.victims if v.priority == top)
-        starts = [earliest_top_start(c) for c in cs]
-        latest = max(starts)
-        cs = [c for c, s in zip(cs, starts, strict=True) if s == latest]
-    return cs[0]
+    def earliest_top_start(c: Candidate) -> str:
+        top = c.victims[0].priority
+        return min(v.start_time for v in c.victims if v.priority == top)
+    starts = [earliest_top_start(c) if c.victims else "" for c in best]
+    return best[starts.index(max(starts))]
 
 
 class DefaultPreemption:
@@ -217,7 +223,7 @@ class DefaultPreemption:
             s = run_filters(st, pod, ni, filters)
             if s is not None:
                 return [], 0, s
-            lower.sort(key=_importance)
+            by_importance(lower)
             if pdbs:
                 violating, rest = split_by_pdb(lower, pdbs)
             else:
@@ -244,9 +250,9 @@ class DefaultPreemption:
                 ni.add_pod(p)
             for p in nominated:
                 ni.remove_pod(p)
-        victims.sort(key=_importance)
+        if nviol and len(victims) > nviol:
+            by_importance(victims)
         return victims, nviol, None
-
 
     def _select_by_arithmetic(self, state: CycleState, pod: PodInfo, ni: NodeInfo, pdbs: list[_PDB],
                               filters: list[Any], nominated: list[PodInfo], lower: list[PodInfo]
@@ -260,17 +266,23 @@ class DefaultPreemption:
         for p in lower:
             dc, dm, de = dc - p.req_cpu, dm - p.req_mem, de - p.req_eph
 
-        def check(dp: int, dc: int, dm: int, de: int) -> Status | None:
-            for f in filters:
-                s = f.filter_with_delta(state, pod, ni, dp, dc, dm, de)
-                if s is not None:
-                    return s
-            return None
+        check: Callable[[int, int, int, int], Status | None]
+        if len(filters) == 1:  # the common case (only NodeResourcesFit can change): a C-level partial
+            check = functools.partial(filters[0].filter_with_delta, state, pod, ni)
+        else:
+            fwds = [f.filter_with_delta for f in filters]
+
+            def check(dp: int, dc: int, dm: int, de: int) -> Status | None:
+                for f in fwds:
+                    s = f(state, pod, ni, dp, dc, dm, de)
+                    if s is not None:
+                        return s
+                return None
 
         s = check(dp, dc, dm, de)
         if s is not None:
             return [], 0, s
-        lower.sort(key=_importance)
+        by_importance(lower)
         violating, rest = split_by_pdb(lower, pdbs) if pdbs else ([], lower)
         victims: list[PodInfo] = []
         nviol = 0
@@ -282,13 +294,21 @@ class DefaultPreemption:
                 victims.append(p)
                 if counts:
                     nviol += 1
-        victims.sort(key=_importance)
+        # each group was walked most important first: only a mix of both needs re-sorting
+        if nviol and len(victims) > nviol:
+            by_importance(victims)
         return victims, nviol, None
 
 
-def _importance(p: PodInfo) -> tuple[int, str]:
-    """Most important first: higher priority, then earlier start."""
-    return (-p.priority, p.start_time)
+_START = operator.attrgetter("start_time")
+_PRIORITY = operator.attrgetter("priority")
+
+
+def by_importance(pods: list[PodInfo]) -> None:
+    """Sort most important first: higher priority, then earlier start (two stable C-level sorts)."""
+    if len(pods) > 1:
+        pods.sort(key=_START)
+        pods.sort(key=_PRIORITY, reverse=True)
 
 
 class _DryRun:

@@ -25,6 +25,7 @@ from nodeagent.scheduler.framework import (
     unresolvable,
     unschedulable,
 )
+from nodeagent.scheduler.framework.topology import PairCounts, bump, count_at, sum_at
 from nodeagent.scheduler.framework.types import AffinityTerm
 
 NAME = "InterPodAffinity"
@@ -48,24 +49,13 @@ def validate(args: Args) -> list[str]:
     return []
 
 
-def _bump(counts: dict[tuple[str, str], int], key: str, node: NodeInfo, n: int) -> None:
-    v = node.labels.get(key)
-    if v is not None:
-        k = (key, v)
-        c = counts.get(k, 0) + n
-        if c:
-            counts[k] = c
-        else:
-            counts.pop(k, None)
-
-
 class _State:
     __slots__ = ("existing", "existing_keys", "affinity", "anti", "ns_labels")
 
     def __init__(self, ns_labels: Any):
-        self.existing: dict[tuple[str, str], int] = {}
-        self.affinity: dict[tuple[str, str], int] = {}
-        self.anti: dict[tuple[str, str], int] = {}
+        self.existing: PairCounts = {}
+        self.affinity: PairCounts = {}
+        self.anti: PairCounts = {}
         self.existing_keys: set[str] = set()
         self.ns_labels = ns_labels
 
@@ -79,14 +69,14 @@ class _State:
         nsl = self.ns_labels
         for t in other.required_anti_affinity:
             if t.matches(pod, nsl):
-                _bump(self.existing, t.topology_key, node, n)
+                bump(self.existing, t.topology_key, node.labels, n)
                 self.existing_keys.add(t.topology_key)
         if pod.required_affinity and all(t.matches(other, nsl) for t in pod.required_affinity):
             for t in pod.required_affinity:
-                _bump(self.affinity, t.topology_key, node, n)
+                bump(self.affinity, t.topology_key, node.labels, n)
         for t in pod.required_anti_affinity:
             if t.matches(other, nsl):
-                _bump(self.anti, t.topology_key, node, n)
+                bump(self.anti, t.topology_key, node.labels, n)
 
 
 class InterPodAffinity:
@@ -115,10 +105,7 @@ class InterPodAffinity:
                     if m is None:
                         m = seen[t.id] = t.matches(pod, nsl)
                     if m:
-                        v = labels.get(t.topology_key)
-                        if v is not None:
-                            k = (t.topology_key, v)
-                            existing[k] = existing.get(k, 0) + 1
+                        bump(existing, t.topology_key, labels)
                         st.existing_keys.add(t.topology_key)
         if pod.required_affinity or pod.required_anti_affinity:
             aff, anti = pod.required_affinity, pod.required_anti_affinity
@@ -136,15 +123,9 @@ class InterPodAffinity:
                                                   tuple(t for t in anti if t.matches(ep, nsl)))
                     if r[0]:
                         for t in aff:
-                            v = labels.get(t.topology_key)
-                            if v is not None:
-                                k = (t.topology_key, v)
-                                counts_a[k] = counts_a.get(k, 0) + 1
+                            bump(counts_a, t.topology_key, labels)
                     for t in r[1]:
-                        v = labels.get(t.topology_key)
-                        if v is not None:
-                            k = (t.topology_key, v)
-                            counts_n[k] = counts_n.get(k, 0) + 1
+                        bump(counts_n, t.topology_key, labels)
         state[NAME] = st
         return None, None
 
@@ -166,8 +147,7 @@ class InterPodAffinity:
         if pod.required_affinity:
             fits = True
             for t in pod.required_affinity:
-                v = labels.get(t.topology_key)
-                if v is None or not st.affinity.get((t.topology_key, v)):
+                if not count_at(st.affinity, t.topology_key, labels):
                     fits = False
                     break
             if not fits:
@@ -177,13 +157,11 @@ class InterPodAffinity:
                     return _REJ_AFF
         if st.anti:
             for t in pod.required_anti_affinity:
-                v = labels.get(t.topology_key)
-                if v is not None and st.anti.get((t.topology_key, v)):
+                if count_at(st.anti, t.topology_key, labels):
                     return _REJ_ANTI
         if st.existing:
             for k in st.existing_keys:
-                v = labels.get(k)
-                if v is not None and st.existing.get((k, v)):
+                if count_at(st.existing, k, labels):
                     return _REJ_EXISTING
         return None
 
@@ -198,28 +176,28 @@ class InterPodAffinity:
         nsl = self.handle.namespace_labels
         hard = self.args.hard_pod_affinity_weight
         ignore_existing_pref = self.args.ignore_preferred_terms_of_existing_pods
-        topo: dict[tuple[str, str], int] = {}
+        topo: PairCounts = {}
         for ni in candidates:
             if not ni.pods:
                 continue
             for ep in ni.pods.values():
                 for t in pod.preferred_affinity:
                     if t.matches(ep, nsl):
-                        _bump(topo, t.topology_key, ni, t.weight)
+                        bump(topo, t.topology_key, ni.labels, t.weight)
                 for t in pod.preferred_anti_affinity:
                     if t.matches(ep, nsl):
-                        _bump(topo, t.topology_key, ni, -t.weight)
+                        bump(topo, t.topology_key, ni.labels, -t.weight)
                 if hard:
                     for t in ep.required_affinity:
                         if t.matches(pod, nsl):
-                            _bump(topo, t.topology_key, ni, hard)
+                            bump(topo, t.topology_key, ni.labels, hard)
                 if not ignore_existing_pref:
                     for t in ep.preferred_affinity:
                         if t.matches(pod, nsl):
-                            _bump(topo, t.topology_key, ni, t.weight)
+                            bump(topo, t.topology_key, ni.labels, t.weight)
                     for t in ep.preferred_anti_affinity:
                         if t.matches(pod, nsl):
-                            _bump(topo, t.topology_key, ni, -t.weight)
+                            bump(topo, t.topology_key, ni.labels, -t.weight)
         if not topo:
             return skip(NAME)
         state[NAME + "/score"] = (topo, {k for k, _ in topo})
@@ -227,13 +205,7 @@ class InterPodAffinity:
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
         topo, keys = state[NAME + "/score"]
-        labels = node.labels
-        s = 0
-        for k in keys:
-            v = labels.get(k)
-            if v is not None:
-                s += topo.get((k, v), 0)
-        return s
+        return sum_at(topo, keys, node.labels)
 
     def normalize_score(self, state: CycleState, pod: PodInfo, scores: list[int]) -> None:
         if not scores:

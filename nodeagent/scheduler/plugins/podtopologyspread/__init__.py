@@ -24,6 +24,7 @@ from nodeagent.scheduler.framework import (
     unresolvable,
     unschedulable,
 )
+from nodeagent.scheduler.framework.topology import PairCounts, bump, count_at
 from nodeagent.scheduler.framework.types import HOSTNAME_LABEL
 from nodeagent.scheduler.plugins.tainttoleration import first_untolerated
 
@@ -89,7 +90,7 @@ class _FilterState:
 
     def __init__(self, constraints: list[Constraint]):
         self.constraints = constraints
-        self.counts: dict[tuple[str, str], int] = {}
+        self.counts: PairCounts = {}
         self.domains: dict[str, set[str]] = {c.key: set() for c in constraints}
         self.mins: dict[str, int] = {}  # global minimum per topology key, recomputed after changes
 
@@ -150,10 +151,9 @@ class PodTopologySpread:
             for c in cons:
                 if not self._included(pod, c, ni, aff):
                     continue
-                v = labels[c.key]
-                st.domains[c.key].add(v)
-                k = (c.key, v)
-                st.counts[k] = st.counts.get(k, 0) + (_count(ni, pod.namespace, c.selector) if ni.pods else 0)
+                st.domains[c.key].add(labels[c.key])
+                if ni.pods:
+                    bump(st.counts, c.key, labels, _count(ni, pod.namespace, c.selector))
         state[NAME] = st
         return None, None
 
@@ -164,7 +164,7 @@ class PodTopologySpread:
         for c in st.constraints:
             v = node.labels.get(c.key)
             if v is not None and v in st.domains[c.key] and c.selector.matches(other.labels):
-                st.counts[(c.key, v)] = st.counts.get((c.key, v), 0) + n
+                bump(st.counts, c.key, node.labels, n)
                 st.mins.pop(c.key, None)
 
     def add_pod(self, state: CycleState, pod: PodInfo, to_add: PodInfo, node: NodeInfo) -> None:
@@ -182,7 +182,7 @@ class PodTopologySpread:
             if v is None:
                 return _REJ_MISSING
             self_match = 1 if c.selector.matches(pod.labels) else 0
-            if st.counts.get((c.key, v), 0) + self_match - st.min_match(c) > c.max_skew:
+            if count_at(st.counts, c.key, node.labels) + self_match - st.min_match(c) > c.max_skew:
                 return _REJ_SKEW
         return None
 
@@ -217,7 +217,7 @@ class PodTopologySpread:
                 v = n.labels.get(k)
                 if v is not None:
                     domains[k].add(v)
-        counts: dict[tuple[str, str], int] = {}
+        counts: PairCounts = {}
         aff = self._affinity_matcher(pod)
         for c in cons:
             if c.key == HOSTNAME_LABEL:
@@ -226,7 +226,7 @@ class PodTopologySpread:
                 v = ni.labels.get(c.key)
                 if v is None or v not in domains[c.key] or not ni.pods or not self._included(pod, c, ni, aff):
                     continue
-                counts[(c.key, v)] = counts.get((c.key, v), 0) + _count(ni, pod.namespace, c.selector)
+                bump(counts, c.key, ni.labels, _count(ni, pod.namespace, c.selector))
         weights = [math.log(len(domains[c.key]) + 2) if c.key != HOSTNAME_LABEL
                    else math.log(len(nodes) - len(ignored) + 2) for c in cons]
         state[NAME + "/score"] = (cons, counts, weights, ignored)
@@ -241,7 +241,8 @@ class PodTopologySpread:
             v = node.labels.get(c.key)
             if v is None:
                 continue
-            cnt = _count(node, pod.namespace, c.selector) if c.key == HOSTNAME_LABEL else counts.get((c.key, v), 0)
+            cnt = _count(node, pod.namespace, c.selector) if c.key == HOSTNAME_LABEL else count_at(counts, c.key,
+                                                                                                     node.labels)
             s += cnt * w + (c.max_skew - 1)
         return round(s)
 
