@@ -25,6 +25,7 @@ from netproxy.iptables.plan import (
     base_rules,
     fixed_chains,
     jump_rules,
+    large_cluster,
     partial_restore,
     plan_port,
 )
@@ -100,18 +101,27 @@ class IptablesProxier:
 
     # -- syncing -------------------------------------------------------------------------------
     def plan_all(self, state: ProxyState) -> dict[ServicePortName, PortRules]:
-        return {spn: plan_port(sp, state.endpoints.get(spn, ()), self.node) for spn, sp in state.services.items()}
+        large = self._large(state)
+        return {spn: plan_port(sp, state.endpoints.get(spn, ()), self.node, large)
+                for spn, sp in state.services.items()}
+
+    @staticmethod
+    def _large(state: ProxyState) -> bool:
+        """kube-proxy's large cluster mode, decided per sync from the total endpoint count
+        (a partial sync rewrites only the changed ports' chains, as kube-proxy's does)."""
+        return large_cluster(sum(len(state.endpoints.get(spn, ())) for spn in state.services))
 
     def sync(self, state: ProxyState, changes: Changes, full: bool) -> SyncResult:
         if full or not self.plans and not state.services:
             return self._full(state)
         new = dict(self.plans)
+        large = self._large(state)
         for spn in changes.ports:
             sp = state.services.get(spn)
             if sp is None:
                 new.pop(spn, None)
             else:
-                new[spn] = self._plan(spn, sp, state)
+                new[spn] = self._plan(spn, sp, state, large)
         if self.incremental == "libiptc":
             from netproxy.iptables.libiptc import apply_partial
 
@@ -140,6 +150,7 @@ class IptablesProxier:
         proc = subprocess.Popen([f"{self.cmd}-restore", "-w", "--noflush"], stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         plans: dict[ServicePortName, PortRules] = {}
+        large = self._large(state)
         counts = {"rules": 0, "chains": 0}
         buf: list[str] = []
 
@@ -160,7 +171,7 @@ class IptablesProxier:
                         buf.extend(f"-A {chain} {x}" for x in specs)
                 if table == NAT:
                     for spn, sp in state.services.items():
-                        p = plans[spn] = self._plan(spn, sp, state)
+                        p = plans[spn] = self._plan(spn, sp, state, large)
                         buf.extend(f":{c} - [0:0]" for c in p.chains)
                         for chain, specs in p.chains.items():
                             buf.extend(f"-A {chain} {x}" for x in specs)
@@ -197,13 +208,13 @@ class IptablesProxier:
         self._known_chains = {c for p in plans.values() for c in p.chains}
         return SyncResult(full=True, rules=counts["rules"], chains=counts["chains"])
 
-    def _plan(self, spn: ServicePortName, sp, state: ProxyState) -> PortRules:
-        """Reuse the last plan when the port and its endpoints are unchanged (periodic resyncs)."""
-        key = (sp, state.endpoints.get(spn, ()))
+    def _plan(self, spn: ServicePortName, sp, state: ProxyState, large: bool) -> PortRules:
+        """Reuse the last plan when the port, its endpoints and the mode are unchanged (periodic resyncs)."""
+        key = (sp, state.endpoints.get(spn, ()), large)
         cached = self._inputs.get(spn)
         if cached is not None and cached[0] == key:
             return cached[1]
-        plan = plan_port(sp, key[1], self.node)
+        plan = plan_port(sp, key[1], self.node, large)
         self._inputs[spn] = (key, plan)
         return plan
 

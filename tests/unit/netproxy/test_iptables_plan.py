@@ -79,3 +79,22 @@ def test_full_and_partial_restore():
     # removal to zero endpoints: dispatch moves from nat to a filter REJECT
     part = partial_restore(new, {sp.name: plan_port(sp, [], NODE)}, [sp.name])
     assert "-D KUBE-SERVICES" in part and "-I KUBE-SERVICES 1" in part and "REJECT" in part
+
+
+def test_large_cluster_mode_drops_per_endpoint_comments_only():
+    from netproxy.iptables.plan import LARGE_CLUSTER_ENDPOINTS, large_cluster
+
+    assert not large_cluster(LARGE_CLUSTER_ENDPOINTS) and large_cluster(LARGE_CLUSTER_ENDPOINTS + 1)
+    sp = port(sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 30}})
+    small, large = plan_port(sp, EPS, NODE), plan_port(sp, EPS, NODE, large=True)
+    assert small.dispatch == large.dispatch  # KUBE-SERVICES keeps its comments, as kube-proxy's
+    svc = svc_chain(sp.name)
+    assert "cluster IP" in large.chains[svc][0]  # the masquerade rule keeps its comment too
+    assert all("comment" not in x for x in large.chains[svc][1:])
+    assert all("comment" in x for x in small.chains[svc])
+    sep = sep_chain(sp.name, EPS[0])
+    assert large.chains[sep] == ["-s 10.244.0.1/32 -j KUBE-MARK-MASQ",
+                                 f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set -m tcp -p tcp "
+                                 "-j DNAT --to-destination 10.244.0.1:8080"]
+    assert [x.replace(f'-m comment --comment "default/web:http -> {e}" ', "") for x, e in
+            zip(small.chains[svc][1:4], EPS, strict=True)] == large.chains[svc][1:4]
