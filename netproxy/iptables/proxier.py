@@ -26,6 +26,7 @@ from netproxy.iptables.plan import (
     fixed_chains,
     jump_rules,
     large_cluster,
+    partial_ops,
     partial_restore,
     plan_port,
 )
@@ -57,10 +58,10 @@ class IptablesProxier:
             incremental = "libiptc" if backend == "legacy" else "restore"
         if backend not in ("legacy", "nft"):
             raise ValueError("backend must be legacy or nft")
-        if incremental not in ("restore", "libiptc"):
-            raise ValueError("incremental must be restore or libiptc")
-        if incremental == "libiptc" and backend != "legacy":
-            raise ValueError("python-iptables (libiptc) writes legacy x_tables only")
+        if incremental not in ("restore", "libiptc", "xtblob"):
+            raise ValueError("incremental must be restore, libiptc or xtblob")
+        if incremental in ("libiptc", "xtblob") and backend != "legacy":
+            raise ValueError(f"{incremental} writes legacy x_tables only")
         self.node = node
         self.backend = backend
         self.incremental = incremental
@@ -69,6 +70,7 @@ class IptablesProxier:
         self.plans: dict[ServicePortName, PortRules] = {}
         self._inputs: dict[ServicePortName, tuple] = {}  # spn -> ((port, endpoints), plan)
         self._known_chains: set[str] | None = None  # after the first full sync: our chains, from memory
+        self._xt: dict = {}  # table -> xtblob.XtTable, the legacy tables' bytes and index between changes
 
     # -- reading the kernel --------------------------------------------------------------------
     def save(self, table: str) -> str:
@@ -122,7 +124,9 @@ class IptablesProxier:
                 new.pop(spn, None)
             else:
                 new[spn] = self._plan(spn, sp, state, large)
-        if self.incremental == "libiptc":
+        if self.incremental == "xtblob":
+            n = self._blob_apply(partial_ops(self.plans, new, changes.ports))
+        elif self.incremental == "libiptc":
             from netproxy.iptables.libiptc import apply_partial
 
             n = apply_partial(self.plans, new, changes.ports, self.node)
@@ -137,6 +141,17 @@ class IptablesProxier:
                 if spn in new:
                     self._known_chains.update(new[spn].chains)
         return SyncResult(full=False, rules=n, detail=f"{len(changes.ports)} ports")
+
+    def _blob_apply(self, ops: dict) -> int:
+        """One SET_REPLACE per touched table (see xtblob); a failure leaves the next sync full."""
+        from netproxy.iptables.xtblob import XtTable, open_socket
+
+        n = 0
+        with open_socket() as sock:
+            for table, table_ops in ops.items():
+                xt = self._xt.setdefault(table, XtTable(table))
+                n += xt.apply(sock, table_ops)
+        return n
 
     def _full(self, state: ProxyState) -> SyncResult:
         """Stream the whole ruleset into one iptables-restore while planning it, so Python's

@@ -98,3 +98,18 @@ def test_large_cluster_mode_drops_per_endpoint_comments_only():
                                  "-j DNAT --to-destination 10.244.0.1:8080"]
     assert [x.replace(f'-m comment --comment "default/web:http -> {e}" ', "") for x, e in
             zip(small.chains[svc][1:4], EPS, strict=True)] == large.chains[svc][1:4]
+
+
+def test_proxier_switches_to_large_mode_by_total_endpoints():
+    from netproxy.iptables.proxier import IptablesProxier
+    from netproxy.tracker import ProxyState
+
+    state = ProxyState()
+    sp = port()
+    state.services[sp.name] = sp
+    state.endpoints[sp.name] = tuple(Endpoint(f"10.244.{i // 250}.{i % 250 + 1}", 8080) for i in range(1000))
+    assert not IptablesProxier._large(state)
+    state.endpoints[sp.name] += (Endpoint("10.245.0.1", 8080),)
+    assert IptablesProxier._large(state)
+    state.endpoints.pop(sp.name)  # endpoints of ports without a Service do not count
+    assert not IptablesProxier._large(state)
