@@ -54,8 +54,8 @@ class IptablesProxier:
     name = "iptables"
 
     def __init__(self, node: NodeConfig, backend: str = "legacy", incremental: str | None = None) -> None:
-        if incremental is None:  # the faster per job, as measured: libiptc for small legacy changes
-            incremental = "libiptc" if backend == "legacy" else "restore"
+        if incremental is None:  # the faster per job, as measured: the blob edit for small legacy changes
+            incremental = "xtblob" if backend == "legacy" else "restore"
         if backend not in ("legacy", "nft"):
             raise ValueError("backend must be legacy or nft")
         if incremental not in ("restore", "libiptc", "xtblob"):

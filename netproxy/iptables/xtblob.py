@@ -110,29 +110,45 @@ class XtTable:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._blob: bytearray | None = None  # 96 spare bytes, then the table (counters, comefrom zeroed)
+        self._blob: bytearray | None = None  # 96 spare bytes, the table (counters, comefrom zeroed), slack
+        self._spare: bytearray | None = None  # the other buffer: reads and new tables go there
         self._size = 0
         self._eoff = np.zeros(0, np.int64)  # entry offsets
         self._jpos = np.zeros(0, np.int64)  # positions of jump verdicts (>= 0)
-        self._heads: list[int] = []  # chain start offsets in blob order, then the final ERROR entry
-        self._names: list[str] = []
-        self._user: list[bool] = []
+        # chains by id: head (ERROR entry, or first rule of a builtin chain) and end (next chain's head)
+        self._ids: dict[str, int] = {}
+        self._head = np.zeros(0, np.int64)
+        self._end = np.zeros(0, np.int64)
+        self._isuser = np.zeros(0, bool)
+        self._names: list[str | None] = []  # by id; None once deleted
+        self._sorted: list[str] = []  # user chains by name (= blob order, as libiptc writes them)
+        self._table_end = 0  # offset of the final ERROR entry
         self._hooks: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
         self._valid_hooks = 0
         self.reparsed = 0  # how often the index was rebuilt from the kernel (drift, first use)
 
     # -- reading -----------------------------------------------------------------------------
+    def _buffer(self, size: int) -> bytearray:
+        """A buffer for 96 + size bytes: the spare one if big enough, else a new one with slack."""
+        buf, self._spare = self._spare, None
+        if buf is None or len(buf) < 96 + size:
+            buf = bytearray((96 + size + size // 8 + 7) & ~7)
+        return buf
+
     def _fetch(self, sock: socket.socket) -> xtsock.TableInfo:
         info = xtsock.get_info(sock, self.name)
-        buf = xtsock.get_entries(sock, info)
-        fresh = bytearray(memoryview(buf)[: 96 + info.size])
-        del buf
+        fresh = self._buffer(info.size)
+        xtsock.get_entries_into(sock, info, fresh)
         same = (self._blob is not None and info.size == self._size and info.num_entries == len(self._eoff)
                 and (info.hook_entry, info.underflow) == self._hooks)
         if same:
             self._normalize(fresh, self._eoff)
-            same = memoryview(fresh)[96:] == memoryview(self._blob)[96:]
-        if not same:
+            n = info.size // 8
+            same = np.array_equal(np.frombuffer(fresh, np.uint64, n, 96), np.frombuffer(self._blob, np.uint64, n, 96))
+        if same:
+            self._spare = fresh
+        else:
+            self._spare = self._blob
             self._parse(fresh, info)
         return info
 
@@ -147,7 +163,7 @@ class XtTable:
 
     def _parse(self, blob: bytearray, info: xtsock.TableInfo) -> None:
         self.reparsed += 1
-        mv = memoryview(blob)[96:]
+        mv = memoryview(blob)[96:96 + info.size]
         offs = []
         off, size = 0, info.size
         unpack = struct.Struct("<H").unpack_from
@@ -175,41 +191,33 @@ class XtTable:
             raise BlobError(f"{self.name}: table does not end with the ERROR entry")
         self._blob, self._size = blob, info.size
         self._eoff, self._jpos = eoff, jpos
-        self._heads = [c[0] for c in chains]
-        self._names = [c[1] for c in chains]
-        self._user = [c[2] for c in chains]
+        self._ids = {name: i for i, (_, name, _) in enumerate(chains[:-1])}
+        self._head = np.array([c[0] for c in chains[:-1]], np.int64)
+        self._end = np.array([c[0] for c in chains[1:]], np.int64)
+        self._isuser = np.array([c[2] for c in chains[:-1]], bool)
+        self._names = [c[1] for c in chains[:-1]]
+        self._sorted = sorted(name for _, name, user in chains[:-1] if user)
+        self._table_end = chains[-1][0]
         self._hooks = (info.hook_entry, info.underflow)
         self._valid_hooks = info.valid_hooks
 
-    def _index(self, chain: str) -> int:
-        try:
-            return self._by_name[chain]
-        except KeyError:
-            raise BlobError(f"{self.name}: no chain {chain}") from None
-
-    @property
-    def _by_name(self) -> dict[str, int]:
-        cached = getattr(self, "_by_name_cache", None)
-        if cached is None or cached[0] is not self._names:
-            cached = (self._names, {n: i for i, n in enumerate(self._names[:-1])})
-            self._by_name_cache = cached
-        return cached[1]
-
     def _chain_span(self, chain: str) -> tuple[int, int, int]:
         """(head, first rule, tail entry) of a chain; tail is its RETURN / policy entry."""
-        i = self._index(chain)
-        head = self._heads[i]
-        first = head + (ERROR_ENTRY if self._user[i] else 0)
-        return head, first, self._heads[i + 1] - STD_ENTRY
+        i = self._ids.get(chain)
+        if i is None:
+            raise BlobError(f"{self.name}: no chain {chain}")
+        head = int(self._head[i])
+        return head, head + (ERROR_ENTRY if self._isuser[i] else 0), int(self._end[i]) - STD_ENTRY
 
     def _first_rule(self, chain: str) -> int:
         return self._chain_span(chain)[1]
 
     def has_chain(self, chain: str) -> bool:
-        return chain in self._by_name
+        return chain in self._ids
 
     def chains(self) -> list[str]:
-        return [n for n, u in zip(self._names[:-1], self._user[:-1], strict=True) if u]
+        """Our view of the table's user chains (name order)."""
+        return list(self._sorted)
 
     # -- editing -----------------------------------------------------------------------------
     def _find_rule(self, chain: str, spec: str) -> tuple[int, int]:
@@ -274,8 +282,6 @@ class XtTable:
         edits: list[_Edit] = [_Edit(s, e, []) for s, e in deletes]
         edits += [_Edit(p, p, entries) for p, entries in inserts.items()]
         new_chains: dict[int, list[str]] = {}
-        user_names = [(n, h) for n, h, u in zip(self._names[:-1], self._heads[:-1], self._user[:-1], strict=True) if u]
-        user_sorted = [n for n, _ in user_names]
         for chain in deleted:
             if self.has_chain(chain):
                 head, _, tail = self._chain_span(chain)
@@ -288,8 +294,8 @@ class XtTable:
                 _, first, tail = self._chain_span(chain)
                 edits.append(_Edit(first, tail + STD_ENTRY, body))
             else:
-                k = bisect.bisect_right(user_sorted, chain)
-                pos = user_names[k][1] if k < len(user_names) else self._heads[-1]
+                k = bisect.bisect_right(self._sorted, chain)
+                pos = self._chain_span(self._sorted[k])[0] if k < len(self._sorted) else self._table_end
                 new_chains.setdefault(pos, []).append(chain)
                 declared[chain] = body  # type: ignore[assignment]
         for pos, names in new_chains.items():
@@ -322,6 +328,7 @@ class XtTable:
         zero_len = starts == ends
         # lay out the new entries (sizes are known before any jump is resolved)
         new_chain_at: dict[str, int] = {}
+        new_chain_end: dict[str, int] = {}
         delta = np.zeros(len(edits) + 1, np.int64)
         datas: list[list[bytes]] = []
         new_entries: list[tuple[int, Encoded | bytes]] = []  # (new offset, entry)
@@ -331,14 +338,20 @@ class XtTable:
             pieces.append((prev, e.start))
             pos = e.start + shift
             chunk: list[bytes] = []
+            open_chain = None
             for ent in e.entries:
                 if isinstance(ent, tuple):
+                    if open_chain:
+                        new_chain_end[open_chain] = pos
+                    open_chain = ent[1]
                     new_chain_at[ent[1]] = pos
                     ent = error_entry(ent[1])
                 data = ent.data if isinstance(ent, Encoded) else ent
                 new_entries.append((pos, ent))
                 chunk.append(data)
                 pos += len(data)
+            if open_chain:
+                new_chain_end[open_chain] = pos
             datas.append(chunk)
             shift = pos - e.end
             delta[k + 1] = shift
@@ -363,7 +376,7 @@ class XtTable:
             return (k >= 0) & (p >= starts[kk]) & (p < ends[kk])
 
         # the new blob: untouched stretches copied, new entries between them
-        out = bytearray(96 + new_size)
+        out = self._buffer(new_size)
         mv_out, mv_old = memoryview(out), memoryview(old)
         cursor = 96
         for k, (a, b) in enumerate(pieces):
@@ -414,18 +427,35 @@ class XtTable:
         nc[np.searchsorted(eoff_new, eoff_kept_new)] = oc[keep_e]
         xtsock.add_counters(sock, self.name, nc.tobytes())
         # the index, for the next change
-        heads_old = np.array(self._heads, np.int64)
-        gone = inside(heads_old)
-        heads = [(int(h), n, u) for h, n, u, g in zip(map_pos(heads_old, False), self._names, self._user, gone,
-                                                       strict=True) if not g]
-        heads += [(off, name, True) for name, off in new_chain_at.items()]
-        heads.sort()
-        self._blob, self._size = out, new_size
+        gone = inside(self._head)
+        self._head = map_pos(self._head, False)
+        self._end = map_pos(self._end, True)
+        for i in np.nonzero(gone)[0]:
+            name = self._names[i]
+            if name is not None:
+                self._names[i] = None
+                del self._ids[name]
+                if self._isuser[i]:
+                    del self._sorted[bisect.bisect_left(self._sorted, name)]
+        if new_chain_at:
+            base = len(self._head)
+            names = list(new_chain_at)
+            self._head = np.concatenate([self._head, np.array([new_chain_at[n] for n in names], np.int64)])
+            self._end = np.concatenate([self._end, np.array([new_chain_end[n] for n in names], np.int64)])
+            self._isuser = np.concatenate([self._isuser, np.ones(len(names), bool)])
+            for k, name in enumerate(names):
+                self._ids[name] = base + k
+                self._names.append(name)
+                bisect.insort(self._sorted, name)
+        if len(self._names) > 2 * len(self._ids) + 64:  # drop deleted chains' ids
+            live = np.array(sorted(self._ids.values()), np.int64)
+            self._head, self._end, self._isuser = self._head[live], self._end[live], self._isuser[live]
+            self._names = [self._names[i] for i in live]
+            self._ids = {n: k for k, n in enumerate(self._names)}
+        self._table_end = int(map_pos(np.array([self._table_end], np.int64), False)[0])
+        self._spare, self._blob, self._size = old, out, new_size
         self._eoff = eoff_new
         self._jpos = np.sort(np.concatenate([jpos_new, np.array(new_j, np.int64)]))
-        self._heads = [h for h, _, _ in heads]
-        self._names = [n for _, n, _ in heads]
-        self._user = [u for _, _, u in heads]
         self._hooks = (hook_entry, underflow)
 
 

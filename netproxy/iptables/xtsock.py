@@ -75,6 +75,23 @@ def get_entries(sock: socket.socket, info: TableInfo) -> ctypes.Array:
     return buf
 
 
+def get_entries_into(sock: socket.socket, info: TableInfo, buf: bytearray) -> None:
+    """GET_ENTRIES straight into buf[96:96 + size] (a reusable buffer, as `get_entries` lays it out).
+
+    The buffer is zeroed first: the kernel writes match and target names only up to their NUL,
+    so a reused buffer would otherwise keep old bytes in the names' padding."""
+    at = _REPLACE.size - _GET_ENTRIES_HDR
+    cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
+    ctypes.memset(ctypes.byref(cbuf, at), 0, _GET_ENTRIES_HDR + info.size)
+    struct.pack_into("32sI", buf, at, info.name.encode(), info.size)
+    ln = ctypes.c_uint32(_GET_ENTRIES_HDR + info.size)
+    try:
+        _check(_libc.getsockopt(sock.fileno(), SOL_IP, IPT_SO_GET_ENTRIES, ctypes.byref(cbuf, at), ctypes.byref(ln)),
+               f"GET_ENTRIES {info.name}")
+    finally:
+        del cbuf
+
+
 def replace(sock: socket.socket, info: TableInfo, buf: ctypes.Array, num_entries: int, size: int,
             hook_entry: tuple[int, ...], underflow: tuple[int, ...]) -> ctypes.Array:
     """SET_REPLACE with the blob at buf[96:]; returns the old table's counters (one per old entry).

@@ -169,3 +169,43 @@ def test_encoding_matches_iptables_legacy(res, spec):
     if enc.jump:
         mine[enc.verdict_at:enc.verdict_at + 4] = first.to_bytes(4, "little", signed=True)
     assert bytes(mine) == kernel
+
+
+def test_proxier_changes_through_the_blob_and_recovers_from_drift(res):
+    """The default legacy proxier edits the blob; drift under it (KUBE-SERVICES flushed by hand)
+    fails the next change instead of writing on top of it, and the full sync repairs."""
+    from netproxy.iptables.proxier import IptablesProxier
+    from netproxy.iptables.xtblob import BlobError
+    from netproxy.tracker import Changes, ProxyState
+
+    ns = res.netns()
+    proxier = IptablesProxier(NodeConfig(node_name="me", cluster_cidr="10.244.0.0/16", prefix=f"K{ns[-6:]}-"))
+    assert proxier.incremental == "xtblob"
+    state = ProxyState()
+    (s0, e0), (s1, e1) = _port(0), _port(1)
+    state.services.update({s0.name: s0, s1.name: s1})
+    state.endpoints.update({s0.name: tuple(e0), s1.name: tuple(e1)})
+    worker = NetnsWorker(ns)
+    try:
+        worker.call(proxier.sync, state, Changes(), True)
+        state.endpoints[s0.name] = tuple(e0[:1])
+        worker.call(proxier.sync, state, Changes(ports={s0.name}), False)
+        nat = "\n".join(_save(ns, "nat"))
+        assert "10.244.0.1:8080" in nat and "10.244.0.2:8080" not in nat and "10.244.1.3:8080" in nat
+        assert proxier._xt["nat"].reparsed == 1
+        subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy", "-t", "nat", "-F", proxier.names.services],
+                       check=True)
+        state.services.pop(s1.name)  # its dispatch rule is gone already: the edit cannot apply
+        with pytest.raises(BlobError):
+            worker.call(proxier.sync, state, Changes(ports={s1.name}), False)
+        worker.call(proxier.sync, state, Changes(), True)
+        lines = _save(ns, "nat")
+        assert [ln for ln in lines if ln.startswith(f"-A {proxier.names.services} ") and "default/s0:http cluster IP" in ln]
+        assert "10.244.1." not in "\n".join(lines)
+        state.endpoints[s0.name] = tuple(e0)
+        worker.call(proxier.sync, state, Changes(ports={s0.name}), False)
+        assert "10.244.0.3:8080" in "\n".join(_save(ns, "nat"))
+        worker.call(proxier.cleanup)
+        assert proxier.names.prefix not in "\n".join(_save(ns, "nat") + _save(ns, "filter"))
+    finally:
+        worker.close()
