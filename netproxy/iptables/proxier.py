@@ -1,15 +1,21 @@
-"""The iptables backend: one iptables-restore transaction per sync (legacy x_tables by default).
+"""The iptables backend: kube-proxy's nat layout, legacy x_tables by default.
 
-Backend choice (measured, see bench/netproxy_sync.py): legacy x_tables load a
-full kube-proxy ruleset ~20x faster than iptables-nft-restore (2.9 s vs 56 s at
-10k Services), so `backend="legacy"` is the default; its rules show in
-`iptables-legacy-save`. `backend="nft"` writes through iptables-nft (shown by
-`iptables-save` on Debian 12) and makes one-Service changes cheap instead.
-Full syncs always stream one iptables-restore (python-iptables builds rules at
-~0.6 ms each in Python); small legacy changes go through python-iptables
-(libiptc) in-process by default, measured ~20% faster than a partial
-iptables-restore at 1k-10k Services (`incremental="restore"` keeps the latter).
-Both pay legacy's whole-table fetch and replace on every commit.
+Per job, the faster mechanism as measured by bench/netproxy_sync.py (same run, busy
+2-core machine):
+- full sync: one streamed `iptables-legacy-restore` (planning overlaps its parsing),
+  ~1.1-1.4x the bare restore of the same text; python-iptables needs ~10 s at 1k.
+  `backend="nft"` (iptables-nft-restore) loads 10k Services ~20x slower.
+- one-Service change: `incremental="xtblob"` (default for legacy) edits the kernel's
+  table blob in place (xtblob.py): one GET_ENTRIES, a splice with re-linked jump
+  offsets, one SET_REPLACE (+ ADD_COUNTERS), byte-for-byte the table
+  iptables-legacy-restore would write. ~2x faster than python-iptables/libiptc
+  (`incremental="libiptc"`) and a partial `iptables-legacy-restore`
+  (`incremental="restore"`), both of which parse and re-encode the whole table.
+  Every legacy writer still pays the kernel's whole-table read and replace: at
+  10k Services (190k entries, 40 MB even with kube-proxy's large-cluster mode)
+  that floor alone is ~0.3 s here, so the 100 ms target is out of reach for
+  legacy x_tables; `backend="nft"` changes cost ~20 ms but its full loads do not
+  fit the full-sync target (see the issue note).
 """
 
 from __future__ import annotations
