@@ -93,6 +93,18 @@ def _median(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
 
 
+def floor_restore(text: str) -> float:
+    """One iptables-legacy-restore of `text` into a fresh netns."""
+    ns = netns()
+    try:
+        t0 = time.perf_counter()
+        subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "-w", "--noflush"], input=text,
+                       text=True, check=True)
+        return time.perf_counter() - t0
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
 def floors_iptables(plans: dict, node: NodeConfig, spn, sp, eps, large: bool, rounds: int, pyiptc_max: int) -> dict:
     """Legacy floors on `plans`' ruleset in a fresh netns: full restore, one Service's partial
     restore, the kernel's unchanged-table replace, and (small sizes) python-iptables full load."""
@@ -190,12 +202,17 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
         out["full"] = time.perf_counter() - t0
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # restore tools: their own CPU vs the kernel's
         out["child_cpu"] = (ru1.ru_utime - ru0.ru_utime, ru1.ru_stime - ru0.ru_stime)
+        if label.startswith("iptables") and label != "iptables-nft" and not args.no_floor:
+            from netproxy.iptables.plan import full_restore
+
+            # the floor right after our full sync, on the same ruleset (the machine's load drifts)
+            out["floor_adjacent"] = floor_restore(full_restore(proxier.plans, node))
         out["rules"] = r.rules if r else 0
         out["chains"] = r.chains if r else 0
         t0 = time.perf_counter()
         await proxy.sync(full=True)
         out["resync"] = time.perf_counter() - t0
-        times = []
+        times, splits = [], []
         for c in range(changes):
             i = (c * 7919) % n
             s, sl = objs[i]
@@ -206,7 +223,12 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
             t0 = time.perf_counter()
             await proxy.sync()
             times.append(time.perf_counter() - t0)
+            xt = getattr(proxier, "_xt", {}).get("nat")
+            if xt is not None and xt.timing:
+                splits.append((xt.timing["read"], xt.timing["replace"], times[-1]))
         out["change_p50"], out["change_p99"] = pct(times, 0.5), pct(times, 0.99)
+        if splits:
+            out["split"] = [pct([x[k] for x in splits], 0.5) for k in range(3)]
         if label.startswith("iptables") and not args.no_floor and n not in args.floored:
             args.floored.add(n)  # once per size, on the first iptables mode's final ruleset
             i = ((changes - 1) * 7919) % n
@@ -242,6 +264,9 @@ def main() -> int:
         return 1
     args.floored = set()
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus (shared machine)")
+    print("floor s: one iptables-legacy-restore of the same ruleset into a fresh netns, right after the mode's"
+          " full sync\n(nftables: nft -f); floor change ms: a one-Service partial iptables-legacy-restore"
+          " (nftables: one nft element add)")
     print(f"{'mode':18} {'svcs':>6} {'rules':>7} {'full s':>8} {'floor s':>8} {'ratio':>6} {'resync s':>9} "
           f"{'1-svc p50 ms':>13} {'p99 ms':>8} {'floor change ms':>15}  mechanism: full / change")
     for size in [int(x) for x in args.sizes.split(",")]:
@@ -249,8 +274,9 @@ def main() -> int:
         for label in args.modes.split(","):
             r = asyncio.run(run_mode(label, size, args.endpoints, args.changes, args))
             if label.startswith("iptables"):
-                floors.update({k: v for k, v in r.items() if k.startswith(("floor", "kernel", "pyiptc"))})
-                floor = floors.get("floor")
+                floors.update({k: v for k, v in r.items() if k.startswith(("floor", "kernel", "pyiptc"))
+                               and k != "floor_adjacent"})
+                floor = r.get("floor_adjacent") or floors.get("floor")
             else:
                 floor = r.get("floor")
             ratio = f"{r['full'] / floor:.2f}" if floor else "-"
@@ -261,6 +287,11 @@ def main() -> int:
             print(f"{label:18} {size:>6} {r['rules']:>7} {r['full']:>8.2f} {floor or 0:>8.2f} {ratio:>6} "
                   f"{r['resync']:>9.2f} {r['change_p50'] * 1e3:>13.1f} {r['change_p99'] * 1e3:>8.1f} {fe:>15}  "
                   f"{full_m} / {change_m}", flush=True)
+            if r.get("split"):
+                rd, rp, tot = r["split"]
+                print(f"{'':18} {'':>6}   change p50 split: GET_ENTRIES + compare {rd * 1e3:.0f} ms, SET_REPLACE + "
+                      f"ADD_COUNTERS {rp * 1e3:.0f} ms, the rest (plan, encode, splice, proxy) "
+                      f"{(tot - rd - rp) * 1e3:.0f} ms")
             cu, cs = r["child_cpu"]
             if cu + cs > 0.05:
                 print(f"{'':18} {'':>6}   full sync's child processes: {cu:.2f} s user, {cs:.2f} s sys (kernel)")

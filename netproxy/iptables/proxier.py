@@ -71,6 +71,8 @@ class IptablesProxier:
         self.node = node
         self.backend = backend
         self.incremental = incremental
+        if incremental in ("libiptc", "xtblob"):
+            import iptc  # noqa: F401  (loads libxtables once, at start rather than in the first change)
         self.cmd = f"iptables-{backend}"
         self.names = Names(node.prefix)
         self.plans: dict[ServicePortName, PortRules] = {}

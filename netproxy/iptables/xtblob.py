@@ -32,6 +32,7 @@ import functools
 import shlex
 import socket
 import struct
+import time
 from collections.abc import Iterable
 
 import numpy as np
@@ -130,6 +131,7 @@ class XtTable:
         self._hooks: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
         self._valid_hooks = 0
         self.reparsed = 0  # how often the index was rebuilt from the kernel (drift, first use)
+        self.timing: dict[str, float] = {}  # last change: read (GET + compare or reparse), replace, total
 
     # -- reading -----------------------------------------------------------------------------
     def _buffer(self, size: int) -> bytearray:
@@ -258,7 +260,10 @@ class XtTable:
             return self._apply(sock, ops)
 
     def _apply(self, sock: socket.socket, ops: list[tuple[str, ...]]) -> int:
+        t0 = time.perf_counter()
         self._fetch(sock)
+        self.timing = {"read": time.perf_counter() - t0, "replace": 0.0}
+        t0 = time.perf_counter()
         declared: dict[str, list[str]] = {}
         deleted: set[str] = set()
         inserts: dict[int, list] = {}  # position -> entries
@@ -309,6 +314,7 @@ class XtTable:
                 entries.extend(declared[chain])
             edits.append(_Edit(pos, pos, entries))
         self._commit(sock, edits)
+        self.timing["total"] = self.timing["read"] + time.perf_counter() - t0
         return written
 
     def _commit(self, sock: socket.socket, edits: list[_Edit]) -> None:
@@ -424,12 +430,14 @@ class XtTable:
         info = xtsock.TableInfo(self.name, self._valid_hooks, self._hooks[0], self._hooks[1], len(self._eoff),
                                 old_size)
         buf = (ctypes.c_char * len(out)).from_buffer(out)
+        t_replace = time.perf_counter()
         old_counters = xtsock.replace(sock, info, buf, len(eoff_new), new_size, hook_entry, underflow)
         del buf
         oc = np.frombuffer(old_counters, np.uint64).reshape(-1, 2)
         nc = np.zeros((len(eoff_new), 2), np.uint64)
         nc[np.searchsorted(eoff_new, eoff_kept_new)] = oc[keep_e]
         xtsock.add_counters(sock, self.name, nc.tobytes())
+        self.timing["replace"] = time.perf_counter() - t_replace
         # the index, for the next change
         gone = inside(self._head)
         self._head = map_pos(self._head, False)
