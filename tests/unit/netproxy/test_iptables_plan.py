@@ -113,3 +113,14 @@ def test_proxier_switches_to_large_mode_by_total_endpoints():
     assert IptablesProxier._large(state)
     state.endpoints.pop(sp.name)  # endpoints of ports without a Service do not count
     assert not IptablesProxier._large(state)
+
+
+def test_hash16_is_base32_of_sha256_prefix():
+    import base64
+    import hashlib
+
+    from netproxy.hashing import hash16
+
+    for i in range(2000):
+        data = f"ns{i}/svc{i}:http{'tcp' if i % 2 else 'udp'}10.0.{i % 250}.{i % 7}:{i}"
+        assert hash16(data) == base64.b32encode(hashlib.sha256(data.encode()).digest()).decode()[:16]
