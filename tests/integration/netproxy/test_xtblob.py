@@ -193,6 +193,11 @@ def test_proxier_changes_through_the_blob_and_recovers_from_drift(res):
         nat = "\n".join(_save(ns, "nat"))
         assert "10.244.0.1:8080" in nat and "10.244.0.2:8080" not in nat and "10.244.1.3:8080" in nat
         assert proxier._xt["nat"].reparsed == 1
+        worker.call(proxier.sync, state, Changes(), True)  # a periodic resync rewrites the same bytes:
+        state.endpoints[s0.name] = tuple(e0[:2])
+        worker.call(proxier.sync, state, Changes(ports={s0.name}), False)
+        assert proxier._xt["nat"].reparsed == 1  # ... so the index stays valid
+        assert "10.244.0.2:8080" in "\n".join(_save(ns, "nat"))
         subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy", "-t", "nat", "-F", proxier.names.services],
                        check=True)
         state.services.pop(s1.name)  # its dispatch rule is gone already: the edit cannot apply
