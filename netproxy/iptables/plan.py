@@ -91,7 +91,10 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig, 
     n = Names(node.prefix)
     spn = sp.name
     sel = categorize(sp, endpoints, node.node_name)
-    svc, ext, svl = svc_chain(spn, n.prefix), ext_chain(spn, n.prefix), svl_chain(spn, n.prefix)
+    svc = svc_chain(spn, n.prefix)
+    ext = svl = ""  # only externally reachable ports have these chains (two hashes saved otherwise)
+    if sp.externally_accessible:
+        ext, svl = ext_chain(spn, n.prefix), svl_chain(spn, n.prefix)
     proto = _proto(sp)
     name = str(spn)
     seps = {ep: f"{n.prefix}SEP-{hash16(f'{name}{sp.protocol.lower()}{ep.ip}:{ep.port}')}"
