@@ -152,10 +152,10 @@ class IptablesProxier:
 
     def _blob_apply(self, ops: dict) -> int:
         """One SET_REPLACE per touched table (see xtblob); a failure leaves the next sync full."""
-        from netproxy.iptables.xtblob import XtTable, open_socket
+        from netproxy.iptables.xtblob import XtTable, open_socket, xtables_lock
 
         n = 0
-        with open_socket() as sock:
+        with xtables_lock(), open_socket() as sock:
             for table, table_ops in ops.items():
                 xt = self._xt.setdefault(table, XtTable(table))
                 n += xt.apply(sock, table_ops)

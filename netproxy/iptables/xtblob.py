@@ -25,15 +25,18 @@ writes them, so iptables-legacy-save / -S see an ordinary table.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import ctypes
 import dataclasses
 import errno
+import fcntl
 import functools
+import os
 import shlex
 import socket
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -473,3 +476,17 @@ class XtTable:
 
 def open_socket() -> socket.socket:
     return socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+
+
+@contextlib.contextmanager
+def xtables_lock() -> Iterator[None]:
+    """The lock every iptables command takes around its read-edit-replace (iptables -w waits for it):
+    without it, a concurrent same-size write by another program could be lost between our read
+    and our replace (the kernel only refuses a replace if the entry count changed)."""
+    path = os.environ.get("XTABLES_LOCKFILE", "/run/xtables.lock")
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -214,3 +214,38 @@ def test_proxier_changes_through_the_blob_and_recovers_from_drift(res):
         assert proxier.names.prefix not in "\n".join(_save(ns, "nat") + _save(ns, "filter"))
     finally:
         worker.close()
+
+
+def test_changes_wait_for_the_xtables_lock(res, tmp_path, monkeypatch):
+    """Like `iptables -w`, a blob change waits while another writer holds the xtables lock."""
+    import fcntl
+    import os
+    import threading
+
+    from netproxy.iptables.proxier import IptablesProxier
+    from netproxy.tracker import Changes, ProxyState
+
+    lock = tmp_path / "xtables.lock"
+    monkeypatch.setenv("XTABLES_LOCKFILE", str(lock))
+    ns = res.netns()
+    proxier = IptablesProxier(NodeConfig(node_name="me", prefix=f"L{ns[-6:]}-"))
+    state = ProxyState()
+    s0, e0 = _port(0)
+    state.services[s0.name] = s0
+    state.endpoints[s0.name] = tuple(e0)
+    worker = NetnsWorker(ns)
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR)
+    try:
+        worker.call(proxier.sync, state, Changes(), True)
+        state.endpoints[s0.name] = tuple(e0[:1])
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        done = threading.Event()
+        future = worker.submit(lambda: (proxier.sync(state, Changes(ports={s0.name}), False), done.set()))
+        assert not done.wait(0.5), "the change did not wait for the lock"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        future.result(timeout=30)
+        assert "10.244.0.2:8080" not in "\n".join(_save(ns, "nat"))
+        worker.call(proxier.cleanup)
+    finally:
+        os.close(fd)
+        worker.close()
