@@ -321,6 +321,8 @@ class XtTable:
         return written
 
     def _commit(self, sock: socket.socket, edits: list[_Edit]) -> None:
+        if not edits:
+            return
         # insertions at a point go before a deletion starting there; merge same-point insertions
         merged: dict[tuple[int, int], _Edit] = {}
         for e in sorted(edits, key=lambda e: (e.start, e.end)):
