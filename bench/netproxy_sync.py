@@ -35,8 +35,8 @@ from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
 
 MODES = {
-    "iptables": ("iptables", {"backend": "legacy", "incremental": "xtblob"}),
-    "iptables-libiptc": ("iptables", {"backend": "legacy", "incremental": "libiptc"}),
+    "iptables": ("iptables", {"backend": "legacy", "incremental": "libiptc"}),
+    "iptables-xtblob": ("iptables", {"backend": "legacy", "incremental": "xtblob"}),
     "iptables-restore": ("iptables", {"backend": "legacy", "incremental": "restore"}),
     "iptables-nft": ("iptables", {"backend": "nft"}),
     "nftables": ("nftables", {}),
@@ -81,8 +81,8 @@ def count_rules(mode: str, ns: str) -> int:
 
 
 MECHANISM = {  # (full sync, one-Service change)
-    "iptables": ("iptables-legacy-restore (streamed)", "x_tables blob edit (xtblob: 1 SET_REPLACE)"),
-    "iptables-libiptc": ("iptables-legacy-restore (streamed)", "python-iptables/libiptc"),
+    "iptables": ("iptables-legacy-restore (streamed)", "python-iptables/libiptc"),
+    "iptables-xtblob": ("iptables-legacy-restore (streamed)", "x_tables blob edit (xtblob: 1 SET_REPLACE)"),
     "iptables-restore": ("iptables-legacy-restore (streamed)", "iptables-legacy-restore --noflush partial"),
     "iptables-nft": ("iptables-nft-restore", "iptables-nft-restore --noflush partial"),
     "nftables": ("nf_tables netlink batch", "nf_tables netlink batch"),
@@ -250,7 +250,7 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="1000,5000,10000", help="comma-separated Service counts")
-    p.add_argument("--modes", default="iptables,iptables-libiptc,iptables-restore,nftables",
+    p.add_argument("--modes", default="iptables,iptables-xtblob,iptables-restore,nftables",
                    help=f"comma-separated, from {', '.join(MODES)} (iptables-nft is slow: 56 s at 10k)")
     p.add_argument("--endpoints", type=int, default=3)
     p.add_argument("--changes", type=int, default=20, help="one-Service changes measured per run")

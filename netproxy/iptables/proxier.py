@@ -3,19 +3,18 @@
 Per job, the faster mechanism as measured by bench/netproxy_sync.py (same run, busy
 2-core machine):
 - full sync: one streamed `iptables-legacy-restore` (planning overlaps its parsing),
-  ~1.1-1.4x the bare restore of the same text; python-iptables needs ~10 s at 1k.
-  `backend="nft"` (iptables-nft-restore) loads 10k Services ~20x slower.
-- one-Service change: `incremental="xtblob"` (default for legacy) edits the kernel's
-  table blob in place (xtblob.py): one GET_ENTRIES, a splice with re-linked jump
-  offsets, one SET_REPLACE (+ ADD_COUNTERS), byte-for-byte the table
-  iptables-legacy-restore would write. ~2x faster than python-iptables/libiptc
-  (`incremental="libiptc"`) and a partial `iptables-legacy-restore`
-  (`incremental="restore"`), both of which parse and re-encode the whole table.
-  Every legacy writer still pays the kernel's whole-table read and replace: at
-  10k Services (190k entries, 40 MB even with kube-proxy's large-cluster mode)
-  that floor alone is ~0.3 s here, so the 100 ms target is out of reach for
-  legacy x_tables; `backend="nft"` changes cost ~20 ms but its full loads do not
-  fit the full-sync target (see the issue note).
+  1.1-1.9x the bare restore of the same text depending on load; python-iptables needs
+  5-15 s at 1k Services. `backend="nft"` (iptables-nft-restore) loads 5k Services
+  ~40x slower (user-space, superlinear).
+- one-Service change: python-iptables/libiptc in-process (`incremental="libiptc"`,
+  default), under the xtables lock. `incremental="xtblob"` edits the kernel's table
+  blob directly (xtblob.py, byte-identical to iptables' own table) and measures the
+  same (interleaved A/B at 10k: ~460 vs ~480 ms); a partial `iptables-legacy-restore`
+  (`incremental="restore"`) is slower (~520-610 ms). All of them pay the kernel's
+  whole-table GET_ENTRIES + SET_REPLACE: at 10k Services (190k entries, 40 MB even with
+  kube-proxy's large-cluster mode) that floor alone is ~0.3 s here, so a 100 ms
+  one-Service change is out of reach for legacy x_tables; `backend="nft"` changes cost
+  ~20 ms at 1k but its full loads do not fit the full-sync target (see the issue note).
 """
 
 from __future__ import annotations
@@ -60,8 +59,8 @@ class IptablesProxier:
     name = "iptables"
 
     def __init__(self, node: NodeConfig, backend: str = "legacy", incremental: str | None = None) -> None:
-        if incremental is None:  # the faster per job, as measured: the blob edit for small legacy changes
-            incremental = "xtblob" if backend == "legacy" else "restore"
+        if incremental is None:  # as measured: libiptc ties the blob edit and beats a partial restore
+            incremental = "libiptc" if backend == "legacy" else "restore"
         if backend not in ("legacy", "nft"):
             raise ValueError("backend must be legacy or nft")
         if incremental not in ("restore", "libiptc", "xtblob"):
@@ -136,8 +135,10 @@ class IptablesProxier:
             n = self._blob_apply(partial_ops(self.plans, new, changes.ports))
         elif self.incremental == "libiptc":
             from netproxy.iptables.libiptc import apply_partial
+            from netproxy.iptables.xtsock import xtables_lock
 
-            n = apply_partial(self.plans, new, changes.ports, self.node)
+            with xtables_lock():  # python-iptables does not take it; iptables -w does
+                n = apply_partial(self.plans, new, changes.ports, self.node)
         else:
             text = partial_restore(self.plans, new, changes.ports)
             n = text.count("\n-A ") + text.count("\n-I ")

@@ -10,12 +10,16 @@ the target network namespace (the socket belongs to the calling thread's netns).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import errno
+import fcntl
+import os
 import socket
 import struct
 import time
+from collections.abc import Iterator
 
 SOL_IP = 0
 IPT_SO_SET_REPLACE = 64
@@ -135,3 +139,17 @@ def replace_unchanged(table: str = "nat") -> ReplaceTiming:
         add_counters(s, table, old)
         t2 = time.perf_counter()
     return ReplaceTiming(info.num_entries, info.size, t1 - t0, t2 - t1)
+
+
+@contextlib.contextmanager
+def xtables_lock() -> Iterator[None]:
+    """The lock every iptables command takes around its read-edit-replace (iptables -w waits for it):
+    without it, a concurrent same-size write by another program could be lost between our read
+    and our replace (the kernel only refuses a replace if the entry count changed)."""
+    path = os.environ.get("XTABLES_LOCKFILE", "/run/xtables.lock")
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

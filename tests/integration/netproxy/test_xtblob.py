@@ -172,15 +172,15 @@ def test_encoding_matches_iptables_legacy(res, spec):
 
 
 def test_proxier_changes_through_the_blob_and_recovers_from_drift(res):
-    """The default legacy proxier edits the blob; drift under it (KUBE-SERVICES flushed by hand)
+    """The proxier with incremental="xtblob" edits the blob; drift under it (KUBE-SERVICES flushed by hand)
     fails the next change instead of writing on top of it, and the full sync repairs."""
     from netproxy.iptables.proxier import IptablesProxier
     from netproxy.iptables.xtblob import BlobError
     from netproxy.tracker import Changes, ProxyState
 
     ns = res.netns()
-    proxier = IptablesProxier(NodeConfig(node_name="me", cluster_cidr="10.244.0.0/16", prefix=f"K{ns[-6:]}-"))
-    assert proxier.incremental == "xtblob"
+    proxier = IptablesProxier(NodeConfig(node_name="me", cluster_cidr="10.244.0.0/16", prefix=f"K{ns[-6:]}-"),
+                              incremental="xtblob")
     state = ProxyState()
     (s0, e0), (s1, e1) = _port(0), _port(1)
     state.services.update({s0.name: s0, s1.name: s1})
@@ -216,8 +216,9 @@ def test_proxier_changes_through_the_blob_and_recovers_from_drift(res):
         worker.close()
 
 
-def test_changes_wait_for_the_xtables_lock(res, tmp_path, monkeypatch):
-    """Like `iptables -w`, a blob change waits while another writer holds the xtables lock."""
+@pytest.mark.parametrize("incremental", ["libiptc", "xtblob"])
+def test_changes_wait_for_the_xtables_lock(res, tmp_path, monkeypatch, incremental):
+    """Like `iptables -w`, an in-process change waits while another writer holds the xtables lock."""
     import fcntl
     import os
     import threading
@@ -228,7 +229,7 @@ def test_changes_wait_for_the_xtables_lock(res, tmp_path, monkeypatch):
     lock = tmp_path / "xtables.lock"
     monkeypatch.setenv("XTABLES_LOCKFILE", str(lock))
     ns = res.netns()
-    proxier = IptablesProxier(NodeConfig(node_name="me", prefix=f"L{ns[-6:]}-"))
+    proxier = IptablesProxier(NodeConfig(node_name="me", prefix=f"L{ns[-6:]}-"), incremental=incremental)
     state = ProxyState()
     s0, e0 = _port(0)
     state.services[s0.name] = s0
