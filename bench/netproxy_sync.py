@@ -4,13 +4,14 @@
 For each size (Services × endpoints) and mode, a fresh network namespace gets the
 rules through the real path (trackers → Proxy.sync → backend); nothing touches
 the host's own namespace. Floors measured in the same run on the same ruleset:
-one `iptables-legacy-restore` of the text our full sync generated, and one
-`nft -f` of our nftables table as `nft list` prints it (slow above ~5k: capped
-by --nft-floor-max). One-Service changes are timed per case, end to end through
-Proxy.sync: a new Service with its endpoints (add), one endpoint of an existing
-Service replaced (eps), a Service deleted (del); beside them, the raw floor of
-one `nft -f` adding a single set element to the same table in the same netns.
-Run as root:
+one `iptables-legacy-restore` of the text our full sync generated (full floor),
+one kube-proxy-style `iptables-legacy-restore --noflush` of one Service's changed
+chains into that loaded table (partial floor), the kernel's own floor for any
+legacy change (GET_ENTRIES + SET_REPLACE of the unchanged nat table, counters
+restored: netproxy/iptables/xtsock.py), python-iptables loading the whole ruleset
+(up to --pyiptc-full-max Services; ~0.6 ms a rule), and one `nft -f` of our
+nftables table as `nft list` prints it (slow above ~5k: capped by
+--nft-floor-max). Each mode's line names the mechanism of each job. Run as root:
 
     .venv/bin/python bench/netproxy_sync.py --sizes 1000,5000,10000
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -34,6 +36,7 @@ from netproxy.proxy import Proxy
 
 MODES = {
     "iptables": ("iptables", {"backend": "legacy", "incremental": "libiptc"}),
+    "iptables-xtblob": ("iptables", {"backend": "legacy", "incremental": "xtblob"}),
     "iptables-restore": ("iptables", {"backend": "legacy", "incremental": "restore"}),
     "iptables-nft": ("iptables", {"backend": "nft"}),
     "nftables": ("nftables", {}),
@@ -77,7 +80,21 @@ def count_rules(mode: str, ns: str) -> int:
     return -1
 
 
-def floor_iptables(text: str) -> float:
+MECHANISM = {  # (full sync, one-Service change)
+    "iptables": ("iptables-legacy-restore (streamed)", "python-iptables/libiptc"),
+    "iptables-xtblob": ("iptables-legacy-restore (streamed)", "x_tables blob edit (xtblob: 1 SET_REPLACE)"),
+    "iptables-restore": ("iptables-legacy-restore (streamed)", "iptables-legacy-restore --noflush partial"),
+    "iptables-nft": ("iptables-nft-restore", "iptables-nft-restore --noflush partial"),
+    "nftables": ("nf_tables netlink batch", "nf_tables netlink batch"),
+}
+
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
+def floor_restore(text: str) -> float:
+    """One iptables-legacy-restore of `text` into a fresh netns."""
     ns = netns()
     try:
         t0 = time.perf_counter()
@@ -88,66 +105,79 @@ def floor_iptables(text: str) -> float:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
-def floor_nft(src_ns: str, table: str) -> float:
-    """nft -f full load of our table's text in a fresh netns."""
+def floors_iptables(plans: dict, node: NodeConfig, spn, sp, eps, large: bool, rounds: int, pyiptc_max: int) -> dict:
+    """Legacy floors on `plans`' ruleset in a fresh netns: full restore, one Service's partial
+    restore, the kernel's unchanged-table replace, and (small sizes) python-iptables full load."""
+    from netproxy.iptables.plan import full_restore, partial_restore, plan_port
+    from netproxy.iptables.xtsock import replace_unchanged
+    from netproxy.model import Endpoint
+
+    out: dict = {}
+    text = full_restore(plans, node)
+    ns = netns()
+    worker = NetnsWorker(ns)
+    try:
+        t0 = time.perf_counter()
+        subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "-w", "--noflush"], input=text,
+                       text=True, check=True)
+        out["floor"] = time.perf_counter() - t0
+        cur = {spn: plans[spn]}
+        times = []
+        for r in range(rounds):  # one Service's endpoint replaced, as the bench's own changes do
+            moved = list(eps[:-1]) + [Endpoint(f"10.98.{r // 250}.{r % 250 + 1}", eps[-1].port)]
+            new = {spn: plan_port(sp, moved, node, large)}
+            part = partial_restore(cur, new, [spn])
+            t0 = time.perf_counter()
+            subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "-w", "--noflush"], input=part,
+                           text=True, check=True)
+            times.append(time.perf_counter() - t0)
+            cur = new
+        out["floor_partial"] = _median(times)
+        kernel = [worker.call(replace_unchanged, "nat") for _ in range(rounds)]
+        out["kernel_replace"] = _median([k.replace for k in kernel])
+        out["kernel_get"] = _median([k.get for k in kernel])
+        out["kernel_entries"], out["kernel_mb"] = kernel[0].entries, kernel[0].size / 1e6
+    finally:
+        worker.close()
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+    if len(plans) <= pyiptc_max:
+        out["pyiptc_full"] = floor_pyiptc_full(plans, node)
+    return out
+
+
+def floor_pyiptc_full(plans: dict, node: NodeConfig) -> float:
+    """python-iptables (libiptc) loading every Service's rules in one commit per table."""
+    from netproxy.iptables.libiptc import apply_partial
+    from netproxy.iptables.plan import full_restore
+
+    ns = netns()
+    worker = NetnsWorker(ns)
+    try:  # the fixed chains first (their rules are a handful): per-port chains jump to them
+        subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "-w", "--noflush"],
+                       input=full_restore({}, node), text=True, check=True)
+        t0 = time.perf_counter()
+        worker.call(apply_partial, {}, plans, list(plans), node)
+        return time.perf_counter() - t0
+    finally:
+        worker.close()
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def floor_nft(src_ns: str, table: str) -> tuple[float, float]:
+    """(nft -f full load of our table's text, nft -f one element add) in a fresh netns."""
     text = subprocess.run(["ip", "netns", "exec", src_ns, "nft", "list", "table", "ip", table],
                           capture_output=True, text=True, check=True).stdout
     ns = netns()
     try:
         t0 = time.perf_counter()
         subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=text, text=True, check=True)
-        return time.perf_counter() - t0
+        full = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "add", "element", "ip", table, "no-endpoint-services",
+                        "{ 10.99.0.1 . tcp . 80 : goto reject-chain }"], check=True)
+        return full, time.perf_counter() - t0
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
-
-
-def floor_nft_element(ns: str, table: str, runs: int = 5) -> float:
-    """Median of `nft -f` adding one set element (then deleting it) in the table our proxier wrote."""
-    times = []
-    for k in range(runs):
-        elem = f"{{ 10.99.255.{k + 1} . tcp . 80 }}"
-        t0 = time.perf_counter()
-        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], check=True, text=True,
-                       input=f"add element ip {table} no-endpoint-services {elem}\n")
-        times.append(time.perf_counter() - t0)
-        subprocess.run(["ip", "netns", "exec", ns, "nft", "delete", "element", "ip", table, "no-endpoint-services",
-                        elem], check=True)
-    return pct(times, 0.5)
-
-
-async def one_service_cases(proxy: Proxy, objs: list, n: int, eps: int, changes: int) -> dict[str, list[float]]:
-    """Time single-Service syncs: add (Service + its slice), eps (one endpoint replaced), del (Service gone)."""
-    port, ep_port = [{"name": "http", "port": 80, "protocol": "TCP"}], [{"name": "http", "port": 8080,
-                                                                         "protocol": "TCP"}]
-    times: dict[str, list[float]] = {"add": [], "eps": [], "del": []}
-
-    async def timed(case: str) -> None:
-        t0 = time.perf_counter()
-        await proxy.sync()
-        times[case].append(time.perf_counter() - t0)
-
-    added = []
-    for c in range(changes):
-        s = service(f"new{c}", f"10.98.{c // 250}.{c % 250 + 1}", port, namespace="bench-new")
-        proxy.on_service(None, s)
-        sl = endpoint_slice(f"new{c}", ep_port, [{"ip": f"10.97.{c}.{k + 1}"} for k in range(eps)],
-                            namespace="bench-new")
-        proxy.on_endpoint_slice(sl)
-        await timed("add")
-        added.append((s, sl))
-    for c in range(changes):
-        i = (c * 7919) % n
-        s, sl = objs[i]
-        new = endpoint_slice(f"svc{i}", ep_port,
-                             [{"ip": ep(i, k)} for k in range(eps - 1)] + [{"ip": f"10.99.{c // 250}.{c % 250 + 1}"}],
-                             namespace=s["metadata"]["namespace"])
-        proxy.on_endpoint_slice(new)
-        await timed("eps")
-    for s, sl in added:  # the Service and its slice go in one sync
-        proxy.on_service(s, None)
-        proxy.on_endpoint_slice(sl, removed=True)
-        await timed("del")
-    return times
 
 
 async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
@@ -166,26 +196,47 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
             proxy.on_endpoint_slice(sl)
         proxy.set_services_synced()
         proxy.set_endpoints_synced()
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         r = await proxy.sync()
         out["full"] = time.perf_counter() - t0
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # restore tools: their own CPU vs the kernel's
+        out["child_cpu"] = (ru1.ru_utime - ru0.ru_utime, ru1.ru_stime - ru0.ru_stime)
+        if label.startswith("iptables") and label != "iptables-nft" and not args.no_floor:
+            from netproxy.iptables.plan import full_restore
+
+            # the floor right after our full sync, on the same ruleset (the machine's load drifts)
+            out["floor_adjacent"] = floor_restore(full_restore(proxier.plans, node))
         out["rules"] = r.rules if r else 0
         out["chains"] = r.chains if r else 0
         t0 = time.perf_counter()
         await proxy.sync(full=True)
         out["resync"] = time.perf_counter() - t0
-        cases = await one_service_cases(proxy, objs, n, eps, changes)
-        out["cases"] = {k: (pct(v, 0.5), pct(v, 0.99)) for k, v in cases.items()}
-        times = cases["eps"]
+        times, splits = [], []
+        for c in range(changes):
+            i = (c * 7919) % n
+            s, sl = objs[i]
+            new = endpoint_slice(f"svc{i}", [{"name": "http", "port": 8080, "protocol": "TCP"}],
+                                 [{"ip": ep(i, k)} for k in range(eps - 1)] + [{"ip": f"10.99.{c // 250}.{c % 250 + 1}"}],
+                                 namespace=s["metadata"]["namespace"])
+            proxy.on_endpoint_slice(new)
+            t0 = time.perf_counter()
+            await proxy.sync()
+            times.append(time.perf_counter() - t0)
+            xt = getattr(proxier, "_xt", {}).get("nat")
+            if xt is not None and xt.timing:
+                splits.append((xt.timing["read"], xt.timing["replace"], times[-1]))
         out["change_p50"], out["change_p99"] = pct(times, 0.5), pct(times, 0.99)
-        if label == "iptables" and not args.no_floor:
-            from netproxy.iptables.plan import full_restore
-
-            out["floor"] = floor_iptables(full_restore(proxier.plans, node))
-        if label == "nftables" and not args.no_floor:
-            out["floor_elem"] = floor_nft_element(ns, node.nft_table)
-            if n <= args.nft_floor_max:
-                out["floor"] = floor_nft(ns, node.nft_table)
+        if splits:
+            out["split"] = [pct([x[k] for x in splits], 0.5) for k in range(3)]
+        if label.startswith("iptables") and not args.no_floor and n not in args.floored:
+            args.floored.add(n)  # once per size, on the first iptables mode's final ruleset
+            i = ((changes - 1) * 7919) % n
+            spn, sp = next((k, v) for k, v in proxy.state.services.items() if k.name == f"svc{i}")
+            out.update(floors_iptables(proxier.plans, node, spn, sp, proxy.state.endpoints[spn],
+                                       proxier._large(proxy.state), 5, args.pyiptc_full_max))
+        if label == "nftables" and not args.no_floor and n <= args.nft_floor_max:
+            out["floor"], out["floor_elem"] = floor_nft(ns, node.nft_table)
         counted = count_rules(label, ns)
         if counted >= 0:
             out["rules"] = counted
@@ -199,32 +250,58 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="1000,5000,10000", help="comma-separated Service counts")
-    p.add_argument("--modes", default="iptables,iptables-restore,nftables",
+    p.add_argument("--modes", default="iptables,iptables-xtblob,iptables-restore,nftables",
                    help=f"comma-separated, from {', '.join(MODES)} (iptables-nft is slow: 56 s at 10k)")
     p.add_argument("--endpoints", type=int, default=3)
     p.add_argument("--changes", type=int, default=20, help="one-Service changes measured per run")
     p.add_argument("--nft-floor-max", type=int, default=5000, help="skip the nft -f floor above this size")
     p.add_argument("--no-floor", action="store_true")
+    p.add_argument("--pyiptc-full-max", type=int, default=1000,
+                   help="measure python-iptables loading the whole ruleset up to this size (slow: ~0.6 ms a rule)")
     args = p.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces, netfilter)", file=sys.stderr)
         return 1
+    args.floored = set()
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus (shared machine)")
+    print("floor s: one iptables-legacy-restore of the same ruleset into a fresh netns, right after the mode's"
+          " full sync\n(nftables: nft -f); floor change ms: a one-Service partial iptables-legacy-restore"
+          " (nftables: one nft element add)")
     print(f"{'mode':18} {'svcs':>6} {'rules':>7} {'full s':>8} {'floor s':>8} {'ratio':>6} {'resync s':>9} "
-          f"{'1-svc p50 ms':>13} {'p99 ms':>8} {'floor 1-elem ms':>15}")
+          f"{'1-svc p50 ms':>13} {'p99 ms':>8} {'floor change ms':>15}  mechanism: full / change")
     for size in [int(x) for x in args.sizes.split(",")]:
+        floors: dict = {}
         for label in args.modes.split(","):
             r = asyncio.run(run_mode(label, size, args.endpoints, args.changes, args))
-            floor = r.get("floor")
+            if label.startswith("iptables"):
+                floors.update({k: v for k, v in r.items() if k.startswith(("floor", "kernel", "pyiptc"))
+                               and k != "floor_adjacent"})
+                floor = r.get("floor_adjacent") or floors.get("floor")
+            else:
+                floor = r.get("floor")
             ratio = f"{r['full'] / floor:.2f}" if floor else "-"
             fe = f"{r['floor_elem'] * 1e3:.1f}" if r.get("floor_elem") else "-"
+            if label.startswith("iptables") and floors.get("floor_partial"):
+                fe = f"{floors['floor_partial'] * 1e3:.1f}"
+            full_m, change_m = MECHANISM[label]
             print(f"{label:18} {size:>6} {r['rules']:>7} {r['full']:>8.2f} {floor or 0:>8.2f} {ratio:>6} "
-                  f"{r['resync']:>9.2f} {r['change_p50'] * 1e3:>13.1f} {r['change_p99'] * 1e3:>8.1f} {fe:>15}",
-                  flush=True)
-            cases = "  ".join(f"{k} p50 {a * 1e3:.2f} / p99 {b * 1e3:.2f} ms" for k, (a, b) in r["cases"].items())
-            print(f"{'':18} {size:>6}   one Service: {cases}" +
-                  (f"  | nft -f one element: {r['floor_elem'] * 1e3:.1f} ms" if r.get("floor_elem") else ""),
-                  flush=True)
+                  f"{r['resync']:>9.2f} {r['change_p50'] * 1e3:>13.1f} {r['change_p99'] * 1e3:>8.1f} {fe:>15}  "
+                  f"{full_m} / {change_m}", flush=True)
+            if r.get("split"):
+                rd, rp, tot = r["split"]
+                print(f"{'':18} {'':>6}   change p50 split: GET_ENTRIES + compare {rd * 1e3:.0f} ms, SET_REPLACE + "
+                      f"ADD_COUNTERS {rp * 1e3:.0f} ms, the rest (plan, encode, splice, proxy) "
+                      f"{(tot - rd - rp) * 1e3:.0f} ms")
+            cu, cs = r["child_cpu"]
+            if cu + cs > 0.05:
+                print(f"{'':18} {'':>6}   full sync's child processes: {cu:.2f} s user, {cs:.2f} s sys (kernel)")
+        if "kernel_replace" in floors:
+            py = f"{floors['pyiptc_full']:.2f} s" if "pyiptc_full" in floors else f"not run (> {args.pyiptc_full_max})"
+            print(f"{'  floors':18} {size:>6}  legacy-restore full {floors['floor']:.2f} s, one-Service partial "
+                  f"restore {floors['floor_partial'] * 1e3:.0f} ms; kernel nat table "
+                  f"({floors['kernel_entries']} entries, {floors['kernel_mb']:.0f} MB): GET_ENTRIES "
+                  f"{floors['kernel_get'] * 1e3:.0f} ms + SET_REPLACE unchanged {floors['kernel_replace'] * 1e3:.0f} ms;"
+                  f" python-iptables full load {py}", flush=True)
     return 0
 
 

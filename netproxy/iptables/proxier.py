@@ -1,15 +1,20 @@
-"""The iptables backend: one iptables-restore transaction per sync (legacy x_tables by default).
+"""The iptables backend: kube-proxy's nat layout, legacy x_tables by default.
 
-Backend choice (measured, see bench/netproxy_sync.py): legacy x_tables load a
-full kube-proxy ruleset ~20x faster than iptables-nft-restore (2.9 s vs 56 s at
-10k Services), so `backend="legacy"` is the default; its rules show in
-`iptables-legacy-save`. `backend="nft"` writes through iptables-nft (shown by
-`iptables-save` on Debian 12) and makes one-Service changes cheap instead.
-Full syncs always stream one iptables-restore (python-iptables builds rules at
-~0.6 ms each in Python); small legacy changes go through python-iptables
-(libiptc) in-process by default, measured ~20% faster than a partial
-iptables-restore at 1k-10k Services (`incremental="restore"` keeps the latter).
-Both pay legacy's whole-table fetch and replace on every commit.
+Per job, the faster mechanism as measured by bench/netproxy_sync.py (same run, busy
+2-core machine):
+- full sync: one streamed `iptables-legacy-restore` (planning overlaps its parsing),
+  1.1-1.9x the bare restore of the same text depending on load; python-iptables needs
+  5-15 s at 1k Services. `backend="nft"` (iptables-nft-restore) loads 5k Services
+  ~40x slower (user-space, superlinear).
+- one-Service change: python-iptables/libiptc in-process (`incremental="libiptc"`,
+  default), under the xtables lock. `incremental="xtblob"` edits the kernel's table
+  blob directly (xtblob.py, byte-identical to iptables' own table) and measures the
+  same (interleaved A/B at 10k: ~460 vs ~480 ms); a partial `iptables-legacy-restore`
+  (`incremental="restore"`) is slower (~520-610 ms). All of them pay the kernel's
+  whole-table GET_ENTRIES + SET_REPLACE: at 10k Services (190k entries, 40 MB even with
+  kube-proxy's large-cluster mode) that floor alone is ~0.3 s here, so a 100 ms
+  one-Service change is out of reach for legacy x_tables; `backend="nft"` changes cost
+  ~20 ms at 1k but its full loads do not fit the full-sync target (see the issue note).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from netproxy.iptables.plan import (
     base_rules,
     fixed_chains,
     jump_rules,
+    large_cluster,
+    partial_ops,
     partial_restore,
     plan_port,
 )
@@ -52,22 +59,25 @@ class IptablesProxier:
     name = "iptables"
 
     def __init__(self, node: NodeConfig, backend: str = "legacy", incremental: str | None = None) -> None:
-        if incremental is None:  # the faster per job, as measured: libiptc for small legacy changes
+        if incremental is None:  # as measured: libiptc ties the blob edit and beats a partial restore
             incremental = "libiptc" if backend == "legacy" else "restore"
         if backend not in ("legacy", "nft"):
             raise ValueError("backend must be legacy or nft")
-        if incremental not in ("restore", "libiptc"):
-            raise ValueError("incremental must be restore or libiptc")
-        if incremental == "libiptc" and backend != "legacy":
-            raise ValueError("python-iptables (libiptc) writes legacy x_tables only")
+        if incremental not in ("restore", "libiptc", "xtblob"):
+            raise ValueError("incremental must be restore, libiptc or xtblob")
+        if incremental in ("libiptc", "xtblob") and backend != "legacy":
+            raise ValueError(f"{incremental} writes legacy x_tables only")
         self.node = node
         self.backend = backend
         self.incremental = incremental
+        if incremental in ("libiptc", "xtblob"):
+            import iptc  # noqa: F401  (loads libxtables once, at start rather than in the first change)
         self.cmd = f"iptables-{backend}"
         self.names = Names(node.prefix)
         self.plans: dict[ServicePortName, PortRules] = {}
         self._inputs: dict[ServicePortName, tuple] = {}  # spn -> ((port, endpoints), plan)
         self._known_chains: set[str] | None = None  # after the first full sync: our chains, from memory
+        self._xt: dict = {}  # table -> xtblob.XtTable, the legacy tables' bytes and index between changes
 
     # -- reading the kernel --------------------------------------------------------------------
     def save(self, table: str) -> str:
@@ -100,22 +110,35 @@ class IptablesProxier:
 
     # -- syncing -------------------------------------------------------------------------------
     def plan_all(self, state: ProxyState) -> dict[ServicePortName, PortRules]:
-        return {spn: plan_port(sp, state.endpoints.get(spn, ()), self.node) for spn, sp in state.services.items()}
+        large = self._large(state)
+        return {spn: plan_port(sp, state.endpoints.get(spn, ()), self.node, large)
+                for spn, sp in state.services.items()}
+
+    @staticmethod
+    def _large(state: ProxyState) -> bool:
+        """kube-proxy's large cluster mode, decided per sync from the total endpoint count
+        (a partial sync rewrites only the changed ports' chains, as kube-proxy's does)."""
+        return large_cluster(sum(len(state.endpoints.get(spn, ())) for spn in state.services))
 
     def sync(self, state: ProxyState, changes: Changes, full: bool) -> SyncResult:
         if full or not self.plans and not state.services:
             return self._full(state)
         new = dict(self.plans)
+        large = self._large(state)
         for spn in changes.ports:
             sp = state.services.get(spn)
             if sp is None:
                 new.pop(spn, None)
             else:
-                new[spn] = self._plan(spn, sp, state)
-        if self.incremental == "libiptc":
+                new[spn] = self._plan(spn, sp, state, large)
+        if self.incremental == "xtblob":
+            n = self._blob_apply(partial_ops(self.plans, new, changes.ports))
+        elif self.incremental == "libiptc":
             from netproxy.iptables.libiptc import apply_partial
+            from netproxy.iptables.xtsock import xtables_lock
 
-            n = apply_partial(self.plans, new, changes.ports, self.node)
+            with xtables_lock():  # python-iptables does not take it; iptables -w does
+                n = apply_partial(self.plans, new, changes.ports, self.node)
         else:
             text = partial_restore(self.plans, new, changes.ports)
             n = text.count("\n-A ") + text.count("\n-I ")
@@ -127,6 +150,17 @@ class IptablesProxier:
                 if spn in new:
                     self._known_chains.update(new[spn].chains)
         return SyncResult(full=False, rules=n, detail=f"{len(changes.ports)} ports")
+
+    def _blob_apply(self, ops: dict) -> int:
+        """One SET_REPLACE per touched table (see xtblob); a failure leaves the next sync full."""
+        from netproxy.iptables.xtblob import XtTable, open_socket, xtables_lock
+
+        n = 0
+        with xtables_lock(), open_socket() as sock:
+            for table, table_ops in ops.items():
+                xt = self._xt.setdefault(table, XtTable(table))
+                n += xt.apply(sock, table_ops)
+        return n
 
     def _full(self, state: ProxyState) -> SyncResult:
         """Stream the whole ruleset into one iptables-restore while planning it, so Python's
@@ -140,6 +174,7 @@ class IptablesProxier:
         proc = subprocess.Popen([f"{self.cmd}-restore", "-w", "--noflush"], stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         plans: dict[ServicePortName, PortRules] = {}
+        large = self._large(state)
         counts = {"rules": 0, "chains": 0}
         buf: list[str] = []
 
@@ -160,7 +195,7 @@ class IptablesProxier:
                         buf.extend(f"-A {chain} {x}" for x in specs)
                 if table == NAT:
                     for spn, sp in state.services.items():
-                        p = plans[spn] = self._plan(spn, sp, state)
+                        p = plans[spn] = self._plan(spn, sp, state, large)
                         buf.extend(f":{c} - [0:0]" for c in p.chains)
                         for chain, specs in p.chains.items():
                             buf.extend(f"-A {chain} {x}" for x in specs)
@@ -197,13 +232,13 @@ class IptablesProxier:
         self._known_chains = {c for p in plans.values() for c in p.chains}
         return SyncResult(full=True, rules=counts["rules"], chains=counts["chains"])
 
-    def _plan(self, spn: ServicePortName, sp, state: ProxyState) -> PortRules:
-        """Reuse the last plan when the port and its endpoints are unchanged (periodic resyncs)."""
-        key = (sp, state.endpoints.get(spn, ()))
+    def _plan(self, spn: ServicePortName, sp, state: ProxyState, large: bool) -> PortRules:
+        """Reuse the last plan when the port, its endpoints and the mode are unchanged (periodic resyncs)."""
+        key = (sp, state.endpoints.get(spn, ()), large)
         cached = self._inputs.get(spn)
         if cached is not None and cached[0] == key:
             return cached[1]
-        plan = plan_port(sp, key[1], self.node)
+        plan = plan_port(sp, key[1], self.node, large)
         self._inputs[spn] = (key, plan)
         return plan
 

@@ -28,7 +28,7 @@ HTTP = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
 EP_HTTP = [{"name": "http", "port": 8080, "protocol": "TCP"}]
 
 
-@pytest.fixture(params=["iptables", "iptables-restore", "iptables-nft", "nftables", "ipvs"])
+@pytest.fixture(params=["iptables", "iptables-xtblob", "iptables-restore", "iptables-nft", "nftables", "ipvs"])
 def mode(request, require):
     if request.param == "nftables":
         require("nftables")
@@ -59,7 +59,8 @@ class Harness:
         self.node = NodeConfig(node_name=NODE, cluster_cidr=lab.cluster_cidr,
                                node_ips=(lab.node_ip,) if lab.node_ip else ())
         self.worker = NetnsWorker(lab.node)
-        options = {"iptables-restore": {"incremental": "restore"}, "iptables-nft": {"backend": "nft"}}.get(mode, {})
+        options = {"iptables-restore": {"incremental": "restore"}, "iptables-xtblob": {"incremental": "xtblob"},
+                   "iptables-nft": {"backend": "nft"}}.get(mode, {})
         self.proxy = Proxy(make_proxier(mode.split("-")[0], self.node, **options), self.worker, **proxy_kw)
         self.proxy.set_services_synced()
         self.proxy.set_endpoints_synced()

@@ -79,3 +79,48 @@ def test_full_and_partial_restore():
     # removal to zero endpoints: dispatch moves from nat to a filter REJECT
     part = partial_restore(new, {sp.name: plan_port(sp, [], NODE)}, [sp.name])
     assert "-D KUBE-SERVICES" in part and "-I KUBE-SERVICES 1" in part and "REJECT" in part
+
+
+def test_large_cluster_mode_drops_per_endpoint_comments_only():
+    from netproxy.iptables.plan import LARGE_CLUSTER_ENDPOINTS, large_cluster
+
+    assert not large_cluster(LARGE_CLUSTER_ENDPOINTS) and large_cluster(LARGE_CLUSTER_ENDPOINTS + 1)
+    sp = port(sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 30}})
+    small, large = plan_port(sp, EPS, NODE), plan_port(sp, EPS, NODE, large=True)
+    assert small.dispatch == large.dispatch  # KUBE-SERVICES keeps its comments, as kube-proxy's
+    svc = svc_chain(sp.name)
+    assert "cluster IP" in large.chains[svc][0]  # the masquerade rule keeps its comment too
+    assert all("comment" not in x for x in large.chains[svc][1:])
+    assert all("comment" in x for x in small.chains[svc])
+    sep = sep_chain(sp.name, EPS[0])
+    assert large.chains[sep] == ["-s 10.244.0.1/32 -j KUBE-MARK-MASQ",
+                                 f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set -m tcp -p tcp "
+                                 "-j DNAT --to-destination 10.244.0.1:8080"]
+    assert [x.replace(f'-m comment --comment "default/web:http -> {e}" ', "") for x, e in
+            zip(small.chains[svc][1:4], EPS, strict=True)] == large.chains[svc][1:4]
+
+
+def test_proxier_switches_to_large_mode_by_total_endpoints():
+    from netproxy.iptables.proxier import IptablesProxier
+    from netproxy.tracker import ProxyState
+
+    state = ProxyState()
+    sp = port()
+    state.services[sp.name] = sp
+    state.endpoints[sp.name] = tuple(Endpoint(f"10.244.{i // 250}.{i % 250 + 1}", 8080) for i in range(1000))
+    assert not IptablesProxier._large(state)
+    state.endpoints[sp.name] += (Endpoint("10.245.0.1", 8080),)
+    assert IptablesProxier._large(state)
+    state.endpoints.pop(sp.name)  # endpoints of ports without a Service do not count
+    assert not IptablesProxier._large(state)
+
+
+def test_hash16_is_base32_of_sha256_prefix():
+    import base64
+    import hashlib
+
+    from netproxy.hashing import hash16
+
+    for i in range(2000):
+        data = f"ns{i}/svc{i}:http{'tcp' if i % 2 else 'udp'}10.0.{i % 250}.{i % 7}:{i}"
+        assert hash16(data) == base64.b32encode(hashlib.sha256(data.encode()).digest()).decode()[:16]
