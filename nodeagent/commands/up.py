@@ -27,6 +27,8 @@ COMPONENTS = [
     Component("controllers", "nodeagent.controllers.manager:serve", "the controllers issue", after=("apiserver",)),
     Component("kubelet", "nodeagent.kubelet.agent:serve", "the kubelet issue", after=("cri", "apiserver")),
     Component("netproxy", "netproxy.service:serve", "the netproxy issue", after=("apiserver",)),
+    Component("podnetwork", "nodeagent.nodenet.controller:serve", "the multi-node issue", after=("apiserver",)),
+    Component("nodenet", "nodeagent.nodenet.agent:serve", "the multi-node issue", after=("apiserver",)),
 ]
 
 # `nodeagent agent`: the node part alone, against a remote apiserver.
@@ -35,6 +37,7 @@ NODE_COMPONENTS = [
     Component("cri", "cri.daemon:serve", "the cri issue", after=("cni",)),
     Component("kubelet", "nodeagent.kubelet.agent:serve", "the kubelet issue", after=("cri",)),
     Component("netproxy", "netproxy.service:serve", "the netproxy issue"),
+    Component("nodenet", "nodeagent.nodenet.agent:serve", "the multi-node issue"),
 ]
 
 
@@ -54,6 +57,7 @@ class UpConfig:
     sync_frequency: float | None = None
     server: str | None = None  # `nodeagent agent`
     token: str | None = None
+    pod_network: str | None = None  # `up`: the cross-node backend its podnetwork component stamps on Nodes
 
 
 def add_node_arguments(p: argparse.ArgumentParser) -> None:
@@ -82,6 +86,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=None,
                    help="apiserver HTTPS port (default: 6443 for the default data dir, else any free one)")
     p.add_argument("--bind-address", default=None, help="apiserver listen address (default: 0.0.0.0)")
+    p.add_argument("--pod-network", default="host-gw", choices=("host-gw", "ipip", "vxlan"),
+                   help="cross-node pod network backend (default: %(default)s)")
 
 
 def config_from_args(args: argparse.Namespace) -> UpConfig:
@@ -96,7 +102,8 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
                    eviction_hard=getattr(args, "eviction_hard", None),
                    housekeeping_interval=getattr(args, "housekeeping_interval", None),
                    sync_frequency=getattr(args, "sync_frequency", None),
-                   server=getattr(args, "server", None), token=getattr(args, "token", None))
+                   server=getattr(args, "server", None), token=getattr(args, "token", None),
+                   pod_network=getattr(args, "pod_network", None))
     cfg.cni_conf_dir = PodNetwork.from_any(cfg).conf_dir
     return cfg
 
