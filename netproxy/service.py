@@ -69,6 +69,12 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
 
         client = Client.from_kubeconfig(config.kubeconfig)
         source = ApiSource(client)
+    elif source is None and getattr(config, "server", None):  # `nodeagent agent --server URL --token T`
+        from netproxy.api_source import ApiSource
+        from nodeagent.kubelet.agent import KubeletConfig
+
+        client = KubeletConfig.from_any(config).client()
+        source = ApiSource(client)
     if source is None:
         log.warning("netproxy: no Service source configured (set kubeconfig); writing no rules")
         ready.set()

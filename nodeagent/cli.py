@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "image": ("image", "manage the runtime's images: import, pull, ls, rm, inspect"),
     "proxy": ("proxy", "run netproxy alone: Services as iptables / nftables / IPVS rules"),
     "dns": ("dns", "run the cluster DNS server (Service and Pod records, forwarding) in the foreground"),
+    "lab": ("lab", "bring a cluster of network-namespace nodes on this machine up or down"),
 }
 
 
