@@ -56,9 +56,11 @@ class Lab:
             time.sleep(interval)
         raise AssertionError(f"timed out waiting for {what}: {last!r}")
 
-    def running(self, selector: str, n: int, timeout: float = 120) -> list[dict[str, Any]]:
+    def running(self, selector: str, n: int, timeout: float = 120, where=None) -> list[dict[str, Any]]:
+        """Wait for exactly n running, ready, not deleted pods (each also satisfying `where`)."""
         def ok():
             ps = [p for p in self.pods(selector) if not p["metadata"].get("deletionTimestamp")
+                  and (where is None or where(p))
                   and p["status"].get("phase") == "Running" and p["status"].get("podIP")
                   and all(c.get("ready") for c in p["status"].get("containerStatuses") or [{}])]
             return ps if len(ps) == n else None
