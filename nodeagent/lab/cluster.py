@@ -171,6 +171,10 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: li
     state.save()
     try:
         _make_network(topo, state)
+        if network == "ipip":  # refuse up front rather than start nodes whose tunnels cannot exist
+            probe = exec_in(topo.nodes[0], "ip", "link", "add", "tunl0", "type", "ipip", check=False)
+            if exec_in(topo.nodes[0], "ip", "link", "show", "tunl0", check=False).returncode != 0:
+                raise LabError(f"--network ipip: this kernel has no ipip tunnels ({probe.stderr.strip()})")
         py = [sys.executable, "-m", "nodeagent"]
         for n in topo.nodes:
             os.makedirs(n.data_dir, exist_ok=True)

@@ -77,6 +77,8 @@ class NodeNet:
             await asyncio.to_thread(self.dataplane.apply, changes)
 
     async def run(self, ready: asyncio.Event) -> None:
+        from pyroute2.netlink.exceptions import NetlinkError
+
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.nodes.run())
@@ -91,7 +93,7 @@ class NodeNet:
                     self.wake.clear()
                     try:
                         await self.step()
-                    except (ClientError, OSError, RuntimeError) as e:
+                    except (ClientError, OSError, RuntimeError, NetlinkError) as e:
                         log.warning("node %s: pod network sync failed: %s; retrying", self.node, e)
                         self.published = False
                         await asyncio.sleep(1)
