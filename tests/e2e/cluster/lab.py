@@ -118,6 +118,8 @@ def stop_lab(lab: Lab) -> None:
     left = cluster.leftovers(lab.topo.lab_dir, netns, links, roots)
     left += [f"process {p}" for p in pids if cluster._alive(p)]
     left += [f"process {d}" for d in os.listdir("/proc") if d.isdigit() and _cmdline_has(d, lab.topo.lab_dir)]
+    left += [f"mount {line.split()[4]}" for line in Path("/proc/self/mountinfo").read_text().splitlines()
+             if lab.topo.lab_dir in line]
     assert not left, left
 
 

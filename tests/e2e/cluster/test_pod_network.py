@@ -50,6 +50,9 @@ def test_pods_on_different_nodes_reach_each_other_by_ip(lab):
         r = ping(lab, src, dst["status"]["podIP"])
         assert r.returncode == 0, r.stdout + r.stderr
         assert http(lab, src, f"http://{dst['status']['podIP']}/") == "hello from busybox\n"
+    # no masquerade inside the cluster: node2 saw pod a's own address as the source
+    seen = lab.on_node("node2", "conntrack", "-L", "-p", "tcp", "-d", b["status"]["podIP"]).stdout
+    assert f"src={a['status']['podIP']} " in seen, seen
     # the node itself reaches the remote pod too (its source is routable back)
     assert http(lab, "node1", f"http://{b['status']['podIP']}/") == "hello from busybox\n"
     if lab.mode == "vxlan":
