@@ -81,6 +81,12 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
         await asyncio.Event().wait()
         return
     mode = getattr(config, "proxy_mode", None) or "iptables"
+    if mode == "iptables":
+        # libiptc's module imports (python-iptables pulls in setuptools, which logs at import) must not
+        # first happen in a sync thread while the runtime forks a container in another: os.fork takes
+        # logging's lock, then the import lock, so the two threads would deadlock the agent.
+        with contextlib.suppress(ImportError):
+            import iptc  # noqa: F401
     worker = NetnsWorker(getattr(config, "proxy_netns", None))
     proxy = Proxy(make_proxier(mode, node_config(config)), worker,
                   min_interval=float(getattr(config, "proxy_min_sync_period", 1.0) or 0.0),

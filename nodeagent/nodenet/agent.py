@@ -1,6 +1,8 @@
 """Agent side: the `nodenet` component. Publishes this node's underlay address, pod subnet (and VTEP MAC)
 on its Node, then keeps routes / FDB / neighbour entries for every other node in step with the Node
 informer (a node joining adds them, a node leaving removes them). Kernel work runs in a thread.
+Everything is imported when the module loads (in the main thread, before the runtime forks containers):
+an import inside a worker thread racing a fork can deadlock on logging's and the import lock.
 """
 
 from __future__ import annotations
@@ -10,11 +12,16 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
+from pyroute2.netlink.exceptions import NetlinkError
+
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
+from nodeagent.kubelet.agent import KubeletConfig
+from nodeagent.kubelet.network import PodNetwork
 from nodeagent.nodenet import annotations as ann
 from nodeagent.nodenet import masq
 from nodeagent.nodenet import plan as P
+from nodeagent.nodenet.dataplane import Dataplane, source_address_towards
 
 log = logging.getLogger("nodeagent.nodenet")
 
@@ -42,8 +49,6 @@ class NodeNet:
 
     async def step(self) -> None:
         """One reconcile: (re)build the device when the mode changes, publish, converge the entries."""
-        from nodeagent.nodenet.dataplane import Dataplane
-
         mode, cidr = self._my_settings()
         if mode is None:
             return  # the server has not stamped our Node (yet), or we are not registered
@@ -77,8 +82,6 @@ class NodeNet:
             await asyncio.to_thread(self.dataplane.apply, changes)
 
     async def run(self, ready: asyncio.Event) -> None:
-        from pyroute2.netlink.exceptions import NetlinkError
-
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.nodes.run())
@@ -113,17 +116,12 @@ class NodeNet:
 
 
 def public_ip_for(server_url: str) -> str:
-    from nodeagent.nodenet.dataplane import source_address_towards
-
     host = urlsplit(server_url).hostname or "127.0.0.1"
     return source_address_towards(host)
 
 
 async def serve(config: Any, ready: asyncio.Event) -> None:
     """The `nodenet` component of `nodeagent agent` / `up`."""
-    from nodeagent.kubelet.agent import KubeletConfig
-    from nodeagent.kubelet.network import PodNetwork
-
     kcfg = KubeletConfig.from_any(config)
     client = kcfg.client()
     public_ip = getattr(config, "node_ip", None) or public_ip_for(client.server)
