@@ -61,7 +61,7 @@ class State:
     def __init__(self, lab_dir: Path) -> None:
         self.path = lab_dir / STATE
         self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.exists() else {
-            "netns": [], "links": [], "pids": {}, "cgroup_roots": [], "bind_dirs": []}
+            "netns": [], "links": [], "pids": {}, "cgroup_roots": [], "bind_dirs": [], "notrack": []}
 
     def add(self, key: str, value: Any) -> None:
         if value not in self.data[key]:
@@ -98,9 +98,20 @@ def _start(state: State, name: str, argv: list[str], log_path: Path) -> subproce
     return p
 
 
+def _notrack_rule(bridge: str) -> list[str]:
+    """Frames between nodes cross the host's bridge; with br_netfilter the host's conntrack sees them, and
+    asymmetric pod traffic (a SYN inside VXLAN, its SYN-ACK plain) looks INVALID there, which a
+    kube-proxy-style `--ctstate INVALID -j DROP` on the host would drop: the underlay is not tracked."""
+    return ["-t", "raw", "PREROUTING", "-i", bridge, "-m", "comment", "--comment", f"nodeagent lab {bridge}",
+            "-j", "NOTRACK"]
+
+
 def _make_network(topo: Topology, state: State) -> None:
     state.add("links", topo.bridge)
     _sh("ip", "link", "add", topo.bridge, "type", "bridge")
+    state.add("notrack", topo.bridge)
+    rule = _notrack_rule(topo.bridge)
+    _sh("iptables", "-w", "5", rule[0], rule[1], "-I", *rule[2:])
     _sh("ip", "addr", "add", f"{topo.host_address}/24", "dev", topo.bridge)
     _sh("ip", "link", "set", topo.bridge, "up")
     for n in topo.nodes:
@@ -302,6 +313,10 @@ def down(lab_dir: str | Path, timeout: float = 30.0) -> list[str]:
     for link in state.data["links"]:
         if Path("/sys/class/net", link).exists():
             _sh("ip", "link", "del", link, check=False)
+    for bridge in state.data.get("notrack", []):
+        rule = _notrack_rule(bridge)
+        while _sh("iptables", "-w", "5", rule[0], rule[1], "-D", *rule[2:], check=False).returncode == 0:
+            pass
     shutil.rmtree(lab, ignore_errors=True)
     return forced
 
@@ -313,6 +328,8 @@ def leftovers(lab_dir: str | Path, netns: list[str], links: list[str], cgroup_ro
     out += [f"netns {n}" for n in netns if n in existing]
     out += [f"link {link}" for link in links if Path("/sys/class/net", link).exists()]
     out += [f"cgroup {d}" for r in cgroup_roots for d in cgroup_dirs(r)]
+    raw = _sh("iptables", "-w", "5", "-t", "raw", "-S", "PREROUTING", check=False).stdout
+    out += [f"iptables rule for {link}" for link in links if f"nodeagent lab {link}" in raw]
     if Path(lab_dir).exists():
         out.append(f"dir {lab_dir}")
     return out
