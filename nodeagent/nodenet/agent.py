@@ -68,8 +68,10 @@ class NodeNet:
                 await asyncio.to_thread(masq.remove, self.cluster_cidr, self.node)
             await asyncio.to_thread(masq.ensure, cidr, self.node)
             self.cluster_cidr = cidr
-        if not self.published:
-            want = P.my_annotations(mode, self.public_ip, self.pod_cidr, self.dataplane.vtep_mac)
+        want = P.my_annotations(mode, self.public_ip, self.pod_cidr, self.dataplane.vtep_mac)
+        mine = ((self.nodes.get(self.node) or {}).get("metadata") or {}).get("annotations") or {}
+        if not self.published or any(mine.get(k) != v for k, v in want.items()):
+            # first time, or our Node was re-created / edited: publish again
             await self.client.patch("nodes", self.node, {"metadata": {"annotations": want}})
             self.published = True
         plan = P.desired(mode, self.node, self.nodes.list())
