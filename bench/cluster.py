@@ -150,6 +150,13 @@ def main() -> int:
         print("needs root", file=sys.stderr)
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+    try:
+        return run(args, tmp)
+    finally:
+        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+
+
+def run(args: argparse.Namespace, tmp: Path) -> int:
     image = ImageFactory(tmp / "images").httpd.docker_archive
     first = True
     print(f"3-node netns lab; machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} (shared, busy)")
@@ -179,7 +186,6 @@ def main() -> int:
                       f"(grace {args.grace:.0f}s + tolerationSeconds {args.toleration}s + reschedule/start)")
         finally:
             cluster.down(topo.lab_dir)
-    subprocess.run(["rm", "-rf", str(tmp)], check=False)
     return 0
 
 
