@@ -29,6 +29,13 @@ from netproxy.proxy import Proxy
 
 log = logging.getLogger("netproxy")
 
+# python-iptables' first import pulls in setuptools through its distutils shim, which imports (and logs)
+# while holding the global import lock. Done in a sync thread while the runtime forks a container in
+# another (os.fork takes logging's lock, then the import lock), the two threads deadlock the agent. So it
+# is imported here, when `up`/`agent` load their components on the main thread before any task runs.
+with contextlib.suppress(ImportError):
+    import iptc  # noqa: F401
+
 
 class Source(Protocol):
     """Feeds a Proxy: list everything, call `proxy.set_services_synced()` / `set_endpoints_synced()`,

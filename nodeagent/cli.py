@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "netpol": ("netpol", "run NetworkPolicy enforcement alone: iptables / nftables rules from policies"),
     "dns": ("dns", "run the cluster DNS server (Service and Pod records, forwarding) in the foreground"),
     "token": ("token", "bootstrap tokens for joining nodes: create (prints the join command), list, delete"),
+    "lab": ("lab", "bring a cluster of network-namespace nodes on this machine up or down"),
 }
 
 

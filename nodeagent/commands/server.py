@@ -9,6 +9,7 @@ OPTIONAL = {
     "scheduler": ("nodeagent.scheduler.service:serve", "the scheduler issue"),
     "controllers": ("nodeagent.controllers.manager:serve", "the controllers issue"),
     "dns": ("nodeagent.dns.service:serve", "the DNS issue"),
+    "podnetwork": ("nodeagent.nodenet.controller:serve", "the multi-node issue"),
 }
 
 
@@ -29,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds the printed join token stays valid (default: %(default)s; 0: never expires)")
     p.add_argument("--advertise-address", default=None,
                    help="IP other nodes reach this server on (default: the bind address, or the default route's)")
+    p.add_argument("--pod-network", default="host-gw", choices=("host-gw", "ipip", "vxlan"),
+                   help="cross-node pod network backend, carried to every node on its Node object "
+                        "(default: %(default)s)")
     c = p.add_argument_group("controllers")
     c.add_argument("--controllers", default="*",
                    help="controllers to run: '*' all, 'name' adds, '-name' removes, 'none' (default: %(default)s)")
@@ -59,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     del serve  # imported to fail early if the apiserver cannot load
     from nodeagent.controllers.options import ControllerOptions
 
+    cfg.pod_network = args.pod_network  # type: ignore[attr-defined]  # read by the podnetwork component
     cfg.controllers = args.controllers  # type: ignore[attr-defined]  # read by the controller manager
     cfg.controller_options = ControllerOptions(  # type: ignore[attr-defined]
         cluster_cidr=args.cluster_cidr, node_cidr_mask_size=args.node_cidr_mask_size,

@@ -29,6 +29,8 @@ COMPONENTS = [
     Component("netproxy", "netproxy.service:serve", "the netproxy issue", after=("apiserver",)),
     Component("netpol", "netpol.service:serve", "the dns/netpol issue", after=("apiserver",)),
     Component("dns", "nodeagent.dns.service:serve", "the dns issue", after=("apiserver",)),
+    Component("podnetwork", "nodeagent.nodenet.controller:serve", "the multi-node issue", after=("apiserver",)),
+    Component("nodenet", "nodeagent.nodenet.agent:serve", "the multi-node issue", after=("apiserver",)),
 ]
 
 # `nodeagent agent`: the node part alone, against a remote apiserver.
@@ -38,6 +40,7 @@ NODE_COMPONENTS = [
     Component("kubelet", "nodeagent.kubelet.agent:serve", "the kubelet issue", after=("cri",)),
     Component("netproxy", "netproxy.service:serve", "the netproxy issue"),
     Component("netpol", "netpol.service:serve", "the dns/netpol issue"),
+    Component("nodenet", "nodeagent.nodenet.agent:serve", "the multi-node issue"),
 ]
 
 
@@ -65,6 +68,7 @@ class UpConfig:
     # cluster DNS on a port of their own (the kube-dns EndpointSlice carries it), so several coexist.
     proxy_cleanup_on_stop: bool = False
     dns_listen: str | None = None
+    pod_network: str | None = None  # `up`: the cross-node backend its podnetwork component stamps on Nodes
 
 
 def add_node_arguments(p: argparse.ArgumentParser) -> None:
@@ -100,6 +104,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=None,
                    help="apiserver HTTPS port (default: 6443 for the default data dir, else any free one)")
     p.add_argument("--bind-address", default=None, help="apiserver listen address (default: 0.0.0.0)")
+    p.add_argument("--pod-network", default="host-gw", choices=("host-gw", "ipip", "vxlan"),
+                   help="cross-node pod network backend (default: %(default)s)")
 
 
 def config_from_args(args: argparse.Namespace) -> UpConfig:
@@ -116,7 +122,8 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
                    sync_frequency=getattr(args, "sync_frequency", None),
                    kubelet_port=getattr(args, "kubelet_port", None),
                    kubelet_address=getattr(args, "kubelet_address", None),
-                   server=getattr(args, "server", None), token=getattr(args, "token", None))
+                   server=getattr(args, "server", None), token=getattr(args, "token", None),
+                   pod_network=getattr(args, "pod_network", None))
     cfg.cni_conf_dir = PodNetwork.from_any(cfg).conf_dir
     dns = getattr(args, "cluster_dns", None)
     cfg.cluster_dns = default_cluster_dns() if dns is None else dns

@@ -21,6 +21,7 @@
 : "${LAB_NODE_IP:=}"                                # this node's private-network address
 : "${LAB_CP_IP:=192.168.56.10}"                     # the control plane's private-network address
 : "${LAB_SERVER_PORT:=6443}"
+: "${LAB_POD_NETWORK:=host-gw}"                    # cross-node pod network: host-gw, ipip or vxlan
 : "${LAB_SERVER_ARGS:=}"                            # extra `nodeagent server` flags (e.g. the network mode)
 : "${LAB_AGENT_ARGS:=}"                             # extra `nodeagent agent` flags
 : "${LAB_START:=1}"                                 # 0: write units, start nothing

@@ -1,0 +1,66 @@
+"""Names and addresses of one lab, all derived from its directory so several labs never collide."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+POD_CLUSTER_CIDR = "10.244.0.0/16"
+API_PORT = 6443
+
+
+def lab_tag(lab_dir: str | Path) -> str:
+    return hashlib.sha256(str(Path(lab_dir).resolve()).encode()).hexdigest()[:6]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSpec:
+    index: int  # 1-based
+    name: str
+    netns: str
+    host_veth: str  # host end, enslaved to the underlay bridge; the node's end is eth0
+    address: str  # underlay address
+    pod_subnet: str
+    data_dir: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    lab_dir: str
+    tag: str
+    bridge: str  # underlay bridge on the host
+    subnet_prefix: str  # "172.30.N" of the underlay /24
+    nodes: tuple[NodeSpec, ...]
+
+    @property
+    def host_address(self) -> str:
+        return f"{self.subnet_prefix}.254"
+
+    @property
+    def server_address(self) -> str:
+        return self.nodes[0].address
+
+    @property
+    def server_url(self) -> str:
+        return f"https://{self.server_address}:{API_PORT}"
+
+    @property
+    def server_dir(self) -> str:
+        return str(Path(self.lab_dir, "server"))
+
+    @property
+    def kubeconfig(self) -> str:
+        return str(Path(self.server_dir, "admin.kubeconfig"))
+
+
+def topology(lab_dir: str | Path, nodes: int) -> Topology:
+    """N nodes on 172.30.<t>.0/24 (t from the dir's tag), pod subnets 10.244.<i>.0/24, names ≤ 15 chars."""
+    if not 1 <= nodes <= 200:
+        raise ValueError("--nodes: 1 to 200")
+    lab_dir = str(Path(lab_dir).resolve())
+    tag = lab_tag(lab_dir)
+    prefix = f"172.30.{int(tag[:2], 16)}"
+    specs = tuple(NodeSpec(i, f"node{i}", f"nalab-{tag}-{i}", f"nl{tag}h{i}", f"{prefix}.{i}", f"10.244.{i}.0/24",
+                           str(Path(lab_dir, f"node{i}"))) for i in range(1, nodes + 1))
+    return Topology(lab_dir, tag, f"nlb{tag}", prefix, specs)

@@ -1,0 +1,134 @@
+"""Agent side: the `nodenet` component. Publishes this node's underlay address, pod subnet (and VTEP MAC)
+on its Node, then keeps routes / FDB / neighbour entries for every other node in step with the Node
+informer (a node joining adds them, a node leaving removes them). Kernel work runs in a thread.
+Everything is imported when the module loads (in the main thread, before the runtime forks containers):
+an import inside a worker thread racing a fork can deadlock on logging's and the import lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+from urllib.parse import urlsplit
+
+from pyroute2.netlink.exceptions import NetlinkError
+
+from nodeagent.client.informer import Informer
+from nodeagent.client.rest import Client, ClientError
+from nodeagent.kubelet.agent import KubeletConfig
+from nodeagent.kubelet.network import PodNetwork
+from nodeagent.nodenet import annotations as ann
+from nodeagent.nodenet import masq
+from nodeagent.nodenet import plan as P
+from nodeagent.nodenet.dataplane import Dataplane, source_address_towards
+
+log = logging.getLogger("nodeagent.nodenet")
+
+RESYNC = 30.0  # re-check the kernel even without Node events (someone deleted a route)
+
+
+class NodeNet:
+    def __init__(self, client: Client, node: str, pod_cidr: str, public_ip: str) -> None:
+        self.client = client
+        self.node = node
+        self.pod_cidr = pod_cidr
+        self.public_ip = public_ip
+        self.nodes = Informer(client, "nodes", resync=RESYNC)
+        self.wake = asyncio.Event()
+        self.mode: str | None = None
+        self.cluster_cidr: str | None = None
+        self.dataplane: Any = None
+        self.published = False
+        self.nodes.add_handler(lambda _n: self.wake.set(), lambda _o, _n: self.wake.set(), lambda _n: self.wake.set())
+
+    def _my_settings(self) -> tuple[str | None, str | None]:
+        me = self.nodes.get(self.node)
+        a = ((me or {}).get("metadata") or {}).get("annotations") or {}
+        return a.get(ann.BACKEND), a.get(ann.CLUSTER_CIDR)
+
+    async def step(self) -> None:
+        """One reconcile: (re)build the device when the mode changes, publish, converge the entries."""
+        mode, cidr = self._my_settings()
+        if mode is None:
+            return  # the server has not stamped our Node (yet), or we are not registered
+        if mode not in ann.MODES:
+            log.warning("node %s: unknown pod network %r; ignoring", self.node, mode)
+            return
+        if mode != self.mode:
+            if self.dataplane is not None:
+                await asyncio.to_thread(self.dataplane.teardown)
+            self.dataplane = Dataplane(mode, self.public_ip, self.pod_cidr)
+            await asyncio.to_thread(self.dataplane.setup)
+            self.mode, self.published = mode, False
+            log.info("node %s: pod network %s (underlay %s, pods %s%s)", self.node, mode, self.public_ip,
+                     self.pod_cidr, f", VTEP {self.dataplane.vtep_mac}" if self.dataplane.vtep_mac else "")
+        if cidr and cidr != self.cluster_cidr:
+            if self.cluster_cidr:
+                await asyncio.to_thread(masq.remove, self.cluster_cidr, self.node)
+            await asyncio.to_thread(masq.ensure, cidr, self.node)
+            self.cluster_cidr = cidr
+        want = P.my_annotations(mode, self.public_ip, self.pod_cidr, self.dataplane.vtep_mac)
+        mine = ((self.nodes.get(self.node) or {}).get("metadata") or {}).get("annotations") or {}
+        if not self.published or any(mine.get(k) != v for k, v in want.items()):
+            # first time, or our Node was re-created / edited: publish again
+            await self.client.patch("nodes", self.node, {"metadata": {"annotations": want}})
+            self.published = True
+        plan = P.desired(mode, self.node, self.nodes.list())
+        have = await asyncio.to_thread(self.dataplane.current)
+        changes = P.diff(plan, have)
+        if not changes.empty():
+            log.info("node %s: routes +%d -%d, fdb +%d -%d, neigh +%d -%d", self.node, len(changes.add_routes),
+                     len(changes.del_routes), len(changes.add_fdb), len(changes.del_fdb), len(changes.add_neigh),
+                     len(changes.del_neigh))
+            await asyncio.to_thread(self.dataplane.apply, changes)
+
+    async def run(self, ready: asyncio.Event) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.nodes.run())
+                await self.nodes.wait_synced()
+                ready.set()
+                self.wake.set()
+                while True:
+                    try:
+                        await asyncio.wait_for(self.wake.wait(), RESYNC)
+                    except TimeoutError:
+                        pass
+                    self.wake.clear()
+                    try:
+                        await self.step()
+                    except (ClientError, OSError, RuntimeError, NetlinkError) as e:
+                        log.warning("node %s: pod network sync failed: %s; retrying", self.node, e)
+                        self.published = False
+                        await asyncio.sleep(1)
+                        self.wake.set()
+        finally:
+            await asyncio.shield(asyncio.to_thread(self.cleanup))
+
+    def cleanup(self) -> None:
+        """On stop: our routes, tunnel device and masquerade rule go (nothing outlives the agent)."""
+        if self.dataplane is not None:
+            try:
+                self.dataplane.teardown()
+            except Exception as e:  # best effort on the way out
+                log.warning("pod network teardown: %s", e)
+        if self.cluster_cidr:
+            masq.remove(self.cluster_cidr, self.node)
+
+
+def public_ip_for(server_url: str) -> str:
+    host = urlsplit(server_url).hostname or "127.0.0.1"
+    return source_address_towards(host)
+
+
+async def serve(config: Any, ready: asyncio.Event) -> None:
+    """The `nodenet` component of `nodeagent agent` / `up`."""
+    kcfg = KubeletConfig.from_any(config)
+    client = kcfg.client()
+    public_ip = getattr(config, "node_ip", None) or public_ip_for(client.server)
+    net = NodeNet(client, kcfg.node_name, PodNetwork.from_any(config).subnet, public_ip)
+    try:
+        await net.run(ready)
+    finally:
+        await client.close()

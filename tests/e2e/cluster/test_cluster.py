@@ -1,0 +1,129 @@
+"""A 3-node netns lab (vxlan): Services across nodes, NodePort everywhere, DaemonSets, cordon/drain with
+kubectl, and a node whose agent dies: NotReady, its pods evicted after their tolerationSeconds and
+replaced on the other nodes. The node-failure test runs last: it leaves node3 dead."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.e2e.cluster.lab import HTTPD, http, start_lab, stop_lab
+
+pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
+
+NODES = ("node1", "node2", "node3")
+# serves its own pod name, so a client can tell which endpoint answered
+WHOAMI = ["sh", "-c", "mkdir -p /tmp/www && hostname > /tmp/www/index.html && exec httpd -f -p 80 -h /tmp/www"]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, images):
+    lab = start_lab(tmp_path_factory.mktemp("lab3"), images, 3, "vxlan", node_monitor_grace_period=8.0)
+    try:
+        yield lab
+    finally:
+        stop_lab(lab)
+
+
+def container(command=None):
+    c = {"name": "web", "image": HTTPD, "imagePullPolicy": "Never"}
+    if command:
+        c["command"] = command
+    return c
+
+
+def deployment(name, replicas, tolerations=None):
+    spec = {"terminationGracePeriodSeconds": 1, "containers": [container(WHOAMI)]}
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
+
+
+def test_clusterip_and_nodeport_reach_pods_on_every_node_from_every_node(lab):
+    for n in NODES:
+        lab.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"web-{n}", "labels": {"app": "web"}},
+                   "spec": {"nodeName": n, "terminationGracePeriodSeconds": 1, "containers": [container(WHOAMI)]}})
+    lab.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+               "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": 80}]}})
+    pods = lab.running("app=web", 3)
+    names = {p["metadata"]["name"] for p in pods}
+    assert {p["spec"]["nodeName"] for p in pods} == set(NODES)
+    svc = lab.get("service", "web")
+    cip, nport = svc["spec"]["clusterIP"], svc["spec"]["ports"][0]["nodePort"]
+    for n in NODES:
+        def spread(n=n):
+            seen = {http(lab, n, f"http://{cip}/").strip() for _ in range(24)}
+            return seen if seen == names else None
+        lab.wait(f"the ClusterIP answered by pods on every node, from {n}", spread, 60, interval=1)
+    for client in NODES:
+        for target in lab.topo.nodes:
+            got = lab.wait(f"NodePort {target.address}:{nport} from {client}",
+                           lambda c=client, t=target: http(lab, c, f"http://{t.address}:{nport}/").strip() in names,
+                           30)
+            assert got
+    lab.kubectl("delete", "service", "web")
+    lab.kubectl("delete", "pods", "-l", "app=web", "--wait=false")
+
+
+def test_daemonset_lands_on_every_node(lab):
+    lab.apply({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agentd"},
+               "spec": {"selector": {"matchLabels": {"app": "agentd"}},
+                        "template": {"metadata": {"labels": {"app": "agentd"}},
+                                     "spec": {"terminationGracePeriodSeconds": 1, "containers": [container()]}}}})
+    pods = lab.running("app=agentd", 3)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == list(NODES)
+
+
+def test_cordon_and_drain_move_pods_away(lab):
+    lab.apply(deployment("mover", 4))
+    lab.running("app=mover", 4)
+    lab.kubectl("drain", "node2", "--ignore-daemonsets", "--force", "--delete-emptydir-data", "--grace-period=1",
+                "--timeout=120s", timeout=180)
+    try:
+        assert lab.get("node", "node2")["spec"].get("unschedulable") is True
+        pods = lab.running("app=mover", 4)
+        assert all(p["spec"]["nodeName"] != "node2" for p in pods)
+        # a DaemonSet's pod stays (drain ignores it); everything else left node2
+        left = [p for p in lab.get("pods")["items"] if p["spec"].get("nodeName") == "node2"
+                and not p["metadata"].get("deletionTimestamp")]
+        assert {p["metadata"]["labels"].get("app") for p in left} <= {"agentd"}
+    finally:
+        lab.kubectl("uncordon", "node2")
+    lab.kubectl("delete", "deployment", "mover")
+
+
+def test_a_node_whose_agent_stops_goes_notready_and_its_pods_move(lab):
+    tolerate = [{"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}
+                for k in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
+    # land every replica on node3: the other nodes are cordoned while they are placed
+    for n in ("node1", "node2"):
+        lab.kubectl("cordon", n)
+    try:
+        lab.apply(deployment("survivor", 2, tolerate))
+        before = lab.running("app=survivor", 2)
+    finally:
+        for n in ("node1", "node2"):
+            lab.kubectl("uncordon", n)
+    assert {p["spec"]["nodeName"] for p in before} == {"node3"}
+
+    os.kill(lab.state["pids"]["node3"], signal.SIGKILL)
+
+    def not_ready():
+        conds = {c["type"]: c["status"] for c in lab.get("node", "node3")["status"]["conditions"]}
+        return conds.get("Ready") != "True"
+    lab.wait("node3 NotReady", not_ready, 90)
+    after = lab.running("app=survivor", 2, timeout=120, where=lambda p: p["spec"]["nodeName"] != "node3")
+    assert all(p["spec"]["nodeName"] in ("node1", "node2") for p in after)
+    assert len(lab.pods("app=survivor")) >= 2
+    old = {p["metadata"]["uid"] for p in before}
+    assert not old & {p["metadata"]["uid"] for p in after}
+    # the old pods were evicted: marked for deletion (their kubelet is gone, so they stay Terminating) or gone
+    for p in lab.pods("app=survivor"):
+        if p["metadata"]["uid"] in old:
+            assert p["metadata"].get("deletionTimestamp"), p["metadata"]["name"]
+    taints = {t["key"] for t in lab.get("node", "node3")["spec"].get("taints") or []}
+    assert "node.kubernetes.io/unreachable" in taints
