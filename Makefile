@@ -14,7 +14,7 @@ STAMPS := $(CACHE)/stamps
 APT_PACKAGES := iproute2 iptables nftables conntrack ipset ipvsadm kmod procps psmisc util-linux \
 	busybox-static file gcc libc6-dev ca-certificates \
 	containerd runc containernetworking-plugins etcd-server docker-registry skopeo podman iperf3 \
-	apache2-utils dnsmasq-base vagrant shellcheck
+	apache2-utils dnsmasq-base vagrant shellcheck bind9-dnsutils
 # Debian's kubectl 1.20, unpacked privately (installing it would replace the machine's kubectl).
 KUBECTL_120 := $(CACHE)/kubectl-1.20/usr/bin/kubectl
 

@@ -278,6 +278,32 @@ HTTPD = ImageSpec("localhost/httpd", "v1", cmd=("httpd", "-f", "-p", "80", "-h",
                   exposed_ports=("80/tcp",))
 
 
+def host_programs_layer(*programs: str) -> tuple[Entry, ...]:
+    """Host programs with every shared library the dynamic loader resolves for them (ldd), at the same
+    paths: a real dynamically linked tool (e.g. bind's nslookup) inside a test image, no registry needed."""
+    import subprocess
+
+    files: dict[str, str] = {}
+    for prog in programs:
+        files[prog] = prog
+        out = subprocess.run(["ldd", prog], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            words = line.split()
+            path = words[2] if "=>" in words and len(words) > 2 else words[0] if words else ""
+            if path.startswith("/"):
+                files[path] = path
+    dirs = sorted({str(Path(f).parent).lstrip("/") for f in files} - {""})
+    parents = sorted({"/".join(d.split("/")[:i]) for d in dirs for i in range(1, d.count("/") + 2)})
+    return (*(Entry(d, kind="dir", mode=0o755) for d in parents),
+            *(Entry(f.lstrip("/"), data=Path(f).read_bytes(), mode=0o755) for f in sorted(files)))
+
+
+def dnsutils_spec() -> ImageSpec:
+    """busybox plus Debian's bind9 `nslookup` (it searches dotted names by the resolv.conf search list, as the
+    kubernetes DNS-debugging recipe expects; busybox's own does not). Needs bind9-dnsutils on the host."""
+    return ImageSpec("localhost/dnsutils", "v1", extra_layers=(host_programs_layer("/usr/bin/nslookup"),))
+
+
 class ImageFactory:
     """Builds each spec once per factory and hands back the result."""
 
