@@ -84,5 +84,6 @@ def test_stdin_stays_open_between_writers_until_close_stdin(tmp_path):
         stdio.close_stdin(tmp_path)
         assert "stdout F eof" in _wait_log(tmp_path, "eof")
     finally:
+        stdio.close_stdin(tmp_path)  # idempotent: the child ends either way, and so does its shim
         os.waitpid(shim, 0)
     assert (tmp_path / "exit").read_text().startswith("code=0 ")
