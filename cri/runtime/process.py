@@ -22,6 +22,7 @@ import fcntl
 import os
 import selectors
 import signal
+import socket
 import stat
 import struct
 import termios
@@ -80,6 +81,9 @@ class LaunchSpec:
     shim: str
     exit_file: str
     log_path: str  # "" = discard output
+    stdin_path: str = ""  # the stdin FIFO the shim holds open ("" = /dev/null); see cri/runtime/stdio.py
+    ctl_path: str = ""  # the shim's control FIFO (close-stdin, resize)
+    tty: bool = False  # the container's stdio is a terminal of its own devpts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,24 +153,48 @@ def _p1(spec: LaunchSpec, w: int) -> None:
         fd = os.open(spec.pid_ns_path, os.O_RDONLY | os.O_CLOEXEC)
         sc.setns(fd, sc.CLONE_NEWPID)
         os.close(fd)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
+    # stdin: the shim holds the FIFO read-write (no EOF while nobody is attached); G reads it.
+    in_keep = os.open(spec.stdin_path, os.O_RDWR | os.O_CLOEXEC) if spec.stdin_path else -1
+    in_r = os.open(spec.stdin_path, os.O_RDONLY | os.O_CLOEXEC) if spec.stdin_path and not spec.tty else -1
+    ctl = os.open(spec.ctl_path, os.O_RDWR | os.O_CLOEXEC) if spec.ctl_path else -1
+    if spec.tty:  # G opens its terminal in its own devpts and hands us the master over this socket
+        pty_ours, pty_g = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r = out_w = err_r = err_w = -1
+    else:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
     gpid = os.fork()
     if gpid == 0:
         try:
-            os.close(out_r)
-            os.close(err_r)
-            _container_init(spec, out_w, err_w, w)
+            if spec.tty:
+                pty_ours.close()
+            else:
+                os.close(out_r)
+                os.close(err_r)
+            _container_init(spec, (in_r, out_w, err_w, pty_g.fileno() if spec.tty else -1), w)
         except BaseException as e:
             with contextlib.suppress(BaseException):
                 os.write(w, f"err {e}\n".encode())
         os._exit(127)
-    os.close(out_w)
-    os.close(err_w)
-    os.set_inheritable(out_r, True)
-    os.set_inheritable(err_r, True)
+    if spec.tty:
+        pty_g.close()
+        _, fds, _, _ = socket.recv_fds(pty_ours, 1, 1)  # nothing when G failed before (it said why)
+        out_r = fds[0] if fds else os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        pty_ours.close()
+    else:
+        os.close(out_w)
+        os.close(err_w)
+    for fd in (in_r,):
+        if fd >= 0:
+            os.close(fd)
+    extra: list[str] = []
+    if spec.stdin_path or spec.ctl_path or spec.tty:
+        extra = [str(in_keep), str(ctl), "1" if spec.tty else "0"]
+    for fd in (out_r, err_r, in_keep, ctl):
+        if fd >= 0:
+            os.set_inheritable(fd, True)
     os.write(w, f"pid {gpid}\n".encode())
-    os.execv(spec.shim, [spec.shim, spec.exit_file, spec.log_path or "-", str(gpid), str(out_r), str(err_r)])
+    os.execv(spec.shim, [spec.shim, spec.exit_file, spec.log_path or "-", str(gpid), str(out_r), str(err_r), *extra])
 
 
 def _write_file(path: str, data: str) -> None:
@@ -177,7 +205,9 @@ def _write_file(path: str, data: str) -> None:
         os.close(fd)
 
 
-def _container_init(spec: LaunchSpec, out_w: int, err_w: int, sync_w: int) -> None:
+def _container_init(spec: LaunchSpec, stdio: tuple[int, int, int, int], sync_w: int) -> None:
+    """stdio: (stdin FIFO read end or -1, stdout pipe, stderr pipe, socket for the pty master or -1)."""
+    in_r, out_w, err_w, pty_sock = stdio
     step = "cgroup"
     try:
         for f in spec.cgroup_procs:
@@ -204,6 +234,9 @@ def _container_init(spec: LaunchSpec, out_w: int, err_w: int, sync_w: int) -> No
             _mask(spec.masked_paths, spec.readonly_paths)
         if spec.readonly_rootfs:
             sc.mount(None, "/", None, sc.MS_BIND | sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_REC)
+        if spec.tty:
+            step = "terminal"
+            term = _container_terminal(pty_sock, spec.creds.uid)
         step = "credentials"
         _drop_privileges(spec.creds)
         step = "working directory"
@@ -212,10 +245,13 @@ def _container_init(spec: LaunchSpec, out_w: int, err_w: int, sync_w: int) -> No
                 os.makedirs(spec.cwd)
             os.chdir(spec.cwd)
         step = "stdio"
-        devnull = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
+        if spec.tty:
+            for target in (0, 1, 2):
+                os.dup2(term, target)
+        else:
+            os.dup2(in_r if in_r >= 0 else os.open("/dev/null", os.O_RDONLY), 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
         os.closerange(3, sync_w)
         os.closerange(sync_w + 1, 1 << 16)
         step = "exec"
@@ -223,6 +259,19 @@ def _container_init(spec: LaunchSpec, out_w: int, err_w: int, sync_w: int) -> No
         os.execvpe(spec.argv[0], list(spec.argv), env)
     except OSError as e:
         raise LaunchError(f"{step}: {e.strerror or e}: {spec.argv[0] if step == 'exec' else e.filename or ''}") from e
+
+
+def _container_terminal(sock: int, uid: int) -> int:
+    """A terminal from the container's devpts (after pivot): the master goes to the shim, we keep the slave."""
+    master = os.open("/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    fcntl.ioctl(master, TIOCSPTLCK, struct.pack("i", 0))
+    slave = fcntl.ioctl(master, TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY)
+    os.fchown(slave, uid, -1)  # the user's own terminal, as runc makes it
+    socket.send_fds(socket.socket(fileno=sock), [b"m"], [master])
+    os.close(master)
+    os.setsid()
+    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    return slave
 
 
 def secure_join(root: str, path: str) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 from cri.proto import api_pb2 as pb
 from cri.runtime import caps as capslib
 from cri.runtime import config as cfglib
+from cri.runtime import stdio
 from cri.runtime import syscalls as sc
 from cri.runtime.cgroups import Cgroups, Resources
 from cri.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unimplemented
@@ -126,6 +127,10 @@ class Runtime:
 
     def _cdir(self, cid: str) -> Path:
         return self.opts.state_dir / "containers" / cid
+
+    def container_dir(self, c: ContainerRecord) -> Path:
+        """Where a container's stdin and control FIFOs live (for the streaming server's attach)."""
+        return self._cdir(c.id)
 
     def _lock(self, key: str) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
@@ -629,6 +634,8 @@ class Runtime:
         adj = L.get("oom_score_adj") or 0
         # restrict_oom_score_adj (containerd): without CAP_SYS_RESOURCE we may not go below our own.
         own = int(Path("/proc/self/oom_score_adj").read_text())
+        cfg = self.container_config(c)
+        stdin_path, ctl_path = stdio.prepare(self._cdir(c.id), cfg.stdin, cfg.tty)
         return LaunchSpec(
             argv=tuple(L["argv"]), env=tuple(L["env"]), cwd=L["cwd"],
             creds=self.creds(c),
@@ -641,7 +648,8 @@ class Runtime:
             devices=tuple((d["path"], d["mode"], d["major"], d["minor"]) for d in L.get("devices", [])),
             cgroup_procs=tuple(self.cgroups.procs_files(c.cgroup)),
             oom_score_adj=max(adj, own) if adj or own else None,
-            shim=self.opts.shim, exit_file=str(self._cdir(c.id) / "exit"), log_path=c.log_path)
+            shim=self.opts.shim, exit_file=str(self._cdir(c.id) / "exit"), log_path=c.log_path,
+            stdin_path=stdin_path, ctl_path=ctl_path, tty=cfg.tty)
 
     async def start_container(self, cid: str) -> None:
         c = self.container(cid)

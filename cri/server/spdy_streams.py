@@ -28,7 +28,7 @@ import os
 import socket
 import struct
 import termios
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -242,7 +242,15 @@ async def pump_stdin(stream: Stream, h: Any) -> None:
 
 
 async def pump_resize(stream: Stream, h: Any) -> None:
-    """A JSON stream of terminal sizes (Go's json.Encoder: one object per line)."""
+    """Apply a resize stream to an exec's terminal."""
+    async for width, height in read_sizes(stream):
+        if h.tty:
+            with contextlib.suppress(OSError):
+                fcntl.ioctl(h.stdout, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+
+
+async def read_sizes(stream: Stream) -> AsyncIterator[tuple[int, int]]:
+    """A JSON stream of terminal sizes (Go's json.Encoder: one object per line) as (width, height)."""
     decoder = json.JSONDecoder()
     buf = ""
     while True:
@@ -259,10 +267,9 @@ async def pump_resize(stream: Stream, h: Any) -> None:
             except json.JSONDecodeError:
                 break  # wait for the rest of the object
             buf = buf[end:]
-            if h.tty and isinstance(size, dict):
-                with contextlib.suppress(OSError):
-                    fcntl.ioctl(h.stdout, termios.TIOCSWINSZ,
-                                struct.pack("HHHH", int(size.get("Height", 24)), int(size.get("Width", 80)), 0, 0))
+            if isinstance(size, dict):
+                with contextlib.suppress(TypeError, ValueError):
+                    yield int(size.get("Width", 80)), int(size.get("Height", 24))
 
 
 # -- port forward ----------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from aiohttp import WSMsgType, web
 
 from cri.runtime import syscalls as sc
 from cri.runtime.process import spawn_exec
+from cri.server import attach
 from cri.server import spdy_streams as sp
 from cri.server.fdio import make_nonblocking, read_fd, write_fd
 
@@ -208,28 +209,19 @@ class StreamServer:
             if ws.closed:
                 h.kill()  # the client went away: so does its command
 
-    # -- attach (output only: the shim owns the container's stdio and writes it to the log) -------
+    # -- attach (output from the container's log, input into its stdin FIFO: cri/server/attach.py) --
     async def _attach(self, request: web.Request) -> web.StreamResponse:
         req = self._take(request, "attach")
         if sp.is_spdy_upgrade(request):
             return await self._spdy_remote(request, req, self._spdy_attach)
-        ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS)
+        ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, max_msg_size=0)
         await ws.prepare(request)
         c = self.runtime.container(req["container_id"])
         if not c.log_path:
             await ws.send_bytes(bytes([ERROR]) + failure("the container has no log to attach to"))
             await ws.close()
             return ws
-        for ch, want in ((STDOUT, req["stdout"]), (STDERR, req["stderr"])):
-            if want:
-                await ws.send_bytes(bytes([ch]))
-
-        async def send(ch: int, data: bytes) -> None:
-            await ws.send_bytes(bytes([ch]) + data)
-        await follow_log(c, req, send, lambda: ws.closed)
-        if not ws.closed:
-            await ws.send_bytes(bytes([ERROR]) + exit_status(c.exit_code))
-            await ws.close()
+        await attach.serve_websocket(ws, c, self.runtime.container_dir(c), req, exit_status)
         return ws
 
     # -- port forward ----------------------------------------------------------------------------
@@ -348,12 +340,7 @@ class StreamServer:
             message = "the container has no log to attach to"
             await rc.write_status(failure(message), message)
             return
-
-        async def send(ch: int, data: bytes) -> None:
-            await rc.send("stdout" if ch == STDOUT else "stderr", data)
-        await follow_log(c, req, send, lambda: rc.session.closed)
-        await rc.close_output()
-        await rc.write_status(exit_status(c.exit_code), exit_message(c.exit_code))
+        await attach.serve_spdy(rc, c, self.runtime.container_dir(c), req, exit_status, exit_message)
 
     async def _spdy_portforward(self, request: web.Request, req: dict[str, Any]) -> web.StreamResponse:
         s = self.runtime.sandbox(req["sandbox_id"])
@@ -401,26 +388,3 @@ async def until_gone(gone: asyncio.Task, work) -> tuple[bool, Any]:
         return False, None
     return True, task.result()  # raises what the work raised
 
-
-async def follow_log(c: Any, req: dict[str, Any], send, closed) -> None:
-    """Follow the container's CRI log from its end and hand each line to send(channel, text)."""
-    with open(c.log_path, "rb") as f:  # noqa: ASYNC230 - a local log file, read in small steps
-        f.seek(0, os.SEEK_END)
-        pending = b""
-        while not closed():
-            chunk = f.read(65536)
-            if not chunk:
-                if c.state != "RUNNING":
-                    break
-                await asyncio.sleep(0.05)
-                continue
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                parts = line.split(b" ", 3)
-                if len(parts) < 4:
-                    continue
-                stream, tag, text = parts[1], parts[2], parts[3]
-                ch = STDOUT if stream == b"stdout" else STDERR
-                if (ch == STDOUT and req["stdout"]) or (ch == STDERR and req["stderr"]):
-                    await send(ch, text + (b"\n" if tag == b"F" else b""))

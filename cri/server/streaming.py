@@ -45,13 +45,15 @@ class StreamingVerbs:
         c = self.runtime.container(request.container_id)
         if not (request.stdin or request.stdout or request.stderr):
             raise InvalidArgument("one of stdin, stdout and stderr must be set")
-        if request.stdin:
-            raise Unimplemented("attaching stdin is not supported: the container's stdin is /dev/null; "
-                                "attach streams its output only")
+        if request.tty and request.stderr:
+            raise InvalidArgument("stderr must be false when tty is set (the terminal merges the streams)")
         if c.state != RUNNING:
             raise FailedPrecondition(f"container {c.id} is not running")
+        cfg = self.runtime.container_config(c)
+        # Input to a container made without stdin is dropped, output still streams (containerd's way).
         url = self._need_streams().register("attach", {
-            "container_id": c.id, "stdout": request.stdout, "stderr": request.stderr})
+            "container_id": c.id, "stdin": request.stdin, "stdout": request.stdout, "stderr": request.stderr,
+            "tty": request.tty, "container_stdin": cfg.stdin, "container_tty": cfg.tty, "stdin_once": cfg.stdin_once})
         return pb.AttachResponse(url=url)
 
     @rpc

@@ -1,6 +1,6 @@
 /* shim: the per-container supervisor. One tiny static process per running container.
  *
- * usage: shim EXIT_FILE LOG_PATH PID OUT_FD ERR_FD
+ * usage: shim EXIT_FILE LOG_PATH PID OUT_FD ERR_FD [STDIN_FD CTL_FD TTY]
  *   PID      the container's init process, a child of this process (the runtime forks it,
  *            then this process execs the shim, so the child stays ours to wait for)
  *   OUT_FD   read end of the container's stdout pipe; ERR_FD the stderr pipe
@@ -10,6 +10,16 @@
  * "code=N signal=S finished=NS\n", so it is known even when the runtime daemon was down.
  * SIGUSR1 reopens LOG_PATH (after log rotation). SIGTERM/SIGINT/SIGHUP are ignored: the
  * runtime stops the container, not the shim.
+ *
+ * Containers made with stdin (and/or a terminal) pass three more arguments:
+ *   STDIN_FD the container's stdin FIFO, opened read-write and held here, so the container sees
+ *            no EOF while nobody is attached; the runtime daemon opens the FIFO's path to write
+ *            into it (also after a restart). With TTY it is pumped into the terminal; -1: none.
+ *   CTL_FD   a control FIFO (read-write), one command a line: "close-stdin" drops our hold on
+ *            the stdin FIFO (EOF for the container once the attached writer closes too: stdin_once)
+ *            and "resize W H" sets the terminal's window size; -1: none.
+ *   TTY      "1" when OUT_FD is the master of the container's terminal (ERR_FD is then -1): its
+ *            output is logged as stdout without waiting for a newline (prompts show at once).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -19,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -30,6 +41,7 @@
 struct stream {
     int fd;
     const char *name;
+    int tty;
     char buf[MAX_LINE];
     size_t len;
 };
@@ -105,7 +117,50 @@ static int pump(struct stream *s) {
     }
     s->len += (size_t)n;
     flush_lines(s, 0);
+    if (s->tty && s->len > 0) {  /* a terminal's output is interactive: no waiting for the newline */
+        emit(s, s->buf, s->len, 'P');
+        s->len = 0;
+    }
     return 1;
+}
+
+static int stdin_fd = -1, ctl_fd = -1, term_fd = -1;
+static char ctl_buf[256];
+static size_t ctl_len;
+
+static void run_command(char *line) {
+    unsigned w, h;
+    if (strcmp(line, "close-stdin") == 0) {
+        if (stdin_fd >= 0) close(stdin_fd);
+        stdin_fd = -1;
+    } else if (sscanf(line, "resize %u %u", &w, &h) == 2 && term_fd >= 0) {
+        struct winsize ws = {.ws_row = (unsigned short)h, .ws_col = (unsigned short)w};
+        ioctl(term_fd, TIOCSWINSZ, &ws);
+    }
+}
+
+static void read_control(void) {
+    ssize_t n = read(ctl_fd, ctl_buf + ctl_len, sizeof(ctl_buf) - 1 - ctl_len);
+    if (n <= 0) return;
+    ctl_len += (size_t)n;
+    size_t start = 0;
+    for (size_t i = 0; i < ctl_len; i++) {
+        if (ctl_buf[i] == '\n') {
+            ctl_buf[i] = 0;
+            run_command(ctl_buf + start);
+            start = i + 1;
+        }
+    }
+    memmove(ctl_buf, ctl_buf + start, ctl_len - start);
+    ctl_len -= start;
+    if (ctl_len == sizeof(ctl_buf) - 1) ctl_len = 0;  /* no newline in a full buffer: junk */
+}
+
+/* The attached client's input into the terminal (the FIFO never ends: we hold a writer). */
+static void pump_input(void) {
+    char buf[4096];
+    ssize_t n = read(stdin_fd, buf, sizeof(buf));
+    if (n > 0) write_all(term_fd, buf, (size_t)n);
 }
 
 static void write_exit(const char *path, int status) {
@@ -128,8 +183,8 @@ static void write_exit(const char *path, int status) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: shim EXIT_FILE LOG_PATH PID OUT_FD ERR_FD\n");
+    if (argc != 6 && argc != 9) {
+        fprintf(stderr, "usage: shim EXIT_FILE LOG_PATH PID OUT_FD ERR_FD [STDIN_FD CTL_FD TTY]\n");
         return 2;
     }
     const char *exit_file = argv[1];
@@ -140,6 +195,14 @@ int main(int argc, char **argv) {
     streams[0].name = "stdout";
     streams[1].fd = atoi(argv[5]);
     streams[1].name = "stderr";
+    if (argc == 9) {
+        stdin_fd = atoi(argv[6]);
+        ctl_fd = atoi(argv[7]);
+        if (strcmp(argv[8], "1") == 0) {
+            term_fd = streams[0].fd;
+            streams[0].tty = 1;
+        }
+    }
 
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
@@ -158,13 +221,15 @@ int main(int argc, char **argv) {
     if (waitpid(pid, &status, WNOHANG) == pid) exited = 1;
     int drain_ms = -1;
     for (;;) {
-        struct pollfd fds[3];
+        struct pollfd fds[5];
         fds[0].fd = sfd; fds[0].events = POLLIN;
         fds[1].fd = streams[0].fd; fds[1].events = POLLIN;
         fds[2].fd = streams[1].fd; fds[2].events = POLLIN;
+        fds[3].fd = exited ? -1 : ctl_fd; fds[3].events = POLLIN;
+        fds[4].fd = (exited || term_fd < 0 || streams[0].fd < 0) ? -1 : stdin_fd; fds[4].events = POLLIN;
         if (exited && streams[0].fd < 0 && streams[1].fd < 0) break;
         if (exited && drain_ms < 0) drain_ms = 500;  /* leftover writers: give output a moment */
-        int rc = poll(fds, 3, exited ? drain_ms : -1);
+        int rc = poll(fds, 5, exited ? drain_ms : -1);
         if (rc < 0 && errno == EINTR) continue;
         if (rc == 0) break;  /* drain time is up */
         if (fds[0].revents & POLLIN) {
@@ -178,6 +243,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 2; i++) {
             if (streams[i].fd >= 0 && (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) pump(&streams[i]);
         }
+        if (fds[3].revents & POLLIN) read_control();
+        if (stdin_fd >= 0 && fds[4].fd >= 0 && (fds[4].revents & POLLIN)) pump_input();
     }
     for (int i = 0; i < 2; i++) {
         if (streams[i].fd >= 0) flush_lines(&streams[i], 1);

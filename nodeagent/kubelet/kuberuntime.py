@@ -308,7 +308,8 @@ class PodRuntime:
         m = pod.get("metadata") or {}
         cfg = pb.ContainerConfig(command=c.get("command") or [], args=c.get("args") or [],
                                  working_dir=c.get("workingDir", ""), log_path=f"{c['name']}/{attempt}.log",
-                                 stdin=bool(c.get("stdin")), tty=bool(c.get("tty")))
+                                 stdin=bool(c.get("stdin")), stdin_once=bool(c.get("stdinOnce")),
+                                 tty=bool(c.get("tty")))
         (self.pod_log_dir(pod) / c["name"]).mkdir(parents=True, exist_ok=True)
         cfg.metadata.name, cfg.metadata.attempt = c["name"], attempt
         cfg.image.image = c.get("image", "")
