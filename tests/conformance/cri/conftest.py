@@ -61,6 +61,17 @@ int main(int argc, char **argv) {
 }
 """
 
+# Debian's busybox-static has no pgrep applet; e2e's busybox does (critest uses `pgrep sleep`).
+PGREP = b"""#!/bin/sh
+# pgrep PATTERN: pids whose process name matches, like procps/busybox pgrep
+found=1
+for d in /proc/[0-9]*; do
+    comm=$(cat "$d/comm" 2>/dev/null) || continue
+    if echo "$comm" | grep -Eq -- "$1"; then echo "${d#/proc/}"; found=0; fi
+done
+exit $found
+"""
+
 NONEWPRIVS_C = r"""
 #include <stdio.h>
 #include <unistd.h>
@@ -105,7 +116,8 @@ def critest_registry(tmp_path_factory, images):
     pause_bin = RuntimeOptions(state_dir=work).pause
     var_run = Entry("var/run", kind="dir", mode=0o755)
     specs: dict[str, ImageSpec] = {
-        "e2e-test-images/busybox:1.29-2": dataclasses.replace(BUSYBOX_SPEC, extra_layers=((var_run,),)),
+        "e2e-test-images/busybox:1.29-2": dataclasses.replace(
+            BUSYBOX_SPEC, extra_layers=((var_run, Entry("usr/bin/pgrep", data=PGREP, mode=0o755)),)),
         "pause:3.9": dataclasses.replace(pause_spec(pause_bin), name="localhost/critest-pause"),
         "e2e-test-images/nginx:1.14-2": ImageSpec(
             "localhost/critest-nginx", "v1", cmd=("/usr/sbin/nginx",), exposed_ports=("80/tcp",),
