@@ -278,6 +278,8 @@ def f(runtime, request, tmp_path):
     mark = request.node.get_closest_marker("containerd_fails")
     if mark and runtime.name == "containerd":
         request.node.add_marker(pytest.mark.xfail(reason=f"containerd 1.6: {mark.args[0]}", strict=True))
+    if request.node.get_closest_marker("xfail_ours") and runtime.name == "nodeagent":
+        request.node.add_marker(pytest.mark.xfail(reason=OURS_GAPS[request.node.originalname], strict=True))
     spec = fw.Spec(runtime, tmp_path)
     try:
         yield spec
@@ -288,6 +290,13 @@ def f(runtime, request, tmp_path):
 @pytest.fixture
 def mirror(critest_registry) -> Mirror:
     return critest_registry
+
+
+# Specs our runtime does not pass yet, each with why (reported in the table as xfail on nodeagent).
+OURS_GAPS = {
+    "test_runtime_should_support_attach": "Attach with stdin is UNIMPLEMENTED: a container's stdin is /dev/null "
+                                          "(the shim has no stdin pipe yet)",
+}
 
 
 def containerd_fails(reason: str):
@@ -301,6 +310,7 @@ _RESULTS: dict[str, dict[str, str]] = {}
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "containerd_fails(reason): containerd 1.6 fails this critest spec")
+    config.addinivalue_line("markers", "xfail_ours: a known gap of our runtime, reason in OURS_GAPS")
 
 
 def pytest_runtest_logreport(report):
