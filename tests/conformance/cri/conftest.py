@@ -23,7 +23,7 @@ import pytest
 
 from cri.proto import api_pb2 as pb
 from nodeagent.testing.images import BUSYBOX as BUSYBOX_SPEC
-from nodeagent.testing.images import Entry, ImageSpec
+from nodeagent.testing.images import Entry, ImageSpec, find_busybox
 from tests.conformance.cri import framework as fw
 from tests.harness.resources import remove_cgroup, unique
 
@@ -72,6 +72,11 @@ done
 exit $found
 """
 
+# ...nor ipcs: list the System V shared memory segments (their ids) from procfs.
+IPCS = b"""#!/bin/sh
+cat /proc/sysvipc/shm
+"""
+
 NONEWPRIVS_C = r"""
 #include <stdio.h>
 #include <unistd.h>
@@ -117,7 +122,14 @@ def critest_registry(tmp_path_factory, images):
     var_run = Entry("var/run", kind="dir", mode=0o755)
     specs: dict[str, ImageSpec] = {
         "e2e-test-images/busybox:1.29-2": dataclasses.replace(
-            BUSYBOX_SPEC, extra_layers=((var_run, Entry("usr/bin/pgrep", data=PGREP, mode=0o755)),)),
+            BUSYBOX_SPEC, extra_layers=((var_run, *(Entry(d, kind="dir", mode=0o755) for d in ("bin", "usr", "usr/bin")),
+                                         Entry("usr/bin/pgrep", data=PGREP, mode=0o755),
+                                         Entry("usr/bin/ipcs", data=IPCS, mode=0o755),
+                                         # e2e's busybox links its applets hard: masking /bin/ls masks ls
+                                         # only (a layer may only link within itself, so busybox again)
+                                         Entry("bin/busybox", data=Path(find_busybox()).read_bytes(), mode=0o755),
+                                         Entry("bin/ls", kind="hardlink", target="bin/busybox", mode=0o755)),),
+            name="localhost/critest-busybox"),
         "pause:3.9": dataclasses.replace(pause_spec(pause_bin), name="localhost/critest-pause"),
         "e2e-test-images/nginx:1.14-2": ImageSpec(
             "localhost/critest-nginx", "v1", cmd=("/usr/sbin/nginx",), exposed_ports=("80/tcp",),
@@ -296,6 +308,10 @@ def mirror(critest_registry) -> Mirror:
 OURS_GAPS = {
     "test_runtime_should_support_attach": "Attach with stdin is UNIMPLEMENTED: a container's stdin is /dev/null "
                                           "(the shim has no stdin pipe yet)",
+    "test_should_support_seccomp_localhost_profile_on_the_container":
+        "Localhost seccomp profiles are UNIMPLEMENTED (only RuntimeDefault and Unconfined)",
+    "test_runtime_should_support_an_seccomp_profile_that_blocks_setting_hostname_with_sys_admin":
+        "Localhost seccomp profiles are UNIMPLEMENTED (only RuntimeDefault and Unconfined)",
 }
 
 
