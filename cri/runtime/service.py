@@ -617,6 +617,10 @@ class Runtime:
             from cri.runtime.seccomp import runtime_default
 
             profile = runtime_default()
+        elif L.get("seccomp", "").startswith("localhost:"):
+            from cri.runtime.seccomp import from_json
+
+            profile = from_json(L["seccomp"].removeprefix("localhost:"))
         return Creds(L["uid"], L["gid"], tuple(L["groups"]), L["caps"], L["no_new_privs"], profile)
 
     def _launch_spec(self, c: ContainerRecord, s: SandboxRecord) -> LaunchSpec:
@@ -937,20 +941,36 @@ def _check_sysctls(sysctls: dict[str, str], nso: pb.NamespaceOption) -> None:
 
 
 def _seccomp_choice(sec: pb.LinuxContainerSecurityContext) -> str:
-    """"runtime/default" or "unconfined", from the typed field or the deprecated path, like kubelet sends."""
+    """"runtime/default", "unconfined" or "localhost:<profile JSON>" (read now, as containerd reads the
+    file at create), from the typed field or the deprecated path, like kubelet sends."""
     if sec.privileged:
         return "unconfined"
     if sec.HasField("seccomp"):
         kind = sec.seccomp.profile_type
         if kind == pb.SecurityProfile.Localhost:
-            raise Unimplemented("localhost seccomp profiles are not supported; use RuntimeDefault or Unconfined")
+            return _localhost_seccomp(sec.seccomp.localhost_ref, "seccomp.localhost_ref")
         return "runtime/default" if kind == pb.SecurityProfile.RuntimeDefault else "unconfined"
     path = sec.seccomp_profile_path
     if path in ("runtime/default", "docker/default"):
         return "runtime/default"
     if path.startswith("localhost/"):
-        raise Unimplemented("localhost seccomp profiles are not supported; use runtime/default or unconfined")
+        return _localhost_seccomp(path.removeprefix("localhost/"), "seccomp_profile_path")
+    if path not in ("", "unconfined"):
+        raise InvalidArgument(f"seccomp_profile_path: {path!r} is not runtime/default, unconfined or localhost/<path>")
     return "unconfined"
+
+
+def _localhost_seccomp(path: str, field: str) -> str:
+    from cri.runtime.seccomp import parse_json
+
+    if not os.path.isabs(path):
+        raise InvalidArgument(f"{field}: {path!r} is not an absolute path")
+    try:
+        text = Path(path).read_text()
+        parse_json(text)
+    except (OSError, ValueError) as e:
+        raise InvalidArgument(f"{field}: cannot use seccomp profile {path}: {e}") from None
+    return "localhost:" + text
 
 
 def _resources(r: pb.LinuxContainerResources) -> Resources:

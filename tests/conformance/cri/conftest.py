@@ -308,10 +308,6 @@ def mirror(critest_registry) -> Mirror:
 OURS_GAPS = {
     "test_runtime_should_support_attach": "Attach with stdin is UNIMPLEMENTED: a container's stdin is /dev/null "
                                           "(the shim has no stdin pipe yet)",
-    "test_should_support_seccomp_localhost_profile_on_the_container":
-        "Localhost seccomp profiles are UNIMPLEMENTED (only RuntimeDefault and Unconfined)",
-    "test_runtime_should_support_an_seccomp_profile_that_blocks_setting_hostname_with_sys_admin":
-        "Localhost seccomp profiles are UNIMPLEMENTED (only RuntimeDefault and Unconfined)",
 }
 
 

@@ -293,7 +293,6 @@ def test_should_support_seccomp_unconfined_on_the_container(f):
     _verify(f, cid, ["grep", "ecc", "/proc/self/status"], False, "0")
 
 
-@pytest.mark.xfail_ours
 def test_should_support_seccomp_localhost_profile_on_the_container(f):
     cid = _seccomp(f, pb.SecurityProfile.Localhost, _profile(f, BLOCK_CHMOD))
     _verify(f, cid, ["chmod", "400", "/"], True, "Operation not permitted")
@@ -321,11 +320,19 @@ def test_runtime_should_not_block_setting_host_name_with_unconfined_seccomp_and_
     _check_set_hostname(f, cid, True)
 
 
-@pytest.mark.xfail_ours
 def test_runtime_should_support_an_seccomp_profile_that_blocks_setting_hostname_with_sys_admin(f):
     cid = _seccomp(f, pb.SecurityProfile.Localhost, _profile(f, BLOCK_HOSTNAME), ["SYS_ADMIN"],
                    command=["sleep", "60"])
     _check_set_hostname(f, cid, False)
+
+
+def test_runtime_should_not_support_a_custom_seccomp_profile_without_using_localhost_as_a_prefix(f):
+    _need_seccomp()
+    sid, pod = f.pod_for_container()
+    c = f.container_config("container-with-block-hostname-seccomp-profile-test-", command=["sleep", "60"])
+    c.linux.security_context.seccomp_profile_path = _profile(f, BLOCK_HOSTNAME)
+    with pytest.raises(grpc.RpcError):
+        f.create(sid, pod, c)
 
 
 def test_runtime_should_ignore_a_seccomp_profile_that_blocks_setting_hostname_when_privileged(f):
