@@ -134,6 +134,10 @@ def critest_registry(tmp_path_factory, images):
         "e2e-test-images/nginx:1.14-2": ImageSpec(
             "localhost/critest-nginx", "v1", cmd=("/usr/sbin/nginx",), exposed_ports=("80/tcp",),
             extra_layers=((var_run, Entry("usr/sbin/nginx", data=nginx, mode=0o755)),)),
+        # critest's hostnet-nginx: a web server on 12003, meant for the host's network namespace
+        "k8s-staging-cri-tools/hostnet-nginx-amd64:latest": ImageSpec(
+            "localhost/critest-hostnet-nginx", "v1", cmd=("httpd", "-f", "-p", str(fw.HOST_NET_WEB_PORT), "-h", "/var/www"),
+            exposed_ports=(f"{fw.HOST_NET_WEB_PORT}/tcp",)),
         "e2e-test-images/httpd:2.4.39-4": ImageSpec(
             "localhost/critest-httpd", "v1", exposed_ports=("80/tcp",),
             cmd=("sh", "-c", "echo \"AH00094: Command line: 'httpd -D FOREGROUND'\"; "
