@@ -80,6 +80,7 @@ class LaunchSpec:
     shim: str
     exit_file: str
     log_path: str  # "" = discard output
+    stdin: str = ""  # a FIFO on the host to read stdin from ("" = /dev/null)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +181,8 @@ def _write_file(path: str, data: str) -> None:
 def _container_init(spec: LaunchSpec, out_w: int, err_w: int, sync_w: int) -> None:
     step = "cgroup"
     try:
+        # read-write: opening never blocks, and stdin stays open between Attach sessions
+        stdin = os.open(spec.stdin, os.O_RDWR | os.O_CLOEXEC) if spec.stdin else -1
         for f in spec.cgroup_procs:
             _write_file(f, "0")
         step = "oom_score_adj"
@@ -223,7 +226,7 @@ def _container_init(spec: LaunchSpec, out_w: int, err_w: int, sync_w: int) -> No
                 os.makedirs(spec.cwd)
             os.chdir(spec.cwd)
         step = "stdio"
-        devnull = os.open("/dev/null", os.O_RDONLY)
+        devnull = stdin if stdin >= 0 else os.open("/dev/null", os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)

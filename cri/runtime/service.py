@@ -549,6 +549,8 @@ class Runtime:
         d = self._cdir(cid)
         d.mkdir()
         undo.push(lambda: _remove_tree(d))
+        if config.stdin:  # the container's stdin: a FIFO Attach writes into
+            os.mkfifo(d / "stdin", 0o600)
         rootfs, upper, work = d / "rootfs", d / "upper", d / "work"
         for p in (rootfs, upper, work):
             p.mkdir()
@@ -599,6 +601,9 @@ class Runtime:
             "oom_score_adj": config.linux.resources.oom_score_adj,
             "seccomp": _seccomp_choice(sec),
             "devices": devices,
+            "stdin": str(d / "stdin") if config.stdin else "",
+            # output Attach can follow when the caller asked for stdin but gave no log path
+            "output_log": str(d / "attach.log") if config.stdin and not log_path else "",
         }
         image_ref = image.repo_digests[0] if image.repo_digests else image.id
         c = ContainerRecord(id=cid, sandbox_id=s.id, key=key, created_at=now_ns(),
@@ -645,7 +650,8 @@ class Runtime:
             devices=tuple((d["path"], d["mode"], d["major"], d["minor"]) for d in L.get("devices", [])),
             cgroup_procs=tuple(self.cgroups.procs_files(c.cgroup)),
             oom_score_adj=max(adj, own) if adj or own else None,
-            shim=self.opts.shim, exit_file=str(self._cdir(c.id) / "exit"), log_path=c.log_path)
+            shim=self.opts.shim, exit_file=str(self._cdir(c.id) / "exit"),
+            log_path=c.log_path or L.get("output_log", ""), stdin=L.get("stdin", ""))
 
     async def start_container(self, cid: str) -> None:
         c = self.container(cid)

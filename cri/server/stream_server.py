@@ -202,14 +202,44 @@ class StreamServer:
         ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS)
         await ws.prepare(request)
         c = self.runtime.container(req["container_id"])
-        if not c.log_path:
+        log_path = c.log_path or c.launch.get("output_log", "")
+        if not log_path:
             await ws.send_bytes(bytes([ERROR]) + failure("the container has no log to attach to"))
             await ws.close()
             return ws
         for ch, want in ((STDOUT, req["stdout"]), (STDERR, req["stderr"])):
             if want:
                 await ws.send_bytes(bytes([ch]))
-        with open(c.log_path, "rb") as f:  # noqa: ASYNC230 - a local log file, read in small steps
+        feeder = None
+        if req.get("stdin") and c.launch.get("stdin"):
+            feeder = asyncio.create_task(self._attach_stdin(ws, c.launch["stdin"]))
+        try:
+            await self._follow_log(ws, c, req, log_path)
+        finally:
+            if feeder:
+                feeder.cancel()
+        return ws
+
+    async def _attach_stdin(self, ws: web.WebSocketResponse, fifo: str) -> None:
+        """Client stdin (channel 0) into the container's stdin FIFO, until the client closes it."""
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return  # the container is gone (no reader)
+        os.set_blocking(fd, True)
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.BINARY or not msg.data:
+                    continue
+                if msg.data[0] == CLOSE:
+                    break
+                if msg.data[0] == STDIN and len(msg.data) > 1:
+                    await asyncio.to_thread(os.write, fd, msg.data[1:])
+        finally:
+            os.close(fd)
+
+    async def _follow_log(self, ws: web.WebSocketResponse, c: Any, req: dict, log_path: str) -> None:
+        with open(log_path, "rb") as f:  # noqa: ASYNC230 - a local log file, read in small steps
             f.seek(0, os.SEEK_END)
             pending = b""
             while not ws.closed:
@@ -232,7 +262,6 @@ class StreamServer:
         if not ws.closed:
             await ws.send_bytes(bytes([ERROR]) + exit_status(c.exit_code))
             await ws.close()
-        return ws
 
     # -- port forward ----------------------------------------------------------------------------
     async def _portforward(self, request: web.Request) -> web.StreamResponse:

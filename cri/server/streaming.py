@@ -45,13 +45,12 @@ class StreamingVerbs:
         c = self.runtime.container(request.container_id)
         if not (request.stdin or request.stdout or request.stderr):
             raise InvalidArgument("one of stdin, stdout and stderr must be set")
-        if request.stdin:
-            raise Unimplemented("attaching stdin is not supported: the container's stdin is /dev/null; "
-                                "attach streams its output only")
+        if request.stdin and not c.launch.get("stdin"):
+            raise InvalidArgument("stdin: the container was not created with stdin")
         if c.state != RUNNING:
             raise FailedPrecondition(f"container {c.id} is not running")
         url = self._need_streams().register("attach", {
-            "container_id": c.id, "stdout": request.stdout, "stderr": request.stderr})
+            "container_id": c.id, "stdout": request.stdout, "stderr": request.stderr, "stdin": request.stdin})
         return pb.AttachResponse(url=url)
 
     @rpc

@@ -310,8 +310,6 @@ def mirror(critest_registry) -> Mirror:
 
 # Specs our runtime does not pass yet, each with why (reported in the table as xfail on nodeagent).
 OURS_GAPS = {
-    "test_runtime_should_support_attach": "Attach with stdin is UNIMPLEMENTED: a container's stdin is /dev/null "
-                                          "(the shim has no stdin pipe yet)",
 }
 
 

@@ -133,7 +133,7 @@ def test_container_in_stopped_sandbox_and_unimplemented_verbs(cri, pods):
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sleep", "300"])
     code, msg = code_of(c.rt.Attach, pb.AttachRequest(container_id=cid, stdin=True, stdout=True))
-    assert code == grpc.StatusCode.UNIMPLEMENTED and "stdin" in msg
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "stdin" in msg  # created without stdin
     code, msg = code_of(c.rt.Exec, pb.ExecRequest(container_id=cid, cmd=["sh"]))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert code_of(c.rt.CheckpointContainer, pb.CheckpointContainerRequest(container_id=cid))[0] == \
