@@ -46,6 +46,7 @@ class Mount:
     target: str  # absolute path inside the container
     readonly: bool = False
     propagation: int = sc.MS_PRIVATE  # MS_PRIVATE, MS_SLAVE or MS_SHARED (applied recursively)
+    recursive_ro: bool = False  # read-only down to every submount (mount_setattr)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,6 +338,8 @@ def _build_rootfs(spec: LaunchSpec) -> None:
         if m.readonly:
             sc.mount(None, target, None, sc.MS_BIND | sc.MS_REMOUNT | sc.MS_RDONLY)
         sc.mount(None, target, None, sc.MS_REC | m.propagation)
+        if m.recursive_ro:
+            sc.mount_setattr_rdonly_recursive(target)
 
 
 def _mask(masked: tuple[str, ...], readonly: tuple[str, ...]) -> None:

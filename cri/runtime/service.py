@@ -522,6 +522,9 @@ class Runtime:
             raise Unimplemented("namespace_options.pid TARGET is not supported by this runtime")
         _seccomp_choice(sec)  # refuses what it cannot do before anything is made
         mounts = [cfglib.check_mount_paths(m.container_path, m.host_path, i) for i, m in enumerate(config.mounts)]
+        for i, m in enumerate(config.mounts):
+            if m.recursive_read_only:
+                _check_recursive_ro(m, f"config.mounts[{i}]")
         devices = [_device(d, i) for i, d in enumerate(config.devices)]
         image = self.images.resolve(config.image.image)
         if image is None:
@@ -585,7 +588,7 @@ class Runtime:
                 mounts.append({"source": str(sd / name), "target": f"/etc/{name}", "readonly": False, "propagation": 0})
         for m, src in zip(config.mounts, mount_sources, strict=True):
             mounts.append({"source": src, "target": m.container_path, "readonly": m.readonly,
-                           "propagation": m.propagation})
+                           "propagation": m.propagation, "recursive_ro": m.recursive_read_only})
         pid_mode = sec.namespace_options.pid
         launch_doc = {
             "argv": argv,
@@ -642,7 +645,8 @@ class Runtime:
             argv=tuple(L["argv"]), env=tuple(L["env"]), cwd=L["cwd"],
             creds=self.creds(c),
             rootfs=c.rootfs,
-            mounts=tuple(Mount(m["source"], m["target"], m["readonly"], PROPAGATION.get(m["propagation"], sc.MS_PRIVATE))
+            mounts=tuple(Mount(m["source"], m["target"], m["readonly"], PROPAGATION.get(m["propagation"], sc.MS_PRIVATE),
+                               m.get("recursive_ro", False))
                          for m in L["mounts"]),
             masked_paths=tuple(L["masked"]), readonly_paths=tuple(L["readonly_paths"]),
             readonly_rootfs=L["readonly_rootfs"], privileged=L["privileged"], join_ns=tuple(join),
@@ -944,6 +948,16 @@ def _check_sysctls(sysctls: dict[str, str], nso: pb.NamespaceOption) -> None:
             raise InvalidArgument(f"{field}: not a namespaced sysctl; it would change the whole node")
         if "\n" in sysctls[key] or "=" in name:
             raise InvalidArgument(f"{field}: invalid value")
+
+
+def _check_recursive_ro(m: pb.Mount, field: str) -> None:
+    """CRI: a recursive read-only mount must be read-only and private (containerd/runc refuse the rest)."""
+    if not m.readonly:
+        raise InvalidArgument(f"{field}.recursive_read_only requires readonly")
+    if m.propagation != pb.PROPAGATION_PRIVATE:
+        raise InvalidArgument(f"{field}.recursive_read_only requires propagation PROPAGATION_PRIVATE")
+    if not sc.supports_mount_setattr():
+        raise InvalidArgument(f"{field}.recursive_read_only: the kernel has no mount_setattr (Linux >= 5.12)")
 
 
 def _seccomp_choice(sec: pb.LinuxContainerSecurityContext) -> str:

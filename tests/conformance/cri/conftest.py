@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import textwrap
@@ -199,7 +200,7 @@ def _drop_new_hostport_chains(before: set[str]) -> None:
     rules = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True, check=False).stdout
     for line in rules.splitlines():
         if line.startswith("-A ") and any(f"-j {c}" in line for c in new):
-            subprocess.run(["iptables", "-t", "nat", "-D", *line[3:].split()], capture_output=True, check=False)
+            subprocess.run(["iptables", "-t", "nat", "-D", *shlex.split(line[3:])], capture_output=True, check=False)
     for c in new:
         subprocess.run(["iptables", "-t", "nat", "-F", c], capture_output=True, check=False)
     for c in new:
@@ -283,6 +284,8 @@ def runtime(request, tmp_path_factory, images, critest_registry):
         d.stop()
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
         _drop_new_hostport_chains(chains)
+        left_chains = sorted(c for c in _nat_chains() - chains if c.startswith("CNI-"))
+        assert not left_chains, f"portmap chains left behind: {left_chains}"
         if name == "nodeagent":
             left = mounts_under(root)
             assert not left, f"mounts left behind: {left}"
@@ -330,11 +333,13 @@ def pytest_configure(config):
 def pytest_runtest_logreport(report):
     if "tests/conformance/cri/" not in report.nodeid or "[" not in report.nodeid:
         return
-    spec, _, param = report.nodeid.rpartition("[")
-    param = param.rstrip("]")
-    if param not in RUNTIMES:
+    spec, _, params = report.nodeid.rpartition("[")
+    parts = params.rstrip("]").split("-")
+    param = next((p for p in parts if p in RUNTIMES), None)
+    if param is None:
         return
-    spec = spec.split("tests/conformance/cri/", 1)[1]
+    rest = "-".join(p for p in parts if p != param)
+    spec = spec.split("tests/conformance/cri/", 1)[1] + (f"[{rest}]" if rest else "")
     row = _RESULTS.setdefault(spec, {})
     if hasattr(report, "wasxfail"):
         outcome = "xfail" if report.skipped else "XPASS"
