@@ -25,9 +25,23 @@ def _norm(name: str, field: str) -> str:
     return n
 
 
+def own_bounding() -> int:
+    """This process's bounding set: a container can get no capability the runtime lacks itself (here,
+    e.g., root runs without CAP_SYS_RESOURCE), so "all" means all of ours, as containerd's cap.Current()."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapBnd:"):
+                    return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return -1
+
+
 def resolve(add: list[str], drop: list[str], privileged: bool, last_cap: int) -> list[str]:
     """The container's capability names: default set, then add, then drop (like containerd)."""
-    known = [c for c in CAPS if NUMBER[c] <= last_cap]
+    bounding = own_bounding()
+    known = [c for c in CAPS if NUMBER[c] <= last_cap and bounding >> NUMBER[c] & 1]
     if privileged:
         return known
     adds = [_norm(c, "capabilities.add_capabilities") for c in add]

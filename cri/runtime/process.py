@@ -47,6 +47,7 @@ class Mount:
     target: str  # absolute path inside the container
     readonly: bool = False
     propagation: int = sc.MS_PRIVATE  # MS_PRIVATE, MS_SLAVE or MS_SHARED (applied recursively)
+    recursive_ro: bool = False  # read-only down to every submount (mount_setattr)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,12 +222,23 @@ def _container_init(spec: LaunchSpec, stdio: tuple[int, int, int, int], sync_w: 
             sc.setns(fd, flag)
             os.close(fd)
         sc.unshare(sc.CLONE_NEWNS)
-        sc.mount(None, "/", None, sc.MS_REC | sc.MS_SLAVE)
+        bidirectional = any(m.propagation == sc.MS_SHARED for m in spec.mounts)
+        if bidirectional:
+            # runc's rootfsPropagation=rshared: the host's mounts stay peers (so a Bidirectional bind
+            # joins its source's peer group), only the rootfs' own mount is cut off from the host
+            sc.mount(None, _mount_point_of(spec.rootfs), None, sc.MS_PRIVATE)
+        else:
+            sc.mount(None, "/", None, sc.MS_REC | sc.MS_SLAVE)
         step = "rootfs"
         _build_rootfs(spec)
         step = "pivot_root"
         os.chdir(spec.rootfs)
+        old_root = os.open("/", os.O_DIRECTORY | os.O_RDONLY | os.O_CLOEXEC) if bidirectional else -1
         sc.pivot_root(".", ".")
+        if bidirectional:  # as runc: from the old root, make it rslave so our unmount stays here
+            os.fchdir(old_root)
+            os.close(old_root)
+            sc.mount(None, ".", None, sc.MS_REC | sc.MS_SLAVE)
         sc.umount(".", sc.MNT_DETACH)
         os.chdir("/")
         step = "masked paths"
@@ -314,6 +326,18 @@ def _mkfile(path: str) -> None:
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
 
 
+def _mount_point_of(path: str) -> str:
+    """The mount point holding `path` (the longest mount point that is a prefix of it)."""
+    path = os.path.realpath(path)
+    best = "/"
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mp = line.split()[4].replace("\\040", " ")
+            if (path == mp or path.startswith(mp.rstrip("/") + "/")) and len(mp) > len(best):
+                best = mp
+    return best
+
+
 def _build_rootfs(spec: LaunchSpec) -> None:
     root = spec.rootfs
     sc.mount(root, root, None, sc.MS_BIND | sc.MS_REC)
@@ -360,6 +384,8 @@ def _build_rootfs(spec: LaunchSpec) -> None:
         if m.readonly:
             sc.mount(None, target, None, sc.MS_BIND | sc.MS_REMOUNT | sc.MS_RDONLY)
         sc.mount(None, target, None, sc.MS_REC | m.propagation)
+        if m.recursive_ro:
+            sc.mount_setattr_rdonly_recursive(target)
 
 
 def _mask(masked: tuple[str, ...], readonly: tuple[str, ...]) -> None:

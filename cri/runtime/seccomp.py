@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 
 DENIED = (
     "acct", "add_key", "bpf", "clock_adjtime", "clock_settime", "create_module", "delete_module",
@@ -32,9 +33,13 @@ def SCMP_ACT_ERRNO(e: int) -> int:
 
 
 class Profile:
-    """A loaded-on-demand filter: `load()` applies it to the calling thread (forked child)."""
+    """A loaded-on-demand filter: `load()` applies it to the calling thread (forked child).
 
-    def __init__(self) -> None:
+    Without arguments: RuntimeDefault. `default_action` and `rules` ((syscall, action), ...) build any
+    other filter, e.g. a Localhost profile from `from_json`."""
+
+    def __init__(self, default_action: int = SCMP_ACT_ALLOW,
+                 rules: tuple[tuple[str, int], ...] | None = None) -> None:
         name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
         self.lib = ctypes.CDLL(name, use_errno=True)
         self.lib.seccomp_init.restype = ctypes.c_void_p
@@ -42,14 +47,18 @@ class Profile:
         self.lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
         self.lib.seccomp_rule_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint]
         self.lib.seccomp_load.argtypes = [ctypes.c_void_p]
-        self.ctx = self.lib.seccomp_init(SCMP_ACT_ALLOW)
+        self.ctx = self.lib.seccomp_init(default_action)
         if not self.ctx:
             raise OSError("seccomp_init failed")
-        for name in DENIED:
+        if rules is None:
+            rules = tuple((name, SCMP_ACT_ERRNO(errno.EPERM)) for name in DENIED)
+        for name, action in rules:
+            if action == default_action:
+                continue  # libseccomp refuses a rule that repeats the default
             nr = self.lib.seccomp_syscall_resolve_name(name.encode())
             if nr < 0:
                 continue  # not a syscall on this architecture
-            rc = self.lib.seccomp_rule_add(self.ctx, SCMP_ACT_ERRNO(errno.EPERM), nr, 0)
+            rc = self.lib.seccomp_rule_add(self.ctx, action, nr, 0)
             if rc < 0:
                 raise OSError(-rc, f"seccomp_rule_add {name}")
 
@@ -57,6 +66,45 @@ class Profile:
         rc = self.lib.seccomp_load(self.ctx)
         if rc < 0:
             raise OSError(-rc, "seccomp_load")
+
+
+ACTIONS = {"SCMP_ACT_ALLOW": SCMP_ACT_ALLOW, "SCMP_ACT_KILL": 0, "SCMP_ACT_KILL_THREAD": 0,
+           "SCMP_ACT_KILL_PROCESS": 0x80000000, "SCMP_ACT_TRAP": 0x00030000, "SCMP_ACT_LOG": 0x7FFC0000}
+
+
+def _action(rule: dict, field: str) -> int:
+    name = rule.get(field, "")
+    if name == "SCMP_ACT_ERRNO":
+        return SCMP_ACT_ERRNO(int(rule.get("errnoRet", errno.EPERM)))
+    if name not in ACTIONS:
+        raise ValueError(f"unsupported seccomp action {name!r}")
+    return ACTIONS[name]
+
+
+def parse_json(text: str) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """A Localhost profile in the OCI/Docker JSON format (defaultAction, syscalls[names|name, action,
+    errnoRet]): the default action and one (syscall, action) per name. Argument filters are refused
+    rather than silently widened."""
+    import json
+
+    doc = json.loads(text)
+    if not isinstance(doc, dict) or "defaultAction" not in doc:
+        raise ValueError("a seccomp profile needs a defaultAction")
+    default = _action(doc, "defaultAction")
+    rules = []
+    for r in doc.get("syscalls") or []:
+        if r.get("args"):
+            raise ValueError("seccomp rules with argument filters are not supported")
+        names = r.get("names") or ([r["name"]] if r.get("name") else [])
+        action = _action(r, "action")
+        rules += [(n, action) for n in names]
+    return default, tuple(rules)
+
+
+@functools.lru_cache(maxsize=64)
+def from_json(text: str) -> Profile:
+    default, rules = parse_json(text)
+    return Profile(default, rules)
 
 
 _PROFILE: Profile | None = None

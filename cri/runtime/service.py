@@ -527,6 +527,9 @@ class Runtime:
             raise Unimplemented("namespace_options.pid TARGET is not supported by this runtime")
         _seccomp_choice(sec)  # refuses what it cannot do before anything is made
         mounts = [cfglib.check_mount_paths(m.container_path, m.host_path, i) for i, m in enumerate(config.mounts)]
+        for i, m in enumerate(config.mounts):
+            if m.recursive_read_only:
+                _check_recursive_ro(m, f"config.mounts[{i}]")
         devices = [_device(d, i) for i, d in enumerate(config.devices)]
         image = self.images.resolve(config.image.image)
         if image is None:
@@ -588,7 +591,7 @@ class Runtime:
                 mounts.append({"source": str(sd / name), "target": f"/etc/{name}", "readonly": False, "propagation": 0})
         for m, src in zip(config.mounts, mount_sources, strict=True):
             mounts.append({"source": src, "target": m.container_path, "readonly": m.readonly,
-                           "propagation": m.propagation})
+                           "propagation": m.propagation, "recursive_ro": m.recursive_read_only})
         pid_mode = sec.namespace_options.pid
         launch_doc = {
             "argv": argv,
@@ -622,6 +625,10 @@ class Runtime:
             from cri.runtime.seccomp import runtime_default
 
             profile = runtime_default()
+        elif L.get("seccomp", "").startswith("localhost:"):
+            from cri.runtime.seccomp import from_json
+
+            profile = from_json(L["seccomp"].removeprefix("localhost:"))
         return Creds(L["uid"], L["gid"], tuple(L["groups"]), L["caps"], L["no_new_privs"], profile)
 
     def _launch_spec(self, c: ContainerRecord, s: SandboxRecord) -> LaunchSpec:
@@ -640,7 +647,8 @@ class Runtime:
             argv=tuple(L["argv"]), env=tuple(L["env"]), cwd=L["cwd"],
             creds=self.creds(c),
             rootfs=c.rootfs,
-            mounts=tuple(Mount(m["source"], m["target"], m["readonly"], PROPAGATION.get(m["propagation"], sc.MS_PRIVATE))
+            mounts=tuple(Mount(m["source"], m["target"], m["readonly"], PROPAGATION.get(m["propagation"], sc.MS_PRIVATE),
+                               m.get("recursive_ro", False))
                          for m in L["mounts"]),
             masked_paths=tuple(L["masked"]), readonly_paths=tuple(L["readonly_paths"]),
             readonly_rootfs=L["readonly_rootfs"], privileged=L["privileged"], join_ns=tuple(join),
@@ -944,21 +952,47 @@ def _check_sysctls(sysctls: dict[str, str], nso: pb.NamespaceOption) -> None:
             raise InvalidArgument(f"{field}: invalid value")
 
 
+def _check_recursive_ro(m: pb.Mount, field: str) -> None:
+    """CRI: a recursive read-only mount must be read-only and private (containerd/runc refuse the rest)."""
+    if not m.readonly:
+        raise InvalidArgument(f"{field}.recursive_read_only requires readonly")
+    if m.propagation != pb.PROPAGATION_PRIVATE:
+        raise InvalidArgument(f"{field}.recursive_read_only requires propagation PROPAGATION_PRIVATE")
+    if not sc.supports_mount_setattr():
+        raise InvalidArgument(f"{field}.recursive_read_only: the kernel has no mount_setattr (Linux >= 5.12)")
+
+
 def _seccomp_choice(sec: pb.LinuxContainerSecurityContext) -> str:
-    """"runtime/default" or "unconfined", from the typed field or the deprecated path, like kubelet sends."""
+    """"runtime/default", "unconfined" or "localhost:<profile JSON>" (read now, as containerd reads the
+    file at create), from the typed field or the deprecated path, like kubelet sends."""
     if sec.privileged:
         return "unconfined"
     if sec.HasField("seccomp"):
         kind = sec.seccomp.profile_type
         if kind == pb.SecurityProfile.Localhost:
-            raise Unimplemented("localhost seccomp profiles are not supported; use RuntimeDefault or Unconfined")
+            return _localhost_seccomp(sec.seccomp.localhost_ref, "seccomp.localhost_ref")
         return "runtime/default" if kind == pb.SecurityProfile.RuntimeDefault else "unconfined"
     path = sec.seccomp_profile_path
     if path in ("runtime/default", "docker/default"):
         return "runtime/default"
     if path.startswith("localhost/"):
-        raise Unimplemented("localhost seccomp profiles are not supported; use runtime/default or unconfined")
+        return _localhost_seccomp(path.removeprefix("localhost/"), "seccomp_profile_path")
+    if path not in ("", "unconfined"):
+        raise InvalidArgument(f"seccomp_profile_path: {path!r} is not runtime/default, unconfined or localhost/<path>")
     return "unconfined"
+
+
+def _localhost_seccomp(path: str, field: str) -> str:
+    from cri.runtime.seccomp import parse_json
+
+    if not os.path.isabs(path):
+        raise InvalidArgument(f"{field}: {path!r} is not an absolute path")
+    try:
+        text = Path(path).read_text()
+        parse_json(text)
+    except (OSError, ValueError) as e:
+        raise InvalidArgument(f"{field}: cannot use seccomp profile {path}: {e}") from None
+    return "localhost:" + text
 
 
 def _resources(r: pb.LinuxContainerResources) -> Resources:

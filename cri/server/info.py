@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from cri.proto import api_pb2 as pb
+from cri.runtime import syscalls as sc
 from cri.runtime.errors import Unimplemented
 from cri.server.boundary import rpc
 
@@ -42,7 +43,7 @@ class InfoVerbs:
             resp.status.conditions.add(type="NetworkReady", status=False, reason="NetworkPluginNotReady",
                                        message=f"no CNI network config in {rt.opts.cni_conf_dir}")
         h = resp.runtime_handlers.add(name="")
-        h.features.recursive_read_only_mounts = False
+        h.features.recursive_read_only_mounts = sc.supports_mount_setattr()
         h.features.user_namespaces = False
         if request.verbose:
             resp.info["config"] = json.dumps({"stateDir": str(rt.opts.state_dir), "cniConfDir": rt.opts.cni_conf_dir,

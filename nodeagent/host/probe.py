@@ -199,6 +199,31 @@ def probe_oom_score_adj_lowering() -> Feature:
                    "" if ok else "no CAP_SYS_RESOURCE: oom_score_adj is clamped to the parent's (restrict_oom_score_adj)")
 
 
+def probe_apparmor() -> Feature:
+    """AppArmor is usable when the LSM is enabled and its securityfs interface is mounted."""
+    enabled = Path("/sys/module/apparmor/parameters/enabled")
+    if not enabled.exists() or enabled.read_text().strip() != "Y":
+        return Feature("apparmor", False, "the kernel has no AppArmor LSM enabled (/sys/module/apparmor absent)")
+    if not Path("/sys/kernel/security/apparmor").exists():
+        return Feature("apparmor", False, "securityfs has no apparmor directory")
+    return Feature("apparmor", True)
+
+
+def probe_selinux() -> Feature:
+    if not Path("/sys/fs/selinux/enforce").exists():
+        return Feature("selinux", False, "the kernel has no SELinux enabled (/sys/fs/selinux absent)")
+    return Feature("selinux", True)
+
+
+def probe_seccomp() -> Feature:
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return Feature("seccomp", False, "cannot read /proc/self/status")
+    ok = "Seccomp:" in status and Path("/proc/sys/kernel/seccomp/actions_avail").exists()
+    return Feature("seccomp", ok, "" if ok else "the kernel was built without seccomp filters")
+
+
 @dataclasses.dataclass(frozen=True)
 class HostReport:
     kernel: str
@@ -283,6 +308,9 @@ PROBES = {
     "dummy": probe_dummy,
     "user-namespaces": probe_user_namespaces,
     "oom-score-adj-lower": probe_oom_score_adj_lowering,
+    "apparmor": probe_apparmor,
+    "selinux": probe_selinux,
+    "seccomp": probe_seccomp,
 }
 
 NEEDS_ROOT = {"veth", "bridge", "vxlan", "dummy", "nftables", "iptables-legacy", "iptables-nft",

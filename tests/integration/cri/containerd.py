@@ -65,6 +65,7 @@ class Containerd:
         self.cni_conf = self.root / "net.d"
         self.proc: subprocess.Popen | None = None
         self.client: CRIClient | None = None
+        self.extra_config = ""  # appended to config.toml (e.g. registry mirrors)
 
     # containerd 1.6's CNI library caches results under /var/lib/cni (not configurable): note what
     # existed before, so what it created (when left empty) can be removed afterwards.
@@ -74,7 +75,7 @@ class Containerd:
         self._had = {p: p.exists() for p in self.HOST_CNI_CACHE}
         self.cni_conf.mkdir(parents=True, exist_ok=True)
         cfg = self.root / "config.toml"
-        cfg.write_text(CONFIG.format(root=self.root, pause=PAUSE_REF))
+        cfg.write_text(CONFIG.format(root=self.root, pause=PAUSE_REF) + self.extra_config)
         try:
             self.proc, self.client = start_runtime(["containerd", "--config", str(cfg)], self.root / "log",
                                                    self.socket, new_session=True)

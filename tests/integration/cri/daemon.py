@@ -27,6 +27,7 @@ class CRIDaemon:
         self.proc: subprocess.Popen | None = None
         self.client: CRIClient | None = None
         self.log = self.root / "daemon.log"
+        self.registries: Path | None = None  # registries.yaml passed as --registries
 
     def import_images(self, archives: list[Path]) -> None:
         from cri.images.store import ImageStore
@@ -39,7 +40,8 @@ class CRIDaemon:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc, self.client = start_runtime(
             [sys.executable, "-m", "nodeagent", "--log-level", "info", "cri", "--socket", self.socket,
-             "--state-dir", str(self.state), "--cni-conf-dir", str(self.cni_conf), "--cni-bin-dir", "/usr/lib/cni"],
+             "--state-dir", str(self.state), "--cni-conf-dir", str(self.cni_conf), "--cni-bin-dir", "/usr/lib/cni",
+             *(["--registries", str(self.registries)] if self.registries else [])],
             self.log, self.socket, env=env)
         return self.client
 

@@ -303,9 +303,9 @@ def test_seccomp_runtime_default_and_unconfined(cri, pods):
     assert re.search(r"Seccomp:\s+0", c.exec_sync(b, ["cat", "/proc/1/status"]).stdout.decode())
     local = container_config("local", "localhost/busybox:latest", ["true"])
     local.linux.security_context.seccomp.profile_type = pb.SecurityProfile.Localhost
-    with pytest.raises(grpc.RpcError) as e:
+    with pytest.raises(grpc.RpcError) as e:  # a Localhost profile needs a profile file
         c.create(sid, local, scfg)
-    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "localhost_ref" in e.value.details()
 
 
 def test_sysctls_and_devices(cri, pods):
