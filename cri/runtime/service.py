@@ -983,9 +983,15 @@ def _spawn_pause(argv: list[str], procs_files: list[str]) -> int:
         p.wait()  # -p: the parent exits once the pid-1 child runs
     else:
         p.returncode = 0  # reaped by the exit watcher, not by the Popen object
-    for f in procs_files:
-        with open(f, "w") as fh:
-            fh.write(str(pid))
+    try:
+        for f in procs_files:
+            with open(f, "w") as fh:
+                fh.write(str(pid))
+    except OSError as e:
+        # e.g. ENOSPC joining a v1 cpuset cgroup with no cpus: the caller never learns the pid, so the
+        # pause process must not outlive this call.
+        _kill_wait(pid)
+        raise FailedPrecondition(f"pause could not join its cgroup ({f}): {e.strerror or e}") from None
     return pid
 
 
