@@ -49,6 +49,7 @@ class UpConfig:
     pod_subnet: str | None = None
     bridge: str | None = None
     cni_conf_dir: str | None = None
+    cni_socket: str | None = None  # our CNI plugins' daemon (started by the cni component, used by the runtime)
     eviction_hard: str | None = None
     housekeeping_interval: float | None = None
     sync_frequency: float | None = None
@@ -97,7 +98,9 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
                    housekeeping_interval=getattr(args, "housekeeping_interval", None),
                    sync_frequency=getattr(args, "sync_frequency", None),
                    server=getattr(args, "server", None), token=getattr(args, "token", None))
-    cfg.cni_conf_dir = PodNetwork.from_any(cfg).conf_dir
+    net = PodNetwork.from_any(cfg)
+    cfg.cni_conf_dir = net.conf_dir
+    cfg.cni_socket = net.daemon_socket
     return cfg
 
 
