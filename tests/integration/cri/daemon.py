@@ -25,6 +25,8 @@ class CRIDaemon:
         self.proc: subprocess.Popen | None = None
         self.client: CRIClient | None = None
         self.log = self.root / "daemon.log"
+        self.cni_bin_dir = "/usr/lib/cni"  # Debian's reference plugins
+        self.extra_args: list[str] = []  # more `nodeagent cri` flags (e.g. --cni-socket)
 
     def import_images(self, archives: list[Path]) -> None:
         from cri.images.store import ImageStore
@@ -37,7 +39,8 @@ class CRIDaemon:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nodeagent", "--log-level", "info", "cri", "--socket", self.socket,
-             "--state-dir", str(self.state), "--cni-conf-dir", str(self.cni_conf), "--cni-bin-dir", "/usr/lib/cni"],
+             "--state-dir", str(self.state), "--cni-conf-dir", str(self.cni_conf), "--cni-bin-dir", self.cni_bin_dir,
+             *self.extra_args],
             stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, env=env)
         self.client = CRIClient(self.socket)
         try:
