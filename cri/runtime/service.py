@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import secrets
@@ -157,11 +158,14 @@ class Runtime:
 
     @staticmethod
     def sandbox_config(s: SandboxRecord) -> pb.PodSandboxConfig:
-        return pb.PodSandboxConfig.FromString(decode(s.config))
+        """The sandbox's config, read-only (parsed once per record: every status and every label-filtered
+        List asks for it, and the kubelet lists on each relist and pod sync)."""
+        return _parsed_sandbox_config(s.config)
 
     @staticmethod
     def container_config(c: ContainerRecord) -> pb.ContainerConfig:
-        return pb.ContainerConfig.FromString(decode(c.config))
+        """The container's config, read-only (parsed once, as sandbox_config)."""
+        return _parsed_container_config(c.config)
 
     # -- start-up: recover and reconcile ----------------------------------------------------------
     async def start(self) -> None:
@@ -963,6 +967,16 @@ def _resources(r: pb.LinuxContainerResources) -> Resources:
                      memory_limit=r.memory_limit_in_bytes, memory_swap_limit=r.memory_swap_limit_in_bytes,
                      cpuset_cpus=r.cpuset_cpus, cpuset_mems=r.cpuset_mems, pids_limit=pids,
                      unified=tuple((k, v) for k, v in unified if k != "pids.max"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_sandbox_config(text: str) -> pb.PodSandboxConfig:
+    return pb.PodSandboxConfig.FromString(decode(text))
+
+
+@functools.lru_cache(maxsize=2048)
+def _parsed_container_config(text: str) -> pb.ContainerConfig:
+    return pb.ContainerConfig.FromString(decode(text))
 
 
 def _spawn_pause(argv: list[str], procs_files: list[str]) -> int:

@@ -93,6 +93,10 @@ class RuntimeClient:
         return await self.rt.ExecSync(pb.ExecSyncRequest(container_id=cid, cmd=cmd, timeout=seconds),
                                       timeout=self.timeout + seconds)
 
+    def container_events(self):
+        """The runtime's GetContainerEvents stream (an async iterator of ContainerEventResponse)."""
+        return self.rt.GetContainerEvents(pb.GetEventsRequest())
+
     async def image_present(self, image: str) -> pb.Image | None:
         r = await self.img.ImageStatus(pb.ImageStatusRequest(image=pb.ImageSpec(image=image)), timeout=self.timeout)
         return r.image if r.HasField("image") and r.image.id else None
