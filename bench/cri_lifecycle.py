@@ -7,7 +7,7 @@ project's client (p50/p99 per operation). Then density: N pods each running one 
 memory each pod costs beyond the container's own process (PSS of pause + shim, plus the runtime
 daemon's RSS growth divided by N). Pods get a network through Debian's reference bridge + host-local
 CNI plugins for both runtimes, and ours is measured a second time with our own plugins (nodeagent-bridge,
--host-local, -portmap from /opt/cni/bin, `make install`) on the resident `nodeagent cni-daemon` fast path,
+-host-local, -portmap of this tree, installed in a private bin dir) on the resident `nodeagent cni-daemon` fast path,
 as `nodeagent up` runs them. Run as root; the machine is shared, so figures are indicative.
 """
 
@@ -95,7 +95,10 @@ class Target:
             self.d = Containerd(self.root)
         self.d.cni_conf.mkdir(parents=True, exist_ok=True)
         if self.network and self.kind == OUR_CNI:
-            from cni.install import default_conflist
+            from cni.install import default_conflist, install
+
+            bin_dir = self.root / "cni-bin"  # this tree's plugins, not whatever /opt/cni/bin holds now
+            install(str(bin_dir), None)
 
             sock = str(self.root / "cni-plugin.sock")
             self.cni_daemon = subprocess.Popen([sys.executable, "-m", "nodeagent", "cni-daemon", "--socket", sock],
@@ -108,7 +111,7 @@ class Target:
             conf = default_conflist("10.243.0.0/16", self.bridge, str(self.root / "ipam"))
             conf["name"] = f"bench-{self.bridge}"
             (self.d.cni_conf / "10-bench.conflist").write_text(json.dumps(conf))
-            self.d.cni_bin_dir = "/opt/cni/bin"
+            self.d.cni_bin_dir = str(bin_dir)
             self.d.extra_args = ["--cni-socket", sock]
         elif self.network:
             subnet = "10.241.0.0/16" if self.kind == "nodeagent" else "10.242.0.0/16"

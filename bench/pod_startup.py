@@ -287,6 +287,12 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
         ctd = Containerd(root / kind / "ctd")
         extra = ["--container-runtime-endpoint", f"unix://{ctd.start(images_root)}"]
     else:
+        # Our plugins installed privately (C thin clients of this tree), so the run never depends on what
+        # another checkout last put in the host's /opt/cni/bin.
+        from cni.install import install
+
+        install(str(root / kind / "cni-bin"), None)
+        extra = ["--cni-bin-dir", str(root / kind / "cni-bin"), "--cni-bin-dir", "/usr/lib/cni"]
         img = ImageFactory(images_root).busybox
         subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(data / "images"), "import",
                         "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
