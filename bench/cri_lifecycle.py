@@ -6,7 +6,9 @@ RemoveContainer, StopPodSandbox, RemovePodSandbox, timed one by one through the 
 project's client (p50/p99 per operation). Then density: N pods each running one `sleep`, and the host
 memory each pod costs beyond the container's own process (PSS of pause + shim, plus the runtime
 daemon's RSS growth divided by N). Pods get a network through Debian's reference bridge + host-local
-CNI plugins for both runtimes. Run as root; the machine is shared, so figures are indicative.
+CNI plugins for both runtimes, and ours is measured a second time with our own plugins (nodeagent-bridge,
+-host-local, -portmap of this tree, installed in a private bin dir) on the resident `nodeagent cni-daemon` fast path,
+as `nodeagent up` runs them. Run as root; the machine is shared, so figures are indicative.
 """
 
 from __future__ import annotations
@@ -66,19 +68,23 @@ def conflist(root: Path, bridge: str, subnet: str) -> dict:
         {"type": "loopback"}]}
 
 
+OUR_CNI = "nodeagent+ourcni"  # our runtime with our CNI plugins through their daemon
+
+
 class Target:
     """One runtime under test: started privately, with the busybox image and a CNI network."""
 
     def __init__(self, kind: str, root: Path, network: bool) -> None:
         self.kind, self.root, self.network = kind, root, network
-        self.bridge = f"nbb{kind[:2]}{os.getpid() % 10000}"
+        self.bridge = f"nbb{kind[:2]}{kind[-2:]}{os.getpid() % 10000}"
         self.d = None
+        self.cni_daemon: subprocess.Popen | None = None
 
     def start(self) -> CRIClient:
         from nodeagent.testing.images import ImageFactory
 
         factory = ImageFactory(self.root / "build")
-        if self.kind == "nodeagent":
+        if self.kind.startswith("nodeagent"):
             from tests.integration.cri.daemon import CRIDaemon
 
             self.d = CRIDaemon(self.root)
@@ -88,7 +94,26 @@ class Target:
 
             self.d = Containerd(self.root)
         self.d.cni_conf.mkdir(parents=True, exist_ok=True)
-        if self.network:
+        if self.network and self.kind == OUR_CNI:
+            from cni.install import default_conflist, install
+
+            bin_dir = self.root / "cni-bin"  # this tree's plugins, not whatever /opt/cni/bin holds now
+            install(str(bin_dir), None)
+
+            sock = str(self.root / "cni-plugin.sock")
+            self.cni_daemon = subprocess.Popen([sys.executable, "-m", "nodeagent", "cni-daemon", "--socket", sock],
+                                               stdout=subprocess.DEVNULL, stderr=open(self.root / "cni.log", "ab"))
+            deadline = time.monotonic() + 30
+            while not os.path.exists(sock):
+                if self.cni_daemon.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"cni-daemon did not start: {(self.root / 'cni.log').read_text()[-2000:]}")
+                time.sleep(0.05)
+            conf = default_conflist("10.243.0.0/16", self.bridge, str(self.root / "ipam"))
+            conf["name"] = f"bench-{self.bridge}"
+            (self.d.cni_conf / "10-bench.conflist").write_text(json.dumps(conf))
+            self.d.cni_bin_dir = str(bin_dir)
+            self.d.extra_args = ["--cni-socket", sock]
+        elif self.network:
             subnet = "10.241.0.0/16" if self.kind == "nodeagent" else "10.242.0.0/16"
             (self.d.cni_conf / "10-bench.conflist").write_text(json.dumps(conflist(self.root, self.bridge, subnet)))
         client = self.d.start()
@@ -105,7 +130,7 @@ class Target:
         """The processes a pod costs besides its container's own: pause and the shim(s)."""
         info = json.loads(client.sandbox_status(sid, verbose=True).info.get("info", "{}"))
         pids = [info["pid"]] if info.get("pid") else []
-        if self.kind == "nodeagent":
+        if self.kind.startswith("nodeagent"):
             pids.append(json.loads(client.status(cid, verbose=True).info["info"])["shimPid"])
         else:
             out = subprocess.run(["pgrep", "-f", f"containerd-shim-runc-v2 .*-id {sid}"],
@@ -123,6 +148,9 @@ class Target:
                     except Exception as e:  # keep cleaning
                         print(f"cleanup {s.id[:12]}: {e}", file=sys.stderr)
             self.d.stop()
+        if self.cni_daemon is not None:
+            self.cni_daemon.terminate()
+            self.cni_daemon.wait(30)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
 
 
@@ -202,7 +230,8 @@ def run_one(kind: str, args: argparse.Namespace) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pods", type=int, default=100, help="pods per phase (default: 100)")
-    ap.add_argument("--runtime", choices=["both", "nodeagent", "containerd"], default="both")
+    ap.add_argument("--runtime", choices=["both", "nodeagent", OUR_CNI, "containerd"], default="both",
+                    help=f"both: nodeagent, {OUR_CNI} and containerd (default)")
     ap.add_argument("--no-network", action="store_true", help="skip CNI (pods get no IP)")
     ap.add_argument("--no-density", action="store_true", help="skip the N-running-pods memory phase")
     ap.add_argument("--json", action="store_true", help="print raw results as JSON")
@@ -210,21 +239,24 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root (namespaces, cgroups, mounts)", file=sys.stderr)
         return 2
-    kinds = ["nodeagent", "containerd"] if args.runtime == "both" else [args.runtime]
+    kinds = ["nodeagent", OUR_CNI, "containerd"] if args.runtime == "both" else [args.runtime]
+    if args.no_network and OUR_CNI in kinds and args.runtime == "both":
+        kinds.remove(OUR_CNI)  # the same as "nodeagent" without a network
     results = {k: run_one(k, args) for k in kinds}
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
     load = os.getloadavg()[0]
     print(f"CRI lifecycle, {args.pods} pods, one container each, network: "
-          f"{'none' if args.no_network else 'bridge+host-local (Debian reference plugins)'}; load avg {load:.1f}")
-    head = f"{'operation':<20}" + "".join(f"{k + ' p50':>16}{k + ' p99':>16}" for k in kinds)
+          f"{'none' if args.no_network else f'bridge+host-local (Debian reference plugins); {OUR_CNI}: ours via cni-daemon'}"
+          f"; load avg {load:.1f} on {os.cpu_count()} cores (shared machine)")
+    head = f"{'operation':<20}" + "".join(f"{k + ' p50':>24}{k + ' p99':>24}" for k in kinds)
     print(head)
     for op in OPS:
         row = f"{op:<20}"
         for k in kinds:
             xs = results[k]["times"][op]
-            row += f"{pct(xs, 50):>13.1f} ms{pct(xs, 99):>13.1f} ms"
+            row += f"{pct(xs, 50):>21.1f} ms{pct(xs, 99):>21.1f} ms"
         print(row)
     for k in kinds:
         t = results[k]["times"]

@@ -1,11 +1,11 @@
 """The exec'd entry point of every nodeagent CNI plugin when run from Python: stdlib only, lean imports.
 
-bridge (the only plugin with kernel work worth keeping warm) forwards the call — the
-whole environment and stdin, verbatim — to the resident `nodeagent cni-daemon` over a
-unix socket when one listens, and otherwise runs the plugin in-process (same code, same
-answers). host-local and portmap are stdlib-only and always run in-process.
-`make cni-install` puts a compiled C twin of the bridge client (cni/native/cni_client.c)
-in the CNI bin dir, which saves the interpreter start on the daemon path.
+bridge (kernel work worth keeping warm) and portmap (in every pod's chain, so an interpreter
+start per pod when exec'd) forward the call — the whole environment and stdin, verbatim — to
+the resident `nodeagent cni-daemon` over a unix socket when one listens, and otherwise run the
+plugin in-process (same code, same answers). host-local is called in-process by bridge.
+`make cni-install` puts a compiled C twin of this client (cni/native/cni_client.c) in the CNI
+bin dir for both, which saves the interpreter start on the daemon path.
 NODEAGENT_CNI_SOCKET names the socket ("none" disables the daemon path).
 
 Wire format: request "NACNI1 <plugin>\\n", "K=V\\0" per variable, "\\0", stdin to EOF;
@@ -19,7 +19,7 @@ import socket
 import sys
 
 DEFAULT_SOCKET = "/run/nodeagent/cni.sock"
-VIA_DAEMON = {"bridge"}
+VIA_DAEMON = {"bridge", "portmap"}
 MAGIC = b"NACNI1"
 TRY_AGAIN = b'{"cniVersion":"1.0.0","code":11,"msg":"cni daemon connection failed","details":"%s"}\n'
 

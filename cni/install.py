@@ -1,8 +1,8 @@
 """Install the plugins' lean launchers into a CNI bin dir and a default conflist (only if absent).
 
 `python -m cni.install --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d` (what `make cni-install`
-runs). nodeagent-bridge is the compiled C thin client (cni/native/cni_client.c) when a C compiler
-is present; the others, and bridge without a compiler, are `#!<venv python> -IS` launchers: no
+runs). nodeagent-bridge and nodeagent-portmap are the compiled C thin client (cni/native/cni_client.c)
+when a C compiler is present; host-local, and those two without a compiler, are `#!<venv python> -IS` launchers: no
 site-packages scan at start-up (≈12 ms instead of ≈30 ms) that run `cni.client` from this tree.
 """
 
@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-NATIVE = {"bridge"}  # plugins whose exec'd path is the C thin client (the daemon path)
+NATIVE = {"bridge", "portmap"}  # plugins whose exec'd path is the C thin client (the daemon path)
 PLUGINS = {"nodeagent-bridge": "bridge", "nodeagent-host-local": "host-local", "nodeagent-portmap": "portmap"}
 CONFLIST_NAME = "10-nodeagent.conflist"
 ROOT = Path(__file__).resolve().parent.parent

@@ -81,10 +81,14 @@ def load_conf_dir(conf_dir: str | Path) -> NetworkConfigList | None:
 
 
 class CNI:
-    def __init__(self, conf_dir: str | Path, bin_dirs: list[str], cache_dir: str | Path) -> None:
+    def __init__(self, conf_dir: str | Path, bin_dirs: list[str], cache_dir: str | Path,
+                 env: dict[str, str] | None = None) -> None:
         self.conf_dir = str(conf_dir)
         self.bin_dirs = [str(b) for b in bin_dirs]
         self.cache_dir = Path(cache_dir)
+        # Runtime-specific variables every plugin gets besides CNI_*: e.g. NODEAGENT_CNI_SOCKET, the
+        # instance's own cni-daemon, so several runtimes on one host never share one.
+        self.env = dict(env or {})
 
     def network(self) -> NetworkConfigList | None:
         return load_conf_dir(self.conf_dir)
@@ -158,6 +162,7 @@ class CNI:
             "CNI_PATH": os.pathsep.join(self.bin_dirs),
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
         }
+        env = {**self.env, **env}
         proc = await asyncio.create_subprocess_exec(
             path, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env)

@@ -29,6 +29,7 @@ class CRIConfig:
     stream_address: str = "127.0.0.1"  # where Exec/Attach/PortForward URLs point
     stream_port: int = 0  # 0: any free port
     images: str | None = None  # image store root (default: beside the state dir, where `nodeagent image` looks)
+    cni_socket: str = ""  # NODEAGENT_CNI_SOCKET for our plugins (their cni-daemon); "": the plugins' default
 
     def image_dir(self) -> Path:
         if self.images:
@@ -46,7 +47,8 @@ class CRIConfig:
         return cls(socket=socket, state_dir=str(Path(data_dir, "cri")),
                    cni_conf_dir=getattr(config, "cni_conf_dir", None) or cls.cni_conf_dir,
                    cni_bin_dirs=tuple(getattr(config, "cni_bin_dirs", None) or cls.cni_bin_dirs),
-                   registries=getattr(config, "registries", None))
+                   registries=getattr(config, "registries", None),
+                   cni_socket=getattr(config, "cni_socket", None) or "")
 
 
 def open_image_store(root: Path, registries: str | None):
@@ -80,7 +82,8 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
                           registries=cfg.registries)
     _check_binaries(opts)
     store = await asyncio.to_thread(open_image_store, cfg.image_dir(), cfg.registries)
-    cni = CNI(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), opts.cni_cache_dir)
+    cni = CNI(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), opts.cni_cache_dir,
+              env={"NODEAGENT_CNI_SOCKET": cfg.cni_socket} if cfg.cni_socket else None)
     runtime = Runtime(opts, detect(), images=store, cni=cni)
     await runtime.start()
     from cri.server.stream_server import StreamServer

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import secrets
@@ -162,11 +163,14 @@ class Runtime:
 
     @staticmethod
     def sandbox_config(s: SandboxRecord) -> pb.PodSandboxConfig:
-        return pb.PodSandboxConfig.FromString(decode(s.config))
+        """The sandbox's config, read-only (parsed once per record: every status and every label-filtered
+        List asks for it, and the kubelet lists on each relist and pod sync)."""
+        return _parsed_sandbox_config(s.config)
 
     @staticmethod
     def container_config(c: ContainerRecord) -> pb.ContainerConfig:
-        return pb.ContainerConfig.FromString(decode(c.config))
+        """The container's config, read-only (parsed once, as sandbox_config)."""
+        return _parsed_container_config(c.config)
 
     # -- start-up: recover and reconcile ----------------------------------------------------------
     async def start(self) -> None:
@@ -1007,6 +1011,16 @@ def _resources(r: pb.LinuxContainerResources) -> Resources:
                      unified=tuple((k, v) for k, v in unified if k != "pids.max"))
 
 
+@functools.lru_cache(maxsize=1024)
+def _parsed_sandbox_config(text: str) -> pb.PodSandboxConfig:
+    return pb.PodSandboxConfig.FromString(decode(text))
+
+
+@functools.lru_cache(maxsize=2048)
+def _parsed_container_config(text: str) -> pb.ContainerConfig:
+    return pb.ContainerConfig.FromString(decode(text))
+
+
 def _spawn_pause(argv: list[str], procs_files: list[str]) -> int:
     """Start pause detached; return its pid once it holds its namespaces; join it to its cgroup."""
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -1025,9 +1039,15 @@ def _spawn_pause(argv: list[str], procs_files: list[str]) -> int:
         p.wait()  # -p: the parent exits once the pid-1 child runs
     else:
         p.returncode = 0  # reaped by the exit watcher, not by the Popen object
-    for f in procs_files:
-        with open(f, "w") as fh:
-            fh.write(str(pid))
+    try:
+        for f in procs_files:
+            with open(f, "w") as fh:
+                fh.write(str(pid))
+    except OSError as e:
+        # e.g. ENOSPC joining a v1 cpuset cgroup with no cpus: the caller never learns the pid, so the
+        # pause process must not outlive this call.
+        _kill_wait(pid)
+        raise FailedPrecondition(f"pause could not join its cgroup ({f}): {e.strerror or e}") from None
     return pid
 
 

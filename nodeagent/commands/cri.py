@@ -13,6 +13,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cni-bin-dir", action="append", default=None,
                    help="CNI plugin directory, repeatable (default: /opt/cni/bin and /usr/lib/cni)")
     p.add_argument("--registries", default=None, help="registries.yaml (k3s format) for mirrors and auth")
+    p.add_argument("--cni-socket", default="",
+                   help="the `nodeagent cni-daemon` socket our CNI plugins use (passed to them as "
+                        "NODEAGENT_CNI_SOCKET; default: theirs, /run/nodeagent/cni.sock)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
     from cri.daemon import CRIConfig, serve
 
     cfg = CRIConfig(socket=args.socket, state_dir=args.state_dir, cni_conf_dir=args.cni_conf_dir,
-                    cni_bin_dirs=tuple(args.cni_bin_dir or CRIConfig.cni_bin_dirs), registries=args.registries)
+                    cni_bin_dirs=tuple(args.cni_bin_dir or CRIConfig.cni_bin_dirs), registries=args.registries,
+                    cni_socket=args.cni_socket)
 
     async def main() -> int:
         loop = asyncio.get_running_loop()

@@ -55,6 +55,8 @@ class UpConfig:
     pod_subnet: str | None = None
     bridge: str | None = None
     cni_conf_dir: str | None = None
+    cni_socket: str | None = None  # our CNI plugins' daemon (started by the cni component, used by the runtime)
+    cni_bin_dirs: tuple[str, ...] | None = None  # where the runtime finds CNI plugins (default: the runtime's)
     eviction_hard: str | None = None
     housekeeping_interval: float | None = None
     sync_frequency: float | None = None
@@ -82,6 +84,8 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pod-subnet", default=None, help="pod subnet on this node's bridge (default: 10.244.0.0/24, or 10.240.<tag>.0/24 "
                         "for other data dirs)")
     p.add_argument("--bridge", default=None, help="pod bridge name (default: na0, or na<tag> for other data dirs)")
+    p.add_argument("--cni-bin-dir", action="append", default=None,
+                   help="CNI plugin directory for our runtime, repeatable (default: /opt/cni/bin and /usr/lib/cni)")
     p.add_argument("--eviction-hard", default=None,
                    help="hard eviction thresholds in kubelet syntax, e.g. 'memory.available<500Mi,nodefs.available<10%%' "
                         "(default: the kubelet's; '' for none)")
@@ -124,7 +128,11 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
                    kubelet_address=getattr(args, "kubelet_address", None),
                    server=getattr(args, "server", None), token=getattr(args, "token", None),
                    pod_network=getattr(args, "pod_network", None))
-    cfg.cni_conf_dir = PodNetwork.from_any(cfg).conf_dir
+    if getattr(args, "cni_bin_dir", None):
+        cfg.cni_bin_dirs = tuple(args.cni_bin_dir)
+    net = PodNetwork.from_any(cfg)
+    cfg.cni_conf_dir = net.conf_dir
+    cfg.cni_socket = net.daemon_socket
     dns = getattr(args, "cluster_dns", None)
     cfg.cluster_dns = default_cluster_dns() if dns is None else dns
     if not default:

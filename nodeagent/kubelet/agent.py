@@ -2,7 +2,7 @@
 
 Pod sources (the apiserver's pods bound to this node, via an informer) feed the pod workers, one task
 per pod; the PLEG relists the runtime each second and wakes the workers of pods whose containers
-changed; each sync PATCHes the pod's status; a terminated pod is removed from the runtime and its API
+changed (and the runtime's GetContainerEvents stream, when offered, wakes them at once on a stop); each sync PATCHes the pod's status; a terminated pod is removed from the runtime and its API
 object confirmed deleted (gracePeriodSeconds=0). Everything runs in one TaskGroup owned by `serve`.
 """
 
@@ -21,6 +21,7 @@ from typing import Any
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
+from nodeagent.kubelet import container_events
 from nodeagent.kubelet.clock import Clock, RealClock
 from nodeagent.kubelet.cri import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, RuntimeClient
 from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
@@ -239,6 +240,8 @@ class Kubelet:
             await self.pods.wait_synced()
             tg.create_task(self.static_source.run(self._on_static_pods), name="kubelet-static-pods")
             tg.create_task(self._pleg_loop(), name="kubelet-pleg")
+            tg.create_task(container_events.follow(self.cri.container_events, self.workers.poke),
+                           name="kubelet-container-events")
             loop = EvictionLoop(self.eviction, self.clock, self.cfg.data_dir, self._active_pods,
                                 self.runtime.cgroup_parent, self._evict, self.recorder,
                                 self.cfg.housekeeping_interval)

@@ -118,6 +118,10 @@ class RuntimeClient:
     async def image_fs_info(self) -> pb.ImageFsInfoResponse:
         return await self.img.ImageFsInfo(pb.ImageFsInfoRequest(), timeout=self.timeout)
 
+    def container_events(self):
+        """The runtime's GetContainerEvents stream (an async iterator of ContainerEventResponse)."""
+        return self.rt.GetContainerEvents(pb.GetEventsRequest())
+
     async def image_present(self, image: str) -> pb.Image | None:
         r = await self.img.ImageStatus(pb.ImageStatusRequest(image=pb.ImageSpec(image=image)), timeout=self.timeout)
         return r.image if r.HasField("image") and r.image.id else None

@@ -15,12 +15,14 @@ import json
 import logging
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("nodeagent.kubelet.network")
 
 DEFAULT_DATA_DIR = "/var/lib/nodeagent"
+DEFAULT_CNI_SOCKET = "/run/nodeagent/cni.sock"  # cni.client's default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +32,7 @@ class PodNetwork:
     subnet: str
     conf_dir: str
     ipam_dir: str
+    daemon_socket: str = ""  # the instance's `cni-daemon` socket (NODEAGENT_CNI_SOCKET of its plugins)
 
     @classmethod
     def from_any(cls, config: Any) -> PodNetwork:
@@ -45,7 +48,9 @@ class PodNetwork:
                    conf_dir=getattr(config, "cni_conf_dir", None) or ("/etc/cni/net.d" if default
                                                                     else str(Path(data_dir, "cni", "net.d"))),
                    ipam_dir=getattr(config, "cni_ipam_dir", None) or ("/var/lib/cni/networks" if default
-                                                                      else str(Path(data_dir, "cni", "networks"))))
+                                                                      else str(Path(data_dir, "cni", "networks"))),
+                   daemon_socket=getattr(config, "cni_socket", None) or (
+                       DEFAULT_CNI_SOCKET if default else str(Path(data_dir, "cni-plugin.sock"))))
 
     def conflist(self) -> dict[str, Any]:
         from cni.install import default_conflist
@@ -106,19 +111,60 @@ def remove_empty_qos_tree(cgroup_root: str) -> None:
             return
 
 
+class PluginDaemon:
+    """The instance's resident CNI daemon (cni.daemon) on a thread of this process: our bridge plugin's
+    exec'd C client hands each call to it (≈13 ms per ADD instead of ≈200 ms for a fresh interpreter)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.server: Any = None
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> bool:
+        from cni import daemon
+
+        try:
+            self.server = daemon.Server(self.path)
+        except (RuntimeError, OSError) as e:
+            # Another daemon serves this socket (its plugins still get the fast path) or none can bind:
+            # the plugins then run in-process, slower but the same.
+            log.warning("cni daemon not started on %s: %s", self.path, e)
+            return False
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
+                                       name="cni-daemon", daemon=True)
+        self.thread.start()
+        log.info("cni daemon listening on %s", self.path)
+        return True
+
+    def stop(self) -> None:
+        if self.server is None:
+            return
+        self.server.shutdown()
+        if self.thread is not None:
+            self.thread.join(5)
+        self.server.server_close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        self.server = None
+
+
 async def serve(config: Any, ready: asyncio.Event) -> None:
-    """The `cni` component of `nodeagent up`: conflist in place before the runtime starts; on stop, the
-    bridge and the QoS cgroup tree go when no pod is left."""
+    """The `cni` component of `nodeagent up`: conflist in place and the plugins' daemon listening before the
+    runtime starts; on stop, the daemon stops, and the bridge and the QoS cgroup tree go when no pod is left."""
     from nodeagent.kubelet.agent import KubeletConfig
 
     net = PodNetwork.from_any(config)
     cgroup_root = KubeletConfig.from_any(config).cgroup_root
     path = await asyncio.to_thread(net.write)
     log.info("pod network %s: bridge %s, subnet %s (%s)", net.name, net.bridge, net.subnet, path)
+    plugins = PluginDaemon(net.daemon_socket)
+    await asyncio.to_thread(plugins.start)
     ready.set()
     try:
         await asyncio.Event().wait()
     finally:
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(plugins.stop)
         with contextlib.suppress(Exception):
             if await asyncio.to_thread(net.cleanup_if_unused):
                 await asyncio.to_thread(remove_empty_qos_tree, cgroup_root)

@@ -60,11 +60,12 @@ class V1Cgroups:
                     p.mkdir()
                     new = True
                 except FileExistsError:
-                    continue
+                    if d != self.mounts.get("cpuset"):
+                        continue
                 if d == self.mounts.get("cpuset"):
-                    # v1 cpuset children start empty; a task cannot join until they are filled in.
-                    for f in ("cpuset.cpus", "cpuset.mems"):
-                        write(p / f, (p.parent / f).read_text().strip() or "\n")
+                    # v1 cpuset children start empty; a task cannot join until they are filled in. An
+                    # existing one is checked too: another pod may have just made it and not filled it yet.
+                    _fill_cpuset(p)
             if new:
                 made.append(sub)
         return made
@@ -146,3 +147,15 @@ class V1Cgroups:
         if "memory" not in self.mounts:
             return 0
         return read_kv(self._dir("memory", path) / "memory.oom_control").get("oom_kill", 0)
+
+
+def _fill_cpuset(p: Path) -> None:
+    """Copy the parent's cpus/mems into an empty v1 cpuset cgroup (idempotent: the same values are
+    written by whichever creator gets there, so two pods making one parent at once both see it filled)."""
+    for f in ("cpuset.cpus", "cpuset.mems"):
+        try:
+            filled = bool((p / f).read_text().strip())
+        except FileNotFoundError:  # not a kernel cgroupfs (tests' plain dirs): nothing to keep
+            filled = False
+        if not filled:
+            write(p / f, (p.parent / f).read_text().strip() or "\n")

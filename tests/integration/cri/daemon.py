@@ -28,6 +28,8 @@ class CRIDaemon:
         self.client: CRIClient | None = None
         self.log = self.root / "daemon.log"
         self.registries: Path | None = None  # registries.yaml passed as --registries
+        self.cni_bin_dir = "/usr/lib/cni"  # Debian's reference plugins
+        self.extra_args: list[str] = []  # more `nodeagent cri` flags (e.g. --cni-socket)
 
     def import_images(self, archives: list[Path]) -> None:
         from cri.images.store import ImageStore
@@ -40,8 +42,8 @@ class CRIDaemon:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc, self.client = start_runtime(
             [sys.executable, "-m", "nodeagent", "--log-level", "info", "cri", "--socket", self.socket,
-             "--state-dir", str(self.state), "--cni-conf-dir", str(self.cni_conf), "--cni-bin-dir", "/usr/lib/cni",
-             *(["--registries", str(self.registries)] if self.registries else [])],
+             "--state-dir", str(self.state), "--cni-conf-dir", str(self.cni_conf), "--cni-bin-dir", self.cni_bin_dir,
+             *(["--registries", str(self.registries)] if self.registries else []), *self.extra_args],
             self.log, self.socket, env=env)
         return self.client
 

@@ -95,3 +95,27 @@ def test_portmap_rules_dnat_hairpin_and_localhost():
         assert e.code == 7
     else:
         raise AssertionError("hostPort 0 accepted")
+
+
+def test_invoker_passes_its_extra_environment_to_every_plugin(tmp_path):
+    """The runtime names its instance's cni-daemon to the plugins (NODEAGENT_CNI_SOCKET); CNI_* stay the spec's."""
+    import asyncio
+    import json
+
+    from cni.invoke import CNI, Attachment
+
+    bin_dir, conf_dir = tmp_path / "bin", tmp_path / "net.d"
+    bin_dir.mkdir()
+    conf_dir.mkdir()
+    plugin = bin_dir / "envdump"
+    plugin.write_text('#!/bin/sh\ncat >/dev/null\nprintf \'{"cniVersion":"1.0.0","dns":{"domain":"%s|%s"}}\' '
+                      '"$NODEAGENT_CNI_SOCKET" "$CNI_COMMAND"\n')
+    plugin.chmod(0o755)
+    (conf_dir / "10-x.conflist").write_text(json.dumps(
+        {"cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "envdump"}]}))
+    att = Attachment(container_id="c1", netns="/proc/self/ns/net")
+    with_sock = asyncio.run(CNI(conf_dir, [str(bin_dir)], tmp_path / "cache", env={
+        "NODEAGENT_CNI_SOCKET": "/x/cni.sock", "CNI_COMMAND": "DEL"}).add(att))
+    assert with_sock["dns"]["domain"] == "/x/cni.sock|ADD"  # ours for the socket; the verb is never overridden
+    plain = asyncio.run(CNI(conf_dir, [str(bin_dir)], tmp_path / "cache2").add(att))
+    assert plain["dns"]["domain"] == "|ADD"

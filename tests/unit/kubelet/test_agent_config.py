@@ -51,3 +51,22 @@ def test_flags_override_the_derived_names(tmp_path):
     plugin = conf["plugins"][0]
     assert plugin["bridge"] == "br-x" and plugin["ipam"]["dataDir"] == net.ipam_dir
     assert plugin["ipam"]["ranges"] == [[{"subnet": "10.9.8.0/24"}]]
+
+
+def test_each_instance_has_its_own_cni_daemon_socket_and_the_runtime_hands_it_to_the_plugins(tmp_path):
+    from cri.daemon import CRIConfig
+
+    default = config_from_args(_args("/var/lib/nodeagent"))
+    assert PodNetwork.from_any(default).daemon_socket == "/run/nodeagent/cni.sock"  # the plugins' default
+    a, b = (config_from_args(_args(str(tmp_path / n))) for n in ("a", "b"))
+    sa, sb = PodNetwork.from_any(a).daemon_socket, PodNetwork.from_any(b).daemon_socket
+    assert sa != sb and sa.startswith(str(tmp_path / "a"))
+    assert CRIConfig.from_any(a).cni_socket == sa and CRIConfig.from_any(b).cni_socket == sb
+
+
+def test_cni_bin_dirs_flag_reaches_the_runtime(tmp_path):
+    from cri.daemon import CRIConfig
+
+    assert CRIConfig.from_any(config_from_args(_args(str(tmp_path)))).cni_bin_dirs == CRIConfig.cni_bin_dirs
+    cfg = config_from_args(_args(str(tmp_path), cni_bin_dir=["/x/bin", "/usr/lib/cni"]))
+    assert CRIConfig.from_any(cfg).cni_bin_dirs == ("/x/bin", "/usr/lib/cni")
