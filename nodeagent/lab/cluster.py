@@ -206,12 +206,17 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: li
             "--node-monitor-grace-period", str(node_monitor_grace_period), *server_args]), logs["server"])
         _wait("the apiserver", lambda: Path(topo.kubeconfig).exists() and _api_get(topo.kubeconfig, "/version"),
               60, procs, logs)
-        token = yaml.safe_load(Path(topo.kubeconfig).read_text())["users"][0]["user"]["token"]
+        # Nodes join as `nodeagent server` tells them to: its bootstrap token, the CA pinned by hash.
+        join_file = Path(topo.server_dir, "join-command")
+        _wait("the join command", join_file.exists, 60, procs, logs)
+        join = join_file.read_text().split()
+        token, ca_hash = join[join.index("--token") + 1], join[join.index("--ca-cert-hash") + 1]
         for n in topo.nodes:
             logs[n.name] = Path(n.data_dir, "agent.log")
             procs[n.name] = _start(state, n.name, node_command(n, [
-                *py, "agent", "--server", topo.server_url, "--token", token, "--data-dir", n.data_dir,
-                "--node-name", n.name, "--pod-subnet", n.pod_subnet, *agent_args]), logs[n.name])
+                *py, "agent", "--server", topo.server_url, "--token", token, "--ca-cert-hash", ca_hash,
+                "--data-dir", n.data_dir, "--node-name", n.name, "--pod-subnet", n.pod_subnet, *agent_args]),
+                logs[n.name])
         want = {n.name for n in topo.nodes}
         _wait(f"{nodes} Ready nodes", lambda: want <= ready_nodes(topo.kubeconfig), timeout, procs, logs)
         return topo
