@@ -11,7 +11,12 @@ legacy change (GET_ENTRIES + SET_REPLACE of the unchanged nat table, counters
 restored: netproxy/iptables/xtsock.py), python-iptables loading the whole ruleset
 (up to --pyiptc-full-max Services; ~0.6 ms a rule), and one `nft -f` of our
 nftables table as `nft list` prints it (slow above ~5k: capped by
---nft-floor-max). Each mode's line names the mechanism of each job. Run as root:
+--nft-floor-max). Each mode's line names the mechanism of each job. One-Service
+changes are timed per case, end to end through Proxy.sync: a new Service with its
+endpoints (add), one endpoint of an existing Service replaced (eps: the main
+table's change column), a Service deleted (del); beside them, the raw floor of one
+`nft -f` adding a single set element to the same table in the same netns
+(nftables, every size) and the partial-restore floor (iptables). Run as root:
 
     .venv/bin/python bench/netproxy_sync.py --sizes 1000,5000,10000
 """
@@ -163,21 +168,72 @@ def floor_pyiptc_full(plans: dict, node: NodeConfig) -> float:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
-def floor_nft(src_ns: str, table: str) -> tuple[float, float]:
-    """(nft -f full load of our table's text, nft -f one element add) in a fresh netns."""
+def floor_nft(src_ns: str, table: str) -> float:
+    """nft -f full load of our table's text in a fresh netns."""
     text = subprocess.run(["ip", "netns", "exec", src_ns, "nft", "list", "table", "ip", table],
                           capture_output=True, text=True, check=True).stdout
     ns = netns()
     try:
         t0 = time.perf_counter()
         subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=text, text=True, check=True)
-        full = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        subprocess.run(["ip", "netns", "exec", ns, "nft", "add", "element", "ip", table, "no-endpoint-services",
-                        "{ 10.99.0.1 . tcp . 80 : goto reject-chain }"], check=True)
-        return full, time.perf_counter() - t0
+        return time.perf_counter() - t0
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def floor_nft_element(ns: str, table: str, runs: int = 5) -> float:
+    """Median of `nft -f` adding one set element (then deleting it) in the table our proxier wrote."""
+    times = []
+    for k in range(runs):
+        elem = f"{{ 10.99.255.{k + 1} . tcp . 80 }}"
+        t0 = time.perf_counter()
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], check=True, text=True,
+                       input=f"add element ip {table} no-endpoint-services {elem}\n")
+        times.append(time.perf_counter() - t0)
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "delete", "element", "ip", table, "no-endpoint-services",
+                        elem], check=True)
+    return pct(times, 0.5)
+
+
+async def one_service_cases(proxy: Proxy, proxier, objs: list, n: int, eps: int,
+                            changes: int) -> tuple[dict[str, list[float]], list[tuple[float, float, float]]]:
+    """Time single-Service syncs: add (Service + its slice), eps (one endpoint replaced), del (Service gone).
+    Also returns, per eps change, the legacy x_tables split (read, replace, total) where the proxier keeps one."""
+    port, ep_port = [{"name": "http", "port": 80, "protocol": "TCP"}], [{"name": "http", "port": 8080,
+                                                                         "protocol": "TCP"}]
+    times: dict[str, list[float]] = {"add": [], "eps": [], "del": []}
+    splits: list[tuple[float, float, float]] = []
+
+    async def timed(case: str) -> None:
+        t0 = time.perf_counter()
+        await proxy.sync()
+        times[case].append(time.perf_counter() - t0)
+
+    added = []
+    for c in range(changes):
+        s = service(f"new{c}", f"10.98.{c // 250}.{c % 250 + 1}", port, namespace="bench-new")
+        proxy.on_service(None, s)
+        sl = endpoint_slice(f"new{c}", ep_port, [{"ip": f"10.97.{c}.{k + 1}"} for k in range(eps)],
+                            namespace="bench-new")
+        proxy.on_endpoint_slice(sl)
+        await timed("add")
+        added.append((s, sl))
+    for c in range(changes):
+        i = (c * 7919) % n
+        s, sl = objs[i]
+        new = endpoint_slice(f"svc{i}", ep_port,
+                             [{"ip": ep(i, k)} for k in range(eps - 1)] + [{"ip": f"10.99.{c // 250}.{c % 250 + 1}"}],
+                             namespace=s["metadata"]["namespace"])
+        proxy.on_endpoint_slice(new)
+        await timed("eps")
+        xt = getattr(proxier, "_xt", {}).get("nat")
+        if xt is not None and xt.timing:
+            splits.append((xt.timing["read"], xt.timing["replace"], times["eps"][-1]))
+    for s, sl in added:  # the Service and its slice go in one sync
+        proxy.on_service(s, None)
+        proxy.on_endpoint_slice(sl, removed=True)
+        await timed("del")
+    return times, splits
 
 
 async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
@@ -212,20 +268,9 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
         t0 = time.perf_counter()
         await proxy.sync(full=True)
         out["resync"] = time.perf_counter() - t0
-        times, splits = [], []
-        for c in range(changes):
-            i = (c * 7919) % n
-            s, sl = objs[i]
-            new = endpoint_slice(f"svc{i}", [{"name": "http", "port": 8080, "protocol": "TCP"}],
-                                 [{"ip": ep(i, k)} for k in range(eps - 1)] + [{"ip": f"10.99.{c // 250}.{c % 250 + 1}"}],
-                                 namespace=s["metadata"]["namespace"])
-            proxy.on_endpoint_slice(new)
-            t0 = time.perf_counter()
-            await proxy.sync()
-            times.append(time.perf_counter() - t0)
-            xt = getattr(proxier, "_xt", {}).get("nat")
-            if xt is not None and xt.timing:
-                splits.append((xt.timing["read"], xt.timing["replace"], times[-1]))
+        cases, splits = await one_service_cases(proxy, proxier, objs, n, eps, changes)
+        out["cases"] = {k: (pct(v, 0.5), pct(v, 0.99)) for k, v in cases.items()}
+        times = cases["eps"]
         out["change_p50"], out["change_p99"] = pct(times, 0.5), pct(times, 0.99)
         if splits:
             out["split"] = [pct([x[k] for x in splits], 0.5) for k in range(3)]
@@ -235,8 +280,10 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
             spn, sp = next((k, v) for k, v in proxy.state.services.items() if k.name == f"svc{i}")
             out.update(floors_iptables(proxier.plans, node, spn, sp, proxy.state.endpoints[spn],
                                        proxier._large(proxy.state), 5, args.pyiptc_full_max))
-        if label == "nftables" and not args.no_floor and n <= args.nft_floor_max:
-            out["floor"], out["floor_elem"] = floor_nft(ns, node.nft_table)
+        if label == "nftables" and not args.no_floor:
+            out["floor_elem"] = floor_nft_element(ns, node.nft_table)
+            if n <= args.nft_floor_max:
+                out["floor"] = floor_nft(ns, node.nft_table)
         counted = count_rules(label, ns)
         if counted >= 0:
             out["rules"] = counted
@@ -287,6 +334,13 @@ def main() -> int:
             print(f"{label:18} {size:>6} {r['rules']:>7} {r['full']:>8.2f} {floor or 0:>8.2f} {ratio:>6} "
                   f"{r['resync']:>9.2f} {r['change_p50'] * 1e3:>13.1f} {r['change_p99'] * 1e3:>8.1f} {fe:>15}  "
                   f"{full_m} / {change_m}", flush=True)
+            cases = "  ".join(f"{k} p50 {a * 1e3:.2f} / p99 {b * 1e3:.2f} ms" for k, (a, b) in r["cases"].items())
+            beside = ""
+            if r.get("floor_elem"):
+                beside = f"  | nft -f one element: {r['floor_elem'] * 1e3:.1f} ms"
+            elif label.startswith("iptables") and floors.get("floor_partial"):
+                beside = f"  | legacy-restore one-Service partial: {floors['floor_partial'] * 1e3:.1f} ms"
+            print(f"{'':18} {size:>6}   one Service: {cases}{beside}", flush=True)
             if r.get("split"):
                 rd, rp, tot = r["split"]
                 print(f"{'':18} {'':>6}   change p50 split: GET_ENTRIES + compare {rd * 1e3:.0f} ms, SET_REPLACE + "
