@@ -81,8 +81,8 @@ def test_nslookup_kubernetes_default_answers_the_apiservers_cluster_ip(cluster, 
     dnsutils = images.get(dnsutils_spec())
     subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(c.data_dir / "images"), "import",
                     "--no-progress", str(dnsutils.docker_archive)], check=True, capture_output=True)
-    script = ("for i in $(seq 120); do nslookup kubernetes.default >/tmp/a 2>&1 && break; sleep 0.5; done; "
-              "cat /tmp/a; echo ---; nslookup kubernetes; echo ---; cat /etc/resolv.conf")
+    script = ("for i in $(seq 120); do /usr/bin/nslookup kubernetes.default >/tmp/a 2>&1 && break; sleep 0.5; done; "
+              "cat /tmp/a; echo ---; /usr/bin/nslookup kubernetes; echo ---; cat /etc/resolv.conf")
     try:
         c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dnsutils"},
                  "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
@@ -110,9 +110,10 @@ def test_a_service_is_reached_by_name_from_a_pod(cluster):  # noqa: F811
              "spec": {"selector": {"app": "svc-web"}, "ports": [{"port": 8080, "targetPort": "http"}]}})
     try:
         # busybox-static cannot resolve through libc (no NSS when static): its own nslookup does the lookup
+        # (and its wget -T crashes: busybox timeout bounds it instead)
         _run_pod(c, "svc-client", "for i in $(seq 60); do "
                                   "ip=$(nslookup svc-web 2>/dev/null | awk '/^Address: /{print $2}' | head -1); "
-                                  "[ -n \"$ip\" ] && wget -qO- -T 2 http://$ip:8080/ && exit 0; sleep 0.5; done; exit 1")
+                                  "[ -n \"$ip\" ] && timeout 5 wget -qO- http://$ip:8080/ && exit 0; sleep 0.5; done; exit 1")
         out = _output(c, "svc-client", timeout=90)
         assert "hello" in out, out
     finally:
