@@ -14,7 +14,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes | str) -> None:
+    """Atomically, mode 0600 from the start, durable before it replaces the old file (keys, tokens)."""
+    if isinstance(data, str):
+        data = data.encode()
     tmp = path.with_suffix(path.suffix + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -44,8 +47,8 @@ def ensure_ca(pki: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
             .sign(k, hashes.SHA256()))
-    _write_private(key, _key_pem(k))
-    _write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
+    write_private(key, _key_pem(k))
+    write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return cert, k
 
 
@@ -83,8 +86,8 @@ def ensure_serving_cert(pki: Path, extra_ips: list[str], extra_names: list[str] 
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .sign(ca_key, hashes.SHA256()))
-    _write_private(key, _key_pem(k))
-    _write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
+    write_private(key, _key_pem(k))
+    write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return crt, key
 
 
@@ -107,6 +110,6 @@ def ensure_kubelet_client_cert(pki: Path) -> tuple[Path, Path]:
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .sign(ca_key, hashes.SHA256()))
-    _write_private(key, _key_pem(k))
-    _write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
+    write_private(key, _key_pem(k))
+    write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return crt, key

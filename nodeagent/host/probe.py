@@ -149,7 +149,7 @@ def _probe_link_kind(kind: str, extra: dict | None = None) -> Feature:
         try:
             ipr.link("add", ifname=name, kind=kind, **(extra or {}))
         except NetlinkError as e:
-            return Feature(kind, False, f"kernel refused a {kind} link: {e.args[-1] if e.args else e}")
+            return Feature(kind, False, f"kernel refused to create a link of kind {kind}: {e.args[-1] if e.args else e}")
         finally:
             idx = ipr.link_lookup(ifname=name)
             if idx:
@@ -159,6 +159,11 @@ def _probe_link_kind(kind: str, extra: dict | None = None) -> Feature:
 
 def probe_vxlan() -> Feature:
     return _probe_link_kind("vxlan", {"vxlan_id": 4242, "vxlan_port": 4789})
+
+
+def probe_ipip() -> Feature:
+    """Calico-style IPIP tunnels (the cross-node `ipip` mode): the kernel needs the ipip module."""
+    return _probe_link_kind("ipip", {"ipip_local": "127.0.0.1"})
 
 
 def probe_dummy() -> Feature:
@@ -272,7 +277,7 @@ class HostReport:
             "proxy modes available": ", ".join(modes),
             "default proxy mode": self.proxy_mode,
             "cross-node networking": ", ".join(
-                m for m, ok in (("host-gw", True), ("vxlan", self.has("vxlan"))) if ok),
+                m for m, ok in (("host-gw", True), ("ipip", self.has("ipip")), ("vxlan", self.has("vxlan"))) if ok),
             "oom_score_adj": "as requested" if self.has("oom-score-adj-lower")
             else "clamped to the runtime's own (restrict_oom_score_adj)",
         }
@@ -305,6 +310,7 @@ PROBES = {
     "veth": probe_veth,
     "bridge": probe_bridge,
     "vxlan": probe_vxlan,
+    "ipip": probe_ipip,
     "dummy": probe_dummy,
     "user-namespaces": probe_user_namespaces,
     "oom-score-adj-lower": probe_oom_score_adj_lowering,
@@ -313,7 +319,7 @@ PROBES = {
     "seccomp": probe_seccomp,
 }
 
-NEEDS_ROOT = {"veth", "bridge", "vxlan", "dummy", "nftables", "iptables-legacy", "iptables-nft",
+NEEDS_ROOT = {"veth", "bridge", "vxlan", "ipip", "dummy", "nftables", "iptables-legacy", "iptables-nft",
               "oom-score-adj-lower"}
 
 

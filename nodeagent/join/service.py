@@ -9,7 +9,6 @@ import asyncio
 import base64
 import datetime as dt
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +113,7 @@ class JoinService:
         self.token = token
         await self.sweep()
         line = join_command(self.server_url, token, self.ca_hash)
-        _write_private(path, line + "\n")
+        pki.write_private(path, line + "\n")
         log.info("join command (%s): %s", path, line)
         print(f"join a node with: {line}", flush=True)
         return line
@@ -243,10 +242,3 @@ def _token_in(path: Path) -> str:
             return words[i + 1]
     return ""
 
-
-def _write_private(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)

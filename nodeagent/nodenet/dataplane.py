@@ -43,20 +43,6 @@ def link_of_address(ipr: IPRoute, address: str) -> tuple[int, int]:
     raise RuntimeError(f"no link holds {address}")
 
 
-def ipip_supported() -> tuple[bool, str]:
-    """Whether this kernel has ipip tunnels (the module may be missing); probes in this netns."""
-    with IPRoute() as ipr:
-        if get_link(ipr, P.IPIP_DEVICE) is not None:
-            return True, ""
-        try:
-            ipr.link("add", ifname=P.IPIP_DEVICE, kind="ipip")
-        except NetlinkError as e:
-            if e.code == errno.EEXIST:
-                return True, ""
-            return False, f"kernel refused an ipip link: {e}"
-        return True, ""
-
-
 class Dataplane:
     """One node's tunnel device and entries for one mode."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 import socket
 import ssl
 from pathlib import Path
@@ -20,13 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-
-def _write_private(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+from nodeagent.apiserver.pki import write_private
 
 
 def _sans(node_name: str, ips: list[str]) -> tuple[set[str], set[str]]:
@@ -73,9 +66,9 @@ def ensure_serving_cert(cert_dir: Path, node_name: str, ips: list[str], ca_crt: 
          .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
          .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True))
     cert = b.sign(ca_k if ca_k is not None else k, hashes.SHA256())  # type: ignore[arg-type]
-    _write_private(key, k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    write_private(key, k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                         serialization.NoEncryption()))
-    _write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
+    write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return crt, key
 
 

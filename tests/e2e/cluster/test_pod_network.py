@@ -12,27 +12,10 @@ from tests.e2e.cluster.lab import http, ping, start_lab, stop_lab, web_pod
 pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
 
-def _ipip_ok() -> tuple[bool, str]:
-    import subprocess
-
-    from tests.harness.resources import unique
-
-    ns = unique("ip")
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        p = subprocess.run(["ip", "-n", ns, "link", "add", "tunl0", "type", "ipip"], capture_output=True, text=True)
-        listing = subprocess.run(["ip", "-n", ns, "link", "show", "tunl0"], capture_output=True, text=True)
-        return listing.returncode == 0, p.stderr.strip()
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], check=True)
-
-
 @pytest.fixture(scope="module", params=["host-gw", "vxlan", "ipip"])
-def lab(request, tmp_path_factory, images):
-    if request.param == "ipip":
-        ok, why = _ipip_ok()
-        if not ok:
-            pytest.skip(f"this kernel has no ipip tunnels: {why}")
+def lab(request, tmp_path_factory, images, host):
+    if request.param == "ipip" and not host.has("ipip"):
+        pytest.skip(f"host lacks ipip: {host.why_not('ipip')}")
     lab = start_lab(tmp_path_factory.mktemp(f"lab-{request.param}"), images, 2, request.param)
     lab.mode = request.param
     try:

@@ -9,7 +9,6 @@ kubelet asks.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import time
@@ -17,41 +16,16 @@ import urllib.request
 
 import pytest
 
+from tests.e2e.kubelet.containerd_node import containerd_up
 from tests.e2e.kubelet.test_node_api import KUBECTL_120, TICKER, _lines
-from tests.e2e.kubelet.test_node_up import BUSYBOX, HTTPD, Cluster, _running
-from tests.harness.resources import unique
-from tests.integration.cri.containerd import Containerd, available
+from tests.e2e.kubelet.test_node_up import BUSYBOX, HTTPD, _running
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def ctd_cluster(tmp_path_factory, images):
-    why = available()
-    if why:
-        pytest.skip(why)
-    from cri.proto import api_pb2 as pb
-    from cri.runtime.service import RuntimeOptions
-
-    tmp = tmp_path_factory.mktemp("ctdapi")
-    bridge = unique("kc")
-    n = (os.getpid() + 7) % 250
-    conf = {"cniVersion": "0.4.0", "name": f"kubelet-{bridge}", "plugins": [
-        {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False,
-         "ipam": {"type": "host-local", "dataDir": str(tmp / "ipam"),
-                  "ranges": [[{"subnet": f"10.{181 + n % 40}.{n}.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
-        {"type": "loopback"}]}
-    ctd = Containerd(tmp / "ctd")
-    ctd.cni_conf.mkdir(parents=True, exist_ok=True)
-    (ctd.cni_conf / "10-kubelet.conflist").write_text(json.dumps(conf))
-    ctd.start()
-    data = tmp / "up"
-    data.mkdir()
-    c = Cluster(data, unique("nd"), unique("kb"))
-    c.extra = ["--container-runtime-endpoint", f"unix://{ctd.socket}"]
-    try:
-        ctd.import_images(images, RuntimeOptions(state_dir=tmp / "x").pause, [images.httpd.spec])
-        c.start()
+    with containerd_up(tmp_path_factory.mktemp("ctdapi"), images, 181) as (c, _):
         for name, image, cmd in (("ticker", BUSYBOX, ["sh", "-c", TICKER]), ("web", HTTPD, None)):
             ctr = {"name": "main", "image": image, "imagePullPolicy": "Never"}
             if cmd:
@@ -61,17 +35,6 @@ def ctd_cluster(tmp_path_factory, images):
         for name in ("ticker", "web"):
             c.wait_pod(name, _running, timeout=90)
         yield c
-    finally:
-        c.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=60s", check=False)
-        if ctd.client is not None:
-            for s in ctd.client.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
-                ctd.client.stop_sandbox(s.id)
-                ctd.client.remove_sandbox(s.id)
-        rc = c.stop() if c.proc is not None else 0
-        ctd.stop()
-        subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
-    assert rc == 0, c.tail()
-    assert not os.path.exists(f"/sys/class/net/{bridge}")
 
 
 def test_logs_and_follow_on_containerd(ctd_cluster):

@@ -13,7 +13,7 @@ import pytest
 
 from cni import netns as cni_netns
 from nodeagent.nodenet import plan as P
-from nodeagent.nodenet.dataplane import RTPROT_NODENET, Dataplane, ipip_supported
+from nodeagent.nodenet.dataplane import RTPROT_NODENET, Dataplane
 from tests.harness.resources import sh
 
 pytestmark = [pytest.mark.root]
@@ -69,11 +69,9 @@ def ping(pod: str, addr: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("mode", ["host-gw", "ipip", "vxlan"])
-def test_pods_on_two_nodes_reach_each_other(two_nodes, mode):
+def test_pods_on_two_nodes_reach_each_other(two_nodes, mode, require):
     if mode == "ipip":
-        ok, why = in_ns(two_nodes[0][0], ipip_supported)
-        if not ok:
-            pytest.skip(why)
+        require("ipip")
     planes = []
     for ns, _pod, pub, cidr in two_nodes:
         dp = Dataplane(mode, pub, cidr)
