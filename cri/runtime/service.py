@@ -133,6 +133,14 @@ class Runtime:
         """Where a container's stdin and control FIFOs live (for the streaming server's attach)."""
         return self._cdir(c.id)
 
+    def output_log(self, c: ContainerRecord) -> str:
+        """Where the shim writes a container's output and Attach follows it: the CRI log the caller named,
+        else, for a container with stdin (interactive: attach expected), a private log in its state dir,
+        as containerd serves attach without a log path; else nowhere ("")."""
+        if c.log_path:
+            return c.log_path
+        return str(self._cdir(c.id) / "attach.log") if self.container_config(c).stdin else ""
+
     def _lock(self, key: str) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
 
@@ -660,7 +668,7 @@ class Runtime:
             devices=tuple((d["path"], d["mode"], d["major"], d["minor"]) for d in L.get("devices", [])),
             cgroup_procs=tuple(self.cgroups.procs_files(c.cgroup)),
             oom_score_adj=max(adj, own) if adj or own else None,
-            shim=self.opts.shim, exit_file=str(self._cdir(c.id) / "exit"), log_path=c.log_path,
+            shim=self.opts.shim, exit_file=str(self._cdir(c.id) / "exit"), log_path=self.output_log(c),
             stdin_path=stdin_path, ctl_path=ctl_path, tty=cfg.tty)
 
     async def start_container(self, cid: str) -> None:

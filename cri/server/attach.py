@@ -77,9 +77,9 @@ class AttachInput:
             self.fd = None
 
 
-def open_log(c: Any) -> BinaryIO:
-    """The container's log, positioned at its end: what is written from now on is this session's."""
-    f = open(c.log_path, "rb")  # closed by the session
+def open_log(path: str) -> BinaryIO:
+    """The container's output log, positioned at its end: what is written from now on is this session's."""
+    f = open(path, "rb")  # closed by the session
     f.seek(0, os.SEEK_END)
     return f
 
@@ -106,10 +106,10 @@ async def follow_log(f: BinaryIO, c: Any, req: dict[str, Any], send, closed) -> 
                 await send(ch, text + (b"\n" if tag == b"F" else b""))
 
 
-async def serve_websocket(ws: web.WebSocketResponse, c: Any, cdir: Path, req: dict[str, Any],
+async def serve_websocket(ws: web.WebSocketResponse, c: Any, cdir: Path, log_path: str, req: dict[str, Any],
                           exit_status) -> None:
     """One attach over channel.k8s.io websocket framing (the upgrade is done)."""
-    f = open_log(c)
+    f = open_log(log_path)
     inp = AttachInput(cdir, req)
     ended = asyncio.Event()
     lock = asyncio.Lock()
@@ -156,9 +156,10 @@ async def serve_websocket(ws: web.WebSocketResponse, c: Any, cdir: Path, req: di
             await ws.close()
 
 
-async def serve_spdy(rc: sp.RemoteCommand, c: Any, cdir: Path, req: dict[str, Any], exit_status, exit_message) -> None:
+async def serve_spdy(rc: sp.RemoteCommand, c: Any, cdir: Path, log_path: str, req: dict[str, Any], exit_status,
+                     exit_message) -> None:
     """One attach over SPDY streams (cancelled when the client goes away)."""
-    f = open_log(c)
+    f = open_log(log_path)
     inp = AttachInput(cdir, req)
     ended = asyncio.Event()
 

@@ -217,11 +217,12 @@ class StreamServer:
         ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, max_msg_size=0)
         await ws.prepare(request)
         c = self.runtime.container(req["container_id"])
-        if not c.log_path:
+        if not self.runtime.output_log(c):
             await ws.send_bytes(bytes([ERROR]) + failure("the container has no log to attach to"))
             await ws.close()
             return ws
-        await attach.serve_websocket(ws, c, self.runtime.container_dir(c), req, exit_status)
+        await attach.serve_websocket(ws, c, self.runtime.container_dir(c), self.runtime.output_log(c), req,
+                                     exit_status)
         return ws
 
     # -- port forward ----------------------------------------------------------------------------
@@ -336,11 +337,12 @@ class StreamServer:
 
     async def _spdy_attach(self, rc: sp.RemoteCommand, req: dict[str, Any]) -> None:
         c = self.runtime.container(req["container_id"])
-        if not c.log_path:
+        if not self.runtime.output_log(c):
             message = "the container has no log to attach to"
             await rc.write_status(failure(message), message)
             return
-        await attach.serve_spdy(rc, c, self.runtime.container_dir(c), req, exit_status, exit_message)
+        await attach.serve_spdy(rc, c, self.runtime.container_dir(c), self.runtime.output_log(c), req, exit_status,
+                                exit_message)
 
     async def _spdy_portforward(self, request: web.Request, req: dict[str, Any]) -> web.StreamResponse:
         s = self.runtime.sandbox(req["sandbox_id"])
