@@ -241,10 +241,16 @@ class PodRuntime:
 
     async def _run_hook(self, pod: Mapping[str, Any], c: Mapping[str, Any], cid: str, hook: Mapping[str, Any],
                         kind: str, timeout_s: int) -> bool:
-        """Run an exec lifecycle hook in the container; False (with a Failed<kind>Hook event) when it failed."""
+        """Run a lifecycle hook (kubelet's handlers.go: exec in the container, httpGet, sleep); False, with a
+        Failed<kind>Hook event, when it failed."""
+        if "httpGet" in hook:
+            return await self._http_hook(pod, c, hook["httpGet"], kind, timeout_s)
+        if "sleep" in hook:
+            await asyncio.sleep(min(float((hook.get("sleep") or {}).get("seconds") or 0), timeout_s))
+            return True
         if "exec" not in hook:
             self.recorder.record(pod, "Warning", f"Failed{kind}Hook",
-                                 f"{kind} hook of container {c['name']}: only exec handlers are supported")
+                                 f"{kind} hook of container {c['name']}: no exec, httpGet or sleep handler")
             return False
         cmd = list((hook.get("exec") or {}).get("command") or [])
         try:
@@ -257,6 +263,29 @@ class PodRuntime:
                                  f"Exec lifecycle hook ({cmd}) for Container \"{c['name']}\" in Pod "
                                  f"\"{pod_name(pod)}\" failed - error: {out.strip()[:200]}")
         return ok
+
+    async def _http_hook(self, pod: Mapping[str, Any], c: Mapping[str, Any], g: Mapping[str, Any], kind: str,
+                         timeout_s: int) -> bool:
+        """GET as kubelet's runHTTPHandler: host defaults to the pod IP; any answer, whatever its status, is
+        success; only a request that cannot be made fails the hook."""
+        import aiohttp
+
+        from nodeagent.kubelet.prober import USER_AGENT, format_url, resolve_port
+
+        host = g.get("host") or next(iter((await self.state(pod)).pod_ips), "")
+        try:
+            url = format_url(g.get("scheme") or "HTTP", host, resolve_port(g.get("port"), c), g.get("path") or "/")
+            headers = {"User-Agent": USER_AGENT.replace("kube-probe", "kube-lifecycle"),
+                       **{h["name"]: h.get("value", "") for h in g.get("httpHeaders") or []}}
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session, \
+                    session.get(url, headers=headers, ssl=False) as resp:
+                await resp.read()
+            return True
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
+            self.recorder.record(pod, "Warning", f"Failed{kind}Hook",
+                                 f"HTTP lifecycle hook ({g.get('path') or '/'}) for Container \"{c['name']}\" in Pod "
+                                 f"\"{pod_name(pod)}\" failed - error: {e}")
+            return False
 
     # -- configs ----------------------------------------------------------------------------------
     def pod_log_dir(self, pod: Mapping[str, Any]) -> Path:

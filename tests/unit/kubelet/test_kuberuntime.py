@@ -204,3 +204,42 @@ async def test_changed_container_spec_restarts_the_container(rt):
     assert any(m == "Container a definition changed, will be restarted" for _, _, m in rec.events)
     assert cri.running("a") and cri.running("a") != first
     assert cri.last_config.image.image == "localhost/busybox:v2"
+
+
+async def test_http_and_sleep_hooks_as_kubelet_runs_them(rt):
+    import socket
+
+    from aiohttp import web
+
+    r, cri, rec, clock = rt
+    seen = []
+
+    async def hook(request):
+        seen.append((request.path, request.headers.get("User-Agent"), request.headers.get("X-Why")))
+        return web.Response(status=500)  # any answer counts: kubelet only fails a hook it cannot send
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    try:
+        http = {"host": "127.0.0.1", "port": "web", "path": "/started",
+                "httpHeaders": [{"name": "X-Why", "value": "postStart"}]}
+        pod = _pod([_c("a", ports=[{"name": "web", "containerPort": port}],
+                       lifecycle={"postStart": {"httpGet": http}, "preStop": {"sleep": {"seconds": 0}}})])
+        await r.sync(pod)
+        assert seen == [("/started", "kube-lifecycle/1.32", "postStart")]
+        assert cri.running("a") and "FailedPostStartHook" not in rec.reasons()
+        await r.kill(pod, 5)
+
+        bad = _pod([_c("b", lifecycle={"postStart": {"httpGet": {"host": "127.0.0.1", "port": closed}}})], uid="u2")
+        await r.sync(bad)
+        assert "FailedPostStartHook" in rec.reasons() and not cri.running("b")
+    finally:
+        await runner.cleanup()
