@@ -70,6 +70,8 @@ class UpConfig:
     # cluster DNS on a port of their own (the kube-dns EndpointSlice carries it), so several coexist.
     proxy_cleanup_on_stop: bool = False
     dns_listen: str | None = None
+    manifest_url: str | None = None
+    http_check_frequency: float | None = None
     pod_network: str | None = None  # `up`: the cross-node backend its podnetwork component stamps on Nodes
 
 
@@ -98,6 +100,10 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sync-frequency", type=float, default=None,
                    help="seconds between periodic syncs of a running pod (default: 60; runtime events and "
                         "probe changes sync at once)")
+    p.add_argument("--manifest-url", default=None,
+                   help="also run the static pods (a Pod or PodList) served at this URL")
+    p.add_argument("--http-check-frequency", type=float, default=None,
+                   help="seconds between fetches of --manifest-url (default: 20)")
     p.add_argument("--cluster-dns", default=None,
                    help="cluster DNS IPs written into ClusterFirst pods' resolv.conf, comma-separated (default: the "
                         "kube-dns Service IP of the server's default Service range, 10.96.0.10; '' for none)")
@@ -133,6 +139,8 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
     net = PodNetwork.from_any(cfg)
     cfg.cni_conf_dir = net.conf_dir
     cfg.cni_socket = net.daemon_socket
+    cfg.manifest_url = getattr(args, "manifest_url", None)
+    cfg.http_check_frequency = getattr(args, "http_check_frequency", None)
     dns = getattr(args, "cluster_dns", None)
     cfg.cluster_dns = default_cluster_dns() if dns is None else dns
     if not default:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import logging
 import socket
@@ -34,6 +35,7 @@ from nodeagent.kubelet.prober import ProbeManager, Prober, Result
 from nodeagent.kubelet.server.metrics import KubeletMetrics
 from nodeagent.kubelet.static_pods import (
     StaticPodSource,
+    URLPodSource,
     is_mirror_pod,
     is_static_pod,
     mirror_matches,
@@ -78,6 +80,8 @@ class KubeletConfig:
     root_dir: str = ""  # volumes: <root_dir>/pods/<uid>/volumes
     log_dir: str = ""  # container logs: <log_dir>/<ns>_<name>_<uid>/<container>/<n>.log
     manifests_dir: str = ""  # static pods
+    manifest_url: str = ""  # static pods from a URL (--manifest-url)
+    http_check_frequency: float = 20.0
     eviction_hard: str | None = None  # kubelet flag syntax; None: the kubelet's defaults
     housekeeping_interval: float = 10.0
     resync: float = 60.0  # kubelet's --sync-frequency: every pod is re-synced at least this often
@@ -107,6 +111,8 @@ class KubeletConfig:
                    root_dir=getattr(config, "root_dir", None) or str(Path(data_dir, "kubelet")),
                    log_dir=getattr(config, "log_dir", None) or str(Path(data_dir, "pod-logs")),
                    manifests_dir=getattr(config, "manifests_dir", None) or str(Path(data_dir, "manifests")),
+                   manifest_url=getattr(config, "manifest_url", None) or "",
+                   http_check_frequency=float(getattr(config, "http_check_frequency", None) or 20.0),
                    eviction_hard=getattr(config, "eviction_hard", None),
                    housekeeping_interval=float(getattr(config, "housekeeping_interval", None) or 10.0),
                    resync=float(getattr(config, "sync_frequency", None) or 60.0),
@@ -141,8 +147,11 @@ class Kubelet:
         self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),
                                      get_secret=self._getter("secrets"))
         self.runtime: PodRuntime | None = None
-        self.static: dict[str, dict[str, Any]] = {}  # uid → static pod from the manifest dir
+        self.static: dict[str, dict[str, Any]] = {}  # uid → static pod from the manifest dir or URL
+        self._static_by_source: dict[str, dict[str, dict[str, Any]]] = {}
         self.static_source = StaticPodSource(cfg.manifests_dir, cfg.node_name, self.clock)
+        self.url_source = URLPodSource(cfg.manifest_url, cfg.node_name, self.clock, cfg.http_check_frequency) \
+            if cfg.manifest_url else None
         self._tg: asyncio.TaskGroup | None = None
         self._last_relist_start: float | None = None
         self.workers: PodWorkers | None = None
@@ -239,6 +248,9 @@ class Kubelet:
             tg.create_task(self.pods.run(), name="kubelet-pods")
             await self.pods.wait_synced()
             tg.create_task(self.static_source.run(self._on_static_pods), name="kubelet-static-pods")
+            if self.url_source is not None:
+                tg.create_task(self.url_source.run(functools.partial(self._on_static_pods, source="http")),
+                               name="kubelet-manifest-url")
             tg.create_task(self._pleg_loop(), name="kubelet-pleg")
             tg.create_task(container_events.follow(self.cri.container_events, self.workers.poke),
                            name="kubelet-container-events")
@@ -288,10 +300,12 @@ class Kubelet:
             return
         self.workers.remove(pod)
 
-    def _on_static_pods(self, pods: list[dict[str, Any]]) -> None:
-        """The manifest dir changed: start new/changed static pods, terminate the ones whose file went away."""
+    def _on_static_pods(self, pods: list[dict[str, Any]], source: str = "file") -> None:
+        """A static source changed (the manifest dir, or the manifest URL): start new/changed static pods,
+        terminate the ones that left every source."""
         assert self.workers is not None
-        new = {uid_of(p): p for p in pods}
+        self._static_by_source[source] = {uid_of(p): p for p in pods}
+        new = {uid: p for by_uid in self._static_by_source.values() for uid, p in by_uid.items()}
         for uid, old in self.static.items():
             if uid not in new:
                 self.workers.remove(old)

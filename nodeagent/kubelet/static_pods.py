@@ -32,6 +32,8 @@ CONFIG_HASH = "kubernetes.io/config.hash"
 CONFIG_SEEN = "kubernetes.io/config.seen"
 CONFIG_MIRROR = "kubernetes.io/config.mirror"
 FILE_SOURCE = "file"
+HTTP_SOURCE = "http"
+DEFAULT_HTTP_PERIOD = 20.0  # kubelet's --http-check-frequency
 DEFAULT_MANIFEST_DIR = "/etc/nodeagent/manifests"
 DEFAULT_PERIOD = 2.0
 
@@ -98,20 +100,22 @@ def decode_manifest(text: str, where: str = "<manifest>") -> list[dict[str, Any]
     return pods
 
 
-def static_pod_uid(pod: Mapping[str, Any], node_name: str, source: str) -> str:
-    """md5 over the pod's canonical JSON, then "host:<node>" and "file:<source>" (kubelet applyDefaults)."""
+def static_pod_uid(pod: Mapping[str, Any], node_name: str, source: str, kind: str = FILE_SOURCE) -> str:
+    """md5 over the pod's canonical JSON, then "host:<node>" and "file:<path>" or "url:<url>" (kubelet
+    applyDefaults)."""
     h = hashlib.md5(usedforsecurity=False)
     h.update(json.dumps(pod, sort_keys=True, separators=(",", ":")).encode())
     h.update(f"host:{node_name}".encode())
-    h.update(f"file:{source}".encode())
+    h.update(f"{'url' if kind == HTTP_SOURCE else 'file'}:{source}".encode())
     return h.hexdigest()
 
 
-def apply_static_defaults(pod: dict[str, Any], node_name: str, source: str, seen: str | None = None) -> dict[str, Any]:
+def apply_static_defaults(pod: dict[str, Any], node_name: str, source: str, seen: str | None = None,
+                          kind: str = FILE_SOURCE) -> dict[str, Any]:
     apply_api_defaults(pod)
     meta = pod.setdefault("metadata", {})
     if not meta.get("uid"):
-        meta["uid"] = static_pod_uid(pod, node_name, source)
+        meta["uid"] = static_pod_uid(pod, node_name, source, kind)
     meta["name"] = f"{meta['name']}-{node_name}"
     if not meta.get("namespace"):
         meta["namespace"] = "default"
@@ -119,7 +123,7 @@ def apply_static_defaults(pod: dict[str, Any], node_name: str, source: str, seen
     ann = meta.get("annotations") or {}
     meta["annotations"] = ann
     ann[CONFIG_HASH] = meta["uid"]
-    ann[CONFIG_SOURCE] = FILE_SOURCE
+    ann[CONFIG_SOURCE] = kind
     if seen:
         ann.setdefault(CONFIG_SEEN, seen)
     tolerations = pod["spec"].setdefault("tolerations", [])
@@ -212,6 +216,60 @@ class StaticPodSource:
                 if inspect.isawaitable(res):
                     await res
                 first = False
+            await self.clock.sleep(self.period)
+
+
+class URLPodSource:
+    """The http source (kubelet pkg/kubelet/config/http.go, --manifest-url): the URL is fetched every
+    `period` seconds and holds one Pod or a PodList; a change in the body updates the set. A fetch or
+    decode error keeps the last good set (and is logged), as the kubelet does."""
+
+    def __init__(self, url: str, node_name: str, clock: Clock | None = None, period: float = DEFAULT_HTTP_PERIOD,
+                 headers: Mapping[str, str] | None = None) -> None:
+        self.url = url
+        self.node_name = node_name
+        self.clock = clock or RealClock()
+        self.period = period
+        self.headers = dict(headers or {})
+        self._body: bytes | None = None
+        self._seen: dict[str, str] = {}
+        self.error = ""
+
+    async def fetch(self) -> list[dict[str, Any]] | None:
+        """The pods at the URL when its body changed since the last fetch, else None."""
+        import aiohttp
+
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s, \
+                    s.get(self.url, headers=self.headers) as resp:
+                if resp.status != 200:
+                    raise ManifestError(f"{self.url}: {resp.status} {resp.reason}")
+                body = await resp.read()
+            if body == self._body:
+                return None
+            pods = [apply_static_defaults(p, self.node_name, self.url, kind=HTTP_SOURCE)
+                    for p in (decode_manifest(body.decode(), self.url) if body.strip() else [])]
+        except (aiohttp.ClientError, TimeoutError, OSError, ManifestError, UnicodeDecodeError) as e:
+            if str(e) != self.error:
+                log.warning("static pods from %s: %s (keeping the last good set)", self.url, e)
+            self.error = str(e)
+            return None
+        self.error, self._body = "", body
+        seen_now = {}
+        for p in pods:
+            uid = p["metadata"]["uid"]
+            seen_now[uid] = self._seen.get(uid) or _seen_stamp(self.clock.now())
+            p["metadata"]["annotations"].setdefault(CONFIG_SEEN, seen_now[uid])
+        self._seen = seen_now
+        return pods
+
+    async def run(self, on_update: OnUpdate) -> None:
+        while True:
+            pods = await self.fetch()
+            if pods is not None:
+                res = on_update(pods)
+                if inspect.isawaitable(res):
+                    await res
             await self.clock.sleep(self.period)
 
 

@@ -8,11 +8,14 @@ bridge and the cgroup root are gone too.
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -112,6 +115,15 @@ def cluster(tmp_path_factory, images):
         subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(d / "images"), "import",
                         "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
     c = Cluster(d, unique("nd"), unique("kb"))
+    web = d / "manifest-url"  # static pods from a URL too (--manifest-url), served from here
+    web.mkdir()
+    (web / "pods.yaml").write_text("")
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(web)))
+    server.RequestHandlerClass.log_message = lambda *a: None
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    c.manifest_url_file = web / "pods.yaml"
+    c.extra = ["--manifest-url", f"http://127.0.0.1:{server.server_port}/pods.yaml", "--http-check-frequency", "1"]
     try:
         c.start()
         yield c
@@ -119,6 +131,8 @@ def cluster(tmp_path_factory, images):
         c.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=90s", check=False)
         _wait_runtime_empty(c)
         rc = c.stop()
+        server.shutdown()
+        server.server_close()
     assert rc == 0, c.tail()
     assert not Path(f"/sys/class/net/{c.bridge}").exists(), "the pod bridge outlived `up`"
     root = c.cgroup_root()
@@ -380,6 +394,32 @@ def test_restarting_up_keeps_pods_running_with_their_status(cluster):
     assert urllib.request.urlopen(f"http://{after['podIP']}/", timeout=10).read() == b"hello from busybox\n"
     pod, _ = _delete(c, "survivor")
     _assert_pod_gone(c, pod)
+
+
+def test_static_pod_from_the_manifest_url_runs_with_a_mirror_pod(cluster):
+    c = cluster
+    c.manifest_url_file.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "PodList", "items": [{
+            "metadata": {"name": "url-web"},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never"}]}}]}))
+    name = f"url-web-{c.node}"
+    end = time.monotonic() + 60
+    while not c.kubectl("get", "pod", name, "--ignore-not-found", "-o", "name"):
+        assert time.monotonic() < end, c.tail()
+        time.sleep(0.3)
+    mirror = c.wait_pod(name, _running)
+    ann = mirror["metadata"]["annotations"]
+    assert ann["kubernetes.io/config.source"] == "http"
+    assert ann["kubernetes.io/config.mirror"] == ann["kubernetes.io/config.hash"]
+    ip = mirror["status"]["podIP"]
+    assert urllib.request.urlopen(f"http://{ip}/", timeout=10).read() == b"hello from busybox\n"
+    c.manifest_url_file.write_text("")  # gone from the URL: the pod and its mirror go
+    end = time.monotonic() + 60
+    while c.kubectl("get", "pod", name, "--ignore-not-found", "-o", "name"):
+        assert time.monotonic() < end, "the mirror pod outlived its manifest"
+        time.sleep(0.3)
+    _assert_pod_gone(c, {"metadata": {"uid": ann["kubernetes.io/config.hash"]}, "status": {"podIP": ip}})
 
 
 def test_static_pod_from_the_manifest_dir_runs_with_a_mirror_pod(cluster):

@@ -167,3 +167,36 @@ def test_seen_stamp_is_rfc3339nano():
 
     assert _seen_stamp(1_700_000_000.0) == "2023-11-14T22:13:20Z"
     assert _seen_stamp(1_700_000_000.25) == "2023-11-14T22:13:20.25Z"
+
+
+async def test_url_source_reads_pods_keeps_the_last_good_set_and_reports_changes():
+    from aiohttp import web
+
+    from nodeagent.kubelet.static_pods import URLPodSource
+
+    state = {"status": 200, "body": "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n"
+                                    "spec: {containers: [{name: c, image: busybox}]}\n"}
+
+    async def serve(request):
+        return web.Response(status=state["status"], text=state["body"])
+
+    app = web.Application()
+    app.router.add_get("/pods", serve)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/pods"
+    try:
+        src = URLPodSource(url, "n1")
+        (pod,) = await src.fetch()
+        ann = pod["metadata"]["annotations"]
+        assert pod["metadata"]["name"] == "web-n1" and pod["spec"]["nodeName"] == "n1"
+        assert ann["kubernetes.io/config.source"] == "http" and ann["kubernetes.io/config.hash"] == pod["metadata"]["uid"]
+        assert await src.fetch() is None  # unchanged body: no update
+        state["status"] = 500
+        assert await src.fetch() is None and "500" in src.error  # an error keeps the last good set
+        state.update(status=200, body="")
+        assert await src.fetch() == []  # emptied: every pod from the URL goes
+    finally:
+        await runner.cleanup()
