@@ -118,7 +118,8 @@ def test_stats_summary_through_the_apiserver(cluster, ticker):  # noqa: F811
     s = json.loads(cluster.kubectl("get", "--raw", f"/api/v1/nodes/{cluster.node}/proxy/stats/summary"))
     node = s["node"]
     assert node["nodeName"] == cluster.node
-    assert node["cpu"]["usageCoreNanoSeconds"] > 0 and node["cpu"]["usageNanoCores"] > 0
+    # a rate over a short window may be 0 on a quiet machine (/proc/stat counts 10 ms ticks): present, not negative
+    assert node["cpu"]["usageCoreNanoSeconds"] > 0 and node["cpu"]["usageNanoCores"] >= 0
     assert 0 < node["memory"]["workingSetBytes"] <= node["memory"]["usageBytes"]
     assert node["memory"]["availableBytes"] > 0
     assert node["fs"]["capacityBytes"] > node["fs"]["availableBytes"] > 0 and node["fs"]["inodes"] > 0
