@@ -23,18 +23,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from netproxy.backends import make_proxier
+from netproxy.iptables.libiptc import load_iptc
 from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
 
 log = logging.getLogger("netproxy")
 
-# python-iptables' first import pulls in setuptools through its distutils shim, which imports (and logs)
-# while holding the global import lock. Done in a sync thread while the runtime forks a container in
-# another (os.fork takes logging's lock, then the import lock), the two threads deadlock the agent. So it
-# is imported here, when `up`/`agent` load their components on the main thread before any task runs.
+# python-iptables is imported here, when `up`/`agent` load their components on the main thread before any
+# task runs, not first in a sync thread while the runtime forks a container (see load_iptc).
 with contextlib.suppress(ImportError):
-    import iptc  # noqa: F401
+    load_iptc()
 
 
 class Source(Protocol):

@@ -17,6 +17,20 @@ from netproxy.model import ServicePortName
 from netproxy.proxier import NodeConfig
 
 
+def load_iptc() -> None:
+    """Import python-iptables without setuptools. It asks for `distutils`, and setuptools' distutils shim
+    would answer by importing all of setuptools (+14 MiB of RSS), logging while it holds the global
+    import lock (a deadlock if another thread forks then: os.fork takes logging's lock, then the import
+    lock). The standard library's distutils (3.11) is all it needs, so the shim is taken out first."""
+    try:
+        import _distutils_hack
+
+        _distutils_hack.remove_shim()
+    except (ImportError, AttributeError):
+        pass
+    import iptc  # noqa: F401
+
+
 def to_rule(spec: str):
     """An iptables rule spec (`-m tcp -p tcp --dport 80 -j X`) as a python-iptables Rule."""
     import iptc

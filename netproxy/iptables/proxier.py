@@ -71,7 +71,9 @@ class IptablesProxier:
         self.backend = backend
         self.incremental = incremental
         if incremental in ("libiptc", "xtblob"):
-            import iptc  # noqa: F401  (loads libxtables once, at start rather than in the first change)
+            from netproxy.iptables.libiptc import load_iptc
+
+            load_iptc()  # loads libxtables once, at start rather than in the first change
         self.cmd = f"iptables-{backend}"
         self.names = Names(node.prefix)
         self.plans: dict[ServicePortName, PortRules] = {}
