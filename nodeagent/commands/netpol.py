@@ -30,24 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def load_objects(paths: list[str]) -> list[dict]:
-    import yaml
+    from nodeagent.api.manifests import read_objects
 
-    out: list[dict] = []
-    for path in paths:
-        with open(path) as f:
-            text = f.read()
-        docs = json.loads(text) if path.endswith(".json") else list(yaml.safe_load_all(text))
-        stack = docs if isinstance(docs, list) else [docs]
-        while stack:
-            obj = stack.pop(0)
-            if not obj:
-                continue
-            kind = obj.get("kind") or ""
-            if kind.endswith("List"):
-                stack.extend(obj.get("items") or [])
-            elif kind in ("Pod", "Namespace", "NetworkPolicy"):
-                out.append(obj)
-    return out
+    return read_objects(paths, ("Pod", "Namespace", "NetworkPolicy"))
 
 
 def feed(enforcer, objects: list[dict]) -> None:

@@ -31,26 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def load_objects(paths: list[str]) -> tuple[list[dict], list[dict]]:
-    import yaml
+    from nodeagent.api.manifests import read_objects
 
-    services, slices = [], []
-    for path in paths:
-        with open(path) as f:
-            text = f.read()
-        docs = json.loads(text) if path.endswith(".json") else list(yaml.safe_load_all(text))
-        stack = docs if isinstance(docs, list) else [docs]
-        while stack:
-            obj = stack.pop(0)
-            if not obj:
-                continue
-            kind = obj.get("kind")
-            if kind and kind.endswith("List"):
-                stack.extend(obj.get("items") or [])
-            elif kind == "Service":
-                services.append(obj)
-            elif kind == "EndpointSlice":
-                slices.append(obj)
-    return services, slices
+    objs = read_objects(paths, ("Service", "EndpointSlice"))
+    return [o for o in objs if o["kind"] == "Service"], [o for o in objs if o["kind"] == "EndpointSlice"]
 
 
 def run(args: argparse.Namespace) -> int:

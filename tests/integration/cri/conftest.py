@@ -94,3 +94,21 @@ def pods(cri, tmp_path):
         yield p
     finally:
         p.close()
+
+
+@pytest.fixture
+def own(tmp_path, images):
+    """A daemon of the test's own (it may be killed and restarted), with busybox, and its Pods helper."""
+    d = CRIDaemon(tmp_path / "cri")
+    d.import_images([images.busybox.docker_archive])
+    d.start()
+    pods = Pods(d, tmp_path)
+    try:
+        yield d, pods
+    finally:
+        if d.client is None:
+            d.start()
+        pods.c = d.client
+        pods.close()
+        d.remove_everything()
+        d.stop()

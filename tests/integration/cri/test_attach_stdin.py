@@ -18,7 +18,6 @@ from cri.client import container_config
 from cri.proto import api_pb2 as pb
 from tests.integration.cri.attach_client import V4, V5, SpdyAttach, WsAttach
 from tests.integration.cri.conftest import BUSYBOX, Pods
-from tests.integration.cri.daemon import CRIDaemon
 from tests.integration.cri.test_peer_containerd import peer, ppods  # noqa: F401 - the runtimes, as fixtures
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -159,23 +158,6 @@ def test_attach_stdin_to_a_container_without_stdin(peer, ppods):  # noqa: F811
     asyncio.run(go())
     assert b"injected" not in open(_state(d, cid).log_path, "rb").read()
     assert _state(d, cid).state == pb.CONTAINER_RUNNING
-
-
-@pytest.fixture
-def own(tmp_path, images):
-    d = CRIDaemon(tmp_path / "cri")
-    d.import_images([images.busybox.docker_archive])
-    d.start()
-    pods = Pods(d, tmp_path)
-    try:
-        yield d, pods
-    finally:
-        if d.client is None:
-            d.start()
-        pods.c = d.client
-        pods.close()
-        d.remove_everything()
-        d.stop()
 
 
 def test_attach_with_stdin_survives_a_daemon_kill_9(own):

@@ -9,27 +9,9 @@ import time
 import pytest
 
 from cri.proto import api_pb2 as pb
-from tests.integration.cri.conftest import Pods
-from tests.integration.cri.daemon import CRIDaemon, reap
+from tests.integration.cri.daemon import reap
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture
-def own(tmp_path, images):
-    d = CRIDaemon(tmp_path / "cri")
-    d.import_images([images.busybox.docker_archive])
-    d.start()
-    pods = Pods(d, tmp_path)
-    try:
-        yield d, pods
-    finally:
-        if d.client is None:
-            d.start()
-        pods.c = d.client
-        pods.close()
-        d.remove_everything()
-        d.stop()
 
 
 def test_kill_9_and_restart_readopts_everything(own):
