@@ -12,11 +12,20 @@ import grpc
 from cri.proto import api_pb2 as pb
 from cri.proto import api_pb2_grpc
 
+# ListContainers/ListImages on a busy node exceed grpc's 4 MiB default, as kubelet found (it uses 16 MiB)
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 40 << 20)]
+
+
+def endpoint_target(endpoint: str) -> str:
+    """`unix:///run/x.sock`, `unix:/x` or a bare path → a grpc target."""
+    if endpoint.startswith("unix:"):
+        return endpoint
+    return f"unix://{endpoint}"
+
 
 class CRIClient:
     def __init__(self, socket: str, timeout: float = 120.0) -> None:
-        target = socket if socket.startswith("unix:") else f"unix://{socket}"
-        self.channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 40 << 20)])
+        self.channel = grpc.insecure_channel(endpoint_target(socket), options=CHANNEL_OPTIONS)
         self.rt = api_pb2_grpc.RuntimeServiceStub(self.channel)
         self.img = api_pb2_grpc.ImageServiceStub(self.channel)
         self.timeout = timeout

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import grpc
 
+from cri.client import CHANNEL_OPTIONS, endpoint_target
 from cri.proto import api_pb2 as pb
 from cri.proto import api_pb2_grpc
 
@@ -17,19 +18,11 @@ CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
 HASH_ANNOTATION = "io.kubernetes.container.hash"
 
 
-def endpoint_target(endpoint: str) -> str:
-    """`unix:///run/x.sock`, `unix:/x` or a bare path → a grpc target."""
-    if endpoint.startswith("unix:"):
-        return endpoint
-    return f"unix://{endpoint}"
-
-
 class RuntimeClient:
     """Runtime and image service stubs over one channel, with the calls the pod workers make."""
 
     def __init__(self, endpoint: str, timeout: float = 120.0) -> None:
-        self.channel = grpc.aio.insecure_channel(endpoint_target(endpoint),
-                                                 options=[("grpc.max_receive_message_length", 40 << 20)])
+        self.channel = grpc.aio.insecure_channel(endpoint_target(endpoint), options=CHANNEL_OPTIONS)
         self.rt = api_pb2_grpc.RuntimeServiceStub(self.channel)
         self.img = api_pb2_grpc.ImageServiceStub(self.channel)
         self.timeout = timeout
