@@ -72,8 +72,8 @@ cri-bin: $(CRI_BINS)
 cri/pause/pause: cri/pause/pause.c | $(STAMPS)/apt
 	gcc -static -O2 -s -Wall -o $@ $<
 
-cri/shim/shim: cri/shim/shim.c | $(STAMPS)/apt
-	gcc -static -O2 -s -Wall -o $@ $<
+cri/shim/shim: cri/shim/shim.c cri/shim/launch.c cri/shim/shim.h | $(STAMPS)/apt
+	gcc -static -O2 -s -Wall -o $@ cri/shim/shim.c cri/shim/launch.c
 
 # The CNI plugins (bridge: compiled thin client; others: lean Python launchers) and a default
 # conflist, written only if absent. nodeagent cni-daemon serves the bridge's fast path.
