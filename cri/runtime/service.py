@@ -361,7 +361,6 @@ class Runtime:
             raise AlreadyExists(f"sandbox name {key!r} is reserved for {self._keys[key]}")
         sid = secrets.token_hex(32)
         self._keys[key] = sid
-        self._warm_cgroup_attach()
         undo = Undo()
         undo.push(lambda: self._keys.pop(key, None))
         try:
@@ -397,6 +396,7 @@ class Runtime:
         s.cgroup = f"{parent}/{sid}"
         s.made_cgroups = await asyncio.to_thread(self.cgroups.create, s.cgroup)
         undo.push(lambda: self._remove_cgroups(s))
+        self._warm_cgroup_attach()  # pause joins the cgroup once it runs
         # pause: new net/ipc/uts namespaces (and pid when the pod shares one), hostname, loopback up.
         argv = [self.opts.pause]
         if nso.network != NODE:
@@ -564,7 +564,6 @@ class Runtime:
                                sec.privileged, sc.last_cap())
         cid = secrets.token_hex(32)
         self._keys[key] = cid
-        self._warm_cgroup_attach()
         undo = Undo()
         undo.push(lambda: self._keys.pop(key, None))
         try:
@@ -581,34 +580,43 @@ class Runtime:
                               argv: list[str], caps: list[str], mount_sources: list[str], devices: list[dict],
                               undo: Undo) -> ContainerRecord:
         d = self._cdir(cid)
-        d.mkdir()
-        undo.push(lambda: _remove_tree(d))
-        rootfs, upper, work = d / "rootfs", d / "upper", d / "work"
-        for p in (rootfs, upper, work):
-            p.mkdir()
-        lower = ":".join(str(p) for p in reversed(image.layers))
-        opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
-        await asyncio.to_thread(sc.mount, "overlay", str(rootfs), "overlay", 0, opts)
-        undo.push(lambda: sc.umount(str(rootfs), sc.MNT_DETACH))
+        rootfs = d / "rootfs"
         sec = config.linux.security_context
-        uid, gid, groups = cfglib.resolve_user(
-            str(rootfs), image.config.get("User", ""),
-            sec.run_as_user.value if sec.HasField("run_as_user") else None,
-            sec.run_as_group.value if sec.HasField("run_as_group") else None,
-            sec.run_as_username, list(sec.supplemental_groups))
         cgroup = f"{s.pod_cgroup}/{cid}"
         res = _resources(config.linux.resources)
-        await asyncio.to_thread(self.cgroups.create, cgroup)
-        undo.push(lambda: self.cgroups.remove(cgroup))
-        await asyncio.to_thread(self.cgroups.apply, cgroup, res)
-        if not sec.privileged:
-            allow = DEFAULT_DEVICE_RULES + [f"{d['kind']} {d['major']}:{d['minor']} {d['permissions']}" for d in devices]
-            await asyncio.to_thread(self.cgroups.restrict_devices, cgroup, allow)
         sconfig = self.sandbox_config(s)
         log_path = ""
         if config.log_path and sconfig.log_directory:
             log_path = os.path.join(sconfig.log_directory, config.log_path)
-            os.makedirs(os.path.dirname(log_path), exist_ok=True)
+
+        def prepare() -> tuple[int, int, list[int]]:
+            """The blocking part in one worker-thread hop: directories, rootfs, user, cgroup."""
+            d.mkdir()
+            undo.push(lambda: _remove_tree(d))
+            upper, work = d / "upper", d / "work"
+            for p in (rootfs, upper, work):
+                p.mkdir()
+            lower = ":".join(str(p) for p in reversed(image.layers))
+            sc.mount("overlay", str(rootfs), "overlay", 0, f"lowerdir={lower},upperdir={upper},workdir={work}")
+            undo.push(lambda: sc.umount(str(rootfs), sc.MNT_DETACH))
+            user = cfglib.resolve_user(
+                str(rootfs), image.config.get("User", ""),
+                sec.run_as_user.value if sec.HasField("run_as_user") else None,
+                sec.run_as_group.value if sec.HasField("run_as_group") else None,
+                sec.run_as_username, list(sec.supplemental_groups))
+            self.cgroups.create(cgroup)
+            undo.push(lambda: self.cgroups.remove(cgroup))
+            self.cgroups.apply(cgroup, res)
+            if not sec.privileged:
+                allow = DEFAULT_DEVICE_RULES + [f"{x['kind']} {x['major']}:{x['minor']} {x['permissions']}"
+                                                for x in devices]
+                self.cgroups.restrict_devices(cgroup, allow)
+            if log_path:
+                os.makedirs(os.path.dirname(log_path), exist_ok=True)
+            return user
+
+        uid, gid, groups = await asyncio.to_thread(prepare)
+        self._warm_cgroup_attach()  # after the mkdirs: a pending attach holds cgroup_mutex
         sd = self._sdir(s.id)
         mounts = []
         targets = {m.container_path for m in config.mounts}
@@ -694,17 +702,22 @@ class Runtime:
             if s is None or s.state != SANDBOX_READY or not alive(s.pid, s.pid_start):
                 raise FailedPrecondition(f"sandbox {c.sandbox_id} is not ready")
             self._warm_cgroup_attach()
-            spec = self._launch_spec(c, s)
+
+            def start() -> tuple[Any, int, int]:
+                """One worker-thread hop: the spec (it reads and makes files), the launch, the start times."""
+                launched = launch(self._launch_spec(c, s))
+                return launched, proc_start(launched.pid), proc_start(launched.shim_pid)
+
             try:
-                launched = await asyncio.to_thread(launch, spec)
+                launched, pid_start, shim_start = await asyncio.to_thread(start)
             except LaunchError as e:
                 c.state, c.exit_code, c.reason, c.message = EXITED, 128, "StartError", str(e)
                 c.started_at = c.finished_at = now_ns()
                 self._persist_container(c)
                 self._exited[c.id].set()
                 raise StartError(f"failed to start container {c.id}: {e}") from e
-            c.pid, c.pid_start = launched.pid, proc_start(launched.pid)
-            c.shim_pid, c.shim_start = launched.shim_pid, proc_start(launched.shim_pid)
+            c.pid, c.pid_start = launched.pid, pid_start
+            c.shim_pid, c.shim_start = launched.shim_pid, shim_start
             c.state, c.started_at = RUNNING, now_ns()
             self._persist_container(c)
             self._watch(c.shim_pid, lambda: self._on_container_exit(c))

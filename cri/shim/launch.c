@@ -486,8 +486,17 @@ static int ns_flag(const char *kind) {
 
 /* stdio: the stdin FIFO's read end or -1, the stdout and stderr pipes, the pty socket or -1. */
 static void container_init(int in_r, int out_w, int err_w, int pty_sock) {
+    /* The cgroup is joined last, just before the credentials change: the attach may wait for an
+     * RCU grace period (the daemon started one as StartContainer began, see warm_attach in
+     * cri/runtime/cgroups/base.py), and so does the old root's unmount below; joining late lets the
+     * two waits overlap. Its files are opened now, while the host's /sys/fs/cgroup is reachable. */
     step = "cgroup";
-    for (int i = 0; i < S.nprocs; i++) write_file(S.cgroup_procs[i], "0");
+    int procs[64];
+    if (S.nprocs > 64) { errno = E2BIG; die("too many cgroup hierarchies"); }
+    for (int i = 0; i < S.nprocs; i++) {
+        procs[i] = open(S.cgroup_procs[i], O_WRONLY | O_CLOEXEC);
+        if (procs[i] < 0) dief("open %s", S.cgroup_procs[i]);
+    }
     step = "oom_score_adj";
     if (S.oom_score_adj[0]) write_file("/proc/self/oom_score_adj", S.oom_score_adj);
     step = "namespaces";
@@ -533,6 +542,11 @@ static void container_init(int in_r, int out_w, int err_w, int pty_sock) {
     if (S.tty) {
         step = "terminal";
         term = container_terminal(pty_sock);
+    }
+    step = "cgroup";
+    for (int i = 0; i < S.nprocs; i++) {
+        if (write(procs[i], "0", 1) < 0) dief("write %s", S.cgroup_procs[i]);
+        close(procs[i]);
     }
     step = "credentials";
     drop_privileges();
