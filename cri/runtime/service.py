@@ -119,6 +119,7 @@ class Runtime:
         self._subscribers: list[asyncio.Queue] = []
         self._releases: dict[str, asyncio.Task] = {}  # exited containers' mounts and cgroups being freed
         self._warming: asyncio.Future | None = None  # see _warm_cgroup_attach
+        self._status_cache: dict[str, tuple[SandboxRecord, tuple, pb.PodSandboxStatus]] = {}  # sandbox_status
         self.pod_cidr = ""
         for d in ("sandboxes", "containers", "trash"):
             (opts.state_dir / d).mkdir(parents=True, exist_ok=True)
@@ -371,6 +372,7 @@ class Runtime:
             raise
         self.sandboxes[sid] = s
         self._watch(s.pid, lambda: self._on_pause_exit(s))
+        self.sandbox_status(s)  # built now, off the status path: the kubelet asks for it next (the IP)
         return sid
 
     async def _make_sandbox(self, sid: str, key: str, config: pb.PodSandboxConfig, handler: str,
@@ -409,20 +411,29 @@ class Runtime:
             argv.append("-p")
         for k, v in sorted(config.linux.sysctls.items()):
             argv += ["-s", f"{k}={v}"]
-        s.pid = await asyncio.to_thread(_spawn_pause, argv, self.cgroups.procs_files(s.cgroup))
+        s.pid = await asyncio.to_thread(_start_pause, argv)
         s.pid_start = proc_start(s.pid)
         pid = s.pid
         undo.push(lambda: _kill_wait(pid))
-        if nso.network != NODE and self.cni is not None and self.cni.network() is not None:
-            att = self._attachment(s, config)
-            result = await self.cni.add(att)
-            s.network = True
-            undo.push(lambda: self.cni.delete(att))
-            from cni.invoke import first_ip
+        # Joining the cgroup may wait for an RCU grace period (warm_attach in cgroups/base.py): it runs
+        # beside the CNI ADD, which needs only the network namespace pause now holds.
+        joined = asyncio.get_running_loop().run_in_executor(None, _join_cgroup, pid,
+                                                            self.cgroups.procs_files(s.cgroup))
+        try:
+            if nso.network != NODE and self.cni is not None and self.cni.network() is not None:
+                att = self._attachment(s, config)
+                result = await self.cni.add(att)
+                s.network = True
+                undo.push(lambda: self.cni.delete(att))
+                from cni.invoke import first_ip
 
-            s.ip, s.additional_ips = first_ip(result)
-            if s.ip:
-                await asyncio.to_thread(_add_host_entry, d / "hosts", s.ip, s.hostname)
+                s.ip, s.additional_ips = first_ip(result)
+                if s.ip:
+                    await asyncio.to_thread(_add_host_entry, d / "hosts", s.ip, s.hostname)
+        except BaseException:
+            await asyncio.gather(joined, return_exceptions=True)
+            raise
+        await joined
         self._persist_sandbox(s)
         return s
 
@@ -494,9 +505,21 @@ class Runtime:
             await asyncio.to_thread(_remove_tree, self._sdir(s.id))
             del self.sandboxes[s.id]
             self._keys.pop(s.key, None)
+            self._status_cache.pop(s.id, None)
         self._locks.pop(s.id, None)
 
     def sandbox_status(self, s: SandboxRecord) -> pb.PodSandboxStatus:
+        """The sandbox's status, read-only: built once per change of its mutable facts (state, IPs) and
+        shared, since the kubelet asks for it on every pod sync (building it cost 40 us a call)."""
+        key = (s.state, s.ip, tuple(s.additional_ips))
+        hit = self._status_cache.get(s.id)
+        if hit is not None and hit[0] is s and hit[1] == key:
+            return hit[2]
+        st = self._build_sandbox_status(s)
+        self._status_cache[s.id] = (s, key, st)
+        return st
+
+    def _build_sandbox_status(self, s: SandboxRecord) -> pb.PodSandboxStatus:
         config = self.sandbox_config(s)
         st = pb.PodSandboxStatus(id=s.id, metadata=config.metadata, created_at=s.created_at,
                                  state=pb.SANDBOX_READY if s.state == SANDBOX_READY else pb.SANDBOX_NOTREADY,
@@ -1058,8 +1081,8 @@ def _parsed_container_config(text: str) -> pb.ContainerConfig:
     return pb.ContainerConfig.FromString(decode(text))
 
 
-def _spawn_pause(argv: list[str], procs_files: list[str]) -> int:
-    """Start pause detached; return its pid once it holds its namespaces; join it to its cgroup."""
+def _start_pause(argv: list[str]) -> int:
+    """Start pause detached; return its pid once it holds its namespaces."""
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True, close_fds=True)
     line = p.stdout.readline()
@@ -1076,16 +1099,19 @@ def _spawn_pause(argv: list[str], procs_files: list[str]) -> int:
         p.wait()  # -p: the parent exits once the pid-1 child runs
     else:
         p.returncode = 0  # reaped by the exit watcher, not by the Popen object
+    return pid
+
+
+def _join_cgroup(pid: int, procs_files: list[str]) -> None:
+    """Move pause into its cgroup; on failure kill it, so it never outlives a failed RunPodSandbox."""
     try:
         for f in procs_files:
             with open(f, "w") as fh:
                 fh.write(str(pid))
     except OSError as e:
-        # e.g. ENOSPC joining a v1 cpuset cgroup with no cpus: the caller never learns the pid, so the
-        # pause process must not outlive this call.
+        # e.g. ENOSPC joining a v1 cpuset cgroup with no cpus
         _kill_wait(pid)
         raise FailedPrecondition(f"pause could not join its cgroup ({f}): {e.strerror or e}") from None
-    return pid
 
 
 def _kill_wait(pid: int, timeout: float = 10.0) -> None:
