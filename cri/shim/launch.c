@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -45,13 +46,14 @@
 #define SPEC_FD 3
 #define SYNC_FD 4
 #define MAX_LIST 4096
+#define ARENA_SIZE (64 << 20)  /* reserved, not committed: only the pages used count */
 
 extern char **environ;
 
 struct mnt { char *source, *target; int readonly, propagation, recursive_ro; };
 struct dev { char *path; unsigned mode, major, minor; };
 
-static struct {
+static struct spec {
     char **argv, **env;
     char *cwd;
     unsigned uid, gid;
@@ -79,7 +81,7 @@ static struct {
     char *exit_file, *log_path, *stdin_path, *ctl_path;
     int tty;
     int last_cap;
-} S;
+} *S;  /* in the arena, like the strings it points to */
 
 static const char *step = "shim";
 
@@ -98,26 +100,36 @@ static void dief(const char *fmt, const char *arg) {
 
 /* -- the spec ------------------------------------------------------------------------------- */
 
-static char *spec_buf, *spec_pos, *spec_end;
+/* The spec and everything parsed from it live in one anonymous mapping, unmapped once the container
+ * runs, so the shim that stays keeps no heap (the runtime's per-pod memory is one of its targets). */
+static char *arena, *spec_pos, *spec_end;
+static size_t arena_used;
+
+static void *alloc(size_t n) {
+    n = (n + 15) & ~(size_t)15;
+    if (n > ARENA_SIZE - arena_used) { errno = ENOMEM; die("launch spec too large"); }
+    void *p = arena + arena_used;
+    arena_used += n;
+    return p;  /* zeroed: fresh anonymous memory */
+}
 
 static void read_spec(void) {
-    size_t cap = 1 << 16, len = 0;
-    spec_buf = malloc(cap);
+    arena = mmap(NULL, ARENA_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (arena == MAP_FAILED) die("mmap");
+    size_t len = 0, cap = ARENA_SIZE / 2;
     for (;;) {
-        if (len == cap) {
-            cap *= 2;
-            spec_buf = realloc(spec_buf, cap);
-        }
-        if (!spec_buf) { errno = ENOMEM; die("reading the launch spec"); }
-        ssize_t n = read(SPEC_FD, spec_buf + len, cap - len);
+        if (len == cap) { errno = E2BIG; die("reading the launch spec"); }
+        ssize_t n = read(SPEC_FD, arena + len, cap - len);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) die("reading the launch spec");
         if (n == 0) break;
         len += (size_t)n;
     }
     close(SPEC_FD);
-    spec_pos = spec_buf;
-    spec_end = spec_buf + len;
+    spec_pos = arena;
+    spec_end = arena + len;
+    arena_used = len + 1;
+    S = alloc(sizeof(*S));
 }
 
 static char *tok(void) {
@@ -138,7 +150,7 @@ static int count(void) {
 
 static char **strings(int *n_out) {
     int n = count();
-    char **v = calloc((size_t)n + 1, sizeof(char *));
+    char **v = alloc(((size_t)n + 1) * sizeof(char *));
     for (int i = 0; i < n; i++) v[i] = tok();
     if (n_out) *n_out = n;
     return v;
@@ -146,65 +158,65 @@ static char **strings(int *n_out) {
 
 static void parse_spec(void) {
     if (strcmp(tok(), "nodeagent-launch-1") != 0) { errno = EINVAL; die("unknown launch spec version"); }
-    S.argv = strings(NULL);
-    S.env = strings(NULL);
-    S.cwd = tok();
-    S.uid = (unsigned)num();
-    S.gid = (unsigned)num();
-    S.ngroups = count();
-    S.groups = calloc((size_t)S.ngroups + 1, sizeof(gid_t));
-    for (int i = 0; i < S.ngroups; i++) S.groups[i] = (gid_t)num();
-    S.caps = strtoull(tok(), NULL, 10);
-    S.no_new_privs = (int)num();
-    S.seccomp = (int)num();
+    S->argv = strings(NULL);
+    S->env = strings(NULL);
+    S->cwd = tok();
+    S->uid = (unsigned)num();
+    S->gid = (unsigned)num();
+    S->ngroups = count();
+    S->groups = alloc(((size_t)S->ngroups + 1) * sizeof(gid_t));
+    for (int i = 0; i < S->ngroups; i++) S->groups[i] = (gid_t)num();
+    S->caps = strtoull(tok(), NULL, 10);
+    S->no_new_privs = (int)num();
+    S->seccomp = (int)num();
     char *hex = tok();
-    S.bpf_len = strlen(hex) / 2;
-    S.bpf = malloc(S.bpf_len + 1);
-    for (size_t i = 0; i < S.bpf_len; i++) {
+    S->bpf_len = strlen(hex) / 2;
+    S->bpf = alloc(S->bpf_len + 1);
+    for (size_t i = 0; i < S->bpf_len; i++) {
         unsigned b;
         sscanf(hex + 2 * i, "%2x", &b);
-        S.bpf[i] = (unsigned char)b;
+        S->bpf[i] = (unsigned char)b;
     }
-    S.rootfs = tok();
-    S.nmounts = count();
-    S.mounts = calloc((size_t)S.nmounts + 1, sizeof(struct mnt));
-    for (int i = 0; i < S.nmounts; i++) {
-        S.mounts[i].source = tok();
-        S.mounts[i].target = tok();
-        S.mounts[i].readonly = (int)num();
-        S.mounts[i].propagation = (int)num();
-        S.mounts[i].recursive_ro = (int)num();
+    S->rootfs = tok();
+    S->nmounts = count();
+    S->mounts = alloc(((size_t)S->nmounts + 1) * sizeof(struct mnt));
+    for (int i = 0; i < S->nmounts; i++) {
+        S->mounts[i].source = tok();
+        S->mounts[i].target = tok();
+        S->mounts[i].readonly = (int)num();
+        S->mounts[i].propagation = (int)num();
+        S->mounts[i].recursive_ro = (int)num();
     }
-    S.masked = strings(&S.nmasked);
-    S.readonly = strings(&S.nreadonly);
-    S.readonly_rootfs = (int)num();
-    S.privileged = (int)num();
-    S.njoin = count();
-    S.join_kind = calloc((size_t)S.njoin + 1, sizeof(char *));
-    S.join_path = calloc((size_t)S.njoin + 1, sizeof(char *));
-    for (int i = 0; i < S.njoin; i++) {
-        S.join_kind[i] = tok();
-        S.join_path[i] = tok();
+    S->masked = strings(&S->nmasked);
+    S->readonly = strings(&S->nreadonly);
+    S->readonly_rootfs = (int)num();
+    S->privileged = (int)num();
+    S->njoin = count();
+    S->join_kind = alloc(((size_t)S->njoin + 1) * sizeof(char *));
+    S->join_path = alloc(((size_t)S->njoin + 1) * sizeof(char *));
+    for (int i = 0; i < S->njoin; i++) {
+        S->join_kind[i] = tok();
+        S->join_path[i] = tok();
     }
-    S.pid_mode = tok();
-    S.pid_ns_path = tok();
-    S.shm_source = tok();
-    S.ndevices = count();
-    S.devices = calloc((size_t)S.ndevices + 1, sizeof(struct dev));
-    for (int i = 0; i < S.ndevices; i++) {
-        S.devices[i].path = tok();
-        S.devices[i].mode = (unsigned)num();
-        S.devices[i].major = (unsigned)num();
-        S.devices[i].minor = (unsigned)num();
+    S->pid_mode = tok();
+    S->pid_ns_path = tok();
+    S->shm_source = tok();
+    S->ndevices = count();
+    S->devices = alloc(((size_t)S->ndevices + 1) * sizeof(struct dev));
+    for (int i = 0; i < S->ndevices; i++) {
+        S->devices[i].path = tok();
+        S->devices[i].mode = (unsigned)num();
+        S->devices[i].major = (unsigned)num();
+        S->devices[i].minor = (unsigned)num();
     }
-    S.cgroup_procs = strings(&S.nprocs);
-    S.oom_score_adj = tok();
-    S.exit_file = tok();
-    S.log_path = tok();
-    S.stdin_path = tok();
-    S.ctl_path = tok();
-    S.tty = (int)num();
-    S.last_cap = (int)num();
+    S->cgroup_procs = strings(&S->nprocs);
+    S->oom_score_adj = tok();
+    S->exit_file = tok();
+    S->log_path = tok();
+    S->stdin_path = tok();
+    S->ctl_path = tok();
+    S->tty = (int)num();
+    S->last_cap = (int)num();
 }
 
 /* -- file system helpers --------------------------------------------------------------------- */
@@ -337,7 +349,7 @@ static const char *DEV_LINKS[][2] = {
 };
 
 static void build_rootfs(void) {
-    const char *root = S.rootfs;
+    const char *root = S->rootfs;
     char p[PATH_MAX], dev[PATH_MAX], node[PATH_MAX + 64];
     unsigned long nsx = MS_NOSUID | MS_NOEXEC | MS_NODEV;
     do_mount(root, root, NULL, MS_BIND | MS_REC, NULL);
@@ -346,7 +358,7 @@ static void build_rootfs(void) {
     do_mount("proc", p, "proc", nsx, NULL);
     secure_join(root, "/sys", p);
     if (mkdirs(p) < 0) dief("mkdir %s", p);
-    do_mount("sysfs", p, "sysfs", nsx | (S.privileged ? 0 : MS_RDONLY), NULL);
+    do_mount("sysfs", p, "sysfs", nsx | (S->privileged ? 0 : MS_RDONLY), NULL);
     secure_join(root, "/dev", dev);
     if (mkdirs(dev) < 0) dief("mkdir %s", dev);
     do_mount("tmpfs", dev, "tmpfs", MS_NOSUID, "mode=755,size=65536k");
@@ -359,8 +371,8 @@ static void build_rootfs(void) {
         snprintf(node, sizeof(node), "%s/%s", dev, DEV_LINKS[i][0]);
         if (symlink(DEV_LINKS[i][1], node) < 0) dief("symlink %s", node);
     }
-    for (int i = 0; i < S.ndevices; i++) {
-        struct dev *d = &S.devices[i];
+    for (int i = 0; i < S->ndevices; i++) {
+        struct dev *d = &S->devices[i];
         secure_join(root, d->path, p);
         char dir[PATH_MAX];
         snprintf(dir, sizeof(dir), "%s", p);
@@ -378,13 +390,13 @@ static void build_rootfs(void) {
     do_mount("devpts", node, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5");
     snprintf(node, sizeof(node), "%s/shm", dev);
     if (mkdir(node, 0777) < 0) dief("mkdir %s", node);
-    if (S.shm_source[0]) do_mount(S.shm_source, node, NULL, MS_BIND | MS_REC, NULL);
+    if (S->shm_source[0]) do_mount(S->shm_source, node, NULL, MS_BIND | MS_REC, NULL);
     else do_mount("shm", node, "tmpfs", nsx, "mode=1777,size=65536k");
     snprintf(node, sizeof(node), "%s/mqueue", dev);
     if (mkdir(node, 0777) < 0) dief("mkdir %s", node);
     mount("mqueue", node, "mqueue", nsx, NULL);  /* best effort, as before */
-    for (int i = 0; i < S.nmounts; i++) {
-        struct mnt *m = &S.mounts[i];
+    for (int i = 0; i < S->nmounts; i++) {
+        struct mnt *m = &S->mounts[i];
         secure_join(root, m->target, p);
         if (is_dir(m->source)) {
             if (mkdirs(p) < 0) dief("mkdir %s", p);
@@ -414,13 +426,13 @@ static void build_rootfs(void) {
 }
 
 static void mask_paths(void) {
-    for (int i = 0; i < S.nmasked; i++) {
-        const char *path = S.masked[i];
+    for (int i = 0; i < S->nmasked; i++) {
+        const char *path = S->masked[i];
         int rc = is_dir(path) ? mount("tmpfs", path, "tmpfs", MS_RDONLY, NULL) : mount("/dev/null", path, NULL, MS_BIND, NULL);
         if (rc < 0 && errno != ENOENT && exists(path)) dief("mount %s", path);
     }
-    for (int i = 0; i < S.nreadonly; i++) {
-        const char *path = S.readonly[i];
+    for (int i = 0; i < S->nreadonly; i++) {
+        const char *path = S->readonly[i];
         if (!exists(path)) continue;
         do_mount(path, path, NULL, MS_BIND | MS_REC, NULL);
         do_mount(NULL, path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC, NULL);
@@ -436,7 +448,7 @@ static int container_terminal(int sock) {
     if (ioctl(master, TIOCSPTLCK, &unlock) < 0) die("unlock the pty");
     int slave = ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY);
     if (slave < 0) die("open the pty peer");
-    if (fchown(slave, S.uid, (gid_t)-1) < 0) die("chown the pty");
+    if (fchown(slave, S->uid, (gid_t)-1) < 0) die("chown the pty");
     char data = 'm';
     struct iovec iov = {.iov_base = &data, .iov_len = 1};
     union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } u;
@@ -454,28 +466,28 @@ static int container_terminal(int sock) {
 }
 
 static void drop_privileges(void) {
-    if (S.seccomp >= 0) {
-        if (S.seccomp == 1 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
-        struct sock_fprog prog = {.len = (unsigned short)(S.bpf_len / sizeof(struct sock_filter)),
-                                  .filter = (struct sock_filter *)S.bpf};
+    if (S->seccomp >= 0) {
+        if (S->seccomp == 1 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
+        struct sock_fprog prog = {.len = (unsigned short)(S->bpf_len / sizeof(struct sock_filter)),
+                                  .filter = (struct sock_filter *)S->bpf};
         if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0) die("seccomp_load");
     }
-    for (int cap = 0; cap <= S.last_cap; cap++) {
-        if (!(S.caps & (1ULL << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) die("prctl PR_CAPBSET_DROP");
+    for (int cap = 0; cap <= S->last_cap; cap++) {
+        if (!(S->caps & (1ULL << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) die("prctl PR_CAPBSET_DROP");
     }
-    if (syscall(SYS_setgroups, S.ngroups, S.groups) < 0) die("setgroups");
-    if (syscall(SYS_setresgid, S.gid, S.gid, S.gid) < 0) die("setresgid");
-    if (syscall(SYS_setresuid, S.uid, S.uid, S.uid) < 0) die("setresuid");  /* non-root: every capability goes */
-    if (S.uid == 0) {
+    if (syscall(SYS_setgroups, S->ngroups, S->groups) < 0) die("setgroups");
+    if (syscall(SYS_setresgid, S->gid, S->gid, S->gid) < 0) die("setresgid");
+    if (syscall(SYS_setresuid, S->uid, S->uid, S->uid) < 0) die("setresuid");  /* non-root: every capability goes */
+    if (S->uid == 0) {
         struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
         struct __user_cap_data_struct data[2];
         memset(data, 0, sizeof(data));
         for (int i = 0; i < 2; i++) {
-            data[i].effective = data[i].permitted = (uint32_t)(S.caps >> (32 * i));
+            data[i].effective = data[i].permitted = (uint32_t)(S->caps >> (32 * i));
         }
         if (syscall(SYS_capset, &hdr, data) < 0) die("capset");
     }
-    if (S.no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
+    if (S->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
 }
 
 static int ns_flag(const char *kind) {
@@ -492,31 +504,31 @@ static void container_init(int in_r, int out_w, int err_w, int pty_sock) {
      * two waits overlap. Its files are opened now, while the host's /sys/fs/cgroup is reachable. */
     step = "cgroup";
     int procs[64];
-    if (S.nprocs > 64) { errno = E2BIG; die("too many cgroup hierarchies"); }
-    for (int i = 0; i < S.nprocs; i++) {
-        procs[i] = open(S.cgroup_procs[i], O_WRONLY | O_CLOEXEC);
-        if (procs[i] < 0) dief("open %s", S.cgroup_procs[i]);
+    if (S->nprocs > 64) { errno = E2BIG; die("too many cgroup hierarchies"); }
+    for (int i = 0; i < S->nprocs; i++) {
+        procs[i] = open(S->cgroup_procs[i], O_WRONLY | O_CLOEXEC);
+        if (procs[i] < 0) dief("open %s", S->cgroup_procs[i]);
     }
     step = "oom_score_adj";
-    if (S.oom_score_adj[0]) write_file("/proc/self/oom_score_adj", S.oom_score_adj);
+    if (S->oom_score_adj[0]) write_file("/proc/self/oom_score_adj", S->oom_score_adj);
     step = "namespaces";
     int fds[8];
-    for (int i = 0; i < S.njoin && i < 8; i++) {
-        fds[i] = open(S.join_path[i], O_RDONLY | O_CLOEXEC);
-        if (fds[i] < 0) dief("open %s", S.join_path[i]);
+    for (int i = 0; i < S->njoin && i < 8; i++) {
+        fds[i] = open(S->join_path[i], O_RDONLY | O_CLOEXEC);
+        if (fds[i] < 0) dief("open %s", S->join_path[i]);
     }
-    for (int i = 0; i < S.njoin && i < 8; i++) {
-        if (setns(fds[i], ns_flag(S.join_kind[i])) < 0) dief("setns %s", S.join_path[i]);
+    for (int i = 0; i < S->njoin && i < 8; i++) {
+        if (setns(fds[i], ns_flag(S->join_kind[i])) < 0) dief("setns %s", S->join_path[i]);
         close(fds[i]);
     }
     if (unshare(CLONE_NEWNS) < 0) die("unshare");
     int bidirectional = 0;
-    for (int i = 0; i < S.nmounts; i++) bidirectional |= S.mounts[i].propagation == MS_SHARED;
+    for (int i = 0; i < S->nmounts; i++) bidirectional |= S->mounts[i].propagation == MS_SHARED;
     if (bidirectional) {
         /* runc's rootfsPropagation=rshared: the host's mounts stay peers (a Bidirectional bind
          * joins its source's peer group); only the rootfs' own mount is cut off from the host */
         char mp[PATH_MAX];
-        mount_point_of(S.rootfs, mp);
+        mount_point_of(S->rootfs, mp);
         do_mount(NULL, mp, NULL, MS_PRIVATE, NULL);
     } else {
         do_mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
@@ -524,7 +536,7 @@ static void container_init(int in_r, int out_w, int err_w, int pty_sock) {
     step = "rootfs";
     build_rootfs();
     step = "pivot_root";
-    if (chdir(S.rootfs) < 0) dief("chdir %s", S.rootfs);
+    if (chdir(S->rootfs) < 0) dief("chdir %s", S->rootfs);
     int old_root = -1;
     if (bidirectional && (old_root = open("/", O_DIRECTORY | O_RDONLY | O_CLOEXEC)) < 0) die("open /");
     if (syscall(SYS_pivot_root, ".", ".") < 0) die("pivot_root");
@@ -536,27 +548,27 @@ static void container_init(int in_r, int out_w, int err_w, int pty_sock) {
     if (umount2(".", MNT_DETACH) < 0) die("umount the old root");
     if (chdir("/") < 0) die("chdir /");
     step = "masked paths";
-    if (!S.privileged) mask_paths();
-    if (S.readonly_rootfs) do_mount(NULL, "/", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC, NULL);
+    if (!S->privileged) mask_paths();
+    if (S->readonly_rootfs) do_mount(NULL, "/", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC, NULL);
     int term = -1;
-    if (S.tty) {
+    if (S->tty) {
         step = "terminal";
         term = container_terminal(pty_sock);
     }
     step = "cgroup";
-    for (int i = 0; i < S.nprocs; i++) {
-        if (write(procs[i], "0", 1) < 0) dief("write %s", S.cgroup_procs[i]);
+    for (int i = 0; i < S->nprocs; i++) {
+        if (write(procs[i], "0", 1) < 0) dief("write %s", S->cgroup_procs[i]);
         close(procs[i]);
     }
     step = "credentials";
     drop_privileges();
     step = "working directory";
-    if (S.cwd[0]) {
-        if (mkdirs(S.cwd) < 0 && errno != EACCES && errno != EPERM) dief("mkdir %s", S.cwd);
-        if (chdir(S.cwd) < 0) dief("chdir %s", S.cwd);
+    if (S->cwd[0]) {
+        if (mkdirs(S->cwd) < 0 && errno != EACCES && errno != EPERM) dief("mkdir %s", S->cwd);
+        if (chdir(S->cwd) < 0) dief("chdir %s", S->cwd);
     }
     step = "stdio";
-    if (S.tty) {
+    if (S->tty) {
         for (int t = 0; t < 3; t++) dup2(term, t);
     } else {
         int in = in_r >= 0 ? in_r : open("/dev/null", O_RDONLY);
@@ -564,10 +576,10 @@ static void container_init(int in_r, int out_w, int err_w, int pty_sock) {
     }
     syscall(SYS_close_range, 3, SYNC_FD - 1, 0);
     syscall(SYS_close_range, SYNC_FD + 1, ~0U, 0);
-    environ = S.env;
-    execvp(S.argv[0], S.argv);  /* PATH from the container's environment (default /bin:/usr/bin) */
+    environ = S->env;
+    execvp(S->argv[0], S->argv);  /* PATH from the container's environment (default /bin:/usr/bin) */
     int e = errno;
-    dprintf(SYNC_FD, "err exec: %s: %s\n", strerror(e), S.argv[0]);
+    dprintf(SYNC_FD, "err exec: %s: %s\n", strerror(e), S->argv[0]);
     _exit(127);
 }
 
@@ -584,19 +596,19 @@ int launch_container(struct shim_args *a) {
     read_spec();
     parse_spec();
     syscall(SYS_close_range, SYNC_FD + 1, ~0U, 0);  /* nothing of the daemon's stays with the shim */
-    if (strcmp(S.pid_mode, "new") == 0) {
+    if (strcmp(S->pid_mode, "new") == 0) {
         if (unshare(CLONE_NEWPID) < 0) die("unshare");
-    } else if (strcmp(S.pid_mode, "join") == 0) {
-        int fd = open_or_die(S.pid_ns_path, O_RDONLY);
-        if (setns(fd, CLONE_NEWPID) < 0) dief("setns %s", S.pid_ns_path);
+    } else if (strcmp(S->pid_mode, "join") == 0) {
+        int fd = open_or_die(S->pid_ns_path, O_RDONLY);
+        if (setns(fd, CLONE_NEWPID) < 0) dief("setns %s", S->pid_ns_path);
         close(fd);
     }
     /* stdin: the shim holds the FIFO read-write (no EOF while nobody is attached); G reads it. */
-    int in_keep = S.stdin_path[0] ? open_or_die(S.stdin_path, O_RDWR) : -1;
-    int in_r = S.stdin_path[0] && !S.tty ? open_or_die(S.stdin_path, O_RDONLY) : -1;
-    int ctl = S.ctl_path[0] ? open_or_die(S.ctl_path, O_RDWR) : -1;
+    int in_keep = S->stdin_path[0] ? open_or_die(S->stdin_path, O_RDWR) : -1;
+    int in_r = S->stdin_path[0] && !S->tty ? open_or_die(S->stdin_path, O_RDONLY) : -1;
+    int ctl = S->ctl_path[0] ? open_or_die(S->ctl_path, O_RDWR) : -1;
     int out[2] = {-1, -1}, err[2] = {-1, -1}, pty[2] = {-1, -1};
-    if (S.tty) {  /* G opens its terminal in its own devpts and hands us the master over this socket */
+    if (S->tty) {  /* G opens its terminal in its own devpts and hands us the master over this socket */
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pty) < 0) die("socketpair");
     } else if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
         die("pipe");
@@ -604,12 +616,12 @@ int launch_container(struct shim_args *a) {
     pid_t g = fork();
     if (g < 0) die("fork");
     if (g == 0) {
-        if (S.tty) close(pty[0]);
+        if (S->tty) close(pty[0]);
         else { close(out[0]); close(err[0]); }
         container_init(in_r, out[1], err[1], pty[1]);
     }
     int out_r = out[0], err_r = err[0];
-    if (S.tty) {
+    if (S->tty) {
         close(pty[1]);
         char data;
         struct iovec iov = {.iov_base = &data, .iov_len = 1};
@@ -627,15 +639,27 @@ int launch_container(struct shim_args *a) {
         close(err[1]);
     }
     if (in_r >= 0) close(in_r);
-    dprintf(SYNC_FD, "pid %d\n", (int)g);
+    char line[32];
+    int n = snprintf(line, sizeof(line), "pid %d\n", (int)g);
+    if (write(SYNC_FD, line, (size_t)n) < 0) _exit(127);  /* the daemon is gone: G is its to kill */
     close(SYNC_FD);
-    a->exit_file = S.exit_file;
-    a->log_path = S.log_path[0] ? S.log_path : "-";
+    static char small[1024];  /* beside the other static data: no page of its own */
+    size_t e = strlen(S->exit_file), l = strlen(S->log_path);
+    char *paths = small;
+    if (e + l + 3 > sizeof(small)) {
+        paths = mmap(NULL, e + l + 3, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (paths == MAP_FAILED) die("mmap");
+    }
+    memcpy(paths, S->exit_file, e + 1);
+    memcpy(paths + e + 1, S->log_path[0] ? S->log_path : "-", S->log_path[0] ? l + 1 : 2);
+    a->exit_file = paths;
+    a->log_path = paths + e + 1;
     a->pid = g;
     a->out_fd = out_r;
     a->err_fd = err_r;
     a->stdin_fd = in_keep;
     a->ctl_fd = ctl;
-    a->tty = S.tty;
+    a->tty = S->tty;
+    munmap(arena, ARENA_SIZE);
     return 0;
 }
