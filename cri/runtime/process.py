@@ -1,10 +1,11 @@
 """Launching container processes: the static C shim starts them; no resident Python.
 
-`launch()` posix_spawns `shim --launch` (cri/shim/launch.c) with the container's spec on a pipe.
-That process (P1) detaches, creates or joins the pid namespace, and forks the container init (G).
-G joins the cgroup and the sandbox's namespaces, builds its mount namespace (rootfs, /proc, /sys,
-/dev, mounts, masks), pivots, drops privileges and execs the user's command; P1 stays G's parent
-as the shim, writes G's output to the CRI log and its exit status to disk. So each running
+`launch()` posix_spawns the static C launcher (cri/shim/launch.c) with the container's spec on a
+pipe. That process (P1) detaches, creates or joins the pid namespace, and forks the container init
+(G). G joins the sandbox's namespaces, builds its mount namespace (rootfs, /proc, /sys, /dev,
+mounts, masks), pivots, joins its cgroup, drops privileges and execs the user's command; P1 execs
+the static C shim (cri/shim/shim.c), which stays G's parent, writes G's output to the CRI log and
+its exit status to disk. So each running
 container costs one tiny C process, its exit is recorded even while the daemon is down, and
 starting it costs no fork of the (large, threaded) daemon nor any interpreter work in between.
 
@@ -75,6 +76,7 @@ class LaunchSpec:
     stdin_path: str = ""  # the stdin FIFO the shim holds open ("" = /dev/null); see cri/runtime/stdio.py
     ctl_path: str = ""  # the shim's control FIFO (close-stdin, resize)
     tty: bool = False  # the container's stdio is a terminal of its own devpts
+    launcher: str = ""  # cri/shim/launch ("": beside the shim)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +93,7 @@ class LaunchError(Exception):
 
 
 SPEC_VERSION = "nodeagent-launch-1"
-SPEC_FD, SYNC_FD = 3, 4  # where `shim --launch` finds the spec and the sync pipe
+SPEC_FD, SYNC_FD = 3, 4  # where the launcher finds the spec and the sync pipe
 
 
 def encode_spec(spec: LaunchSpec) -> bytes:
@@ -127,7 +129,7 @@ def encode_spec(spec: LaunchSpec) -> bytes:
         out += [path, str(mode), str(major), str(minor)]
     items(spec.cgroup_procs)
     out += ["" if spec.oom_score_adj is None else str(spec.oom_score_adj), spec.exit_file, spec.log_path,
-            spec.stdin_path, spec.ctl_path, str(int(spec.tty)), str(sc.last_cap())]
+            spec.stdin_path, spec.ctl_path, str(int(spec.tty)), str(sc.last_cap()), spec.shim]
     if any("\0" in x for x in out):
         raise LaunchError("spec: embedded null byte")
     return b"".join(os.fsencode(x) + b"\0" for x in out)
@@ -143,18 +145,20 @@ def _above_std(fd: int) -> int:
 
 
 def launch(spec: LaunchSpec) -> Launched:
-    """Spawn the shim, which starts the container; return once the container has exec'd (blocking: use a thread)."""
+    """Spawn the launcher, which starts the container and becomes its shim; return once the container
+    has exec'd (blocking: use a thread)."""
     payload = encode_spec(spec)
+    launcher = spec.launcher or os.path.join(os.path.dirname(spec.shim), "launch")
     spec_r, spec_w = (_above_std(fd) for fd in os.pipe())
     sync_r, sync_w = (_above_std(fd) for fd in os.pipe())
     try:
-        shim_pid = os.posix_spawn(spec.shim, [spec.shim, "--launch"], os.environ, setsid=True,
+        shim_pid = os.posix_spawn(launcher, [launcher], os.environ, setsid=True,
                                   file_actions=[(os.POSIX_SPAWN_DUP2, spec_r, SPEC_FD),
                                                 (os.POSIX_SPAWN_DUP2, sync_w, SYNC_FD)])
     except OSError as e:
         os.close(spec_w)
         os.close(sync_r)
-        raise LaunchError(f"shim: {e.strerror or e}: {spec.shim}") from e
+        raise LaunchError(f"shim: {e.strerror or e}: {launcher}") from e
     finally:
         os.close(spec_r)
         os.close(sync_w)

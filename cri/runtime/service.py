@@ -71,11 +71,13 @@ class RuntimeOptions:
     registries: str | None = None
     pause: str = ""
     shim: str = ""
+    launcher: str = ""  # starts a container, then execs the shim (default: beside the shim)
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)
         self.pause = self.pause or os.environ.get("NODEAGENT_PAUSE") or str(PACKAGE_DIR / "pause" / "pause")
         self.shim = self.shim or os.environ.get("NODEAGENT_SHIM") or str(PACKAGE_DIR / "shim" / "shim")
+        self.launcher = self.launcher or str(Path(self.shim).with_name("launch"))
         if self.cni_cache_dir is None:
             self.cni_cache_dir = self.state_dir / "cni-cache"
 
@@ -713,7 +715,7 @@ class Runtime:
             devices=tuple((d["path"], d["mode"], d["major"], d["minor"]) for d in L.get("devices", [])),
             cgroup_procs=tuple(self.cgroups.procs_files(c.cgroup)),
             oom_score_adj=max(adj, own) if adj or own else None,
-            shim=self.opts.shim, exit_file=str(self._cdir(c.id) / "exit"), log_path=self.output_log(c),
+            shim=self.opts.shim, launcher=self.opts.launcher, exit_file=str(self._cdir(c.id) / "exit"), log_path=self.output_log(c),
             stdin_path=stdin_path, ctl_path=ctl_path, tty=cfg.tty)
 
     async def start_container(self, cid: str) -> None:

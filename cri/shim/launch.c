@@ -1,12 +1,13 @@
-/* launch: start a container, then stay as its shim (`shim --launch`).
+/* launch: start a container, then become its shim.
  *
- * The runtime daemon posix_spawns `shim --launch` (in a new session) with the container's launch
- * spec on fd 3 and a sync pipe on fd 4. This process (P1) reads the spec, creates or joins the pod's
- * pid namespace, and forks the container init (G). G joins the cgroup and the sandbox's namespaces,
- * builds its mount namespace (overlay rootfs bound on itself, /proc, /sys, /dev, the caller's mounts,
- * masked and read-only paths), pivots, drops privileges (seccomp, capabilities, ids) and execs the
- * user's command. P1 writes "pid G" on the sync pipe and supervises G as the shim (shim.c). The
- * daemon reads the sync pipe to EOF: G's copy closes when it execs (close-on-exec); a failure is
+ * The runtime daemon posix_spawns `launch` (in a new session) with the container's launch spec on
+ * fd 3 and a sync pipe on fd 4. This process (P1) reads the spec, creates or joins the pod's
+ * pid namespace, and forks the container init (G). G joins the sandbox's namespaces, builds its mount
+ * namespace (overlay rootfs bound on itself, /proc, /sys, /dev, the caller's mounts, masked and
+ * read-only paths), pivots, joins its cgroup, drops privileges (seccomp, capabilities, ids) and execs
+ * the user's command. P1 writes "pid G" on the sync pipe and execs the shim (shim.c) with G's pipes, so
+ * the process that stays per container is the plain shim, no larger than before. The daemon reads
+ * the sync pipe to EOF: G's and P1's copies close when they exec (close-on-exec); a failure is
  * written there as "err STEP: DETAIL" by whichever process failed.
  *
  * Why C: done from Python, this path cost two forks of the large daemon and the interpreter's
@@ -40,8 +41,6 @@
 #include <sys/types.h>
 #include <termios.h>
 #include <unistd.h>
-
-#include "shim.h"
 
 #define SPEC_FD 3
 #define SYNC_FD 4
@@ -81,6 +80,7 @@ static struct spec {
     char *exit_file, *log_path, *stdin_path, *ctl_path;
     int tty;
     int last_cap;
+    char *shim;
 } *S;  /* in the arena, like the strings it points to */
 
 static const char *step = "shim";
@@ -100,8 +100,7 @@ static void dief(const char *fmt, const char *arg) {
 
 /* -- the spec ------------------------------------------------------------------------------- */
 
-/* The spec and everything parsed from it live in one anonymous mapping, unmapped once the container
- * runs, so the shim that stays keeps no heap (the runtime's per-pod memory is one of its targets). */
+/* The spec and everything parsed from it live in one anonymous mapping (no malloc). */
 static char *arena, *spec_pos, *spec_end;
 static size_t arena_used;
 
@@ -217,6 +216,7 @@ static void parse_spec(void) {
     S->ctl_path = tok();
     S->tty = (int)num();
     S->last_cap = (int)num();
+    S->shim = tok();
 }
 
 /* -- file system helpers --------------------------------------------------------------------- */
@@ -583,7 +583,7 @@ static void container_init(int in_r, int out_w, int err_w, int pty_sock) {
     _exit(127);
 }
 
-/* -- P1: the pid namespace, G, then the shim -------------------------------------------------- */
+/* -- P1: the pid namespace, G, then the shim ------------------------------------------------- */
 
 static int open_or_die(const char *path, int flags) {
     int fd = open(path, flags | O_CLOEXEC);
@@ -591,7 +591,7 @@ static int open_or_die(const char *path, int flags) {
     return fd;
 }
 
-int launch_container(struct shim_args *a) {
+int main(void) {
     if (fcntl(SYNC_FD, F_SETFD, FD_CLOEXEC) < 0) _exit(127);  /* G's copy closes when it execs */
     read_spec();
     parse_spec();
@@ -642,24 +642,22 @@ int launch_container(struct shim_args *a) {
     char line[32];
     int n = snprintf(line, sizeof(line), "pid %d\n", (int)g);
     if (write(SYNC_FD, line, (size_t)n) < 0) _exit(127);  /* the daemon is gone: G is its to kill */
-    close(SYNC_FD);
-    static char small[1024];  /* beside the other static data: no page of its own */
-    size_t e = strlen(S->exit_file), l = strlen(S->log_path);
-    char *paths = small;
-    if (e + l + 3 > sizeof(small)) {
-        paths = mmap(NULL, e + l + 3, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (paths == MAP_FAILED) die("mmap");
+    /* Become the plain shim (shim.c's usage): G stays our child across the exec. */
+    int keep[] = {out_r, err_r, in_keep, ctl};
+    for (int i = 0; i < 4; i++) {
+        if (keep[i] >= 0 && fcntl(keep[i], F_SETFD, 0) < 0) die("fcntl");
     }
-    memcpy(paths, S->exit_file, e + 1);
-    memcpy(paths + e + 1, S->log_path[0] ? S->log_path : "-", S->log_path[0] ? l + 1 : 2);
-    a->exit_file = paths;
-    a->log_path = paths + e + 1;
-    a->pid = g;
-    a->out_fd = out_r;
-    a->err_fd = err_r;
-    a->stdin_fd = in_keep;
-    a->ctl_fd = ctl;
-    a->tty = S->tty;
-    munmap(arena, ARENA_SIZE);
-    return 0;
+    char args[6][16];
+    snprintf(args[0], sizeof(args[0]), "%d", (int)g);
+    snprintf(args[1], sizeof(args[1]), "%d", out_r);
+    snprintf(args[2], sizeof(args[2]), "%d", err_r);
+    snprintf(args[3], sizeof(args[3]), "%d", in_keep);
+    snprintf(args[4], sizeof(args[4]), "%d", ctl);
+    snprintf(args[5], sizeof(args[5]), "%d", S->tty);
+    char *argv[] = {S->shim, S->exit_file, S->log_path[0] ? S->log_path : "-", args[0], args[1], args[2],
+                    args[3], args[4], args[5], NULL};
+    if (!(S->stdin_path[0] || S->ctl_path[0] || S->tty)) argv[6] = NULL;
+    execv(S->shim, argv);
+    dief("exec %s", S->shim);
+    return 127;
 }

@@ -20,9 +20,6 @@
  *            and "resize W H" sets the terminal's window size; -1: none.
  *   TTY      "1" when OUT_FD is the master of the container's terminal (ERR_FD is then -1): its
  *            output is logged as stdout without waiting for a newline (prompts show at once).
- *
- * usage: shim --launch   (the runtime's way: start the container from the spec on fd 3, see
- *                         launch.c, then supervise it as above)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -38,8 +35,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#include "shim.h"
 
 #define MAX_LINE 16384
 
@@ -187,20 +182,26 @@ static void write_exit(const char *path, int status) {
     rename(tmp, path);
 }
 
-static int supervise(const struct shim_args *a) {
-    const char *exit_file = a->exit_file;
-    log_path = a->log_path;
-    pid_t pid = a->pid;
+int main(int argc, char **argv) {
+    if (argc != 6 && argc != 9) {
+        fprintf(stderr, "usage: shim EXIT_FILE LOG_PATH PID OUT_FD ERR_FD [STDIN_FD CTL_FD TTY]\n");
+        return 2;
+    }
+    const char *exit_file = argv[1];
+    log_path = argv[2];
+    pid_t pid = (pid_t)atoi(argv[3]);
     static struct stream streams[2];
-    streams[0].fd = a->out_fd;
+    streams[0].fd = atoi(argv[4]);
     streams[0].name = "stdout";
-    streams[1].fd = a->err_fd;
+    streams[1].fd = atoi(argv[5]);
     streams[1].name = "stderr";
-    stdin_fd = a->stdin_fd;
-    ctl_fd = a->ctl_fd;
-    if (a->tty) {
-        term_fd = streams[0].fd;
-        streams[0].tty = 1;
+    if (argc == 9) {
+        stdin_fd = atoi(argv[6]);
+        ctl_fd = atoi(argv[7]);
+        if (strcmp(argv[8], "1") == 0) {
+            term_fd = streams[0].fd;
+            streams[0].tty = 1;
+        }
     }
 
     signal(SIGTERM, SIG_IGN);
@@ -250,27 +251,4 @@ static int supervise(const struct shim_args *a) {
     }
     write_exit(exit_file, status);
     return 0;
-}
-
-int main(int argc, char **argv) {
-    struct shim_args a = {.stdin_fd = -1, .ctl_fd = -1};
-    if (argc == 2 && strcmp(argv[1], "--launch") == 0) {
-        launch_container(&a);
-        return supervise(&a);
-    }
-    if (argc != 6 && argc != 9) {
-        fprintf(stderr, "usage: shim EXIT_FILE LOG_PATH PID OUT_FD ERR_FD [STDIN_FD CTL_FD TTY] | shim --launch\n");
-        return 2;
-    }
-    a.exit_file = argv[1];
-    a.log_path = argv[2];
-    a.pid = (pid_t)atoi(argv[3]);
-    a.out_fd = atoi(argv[4]);
-    a.err_fd = atoi(argv[5]);
-    if (argc == 9) {
-        a.stdin_fd = atoi(argv[6]);
-        a.ctl_fd = atoi(argv[7]);
-        a.tty = strcmp(argv[8], "1") == 0;
-    }
-    return supervise(&a);
 }
