@@ -65,14 +65,18 @@ cri-proto: $(CRI_PROTO_STUBS)
 $(CRI_PROTO_STUBS) &: cri/proto/api.proto | $(STAMPS)/python
 	$(PY) -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. cri/proto/api.proto
 
-# The runtime's two static C helpers: the pod sandbox's pause process and the per-container shim.
-CRI_BINS := cri/pause/pause cri/shim/shim
+# The runtime's static C helpers: the pod sandbox's pause process, the per-container shim, and the
+# launcher that starts a container and then execs the shim.
+CRI_BINS := cri/pause/pause cri/shim/shim cri/shim/launch
 cri-bin: $(CRI_BINS)
 
 cri/pause/pause: cri/pause/pause.c | $(STAMPS)/apt
 	gcc -static -O2 -s -Wall -o $@ $<
 
 cri/shim/shim: cri/shim/shim.c | $(STAMPS)/apt
+	gcc -static -O2 -s -Wall -o $@ $<
+
+cri/shim/launch: cri/shim/launch.c | $(STAMPS)/apt
 	gcc -static -O2 -s -Wall -o $@ $<
 
 # The CNI plugins (bridge: compiled thin client; others: lean Python launchers) and a default

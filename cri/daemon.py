@@ -105,7 +105,7 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
 
 
 def _check_binaries(opts: Any) -> None:
-    for binary in (opts.pause, opts.shim):
+    for binary in (opts.pause, opts.shim, opts.launcher):
         if not Path(binary).exists():
             raise FileNotFoundError(f"{binary} is missing: run `make build` (target cri-bin)")
 

@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import errno
 import functools
+import os
 
 DENIED = (
     "acct", "add_key", "bpf", "clock_adjtime", "clock_settime", "create_module", "delete_module",
@@ -26,6 +27,7 @@ DENIED = (
 )
 
 SCMP_ACT_ALLOW = 0x7FFF0000
+SCMP_FLTATR_CTL_NNP = 3  # enum scmp_filter_attr
 
 
 def SCMP_ACT_ERRNO(e: int) -> int:
@@ -47,6 +49,9 @@ class Profile:
         self.lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
         self.lib.seccomp_rule_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint]
         self.lib.seccomp_load.argtypes = [ctypes.c_void_p]
+        self.lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        self.lib.seccomp_attr_get.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint32)]
+        self._bpf: tuple[bytes, bool] | None = None
         self.ctx = self.lib.seccomp_init(default_action)
         if not self.ctx:
             raise OSError("seccomp_init failed")
@@ -66,6 +71,26 @@ class Profile:
         rc = self.lib.seccomp_load(self.ctx)
         if rc < 0:
             raise OSError(-rc, "seccomp_load")
+
+    def bpf(self) -> tuple[bytes, bool]:
+        """The compiled filter (struct sock_filter[]) and whether loading it sets no_new_privs, as
+        seccomp_load would: what the C launcher loads in the container (exported once)."""
+        if self._bpf is None:
+            fd = os.memfd_create("seccomp-bpf", os.MFD_CLOEXEC)
+            try:
+                rc = self.lib.seccomp_export_bpf(self.ctx, fd)
+                if rc < 0:
+                    raise OSError(-rc, "seccomp_export_bpf")
+                size = os.lseek(fd, 0, os.SEEK_END)
+                prog = os.pread(fd, size, 0)
+            finally:
+                os.close(fd)
+            nnp = ctypes.c_uint32(1)
+            rc = self.lib.seccomp_attr_get(self.ctx, SCMP_FLTATR_CTL_NNP, ctypes.byref(nnp))
+            if rc < 0:
+                raise OSError(-rc, "seccomp_attr_get")
+            self._bpf = (prog, bool(nnp.value))
+        return self._bpf
 
 
 ACTIONS = {"SCMP_ACT_ALLOW": SCMP_ACT_ALLOW, "SCMP_ACT_KILL": 0, "SCMP_ACT_KILL_THREAD": 0,

@@ -71,11 +71,13 @@ class RuntimeOptions:
     registries: str | None = None
     pause: str = ""
     shim: str = ""
+    launcher: str = ""  # starts a container, then execs the shim (default: beside the shim)
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)
         self.pause = self.pause or os.environ.get("NODEAGENT_PAUSE") or str(PACKAGE_DIR / "pause" / "pause")
         self.shim = self.shim or os.environ.get("NODEAGENT_SHIM") or str(PACKAGE_DIR / "shim" / "shim")
+        self.launcher = self.launcher or str(Path(self.shim).with_name("launch"))
         if self.cni_cache_dir is None:
             self.cni_cache_dir = self.state_dir / "cni-cache"
 
@@ -118,6 +120,8 @@ class Runtime:
         self._watches: dict[int, tuple[int, Callable[[], None]]] = {}  # fd -> (pid, callback)
         self._subscribers: list[asyncio.Queue] = []
         self._releases: dict[str, asyncio.Task] = {}  # exited containers' mounts and cgroups being freed
+        self._warming: asyncio.Future | None = None  # see _warm_cgroup_attach
+        self._status_cache: dict[str, tuple[SandboxRecord, tuple, pb.PodSandboxStatus]] = {}  # sandbox_status
         self.pod_cidr = ""
         for d in ("sandboxes", "containers", "trash"):
             (opts.state_dir / d).mkdir(parents=True, exist_ok=True)
@@ -140,6 +144,14 @@ class Runtime:
         if c.log_path:
             return c.log_path
         return str(self._cdir(c.id) / "attach.log") if self.container_config(c).stdin else ""
+
+    def _warm_cgroup_attach(self) -> None:
+        """Start the kernel's cgroup-attach grace period now, on a worker thread (cgroups/base.py
+        warm_attach): the pause or container process joining its cgroup a few milliseconds later then
+        finds it passed or under way, instead of waiting a whole one (3-15 ms) on the request path."""
+        if self._warming is None or self._warming.done():
+            self._warming = asyncio.get_running_loop().run_in_executor(None, self.cgroups.warm_attach)
+            self._warming.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     def _lock(self, key: str) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
@@ -226,6 +238,9 @@ class Runtime:
             with contextlib.suppress(Exception):
                 await t
         self._releases.clear()
+        if self._warming is not None:
+            with contextlib.suppress(Exception):
+                await self._warming
         loop = asyncio.get_running_loop()
         for fd in list(self._watches):
             loop.remove_reader(fd)
@@ -359,6 +374,7 @@ class Runtime:
             raise
         self.sandboxes[sid] = s
         self._watch(s.pid, lambda: self._on_pause_exit(s))
+        self.sandbox_status(s)  # built now, off the status path: the kubelet asks for it next (the IP)
         return sid
 
     async def _make_sandbox(self, sid: str, key: str, config: pb.PodSandboxConfig, handler: str,
@@ -384,6 +400,7 @@ class Runtime:
         s.cgroup = f"{parent}/{sid}"
         s.made_cgroups = await asyncio.to_thread(self.cgroups.create, s.cgroup)
         undo.push(lambda: self._remove_cgroups(s))
+        self._warm_cgroup_attach()  # pause joins the cgroup once it runs
         # pause: new net/ipc/uts namespaces (and pid when the pod shares one), hostname, loopback up.
         argv = [self.opts.pause]
         if nso.network != NODE:
@@ -396,20 +413,29 @@ class Runtime:
             argv.append("-p")
         for k, v in sorted(config.linux.sysctls.items()):
             argv += ["-s", f"{k}={v}"]
-        s.pid = await asyncio.to_thread(_spawn_pause, argv, self.cgroups.procs_files(s.cgroup))
+        s.pid = await asyncio.to_thread(_start_pause, argv)
         s.pid_start = proc_start(s.pid)
         pid = s.pid
         undo.push(lambda: _kill_wait(pid))
-        if nso.network != NODE and self.cni is not None and self.cni.network() is not None:
-            att = self._attachment(s, config)
-            result = await self.cni.add(att)
-            s.network = True
-            undo.push(lambda: self.cni.delete(att))
-            from cni.invoke import first_ip
+        # Joining the cgroup may wait for an RCU grace period (warm_attach in cgroups/base.py): it runs
+        # beside the CNI ADD, which needs only the network namespace pause now holds.
+        joined = asyncio.get_running_loop().run_in_executor(None, _join_cgroup, pid,
+                                                            self.cgroups.procs_files(s.cgroup))
+        try:
+            if nso.network != NODE and self.cni is not None and self.cni.network() is not None:
+                att = self._attachment(s, config)
+                result = await self.cni.add(att)
+                s.network = True
+                undo.push(lambda: self.cni.delete(att))
+                from cni.invoke import first_ip
 
-            s.ip, s.additional_ips = first_ip(result)
-            if s.ip:
-                await asyncio.to_thread(_add_host_entry, d / "hosts", s.ip, s.hostname)
+                s.ip, s.additional_ips = first_ip(result)
+                if s.ip:
+                    await asyncio.to_thread(_add_host_entry, d / "hosts", s.ip, s.hostname)
+        except BaseException:
+            await asyncio.gather(joined, return_exceptions=True)
+            raise
+        await joined
         self._persist_sandbox(s)
         return s
 
@@ -481,9 +507,21 @@ class Runtime:
             await asyncio.to_thread(_remove_tree, self._sdir(s.id))
             del self.sandboxes[s.id]
             self._keys.pop(s.key, None)
+            self._status_cache.pop(s.id, None)
         self._locks.pop(s.id, None)
 
     def sandbox_status(self, s: SandboxRecord) -> pb.PodSandboxStatus:
+        """The sandbox's status, read-only: built once per change of its mutable facts (state, IPs) and
+        shared, since the kubelet asks for it on every pod sync (building it cost 40 us a call)."""
+        key = (s.state, s.ip, tuple(s.additional_ips))
+        hit = self._status_cache.get(s.id)
+        if hit is not None and hit[0] is s and hit[1] == key:
+            return hit[2]
+        st = self._build_sandbox_status(s)
+        self._status_cache[s.id] = (s, key, st)
+        return st
+
+    def _build_sandbox_status(self, s: SandboxRecord) -> pb.PodSandboxStatus:
         config = self.sandbox_config(s)
         st = pb.PodSandboxStatus(id=s.id, metadata=config.metadata, created_at=s.created_at,
                                  state=pb.SANDBOX_READY if s.state == SANDBOX_READY else pb.SANDBOX_NOTREADY,
@@ -567,34 +605,43 @@ class Runtime:
                               argv: list[str], caps: list[str], mount_sources: list[str], devices: list[dict],
                               undo: Undo) -> ContainerRecord:
         d = self._cdir(cid)
-        d.mkdir()
-        undo.push(lambda: _remove_tree(d))
-        rootfs, upper, work = d / "rootfs", d / "upper", d / "work"
-        for p in (rootfs, upper, work):
-            p.mkdir()
-        lower = ":".join(str(p) for p in reversed(image.layers))
-        opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
-        await asyncio.to_thread(sc.mount, "overlay", str(rootfs), "overlay", 0, opts)
-        undo.push(lambda: sc.umount(str(rootfs), sc.MNT_DETACH))
+        rootfs = d / "rootfs"
         sec = config.linux.security_context
-        uid, gid, groups = cfglib.resolve_user(
-            str(rootfs), image.config.get("User", ""),
-            sec.run_as_user.value if sec.HasField("run_as_user") else None,
-            sec.run_as_group.value if sec.HasField("run_as_group") else None,
-            sec.run_as_username, list(sec.supplemental_groups))
         cgroup = f"{s.pod_cgroup}/{cid}"
         res = _resources(config.linux.resources)
-        await asyncio.to_thread(self.cgroups.create, cgroup)
-        undo.push(lambda: self.cgroups.remove(cgroup))
-        await asyncio.to_thread(self.cgroups.apply, cgroup, res)
-        if not sec.privileged:
-            allow = DEFAULT_DEVICE_RULES + [f"{d['kind']} {d['major']}:{d['minor']} {d['permissions']}" for d in devices]
-            await asyncio.to_thread(self.cgroups.restrict_devices, cgroup, allow)
         sconfig = self.sandbox_config(s)
         log_path = ""
         if config.log_path and sconfig.log_directory:
             log_path = os.path.join(sconfig.log_directory, config.log_path)
-            os.makedirs(os.path.dirname(log_path), exist_ok=True)
+
+        def prepare() -> tuple[int, int, list[int]]:
+            """The blocking part in one worker-thread hop: directories, rootfs, user, cgroup."""
+            d.mkdir()
+            undo.push(lambda: _remove_tree(d))
+            upper, work = d / "upper", d / "work"
+            for p in (rootfs, upper, work):
+                p.mkdir()
+            lower = ":".join(str(p) for p in reversed(image.layers))
+            sc.mount("overlay", str(rootfs), "overlay", 0, f"lowerdir={lower},upperdir={upper},workdir={work}")
+            undo.push(lambda: sc.umount(str(rootfs), sc.MNT_DETACH))
+            user = cfglib.resolve_user(
+                str(rootfs), image.config.get("User", ""),
+                sec.run_as_user.value if sec.HasField("run_as_user") else None,
+                sec.run_as_group.value if sec.HasField("run_as_group") else None,
+                sec.run_as_username, list(sec.supplemental_groups))
+            self.cgroups.create(cgroup)
+            undo.push(lambda: self.cgroups.remove(cgroup))
+            self.cgroups.apply(cgroup, res)
+            if not sec.privileged:
+                allow = DEFAULT_DEVICE_RULES + [f"{x['kind']} {x['major']}:{x['minor']} {x['permissions']}"
+                                                for x in devices]
+                self.cgroups.restrict_devices(cgroup, allow)
+            if log_path:
+                os.makedirs(os.path.dirname(log_path), exist_ok=True)
+            return user
+
+        uid, gid, groups = await asyncio.to_thread(prepare)
+        self._warm_cgroup_attach()  # after the mkdirs: a pending attach holds cgroup_mutex
         sd = self._sdir(s.id)
         mounts = []
         targets = {m.container_path for m in config.mounts}
@@ -668,7 +715,7 @@ class Runtime:
             devices=tuple((d["path"], d["mode"], d["major"], d["minor"]) for d in L.get("devices", [])),
             cgroup_procs=tuple(self.cgroups.procs_files(c.cgroup)),
             oom_score_adj=max(adj, own) if adj or own else None,
-            shim=self.opts.shim, exit_file=str(self._cdir(c.id) / "exit"), log_path=self.output_log(c),
+            shim=self.opts.shim, launcher=self.opts.launcher, exit_file=str(self._cdir(c.id) / "exit"), log_path=self.output_log(c),
             stdin_path=stdin_path, ctl_path=ctl_path, tty=cfg.tty)
 
     async def start_container(self, cid: str) -> None:
@@ -679,17 +726,23 @@ class Runtime:
             s = self.sandboxes.get(c.sandbox_id)
             if s is None or s.state != SANDBOX_READY or not alive(s.pid, s.pid_start):
                 raise FailedPrecondition(f"sandbox {c.sandbox_id} is not ready")
-            spec = self._launch_spec(c, s)
+            self._warm_cgroup_attach()
+
+            def start() -> tuple[Any, int, int]:
+                """One worker-thread hop: the spec (it reads and makes files), the launch, the start times."""
+                launched = launch(self._launch_spec(c, s))
+                return launched, proc_start(launched.pid), proc_start(launched.shim_pid)
+
             try:
-                launched = await asyncio.to_thread(launch, spec)
+                launched, pid_start, shim_start = await asyncio.to_thread(start)
             except LaunchError as e:
                 c.state, c.exit_code, c.reason, c.message = EXITED, 128, "StartError", str(e)
                 c.started_at = c.finished_at = now_ns()
                 self._persist_container(c)
                 self._exited[c.id].set()
                 raise StartError(f"failed to start container {c.id}: {e}") from e
-            c.pid, c.pid_start = launched.pid, proc_start(launched.pid)
-            c.shim_pid, c.shim_start = launched.shim_pid, proc_start(launched.shim_pid)
+            c.pid, c.pid_start = launched.pid, pid_start
+            c.shim_pid, c.shim_start = launched.shim_pid, shim_start
             c.state, c.started_at = RUNNING, now_ns()
             self._persist_container(c)
             self._watch(c.shim_pid, lambda: self._on_container_exit(c))
@@ -836,6 +889,7 @@ class Runtime:
             raise FailedPrecondition(f"container {c.id} is not running")
         L = c.launch
         creds = self.creds(c)
+        self._warm_cgroup_attach()
         try:
             r = await asyncio.to_thread(exec_in, c.pid, cmd, L["env"], L["cwd"], creds,
                                         self.cgroups.procs_files(c.cgroup), timeout_s or None)
@@ -1029,8 +1083,8 @@ def _parsed_container_config(text: str) -> pb.ContainerConfig:
     return pb.ContainerConfig.FromString(decode(text))
 
 
-def _spawn_pause(argv: list[str], procs_files: list[str]) -> int:
-    """Start pause detached; return its pid once it holds its namespaces; join it to its cgroup."""
+def _start_pause(argv: list[str]) -> int:
+    """Start pause detached; return its pid once it holds its namespaces."""
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True, close_fds=True)
     line = p.stdout.readline()
@@ -1047,16 +1101,19 @@ def _spawn_pause(argv: list[str], procs_files: list[str]) -> int:
         p.wait()  # -p: the parent exits once the pid-1 child runs
     else:
         p.returncode = 0  # reaped by the exit watcher, not by the Popen object
+    return pid
+
+
+def _join_cgroup(pid: int, procs_files: list[str]) -> None:
+    """Move pause into its cgroup; on failure kill it, so it never outlives a failed RunPodSandbox."""
     try:
         for f in procs_files:
             with open(f, "w") as fh:
                 fh.write(str(pid))
     except OSError as e:
-        # e.g. ENOSPC joining a v1 cpuset cgroup with no cpus: the caller never learns the pid, so the
-        # pause process must not outlive this call.
+        # e.g. ENOSPC joining a v1 cpuset cgroup with no cpus
         _kill_wait(pid)
         raise FailedPrecondition(f"pause could not join its cgroup ({f}): {e.strerror or e}") from None
-    return pid
 
 
 def _kill_wait(pid: int, timeout: float = 10.0) -> None:

@@ -79,15 +79,25 @@ def decode(text: str) -> bytes:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    """Atomically replace `path` with obj as JSON (a crash leaves the old or the new file, never half)."""
+    """Atomically replace `path` with obj as JSON (a crash leaves the old or the new file, never half).
+
+    Serialized whole, then one write: json.dump to a file object writes chunk by chunk."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
+    data = json.dumps(obj).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
 
 
 def save(path: Path, rec: Any) -> None:
-    write_json(path, dataclasses.asdict(rec))
+    """A record's fields as JSON. Its values are JSON already (str, int, bool, lists, dicts), so no
+    dataclasses.asdict: its deep copy cost more than the write (0.5 of 2 ms per container write)."""
+    write_json(path, {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)})
 
 
 def load(path: Path, cls: type[T]) -> T | None:

@@ -9,7 +9,16 @@ from pathlib import Path
 from cgroupspy import controllers as cc
 from cgroupspy.nodes import Node
 
-from cri.runtime.cgroups.base import Resources, Stats, norm, read_int, read_kv, rmdir_retry, write
+from cri.runtime.cgroups.base import (
+    Resources,
+    Stats,
+    norm,
+    read_int,
+    read_kv,
+    rmdir_retry,
+    warm_attach,
+    write,
+)
 
 # The hierarchies a pod or container joins; others (freezer, blkio) are left to the parent.
 MANAGED = ("cpu", "cpuacct", "cpuset", "memory", "pids", "devices")
@@ -79,6 +88,16 @@ class V1Cgroups:
 
     def procs_files(self, path: str) -> list[str]:
         return [d + norm(path) + "/cgroup.procs" for d in self._dirs]
+
+    def warm_attach(self) -> None:
+        """The attach lock's grace period, started ahead of the container's own attach (base.warm_attach)."""
+
+        def own_file(line: str) -> str | None:
+            _, ctrls, path = line.split(":", 2)
+            ctrl = next((c for c in ctrls.split(",") if c in self.mounts), None)
+            return f"{self.mounts[ctrl]}{norm(path)}/tasks" if ctrl else None
+
+        warm_attach(own_file)
 
     def pids(self, path: str) -> list[int]:
         out: set[int] = set()

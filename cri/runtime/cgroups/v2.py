@@ -5,7 +5,16 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from cri.runtime.cgroups.base import Resources, Stats, norm, read_int, read_kv, rmdir_retry, write
+from cri.runtime.cgroups.base import (
+    Resources,
+    Stats,
+    norm,
+    read_int,
+    read_kv,
+    rmdir_retry,
+    warm_attach,
+    write,
+)
 
 WANTED = ("cpu", "cpuset", "memory", "pids", "io")
 
@@ -47,6 +56,15 @@ class V2Cgroups:
 
     def procs_files(self, path: str) -> list[str]:
         return [str(self._dir(path) / "cgroup.procs")]
+
+    def warm_attach(self) -> None:
+        """The attach lock's grace period, started ahead of the container's own attach (base.warm_attach)."""
+
+        def own_file(line: str) -> str | None:
+            hid, _, path = line.split(":", 2)
+            return str(self._dir(path) / "cgroup.procs") if hid == "0" else None
+
+        warm_attach(own_file)
 
     def pids(self, path: str) -> list[int]:
         with contextlib.suppress(OSError):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cri.runtime.errors import FailedPrecondition
-from cri.runtime.service import RuntimeOptions, _spawn_pause
+from cri.runtime.service import RuntimeOptions, _join_cgroup, _start_pause
 from nodeagent.host.probe import detect_cgroups
 from tests.harness.resources import remove_cgroup, unique
 
@@ -37,7 +37,8 @@ def test_pause_does_not_outlive_a_failed_cgroup_join():
     try:
         assert not (empty / "cpuset.cpus").read_text().strip()
         with pytest.raises(FailedPrecondition, match="could not join its cgroup"):
-            _spawn_pause([RuntimeOptions(Path("/nonexistent")).pause, "-u", "-H", host], [str(empty / "cgroup.procs")])
+            pid = _start_pause([RuntimeOptions(Path("/nonexistent")).pause, "-u", "-H", host])
+            _join_cgroup(pid, [str(empty / "cgroup.procs")])
         assert _pids_with_arg(f"-H {host}") == []
         assert not (empty / "cgroup.procs").read_text().split()
     finally:
