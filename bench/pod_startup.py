@@ -188,14 +188,50 @@ def _rss(pid: int) -> int:
     return 0
 
 
-def steady_state(groups: dict[str, list[int]], seconds: float) -> dict[str, tuple[float, int]]:
-    """CPU share of one core and RSS (bytes) of each named group of processes while the pods just run."""
+def _pss(pid: int) -> int:
+    """Proportional set size: shared pages (the one static shim or pause binary's text, libraries) split
+    among the processes sharing them, so a group's sum does not count them once per process."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid → (parent pid, command name) of every process."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                head, _, rest = (d / "stat").read_text().rpartition(")")
+                out[int(d.name)] = (int(rest.split()[1]), head.partition("(")[2])
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def pod_infrastructure(parent: int, shims: list[int] = ()) -> list[int]:  # type: ignore[assignment]
+    """The per-pod processes a node keeps beside the pods' own: our runtime's shim and pause children of
+    `parent` (the process holding our runtime), or containerd's `shims`, and the pause processes below
+    those shims. The containers' own processes (the shims' other children, `sleep` here) are the workload
+    and not counted."""
+    procs = _processes()
+    ours = [p for p, (pp, name) in procs.items() if pp == parent and name in ("shim", "pause")]
+    pauses = [p for p, (pp, name) in procs.items() if pp in shims and name == "pause"]
+    return ours + list(shims) + pauses
+
+
+def steady_state(groups: dict[str, list[int]], seconds: float) -> dict[str, tuple[float, int, int]]:
+    """CPU share of one core, RSS and PSS (bytes) of each named group of processes while the pods just run."""
     c0 = {k: sum(_cpu_seconds(p) for p in pids) for k, pids in groups.items()}
     t0 = time.monotonic()
     time.sleep(seconds)
     dt = time.monotonic() - t0
-    return {k: ((sum(_cpu_seconds(p) for p in pids) - c0[k]) / dt, sum(_rss(p) for p in pids))
-            for k, pids in groups.items()}
+    return {k: ((sum(_cpu_seconds(p) for p in pids) - c0[k]) / dt, sum(_rss(p) for p in pids),
+                sum(_pss(p) for p in pids)) for k, pids in groups.items()}
 
 
 def cri_floor(socket: str, runs: int) -> list[float]:
@@ -275,7 +311,8 @@ class Containerd:
 
 
 def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
-    """One runtime: up (+ containerd), floor, serial, rate, steady state; everything removed after."""
+    """One runtime (containerd started first when it is the one): `up`, then server + agent; everything
+    removed after."""
     from nodeagent.testing.images import ImageFactory
 
     data = root / kind / "data"
@@ -296,6 +333,18 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
         img = ImageFactory(images_root).busybox
         subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(data / "images"), "import",
                         "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
+    try:
+        out = run_up(kind, a, data, ctd, extra)
+        if a.steady_seconds > 0 and a.agent:
+            out["agent"] = run_agent(kind, a, root, ctd, extra)
+        return out
+    finally:
+        if ctd is not None:
+            ctd.stop()
+
+
+def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None, extra: list[str]) -> dict:
+    """`nodeagent up` on the runtime: floor (ours), serial, rate, steady state; its pods removed after."""
     node = f"bench-{kind[:3]}-{os.getpid()}"
     proc = start_up(data, node, extra)
     socket = ctd.ctd.socket if ctd else str(data / "cri.sock")
@@ -319,10 +368,7 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
             more = max(0, a.steady_pods - a.pods)
             asyncio.run(create_and_wait(kc, node, [f"steady-{i}" for i in range(more)]))
             time.sleep(a.settle_seconds)  # start-up events flushed, first syncs after Running done
-            groups = {"up": [proc.pid]}
-            if ctd is not None:
-                groups["containerd+shims"] = ctd.pids()
-            out["steady"] = steady_state(groups, a.steady_seconds)
+            out["steady"] = steady_state(node_groups("up", proc.pid, ctd), a.steady_seconds)
             out["steady_pods"] = a.pods + more
         asyncio.run(delete_all(kc))
         if not wait_runtime_empty(socket):
@@ -333,15 +379,102 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
             wait_runtime_empty(socket)
         raise
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if ctd is not None:
-            ctd.stop()
+        stop(proc)
     return out
+
+
+def node_groups(name: str, pid: int, ctd: Containerd | None) -> dict[str, list[int]]:
+    """What is sampled at steady state: the agent process alone (`up`, or `agent`); with our runtime (in
+    that process) plus its per-pod shim and pause processes; with containerd, containerd, its shims and
+    their pause processes beside it, and the agent and all of those together."""
+    if ctd is None:
+        return {name: [pid], f"{name}+shims+pause": [pid, *pod_infrastructure(pid)]}
+    runtime = ctd.pids()
+    infra = pod_infrastructure(pid, runtime[1:])
+    return {name: [pid], "containerd+shims+pause": infra + runtime[:1], f"{name}+containerd+shims+pause":
+            [pid, *infra, *runtime[:1]]}
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_agent(kind: str, a: argparse.Namespace, root: Path, ctd: Containerd | None, extra: list[str]) -> dict:
+    """The node part alone, as the k3s agent figure counts it: `nodeagent server` (apiserver, scheduler,
+    controllers, pod network controller; no DNS, which would want port 53) in one process and `nodeagent
+    agent` joined to it with the server's join command (bootstrap token, CA pinned by hash) in another,
+    --steady-pods pods running on it; the agent's CPU and RSS sampled like `up`'s."""
+    from nodeagent.testing.images import ImageFactory
+
+    sdir, adir = root / kind / "server", root / kind / "agent"
+    sdir.mkdir(parents=True)
+    adir.mkdir(parents=True)
+    if ctd is None:
+        img = ImageFactory(root / "images").busybox
+        subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(adir / "images"), "import",
+                        "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
+    log = open(sdir / "server.log", "ab")
+    server = subprocess.Popen([sys.executable, "-m", "nodeagent", "--log-level", "warning", "server", "--data-dir",
+                               str(sdir), "--bind-address", "127.0.0.1", "--port", "0", "--without", "dns"],
+                              stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    agent = None
+    kc = sdir / "admin.kubeconfig"
+    socket = ctd.ctd.socket if ctd else str(adir / "cri.sock")
+    node = f"bench-agt-{kind[:3]}-{os.getpid()}"
+    try:
+        end = time.monotonic() + 90
+        while not kc.exists() or not (sdir / "join-command").exists():
+            if server.poll() is not None or time.monotonic() > end:
+                raise SystemExit(f"`server` did not start:\n{(sdir / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.2)
+        join = (sdir / "join-command").read_text().split()
+        args = [join[join.index(f) + 1] for f in ("--server", "--token", "--ca-cert-hash")]
+        log = open(adir / "agent.log", "ab")
+        agent = subprocess.Popen([sys.executable, "-m", "nodeagent", "--log-level", "warning", "agent", "--server",
+                                  args[0], "--token", args[1], "--ca-cert-hash", args[2], "--data-dir", str(adir),
+                                  "--node-name", node, *extra], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        while not asyncio.run(node_ready(kc, node)):
+            if agent.poll() is not None or time.monotonic() > end:
+                raise SystemExit(f"`agent` did not join:\n{(adir / 'agent.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        asyncio.run(create_and_wait(kc, node, [f"agent-{i}" for i in range(a.steady_pods)]))
+        time.sleep(a.settle_seconds)
+        out = {"steady": steady_state(node_groups("agent", agent.pid, ctd), a.steady_seconds),
+               "server": steady_state({"server": [server.pid]}, 1)["server"]}
+        asyncio.run(delete_all(kc))
+        if not wait_runtime_empty(socket):
+            print(f"warning ({kind}, agent): pods still in the runtime after 120 s", file=sys.stderr)
+        return out
+    except BaseException:
+        with contextlib.suppress(Exception):
+            asyncio.run(delete_all(kc))
+            wait_runtime_empty(socket)
+        raise
+    finally:
+        if agent is not None:
+            stop(agent)
+        stop(server)
+
+
+async def node_ready(kubeconfig: Path, node: str) -> bool:
+    from nodeagent.client.rest import Client, ClientError
+
+    client = Client.from_kubeconfig(kubeconfig)
+    try:
+        obj = await client.get("nodes", node)
+    except ClientError:
+        return False
+    finally:
+        await client.close()
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
 
 
 def main(argv: list[str] | None = None) -> int:
