@@ -13,8 +13,11 @@ create request to the first watch event showing phase Running with every contain
           serially, so it measures latency, not a queue growing for the whole run.
 
 Then it tops the node up to --steady-pods running pods (kubelet's maxPods, 110), lets it settle, and
-samples CPU (share of one core) and RSS of the agent: the `up` process (which holds apiserver,
-controllers, runtime and kubelet) and, for containerd, containerd and its shims beside it. Also printed,
+samples CPU (share of one core) and RSS of the `up` process (which holds apiserver, controllers,
+runtime and kubelet) and of it with the per-pod processes (our shims and pause; containerd, its shims
+and pause beside it). Then the node part alone, as the k3s agent figure counts it: `nodeagent server`
+in one process and `nodeagent agent` joined to it (the server's join command) in another, with
+--steady-pods pods on it, sampled the same way (--no-agent skips it). Also printed,
 for ours: the CRI floor (RunPodSandbox + CreateContainer + StartContainer straight through CRI, one pod at
 a time). Deletes the pods and stops everything at the end; run as root. The machine may be shared: the
 load average is printed beside the figures.
@@ -29,6 +32,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -188,14 +192,62 @@ def _rss(pid: int) -> int:
     return 0
 
 
-def steady_state(groups: dict[str, list[int]], seconds: float) -> dict[str, tuple[float, int]]:
-    """CPU share of one core and RSS (bytes) of each named group of processes while the pods just run."""
+def _frames(pid: int) -> set[int]:
+    """The physical page frames `pid` has resident (from /proc/PID/pagemap, as root): a group's union
+    counts each page once, however many of its processes map it (the one shim binary's text in every
+    shim, the libraries a forked child still shares), and unlike PSS is not lowered by processes
+    outside the group (other Pythons on the machine sharing libpython)."""
+    out: set[int] = set()
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        with open(f"/proc/{pid}/pagemap", "rb") as f:
+            for line in maps:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                if lo >= 1 << 47:  # [vsyscall]
+                    continue
+                f.seek(lo // 4096 * 8)
+                raw = f.read((hi - lo) // 4096 * 8)
+                for (e,) in struct.iter_unpack("<Q", raw):
+                    if e >> 63 and e & ((1 << 55) - 1):
+                        out.add(e & ((1 << 55) - 1))
+    except OSError:
+        pass
+    return out
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid → (parent pid, command name) of every process."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                head, _, rest = (d / "stat").read_text().rpartition(")")
+                out[int(d.name)] = (int(rest.split()[1]), head.partition("(")[2])
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def pod_infrastructure(parent: int, shims: list[int] = ()) -> list[int]:  # type: ignore[assignment]
+    """The per-pod processes a node keeps beside the pods' own: our runtime's shim and pause children of
+    `parent` (the process holding our runtime), or containerd's `shims`, and the pause processes below
+    those shims. The containers' own processes (the shims' other children, `sleep` here) are the workload
+    and not counted."""
+    procs = _processes()
+    ours = [p for p, (pp, name) in procs.items() if pp == parent and name in ("shim", "pause")]
+    pauses = [p for p, (pp, name) in procs.items() if pp in shims and name == "pause"]
+    return ours + list(shims) + pauses
+
+
+def steady_state(groups: dict[str, list[int]], seconds: float) -> dict[str, tuple[float, int, int]]:
+    """CPU share of one core, summed RSS, and distinct resident memory (bytes: every page frame counted
+    once across the group) of each named group of processes while the pods just run."""
     c0 = {k: sum(_cpu_seconds(p) for p in pids) for k, pids in groups.items()}
     t0 = time.monotonic()
     time.sleep(seconds)
     dt = time.monotonic() - t0
-    return {k: ((sum(_cpu_seconds(p) for p in pids) - c0[k]) / dt, sum(_rss(p) for p in pids))
-            for k, pids in groups.items()}
+    return {k: ((sum(_cpu_seconds(p) for p in pids) - c0[k]) / dt, sum(_rss(p) for p in pids),
+                len(set().union(*(_frames(p) for p in pids))) * 4096) for k, pids in groups.items()}
 
 
 def cri_floor(socket: str, runs: int) -> list[float]:
@@ -275,7 +327,8 @@ class Containerd:
 
 
 def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
-    """One runtime: up (+ containerd), floor, serial, rate, steady state; everything removed after."""
+    """One runtime (containerd started first when it is the one): `up`, then server + agent; everything
+    removed after."""
     from nodeagent.testing.images import ImageFactory
 
     data = root / kind / "data"
@@ -296,6 +349,18 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
         img = ImageFactory(images_root).busybox
         subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(data / "images"), "import",
                         "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
+    try:
+        out = run_up(kind, a, data, ctd, extra)
+        if a.steady_seconds > 0 and a.agent:
+            out["agent"] = run_agent(kind, a, root, ctd, extra)
+        return out
+    finally:
+        if ctd is not None:
+            ctd.stop()
+
+
+def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None, extra: list[str]) -> dict:
+    """`nodeagent up` on the runtime: floor (ours), serial, rate, steady state; its pods removed after."""
     node = f"bench-{kind[:3]}-{os.getpid()}"
     proc = start_up(data, node, extra)
     socket = ctd.ctd.socket if ctd else str(data / "cri.sock")
@@ -319,10 +384,7 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
             more = max(0, a.steady_pods - a.pods)
             asyncio.run(create_and_wait(kc, node, [f"steady-{i}" for i in range(more)]))
             time.sleep(a.settle_seconds)  # start-up events flushed, first syncs after Running done
-            groups = {"up": [proc.pid]}
-            if ctd is not None:
-                groups["containerd+shims"] = ctd.pids()
-            out["steady"] = steady_state(groups, a.steady_seconds)
+            out["steady"] = steady_state(node_groups(proc.pid, ctd), a.steady_seconds)
             out["steady_pods"] = a.pods + more
         asyncio.run(delete_all(kc))
         if not wait_runtime_empty(socket):
@@ -333,15 +395,102 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
             wait_runtime_empty(socket)
         raise
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if ctd is not None:
-            ctd.stop()
+        stop(proc)
     return out
+
+
+def node_groups(pid: int, ctd: Containerd | None) -> dict[str, list[int]]:
+    """What is sampled at steady state: "proc", the agent process alone (`up` or `agent`; with ours it holds
+    the runtime); "runtime", containerd with its shims and their pause processes (containerd only); "all",
+    the process with every per-pod process the node keeps (ours: its shim and pause children; containerd:
+    containerd, shims, pause), i.e. the whole node part but the containers' own processes."""
+    if ctd is None:
+        return {"proc": [pid], "all": [pid, *pod_infrastructure(pid)]}
+    runtime = ctd.pids()
+    infra = [*runtime[:1], *pod_infrastructure(pid, runtime[1:])]
+    return {"proc": [pid], "runtime": infra, "all": [pid, *infra]}
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_agent(kind: str, a: argparse.Namespace, root: Path, ctd: Containerd | None, extra: list[str]) -> dict:
+    """The node part alone, as the k3s agent figure counts it: `nodeagent server` (apiserver, scheduler,
+    controllers, pod network controller; no DNS, which would want port 53) in one process and `nodeagent
+    agent` joined to it with the server's join command (bootstrap token, CA pinned by hash) in another,
+    --steady-pods pods running on it; the agent's CPU and RSS sampled like `up`'s."""
+    from nodeagent.testing.images import ImageFactory
+
+    sdir, adir = root / kind / "server", root / kind / "agent"
+    sdir.mkdir(parents=True)
+    adir.mkdir(parents=True)
+    if ctd is None:
+        img = ImageFactory(root / "images").busybox
+        subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(adir / "images"), "import",
+                        "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
+    log = open(sdir / "server.log", "ab")
+    server = subprocess.Popen([sys.executable, "-m", "nodeagent", "--log-level", "warning", "server", "--data-dir",
+                               str(sdir), "--bind-address", "127.0.0.1", "--port", "0", "--without", "dns"],
+                              stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    agent = None
+    kc = sdir / "admin.kubeconfig"
+    socket = ctd.ctd.socket if ctd else str(adir / "cri.sock")
+    node = f"bench-agt-{kind[:3]}-{os.getpid()}"
+    try:
+        end = time.monotonic() + 90
+        while not kc.exists() or not (sdir / "join-command").exists():
+            if server.poll() is not None or time.monotonic() > end:
+                raise SystemExit(f"`server` did not start:\n{(sdir / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.2)
+        join = (sdir / "join-command").read_text().split()
+        args = [join[join.index(f) + 1] for f in ("--server", "--token", "--ca-cert-hash")]
+        log = open(adir / "agent.log", "ab")
+        agent = subprocess.Popen([sys.executable, "-m", "nodeagent", "--log-level", "warning", "agent", "--server",
+                                  args[0], "--token", args[1], "--ca-cert-hash", args[2], "--data-dir", str(adir),
+                                  "--node-name", node, *extra], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        while not asyncio.run(node_ready(kc, node)):
+            if agent.poll() is not None or time.monotonic() > end:
+                raise SystemExit(f"`agent` did not join:\n{(adir / 'agent.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        asyncio.run(create_and_wait(kc, node, [f"agent-{i}" for i in range(a.steady_pods)]))
+        time.sleep(a.settle_seconds)
+        out = {"steady": steady_state(node_groups(agent.pid, ctd), a.steady_seconds),
+               "server": steady_state({"server": [server.pid]}, 1)["server"]}
+        asyncio.run(delete_all(kc))
+        if not wait_runtime_empty(socket):
+            print(f"warning ({kind}, agent): pods still in the runtime after 120 s", file=sys.stderr)
+        return out
+    except BaseException:
+        with contextlib.suppress(Exception):
+            asyncio.run(delete_all(kc))
+            wait_runtime_empty(socket)
+        raise
+    finally:
+        if agent is not None:
+            stop(agent)
+        stop(server)
+
+
+async def node_ready(kubeconfig: Path, node: str) -> bool:
+    from nodeagent.client.rest import Client, ClientError
+
+    client = Client.from_kubeconfig(kubeconfig)
+    try:
+        obj = await client.get("nodes", node)
+    except ClientError:
+        return False
+    finally:
+        await client.close()
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -357,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steady-seconds", type=float, default=20,
                    help="sample the agent's CPU and RSS this long (default %(default)s; 0 skips the phase)")
     p.add_argument("--settle-seconds", type=float, default=15, help="wait before sampling (default %(default)s)")
+    p.add_argument("--no-agent", dest="agent", action="store_false",
+                   help="skip the node part alone (server + joined agent) at --steady-pods")
     p.add_argument("--keep", action="store_true", help="keep the data dirs")
     a = p.parse_args(argv)
     if os.geteuid() != 0:
@@ -377,10 +528,10 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     print(f"pod start-up, API create -> Running on a watch; busybox present; load average "
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores (shared machine)")
-    print(f"{'':<34}" + "".join(f"{k:>22}" for k in kinds))
+    print(f"{'':<40}" + "".join(f"{k:>22}" for k in kinds))
 
     def row(label: str, fn) -> None:
-        print(f"{label:<34}" + "".join(f"{fn(results[k]):>22}" for k in kinds))
+        print(f"{label:<40}" + "".join(f"{fn(results[k]):>22}" for k in kinds))
 
     def lat(key: str, q: float):
         return lambda r: f"{pct(r[key], q) * 1000:.0f} ms" if r.get(key) else "-"
@@ -391,14 +542,42 @@ def main(argv: list[str] | None = None) -> int:
     row(f"{a.pods} pods at {a.rate:g}/s p99", lat("rate", 0.99))
     row(f"{a.pods} pods at {a.rate:g}/s max", lambda r: f"{max(r['rate']) * 1000:.0f} ms")
     row("CRI floor (sandbox+create+start) p50", lat("cri_floor", 0.5))
-    for group in ("up", "containerd+shims"):
-        row(f"steady {a.steady_pods} pods: {group} CPU", lambda r, g=group: (
-            f"{r['steady'][g][0] * 100:.1f}% of a core" if g in r.get("steady", {}) else "-"))
-        row(f"steady {a.steady_pods} pods: {group} RSS", lambda r, g=group: (
-            f"{r['steady'][g][1] / 2**20:.0f} MiB" if g in r.get("steady", {}) else "-"))
+
+    def usage(phase: str, group: str, what: str):
+        def fn(r: dict) -> str:
+            g = (r.get(phase) or {}).get("steady", {}).get(group) if phase == "agent" else \
+                r.get("steady", {}).get(group)
+            if g is None:
+                return "-"
+            cpu, rss, distinct = g
+            return {"cpu": f"{cpu * 100:.1f}% of a core", "rss": f"{rss / 2**20:.0f} MiB",
+                    "distinct": f"{distinct / 2**20:.0f} MiB"}[what]
+        return fn
+
+    n = a.steady_pods
+    for phase, name in (("up", "up"), ("agent", "agent")):
+        if phase == "agent" and not any(r.get("agent") for r in results.values()):
+            continue
+        for what in ("cpu", "rss"):
+            row(f"{n} pods: {name} process {what.upper()}", usage(phase, "proc", what))
+        for what in ("cpu", "rss", "distinct"):
+            row(f"{n} pods: {name}+runtime+per-pod {what.upper() if what != 'distinct' else 'memory'}",
+                usage(phase, "all", what))
+        if phase == "up":
+            for what in ("cpu", "rss"):
+                row(f"{n} pods: containerd+shims+pause {what.upper()}", usage(phase, "runtime", what))
+    if any(r.get("agent") for r in results.values()):
+        row("beside the agent: server RSS", lambda r: f"{r['agent']['server'][1] / 2**20:.0f} MiB"
+            if r.get("agent") else "-")
     print("targets: p50 <= 300 ms, p99 <= 1 s (SLO 5 s), not slower than containerd; agent idle CPU <= 5% of a "
-          "core and RSS <= 150 MiB at 110 pods (k3s agent: 275 MB, 3%). The `up` process holds apiserver, "
-          "controllers, scheduler, proxy, kubelet and (ours) the runtime; with containerd the runtime is beside it.")
+          "core and RSS <= 150 MiB at 110 pods (k3s agent: 275 MB, 3%).")
+    print("`up` process: apiserver, store, scheduler, controllers, DNS, proxy, netpol, pod network, kubelet and "
+          "(ours) the runtime in one process; `agent` process: the node part alone (`nodeagent agent` joined to a "
+          "`nodeagent server` in another process: runtime (ours), pod network, proxy, netpol, kubelet). "
+          "+runtime+per-pod adds every process the node keeps per pod (ours: one shim per container and one "
+          "pause per pod, children of the agent; containerd: containerd, one shim per pod, and the pause "
+          "processes), not the containers' own; its RSS is the sum over those processes (a page shared by "
+          "several, like the shim binary's text, counted in each), its memory counts every resident page once.")
     return 0
 
 

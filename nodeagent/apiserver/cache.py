@@ -72,6 +72,11 @@ def _split(key: str) -> tuple[str, str, str]:
     return "/".join(parts[:4]) + "/", "", parts[-1]
 
 
+def _same_version(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    rv = (a.get("metadata") or {}).get("resourceVersion")
+    return rv is not None and rv == (b.get("metadata") or {}).get("resourceVersion")
+
+
 class WatchCache:
     def __init__(self, store: store_base.Store, window: int = 20000, max_backlog: int = 10000) -> None:
         self.store = store
@@ -147,14 +152,23 @@ class WatchCache:
             sync_crd(name, None if ev.type == "DELETED" else ev.object)
         if ev.type == "DELETED":
             names = self._index.get(p, {}).get(ns)
-            if names is not None:
-                names.pop(name, None)
+            old = names.pop(name, None) if names is not None else None
         else:
-            self._index.setdefault(p, {}).setdefault(ns, {})[name] = Entry(ev.object)
+            names = self._index.setdefault(p, {}).setdefault(ns, {})
+            old = names.get(name)
+            names[name] = Entry(ev.object)
         cev = CachedEvent(ev)
-        self._events.append(cev)
-        if len(self._events) == self._events.maxlen:
-            self.oldest = self._events[0].revision - 1
+        if old is not None and ev.prev is not None and _same_version(old.obj, ev.prev):
+            cev.prev = old.obj  # the dict the cache already holds, not a second decoded copy of it
+        events = self._events
+        events.append(cev)
+        if len(events) == events.maxlen:
+            self.oldest = events[0].revision - 1
+        # Revisions at or below the store's compaction are never served again (`subscribe` answers Gone):
+        # drop them, so the window holds one compaction interval of history rather than `window` events.
+        compacted = self.store.compacted
+        while events and events[0].revision <= compacted:
+            events.popleft()
         self.rev = ev.revision
         slow = []
         for s in self._subs:

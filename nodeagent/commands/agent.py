@@ -26,10 +26,12 @@ def run(args: argparse.Namespace) -> int:
     import socket
 
     from nodeagent.commands.up import NODE_COMPONENTS, config_from_args, no_grpc_fork_handlers
+    from nodeagent.host.memory import lean_process
     from nodeagent.join.client import JoinRefused, join
     from nodeagent.join.tokens import is_token
     from nodeagent.runner import run_components
 
+    lean_process()
     no_grpc_fork_handlers()
     cfg = config_from_args(args)
     unsafe = args.discovery_token_unsafe_skip_ca_verification

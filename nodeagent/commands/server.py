@@ -54,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from nodeagent.apiserver.server import ServerConfig, serve
+    from nodeagent.host.memory import lean_process
     from nodeagent.runner import Component, run_components
 
+    lean_process()
     cfg = ServerConfig(data_dir=args.data_dir, bind_address=args.bind_address, port=args.port,
                        datastore=args.datastore, service_cluster_ip_range=args.service_cluster_ip_range,
                        advertise_address=args.advertise_address, lease_duration=args.lease_duration,

@@ -184,8 +184,10 @@ def no_grpc_fork_handlers() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from nodeagent.host.memory import lean_process
     from nodeagent.host.probe import probe_host
 
+    lean_process()
     no_grpc_fork_handlers()
     report = probe_host()
     log.info("host: kernel %s, cgroups %s", report.kernel, report.cgroups.summary)

@@ -102,3 +102,24 @@ async def test_caught_up_watchers_are_written_directly_until_the_connection_back
     await reg.create(CMS, "d", {"metadata": {"name": "c"}})  # the connection is backed up: the watch ends
     assert await asyncio.wait_for(task, 3) == []
     await cache.stop()
+
+
+async def test_window_keeps_what_can_still_be_served_and_one_copy_of_each_object():
+    reg, cache = await setup()
+    a = await reg.create(CMS, "d", {"metadata": {"name": "a"}, "data": {"v": "1"}})
+    a["data"] = {"v": "2"}
+    await reg.update(CMS, "d", "a", a)
+    await cache.wait_fresh()
+    update = cache._events[-1]
+    assert update.type == "MODIFIED" and update.prev["data"] == {"v": "1"}
+    assert update.prev is cache._events[-2].obj  # the previous version's dict, not a second decoded copy
+    at = update.revision
+    await reg.store.compact(at)
+    await reg.create(CMS, "d", {"metadata": {"name": "b"}})
+    await cache.wait_fresh()
+    assert [e.revision for e in cache._events] == [cache.rev]  # at or below the compaction: never served
+    gen = watch_events(cache, CMS, "d", None, (), str(at), None, False)  # from the compaction point: served
+    assert await collect(gen, 1) == [("ADDED", "b")]
+    gen = watch_events(cache, CMS, "d", None, (), str(at - 1), None, False)
+    assert (await collect(gen, 1))[0][0] == "ERROR"
+    await cache.stop()
