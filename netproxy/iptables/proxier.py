@@ -247,25 +247,23 @@ class IptablesProxier:
     def cleanup(self) -> None:
         """Remove every chain and hook we own (kube-proxy --cleanup)."""
         self._known_chains = None  # read the tables: remove whatever carries our prefix
-        existing, present = self._existing()
+        existing, _ = self._existing()
+        wanted = {_normalize(f"-A {chain} {spec}") for _, chain, spec in jump_rules(self.node)}
         out = []
         for table in (FILTER, NAT):
             ours = set(fixed_chains(self.node)[table]) | (existing if table == NAT else set())
             out.append(f"*{table}")
-            for t, chain, spec in present:
-                if t == table:
-                    out.append(f"-D {chain} {spec}")
-            present_chains = self._chains_in(table)
+            saved = self.save(table).splitlines()
+            # every copy, as iptables-save spells it: two agents racing in one netns can leave a hook
+            # twice, and one left behind keeps its chain referenced, so -X (and the whole restore) fails
+            out.extend("-D" + ln[2:] for ln in saved if ln.startswith("-A ") and _normalize(ln) in wanted)
+            present_chains = {ln[1:].split()[0] for ln in saved if ln.startswith(":")}
             live = sorted(c for c in ours if c in present_chains)
             out.extend(f":{c} - [0:0]" for c in live)
             out.extend(f"-X {c}" for c in live)
             out.append("COMMIT")
         _run([f"{self.cmd}-restore", "-w", "--noflush"], "\n".join(out) + "\n")
         self.plans = {}
-
-    def _chains_in(self, table: str) -> set[str]:
-        return {ln[1:].split()[0] for ln in self.save(table).splitlines() if ln.startswith(":")}
-
 
 def _normalize(rule: str) -> str:
     """iptables-save spells a rule in its own canonical order; compare by sorted tokens."""
