@@ -301,6 +301,45 @@ def detect_iptables_backend(report: HostReport | None = None) -> str:
     return "legacy" if legacy >= 0 else "none"
 
 
+def nf_tables_kernel() -> bool:
+    """Whether this kernel speaks nf_tables: a GETTABLE dump on an NETLINK_NETFILTER socket answers.
+
+    In process (no nft CLI needed); the request autoloads nf_tables like any nft command would."""
+    import socket
+    import struct
+
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12) as sock:  # NETLINK_NETFILTER
+            sock.settimeout(2)
+            sock.bind((0, 0))
+            sock.send(struct.pack("=IHHIIBBH", 20, (10 << 8) | 1, 1 | 0x300, 1, 0, 2, 0, 0))  # NFT_MSG_GETTABLE
+            buf = sock.recv(65536)
+    except OSError:
+        return False
+    length, mtype = struct.unpack_from("=IH", buf)
+    if mtype == 2:  # NLMSG_ERROR
+        (code,) = struct.unpack_from("=i", buf, 16)
+        return code == 0
+    return True
+
+
+@functools.cache
+def node_iptables_backend() -> str:
+    """legacy or nft: one answer for every iptables user of this node (Service rules, CNI masquerade
+    and hostPorts, NetworkPolicy), as iptables-wrapper gives kubelet and kube-proxy one.
+
+    NODEAGENT_IPTABLES=legacy|nft wins; else nft when the kernel has nf_tables (then the iptables mode
+    writes iptables-nft rules over netlink, and `iptables` on Debian 12 shows them); else legacy.
+    Without root (no netlink answer) the host `iptables` command's own backend decides."""
+    forced = os.environ.get("NODEAGENT_IPTABLES")
+    if forced in ("legacy", "nft"):
+        return forced
+    if os.geteuid() == 0:
+        return "nft" if nf_tables_kernel() else "legacy"
+    exe = shutil.which("iptables") or "/usr/sbin/iptables"
+    return "legacy" if "legacy" in os.path.basename(os.path.realpath(exe)) else "nft"
+
+
 PROBES = {
     "overlayfs": probe_overlayfs,
     "ipvs": probe_ipvs,

@@ -1,0 +1,313 @@
+"""The iptables mode on nf_tables: iptables-nft's own rules, written in process over netlink.
+
+kube-proxy's layout (plan.py) is turned into exactly what iptables-nft would put
+in the kernel (nftrules.py: same tables `ip nat`/`ip filter`, same base chains and
+priorities, native expressions where iptables-nft uses them, xt compat matches and
+targets elsewhere), so `iptables-save` (iptables-nft) shows the rules and
+iptables-nft can still edit the same tables. Why not iptables-nft-restore: its
+full load is superlinear in user space (56 s at 10k Services); why not legacy
+x_tables: every change there is a whole-table replace (~0.3-0.5 s at 10k).
+
+- Full sync: one nf_tables transaction (both tables): create/flush every chain we
+  own, append every rule, drop stale chains; then one dump of the dispatch chains
+  records each dispatch rule's handle (their order is the order we appended).
+- One-Service change: one transaction with only the changed chains flushed and
+  refilled, chains added/deleted, and the dispatch rules deleted by handle or
+  inserted with NLM_F_ECHO (the kernel returns the new handles).
+
+Blocking: call it from the proxy's netns worker thread (the socket lives in that netns).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from netproxy.iptables.nftrules import encode
+from netproxy.iptables.plan import (
+    FILTER,
+    NAT,
+    Names,
+    PortRules,
+    base_rules,
+    fixed_chains,
+    jump_rules,
+    large_cluster,
+    partial_ops,
+    plan_port,
+)
+from netproxy.model import ServicePortName
+from netproxy.nftables import netlink as nl
+from netproxy.proxier import NodeConfig, SyncResult
+from netproxy.tracker import Changes, ProxyState
+
+log = logging.getLogger("netproxy.iptables.nft")
+
+# iptables-nft's base chains: (hook number, priority, chain type)
+BUILTIN = {
+    FILTER: {"INPUT": (1, 0, "filter"), "FORWARD": (2, 0, "filter"), "OUTPUT": (3, 0, "filter")},
+    NAT: {"PREROUTING": (0, -100, "nat"), "INPUT": (1, 100, "nat"), "OUTPUT": (3, -100, "nat"),
+          "POSTROUTING": (4, 100, "nat")},
+}
+
+
+def _jump_target(rule: dict[int, bytes]) -> str | None:
+    """The chain an (iptables-style) rule jumps to, from its last `immediate` expression."""
+    exprs = nl.parse_list(rule.get(nl.RULE_EXPRESSIONS, b""))
+    for _, e in reversed(exprs):
+        a = nl.parse_attrs(e)
+        if nl.attr_str(a.get(nl.EXPR_NAME, b"")) != "immediate":
+            continue
+        data = nl.parse_attrs(a.get(nl.EXPR_DATA, b""))
+        verdict = nl.parse_attrs(nl.parse_attrs(data.get(2, b"")).get(nl.DATA_VERDICT, b""))
+        chain = verdict.get(nl.VERDICT_CHAIN)
+        return nl.attr_str(chain) if chain else None
+    return None
+
+
+def _handle(rule: dict[int, bytes]) -> int:
+    return int.from_bytes(rule[nl.RULE_HANDLE], "big")
+
+
+class IptablesNftProxier:
+    """kube-proxy's iptables layout written as iptables-nft rules over nf_tables netlink."""
+
+    name = "iptables"
+    backend = "nft-netlink"
+
+    def __init__(self, node: NodeConfig) -> None:
+        self.node = node
+        self.names = Names(node.prefix)
+        self.plans: dict[ServicePortName, PortRules] = {}
+        self._inputs: dict[ServicePortName, tuple] = {}  # spn -> ((port, endpoints, large), plan)
+        self._known_chains: set[str] | None = None  # our nat chains after a full sync, from memory
+        # (table, dispatch chain) -> rule spec -> kernel handles, for deleting one Service's dispatch rules
+        self.handles: dict[tuple[str, str], dict[str, list[int]]] = {}
+        self._sock: nl.NftSocket | None = None
+
+    def _socket(self) -> nl.NftSocket:
+        if self._sock is None:
+            self._sock = nl.NftSocket()
+        return self._sock
+
+    # -- planning (shared with the legacy writer: plan.py) ----------------------------------------------
+    @staticmethod
+    def _large(state: ProxyState) -> bool:
+        return large_cluster(sum(len(state.endpoints.get(spn, ())) for spn in state.services))
+
+    def _plan(self, spn: ServicePortName, sp, state: ProxyState, large: bool) -> PortRules:
+        key = (sp, state.endpoints.get(spn, ()), large)
+        cached = self._inputs.get(spn)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        plan = plan_port(sp, key[1], self.node, large)
+        self._inputs[spn] = (key, plan)
+        return plan
+
+    def plan_all(self, state: ProxyState) -> dict[ServicePortName, PortRules]:
+        large = self._large(state)
+        return {spn: plan_port(sp, state.endpoints.get(spn, ()), self.node, large)
+                for spn, sp in state.services.items()}
+
+    def _dispatch_chains(self) -> list[tuple[str, str]]:
+        n = self.names
+        return [(NAT, n.services), (NAT, n.nodeports), (FILTER, n.services), (FILTER, n.external_services)]
+
+    # -- syncing -----------------------------------------------------------------------------------------
+    def sync(self, state: ProxyState, changes: Changes, full: bool) -> SyncResult:
+        if full or self._known_chains is None:
+            large = self._large(state)
+            plans = {spn: self._plan(spn, sp, state, large) for spn, sp in state.services.items()}
+            self._inputs = {spn: v for spn, v in self._inputs.items() if spn in plans}
+            return self.full_sync(plans)
+        new = dict(self.plans)
+        large = self._large(state)
+        for spn in changes.ports:
+            sp = state.services.get(spn)
+            if sp is None:
+                new.pop(spn, None)
+                self._inputs.pop(spn, None)
+            else:
+                new[spn] = self._plan(spn, sp, state, large)
+        n = self.apply_partial(new, changes.ports)
+        return SyncResult(full=False, rules=n, detail=f"{len(changes.ports)} ports")
+
+    def _builtin_state(self, sock: nl.NftSocket) -> tuple[set[tuple[str, str]], set[tuple[str, str, str]]]:
+        """Which builtin chains exist, and which of our hook jumps they hold (by target chain)."""
+        exists: set[tuple[str, str]] = set()
+        present: set[tuple[str, str, str]] = set()
+        for table, chain in dict.fromkeys((t, c) for t, c, _ in jump_rules(self.node)):
+            if sock.get_chain(table, chain) is None:
+                continue
+            exists.add((table, chain))
+            rules = sock.dump(nl.GETRULE, table=table, chain=chain) or []
+            targets = {_jump_target(r) for r in rules}
+            for t, c, spec in jump_rules(self.node):
+                if (t, c) == (table, chain) and spec.rsplit("-j ", 1)[1] in targets:
+                    present.add((t, c, spec))
+        return exists, present
+
+    def _our_chains(self, sock: nl.NftSocket, table: str) -> set[str]:
+        return {nl.attr_str(c[nl.CHAIN_NAME]) for c in sock.dump(nl.GETCHAIN, table=table) or ()
+                if self.names.owns(nl.attr_str(c[nl.CHAIN_NAME]))}
+
+    def full_sync(self, plans: dict[ServicePortName, PortRules]) -> SyncResult:
+        """Rewrite every chain we own in one transaction (drift repair; also the first sync)."""
+        sock = self._socket()
+        exists, present = self._builtin_state(sock)
+        existing = self._known_chains if self._known_chains is not None else self._our_chains(sock, NAT)
+        n = self.names
+        base = base_rules(self.node)
+        fixed = fixed_chains(self.node)
+        b = nl.Batch(NAT)
+        order: dict[tuple[str, str], list[str]] = {k: [] for k in self._dispatch_chains()}
+        wanted: set[str] = set()
+
+        def chain(name: str) -> None:
+            b.add_chain(name)
+            b.flush_chain(name)
+
+        def rule(chain_name: str, spec: str) -> None:
+            exprs, compat = encode(spec)
+            b.add_rule(chain_name, exprs, compat)
+
+        for table in (NAT, FILTER):
+            b.use(table)
+            b.add_table()
+            for t, c in dict.fromkeys((t, c) for t, c, _ in jump_rules(self.node)):
+                if t == table and (t, c) not in exists:
+                    hook, prio, kind = BUILTIN[t][c]
+                    b.add_chain(c, hook, prio, kind)
+            for c in fixed[table]:
+                chain(c)
+            if table == NAT:  # every chain before any rule: a jump needs its target to exist
+                for p in plans.values():
+                    for c in p.chains:
+                        chain(c)
+                        wanted.add(c)
+            for t, c, spec in jump_rules(self.node):  # each inserted first, as `-I chain 1` in order
+                if t == table and (t, c, spec) not in present:
+                    exprs, compat = encode(spec)
+                    b.add_rule(c, exprs, compat, prepend=True)
+            for (t, c), specs in base.items():
+                if t == table and not c.endswith("#tail"):
+                    for spec in specs:
+                        rule(c, spec)
+            if table == NAT:
+                for p in plans.values():
+                    for c, specs in p.chains.items():
+                        for spec in specs:
+                            rule(c, spec)
+                    for key in ((NAT, n.services), (NAT, n.nodeports)):
+                        for spec in p.dispatch.get(key, ()):
+                            rule(key[1], spec)
+                            order[key].append(spec)
+                for spec in base[(NAT, n.services + "#tail")]:
+                    rule(n.services, spec)
+                stale = sorted(c for c in existing if c not in wanted and c not in fixed[NAT])
+                for c in stale:
+                    b.flush_chain(c)
+                for c in stale:
+                    b.del_chain(c)
+            else:
+                for p in plans.values():
+                    for (t, c), specs in p.dispatch.items():
+                        if t == FILTER:
+                            for spec in specs:
+                                rule(c, spec)
+                                order[(t, c)].append(spec)
+        sock.send(b)
+        self.plans = dict(plans)
+        self._known_chains = wanted
+        self._record_handles(sock, order)
+        return SyncResult(full=True, rules=b.counts["rules"], chains=b.counts["chains"])
+
+    def _record_handles(self, sock: nl.NftSocket, order: dict[tuple[str, str], list[str]]) -> None:
+        """The dispatch rules' handles, read back in order (we flushed and appended each chain)."""
+        self.handles = {}
+        for (table, c), specs in order.items():
+            rules = sock.dump(nl.GETRULE, table=table, chain=c) or []
+            by_spec: dict[str, list[int]] = {}
+            for spec, r in zip(specs, rules, strict=False):
+                by_spec.setdefault(spec, []).append(_handle(r))
+            self.handles[(table, c)] = by_spec
+
+    def apply_partial(self, new: dict[ServicePortName, PortRules], changed) -> int:
+        """One transaction for the changed ports (partial_ops: the same steps as a partial restore)."""
+        ops = partial_ops(self.plans, new, changed)
+        if not ops:
+            self.plans = new
+            return 0
+        b = nl.Batch(NAT)
+        echo: dict[int, tuple[str, str, str]] = {}
+        dispatch = set(self._dispatch_chains())
+        removed: list[tuple[str, str, str, int]] = []
+        count = 0
+        for table, table_ops in ops.items():
+            b.use(table)
+            for op in table_ops:
+                verb, c = op[0], op[1]
+                if verb == "declare":
+                    b.add_chain(c)
+                    b.flush_chain(c)
+                elif verb == "-X":
+                    b.flush_chain(c)
+                    b.del_chain(c)
+                elif verb == "-D":
+                    handles = self.handles.get((table, c), {}).get(op[2])
+                    if not handles:
+                        raise nl.NftError(2, f"no handle known for a {table} {c} rule: {op[2]!r}")
+                    b.del_rule(c, handles[-1])
+                    removed.append((table, c, op[2], handles[-1]))
+                else:
+                    exprs, compat = encode(op[2])
+                    want = (table, c) in dispatch
+                    i = b.add_rule(c, exprs, compat, prepend=verb == "-I", echo=want)
+                    if want:
+                        echo[i] = (table, c, op[2])
+                    count += 1
+        echoed = self._socket().send(b)
+        for table, c, spec, h in removed:
+            hs = self.handles[(table, c)][spec]
+            hs.remove(h)
+            if not hs:
+                del self.handles[(table, c)][spec]
+        for idx, mtype, attrs in echoed:
+            if mtype == nl.NEWRULE and idx in echo and nl.RULE_HANDLE in attrs:
+                table, c, spec = echo[idx]
+                self.handles.setdefault((table, c), {}).setdefault(spec, []).append(_handle(attrs))
+        self.plans = new
+        if self._known_chains is not None:
+            for spn in changed:
+                if spn in new:
+                    self._known_chains.update(new[spn].chains)
+            for verb, *rest in ops.get(NAT, ()):
+                if verb == "-X":
+                    self._known_chains.discard(rest[0])
+        return count
+
+    def cleanup(self) -> None:
+        """Remove every chain and hook we own (kube-proxy --cleanup)."""
+        sock = self._socket()
+        b = nl.Batch(NAT)
+        for table in (FILTER, NAT):
+            b.use(table)
+            ours_fixed = set(fixed_chains(self.node)[table])
+            for c in dict.fromkeys(c for t, c, _ in jump_rules(self.node) if t == table):
+                for r in sock.dump(nl.GETRULE, table=table, chain=c) or ():
+                    target = _jump_target(r)
+                    if target in ours_fixed:
+                        b.del_rule(c, _handle(r))
+            ours = self._our_chains(sock, table)
+            for c in sorted(ours):
+                b.flush_chain(c)
+            for c in sorted(ours):
+                b.del_chain(c)
+        sock.send(b)
+        self.plans = {}
+        self.handles = {}
+        self._known_chains = None
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

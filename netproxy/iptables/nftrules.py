@@ -1,0 +1,293 @@
+"""iptables rule specs → the nf_tables expressions iptables-nft (1.8.x) itself would write.
+
+The iptables-nft layout, learned from `nft --debug=netlink` and raw rule dumps of
+tables written by iptables-nft-restore (tests/integration/netproxy/test_iptnft.py
+keeps it honest): the ip header fields first (`meta l4proto`, then saddr, then
+daddr, a prefix loaded as its whole bytes only or masked with `bitwise` when it
+does not end on a byte), then the matches in command-line order: `tcp`/`udp`
+with a --dport become a native transport payload compare, `mark` becomes
+`meta mark` & mask, everything else (comment, statistic, recent, addrtype,
+conntrack, sctp, a bare tcp/udp) is an xt compat `match` carrying the kernel's
+xt_* struct; then a `counter`; then the verdict (`immediate` jump/goto/accept/
+drop/return) or an xt compat `target` (DNAT rev 2, MASQUERADE, MARK rev 2,
+REJECT). The rule also carries NFTA_RULE_COMPAT (its -p protocol), which xt
+matches such as tcp check.
+
+Only the vocabulary netproxy's plans use is understood (an unknown option raises),
+and each spec's bytes are cached: a resync encodes nothing it encoded before.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+
+from netproxy.nftables import netlink as nl
+
+PROTOS = {"tcp": 6, "udp": 17, "sctp": 132}
+VERDICTS = {"ACCEPT": nl.ACCEPT, "DROP": nl.DROP, "RETURN": nl.RETURN}
+# xt_conntrack state bits: INVALID 1, then 1 << (ctinfo + 1) for ESTABLISHED(0), RELATED(1), NEW(2)
+CT_STATES = {"INVALID": 1, "ESTABLISHED": 2, "RELATED": 4, "NEW": 8, "UNTRACKED": 64}
+ADDRTYPES = {"UNSPEC": 1, "UNICAST": 2, "LOCAL": 4, "BROADCAST": 8, "ANYCAST": 16, "MULTICAST": 32,
+             "BLACKHOLE": 64, "UNREACHABLE": 128, "PROHIBIT": 256}
+REJECT_WITH = {"icmp-net-unreachable": 0, "icmp-host-unreachable": 1, "icmp-proto-unreachable": 2,
+               "icmp-port-unreachable": 3}
+
+_META_L4 = nl.meta_load(nl.REG_1, nl.META_L4PROTO)
+_SADDR_OFF, _DADDR_OFF = 12, 16
+
+
+class UnsupportedRule(ValueError):
+    pass
+
+
+# -- xt struct blobs (x86_64 / any LP64 little-endian host; sizes XT_ALIGNed to 8) ----------------------
+def _comment(text: str) -> bytes:
+    raw = text.encode()[:255]
+    return nl.xt_match("comment", 0, raw + b"\0" * (256 - len(raw)))
+
+
+def _statistic(probability: float) -> bytes:
+    # xt_statistic_info: mode, flags, u.random.probability (= u.nth.every), nth.packet, nth.count, master
+    p = int(0x80000000 * probability + 0.5)  # libxt_statistic: lround()
+    return nl.xt_match("statistic", 0, struct.pack("=HHIII", 0, 0, p, 0, p) + b"\0" * 8)
+
+
+def _recent(name: str, seconds: int, flags: int, side: int, mask: str) -> bytes:
+    # xt_recent_mtinfo_v1: seconds, hit_count, check_set, invert, name[200], side, pad, mask (16), pad to 232
+    info = struct.pack("=IIBB200sBx16s", seconds, 0, flags, 0, name.encode(), side,
+                       socket.inet_aton(mask) + b"\0" * 12)
+    return nl.xt_match("recent", 1, info + b"\0" * (232 - len(info)))
+
+
+def _addrtype(src: int, dst: int) -> bytes:
+    return nl.xt_match("addrtype", 1, struct.pack("=HHI", src, dst, 0))  # xt_addrtype_info_v1
+
+
+def _conntrack(states: int) -> bytes:
+    # xt_conntrack_mtinfo3: 8 addresses (128), expires min/max, l4proto, 4 ports, match_flags,
+    # invert_flags, state_mask, status_mask, 4 high ports; XT_CONNTRACK_STATE = 1
+    info = b"\0" * 136 + struct.pack("=H4HHHHH4H", 0, 0, 0, 0, 0, 1, 0, states, 0, 0, 0, 0, 0)
+    return nl.xt_match("conntrack", 3, info + b"\0" * (168 - len(info)))
+
+
+# chunkmap[64] and chunk_match_type zero, flag_info[4] as libxt_sctp leaves them ({0xff, 0, 0}), flag_count 0
+_SCTP_MID = bytes(256) + bytes(4) + b"\xff\0\0" * 4 + bytes(4)
+
+
+def _sctp(dport: int | None) -> bytes:
+    # xt_sctp_info: dpts[2], spts[2], chunkmap[64], chunk_match_type, flag_info[4], flag_count, flags, invflags
+    head = struct.pack("=HHHH", dport or 0, dport or 0, 0, 0)
+    return nl.xt_match("sctp", 0, head + _SCTP_MID + struct.pack("=II", 2 if dport else 0, 0) + bytes(4))
+
+
+def _l4_bare(proto: str) -> bytes:
+    """`-m tcp`/`-m udp` with no option: the compat match (iptables-save then prints `-m tcp`)."""
+    if proto == "sctp":
+        return _sctp(None)
+    return nl.xt_match(proto, 0, struct.pack("=HHHH", 0, 0xFFFF, 0, 0xFFFF) + bytes(8))
+
+
+def _dnat(ip: str, port: int | None) -> bytes:
+    # nf_nat_range2: flags (MAP_IPS 1 | PROTO_SPECIFIED 2), min/max addr (16 each), min/max/base proto
+    addr = socket.inet_aton(ip) + bytes(12)
+    flags = 1 | (2 if port else 0)
+    pp = struct.pack(">H", port or 0)
+    return nl.xt_target("DNAT", 2, struct.pack("=I", flags) + addr + addr + pp + pp + bytes(2) + bytes(6))
+
+
+def _masquerade(random_fully: bool) -> bytes:
+    # nf_nat_ipv4_multi_range_compat: rangesize 1, range {flags, min_ip, max_ip, min, max}
+    flags = 16 if random_fully else 0  # NF_NAT_RANGE_PROTO_RANDOM_FULLY
+    return nl.xt_target("MASQUERADE", 0, struct.pack("=II", 1, flags) + bytes(16))
+
+
+def _mark_target(mark: int, mask: int) -> bytes:
+    return nl.xt_target("MARK", 2, struct.pack("=II", mark, mask))
+
+
+def _reject(with_: str) -> bytes:
+    return nl.xt_target("REJECT", 0, struct.pack("=I", REJECT_WITH[with_]) + bytes(4))
+
+
+# -- native expressions ----------------------------------------------------------------------------------
+def _addr(offset: int, cidr: str, negate: bool) -> bytes:
+    """iptables-nft's add_addr: whole mask bytes load only those bytes; a partial byte adds a bitwise."""
+    net = ipaddress.IPv4Network(cidr, strict=False)
+    mask = net.netmask.packed
+    op = nl.CMP_NEQ if negate else nl.CMP_EQ
+    plen = net.prefixlen
+    if plen % 8 == 0:
+        n = plen // 8
+        return nl.payload(nl.REG_1, nl.PAYLOAD_NETWORK, offset, n) + \
+            nl.cmp(nl.REG_1, op, net.network_address.packed[:n])
+    return nl.payload(nl.REG_1, nl.PAYLOAD_NETWORK, offset, 4) + \
+        nl.bitwise(nl.REG_1, nl.REG_1, mask, bytes(4)) + nl.cmp(nl.REG_1, op, net.network_address.packed)
+
+
+def _dport(port: int) -> bytes:
+    return nl.payload(nl.REG_1, nl.PAYLOAD_TRANSPORT, 2, 2) + nl.cmp(nl.REG_1, nl.CMP_EQ, struct.pack(">H", port))
+
+
+def _mark_match(mark: int, mask: int, negate: bool) -> bytes:
+    return nl.meta_load(nl.REG_1, nl.META_MARK) + nl.bitwise(nl.REG_1, nl.REG_1, struct.pack("=I", mask), bytes(4)) + \
+        nl.cmp(nl.REG_1, nl.CMP_NEQ if negate else nl.CMP_EQ, struct.pack("=I", mark))
+
+
+def _cidr(text: str) -> str:
+    return text if "/" in text else text + "/32"
+
+
+def _split(spec: str) -> list[str]:
+    """Tokens of a rule spec; a double-quoted comment is one token (plans never nest quotes)."""
+    if '"' not in spec:
+        return spec.split()
+    out: list[str] = []
+    for i, part in enumerate(spec.split('"')):
+        if i % 2:
+            out.append(part)
+        else:
+            out.extend(part.split())
+    return out
+
+
+def encode(spec: str) -> tuple[bytes, bytes]:
+    """One rule spec (the text after `-A CHAIN`) → (expressions, NFTA_RULE_COMPAT attribute)."""
+    hit = _CACHE.get(spec)
+    if hit is None:
+        hit = _CACHE[spec] = _encode(spec)
+        if len(_CACHE) > 1 << 19:
+            _CACHE.clear()
+    return hit
+
+
+_CACHE: dict[str, tuple[bytes, bytes]] = {}
+
+
+def _encode(spec: str) -> tuple[bytes, bytes]:
+    t = _split(spec)
+    n = len(t)
+    i = 0
+    proto = ""
+    saddr: tuple[str, bool] | None = None
+    daddr: tuple[str, bool] | None = None
+    matches: list[list] = []  # [kind, options...] in command-line order
+    cur: list | None = None
+    target = b""
+    negate = False
+    while i < n:
+        tok = t[i]
+        if tok == "!":
+            negate = True
+            i += 1
+            continue
+        if tok == "-m":
+            cur = [t[i + 1], {}]
+            matches.append(cur)
+            i += 2
+        elif tok == "-p":
+            proto = t[i + 1]
+            i += 2
+        elif tok in ("-s", "-d"):
+            v = (_cidr(t[i + 1]), negate)
+            if tok == "-s":
+                saddr = v
+            else:
+                daddr = v
+            i += 2
+        elif tok in ("-j", "-g"):
+            target = _target(tok, t[i + 1:])
+            break
+        elif tok.startswith("--") and cur is not None:
+            opt = tok[2:]
+            vals: list[str] = []
+            i += 1
+            while i < n and not t[i].startswith("-") and t[i] != "!":
+                vals.append(t[i])
+                i += 1
+            cur[1][opt] = (vals, negate)
+        else:
+            raise UnsupportedRule(f"unsupported token {tok!r} in {spec!r}")
+        negate = False
+    out = b""
+    if proto:
+        out += _META_L4 + nl.cmp(nl.REG_1, nl.CMP_EQ, bytes([PROTOS[proto]]))
+    if saddr:
+        out += _addr(_SADDR_OFF, *saddr)
+    if daddr:
+        out += _addr(_DADDR_OFF, *daddr)
+    for kind, opts in matches:
+        out += _match(kind, opts, proto, spec)
+    compat = nl.rule_compat(PROTOS.get(proto, 0)) if proto else b""
+    return out + nl.COUNTER + target, compat
+
+
+def _match(kind: str, opts: dict, proto: str, spec: str) -> bytes:
+    def one(name: str) -> str:
+        return opts[name][0][0]
+
+    if kind == "comment":
+        return _comment(one("comment"))
+    if kind in ("tcp", "udp", "sctp"):
+        if "dport" in opts and kind != "sctp":
+            return _dport(int(one("dport")))
+        if kind == "sctp":
+            return _sctp(int(one("dport")) if "dport" in opts else None)
+        if opts:
+            raise UnsupportedRule(f"unsupported {kind} options in {spec!r}")
+        return _l4_bare(kind)
+    if kind == "statistic":
+        if one("mode") != "random":
+            raise UnsupportedRule(spec)
+        return _statistic(float(one("probability")))
+    if kind == "recent":
+        flags = 0
+        for name, bit in (("rcheck", 1), ("set", 2), ("update", 4), ("remove", 8), ("rttl", 16), ("reap", 32)):
+            if name in opts:
+                flags |= bit
+        seconds = int(one("seconds")) if "seconds" in opts else 0
+        side = 1 if "rdest" in opts else 0
+        mask = one("mask") if "mask" in opts else "255.255.255.255"
+        return _recent(one("name") if "name" in opts else "DEFAULT", seconds, flags, side, mask)
+    if kind == "addrtype":
+        src = ADDRTYPES[one("src-type")] if "src-type" in opts else 0
+        dst = ADDRTYPES[one("dst-type")] if "dst-type" in opts else 0
+        return _addrtype(src, dst)
+    if kind == "mark":
+        vals, neg = opts["mark"]
+        mark, _, mask = vals[0].partition("/")
+        return _mark_match(int(mark, 0), int(mask, 0) if mask else 0xFFFFFFFF, neg)
+    if kind == "conntrack":
+        bits = 0
+        for st in one("ctstate").split(","):
+            bits |= CT_STATES[st]
+        return _conntrack(bits)
+    raise UnsupportedRule(f"unsupported match {kind!r} in {spec!r}")
+
+
+def _target(flag: str, rest: list[str]) -> bytes:
+    name = rest[0]
+    opts = rest[1:]
+    if name in VERDICTS:
+        return nl.immediate_verdict(VERDICTS[name])
+    if name == "DNAT":
+        ip, _, port = opts[opts.index("--to-destination") + 1].partition(":")
+        return _dnat(ip, int(port) if port else None)
+    if name == "MASQUERADE":
+        return _masquerade("--random-fully" in opts)
+    if name == "MARK":
+        op, val = opts[0], int(opts[1].split("/")[0], 0)
+        if op == "--xor-mark":
+            return _mark_target(val, 0)
+        if op == "--or-mark":
+            return _mark_target(val, val)
+        if op == "--set-xmark":
+            v, _, m = opts[1].partition("/")
+            return _mark_target(int(v, 0), int(m, 0) if m else 0xFFFFFFFF)
+        raise UnsupportedRule(f"MARK {op}")
+    if name == "REJECT":
+        return _reject(opts[opts.index("--reject-with") + 1] if "--reject-with" in opts else "icmp-port-unreachable")
+    if name.isupper() and not name.startswith(("KUBE", "NODEAGENT")) and "-" not in name:
+        raise UnsupportedRule(f"unsupported target {name!r}")
+    return nl.immediate_verdict(nl.GOTO if flag == "-g" else nl.JUMP, name)
