@@ -40,10 +40,11 @@ from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
 
 MODES = {
-    "iptables": ("iptables", {"backend": "legacy", "incremental": "libiptc"}),
+    "iptables": ("iptables", {"backend": "nft"}),  # the default on nf_tables kernels
+    "iptables-legacy": ("iptables", {"backend": "legacy", "incremental": "libiptc"}),
     "iptables-xtblob": ("iptables", {"backend": "legacy", "incremental": "xtblob"}),
     "iptables-restore": ("iptables", {"backend": "legacy", "incremental": "restore"}),
-    "iptables-nft": ("iptables", {"backend": "nft"}),
+    "iptables-nft-restore": ("iptables", {"backend": "nft-restore"}),
     "nftables": ("nftables", {}),
 }
 
@@ -79,17 +80,18 @@ def pct(xs: list[float], q: float) -> float:
 
 def count_rules(mode: str, ns: str) -> int:
     if mode.startswith("iptables"):
-        cmd = "iptables-nft-save" if mode == "iptables-nft" else "iptables-legacy-save"
+        cmd = "iptables-nft-save" if mode in ("iptables", "iptables-nft-restore") else "iptables-legacy-save"
         out = subprocess.run(["ip", "netns", "exec", ns, cmd], capture_output=True, text=True).stdout
         return sum(1 for ln in out.splitlines() if ln.startswith("-A "))
     return -1
 
 
 MECHANISM = {  # (full sync, one-Service change)
-    "iptables": ("iptables-legacy-restore (streamed)", "python-iptables/libiptc"),
+    "iptables": ("iptables-nft rules, 1 nf_tables netlink batch", "nf_tables netlink batch (changed chains, handles)"),
+    "iptables-legacy": ("iptables-legacy-restore (streamed)", "python-iptables/libiptc"),
     "iptables-xtblob": ("iptables-legacy-restore (streamed)", "x_tables blob edit (xtblob: 1 SET_REPLACE)"),
     "iptables-restore": ("iptables-legacy-restore (streamed)", "iptables-legacy-restore --noflush partial"),
-    "iptables-nft": ("iptables-nft-restore", "iptables-nft-restore --noflush partial"),
+    "iptables-nft-restore": ("iptables-nft-restore", "iptables-nft-restore --noflush partial"),
     "nftables": ("nf_tables netlink batch", "nf_tables netlink batch"),
 }
 
@@ -258,11 +260,13 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
         out["full"] = time.perf_counter() - t0
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # restore tools: their own CPU vs the kernel's
         out["child_cpu"] = (ru1.ru_utime - ru0.ru_utime, ru1.ru_stime - ru0.ru_stime)
-        if label.startswith("iptables") and label != "iptables-nft" and not args.no_floor:
+        if label.startswith("iptables") and label != "iptables-nft-restore" and not args.no_floor:
             from netproxy.iptables.plan import full_restore
 
             # the floor right after our full sync, on the same ruleset (the machine's load drifts)
             out["floor_adjacent"] = floor_restore(full_restore(proxier.plans, node))
+        out["timing"] = dict(getattr(proxier, "timing", {}) or {})
+        out["load"] = os.getloadavg()[0]
         out["rules"] = r.rules if r else 0
         out["chains"] = r.chains if r else 0
         t0 = time.perf_counter()
@@ -297,8 +301,8 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="1000,5000,10000", help="comma-separated Service counts")
-    p.add_argument("--modes", default="iptables,iptables-xtblob,iptables-restore,nftables",
-                   help=f"comma-separated, from {', '.join(MODES)} (iptables-nft is slow: 56 s at 10k)")
+    p.add_argument("--modes", default="iptables,iptables-legacy,iptables-xtblob,iptables-restore,nftables",
+                   help=f"comma-separated, from {', '.join(MODES)} (iptables-nft-restore is slow: 56 s at 10k)")
     p.add_argument("--endpoints", type=int, default=3)
     p.add_argument("--changes", type=int, default=20, help="one-Service changes measured per run")
     p.add_argument("--nft-floor-max", type=int, default=5000, help="skip the nft -f floor above this size")
@@ -333,7 +337,7 @@ def main() -> int:
             full_m, change_m = MECHANISM[label]
             print(f"{label:18} {size:>6} {r['rules']:>7} {r['full']:>8.2f} {floor or 0:>8.2f} {ratio:>6} "
                   f"{r['resync']:>9.2f} {r['change_p50'] * 1e3:>13.1f} {r['change_p99'] * 1e3:>8.1f} {fe:>15}  "
-                  f"{full_m} / {change_m}", flush=True)
+                  f"{full_m} / {change_m}  [load {r['load']:.1f}]", flush=True)
             cases = "  ".join(f"{k} p50 {a * 1e3:.2f} / p99 {b * 1e3:.2f} ms" for k, (a, b) in r["cases"].items())
             beside = ""
             if r.get("floor_elem"):
@@ -346,6 +350,9 @@ def main() -> int:
                 print(f"{'':18} {'':>6}   change p50 split: GET_ENTRIES + compare {rd * 1e3:.0f} ms, SET_REPLACE + "
                       f"ADD_COUNTERS {rp * 1e3:.0f} ms, the rest (plan, encode, splice, proxy) "
                       f"{(tot - rd - rp) * 1e3:.0f} ms")
+            if r.get("timing"):
+                ph = ", ".join(f"{k} {v:.2f} s" for k, v in r["timing"].items())
+                print(f"{'':18} {'':>6}   full sync phases: {ph} (plus planning); load average {r['load']:.1f}")
             cu, cs = r["child_cpu"]
             if cu + cs > 0.05:
                 print(f"{'':18} {'':>6}   full sync's child processes: {cu:.2f} s user, {cs:.2f} s sys (kernel)")
@@ -355,7 +362,7 @@ def main() -> int:
                   f"restore {floors['floor_partial'] * 1e3:.0f} ms; kernel nat table "
                   f"({floors['kernel_entries']} entries, {floors['kernel_mb']:.0f} MB): GET_ENTRIES "
                   f"{floors['kernel_get'] * 1e3:.0f} ms + SET_REPLACE unchanged {floors['kernel_replace'] * 1e3:.0f} ms;"
-                  f" python-iptables full load {py}", flush=True)
+                  f" python-iptables full load {py}; load average {os.getloadavg()[0]:.1f}", flush=True)
     return 0
 
 

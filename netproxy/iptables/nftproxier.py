@@ -21,6 +21,7 @@ Blocking: call it from the proxy's netns worker thread (the socket lives in that
 from __future__ import annotations
 
 import logging
+import time
 
 from netproxy.iptables.nftrules import encode
 from netproxy.iptables.plan import (
@@ -83,6 +84,7 @@ class IptablesNftProxier:
         # (table, dispatch chain) -> rule spec -> kernel handles, for deleting one Service's dispatch rules
         self.handles: dict[tuple[str, str], dict[str, list[int]]] = {}
         self._sock: nl.NftSocket | None = None
+        self.timing: dict[str, float] = {}  # the last full sync's phases, seconds (benchmarks print them)
 
     def _socket(self) -> nl.NftSocket:
         if self._sock is None:
@@ -152,6 +154,7 @@ class IptablesNftProxier:
 
     def full_sync(self, plans: dict[ServicePortName, PortRules]) -> SyncResult:
         """Rewrite every chain we own in one transaction (drift repair; also the first sync)."""
+        t0 = time.perf_counter()
         sock = self._socket()
         exists, present = self._builtin_state(sock)
         existing = self._known_chains if self._known_chains is not None else self._our_chains(sock, NAT)
@@ -215,10 +218,14 @@ class IptablesNftProxier:
                             for spec in specs:
                                 rule(c, spec)
                                 order[(t, c)].append(spec)
+        t1 = time.perf_counter()
         sock.send(b)
+        t2 = time.perf_counter()
         self.plans = dict(plans)
         self._known_chains = wanted
         self._record_handles(sock, order)
+        t3 = time.perf_counter()
+        self.timing = {"encode": t1 - t0, "kernel": t2 - t1, "handles": t3 - t2}
         return SyncResult(full=True, rules=b.counts["rules"], chains=b.counts["chains"])
 
     def _record_handles(self, sock: nl.NftSocket, order: dict[tuple[str, str], list[str]]) -> None:

@@ -19,6 +19,7 @@ and each spec's bytes are cached: a resync encodes nothing it encoded before.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import struct
@@ -45,9 +46,10 @@ class UnsupportedRule(ValueError):
 # -- xt struct blobs (x86_64 / any LP64 little-endian host; sizes XT_ALIGNed to 8) ----------------------
 def _comment(text: str) -> bytes:
     raw = text.encode()[:255]
-    return nl.xt_match("comment", 0, raw + b"\0" * (256 - len(raw)))
+    return _COMMENT_HEAD + raw + bytes(256 - len(raw))
 
 
+@functools.lru_cache(maxsize=4096)
 def _statistic(probability: float) -> bytes:
     # xt_statistic_info: mode, flags, u.random.probability (= u.nth.every), nth.packet, nth.count, master
     p = int(0x80000000 * probability + 0.5)  # libxt_statistic: lround()
@@ -82,6 +84,7 @@ def _sctp(dport: int | None) -> bytes:
     return nl.xt_match("sctp", 0, head + _SCTP_MID + struct.pack("=II", 2 if dport else 0, 0) + bytes(4))
 
 
+@functools.lru_cache(maxsize=8)
 def _l4_bare(proto: str) -> bytes:
     """`-m tcp`/`-m udp` with no option: the compat match (iptables-save then prints `-m tcp`)."""
     if proto == "sctp":
@@ -94,7 +97,7 @@ def _dnat(ip: str, port: int | None) -> bytes:
     addr = socket.inet_aton(ip) + bytes(12)
     flags = 1 | (2 if port else 0)
     pp = struct.pack(">H", port or 0)
-    return nl.xt_target("DNAT", 2, struct.pack("=I", flags) + addr + addr + pp + pp + bytes(2) + bytes(6))
+    return _DNAT_HEAD + struct.pack("=I", flags) + addr + addr + pp + pp + bytes(8)
 
 
 def _masquerade(random_fully: bool) -> bytes:
@@ -111,9 +114,67 @@ def _reject(with_: str) -> bytes:
     return nl.xt_target("REJECT", 0, struct.pack("=I", REJECT_WITH[with_]) + bytes(4))
 
 
+# -- fast builders: fixed-size expressions as a precomputed head + their variable bytes --------------------
+def _head(whole: bytes, tail_len: int) -> bytes:
+    return whole[:len(whole) - tail_len]
+
+
+_CMP_HEAD = {(op, n): _head(nl.cmp(nl.REG_1, op, bytes(n)), n + (-n & 3))
+             for op in (nl.CMP_EQ, nl.CMP_NEQ) for n in (1, 2, 3, 4)}
+_PAD = (b"", b"\0\0\0", b"\0\0", b"\0")
+
+
+def _cmp(op: int, data: bytes) -> bytes:
+    n = len(data)
+    return _CMP_HEAD[(op, n)] + data + _PAD[n & 3]
+
+
+_COMMENT_HEAD = _head(nl.xt_match("comment", 0, bytes(256)), 256)
+_DNAT_HEAD = _head(nl.xt_target("DNAT", 2, bytes(48)), 48)
+_SADDR4 = nl.payload(nl.REG_1, nl.PAYLOAD_NETWORK, _SADDR_OFF, 4)
+_DADDR4 = nl.payload(nl.REG_1, nl.PAYLOAD_NETWORK, _DADDR_OFF, 4)
+_DPORT = nl.payload(nl.REG_1, nl.PAYLOAD_TRANSPORT, 2, 2)
+_be16 = struct.Struct(">H").pack
+_hdr = struct.Struct("=HH").pack
+_imm_head = nl.u32(1, nl.REG_VERDICT)
+_IMM_NAME = nl.s(nl.EXPR_NAME, "immediate")
+
+
+def _jump(chain: str, code: int = nl.JUMP) -> bytes:
+    """immediate reg 0 jump/goto <chain>, built directly; jumps are memoized (KUBE-MARK-MASQ repeats)."""
+    hit = _JUMPS.get((chain, code))
+    if hit is None:
+        hit = _JUMPS[(chain, code)] = _build_jump(chain, code)
+        if len(_JUMPS) > 1 << 17:
+            _JUMPS.clear()
+    return hit
+
+
+_JUMPS: dict[tuple[str, int], bytes] = {}
+
+
+def _build_jump(chain: str, code: int) -> bytes:
+    name = chain.encode() + b"\0"
+    n = 4 + len(name)
+    chain_attr = _hdr(n, nl.VERDICT_CHAIN) + name + _PAD[n & 3]
+    inner = nl.i32(nl.VERDICT_CODE, code) + chain_attr
+    verdict = _hdr(8 + len(inner), 2 | nl.NLA_F_NESTED) + _hdr(4 + len(inner), nl.DATA_VERDICT | nl.NLA_F_NESTED) + inner
+    data = _imm_head + verdict
+    body = _IMM_NAME + _hdr(4 + len(data), nl.EXPR_DATA | nl.NLA_F_NESTED) + data
+    return _hdr(4 + len(body), nl.LIST_ELEM | nl.NLA_F_NESTED) + body
+
+
 # -- native expressions ----------------------------------------------------------------------------------
 def _addr(offset: int, cidr: str, negate: bool) -> bytes:
     """iptables-nft's add_addr: whole mask bytes load only those bytes; a partial byte adds a bitwise."""
+    if cidr.endswith("/32"):
+        return (_SADDR4 if offset == _SADDR_OFF else _DADDR4) + \
+            _cmp(nl.CMP_NEQ if negate else nl.CMP_EQ, socket.inet_aton(cidr[:-3]))
+    return _addr_prefix(offset, cidr, negate)
+
+
+@functools.lru_cache(maxsize=1024)
+def _addr_prefix(offset: int, cidr: str, negate: bool) -> bytes:
     net = ipaddress.IPv4Network(cidr, strict=False)
     mask = net.netmask.packed
     op = nl.CMP_NEQ if negate else nl.CMP_EQ
@@ -127,7 +188,7 @@ def _addr(offset: int, cidr: str, negate: bool) -> bytes:
 
 
 def _dport(port: int) -> bytes:
-    return nl.payload(nl.REG_1, nl.PAYLOAD_TRANSPORT, 2, 2) + nl.cmp(nl.REG_1, nl.CMP_EQ, struct.pack(">H", port))
+    return _DPORT + _cmp(nl.CMP_EQ, _be16(port))
 
 
 def _mark_match(mark: int, mask: int, negate: bool) -> bytes:
@@ -165,8 +226,57 @@ def encode(spec: str) -> tuple[bytes, bytes]:
 _CACHE: dict[str, tuple[bytes, bytes]] = {}
 
 
+_NO_COMPAT = b""
+
+
+def _fast(t: list[str]) -> tuple[bytes, bytes] | None:
+    """The comment-less shapes that make up a large cluster's chains (kube-proxy's large-cluster mode
+    drops per-endpoint comments), without the general parser: ~5x faster per rule."""
+    n = len(t)
+    if n == 2 and t[0] == "-j" and _is_chain(t[1]):
+        return nl.COUNTER + _jump(t[1]), _NO_COMPAT
+    if n == 4 and t[0] == "-s" and t[2] == "-j" and t[1].endswith("/32") and _is_chain(t[3]):
+        return _SADDR4 + _cmp(nl.CMP_EQ, socket.inet_aton(t[1][:-3])) + nl.COUNTER + _jump(t[3]), _NO_COMPAT
+    if n == 8 and t[0] == "-m" and t[2] == "-p" and t[4] == "-j" and t[5] == "DNAT" and t[1] == t[3] \
+            and t[6] == "--to-destination" and t[1] in PROTOS:
+        ip, _, port = t[7].partition(":")
+        proto = PROTOS[t[1]]
+        return (_META_L4 + _cmp(nl.CMP_EQ, bytes((proto,))) + _l4_bare(t[1]) + nl.COUNTER +
+                _dnat(ip, int(port) if port else None)), nl.rule_compat(proto)
+    if n == 8 and t[1] == "statistic" and t[0] == "-m" and t[2] == "--mode" and t[3] == "random" \
+            and t[4] == "--probability" and t[6] == "-j" and _is_chain(t[7]):
+        return _statistic(float(t[5])) + nl.COUNTER + _jump(t[7]), _NO_COMPAT
+    return None
+
+
+def _is_chain(name: str) -> bool:
+    """netproxy's chains all carry a `PREFIX-` (KUBE-SVC-…); targets (DNAT, MASQUERADE, …) have no dash."""
+    return "-" in name
+
+
+def _fast_dispatch(t: list[str]) -> tuple[bytes, bytes] | None:
+    """`-m comment --comment C -m P -p P -d IP/32 --dport N [! -s CIDR] -j CHAIN`: one per Service
+    port in KUBE-SERVICES and at the head of its KUBE-SVC chain."""
+    n = len(t)
+    if not (n in (14, 17) and t[0] == "-m" and t[1] == "comment" and t[2] == "--comment" and t[4] == "-m"
+            and t[6] == "-p" and t[5] == t[7] and t[8] == "-d" and t[10] == "--dport" and t[n - 2] == "-j"
+            and t[9].endswith("/32") and t[5] in PROTOS and t[5] != "sctp" and _is_chain(t[n - 1])):
+        return None
+    proto = PROTOS[t[5]]
+    out = _META_L4 + _cmp(nl.CMP_EQ, bytes((proto,)))
+    if n == 17:
+        if t[12] != "!" or t[13] != "-s":
+            return None
+        out += _addr(_SADDR_OFF, _cidr(t[14]), True)
+    out += _DADDR4 + _cmp(nl.CMP_EQ, socket.inet_aton(t[9][:-3])) + _comment(t[3]) + _dport(int(t[11]))
+    return out + nl.COUNTER + _jump(t[n - 1]), nl.rule_compat(proto)
+
+
 def _encode(spec: str) -> tuple[bytes, bytes]:
     t = _split(spec)
+    hit = _fast_dispatch(t) if '"' in spec else _fast(t)
+    if hit is not None:
+        return hit
     n = len(t)
     i = 0
     proto = ""
@@ -288,6 +398,6 @@ def _target(flag: str, rest: list[str]) -> bytes:
         raise UnsupportedRule(f"MARK {op}")
     if name == "REJECT":
         return _reject(opts[opts.index("--reject-with") + 1] if "--reject-with" in opts else "icmp-port-unreachable")
-    if name.isupper() and not name.startswith(("KUBE", "NODEAGENT")) and "-" not in name:
+    if not _is_chain(name):
         raise UnsupportedRule(f"unsupported target {name!r}")
-    return nl.immediate_verdict(nl.GOTO if flag == "-g" else nl.JUMP, name)
+    return _jump(name, nl.GOTO if flag == "-g" else nl.JUMP)

@@ -104,6 +104,7 @@ def nest(t: int, *parts: bytes) -> bytes:
 
 
 _be32 = struct.Struct(">I").pack
+_nlhdr = struct.Struct("=IHHII").pack
 
 
 def u32(t: int, v: int) -> bytes:
@@ -293,6 +294,14 @@ def xt_target(name: str, rev: int, info: bytes) -> bytes:
 
 
 # -- batches -----------------------------------------------------------------------------------------
+_NEWRULE = (NFNL_SUBSYS_NFTABLES << 8) | NEWRULE
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _rule_head(table: str, chain: str) -> bytes:
+    return s(RULE_TABLE, table) + s(RULE_CHAIN, chain)
+
+
 class Batch:
     """nf_tables messages for one transaction, in order."""
 
@@ -340,8 +349,8 @@ class Batch:
         matches that need the rule's protocol. `echo`: the kernel returns the new rule (its handle)
         from `NftSocket.send`. Returns the message's index in the batch."""
         flags = NLM_F_CREATE | (0 if prepend else NLM_F_APPEND) | (NLM_F_ECHO if echo else 0)
-        self._add(NEWRULE, flags,
-                  s(RULE_TABLE, self.table) + s(RULE_CHAIN, chain) + nest(RULE_EXPRESSIONS, exprs) + compat)
+        self.msgs.append((_NEWRULE, flags, _rule_head(self.table, chain) +
+                          _hdr(4 + len(exprs), RULE_EXPRESSIONS | NLA_F_NESTED) + exprs + compat))
         self.counts["rules"] += 1
         return len(self.msgs) - 1
 
@@ -451,14 +460,23 @@ class NftSocket:
         nfgen_batch = struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(NFNL_SUBSYS_NFTABLES))
         parts.append(struct.pack("=IHHII", 16 + 4, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq0, 0) + nfgen_batch)
         last = len(batch.msgs) - 1
-        seqs = {}
+        first = seq0 + 1  # message i carries sequence number first + i
+        self._seq = itertools.count(first + len(batch.msgs))
+        nfgen = struct.pack("=BBH", batch.family, 0, 0)
+        pack = _nlhdr
         for i, (mtype, flags, body) in enumerate(batch.msgs):
-            seq = next(self._seq)
-            seqs[seq] = i
-            f = NLM_F_REQUEST | flags | (NLM_F_ACK if i == last else 0)
-            nfgen = struct.pack("=BBH", batch.family, 0, 0)
-            parts.append(struct.pack("=IHHII", 16 + 4 + len(body), mtype, f, seq, 0) + nfgen + body)
-            last_seq = seq
+            parts.append(pack(20 + len(body), mtype, NLM_F_REQUEST | flags, first + i, 0) + nfgen)
+            parts.append(body)
+        last_seq = first + last
+        parts[-2] = pack(20 + len(batch.msgs[-1][2]), batch.msgs[-1][0],
+                         NLM_F_REQUEST | batch.msgs[-1][1] | NLM_F_ACK, last_seq, 0) + nfgen
+
+        class _Seqs:  # sequence number -> message index, without a dict of every message
+            @staticmethod
+            def get(seq: int, default: int = -1) -> int:
+                return seq - first if first <= seq <= last_seq else default
+
+        seqs = _Seqs
         end = next(self._seq)
         parts.append(struct.pack("=IHHII", 16 + 4, NFNL_MSG_BATCH_END, NLM_F_REQUEST, end, 0) + nfgen_batch)
         data = b"".join(parts)
@@ -510,7 +528,7 @@ class NftSocket:
         self.sock.sendall(hdr + struct.pack("=BBH", family, 0, 0) + body)
         out: list[dict[int, bytes]] = []
         while True:
-            buf = self.sock.recv(4 << 20)
+            buf = self.sock.recv(1 << 16)  # dump skbs are at most 32 KiB
             off = 0
             while off + 16 <= len(buf):
                 length, mtype, _flags, rseq, _pid = struct.unpack_from("=IHHII", buf, off)
