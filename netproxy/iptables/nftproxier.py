@@ -158,6 +158,7 @@ class IptablesNftProxier:
         sock = self._socket()
         exists, present = self._builtin_state(sock)
         existing = self._known_chains if self._known_chains is not None else self._our_chains(sock, NAT)
+        t_state = time.perf_counter()
         n = self.names
         base = base_rules(self.node)
         fixed = fixed_chains(self.node)
@@ -225,7 +226,7 @@ class IptablesNftProxier:
         self._known_chains = wanted
         self._record_handles(sock, order)
         t3 = time.perf_counter()
-        self.timing = {"encode": t1 - t0, "kernel": t2 - t1, "handles": t3 - t2}
+        self.timing = {"read": t_state - t0, "encode": t1 - t_state, "kernel": t2 - t1, "handles": t3 - t2}
         return SyncResult(full=True, rules=b.counts["rules"], chains=b.counts["chains"])
 
     def _record_handles(self, sock: nl.NftSocket, order: dict[tuple[str, str], list[str]]) -> None:
