@@ -273,7 +273,8 @@ class HostReport:
         return {
             "cgroup driver": cg,
             "rootfs": "overlayfs" if self.has("overlayfs") else "copy (no overlayfs)",
-            "iptables backend": self.iptables_backend,
+            "iptables backend": f"{node_iptables_backend()} (Services, CNI, NetworkPolicy; rules found: "
+                                f"{self.iptables_backend})",
             "proxy modes available": ", ".join(modes),
             "default proxy mode": self.proxy_mode,
             "cross-node networking": ", ".join(
@@ -328,16 +329,19 @@ def node_iptables_backend() -> str:
     """legacy or nft: one answer for every iptables user of this node (Service rules, CNI masquerade
     and hostPorts, NetworkPolicy), as iptables-wrapper gives kubelet and kube-proxy one.
 
-    NODEAGENT_IPTABLES=legacy|nft wins; else nft when the kernel has nf_tables (then the iptables mode
-    writes iptables-nft rules over netlink, and `iptables` on Debian 12 shows them); else legacy.
-    Without root (no netlink answer) the host `iptables` command's own backend decides."""
+    NODEAGENT_IPTABLES=legacy|nft wins; else the host `iptables` command's flavour (the admin's
+    choice, what their `iptables-save` shows; cni/iptables.py applies the same rule in the CNI
+    plugins, which do not import nodeagent), nft when there is no such command; and nft only if
+    the kernel has nf_tables (asked over netlink when root), legacy otherwise. On nft the iptables
+    mode writes iptables-nft rules itself over netlink (netproxy/iptables/nftproxier.py)."""
     forced = os.environ.get("NODEAGENT_IPTABLES")
     if forced in ("legacy", "nft"):
         return forced
-    if os.geteuid() == 0:
-        return "nft" if nf_tables_kernel() else "legacy"
-    exe = shutil.which("iptables") or "/usr/sbin/iptables"
-    return "legacy" if "legacy" in os.path.basename(os.path.realpath(exe)) else "nft"
+    exe = shutil.which("iptables")
+    flavour = "legacy" if exe and "legacy" in os.path.basename(os.path.realpath(exe)) else "nft"
+    if flavour == "nft" and os.geteuid() == 0 and not nf_tables_kernel():
+        return "legacy"
+    return flavour
 
 
 PROBES = {
