@@ -170,6 +170,50 @@ def floor_pyiptc_full(plans: dict, node: NodeConfig) -> float:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
+def floors_iptables_nft(ns: str, worker: NetnsWorker, proxier, spn, sp, eps, large: bool, rounds: int) -> dict:
+    """nf_tables floors in the table our iptables-nft writer built (it is iptables-nft's own layout, so
+    iptables-nft-restore can edit it): one Service's partial `iptables-nft-restore --noflush` (the
+    one-Service figure of the issue's floors, without its 56 s full load), and the kernel's own cost
+    of any nat transaction adding a rule (nf_tables re-validates every chain reachable from the base
+    chains on commit: O(table), whoever the writer is)."""
+    from netproxy.iptables.plan import partial_restore, plan_port
+    from netproxy.model import Endpoint
+    from netproxy.nftables import netlink as nl
+
+    node = proxier.node
+    cur = {spn: proxier.plans[spn]}
+    times = []
+    for r in range(rounds):
+        moved = list(eps[:-1]) + [Endpoint(f"10.98.{r // 250}.{r % 250 + 1}", eps[-1].port)]
+        new = {spn: plan_port(sp, moved, node, large)}
+        text = partial_restore(cur, new, [spn])
+        t0 = time.perf_counter()
+        subprocess.run(["ip", "netns", "exec", ns, "iptables-nft-restore", "-w", "--noflush"], input=text,
+                       text=True, check=True)
+        times.append(time.perf_counter() - t0)
+        cur = new
+
+    def kernel_once() -> float:
+        sock = nl.NftSocket()
+        try:
+            b = nl.Batch("nat")
+            b.add_chain("BENCH-FLOOR")
+            b.add_rule("BENCH-FLOOR", nl.COUNTER + nl.immediate_verdict(nl.RETURN))
+            t0 = time.perf_counter()
+            sock.send(b)
+            dt = time.perf_counter() - t0
+            b = nl.Batch("nat")
+            b.flush_chain("BENCH-FLOOR")
+            b.del_chain("BENCH-FLOOR")
+            sock.send(b)
+            return dt
+        finally:
+            sock.close()
+
+    kernel = [worker.call(kernel_once) for _ in range(rounds)]
+    return {"nft_partial": _median(times), "nft_kernel_txn": _median(kernel)}
+
+
 def floor_nft(src_ns: str, table: str) -> float:
     """nft -f full load of our table's text in a fresh netns."""
     text = subprocess.run(["ip", "netns", "exec", src_ns, "nft", "list", "table", "ip", table],
@@ -284,6 +328,11 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
             spn, sp = next((k, v) for k, v in proxy.state.services.items() if k.name == f"svc{i}")
             out.update(floors_iptables(proxier.plans, node, spn, sp, proxy.state.endpoints[spn],
                                        proxier._large(proxy.state), 5, args.pyiptc_full_max))
+        if label == "iptables" and not args.no_floor:
+            i = ((changes - 1) * 7919) % n
+            spn, sp = next((k, v) for k, v in proxy.state.services.items() if k.name == f"svc{i}")
+            out.update(floors_iptables_nft(ns, worker, proxier, spn, sp, proxy.state.endpoints[spn],
+                                           proxier._large(proxy.state), 5))
         if label == "nftables" and not args.no_floor:
             out["floor_elem"] = floor_nft_element(ns, node.nft_table)
             if n <= args.nft_floor_max:
@@ -350,6 +399,10 @@ def main() -> int:
                 print(f"{'':18} {'':>6}   change p50 split: GET_ENTRIES + compare {rd * 1e3:.0f} ms, SET_REPLACE + "
                       f"ADD_COUNTERS {rp * 1e3:.0f} ms, the rest (plan, encode, splice, proxy) "
                       f"{(tot - rd - rp) * 1e3:.0f} ms")
+            if r.get("nft_partial"):
+                print(f"{'':18} {'':>6}   nf_tables floors in the same table: iptables-nft-restore one-Service "
+                      f"partial {r['nft_partial'] * 1e3:.1f} ms; kernel commit of any nat rule add "
+                      f"{r['nft_kernel_txn'] * 1e3:.1f} ms (whole-table validation)")
             if r.get("timing"):
                 ph = ", ".join(f"{k} {v:.2f} s" for k, v in r["timing"].items())
                 print(f"{'':18} {'':>6}   full sync phases: {ph} (plus planning); load average {r['load']:.1f}")

@@ -168,7 +168,8 @@ class IptablesNftProxier:
 
         def chain(name: str) -> None:
             b.add_chain(name)
-            b.flush_chain(name)
+            if name in existing or name in fixed[b.table]:  # a chain created in this batch is empty already
+                b.flush_chain(name)
 
         def rule(chain_name: str, spec: str) -> None:
             exprs, compat = encode(spec)
@@ -233,10 +234,9 @@ class IptablesNftProxier:
         """The dispatch rules' handles, read back in order (we flushed and appended each chain)."""
         self.handles = {}
         for (table, c), specs in order.items():
-            rules = sock.dump(nl.GETRULE, table=table, chain=c) or []
             by_spec: dict[str, list[int]] = {}
-            for spec, r in zip(specs, rules, strict=False):
-                by_spec.setdefault(spec, []).append(_handle(r))
+            for spec, h in zip(specs, sock.rule_handles(table, c), strict=False):
+                by_spec.setdefault(spec, []).append(h)
             self.handles[(table, c)] = by_spec
 
     def apply_partial(self, new: dict[ServicePortName, PortRules], changed) -> int:

@@ -515,6 +515,39 @@ class NftSocket:
         got = self.dump(GETCHAIN, family, table, chain, CHAIN_NAME, single=True)
         return got[0] if got else None
 
+    def rule_handles(self, table: str, chain: str, family: int = NFPROTO_IPV4) -> list[int]:
+        """The handles of `chain`'s rules in order: a rule dump reading only NFTA_RULE_HANDLE."""
+        body = s(RULE_TABLE, table) + s(RULE_CHAIN, chain)
+        seq = next(self._seq)
+        self.sock.sendall(struct.pack("=IHHII", 20 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | GETRULE,
+                                      NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + struct.pack("=BBH", family, 0, 0) + body)
+        out: list[int] = []
+        unpack_hdr, unpack_attr = struct.Struct("=IHHII").unpack_from, struct.Struct("=HH").unpack_from
+        be64 = struct.Struct(">Q").unpack_from
+        while True:
+            buf = self.sock.recv(1 << 16)
+            off = 0
+            while off + 16 <= len(buf):
+                length, mtype, _flags, rseq, _pid = unpack_hdr(buf, off)
+                if length < 16:
+                    break
+                if rseq == seq:
+                    if mtype == NLMSG_DONE:
+                        return out
+                    if mtype == NLMSG_ERROR:
+                        (code,) = struct.unpack_from("=i", buf, off + 16)
+                        if code:
+                            raise NftError(-code, f"nf_tables rule dump failed: {os.strerror(-code)}")
+                    else:  # attributes come table, chain, handle, ...: walk until the handle
+                        a, end = off + 20, off + length
+                        while a + 4 <= end:
+                            n, t = unpack_attr(buf, a)
+                            if t & 0x3FFF == RULE_HANDLE:
+                                out.append(be64(buf, a + 4)[0])
+                                break
+                            a += (n + 3) & ~3
+                off += (length + 3) & ~3
+
     def dump(self, msg: int, family: int = NFPROTO_IPV4, table: str | None = None,
              chain: str | None = None, chain_attr: int = RULE_CHAIN,
              single: bool = False) -> list[dict[int, bytes]] | None:
