@@ -85,6 +85,9 @@ class IptablesNftProxier:
         self.handles: dict[tuple[str, str], dict[str, list[int]]] = {}
         self._sock: nl.NftSocket | None = None
         self.timing: dict[str, float] = {}  # the last full sync's phases, seconds (benchmarks print them)
+        # the last one-Service change: wall and this thread's CPU seconds (user + the kernel's work in
+        # sendmsg), the second independent of how busy the machine is
+        self.partial_timing: tuple[float, float] = (0.0, 0.0)
 
     def _socket(self) -> nl.NftSocket:
         if self._sock is None:
@@ -241,6 +244,7 @@ class IptablesNftProxier:
 
     def apply_partial(self, new: dict[ServicePortName, PortRules], changed) -> int:
         """One transaction for the changed ports (partial_ops: the same steps as a partial restore)."""
+        w0, c0 = time.perf_counter(), time.thread_time()
         ops = partial_ops(self.plans, new, changed)
         if not ops:
             self.plans = new
@@ -291,6 +295,7 @@ class IptablesNftProxier:
             for verb, *rest in ops.get(NAT, ()):
                 if verb == "-X":
                     self._known_chains.discard(rest[0])
+        self.partial_timing = (time.perf_counter() - w0, time.thread_time() - c0)
         return count
 
     def cleanup(self) -> None:

@@ -277,6 +277,11 @@ def _encode(spec: str) -> tuple[bytes, bytes]:
     hit = _fast_dispatch(t) if '"' in spec else _fast(t)
     if hit is not None:
         return hit
+    return _general(t, spec)
+
+
+def _general(t: list[str], spec: str) -> tuple[bytes, bytes]:
+    """Any spec in the vocabulary: ip header options, then matches in order, counter, target."""
     n = len(t)
     i = 0
     proto = ""
