@@ -100,14 +100,18 @@ def _median(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
 
 
-def floor_restore(text: str) -> float:
-    """One iptables-legacy-restore of `text` into a fresh netns."""
+def floor_restore(text: str) -> tuple[float, float]:
+    """One iptables-legacy-restore of `text` into a fresh netns: wall seconds, and the CPU seconds
+    (user + system, the kernel's table translation included) of the processes it ran."""
     ns = netns()
     try:
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "-w", "--noflush"], input=text,
                        text=True, check=True)
-        return time.perf_counter() - t0
+        wall = time.perf_counter() - t0
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return wall, ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
@@ -310,7 +314,7 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
             from netproxy.iptables.plan import full_restore
 
             # the floor right after our full sync, on the same ruleset (the machine's load drifts)
-            out["floor_adjacent"] = floor_restore(full_restore(proxier.plans, node))
+            out["floor_adjacent"], out["floor_cpu"] = floor_restore(full_restore(proxier.plans, node))
         out["timing"] = dict(getattr(proxier, "timing", {}) or {})
         out["load"] = os.getloadavg()[0]
         out["rules"] = r.rules if r else 0
@@ -413,7 +417,11 @@ def main() -> int:
                       f"{r['nft_kernel_txn'] * 1e3:.1f} ms (whole-table validation)")
             if r.get("timing"):
                 ph = ", ".join(f"{k} {v:.2f} s" for k, v in r["timing"].items())
-                print(f"{'':18} {'':>6}   full sync phases: {ph} (plus planning); load average {r['load']:.1f}")
+                print(f"{'':18} {'':>6}   full sync phases: {ph}; load average {r['load']:.1f}")
+                if r.get("floor_cpu") and r["timing"].get("cpu"):
+                    print(f"{'':18} {'':>6}   full sync CPU {r['timing']['cpu']:.2f} s (planning, encoding, the "
+                          f"kernel's commit) vs the floor's iptables-legacy-restore CPU {r['floor_cpu']:.2f} s "
+                          f"(user+sys): ratio {r['timing']['cpu'] / r['floor_cpu']:.2f}")
             cu, cs = r["child_cpu"]
             if cu + cs > 0.05:
                 print(f"{'':18} {'':>6}   full sync's child processes: {cu:.2f} s user, {cs:.2f} s sys (kernel)")

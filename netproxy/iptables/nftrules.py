@@ -215,12 +215,13 @@ def _split(spec: str) -> list[str]:
 
 def encode(spec: str) -> tuple[bytes, bytes]:
     """One rule spec (the text after `-A CHAIN`) → (expressions, NFTA_RULE_COMPAT attribute)."""
-    hit = _CACHE.get(spec)
-    if hit is None:
-        hit = _CACHE[spec] = _encode(spec)
+    try:
+        return _CACHE[spec]
+    except KeyError:
         if len(_CACHE) > 1 << 19:
             _CACHE.clear()
-    return hit
+        hit = _CACHE[spec] = _encode(spec)
+        return hit
 
 
 _CACHE: dict[str, tuple[bytes, bytes]] = {}

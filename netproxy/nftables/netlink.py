@@ -297,9 +297,9 @@ def xt_target(name: str, rev: int, info: bytes) -> bytes:
 _NEWRULE = (NFNL_SUBSYS_NFTABLES << 8) | NEWRULE
 
 
-@functools.lru_cache(maxsize=1 << 17)
-def _rule_head(table: str, chain: str) -> bytes:
-    return s(RULE_TABLE, table) + s(RULE_CHAIN, chain)
+_APPEND = NLM_F_CREATE | NLM_F_APPEND
+_EXPRS_NESTED = RULE_EXPRESSIONS | NLA_F_NESTED
+_RULE_HEADS: dict[tuple[str, str], bytes] = {}  # (table, chain) -> NFTA_RULE_TABLE + NFTA_RULE_CHAIN
 
 
 class Batch:
@@ -348,11 +348,17 @@ class Batch:
         """Append (or, `prepend`, insert first) a rule; `compat` is a `rule_compat` attribute for xt
         matches that need the rule's protocol. `echo`: the kernel returns the new rule (its handle)
         from `NftSocket.send`. Returns the message's index in the batch."""
-        flags = NLM_F_CREATE | (0 if prepend else NLM_F_APPEND) | (NLM_F_ECHO if echo else 0)
-        self.msgs.append((_NEWRULE, flags, _rule_head(self.table, chain) +
-                          _hdr(4 + len(exprs), RULE_EXPRESSIONS | NLA_F_NESTED) + exprs + compat))
+        flags = _APPEND if not (prepend or echo) else \
+            NLM_F_CREATE | (0 if prepend else NLM_F_APPEND) | (NLM_F_ECHO if echo else 0)
+        head = _RULE_HEADS.get((self.table, chain))
+        if head is None:
+            head = _RULE_HEADS[(self.table, chain)] = s(RULE_TABLE, self.table) + s(RULE_CHAIN, chain)
+            if len(_RULE_HEADS) > 1 << 17:
+                _RULE_HEADS.clear()
+        msgs = self.msgs
+        msgs.append((_NEWRULE, flags, head + _hdr(4 + len(exprs), _EXPRS_NESTED) + exprs + compat))
         self.counts["rules"] += 1
-        return len(self.msgs) - 1
+        return len(msgs) - 1
 
     def del_rule(self, chain: str, handle: int) -> None:
         self._add(DELRULE, 0, s(RULE_TABLE, self.table) + s(RULE_CHAIN, chain) + u64(RULE_HANDLE, handle))
