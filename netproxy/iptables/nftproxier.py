@@ -80,6 +80,8 @@ class IptablesNftProxier:
         self.names = Names(node.prefix)
         self.plans: dict[ServicePortName, PortRules] = {}
         self._inputs: dict[ServicePortName, tuple] = {}  # spn -> ((port, endpoints, large), plan)
+        self._ep_counts: dict[ServicePortName, int] = {}  # endpoints per port, for large-cluster mode
+        self._ep_total = 0
         self._known_chains: set[str] | None = None  # our nat chains after a full sync, from memory
         # (table, dispatch chain) -> rule spec -> kernel handles, for deleting one Service's dispatch rules
         self.handles: dict[tuple[str, str], dict[str, list[int]]] = {}
@@ -121,7 +123,9 @@ class IptablesNftProxier:
     def sync(self, state: ProxyState, changes: Changes, full: bool) -> SyncResult:
         if full or self._known_chains is None:
             w0, c0 = time.perf_counter(), time.thread_time()
-            large = self._large(state)
+            self._ep_counts = {spn: len(state.endpoints.get(spn, ())) for spn in state.services}
+            self._ep_total = sum(self._ep_counts.values())
+            large = large_cluster(self._ep_total)
             plans = {spn: self._plan(spn, sp, state, large) for spn, sp in state.services.items()}
             self._inputs = {spn: v for spn, v in self._inputs.items() if spn in plans}
             planned = time.perf_counter() - w0
@@ -130,12 +134,18 @@ class IptablesNftProxier:
             # sendmsg included), which a busy machine does not inflate the way it does wall time
             self.timing = {"plan": planned, **self.timing, "cpu": time.thread_time() - c0}
             return result
-        new = dict(self.plans)
-        large = self._large(state)
+        # nothing here is O(Services): the endpoint total is kept per changed port, only the
+        # changed ports are planned, and self.plans is updated in place after the commit
+        for spn in changes.ports:
+            count = len(state.endpoints.get(spn, ())) if spn in state.services else 0
+            self._ep_total += count - self._ep_counts.pop(spn, 0)
+            if spn in state.services:
+                self._ep_counts[spn] = count
+        large = large_cluster(self._ep_total)
+        new: dict[ServicePortName, PortRules] = {}
         for spn in changes.ports:
             sp = state.services.get(spn)
             if sp is None:
-                new.pop(spn, None)
                 self._inputs.pop(spn, None)
             else:
                 new[spn] = self._plan(spn, sp, state, large)
@@ -251,11 +261,14 @@ class IptablesNftProxier:
             self.handles[(table, c)] = by_spec
 
     def apply_partial(self, new: dict[ServicePortName, PortRules], changed) -> int:
-        """One transaction for the changed ports (partial_ops: the same steps as a partial restore)."""
+        """One transaction for the changed ports (partial_ops: the same steps as a partial restore).
+
+        `new`: the changed ports' new plans (a port missing from it is gone); other entries are ignored."""
         w0, c0 = time.perf_counter(), time.thread_time()
+        changed = list(changed)
         ops = partial_ops(self.plans, new, changed)
         if not ops:
-            self.plans = new
+            self._adopt(new, changed)
             return 0
         b = nl.Batch(NAT)
         echo: dict[int, tuple[str, str, str]] = {}
@@ -295,7 +308,7 @@ class IptablesNftProxier:
             if mtype == nl.NEWRULE and idx in echo and nl.RULE_HANDLE in attrs:
                 table, c, spec = echo[idx]
                 self.handles.setdefault((table, c), {}).setdefault(spec, []).append(_handle(attrs))
-        self.plans = new
+        self._adopt(new, changed)
         if self._known_chains is not None:
             for spn in changed:
                 if spn in new:
@@ -305,6 +318,13 @@ class IptablesNftProxier:
                     self._known_chains.discard(rest[0])
         self.partial_timing = (time.perf_counter() - w0, time.thread_time() - c0)
         return count
+
+    def _adopt(self, new: dict[ServicePortName, PortRules], changed: list[ServicePortName]) -> None:
+        for spn in changed:
+            if spn in new:
+                self.plans[spn] = new[spn]
+            else:
+                self.plans.pop(spn, None)
 
     def cleanup(self) -> None:
         """Remove every chain and hook we own (kube-proxy --cleanup)."""
