@@ -299,7 +299,11 @@ _NEWRULE = (NFNL_SUBSYS_NFTABLES << 8) | NEWRULE
 
 _APPEND = NLM_F_CREATE | NLM_F_APPEND
 _EXPRS_NESTED = RULE_EXPRESSIONS | NLA_F_NESTED
-_RULE_HEADS: dict[tuple[str, str], bytes] = {}  # (table, chain) -> NFTA_RULE_TABLE + NFTA_RULE_CHAIN
+
+
+@functools.lru_cache(maxsize=1024)  # a chain's rules are added together: a small LRU suffices
+def _rule_head(table: str, chain: str) -> bytes:
+    return attr(RULE_TABLE, table.encode() + b"\0") + attr(RULE_CHAIN, chain.encode() + b"\0")
 
 
 class Batch:
@@ -350,11 +354,7 @@ class Batch:
         from `NftSocket.send`. Returns the message's index in the batch."""
         flags = _APPEND if not (prepend or echo) else \
             NLM_F_CREATE | (0 if prepend else NLM_F_APPEND) | (NLM_F_ECHO if echo else 0)
-        head = _RULE_HEADS.get((self.table, chain))
-        if head is None:
-            head = _RULE_HEADS[(self.table, chain)] = s(RULE_TABLE, self.table) + s(RULE_CHAIN, chain)
-            if len(_RULE_HEADS) > 1 << 17:
-                _RULE_HEADS.clear()
+        head = _rule_head(self.table, chain)
         msgs = self.msgs
         msgs.append((_NEWRULE, flags, head + _hdr(4 + len(exprs), _EXPRS_NESTED) + exprs + compat))
         self.counts["rules"] += 1
