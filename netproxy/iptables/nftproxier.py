@@ -186,9 +186,13 @@ class IptablesNftProxier:
         wanted: set[str] = set()
 
         def chain(name: str) -> None:
-            b.add_chain(name)
-            if name in existing or name in fixed[b.table]:  # a chain created in this batch is empty already
+            if name in fixed[b.table]:  # few: created if missing, emptied
+                b.add_chain(name)
                 b.flush_chain(name)
+            elif name in existing:  # a nat chain known to exist (a failed sync forgets what it knew)
+                b.flush_chain(name)
+            else:  # created by this batch, so empty
+                b.add_chain(name)
 
         def rule(chain_name: str, spec: str) -> None:
             exprs, compat = encode(spec)
@@ -241,7 +245,11 @@ class IptablesNftProxier:
                                 rule(c, spec)
                                 order[(t, c)].append(spec)
         t1, k0 = time.perf_counter(), time.thread_time()
-        sock.send(b)
+        try:
+            sock.send(b)
+        except nl.NftError:
+            self._known_chains = None  # the next full sync reads the kernel's chains again
+            raise
         t2, k1 = time.perf_counter(), time.thread_time()
         self.plans = dict(plans)
         self._known_chains = wanted
