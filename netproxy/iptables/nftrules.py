@@ -256,7 +256,44 @@ def _fast_dispatch(t: list[str]) -> tuple[bytes, bytes] | None:
     return out + nl.COUNTER + _jump(t[n - 1]), nl.rule_compat(proto)
 
 
+_DNAT_PREFIXES = {f"-m {p} -p {p} -j DNAT --to-destination ": p for p in ("tcp", "udp")}
+_STAT_PREFIX = "-m statistic --mode random --probability "
+
+
+def _prefixed(spec: str) -> tuple[bytes, bytes] | None:
+    """The four large-cluster shapes recognised by prefix and one partition, before any split."""
+    head = spec[:3]
+    if head == "-j ":
+        target = spec[3:]
+        if " " not in target and _is_chain(target):
+            return nl.COUNTER + _jump(target), _NO_COMPAT
+    elif head == "-s ":
+        src, _, rest = spec[3:].partition(" -j ")
+        if src.endswith("/32") and " " not in src and " " not in rest and _is_chain(rest):
+            return _SADDR4 + _cmp(nl.CMP_EQ, socket.inet_aton(src[:-3])) + nl.COUNTER + _jump(rest), _NO_COMPAT
+    elif head == "-m ":
+        if spec.startswith(_STAT_PREFIX):
+            prob, _, target = spec[len(_STAT_PREFIX):].partition(" -j ")
+            if " " not in prob and " " not in target and _is_chain(target):
+                return _statistic(float(prob)) + nl.COUNTER + _jump(target), _NO_COMPAT
+        else:
+            for prefix, proto_name in _DNAT_PREFIXES.items():
+                if spec.startswith(prefix):
+                    dest = spec[len(prefix):]
+                    if " " in dest:
+                        return None
+                    ip, _, port = dest.partition(":")
+                    proto = PROTOS[proto_name]
+                    return (_META_L4 + _cmp(nl.CMP_EQ, bytes((proto,))) + _l4_bare(proto_name) + nl.COUNTER +
+                            _dnat(ip, int(port) if port else None)), nl.rule_compat(proto)
+    return None
+
+
 def _encode(spec: str) -> tuple[bytes, bytes]:
+    if '"' not in spec:
+        hit = _prefixed(spec)
+        if hit is not None:
+            return hit
     t = _split(spec)
     hit = _fast_dispatch(t) if '"' in spec else _fast(t)
     if hit is not None:

@@ -34,6 +34,9 @@ def test_fast_paths_equal_the_general_encoder(spec):
     fast = nftrules._fast_dispatch(tokens) if '"' in spec else nftrules._fast(tokens)
     assert fast is not None, "this shape should take a fast path"
     assert fast == nftrules._general(tokens, spec)
+    assert nftrules._encode(spec) == fast  # including the prefix-only path
+    if '"' not in spec and " -p sctp" not in spec:
+        assert nftrules._prefixed(spec) == fast
 
 
 def test_expression_order_is_iptables_nft_order():
