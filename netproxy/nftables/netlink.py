@@ -9,6 +9,7 @@ Every batch is one transaction (BATCH_BEGIN … BATCH_END in one sendmsg).
 
 from __future__ import annotations
 
+import array
 import errno
 import functools
 import itertools
@@ -306,25 +307,50 @@ def _rule_head(table: str, chain: str) -> bytes:
     return attr(RULE_TABLE, table.encode() + b"\0") + attr(RULE_CHAIN, chain.encode() + b"\0")
 
 
+class _Messages:
+    """The batch's messages as (type, flags, attrs), read back from its buffer (error reports)."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+
+    def __len__(self) -> int:
+        return len(self.batch.offsets)
+
+    def __getitem__(self, i: int) -> tuple[int, int, bytes]:
+        off = self.batch.offsets[i]
+        length, mtype, flags = struct.unpack_from("=IHH", self.batch.buf, off)
+        return mtype, flags & ~(NLM_F_REQUEST | NLM_F_ACK), bytes(self.batch.buf[off + 20:off + length])
+
+
 class Batch:
-    """nf_tables messages for one transaction, in order."""
+    """nf_tables messages for one transaction, in order, encoded as they are added into one buffer
+    (message i carries sequence number i + 1): a 100k-rule sync holds one growing bytearray, not
+    100k small objects that would fragment the heap after they are freed."""
 
     def __init__(self, table: str, family: int = NFPROTO_IPV4) -> None:
         self.table = table
         self.family = family
-        self.msgs: list[tuple[int, int, bytes]] = []  # (type, flags, attrs)
+        self.buf = bytearray()
+        self.offsets = array.array("Q")
+        self.msgs = _Messages(self)
+        self._nfgen = struct.pack("=BBH", family, 0, 0)
         self._set_ids = itertools.count(1)
         self.counts = {"chains": 0, "rules": 0, "elements": 0, "sets": 0}
 
     def __len__(self) -> int:
-        return len(self.msgs)
+        return len(self.offsets)
 
     def use(self, table: str) -> None:
         """Address the following messages to `table` (same family): one transaction may span tables."""
         self.table = table
 
     def _add(self, msg: int, flags: int, body: bytes) -> None:
-        self.msgs.append(((NFNL_SUBSYS_NFTABLES << 8) | msg, flags, body))
+        buf = self.buf
+        self.offsets.append(len(buf))
+        buf += _nlhdr(20 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | flags,
+                      len(self.offsets), 0)
+        buf += self._nfgen
+        buf += body
 
     def add_table(self) -> None:
         self._add(NEWTABLE, NLM_F_CREATE, s(TABLE_NAME, self.table))
@@ -355,10 +381,17 @@ class Batch:
         flags = _APPEND if not (prepend or echo) else \
             NLM_F_CREATE | (0 if prepend else NLM_F_APPEND) | (NLM_F_ECHO if echo else 0)
         head = _rule_head(self.table, chain)
-        msgs = self.msgs
-        msgs.append((_NEWRULE, flags, head + _hdr(4 + len(exprs), _EXPRS_NESTED) + exprs + compat))
+        buf, offsets = self.buf, self.offsets
+        offsets.append(len(buf))
+        buf += _nlhdr(20 + len(head) + 4 + len(exprs) + len(compat), _NEWRULE, NLM_F_REQUEST | flags,
+                      len(offsets), 0)
+        buf += self._nfgen
+        buf += head
+        buf += _hdr(4 + len(exprs), _EXPRS_NESTED)
+        buf += exprs
+        buf += compat
         self.counts["rules"] += 1
-        return len(msgs) - 1
+        return len(offsets) - 1
 
     def del_rule(self, chain: str, handle: int) -> None:
         self._add(DELRULE, 0, s(RULE_TABLE, self.table) + s(RULE_CHAIN, chain) + u64(RULE_HANDLE, handle))
@@ -459,35 +492,25 @@ class NftSocket:
 
         Returns what the kernel echoed for messages sent with NLM_F_ECHO: (index of the message in
         the batch, message type, attributes), e.g. a new rule's NFTA_RULE_HANDLE."""
-        if not batch.msgs:
+        if not batch.offsets:
             return []
-        parts = []
-        seq0 = next(self._seq)
         nfgen_batch = struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(NFNL_SUBSYS_NFTABLES))
-        parts.append(struct.pack("=IHHII", 16 + 4, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq0, 0) + nfgen_batch)
-        last = len(batch.msgs) - 1
-        first = seq0 + 1  # message i carries sequence number first + i
-        self._seq = itertools.count(first + len(batch.msgs))
-        nfgen = struct.pack("=BBH", batch.family, 0, 0)
-        pack = _nlhdr
-        for i, (mtype, flags, body) in enumerate(batch.msgs):
-            parts.append(pack(20 + len(body), mtype, NLM_F_REQUEST | flags, first + i, 0) + nfgen)
-            parts.append(body)
-        last_seq = first + last
-        parts[-2] = pack(20 + len(batch.msgs[-1][2]), batch.msgs[-1][0],
-                         NLM_F_REQUEST | batch.msgs[-1][1] | NLM_F_ACK, last_seq, 0) + nfgen
+        count = len(batch.offsets)
+        last_seq = count  # message i carries i + 1 (Batch._add); BEGIN 0, END count + 1
+        begin = struct.pack("=IHHII", 20, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, 0) + nfgen_batch
+        end = struct.pack("=IHHII", 20, NFNL_MSG_BATCH_END, NLM_F_REQUEST, count + 1, 0) + nfgen_batch
+        last_off = batch.offsets[-1]
+        (flags,) = struct.unpack_from("=H", batch.buf, last_off + 6)
+        struct.pack_into("=H", batch.buf, last_off + 6, flags | NLM_F_ACK)  # the ACK that ends our reading
 
-        class _Seqs:  # sequence number -> message index, without a dict of every message
+        class _Seqs:  # sequence number -> message index
             @staticmethod
             def get(seq: int, default: int = -1) -> int:
-                return seq - first if first <= seq <= last_seq else default
+                return seq - 1 if 1 <= seq <= last_seq else default
 
         seqs = _Seqs
-        end = next(self._seq)
-        parts.append(struct.pack("=IHHII", 16 + 4, NFNL_MSG_BATCH_END, NLM_F_REQUEST, end, 0) + nfgen_batch)
-        data = b"".join(parts)
-        self._ensure_buf(len(data))
-        self.sock.sendall(data)
+        self._ensure_buf(len(batch.buf) + 40)
+        self.sock.sendmsg([begin, batch.buf, end])  # one skb: the kernel runs one batch per message
         errors: list[tuple[int, int]] = []
         echoed: list[tuple[int, int, dict[int, bytes]]] = []
         done = False
