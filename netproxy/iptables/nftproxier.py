@@ -31,7 +31,10 @@ Blocking: call it from the proxy's netns worker thread (the socket lives in that
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
+from collections.abc import Iterable, Mapping
 
 from netproxy.iptables.nftrules import encode
 from netproxy.iptables.plan import (
@@ -79,13 +82,57 @@ def _handle(rule: dict[int, bytes]) -> int:
     return int.from_bytes(rule[nl.RULE_HANDLE], "big")
 
 
+class _Writer:
+    """Commits batches in order on a thread of its own: sendmsg releases the GIL while the kernel
+    commits, so the caller plans and encodes the next batch meanwhile (on the other core). The
+    socket is the caller's (bound in its netns); the caller does not use it until close().
+    After a failure the rest is not sent; put() and close() raise it."""
+
+    def __init__(self, sock: nl.NftSocket) -> None:
+        self.sock = sock
+        self.queue: queue.Queue[nl.Batch | None] = queue.Queue(maxsize=2)  # bounds the memory held
+        self.error: BaseException | None = None
+        self.cpu = 0.0  # the thread's CPU seconds: the kernel's commits, mostly
+        self.thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        c0 = time.thread_time()
+        while (b := self.queue.get()) is not None:
+            if self.error is None:
+                try:
+                    self.sock.send(b)
+                except BaseException as e:  # handed to the caller
+                    self.error = e
+        self.cpu = time.thread_time() - c0
+
+    def put(self, batch: nl.Batch) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="nft-writer", daemon=True)
+            self.thread.start()
+        self.queue.put(batch)
+
+    def close(self, raise_error: bool = True) -> None:
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+            self.thread = None
+        if raise_error and self.error is not None:
+            raise self.error
+
+
+# Service ports per transaction when a full sync creates their chains (initial load); see full_sync
+CHUNK = 1000
+
+
 class IptablesNftProxier:
     """kube-proxy's iptables layout written as iptables-nft rules over nf_tables netlink."""
 
     name = "iptables"
     backend = "nft-netlink"
 
-    def __init__(self, node: NodeConfig) -> None:
+    def __init__(self, node: NodeConfig, chunk: int = CHUNK) -> None:
         self.node = node
         self.names = Names(node.prefix)
         self.plans: dict[ServicePortName, PortRules] = {}
@@ -96,6 +143,8 @@ class IptablesNftProxier:
         # (table, dispatch chain) -> rule spec -> kernel handles, for deleting one Service's dispatch rules
         self.handles: dict[tuple[str, str], dict[str, list[int]]] = {}
         self._sock: nl.NftSocket | None = None
+        self.chunk = chunk
+        self._order: dict[tuple[str, str], list[str]] = {}  # the last full sync's dispatch rules, in order
         self.timing: dict[str, float] = {}  # the last full sync's phases, seconds (benchmarks print them)
         # the last one-Service change: wall and this thread's CPU seconds (user + the kernel's work in
         # sendmsg), the second independent of how busy the machine is
@@ -136,13 +185,23 @@ class IptablesNftProxier:
             self._ep_counts = {spn: len(state.endpoints.get(spn, ())) for spn in state.services}
             self._ep_total = sum(self._ep_counts.values())
             large = large_cluster(self._ep_total)
-            plans = {spn: self._plan(spn, sp, state, large) for spn, sp in state.services.items()}
-            self._inputs = {spn: v for spn, v in self._inputs.items() if spn in plans}
-            planned = time.perf_counter() - w0
-            result = self.full_sync(plans)
-            # planning too; cpu: this thread's CPU seconds for the whole sync (the kernel's work in
-            # sendmsg included), which a busy machine does not inflate the way it does wall time
-            self.timing = {"plan": planned, **self.timing, "cpu": time.thread_time() - c0}
+            planned = 0.0
+
+            def plans() -> Iterable[tuple[ServicePortName, PortRules]]:
+                # planned as the chunks are encoded, while the writer commits the previous ones
+                nonlocal planned
+                for spn, sp in state.services.items():
+                    t = time.perf_counter()
+                    p = self._plan(spn, sp, state, large)
+                    planned += time.perf_counter() - t
+                    yield spn, p
+
+            result = self.full_sync(plans())
+            self._inputs = {spn: v for spn, v in self._inputs.items() if spn in self.plans}
+            # cpu: this thread's and the writer thread's CPU seconds for the whole sync (the kernel's
+            # work in sendmsg included), which a busy machine does not inflate the way it does wall time
+            self.timing = {"plan": planned, **self.timing, "wall": time.perf_counter() - w0,
+                           "cpu": time.thread_time() - c0 + self.timing.get("kernel_cpu", 0.0)}
             return result
         # nothing here is O(Services): the endpoint total is kept per changed port, only the
         # changed ports are planned, and self.plans is updated in place after the commit
@@ -181,16 +240,93 @@ class IptablesNftProxier:
         return {nl.attr_str(c[nl.CHAIN_NAME]) for c in sock.dump(nl.GETCHAIN, table=table) or ()
                 if self.names.owns(nl.attr_str(c[nl.CHAIN_NAME]))}
 
-    def full_sync(self, plans: dict[ServicePortName, PortRules]) -> SyncResult:
-        """Rewrite every chain we own in one transaction (drift repair; also the first sync)."""
-        t0 = time.perf_counter()
+    def full_sync(self, plans: Mapping[ServicePortName, PortRules] | Iterable[tuple[ServicePortName, PortRules]],
+                  chunk: int | None = None) -> SyncResult:
+        """Rewrite every chain we own (drift repair; also the first sync). `plans`: a mapping, or
+        (port, plan) pairs that may be planned lazily, consumed while earlier chunks commit.
+
+        Chains absent from the kernel are created and filled in chunks of `chunk` ports (default
+        self.chunk), each its own transaction, committed by a writer thread while this one plans
+        and encodes the next: nothing reaches them yet, so traffic does not see them and the
+        kernel's validation walk from the base chains stays where it was. One last transaction
+        then creates/flushes and fills everything else (chains that existed, the dispatch and
+        fixed chains, the hooks) and deletes stale chains: traffic sees the old ruleset or the
+        whole new one. Fewer than `chunk` new ports: one transaction, as before. A failure leaves
+        at most unreferenced chains, which the next full sync (reading the kernel again) refills
+        or deletes."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        chunk = chunk or self.chunk
         sock = self._socket()
         exists, present = self._builtin_state(sock)
         existing = self._known_chains if self._known_chains is not None else self._our_chains(sock, NAT)
         t_state = time.perf_counter()
-        n = self.names
         base = base_rules(self.node)
         fixed = fixed_chains(self.node)
+        fixed_nat = set(fixed[NAT])
+        items = plans.items() if isinstance(plans, Mapping) else plans
+        done: dict[ServicePortName, PortRules] = {}
+        preloaded: set[str] = set()  # chains created and filled by the chunks
+        writer = _Writer(sock)
+        pending: list[PortRules] = []
+        counts = {"chains": 0, "rules": 0}
+        chunks = 0
+
+        def send_chunk() -> None:
+            nonlocal chunks
+            b = nl.Batch(NAT)
+            if not chunks:  # the table and the chains our rules jump to, before any of them
+                b.add_table()
+                for c in fixed[NAT]:
+                    b.add_chain(c)
+            add, enc = b.add_rule, encode
+            for p in pending:
+                new = [c for c in p.chains if c not in existing and c not in fixed_nat]
+                for c in new:
+                    b.add_chain(c)
+                for c in new:
+                    for spec in p.chains[c]:
+                        add(c, *enc(spec))
+                preloaded.update(new)
+            pending.clear()
+            counts["chains"] += b.counts["chains"] - (0 if chunks else len(fixed[NAT]))
+            counts["rules"] += b.counts["rules"]
+            chunks += 1
+            writer.put(b)
+
+        try:
+            for spn, p in items:
+                done[spn] = p
+                if any(c not in existing for c in p.chains):
+                    pending.append(p)
+                    if len(pending) >= chunk:
+                        send_chunk()
+            pending.clear()  # fewer than a chunk's worth left: they go in the last transaction
+            t_chunks = time.perf_counter()
+            b = self._final_batch(done, preloaded, existing, exists, present, base, fixed)
+            t1 = time.perf_counter()
+            writer.put(b)
+            writer.close()
+        except BaseException:
+            writer.close(raise_error=False)
+            self._known_chains = None  # the next full sync reads the kernel's chains again
+            raise
+        t2 = time.perf_counter()
+        self.plans = done
+        self._known_chains = {c for p in done.values() for c in p.chains}
+        self._record_handles(sock, self._order)
+        t3 = time.perf_counter()
+        self.timing = {"read": t_state - t0, "chunks": float(chunks), "encode_chunks": t_chunks - t_state,
+                       "encode_last": t1 - t_chunks, "wait": t2 - t1, "kernel_cpu": writer.cpu,
+                       "handles": t3 - t2, "own_cpu": time.thread_time() - c0}
+        return SyncResult(full=True, rules=counts["rules"] + b.counts["rules"],
+                          chains=counts["chains"] + b.counts["chains"])
+
+    def _final_batch(self, plans: dict[ServicePortName, PortRules], preloaded: set[str], existing: set[str],
+                     exists: set[tuple[str, str]], present: set[tuple[str, str, str]],
+                     base: dict[tuple[str, str], list[str]], fixed: dict[str, list[str]]) -> nl.Batch:
+        """The full sync's last transaction: every chain of ours not preloaded by a chunk, the
+        dispatch rules (their order kept in self._order for the handle read), hooks, stale chains."""
+        n = self.names
         b = nl.Batch(NAT)
         order: dict[tuple[str, str], list[str]] = {k: [] for k in self._dispatch_chains()}
         wanted: set[str] = set()
@@ -220,8 +356,9 @@ class IptablesNftProxier:
             if table == NAT:  # every chain before any rule: a jump needs its target to exist
                 for p in plans.values():
                     for c in p.chains:
-                        chain(c)
                         wanted.add(c)
+                        if c not in preloaded:
+                            chain(c)
             for t, c, spec in jump_rules(self.node):  # each inserted first, as `-I chain 1` in order
                 if t == table and (t, c, spec) not in present:
                     exprs, compat = encode(spec)
@@ -234,8 +371,9 @@ class IptablesNftProxier:
                 add, enc = b.add_rule, encode  # the hot loop: ~11 rules per Service port
                 for p in plans.values():
                     for c, specs in p.chains.items():
-                        for spec in specs:
-                            add(c, *enc(spec))
+                        if c not in preloaded:
+                            for spec in specs:
+                                add(c, *enc(spec))
                     for key in ((NAT, n.services), (NAT, n.nodeports)):
                         for spec in p.dispatch.get(key, ()):
                             rule(key[1], spec)
@@ -254,20 +392,8 @@ class IptablesNftProxier:
                             for spec in specs:
                                 rule(c, spec)
                                 order[(t, c)].append(spec)
-        t1, k0 = time.perf_counter(), time.thread_time()
-        try:
-            sock.send(b)
-        except nl.NftError:
-            self._known_chains = None  # the next full sync reads the kernel's chains again
-            raise
-        t2, k1 = time.perf_counter(), time.thread_time()
-        self.plans = dict(plans)
-        self._known_chains = wanted
-        self._record_handles(sock, order)
-        t3 = time.perf_counter()
-        self.timing = {"read": t_state - t0, "encode": t1 - t_state, "kernel": t2 - t1, "kernel_cpu": k1 - k0,
-                       "handles": t3 - t2}
-        return SyncResult(full=True, rules=b.counts["rules"], chains=b.counts["chains"])
+        self._order = order
+        return b
 
     def _record_handles(self, sock: nl.NftSocket, order: dict[tuple[str, str], list[str]]) -> None:
         """The dispatch rules' handles, read back in order (we flushed and appended each chain)."""

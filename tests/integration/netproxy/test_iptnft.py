@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from netproxy.iptables.nftproxier import IptablesNftProxier
-from netproxy.iptables.plan import full_restore, jump_rules, plan_port
+from netproxy.iptables.nftproxier import CHUNK, IptablesNftProxier
+from netproxy.iptables.plan import PortRules, full_restore, jump_rules, plan_port
 from netproxy.model import Endpoint, ServicePort, ServicePortName
 from netproxy.netns import NetnsWorker
 from netproxy.nftables import netlink as nl
@@ -92,17 +92,22 @@ def _by_chain(lines: list[str]) -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.parametrize("chunk", [CHUNK, 2], ids=["one-transaction", "chunked"])
 @pytest.mark.parametrize("large", [False, True], ids=["comments", "large-cluster"])
 @pytest.mark.parametrize("cidr,node_ips", [("10.244.0.0/16", ()), ("10.240.0.0/12", ("192.168.5.5", "10.0.0.7"))],
                          ids=["byte-prefix,addrtype", "bit-prefix,node-ips"])
-def test_full_sync_equals_iptables_nft_restore(res, require, large, cidr, node_ips):
+def test_full_sync_equals_iptables_nft_restore(res, require, large, cidr, node_ips, chunk):
+    """Also with the initial load split into transactions of 2 ports (several chunks, then the last one)."""
     require("iptables-nft")
     node = NodeConfig(node_name="n1", cluster_cidr=cidr, node_ips=node_ips)
     plans = _plans(node, large)
     ours, theirs = res.netns(), res.netns()
     worker, ref = NetnsWorker(ours), NetnsWorker(theirs)
+    proxier = IptablesNftProxier(node, chunk=chunk)
     try:
-        result = worker.call(IptablesNftProxier(node).full_sync, plans)
+        result = worker.call(proxier.full_sync, plans)
+        chunks = proxier.timing["chunks"]
+        assert chunks == 0 if chunk == CHUNK else chunks >= 3, chunks
         _restore(theirs, full_restore(plans, node, missing_jumps=jump_rules(node)))
         assert _save(ours) == _save(theirs)
         for table in ("nat", "filter"):
@@ -188,5 +193,59 @@ def test_drift_then_full_sync_repairs(res, require):
             worker.call(proxier.full_sync, plans)
         worker.call(proxier.full_sync, plans)
         assert _by_chain(_save(ours)) == _by_chain(want)
+    finally:
+        worker.close()
+
+
+def _extra_ports(k: int) -> list[tuple[ServicePort, list[Endpoint]]]:
+    return [(ServicePort(ServicePortName("more", f"s{i}", "http"), f"10.96.2.{i + 1}", 80, "TCP"),
+             [Endpoint(f"10.244.5.{i + 1}", 8080), Endpoint(f"10.244.6.{i + 1}", 8080)]) for i in range(k)]
+
+
+def _with_bad(plans: dict, at: int) -> dict:
+    """`plans` with a port the kernel rejects (a jump to a chain that does not exist) at position `at`."""
+    bad = PortRules(chains={"KUBE-SVC-BADBADBADBADBADB": ["-j KUBE-NO-SUCH-CHAIN"]})
+    items = list(plans.items())
+    items.insert(at, (ServicePortName("bad", "bad", "http"), bad))
+    return dict(items)
+
+
+def test_failed_chunk_leaves_no_half_state_and_next_sync_repairs(res, require):
+    """A chunk the kernel rejects, in an initial load and in a resync adding many ports: the hooks and
+    dispatch chains still show the old ruleset (none at first), only unreferenced chains may be left,
+    and the next full sync equals iptables-nft-restore of its plan (those chains refilled or deleted)."""
+    require("iptables-nft")
+    node = NodeConfig(node_name="n1", cluster_cidr="10.244.0.0/16")
+    plans = _plans(node, False)
+    ours = res.netns()
+    worker = NetnsWorker(ours)
+    proxier = IptablesNftProxier(node, chunk=2)
+
+    def reference(p: dict) -> list[str]:
+        ref = res.netns()
+        _restore(ref, full_restore(p, node, missing_jumps=jump_rules(node)))
+        return _save(ref)
+
+    try:
+        # initial load: the chunk holding ports 4-5 fails after two chunks committed
+        with pytest.raises(nl.NftError):
+            worker.call(proxier.full_sync, _with_bad(plans, 4))
+        left = _by_chain(_save(ours))
+        assert not any("KUBE" in r for c in ("PREROUTING", "OUTPUT", "POSTROUTING") for r in left.get(c, ()))
+        assert not left.get("KUBE-SERVICES") and not left.get("KUBE-NODEPORTS")
+        assert any(c.startswith("KUBE-SVC-") for c in left), "the committed chunks' chains (unreferenced)"
+        # the next sync plans without the first two ports, whose chains the failed load created
+        first = dict(list(plans.items())[2:])
+        worker.call(proxier.full_sync, first)
+        assert _save(ours) == reference(first)
+        # a resync adding many ports fails in its third chunk: the old ruleset stays as it was
+        before = _by_chain(_save(ours))
+        grown = {**first, **_plans(node, False, _extra_ports(7))}
+        with pytest.raises(nl.NftError):
+            worker.call(proxier.full_sync, _with_bad(grown, len(first) + 4))
+        after = _by_chain(_save(ours))
+        assert {c: after.get(c) for c in before} == before
+        worker.call(proxier.full_sync, grown)
+        assert _save(ours) == reference(grown)
     finally:
         worker.close()
