@@ -132,7 +132,7 @@ class IptablesNftProxier:
     name = "iptables"
     backend = "nft-netlink"
 
-    def __init__(self, node: NodeConfig, chunk: int = CHUNK) -> None:
+    def __init__(self, node: NodeConfig, chunk: int = CHUNK, chunk_resync: bool = False) -> None:
         self.node = node
         self.names = Names(node.prefix)
         self.plans: dict[ServicePortName, PortRules] = {}
@@ -144,6 +144,7 @@ class IptablesNftProxier:
         self.handles: dict[tuple[str, str], dict[str, list[int]]] = {}
         self._sock: nl.NftSocket | None = None
         self.chunk = chunk
+        self.chunk_resync = chunk_resync
         self._order: dict[tuple[str, str], list[str]] = {}  # the last full sync's dispatch rules, in order
         self.timing: dict[str, float] = {}  # the last full sync's phases, seconds (benchmarks print them)
         # the last one-Service change: wall and this thread's CPU seconds (user + the kernel's work in
@@ -267,7 +268,8 @@ class IptablesNftProxier:
         done: dict[ServicePortName, PortRules] = {}
         preloaded: set[str] = set()  # chains created and filled by the chunks
         writer = _Writer(sock)
-        pending: list[PortRules] = []
+        pending: list[tuple[PortRules, bool]] = []  # (plan, whole: its existing chains rewritten too)
+        old = self.plans if self.chunk_resync else {}
         counts = {"chains": 0, "rules": 0}
         chunks = 0
 
@@ -279,14 +281,17 @@ class IptablesNftProxier:
                 for c in fixed[NAT]:
                     b.add_chain(c)
             add, enc = b.add_rule, encode
-            for p in pending:
-                new = [c for c in p.chains if c not in existing and c not in fixed_nat]
-                for c in new:
-                    b.add_chain(c)
-                for c in new:
+            for p, whole in pending:
+                mine = [c for c in p.chains if c not in fixed_nat and (whole or c not in existing)]
+                for c in mine:
+                    if c in existing:
+                        b.flush_chain(c)
+                    else:
+                        b.add_chain(c)
+                for c in mine:
                     for spec in p.chains[c]:
                         add(c, *enc(spec))
-                preloaded.update(new)
+                preloaded.update(mine)
             pending.clear()
             counts["chains"] += b.counts["chains"] - (0 if chunks else len(fixed[NAT]))
             counts["rules"] += b.counts["rules"]
@@ -296,8 +301,12 @@ class IptablesNftProxier:
         try:
             for spn, p in items:
                 done[spn] = p
-                if any(c not in existing for c in p.chains):
-                    pending.append(p)
+                # a port whose dispatch rules stay as the kernel has them (the last sync's) has its
+                # chains rewritten whole in a chunk: traffic sees all of its old or all of its new rules
+                q = old.get(spn)
+                whole = q is not None and q.dispatch == p.dispatch and bool(p.chains)
+                if whole or any(c not in existing for c in p.chains):
+                    pending.append((p, whole))
                     if len(pending) >= chunk:
                         send_chunk()
             pending.clear()  # fewer than a chunk's worth left: they go in the last transaction

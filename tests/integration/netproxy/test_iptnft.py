@@ -166,14 +166,16 @@ def test_one_service_changes_and_iptables_nft_edits(res, require):
         worker.close()
 
 
-def test_drift_then_full_sync_repairs(res, require):
-    """A chain flushed and a hook deleted behind our back are back after the next full sync."""
+@pytest.mark.parametrize("chunk", [CHUNK, 2], ids=["one-transaction", "chunked"])
+def test_drift_then_full_sync_repairs(res, require, chunk):
+    """A chain flushed and a hook deleted behind our back are back after the next full sync (also
+    when resyncs rewrite Services in chunks of 2 ports)."""
     require("iptables-nft")
     node = NodeConfig(node_name="n1", cluster_cidr="10.244.0.0/16")
     plans = _plans(node, False)
     ours = res.netns()
     worker = NetnsWorker(ours)
-    proxier = IptablesNftProxier(node)
+    proxier = IptablesNftProxier(node, chunk=chunk, chunk_resync=True)
     try:
         worker.call(proxier.full_sync, plans)
         want = _save(ours)
@@ -184,6 +186,7 @@ def test_drift_then_full_sync_repairs(res, require):
         assert _save(ours) != want
         worker.call(proxier.full_sync, plans)
         assert _by_chain(_save(ours)) == _by_chain(want)
+        assert proxier.timing["chunks"] >= (3 if chunk == 2 else 0)
         # a chain deleted behind our back: the sync that assumed it fails whole, the next one reads
         # the kernel's chains again and repairs
         svc = next(c for p in plans.values() for c in p.chains if c.startswith("KUBE-SVC-"))
@@ -210,7 +213,8 @@ def _with_bad(plans: dict, at: int) -> dict:
     return dict(items)
 
 
-def test_failed_chunk_leaves_no_half_state_and_next_sync_repairs(res, require):
+@pytest.mark.parametrize("chunk_resync", [False, True], ids=["resync-new-chains", "resync-whole-services"])
+def test_failed_chunk_leaves_no_half_state_and_next_sync_repairs(res, require, chunk_resync):
     """A chunk the kernel rejects, in an initial load and in a resync adding many ports: the hooks and
     dispatch chains still show the old ruleset (none at first), only unreferenced chains may be left,
     and the next full sync equals iptables-nft-restore of its plan (those chains refilled or deleted)."""
@@ -219,7 +223,7 @@ def test_failed_chunk_leaves_no_half_state_and_next_sync_repairs(res, require):
     plans = _plans(node, False)
     ours = res.netns()
     worker = NetnsWorker(ours)
-    proxier = IptablesNftProxier(node, chunk=2)
+    proxier = IptablesNftProxier(node, chunk=2, chunk_resync=chunk_resync)
 
     def reference(p: dict) -> list[str]:
         ref = res.netns()
