@@ -124,6 +124,7 @@ class _Writer:
 
 # Service ports per transaction when a full sync creates their chains (initial load); see full_sync
 CHUNK = 1000
+RESYNC_CHUNK = 0  # Service ports per chunk in a resync (0: one transaction); see full_sync
 
 
 class IptablesNftProxier:
@@ -132,7 +133,7 @@ class IptablesNftProxier:
     name = "iptables"
     backend = "nft-netlink"
 
-    def __init__(self, node: NodeConfig, chunk: int = CHUNK, chunk_resync: bool = False) -> None:
+    def __init__(self, node: NodeConfig, chunk: int = CHUNK, resync_chunk: int = RESYNC_CHUNK) -> None:
         self.node = node
         self.names = Names(node.prefix)
         self.plans: dict[ServicePortName, PortRules] = {}
@@ -144,7 +145,7 @@ class IptablesNftProxier:
         self.handles: dict[tuple[str, str], dict[str, list[int]]] = {}
         self._sock: nl.NftSocket | None = None
         self.chunk = chunk
-        self.chunk_resync = chunk_resync
+        self.resync_chunk = resync_chunk  # 0: resyncs rewrite existing chains in the last transaction
         self._order: dict[tuple[str, str], list[str]] = {}  # the last full sync's dispatch rules, in order
         self.timing: dict[str, float] = {}  # the last full sync's phases, seconds (benchmarks print them)
         # the last one-Service change: wall and this thread's CPU seconds (user + the kernel's work in
@@ -269,7 +270,8 @@ class IptablesNftProxier:
         preloaded: set[str] = set()  # chains created and filled by the chunks
         writer = _Writer(sock)
         pending: list[tuple[PortRules, bool]] = []  # (plan, whole: its existing chains rewritten too)
-        old = self.plans if self.chunk_resync else {}
+        old = self.plans if self.resync_chunk and self.plans else {}
+        chunk = self.resync_chunk if old else chunk
         counts = {"chains": 0, "rules": 0}
         chunks = 0
 

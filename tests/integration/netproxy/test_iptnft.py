@@ -175,7 +175,7 @@ def test_drift_then_full_sync_repairs(res, require, chunk):
     plans = _plans(node, False)
     ours = res.netns()
     worker = NetnsWorker(ours)
-    proxier = IptablesNftProxier(node, chunk=chunk, chunk_resync=True)
+    proxier = IptablesNftProxier(node, chunk=chunk, resync_chunk=chunk)
     try:
         worker.call(proxier.full_sync, plans)
         want = _save(ours)
@@ -213,8 +213,8 @@ def _with_bad(plans: dict, at: int) -> dict:
     return dict(items)
 
 
-@pytest.mark.parametrize("chunk_resync", [False, True], ids=["resync-new-chains", "resync-whole-services"])
-def test_failed_chunk_leaves_no_half_state_and_next_sync_repairs(res, require, chunk_resync):
+@pytest.mark.parametrize("resync_chunk", [0, 2], ids=["resync-new-chains", "resync-whole-services"])
+def test_failed_chunk_leaves_no_half_state_and_next_sync_repairs(res, require, resync_chunk):
     """A chunk the kernel rejects, in an initial load and in a resync adding many ports: the hooks and
     dispatch chains still show the old ruleset (none at first), only unreferenced chains may be left,
     and the next full sync equals iptables-nft-restore of its plan (those chains refilled or deleted)."""
@@ -223,7 +223,7 @@ def test_failed_chunk_leaves_no_half_state_and_next_sync_repairs(res, require, c
     plans = _plans(node, False)
     ours = res.netns()
     worker = NetnsWorker(ours)
-    proxier = IptablesNftProxier(node, chunk=2, chunk_resync=chunk_resync)
+    proxier = IptablesNftProxier(node, chunk=2, resync_chunk=resync_chunk)
 
     def reference(p: dict) -> list[str]:
         ref = res.netns()
