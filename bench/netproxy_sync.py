@@ -41,6 +41,7 @@ from netproxy.proxy import Proxy
 
 MODES = {
     "iptables": ("iptables", {"backend": "nft"}),  # the default on nf_tables kernels
+    "iptables-1txn": ("iptables", {"backend": "nft", "chunk": str(10**9)}),  # its full load in one transaction
     "iptables-legacy": ("iptables", {"backend": "legacy", "incremental": "libiptc"}),
     "iptables-xtblob": ("iptables", {"backend": "legacy", "incremental": "xtblob"}),
     "iptables-restore": ("iptables", {"backend": "legacy", "incremental": "restore"}),
@@ -80,14 +81,15 @@ def pct(xs: list[float], q: float) -> float:
 
 def count_rules(mode: str, ns: str) -> int:
     if mode.startswith("iptables"):
-        cmd = "iptables-nft-save" if mode in ("iptables", "iptables-nft-restore") else "iptables-legacy-save"
+        cmd = "iptables-nft-save" if mode in ("iptables", "iptables-1txn", "iptables-nft-restore") else "iptables-legacy-save"
         out = subprocess.run(["ip", "netns", "exec", ns, cmd], capture_output=True, text=True).stdout
         return sum(1 for ln in out.splitlines() if ln.startswith("-A "))
     return -1
 
 
 MECHANISM = {  # (full sync, one-Service change)
-    "iptables": ("iptables-nft rules, 1 nf_tables netlink batch", "nf_tables netlink batch (changed chains, handles)"),
+    "iptables": ("iptables-nft rules, chunked nf_tables batches + 1", "nf_tables netlink batch (changed chains, handles)"),
+    "iptables-1txn": ("iptables-nft rules, 1 nf_tables netlink batch", "nf_tables netlink batch (changed chains, handles)"),
     "iptables-legacy": ("iptables-legacy-restore (streamed)", "python-iptables/libiptc"),
     "iptables-xtblob": ("iptables-legacy-restore (streamed)", "x_tables blob edit (xtblob: 1 SET_REPLACE)"),
     "iptables-restore": ("iptables-legacy-restore (streamed)", "iptables-legacy-restore --noflush partial"),

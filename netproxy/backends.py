@@ -32,11 +32,12 @@ def make_iptables_proxier(node: NodeConfig, backend: str | None = None, **option
 
         backend = "legacy" if options.get("incremental") else node_iptables_backend()
     if backend == "nft":
+        from netproxy.iptables.nftproxier import CHUNK, IptablesNftProxier
+
+        chunk = options.pop("chunk", None)  # Service ports per initial-load transaction (benchmarks)
         if options:
             raise ValueError(f"options {sorted(options)} apply to the legacy backend only")
-        from netproxy.iptables.nftproxier import IptablesNftProxier
-
-        return IptablesNftProxier(node)
+        return IptablesNftProxier(node, chunk=int(chunk) if chunk else CHUNK)
     from netproxy.iptables.proxier import IptablesProxier
 
     return IptablesProxier(node, backend="nft" if backend == "nft-restore" else backend, **options)
