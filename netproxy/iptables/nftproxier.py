@@ -42,6 +42,8 @@ and kernel (~2.0 s) either way; with an idle second core the overlap leaves abou
 kernel) plus the last transaction (~0.3 s). Resyncs rewriting whole Services in chunks
 (resync_chunk 2500-5000) measured no better than one transaction (3.2-3.9 s against 3.0-3.9 s at
 load 5-7; 10 chunks of 1000 cost ~+1 s CPU, a whole-table validation walk per chunk), hence off.
+bench/netproxy_sync.py at load 3.2 (same run): 10k full sync 4.24 s chunked, 4.31 s one transaction,
+legacy floor 2.31/2.39 s (1.84x/1.80x); CPU 4.42/4.14 s vs the floor's 2.22/2.24 s.
 
 Blocking: call it from the proxy's netns worker thread (the socket lives in that netns); the
 chunks' writer thread shares that socket (bound in the same netns) and is joined before returning.
