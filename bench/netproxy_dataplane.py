@@ -42,7 +42,9 @@ async def measure(mode: str, n: int, connects: int) -> tuple[float, float, float
         client = lab.clients["client"]
         worker = NetnsWorker(lab.node)
         node = NodeConfig(node_name="bench", cluster_cidr=lab.cluster_cidr)
-        proxy = Proxy(make_proxier(mode, node), worker, clear_conntrack=False)
+        kind, _, backend = mode.partition("-")  # iptables (nf_tables writer), iptables-legacy, nftables, ipvs
+        proxy = Proxy(make_proxier(kind, node, **({"backend": backend} if backend else {})), worker,
+                      clear_conntrack=False)
         port = [{"name": "http", "port": 80, "protocol": "TCP"}]
         for i in range(n - 1):
             proxy.on_service(None, service(f"decoy{i}", f"10.96.{i // 250}.{i % 250 + 1}", port))
@@ -73,20 +75,22 @@ async def measure(mode: str, n: int, connects: int) -> tuple[float, float, float
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="10,10000")
-    p.add_argument("--modes", default="iptables,nftables")
+    p.add_argument("--modes", default="iptables,iptables-legacy,nftables",
+                   help="iptables: iptables-nft rules written over nf_tables netlink (the default backend); "
+                        "iptables-legacy: x_tables")
     p.add_argument("--connects", type=int, default=2000)
     args = p.parse_args()
     if os.geteuid() != 0:
         print("needs root", file=sys.stderr)
         return 1
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus (shared machine)")
-    print(f"{'mode':10} {'services':>8} {'rules':>7} {'svc p50 us':>11} {'svc p99 us':>11} "
-          f"{'direct p50 us':>14} {'direct p99 us':>14}")
+    print(f"{'mode':16} {'services':>8} {'rules':>7} {'svc p50 us':>11} {'svc p99 us':>11} "
+          f"{'direct p50 us':>14} {'direct p99 us':>14}  load")
     for mode in args.modes.split(","):
         for n in [int(x) for x in args.sizes.split(",")]:
             s50, s99, d50, d99, rules = asyncio.run(measure(mode, n, args.connects))
-            print(f"{mode:10} {n:>8} {rules:>7} {s50 * 1e6:>11.0f} {s99 * 1e6:>11.0f} {d50 * 1e6:>14.0f} "
-                  f"{d99 * 1e6:>14.0f}", flush=True)
+            print(f"{mode:16} {n:>8} {rules:>7} {s50 * 1e6:>11.0f} {s99 * 1e6:>11.0f} {d50 * 1e6:>14.0f} "
+                  f"{d99 * 1e6:>14.0f}  {os.getloadavg()[0]:.1f}", flush=True)
     return 0
 
 

@@ -40,10 +40,12 @@ from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
 
 MODES = {
-    "iptables": ("iptables", {"backend": "legacy", "incremental": "libiptc"}),
+    "iptables": ("iptables", {"backend": "nft"}),  # the default on nf_tables kernels
+    "iptables-1txn": ("iptables", {"backend": "nft", "chunk": str(10**9)}),  # its full load in one transaction
+    "iptables-legacy": ("iptables", {"backend": "legacy", "incremental": "libiptc"}),
     "iptables-xtblob": ("iptables", {"backend": "legacy", "incremental": "xtblob"}),
     "iptables-restore": ("iptables", {"backend": "legacy", "incremental": "restore"}),
-    "iptables-nft": ("iptables", {"backend": "nft"}),
+    "iptables-nft-restore": ("iptables", {"backend": "nft-restore"}),
     "nftables": ("nftables", {}),
 }
 
@@ -79,17 +81,19 @@ def pct(xs: list[float], q: float) -> float:
 
 def count_rules(mode: str, ns: str) -> int:
     if mode.startswith("iptables"):
-        cmd = "iptables-nft-save" if mode == "iptables-nft" else "iptables-legacy-save"
+        cmd = "iptables-nft-save" if mode in ("iptables", "iptables-1txn", "iptables-nft-restore") else "iptables-legacy-save"
         out = subprocess.run(["ip", "netns", "exec", ns, cmd], capture_output=True, text=True).stdout
         return sum(1 for ln in out.splitlines() if ln.startswith("-A "))
     return -1
 
 
 MECHANISM = {  # (full sync, one-Service change)
-    "iptables": ("iptables-legacy-restore (streamed)", "python-iptables/libiptc"),
+    "iptables": ("iptables-nft rules, chunked nf_tables batches + 1", "nf_tables netlink batch (changed chains, handles)"),
+    "iptables-1txn": ("iptables-nft rules, 1 nf_tables netlink batch", "nf_tables netlink batch (changed chains, handles)"),
+    "iptables-legacy": ("iptables-legacy-restore (streamed)", "python-iptables/libiptc"),
     "iptables-xtblob": ("iptables-legacy-restore (streamed)", "x_tables blob edit (xtblob: 1 SET_REPLACE)"),
     "iptables-restore": ("iptables-legacy-restore (streamed)", "iptables-legacy-restore --noflush partial"),
-    "iptables-nft": ("iptables-nft-restore", "iptables-nft-restore --noflush partial"),
+    "iptables-nft-restore": ("iptables-nft-restore", "iptables-nft-restore --noflush partial"),
     "nftables": ("nf_tables netlink batch", "nf_tables netlink batch"),
 }
 
@@ -98,14 +102,18 @@ def _median(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
 
 
-def floor_restore(text: str) -> float:
-    """One iptables-legacy-restore of `text` into a fresh netns."""
+def floor_restore(text: str) -> tuple[float, float]:
+    """One iptables-legacy-restore of `text` into a fresh netns: wall seconds, and the CPU seconds
+    (user + system, the kernel's table translation included) of the processes it ran."""
     ns = netns()
     try:
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "-w", "--noflush"], input=text,
                        text=True, check=True)
-        return time.perf_counter() - t0
+        wall = time.perf_counter() - t0
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return wall, ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
@@ -168,6 +176,50 @@ def floor_pyiptc_full(plans: dict, node: NodeConfig) -> float:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
+def floors_iptables_nft(ns: str, worker: NetnsWorker, proxier, spn, sp, eps, large: bool, rounds: int) -> dict:
+    """nf_tables floors in the table our iptables-nft writer built (it is iptables-nft's own layout, so
+    iptables-nft-restore can edit it): one Service's partial `iptables-nft-restore --noflush` (the
+    one-Service figure of the issue's floors, without its 56 s full load), and the kernel's own cost
+    of any nat transaction adding a rule (nf_tables re-validates every chain reachable from the base
+    chains on commit: O(table), whoever the writer is)."""
+    from netproxy.iptables.plan import partial_restore, plan_port
+    from netproxy.model import Endpoint
+    from netproxy.nftables import netlink as nl
+
+    node = proxier.node
+    cur = {spn: proxier.plans[spn]}
+    times = []
+    for r in range(rounds):
+        moved = list(eps[:-1]) + [Endpoint(f"10.98.{r // 250}.{r % 250 + 1}", eps[-1].port)]
+        new = {spn: plan_port(sp, moved, node, large)}
+        text = partial_restore(cur, new, [spn])
+        t0 = time.perf_counter()
+        subprocess.run(["ip", "netns", "exec", ns, "iptables-nft-restore", "-w", "--noflush"], input=text,
+                       text=True, check=True)
+        times.append(time.perf_counter() - t0)
+        cur = new
+
+    def kernel_once() -> float:
+        sock = nl.NftSocket()
+        try:
+            b = nl.Batch("nat")
+            b.add_chain("BENCH-FLOOR")
+            b.add_rule("BENCH-FLOOR", nl.COUNTER + nl.immediate_verdict(nl.RETURN))
+            t0 = time.perf_counter()
+            sock.send(b)
+            dt = time.perf_counter() - t0
+            b = nl.Batch("nat")
+            b.flush_chain("BENCH-FLOOR")
+            b.del_chain("BENCH-FLOOR")
+            sock.send(b)
+            return dt
+        finally:
+            sock.close()
+
+    kernel = [worker.call(kernel_once) for _ in range(rounds)]
+    return {"nft_partial": _median(times), "nft_kernel_txn": _median(kernel)}
+
+
 def floor_nft(src_ns: str, table: str) -> float:
     """nft -f full load of our table's text in a fresh netns."""
     text = subprocess.run(["ip", "netns", "exec", src_ns, "nft", "list", "table", "ip", table],
@@ -226,6 +278,8 @@ async def one_service_cases(proxy: Proxy, proxier, objs: list, n: int, eps: int,
                              namespace=s["metadata"]["namespace"])
         proxy.on_endpoint_slice(new)
         await timed("eps")
+        if hasattr(proxier, "partial_timing"):
+            splits.append(proxier.partial_timing)
         xt = getattr(proxier, "_xt", {}).get("nat")
         if xt is not None and xt.timing:
             splits.append((xt.timing["read"], xt.timing["replace"], times["eps"][-1]))
@@ -258,11 +312,13 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
         out["full"] = time.perf_counter() - t0
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # restore tools: their own CPU vs the kernel's
         out["child_cpu"] = (ru1.ru_utime - ru0.ru_utime, ru1.ru_stime - ru0.ru_stime)
-        if label.startswith("iptables") and label != "iptables-nft" and not args.no_floor:
+        if label.startswith("iptables") and label != "iptables-nft-restore" and not args.no_floor:
             from netproxy.iptables.plan import full_restore
 
             # the floor right after our full sync, on the same ruleset (the machine's load drifts)
-            out["floor_adjacent"] = floor_restore(full_restore(proxier.plans, node))
+            out["floor_adjacent"], out["floor_cpu"] = floor_restore(full_restore(proxier.plans, node))
+        out["timing"] = dict(getattr(proxier, "timing", {}) or {})
+        out["load"] = os.getloadavg()[0]
         out["rules"] = r.rules if r else 0
         out["chains"] = r.chains if r else 0
         t0 = time.perf_counter()
@@ -272,7 +328,9 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
         out["cases"] = {k: (pct(v, 0.5), pct(v, 0.99)) for k, v in cases.items()}
         times = cases["eps"]
         out["change_p50"], out["change_p99"] = pct(times, 0.5), pct(times, 0.99)
-        if splits:
+        if splits and len(splits[0]) == 2:  # the nf_tables writer: (wall, thread CPU) of its own work
+            out["cpu_split"] = [pct([x[k] for x in splits], 0.5) for k in range(2)]
+        elif splits:
             out["split"] = [pct([x[k] for x in splits], 0.5) for k in range(3)]
         if label.startswith("iptables") and not args.no_floor and n not in args.floored:
             args.floored.add(n)  # once per size, on the first iptables mode's final ruleset
@@ -280,6 +338,11 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
             spn, sp = next((k, v) for k, v in proxy.state.services.items() if k.name == f"svc{i}")
             out.update(floors_iptables(proxier.plans, node, spn, sp, proxy.state.endpoints[spn],
                                        proxier._large(proxy.state), 5, args.pyiptc_full_max))
+        if label == "iptables" and not args.no_floor:
+            i = ((changes - 1) * 7919) % n
+            spn, sp = next((k, v) for k, v in proxy.state.services.items() if k.name == f"svc{i}")
+            out.update(floors_iptables_nft(ns, worker, proxier, spn, sp, proxy.state.endpoints[spn],
+                                           proxier._large(proxy.state), 5))
         if label == "nftables" and not args.no_floor:
             out["floor_elem"] = floor_nft_element(ns, node.nft_table)
             if n <= args.nft_floor_max:
@@ -297,8 +360,8 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="1000,5000,10000", help="comma-separated Service counts")
-    p.add_argument("--modes", default="iptables,iptables-xtblob,iptables-restore,nftables",
-                   help=f"comma-separated, from {', '.join(MODES)} (iptables-nft is slow: 56 s at 10k)")
+    p.add_argument("--modes", default="iptables,iptables-legacy,iptables-xtblob,iptables-restore,nftables",
+                   help=f"comma-separated, from {', '.join(MODES)} (iptables-nft-restore is slow: 56 s at 10k)")
     p.add_argument("--endpoints", type=int, default=3)
     p.add_argument("--changes", type=int, default=20, help="one-Service changes measured per run")
     p.add_argument("--nft-floor-max", type=int, default=5000, help="skip the nft -f floor above this size")
@@ -333,7 +396,7 @@ def main() -> int:
             full_m, change_m = MECHANISM[label]
             print(f"{label:18} {size:>6} {r['rules']:>7} {r['full']:>8.2f} {floor or 0:>8.2f} {ratio:>6} "
                   f"{r['resync']:>9.2f} {r['change_p50'] * 1e3:>13.1f} {r['change_p99'] * 1e3:>8.1f} {fe:>15}  "
-                  f"{full_m} / {change_m}", flush=True)
+                  f"{full_m} / {change_m}  [load {r['load']:.1f}]", flush=True)
             cases = "  ".join(f"{k} p50 {a * 1e3:.2f} / p99 {b * 1e3:.2f} ms" for k, (a, b) in r["cases"].items())
             beside = ""
             if r.get("floor_elem"):
@@ -346,6 +409,21 @@ def main() -> int:
                 print(f"{'':18} {'':>6}   change p50 split: GET_ENTRIES + compare {rd * 1e3:.0f} ms, SET_REPLACE + "
                       f"ADD_COUNTERS {rp * 1e3:.0f} ms, the rest (plan, encode, splice, proxy) "
                       f"{(tot - rd - rp) * 1e3:.0f} ms")
+            if r.get("cpu_split"):
+                wall, cpu = r["cpu_split"]
+                print(f"{'':18} {'':>6}   eps change p50 inside the writer: {wall * 1e3:.1f} ms wall, "
+                      f"{cpu * 1e3:.1f} ms CPU of its thread (Python + the kernel's commit in sendmsg)")
+            if r.get("nft_partial"):
+                print(f"{'':18} {'':>6}   nf_tables floors in the same table: iptables-nft-restore one-Service "
+                      f"partial {r['nft_partial'] * 1e3:.1f} ms; kernel commit of any nat rule add "
+                      f"{r['nft_kernel_txn'] * 1e3:.1f} ms (whole-table validation)")
+            if r.get("timing"):
+                ph = ", ".join(f"{k} {v:.2f} s" for k, v in r["timing"].items())
+                print(f"{'':18} {'':>6}   full sync phases: {ph}; load average {r['load']:.1f}")
+                if r.get("floor_cpu") and r["timing"].get("cpu"):
+                    print(f"{'':18} {'':>6}   full sync CPU {r['timing']['cpu']:.2f} s (planning, encoding, the "
+                          f"kernel's commit) vs the floor's iptables-legacy-restore CPU {r['floor_cpu']:.2f} s "
+                          f"(user+sys): ratio {r['timing']['cpu'] / r['floor_cpu']:.2f}")
             cu, cs = r["child_cpu"]
             if cu + cs > 0.05:
                 print(f"{'':18} {'':>6}   full sync's child processes: {cu:.2f} s user, {cs:.2f} s sys (kernel)")
@@ -355,7 +433,7 @@ def main() -> int:
                   f"restore {floors['floor_partial'] * 1e3:.0f} ms; kernel nat table "
                   f"({floors['kernel_entries']} entries, {floors['kernel_mb']:.0f} MB): GET_ENTRIES "
                   f"{floors['kernel_get'] * 1e3:.0f} ms + SET_REPLACE unchanged {floors['kernel_replace'] * 1e3:.0f} ms;"
-                  f" python-iptables full load {py}", flush=True)
+                  f" python-iptables full load {py}; load average {os.getloadavg()[0]:.1f}", flush=True)
     return 0
 
 

@@ -9,9 +9,7 @@ MODES = ("iptables", "nftables", "ipvs")
 
 def make_proxier(mode: str, node: NodeConfig, **options: str) -> Proxier:
     if mode == "iptables":
-        from netproxy.iptables.proxier import IptablesProxier
-
-        return IptablesProxier(node, **options)
+        return make_iptables_proxier(node, **options)
     if mode == "nftables":
         from netproxy.nftables.proxier import NftablesProxier
 
@@ -21,3 +19,25 @@ def make_proxier(mode: str, node: NodeConfig, **options: str) -> Proxier:
 
         return IpvsProxier(node, **options)
     raise ValueError(f"unknown proxy mode {mode!r} (one of {', '.join(MODES)})")
+
+
+def make_iptables_proxier(node: NodeConfig, backend: str | None = None, **options: str) -> Proxier:
+    """The iptables mode on the node's iptables backend (one for every iptables user on the node:
+    nodeagent.host.probe.node_iptables_backend). `backend`: "nft" (iptables-nft rules written over
+    nf_tables netlink, the default where the kernel has nf_tables), "legacy" (x_tables: a streamed
+    iptables-legacy-restore, libiptc or xtblob changes), "nft-restore" (the iptables-nft-restore tool,
+    kept for comparison: its full loads are superlinear)."""
+    if backend is None:
+        from nodeagent.host.probe import node_iptables_backend
+
+        backend = "legacy" if options.get("incremental") else node_iptables_backend()
+    if backend == "nft":
+        from netproxy.iptables.nftproxier import CHUNK, IptablesNftProxier
+
+        chunk = options.pop("chunk", None)  # Service ports per initial-load transaction (benchmarks)
+        if options:
+            raise ValueError(f"options {sorted(options)} apply to the legacy backend only")
+        return IptablesNftProxier(node, chunk=int(chunk) if chunk else CHUNK)
+    from netproxy.iptables.proxier import IptablesProxier
+
+    return IptablesProxier(node, backend="nft" if backend == "nft-restore" else backend, **options)

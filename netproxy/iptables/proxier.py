@@ -1,4 +1,8 @@
-"""The iptables backend: kube-proxy's nat layout, legacy x_tables by default.
+"""The iptables mode's x_tables and restore-tool backends: kube-proxy's nat layout.
+
+Where the kernel has nf_tables the iptables mode uses nftproxier.py instead (iptables-nft's own
+rules written over netlink: backends.make_iptables_proxier); this class serves `backend="legacy"`
+and, for comparison, `backend="nft"` (the iptables-nft-restore tool, "nft-restore" there).
 
 Per job, the faster mechanism as measured by bench/netproxy_sync.py (same run, busy
 2-core machine):

@@ -37,6 +37,9 @@ class IpvsProxier:
         self.node = node
         self.scheduler = scheduler
         self.applied = Desired()
+        from nodeagent.host.probe import node_iptables_backend
+
+        self.ipt = f"iptables-{node_iptables_backend()}"  # the node's one iptables backend
 
     # -- kernel state ------------------------------------------------------------------------------
     def _ensure_base(self) -> None:
@@ -48,12 +51,12 @@ class IpvsProxier:
         _run(["ipset", "restore", "-exist"],
              "".join(f"create {name} {kind}" + (" range 0-65535" if kind.startswith("bitmap") else "") + "\n"
                      for name, kind in IPSETS.items()))
-        _run(["iptables-legacy-restore", "-w", "--noflush"], iptables_rules(self.node))
+        _run([f"{self.ipt}-restore", "-w", "--noflush"], iptables_rules(self.node))
         for chain, target in (("PREROUTING", "KUBE-SERVICES"), ("OUTPUT", "KUBE-SERVICES"),
                               ("POSTROUTING", "KUBE-POSTROUTING")):
-            if subprocess.run(["iptables-legacy", "-w", "-t", "nat", "-C", chain, "-j", target],
+            if subprocess.run([self.ipt, "-w", "-t", "nat", "-C", chain, "-j", target],
                               capture_output=True).returncode != 0:
-                _run(["iptables-legacy", "-w", "-t", "nat", "-I", chain, "-j", target])
+                _run([self.ipt, "-w", "-t", "nat", "-I", chain, "-j", target])
 
     def read_kernel(self) -> Desired:
         from pyroute2 import IPVS, IPRoute, IPVSDest, IPVSService
@@ -141,10 +144,10 @@ class IpvsProxier:
                 ipr.link("del", index=idx[0])
         for chain, target in (("PREROUTING", "KUBE-SERVICES"), ("OUTPUT", "KUBE-SERVICES"),
                               ("POSTROUTING", "KUBE-POSTROUTING")):
-            subprocess.run(["iptables-legacy", "-w", "-t", "nat", "-D", chain, "-j", target], capture_output=True)
+            subprocess.run([self.ipt, "-w", "-t", "nat", "-D", chain, "-j", target], capture_output=True)
         for chain in ("KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-MARK-MASQ", "KUBE-NODE-PORT", "KUBE-LOAD-BALANCER"):
-            subprocess.run(["iptables-legacy", "-w", "-t", "nat", "-F", chain], capture_output=True)
-            subprocess.run(["iptables-legacy", "-w", "-t", "nat", "-X", chain], capture_output=True)
+            subprocess.run([self.ipt, "-w", "-t", "nat", "-F", chain], capture_output=True)
+            subprocess.run([self.ipt, "-w", "-t", "nat", "-X", chain], capture_output=True)
         for name in IPSETS:
             subprocess.run(["ipset", "destroy", name], capture_output=True)
         self.applied = Desired()

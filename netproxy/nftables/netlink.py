@@ -9,6 +9,7 @@ Every batch is one transaction (BATCH_BEGIN … BATCH_END in one sendmsg).
 
 from __future__ import annotations
 
+import array
 import errno
 import functools
 import itertools
@@ -34,7 +35,10 @@ NEWSET, DELSET, NEWSETELEM, DELSETELEM = 9, 11, 12, 14
 TABLE_NAME = 1
 CHAIN_TABLE, CHAIN_NAME, CHAIN_HOOK, CHAIN_POLICY, CHAIN_TYPE = 1, 3, 4, 5, 7
 HOOK_HOOKNUM, HOOK_PRIORITY = 1, 2
-RULE_TABLE, RULE_CHAIN, RULE_EXPRESSIONS = 1, 2, 4
+RULE_TABLE, RULE_CHAIN, RULE_HANDLE, RULE_EXPRESSIONS, RULE_COMPAT, RULE_POSITION = 1, 2, 3, 4, 5, 6
+RULE_COMPAT_PROTO, RULE_COMPAT_FLAGS = 1, 2
+GETTABLE, GETCHAIN, GETRULE = 1, 4, 7
+NLM_F_ECHO, NLM_F_DUMP = 8, 0x300
 LIST_ELEM = 1
 EXPR_NAME, EXPR_DATA = 1, 2
 SET_TABLE, SET_NAME, SET_FLAGS, SET_KEY_TYPE, SET_KEY_LEN, SET_DATA_TYPE, SET_DATA_LEN = 1, 2, 3, 4, 5, 6, 7
@@ -101,6 +105,7 @@ def nest(t: int, *parts: bytes) -> bytes:
 
 
 _be32 = struct.Struct(">I").pack
+_nlhdr = struct.Struct("=IHHII").pack
 
 
 def u32(t: int, v: int) -> bytes:
@@ -274,22 +279,78 @@ def counter() -> bytes:
     return expr("counter", u64(1, 0), u64(2, 0))
 
 
+COUNTER = counter()
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def xt_match(name: str, rev: int, info: bytes) -> bytes:
+    """An x_tables match run by nft_compat (NFTA_MATCH_NAME/REV/INFO); `info` is the xt_* struct, padded."""
+    return expr("match", s(1, name), u32(2, rev), attr(3, info))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def xt_target(name: str, rev: int, info: bytes) -> bytes:
+    """An x_tables target run by nft_compat (NFTA_TARGET_NAME/REV/INFO)."""
+    return expr("target", s(1, name), u32(2, rev), attr(3, info))
+
+
 # -- batches -----------------------------------------------------------------------------------------
+_NEWRULE = (NFNL_SUBSYS_NFTABLES << 8) | NEWRULE
+
+
+_APPEND = NLM_F_CREATE | NLM_F_APPEND
+_EXPRS_NESTED = RULE_EXPRESSIONS | NLA_F_NESTED
+
+
+@functools.lru_cache(maxsize=1024)  # a chain's rules are added together: a small LRU suffices
+def _rule_head(table: str, chain: str) -> bytes:
+    return attr(RULE_TABLE, table.encode() + b"\0") + attr(RULE_CHAIN, chain.encode() + b"\0")
+
+
+class _Messages:
+    """The batch's messages as (type, flags, attrs), read back from its buffer (error reports)."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+
+    def __len__(self) -> int:
+        return len(self.batch.offsets)
+
+    def __getitem__(self, i: int) -> tuple[int, int, bytes]:
+        off = self.batch.offsets[i]
+        length, mtype, flags = struct.unpack_from("=IHH", self.batch.buf, off)
+        return mtype, flags & ~(NLM_F_REQUEST | NLM_F_ACK), bytes(self.batch.buf[off + 20:off + length])
+
+
 class Batch:
-    """nf_tables messages for one transaction, in order."""
+    """nf_tables messages for one transaction, in order, encoded as they are added into one buffer
+    (message i carries sequence number i + 1): a 100k-rule sync holds one growing bytearray, not
+    100k small objects that would fragment the heap after they are freed."""
 
     def __init__(self, table: str, family: int = NFPROTO_IPV4) -> None:
         self.table = table
         self.family = family
-        self.msgs: list[tuple[int, int, bytes]] = []  # (type, flags, attrs)
+        self.buf = bytearray()
+        self.offsets = array.array("Q")
+        self.msgs = _Messages(self)
+        self._nfgen = struct.pack("=BBH", family, 0, 0)
         self._set_ids = itertools.count(1)
         self.counts = {"chains": 0, "rules": 0, "elements": 0, "sets": 0}
 
     def __len__(self) -> int:
-        return len(self.msgs)
+        return len(self.offsets)
+
+    def use(self, table: str) -> None:
+        """Address the following messages to `table` (same family): one transaction may span tables."""
+        self.table = table
 
     def _add(self, msg: int, flags: int, body: bytes) -> None:
-        self.msgs.append(((NFNL_SUBSYS_NFTABLES << 8) | msg, flags, body))
+        buf = self.buf
+        self.offsets.append(len(buf))
+        buf += _nlhdr(20 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | flags,
+                      len(self.offsets), 0)
+        buf += self._nfgen
+        buf += body
 
     def add_table(self) -> None:
         self._add(NEWTABLE, NLM_F_CREATE, s(TABLE_NAME, self.table))
@@ -297,11 +358,12 @@ class Batch:
     def del_table(self) -> None:
         self._add(DELTABLE, 0, s(TABLE_NAME, self.table))
 
-    def add_chain(self, name: str, hook: int | None = None, priority: int = 0, type_: str = "nat") -> None:
+    def add_chain(self, name: str, hook: int | None = None, priority: int = 0, type_: str = "nat",
+                  policy: int | None = ACCEPT) -> None:
         body = s(CHAIN_TABLE, self.table) + s(CHAIN_NAME, name)
         if hook is not None:
             body += nest(CHAIN_HOOK, u32(HOOK_HOOKNUM, hook), i32(HOOK_PRIORITY, priority))
-            body += s(CHAIN_TYPE, type_) + u32(CHAIN_POLICY, ACCEPT)
+            body += s(CHAIN_TYPE, type_) + (u32(CHAIN_POLICY, policy) if policy is not None else b"")
         self._add(NEWCHAIN, NLM_F_CREATE, body)
         self.counts["chains"] += 1
 
@@ -311,10 +373,28 @@ class Batch:
     def del_chain(self, name: str) -> None:
         self._add(DELCHAIN, 0, s(CHAIN_TABLE, self.table) + s(CHAIN_NAME, name))
 
-    def add_rule(self, chain: str, exprs: bytes) -> None:
-        self._add(NEWRULE, NLM_F_CREATE | NLM_F_APPEND,
-                  s(RULE_TABLE, self.table) + s(RULE_CHAIN, chain) + nest(RULE_EXPRESSIONS, exprs))
+    def add_rule(self, chain: str, exprs: bytes, compat: bytes = b"", prepend: bool = False,
+                 echo: bool = False) -> int:
+        """Append (or, `prepend`, insert first) a rule; `compat` is a `rule_compat` attribute for xt
+        matches that need the rule's protocol. `echo`: the kernel returns the new rule (its handle)
+        from `NftSocket.send`. Returns the message's index in the batch."""
+        flags = _APPEND if not (prepend or echo) else \
+            NLM_F_CREATE | (0 if prepend else NLM_F_APPEND) | (NLM_F_ECHO if echo else 0)
+        head = _rule_head(self.table, chain)
+        buf, offsets = self.buf, self.offsets
+        offsets.append(len(buf))
+        buf += _nlhdr(20 + len(head) + 4 + len(exprs) + len(compat), _NEWRULE, NLM_F_REQUEST | flags,
+                      len(offsets), 0)
+        buf += self._nfgen
+        buf += head
+        buf += _hdr(4 + len(exprs), _EXPRS_NESTED)
+        buf += exprs
+        buf += compat
         self.counts["rules"] += 1
+        return len(offsets) - 1
+
+    def del_rule(self, chain: str, handle: int) -> None:
+        self._add(DELRULE, 0, s(RULE_TABLE, self.table) + s(RULE_CHAIN, chain) + u64(RULE_HANDLE, handle))
 
     def add_set(self, name: str, key_len: int, key_type: int, flags: int = 0, data_verdict: bool = False,
                 timeout_ms: int | None = None, concat: tuple[int, ...] = (), size: int | None = None,
@@ -373,6 +453,12 @@ class Batch:
             self._elems(DELSETELEM, set_name, elems, None, 0)
 
 
+@functools.lru_cache(maxsize=64)
+def rule_compat(proto: int, inverted: bool = False) -> bytes:
+    """NFTA_RULE_COMPAT: the rule's layer 4 protocol, which xt matches such as tcp/udp check against."""
+    return nest(RULE_COMPAT, u32(RULE_COMPAT_PROTO, proto), u32(RULE_COMPAT_FLAGS, 1 if inverted else 0))
+
+
 def element(key: bytes, verdict: tuple[int, str | None] | None = None, data: bytes | None = None) -> bytes:
     parts = value(ELEM_KEY, key)
     if verdict is not None:
@@ -401,29 +487,32 @@ class NftSocket:
     def close(self) -> None:
         self.sock.close()
 
-    def send(self, batch: Batch) -> None:
-        """Commit `batch` atomically; raise NftError with the first kernel error (nothing applied then)."""
-        if not batch.msgs:
-            return
-        parts = []
-        seq0 = next(self._seq)
+    def send(self, batch: Batch) -> list[tuple[int, int, dict[int, bytes]]]:
+        """Commit `batch` atomically; raise NftError with the first kernel error (nothing applied then).
+
+        Returns what the kernel echoed for messages sent with NLM_F_ECHO: (index of the message in
+        the batch, message type, attributes), e.g. a new rule's NFTA_RULE_HANDLE."""
+        if not batch.offsets:
+            return []
         nfgen_batch = struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(NFNL_SUBSYS_NFTABLES))
-        parts.append(struct.pack("=IHHII", 16 + 4, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq0, 0) + nfgen_batch)
-        last = len(batch.msgs) - 1
-        seqs = {}
-        for i, (mtype, flags, body) in enumerate(batch.msgs):
-            seq = next(self._seq)
-            seqs[seq] = i
-            f = NLM_F_REQUEST | flags | (NLM_F_ACK if i == last else 0)
-            nfgen = struct.pack("=BBH", batch.family, 0, 0)
-            parts.append(struct.pack("=IHHII", 16 + 4 + len(body), mtype, f, seq, 0) + nfgen + body)
-            last_seq = seq
-        end = next(self._seq)
-        parts.append(struct.pack("=IHHII", 16 + 4, NFNL_MSG_BATCH_END, NLM_F_REQUEST, end, 0) + nfgen_batch)
-        data = b"".join(parts)
-        self._ensure_buf(len(data))
-        self.sock.sendall(data)
+        count = len(batch.offsets)
+        last_seq = count  # message i carries i + 1 (Batch._add); BEGIN 0, END count + 1
+        begin = struct.pack("=IHHII", 20, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, 0) + nfgen_batch
+        end = struct.pack("=IHHII", 20, NFNL_MSG_BATCH_END, NLM_F_REQUEST, count + 1, 0) + nfgen_batch
+        last_off = batch.offsets[-1]
+        (flags,) = struct.unpack_from("=H", batch.buf, last_off + 6)
+        struct.pack_into("=H", batch.buf, last_off + 6, flags | NLM_F_ACK)  # the ACK that ends our reading
+
+        class _Seqs:  # sequence number -> message index
+            @staticmethod
+            def get(seq: int, default: int = -1) -> int:
+                return seq - 1 if 1 <= seq <= last_seq else default
+
+        seqs = _Seqs
+        self._ensure_buf(len(batch.buf) + 40)
+        self.sock.sendmsg([begin, batch.buf, end])  # one skb: the kernel runs one batch per message
         errors: list[tuple[int, int]] = []
+        echoed: list[tuple[int, int, dict[int, bytes]]] = []
         done = False
         while not done:
             buf = self.sock.recv(1 << 20)
@@ -432,7 +521,9 @@ class NftSocket:
                 length, mtype, _flags, seq, _pid = struct.unpack_from("=IHHII", buf, off)
                 if length < 16:
                     break
-                if mtype == NLMSG_ERROR:
+                if mtype >> 8 == NFNL_SUBSYS_NFTABLES:
+                    echoed.append((seqs.get(seq, -1), mtype & 0xFF, parse_attrs(buf[off + 20:off + length])))
+                elif mtype == NLMSG_ERROR:
                     (code,) = struct.unpack_from("=i", buf, off + 16)
                     if code:
                         errors.append((seqs.get(seq, -1), -code))
@@ -446,6 +537,109 @@ class NftSocket:
             what = _describe(batch.msgs[idx]) if idx >= 0 else "batch"
             raise NftError(err, f"nf_tables batch failed at message {idx} ({what}): {errno.errorcode.get(err, err)}"
                                 f" ({os.strerror(err)}); {len(errors)} error(s)")
+        return echoed
+
+    def get_chain(self, table: str, chain: str, family: int = NFPROTO_IPV4) -> dict[int, bytes] | None:
+        """One chain's attributes, or None if it (or its table) does not exist."""
+        got = self.dump(GETCHAIN, family, table, chain, CHAIN_NAME, single=True)
+        return got[0] if got else None
+
+    def rule_handles(self, table: str, chain: str, family: int = NFPROTO_IPV4) -> list[int]:
+        """The handles of `chain`'s rules in order: a rule dump reading only NFTA_RULE_HANDLE."""
+        body = s(RULE_TABLE, table) + s(RULE_CHAIN, chain)
+        seq = next(self._seq)
+        self.sock.sendall(struct.pack("=IHHII", 20 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | GETRULE,
+                                      NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + struct.pack("=BBH", family, 0, 0) + body)
+        out: list[int] = []
+        unpack_hdr, unpack_attr = struct.Struct("=IHHII").unpack_from, struct.Struct("=HH").unpack_from
+        be64 = struct.Struct(">Q").unpack_from
+        while True:
+            buf = self.sock.recv(1 << 16)
+            off = 0
+            while off + 16 <= len(buf):
+                length, mtype, _flags, rseq, _pid = unpack_hdr(buf, off)
+                if length < 16:
+                    break
+                if rseq == seq:
+                    if mtype == NLMSG_DONE:
+                        return out
+                    if mtype == NLMSG_ERROR:
+                        (code,) = struct.unpack_from("=i", buf, off + 16)
+                        if code:
+                            raise NftError(-code, f"nf_tables rule dump failed: {os.strerror(-code)}")
+                    else:  # attributes come table, chain, handle, ...: walk until the handle
+                        a, end = off + 20, off + length
+                        while a + 4 <= end:
+                            n, t = unpack_attr(buf, a)
+                            if t & 0x3FFF == RULE_HANDLE:
+                                out.append(be64(buf, a + 4)[0])
+                                break
+                            a += (n + 3) & ~3
+                off += (length + 3) & ~3
+
+    def dump(self, msg: int, family: int = NFPROTO_IPV4, table: str | None = None,
+             chain: str | None = None, chain_attr: int = RULE_CHAIN,
+             single: bool = False) -> list[dict[int, bytes]] | None:
+        """A GET* dump (GETCHAIN, GETRULE, ...), optionally of one table (and, for rules, one chain):
+        each object's top-level attributes; None when the kernel says that table or chain does not
+        exist (a rule dump of a missing chain may also just be empty). `single`: a plain GET."""
+        body = (s(RULE_TABLE, table) if table else b"") + (s(chain_attr, chain) if chain else b"")
+        seq = next(self._seq)
+        hdr = struct.pack("=IHHII", 20 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | msg,
+                          NLM_F_REQUEST | (NLM_F_ACK if single else NLM_F_DUMP), seq, 0)
+        self.sock.sendall(hdr + struct.pack("=BBH", family, 0, 0) + body)
+        out: list[dict[int, bytes]] = []
+        while True:
+            buf = self.sock.recv(1 << 16)  # dump skbs are at most 32 KiB
+            off = 0
+            while off + 16 <= len(buf):
+                length, mtype, _flags, rseq, _pid = struct.unpack_from("=IHHII", buf, off)
+                if length < 16:
+                    break
+                if rseq == seq:
+                    if mtype == NLMSG_DONE:  # chain dumps ignore the table filter on some kernels
+                        return [o for o in out if not table or o.get(1) == table.encode() + b"\0"]
+                    if mtype == NLMSG_ERROR:
+                        (code,) = struct.unpack_from("=i", buf, off + 16)
+                        if -code == errno.ENOENT:
+                            return None
+                        if code:
+                            raise NftError(-code, f"nf_tables dump failed: {os.strerror(-code)}")
+                        if single:
+                            return out
+                        continue
+                    out.append(parse_attrs(buf[off + 20:off + length]))
+                off += (length + 3) & ~3
+
+
+def parse_attrs(data: bytes) -> dict[int, bytes]:
+    """Top-level netlink attributes by type (flags masked off); nested ones stay raw bytes."""
+    out: dict[int, bytes] = {}
+    off = 0
+    while off + 4 <= len(data):
+        n, t = struct.unpack_from("=HH", data, off)
+        if n < 4:
+            break
+        out[t & 0x3FFF] = data[off + 4:off + n]
+        off += (n + 3) & ~3
+    return out
+
+
+def parse_list(data: bytes) -> list[tuple[int, bytes]]:
+    """Attributes in order, repeats kept (an expression list, a nest's members)."""
+    out: list[tuple[int, bytes]] = []
+    off = 0
+    while off + 4 <= len(data):
+        n, t = struct.unpack_from("=HH", data, off)
+        if n < 4:
+            break
+        out.append((t & 0x3FFF, data[off + 4:off + n]))
+        off += (n + 3) & ~3
+    return out
+
+
+def attr_str(data: bytes) -> str:
+    return data.rstrip(b"\0").decode()
 
 
 _NAMES = {NEWTABLE: "newtable", DELTABLE: "deltable", NEWCHAIN: "newchain", DELCHAIN: "delchain",

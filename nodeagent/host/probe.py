@@ -273,7 +273,8 @@ class HostReport:
         return {
             "cgroup driver": cg,
             "rootfs": "overlayfs" if self.has("overlayfs") else "copy (no overlayfs)",
-            "iptables backend": self.iptables_backend,
+            "iptables backend": f"{node_iptables_backend()} (Services, CNI, NetworkPolicy; rules found: "
+                                f"{self.iptables_backend})",
             "proxy modes available": ", ".join(modes),
             "default proxy mode": self.proxy_mode,
             "cross-node networking": ", ".join(
@@ -299,6 +300,48 @@ def detect_iptables_backend(report: HostReport | None = None) -> str:
     if nft >= 0:
         return "nft"
     return "legacy" if legacy >= 0 else "none"
+
+
+def nf_tables_kernel() -> bool:
+    """Whether this kernel speaks nf_tables: a GETTABLE dump on an NETLINK_NETFILTER socket answers.
+
+    In process (no nft CLI needed); the request autoloads nf_tables like any nft command would."""
+    import socket
+    import struct
+
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12) as sock:  # NETLINK_NETFILTER
+            sock.settimeout(2)
+            sock.bind((0, 0))
+            sock.send(struct.pack("=IHHIIBBH", 20, (10 << 8) | 1, 1 | 0x300, 1, 0, 2, 0, 0))  # NFT_MSG_GETTABLE
+            buf = sock.recv(65536)
+    except OSError:
+        return False
+    length, mtype = struct.unpack_from("=IH", buf)
+    if mtype == 2:  # NLMSG_ERROR
+        (code,) = struct.unpack_from("=i", buf, 16)
+        return code == 0
+    return True
+
+
+@functools.cache
+def node_iptables_backend() -> str:
+    """legacy or nft: one answer for every iptables user of this node (Service rules, CNI masquerade
+    and hostPorts, NetworkPolicy), as iptables-wrapper gives kubelet and kube-proxy one.
+
+    NODEAGENT_IPTABLES=legacy|nft wins; else the host `iptables` command's flavour (the admin's
+    choice, what their `iptables-save` shows; cni/iptables.py applies the same rule in the CNI
+    plugins, which do not import nodeagent), nft when there is no such command; and nft only if
+    the kernel has nf_tables (asked over netlink when root), legacy otherwise. On nft the iptables
+    mode writes iptables-nft rules itself over netlink (netproxy/iptables/nftproxier.py)."""
+    forced = os.environ.get("NODEAGENT_IPTABLES")
+    if forced in ("legacy", "nft"):
+        return forced
+    exe = shutil.which("iptables")
+    flavour = "legacy" if exe and "legacy" in os.path.basename(os.path.realpath(exe)) else "nft"
+    if flavour == "nft" and os.geteuid() == 0 and not nf_tables_kernel():
+        return "legacy"
+    return flavour
 
 
 PROBES = {

@@ -147,7 +147,7 @@ async def test_up_component_serves_then_removes_its_rules_on_stop(server, res, r
     mark = names.cp if mode == "iptables" else names.table
 
     def dump() -> str:
-        cmd = ["iptables-legacy-save", "-t", "filter"] if mode == "iptables" else ["nft", "list", "tables"]
+        cmd = [f"{names.cmd}-save", "-t", "filter"] if mode == "iptables" else ["nft", "list", "tables"]
         return subprocess.run(["ip", "netns", "exec", netns, *cmd], capture_output=True, text=True).stdout
 
     ready = asyncio.Event()

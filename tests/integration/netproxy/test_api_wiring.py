@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from nodeagent.client.rest import Client
+from nodeagent.host.probe import node_iptables_backend  # the iptables mode's backend
 from nodeagent.testing.apiserver import start_server
 from tests.harness.resources import unique
 from tests.harness.waiting import eventually
@@ -72,7 +73,7 @@ async def test_service_endpoints_reach_the_proxy_rules(server, res, require, mod
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def rules() -> str:
-            cmd = ["iptables-legacy-save", "-t", "nat"] if mode == "iptables" else ["nft", "list", "ruleset"]
+            cmd = [f"iptables-{node_iptables_backend()}-save", "-t", "nat"] if mode == "iptables" else ["nft", "list", "ruleset"]
             return subprocess.run(["ip", "netns", "exec", netns, *cmd], capture_output=True, text=True).stdout
 
         async def programmed():

@@ -28,11 +28,12 @@ HTTP = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
 EP_HTTP = [{"name": "http", "port": 8080, "protocol": "TCP"}]
 
 
-@pytest.fixture(params=["iptables", "iptables-xtblob", "iptables-restore", "iptables-nft", "nftables", "ipvs"])
+@pytest.fixture(params=["iptables", "iptables-legacy", "iptables-xtblob", "iptables-restore", "iptables-nft",
+                        "nftables", "ipvs"])
 def mode(request, require):
     if request.param == "nftables":
         require("nftables")
-    if request.param == "iptables-nft":
+    if request.param in ("iptables", "iptables-nft"):  # iptables: iptables-nft rules over netlink by default
         require("iptables-nft")
     if request.param == "ipvs":
         require("ipvs", "dummy")
@@ -59,8 +60,9 @@ class Harness:
         self.node = NodeConfig(node_name=NODE, cluster_cidr=lab.cluster_cidr,
                                node_ips=(lab.node_ip,) if lab.node_ip else ())
         self.worker = NetnsWorker(lab.node)
-        options = {"iptables-restore": {"incremental": "restore"}, "iptables-xtblob": {"incremental": "xtblob"},
-                   "iptables-nft": {"backend": "nft"}}.get(mode, {})
+        options = {"iptables": {"backend": "nft"}, "iptables-legacy": {"backend": "legacy"},
+                   "iptables-restore": {"incremental": "restore"}, "iptables-xtblob": {"incremental": "xtblob"},
+                   "iptables-nft": {"backend": "nft-restore"}}.get(mode, {})
         self.proxy = Proxy(make_proxier(mode.split("-")[0], self.node, **options), self.worker, **proxy_kw)
         self.proxy.set_services_synced()
         self.proxy.set_endpoints_synced()
@@ -314,7 +316,7 @@ def test_drift_is_repaired_by_the_periodic_resync(lab, make, mode):
 
 
 def _iptables(mode: str) -> str:
-    return "iptables-nft" if mode == "iptables-nft" else "iptables-legacy"
+    return "iptables-nft" if mode in ("iptables", "iptables-nft") else "iptables-legacy"
 
 
 def _break_rules(lab: Lab, mode: str) -> None:

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from netproxy.lab import endpoint_slice, service
+from nodeagent.host.probe import node_iptables_backend  # the iptables mode's backend
 
 pytestmark = pytest.mark.root
 
@@ -25,7 +26,7 @@ def test_proxy_once_then_cleanup(res, tmp_path, mode, require):
     out = subprocess.run(cli + ["--from-file", str(manifest), "--once"], capture_output=True, text=True, check=True)
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["services"] == 1 and report["rules"] > 0
-    show = (["iptables-legacy-save", "-t", "nat"] if mode == "iptables" else ["nft", "list", "ruleset"])
+    show = ([f"iptables-{node_iptables_backend()}-save", "-t", "nat"] if mode == "iptables" else ["nft", "list", "ruleset"])
     rules = subprocess.run(["ip", "netns", "exec", ns, *show], capture_output=True, text=True, check=True).stdout
     # iptables: the DNAT target; nftables: the Service's endpoint-map element (slot 0 → ip . port)
     assert ("10.244.0.5:8080" if mode == "iptables" else "10.96.0.10 . tcp . 80 . 0 : 10.244.0.5 . 8080") in rules
@@ -50,7 +51,7 @@ def test_serve_component_syncs_from_a_source_then_stops(res):
         ready = asyncio.Event()
         task = asyncio.create_task(serve(config, ready))
         await asyncio.wait_for(ready.wait(), 20)
-        rules = await asyncio.to_thread(subprocess.run, ["ip", "netns", "exec", ns, "iptables-legacy-save"],
+        rules = await asyncio.to_thread(subprocess.run, ["ip", "netns", "exec", ns, f"iptables-{node_iptables_backend()}-save"],
                                         capture_output=True, text=True)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -20,6 +20,7 @@ import time
 import pytest
 
 from nodeagent.dns.resolvconf import pod_resolv_conf
+from nodeagent.host.probe import node_iptables_backend  # the iptables mode's backend
 from nodeagent.testing.apiserver import start_server
 from tests.harness.resources import sh
 
@@ -86,7 +87,7 @@ def test_pod_resolves_through_the_kube_dns_cluster_ip(res, tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def programmed() -> bool:
-            rules = subprocess.run(["ip", "netns", "exec", netns, "iptables-legacy-save", "-t", "nat"],
+            rules = subprocess.run(["ip", "netns", "exec", netns, f"iptables-{node_iptables_backend()}-save", "-t", "nat"],
                                    capture_output=True, text=True).stdout
             return KUBE_DNS in rules and host_ip in rules
         _eventually(programmed)
