@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 import yaml
@@ -17,7 +16,14 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from nodeagent.testing.apiserver import start_server
-from tests.e2e.kubelet.test_node_up import HTTPD, Cluster, _assert_pod_gone, _running, _wait_runtime_empty
+from tests.e2e.kubelet.test_node_up import (
+    HTTPD,
+    Cluster,
+    _assert_pod_gone,
+    _running,
+    _wait_runtime_empty,
+    http_body,
+)
 from tests.harness.resources import unique
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
@@ -90,7 +96,7 @@ def test_agent_joins_with_the_printed_command_and_runs_pods_as_itself(tmp_path, 
                  "spec": {"terminationGracePeriodSeconds": 1,
                           "containers": [{"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never"}]}})
         pod = c.wait_pod("joined", _running)
-        assert urllib.request.urlopen(f"http://{pod['status']['podIP']}/", timeout=10).read() == b"hello from busybox\n"
+        assert http_body(pod["status"]["podIP"]) == b"hello from busybox\n"
         c.kubectl("delete", "pod", "joined", "--wait=true", "--timeout=60s")
         _assert_pod_gone(c, pod)
     finally:

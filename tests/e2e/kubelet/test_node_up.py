@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -106,6 +107,18 @@ class Cluster:
 def _running(pod: dict) -> bool:
     st = pod.get("status") or {}
     return st.get("phase") == "Running" and all(c.get("ready") for c in st.get("containerStatuses") or [{}])
+
+
+def http_body(ip: str, within: float = 15.0) -> bytes:
+    """GET / from a pod: Running (without a readiness probe) does not mean the server has bound its port yet."""
+    end = time.monotonic() + within
+    while True:
+        try:
+            return urllib.request.urlopen(f"http://{ip}/", timeout=10).read()
+        except urllib.error.URLError as e:
+            if not isinstance(e.reason, ConnectionRefusedError) or time.monotonic() > end:
+                raise
+            time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +250,7 @@ def test_pod_runs_with_an_ip_reachable_from_the_host(cluster):
     assert st["hostIP"] and st["qosClass"] == "BestEffort" and st["startTime"]
     assert st["containerStatuses"][0]["containerID"].startswith("nodeagent://")
     ip = st["podIP"]
-    body = urllib.request.urlopen(f"http://{ip}/", timeout=10).read()
+    body = http_body(ip)
     assert body == b"hello from busybox\n"
     assert Path(f"/sys/class/net/{c.bridge}/brif").exists() and list(Path(f"/sys/class/net/{c.bridge}/brif").iterdir())
     reasons = [e["reason"] for e in c.events("web")]
@@ -391,7 +404,7 @@ def test_restarting_up_keeps_pods_running_with_their_status(cluster):
     b, a = before["containerStatuses"][0], after["containerStatuses"][0]
     assert a["containerID"] == b["containerID"] and a["restartCount"] == 0
     assert after["podIP"] == before["podIP"] and after["startTime"] == before["startTime"]
-    assert urllib.request.urlopen(f"http://{after['podIP']}/", timeout=10).read() == b"hello from busybox\n"
+    assert http_body(after["podIP"]) == b"hello from busybox\n"
     pod, _ = _delete(c, "survivor")
     _assert_pod_gone(c, pod)
 
@@ -413,7 +426,7 @@ def test_static_pod_from_the_manifest_url_runs_with_a_mirror_pod(cluster):
     assert ann["kubernetes.io/config.source"] == "http"
     assert ann["kubernetes.io/config.mirror"] == ann["kubernetes.io/config.hash"]
     ip = mirror["status"]["podIP"]
-    assert urllib.request.urlopen(f"http://{ip}/", timeout=10).read() == b"hello from busybox\n"
+    assert http_body(ip) == b"hello from busybox\n"
     c.manifest_url_file.write_text("")  # gone from the URL: the pod and its mirror go
     end = time.monotonic() + 60
     while c.kubectl("get", "pod", name, "--ignore-not-found", "-o", "name"):
@@ -440,7 +453,7 @@ def test_static_pod_from_the_manifest_dir_runs_with_a_mirror_pod(cluster):
     assert ann["kubernetes.io/config.source"] == "file"
     assert mirror["metadata"]["ownerReferences"][0]["kind"] == "Node"
     ip = mirror["status"]["podIP"]
-    assert urllib.request.urlopen(f"http://{ip}/", timeout=10).read() == b"hello from busybox\n"
+    assert http_body(ip) == b"hello from busybox\n"
     static_uid = ann["kubernetes.io/config.hash"]
     manifest.unlink()
     end = time.monotonic() + 60
