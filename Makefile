@@ -107,7 +107,7 @@ lab-deps:
 	LAB_APT_PACKAGES="$(LAB_APT_PACKAGES)" vagrant/host/deps.sh
 
 lab-box: lab-deps
-	vagrant/host/build-box.sh
+	LAB_BOX_EXTRA_PACKAGES="$(APT_PACKAGES)" vagrant/host/build-box.sh
 
 lab-test: lab-box
 	vagrant/host/lab-test.sh
