@@ -48,25 +48,8 @@ if ! vagrant box list 2>/dev/null | grep -q "^$LAB_BOX "; then
     log "vagrant box add took $((SECONDS - start))s"
 fi
 
-# A wheelhouse for the guests' pip, built here at native speed and shared through the synced folder
-# (vagrant/.lab, gitignored): the guests then install with --no-index, skipping sdist builds and ~60
-# TLS index queries under emulation. Rebuilt only when pyproject.toml changes.
-wheels=$REPO/vagrant/.lab/wheels
-wheels_inputs=$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1)
-if [[ ! -f $wheels/.complete || $(cat "$wheels/.complete") != "$wheels_inputs" ]]; then
-    log "building the guests' wheelhouse in $wheels"
-    rm -rf "$wheels" && mkdir -p "$wheels" "$REPO/.cache/lab"
-    mapfile -t reqs < <(python3 -c '
-import sys, tomllib
-d = tomllib.load(open(sys.argv[1], "rb"))
-print("\n".join(d["project"]["dependencies"] + [r for extra in d["project"].get("optional-dependencies", {}).values() for r in extra]
-      + d["build-system"]["requires"] + ["pip"]))' "$REPO/pyproject.toml")
-    start=$SECONDS
-    python3 -m pip wheel -q -w "$wheels" "${reqs[@]}" >"$REPO/.cache/lab/wheelhouse.log" 2>&1 ||
-        { tail -n 20 "$REPO/.cache/lab/wheelhouse.log" >&2; die "pip wheel failed"; }
-    echo "$wheels_inputs" >"$wheels/.complete"
-    log "wheelhouse: $(find "$wheels" -name '*.whl' | wc -l) wheels in $((SECONDS - start))s"
-fi
+# The guests' pip installs from a wheelhouse built here (host/wheelhouse.sh, shared in vagrant/.lab).
+"$REPO/vagrant/host/wheelhouse.sh" >/dev/null
 
 cd "$REPO/vagrant"
 destroy() {
