@@ -80,6 +80,7 @@ pods_running() {
 lab_wait "$LAB_READY_TIMEOUT" "one running pod on each of ${nodes[*]}" pods_running
 kubectl -n "$LAB_CHECK_NAMESPACE" get pods -o wide
 
+# wget runs under `timeout`: busybox-static's own wget -T crashes (SIGSEGV) on Debian 12.
 declare -A ip
 for node in "${nodes[@]}"; do
     ip[$node]=$(kubectl -n "$LAB_CHECK_NAMESPACE" get pod "web-$node" -o jsonpath='{.status.podIP}')
@@ -98,19 +99,19 @@ check() {
 for from in "${nodes[@]}"; do
     for to in "${nodes[@]}"; do
         check "pod on $from -> pod on $to (${ip[$to]})" "$to" \
-            kubectl -n "$LAB_CHECK_NAMESPACE" exec "web-$from" -- wget -qO- -T 10 "http://${ip[$to]}/"
+            kubectl -n "$LAB_CHECK_NAMESPACE" exec "web-$from" -- timeout 10 wget -qO- "http://${ip[$to]}/"
     done
-    check "cp -> pod on $from (${ip[$from]})" "$from" wget -qO- -T 10 "http://${ip[$from]}/"
+    check "cp -> pod on $from (${ip[$from]})" "$from" timeout 10 busybox wget -qO- "http://${ip[$from]}/"
 done
 cluster_ip=$(kubectl -n "$LAB_CHECK_NAMESPACE" get service web -o jsonpath='{.spec.clusterIP}')
 # The Service spreads over both nodes' pods: a few tries from each pod reach every backend.
 for from in "${nodes[@]}"; do
-    seen=""
+    seen="" want=$(printf '%s\n' "${nodes[@]}" | sort | xargs)
     for _ in $(seq 20); do
-        page=$(kubectl -n "$LAB_CHECK_NAMESPACE" exec "web-$from" -- wget -qO- -T 10 "http://$cluster_ip/" 2>/dev/null) || continue
+        page=$(kubectl -n "$LAB_CHECK_NAMESPACE" exec "web-$from" -- timeout 10 wget -qO- "http://$cluster_ip/" 2>/dev/null) || continue
         [[ " $seen " == *" $page "* ]] || seen="$seen $page"
+        [[ $(printf '%s\n' "$seen" | xargs -n1 | sort | xargs) != "$want" ]] || break
     done
-    want=$(printf '%s\n' "${nodes[@]}" | sort | xargs)
     seen=$(printf '%s\n' "$seen" | xargs -n1 | sort | xargs)
     check "Service $cluster_ip from the pod on $from reaches the pods on" "$want" echo "$seen"
 done
