@@ -106,12 +106,15 @@ clean:
 # brings up cp + one worker with vagrant-libvirt, checks them and destroys them.
 LAB_APT_PACKAGES := vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils \
 	dnsmasq-base debootstrap grub-pc-bin e2fsprogs fdisk rsync openssh-client
+# This host's extra CAs (a TLS-intercepting proxy's, say): baked into the box, shared with the guests.
+LAB_CA_CERTS ?= $(if $(wildcard /usr/local/share/ca-certificates/*.crt),/usr/local/share/ca-certificates)
 .PHONY: lab-deps lab-box lab-test
 lab-deps:
 	LAB_APT_PACKAGES="$(LAB_APT_PACKAGES)" vagrant/host/deps.sh
 
 lab-box: lab-deps
-	vagrant/host/build-box.sh
+	LAB_BOX_EXTRA_PACKAGES="$(APT_PACKAGES)" LAB_BOX_CA_CERTS="$(LAB_CA_CERTS)" \
+		LAB_BOX_WHEELS="$$(vagrant/host/wheelhouse.sh)" vagrant/host/build-box.sh
 
 lab-test: lab-box
 	vagrant/host/lab-test.sh

@@ -12,6 +12,17 @@ running() { [[ -f $LAB_LIBVIRT_RUN/$1.pid ]] && kill -0 "$(cat "$LAB_LIBVIRT_RUN
 
 case ${1:-start} in
 start)
+    # libvirt probes QEMU's capabilities with KVM (QEMU, started with privileges, can open /dev/kvm)
+    # but then finds /dev/kvm inaccessible to its qemu user (0600 root:root where no udev set it up,
+    # e.g. in a container) and drops the cache on every call: an endless re-probe, and `vagrant up`
+    # hangs after defining the domains. Give /dev/kvm Debian's udev mode (0660 root:kvm), as long
+    # as the lab runs; `stop` puts the old one back. The driver (kvm or qemu) stays the caller's choice.
+    if [[ -c /dev/kvm ]] && getent group kvm >/dev/null && [[ $(stat -c %G /dev/kvm) != kvm ]]; then
+        mkdir -p "$LAB_LIBVIRT_RUN"
+        stat -c '%a %U:%G' /dev/kvm >"$LAB_LIBVIRT_RUN/kvm.mode"
+        chgrp kvm /dev/kvm && chmod 0660 /dev/kvm
+        log "/dev/kvm: 0660 root:kvm for libvirt's qemu user (was $(cat "$LAB_LIBVIRT_RUN/kvm.mode"))"
+    fi
     if [[ -d /run/systemd/system ]]; then
         systemctl start virtlogd.socket libvirtd.service
         log "libvirtd and virtlogd are systemd services: started"
@@ -53,6 +64,12 @@ stop)
         fi
         rm -f "$LAB_LIBVIRT_RUN/$daemon.pid"
     done
+    if [[ -f $LAB_LIBVIRT_RUN/kvm.mode && -c /dev/kvm ]]; then
+        read -r mode owner <"$LAB_LIBVIRT_RUN/kvm.mode"
+        chown "$owner" /dev/kvm && chmod "$mode" /dev/kvm
+        rm -f "$LAB_LIBVIRT_RUN/kvm.mode"
+        log "/dev/kvm: back to $mode $owner"
+    fi
     # libvirtd leaves its (empty) top-level firewall chains behind; remove the ones it made.
     if [[ $stopped == 1 ]]; then
         sleep 1

@@ -40,6 +40,12 @@ if ((${#certs[@]})); then
     printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' | lab_install_file 0644 "$LAB_ROOT/etc/pip.conf" || true
 fi
 
+# The host's wheelhouse (make lab-test builds it in vagrant/.lab/wheels): pip installs from it alone.
+if [[ -f $LAB_SHARE/wheels/.complete ]]; then
+    export PIP_FIND_LINKS=$LAB_SHARE/wheels PIP_NO_INDEX=1
+    log "pip installs from the host's wheelhouse $LAB_SHARE/wheels (no index)"
+fi
+
 if [[ $LAB_SKIP_MAKE == 1 ]]; then
     log "skipping make install (LAB_SKIP_MAKE=1)"
 else

@@ -23,6 +23,7 @@
 : "${LAB_SERVER_PORT:=6443}"
 : "${LAB_POD_NETWORK:=host-gw}"                    # cross-node pod network: host-gw, ipip or vxlan
 : "${LAB_SERVER_ARGS:=}"                            # extra `nodeagent server` flags (e.g. the network mode)
+: "${LAB_POD_SUBNET:=}"                             # this node's pod subnet (agent.sh: from LAB_NODE_IP)
 : "${LAB_AGENT_ARGS:=}"                             # extra `nodeagent agent` flags
 : "${LAB_START:=1}"                                 # 0: write units, start nothing
 : "${LAB_SKIP_MAKE:=0}"                             # 1: the project is already installed
