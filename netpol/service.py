@@ -65,5 +65,5 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
     finally:
         with contextlib.suppress(Exception):
             await asyncio.shield(enforcer.cleanup())
-        worker.close()
+        await asyncio.to_thread(worker.close)  # waits for a kernel call in flight, off the event loop
         await client.close()

@@ -96,6 +96,6 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
             except Exception:
                 log.exception("netproxy: removing the %s rules on stop failed", mode)
         with contextlib.suppress(Exception):
-            worker.close()
+            await asyncio.to_thread(worker.close)  # waits for a kernel call in flight, off the event loop
         if client is not None:
             await client.close()

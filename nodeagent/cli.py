@@ -7,7 +7,10 @@ hot paths never pay for the heavy libraries another subcommand needs.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import importlib
+import signal
 import sys
 
 # name -> (module under nodeagent.commands, one-line help)
@@ -33,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nodeagent",
         description="A kubelet-like node agent that runs real pods on the real kernel, "
         "with an embedded Kubernetes control plane.",
+        epilog="A running nodeagent prints every thread's stack to stderr on SIGUSR1 (kill -USR1 PID), "
+        "for a process that seems stuck.",
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                         help="logging verbosity (default: info)")
@@ -54,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     from nodeagent.logs import setup_logging
 
     setup_logging(args.log_level)
+    # Works even when the event loop is blocked: the C handler walks every thread's frames.
+    with contextlib.suppress(ValueError, OSError):  # stderr without a file descriptor (embedded, captured)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:

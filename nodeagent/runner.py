@@ -18,6 +18,8 @@ from typing import Any
 
 log = logging.getLogger("nodeagent.runner")
 
+STOP_REPORT_EVERY = 5.0  # seconds between reports of components that have not stopped yet
+
 Serve = Callable[[Any, asyncio.Event], Awaitable[None]]
 
 
@@ -56,6 +58,7 @@ async def run_components(components: list[Component], config: Any) -> int:
     if not present:
         log.warning("no components are built yet; waiting for Ctrl-C")
 
+    watchdog: asyncio.Task | None = None
     try:
         async with asyncio.TaskGroup() as tg:
             tasks = []
@@ -68,10 +71,13 @@ async def run_components(components: list[Component], config: Any) -> int:
             log.info("stopping: %s", ", ".join(c.name for c, _ in present) or "nothing to stop")
             for t in tasks:
                 t.cancel()
+            watchdog = asyncio.create_task(_report_slow_stop(tasks), name="stop-watchdog")
             raise _Stopped
     except* _Stopped:
         pass
     finally:
+        if watchdog is not None:
+            watchdog.cancel()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     log.info("stopped cleanly")
@@ -86,6 +92,29 @@ async def _start(name: str, fn: Serve, config: Any, ready: asyncio.Event, deps: 
     for dep in deps:
         await dep.wait()
     await fn(config, ready)
+
+
+async def _report_slow_stop(tasks: list[asyncio.Task]) -> None:
+    """A stop that hangs says where: each period, the components still stopping and what they await."""
+    every, waited = STOP_REPORT_EVERY, 0.0
+    while not all(t.done() for t in tasks):
+        await asyncio.sleep(every)
+        waited += every
+        for t in tasks:
+            if not t.done():
+                log.warning("%s: still stopping after %.1f s, awaiting %s", t.get_name(), waited, _awaiting(t))
+
+
+def _awaiting(task: asyncio.Task) -> str:
+    """The chain of coroutines a task is suspended in, innermost last (Task.get_stack shows only the outermost)."""
+    where = []
+    coro: Any = task.get_coro()
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            where.append(f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return " -> ".join(where[-4:]) or "?"
 
 
 async def _announce(name: str, ready: asyncio.Event) -> None:

@@ -14,6 +14,7 @@ import errno
 import functools
 import itertools
 import os
+import select
 import socket
 import struct
 
@@ -26,6 +27,7 @@ NFNL_SUBSYS_NFTABLES = 10
 NLA_F_NESTED = 0x8000
 NFPROTO_IPV4 = 2
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33
+REPLY_TIMEOUT = 60.0  # seconds; replies are queued before sendmsg returns, so any wait is a lost reply
 
 # nf_tables messages
 NEWTABLE, DELTABLE, NEWCHAIN, DELCHAIN, NEWRULE, DELRULE = 0, 2, 3, 5, 6, 8
@@ -487,6 +489,13 @@ class NftSocket:
     def close(self) -> None:
         self.sock.close()
 
+    def _recv(self, n: int) -> bytes:
+        """The kernel answers within the send/dump call that asked; a silence means a reply we do not
+        recognise was the last one, so fail loudly instead of waiting forever."""
+        if not select.select([self.sock], [], [], REPLY_TIMEOUT)[0]:
+            raise NftError(errno.ETIMEDOUT, f"nf_tables: no reply from the kernel within {REPLY_TIMEOUT:.0f} s")
+        return self.sock.recv(n)
+
     def send(self, batch: Batch) -> list[tuple[int, int, dict[int, bytes]]]:
         """Commit `batch` atomically; raise NftError with the first kernel error (nothing applied then).
 
@@ -515,7 +524,7 @@ class NftSocket:
         echoed: list[tuple[int, int, dict[int, bytes]]] = []
         done = False
         while not done:
-            buf = self.sock.recv(1 << 20)
+            buf = self._recv(1 << 20)
             off = 0
             while off + 16 <= len(buf):
                 length, mtype, _flags, seq, _pid = struct.unpack_from("=IHHII", buf, off)
@@ -527,7 +536,7 @@ class NftSocket:
                     (code,) = struct.unpack_from("=i", buf, off + 16)
                     if code:
                         errors.append((seqs.get(seq, -1), -code))
-                    if seq == last_seq:
+                    if seq == last_seq or (seq == 0 and code):  # an error on BATCH_BEGIN ends it too
                         done = True
                 elif mtype == NLMSG_DONE:
                     done = True
@@ -554,7 +563,7 @@ class NftSocket:
         unpack_hdr, unpack_attr = struct.Struct("=IHHII").unpack_from, struct.Struct("=HH").unpack_from
         be64 = struct.Struct(">Q").unpack_from
         while True:
-            buf = self.sock.recv(1 << 16)
+            buf = self._recv(1 << 16)
             off = 0
             while off + 16 <= len(buf):
                 length, mtype, _flags, rseq, _pid = unpack_hdr(buf, off)
@@ -590,7 +599,7 @@ class NftSocket:
         self.sock.sendall(hdr + struct.pack("=BBH", family, 0, 0) + body)
         out: list[dict[int, bytes]] = []
         while True:
-            buf = self.sock.recv(1 << 16)  # dump skbs are at most 32 KiB
+            buf = self._recv(1 << 16)  # dump skbs are at most 32 KiB
             off = 0
             while off + 16 <= len(buf):
                 length, mtype, _flags, rseq, _pid = struct.unpack_from("=IHHII", buf, off)

@@ -22,7 +22,14 @@ def test_up_starts_and_stops_on_sigint(tmp_path):
             if "waiting for Ctrl-C" in line or "kubelet: ready" in line:
                 break
         p.send_signal(signal.SIGINT)
-        out, _ = p.communicate(timeout=60)
+        try:
+            out, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGUSR1)  # every thread's stack, to say where the stop hangs
+            time.sleep(2)
+            p.kill()
+            out, _ = p.communicate()
+            pytest.fail("nodeagent up did not stop within 60 s of SIGINT:\n" + "".join(seen) + out)
     finally:
         if p.poll() is None:
             p.kill()
