@@ -42,7 +42,8 @@ class Component:
 
 
 async def run_components(components: list[Component], config: Any) -> int:
-    """Start every component that exists, report the missing ones, run until SIGINT/SIGTERM."""
+    """Start every component that exists, report the missing ones, run until SIGINT/SIGTERM, then stop
+    them in reverse dependency order (`stop_order`)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -69,9 +70,13 @@ async def run_components(components: list[Component], config: Any) -> int:
                 tg.create_task(_announce(c.name, readiness[c.name]), name=f"{c.name}-ready")
             await stop.wait()
             log.info("stopping: %s", ", ".join(c.name for c, _ in present) or "nothing to stop")
-            for t in tasks:
-                t.cancel()
             watchdog = asyncio.create_task(_report_slow_stop(tasks), name="stop-watchdog")
+            by_name = dict(zip((c.name for c, _ in present), tasks, strict=True))
+            for tier in stop_order([c for c, _ in present]):
+                stopping = [by_name[n] for n in tier]
+                for t in stopping:
+                    t.cancel()
+                await asyncio.wait(stopping)
             raise _Stopped
     except* _Stopped:
         pass
@@ -82,6 +87,22 @@ async def run_components(components: list[Component], config: Any) -> int:
             loop.remove_signal_handler(sig)
     log.info("stopped cleanly")
     return 0
+
+
+def stop_order(components: list[Component]) -> list[list[str]]:
+    """Tiers to stop one after another: a component stops only after every component that started
+    after it (kubelet before the runtime before the pod network; clients before the apiserver), as
+    unit ordering does for kubelet and containerd, so no cleanup races a dependant still at work."""
+    names = {c.name for c in components}
+    needs = {c.name: {a for a in c.after if a in names} for c in components}
+    left, tiers = set(names), []
+    while left:
+        tier = sorted(n for n in left if not any(n in needs[m] for m in left if m != n))
+        if not tier:  # a dependency cycle: stop what is left together
+            tier = sorted(left)
+        tiers.append(tier)
+        left -= set(tier)
+    return tiers
 
 
 class _Stopped(Exception):

@@ -42,7 +42,10 @@ def test_stop_signal_cancels_components_and_reports_a_slow_one(monkeypatch, capl
     async def signal_when_ready(config, ready):
         ready.set()
         os.kill(os.getpid(), signal.SIGINT)
-        await asyncio.Event().wait()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.append("kick")
 
     mod = _install("_runner_test_components", quick=quick, slow=slow, kick=signal_when_ready)
     comps = [runner.Component("quick", f"{mod}:quick", "t"), runner.Component("slow", f"{mod}:slow", "t"),
@@ -53,9 +56,23 @@ def test_stop_signal_cancels_components_and_reports_a_slow_one(monkeypatch, capl
     finally:
         sys.modules.pop(mod, None)
     assert rc == 0
-    assert sorted(stopped) == ["quick", "slow"]
+    assert stopped[0] == "kick", stopped  # it started after the others, so it stops before them
+    assert sorted(stopped[1:]) == ["quick", "slow"]
     slow_reports = [r.getMessage() for r in caplog.records if "still stopping" in r.getMessage()]
     assert slow_reports, caplog.text
     assert all(m.startswith("slow:") for m in slow_reports), slow_reports
     assert "-> slow (" in slow_reports[0] and "test_runner.py" in slow_reports[0], slow_reports[0]
     assert "stopped cleanly" in caplog.text
+
+
+def test_stop_order_is_the_reverse_of_the_start_dependencies():
+    c = runner.Component
+    comps = [c("cni", "m:f", "t"), c("cri", "m:f", "t", after=("cni",)), c("apiserver", "m:f", "t"),
+             c("kubelet", "m:f", "t", after=("cri", "apiserver")), c("netproxy", "m:f", "t", after=("apiserver",)),
+             c("dns", "m:f", "t", after=("apiserver", "missing"))]
+    assert runner.stop_order(comps) == [["dns", "kubelet", "netproxy"], ["apiserver", "cri"], ["cni"]]
+
+
+def test_stop_order_survives_a_cycle():
+    c = runner.Component
+    assert runner.stop_order([c("a", "m:f", "t", after=("b",)), c("b", "m:f", "t", after=("a",))]) == [["a", "b"]]
