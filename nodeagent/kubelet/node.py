@@ -49,7 +49,7 @@ class NodeAgent:
     def __init__(self, client: Client, cri: RuntimeClient, name: str, fs_path: str,
                  pleg_health: Callable[[], tuple[bool, str]], clock: Clock | None = None,
                  lease_period: float = 10.0, status_period: float = 10.0, max_pods: int = node_status.DEFAULT_MAX_PODS,
-                 eviction: Any = None) -> None:
+                 eviction: Any = None, addresses: list[str] | None = None) -> None:
         self.client = client
         self.cri = cri
         self.name = name
@@ -60,7 +60,7 @@ class NodeAgent:
         self.status_period = status_period
         self.max_pods = max_pods
         self.eviction = eviction  # EvictionManager: pressure conditions, taints, the hard-threshold reservation
-        self.addresses = host_ips()
+        self.addresses = list(addresses) if addresses else host_ips()  # --node-ip, else detected
         self.capacity = node_status.machine_capacity(fs_path, max_pods)
         self.ready = False
         self.runtime_name = "unknown"
