@@ -129,3 +129,21 @@ def test_the_pod_subnet_annotation_is_published_only_for_an_override():
              "spec": {"podCIDRs": ["10.244.3.0/24"]}}
     assert P.desired("host-gw", "n1", [me, other, third]).routes == {
         P.Route("10.9.8.0/24", "10.0.0.2", None), P.Route("10.244.3.0/24", "10.0.0.3", None)}
+
+
+async def test_the_kubelet_hands_the_node_s_podcidr_to_the_runtime_once(tmp_path):
+    from nodeagent.kubelet.node import NodeAgent
+
+    class Runtime:
+        def __init__(self):
+            self.cidrs = []
+
+        async def update_runtime_config(self, cidr):
+            self.cidrs.append(cidr)
+
+    rt = Runtime()
+    n = NodeAgent(None, rt, "n1", str(tmp_path), lambda: (True, ""), addresses=["10.0.0.1"])
+    await n._update_pod_cidr({"spec": {}})  # not assigned yet
+    await n._update_pod_cidr({"spec": {"podCIDR": "10.244.3.0/24"}})
+    await n._update_pod_cidr({"spec": {"podCIDR": "10.244.3.0/24"}})
+    assert rt.cidrs == ["10.244.3.0/24"] and n.pod_cidr == "10.244.3.0/24"
