@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -203,11 +204,8 @@ WAIT_LOG_EVERY = 30.0  # seconds between "still waiting for spec.podCIDR" lines
 
 def node_pod_cidr(node: Mapping[str, Any] | None) -> str | None:
     """The node's podCIDR (spec.podCIDR, else the first of spec.podCIDRs) when it is a valid IPv4/IPv6 network."""
-    from nodeagent.controllers.nodeipam import pod_cidr
-
-    if not node:
-        return None
-    cidr = pod_cidr(node)
+    spec = (node or {}).get("spec") or {}
+    cidr = spec.get("podCIDR") or next(iter(spec.get("podCIDRs") or []), None)
     if not cidr:
         return None
     try:
@@ -218,8 +216,8 @@ def node_pod_cidr(node: Mapping[str, Any] | None) -> str | None:
 
 def default_cluster_cidr(data_dir: str) -> str:
     """`up`'s own node IPAM range: 10.244.0.0/16 for the default data dir; any other instance gets a /24 of
-    10.240.0.0/16 named by its data dir, so several `up` clusters on one host never give two bridges the
-    same subnet (each is a one-node cluster; --cluster-cidr widens it)."""
+    10.240.0.0/16 named by its data dir's tag (as its bridge is), so several `up` clusters on one host do not
+    give two bridges the same subnet (each is a one-node cluster; `up --cluster-cidr` widens it)."""
     from nodeagent.kubelet.agent import instance_tag
 
     if str(data_dir) == DEFAULT_DATA_DIR:
@@ -266,20 +264,21 @@ class PodCIDRFollower:
                 ready.set()
             log.info("node %s: waiting for its spec.podCIDR (the control plane's node IPAM assigns it from "
                      "--cluster-cidr once the kubelet registers the node) before writing the CNI config", self.node)
-            waited = 0.0
+            start = time.monotonic()
+            next_log = start + WAIT_LOG_EVERY
             while True:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), WAIT_LOG_EVERY)
-                except TimeoutError:
-                    if self.subnet is None:
-                        waited += WAIT_LOG_EVERY
-                        registered = "registered" if nodes.get(self.node) else "not registered yet"
-                        log.info("node %s (%s): still waiting for its spec.podCIDR after %.0fs (is the "
-                                 "controller manager's node IPAM running, with --allocate-node-cidrs?)",
-                                 self.node, registered, waited)
-                    continue
-                wake.clear()
-                await self.on_node(nodes.get(self.node))
+                if wake.is_set():
+                    wake.clear()
+                    await self.on_node(nodes.get(self.node))
+                now = time.monotonic()
+                if self.subnet is None and now >= next_log:
+                    registered = "registered" if nodes.get(self.node) else "not registered yet"
+                    log.info("node %s (%s): still waiting for its spec.podCIDR after %.0fs (is the controller "
+                             "manager's node IPAM running, with --allocate-node-cidrs?)", self.node, registered,
+                             now - start)
+                    next_log = now + WAIT_LOG_EVERY
 
 
 async def _client_when_reachable(config: Any) -> Any:
