@@ -130,7 +130,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cross-node pod network backend (default: %(default)s)")
     p.add_argument("--cluster-cidr", default=None,
                    help="pod range the node IPAM hands node podCIDRs (/24 each) out of (default: 10.244.0.0/16 "
-                        "for the default data dir, else 10.240.<tag>.0/24, so instances on one host never "
+                        "for the default data dir, else 10.240.<tag>.0/24, so instances on one host do not "
                         "collide; with --pod-subnet, that subnet)")
 
 
