@@ -268,7 +268,8 @@ class PodCIDRFollower:
             next_log = start + WAIT_LOG_EVERY
             while True:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), WAIT_LOG_EVERY)
+                    async with asyncio.timeout(WAIT_LOG_EVERY):  # not wait_for: it can lose a cancellation on 3.11
+                        await wake.wait()
                 if wake.is_set():
                     wake.clear()
                     await self.on_node(nodes.get(self.node))

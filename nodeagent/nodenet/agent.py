@@ -10,6 +10,7 @@ an import inside a worker thread racing a fork can deadlock on logging's and the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 from urllib.parse import urlsplit
@@ -104,10 +105,11 @@ class NodeNet:
                 ready.set()
                 self.wake.set()
                 while True:
-                    try:
-                        await asyncio.wait_for(self.wake.wait(), RESYNC)
-                    except TimeoutError:
-                        pass
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancellation that arrives as the
+                    # event is set (its inner task finishes first), and the agent would never stop
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(RESYNC):
+                            await self.wake.wait()
                     self.wake.clear()
                     try:
                         await self.step()
