@@ -32,8 +32,9 @@ def run(args: argparse.Namespace) -> int:
         if args.lab_command == "up":
             topo = cluster.up(args.dir, args.nodes, args.network, args.image,
                               node_monitor_grace_period=args.node_monitor_grace_period, timeout=args.timeout)
+            cidrs = cluster.pod_cidrs(topo.kubeconfig)
             for n in topo.nodes:
-                print(f"{n.name}: netns {n.netns}, address {n.address}, pods {n.pod_subnet}")
+                print(f"{n.name}: netns {n.netns}, address {n.address}, pods {cidrs.get(n.name) or '?'}")
             print(f"kubeconfig: {topo.kubeconfig}")
             print(f"export KUBECONFIG={topo.kubeconfig}")
             return 0

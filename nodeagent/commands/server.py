@@ -36,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c = p.add_argument_group("controllers")
     c.add_argument("--controllers", default="*",
                    help="controllers to run: '*' all, 'name' adds, '-name' removes, 'none' (default: %(default)s)")
+    c.add_argument("--allocate-node-cidrs", action=argparse.BooleanOptionalAction, default=True,
+                   help="give every node a spec.podCIDR out of --cluster-cidr, which agents adopt for their pod "
+                        "network (default: on; --no-allocate-node-cidrs when something else assigns them)")
     c.add_argument("--cluster-cidr", default="10.244.0.0/16", help="pod range node podCIDRs come from")
     c.add_argument("--node-cidr-mask-size", type=int, default=24, help="size of each node's podCIDR")
     c.add_argument("--node-monitor-period", type=float, default=5.0, help="seconds between node health checks")
@@ -68,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     cfg.pod_network = args.pod_network  # type: ignore[attr-defined]  # read by the podnetwork component
     cfg.controllers = args.controllers  # type: ignore[attr-defined]  # read by the controller manager
     cfg.controller_options = ControllerOptions(  # type: ignore[attr-defined]
-        cluster_cidr=args.cluster_cidr, node_cidr_mask_size=args.node_cidr_mask_size,
+        allocate_node_cidrs=args.allocate_node_cidrs, cluster_cidr=args.cluster_cidr,
+        node_cidr_mask_size=args.node_cidr_mask_size,
         node_monitor_period=args.node_monitor_period, node_monitor_grace_period=args.node_monitor_grace_period,
         node_eviction_rate=args.node_eviction_rate, secondary_node_eviction_rate=args.secondary_node_eviction_rate,
         unhealthy_zone_threshold=args.unhealthy_zone_threshold,

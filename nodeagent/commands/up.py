@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+from typing import Any
 
 from nodeagent.runner import Component, run_components
 
@@ -23,6 +24,8 @@ COMPONENTS = [
     Component("cni", "nodeagent.kubelet.network:serve", "the kubelet issue"),
     Component("cri", "cri.daemon:serve", "the cri issue", after=("cni",)),
     Component("apiserver", "nodeagent.apiserver.server:serve", "the apiserver issue"),
+    # the CNI config from the Node's spec.podCIDR, once the node IPAM assigned it (or --pod-subnet)
+    Component("podcidr", "nodeagent.kubelet.network:adopt", "the multi-node issue", after=("cni", "apiserver")),
     Component("scheduler", "nodeagent.scheduler.service:serve", "the scheduler issue", after=("apiserver",)),
     Component("controllers", "nodeagent.controllers.manager:serve", "the controllers issue", after=("apiserver",)),
     Component("kubelet", "nodeagent.kubelet.agent:serve", "the kubelet issue", after=("cri", "apiserver")),
@@ -37,6 +40,7 @@ COMPONENTS = [
 NODE_COMPONENTS = [
     Component("cni", "nodeagent.kubelet.network:serve", "the kubelet issue"),
     Component("cri", "cri.daemon:serve", "the cri issue", after=("cni",)),
+    Component("podcidr", "nodeagent.kubelet.network:adopt", "the multi-node issue", after=("cni",)),
     Component("kubelet", "nodeagent.kubelet.agent:serve", "the kubelet issue", after=("cri",)),
     Component("netproxy", "netproxy.service:serve", "the netproxy issue"),
     Component("netpol", "netpol.service:serve", "the dns/netpol issue"),
@@ -52,7 +56,9 @@ class UpConfig:
     apiserver_port: int | None = None
     apiserver_bind_address: str | None = None
     cgroup_root: str | None = None
-    pod_subnet: str | None = None
+    pod_subnet: str | None = None  # --pod-subnet: overrides the Node's spec.podCIDR
+    node_ip: str | None = None  # --node-ip: InternalIP, nodenet's underlay address
+    node_ips: tuple[str, ...] = ()  # netproxy's NodePort addresses: (node_ip,) with --node-ip, else every one
     bridge: str | None = None
     cni_conf_dir: str | None = None
     cni_socket: str | None = None  # our CNI plugins' daemon (started by the cni component, used by the runtime)
@@ -73,6 +79,7 @@ class UpConfig:
     manifest_url: str | None = None
     http_check_frequency: float | None = None
     pod_network: str | None = None  # `up`: the cross-node backend its podnetwork component stamps on Nodes
+    controller_options: Any = None  # `up`: its controller manager's (node IPAM: the cluster CIDR)
 
 
 def add_node_arguments(p: argparse.ArgumentParser) -> None:
@@ -83,8 +90,13 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cgroup-root", default=None,
                    help="cgroup the kubepods tree goes under (default: the root for the default data dir, "
                         "else nodeagent-<tag of the data dir>)")
-    p.add_argument("--pod-subnet", default=None, help="pod subnet on this node's bridge (default: 10.244.0.0/24, or 10.240.<tag>.0/24 "
-                        "for other data dirs)")
+    p.add_argument("--pod-subnet", default=None,
+                   help="pod subnet on this node's bridge, overriding the node's spec.podCIDR (default: adopt the "
+                        "spec.podCIDR the control plane's node IPAM assigns, as kubelet with a CNI does)")
+    p.add_argument("--node-ip", default=None,
+                   help="the node's address: status.addresses InternalIP, the underlay address other nodes route "
+                        "pods through, and where NodePorts answer (default: detected from the default route / the "
+                        "route to the server)")
     p.add_argument("--bridge", default=None, help="pod bridge name (default: na0, or na<tag> for other data dirs)")
     p.add_argument("--cni-bin-dir", action="append", default=None,
                    help="CNI plugin directory for our runtime, repeatable (default: /opt/cni/bin and /usr/lib/cni)")
@@ -116,6 +128,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bind-address", default=None, help="apiserver listen address (default: 0.0.0.0)")
     p.add_argument("--pod-network", default="host-gw", choices=("host-gw", "ipip", "vxlan"),
                    help="cross-node pod network backend (default: %(default)s)")
+    p.add_argument("--cluster-cidr", default=None,
+                   help="pod range the node IPAM hands node podCIDRs (/24 each) out of (default: 10.244.0.0/16 "
+                        "for the default data dir, else 10.240.<tag>.0/24, so instances on one host do not "
+                        "collide; with --pod-subnet, that subnet)")
 
 
 def config_from_args(args: argparse.Namespace) -> UpConfig:
@@ -134,6 +150,18 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
                    kubelet_address=getattr(args, "kubelet_address", None),
                    server=getattr(args, "server", None), token=getattr(args, "token", None),
                    pod_network=getattr(args, "pod_network", None))
+    node_ip = getattr(args, "node_ip", None)
+    if node_ip:
+        import ipaddress
+
+        try:
+            cfg.node_ip = str(ipaddress.ip_address(node_ip))
+        except ValueError:
+            raise SystemExit(f"--node-ip {node_ip!r}: not an IP address") from None
+        cfg.node_ips = (cfg.node_ip,)
+    if hasattr(args, "port"):  # `up`: it runs its own node IPAM
+        cfg.controller_options = up_controller_options(args.data_dir, getattr(args, "cluster_cidr", None),
+                                                       args.pod_subnet)
     if getattr(args, "cni_bin_dir", None):
         cfg.cni_bin_dirs = tuple(args.cni_bin_dir)
     net = PodNetwork.from_any(cfg)
@@ -147,6 +175,22 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
         cfg.proxy_cleanup_on_stop = True
         cfg.dns_listen = f"0.0.0.0:{free_udp_tcp_port()}"
     return cfg
+
+
+def up_controller_options(data_dir: str, cluster_cidr: str | None, pod_subnet: str | None) -> Any:
+    """`up`'s controller settings: its node IPAM range (see network.default_cluster_cidr); with --pod-subnet
+    and no --cluster-cidr, exactly that subnet, so the Node's spec.podCIDR is the subnet the bridge uses."""
+    import ipaddress
+
+    from nodeagent.controllers.options import ControllerOptions
+    from nodeagent.kubelet.network import default_cluster_cidr
+
+    try:
+        net = ipaddress.ip_network(cluster_cidr or pod_subnet or default_cluster_cidr(data_dir), strict=False)
+        mask = ipaddress.ip_network(pod_subnet, strict=False).prefixlen if pod_subnet else max(24, net.prefixlen)
+    except ValueError as e:
+        raise SystemExit(f"--cluster-cidr/--pod-subnet: {e}") from None
+    return ControllerOptions(cluster_cidr=str(net), node_cidr_mask_size=mask)
 
 
 def free_udp_tcp_port() -> int:

@@ -90,6 +90,7 @@ class KubeletConfig:
     cluster_dns: tuple[str, ...] = ()  # kubelet's --cluster-dns; empty: ClusterFirst pods get the host's DNS
     cluster_domain: str = "cluster.local"
     resolv_conf: str = "/etc/resolv.conf"
+    node_ip: str = ""  # kubelet's --node-ip: the InternalIP it reports; empty: detected
 
     @classmethod
     def from_any(cls, config: Any) -> KubeletConfig:
@@ -120,7 +121,8 @@ class KubeletConfig:
                    address=getattr(config, "kubelet_address", None) or "0.0.0.0",
                    cluster_dns=parse_cluster_dns(getattr(config, "cluster_dns", None)),
                    cluster_domain=getattr(config, "cluster_domain", None) or "cluster.local",
-                   resolv_conf=getattr(config, "resolv_conf", None) or "/etc/resolv.conf")
+                   resolv_conf=getattr(config, "resolv_conf", None) or "/etc/resolv.conf",
+                   node_ip=getattr(config, "node_ip", None) or "")
 
     def client(self) -> Client:
         """The node's own credential (a joined `agent`) first, then --server/--token, then `up`'s admin."""
@@ -141,7 +143,7 @@ class Kubelet:
                                                          else DEFAULT_HARD), self.clock)
         self.evicted: dict[str, dict[str, Any]] = {}  # uid → the Failed/Evicted status the pod keeps
         self.node = NodeAgent(client, cri, cfg.node_name, cfg.data_dir, self.pleg.healthy, self.clock,
-                              eviction=self.eviction)
+                              eviction=self.eviction, addresses=[cfg.node_ip] if cfg.node_ip else None)
         self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),

@@ -36,6 +36,12 @@ class RuntimeClient:
     async def status(self) -> pb.StatusResponse:
         return await self.rt.Status(pb.StatusRequest(), timeout=5)
 
+    async def update_runtime_config(self, pod_cidr: str) -> None:
+        """Tell the runtime the node's podCIDR (the kubelet's updatePodCIDR)."""
+        req = pb.UpdateRuntimeConfigRequest()
+        req.runtime_config.network_config.pod_cidr = pod_cidr
+        await self.rt.UpdateRuntimeConfig(req, timeout=5)
+
     async def list_sandboxes(self, pod_uid: str | None = None) -> list[pb.PodSandbox]:
         f = pb.PodSandboxFilter()
         if pod_uid:

@@ -18,7 +18,7 @@ from nodeagent.api.quantity import format_quantity
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.kubelet import node_status, resources
 from nodeagent.kubelet.clock import Clock, RealClock
-from nodeagent.kubelet.cri import RuntimeClient
+from nodeagent.kubelet.cri import RuntimeClient, is_unimplemented
 
 log = logging.getLogger("nodeagent.kubelet.node")
 
@@ -49,7 +49,7 @@ class NodeAgent:
     def __init__(self, client: Client, cri: RuntimeClient, name: str, fs_path: str,
                  pleg_health: Callable[[], tuple[bool, str]], clock: Clock | None = None,
                  lease_period: float = 10.0, status_period: float = 10.0, max_pods: int = node_status.DEFAULT_MAX_PODS,
-                 eviction: Any = None) -> None:
+                 eviction: Any = None, addresses: list[str] | None = None) -> None:
         self.client = client
         self.cri = cri
         self.name = name
@@ -60,7 +60,7 @@ class NodeAgent:
         self.status_period = status_period
         self.max_pods = max_pods
         self.eviction = eviction  # EvictionManager: pressure conditions, taints, the hard-threshold reservation
-        self.addresses = host_ips()
+        self.addresses = list(addresses) if addresses else host_ips()  # --node-ip, else detected
         self.capacity = node_status.machine_capacity(fs_path, max_pods)
         self.ready = False
         self.runtime_name = "unknown"
@@ -68,6 +68,7 @@ class NodeAgent:
         self.changed = asyncio.Event()
         self.uid = ""
         self.kubelet_port = 0  # the Node API's port, published in status.daemonEndpoints
+        self.pod_cidr = ""  # the Node's spec.podCIDR as last handed to the runtime
 
     def memory_capacity(self) -> int:
         return int(resources._whole(resources._to_list(self.capacity).get("memory", 0)))
@@ -128,6 +129,7 @@ class NodeAgent:
                   "nodeInfo": node_status.node_info(self.runtime_name, self.runtime_version, KUBELET_VERSION),
                   "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port}}}
         await self.client.patch("nodes", self.name, {"status": status}, subresource="status")
+        await self._update_pod_cidr(cur)
         is_ready = not errors
         taints = node_status.node_taints((cur.get("spec") or {}).get("taints") or [], is_ready,
                                          self.eviction.taints() if self.eviction is not None else ())
@@ -136,6 +138,21 @@ class NodeAgent:
         if is_ready != self.ready:
             log.info("node %s: %s", self.name, "Ready" if is_ready else f"NotReady ({'; '.join(errors)})")
         self.ready = is_ready
+
+    async def _update_pod_cidr(self, node: dict[str, Any]) -> None:
+        """Hand the runtime the podCIDR the node IPAM gave this node, as the kubelet does (UpdateRuntimeConfig);
+        the pod network itself (the CNI config) follows it in the `podcidr` component."""
+        cidr = (node.get("spec") or {}).get("podCIDR") or ""
+        if not cidr or cidr == self.pod_cidr:
+            return
+        try:
+            await self.cri.update_runtime_config(cidr)
+        except Exception as e:
+            if not is_unimplemented(e):
+                log.warning("node %s: cannot hand podCIDR %s to the runtime: %s", self.name, cidr, e)
+                return
+        log.info("node %s: podCIDR %s", self.name, cidr)
+        self.pod_cidr = cidr
 
     async def renew_lease(self) -> None:
         now = _microtime(self.clock.now())

@@ -142,6 +142,12 @@ def _api_get(kubeconfig: str, path: str) -> Any:
         return json.loads(r.read())
 
 
+def pod_cidrs(kubeconfig: str) -> dict[str, str]:
+    """Each node's spec.podCIDR (assigned by the server's node IPAM, adopted by the node's agent)."""
+    return {n["metadata"]["name"]: (n.get("spec") or {}).get("podCIDR") or ""
+            for n in _api_get(kubeconfig, "/api/v1/nodes").get("items", [])}
+
+
 def ready_nodes(kubeconfig: str) -> set[str]:
     out = set()
     for n in _api_get(kubeconfig, "/api/v1/nodes").get("items", []):
@@ -215,7 +221,7 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: li
             logs[n.name] = Path(n.data_dir, "agent.log")
             procs[n.name] = _start(state, n.name, node_command(n, [
                 *py, "agent", "--server", topo.server_url, "--token", token, "--ca-cert-hash", ca_hash,
-                "--data-dir", n.data_dir, "--node-name", n.name, "--pod-subnet", n.pod_subnet, *agent_args]),
+                "--data-dir", n.data_dir, "--node-name", n.name, "--node-ip", n.address, *agent_args]),
                 logs[n.name])
         want = {n.name for n in topo.nodes}
         _wait(f"{nodes} Ready nodes", lambda: want <= ready_nodes(topo.kubeconfig), timeout, procs, logs)

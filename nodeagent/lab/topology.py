@@ -20,9 +20,8 @@ class NodeSpec:
     name: str
     netns: str
     host_veth: str  # host end, enslaved to the underlay bridge; the node's end is eth0
-    address: str  # underlay address
-    pod_subnet: str
-    data_dir: str
+    address: str  # underlay address (the agent's --node-ip)
+    data_dir: str  # pod subnet: the node's spec.podCIDR, from the server's node IPAM (POD_CLUSTER_CIDR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,12 +54,13 @@ class Topology:
 
 
 def topology(lab_dir: str | Path, nodes: int) -> Topology:
-    """N nodes on 172.30.<t>.0/24 (t from the dir's tag), pod subnets 10.244.<i>.0/24, names ≤ 15 chars."""
+    """N nodes on 172.30.<t>.0/24 (t from the dir's tag), names ≤ 15 chars; each node's pod subnet is the
+    podCIDR the server's node IPAM gives it out of POD_CLUSTER_CIDR when it registers."""
     if not 1 <= nodes <= 200:
         raise ValueError("--nodes: 1 to 200")
     lab_dir = str(Path(lab_dir).resolve())
     tag = lab_tag(lab_dir)
     prefix = f"172.30.{int(tag[:2], 16)}"
-    specs = tuple(NodeSpec(i, f"node{i}", f"nalab-{tag}-{i}", f"nl{tag}h{i}", f"{prefix}.{i}", f"10.244.{i}.0/24",
+    specs = tuple(NodeSpec(i, f"node{i}", f"nalab-{tag}-{i}", f"nl{tag}h{i}", f"{prefix}.{i}",
                            str(Path(lab_dir, f"node{i}"))) for i in range(1, nodes + 1))
     return Topology(lab_dir, tag, f"nlb{tag}", prefix, specs)

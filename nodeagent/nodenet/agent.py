@@ -1,6 +1,8 @@
-"""Agent side: the `nodenet` component. Publishes this node's underlay address, pod subnet (and VTEP MAC)
-on its Node, then keeps routes / FDB / neighbour entries for every other node in step with the Node
-informer (a node joining adds them, a node leaving removes them). Kernel work runs in a thread.
+"""Agent side: the `nodenet` component. Publishes this node's underlay address (and VTEP MAC) on its Node,
+then keeps routes / FDB / neighbour entries for every other node's podCIDR in step with the Node informer
+(a node joining adds them, a node leaving removes them). The node's own pod subnet is its spec.podCIDR
+(from the control plane's node IPAM); only a --pod-subnet override is published as an annotation.
+Kernel work runs in a thread.
 Everything is imported when the module loads (in the main thread, before the runtime forks containers):
 an import inside a worker thread racing a fork can deadlock on logging's and the import lock.
 """
@@ -8,6 +10,7 @@ an import inside a worker thread racing a fork can deadlock on logging's and the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,7 +20,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.kubelet.agent import KubeletConfig
-from nodeagent.kubelet.network import PodNetwork
+from nodeagent.kubelet.network import PodNetwork, node_pod_cidr
 from nodeagent.nodenet import annotations as ann
 from nodeagent.nodenet import masq
 from nodeagent.nodenet import plan as P
@@ -29,11 +32,13 @@ RESYNC = 30.0  # re-check the kernel even without Node events (someone deleted a
 
 
 class NodeNet:
-    def __init__(self, client: Client, node: str, pod_cidr: str, public_ip: str) -> None:
+    def __init__(self, client: Client, node: str, pod_cidr: str | None, public_ip: str) -> None:
         self.client = client
         self.node = node
-        self.pod_cidr = pod_cidr
+        self.override = pod_cidr  # --pod-subnet; None: the Node's spec.podCIDR
+        self.pod_cidr: str | None = pod_cidr  # the subnet the dataplane was built for
         self.public_ip = public_ip
+        self._waiting_logged = False
         self.nodes = Informer(client, "nodes", resync=RESYNC)
         self.wake = asyncio.Event()
         self.mode: str | None = None
@@ -55,10 +60,19 @@ class NodeNet:
         if mode not in ann.MODES:
             log.warning("node %s: unknown pod network %r; ignoring", self.node, mode)
             return
-        if mode != self.mode:
+        spec_cidr = node_pod_cidr(self.nodes.get(self.node))
+        pod_cidr = self.override or spec_cidr
+        if pod_cidr is None:
+            if not self._waiting_logged:
+                log.info("node %s: waiting for its spec.podCIDR (from the node IPAM) before joining the pod "
+                         "network", self.node)
+                self._waiting_logged = True
+            return
+        if mode != self.mode or pod_cidr != self.pod_cidr or self.dataplane is None:
             if self.dataplane is not None:
                 await asyncio.to_thread(self.dataplane.teardown)
-            self.dataplane = Dataplane(mode, self.public_ip, self.pod_cidr)
+            self.pod_cidr = pod_cidr
+            self.dataplane = Dataplane(mode, self.public_ip, pod_cidr)
             await asyncio.to_thread(self.dataplane.setup)
             self.mode, self.published = mode, False
             log.info("node %s: pod network %s (underlay %s, pods %s%s)", self.node, mode, self.public_ip,
@@ -68,7 +82,7 @@ class NodeNet:
                 await asyncio.to_thread(masq.remove, self.cluster_cidr, self.node)
             await asyncio.to_thread(masq.ensure, cidr, self.node)
             self.cluster_cidr = cidr
-        want = P.my_annotations(mode, self.public_ip, self.pod_cidr, self.dataplane.vtep_mac)
+        want = P.my_annotations(mode, self.public_ip, pod_cidr, self.dataplane.vtep_mac, spec_cidr)
         mine = ((self.nodes.get(self.node) or {}).get("metadata") or {}).get("annotations") or {}
         if not self.published or any(mine.get(k) != v for k, v in want.items()):
             # first time, or our Node was re-created / edited: publish again
@@ -91,10 +105,11 @@ class NodeNet:
                 ready.set()
                 self.wake.set()
                 while True:
-                    try:
-                        await asyncio.wait_for(self.wake.wait(), RESYNC)
-                    except TimeoutError:
-                        pass
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancellation that arrives as the
+                    # event is set (its inner task finishes first), and the agent would never stop
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(RESYNC):
+                            await self.wake.wait()
                     self.wake.clear()
                     try:
                         await self.step()
@@ -128,6 +143,8 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
     client = kcfg.client()
     public_ip = getattr(config, "node_ip", None) or public_ip_for(client.server)
     net = NodeNet(client, kcfg.node_name, PodNetwork.from_any(config).subnet, public_ip)
+    log.info("node %s: underlay address %s (%s)", kcfg.node_name, public_ip,
+             "--node-ip" if getattr(config, "node_ip", None) else f"the route towards {client.server}")
     try:
         await net.run(ready)
     finally:

@@ -60,11 +60,13 @@ class Plan:
 
 
 def peer_of(node: Mapping[str, Any]) -> Peer | None:
-    """The node's published data, or None while it has not published (yet) what the mode needs."""
+    """The node's published data, or None while it has not published (yet) what the mode needs. Its pod
+    subnet: the --pod-subnet override it announced, else its spec.podCIDR (or first spec.podCIDRs)."""
     meta = node.get("metadata") or {}
     a = meta.get("annotations") or {}
     ip = a.get(ann.PUBLIC_IP)
-    cidr = a.get(ann.POD_CIDR) or (node.get("spec") or {}).get("podCIDR")
+    spec = node.get("spec") or {}
+    cidr = a.get(ann.POD_CIDR) or spec.get("podCIDR") or next(iter(spec.get("podCIDRs") or []), None)
     if not ip or not cidr:
         return None
     try:
@@ -152,7 +154,12 @@ def diff(want: Plan, have: Plan) -> Changes:
     return c
 
 
-def my_annotations(mode: str, public_ip: str, pod_cidr: str, vtep_mac: str | None) -> dict[str, str | None]:
-    """What this node publishes on its own Node (a merge patch: None removes a stale VTEP MAC)."""
-    return {ann.PUBLIC_IP: public_ip, ann.POD_CIDR: str(ipaddress.ip_network(pod_cidr)),
+def my_annotations(mode: str, public_ip: str, pod_cidr: str, vtep_mac: str | None,
+                   spec_cidr: str | None = None) -> dict[str, str | None]:
+    """What this node publishes on its own Node (a merge patch: None removes a stale value). Its pod subnet
+    is announced only when it differs from spec.podCIDR (a --pod-subnet override): the others route to
+    spec.podCIDR otherwise."""
+    mine = str(ipaddress.ip_network(pod_cidr))
+    spec = str(ipaddress.ip_network(spec_cidr, strict=False)) if spec_cidr else None
+    return {ann.PUBLIC_IP: public_ip, ann.POD_CIDR: None if mine == spec else mine,
             ann.VTEP_MAC: vtep_mac if mode == "vxlan" else None}

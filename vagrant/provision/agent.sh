@@ -46,14 +46,14 @@ JOIN_SERVER=$server
 JOIN_TOKEN=$token
 JOIN_CA_CERT_HASH=$hash
 ENV
-# Each node's pod bridge needs its own subnet of the server's --cluster-cidr (10.244.0.0/16): the
-# agent's default is the same 10.244.0.0/24 everywhere, which breaks cross-node routes. The lab
-# numbers them by the node's private address: cp (.10) 10.244.0.0/24, worker1 (.11) 10.244.1.0/24.
+# The node's pod subnet is the spec.podCIDR the server's node IPAM gives it (--cluster-cidr, a /24 each):
+# the agent adopts it, so nothing is passed here; LAB_POD_SUBNET is only an explicit override.
 subnet_flag=""
-if [[ -z $LAB_POD_SUBNET && $LAB_NODE_IP =~ ^[0-9]+\.[0-9]+\.[0-9]+\.([0-9]+)$ ]] && ((BASH_REMATCH[1] >= 10)); then
-    LAB_POD_SUBNET=10.244.$((BASH_REMATCH[1] - 10)).0/24
-fi
 [[ -n $LAB_POD_SUBNET ]] && subnet_flag="--pod-subnet $LAB_POD_SUBNET"
+# The VMs have a NAT interface (the default route) and the private network: the node's address, which
+# it reports as InternalIP and routes pods and NodePorts through, is the private one.
+node_ip_flag=""
+[[ -n $LAB_NODE_IP ]] && node_ip_flag="--node-ip $LAB_NODE_IP"
 hash_flag=""
 [[ -n $hash ]] && hash_flag="--ca-cert-hash \${JOIN_CA_CERT_HASH}"
 lab_unit nodeagent-agent.service <<UNIT && restart=1
@@ -66,7 +66,7 @@ Requires=nodeagent-cri.service
 
 [Service]
 EnvironmentFile=$LAB_ETC/join.env
-ExecStart=$NODEAGENT agent --server \${JOIN_SERVER} --token \${JOIN_TOKEN} $hash_flag $subnet_flag --data-dir $LAB_STATE_DIR --container-runtime-endpoint unix://$CRI_SOCKET $LAB_AGENT_ARGS
+ExecStart=$NODEAGENT agent --server \${JOIN_SERVER} --token \${JOIN_TOKEN} $hash_flag $subnet_flag $node_ip_flag --data-dir $LAB_STATE_DIR --container-runtime-endpoint unix://$CRI_SOCKET $LAB_AGENT_ARGS
 Restart=on-failure
 RestartSec=2
 StandardOutput=append:$LAB_LOG_DIR/agent.log

@@ -3,8 +3,9 @@
 #   LAB_CHECK=image    on every node: the test image (busybox httpd, built locally from Debian's
 #                      busybox-static, no registry) is in the node's image store. Idempotent.
 #   LAB_CHECK=cluster  on cp: every node is Ready, then cross-node traffic: one httpd pod pinned to each
-#                      node, each pod fetches the other's page by pod IP (pod to pod across nodes), cp
-#                      fetches every pod, and a ClusterIP Service answers from both nodes' pods.
+#                      node, its IP from the node's spec.podCIDR (the server's node IPAM assigned it, the
+#                      agent adopted it), each pod fetches the other's page by pod IP (pod to pod across
+#                      nodes), cp fetches every pod, and a ClusterIP Service answers from both nodes' pods.
 set -euo pipefail
 LAB_STEP=checks
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -96,6 +97,12 @@ check() {
         failed=1
     fi
 }
+kubectl get nodes -o custom-columns='NAME:.metadata.name,INTERNAL-IP:.status.addresses[?(@.type=="InternalIP")].address,POD-CIDR:.spec.podCIDR'
+in_cidr() { python3 -c 'import ipaddress, sys; print(ipaddress.ip_address(sys.argv[1]) in ipaddress.ip_network(sys.argv[2]))' "$@"; }
+for node in "${nodes[@]}"; do
+    cidr=$(kubectl get node "$node" -o jsonpath='{.spec.podCIDR}')
+    check "pod web-$node (${ip[$node]}) in $node's spec.podCIDR ($cidr)" True in_cidr "${ip[$node]}" "${cidr:-none}"
+done
 for from in "${nodes[@]}"; do
     for to in "${nodes[@]}"; do
         check "pod on $from -> pod on $to (${ip[$to]})" "$to" \

@@ -18,12 +18,12 @@
 : "${LAB_LOG_DIR:=$LAB_ROOT/var/log/nodeagent}"
 : "${CNI_BIN_DIR:=$LAB_ROOT/opt/cni/bin}"
 : "${CNI_CONF_DIR:=$LAB_ROOT/etc/cni/net.d}"
-: "${LAB_NODE_IP:=}"                                # this node's private-network address
+: "${LAB_NODE_IP:=}"                                # this node's private-network address (--node-ip)
 : "${LAB_CP_IP:=192.168.56.10}"                     # the control plane's private-network address
 : "${LAB_SERVER_PORT:=6443}"
 : "${LAB_POD_NETWORK:=host-gw}"                    # cross-node pod network: host-gw, ipip or vxlan
 : "${LAB_SERVER_ARGS:=}"                            # extra `nodeagent server` flags (e.g. the network mode)
-: "${LAB_POD_SUBNET:=}"                             # this node's pod subnet (agent.sh: from LAB_NODE_IP)
+: "${LAB_POD_SUBNET:=}"                             # override of the node's IPAM-assigned spec.podCIDR
 : "${LAB_AGENT_ARGS:=}"                             # extra `nodeagent agent` flags
 : "${LAB_START:=1}"                                 # 0: write units, start nothing
 : "${LAB_SKIP_MAKE:=0}"                             # 1: the project is already installed

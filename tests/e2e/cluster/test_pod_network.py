@@ -1,7 +1,10 @@
-"""Cross-node pod networking on a 2-node netns lab, once per backend: pods ping and reach each other by IP,
-and routes follow nodes joining and leaving."""
+"""Cross-node pod networking on a 2-node netns lab, once per backend: each node's pods get addresses from
+the podCIDR the server's node IPAM gave its Node, pods ping and reach each other by IP, and routes follow
+nodes joining and leaving."""
 
 from __future__ import annotations
+
+import ipaddress
 
 import pytest
 
@@ -29,6 +32,15 @@ def test_pods_on_different_nodes_reach_each_other_by_ip(lab):
     lab.apply(web_pod("b", "node2", {"app": "pn"}))
     pods = {p["spec"]["nodeName"]: p for p in lab.running("app=pn", 2)}
     a, b = pods["node1"], pods["node2"]
+    # the agents were given no subnet: each adopted its Node's spec.podCIDR, out of the server's --cluster-cidr
+    cidrs = {n["metadata"]["name"]: n["spec"].get("podCIDR") for n in lab.get("nodes")["items"]}
+    assert cidrs["node1"] and cidrs["node2"] and cidrs["node1"] != cidrs["node2"], cidrs
+    for name, pod in pods.items():
+        cidr = ipaddress.ip_network(cidrs[name])
+        assert cidr.subnet_of(ipaddress.ip_network("10.244.0.0/16")) and cidr.prefixlen == 24, cidrs
+        assert ipaddress.ip_address(pod["status"]["podIP"]) in cidr, (name, pod["status"]["podIP"], cidrs)
+        # nobody announced an override: the routes come from spec.podCIDR
+        assert ann.POD_CIDR not in lab.get("node", name)["metadata"].get("annotations", {})
     for src, dst in ((a, b), (b, a)):
         r = ping(lab, src, dst["status"]["podIP"])
         assert r.returncode == 0, r.stdout + r.stderr
@@ -66,8 +78,9 @@ def test_routes_follow_nodes_joining_and_leaving(lab):
         lab.wait(f"the route for the gone node removed on {n}", lambda n=n: "10.244.77.0/24" not in routes(n), 30)
     if lab.mode == "vxlan":
         assert "02:00:00:00:77:01" not in lab.on_node("node1", "bridge", "fdb", "show", "dev", "nodenet.1").stdout
-    # the real peers' routes stay
-    assert "10.244.2.0/24" in routes("node1") and "10.244.1.0/24" in routes("node2")
+    # the real peers' routes stay: to each one's spec.podCIDR
+    cidrs = {n["metadata"]["name"]: n["spec"]["podCIDR"] for n in lab.get("nodes")["items"]}
+    assert cidrs["node2"] in routes("node1") and cidrs["node1"] in routes("node2"), cidrs
 
 
 def test_masquerade_only_for_traffic_leaving_the_cluster(lab):

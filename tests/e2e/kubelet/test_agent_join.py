@@ -4,6 +4,7 @@ issued through an auto-approved CSR), so NodeRestriction applies to it."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import signal
 import subprocess
@@ -34,8 +35,13 @@ def _ready(node: dict) -> bool:
 
 
 def test_agent_joins_with_the_printed_command_and_runs_pods_as_itself(tmp_path, images):
-    srv = start_server(tmp_path / "server")
+    from nodeagent.kubelet.agent import instance_tag
+
     node_dir = tmp_path / "node"
+    # the node adopts the podCIDR the server's node IPAM gives it: a range of this test's own, so its
+    # bridge's subnet collides with no other instance on this host
+    cluster_cidr = f"10.241.{int(instance_tag(str(node_dir))[:2], 16)}.0/24"
+    srv = start_server(tmp_path / "server", extra=["--cluster-cidr", cluster_cidr, "--node-cidr-mask-size", "25"])
     node_dir.mkdir()
     subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(node_dir / "images"), "import",
                     "--no-progress", str(images.httpd.docker_archive)], check=True, capture_output=True)
@@ -96,6 +102,10 @@ def test_agent_joins_with_the_printed_command_and_runs_pods_as_itself(tmp_path, 
                  "spec": {"terminationGracePeriodSeconds": 1,
                           "containers": [{"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never"}]}})
         pod = c.wait_pod("joined", _running)
+        pod_cidr = json.loads(c.kubectl("get", "node", c.node, "-o", "json"))["spec"]["podCIDR"]
+        assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(pod_cidr), (pod_cidr, pod["status"])
+        assert ipaddress.ip_network(pod_cidr).subnet_of(ipaddress.ip_network(cluster_cidr))
+        assert "waiting for its spec.podCIDR" in log.read_text(errors="replace")
         assert http_body(pod["status"]["podIP"]) == b"hello from busybox\n"
         c.kubectl("delete", "pod", "joined", "--wait=true", "--timeout=60s")
         _assert_pod_gone(c, pod)

@@ -20,7 +20,10 @@ def test_default_data_dir_keeps_the_well_known_locations():
     net = PodNetwork.from_any(cfg)
     kc = KubeletConfig.from_any(cfg)
     assert (net.bridge, net.subnet, net.conf_dir, net.ipam_dir) == (
-        "na0", "10.244.0.0/24", "/etc/cni/net.d", "/var/lib/cni/networks")
+        "na0", None, "/etc/cni/net.d", "/var/lib/cni/networks")  # the subnet: the Node's spec.podCIDR
+    # `up`'s own node IPAM hands its node the first /24 of 10.244.0.0/16: the well-known 10.244.0.0/24
+    opts = cfg.controller_options
+    assert (opts.cluster_cidr, opts.node_cidr_mask_size) == ("10.244.0.0/16", 24)
     assert cfg.apiserver_port == 6443
     assert kc.runtime_endpoint == "/run/nodeagent/cri.sock" and kc.cgroup_root == ""
 
@@ -34,6 +37,13 @@ def test_two_data_dirs_share_nothing(tmp_path):
                  (ka.cgroup_root, kb.cgroup_root), (ka.root_dir, kb.root_dir), (ka.log_dir, kb.log_dir),
                  (ka.manifests_dir, kb.manifests_dir)):
         assert x != y
+    # each instance's node IPAM range is its own /24 named by its data dir (as the bridge is), so the
+    # podCIDRs of instances on this host do not collide
+    from nodeagent.kubelet.agent import instance_tag
+
+    for cfg, d in ((a, "a"), (b, "b")):
+        tag = instance_tag(str(tmp_path / d))
+        assert cfg.controller_options.cluster_cidr == f"10.240.{int(tag[:2], 16)}.0/24"
     assert a.apiserver_port == 0 and len(na.bridge) <= 15
     assert na.conf_dir.startswith(str(tmp_path / "a")) and a.cni_conf_dir == na.conf_dir
     assert ka.runtime_endpoint == str(tmp_path / "a" / "cri.sock")

@@ -105,3 +105,22 @@ async def test_unknown_mode_is_ignored(net):
     put(net, "n1", **{ann.BACKEND: "gre"})
     await net.step()
     assert not FakeDataplane.made
+
+
+async def test_without_an_override_it_waits_for_spec_podcidr_and_follows_it(monkeypatch):
+    FakeDataplane.made = []
+    monkeypatch.setattr(A, "Dataplane", FakeDataplane)
+    monkeypatch.setattr(A.masq, "ensure", lambda cidr, node: None)
+    n = A.NodeNet(FakeClient(), "n1", None, "10.0.0.11")
+    stamp = {ann.BACKEND: "vxlan", ann.CLUSTER_CIDR: "10.244.0.0/16"}
+    put(n, "n1", **stamp)
+    await n.step()
+    assert not FakeDataplane.made and not n.client.patches  # registered, no podCIDR yet: nothing built
+    n.nodes.cache["n1"]["spec"] = {"podCIDR": "10.244.3.0/24"}
+    await n.step()
+    assert FakeDataplane.made[-1].pod_cidr == "10.244.3.0/24"  # the VTEP address comes from it
+    published = n.client.patches[-1][2]["metadata"]["annotations"]
+    assert published[ann.POD_CIDR] is None and published[ann.PUBLIC_IP] == "10.0.0.11"  # spec.podCIDR says it
+    n.nodes.cache["n1"]["spec"] = {"podCIDR": "10.244.4.0/24"}  # re-assigned (the Node was re-created)
+    await n.step()
+    assert FakeDataplane.made[0].torn and FakeDataplane.made[-1].pod_cidr == "10.244.4.0/24"

@@ -1,0 +1,69 @@
+"""vagrant/provision/suite.sh (LAB_TEST=1) runs the privileged subset, not the whole suite; LAB_TEST_SUITE
+overrides it. Run for real here with tiny selections (the default one needs the lab's IPVS and cgroup v2)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.root
+
+REPO = Path(__file__).resolve().parents[3]
+SUITE = REPO / "vagrant" / "provision" / "suite.sh"
+
+
+def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "LAB_ROOT": str(tmp_path), "LAB_SRC": str(REPO), "MAKE": "false", **env}
+    return subprocess.run(["bash", str(SUITE)], env=full, capture_output=True, text=True, timeout=600)
+
+
+def test_default_subset_is_the_lab_only_part_not_make_test():
+    text = SUITE.read_text()
+    default = re.search(r'LAB_TEST_DEFAULT_SUITE="(.*?)"\n', text, re.S).group(1).replace("\\\n", "")
+    selections = [s.strip() for s in default.split(";")]
+    assert selections == ["tests/integration/netproxy/test_dataplane.py -k ipvs",
+                          "tests/unit/cri/test_cgroups.py tests/integration/cri/test_lifecycle.py "
+                          "tests/integration/cri/test_cgroup_failures.py",
+                          "tests/conformance/cri -k nodeagent"]
+    for s in selections:
+        for word in s.split():
+            if word.startswith("tests/"):
+                assert (REPO / word).exists(), word
+    # every default selection collects tests in this checkout
+    for s in selections:
+        argv = s.split()
+        p = subprocess.run([str(REPO / ".venv/bin/python"), "-m", "pytest", "--collect-only", "-q", "--no-leak-check",
+                            *argv], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and re.search(r"\b[1-9]\d* (tests )?(collected|selected)", p.stdout), p.stdout[-2000:]
+
+
+def test_selections_run_one_by_one_with_shell_quoting_and_the_log_keeps_them(tmp_path):
+    p = run(tmp_path, LAB_TEST="1", LAB_TEST_ARGS="--no-leak-check -q",
+            LAB_TEST_SUITE="tests/unit/netlab/test_topology.py -k 'bounded or underlay'; "
+                           "tests/unit/kubelet/test_podcidr.py -k node_pod_cidr")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "the privileged subset passed" in p.stdout
+    log = (tmp_path / "var/log/nodeagent/suite.log").read_text()
+    assert "2 passed, 2 deselected" in log and "1 passed" in log, log
+    assert "make test" not in p.stdout
+
+
+def test_a_failing_selection_fails_the_step_after_running_the_rest(tmp_path):
+    p = run(tmp_path, LAB_TEST="1", LAB_TEST_ARGS="--no-leak-check -q",
+            LAB_TEST_SUITE="tests/unit/netlab/test_topology.py -k no_such_test_name; "
+                           "tests/unit/kubelet/test_podcidr.py -k node_pod_cidr")
+    assert p.returncode != 0
+    assert "the privileged subset failed: tests/unit/netlab/test_topology.py -k no_such_test_name" in p.stderr
+    assert "1 passed" in (tmp_path / "var/log/nodeagent/suite.log").read_text()
+
+
+def test_all_runs_make_test_and_lab_test_0_runs_nothing(tmp_path):
+    p = run(tmp_path, LAB_TEST="1", LAB_TEST_SUITE="all", MAKE="echo")
+    assert p.returncode == 0 and "make test" in p.stdout, p.stdout + p.stderr
+    assert f"-C {REPO} test PYTEST_ARGS=" in (tmp_path / "var/log/nodeagent/suite.log").read_text()
+    p = run(tmp_path, LAB_TEST="0")
+    assert p.returncode == 0 and "not running the test suite" in p.stdout

@@ -1,0 +1,149 @@
+"""Adopting the Node's spec.podCIDR: the CNI config follows it, `up` instances get their own IPAM range,
+--pod-subnet overrides, and --node-ip reaches the kubelet, nodenet and netproxy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from nodeagent.commands.up import config_from_args, up_controller_options
+from nodeagent.controllers.nodeipam import CidrSet
+from nodeagent.kubelet.agent import KubeletConfig
+from nodeagent.kubelet.network import PodCIDRFollower, PodNetwork, default_cluster_cidr, node_pod_cidr
+from nodeagent.nodenet import annotations as ann
+from nodeagent.nodenet import plan as P
+
+
+def _args(data_dir, **kw):
+    base = dict(data_dir=data_dir, node_name="n1", container_runtime_endpoint=None, cgroup_root=None,
+                pod_subnet=None, bridge=None, port=None, bind_address=None, eviction_hard=None,
+                housekeeping_interval=None, sync_frequency=None)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def _agent_args(data_dir, **kw):
+    a = _args(data_dir, **kw)
+    del a.port, a.bind_address  # `agent` has no apiserver flags
+    a.server, a.token = "https://10.0.0.1:6443", None
+    return a
+
+
+def test_node_pod_cidr_reads_spec_then_podcidrs_and_ignores_garbage():
+    assert node_pod_cidr(None) is None
+    assert node_pod_cidr({"spec": {}}) is None
+    assert node_pod_cidr({"spec": {"podCIDR": "10.244.3.0/24"}}) == "10.244.3.0/24"
+    assert node_pod_cidr({"spec": {"podCIDRs": ["10.244.4.0/24", "fd00::/64"]}}) == "10.244.4.0/24"
+    assert node_pod_cidr({"spec": {"podCIDR": "not-a-cidr"}}) is None
+
+
+def test_without_pod_subnet_the_subnet_is_adopted_and_no_conflist_can_be_written_yet(tmp_path):
+    net = PodNetwork.from_any(config_from_args(_agent_args(str(tmp_path))))
+    assert net.subnet is None
+    with pytest.raises(ValueError, match="spec.podCIDR"):
+        net.conflist()
+
+
+def test_pod_subnet_overrides(tmp_path):
+    cfg = config_from_args(_agent_args(str(tmp_path), pod_subnet="10.9.8.0/24"))
+    assert PodNetwork.from_any(cfg).subnet == "10.9.8.0/24"
+    assert cfg.controller_options is None  # an agent runs no node IPAM
+
+
+async def test_follower_writes_the_conflist_when_the_podcidr_appears_and_again_when_it_changes(tmp_path):
+    net = PodNetwork.from_any(config_from_args(_agent_args(str(tmp_path))))
+    f = PodCIDRFollower(net, "n1")
+    conf = tmp_path / "cni" / "net.d" / "10-nodeagent.conflist"
+    assert await f.on_node({"metadata": {"name": "n1"}, "spec": {}}) is None
+    assert not conf.exists()  # registered, no podCIDR yet: nothing written
+    assert await f.on_node({"metadata": {"name": "n1"}, "spec": {"podCIDR": "10.244.5.0/24"}}) == "10.244.5.0/24"
+    plugin = json.loads(conf.read_text())["plugins"][0]
+    assert plugin["ipam"]["ranges"] == [[{"subnet": "10.244.5.0/24"}]] and plugin["bridge"] == net.bridge
+    before = conf.stat().st_mtime_ns
+    await f.on_node({"metadata": {"name": "n1"}, "spec": {"podCIDR": "10.244.5.0/24"}})
+    assert conf.stat().st_mtime_ns == before  # same podCIDR: not rewritten
+    await f.on_node(None)  # the Node deleted: keep what we have
+    assert f.subnet == "10.244.5.0/24"
+    await f.on_node({"metadata": {"name": "n1"}, "spec": {"podCIDR": "10.244.9.0/24"}})
+    assert json.loads(conf.read_text())["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.244.9.0/24"}]]
+
+
+def test_forget_config_removes_only_ours(tmp_path):
+    net = PodNetwork.from_any(config_from_args(_agent_args(str(tmp_path), pod_subnet="10.9.8.0/24")))
+    net.write()
+    other = tmp_path / "cni" / "net.d" / "99-other.conflist"
+    other.write_text("{}")
+    assert net.forget_config() is True and net.forget_config() is False
+    assert other.exists()
+
+
+def test_up_instances_get_their_own_ipam_range_and_its_first_subnet_is_the_node_s(tmp_path):
+    assert default_cluster_cidr("/var/lib/nodeagent") == "10.244.0.0/16"
+    opts = up_controller_options(str(tmp_path), None, None)
+    assert opts.cluster_cidr == default_cluster_cidr(str(tmp_path)) and opts.node_cidr_mask_size == 24
+    assert CidrSet(opts.cluster_cidr, opts.node_cidr_mask_size).allocate() == opts.cluster_cidr
+    # --pod-subnet on `up`: its IPAM hands out exactly that subnet, so spec.podCIDR is what the bridge uses
+    opts = up_controller_options(str(tmp_path), None, "10.50.0.0/25")
+    assert CidrSet(opts.cluster_cidr, opts.node_cidr_mask_size).allocate() == "10.50.0.0/25"
+    # --cluster-cidr widens it (several nodes joining an `up`)
+    opts = up_controller_options(str(tmp_path), "10.60.0.0/16", None)
+    assert (opts.cluster_cidr, opts.node_cidr_mask_size) == ("10.60.0.0/16", 24)
+    with pytest.raises(SystemExit, match="cluster-cidr"):
+        up_controller_options(str(tmp_path), "10.60.0.0/33", None)
+
+
+def test_node_ip_reaches_the_kubelet_nodenet_and_netproxy(tmp_path):
+    from netproxy.service import node_config
+
+    cfg = config_from_args(_agent_args(str(tmp_path), node_ip="192.168.56.11"))
+    assert KubeletConfig.from_any(cfg).node_ip == "192.168.56.11"
+    assert cfg.node_ip == "192.168.56.11"  # nodenet's underlay address (nodenet.agent.serve)
+    assert node_config(cfg).node_ips == ("192.168.56.11",)  # NodePorts answer there
+    plain = config_from_args(_agent_args(str(tmp_path)))
+    assert KubeletConfig.from_any(plain).node_ip == "" and node_config(plain).node_ips == ()
+    with pytest.raises(SystemExit, match="--node-ip"):
+        config_from_args(_agent_args(str(tmp_path), node_ip="eth1"))
+
+
+def test_node_agent_reports_node_ip_as_internal_ip(tmp_path):
+    from nodeagent.kubelet.node import NodeAgent
+
+    n = NodeAgent(None, None, "n1", str(tmp_path), lambda: (True, ""), addresses=["192.168.56.11"])
+    assert n.addresses == ["192.168.56.11"]
+    assert NodeAgent(None, None, "n1", str(tmp_path), lambda: (True, "")).addresses  # detected
+
+
+def test_the_pod_subnet_annotation_is_published_only_for_an_override():
+    # adopted: the others route to spec.podCIDR, no annotation (a stale one is removed)
+    a = P.my_annotations("host-gw", "10.0.0.1", "10.244.1.0/24", None, "10.244.1.0/24")
+    assert a[ann.POD_CIDR] is None
+    # --pod-subnet differing from spec.podCIDR: announced, and it wins over spec.podCIDR for the peers
+    a = P.my_annotations("host-gw", "10.0.0.1", "10.9.8.0/24", None, "10.244.1.0/24")
+    assert a[ann.POD_CIDR] == "10.9.8.0/24"
+    me = {"metadata": {"name": "n1", "annotations": {ann.PUBLIC_IP: "10.0.0.1"}}, "spec": {"podCIDR": "10.244.1.0/24"}}
+    other = {"metadata": {"name": "n2", "annotations": {ann.PUBLIC_IP: "10.0.0.2", ann.POD_CIDR: "10.9.8.0/24"}},
+             "spec": {"podCIDR": "10.244.2.0/24"}}
+    third = {"metadata": {"name": "n3", "annotations": {ann.PUBLIC_IP: "10.0.0.3"}},
+             "spec": {"podCIDRs": ["10.244.3.0/24"]}}
+    assert P.desired("host-gw", "n1", [me, other, third]).routes == {
+        P.Route("10.9.8.0/24", "10.0.0.2", None), P.Route("10.244.3.0/24", "10.0.0.3", None)}
+
+
+async def test_the_kubelet_hands_the_node_s_podcidr_to_the_runtime_once(tmp_path):
+    from nodeagent.kubelet.node import NodeAgent
+
+    class Runtime:
+        def __init__(self):
+            self.cidrs = []
+
+        async def update_runtime_config(self, cidr):
+            self.cidrs.append(cidr)
+
+    rt = Runtime()
+    n = NodeAgent(None, rt, "n1", str(tmp_path), lambda: (True, ""), addresses=["10.0.0.1"])
+    await n._update_pod_cidr({"spec": {}})  # not assigned yet
+    await n._update_pod_cidr({"spec": {"podCIDR": "10.244.3.0/24"}})
+    await n._update_pod_cidr({"spec": {"podCIDR": "10.244.3.0/24"}})
+    assert rt.cidrs == ["10.244.3.0/24"] and n.pod_cidr == "10.244.3.0/24"
