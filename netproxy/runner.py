@@ -51,7 +51,8 @@ class BoundedFrequencyRunner:
         while True:
             timeout = max(0.0, self._next_deadline() - self._clock())
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can lose a cancel
+                    await self._wake.wait()
                 periodic = False
             except TimeoutError:
                 periodic = self._retry_at is None or self._clock() < self._retry_at

@@ -761,7 +761,8 @@ class Runtime:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(c.pid, signal.SIGTERM)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ev.wait(), grace)
+                    async with asyncio.timeout(grace):
+                        await ev.wait()
             if not ev.is_set():
                 for pid in [c.pid, *self.cgroups.pids(c.cgroup)]:
                     if pid == c.pid and not alive(c.pid, c.pid_start):
@@ -769,7 +770,8 @@ class Runtime:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                 try:
-                    await asyncio.wait_for(ev.wait(), 30)
+                    async with asyncio.timeout(30):
+                        await ev.wait()
                 except TimeoutError as e:
                     raise FailedPrecondition(f"container {c.id} did not exit after SIGKILL") from e
 

@@ -120,7 +120,8 @@ class KubeletProxy:
     async def _upgrade(self, request: web.Request, addr: tuple[str, int], path: str) -> web.StreamResponse:
         """Splice an Upgrade (SPDY or websocket) connection to the kubelet byte for byte."""
         try:
-            r, w = await asyncio.wait_for(asyncio.open_connection(addr[0], addr[1], ssl=self._client_ssl()), 5)
+            async with asyncio.timeout(5):
+                r, w = await asyncio.open_connection(addr[0], addr[1], ssl=self._client_ssl())
         except (OSError, TimeoutError) as e:
             raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: {e}") from None
         qs = request.rel_url.raw_query_string  # still percent-encoded: it goes on the request line as is

@@ -64,7 +64,8 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
             if direct is not None and sub.direct is None and queue.empty():
                 sub.direct = direct  # caught up: from now on the cache writes our events itself
             try:
-                item = await asyncio.wait_for(queue.get(), wait) if wait is not None else await queue.get()
+                async with asyncio.timeout(wait):  # not wait_for: on 3.11 it can lose a cancel (and an item)
+                    item = await queue.get()
             except TimeoutError:
                 if bookmarks and time.monotonic() >= next_bookmark:
                     if queue.empty():

@@ -263,8 +263,10 @@ async def _tcp_client(handler: Handler, reader: asyncio.StreamReader, writer: as
     try:
         while True:
             try:
-                head = await asyncio.wait_for(reader.readexactly(2), TCP_IDLE)
-                wire = await asyncio.wait_for(reader.readexactly(struct.unpack("!H", head)[0]), TCP_IDLE)
+                async with asyncio.timeout(TCP_IDLE):
+                    head = await reader.readexactly(2)
+                async with asyncio.timeout(TCP_IDLE):
+                    wire = await reader.readexactly(struct.unpack("!H", head)[0])
             except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                 return
             out = handler.handle(wire, udp=False)

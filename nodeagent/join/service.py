@@ -134,7 +134,8 @@ class JoinService:
         """Sweep every `interval` seconds, and at once when a CSR was created."""
         while True:
             try:
-                await asyncio.wait_for(self._kick.wait(), interval)
+                async with asyncio.timeout(interval):  # not wait_for: on 3.11 it can lose a cancel
+                    await self._kick.wait()
             except TimeoutError:
                 pass
             self._kick.clear()

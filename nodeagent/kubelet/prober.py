@@ -80,7 +80,8 @@ def _dial_error(host: str, port: int, err: BaseException) -> str:
 async def probe_tcp(host: str, port: int, timeout_s: float) -> Outcome:
     """Success when a TCP connection opens within the timeout."""
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            _, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError) as e:
         return Outcome(Result.FAILURE, _dial_error(host, port, e))
     writer.close()
@@ -151,7 +152,8 @@ async def probe_exec(exec_sync: ExecSync, container_id: str, cmd: Sequence[str],
     try:
         res = exec_sync(container_id, list(cmd), timeout_s)
         if inspect.isawaitable(res):
-            res = await asyncio.wait_for(res, timeout_s + 1.0)
+            async with asyncio.timeout(timeout_s + 1.0):
+                res = await res
     except TimeoutError:
         return Outcome(Result.FAILURE, f"command {_go_quote(' '.join(cmd))} timed out")
     code, stdout, stderr = res

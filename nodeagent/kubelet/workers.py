@@ -108,7 +108,8 @@ class PodWorkers:
             while True:
                 if wait > 0:
                     try:
-                        await asyncio.wait_for(w.wake.wait(), wait)
+                        async with asyncio.timeout(wait):  # not wait_for: on 3.11 it can lose a cancel
+                            await w.wake.wait()
                     except TimeoutError:
                         pass
                 w.wake.clear()

@@ -122,7 +122,8 @@ class EtcdStore:
             self._rev = self._ring_base = self._feed_rev = int(resp["header"]["revision"])
             self._feed_ready = asyncio.get_running_loop().create_future()
             self._feed = asyncio.create_task(self._run_feed(), name=f"etcd-feed{self.prefix}")
-            await asyncio.wait_for(asyncio.shield(self._feed_ready), self._timeout)
+            async with asyncio.timeout(self._timeout):
+                await asyncio.shield(self._feed_ready)
         except BaseException:
             await self.close()  # nothing left running or open
             raise

@@ -43,7 +43,8 @@ async def relay(request: web.Request, url: str, extra_query: str = "") -> web.St
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # the runtime's streaming URL is local and one-time
     try:
-        r, w = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=ctx), 10)
+        async with asyncio.timeout(10):
+            r, w = await asyncio.open_connection(host, port, ssl=ctx)
     except (OSError, TimeoutError) as e:
         raise web.HTTPBadGateway(text=f"error dialing the runtime's streaming server at {host}:{port}: {e}") \
             from None

@@ -268,7 +268,8 @@ class Framework:
         fut: asyncio.Future[Status | None] = asyncio.get_running_loop().create_future()
         self.waiting[pod.uid] = fut
         try:
-            return await asyncio.wait_for(fut, wait_seconds)
+            async with asyncio.timeout(wait_seconds):
+                return await fut
         except TimeoutError:
             return Status(Code.UNSCHEDULABLE, ("rejected due to timeout after waiting at permit",), "")
         finally:
