@@ -11,9 +11,18 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export VAGRANT_HOME=${VAGRANT_HOME:-$REPO/.cache/lab/vagrant.d}
 export VAGRANT_DOTFILE_PATH=${VAGRANT_DOTFILE_PATH:-$REPO/.cache/lab/dot}
 export VAGRANT_DEFAULT_PROVIDER=libvirt VAGRANT_CHECKPOINT_DISABLE=1
-# KVM when this host has a usable /dev/kvm, else QEMU's software emulation; LAB_LIBVIRT_DRIVER wins.
+# KVM when it can start a vCPU here, else QEMU's software emulation; LAB_LIBVIRT_DRIVER wins. A
+# /dev/kvm that opens is not enough: on some nested hosts QEMU aborts at the first MSR write ("failed to
+# set MSR 0x10a"), so a paused throwaway QEMU that is still alive after 3 s is the test.
+kvm_starts_a_vcpu() {
+    [[ -r /dev/kvm && -w /dev/kvm ]] && command -v qemu-system-x86_64 >/dev/null || return 1
+    local rc=0
+    timeout 3 qemu-system-x86_64 -accel kvm -cpu host -m 64 -nodefaults -display none -S -monitor none \
+        >/dev/null 2>&1 || rc=$?
+    [[ $rc == 124 ]]
+}
 if [[ -z ${LAB_LIBVIRT_DRIVER:-} ]]; then
-    if [[ -r /dev/kvm && -w /dev/kvm ]]; then LAB_LIBVIRT_DRIVER=kvm; else LAB_LIBVIRT_DRIVER=qemu; fi
+    if kvm_starts_a_vcpu; then LAB_LIBVIRT_DRIVER=kvm; else LAB_LIBVIRT_DRIVER=qemu; fi
 fi
 # This host's extra CAs (a TLS-intercepting proxy's, say) so the guests reach PyPI as it does.
 if [[ -z ${LAB_CA_CERTS:-} ]] && compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
