@@ -58,7 +58,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 
-from netproxy.iptables.nftrules import encode
+from netproxy.iptables.nftrules import body, encode
 from netproxy.iptables.plan import (
     FILTER,
     NAT,
@@ -315,7 +315,7 @@ class IptablesNftProxier:
                 b.add_table()
                 for c in fixed[NAT]:
                     b.add_chain(c)
-            add, enc = b.add_rule, encode
+            append = b.append_rules
             for p, whole in pending:
                 mine = [c for c in p.chains if c not in fixed_nat and (whole or c not in existing)]
                 for c in mine:
@@ -324,8 +324,7 @@ class IptablesNftProxier:
                     else:
                         b.add_chain(c)
                 for c in mine:
-                    for spec in p.chains[c]:
-                        add(c, *enc(spec))
+                    append(c, p.chains[c], body)
                 preloaded.update(mine)
             pending.clear()
             counts["chains"] += b.counts["chains"] - (0 if chunks else len(fixed[NAT]))
@@ -397,12 +396,12 @@ class IptablesNftProxier:
             specs = order[key]
             for p in plans.values():
                 specs.extend(p.dispatch.get(key, ()))
-            last = len(specs) - 1
-            for i, spec in enumerate(specs):
-                exprs, compat = encode(spec)
-                idx = b.add_rule(key[1], exprs, compat, echo=i == 0 or i == last)
-                if i == 0 or i == last:
-                    echo[idx] = key
+            ends = [0, len(specs) - 1] if len(specs) > 1 else [0] if specs else []
+            for i in ends:
+                if i:
+                    b.append_rules(key[1], specs[1:-1], body)
+                exprs, compat = encode(specs[i])
+                echo[b.add_rule(key[1], exprs, compat, echo=True)] = key
 
         for table in (NAT, FILTER):
             b.use(table)
@@ -428,12 +427,11 @@ class IptablesNftProxier:
                     for spec in specs:
                         rule(c, spec)
             if table == NAT:
-                add, enc = b.add_rule, encode  # the hot loop: ~11 rules per Service port
+                append = b.append_rules  # the hot loop: ~11 rules per Service port
                 for p in plans.values():
                     for c, specs in p.chains.items():
                         if c not in preloaded:
-                            for spec in specs:
-                                add(c, *enc(spec))
+                            append(c, specs, body)
             for key in order:
                 if key[0] == table:
                     dispatch(key, plans)
