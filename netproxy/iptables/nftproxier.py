@@ -307,6 +307,8 @@ class IptablesNftProxier:
         chunk = self.resync_chunk if old else chunk
         counts = {"chains": 0, "rules": 0}
         chunks = 0
+        # the dispatch rules' bodies, per chain in plan order (the last transaction appends them)
+        prebuilt: dict[tuple[str, str], list[bytes]] = {k: [] for k in self._dispatch_chains()}
 
         def send_chunk() -> None:
             nonlocal chunks
@@ -335,6 +337,8 @@ class IptablesNftProxier:
         try:
             for spn, p in items:
                 done[spn] = p
+                for key, specs in p.dispatch.items():  # encoded now, while earlier chunks commit
+                    prebuilt[key].extend(map(body, specs))
                 # a port whose dispatch rules stay as the kernel has them (the last sync's) has its
                 # chains rewritten whole in a chunk: traffic sees all of its old or all of its new rules
                 q = old.get(spn)
@@ -345,7 +349,7 @@ class IptablesNftProxier:
                         send_chunk()
             pending.clear()  # fewer than a chunk's worth left: they go in the last transaction
             t_chunks = time.perf_counter()
-            b = self._final_batch(done, preloaded, existing, exists, present, base, fixed)
+            b = self._final_batch(done, preloaded, existing, exists, present, base, fixed, prebuilt)
             t1 = time.perf_counter()
             writer.put(b)
             writer.close()
@@ -366,12 +370,14 @@ class IptablesNftProxier:
 
     def _final_batch(self, plans: dict[ServicePortName, PortRules], preloaded: set[str], existing: set[str],
                      exists: set[tuple[str, str]], present: set[tuple[str, str, str]],
-                     base: dict[tuple[str, str], list[str]], fixed: dict[str, list[str]]) -> nl.Batch:
+                     base: dict[tuple[str, str], list[str]], fixed: dict[str, list[str]],
+                     prebuilt: dict[tuple[str, str], list[bytes]] | None = None) -> nl.Batch:
         """The full sync's last transaction: every chain of ours not preloaded by a chunk, the
         dispatch rules (their order kept in self._order for the handle read), hooks, stale chains."""
         n = self.names
         b = nl.Batch(NAT)
         order: dict[tuple[str, str], list[str]] = {k: [] for k in self._dispatch_chains()}
+        prebuilt = prebuilt or {}
         echo: dict[int, tuple[str, str]] = {}  # message index -> its dispatch chain (first/last of a run)
         self._echo = echo
         wanted: set[str] = set()
@@ -396,12 +402,14 @@ class IptablesNftProxier:
             specs = order[key]
             for p in plans.values():
                 specs.extend(p.dispatch.get(key, ()))
+            bodies = prebuilt.get(key)
+            if bodies is None or len(bodies) != len(specs):
+                bodies = [body(spec) for spec in specs]
             ends = [0, len(specs) - 1] if len(specs) > 1 else [0] if specs else []
             for i in ends:
                 if i:
-                    b.append_rules(key[1], specs[1:-1], body)
-                exprs, compat = encode(specs[i])
-                echo[b.add_rule(key[1], exprs, compat, echo=True)] = key
+                    b.append_rules(key[1], bodies[1:-1], bytes)
+                echo[b.add_rule_body(key[1], bodies[i], echo=True)] = key
 
         for table in (NAT, FILTER):
             b.use(table)

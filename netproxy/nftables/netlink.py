@@ -429,6 +429,20 @@ class Batch:
         self.counts["rules"] += 1
         return len(offsets) - 1
 
+    def add_rule_body(self, chain: str, body: bytes, echo: bool = False) -> int:
+        """Append a rule whose payload after table and chain (expressions nest, any compat) is
+        built already; `echo` as in add_rule. Returns the message's index in the batch."""
+        head = _rule_head(self.table, chain)
+        buf, offsets = self.buf if len(self.buf) < _SEGMENT else self._seal(), self.offsets
+        offsets.append(self._base + len(buf))
+        buf += _nlhdr(20 + len(head) + len(body), _NEWRULE, NLM_F_REQUEST | _APPEND | (NLM_F_ECHO if echo else 0),
+                      len(offsets), 0)
+        buf += self._nfgen
+        buf += head
+        buf += body
+        self.counts["rules"] += 1
+        return len(offsets) - 1
+
     def append_rules(self, chain: str, items: Iterable[T], body: Callable[[T], bytes]) -> None:
         """Append one rule per item, `body(item)` being its payload after table and chain (the
         expressions nest and any NFTA_RULE_COMPAT): a full load's hot loop, with the chain's
