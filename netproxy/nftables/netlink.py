@@ -310,7 +310,17 @@ _EXPRS_NESTED = RULE_EXPRESSIONS | NLA_F_NESTED
 
 @functools.lru_cache(maxsize=1024)  # a chain's rules are added together: a small LRU suffices
 def _rule_head(table: str, chain: str) -> bytes:
-    return attr(RULE_TABLE, table.encode() + b"\0") + attr(RULE_CHAIN, chain.encode() + b"\0")
+    return s(RULE_TABLE, table) + _name_attr(RULE_CHAIN, chain)
+
+
+def _name_attr(t: int, name: str) -> bytes:
+    """A NUL-terminated string attribute (chain names: mostly new ones, so not through `s`'s LRU)."""
+    raw = name.encode()
+    n = 5 + len(raw)
+    return _hdr(n, t) + raw + _NUL_PAD[n & 3]
+
+
+_NUL_PAD = (b"\0", b"\0\0\0\0", b"\0\0\0", b"\0\0")  # the NUL, then padding to 4 (by 4 + len + 1)
 
 
 class _Messages:
@@ -396,7 +406,7 @@ class Batch:
 
     def add_chain(self, name: str, hook: int | None = None, priority: int = 0, type_: str = "nat",
                   policy: int | None = ACCEPT) -> None:
-        body = s(CHAIN_TABLE, self.table) + s(CHAIN_NAME, name)
+        body = s(CHAIN_TABLE, self.table) + _name_attr(CHAIN_NAME, name)
         if hook is not None:
             body += nest(CHAIN_HOOK, u32(HOOK_HOOKNUM, hook), i32(HOOK_PRIORITY, priority))
             body += s(CHAIN_TYPE, type_) + (u32(CHAIN_POLICY, policy) if policy is not None else b"")
