@@ -9,8 +9,11 @@ full load is superlinear in user space (56 s at 10k Services); why not legacy
 x_tables: every change there is a whole-table replace (~0.3-0.5 s at 10k).
 
 - Full sync: one nf_tables transaction (both tables): create/flush every chain we
-  own, append every rule, drop stale chains; then one dump of the dispatch chains
-  records each dispatch rule's handle (their order is the order we appended).
+  own, append every rule, drop stale chains. Each dispatch chain's rules go as one
+  contiguous run of messages whose first and last are echoed (NLM_F_ECHO): the kernel
+  gives a table's new rules consecutive handles in message order, so a run of n rules
+  whose ends are n - 1 apart holds first..last in order (else, a dump of that chain's
+  handles; 0.3 s at 10k, which the echo saves).
   Chains the kernel does not have yet (the initial load, or >= CHUNK new ports) are
   first created and filled in transactions of CHUNK ports, sent by a writer thread
   while this one plans and encodes the next chunk (sendmsg releases the GIL): nothing

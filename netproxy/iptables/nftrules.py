@@ -13,8 +13,12 @@ drop/return) or an xt compat `target` (DNAT rev 2, MASQUERADE, MARK rev 2,
 REJECT). The rule also carries NFTA_RULE_COMPAT (its -p protocol), which xt
 matches such as tcp check.
 
-Only the vocabulary netproxy's plans use is understood (an unknown option raises),
-and each spec's bytes are cached: a resync encodes nothing it encoded before.
+Only the vocabulary netproxy's plans use is understood (an unknown option raises).
+`body` is the full loads' entry: the shapes that make up a large cluster's ruleset
+(KUBE-SEP masquerade and DNAT, KUBE-SVC statistic jumps, plain jumps, the ClusterIP
+dispatch rule) are spliced from byte templates built once per shape (and per verdict
+chain name length), ~1.5-3 us a rule here against 5-15 us through the parser; any other
+spec goes through the general encoder. Only small repeated pieces are cached.
 """
 
 from __future__ import annotations
