@@ -231,7 +231,10 @@ class IptablesNftProxier:
             gc_on = gc.isenabled()
             gc.disable()
             try:
-                result = self.full_sync(plans())
+                # fewer than two chunks' worth of ports: one transaction (a lone chunk overlaps nothing
+                # and costs a transaction and a validation walk more: 0.48 s against 0.31 s at 1k)
+                one = len(state.services) < 2 * self.chunk
+                result = self.full_sync(plans(), chunk=10**9 if one else None)
             finally:
                 if gc_on:
                     gc.enable()
