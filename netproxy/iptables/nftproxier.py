@@ -26,27 +26,41 @@ x_tables: every change there is a whole-table replace (~0.3-0.5 s at 10k).
   refilled, chains added/deleted, and the dispatch rules deleted by handle or
   inserted with NLM_F_ECHO (the kernel returns the new handles).
 
-Measured (bench/netproxy_sync.py, 10k Services x 3 endpoints, 110k rules, this 2-core machine
-shared with emulated VMs, load 8-20): full sync 4.8-4.9 s wall against 2.2-2.9 s for one
-iptables-legacy-restore of the same ruleset right after it (and 5.3 s for the legacy mode's own
-streamed full sync in the same run); in CPU, 4.0-4.5 s against the restore's 2.0-2.3 s, of which
-the kernel's nf_tables commit alone takes ~2.0-2.5 s (per rule: netlink parsing, a linear
-expression-type lookup by name, xt checkentry for compat expressions). A one-Service change costs
-~80-90 ms of CPU at 10k, nearly all of it the kernel re-validating every chain reachable from the
-nat base chains on commit (O(table), for any nf_tables writer: iptables-nft-restore's partial
-restore of the same change measures 110-190 ms in the same table); deletions alone skip it.
+Measured (bench/netproxy_sync.py, 10k Services x 3 endpoints, 110k rules, this 2-core KVM machine
+shared with other sessions' VMs, load 3-4.4, 2026-11-23, alternating with the code before these
+measures in the same minutes): full sync 2.9-4.5 s wall (one outlier 5.7 s), 1.1-1.8x the
+iptables-legacy-restore of the same ruleset right after it (2.1-3.1 s; median ratio 1.43), against
+5.0-7.1 s and 2.0-2.5x before; CPU 3.0-4.0 s against the restore's 1.9-2.6 s (before: 4.2-4.9 s).
+Of that CPU the kernel's nf_tables commit is 1.7-2.2 s, i.e. about the restore's whole cost (perf:
+half of nf_tables_newrule is the expression-type lookup, which compares every expression's name
+with every registered type; then allocation, xt checkentry, percpu counters), and Python 1.0-1.7 s
+(planning ~0.45 s, rule bodies ~0.45 s, chain messages and framing ~0.2 s; more in CPU time when
+the writer thread commits beside it). What made the Python side cheaper: rule bodies spliced from
+per-shape templates (nftrules.body), appended per chain with the chain's header built once, the
+batch in 1 MiB segments (regrowing one 40 MB bytearray copied it ~20 times), no cyclic GC during
+the load (~0.4 s), dispatch handles from echoed runs instead of a dump (0.3 s), dispatch bodies
+encoded while the chunks commit.
 
-Chunked initial load, measured (2026-11-23, same machine, load 3.7-4.0, 10k Services, alternating
-with one transaction in one process): wall 4.25-5.07 s chunked (CHUNK 1000: 10 chunks + 1) against
-4.25-5.25 s in one transaction, CPU 4.15-4.79 s against 4.08-4.91 s: no gain and no cost here,
-because this VM does not give a process a second core's worth of CPU (a GIL-free C thread beside a
-Python loop doubles the loop's wall at unchanged CPU), so the wall is the sum of Python (~2.3 s)
-and kernel (~2.0 s) either way; with an idle second core the overlap leaves about max(Python,
-kernel) plus the last transaction (~0.3 s). Resyncs rewriting whole Services in chunks
-(resync_chunk 2500-5000) measured no better than one transaction (3.2-3.9 s against 3.0-3.9 s at
-load 5-7; 10 chunks of 1000 cost ~+1 s CPU, a whole-table validation walk per chunk), hence off.
-bench/netproxy_sync.py at load 3.2 (same run): 10k full sync 4.24 s chunked, 4.31 s one transaction,
-legacy floor 2.31/2.39 s (1.84x/1.80x); CPU 4.42/4.14 s vs the floor's 2.22/2.24 s.
+A one-Service change is the kernel's: p50 93-138 ms at 10k (5k: 47-58 ms, 1k: 14-18 ms), beside
+84-172 ms for the kernel commit of any nat rule add in the same table and 108-146 ms for
+iptables-nft-restore's partial restore of the same change; our Python is ~1 ms of it. perf puts
+94% of the change in nf_tables_validate: a transaction adding a rule with any expression that has
+a ->validate op (immediate verdicts, xt matches and targets: every rule iptables writes) marks the
+table for validation, and the commit then walks every chain reachable from the base chains. This
+6.18 kernel remembers validated chains per (chain type, hook), so the KUBE-SERVICES tree is walked
+once from PREROUTING and again from OUTPUT: ~220k rule visits at 10k, 85-95 ms of CPU here; the
+same transaction with a counter-only rule costs ~6 ms. No message order or batching avoids it
+(one transaction is one walk; more transactions are more walks), only deletions skip it (del p50
+10-20 ms); it shrinks only with the nat table (kube-proxy's large-cluster mode already drops the
+per-endpoint comments).
+
+Chunked initial load vs one transaction (same runs, alternating): chunked 2.9-5.7 s, one
+transaction 3.65-6.3 s; the chunked load wins (down to 2.9-3.1 s) when the second core is free and
+loses when the machine is busy, at ~0.3-0.5 s more CPU of this thread. Kept from two chunks' worth
+of ports up; below that one transaction (a lone chunk overlaps nothing: 0.48 s against 0.31 s at
+1k). Resyncs rewriting whole Services in chunks (resync_chunk 2500-5000) measured no better than
+one transaction (3.2-3.9 s against 3.0-3.9 s at load 5-7, before these measures; 10 chunks of 1000
+cost ~+1 s CPU, a whole-table validation walk per chunk), hence off.
 
 Blocking: call it from the proxy's netns worker thread (the socket lives in that netns); the
 chunks' writer thread shares that socket (bound in the same netns) and is joined before returning.
