@@ -340,22 +340,31 @@ def _body_fast(spec: str) -> bytes | None:
         cj = _counter_jump(target)
         return _hdr(4 + len(cj), _EXPRS_NESTED) + cj
     if head == "-s ":
-        src, sep, target = spec[3:].partition(" -j ")
-        if not sep or not src.endswith("/32") or " " in src or " " in target or not _is_chain(target) \
-                or not target.isascii():
+        src, _, target = spec[3:].partition(" -j ")
+        parts = _SRC_JUMP.get(target)
+        if parts is None:
+            if " " in target or not _is_chain(target) or not target.isascii():
+                return None
+            cj = _counter_jump(target)
+            parts = (_hdr(8 + len(_SADDR_PRE) + len(cj), _EXPRS_NESTED) + _SADDR_PRE, cj)
+            if len(_SRC_JUMP) < 256:  # the few masquerade/Local targets: KUBE-MARK-MASQ, mostly
+                _SRC_JUMP[target] = parts
+        if not src.endswith("/32") or " " in src:
             return None
-        cj = _counter_jump(target)
-        return _hdr(8 + len(_SADDR_PRE) + len(cj), _EXPRS_NESTED) + _SADDR_PRE + _aton(src[:-3]) + cj
+        return parts[0] + _aton(src[:-3]) + parts[1]
     if head != "-m ":
         return None
-    if spec.startswith(_STAT_PREFIX):
+    kind = spec[3:5]
+    if kind == "st":
+        if not spec.startswith(_STAT_PREFIX):
+            return None
         prob, sep, target = spec[len(_STAT_PREFIX):].partition(" -j ")
         if not sep or " " in prob or " " in target or not _is_chain(target) or not target.isascii():
             return None
         x = _statistic_s(prob) + _counter_jump(target)
         return _hdr(4 + len(x), _EXPRS_NESTED) + x
-    if spec.startswith("-m comment --comment \""):
-        return _dispatch_body(spec)
+    if kind == "co":
+        return _dispatch_body(spec) if spec.startswith("-m comment --comment \"") else None
     for prefix, proto in _DNAT_PREFIXES.items():
         if spec.startswith(prefix):
             ip, _, port = spec[len(prefix):].partition(":")
@@ -365,6 +374,9 @@ def _body_fast(spec: str) -> bytes | None:
             a = _aton(ip)
             return _dnat_pre(proto, bool(port)) + _DNAT_VAR.pack(a, a, pp, pp) + _COMPAT[proto]
     return None
+
+
+_SRC_JUMP: dict[str, tuple[bytes, bytes]] = {}  # `-s IP/32 -j T`: T -> the bytes before and after IP
 
 
 @functools.lru_cache(maxsize=4096)
