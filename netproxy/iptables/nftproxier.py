@@ -31,7 +31,11 @@ shared with other sessions' VMs, load 3-4.4, 2026-11-23, alternating with the co
 measures in the same minutes): full sync 2.9-4.5 s wall (one outlier 5.7 s), 1.1-1.8x the
 iptables-legacy-restore of the same ruleset right after it (2.1-3.1 s; median ratio 1.43), against
 5.0-7.1 s and 2.0-2.5x before; CPU 3.0-4.0 s against the restore's 1.9-2.6 s (before: 4.2-4.9 s).
-Of that CPU the kernel's nf_tables commit is 1.7-2.2 s, i.e. about the restore's whole cost (perf:
+At load 1.1 (a free second core): 2.64 s chunked against 2.23 s (1.18x; one transaction 4.03 s),
+the code before 3.50 s (1.42 s adjacent floor, 2.22 s in its floors line) and 5.22 s in one
+transaction. With a free core the chunked load is kernel-bound: its wall is about the kernel's
+CPU (2.1-2.3 s) plus the first chunk's encoding and the last transaction's Python.
+Of that CPU the kernel's nf_tables commit is 1.7-2.3 s, i.e. about the restore's whole cost (perf:
 half of nf_tables_newrule is the expression-type lookup, which compares every expression's name
 with every registered type; then allocation, xt checkentry, percpu counters), and Python 1.0-1.7 s
 (planning ~0.45 s, rule bodies ~0.45 s, chain messages and framing ~0.2 s; more in CPU time when
