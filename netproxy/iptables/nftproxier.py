@@ -9,8 +9,11 @@ full load is superlinear in user space (56 s at 10k Services); why not legacy
 x_tables: every change there is a whole-table replace (~0.3-0.5 s at 10k).
 
 - Full sync: one nf_tables transaction (both tables): create/flush every chain we
-  own, append every rule, drop stale chains; then one dump of the dispatch chains
-  records each dispatch rule's handle (their order is the order we appended).
+  own, append every rule, drop stale chains. Each dispatch chain's rules go as one
+  contiguous run of messages whose first and last are echoed (NLM_F_ECHO): the kernel
+  gives a table's new rules consecutive handles in message order, so a run of n rules
+  whose ends are n - 1 apart holds first..last in order (else, a dump of that chain's
+  handles; 0.3 s at 10k, which the echo saves).
   Chains the kernel does not have yet (the initial load, or >= CHUNK new ports) are
   first created and filled in transactions of CHUNK ports, sent by a writer thread
   while this one plans and encodes the next chunk (sendmsg releases the GIL): nothing
@@ -23,27 +26,45 @@ x_tables: every change there is a whole-table replace (~0.3-0.5 s at 10k).
   refilled, chains added/deleted, and the dispatch rules deleted by handle or
   inserted with NLM_F_ECHO (the kernel returns the new handles).
 
-Measured (bench/netproxy_sync.py, 10k Services x 3 endpoints, 110k rules, this 2-core machine
-shared with emulated VMs, load 8-20): full sync 4.8-4.9 s wall against 2.2-2.9 s for one
-iptables-legacy-restore of the same ruleset right after it (and 5.3 s for the legacy mode's own
-streamed full sync in the same run); in CPU, 4.0-4.5 s against the restore's 2.0-2.3 s, of which
-the kernel's nf_tables commit alone takes ~2.0-2.5 s (per rule: netlink parsing, a linear
-expression-type lookup by name, xt checkentry for compat expressions). A one-Service change costs
-~80-90 ms of CPU at 10k, nearly all of it the kernel re-validating every chain reachable from the
-nat base chains on commit (O(table), for any nf_tables writer: iptables-nft-restore's partial
-restore of the same change measures 110-190 ms in the same table); deletions alone skip it.
+Measured (bench/netproxy_sync.py, 10k Services x 3 endpoints, 110k rules, this 2-core KVM machine
+shared with other sessions' VMs, load 3-4.4, 2026-11-23, alternating with the code before these
+measures in the same minutes): full sync 2.9-4.5 s wall (one outlier 5.7 s), 1.1-1.8x the
+iptables-legacy-restore of the same ruleset right after it (2.1-3.1 s; median ratio 1.43), against
+5.0-7.1 s and 2.0-2.5x before; CPU 3.0-4.0 s against the restore's 1.9-2.6 s (before: 4.2-4.9 s).
+At load 1.1 (a free second core): 2.64 s chunked against 2.23 s (1.18x; one transaction 4.03 s),
+the code before 3.50 s (1.42 s adjacent floor, 2.22 s in its floors line) and 5.22 s in one
+transaction. With a free core the chunked load is kernel-bound: its wall is about the kernel's
+CPU (2.1-2.3 s) plus the first chunk's encoding and the last transaction's Python.
+Of that CPU the kernel's nf_tables commit is 1.7-2.3 s, i.e. about the restore's whole cost (perf:
+half of nf_tables_newrule is the expression-type lookup, which compares every expression's name
+with every registered type; then allocation, xt checkentry, percpu counters), and Python 1.0-1.7 s
+(planning ~0.45 s, rule bodies ~0.45 s, chain messages and framing ~0.2 s; more in CPU time when
+the writer thread commits beside it). What made the Python side cheaper: rule bodies spliced from
+per-shape templates (nftrules.body), appended per chain with the chain's header built once, the
+batch in 1 MiB segments (regrowing one 40 MB bytearray copied it ~20 times), no cyclic GC during
+the load (~0.4 s), dispatch handles from echoed runs instead of a dump (0.3 s), dispatch bodies
+encoded while the chunks commit.
 
-Chunked initial load, measured (2026-11-23, same machine, load 3.7-4.0, 10k Services, alternating
-with one transaction in one process): wall 4.25-5.07 s chunked (CHUNK 1000: 10 chunks + 1) against
-4.25-5.25 s in one transaction, CPU 4.15-4.79 s against 4.08-4.91 s: no gain and no cost here,
-because this VM does not give a process a second core's worth of CPU (a GIL-free C thread beside a
-Python loop doubles the loop's wall at unchanged CPU), so the wall is the sum of Python (~2.3 s)
-and kernel (~2.0 s) either way; with an idle second core the overlap leaves about max(Python,
-kernel) plus the last transaction (~0.3 s). Resyncs rewriting whole Services in chunks
-(resync_chunk 2500-5000) measured no better than one transaction (3.2-3.9 s against 3.0-3.9 s at
-load 5-7; 10 chunks of 1000 cost ~+1 s CPU, a whole-table validation walk per chunk), hence off.
-bench/netproxy_sync.py at load 3.2 (same run): 10k full sync 4.24 s chunked, 4.31 s one transaction,
-legacy floor 2.31/2.39 s (1.84x/1.80x); CPU 4.42/4.14 s vs the floor's 2.22/2.24 s.
+A one-Service change is the kernel's: p50 93-138 ms at 10k (5k: 47-58 ms, 1k: 14-18 ms), beside
+84-172 ms for the kernel commit of any nat rule add in the same table and 108-146 ms for
+iptables-nft-restore's partial restore of the same change; our Python is ~1 ms of it. perf puts
+94% of the change in nf_tables_validate: a transaction adding a rule with any expression that has
+a ->validate op (immediate verdicts, xt matches and targets: every rule iptables writes) marks the
+table for validation, and the commit then walks every chain reachable from the base chains. This
+6.18 kernel remembers validated chains per (chain type, hook), so the KUBE-SERVICES tree is walked
+once from PREROUTING and again from OUTPUT: ~220k rule visits at 10k, 85-95 ms of CPU here; the
+same transaction with a counter-only rule costs ~6 ms. No message order or batching avoids it
+(one transaction is one walk; more transactions are more walks), only deletions skip it (del p50
+10-20 ms); it shrinks only with the nat table (kube-proxy's large-cluster mode already drops the
+per-endpoint comments).
+
+Chunked initial load vs one transaction (same runs, alternating): chunked 2.9-5.7 s, one
+transaction 3.65-6.3 s; the chunked load wins (down to 2.9-3.1 s) when the second core is free and
+loses when the machine is busy, at ~0.3-0.5 s more CPU of this thread. Kept from two chunks' worth
+of ports up; below that one transaction (a lone chunk overlaps nothing: 0.48 s against 0.31 s at
+1k). Resyncs rewriting whole Services in chunks (resync_chunk 2500-5000) measured no better than
+one transaction (3.2-3.9 s against 3.0-3.9 s at load 5-7, before these measures; 10 chunks of 1000
+cost ~+1 s CPU, a whole-table validation walk per chunk), hence off.
 
 Blocking: call it from the proxy's netns worker thread (the socket lives in that netns); the
 chunks' writer thread shares that socket (bound in the same netns) and is joined before returning.
@@ -51,13 +72,14 @@ chunks' writer thread shares that socket (bound in the same netns) and is joined
 
 from __future__ import annotations
 
+import gc
 import logging
 import queue
 import threading
 import time
 from collections.abc import Iterable, Mapping
 
-from netproxy.iptables.nftrules import encode
+from netproxy.iptables.nftrules import body, encode
 from netproxy.iptables.plan import (
     FILTER,
     NAT,
@@ -115,13 +137,14 @@ class _Writer:
         self.error: BaseException | None = None
         self.cpu = 0.0  # the thread's CPU seconds: the kernel's commits, mostly
         self.thread: threading.Thread | None = None
+        self.echoed: list[tuple[int, int, dict[int, bytes]]] = []  # the last batch's echoed messages
 
     def _run(self) -> None:
         c0 = time.thread_time()
         while (b := self.queue.get()) is not None:
             if self.error is None:
                 try:
-                    self.sock.send(b)
+                    self.echoed = self.sock.send(b)
                 except BaseException as e:  # handed to the caller
                     self.error = e
         self.cpu = time.thread_time() - c0
@@ -168,6 +191,8 @@ class IptablesNftProxier:
         self.chunk = chunk
         self.resync_chunk = resync_chunk  # 0: resyncs rewrite existing chains in the last transaction
         self._order: dict[tuple[str, str], list[str]] = {}  # the last full sync's dispatch rules, in order
+        self._echo: dict[int, tuple[str, str]] = {}  # the last full sync's echoed dispatch rules
+        self.handle_reads = 0
         self.timing: dict[str, float] = {}  # the last full sync's phases, seconds (benchmarks print them)
         # the last one-Service change: wall and this thread's CPU seconds (user + the kernel's work in
         # sendmsg), the second independent of how busy the machine is
@@ -219,7 +244,18 @@ class IptablesNftProxier:
                     planned += time.perf_counter() - t
                     yield spn, p
 
-            result = self.full_sync(plans())
+            # no cyclic GC while ~100k short-lived objects come and go (measured: ~0.4 s CPU at 10k
+            # Services); the plans we keep hold no cycles
+            gc_on = gc.isenabled()
+            gc.disable()
+            try:
+                # fewer than two chunks' worth of ports: one transaction (a lone chunk overlaps nothing
+                # and costs a transaction and a validation walk more: 0.48 s against 0.31 s at 1k)
+                one = len(state.services) < 2 * self.chunk
+                result = self.full_sync(plans(), chunk=10**9 if one else None)
+            finally:
+                if gc_on:
+                    gc.enable()
             self._inputs = {spn: v for spn, v in self._inputs.items() if spn in self.plans}
             # cpu: this thread's and the writer thread's CPU seconds for the whole sync (the kernel's
             # work in sendmsg included), which a busy machine does not inflate the way it does wall time
@@ -295,6 +331,8 @@ class IptablesNftProxier:
         chunk = self.resync_chunk if old else chunk
         counts = {"chains": 0, "rules": 0}
         chunks = 0
+        # the dispatch rules' bodies, per chain in plan order (the last transaction appends them)
+        prebuilt: dict[tuple[str, str], list[bytes]] = {k: [] for k in self._dispatch_chains()}
 
         def send_chunk() -> None:
             nonlocal chunks
@@ -303,7 +341,7 @@ class IptablesNftProxier:
                 b.add_table()
                 for c in fixed[NAT]:
                     b.add_chain(c)
-            add, enc = b.add_rule, encode
+            append = b.append_rules
             for p, whole in pending:
                 mine = [c for c in p.chains if c not in fixed_nat and (whole or c not in existing)]
                 for c in mine:
@@ -312,8 +350,7 @@ class IptablesNftProxier:
                     else:
                         b.add_chain(c)
                 for c in mine:
-                    for spec in p.chains[c]:
-                        add(c, *enc(spec))
+                    append(c, p.chains[c], body)
                 preloaded.update(mine)
             pending.clear()
             counts["chains"] += b.counts["chains"] - (0 if chunks else len(fixed[NAT]))
@@ -324,6 +361,8 @@ class IptablesNftProxier:
         try:
             for spn, p in items:
                 done[spn] = p
+                for key, specs in p.dispatch.items():  # encoded now, while earlier chunks commit
+                    prebuilt[key].extend(map(body, specs))
                 # a port whose dispatch rules stay as the kernel has them (the last sync's) has its
                 # chains rewritten whole in a chunk: traffic sees all of its old or all of its new rules
                 q = old.get(spn)
@@ -334,9 +373,15 @@ class IptablesNftProxier:
                         send_chunk()
             pending.clear()  # fewer than a chunk's worth left: they go in the last transaction
             t_chunks = time.perf_counter()
-            b = self._final_batch(done, preloaded, existing, exists, present, base, fixed)
+            b = self._final_batch(done, preloaded, existing, exists, present, base, fixed, prebuilt)
             t1 = time.perf_counter()
             writer.put(b)
+            if not gc.isenabled():
+                # sync() paused the cyclic GC: the objects made since then (the plans, ~100k containers
+                # at 10k Services) would cost the first collection after it ~90 ms, on the sync's path
+                # (measured); collect the young generations now, while the kernel commits on the writer
+                # thread (~150 ms here; a full collection measured 200-400 ms and is left to Python)
+                gc.collect(1)
             writer.close()
         except BaseException:
             writer.close(raise_error=False)
@@ -345,7 +390,7 @@ class IptablesNftProxier:
         t2 = time.perf_counter()
         self.plans = done
         self._known_chains = {c for p in done.values() for c in p.chains}
-        self._record_handles(sock, self._order)
+        self._record_handles(sock, self._order, writer.echoed)
         t3 = time.perf_counter()
         self.timing = {"read": t_state - t0, "chunks": float(chunks), "encode_chunks": t_chunks - t_state,
                        "encode_last": t1 - t_chunks, "wait": t2 - t1, "kernel_cpu": writer.cpu,
@@ -355,12 +400,16 @@ class IptablesNftProxier:
 
     def _final_batch(self, plans: dict[ServicePortName, PortRules], preloaded: set[str], existing: set[str],
                      exists: set[tuple[str, str]], present: set[tuple[str, str, str]],
-                     base: dict[tuple[str, str], list[str]], fixed: dict[str, list[str]]) -> nl.Batch:
+                     base: dict[tuple[str, str], list[str]], fixed: dict[str, list[str]],
+                     prebuilt: dict[tuple[str, str], list[bytes]] | None = None) -> nl.Batch:
         """The full sync's last transaction: every chain of ours not preloaded by a chunk, the
         dispatch rules (their order kept in self._order for the handle read), hooks, stale chains."""
         n = self.names
         b = nl.Batch(NAT)
         order: dict[tuple[str, str], list[str]] = {k: [] for k in self._dispatch_chains()}
+        prebuilt = prebuilt or {}
+        echo: dict[int, tuple[str, str]] = {}  # message index -> its dispatch chain (first/last of a run)
+        self._echo = echo
         wanted: set[str] = set()
 
         def chain(name: str) -> None:
@@ -375,6 +424,22 @@ class IptablesNftProxier:
         def rule(chain_name: str, spec: str) -> None:
             exprs, compat = encode(spec)
             b.add_rule(chain_name, exprs, compat)
+
+        def dispatch(key: tuple[str, str], plans: dict[ServicePortName, PortRules]) -> None:
+            # one contiguous run of rule messages per dispatch chain, its first and last echoed: the
+            # kernel numbers a table's new rules in message order, so the run's handles are
+            # first..last when last - first + 1 == len(run) (checked in _record_handles)
+            specs = order[key]
+            for p in plans.values():
+                specs.extend(p.dispatch.get(key, ()))
+            bodies = prebuilt.get(key)
+            if bodies is None or len(bodies) != len(specs):
+                bodies = [body(spec) for spec in specs]
+            ends = [0, len(specs) - 1] if len(specs) > 1 else [0] if specs else []
+            for i in ends:
+                if i:
+                    b.append_rules(key[1], bodies[1:-1], bytes)
+                echo[b.add_rule_body(key[1], bodies[i], echo=True)] = key
 
         for table in (NAT, FILTER):
             b.use(table)
@@ -400,16 +465,15 @@ class IptablesNftProxier:
                     for spec in specs:
                         rule(c, spec)
             if table == NAT:
-                add, enc = b.add_rule, encode  # the hot loop: ~11 rules per Service port
+                append = b.append_rules  # the hot loop: ~11 rules per Service port
                 for p in plans.values():
                     for c, specs in p.chains.items():
                         if c not in preloaded:
-                            for spec in specs:
-                                add(c, *enc(spec))
-                    for key in ((NAT, n.services), (NAT, n.nodeports)):
-                        for spec in p.dispatch.get(key, ()):
-                            rule(key[1], spec)
-                            order[key].append(spec)
+                            append(c, specs, body)
+            for key in order:
+                if key[0] == table:
+                    dispatch(key, plans)
+            if table == NAT:
                 for spec in base[(NAT, n.services + "#tail")]:
                     rule(n.services, spec)
                 stale = sorted(c for c in existing if c not in wanted and c not in fixed[NAT])
@@ -417,22 +481,31 @@ class IptablesNftProxier:
                     b.flush_chain(c)
                 for c in stale:
                     b.del_chain(c)
-            else:
-                for p in plans.values():
-                    for (t, c), specs in p.dispatch.items():
-                        if t == FILTER:
-                            for spec in specs:
-                                rule(c, spec)
-                                order[(t, c)].append(spec)
         self._order = order
         return b
 
-    def _record_handles(self, sock: nl.NftSocket, order: dict[tuple[str, str], list[str]]) -> None:
-        """The dispatch rules' handles, read back in order (we flushed and appended each chain)."""
+    def _record_handles(self, sock: nl.NftSocket, order: dict[tuple[str, str], list[str]],
+                        echoed: list[tuple[int, int, dict[int, bytes]]] = ()) -> None:
+        """The dispatch rules' handles: from the first and last rule of each chain's run, which the
+        kernel echoed (handles are allocated one per new rule of a table, in message order, so a run
+        of n rules spanning exactly n handles holds them all in order); a chain whose span does not
+        match is read back by a dump of its handles (we flushed and appended each chain in order)."""
+        ends: dict[tuple[str, str], list[int]] = {}
+        for idx, mtype, attrs in echoed:
+            key = self._echo.get(idx)
+            if key is not None and mtype == nl.NEWRULE and nl.RULE_HANDLE in attrs:
+                ends.setdefault(key, []).append(_handle(attrs))
         self.handles = {}
+        self.handle_reads = 0  # chains whose handles had to be dumped (tests, benchmarks)
         for (table, c), specs in order.items():
+            got = ends.get((table, c), [])
+            if specs and len(got) in (1, 2) and max(got) - min(got) + 1 == len(specs):
+                handles: Iterable[int] = range(min(got), max(got) + 1)
+            else:
+                handles = sock.rule_handles(table, c) if specs else ()
+                self.handle_reads += 1 if specs else 0
             by_spec: dict[str, list[int]] = {}
-            for spec, h in zip(specs, sock.rule_handles(table, c), strict=False):
+            for spec, h in zip(specs, handles, strict=False):
                 by_spec.setdefault(spec, []).append(h)
             self.handles[(table, c)] = by_spec
 

@@ -9,6 +9,7 @@ changed ports' chains and their dispatch rules.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
 
 from netproxy.hashing import ext_chain, hash16, svc_chain, svl_chain
@@ -81,6 +82,12 @@ def _proto(sp: ServicePort) -> str:
     return f"-m {p} -p {p}"
 
 
+@functools.lru_cache(maxsize=256)
+def _stat(left: int) -> str:
+    """The statistic match choosing 1 of the `left` remaining endpoints (none for the last)."""
+    return f"-m statistic --mode random --probability {1.0 / left:0.10f} " if left > 1 else ""
+
+
 def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig, large: bool = False) -> PortRules:
     """kube-proxy's rules for one Service port (headless ports get none).
 
@@ -147,14 +154,12 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig, 
         if sp.affinity_timeout:
             for ep in eps:
                 sep = seps[ep]
-                rules.append(f"{ep_comment(f'{name} -> {ep}')}-m recent --name {sep} "
+                rules.append(f"{'' if large else ep_comment(f'{name} -> {ep}')}-m recent --name {sep} "
                              f"--mask 255.255.255.255 --rsource --rcheck --seconds {sp.affinity_timeout} "
                              f"--reap -j {sep}")
         for i, ep in enumerate(eps):
-            sep = seps[ep]
             left = len(eps) - i
-            stat = f"-m statistic --mode random --probability {1.0 / left:0.10f} " if left > 1 else ""
-            rules.append(f"{ep_comment(f'{name} -> {ep}')}{stat}-j {sep}")
+            rules.append(f"{'' if large else ep_comment(f'{name} -> {ep}')}{_stat(left)}-j {seps[ep]}")
 
     if sel.cluster:
         balance(svc, sel.cluster, True)
@@ -174,12 +179,12 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig, 
             rules.append(f"-m comment --comment {_q(f'masquerade traffic for {name} external destinations')}"
                          f" -j {n.mark_masq}")
             rules.append(f"-j {svc}")
-    for ep in sel.all_reachable:
-        sep = seps[ep]
+    cmt, masq = ep_comment(name), n.mark_masq
+    for ep, sep in seps.items():
         recent = f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set " if sp.affinity_timeout else ""
         r.chains[sep] = [
-            f"{ep_comment(name)}-s {ep.ip}/32 -j {n.mark_masq}",
-            f"{ep_comment(name)}{recent}{proto} -j DNAT --to-destination {ep}",
+            f"{cmt}-s {ep.ip}/32 -j {masq}",
+            f"{cmt}{recent}{proto} -j DNAT --to-destination {ep.ip}:{ep.port}",
         ]
     return r
 

@@ -10,6 +10,7 @@ Every batch is one transaction (BATCH_BEGIN … BATCH_END in one sendmsg).
 from __future__ import annotations
 
 import array
+import bisect
 import errno
 import functools
 import itertools
@@ -17,6 +18,8 @@ import os
 import select
 import socket
 import struct
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 # netlink / nfnetlink
 NETLINK_NETFILTER = 12
@@ -85,6 +88,9 @@ BYTEORDER_HOST, BYTEORDER_BIG = 1, 2
 UD_KEYBYTEORDER, UD_DATABYTEORDER, UD_KEY_TYPEOF, UD_DATA_TYPEOF, UD_DATA_INTERVAL = 0, 1, 3, 4, 6
 UD_EXPR_PAYLOAD, UD_EXPR_META, UD_EXPR_CONCAT, UD_EXPR_NUMGEN = 7, 9, 13, 23
 UD_PROTO_IP, UD_PROTO_TH, UD_IP_SADDR, UD_IP_DADDR, UD_TH_DPORT = 12, 11, 11, 12, 2
+
+
+T = TypeVar("T")
 
 
 class NftError(OSError):
@@ -306,7 +312,17 @@ _EXPRS_NESTED = RULE_EXPRESSIONS | NLA_F_NESTED
 
 @functools.lru_cache(maxsize=1024)  # a chain's rules are added together: a small LRU suffices
 def _rule_head(table: str, chain: str) -> bytes:
-    return attr(RULE_TABLE, table.encode() + b"\0") + attr(RULE_CHAIN, chain.encode() + b"\0")
+    return s(RULE_TABLE, table) + _name_attr(RULE_CHAIN, chain)
+
+
+def _name_attr(t: int, name: str) -> bytes:
+    """A NUL-terminated string attribute (chain names: mostly new ones, so not through `s`'s LRU)."""
+    raw = name.encode()
+    n = 5 + len(raw)
+    return _hdr(n, t) + raw + _NUL_PAD[n & 3]
+
+
+_NUL_PAD = (b"\0", b"\0\0\0\0", b"\0\0\0", b"\0\0")  # the NUL, then padding to 4 (by 4 + len + 1)
 
 
 class _Messages:
@@ -319,20 +335,28 @@ class _Messages:
         return len(self.batch.offsets)
 
     def __getitem__(self, i: int) -> tuple[int, int, bytes]:
-        off = self.batch.offsets[i]
-        length, mtype, flags = struct.unpack_from("=IHH", self.batch.buf, off)
-        return mtype, flags & ~(NLM_F_REQUEST | NLM_F_ACK), bytes(self.batch.buf[off + 20:off + length])
+        buf, off = self.batch.locate(self.batch.offsets[i])
+        length, mtype, flags = struct.unpack_from("=IHH", buf, off)
+        return mtype, flags & ~(NLM_F_REQUEST | NLM_F_ACK), bytes(buf[off + 20:off + length])
+
+
+_SEGMENT = 1 << 20  # bytes per buffer segment of a batch: growing one 40 MB bytearray copies it ~20 times
 
 
 class Batch:
-    """nf_tables messages for one transaction, in order, encoded as they are added into one buffer
-    (message i carries sequence number i + 1): a 100k-rule sync holds one growing bytearray, not
-    100k small objects that would fragment the heap after they are freed."""
+    """nf_tables messages for one transaction, in order, encoded as they are added into buffer
+    segments of ~1 MiB (message i carries sequence number i + 1; a message never spans two
+    segments; they go out as one sendmsg's iovec): a 100k-rule sync holds a few dozen bytearrays, not
+    100k small objects that would fragment the heap after they are freed, and never copies a 40 MB
+    buffer to grow it. `offsets` are message offsets in the concatenation of the segments."""
 
     def __init__(self, table: str, family: int = NFPROTO_IPV4) -> None:
         self.table = table
         self.family = family
-        self.buf = bytearray()
+        self.buf = bytearray()  # the segment being filled (the last message is always in it)
+        self.segments: list[bytearray] = []  # full segments before it
+        self._bases: list[int] = []  # each full segment's offset
+        self._base = 0  # self.buf's offset
         self.offsets = array.array("Q")
         self.msgs = _Messages(self)
         self._nfgen = struct.pack("=BBH", family, 0, 0)
@@ -342,13 +366,35 @@ class Batch:
     def __len__(self) -> int:
         return len(self.offsets)
 
+    def _seal(self) -> bytearray:
+        """Start a new segment (called before a message when the current one is full)."""
+        self.segments.append(self.buf)
+        self._bases.append(self._base)
+        self._base += len(self.buf)
+        self.buf = bytearray()
+        return self.buf
+
+    def locate(self, offset: int) -> tuple[bytearray, int]:
+        """The segment holding the message at `offset`, and its offset there."""
+        if offset >= self._base:
+            return self.buf, offset - self._base
+        i = bisect.bisect_right(self._bases, offset) - 1
+        return self.segments[i], offset - self._bases[i]
+
+    @property
+    def size(self) -> int:
+        return self._base + len(self.buf)
+
+    def buffers(self) -> list[bytearray]:
+        return [*self.segments, self.buf]
+
     def use(self, table: str) -> None:
         """Address the following messages to `table` (same family): one transaction may span tables."""
         self.table = table
 
     def _add(self, msg: int, flags: int, body: bytes) -> None:
-        buf = self.buf
-        self.offsets.append(len(buf))
+        buf = self.buf if len(self.buf) < _SEGMENT else self._seal()
+        self.offsets.append(self._base + len(buf))
         buf += _nlhdr(20 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | flags,
                       len(self.offsets), 0)
         buf += self._nfgen
@@ -362,7 +408,7 @@ class Batch:
 
     def add_chain(self, name: str, hook: int | None = None, priority: int = 0, type_: str = "nat",
                   policy: int | None = ACCEPT) -> None:
-        body = s(CHAIN_TABLE, self.table) + s(CHAIN_NAME, name)
+        body = s(CHAIN_TABLE, self.table) + _name_attr(CHAIN_NAME, name)
         if hook is not None:
             body += nest(CHAIN_HOOK, u32(HOOK_HOOKNUM, hook), i32(HOOK_PRIORITY, priority))
             body += s(CHAIN_TYPE, type_) + (u32(CHAIN_POLICY, policy) if policy is not None else b"")
@@ -383,8 +429,8 @@ class Batch:
         flags = _APPEND if not (prepend or echo) else \
             NLM_F_CREATE | (0 if prepend else NLM_F_APPEND) | (NLM_F_ECHO if echo else 0)
         head = _rule_head(self.table, chain)
-        buf, offsets = self.buf, self.offsets
-        offsets.append(len(buf))
+        buf, offsets = self.buf if len(self.buf) < _SEGMENT else self._seal(), self.offsets
+        offsets.append(self._base + len(buf))
         buf += _nlhdr(20 + len(head) + 4 + len(exprs) + len(compat), _NEWRULE, NLM_F_REQUEST | flags,
                       len(offsets), 0)
         buf += self._nfgen
@@ -394,6 +440,40 @@ class Batch:
         buf += compat
         self.counts["rules"] += 1
         return len(offsets) - 1
+
+    def add_rule_body(self, chain: str, body: bytes, echo: bool = False) -> int:
+        """Append a rule whose payload after table and chain (expressions nest, any compat) is
+        built already; `echo` as in add_rule. Returns the message's index in the batch."""
+        head = _rule_head(self.table, chain)
+        buf, offsets = self.buf if len(self.buf) < _SEGMENT else self._seal(), self.offsets
+        offsets.append(self._base + len(buf))
+        buf += _nlhdr(20 + len(head) + len(body), _NEWRULE, NLM_F_REQUEST | _APPEND | (NLM_F_ECHO if echo else 0),
+                      len(offsets), 0)
+        buf += self._nfgen
+        buf += head
+        buf += body
+        self.counts["rules"] += 1
+        return len(offsets) - 1
+
+    def append_rules(self, chain: str, items: Iterable[T], body: Callable[[T], bytes]) -> None:
+        """Append one rule per item, `body(item)` being its payload after table and chain (the
+        expressions nest and any NFTA_RULE_COMPAT): a full load's hot loop, with the chain's
+        header bytes built once."""
+        prefix = self._nfgen + _rule_head(self.table, chain)
+        fixed = 16 + len(prefix)
+        buf, offsets, pack = self.buf, self.offsets, _nlhdr
+        flags = NLM_F_REQUEST | _APPEND
+        n = 0
+        for item in items:
+            b = body(item)
+            if len(buf) >= _SEGMENT:
+                buf = self._seal()
+            offsets.append(self._base + len(buf))
+            buf += pack(fixed + len(b), _NEWRULE, flags, len(offsets), 0)
+            buf += prefix
+            buf += b
+            n += 1
+        self.counts["rules"] += n
 
     def del_rule(self, chain: str, handle: int) -> None:
         self._add(DELRULE, 0, s(RULE_TABLE, self.table) + s(RULE_CHAIN, chain) + u64(RULE_HANDLE, handle))
@@ -508,9 +588,9 @@ class NftSocket:
         last_seq = count  # message i carries i + 1 (Batch._add); BEGIN 0, END count + 1
         begin = struct.pack("=IHHII", 20, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, 0) + nfgen_batch
         end = struct.pack("=IHHII", 20, NFNL_MSG_BATCH_END, NLM_F_REQUEST, count + 1, 0) + nfgen_batch
-        last_off = batch.offsets[-1]
-        (flags,) = struct.unpack_from("=H", batch.buf, last_off + 6)
-        struct.pack_into("=H", batch.buf, last_off + 6, flags | NLM_F_ACK)  # the ACK that ends our reading
+        last_buf, last_off = batch.locate(batch.offsets[-1])
+        (flags,) = struct.unpack_from("=H", last_buf, last_off + 6)
+        struct.pack_into("=H", last_buf, last_off + 6, flags | NLM_F_ACK)  # the ACK that ends our reading
 
         class _Seqs:  # sequence number -> message index
             @staticmethod
@@ -518,8 +598,11 @@ class NftSocket:
                 return seq - 1 if 1 <= seq <= last_seq else default
 
         seqs = _Seqs
-        self._ensure_buf(len(batch.buf) + 40)
-        self.sock.sendmsg([begin, batch.buf, end])  # one skb: the kernel runs one batch per message
+        self._ensure_buf(batch.size + 40)
+        buffers = batch.buffers()
+        if len(buffers) > 1000:  # IOV_MAX is 1024
+            buffers = [b"".join(buffers)]
+        self.sock.sendmsg([begin, *buffers, end])  # one skb: the kernel runs one batch per message
         errors: list[tuple[int, int]] = []
         echoed: list[tuple[int, int, dict[int, bytes]]] = []
         done = False

@@ -78,6 +78,14 @@ def _raw(table: str) -> list[str]:
         sock.close()
 
 
+def _dump_handles(table: str, chain: str) -> list[int]:
+    sock = nl.NftSocket()
+    try:
+        return sock.rule_handles(table, chain)
+    finally:
+        sock.close()
+
+
 def _restore(ns: str, text: str) -> None:
     subprocess.run(["ip", "netns", "exec", ns, "iptables-nft-restore", "--noflush"], input=text, text=True,
                    check=True)
@@ -108,6 +116,11 @@ def test_full_sync_equals_iptables_nft_restore(res, require, large, cidr, node_i
         result = worker.call(proxier.full_sync, plans)
         chunks = proxier.timing["chunks"]
         assert chunks == 0 if chunk == CHUNK else chunks >= 3, chunks
+        # the dispatch rules' handles come from their echoed runs, not a dump, and are the kernel's
+        assert proxier.handle_reads == 0
+        for (table, c), by_spec in proxier.handles.items():
+            mine = [h for spec in proxier._order[(table, c)] for h in by_spec[spec][:1]]
+            assert mine == worker.call(_dump_handles, table, c)[:len(mine)], (table, c)
         _restore(theirs, full_restore(plans, node, missing_jumps=jump_rules(node)))
         assert _save(ours) == _save(theirs)
         for table in ("nat", "filter"):

@@ -66,3 +66,30 @@ def test_every_planned_shape_encodes():
 def test_unknown_vocabulary_is_refused(spec):
     with pytest.raises(nftrules.UnsupportedRule):
         nftrules._encode(spec)
+
+
+@pytest.mark.parametrize("spec", [*SPECS, "-j KUBE-SEP-ABCDEFGHIJKLMNOP",
+                                  "-m tcp -p tcp -j DNAT --to-destination 10.1.2.3",
+                                  '-m comment --comment "' + "x" * 300 + '" -m tcp -p tcp -d 10.96.0.1/32 --dport 80 '
+                                  "-j KUBE-SVC-ABC", "-m tcp -p tcp -j DNAT --to-destination 10.1.2.3:80 --random",
+                                  "-s 10.0.0.0/8 -j KUBE-MARK-MASQ", "-j ACCEPT", "-j MARK --or-mark 0x4000"])
+def test_rule_bodies_equal_the_general_encoder(spec):
+    """nftrules.body (templates spliced for the large-cluster shapes) = the expressions nest + compat
+    of the general encoder, byte for byte."""
+    exprs, compat = nftrules._general(nftrules._split(spec), spec)
+    assert nftrules.body(spec) == nl.attr(nl.RULE_EXPRESSIONS | nl.NLA_F_NESTED, exprs) + compat
+
+
+def test_batch_segments_keep_messages_whole():
+    """A batch larger than a segment: every message is read back whole from its segment."""
+    b = nl.Batch("nat")
+    specs = [f"-s 10.0.{i // 250}.{i % 250}/32 -j KUBE-MARK-MASQ" for i in range(20000)]
+    b.append_rules("KUBE-SEP-X", specs, nftrules.body)
+    b.add_rule("KUBE-SEP-X", *nftrules.encode(specs[0]))
+    assert len(b.segments) >= 2 and b.size == sum(len(x) for x in b.buffers())
+    for i in (0, 1, len(specs) // 2, len(specs)):
+        mtype, _, attrs = b.msgs[i]
+        got = nl.parse_attrs(attrs)
+        assert mtype & 0xFF == nl.NEWRULE and nl.attr_str(got[nl.RULE_CHAIN]) == "KUBE-SEP-X"
+        assert nl.attr(nl.RULE_EXPRESSIONS | nl.NLA_F_NESTED, got[nl.RULE_EXPRESSIONS]) == \
+            nftrules.body([*specs, specs[0]][i])
