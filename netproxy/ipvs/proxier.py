@@ -29,8 +29,9 @@ log = logging.getLogger("netproxy.ipvs")
 #    untracked, so nat POSTROUTING never sees them: no MASQUERADE for off-cluster sources nor for the
 #    KUBE-LOOP-BACK hairpin (a pod reaching itself gets its own address back and drops it), and no
 #    conntrack entry naming the endpoint for the UDP cleanup to delete.
-#  - vs/expire_nodest_conn=1: a packet of an IPVS connection whose real server was removed expires that
-#    connection (and is rescheduled once its conntrack entry is gone) instead of being dropped until the
+#  - vs/expire_nodest_conn=1: the IPVS connections of a removed real server expire (5.9+: right when it
+#    is deleted, with their conntrack entries; before: at their next packet, which is rescheduled once
+#    the proxy's cleanup deleted its conntrack entry) instead of every packet being dropped until the
 #    IPVS connection times out (UDP: 5 min).
 #  - vs/expire_quiescent_template=1: affinity (persistence) templates of a removed server expire too.
 #  - vs/conn_reuse_mode=0 only on kernels 4.1–5.8 (the 1 s stall on port reuse; fixed in 5.9).
@@ -55,6 +56,10 @@ def wanted_sysctls(release: str) -> dict[str, str]:
 def ensure_sysctls() -> dict[str, tuple[str, str]]:
     """Set the IPVS sysctls of the calling thread's netns (/proc/sys/net follows the thread's netns);
     returns what was changed: name -> (old, new)."""
+    if not os.path.isdir("/proc/sys/net/ipv4/vs"):  # ip_vs not loaded yet (its netlink family does not autoload)
+        subprocess.run(["modprobe", "-q", "ip_vs"], capture_output=True, check=False, timeout=10)
+        if not os.path.isdir("/proc/sys/net/ipv4/vs"):
+            raise RuntimeError("ipvs mode: the kernel has no IPVS (ip_vs module missing or not loadable)")
     changed = {}
     for name, value in wanted_sysctls(os.uname().release).items():
         path = f"/proc/sys/{name}"
