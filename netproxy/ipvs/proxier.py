@@ -8,6 +8,8 @@ kernel with IPVS and dummy links (the Vagrant guests; not this build machine).
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
 import subprocess
 
@@ -19,6 +21,55 @@ PROTO = {"TCP": socket.IPPROTO_TCP, "UDP": socket.IPPROTO_UDP, "SCTP": 132}
 PROTO_NAME = {v: k for k, v in PROTO.items()}
 IP_VS_SVC_F_PERSISTENT = 0x1
 FWD_MASQ = 0
+log = logging.getLogger("netproxy.ipvs")
+
+
+# What ipvs mode needs from the node's kernel, as kube-proxy's ipvs proxier sets it (per netns):
+#  - vs/conntrack=1: IPVS keeps netfilter conntrack on the packets it forwards. Without it they are
+#    untracked, so nat POSTROUTING never sees them: no MASQUERADE for off-cluster sources nor for the
+#    KUBE-LOOP-BACK hairpin (a pod reaching itself gets its own address back and drops it), and no
+#    conntrack entry naming the endpoint for the UDP cleanup to delete.
+#  - vs/expire_nodest_conn=1: the IPVS connections of a removed real server expire (5.9+: right when it
+#    is deleted, with their conntrack entries; before: at their next packet, which is rescheduled once
+#    the proxy's cleanup deleted its conntrack entry) instead of every packet being dropped until the
+#    IPVS connection times out (UDP: 5 min).
+#  - vs/expire_quiescent_template=1: affinity (persistence) templates of a removed server expire too.
+#  - vs/conn_reuse_mode=0 only on kernels 4.1–5.8 (the 1 s stall on port reuse; fixed in 5.9).
+SYSCTLS = {"net/ipv4/vs/conntrack": "1", "net/ipv4/vs/expire_nodest_conn": "1",
+           "net/ipv4/vs/expire_quiescent_template": "1", "net/ipv4/ip_forward": "1"}
+CONN_REUSE_FIXED = (5, 9)
+
+
+def _kernel_version(release: str) -> tuple[int, int]:
+    parts = release.split("-", 1)[0].split(".")
+    return int(parts[0]), int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+def wanted_sysctls(release: str) -> dict[str, str]:
+    """The sysctls ipvs mode sets on a kernel of this release (`uname -r`)."""
+    wanted = dict(SYSCTLS)
+    if (4, 1) <= _kernel_version(release) < CONN_REUSE_FIXED:
+        wanted["net/ipv4/vs/conn_reuse_mode"] = "0"
+    return wanted
+
+
+def ensure_sysctls() -> dict[str, tuple[str, str]]:
+    """Set the IPVS sysctls of the calling thread's netns (/proc/sys/net follows the thread's netns);
+    returns what was changed: name -> (old, new)."""
+    if not os.path.isdir("/proc/sys/net/ipv4/vs"):  # ip_vs not loaded yet (its netlink family does not autoload)
+        subprocess.run(["modprobe", "-q", "ip_vs"], capture_output=True, check=False, timeout=10)
+        if not os.path.isdir("/proc/sys/net/ipv4/vs"):
+            raise RuntimeError("ipvs mode: the kernel has no IPVS (ip_vs module missing or not loadable)")
+    changed = {}
+    for name, value in wanted_sysctls(os.uname().release).items():
+        path = f"/proc/sys/{name}"
+        with open(path) as f:
+            old = f.read().strip()
+        if old != value:
+            with open(path, "w") as f:
+                f.write(value)
+            changed[name] = (old, value)
+    return changed
 
 
 def _run(argv: list[str], stdin: str | None = None) -> str:
@@ -48,6 +99,8 @@ class IpvsProxier:
         with IPRoute() as ipr:
             if not ipr.link_lookup(ifname=DUMMY):
                 ipr.link("add", ifname=DUMMY, kind="dummy")
+        for name, (old, new) in ensure_sysctls().items():
+            log.info("sysctl %s: %s -> %s", name.replace("/", "."), old, new)
         _run(["ipset", "restore", "-exist"],
              "".join(f"create {name} {kind}" + (" range 0-65535" if kind.startswith("bitmap") else "") + "\n"
                      for name, kind in IPSETS.items()))

@@ -57,3 +57,12 @@ def test_fixed_rules_masquerade_by_ipset():
     text = iptables_rules(NODE)
     assert "--match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ" in text
     assert "! -s 10.244.0.0/16" in text and text.count("COMMIT") == 1
+
+
+def test_sysctls_follow_kube_proxy():
+    from netproxy.ipvs.proxier import wanted_sysctls
+
+    modern = wanted_sysctls("6.1.0-27-amd64")
+    assert modern["net/ipv4/vs/conntrack"] == "1" and modern["net/ipv4/vs/expire_nodest_conn"] == "1"
+    assert "net/ipv4/vs/conn_reuse_mode" not in modern  # fixed in 5.9: left as the kernel has it
+    assert wanted_sysctls("5.4.0-150-generic")["net/ipv4/vs/conn_reuse_mode"] == "0"
