@@ -281,6 +281,10 @@ def test_should_terminate_with_exitcode_137_and_reason_oomkilled(f):
     f.start(cid)
     st = f.wait_state(cid, pb.CONTAINER_EXITED)
     # critest writes these two as no-op Expects; the CRI meaning is the point, so check them
+    if f.name == "containerd" and st.exit_code == 137 and st.reason == "Error":
+        # containerd 1.6 sets OOMKilled only when its TaskOOM event lands before TaskExit; under load the
+        # exit wins now and then (seen here at load 4). Ours reads the memory cgroup's oom_kill count at exit.
+        pytest.xfail("containerd 1.6: the OOM event raced the exit event (reason Error)")
     assert st.exit_code == 137 and st.reason == "OOMKilled", (st.exit_code, st.reason)
 
 
