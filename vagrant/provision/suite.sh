@@ -40,7 +40,8 @@ fi
 PY=$LAB_SRC/.venv/bin/python
 [[ -x $PY ]] || die "$PY is missing: run common.sh first"
 # split "a -k 'x and y'" as a shell would, without evaluating anything
-words() { "$PY" -c 'import shlex, sys; print("\n".join(shlex.split(sys.argv[1])))' "$1"; }
+# (one line per word and none for an empty string: an empty argument would make pytest collect the whole rootdir)
+words() { "$PY" -c 'import shlex, sys; sys.stdout.write("".join(w + "\n" for w in shlex.split(sys.argv[1])))' "$1"; }
 
 failed=()
 IFS=';' read -r -a selections <<<"$LAB_TEST_SUITE"

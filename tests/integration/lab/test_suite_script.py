@@ -52,6 +52,18 @@ def test_selections_run_one_by_one_with_shell_quoting_and_the_log_keeps_them(tmp
     assert "make test" not in p.stdout
 
 
+def test_no_extra_arguments_adds_no_empty_one(tmp_path):
+    """LAB_TEST_ARGS unset (the lab's default) must not hand pytest an empty argument, which it reads as the
+    rootdir: the lab then ran the whole suite instead of the selection."""
+    p = run(tmp_path, LAB_TEST="1", LAB_TEST_ARGS="",
+            LAB_TEST_SUITE="tests/unit/kubelet/test_podcidr.py -k node_pod_cidr --no-leak-check")
+    assert p.returncode == 0, p.stdout + p.stderr
+    log = (tmp_path / "var/log/nodeagent/suite.log").read_text()
+    collected = re.search(r"collected (\d+) items", log)
+    assert collected and int(collected.group(1)) < 100, log[-2000:]
+    assert "1 passed" in log, log[-2000:]
+
+
 def test_a_failing_selection_fails_the_step_after_running_the_rest(tmp_path):
     p = run(tmp_path, LAB_TEST="1", LAB_TEST_ARGS="--no-leak-check -q",
             LAB_TEST_SUITE="tests/unit/netlab/test_topology.py -k no_such_test_name; "
