@@ -45,8 +45,22 @@ def netns_names() -> set[str]:
         return set()
 
 
+# Per-netns fallback devices a tunnel module creates when it loads (`modprobe ipip` makes tunl0) and
+# that cannot be deleted: one that appeared is the kernel's doing, one left up is a test's.
+KERNEL_FALLBACK_LINKS = {"tunl0", "gre0", "gretap0", "erspan0", "ip_vti0", "ip6_vti0", "sit0", "ip6tnl0",
+                         "ip6gre0"}
+IFF_UP = 0x1
+
+
+def _link_up(name: str) -> bool:
+    try:
+        return bool(int(Path(f"/sys/class/net/{name}/flags").read_text(), 16) & IFF_UP)
+    except (OSError, ValueError):
+        return False
+
+
 def links() -> set[str]:
-    return set(os.listdir("/sys/class/net"))
+    return {n for n in os.listdir("/sys/class/net") if n not in KERNEL_FALLBACK_LINKS or _link_up(n)}
 
 
 def routes() -> set[str]:

@@ -121,7 +121,9 @@ def _reap(found: dict[str, list[str]], procs: dict[int, str]) -> None:
     for name in found.get("netns", []):
         subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
     for name in found.get("link", []):
-        subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+        # the kernel's fallback tunnel devices cannot be deleted: down is their clean state
+        verb = ["set", name, "down"] if name in hostsnap.KERNEL_FALLBACK_LINKS else ["del", name]
+        subprocess.run(["ip", "link", *verb], capture_output=True, check=False)
     for path in sorted(found.get("cgroup", []), key=len, reverse=True):
         remove_cgroup(Path(path))
     for entry in found.get("nftables", []):
