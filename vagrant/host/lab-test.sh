@@ -29,6 +29,8 @@ if [[ -z ${LAB_CA_CERTS:-} ]] && compgen -G '/usr/local/share/ca-certificates/*.
     LAB_CA_CERTS=/usr/local/share/ca-certificates
 fi
 export LAB_LIBVIRT_DRIVER LAB_BOX WORKERS=$LAB_WORKERS LAB_CA_CERTS=${LAB_CA_CERTS:-}
+# LAB_TEST=1: a failed privileged suite is reported after the cross-node checks, so one run says both
+export LAB_TEST_VERDICT=end
 log() { printf '[%s] lab-test: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 die() { log "ERROR: $*" >&2; exit 1; }
 
@@ -86,6 +88,15 @@ for m in "${machines[@]}"; do
 done
 log "the test image is on every node ($((SECONDS - start))s)"
 start=$SECONDS
-vagrant ssh cp -c "sudo env LAB_CHECK=cluster LAB_EXPECT_NODES=${#machines[@]} bash /vagrant/vagrant/provision/checks.sh"
+cluster=0
+vagrant ssh cp -c "sudo env LAB_CHECK=cluster LAB_EXPECT_NODES=${#machines[@]} bash /vagrant/vagrant/provision/checks.sh" ||
+    cluster=$?
 log "cross-node checks took $((SECONDS - start))s"
+suite=passed
+if [[ ${LAB_TEST:-0} == 1 ]]; then
+    suite=$(vagrant ssh cp -c "sudo cat /var/log/nodeagent/suite.result" 2>/dev/null | tr -d '\r') || true
+    log "LAB_TEST suite on cp: ${suite:-no verdict}"
+fi
+((cluster == 0)) || die "the cross-node checks failed (exit $cluster)"
+[[ $suite == passed ]] || die "the privileged suite on cp did not pass: ${suite:-no verdict}"
 log "the lab works"

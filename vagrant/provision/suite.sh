@@ -9,6 +9,10 @@ LAB_STEP=suite
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 : "${LAB_TEST:=0}"
 : "${LAB_TEST_ARGS:=}"                              # extra pytest arguments for every selection
+# 1 (the Vagrantfile's choice): a failed suite is recorded in $LAB_LOG_DIR/suite.result and this step
+# succeeds, so cp still starts its server and the workers join (they wait for cp's join command); the
+# cp trigger, or make lab-test after its cross-node checks, then reports the failure.
+: "${LAB_TEST_KEEP_GOING:=0}"
 # IPVS mode of the Service proxy; the runtime's cgroup v2 driver, file level and on the kernel (limits,
 # live updates, OOM, failed joins); the CRI conformance specs against our runtime.
 LAB_TEST_DEFAULT_SUITE="tests/integration/netproxy/test_dataplane.py -k ipvs;\
@@ -23,18 +27,34 @@ fi
 [[ $(id -u) == 0 ]] || die "the privileged suite needs root"
 mkdir -p "$LAB_LOG_DIR"
 SUITE_LOG=$LAB_LOG_DIR/suite.log
+RESULT=$LAB_LOG_DIR/suite.result
+echo running >"$RESULT"
 log "cgroup: $(stat -fc %T /sys/fs/cgroup) ; kernel $(uname -r)"
 : >"$SUITE_LOG"
+# the verdict in $RESULT: `passed`, or what failed (the step fails too unless LAB_TEST_KEEP_GOING=1)
+verdict() {
+    if [[ $1 == passed ]]; then
+        echo passed >"$RESULT"
+        return 0
+    fi
+    echo "$1 (log in the VM: $SUITE_LOG)" >"$RESULT"
+    if [[ $LAB_TEST_KEEP_GOING == 1 ]]; then
+        log "ERROR: $1 (full log in the VM: $SUITE_LOG); provisioning goes on so the workers can join, and the failure is reported once cp is up" >&2
+        exit 0
+    fi
+    die "$1 (full log in the VM: $SUITE_LOG)"
+}
 
 if [[ $LAB_TEST_SUITE == all ]]; then
     log "make test (ruff + the whole pytest suite as root); log: $SUITE_LOG"
     if "$MAKE" -C "$LAB_SRC" test PYTEST_ARGS="$LAB_TEST_ARGS" >>"$SUITE_LOG" 2>&1; then
         tail -n 5 "$SUITE_LOG"
         log "the privileged suite passed"
+        verdict passed
         exit 0
     fi
     tail -n 60 "$SUITE_LOG" >&2
-    die "the privileged suite failed (full log in the VM: $SUITE_LOG)"
+    verdict "the privileged suite failed"
 fi
 
 PY=$LAB_SRC/.venv/bin/python
@@ -59,6 +79,7 @@ for sel in "${selections[@]}"; do
     fi
 done
 if ((${#failed[@]})); then
-    die "the privileged subset failed: ${failed[*]} (full log in the VM: $SUITE_LOG)"
+    verdict "the privileged subset failed: ${failed[*]}"
 fi
 log "the privileged subset passed"
+verdict passed

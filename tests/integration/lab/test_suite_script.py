@@ -73,6 +73,22 @@ def test_a_failing_selection_fails_the_step_after_running_the_rest(tmp_path):
     assert "1 passed" in (tmp_path / "var/log/nodeagent/suite.log").read_text()
 
 
+def test_keep_going_records_the_failure_and_lets_provisioning_go_on(tmp_path):
+    """In the lab cp's server and agent must still start after a failed suite (the workers wait for its join
+    command); the verdict file is how the cp trigger and make lab-test report the failure."""
+    result = tmp_path / "var/log/nodeagent/suite.result"
+    p = run(tmp_path, LAB_TEST="1", LAB_TEST_KEEP_GOING="1", LAB_TEST_ARGS="--no-leak-check -q",
+            LAB_TEST_SUITE="tests/unit/netlab/test_topology.py -k no_such_test_name")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "provisioning goes on" in p.stderr
+    assert result.read_text().startswith(
+        "the privileged subset failed: tests/unit/netlab/test_topology.py -k no_such_test_name"), result.read_text()
+    p = run(tmp_path, LAB_TEST="1", LAB_TEST_KEEP_GOING="1", LAB_TEST_ARGS="--no-leak-check -q",
+            LAB_TEST_SUITE="tests/unit/kubelet/test_podcidr.py -k node_pod_cidr")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert result.read_text() == "passed\n"
+
+
 def test_all_runs_make_test_and_lab_test_0_runs_nothing(tmp_path):
     p = run(tmp_path, LAB_TEST="1", LAB_TEST_SUITE="all", MAKE="echo")
     assert p.returncode == 0 and "make test" in p.stdout, p.stdout + p.stderr
