@@ -79,7 +79,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 
-from netproxy.iptables.nftrules import body, encode
+from netproxy.iptables.nftrules import body, encode, use_counters
 from netproxy.iptables.plan import (
     FILTER,
     NAT,
@@ -177,8 +177,10 @@ class IptablesNftProxier:
     name = "iptables"
     backend = "nft-netlink"
 
-    def __init__(self, node: NodeConfig, chunk: int = CHUNK, resync_chunk: int = RESYNC_CHUNK) -> None:
+    def __init__(self, node: NodeConfig, chunk: int = CHUNK, resync_chunk: int = RESYNC_CHUNK,
+                 counters: bool = False) -> None:
         self.node = node
+        self.counters = counters  # per-rule `counter` expressions (nftrules.use_counters: off by default)
         self.names = Names(node.prefix)
         self.plans: dict[ServicePortName, PortRules] = {}
         self._inputs: dict[ServicePortName, tuple] = {}  # spn -> ((port, endpoints, large), plan)
@@ -314,6 +316,7 @@ class IptablesNftProxier:
         at most unreferenced chains, which the next full sync (reading the kernel again) refills
         or deletes."""
         t0, c0 = time.perf_counter(), time.thread_time()
+        use_counters(self.counters)
         chunk = chunk or self.chunk
         sock = self._socket()
         exists, present = self._builtin_state(sock)
@@ -514,6 +517,7 @@ class IptablesNftProxier:
 
         `new`: the changed ports' new plans (a port missing from it is gone); other entries are ignored."""
         w0, c0 = time.perf_counter(), time.thread_time()
+        use_counters(self.counters)
         changed = list(changed)
         ops = partial_ops(self.plans, new, changed)
         if not ops:
