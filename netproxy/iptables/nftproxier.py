@@ -45,18 +45,24 @@ batch in 1 MiB segments (regrowing one 40 MB bytearray copied it ~20 times), no 
 the load (~0.4 s), dispatch handles from echoed runs instead of a dump (0.3 s), dispatch bodies
 encoded while the chunks commit.
 
-A one-Service change is the kernel's: p50 93-138 ms at 10k (5k: 47-58 ms, 1k: 14-18 ms), beside
-84-172 ms for the kernel commit of any nat rule add in the same table and 108-146 ms for
-iptables-nft-restore's partial restore of the same change; our Python is ~1 ms of it. perf puts
-94% of the change in nf_tables_validate: a transaction adding a rule with any expression that has
-a ->validate op (immediate verdicts, xt matches and targets: every rule iptables writes) marks the
-table for validation, and the commit then walks every chain reachable from the base chains. This
-6.18 kernel remembers validated chains per (chain type, hook), so the KUBE-SERVICES tree is walked
-once from PREROUTING and again from OUTPUT: ~220k rule visits at 10k, 85-95 ms of CPU here; the
-same transaction with a counter-only rule costs ~6 ms. No message order or batching avoids it
-(one transaction is one walk; more transactions are more walks), only deletions skip it (del p50
-10-20 ms); it shrinks only with the nat table (kube-proxy's large-cluster mode already drops the
-per-endpoint comments).
+A one-Service change is the kernel's: one transaction (both tables), our Python ~1 ms of it. A
+transaction adding a rule with any expression that has a ->validate op (immediate verdicts, xt
+matches and targets: every rule iptables writes) marks the table for validation, and the commit
+walks every chain reachable from its base chains; only deletions skip it (del p50 10-20 ms). Cost
+model (10k Services x 3 endpoints, 40k chains, 110k rules; CPU of a one-rule nat commit, load 6-9,
+bench/ipt_validate.py and a synthetic table of 100k rules): ~5 ms O(chains) per commit (the
+generation swap walks every chain); with validation ~9 ms more O(chains) (the per-chain
+memo is reset on every chain) plus one walk of the KUBE-SERVICES tree per base hook reaching it,
+as 6.18 memoizes validated chains per (chain type, hook): PREROUTING and OUTPUT (0 hooks 13 ms, 1: 49-52,
+2: 79-84). A walk costs per rule visited (~30-60 ns, each expression ~10 ns native, ~30 ns counter),
+per chain entered (~200 ns) and per xt compat match/target (~0.2-0.5 us: nft_compat's hook check;
+half of the walk at 10k: comment, statistic, DNAT and, before, the bare `-m tcp` of each KUBE-SEP).
+Layout-preserving cuts measured (alternated, same minutes): the bare `-m tcp` as native `th dport
+0-65535` (nftrules._l4_bare) -10 to -12 ms, no per-rule counter (nftrules.use_counters) -4 to -7 ms:
+the one-Service change 86-93 -> 70-78 ms CPU at 10k. Measured but not taken: comments as rule
+userdata (what nft itself uses) -20 ms, but iptables-nft prints them after the other matches and
+`iptables -C/-D` with kube-proxy's spec no longer finds the rule. Under load the wall is the CPU
+plus the scheduler's share: ~1.4-1.9x at load 6-9 on these 2 cores.
 
 Chunked initial load vs one transaction (same runs, alternating): chunked 2.9-5.7 s, one
 transaction 3.65-6.3 s; the chunked load wins (down to 2.9-3.1 s) when the second core is free and
