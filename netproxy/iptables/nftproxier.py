@@ -385,12 +385,14 @@ class IptablesNftProxier:
             b = self._final_batch(done, preloaded, existing, exists, present, base, fixed, prebuilt)
             t1 = time.perf_counter()
             writer.put(b)
+            t_gc = time.perf_counter()
             if not gc.isenabled():
                 # sync() paused the cyclic GC: the objects made since then (the plans, ~100k containers
                 # at 10k Services) would cost the first collection after it ~90 ms, on the sync's path
                 # (measured); collect the young generations now, while the kernel commits on the writer
                 # thread (~150 ms here; a full collection measured 200-400 ms and is left to Python)
                 gc.collect(1)
+            t_gc = time.perf_counter() - t_gc
             writer.close()
         except BaseException:
             writer.close(raise_error=False)
@@ -402,7 +404,7 @@ class IptablesNftProxier:
         self._record_handles(sock, self._order, writer.echoed)
         t3 = time.perf_counter()
         self.timing = {"read": t_state - t0, "chunks": float(chunks), "encode_chunks": t_chunks - t_state,
-                       "encode_last": t1 - t_chunks, "wait": t2 - t1, "kernel_cpu": writer.cpu,
+                       "encode_last": t1 - t_chunks, "gc": t_gc, "wait": t2 - t1, "kernel_cpu": writer.cpu,
                        "handles": t3 - t2, "own_cpu": time.thread_time() - c0}
         return SyncResult(full=True, rules=counts["rules"] + b.counts["rules"],
                           chains=counts["chains"] + b.counts["chains"])
