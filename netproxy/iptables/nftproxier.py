@@ -3,8 +3,10 @@
 kube-proxy's layout (plan.py) is turned into exactly what iptables-nft would put
 in the kernel (nftrules.py: same tables `ip nat`/`ip filter`, same base chains and
 priorities, native expressions where iptables-nft uses them, xt compat matches and
-targets elsewhere), so `iptables-save` (iptables-nft) shows the rules and
-iptables-nft can still edit the same tables. Why not iptables-nft-restore: its
+targets elsewhere; two departures iptables-nft reads back as the same rules: no
+per-rule counter unless `counters`, and a bare `-m tcp`/`-m udp` as native
+`th dport 0-65535`, both cheaper for the kernel), so `iptables-save` (iptables-nft)
+shows the rules and iptables-nft can still edit the same tables. Why not iptables-nft-restore: its
 full load is superlinear in user space (56 s at 10k Services); why not legacy
 x_tables: every change there is a whole-table replace (~0.3-0.5 s at 10k).
 
