@@ -35,8 +35,13 @@ from netproxy.netns import NetnsWorker
 from netproxy.nftables import netlink as nl
 
 HOOKS = {"PREROUTING": (0, -100), "OUTPUT": (3, -100)}
-_NAT5 = (R._META_L4 + R._cmp(nl.CMP_EQ, b"\x06") + R._DADDR4 + R._cmp(nl.CMP_EQ, bytes((10, 96, 0, 1)))
-         + R._dport(80))
+_NAT5 = (
+    R._META_L4
+    + R._cmp(nl.CMP_EQ, b"\x06")
+    + R._DADDR4
+    + R._cmp(nl.CMP_EQ, bytes((10, 96, 0, 1)))
+    + R._dport(80)
+)
 SHAPES = {  # rule expressions before the jump (none: the rule has no verdict)
     "jump": lambda: b"",
     "counter,jump": lambda: nl.COUNTER,
@@ -73,8 +78,11 @@ def _medians(worker: NetnsWorker, rounds: int = 7) -> tuple[float, float, float]
     for _ in range(rounds):
         val.append(worker.call(_commit_cpu, True))
         nov.append(worker.call(_commit_cpu, False))
-    return (statistics.median(c for _, c in val) * 1e3, statistics.median(w for w, _ in val) * 1e3,
-            statistics.median(c for _, c in nov) * 1e3)
+    return (
+        statistics.median(c for _, c in val) * 1e3,
+        statistics.median(w for w, _ in val) * 1e3,
+        statistics.median(c for _, c in nov) * 1e3,
+    )
 
 
 def _load_synthetic(n: int, shape: str, hooks: list[str], distinct: bool) -> None:
@@ -119,9 +127,12 @@ def synthetic(n: int, distinct: bool) -> None:
             worker.call(_commit_cpu, True)
             v, vw, nv = _medians(worker)
             per = (v - nv) * 1e6 / (n * max(1, len(hooks)))
-            print(f"synthetic {n} rules {'(own chains)' if distinct else '':12} {shape:26} hooks "
-                  f"{','.join(hooks) or '-':19} commit CPU {v:6.1f} ms (wall {vw:6.1f}), without validation "
-                  f"{nv:4.1f} ms: {per:4.0f} ns a rule a hook  [load {os.getloadavg()[0]:.1f}]", flush=True)
+            print(
+                f"synthetic {n} rules {'(own chains)' if distinct else '':12} {shape:26} hooks "
+                f"{','.join(hooks) or '-':19} commit CPU {v:6.1f} ms (wall {vw:6.1f}), without validation "
+                f"{nv:4.1f} ms: {per:4.0f} ns a rule a hook  [load {os.getloadavg()[0]:.1f}]",
+                flush=True,
+            )
     finally:
         worker.close()
         subprocess.run(["ip", "netns", "del", ns], check=False)
@@ -176,16 +187,23 @@ async def real(n: int, changes: int, counters: bool) -> None:
             await proxy.sync()
             walls.append(time.perf_counter() - t0)
             cpus.append(proxier.partial_timing[1])
-        print(f"{tag}: one-rule commit CPU {v:.1f} ms (wall {vw:.1f}), without validation {nv:.1f} ms; "
-              f"one-Service change p50 CPU {statistics.median(cpus) * 1e3:.1f} ms, wall p50 "
-              f"{statistics.median(walls) * 1e3:.1f} max {max(walls) * 1e3:.1f} ms  "
-              f"[load {os.getloadavg()[0]:.1f}]", flush=True)
+        print(
+            f"{tag}: one-rule commit CPU {v:.1f} ms (wall {vw:.1f}), without validation {nv:.1f} ms; "
+            f"one-Service change p50 CPU {statistics.median(cpus) * 1e3:.1f} ms, wall p50 "
+            f"{statistics.median(walls) * 1e3:.1f} max {max(walls) * 1e3:.1f} ms  "
+            f"[load {os.getloadavg()[0]:.1f}]",
+            flush=True,
+        )
         by_hooks = [v]
         for chain in ("OUTPUT", "PREROUTING"):  # the walks from each hook reaching KUBE-SERVICES
             worker.call(_hook_jump, chain)
             by_hooks.append(_medians(worker)[0])
-        print(f"{tag}: one-rule commit CPU with 2 / 1 / 0 base hooks jumping to KUBE-SERVICES: "
-              + " / ".join(f"{x:.1f}" for x in by_hooks) + " ms", flush=True)
+        print(
+            f"{tag}: one-rule commit CPU with 2 / 1 / 0 base hooks jumping to KUBE-SERVICES: "
+            + " / ".join(f"{x:.1f}" for x in by_hooks)
+            + " ms",
+            flush=True,
+        )
     finally:
         worker.close()
         await asyncio.to_thread(subprocess.run, ["ip", "netns", "del", ns], check=False)
