@@ -35,9 +35,11 @@ def make_iptables_proxier(node: NodeConfig, backend: str | None = None, **option
         from netproxy.iptables.nftproxier import CHUNK, IptablesNftProxier
 
         chunk = options.pop("chunk", None)  # Service ports per initial-load transaction (benchmarks)
+        # per-rule packet counters as iptables-nft writes them (off by default: nftrules.use_counters)
+        counters = options.pop("counters", "false").lower() in ("1", "true", "yes")
         if options:
             raise ValueError(f"options {sorted(options)} apply to the legacy backend only")
-        return IptablesNftProxier(node, chunk=int(chunk) if chunk else CHUNK)
+        return IptablesNftProxier(node, chunk=int(chunk) if chunk else CHUNK, counters=counters)
     from netproxy.iptables.proxier import IptablesProxier
 
     return IptablesProxier(node, backend="nft" if backend == "nft-restore" else backend, **options)

@@ -3,8 +3,10 @@
 kube-proxy's layout (plan.py) is turned into exactly what iptables-nft would put
 in the kernel (nftrules.py: same tables `ip nat`/`ip filter`, same base chains and
 priorities, native expressions where iptables-nft uses them, xt compat matches and
-targets elsewhere), so `iptables-save` (iptables-nft) shows the rules and
-iptables-nft can still edit the same tables. Why not iptables-nft-restore: its
+targets elsewhere; two departures iptables-nft reads back as the same rules: no
+per-rule counter unless `counters`, and a bare `-m tcp`/`-m udp` as native
+`th dport 0-65535`, both cheaper for the kernel), so `iptables-save` (iptables-nft)
+shows the rules and iptables-nft can still edit the same tables. Why not iptables-nft-restore: its
 full load is superlinear in user space (56 s at 10k Services); why not legacy
 x_tables: every change there is a whole-table replace (~0.3-0.5 s at 10k).
 
@@ -45,18 +47,24 @@ batch in 1 MiB segments (regrowing one 40 MB bytearray copied it ~20 times), no 
 the load (~0.4 s), dispatch handles from echoed runs instead of a dump (0.3 s), dispatch bodies
 encoded while the chunks commit.
 
-A one-Service change is the kernel's: p50 93-138 ms at 10k (5k: 47-58 ms, 1k: 14-18 ms), beside
-84-172 ms for the kernel commit of any nat rule add in the same table and 108-146 ms for
-iptables-nft-restore's partial restore of the same change; our Python is ~1 ms of it. perf puts
-94% of the change in nf_tables_validate: a transaction adding a rule with any expression that has
-a ->validate op (immediate verdicts, xt matches and targets: every rule iptables writes) marks the
-table for validation, and the commit then walks every chain reachable from the base chains. This
-6.18 kernel remembers validated chains per (chain type, hook), so the KUBE-SERVICES tree is walked
-once from PREROUTING and again from OUTPUT: ~220k rule visits at 10k, 85-95 ms of CPU here; the
-same transaction with a counter-only rule costs ~6 ms. No message order or batching avoids it
-(one transaction is one walk; more transactions are more walks), only deletions skip it (del p50
-10-20 ms); it shrinks only with the nat table (kube-proxy's large-cluster mode already drops the
-per-endpoint comments).
+A one-Service change is the kernel's: one transaction (both tables), our Python ~1 ms of it. A
+transaction adding a rule with any expression that has a ->validate op (immediate verdicts, xt
+matches and targets: every rule iptables writes) marks the table for validation, and the commit
+walks every chain reachable from its base chains; only deletions skip it (del p50 10-20 ms). Cost
+model (10k Services x 3 endpoints, 40k chains, 110k rules; CPU of a one-rule nat commit, load 6-9,
+bench/ipt_validate.py and a synthetic table of 100k rules): ~5 ms O(chains) per commit (the
+generation swap walks every chain); with validation ~9 ms more O(chains) (the per-chain
+memo is reset on every chain) plus one walk of the KUBE-SERVICES tree per base hook reaching it,
+as 6.18 memoizes validated chains per (chain type, hook): PREROUTING and OUTPUT (0 hooks 13 ms, 1: 49-52,
+2: 79-84). A walk costs per rule visited (~30-60 ns, each expression ~10 ns native, ~30 ns counter),
+per chain entered (~200 ns) and per xt compat match/target (~0.2-0.5 us: nft_compat's hook check;
+half of the walk at 10k: comment, statistic, DNAT and, before, the bare `-m tcp` of each KUBE-SEP).
+Layout-preserving cuts measured (alternated, same minutes): the bare `-m tcp` as native `th dport
+0-65535` (nftrules._l4_bare) -10 to -12 ms, no per-rule counter (nftrules.use_counters) -4 to -7 ms:
+the one-Service change 86-93 -> 70-78 ms CPU at 10k. Measured but not taken: comments as rule
+userdata (what nft itself uses) -20 ms, but iptables-nft prints them after the other matches and
+`iptables -C/-D` with kube-proxy's spec no longer finds the rule. Under load the wall is the CPU
+plus the scheduler's share: ~1.4-1.9x at load 6-9 on these 2 cores.
 
 Chunked initial load vs one transaction (same runs, alternating): chunked 2.9-5.7 s, one
 transaction 3.65-6.3 s; the chunked load wins (down to 2.9-3.1 s) when the second core is free and
@@ -79,7 +87,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 
-from netproxy.iptables.nftrules import body, encode
+from netproxy.iptables.nftrules import body, encode, use_counters
 from netproxy.iptables.plan import (
     FILTER,
     NAT,
@@ -177,8 +185,10 @@ class IptablesNftProxier:
     name = "iptables"
     backend = "nft-netlink"
 
-    def __init__(self, node: NodeConfig, chunk: int = CHUNK, resync_chunk: int = RESYNC_CHUNK) -> None:
+    def __init__(self, node: NodeConfig, chunk: int = CHUNK, resync_chunk: int = RESYNC_CHUNK,
+                 counters: bool = False) -> None:
         self.node = node
+        self.counters = counters  # per-rule `counter` expressions (nftrules.use_counters: off by default)
         self.names = Names(node.prefix)
         self.plans: dict[ServicePortName, PortRules] = {}
         self._inputs: dict[ServicePortName, tuple] = {}  # spn -> ((port, endpoints, large), plan)
@@ -314,6 +324,7 @@ class IptablesNftProxier:
         at most unreferenced chains, which the next full sync (reading the kernel again) refills
         or deletes."""
         t0, c0 = time.perf_counter(), time.thread_time()
+        use_counters(self.counters)
         chunk = chunk or self.chunk
         sock = self._socket()
         exists, present = self._builtin_state(sock)
@@ -376,12 +387,14 @@ class IptablesNftProxier:
             b = self._final_batch(done, preloaded, existing, exists, present, base, fixed, prebuilt)
             t1 = time.perf_counter()
             writer.put(b)
+            t_gc = time.perf_counter()
             if not gc.isenabled():
                 # sync() paused the cyclic GC: the objects made since then (the plans, ~100k containers
                 # at 10k Services) would cost the first collection after it ~90 ms, on the sync's path
                 # (measured); collect the young generations now, while the kernel commits on the writer
                 # thread (~150 ms here; a full collection measured 200-400 ms and is left to Python)
                 gc.collect(1)
+            t_gc = time.perf_counter() - t_gc
             writer.close()
         except BaseException:
             writer.close(raise_error=False)
@@ -393,7 +406,7 @@ class IptablesNftProxier:
         self._record_handles(sock, self._order, writer.echoed)
         t3 = time.perf_counter()
         self.timing = {"read": t_state - t0, "chunks": float(chunks), "encode_chunks": t_chunks - t_state,
-                       "encode_last": t1 - t_chunks, "wait": t2 - t1, "kernel_cpu": writer.cpu,
+                       "encode_last": t1 - t_chunks, "gc": t_gc, "wait": t2 - t1, "kernel_cpu": writer.cpu,
                        "handles": t3 - t2, "own_cpu": time.thread_time() - c0}
         return SyncResult(full=True, rules=counts["rules"] + b.counts["rules"],
                           chains=counts["chains"] + b.counts["chains"])
@@ -514,6 +527,7 @@ class IptablesNftProxier:
 
         `new`: the changed ports' new plans (a port missing from it is gone); other entries are ignored."""
         w0, c0 = time.perf_counter(), time.thread_time()
+        use_counters(self.counters)
         changed = list(changed)
         ops = partial_ops(self.plans, new, changed)
         if not ops:

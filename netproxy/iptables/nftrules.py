@@ -7,8 +7,10 @@ daddr, a prefix loaded as its whole bytes only or masked with `bitwise` when it
 does not end on a byte), then the matches in command-line order: `tcp`/`udp`
 with a --dport become a native transport payload compare, `mark` becomes
 `meta mark` & mask, everything else (comment, statistic, recent, addrtype,
-conntrack, sctp, a bare tcp/udp) is an xt compat `match` carrying the kernel's
-xt_* struct; then a `counter`; then the verdict (`immediate` jump/goto/accept/
+conntrack, sctp) is an xt compat `match` carrying the kernel's xt_* struct (one
+exception: a bare `-m tcp`/`-m udp` is written as native `th dport 0-65535`, which
+iptables-nft parses back to the same match and the kernel validates for free, see
+_l4_bare); then a `counter` (unless off: use_counters); then the verdict (`immediate` jump/goto/accept/
 drop/return) or an xt compat `target` (DNAT rev 2, MASQUERADE, MARK rev 2,
 REJECT). The rule also carries NFTA_RULE_COMPAT (its -p protocol), which xt
 matches such as tcp check.
@@ -40,11 +42,29 @@ REJECT_WITH = {"icmp-net-unreachable": 0, "icmp-host-unreachable": 1, "icmp-prot
                "icmp-port-unreachable": 3}
 
 _META_L4 = nl.meta_load(nl.REG_1, nl.META_L4PROTO)
+_COUNTER = b""  # each rule's `counter` expression, or nothing: see use_counters
 _SADDR_OFF, _DADDR_OFF = 12, 16
 
 
 class UnsupportedRule(ValueError):
     pass
+
+
+def use_counters(on: bool) -> None:
+    """Whether rules carry iptables-nft's per-rule `counter` (process-wide: the templates are shared).
+
+    Off by default: `iptables-save` prints the same rules, `iptables -L -v`/`iptables-save -c` show
+    0 packets for them, `iptables -C/-D` still find them. Why: a counter is a percpu allocation per
+    rule in the kernel's load (full sync at 10k Services: kernel CPU 1.9 -> 1.4-1.6 s) and an
+    expression more per rule in the commit's validation walk (a one-rule nat commit at 10k: -4 to
+    -7 ms CPU, load 7-8). `counters=true` (backend option) writes them as iptables-nft does."""
+    global _COUNTER
+    c = nl.COUNTER if on else b""
+    if c != _COUNTER:
+        _COUNTER = c
+        _jump_split.cache_clear()
+        _dnat_pre.cache_clear()
+        _SRC_JUMP.clear()
 
 
 # -- xt struct blobs (x86_64 / any LP64 little-endian host; sizes XT_ALIGNed to 8) ----------------------
@@ -90,10 +110,19 @@ def _sctp(dport: int | None) -> bytes:
 
 @functools.lru_cache(maxsize=8)
 def _l4_bare(proto: str) -> bytes:
-    """`-m tcp`/`-m udp` with no option: the compat match (iptables-save then prints `-m tcp`)."""
+    """`-m tcp`/`-m udp` with no option (every KUBE-SEP DNAT rule): native `th dport 0-65535`.
+
+    iptables-nft itself writes the xt compat match here, but it parses this native pair back to the
+    same `-m tcp` (`iptables-save` prints the rule identically; `iptables -C/-D` with the spec find it;
+    tests/integration/netproxy/test_iptnft.py checks both), and the compat match is the costly kind
+    in the commit's validation walk: each reachable one runs nft_compat's hook check once per base
+    hook that reaches it (~0.2 us), 30k of them per walk at 10k Services x 3 endpoints; this pair has
+    no validate op. Measured at 10k (load 7-8): a one-rule nat commit 85-88 -> 74-76 ms CPU.
+    Same verdict on every packet the DNAT rules see (a TCP/UDP header is there, conntrack has
+    reassembled fragments); only a truncated header differs (xt drops it, this does not match)."""
     if proto == "sctp":
         return _sctp(None)
-    return nl.xt_match(proto, 0, struct.pack("=HHHH", 0, 0xFFFF, 0, 0xFFFF) + bytes(8))
+    return _DPORT + _ANY_PORT
 
 
 def _dnat(ip: str, port: int | None) -> bytes:
@@ -138,6 +167,8 @@ _DNAT_HEAD = _head(nl.xt_target("DNAT", 2, bytes(48)), 48)
 _SADDR4 = nl.payload(nl.REG_1, nl.PAYLOAD_NETWORK, _SADDR_OFF, 4)
 _DADDR4 = nl.payload(nl.REG_1, nl.PAYLOAD_NETWORK, _DADDR_OFF, 4)
 _DPORT = nl.payload(nl.REG_1, nl.PAYLOAD_TRANSPORT, 2, 2)
+_ANY_PORT = nl.expr("range", nl.u32(1, nl.REG_1), nl.u32(2, nl.CMP_EQ), nl.value(3, b"\0\0"),
+                    nl.value(4, b"\xff\xff"))  # range eq reg 1 0x0000 0xffff
 _be16 = struct.Struct(">H").pack
 _hdr = struct.Struct("=HH").pack
 _imm_head = nl.u32(1, nl.REG_VERDICT)
@@ -222,18 +253,18 @@ def _fast(t: list[str]) -> tuple[bytes, bytes] | None:
     drops per-endpoint comments), without the general parser: ~5x faster per rule."""
     n = len(t)
     if n == 2 and t[0] == "-j" and _is_chain(t[1]):
-        return nl.COUNTER + _jump(t[1]), _NO_COMPAT
+        return _COUNTER + _jump(t[1]), _NO_COMPAT
     if n == 4 and t[0] == "-s" and t[2] == "-j" and t[1].endswith("/32") and _is_chain(t[3]):
-        return _SADDR4 + _cmp(nl.CMP_EQ, socket.inet_aton(t[1][:-3])) + nl.COUNTER + _jump(t[3]), _NO_COMPAT
+        return _SADDR4 + _cmp(nl.CMP_EQ, socket.inet_aton(t[1][:-3])) + _COUNTER + _jump(t[3]), _NO_COMPAT
     if n == 8 and t[0] == "-m" and t[2] == "-p" and t[4] == "-j" and t[5] == "DNAT" and t[1] == t[3] \
             and t[6] == "--to-destination" and t[1] in PROTOS:
         ip, _, port = t[7].partition(":")
         proto = PROTOS[t[1]]
-        return (_META_L4 + _cmp(nl.CMP_EQ, bytes((proto,))) + _l4_bare(t[1]) + nl.COUNTER +
+        return (_META_L4 + _cmp(nl.CMP_EQ, bytes((proto,))) + _l4_bare(t[1]) + _COUNTER +
                 _dnat(ip, int(port) if port else None)), nl.rule_compat(proto)
     if n == 8 and t[1] == "statistic" and t[0] == "-m" and t[2] == "--mode" and t[3] == "random" \
             and t[4] == "--probability" and t[6] == "-j" and _is_chain(t[7]):
-        return _statistic(float(t[5])) + nl.COUNTER + _jump(t[7]), _NO_COMPAT
+        return _statistic(float(t[5])) + _COUNTER + _jump(t[7]), _NO_COMPAT
     return None
 
 
@@ -257,7 +288,7 @@ def _fast_dispatch(t: list[str]) -> tuple[bytes, bytes] | None:
             return None
         out += _addr(_SADDR_OFF, _cidr(t[14]), True)
     out += _DADDR4 + _cmp(nl.CMP_EQ, socket.inet_aton(t[9][:-3])) + _comment(t[3]) + _dport(int(t[11]))
-    return out + nl.COUNTER + _jump(t[n - 1]), nl.rule_compat(proto)
+    return out + _COUNTER + _jump(t[n - 1]), nl.rule_compat(proto)
 
 
 _DNAT_PREFIXES = {f"-m {p} -p {p} -j DNAT --to-destination ": p for p in ("tcp", "udp")}
@@ -270,16 +301,16 @@ def _prefixed(spec: str) -> tuple[bytes, bytes] | None:
     if head == "-j ":
         target = spec[3:]
         if " " not in target and _is_chain(target):
-            return nl.COUNTER + _jump(target), _NO_COMPAT
+            return _COUNTER + _jump(target), _NO_COMPAT
     elif head == "-s ":
         src, _, rest = spec[3:].partition(" -j ")
         if src.endswith("/32") and " " not in src and " " not in rest and _is_chain(rest):
-            return _SADDR4 + _cmp(nl.CMP_EQ, socket.inet_aton(src[:-3])) + nl.COUNTER + _jump(rest), _NO_COMPAT
+            return _SADDR4 + _cmp(nl.CMP_EQ, socket.inet_aton(src[:-3])) + _COUNTER + _jump(rest), _NO_COMPAT
     elif head == "-m ":
         if spec.startswith(_STAT_PREFIX):
             prob, _, target = spec[len(_STAT_PREFIX):].partition(" -j ")
             if " " not in prob and " " not in target and _is_chain(target):
-                return _statistic(float(prob)) + nl.COUNTER + _jump(target), _NO_COMPAT
+                return _statistic(float(prob)) + _COUNTER + _jump(target), _NO_COMPAT
         else:
             for prefix, proto_name in _DNAT_PREFIXES.items():
                 if spec.startswith(prefix):
@@ -288,7 +319,7 @@ def _prefixed(spec: str) -> tuple[bytes, bytes] | None:
                         return None
                     ip, _, port = dest.partition(":")
                     proto = PROTOS[proto_name]
-                    return (_META_L4 + _cmp(nl.CMP_EQ, bytes((proto,))) + _l4_bare(proto_name) + nl.COUNTER +
+                    return (_META_L4 + _cmp(nl.CMP_EQ, bytes((proto,))) + _l4_bare(proto_name) + _COUNTER +
                             _dnat(ip, int(port) if port else None)), nl.rule_compat(proto)
     return None
 
@@ -310,7 +341,7 @@ _aton = socket.inet_aton
 def _jump_split(n: int, code: int = nl.JUMP) -> tuple[bytes, bytes]:
     """counter + immediate jump to a chain whose name has `n` (ASCII) characters: the bytes before
     the name and after it (the name is the last attribute, so it splits in two)."""
-    whole = nl.COUNTER + _jump("x" * n, code)
+    whole = _COUNTER + _jump("x" * n, code)
     tail = 1 + _PAD[(5 + n) & 3].__len__()  # the NUL and the padding of the n + 1 byte name
     return whole[:len(whole) - n - tail], whole[len(whole) - tail:]
 
@@ -323,7 +354,7 @@ def _counter_jump(chain: str) -> bytes:
 @functools.lru_cache(maxsize=64)
 def _dnat_pre(proto: str, with_port: bool) -> bytes:
     """Everything of `-m P -p P -j DNAT --to-destination IP[:PORT]` before the nf_nat_range2 fields."""
-    exprs = _L4[proto] + _l4_bare(proto) + nl.COUNTER + _DNAT_HEAD
+    exprs = _L4[proto] + _l4_bare(proto) + _COUNTER + _DNAT_HEAD
     return _hdr(4 + len(exprs) + 48, _EXPRS_NESTED) + exprs + struct.pack("=I", 3 if with_port else 1)
 
 
@@ -489,7 +520,7 @@ def _general(t: list[str], spec: str) -> tuple[bytes, bytes]:
     for kind, opts in matches:
         out += _match(kind, opts, proto, spec)
     compat = nl.rule_compat(PROTOS.get(proto, 0)) if proto else b""
-    return out + nl.COUNTER + target, compat
+    return out + _COUNTER + target, compat
 
 
 def _match(kind: str, opts: dict, proto: str, spec: str) -> bytes:

@@ -10,10 +10,12 @@ the writer's table, one-Service changes must land where a full load of the new p
 them, and cleanup must leave nothing of ours.
 """
 
+import struct
 import subprocess
 
 import pytest
 
+from netproxy.iptables import nftrules
 from netproxy.iptables.nftproxier import CHUNK, IptablesNftProxier
 from netproxy.iptables.plan import PortRules, full_restore, jump_rules, plan_port
 from netproxy.model import Endpoint, ServicePort, ServicePortName
@@ -58,8 +60,33 @@ def _save(ns: str) -> list[str]:
     return [ln for ln in out.stdout.splitlines() if not ln.startswith("#")]
 
 
-def _raw(table: str) -> list[str]:
-    """Every chain and rule of `table` from the kernel: attributes and expressions, hex (no handles/counters)."""
+def _expr_tokens(exprs: bytes) -> list[str]:
+    """A rule's expressions as `kind:data-hex` tokens (counters as `counter`), a bare `-m tcp`/`-m udp`
+    as `l4-any`: iptables-nft writes the xt compat match, we write `th dport 0-65535`, which iptables-nft
+    parses back to the same match (nftrules._l4_bare; the iptables-save and `iptables -C` comparisons
+    hold us to that)."""
+    out: list[str] = []
+    for _, e in nl.parse_list(exprs):
+        a = nl.parse_attrs(e)
+        kind = nl.attr_str(a[nl.EXPR_NAME])
+        data = nl.parse_attrs(a.get(nl.EXPR_DATA, b""))
+        if kind == "match" and nl.attr_str(data[1]) in ("tcp", "udp") and data[3] == _BARE_INFO:
+            out.append("l4-any")
+        elif kind == "range" and out and out[-1] == _DPORT_TOKEN and \
+                [nl.parse_attrs(data[k]).get(nl.DATA_VALUE) for k in (3, 4)] == [b"\0\0", b"\xff\xff"]:
+            out[-1] = "l4-any"
+        else:
+            out.append(kind if kind == "counter" else f"{kind}:{a.get(nl.EXPR_DATA, b'').hex()}")
+    return out
+
+
+_BARE_INFO = struct.pack("=HHHH", 0, 0xFFFF, 0, 0xFFFF) + bytes(8)  # xt_tcp/xt_udp: every port, no flags
+_DPORT_TOKEN = "payload:" + nl.parse_attrs(nl.parse_list(nftrules._DPORT)[0][1])[nl.EXPR_DATA].hex()
+
+
+def _raw(table: str, counters: bool = False) -> list[str]:
+    """Every chain and rule of `table` from the kernel: attributes and expressions, hex (no handles, no
+    counter values; `counter` expressions only with `counters`: ours are off by default)."""
     sock = nl.NftSocket()
     try:
         out = []
@@ -68,11 +95,8 @@ def _raw(table: str) -> list[str]:
         for r in sock.dump(nl.GETRULE, table=table) or ():
             parts = [nl.attr_str(r[nl.RULE_CHAIN])]
             parts += [f"a{k}={v.hex()}" for k, v in sorted(r.items()) if k not in (1, 2, 3, 4, 6)]
-            for _, e in nl.parse_list(r.get(nl.RULE_EXPRESSIONS, b"")):
-                a = nl.parse_attrs(e)
-                kind = nl.attr_str(a[nl.EXPR_NAME])
-                parts.append(kind if kind == "counter" else f"{kind}:{a.get(nl.EXPR_DATA, b'').hex()}")
-            out.append(" ".join(parts))
+            tokens = _expr_tokens(r.get(nl.RULE_EXPRESSIONS, b""))
+            out.append(" ".join(parts + [t for t in tokens if counters or t != "counter"]))
         return sorted(out)
     finally:
         sock.close()
@@ -102,16 +126,18 @@ def _by_chain(lines: list[str]) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("chunk", [CHUNK, 2], ids=["one-transaction", "chunked"])
 @pytest.mark.parametrize("large", [False, True], ids=["comments", "large-cluster"])
+@pytest.mark.parametrize("counters", [False, True], ids=["no-counters", "counters"])
 @pytest.mark.parametrize("cidr,node_ips", [("10.244.0.0/16", ()), ("10.240.0.0/12", ("192.168.5.5", "10.0.0.7"))],
                          ids=["byte-prefix,addrtype", "bit-prefix,node-ips"])
-def test_full_sync_equals_iptables_nft_restore(res, require, large, cidr, node_ips, chunk):
-    """Also with the initial load split into transactions of 2 ports (several chunks, then the last one)."""
+def test_full_sync_equals_iptables_nft_restore(res, require, large, cidr, node_ips, chunk, counters):
+    """Also with the initial load split into transactions of 2 ports (several chunks, then the last one);
+    with per-rule counters (as iptables-nft writes them) or without (the default)."""
     require("iptables-nft")
     node = NodeConfig(node_name="n1", cluster_cidr=cidr, node_ips=node_ips)
     plans = _plans(node, large)
     ours, theirs = res.netns(), res.netns()
     worker, ref = NetnsWorker(ours), NetnsWorker(theirs)
-    proxier = IptablesNftProxier(node, chunk=chunk)
+    proxier = IptablesNftProxier(node, chunk=chunk, counters=counters)
     try:
         result = worker.call(proxier.full_sync, plans)
         chunks = proxier.timing["chunks"]
@@ -125,6 +151,11 @@ def test_full_sync_equals_iptables_nft_restore(res, require, large, cidr, node_i
         assert _save(ours) == _save(theirs)
         for table in ("nat", "filter"):
             assert worker.call(_raw, table) == ref.call(_raw, table), table
+            mine = worker.call(_raw, table, True)
+            if counters:
+                assert mine == ref.call(_raw, table, True), table
+            else:  # our rules carry no counter; the builtin chains' foreign rules are not ours
+                assert not [r for r in mine if " counter" in r], table
     finally:
         worker.close()
         ref.close()
@@ -166,6 +197,12 @@ def test_one_service_changes_and_iptables_nft_edits(res, require):
             got["PREROUTING"] = [r for r in got["PREROUTING"] if "203.0.113.0/24" not in r]
             assert {c: sorted(r) for c, r in got.items()} == {c: sorted(r) for c, r in want.items()}
             assert "KUBE-NODEPORTS" in got["KUBE-SERVICES"][-1], "the NodePorts jump must stay last"
+        # iptables-nft finds our rules by their specs (`-C`, as `-D` would): natively matched ones too
+        for c, specs in new[ports[0][0].name].chains.items():
+            for spec in specs:
+                argv = [a.strip('"') for a in nftrules._split(spec)]
+                subprocess.run(["ip", "netns", "exec", ours, "iptables-nft", "-t", "nat", "-C", c, *argv],
+                               check=True)
         # iptables-nft edits one of our chains and a partial restore works on the writer's table
         subprocess.run(["ip", "netns", "exec", ours, "iptables-nft", "-t", "nat", "-A", "KUBE-MARK-MASQ",
                         "-m", "comment", "--comment", "foreign", "-j", "RETURN"], check=True)
