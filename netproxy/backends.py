@@ -42,4 +42,6 @@ def make_iptables_proxier(node: NodeConfig, backend: str | None = None, **option
         return IptablesNftProxier(node, chunk=int(chunk) if chunk else CHUNK, counters=counters)
     from netproxy.iptables.proxier import IptablesProxier
 
+    options.pop("counters", None)  # x_tables rules always carry their counters
+
     return IptablesProxier(node, backend="nft" if backend == "nft-restore" else backend, **options)

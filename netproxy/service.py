@@ -8,7 +8,7 @@ the proxy's handlers from watch events and `set_*_synced()` after the first list
 Config attributes read (all optional, so `UpConfig` works unchanged):
 `node_name`, `proxy_mode` (iptables | nftables | ipvs), `proxy_netns`,
 `cluster_cidr`, `node_ips`, `proxy_sync_period` (full resync, s),
-`proxy_min_sync_period` (s), `netproxy_source` (a Source; default: Services and EndpointSlices from
+`proxy_min_sync_period` (s), `proxy_rule_counters` (iptables mode), `netproxy_source` (a Source; default: Services and EndpointSlices from
 the API with the node's credential, nodeagent.client.config.node_client), `proxy_cleanup_on_stop`
 (remove the rules on stop: for throwaway instances; kube-proxy keeps them across restarts).
 """
@@ -68,6 +68,13 @@ def node_config(config: Any) -> NodeConfig:
     )
 
 
+def proxier_options(mode: str, config: Any) -> dict[str, str]:
+    """Backend options from the node's flags (`--proxy-rule-counters`)."""
+    if mode == "iptables" and getattr(config, "proxy_rule_counters", False):
+        return {"counters": "true"}
+    return {}
+
+
 async def serve(config: Any, ready: asyncio.Event) -> None:
     source: Source | None = getattr(config, "netproxy_source", None)
     client = None
@@ -79,7 +86,7 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
         source = ApiSource(client)
     mode = getattr(config, "proxy_mode", None) or "iptables"
     worker = NetnsWorker(getattr(config, "proxy_netns", None))
-    proxy = Proxy(make_proxier(mode, node_config(config)), worker,
+    proxy = Proxy(make_proxier(mode, node_config(config), **proxier_options(mode, config)), worker,
                   min_interval=float(getattr(config, "proxy_min_sync_period", 1.0) or 0.0),
                   max_interval=float(getattr(config, "proxy_sync_period", 30.0) or 30.0))
     try:

@@ -75,6 +75,8 @@ class UpConfig:
     # Throwaway instances (any data dir but the default) remove their Service rules on stop, and serve
     # cluster DNS on a port of their own (the kube-dns EndpointSlice carries it), so several coexist.
     proxy_cleanup_on_stop: bool = False
+    proxy_mode: str = "iptables"
+    proxy_rule_counters: bool = False
     dns_listen: str | None = None
     manifest_url: str | None = None
     http_check_frequency: float | None = None
@@ -98,6 +100,12 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                         "pods through, and where NodePorts answer (default: detected from the default route / the "
                         "route to the server)")
     p.add_argument("--bridge", default=None, help="pod bridge name (default: na0, or na<tag> for other data dirs)")
+    p.add_argument("--proxy-mode", default="iptables", choices=("iptables", "nftables", "ipvs"),
+                   help="how netproxy programs Services, as kube-proxy's --proxy-mode (default: %(default)s)")
+    p.add_argument("--proxy-rule-counters", action="store_true",
+                   help="iptables mode: give every rule a packet counter, as iptables-nft does, for `iptables -L "
+                        "-v`/`iptables-save -c` (off by default: each counter makes every rule change's kernel "
+                        "validation slower)")
     p.add_argument("--cni-bin-dir", action="append", default=None,
                    help="CNI plugin directory for our runtime, repeatable (default: /opt/cni/bin and /usr/lib/cni)")
     p.add_argument("--eviction-hard", default=None,
@@ -150,6 +158,8 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
                    kubelet_address=getattr(args, "kubelet_address", None),
                    server=getattr(args, "server", None), token=getattr(args, "token", None),
                    pod_network=getattr(args, "pod_network", None))
+    cfg.proxy_mode = getattr(args, "proxy_mode", None) or "iptables"
+    cfg.proxy_rule_counters = bool(getattr(args, "proxy_rule_counters", False))
     node_ip = getattr(args, "node_ip", None)
     if node_ip:
         import ipaddress

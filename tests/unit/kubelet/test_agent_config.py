@@ -80,3 +80,21 @@ def test_cni_bin_dirs_flag_reaches_the_runtime(tmp_path):
     assert CRIConfig.from_any(config_from_args(_args(str(tmp_path)))).cni_bin_dirs == CRIConfig.cni_bin_dirs
     cfg = config_from_args(_args(str(tmp_path), cni_bin_dir=["/x/bin", "/usr/lib/cni"]))
     assert CRIConfig.from_any(cfg).cni_bin_dirs == ("/x/bin", "/usr/lib/cni")
+
+
+def test_proxy_flags_reach_netproxy(tmp_path):
+    import pytest
+
+    from netproxy.service import proxier_options
+    from nodeagent.commands.up import add_node_arguments
+
+    p = argparse.ArgumentParser()
+    add_node_arguments(p)
+    args = p.parse_args(["--data-dir", str(tmp_path), "--proxy-mode", "nftables"])
+    cfg = config_from_args(args)
+    assert (cfg.proxy_mode, cfg.proxy_rule_counters) == ("nftables", False)
+    assert proxier_options(cfg.proxy_mode, cfg) == {}
+    cfg = config_from_args(p.parse_args(["--data-dir", str(tmp_path), "--proxy-rule-counters"]))
+    assert cfg.proxy_mode == "iptables" and proxier_options(cfg.proxy_mode, cfg) == {"counters": "true"}
+    with pytest.raises(SystemExit):
+        p.parse_args(["--proxy-mode", "userspace"])
