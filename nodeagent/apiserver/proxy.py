@@ -23,6 +23,17 @@ if TYPE_CHECKING:
 
 NODES = lookup("", "v1", "nodes")
 _KUBELET_PATH = {"log": "containerLogs", "exec": "exec", "attach": "attach", "portforward": "portForward"}
+# kube-apiserver's kubelet transport: a 30 s dial and Go's 10 s TLS handshake timeout (a loaded node, or an
+# emulated VM, can take seconds to answer a handshake)
+DIAL_TIMEOUT = 30.0
+TLS_HANDSHAKE_TIMEOUT = 10.0
+
+
+def _why(e: BaseException) -> str:
+    """A timeout's message is empty: say what ran out."""
+    if isinstance(e, TimeoutError) or type(e).__name__.endswith("TimeoutError"):
+        return str(e) or f"timed out after {DIAL_TIMEOUT:g}s"
+    return str(e) or type(e).__name__
 
 
 def kubelet_address(node: dict[str, Any]) -> tuple[str, int] | None:
@@ -93,7 +104,7 @@ class KubeletProxy:
         url = f"https://{addr[0]}:{addr[1]}{path}"
 
         async def exchange() -> web.StreamResponse:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5)) as s, \
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=DIAL_TIMEOUT)) as s, \
                     s.request(request.method, url, params=request.query, ssl=self._client_ssl()) as up:
                 resp = web.StreamResponse(status=up.status,
                                           headers={"Content-Type": up.headers.get("Content-Type", "text/plain")})
@@ -114,16 +125,17 @@ class KubeletProxy:
                 return web.Response(status=499)  # nobody is there to read it
         try:
             return task.result()
-        except (aiohttp.ClientError, OSError) as e:
-            raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: {e}") from None
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: {_why(e)}") from None
 
     async def _upgrade(self, request: web.Request, addr: tuple[str, int], path: str) -> web.StreamResponse:
         """Splice an Upgrade (SPDY or websocket) connection to the kubelet byte for byte."""
         try:
-            async with asyncio.timeout(5):
-                r, w = await asyncio.open_connection(addr[0], addr[1], ssl=self._client_ssl())
+            async with asyncio.timeout(DIAL_TIMEOUT):
+                r, w = await asyncio.open_connection(addr[0], addr[1], ssl=self._client_ssl(),
+                                                     ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
         except (OSError, TimeoutError) as e:
-            raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: {e}") from None
+            raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: {_why(e)}") from None
         qs = request.rel_url.raw_query_string  # still percent-encoded: it goes on the request line as is
         lines = [f"{request.method} {path}{'?' + qs if qs else ''} HTTP/1.1", f"Host: {addr[0]}:{addr[1]}"]
         for k, v in request.headers.items():
