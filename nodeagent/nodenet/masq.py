@@ -1,9 +1,13 @@
 """Masquerade only for traffic leaving the cluster CIDR.
 
 The bridge plugin's per-network chain masquerades everything from its pods that is not for its own
-subnet; across nodes that would hide pod addresses. One rule, first in nat POSTROUTING, returns
-cluster-to-cluster traffic before that chain (flannel's `-s cluster -d cluster -j RETURN`). Tagged with
-the node's name so several agents on one host each remove only their own.
+subnet; across nodes that would hide pod addresses. One rule in nat POSTROUTING returns
+cluster-to-cluster traffic before that chain (flannel's `-s cluster -d cluster -j RETURN`). It goes
+after the Service proxy's `kubernetes postrouting rules` jump, never before it: a pod reaching itself
+through its Service (hairpin) is cluster-to-cluster too, and only that chain's masquerade makes the
+reply come back through the Service. The bridge plugin appends its rules, so right after the proxy's
+jump (or first, without one) is still before them. Tagged with the node's name so several agents on one
+host each remove only their own.
 """
 
 from __future__ import annotations
@@ -23,11 +27,30 @@ def _iptables(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([exe, "-w", "5", "-t", "nat", *args], capture_output=True, text=True, check=False)
 
 
+PROXY_JUMP_COMMENT = "kubernetes postrouting rules"  # kube-proxy's (and netproxy's) jump to its masquerade
+
+
+def _positions(node: str) -> tuple[list[int], int]:
+    """1-based positions in nat POSTROUTING of the proxy's jumps, and the last of ours (0: absent)."""
+    p = _iptables("-S", "POSTROUTING")
+    if p.returncode != 0:
+        raise RuntimeError(f"cannot list nat POSTROUTING: {p.stderr.strip()}")
+    rules = [line for line in p.stdout.splitlines() if line.startswith("-A POSTROUTING ")]
+    jumps = [i for i, r in enumerate(rules, 1) if PROXY_JUMP_COMMENT in r]
+    ours = [i for i, r in enumerate(rules, 1) if f'"nodeagent/nodenet node={node}"' in r]
+    return jumps, (ours[-1] if ours else 0)
+
+
 def ensure(cluster_cidr: str, node: str) -> None:
-    if _iptables("-C", "POSTROUTING", *_rule(cluster_cidr, node)).returncode != 0:
-        p = _iptables("-I", "POSTROUTING", "1", *_rule(cluster_cidr, node))
-        if p.returncode != 0:
-            raise RuntimeError(f"cannot add the cluster masquerade exemption: {p.stderr.strip()}")
+    jumps, ours = _positions(node)
+    if ours and all(j < ours for j in jumps):
+        return
+    if ours:  # before the proxy's jump (it was added later, or moved): put it back after it
+        remove(cluster_cidr, node)
+        jumps, _ = _positions(node)
+    p = _iptables("-I", "POSTROUTING", str(max(jumps, default=0) + 1), *_rule(cluster_cidr, node))
+    if p.returncode != 0:
+        raise RuntimeError(f"cannot add the cluster masquerade exemption: {p.stderr.strip()}")
 
 
 def remove(cluster_cidr: str, node: str) -> None:
