@@ -12,6 +12,7 @@ host each remove only their own.
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 
 from cni import iptables
@@ -30,24 +31,26 @@ def _iptables(*args: str) -> subprocess.CompletedProcess:
 PROXY_JUMP_COMMENT = "kubernetes postrouting rules"  # kube-proxy's (and netproxy's) jump to its masquerade
 
 
-def _positions(node: str) -> tuple[list[int], int]:
+def _positions(cluster_cidr: str, node: str) -> tuple[list[int], int]:
     """1-based positions in nat POSTROUTING of the proxy's jumps, and the last of ours (0: absent)."""
     p = _iptables("-S", "POSTROUTING")
     if p.returncode != 0:
         raise RuntimeError(f"cannot list nat POSTROUTING: {p.stderr.strip()}")
     rules = [line for line in p.stdout.splitlines() if line.startswith("-A POSTROUTING ")]
     jumps = [i for i, r in enumerate(rules, 1) if PROXY_JUMP_COMMENT in r]
-    ours = [i for i, r in enumerate(rules, 1) if f'"nodeagent/nodenet node={node}"' in r]
+    cidr = str(ipaddress.ip_network(cluster_cidr, strict=False))
+    ours = [i for i, r in enumerate(rules, 1)
+            if f'"nodeagent/nodenet node={node}"' in r and f"-s {cidr} -d {cidr} " in r]
     return jumps, (ours[-1] if ours else 0)
 
 
 def ensure(cluster_cidr: str, node: str) -> None:
-    jumps, ours = _positions(node)
+    jumps, ours = _positions(cluster_cidr, node)
     if ours and all(j < ours for j in jumps):
         return
     if ours:  # before the proxy's jump (it was added later, or moved): put it back after it
         remove(cluster_cidr, node)
-        jumps, _ = _positions(node)
+        jumps, _ = _positions(cluster_cidr, node)
     p = _iptables("-I", "POSTROUTING", str(max(jumps, default=0) + 1), *_rule(cluster_cidr, node))
     if p.returncode != 0:
         raise RuntimeError(f"cannot add the cluster masquerade exemption: {p.stderr.strip()}")

@@ -9,7 +9,6 @@ import pytest
 
 from cni import netns as cni_netns
 from nodeagent.nodenet import masq
-from tests.harness.resources import sh
 
 pytestmark = [pytest.mark.root]
 
