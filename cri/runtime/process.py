@@ -144,9 +144,20 @@ def _above_std(fd: int) -> int:
     return high
 
 
+def create_log(path: str) -> None:
+    """Create the container's CRI log before it starts, as containerd does: the shim opens it only after
+    the container exec'd, and StartContainer's caller may read or follow it (Attach does) at once."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640))
+    except OSError as e:
+        raise LaunchError(f"failed to create and open log file {path}: {e.strerror or e}") from e
+
+
 def launch(spec: LaunchSpec) -> Launched:
     """Spawn the launcher, which starts the container and becomes its shim; return once the container
-    has exec'd (blocking: use a thread)."""
+    has exec'd and its log exists (blocking: use a thread)."""
+    if spec.log_path:
+        create_log(spec.log_path)
     payload = encode_spec(spec)
     launcher = spec.launcher or os.path.join(os.path.dirname(spec.shim), "launch")
     spec_r, spec_w = (_above_std(fd) for fd in os.pipe())

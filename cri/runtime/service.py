@@ -811,7 +811,7 @@ class Runtime:
         """Free the kernel objects, delete the log, and move the container's directory to the trash."""
         self._release_kernel_objects(c)
         if c.log_path:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):  # never made, or its dir is gone
                 os.unlink(c.log_path)
         trash = self.opts.state_dir / "trash" / c.id
         try:

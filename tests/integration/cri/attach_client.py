@@ -44,11 +44,16 @@ class SpdyAttach:
         """Wait for marker on stdout, sending resend every half second meanwhile (if given)."""
         return await _until(self.output, marker, (lambda: self.send(resend)) if resend else None, wait_s)
 
-    async def status(self, wait_s: float = 30) -> dict:
-        """The session's end: the Status on the error stream (v4), after stdout's FIN and GOAWAY."""
+    async def status(self, wait_s: float = 30, goaway: bool = True) -> dict:
+        """The session's end: the Status on the error stream (v4) after stdout's FIN, then the server's
+        end of the connection: a GOAWAY (ours always sends it), or with goaway=False just its close.
+        containerd's stream server (kubelet's streaming code on spdystream) resets the streams, sends
+        GOAWAY and closes, but its close can overtake its own last frames: captured sessions end inside
+        an RST_STREAM or right after one, with no GOAWAY (the Status before them is always whole).
+        kubectl does not wait for a GOAWAY either: the Status and the connection's end are the answer."""
         await self.streams["stdout"].read_all(wait_s)
         raw = await self.streams["error"].read_all(wait_s)
-        await asyncio.wait_for(self.conn.goaway.wait(), wait_s)
+        await asyncio.wait_for((self.conn.goaway if goaway else self.conn.closed).wait(), wait_s)
         return json.loads(raw)
 
     async def close(self) -> None:

@@ -5,11 +5,18 @@ kubectl >= 1.31 port-forward), odd stream ids, SYN_STREAM with a zlib-compressed
 compressor for the connection), DATA with FIN to half-close, answers our PINGs' echoes, and also
 does flow control (WINDOW_UPDATE for what it reads; waits on the server's windows) so the server's
 handling of both is exercised.
+
+The raw connection is a plain non-blocking socket, not asyncio streams: a server ends a session with
+its last frames, GOAWAY and a close, and our WINDOW_UPDATE for those last frames can then meet a reset
+socket. An asyncio transport that fails a write drops what it received and has not handed on yet (the
+GOAWAY); a socket still gives every byte the server sent before its close, then EOF or the reset.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import struct
 import zlib
 from urllib.parse import urlsplit
@@ -118,7 +125,7 @@ class SpdyClient:
         self._inflate = zlib.decompressobj(15, SPDY3_DICT)
         self._buf = b""
         self._lock = asyncio.Lock()
-        self._writer: asyncio.StreamWriter | None = None
+        self._sock: socket.socket | None = None
         self._ws = None
         self._http: aiohttp.ClientSession | None = None
         self._task: asyncio.Task | None = None
@@ -129,12 +136,26 @@ class SpdyClient:
         """A raw HTTP/1.1 upgrade to SPDY/3.1; a non-101 answer leaves status/headers set and no session."""
         c = cls()
         u = urlsplit(url)
-        reader, writer = await asyncio.open_connection(u.hostname, u.port)
-        lines = [f"{method} {u.path}{'?' + u.query if u.query else ''} HTTP/1.1", f"Host: {u.netloc}",
-                 "Connection: Upgrade", "Upgrade: SPDY/3.1", "Content-Length: 0"]
-        lines += [f"X-Stream-Protocol-Version: {p}" for p in protocols]
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
-        head = await reader.readuntil(b"\r\n\r\n")
+        loop = asyncio.get_running_loop()
+        family = socket.AF_INET6 if ":" in (u.hostname or "") else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, (u.hostname, u.port))
+            lines = [f"{method} {u.path}{'?' + u.query if u.query else ''} HTTP/1.1", f"Host: {u.netloc}",
+                     "Connection: Upgrade", "Upgrade: SPDY/3.1", "Content-Length: 0"]
+            lines += [f"X-Stream-Protocol-Version: {p}" for p in protocols]
+            await loop.sock_sendall(sock, ("\r\n".join(lines) + "\r\n\r\n").encode())
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                chunk = await loop.sock_recv(sock, 65536)
+                if not chunk:
+                    raise ConnectionError(f"the server closed the connection before its answer: {buf!r}")
+                buf += chunk
+        except BaseException:
+            sock.close()
+            raise
+        head, early = buf.split(b"\r\n\r\n", 1)
         first, *rest = head.decode().split("\r\n")
         c.status = int(first.split()[1])
         for line in rest:
@@ -142,10 +163,10 @@ class SpdyClient:
                 k, v = line.split(":", 1)
                 c.response_headers.setdefault(k.strip().lower(), []).append(v.strip())
         if c.status != 101:
-            writer.close()
+            sock.close()
             return c
-        c._writer = writer
-        c._task = asyncio.create_task(c._read_socket(reader))
+        c._sock = sock
+        c._task = asyncio.create_task(c._read_socket(early))
         return c
 
     @classmethod
@@ -161,11 +182,16 @@ class SpdyClient:
 
     async def _write(self, data: bytes) -> None:
         async with self._lock:
-            if self._ws is not None:
-                await self._ws.send_bytes(data)
-            else:
-                self._writer.write(data)
-                await self._writer.drain()
+            await self._send(data)
+
+    async def _send(self, data: bytes) -> None:
+        """One frame (or several) on the connection; the caller holds the lock."""
+        if self._ws is not None:
+            await self._ws.send_bytes(data)
+        elif self._sock is None or self._sock.fileno() < 0:
+            raise ConnectionResetError("the connection is closed")
+        else:
+            await asyncio.get_running_loop().sock_sendall(self._sock, data)
 
     async def _credit(self, sid: int, n: int) -> None:
         """WINDOW_UPDATE for what we read (stream and session); the peer may be gone already."""
@@ -174,10 +200,19 @@ class SpdyClient:
         except (ConnectionError, RuntimeError):
             pass
 
-    async def _read_socket(self, reader: asyncio.StreamReader) -> None:
+    async def _read_socket(self, early: bytes) -> None:
+        """Every byte the server sent, until its close (EOF) or a reset after the last of them."""
+        loop = asyncio.get_running_loop()
         try:
-            while chunk := await reader.read(65536):
-                await self._feed(chunk)
+            chunk = early
+            while True:
+                if chunk:
+                    await self._feed(chunk)
+                chunk = await loop.sock_recv(self._sock, 65536)
+                if not chunk:
+                    return
+        except ConnectionError:
+            return  # reset: what the server sent before it was read above
         finally:
             self._end()
 
@@ -255,12 +290,7 @@ class SpdyClient:
         self.streams[sid] = s
         async with self._lock:  # compress and send in one order: the zlib stream is shared
             block = self._deflate.compress(name_value_block(headers)) + self._deflate.flush(zlib.Z_SYNC_FLUSH)
-            frame = frame_control(1, 1 if fin else 0, struct.pack(">IIBB", sid, 0, 0, 0) + block)
-            if self._ws is not None:
-                await self._ws.send_bytes(frame)
-            else:
-                self._writer.write(frame)
-                await self._writer.drain()
+            await self._send(frame_control(1, 1 if fin else 0, struct.pack(">IIBB", sid, 0, 0, 0) + block))
         return s
 
     async def ping(self, ping_id: int) -> None:
@@ -273,14 +303,15 @@ class SpdyClient:
         if self._ws is not None:
             await self._ws.close()
             await self._http.close()
-        elif self._writer is not None:
-            self._writer.close()
-            try:
-                await self._writer.wait_closed()
-            except OSError:
-                pass
+        elif self._sock is not None:
+            with contextlib.suppress(OSError):  # wakes our reader with EOF; the server sees our FIN
+                self._sock.shutdown(socket.SHUT_RDWR)
         if self._task is not None:
             try:
                 await asyncio.wait_for(self._task, 5)
             except (TimeoutError, OSError):
                 self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+        if self._sock is not None:
+            self._sock.close()  # after the reader: no fd is closed under a pending sock_recv

@@ -161,3 +161,24 @@ def test_remove_running_pod_kills_everything(peer, ppods):
     assert c.status(cid).status.state == pb.CONTAINER_EXITED
     c.remove_sandbox(sid)
     assert not c.rt.ListContainers(pb.ListContainersRequest(filter=pb.ContainerFilter(id=cid))).containers
+
+
+def test_the_log_exists_when_start_returns(peer, ppods):
+    """containerd opens the CRI log before the task starts, and StartContainer fails when it cannot:
+    a caller may follow the log at once (our Attach does). Ours makes it before the launch, too."""
+    name, d = peer
+    c = d.client
+    sid, scfg = ppods.run()
+    cid = c.create(sid, container_config("quiet", BUSYBOX, ["sleep", "300"], log_path="quiet/0.log"), scfg)
+    c.start(cid)
+    assert Path(c.status(cid).status.log_path).is_file()  # the command wrote nothing yet
+    cfg = container_config("nolog", BUSYBOX, ["sleep", "300"], log_path="nolog/0.log")
+    blocked = c.create(sid, cfg, scfg)
+    log_dir = Path(c.status(blocked).status.log_path).parent
+    if log_dir.exists():
+        log_dir.rmdir()
+    log_dir.write_text("a file where the log's directory should be\n")
+    with pytest.raises(grpc.RpcError) as e:
+        c.start(blocked)
+    assert "log" in e.value.details(), e.value.details()
+    assert c.status(blocked).status.state == pb.CONTAINER_EXITED
