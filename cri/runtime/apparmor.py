@@ -6,7 +6,8 @@ The choice follows containerd's CRI plugin, so a pod behaves the same on either 
   ("runtime/default", "unconfined" or "localhost/<name>"; anything else is refused);
 - nothing set means RuntimeDefault where the host has AppArmor (kubernetes#51746);
 - a privileged container gets no default profile, but a Localhost one still applies;
-- on a host without AppArmor only "unconfined" (or nothing) is accepted: "apparmor is not supported";
+- on a host without AppArmor (or without apparmor_parser) only "unconfined" (or nothing) is
+  accepted: "apparmor is not supported";
 - a Localhost profile must already be loaded in the kernel when the container is created.
 
 RuntimeDefault is our own profile, `nodeagent-default`: generated here (the same policy as
@@ -57,12 +58,14 @@ NONE = Choice("none")
 
 @functools.lru_cache(maxsize=1)
 def host_supports() -> bool:
-    """The kernel has AppArmor enabled and its securityfs interface is there (containerd's test)."""
+    """containerd's test: the kernel has AppArmor enabled, its securityfs interface is there, and so
+    is apparmor_parser (without it no default profile can be loaded, and containerd runs every
+    container unconfined and refuses explicit profiles; so do we)."""
     try:
         enabled = Path("/sys/module/apparmor/parameters/enabled").read_text()
     except OSError:
         return False
-    return enabled.startswith("Y") and os.path.isdir("/sys/kernel/security/apparmor")
+    return enabled.startswith("Y") and os.path.isdir("/sys/kernel/security/apparmor") and parser() is not None
 
 
 def requested(sec: pb.LinuxContainerSecurityContext) -> tuple[int, str] | None:
