@@ -422,7 +422,8 @@ def apparmor_profiles(f):
     p = subprocess.run([exe, "-r", "-K"], input=text, capture_output=True, text=True, check=False)
     # apparmor_parser does not always exit non-zero: like critest, any stderr is an error
     assert p.returncode == 0 and not p.stderr, f"apparmor_parser -r: {p.returncode} {p.stderr}"
-    f.cleanups.append(lambda: subprocess.run([exe, "-R"], input=text, capture_output=True, check=False))
+    unload = [exe, "-R"]
+    f.cleanups.append(lambda: subprocess.run(unload, input=text, capture_output=True, text=True, check=False))
     return names
 
 
