@@ -13,7 +13,6 @@ import pytest
 from cri.proto import api_pb2 as pb
 from nodeagent.host.probe import probe_host
 from tests.conformance.cri import framework as fw
-from tests.conformance.cri.conftest import containerd_fails
 from tests.conformance.cri.framework import ExecError
 
 
@@ -399,7 +398,6 @@ profile {audit} flags=(attach_disconnected) {{
 }}
 """
 UNLOADED_PROFILE = "non-existent-profile"
-OLD_CONTAINERD = "containerd 1.6 predates the CRI apparmor field"
 
 
 @pytest.fixture
@@ -454,26 +452,21 @@ def _apparmor_container(f, field: str, profile: str, should_succeed: bool) -> pb
     return f.wait_state(cid, pb.CONTAINER_EXITED)
 
 
-def _fields(**containerd_fails_with):
-    return [pytest.param(x, id=x, marks=[containerd_fails(containerd_fails_with[x])] if x in containerd_fails_with
-                         else []) for x in ("apparmor_profile", "apparmor", "both")]
+FIELDS = ("apparmor_profile", "apparmor", "both")
 
 
-@pytest.mark.parametrize("field", _fields(apparmor=f"{OLD_CONTAINERD}: it ignores it and creates the container"))
+@pytest.mark.parametrize("field", FIELDS)
 def test_should_fail_with_an_unloaded_profile(f, apparmor_profiles, field):
     _apparmor_container(f, field, UNLOADED_PROFILE, False)
 
 
-@pytest.mark.parametrize("field", _fields(
-    apparmor=f"{OLD_CONTAINERD}: it runs the container under its default profile, which allows the write",
-    both=f"{OLD_CONTAINERD}: it reads only apparmor_profile, which names an unloaded profile"))
+@pytest.mark.parametrize("field", FIELDS)
 def test_should_enforce_a_profile_blocking_writes(f, apparmor_profiles, field):
     st = _apparmor_container(f, field, apparmor_profiles["deny"], True)
     assert st.exit_code != 0, "touch /tmp/foo succeeded under a profile denying writes"
 
 
-@pytest.mark.parametrize("field", _fields(
-    both=f"{OLD_CONTAINERD}: it reads only apparmor_profile, which names an unloaded profile"))
+@pytest.mark.parametrize("field", FIELDS)
 def test_should_enforce_a_permissive_profile(f, apparmor_profiles, field):
     st = _apparmor_container(f, field, apparmor_profiles["audit"], True)
     assert st.exit_code == 0, f"touch /tmp/foo failed under a profile that only audits writes: {st.exit_code}"
