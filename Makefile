@@ -15,6 +15,8 @@ APT_PACKAGES := iproute2 iptables nftables conntrack ipset ipvsadm kmod procps p
 	busybox-static file gcc libc6-dev ca-certificates \
 	containerd runc containernetworking-plugins etcd-server docker-registry skopeo podman iperf3 \
 	apache2-utils dnsmasq-base vagrant shellcheck bind9-dnsutils
+# apparmor_parser, where the kernel has AppArmor: the CRI runtime loads its default profile with it.
+APT_PACKAGES += $(if $(shell grep -qs '^Y' /sys/module/apparmor/parameters/enabled && echo y),apparmor)
 # Debian's kubectl 1.20, unpacked privately (installing it would replace the machine's kubectl).
 KUBECTL_120 := $(CACHE)/kubectl-1.20/usr/bin/kubectl
 
@@ -112,8 +114,10 @@ LAB_CA_CERTS ?= $(if $(wildcard /usr/local/share/ca-certificates/*.crt),/usr/loc
 lab-deps:
 	LAB_APT_PACKAGES="$(LAB_APT_PACKAGES)" vagrant/host/deps.sh
 
+# The guests run Debian's kernel, which has AppArmor: their make install wants apparmor too, even
+# where this host's kernel has none.
 lab-box: lab-deps
-	LAB_BOX_EXTRA_PACKAGES="$(APT_PACKAGES)" LAB_BOX_CA_CERTS="$(LAB_CA_CERTS)" \
+	LAB_BOX_EXTRA_PACKAGES="$(APT_PACKAGES) $(filter-out $(APT_PACKAGES),apparmor)" LAB_BOX_CA_CERTS="$(LAB_CA_CERTS)" \
 		LAB_BOX_WHEELS="$$(vagrant/host/wheelhouse.sh)" vagrant/host/build-box.sh
 
 lab-test: lab-box

@@ -49,6 +49,7 @@ class Creds:
     caps: int = 0  # bounding (and, for root, effective/permitted) capability mask
     no_new_privs: bool = False
     seccomp: object | None = None  # a cri.runtime.seccomp.Profile, loaded before the exec
+    apparmor: str = ""  # the AppArmor profile the exec transitions to ("" = none); see cri/runtime/apparmor.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +93,7 @@ class LaunchError(Exception):
 # -- launching a container -------------------------------------------------------------------------
 
 
-SPEC_VERSION = "nodeagent-launch-1"
+SPEC_VERSION = "nodeagent-launch-2"
 SPEC_FD, SYNC_FD = 3, 4  # where the launcher finds the spec and the sync pipe
 
 
@@ -116,7 +117,8 @@ def encode_spec(spec: LaunchSpec) -> bytes:
     items(f"{k}={v}" for k, v in env.items())
     out += [spec.cwd, str(c.uid), str(c.gid)]
     items(c.groups)
-    out += [str(c.caps), str(int(c.no_new_privs)), str(seccomp), bpf.hex(), spec.rootfs, str(len(spec.mounts))]
+    out += [str(c.caps), str(int(c.no_new_privs)), str(seccomp), bpf.hex(), c.apparmor, spec.rootfs,
+            str(len(spec.mounts))]
     for m in spec.mounts:
         out += [m.source, m.target, str(int(m.readonly)), str(m.propagation), str(int(m.recursive_ro))]
     items(spec.masked_paths)
@@ -221,7 +223,27 @@ def _write_file(path: str, data: str) -> None:
         os.close(fd)
 
 
+def _apply_apparmor(profile: str) -> None:
+    """Ask AppArmor to move this thread to `profile` at its next execve (runc's way). Done while
+    still root and before no_new_privs, which would forbid the transition."""
+    data = f"exec {profile}".encode()
+    try:
+        try:
+            fd = os.open("/proc/thread-self/attr/apparmor/exec", os.O_WRONLY | os.O_CLOEXEC)
+        except FileNotFoundError:  # kernels before 5.8 have only the shared LSM attribute
+            fd = os.open("/proc/self/attr/exec", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(0, "short write")
+        finally:
+            os.close(fd)
+    except OSError as e:  # not FileNotFoundError to the caller: that would read as "no such command"
+        raise LaunchError(f"apparmor profile {profile}: {e.strerror}") from None
+
+
 def _drop_privileges(c: Creds) -> None:
+    if c.apparmor:
+        _apply_apparmor(c.apparmor)
     if c.seccomp is not None:
         c.seccomp.load()  # still root with every capability here, so no no_new_privs is needed
     for cap in range(sc.last_cap() + 1):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cri.proto import api_pb2 as pb
+from cri.runtime import apparmor as aalib
 from cri.runtime import caps as capslib
 from cri.runtime import config as cfglib
 from cri.runtime import stdio
@@ -576,6 +577,7 @@ class Runtime:
         if sec.namespace_options.pid == TARGET:
             raise Unimplemented("namespace_options.pid TARGET is not supported by this runtime")
         _seccomp_choice(sec)  # refuses what it cannot do before anything is made
+        apparmor = await self._apparmor_choice(sec)
         mounts = [cfglib.check_mount_paths(m.container_path, m.host_path, i) for i, m in enumerate(config.mounts)]
         for i, m in enumerate(config.mounts):
             if m.recursive_read_only:
@@ -592,7 +594,7 @@ class Runtime:
         undo = Undo()
         undo.push(lambda: self._keys.pop(key, None))
         try:
-            c = await self._make_container(cid, key, s, config, image, argv, caps, mounts, devices, undo)
+            c = await self._make_container(cid, key, s, config, image, argv, caps, mounts, devices, apparmor, undo)
         except BaseException:
             await undo.run()
             raise
@@ -603,7 +605,7 @@ class Runtime:
 
     async def _make_container(self, cid: str, key: str, s: SandboxRecord, config: pb.ContainerConfig, image: Any,
                               argv: list[str], caps: list[str], mount_sources: list[str], devices: list[dict],
-                              undo: Undo) -> ContainerRecord:
+                              apparmor: str, undo: Undo) -> ContainerRecord:
         d = self._cdir(cid)
         rootfs = d / "rootfs"
         sec = config.linux.security_context
@@ -665,6 +667,7 @@ class Runtime:
             "pid_mode": "host" if pid_mode == NODE else ("join" if pid_mode == POD and s.pid_mode == POD else "new"),
             "oom_score_adj": config.linux.resources.oom_score_adj,
             "seccomp": _seccomp_choice(sec),
+            "apparmor": apparmor,
             "devices": devices,
         }
         image_ref = image.repo_digests[0] if image.repo_digests else image.id
@@ -676,8 +679,20 @@ class Runtime:
         return c
 
     @staticmethod
+    async def _apparmor_choice(sec: pb.LinuxContainerSecurityContext) -> str:
+        """The AppArmor profile the container's processes run under ("" = none), refusing an
+        unloaded Localhost profile and loading our RuntimeDefault one if the kernel lacks it."""
+        choice = aalib.choose(sec, aalib.host_supports())
+        if choice.kind == "localhost":
+            aalib.check_loaded(choice.name)  # a short securityfs read
+        elif choice.kind == "default" and not aalib.default_loaded():
+            await asyncio.to_thread(aalib.ensure_default)  # apparmor_parser, once
+        return choice.profile
+
+    @staticmethod
     def creds(c: ContainerRecord) -> Creds:
-        """The identity, capabilities and seccomp filter of a container's processes (and its execs)."""
+        """The identity, capabilities, seccomp filter and AppArmor profile of a container's processes
+        (and its execs)."""
         L = c.launch
         profile = None
         if L.get("seccomp") == "runtime/default":
@@ -688,7 +703,8 @@ class Runtime:
             from cri.runtime.seccomp import from_json
 
             profile = from_json(L["seccomp"].removeprefix("localhost:"))
-        return Creds(L["uid"], L["gid"], tuple(L["groups"]), L["caps"], L["no_new_privs"], profile)
+        return Creds(L["uid"], L["gid"], tuple(L["groups"]), L["caps"], L["no_new_privs"], profile,
+                     L.get("apparmor", ""))
 
     def _launch_spec(self, c: ContainerRecord, s: SandboxRecord) -> LaunchSpec:
         L = c.launch

@@ -4,7 +4,7 @@
  * fd 3 and a sync pipe on fd 4. This process (P1) reads the spec, creates or joins the pod's
  * pid namespace, and forks the container init (G). G joins the sandbox's namespaces, builds its mount
  * namespace (overlay rootfs bound on itself, /proc, /sys, /dev, the caller's mounts, masked and
- * read-only paths), pivots, joins its cgroup, drops privileges (seccomp, capabilities, ids) and execs
+ * read-only paths), pivots, joins its cgroup, drops privileges (AppArmor, seccomp, capabilities, ids) and execs
  * the user's command. P1 writes "pid G" on the sync pipe and execs the shim (shim.c) with G's pipes, so
  * the process that stays per container is the plain shim, no larger than before. The daemon reads
  * the sync pipe to EOF: G's and P1's copies close when they exec (close-on-exec); a failure is
@@ -63,6 +63,7 @@ static struct spec {
     int seccomp;  /* -1 none, else whether no_new_privs goes with it (libseccomp's NNP attribute) */
     unsigned char *bpf;
     size_t bpf_len;
+    char *apparmor;  /* the AppArmor profile the execve moves to ("" = none) */
     char *rootfs;
     int nmounts;
     struct mnt *mounts;
@@ -156,7 +157,7 @@ static char **strings(int *n_out) {
 }
 
 static void parse_spec(void) {
-    if (strcmp(tok(), "nodeagent-launch-1") != 0) { errno = EINVAL; die("unknown launch spec version"); }
+    if (strcmp(tok(), "nodeagent-launch-2") != 0) { errno = EINVAL; die("unknown launch spec version"); }
     S->argv = strings(NULL);
     S->env = strings(NULL);
     S->cwd = tok();
@@ -176,6 +177,7 @@ static void parse_spec(void) {
         sscanf(hex + 2 * i, "%2x", &b);
         S->bpf[i] = (unsigned char)b;
     }
+    S->apparmor = tok();
     S->rootfs = tok();
     S->nmounts = count();
     S->mounts = alloc(((size_t)S->nmounts + 1) * sizeof(struct mnt));
@@ -465,7 +467,29 @@ static int container_terminal(int sock) {
     return slave;
 }
 
+/* Ask AppArmor to move us to the container's profile at the execve, as runc does: written while we
+ * are still root (our /proc files stay ours to write) and before no_new_privs (which would forbid
+ * the transition). A failure stops the container rather than let it run unconfined. */
+static void apply_apparmor(void) {
+    if (!S->apparmor[0]) return;
+    step = "apparmor";
+    char data[4096];
+    int n = snprintf(data, sizeof(data), "exec %s", S->apparmor);
+    if (n < 0 || (size_t)n >= sizeof(data)) { errno = ENAMETOOLONG; die("apparmor profile name"); }
+    const char *path = "/proc/thread-self/attr/apparmor/exec";
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {  /* kernels before 5.8: the shared LSM attribute */
+        path = "/proc/self/attr/exec";
+        fd = open(path, O_WRONLY | O_CLOEXEC);
+    }
+    if (fd < 0) dief("open %s", path);
+    if (write(fd, data, (size_t)n) != n) dief("write %s", path);
+    close(fd);
+    step = "credentials";
+}
+
 static void drop_privileges(void) {
+    apply_apparmor();
     if (S->seccomp >= 0) {
         if (S->seccomp == 1 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
         struct sock_fprog prog = {.len = (unsigned short)(S->bpf_len / sizeof(struct sock_filter)),

@@ -378,20 +378,95 @@ def test_should_allow_privilege_escalation_when_false(f):
 
 
 # -- apparmor_linux.go ------------------------------------------------------------------------------
-def _apparmor(spec):
+# critest loads two test profiles (apparmor_parser -r) and runs `touch /tmp/foo` under each: writes
+# denied (the container must exit non-zero), writes only audited (it must exit 0); a profile the
+# kernel does not have must fail CreateContainer. Current critest runs each spec three ways: the
+# deprecated apparmor_profile string, the typed apparmor field, and both at once with the string
+# naming an unloaded profile (the typed field must win). Our profiles get a unique suffix, and are
+# unloaded again (apparmor_parser -R) when the spec ends.
+APPARMOR_TEST_PROFILES = """
+#include <tunables/global>
+profile {deny} flags=(attach_disconnected) {{
+  #include <abstractions/base>
+  file,
+  deny /** w,  # no file may be written
+}}
+profile {audit} flags=(attach_disconnected) {{
+  #include <abstractions/base>
+  file,
+  audit /** w,  # writes are allowed, and logged
+}}
+"""
+UNLOADED_PROFILE = "non-existent-profile"
+
+
+@pytest.fixture
+def apparmor_profiles(f):
+    """critest's loadTestProfiles: the deny-write and audit-write profiles, loaded for this spec."""
+    from cri.runtime.apparmor import parser
+    from tests.harness.resources import unique
+
     r = probe_host()
     if not r.has("apparmor"):
         pytest.skip(r.why_not("apparmor"))
-    pytest.fail(f"AppArmor spec {spec!r} is not ported: no host here has AppArmor to run it on")
+    exe = parser()
+    if exe is None:
+        pytest.fail("the kernel has AppArmor but apparmor_parser is missing: make install installs Debian's "
+                    "apparmor package on such hosts")
+    suffix = unique("aa")
+    names = {"deny": "cri-validate-apparmor-test-deny-write-" + suffix,
+             "audit": "cri-validate-apparmor-test-audit-write-" + suffix}
+    text = APPARMOR_TEST_PROFILES.format(**names)
+    p = subprocess.run([exe, "-r", "-K"], input=text, capture_output=True, text=True, check=False)
+    # apparmor_parser does not always exit non-zero: like critest, any stderr is an error
+    assert p.returncode == 0 and not p.stderr, f"apparmor_parser -r: {p.returncode} {p.stderr}"
+    unload = [exe, "-R"]
+    f.cleanups.append(lambda: subprocess.run(unload, input=text, capture_output=True, text=True, check=False))
+    return names
 
 
-def test_should_fail_with_an_unloaded_profile(f):
-    _apparmor("should fail with an unloaded profile")
+def _set_apparmor(sec: pb.LinuxContainerSecurityContext, field: str, profile: str) -> None:
+    ref = "localhost/" + profile
+    if field == "apparmor_profile":
+        sec.apparmor_profile = ref
+        return
+    sec.apparmor.profile_type = pb.SecurityProfile.Localhost
+    sec.apparmor.localhost_ref = ref  # critest sends the prefix here too
+    if field == "both":
+        sec.apparmor_profile = "localhost/" + UNLOADED_PROFILE
 
 
-def test_should_enforce_a_profile_blocking_writes(f):
-    _apparmor("should enforce a profile blocking writes")
+def _apparmor_container(f, field: str, profile: str, should_succeed: bool) -> pb.ContainerStatus | None:
+    """critest's createContainerWithAppArmor: `touch /tmp/foo` under the profile, run to its exit."""
+    sid, pod = f.pod_for_container()
+    cfg = f.container_config("apparmor-test-", command=["touch", "/tmp/foo"])
+    _set_apparmor(cfg.linux.security_context, field, profile)
+    if not should_succeed:
+        with pytest.raises(grpc.RpcError):
+            f.create(sid, pod, cfg)
+        left = [c.id for c in f.list_containers(pod_sandbox_id=sid)]
+        assert not left, f"a refused CreateContainer left containers behind: {left}"
+        return None
+    cid = f.create(sid, pod, cfg)
+    f.start(cid)
+    return f.wait_state(cid, pb.CONTAINER_EXITED)
 
 
-def test_should_enforce_a_permissive_profile(f):
-    _apparmor("should enforce a permissive profile")
+FIELDS = ("apparmor_profile", "apparmor", "both")
+
+
+@pytest.mark.parametrize("field", FIELDS)
+def test_should_fail_with_an_unloaded_profile(f, apparmor_profiles, field):
+    _apparmor_container(f, field, UNLOADED_PROFILE, False)
+
+
+@pytest.mark.parametrize("field", FIELDS)
+def test_should_enforce_a_profile_blocking_writes(f, apparmor_profiles, field):
+    st = _apparmor_container(f, field, apparmor_profiles["deny"], True)
+    assert st.exit_code != 0, "touch /tmp/foo succeeded under a profile denying writes"
+
+
+@pytest.mark.parametrize("field", FIELDS)
+def test_should_enforce_a_permissive_profile(f, apparmor_profiles, field):
+    st = _apparmor_container(f, field, apparmor_profiles["audit"], True)
+    assert st.exit_code == 0, f"touch /tmp/foo failed under a profile that only audits writes: {st.exit_code}"

@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from cri.proto import api_pb2 as pb
+from tests.harness.resources import unique
 from tests.integration.cri.conftest import CONFIGURED
 from tests.integration.cri.daemon import mounts_under
 
@@ -306,6 +307,63 @@ def test_seccomp_runtime_default_and_unconfined(cri, pods):
     with pytest.raises(grpc.RpcError) as e:  # a Localhost profile needs a profile file
         c.create(sid, local, scfg)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "localhost_ref" in e.value.details()
+
+
+def test_apparmor_as_containerd_applies_it(cri, pods):
+    """RuntimeDefault unless told otherwise, none for privileged containers, the same profile for
+    execs, and a refused create leaves nothing behind; without AppArmor only "unconfined" is accepted."""
+    from cri.client import container_config
+    from cri.runtime import apparmor as aa
+
+    c = cri.client
+    sid, scfg = pods.run()
+
+    def config(name, profile="", **kw):
+        cfg = container_config(name, "localhost/busybox:latest", ["sleep", "300"], **kw)
+        cfg.linux.security_context.apparmor_profile = profile
+        return cfg
+
+    def refused(cfg, code, text):
+        before = sorted(os.listdir(cri.state / "containers"))
+        with pytest.raises(grpc.RpcError) as e:
+            c.create(sid, cfg, scfg)
+        assert e.value.code() == code and text in e.value.details(), e.value.details()
+        assert sorted(os.listdir(cri.state / "containers")) == before  # nothing half-made
+        names = {x.metadata.name for x in c.rt.ListContainers(pb.ListContainersRequest()).containers}
+        assert cfg.metadata.name not in names
+
+    def label(cid, path):
+        return c.exec_sync(cid, ["cat", path]).stdout.decode().strip()
+
+    refused(config("bad", "apparmor-profile-without-prefix"), grpc.StatusCode.INVALID_ARGUMENT, "apparmor_profile")
+    if not aa.host_supports():
+        for profile in ("runtime/default", "localhost/x"):
+            refused(config("unsupported", profile), grpc.StatusCode.FAILED_PRECONDITION, "apparmor is not supported")
+        for i, profile in enumerate(("", "unconfined")):
+            cid = c.create(sid, config(f"free{i}", profile), scfg)
+            c.start(cid)
+            assert c.exec_sync(cid, ["true"]).exit_code == 0
+        return
+    gone = "nodeagent-test-" + unique("aa")
+    refused(config("unloaded", f"localhost/{gone}"), grpc.StatusCode.FAILED_PRECONDITION, "apparmor profile not found")
+    default = c.create(sid, config("default"), scfg)
+    free = c.create(sid, config("free", "unconfined"), scfg)
+    priv = config("privileged")
+    priv.linux.security_context.privileged = True
+    priv = c.create(sid, priv, scfg)
+    admin = config("admin", "runtime/default")
+    admin.linux.security_context.capabilities.add_capabilities.append("SYS_ADMIN")
+    admin = c.create(sid, admin, scfg)
+    for cid in (default, free, priv, admin):
+        c.start(cid)
+    assert label(default, "/proc/1/attr/current") == f"{aa.DEFAULT_PROFILE} (enforce)"
+    assert label(default, "/proc/self/attr/current") == f"{aa.DEFAULT_PROFILE} (enforce)"  # the exec too
+    assert label(free, "/proc/1/attr/current") == "unconfined"
+    assert label(priv, "/proc/self/attr/current") == "unconfined"
+    # the profile, not the capability set, is what keeps mount out of reach here
+    mount = ["sh", "-c", "mkdir -p /m && mount -t tmpfs t /m"]
+    assert c.exec_sync(admin, mount).exit_code != 0
+    assert c.exec_sync(priv, mount).exit_code == 0
 
 
 def test_sysctls_and_devices(cri, pods):
