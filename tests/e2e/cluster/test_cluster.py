@@ -59,6 +59,17 @@ def test_clusterip_and_nodeport_reach_pods_on_every_node_from_every_node(lab):
             seen = {http(lab, n, f"http://{cip}/").strip() for _ in range(24)}
             return seen if seen == names else None
         lab.wait(f"the ClusterIP answered by pods on every node, from {n}", spread, 60, interval=1)
+    # from each backend too, itself included (hairpin): the node's masquerade exemption for pod-to-pod traffic
+    # must not come before the proxy's masquerade of hairpin connections
+    for pod in pods:
+        seen: set[str] = set()
+
+        def spread_from_pod(pod=pod, seen=seen):
+            seen.update(http(lab, pod, f"http://{cip}/").strip() for _ in range(6))
+            assert seen >= names, f"answers so far: {sorted(seen)}"
+            return True
+        lab.wait(f"the ClusterIP answered by every pod, itself too, from pod {pod['metadata']['name']}",
+                 spread_from_pod, 90, interval=0.5)
     for client in NODES:
         for target in lab.topo.nodes:
             got = lab.wait(f"NodePort {target.address}:{nport} from {client}",
