@@ -140,8 +140,17 @@ def test_stats_summary_through_the_apiserver(cluster, ticker):  # noqa: F811
 def test_metrics_through_the_apiserver(cluster, ticker):  # noqa: F811
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = cluster.kubectl("get", "--raw", f"/api/v1/nodes/{cluster.node}/proxy/metrics")
-    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    def scrape() -> dict:
+        text = cluster.kubectl("get", "--raw", f"/api/v1/nodes/{cluster.node}/proxy/metrics")
+        return {f.name: f for f in text_string_to_metric_families(text)}
+
+    # The running counts come from the last relist (once a second, as kubelet's PLEG cache): the pod worker can
+    # report the pod Running before the next relist has seen it.
+    deadline = time.monotonic() + 30
+    fams = scrape()
+    while fams["kubelet_running_pods"].samples[0].value < 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        fams = scrape()
     running = {s.labels.get("container_state"): s.value for s in fams["kubelet_running_containers"].samples}
     assert fams["kubelet_running_pods"].samples[0].value >= 1
     assert running.get("running", 0) >= 1
