@@ -53,8 +53,9 @@ SHAPES = {  # rule expressions before the jump (none: the rule has no verdict)
 }
 
 
-def _commit_cpu(validate: bool) -> tuple[float, float]:
-    """(wall, CPU) seconds of committing one new chain with one rule (counter [+ return verdict])."""
+def commit_one_rule(validate: bool) -> tuple[float, float]:
+    """(wall, CPU) seconds of committing one new chain with one rule (counter [+ return verdict]): with the
+    verdict, the kernel's floor for any nat change (netproxy_sync.py prints it beside the one-Service change)."""
     s = nl.NftSocket()
     try:
         b = nl.Batch("nat")
@@ -76,8 +77,8 @@ def _medians(worker: NetnsWorker, rounds: int = 7) -> tuple[float, float, float]
     """Validating commit CPU, its wall, non-validating commit CPU (ms), alternated."""
     val, nov = [], []
     for _ in range(rounds):
-        val.append(worker.call(_commit_cpu, True))
-        nov.append(worker.call(_commit_cpu, False))
+        val.append(worker.call(commit_one_rule, True))
+        nov.append(worker.call(commit_one_rule, False))
     return (
         statistics.median(c for _, c in val) * 1e3,
         statistics.median(w for w, _ in val) * 1e3,
@@ -124,7 +125,7 @@ def synthetic(n: int, distinct: bool) -> None:
         cases += [("counter,jump", ["PREROUTING"]), ("counter,jump", [])]
         for shape, hooks in cases:
             worker.call(_load_synthetic, n, shape, hooks, distinct)
-            worker.call(_commit_cpu, True)
+            worker.call(commit_one_rule, True)
             v, vw, nv = _medians(worker)
             per = (v - nv) * 1e6 / (n * max(1, len(hooks)))
             print(

@@ -32,6 +32,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # ipt_validate's kernel floor
 
 from netproxy.backends import make_proxier
 from netproxy.lab import endpoint_slice, service
@@ -182,9 +183,10 @@ def floors_iptables_nft(ns: str, worker: NetnsWorker, proxier, spn, sp, eps, lar
     one-Service figure of the issue's floors, without its 56 s full load), and the kernel's own cost
     of any nat transaction adding a rule (nf_tables re-validates every chain reachable from the base
     chains on commit: O(table), whoever the writer is)."""
+    from ipt_validate import commit_one_rule
+
     from netproxy.iptables.plan import partial_restore, plan_port
     from netproxy.model import Endpoint
-    from netproxy.nftables import netlink as nl
 
     node = proxier.node
     cur = {spn: proxier.plans[spn]}
@@ -199,24 +201,7 @@ def floors_iptables_nft(ns: str, worker: NetnsWorker, proxier, spn, sp, eps, lar
         times.append(time.perf_counter() - t0)
         cur = new
 
-    def kernel_once() -> float:
-        sock = nl.NftSocket()
-        try:
-            b = nl.Batch("nat")
-            b.add_chain("BENCH-FLOOR")
-            b.add_rule("BENCH-FLOOR", nl.COUNTER + nl.immediate_verdict(nl.RETURN))
-            t0 = time.perf_counter()
-            sock.send(b)
-            dt = time.perf_counter() - t0
-            b = nl.Batch("nat")
-            b.flush_chain("BENCH-FLOOR")
-            b.del_chain("BENCH-FLOOR")
-            sock.send(b)
-            return dt
-        finally:
-            sock.close()
-
-    kernel = [worker.call(kernel_once) for _ in range(rounds)]
+    kernel = [worker.call(commit_one_rule, True)[0] for _ in range(rounds)]
     return {"nft_partial": _median(times), "nft_kernel_txn": _median(kernel)}
 
 

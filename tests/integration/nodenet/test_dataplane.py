@@ -6,25 +6,16 @@ device; removing node B from the view removes every entry of it; teardown leaves
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
 
-from cni import netns as cni_netns
 from nodeagent.nodenet import plan as P
 from nodeagent.nodenet.dataplane import RTPROT_NODENET, Dataplane
 from tests.harness.resources import sh
+from tests.integration.nodenet.nsutil import in_ns
 
 pytestmark = [pytest.mark.root]
-
-
-def in_ns(ns: str, fn):
-    fd = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return cni_netns.run_in(fd, fn)
-    finally:
-        os.close(fd)
 
 
 def ip(ns: str, *args: str) -> str:

@@ -3,25 +3,15 @@ two start: before it, a pod reaching itself through its Service (hairpin) is not
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from cni import netns as cni_netns
 from nodeagent.nodenet import masq
+from tests.integration.nodenet.nsutil import in_ns
 
 pytestmark = [pytest.mark.root]
 
 CIDR, NODE = "10.244.0.0/16", "n1"
 JUMP = ["-m", "comment", "--comment", masq.PROXY_JUMP_COMMENT, "-j", "KUBE-POSTROUTING"]
-
-
-def in_ns(ns: str, fn):
-    fd = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return cni_netns.run_in(fd, fn)
-    finally:
-        os.close(fd)
 
 
 def postrouting(ns: str) -> list[str]:
