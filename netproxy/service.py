@@ -8,7 +8,8 @@ the proxy's handlers from watch events and `set_*_synced()` after the first list
 Config attributes read (all optional, so `UpConfig` works unchanged):
 `node_name`, `proxy_mode` (iptables | nftables | ipvs), `proxy_netns`,
 `cluster_cidr`, `node_ips`, `proxy_sync_period` (full resync, s),
-`proxy_min_sync_period` (s), `proxy_rule_counters` (iptables mode), `netproxy_source` (a Source; default: Services and EndpointSlices from
+`proxy_min_sync_period` (s), `proxy_rule_counters` (iptables mode), `ipvs_scheduler` and
+`ipvs_strict_arp` (ipvs mode), `netproxy_source` (a Source; default: Services and EndpointSlices from
 the API with the node's credential, nodeagent.client.config.node_client), `proxy_cleanup_on_stop`
 (remove the rules on stop: for throwaway instances; kube-proxy keeps them across restarts).
 """
@@ -69,9 +70,12 @@ def node_config(config: Any) -> NodeConfig:
 
 
 def proxier_options(mode: str, config: Any) -> dict[str, str]:
-    """Backend options from the node's flags (`--proxy-rule-counters`)."""
+    """Backend options from the node's flags (`--proxy-rule-counters`, `--ipvs-scheduler`, `--ipvs-strict-arp`)."""
     if mode == "iptables" and getattr(config, "proxy_rule_counters", False):
         return {"counters": "true"}
+    if mode == "ipvs":
+        return {"scheduler": getattr(config, "ipvs_scheduler", None) or "rr",
+                "strict_arp": "true" if getattr(config, "ipvs_strict_arp", False) else "false"}
     return {}
 
 

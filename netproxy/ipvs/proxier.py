@@ -13,7 +13,7 @@ import os
 import socket
 import subprocess
 
-from netproxy.ipvs.plan import DUMMY, IPSETS, Desired, VirtualServer, diff, iptables_rules, plan
+from netproxy.ipvs.plan import DUMMY, IPSETS, SCHEDULERS, Desired, VirtualServer, diff, iptables_rules, plan
 from netproxy.proxier import NodeConfig, SyncResult
 from netproxy.tracker import Changes, ProxyState
 
@@ -38,6 +38,12 @@ log = logging.getLogger("netproxy.ipvs")
 SYSCTLS = {"net/ipv4/vs/conntrack": "1", "net/ipv4/vs/expire_nodest_conn": "1",
            "net/ipv4/vs/expire_quiescent_template": "1", "net/ipv4/ip_forward": "1"}
 CONN_REUSE_FIXED = (5, 9)
+# kube-proxy's --ipvs-strict-arp: every ClusterIP/ExternalIP sits on kube-ipvs0, and by default Linux
+# answers ARP for any local address on any interface, so the node would claim every Service IP on its
+# LAN (the reason MetalLB / kube-vip in ARP mode need this): answer only for addresses of the
+# interface asked (arp_ignore=1) and source ARP requests from the outgoing interface's best address
+# (arp_announce=2). Node-wide, like kube-proxy's: conf/all wins over every interface's own value.
+STRICT_ARP_SYSCTLS = {"net/ipv4/conf/all/arp_ignore": "1", "net/ipv4/conf/all/arp_announce": "2"}
 
 
 def _kernel_version(release: str) -> tuple[int, int]:
@@ -45,23 +51,26 @@ def _kernel_version(release: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
 
 
-def wanted_sysctls(release: str) -> dict[str, str]:
+def wanted_sysctls(release: str, strict_arp: bool = False) -> dict[str, str]:
     """The sysctls ipvs mode sets on a kernel of this release (`uname -r`)."""
     wanted = dict(SYSCTLS)
     if (4, 1) <= _kernel_version(release) < CONN_REUSE_FIXED:
         wanted["net/ipv4/vs/conn_reuse_mode"] = "0"
+    if strict_arp:
+        wanted.update(STRICT_ARP_SYSCTLS)
     return wanted
 
 
-def ensure_sysctls() -> dict[str, tuple[str, str]]:
+def ensure_sysctls(strict_arp: bool = False) -> dict[str, tuple[str, str]]:
     """Set the IPVS sysctls of the calling thread's netns (/proc/sys/net follows the thread's netns);
-    returns what was changed: name -> (old, new)."""
+    returns what was changed: name -> (old, new). Like kube-proxy, nothing is set back on cleanup: other
+    software may rely on the values by then."""
     if not os.path.isdir("/proc/sys/net/ipv4/vs"):  # ip_vs not loaded yet (its netlink family does not autoload)
         subprocess.run(["modprobe", "-q", "ip_vs"], capture_output=True, check=False, timeout=10)
         if not os.path.isdir("/proc/sys/net/ipv4/vs"):
             raise RuntimeError("ipvs mode: the kernel has no IPVS (ip_vs module missing or not loadable)")
     changed = {}
-    for name, value in wanted_sysctls(os.uname().release).items():
+    for name, value in wanted_sysctls(os.uname().release, strict_arp).items():
         path = f"/proc/sys/{name}"
         with open(path) as f:
             old = f.read().strip()
@@ -84,9 +93,12 @@ class IpvsProxier:
 
     name = "ipvs"
 
-    def __init__(self, node: NodeConfig, scheduler: str = "rr") -> None:
+    def __init__(self, node: NodeConfig, scheduler: str = "rr", strict_arp: str | bool = False) -> None:
+        if scheduler not in SCHEDULERS:
+            raise ValueError(f"unknown IPVS scheduler {scheduler!r} (one of {', '.join(SCHEDULERS)})")
         self.node = node
         self.scheduler = scheduler
+        self.strict_arp = strict_arp if isinstance(strict_arp, bool) else strict_arp.lower() in ("1", "true", "yes")
         self.applied = Desired()
         from nodeagent.host.probe import node_iptables_backend
 
@@ -99,7 +111,7 @@ class IpvsProxier:
         with IPRoute() as ipr:
             if not ipr.link_lookup(ifname=DUMMY):
                 ipr.link("add", ifname=DUMMY, kind="dummy")
-        for name, (old, new) in ensure_sysctls().items():
+        for name, (old, new) in ensure_sysctls(self.strict_arp).items():
             log.info("sysctl %s: %s -> %s", name.replace("/", "."), old, new)
         _run(["ipset", "restore", "-exist"],
              "".join(f"create {name} {kind}" + (" range 0-65535" if kind.startswith("bitmap") else "") + "\n"

@@ -29,8 +29,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rule-counters", action="store_true",
                    help="iptables mode: a packet counter on every rule, as iptables-nft writes them (off by "
                         "default: counters slow every change's kernel validation)")
+    add_ipvs_arguments(p)
     p.add_argument("--once", action="store_true", help="sync once and exit")
     p.add_argument("--cleanup", action="store_true", help="remove every rule this mode owns and exit")
+
+
+def add_ipvs_arguments(p: argparse.ArgumentParser) -> None:
+    """kube-proxy's ipvs flags, under kube-proxy's names (here and on `up`/`agent`)."""
+    from netproxy.ipvs.plan import SCHEDULERS
+
+    p.add_argument("--ipvs-scheduler", default="rr", choices=SCHEDULERS,
+                   help="ipvs mode: the IPVS scheduler of every virtual server (default: %(default)s)")
+    p.add_argument("--ipvs-strict-arp", action="store_true",
+                   help="ipvs mode: set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2, so the node stops "
+                        "answering ARP for the Service IPs on kube-ipvs0 (needed by MetalLB / kube-vip in L2 mode)")
 
 
 def load_objects(paths: list[str]) -> tuple[list[dict], list[dict]]:
@@ -45,11 +57,11 @@ def run(args: argparse.Namespace) -> int:
     from netproxy.netns import NetnsWorker
     from netproxy.proxier import NodeConfig
     from netproxy.proxy import Proxy
-    from netproxy.service import StaticSource
+    from netproxy.service import StaticSource, proxier_options
 
     node = NodeConfig(node_name=args.node_name, node_ips=tuple(args.node_ip), cluster_cidr=args.cluster_cidr)
     worker = NetnsWorker(args.netns)
-    options = {"counters": "true"} if args.rule_counters and args.mode == "iptables" else {}
+    options = proxier_options(args.mode, argparse.Namespace(**vars(args), proxy_rule_counters=args.rule_counters))
     proxy = Proxy(make_proxier(args.mode, node, **options), worker, min_interval=args.min_sync_period,
                   max_interval=args.sync_period)
 

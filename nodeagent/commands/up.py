@@ -13,6 +13,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from nodeagent.commands.proxy import add_ipvs_arguments
 from nodeagent.runner import Component, run_components
 
 log = logging.getLogger("nodeagent.up")
@@ -77,6 +78,8 @@ class UpConfig:
     proxy_cleanup_on_stop: bool = False
     proxy_mode: str = "iptables"
     proxy_rule_counters: bool = False
+    ipvs_scheduler: str = "rr"
+    ipvs_strict_arp: bool = False
     dns_listen: str | None = None
     manifest_url: str | None = None
     http_check_frequency: float | None = None
@@ -106,6 +109,7 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                    help="iptables mode: give every rule a packet counter, as iptables-nft does, for `iptables -L "
                         "-v`/`iptables-save -c` (off by default: each counter makes every rule change's kernel "
                         "validation slower)")
+    add_ipvs_arguments(p)
     p.add_argument("--cni-bin-dir", action="append", default=None,
                    help="CNI plugin directory for our runtime, repeatable (default: /opt/cni/bin and /usr/lib/cni)")
     p.add_argument("--eviction-hard", default=None,
@@ -160,6 +164,8 @@ def config_from_args(args: argparse.Namespace) -> UpConfig:
                    pod_network=getattr(args, "pod_network", None))
     cfg.proxy_mode = getattr(args, "proxy_mode", None) or "iptables"
     cfg.proxy_rule_counters = bool(getattr(args, "proxy_rule_counters", False))
+    cfg.ipvs_scheduler = getattr(args, "ipvs_scheduler", None) or "rr"
+    cfg.ipvs_strict_arp = bool(getattr(args, "ipvs_strict_arp", False))
     node_ip = getattr(args, "node_ip", None)
     if node_ip:
         import ipaddress

@@ -15,7 +15,7 @@ import pytest
 
 from netproxy import conntrack
 from netproxy.backends import make_proxier
-from netproxy.lab import Lab, endpoint_slice, service
+from netproxy.lab import Lab, endpoint_slice, service, sh
 from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
@@ -56,14 +56,15 @@ def lab():
 class Harness:
     """A proxy over one lab node, fed with in-memory Service / EndpointSlice dicts."""
 
-    def __init__(self, lab: Lab, mode: str, **proxy_kw) -> None:
+    def __init__(self, lab: Lab, mode: str, options: dict[str, str] | None = None, **proxy_kw) -> None:
         self.lab = lab
         self.node = NodeConfig(node_name=NODE, cluster_cidr=lab.cluster_cidr,
                                node_ips=(lab.node_ip,) if lab.node_ip else ())
         self.worker = NetnsWorker(lab.node)
-        options = {"iptables": {"backend": "nft"}, "iptables-legacy": {"backend": "legacy"},
+        variant = {"iptables": {"backend": "nft"}, "iptables-legacy": {"backend": "legacy"},
                    "iptables-restore": {"incremental": "restore"}, "iptables-xtblob": {"incremental": "xtblob"},
                    "iptables-nft": {"backend": "nft-restore"}}.get(mode, {})
+        options = {**variant, **(options or {})}
         self.proxy = Proxy(make_proxier(mode.split("-")[0], self.node, **options), self.worker, **proxy_kw)
         self.proxy.set_services_synced()
         self.proxy.set_endpoints_synced()
@@ -185,6 +186,26 @@ def test_conntrack_cleanup_matches_ipvs_flows(lab, make, require):
     stale = [(sp, ep) for ep in h.proxy.state.endpoints[spn]]
     assert h.worker.call(conntrack.clear_stale, stale, []) == 1
     assert lab.pods["a"] not in lab.in_node("conntrack", "-L", "-p", "udp", "--orig-dst", VIP, check=False)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict-arp"])
+def test_ipvs_strict_arp_stops_the_node_claiming_service_ips(lab, make, require, strict):
+    """kube-proxy's --ipvs-strict-arp: the Service IPs on kube-ipvs0 are answered on ARP only with it off
+    (Linux answers for any local address on any interface), which is what L2 load balancers trip on."""
+    require("ipvs", "dummy")
+    lab.add_pod("a")
+    lab.add_client()
+    h = make("ipvs", options={"strict_arp": "true" if strict else "false"})
+    h.service("web")
+    h.endpoints("web", ["a"])
+    h.sync(full=True)
+    values = [lab.in_node("cat", f"/proc/sys/net/ipv4/conf/all/{k}").strip() for k in ("arp_ignore", "arp_announce")]
+    assert values == (["1", "2"] if strict else ["0", "0"])
+    # asked on the client's link for a VIP that only kube-ipvs0 holds: the node answers iff not strict
+    arping = sh("ip", "netns", "exec", lab.clients["client"], "busybox", "arping", "-f", "-c", "2", "-w", "2",
+                "-I", "eth0", VIP, check=False)
+    assert ("reply from " + VIP in arping) is not strict, arping
+    assert _names(lab.answers(lab.clients["client"], "tcp", VIP, 80, 2)) == {"a": 2}  # Services still work
 
 
 def test_nodeport_from_another_node(lab, make, mode):

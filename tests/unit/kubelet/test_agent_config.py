@@ -96,5 +96,7 @@ def test_proxy_flags_reach_netproxy(tmp_path):
     assert proxier_options(cfg.proxy_mode, cfg) == {}
     cfg = config_from_args(p.parse_args(["--data-dir", str(tmp_path), "--proxy-rule-counters"]))
     assert cfg.proxy_mode == "iptables" and proxier_options(cfg.proxy_mode, cfg) == {"counters": "true"}
+    cfg = config_from_args(p.parse_args(["--data-dir", str(tmp_path), "--proxy-mode", "ipvs", "--ipvs-strict-arp"]))
+    assert proxier_options(cfg.proxy_mode, cfg) == {"scheduler": "rr", "strict_arp": "true"}
     with pytest.raises(SystemExit):
         p.parse_args(["--proxy-mode", "userspace"])

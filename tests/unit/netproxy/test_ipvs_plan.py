@@ -66,3 +66,29 @@ def test_sysctls_follow_kube_proxy():
     assert modern["net/ipv4/vs/conntrack"] == "1" and modern["net/ipv4/vs/expire_nodest_conn"] == "1"
     assert "net/ipv4/vs/conn_reuse_mode" not in modern  # fixed in 5.9: left as the kernel has it
     assert wanted_sysctls("5.4.0-150-generic")["net/ipv4/vs/conn_reuse_mode"] == "0"
+    assert "net/ipv4/conf/all/arp_ignore" not in modern  # strict ARP is opt-in, as in kube-proxy
+    strict = wanted_sysctls("6.1.0-27-amd64", strict_arp=True)
+    assert (strict["net/ipv4/conf/all/arp_ignore"], strict["net/ipv4/conf/all/arp_announce"]) == ("1", "2")
+
+
+def test_ipvs_flags_reach_the_proxier():
+    import argparse
+
+    import pytest
+
+    from netproxy.ipvs.proxier import IpvsProxier
+    from netproxy.service import proxier_options
+    from nodeagent.commands.proxy import add_ipvs_arguments
+
+    p = argparse.ArgumentParser()
+    add_ipvs_arguments(p)
+    assert proxier_options("ipvs", p.parse_args([])) == {"scheduler": "rr", "strict_arp": "false"}
+    args = p.parse_args(["--ipvs-scheduler", "sh", "--ipvs-strict-arp"])
+    assert proxier_options("ipvs", args) == {"scheduler": "sh", "strict_arp": "true"}
+    assert proxier_options("nftables", args) == {}
+    proxier = IpvsProxier(NODE, **proxier_options("ipvs", args))
+    assert (proxier.scheduler, proxier.strict_arp) == ("sh", True)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--ipvs-scheduler", "fifo"])
+    with pytest.raises(ValueError, match="unknown IPVS scheduler 'fifo'"):
+        IpvsProxier(NODE, scheduler="fifo")
