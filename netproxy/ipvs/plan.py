@@ -124,14 +124,16 @@ def diff(current: Desired, desired: Desired) -> list[Op]:
     return ops
 
 
+NAT_CHAINS = ("KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-MARK-MASQ", "KUBE-NODE-PORT", "KUBE-LOAD-BALANCER")
+
+
 def iptables_rules(node: NodeConfig) -> str:
     """The fixed nat rules of ipvs mode (iptables-restore --noflush input): masquerade by ipset match."""
     mark = f"{node.masq_mark:#x}"
     cidr = f"! -s {node.cluster_cidr} " if node.cluster_cidr else ""
     return "\n".join([
         "*nat",
-        ":KUBE-SERVICES - [0:0]", ":KUBE-POSTROUTING - [0:0]", ":KUBE-MARK-MASQ - [0:0]",
-        ":KUBE-NODE-PORT - [0:0]", ":KUBE-LOAD-BALANCER - [0:0]",
+        *(f":{chain} - [0:0]" for chain in NAT_CHAINS),
         f"-A KUBE-MARK-MASQ -j MARK --or-mark {mark}",
         "-A KUBE-POSTROUTING -m comment --comment \"Kubernetes endpoints dst ip:port, source ip for solving "
         "hairpin purpose\" -m set --match-set KUBE-LOOP-BACK dst,dst,src -j MASQUERADE",

@@ -13,7 +13,17 @@ import os
 import socket
 import subprocess
 
-from netproxy.ipvs.plan import DUMMY, IPSETS, SCHEDULERS, Desired, VirtualServer, diff, iptables_rules, plan
+from netproxy.ipvs.plan import (
+    DUMMY,
+    IPSETS,
+    NAT_CHAINS,
+    SCHEDULERS,
+    Desired,
+    VirtualServer,
+    diff,
+    iptables_rules,
+    plan,
+)
 from netproxy.proxier import NodeConfig, SyncResult
 from netproxy.tracker import Changes, ProxyState
 
@@ -38,6 +48,11 @@ log = logging.getLogger("netproxy.ipvs")
 SYSCTLS = {"net/ipv4/vs/conntrack": "1", "net/ipv4/vs/expire_nodest_conn": "1",
            "net/ipv4/vs/expire_quiescent_template": "1", "net/ipv4/ip_forward": "1"}
 CONN_REUSE_FIXED = (5, 9)
+# the hooks into our nat chains, with kube-proxy's comments: nodenet finds the POSTROUTING jump by its
+# comment to keep its cluster masquerade exemption after it (nodeagent.nodenet.masq), or hairpin breaks
+JUMPS = (("PREROUTING", "KUBE-SERVICES", "kubernetes service portals"),
+         ("OUTPUT", "KUBE-SERVICES", "kubernetes service portals"),
+         ("POSTROUTING", "KUBE-POSTROUTING", "kubernetes postrouting rules"))
 # kube-proxy's --ipvs-strict-arp: every ClusterIP/ExternalIP sits on kube-ipvs0, and by default Linux
 # answers ARP for any local address on any interface, so the node would claim every Service IP on its
 # LAN (the reason MetalLB / kube-vip in ARP mode need this): answer only for addresses of the
@@ -117,11 +132,17 @@ class IpvsProxier:
              "".join(f"create {name} {kind}" + (" range 0-65535" if kind.startswith("bitmap") else "") + "\n"
                      for name, kind in IPSETS.items()))
         _run([f"{self.ipt}-restore", "-w", "--noflush"], iptables_rules(self.node))
-        for chain, target in (("PREROUTING", "KUBE-SERVICES"), ("OUTPUT", "KUBE-SERVICES"),
-                              ("POSTROUTING", "KUBE-POSTROUTING")):
-            if subprocess.run([self.ipt, "-w", "-t", "nat", "-C", chain, "-j", target],
-                              capture_output=True).returncode != 0:
-                _run([self.ipt, "-w", "-t", "nat", "-I", chain, "-j", target])
+        for chain, target, comment in JUMPS:
+            self._delete_jump(chain, target)  # the uncommented jump of earlier versions
+            spec = ["-m", "comment", "--comment", comment, "-j", target]
+            if subprocess.run([self.ipt, "-w", "-t", "nat", "-C", chain, *spec], capture_output=True).returncode != 0:
+                _run([self.ipt, "-w", "-t", "nat", "-I", chain, *spec])
+
+    def _delete_jump(self, chain: str, target: str, comment: str | None = None) -> None:
+        spec = ["-m", "comment", "--comment", comment] if comment else []
+        while subprocess.run([self.ipt, "-w", "-t", "nat", "-D", chain, *spec, "-j", target],
+                             capture_output=True).returncode == 0:
+            pass
 
     def read_kernel(self) -> Desired:
         from pyroute2 import IPVS, IPRoute, IPVSDest, IPVSService
@@ -207,10 +228,10 @@ class IpvsProxier:
             idx = ipr.link_lookup(ifname=DUMMY)
             if idx:
                 ipr.link("del", index=idx[0])
-        for chain, target in (("PREROUTING", "KUBE-SERVICES"), ("OUTPUT", "KUBE-SERVICES"),
-                              ("POSTROUTING", "KUBE-POSTROUTING")):
-            subprocess.run([self.ipt, "-w", "-t", "nat", "-D", chain, "-j", target], capture_output=True)
-        for chain in ("KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-MARK-MASQ", "KUBE-NODE-PORT", "KUBE-LOAD-BALANCER"):
+        for chain, target, comment in JUMPS:
+            self._delete_jump(chain, target, comment)
+            self._delete_jump(chain, target)
+        for chain in NAT_CHAINS:
             subprocess.run([self.ipt, "-w", "-t", "nat", "-F", chain], capture_output=True)
             subprocess.run([self.ipt, "-w", "-t", "nat", "-X", chain], capture_output=True)
         for name in IPSETS:

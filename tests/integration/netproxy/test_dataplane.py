@@ -363,7 +363,28 @@ def test_drift_is_repaired_by_the_periodic_resync(lab, make, mode):
 
 
 def _iptables(mode: str) -> str:
+    if mode == "ipvs":  # its fixed rules go to the node's one iptables backend
+        from nodeagent.host.probe import node_iptables_backend
+
+        return f"iptables-{node_iptables_backend()}"
     return "iptables-nft" if mode in ("iptables", "iptables-nft") else "iptables-legacy"
+
+
+def test_nodenet_finds_the_postrouting_jump(lab, make, mode):
+    """nodenet keeps its cluster masquerade exemption after the proxy's nat POSTROUTING jump, which it
+    finds by kube-proxy's comment: a jump without it would end up after the exemption, breaking hairpin."""
+    from nodeagent.nodenet.masq import PROXY_JUMP_COMMENT
+
+    if mode == "nftables":
+        pytest.skip("nftables mode has no iptables POSTROUTING jump (its own table's srcnat chain)")
+    lab.add_pod("a")
+    h = make(mode)
+    h.service("web")
+    h.endpoints("web", ["a"])
+    h.sync(full=True)
+    rules = lab.in_node(_iptables(mode), "-w", "-t", "nat", "-S", "POSTROUTING").splitlines()
+    jumps = [r for r in rules if r.endswith("-j KUBE-POSTROUTING")]
+    assert len(jumps) == 1 and PROXY_JUMP_COMMENT in jumps[0], rules
 
 
 def _break_rules(lab: Lab, mode: str) -> None:
@@ -392,6 +413,7 @@ def test_cleanup_removes_everything(lab, make, mode):
         assert "kube-proxy" not in lab.in_node("nft", "list", "tables")
     else:
         assert VIP not in lab.in_node("ipvsadm", "-Ln")
+        assert "KUBE-" not in lab.in_node(_iptables(mode), "-w", "-t", "nat", "-S")
 
 
 @pytest.fixture(autouse=True)
