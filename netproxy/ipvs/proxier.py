@@ -231,9 +231,9 @@ class IpvsProxier:
         for chain, target, comment in JUMPS:
             self._delete_jump(chain, target, comment)
             self._delete_jump(chain, target)
-        for chain in NAT_CHAINS:
-            subprocess.run([self.ipt, "-w", "-t", "nat", "-F", chain], capture_output=True)
-            subprocess.run([self.ipt, "-w", "-t", "nat", "-X", chain], capture_output=True)
+        for verb in ("-F", "-X"):  # every chain flushed before any is deleted: they jump to each other
+            for chain in NAT_CHAINS:
+                subprocess.run([self.ipt, "-w", "-t", "nat", verb, chain], capture_output=True)
         for name in IPSETS:
             subprocess.run(["ipset", "destroy", name], capture_output=True)
         self.applied = Desired()
