@@ -1,6 +1,7 @@
 # nodeagent: everything the project needs is installed from here (run as root).
 #   make up    install, build, then run the all-in-one node in the foreground
 #   make test  install, build, then ruff and the whole pytest suite
+#   make test-fresh  the same on a host made to look fresh first (what CI runs)
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -20,7 +21,7 @@ APT_PACKAGES += $(if $(shell grep -qs '^Y' /sys/module/apparmor/parameters/enabl
 # Debian's kubectl 1.20, unpacked privately (installing it would replace the machine's kubectl).
 KUBECTL_120 := $(CACHE)/kubectl-1.20/usr/bin/kubectl
 
-.PHONY: all up test install deps python build lint unit clean help cni-install cri-proto cri-bin
+.PHONY: all up test test-fresh install deps python build lint unit clean help cni-install cri-proto cri-bin
 
 help:
 	@sed -n '1,4p' Makefile
@@ -93,6 +94,12 @@ lint: python
 
 test: install lint
 	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+# What real peers leave on first use (podman's cgroup parent, say) is removed first, so every run
+# behaves as on a machine where nothing ran before (tests/harness/firstuse.py).
+test-fresh: install
+	$(PY) -m tests.harness.firstuse --remove
+	$(MAKE) test
 
 unit: build
 	$(PY) -m pytest tests/unit --no-leak-check

@@ -72,16 +72,22 @@ def routes() -> set[str]:
     return out
 
 
-def cgroups() -> set[str]:
-    roots = set()
+def cgroup_roots() -> list[str]:
+    """The mount point of every cgroup hierarchy: each v1 controller's, named ones (name=systemd), v2's."""
+    roots: list[str] = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
             left, _, right = line.partition(" - ")
-            fstype = right.split()[0] if right else ""
-            if fstype in ("cgroup", "cgroup2"):
-                roots.add(left.split()[4])
+            if right.split()[:1] in (["cgroup"], ["cgroup2"]):
+                point = left.split()[4]
+                if point not in roots:
+                    roots.append(point)
+    return roots
+
+
+def cgroups() -> set[str]:
     out = set()
-    for root in roots:
+    for root in cgroup_roots():
         for dirpath, dirnames, _ in os.walk(root):
             for d in dirnames:
                 out.add(os.path.join(dirpath, d))

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nodeagent.host.probe import detect_cgroups
+from tests.harness.hostsnap import cgroup_roots
 
 SESSION_ID = secrets.token_hex(2)
 PREFIX = f"nt{SESSION_ID}"  # 6 chars; link names stay within IFNAMSIZ (15)
@@ -150,6 +151,13 @@ class Resources:
             for f in ("cpuset.cpus", "cpuset.mems"):
                 (cpuset / f).write_text((cpuset.parent / f).read_text())
         return paths
+
+    def cgroup_name(self) -> str:
+        """A cgroup name for a peer to create (podman's `--cgroup-parent`, say): nothing is made here,
+        but `<root>/<name>` is removed from every cgroup hierarchy (named ones too) afterwards."""
+        name = unique("cg")
+        self._own(f"cgroup {name}", lambda: [remove_cgroup(Path(root, name)) for root in cgroup_roots()])
+        return name
 
     # -- netfilter -------------------------------------------------------------------------------
     def iptables_chain(self, table: str = "filter", backend: str = "legacy") -> str:

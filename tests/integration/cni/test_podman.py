@@ -5,7 +5,9 @@ Run in a private mount namespace with a tmpfs over /var/lib, because podman 4.3'
 backend keeps libcni's result cache in /var/lib/cni with no setting to move it, and
 tests must not touch the host's /var/lib/cni. Root here lacks CAP_SYS_RESOURCE, so
 the container's nofile/nproc limits are set at or below the current hard limits
-(podman's defaults raise them and runc then fails with EPERM).
+(podman's defaults raise them and runc then fails with EPERM). Podman's cgroupfs manager puts
+the container and its conmon under `--cgroup-parent` (default `libpod_parent`, which it creates on
+first use and never removes): the test names a parent of its own and removes it afterwards.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import firstuse
 from tests.integration.cni.conftest import Net
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -32,7 +35,7 @@ mount -t tmpfs tmpfs /var/lib
 P="podman --root {t}/root --runroot {t}/run --storage-driver vfs"
 trap '$P rm -f -t 0 {name} >/dev/null 2>&1 || true' EXIT
 $P load -q -i {archive} >/dev/null
-$P run -d --name {name} --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 --network {net} -p {hp}:80 {image} >/dev/null
+$P run -d --name {name} --cgroup-parent /{cgparent} --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 --network {net} -p {hp}:80 {image} >/dev/null
 echo "IP $($P inspect -f '{{{{.NetworkSettings.Networks.{net}.IPAddress}}}}' {name})"
 echo "PORTS $(ls /sys/class/net/{bridge}/brif | tr '\\n' ' ')"
 echo "SEEN $($P exec {name} ip -4 -o addr show eth0)"
@@ -55,7 +58,7 @@ def short_tmp():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def test_podman_runs_a_container_on_our_network(cni_bin, net: Net, images, short_tmp):
+def test_podman_runs_a_container_on_our_network(cni_bin, net: Net, images, short_tmp, res):
     if not shutil.which("podman"):
         pytest.skip("podman is not installed")
     tmp_path = short_tmp
@@ -76,7 +79,9 @@ cgroup_manager = "cgroupfs"
 """)
     img = images.httpd
     hp = random.randint(20000, 60000)
-    script = SCRIPT.format(t=tmp_path, archive=img.docker_archive, name=f"c{net.name}", net=net.name,
+    cgparent = res.cgroup_name()
+    peer_cgroups_before = {a.path for a in firstuse.present() if a.what == "cgroup"}
+    script = SCRIPT.format(t=tmp_path, cgparent=cgparent, archive=img.docker_archive, name=f"c{net.name}", net=net.name,
                            image=img.ref, bridge=net.bridge, hp=hp, py=sys.executable)
     env = dict(os.environ, CONTAINERS_CONF=str(conf), NODEAGENT_CNI_SOCKET="none")
     p = subprocess.run(["unshare", "-m", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=240)
@@ -89,6 +94,8 @@ cgroup_manager = "cgroupfs"
     assert lines.get("HOSTPORT") == "ok"                          # podman's -p went through our portmap
     assert int(lines["RULES"]) > 0
     net.assert_clean()                                            # podman's DEL removed all of it
+    # podman's own cgroups went under our parent, not a default parent it would leave behind
+    assert {a.path for a in firstuse.present() if a.what == "cgroup"} == peer_cgroups_before
     subprocess.run(["unshare", "-m", "sh", "-c", f"mount --make-rprivate /; mount -t tmpfs tmpfs /var/lib; "
                     f"podman --root {tmp_path}/root --runroot {tmp_path}/run --storage-driver vfs system reset -f"],
                    env=env, capture_output=True, timeout=120)
