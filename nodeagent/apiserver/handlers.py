@@ -14,9 +14,11 @@ from typing import Any
 from aiohttp import web
 
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
-from nodeagent.apiserver import auth, codec, discovery, errors, patching, subresources, table
+from nodeagent.apiserver import auth, bootstrap_auth, codec, discovery, errors, patching, subresources, table
+from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
 from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.join_token import JoinTokens
 from nodeagent.apiserver.metrics import Metrics
 from nodeagent.apiserver.registry import (
     PODS,
@@ -70,8 +72,10 @@ class Wants:
 
 class Handlers:
     def __init__(self, registry: Registry, cache: WatchCache, tokens: auth.TokenFile, address: str,
-                 kubelet_proxy: Any = None, join: Any = None) -> None:
-        self.join = join  # nodeagent.join.service.JoinService: bootstrap tokens, CSR admission
+                 kubelet_proxy: Any = None, bootstrap_tokens: BootstrapTokenAuthenticator | None = None,
+                 join_tokens: JoinTokens | None = None) -> None:
+        self.bootstrap_tokens = bootstrap_tokens
+        self.join_tokens = join_tokens  # signs cluster-info for a new token at once
         self.registry = registry
         self.cache = cache
         self.store = registry.store
@@ -114,9 +118,7 @@ class Handlers:
             await self.cache.wait_fresh()  # a CustomResourceDefinition written a moment ago may serve it
             info = parse(request.method, path, query)  # type: ignore[arg-type]
         if ANONYMOUS_GROUP in user.groups:  # no credential: kube-public/cluster-info and nothing else
-            from nodeagent.join.authz import is_cluster_info
-
-            if info is None or not is_cluster_info(info.verb, info.resource.group, info.resource.name,
+            if info is None or not bootstrap_auth.is_cluster_info(info.verb, info.resource.group, info.resource.name,
                                                    info.subresource, info.namespace or "", info.name or ""):
                 raise errors.unauthorized()
         if info is None:
@@ -181,10 +183,7 @@ class Handlers:
             await self._authorize(user, info, body)
         sub = info.subresource
         if sub:
-            resp = await subresources.handle(self, request, info, body, wants, dry_run)
-            if self.join is not None and res.name == "certificatesigningrequests" and sub == "approval":
-                self.join.kick()  # sign what was just approved
-            return resp
+            return await subresources.handle(self, request, info, body, wants, dry_run)
         if verb == "get":
             await self.cache.wait_fresh()
             entry = self.cache.get(res.key(info.namespace, info.name or ""))
@@ -198,11 +197,11 @@ class Handlers:
         if verb == "watch":
             return await self._watch(request, info, wants)
         if verb == "create":
-            if self.join is not None and res.group == "certificates.k8s.io" and res.name == "certificatesigningrequests":
-                self.join.admit_csr(body, user)
+            if res.group == "certificates.k8s.io" and res.name == "certificatesigningrequests":
+                bootstrap_auth.record_requester(body, user)
             obj = await self.registry.create(res, info.namespace, body, dry_run, owned=True)
-            if self.join is not None and res.name == "secrets" and info.namespace == "kube-system":
-                self.join.kick()  # a new bootstrap token: sign cluster-info for it now
+            if self.join_tokens is not None and res.name == "secrets" and info.namespace == "kube-system":
+                self.join_tokens.kick()  # a new bootstrap token: sign cluster-info for it now
             return json_response(self._single(res, obj, wants, q), 201)
         if verb == "update":
             obj, created = await self.registry.update(res, info.namespace, info.name or "", body, "", dry_run)
@@ -246,8 +245,8 @@ class Handlers:
         user = self.tokens.authenticate(header)
         if user is None and request.transport is not None:
             user = auth.cert_user(request.transport.get_extra_info("peercert"))
-        if user is None and self.join is not None:
-            user = await self.join.authenticate(header)
+        if user is None and self.bootstrap_tokens is not None:
+            user = await self.bootstrap_tokens.authenticate(header)
         if user is None:
             if header:
                 raise errors.unauthorized()
@@ -258,13 +257,11 @@ class Handlers:
         node = user.node_name
         res = info.resource
         if node is None:
-            from nodeagent.join import authz
-
             stored = None
             if info.verb == "delete" and info.name:
                 with contextlib.suppress(store_base.NotFound):
                     stored = await self.store.get(res.key(info.namespace, info.name))
-            why = authz.may(user.name, user.groups, info.verb, res.group, res.name, info.subresource,
+            why = bootstrap_auth.may(user.name, user.groups, info.verb, res.group, res.name, info.subresource,
                             info.namespace or "", info.name or "", stored)
             if why is not None:
                 if ANONYMOUS_GROUP in user.groups:

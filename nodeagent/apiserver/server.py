@@ -15,8 +15,10 @@ from aiohttp import web
 from nodeagent.apiserver import auth, kubeconfig, pki
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.bootstrap import Bootstrap
+from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
 from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.handlers import Handlers
+from nodeagent.apiserver.join_token import JoinTokens
 from nodeagent.apiserver.peers import PeerLeases
 from nodeagent.apiserver.registry import SERVICES, Registry
 from nodeagent.store import open_store
@@ -114,11 +116,10 @@ class ApiServer:
         self.cache = WatchCache(self.store)
         await self.cache.start()
         self.registry.cache = self.cache
-        from nodeagent.join.service import JoinService
-
-        join = JoinService(self.registry, self.cache, self.data_dir, "", self.cfg.token_ttl)
+        bootstrap_tokens = BootstrapTokenAuthenticator(self.store, self.cache)
+        join = JoinTokens(self.registry, bootstrap_tokens, self.data_dir, "", self.cfg.token_ttl)
         handlers = Handlers(self.registry, self.cache, self.tokens, f"{self.advertise}:{self.cfg.port}",
-                            KubeletProxy(self.data_dir / "pki" / "ca.crt"), join=join)
+                            KubeletProxy(self.data_dir / "pki" / "ca.crt"), bootstrap_tokens, join)
         server = web.Server(handlers.handle, access_log=None)
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()

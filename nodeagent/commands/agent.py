@@ -25,10 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import socket
 
+    from nodeagent.api.bootstrap_token import is_token
     from nodeagent.commands.up import NODE_COMPONENTS, config_from_args, no_grpc_fork_handlers
     from nodeagent.host.memory import lean_process
-    from nodeagent.join.client import JoinRefused, join
-    from nodeagent.join.tokens import is_token
+    from nodeagent.kubelet.tls_bootstrap import JoinRefused, join
     from nodeagent.runner import run_components
 
     lean_process()

@@ -31,9 +31,8 @@ async def _run(args: argparse.Namespace) -> int:
 
     import yaml
 
+    from nodeagent.api import bootstrap_token as tokens
     from nodeagent.client.rest import Client, ClientError
-    from nodeagent.join import tokens
-    from nodeagent.join.service import join_command
 
     async with Client.from_kubeconfig(args.kubeconfig) as client:
         try:
@@ -49,7 +48,7 @@ async def _run(args: argparse.Namespace) -> int:
                     await asyncio.sleep(0.1)
                 cluster = yaml.safe_load(cm["data"]["kubeconfig"])["clusters"][0]["cluster"]
                 ca = base64.b64decode(cluster["certificate-authority-data"])
-                print(join_command(cluster["server"], token, tokens.ca_cert_hash(ca)))
+                print(tokens.join_command(cluster["server"], token, tokens.ca_cert_hash(ca)))
             elif args.action == "list":
                 items = (await client.list("secrets", tokens.NAMESPACE))["items"]
                 print(f"{'TOKEN':<24} {'EXPIRES':<22} {'USAGES':<26} DESCRIPTION")

@@ -8,8 +8,10 @@ only the holder of the `nodeagent-controller-manager` Lease runs controllers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
+from pathlib import Path
 from typing import Any
 
 from nodeagent.client.config import admin_kubeconfig
@@ -19,6 +21,8 @@ from nodeagent.client.leader import LeaderElector
 from nodeagent.client.rest import Client
 from nodeagent.controllers.base import Controller
 from nodeagent.controllers.cronjob_controller import CronJobController
+from nodeagent.controllers.csrapproving_controller import CSRApprovingController
+from nodeagent.controllers.csrsigning_controller import CSRSigningController
 from nodeagent.controllers.daemonset_controller import DaemonSetController
 from nodeagent.controllers.deployment_controller import DeploymentController
 from nodeagent.controllers.endpoints_controller import EndpointsController
@@ -39,6 +43,7 @@ CONTROLLERS: tuple[type[Controller], ...] = (
     ReplicaSetController, DeploymentController, GarbageCollector, NodeLifecycleController, NodeIpamController,
     PodGCController, DaemonSetController, JobController, CronJobController,
     StatefulSetController, ServiceAccountController, ResourceQuotaController, EndpointsController,
+    CSRApprovingController, CSRSigningController,
 )
 
 
@@ -80,11 +85,20 @@ async def run_controllers(client: Client, ready: asyncio.Event | None = None,
             ready.set()
 
 
+def with_server_ca(options: ControllerOptions, data_dir: Path) -> ControllerOptions:
+    """csrsigning signs with the server's cluster CA (`<data dir>/pki`) unless the options name another."""
+    if options.cluster_signing_cert_file or options.cluster_signing_key_file:
+        return options
+    return dataclasses.replace(options, cluster_signing_cert_file=str(data_dir / "pki" / "ca.crt"),
+                               cluster_signing_key_file=str(data_dir / "pki" / "ca.key"))
+
+
 async def serve(config: Any, ready: asyncio.Event) -> None:
     """The `nodeagent up/server` component."""
     kubeconfig = admin_kubeconfig(config)
     chosen = select(getattr(config, "controllers", None))
-    options = getattr(config, "controller_options", None) or ControllerOptions()
+    # the admin kubeconfig lives in the server's data dir, beside its pki/
+    options = with_server_ca(getattr(config, "controller_options", None) or ControllerOptions(), kubeconfig.parent)
     if not chosen:
         log.info("no controllers enabled")
         ready.set()

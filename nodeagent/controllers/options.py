@@ -40,6 +40,9 @@ class ControllerOptions:
     job_backoff_base: float = 10.0  # the job controller's DefaultJobBackOff
     job_backoff_max: float = 360.0  # MaxJobBackOff
     cronjob_resync: float = 10.0  # how often every CronJob is looked at even without changes
+    # certificates: the CA csrsigning signs with (the manager's serve() takes the server's own by default)
+    cluster_signing_cert_file: str | None = None  # --cluster-signing-cert-file
+    cluster_signing_key_file: str | None = None  # --cluster-signing-key-file
     # clocks: monotonic seconds for periods and rate limits, wall time for API timestamps
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], dt.datetime] = _utcnow

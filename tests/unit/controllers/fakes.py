@@ -98,7 +98,7 @@ class FakeClient:
         self._store(resource).put(obj)
         return obj
 
-    async def update(self, resource, obj, namespace=None):
+    async def update(self, resource, obj, namespace=None, subresource=""):
         return await self.update_status(resource, obj)
 
     async def patch(self, resource, name, patch, namespace=None, **kw):

@@ -1,4 +1,4 @@
-"""The node's side of joining (kubeadm's token discovery + the kubelet's TLS bootstrap).
+"""The node's side of joining (kubeadm's token discovery + the kubelet's TLS bootstrap, `--bootstrap-kubeconfig`).
 
 1. Discovery: fetch kube-public/cluster-info without trusting the server's certificate, check its
    `jws-kubeconfig-<id>` signature with the token (the server knows the token), check the CA it carries
@@ -30,11 +30,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from nodeagent.api import bootstrap_token as tokens
+from nodeagent.api.certificates import KUBELET_CLIENT_SIGNER, NODE_PREFIX, NODES_GROUP
 from nodeagent.client.rest import Client, ClientError
-from nodeagent.join import tokens
-from nodeagent.join.csr import KUBELET_CLIENT_SIGNER, NODE_PREFIX, NODES_GROUP
 
-log = logging.getLogger("nodeagent.join")
+log = logging.getLogger("nodeagent.kubelet.tls_bootstrap")
 CLUSTER_INFO = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
 CSRS = "certificates.k8s.io/v1/certificatesigningrequests"
 KUBECONFIG = "kubelet.kubeconfig"

@@ -1,4 +1,6 @@
-"""Bootstrap tokens, kubeadm's CA public-key hash and the detached JWS that signs cluster-info. Pure functions.
+"""Bootstrap tokens, kubeadm's CA public-key hash and the detached JWS that signs cluster-info. Pure functions,
+k8s.io/cluster-bootstrap's place: the apiserver's authenticator and cluster-info signer, the controllers' CSR
+approver, the kubelet's TLS bootstrap and `nodeagent token` all read tokens through this one module.
 
 - A token is `<id>.<secret>`, `[a-z0-9]{6}.[a-z0-9]{16}`, stored as the Secret `bootstrap-token-<id>` in
   kube-system (type bootstrap.kubernetes.io/token); it authenticates as `system:bootstrap:<id>` in
@@ -53,6 +55,11 @@ def parse_token(token: str) -> tuple[str, str]:
 
 def is_token(token: str) -> bool:
     return TOKEN_RE.match(token or "") is not None
+
+
+def join_command(server_url: str, token: str, ca_hash: str) -> str:
+    """The command line that joins a node with this token, pinning the CA by its hash."""
+    return f"nodeagent agent --server {server_url} --token {token} --ca-cert-hash {ca_hash}"
 
 
 def _rfc3339(t: dt.datetime) -> str:

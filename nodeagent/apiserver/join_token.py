@@ -1,6 +1,11 @@
-"""The server's side of joining: the join token and command, the signed kube-public/cluster-info,
-bootstrap-token authentication, and the CSR approver/signer (kube-controller-manager's bootstrapsigner,
-tokencleaner, csrapproving and csrsigning, run inside the apiserver process, which holds the CA key).
+"""The server's side of kubeadm's token discovery, run inside the apiserver: the join token and the join command
+it prints (kubeadm init's bootstrap-token phase), the signed kube-public/cluster-info (kube-controller-manager's
+bootstrapsigner) and expired tokens removed (its tokencleaner).
+
+They stay with the apiserver, not the controller manager: the join command is written only once cluster-info
+carries its token's signature, so a node that reads the command never finds an unsigned cluster-info. Tokens
+authenticate in `bootstrap_auth`; the certificate a joining node asks for is approved and signed by the
+controller manager (`controllers/csrapproving_controller.py`, `controllers/csrsigning_controller.py`).
 """
 
 from __future__ import annotations
@@ -14,25 +19,18 @@ from typing import Any
 
 import yaml
 
-from nodeagent.api.times import now_rfc3339
-from nodeagent.apiserver import auth, pki
+from nodeagent.api import bootstrap_token as tokens
+from nodeagent.apiserver import pki
+from nodeagent.apiserver.bootstrap_auth import SECRETS, BootstrapTokenAuthenticator
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.registry import Registry
 from nodeagent.apiserver.resources import lookup
-from nodeagent.join import csr as csrs
-from nodeagent.join import tokens
 from nodeagent.store import base as store_base
 
-log = logging.getLogger("nodeagent.join")
-SECRETS = lookup("", "v1", "secrets")
+log = logging.getLogger("nodeagent.apiserver.join_token")
 CONFIGMAPS = lookup("", "v1", "configmaps")
-CSRS = lookup("certificates.k8s.io", "v1", "certificatesigningrequests")
 JOIN_FILE = "join-command"
 DEFAULT_TOKEN_TTL = 24 * 3600.0  # kubeadm's default token lifetime
-
-
-def join_command(server_url: str, token: str, ca_hash: str) -> str:
-    return f"nodeagent agent --server {server_url} --token {token} --ca-cert-hash {ca_hash}"
 
 
 def cluster_info_kubeconfig(server_url: str, ca_pem: bytes) -> str:
@@ -44,60 +42,26 @@ def cluster_info_kubeconfig(server_url: str, ca_pem: bytes) -> str:
         "contexts": [], "current-context": "", "users": []}, sort_keys=False)
 
 
-class JoinService:
-    def __init__(self, registry: Registry, cache: Any, data_dir: Path, server_url: str,
-                 token_ttl: float = DEFAULT_TOKEN_TTL) -> None:
+class JoinTokens:
+    """The join token, the join command, and cluster-info signed for every live token."""
+
+    def __init__(self, registry: Registry, authenticator: BootstrapTokenAuthenticator, data_dir: Path,
+                 server_url: str, token_ttl: float = DEFAULT_TOKEN_TTL) -> None:
         self.registry = registry
         self.store = registry.store
-        self.cache = cache
+        self.authenticator = authenticator
         self.data_dir = data_dir
         self.server_url = server_url
         self.token_ttl = token_ttl
-        self.ca_cert, self.ca_key = pki.ensure_ca(data_dir / "pki")
+        self.ca_cert, _ = pki.ensure_ca(data_dir / "pki")
         self.ca_pem = (data_dir / "pki" / "ca.crt").read_bytes()
         self.ca_hash = tokens.ca_cert_hash(self.ca_cert)
         self.token = ""
         self._kick = asyncio.Event()
 
-    # ------------------------------------------------------------------ authentication
-    async def authenticate(self, header: str | None) -> auth.User | None:
-        """A live bootstrap token → system:bootstrap:<id> in system:bootstrappers; anything else → None."""
-        if not header or not header.startswith("Bearer "):
-            return None
-        value = header[7:].strip()
-        if not tokens.is_token(value):
-            return None
-        tid, tsecret = tokens.parse_token(value)
-        secret = await self._get(SECRETS.key(tokens.NAMESPACE, tokens.SECRET_PREFIX + tid))
-        if secret is None:
-            return None
-        try:
-            fields = tokens.check_secret(secret, tid, tsecret, "authentication")
-        except tokens.TokenError as e:
-            log.info("bootstrap token %s refused: %s", tid, e)
-            return None
-        return auth.User(tokens.USER_PREFIX + tid, tokens.token_groups(fields))
-
-    async def _get(self, key: str) -> dict[str, Any] | None:
-        entry = self.cache.get(key) if self.cache is not None else None
-        if entry is not None:
-            return entry.obj
-        try:
-            return await self.store.get(key)
-        except store_base.NotFound:
-            return None
-
     def kick(self) -> None:
-        """Sweep now (a CSR was created or approved)."""
+        """Sweep now (a token Secret was created)."""
         self._kick.set()
-
-    def admit_csr(self, body: Any, user: auth.User) -> None:
-        """The apiserver records who asked (spec.username/groups), as the CSR strategy does."""
-        if isinstance(body, dict):
-            spec = body.setdefault("spec", {})
-            spec["username"], spec["groups"] = user.name, list(user.groups) + ["system:authenticated"]
-            spec.pop("uid", None)
-            self._kick.set()
 
     # ------------------------------------------------------------------ start
     async def start(self) -> str:
@@ -112,7 +76,7 @@ class JoinService:
                 token, self.token_ttl, "the join token nodeagent server printed"))
         self.token = token
         await self.sweep()
-        line = join_command(self.server_url, token, self.ca_hash)
+        line = tokens.join_command(self.server_url, token, self.ca_hash)
         pki.write_private(path, line + "\n")
         log.info("join command (%s): %s", path, line)
         print(f"join a node with: {line}", flush=True)
@@ -120,7 +84,7 @@ class JoinService:
 
     async def _usable(self, token: str) -> bool:
         tid, tsecret = tokens.parse_token(token)
-        secret = await self._get(SECRETS.key(tokens.NAMESPACE, tokens.SECRET_PREFIX + tid))
+        secret = await self.authenticator.get(SECRETS.key(tokens.NAMESPACE, tokens.SECRET_PREFIX + tid))
         if secret is None:
             return False
         try:
@@ -131,7 +95,7 @@ class JoinService:
         return exp is None or exp - dt.datetime.now(dt.UTC) > dt.timedelta(seconds=self.token_ttl / 2)
 
     async def run(self, interval: float = 5.0) -> None:
-        """Sweep every `interval` seconds, and at once when a CSR was created."""
+        """Sweep every `interval` seconds, and at once when a token was created."""
         while True:
             try:
                 async with asyncio.timeout(interval):  # not wait_for: on 3.11 it can lose a cancel
@@ -149,7 +113,6 @@ class JoinService:
     async def sweep(self) -> None:
         await self._clean_tokens()
         await self._publish_cluster_info()
-        await self._process_csrs()
 
     # ------------------------------------------------------------------ tokencleaner + bootstrapsigner
     async def _token_secrets(self) -> list[dict[str, Any]]:
@@ -194,43 +157,6 @@ class JoinService:
                 await self.store.update(key, cm, int(cm["metadata"]["resourceVersion"]))
             except (store_base.Conflict, store_base.NotFound):
                 self._kick.set()
-
-    # ------------------------------------------------------------------ csrapproving + csrsigning
-    async def _process_csrs(self) -> None:
-        items, _ = await self.store.list(CSRS.key_prefix())
-        for c in items:
-            st = c.get("status") or {}
-            if st.get("certificate") or csrs.condition(c, "Denied") or csrs.condition(c, "Failed"):
-                continue
-            changed = False
-            if csrs.condition(c, "Approved") is None:
-                reason = csrs.approval(c)
-                if reason is None:
-                    continue  # left to an administrator (`kubectl certificate approve`)
-                st.setdefault("conditions", []).append(_condition("Approved", "AutoApproved", reason))
-                changed = True
-            if csrs.condition(c, "Approved") is not None:
-                try:
-                    pem = await asyncio.to_thread(csrs.sign, c, self.ca_cert, self.ca_key)
-                    st["certificate"] = base64.b64encode(pem).decode()
-                except csrs.CSRError as e:
-                    st.setdefault("conditions", []).append(_condition("Failed", "SignerValidationFailure", str(e)))
-                changed = True
-            if changed:
-                c["status"] = st
-                try:
-                    await self.store.update(CSRS.key(None, c["metadata"]["name"]), c,
-                                            int(c["metadata"]["resourceVersion"]))
-                    log.info("join: CSR %s for %s: %s", c["metadata"]["name"], (c.get("spec") or {}).get("username"),
-                             "signed" if st.get("certificate") else "failed")
-                except (store_base.Conflict, store_base.NotFound):
-                    self._kick.set()
-
-
-def _condition(type_: str, reason: str, message: str) -> dict[str, Any]:
-    now = now_rfc3339()
-    return {"type": type_, "status": "True", "reason": reason, "message": message,
-            "lastUpdateTime": now, "lastTransitionTime": now}
 
 
 def _token_in(path: Path) -> str:

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from nodeagent.client.rest import Client, ClientError
-from nodeagent.join.client import join
+from nodeagent.kubelet.tls_bootstrap import join
 from nodeagent.testing.apiserver import start_server
 
 

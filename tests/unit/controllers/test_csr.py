@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from nodeagent.apiserver import pki
-from nodeagent.join import csr as csrs
+from nodeagent.controllers import csr as csrs
 
 
 def _csr(cn="system:node:n1", orgs=("system:nodes",), usages=("digital signature", "client auth"),

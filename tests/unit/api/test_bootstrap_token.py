@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from nodeagent.join import tokens
+from nodeagent.api import bootstrap_token as tokens
 
 
 def test_generated_tokens_have_kubeadms_format_and_differ():

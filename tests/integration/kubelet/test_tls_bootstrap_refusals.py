@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nodeagent.join import tokens
+from nodeagent.api import bootstrap_token as tokens
 from nodeagent.testing.apiserver import start_server
 
 

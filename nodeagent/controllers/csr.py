@@ -17,13 +17,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from nodeagent.join.tokens import BOOTSTRAPPERS_GROUP
+from nodeagent.api.bootstrap_token import BOOTSTRAPPERS_GROUP
+from nodeagent.api.certificates import CLIENT_SIGNER, KUBELET_CLIENT_SIGNER, NODE_PREFIX, NODES_GROUP
 
-KUBELET_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
-CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client"
 SIGNERS = (KUBELET_CLIENT_SIGNER, CLIENT_SIGNER)
-NODES_GROUP = "system:nodes"
-NODE_PREFIX = "system:node:"
 CLIENT_USAGES = {"digital signature", "key encipherment", "client auth"}
 DEFAULT_DURATION = 365 * 24 * 3600.0  # kube-controller-manager's --cluster-signing-duration
 MIN_DURATION = 600.0
@@ -83,10 +80,6 @@ def approval(csr: dict[str, Any]) -> str | None:
     if spec.get("username") == _names(req, NameOID.COMMON_NAME)[0] and NODES_GROUP in groups:
         return "Auto approving self kubelet client certificate after SubjectAccessReview."
     return None
-
-
-def condition(csr: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in (csr.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
 
 
 def sign(csr: dict[str, Any], ca_cert: x509.Certificate, ca_key: Any, now: dt.datetime | None = None) -> bytes:

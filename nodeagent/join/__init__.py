@@ -1,1 +1,0 @@
-"""Joining a node: bootstrap tokens, the signed cluster-info, CA pinning and the node's own client certificate."""
