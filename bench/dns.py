@@ -156,9 +156,9 @@ def wait_answers(port: int, name: str, timeout: float = 30) -> None:
 
 def handler_costs(names: dict[str, str], wires: list[bytes]) -> None:
     """The in-process cost per question, without sockets: cold (resolve + wire) and cache-hot."""
-    from nodeagent.dns.fixtures import namespace, service
     from nodeagent.dns.records import ClusterRecords, dict_lister
     from nodeagent.dns.server import Handler
+    from nodeagent.testing.dns_objects import namespace, service
 
     objs = {"namespaces": [namespace("bench")],
             "services": [service(n.split(".")[0], "bench", ip) for n, ip in names.items()]}

@@ -156,9 +156,9 @@ async def real(n: int, changes: int, counters: bool) -> None:
     import netproxy_sync as B
 
     from netproxy.iptables.nftproxier import IptablesNftProxier
-    from netproxy.lab import endpoint_slice
     from netproxy.proxier import NodeConfig
     from netproxy.proxy import Proxy
+    from nodeagent.testing.netproxy_lab import endpoint_slice
 
     ns = B.netns()
     worker = NetnsWorker(ns)

@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from netpol.lab import PolicyLab, pod_object, policy
+from nodeagent.testing.netpol_lab import PolicyLab, pod_object, policy
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -22,10 +22,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from netproxy.backends import make_proxier
-from netproxy.lab import Lab, endpoint_slice, service
 from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
+from nodeagent.testing.netproxy_lab import Lab, endpoint_slice, service
 
 
 def pct(xs: list[float], q: float) -> float:

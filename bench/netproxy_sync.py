@@ -35,10 +35,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # ipt_validate's kernel floor
 
 from netproxy.backends import make_proxier
-from netproxy.lab import endpoint_slice, service
 from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
+from nodeagent.testing.netproxy_lab import endpoint_slice, service
 
 MODES = {
     "iptables": ("iptables", {"backend": "nft"}),  # the default on nf_tables kernels

@@ -35,9 +35,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nodeagent.scheduler.fakes import FakeCluster, make_node, make_pod
 from nodeagent.scheduler.profile import SchedulerConfig
 from nodeagent.scheduler.scheduler import Scheduler
+from nodeagent.testing.fake_cluster import FakeCluster, make_node, make_pod
 
 # kube-scheduler scheduler_perf thresholds at 5000 nodes (pods/s)
 SORT = "cumulative"

@@ -9,5 +9,5 @@ Layout:
   cache.py    NodeInfos, assume/forget, the per-cycle snapshot
   scheduler.py  event handlers, scheduling cycle, binding cycle, preemption side effects
   api.py      what it needs from the API server (event source, binder, recorder, status patcher,
-              deleter, listers); fakes.py implements all of it in memory
+              deleter, listers); nodeagent/testing/fake_cluster.py implements all of it in memory
 """

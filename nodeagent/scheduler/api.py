@@ -7,7 +7,7 @@
 - `PodStatusPatcher.patch_status`: the PodScheduled condition and status.nominatedNodeName;
 - `PodDeleter.delete`: graceful deletion of preemption victims;
 - `Listers`: read access to the informers' caches that plugins consult.
-In-memory implementations live in `fakes.py`.
+In-memory implementations live in `nodeagent/testing/fake_cluster.py`.
 """
 
 from __future__ import annotations

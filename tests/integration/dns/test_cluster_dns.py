@@ -15,8 +15,8 @@ import dns.resolver
 import dns.reversename
 import pytest
 
-from nodeagent.dns.fixtures import endpoint_slice, ep, namespace, service
 from nodeagent.dns.resolvconf import pod_resolv_conf
+from nodeagent.testing.dns_objects import endpoint_slice, ep, namespace, service
 
 from .conftest import UPSTREAM_ANSWERS, eventually
 

@@ -13,7 +13,7 @@ import ipaddress
 
 import pytest
 
-from netpol.lab import PolicyLab, policy
+from nodeagent.testing.netpol_lab import PolicyLab, policy
 from tests.harness.resources import JANITOR
 
 pytestmark = [pytest.mark.root]

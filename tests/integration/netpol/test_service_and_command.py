@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from netpol.lab import PolicyLab, pod_object, policy
 from netproxy.backends import make_proxier
-from netproxy.lab import endpoint_slice, service
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
+from nodeagent.testing.netpol_lab import PolicyLab, pod_object, policy
+from nodeagent.testing.netproxy_lab import endpoint_slice, service
 from tests.harness.resources import JANITOR
 
 pytestmark = [pytest.mark.root]

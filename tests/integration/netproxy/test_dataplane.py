@@ -15,10 +15,10 @@ import pytest
 
 from netproxy import conntrack
 from netproxy.backends import make_proxier
-from netproxy.lab import Lab, endpoint_slice, service, sh
 from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
+from nodeagent.testing.netproxy_lab import Lab, endpoint_slice, service, sh
 from tests.harness.resources import JANITOR
 
 pytestmark = [pytest.mark.root]

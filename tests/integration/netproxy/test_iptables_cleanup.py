@@ -11,10 +11,10 @@ import asyncio
 import pytest
 
 from netproxy.backends import make_proxier
-from netproxy.lab import Lab, endpoint_slice, service
 from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
+from nodeagent.testing.netproxy_lab import Lab, endpoint_slice, service
 from tests.harness.resources import JANITOR
 
 pytestmark = [pytest.mark.root]

@@ -9,10 +9,10 @@ import subprocess
 import pytest
 
 from netproxy.backends import make_proxier
-from netproxy.lab import endpoint_slice, service
 from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
+from nodeagent.testing.netproxy_lab import endpoint_slice, service
 
 pytestmark = [pytest.mark.root]
 HTTP, EP = [{"name": "http", "port": 80}], [{"name": "http", "port": 8080}]

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from netproxy.lab import endpoint_slice, service
 from nodeagent.host.probe import node_iptables_backend  # the iptables mode's backend
+from nodeagent.testing.netproxy_lab import endpoint_slice, service
 
 pytestmark = pytest.mark.root
 

@@ -13,10 +13,10 @@ import pytest
 from netproxy.iptables import xtsock
 from netproxy.iptables.plan import full_restore, partial_ops, partial_restore, plan_port
 from netproxy.iptables.xtblob import XtTable, encode, open_socket
-from netproxy.lab import service
 from netproxy.model import Endpoint, parse_service
 from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
+from nodeagent.testing.netproxy_lab import service
 
 pytestmark = pytest.mark.root
 

@@ -12,10 +12,10 @@ import dns.rcode
 import dns.rdatatype as T
 import dns.rrset
 
-from nodeagent.dns.fixtures import endpoint_slice, ep, namespace, service
 from nodeagent.dns.forward import Forwarder, parse_upstream, resolv_conf_nameservers
 from nodeagent.dns.records import ClusterRecords, dict_lister
 from nodeagent.dns.server import Handler, split_hostport
+from nodeagent.testing.dns_objects import endpoint_slice, ep, namespace, service
 
 
 def objects(n_endpoints: int = 3) -> dict[str, list]:

@@ -8,8 +8,8 @@ import dns.rdatatype as T
 import dns.reversename
 import pytest
 
-from nodeagent.dns.fixtures import endpoint_slice, ep, namespace, pod, service
 from nodeagent.dns.records import ClusterRecords, dict_lister
+from nodeagent.testing.dns_objects import endpoint_slice, ep, namespace, pod, service
 
 NX, OK = dns.rcode.NXDOMAIN, dns.rcode.NOERROR
 

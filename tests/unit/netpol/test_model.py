@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from netpol.lab import pod_object, policy
 from netpol.model import EGRESS, INGRESS, PolicyModel, cidr_minus, policy_types
+from nodeagent.testing.netpol_lab import pod_object, policy
 
 
 def model_with(*pods, namespaces=None, node="n1") -> PolicyModel:

@@ -1,8 +1,8 @@
 from netproxy.hashing import sep_chain, svc_chain
 from netproxy.iptables.plan import full_restore, partial_restore, plan_port
-from netproxy.lab import service
 from netproxy.model import Endpoint, parse_service
 from netproxy.proxier import NodeConfig
+from nodeagent.testing.netproxy_lab import service
 
 NODE = NodeConfig(node_name="me", cluster_cidr="10.244.0.0/16")
 

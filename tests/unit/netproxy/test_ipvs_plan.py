@@ -1,7 +1,7 @@
 from netproxy.ipvs.plan import Desired, diff, iptables_rules, plan
-from netproxy.lab import service
 from netproxy.model import Endpoint, parse_service
 from netproxy.proxier import NodeConfig
+from nodeagent.testing.netproxy_lab import service
 
 NODE = NodeConfig(node_name="me", node_ips=("192.168.1.10",), cluster_cidr="10.244.0.0/16")
 EPS = (Endpoint("10.244.0.1", 8080, node_name="me"), Endpoint("10.244.0.2", 8080, node_name="other"))

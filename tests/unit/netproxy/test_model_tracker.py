@@ -3,10 +3,10 @@ import asyncio
 import pytest
 
 from netproxy.hashing import port_proto_hash, sep_chain, svc_chain
-from netproxy.lab import endpoint_slice, service
 from netproxy.model import Endpoint, ServicePortName, categorize, parse_endpoints, parse_service
 from netproxy.runner import BoundedFrequencyRunner
 from netproxy.tracker import EndpointsChangeTracker, ProxyState, ServiceChangeTracker
+from nodeagent.testing.netproxy_lab import endpoint_slice, service
 
 WEB = service("web", "10.96.0.10", [{"name": "http", "port": 80, "protocol": "TCP"}])
 SPN = ServicePortName("default", "web", "http", "TCP")

@@ -1,6 +1,5 @@
 from collections import Counter
 
-from netproxy.lab import service
 from netproxy.model import Endpoint, parse_service
 from netproxy.nftables import encode
 from netproxy.nftables import netlink as nl
@@ -19,6 +18,7 @@ from netproxy.nftables.plan import (
 )
 from netproxy.nftables.proxier import _hairpin_delta, partial
 from netproxy.proxier import NodeConfig
+from nodeagent.testing.netproxy_lab import service
 
 NODE = NodeConfig(node_name="me", cluster_cidr="10.244.0.0/16")
 EPS = [Endpoint(f"10.244.0.{i}", 8080, node_name="me" if i == 1 else "other") for i in (1, 2, 3)]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from nodeagent.scheduler.fakes import FakeCluster
 from nodeagent.scheduler.framework import CycleState, PodInfo, Status
 from nodeagent.scheduler.framework.status import Code
 from nodeagent.scheduler.profile import SchedulerConfig, parse_config
 from nodeagent.scheduler.scheduler import Scheduler
+from nodeagent.testing.fake_cluster import FakeCluster
 
 
 class Env:

@@ -4,8 +4,8 @@ import pytest
 
 from nodeagent.scheduler.cache import Cache
 from nodeagent.scheduler.clock import FakeClock
-from nodeagent.scheduler.fakes import make_node, make_pod
 from nodeagent.scheduler.framework import PodInfo
+from nodeagent.testing.fake_cluster import make_node, make_pod
 
 
 def test_assume_counts_the_pod_then_the_api_add_confirms_it():

@@ -1,7 +1,7 @@
 """Each filter rejects exactly the nodes it should, with kube-scheduler's reason strings."""
 
-from nodeagent.scheduler.fakes import make_node, make_pod
 from nodeagent.scheduler.framework.status import Code
+from nodeagent.testing.fake_cluster import make_node, make_pod
 
 from .helpers import Env
 

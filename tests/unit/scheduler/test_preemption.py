@@ -1,8 +1,8 @@
 """DefaultPreemption: candidate nodes, minimal victims, PDBs, policy, and the pick among nodes."""
 
-from nodeagent.scheduler.fakes import make_node, make_pod
 from nodeagent.scheduler.framework import CycleState
 from nodeagent.scheduler.plugins.defaultpreemption import parse_pdbs, split_by_pdb
+from nodeagent.testing.fake_cluster import make_node, make_pod
 
 from .helpers import Env
 

@@ -1,6 +1,6 @@
 """Each score orders nodes as specified and stays within 0..100 after normalization."""
 
-from nodeagent.scheduler.fakes import make_node, make_pod
+from nodeagent.testing.fake_cluster import make_node, make_pod
 
 from .helpers import Env
 

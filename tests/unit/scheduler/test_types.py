@@ -1,5 +1,5 @@
-from nodeagent.scheduler.fakes import make_node
 from nodeagent.scheduler.framework.types import NodeInfo, PodInfo, node_taints, pod_requests
+from nodeagent.testing.fake_cluster import make_node
 
 
 def _c(cpu=None, mem=None, **kw):

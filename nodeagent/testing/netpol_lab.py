@@ -13,8 +13,8 @@ import itertools
 from typing import Any
 
 from netpol.enforcer import Enforcer, make_backend
-from netproxy.lab import Lab
 from netproxy.netns import NetnsWorker
+from nodeagent.testing.netproxy_lab import Lab
 
 BLOCKED = "error:113"  # EHOSTUNREACH: our REJECT with icmp admin-prohibited
 
