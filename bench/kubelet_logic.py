@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nodeagent.kubelet.clock import FakeClock
 from nodeagent.kubelet.eviction import EvictionManager, PodUsage, observations_from, parse_thresholds
 from nodeagent.kubelet.pleg import GenericPLEG, Record
 from nodeagent.kubelet.status import ContainerRecord, generate_pod_status
 from nodeagent.kubelet.volumes import VolumeManager
+from nodeagent.testing.clock import FakeClock
 
 NOW = 1_700_000_000.0
 

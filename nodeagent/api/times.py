@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 
 
 def now() -> dt.datetime:
@@ -31,3 +32,19 @@ def parse_time(s: str | None) -> dt.datetime | None:
         return dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def rfc3339(ts: float) -> str:
+    """Epoch seconds as a metav1.Time string (second precision, UTC, "Z")."""
+    return _rfc3339(int(ts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rfc3339(seconds: int) -> str:
+    # Statuses repeat the same few timestamps (start times, transitions): format each once.
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(s: str) -> float:
+    """A metav1.Time (or MicroTime) string back to epoch seconds."""
+    return dt.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 from typing import Any
 
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import SharedInformers, key_of
 from nodeagent.client.rest import Client
+from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.controllers.options import ControllerOptions
 from nodeagent.controllers.workqueue import ShutDown, WorkQueue
 
@@ -31,12 +30,12 @@ class Expectations:
 
     TTL = 300.0
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Clock = REAL_CLOCK) -> None:
         self.clock = clock
         self._pending: dict[str, tuple[int, int, float]] = {}
 
     def expect(self, key: str, adds: int = 0, deletes: int = 0) -> None:
-        self._pending[key] = (adds, deletes, self.clock())
+        self._pending[key] = (adds, deletes, self.clock.monotonic())
 
     def observed_add(self, key: str) -> None:
         if key in self._pending:
@@ -59,7 +58,7 @@ class Expectations:
         if p is None:
             return True
         a, d, t = p
-        return (a <= 0 and d <= 0) or self.clock() - t > self.TTL
+        return (a <= 0 and d <= 0) or self.clock.monotonic() - t > self.TTL
 
     def forget(self, key: str) -> None:
         self._pending.pop(key, None)

@@ -6,6 +6,7 @@ import asyncio
 import copy
 
 from nodeagent.client.rest import ClientError
+from nodeagent.clock import utcnow
 from nodeagent.controllers import cronjob, podutil
 from nodeagent.controllers.base import Controller, SharedInformers, split_key
 
@@ -33,7 +34,7 @@ class CronJobController(Controller):
 
     async def _resync(self) -> None:
         while True:
-            await asyncio.sleep(self.options.cronjob_resync)
+            await self.options.clock.sleep(self.options.cronjob_resync)
             for c in self.cronjobs.list():
                 self.enqueue(c)
 
@@ -45,7 +46,7 @@ class CronJobController(Controller):
         uid = cj["metadata"].get("uid")
         owned = [j for j in self.jobs.list() if j["metadata"].get("namespace") == ns
                  and (podutil.controller_ref(j) or {}).get("uid") == uid]
-        p = cronjob.plan(cj, owned, self.options.wall())
+        p = cronjob.plan(cj, owned, utcnow(self.options.clock))
         for type_, reason, msg in p.events:
             self.recorder.record(cj, type_, reason, msg)
         for j in p.delete_active:

@@ -7,6 +7,7 @@ import copy
 
 from nodeagent.api.certificates import condition
 from nodeagent.client.rest import ClientError
+from nodeagent.clock import utcnow
 from nodeagent.controllers import csr
 from nodeagent.controllers.base import Controller, SharedInformers
 from nodeagent.controllers.options import iso
@@ -42,7 +43,7 @@ class CSRApprovingController(Controller):
         c = copy.deepcopy(c)
         st = c.setdefault("status", {})
         st.setdefault("conditions", []).append(
-            new_condition("Approved", "AutoApproved", reason, iso(self.options.wall())))
+            new_condition("Approved", "AutoApproved", reason, iso(utcnow(self.options.clock))))
         try:
             await self.client.update(CSRS, c, subresource="approval")
         except ClientError as e:

@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import serialization
 
 from nodeagent.api.certificates import condition
 from nodeagent.client.rest import ClientError
+from nodeagent.clock import utcnow
 from nodeagent.controllers import csr
 from nodeagent.controllers.base import Controller, SharedInformers
 from nodeagent.controllers.csrapproving_controller import CSRS, is_settled, new_condition
@@ -51,11 +52,11 @@ class CSRSigningController(Controller):
         c = copy.deepcopy(c)
         st = c.setdefault("status", {})
         try:
-            pem = await asyncio.to_thread(csr.sign, c, *self.ca, self.options.wall())
+            pem = await asyncio.to_thread(csr.sign, c, *self.ca, utcnow(self.options.clock))
             st["certificate"] = base64.b64encode(pem).decode()
         except csr.CSRError as e:
             st.setdefault("conditions", []).append(
-                new_condition("Failed", "SignerValidationFailure", str(e), iso(self.options.wall())))
+                new_condition("Failed", "SignerValidationFailure", str(e), iso(utcnow(self.options.clock))))
         try:
             await self.client.update_status(CSRS, c)
         except ClientError as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from nodeagent.clock import utcnow
 from nodeagent.controllers import daemonset, podutil
 from nodeagent.controllers.base import SharedInformers, split_key
 from nodeagent.controllers.workload_base import PodOwnerController
@@ -29,7 +30,7 @@ class DaemonSetController(PodOwnerController):
         if ds is None:
             return
         pods = self.owned_pods(ds)
-        p = daemonset.plan(ds, self.nodes.list(), pods, self.options.wall())
+        p = daemonset.plan(ds, self.nodes.list(), pods, utcnow(self.options.clock))
         rev = daemonset.revision_hash(ds)
         if not podutil.is_terminating(ds):
             await self.sync_revisions(ds, f"{name}-{rev}", rev, pods)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import math
 from typing import Any
 
@@ -11,6 +10,7 @@ from nodeagent.api.selectors import from_label_selector
 from nodeagent.api.times import now_rfc3339, parse_time
 from nodeagent.client.informer import SharedInformers
 from nodeagent.client.rest import ClientError
+from nodeagent.clock import utcnow
 from nodeagent.controllers import deployment as d
 from nodeagent.controllers import podutil
 from nodeagent.controllers.base import Controller, split_key
@@ -254,7 +254,7 @@ class DeploymentController(Controller):
             stalled = False
             if prev and prev.get("reason") == "ReplicaSetUpdated" and prev.get("lastUpdateTime"):
                 since = parse_time(prev["lastUpdateTime"])
-                stalled = bool(since and (dt.datetime.now(dt.UTC) - since).total_seconds() > deadline)
+                stalled = bool(since and (utcnow(self.options.clock) - since).total_seconds() > deadline)
             if stalled or (prev and prev.get("reason") == "ProgressDeadlineExceeded"):
                 put("Progressing", "False", "ProgressDeadlineExceeded",
                     f'ReplicaSet "{rs_name}" has timed out progressing.')

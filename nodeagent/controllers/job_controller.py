@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 from nodeagent.client.rest import ClientError
+from nodeagent.clock import utcnow
 from nodeagent.controllers import job as jobs
 from nodeagent.controllers import podutil
 from nodeagent.controllers.base import split_key
@@ -21,7 +22,7 @@ class JobController(PodOwnerController):
         job = self.owners.get(name, ns)
         if job is None:
             return
-        now = self.options.wall()
+        now = utcnow(self.options.clock)
         if podutil.is_terminating(job):
             return
         left = jobs.ttl_left(job, now)

@@ -11,10 +11,11 @@ disrupted); the taint manager then evicts pods that do not tolerate the taint.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nodeagent.api import taints as t
+from nodeagent.clock import Clock
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 REGION_LABEL = "topology.kubernetes.io/region"
@@ -83,17 +84,17 @@ def zone_rates(nodes: Iterable[Mapping[str, Any]], s: Settings) -> tuple[dict[st
 class HeartbeatTracker:
     """When we last saw each node's heartbeat change, by our own clock (probeTimestamp)."""
 
-    clock: Callable[[], float]
+    clock: Clock
     _seen: dict[str, tuple[str, float]] = dataclasses.field(default_factory=dict)
 
     def observe(self, node_name: str, heartbeat: str) -> None:
         prev = self._seen.get(node_name)
         if prev is None or prev[0] != heartbeat:
-            self._seen[node_name] = (heartbeat, self.clock())
+            self._seen[node_name] = (heartbeat, self.clock.monotonic())
 
     def silent_for(self, node_name: str) -> float:
         prev = self._seen.get(node_name)
-        return 0.0 if prev is None else self.clock() - prev[1]
+        return 0.0 if prev is None else self.clock.monotonic() - prev[1]
 
     def forget(self, node_name: str) -> None:
         self._seen.pop(node_name, None)
@@ -177,7 +178,7 @@ def needs_no_execute_taint(node: Mapping[str, Any]) -> bool:
 class ZoneLimiter:
     """A token bucket per zone whose rate follows the zone's state (burst 1, like the seed)."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._buckets: dict[str, tuple[float, float, float]] = {}  # zone -> (rate, tokens, last)
 
@@ -185,7 +186,7 @@ class ZoneLimiter:
         old = self._buckets.get(zone)
         if old and old[0] == rate:
             return
-        now = self.clock()
+        now = self.clock.monotonic()
         tokens = self._refill(old, now) if old else 1.0
         self._buckets[zone] = (rate, min(tokens, 1.0) if rate > 0 else 0.0, now)
 
@@ -198,7 +199,7 @@ class ZoneLimiter:
         b = self._buckets.get(zone)
         if b is None or b[0] <= 0:
             return False
-        now = self.clock()
+        now = self.clock.monotonic()
         tokens = self._refill(b, now)
         if tokens >= 1.0:
             self._buckets[zone] = (b[0], tokens - 1.0, now)

@@ -15,6 +15,7 @@ import asyncio
 from typing import Any
 
 from nodeagent.client.rest import ClientError
+from nodeagent.clock import utcnow
 from nodeagent.controllers import nodelifecycle as nl
 from nodeagent.controllers.base import Controller, SharedInformers
 from nodeagent.controllers.options import iso
@@ -60,14 +61,14 @@ class NodeLifecycleController(Controller):
                 raise
             except Exception as e:
                 self.log.warning("%s: %s", fn.__name__, e)
-            await asyncio.sleep(period)
+            await self.options.clock.sleep(period)
 
     # -- node monitor ------------------------------------------------------------------------------
     def _lease(self, node_name: str) -> dict | None:
         return self.leases.get(node_name, LEASE_NAMESPACE)
 
     async def monitor_once(self) -> None:
-        now_iso = iso(self.options.wall())
+        now_iso = iso(utcnow(self.options.clock))
         nodes = []
         for node in self.nodes.list():
             name = node["metadata"]["name"]
@@ -132,7 +133,7 @@ class NodeLifecycleController(Controller):
 
     # -- taint manager -----------------------------------------------------------------------------
     async def taint_manager_once(self) -> None:
-        now = self.clock()
+        now = self.clock.monotonic()
         by_node: dict[str, list[dict[str, Any]]] = {}
         for pod in self.pods.list():
             node_name = (pod.get("spec") or {}).get("nodeName")

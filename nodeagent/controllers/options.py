@@ -1,4 +1,4 @@
-"""Controller-manager settings: periods, rates and ranges, with the clocks tests replace.
+"""Controller-manager settings: periods, rates and ranges, with the clock tests replace.
 
 One dataclass handed to every controller, so `nodeagent server` flags and tests
 configure them in one place (kube-controller-manager's flags, same defaults).
@@ -8,14 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import time
-from collections.abc import Callable
 
+from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.controllers import nodelifecycle
-
-
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 @dataclasses.dataclass
@@ -43,9 +38,8 @@ class ControllerOptions:
     # certificates: the CA csrsigning signs with (the manager's serve() takes the server's own by default)
     cluster_signing_cert_file: str | None = None  # --cluster-signing-cert-file
     cluster_signing_key_file: str | None = None  # --cluster-signing-key-file
-    # clocks: monotonic seconds for periods and rate limits, wall time for API timestamps
-    clock: Callable[[], float] = time.monotonic
-    wall: Callable[[], dt.datetime] = _utcnow
+    # the clock: monotonic() for periods and rate limits, now() for API timestamps and schedules
+    clock: Clock = REAL_CLOCK
 
     def lifecycle_settings(self) -> nodelifecycle.Settings:
         return nodelifecycle.Settings(

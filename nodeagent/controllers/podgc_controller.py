@@ -31,7 +31,7 @@ class PodGCController(Controller):
                 raise
             except Exception as e:
                 self.log.warning("podgc: %s", e)
-            await asyncio.sleep(self.options.pod_gc_period)
+            await self.options.clock.sleep(self.options.pod_gc_period)
 
     async def gc_once(self) -> int:
         """One pass; returns how many pods were deleted."""
@@ -40,7 +40,7 @@ class PodGCController(Controller):
         victims = list(podgc.terminated_over_threshold(pods, self.options.terminated_pod_gc_threshold))
         victims += podgc.unscheduled_terminating(pods)
         gone: dict[str, bool] = {}
-        now = self.options.clock()
+        now = self.options.clock.monotonic()
         orphans = podgc.orphaned(pods, known)
         missing = {p["spec"]["nodeName"] for p in orphans}
         self._missing_since = {n: self._missing_since.get(n, now) for n in missing}

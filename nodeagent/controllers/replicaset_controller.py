@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import copy
-import datetime as dt
 from typing import Any
 
 from nodeagent.client.informer import SharedInformers, key_of
 from nodeagent.client.rest import ClientError
+from nodeagent.clock import utcnow
 from nodeagent.controllers import podutil, replicaset
 from nodeagent.controllers.base import Controller, Expectations, split_key
 
@@ -124,7 +124,7 @@ class ReplicaSetController(Controller):
                 failure = await self._create(key, rs, plan.create)
             elif plan.delete:
                 await self._delete(key, rs, plan.delete)
-        await self._update_status(rs, replicaset.status(rs, plan.owned, dt.datetime.now(dt.UTC), failure))
+        await self._update_status(rs, replicaset.status(rs, plan.owned, utcnow(self.options.clock), failure))
 
     async def _set_owner(self, pod: dict, rs: dict, adopt: bool) -> None:
         meta = pod["metadata"]

@@ -13,8 +13,9 @@ import asyncio
 import collections
 import heapq
 import itertools
-import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
+
+from nodeagent.clock import REAL_CLOCK, Clock
 
 
 class ExponentialLimiter:
@@ -39,13 +40,13 @@ class ExponentialLimiter:
 class BucketLimiter:
     """Overall token bucket: `qps` tokens per second, up to `burst` saved."""
 
-    def __init__(self, qps: float = 10.0, burst: int = 100, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, qps: float = 10.0, burst: int = 100, clock: Clock = REAL_CLOCK) -> None:
         self.qps, self.burst, self.clock = qps, burst, clock
         self._tokens = float(burst)
-        self._last = clock()
+        self._last = clock.monotonic()
 
     def when(self, item: Hashable) -> float:
-        now = self.clock()
+        now = self.clock.monotonic()
         self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
         self._last = now
         self._tokens -= 1
@@ -73,7 +74,7 @@ class MaxOfLimiter:
         return max(lim.retries(item) for lim in self.limiters)
 
 
-def default_limiter(clock: Callable[[], float] = time.monotonic) -> MaxOfLimiter:
+def default_limiter(clock: Clock = REAL_CLOCK) -> MaxOfLimiter:
     return MaxOfLimiter(ExponentialLimiter(), BucketLimiter(clock=clock))
 
 
@@ -84,7 +85,7 @@ class ShutDown(Exception):
 class WorkQueue:
     """Dedupe + dirty/processing sets + delayed adds + rate-limited re-adds."""
 
-    def __init__(self, limiter=None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limiter=None, clock: Clock = REAL_CLOCK) -> None:
         self.clock = clock
         self.limiter = limiter or default_limiter(clock)
         self._queue: collections.deque[Hashable] = collections.deque()
@@ -112,7 +113,7 @@ class WorkQueue:
         if delay <= 0:
             self.add(item)
             return
-        heapq.heappush(self._waiting, (self.clock() + delay, next(self._seq), item))
+        heapq.heappush(self._waiting, (self.clock.monotonic() + delay, next(self._seq), item))
         self._arm()
 
     def add_rate_limited(self, item: Hashable) -> None:
@@ -137,7 +138,7 @@ class WorkQueue:
                 raise ShutDown
             # No await between the check above and clear(): a concurrent add cannot be missed.
             self._wake.clear()
-            timeout = max(0.0, self._waiting[0][0] - self.clock()) if self._waiting else None
+            timeout = max(0.0, self._waiting[0][0] - self.clock.monotonic()) if self._waiting else None
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that arrives as the
             # event fires, leaving a worker waiting forever and its controller unable to stop.
             try:
@@ -157,7 +158,7 @@ class WorkQueue:
         self._notify()
 
     def _promote(self) -> None:
-        now = self.clock()
+        now = self.clock.monotonic()
         while self._waiting and self._waiting[0][0] <= now:
             _, _, item = heapq.heappop(self._waiting)
             self.add(item)

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import dns.asyncquery
@@ -21,6 +19,8 @@ import dns.message
 import dns.name
 import dns.rcode
 import dns.rdatatype
+
+from nodeagent.clock import REAL_CLOCK, Clock
 
 log = logging.getLogger("nodeagent.dns.forward")
 MAX_CACHE_TTL = 3600
@@ -68,7 +68,7 @@ class ForwardStats:
 
 class Forwarder:
     def __init__(self, upstreams: list[tuple[str, int]], timeout: float = 2.0, max_entries: int = 10000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Clock = REAL_CLOCK) -> None:
         self.upstreams = upstreams
         self.timeout = timeout
         self.max_entries = max_entries
@@ -136,18 +136,18 @@ class Forwarder:
         if not ttl or ttl <= 0:
             return
         if len(self.cache) >= self.max_entries:
-            now = self.clock()
+            now = self.clock.monotonic()
             self.cache = {k: e for k, e in self.cache.items() if e.expires > now}
             if len(self.cache) >= self.max_entries:
                 self.cache.pop(next(iter(self.cache)))
-        now = self.clock()
+        now = self.clock.monotonic()
         self.cache[key] = _Entry(resp, now, now + min(ttl, MAX_CACHE_TTL))
 
     def _cached(self, key: tuple[str, int, int]) -> dns.message.Message | None:
         e = self.cache.get(key)
         if e is None:
             return None
-        now = self.clock()
+        now = self.clock.monotonic()
         if now >= e.expires:
             del self.cache[key]
             return None

@@ -22,8 +22,8 @@ from typing import Any
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
+from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet import container_events
-from nodeagent.kubelet.clock import Clock, RealClock
 from nodeagent.kubelet.cri import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, RuntimeClient
 from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
 from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD
@@ -136,7 +136,7 @@ class Kubelet:
         self.cfg = cfg
         self.client = client
         self.cri = cri
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self.recorder = EventRecorder(client, "kubelet", cfg.node_name)
         self.pleg = GenericPLEG(self.clock)
         self.eviction = EvictionManager(parse_thresholds(cfg.eviction_hard if cfg.eviction_hard is not None

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from nodeagent.kubelet.clock import Clock, RealClock
+from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet.status import container_hash
 
 INITIAL_BACKOFF = 10.0
@@ -32,7 +32,7 @@ class Backoff:
                  clock: Clock | None = None) -> None:
         self.initial = initial
         self.maximum = maximum
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self._entries: dict[str, _Entry] = {}
 
     def _expired(self, event_time: float, last_update: float) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nodeagent.kubelet.clock import Clock
+from nodeagent.clock import Clock
 from nodeagent.kubelet.eviction import EvictionManager, PodUsage, evicted_status, observe
 from nodeagent.kubelet.eviction.signals import cgroup_working_set
 

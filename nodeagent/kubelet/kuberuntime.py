@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from cri.proto import api_pb2 as pb
+from nodeagent.clock import Clock
 from nodeagent.dns.resolvconf import ResolvConf, pod_resolv_conf
 from nodeagent.kubelet import images as image_policy
 from nodeagent.kubelet import resources
 from nodeagent.kubelet.backoff import CrashLoopBackoff, ImagePullBackoff, container_backoff_key
 from nodeagent.kubelet.cgroups import remove_cgroup
-from nodeagent.kubelet.clock import Clock
 from nodeagent.kubelet.cri import (
     CONTAINER_NAME_LABEL,
     HASH_ANNOTATION,

@@ -16,8 +16,8 @@ from typing import Any
 
 from nodeagent.api.quantity import format_quantity
 from nodeagent.client.rest import Client, ClientError
+from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet import node_status, resources
-from nodeagent.kubelet.clock import Clock, RealClock
 from nodeagent.kubelet.cri import RuntimeClient, is_unimplemented
 
 log = logging.getLogger("nodeagent.kubelet.node")
@@ -55,7 +55,7 @@ class NodeAgent:
         self.name = name
         self.fs_path = fs_path
         self.pleg_health = pleg_health
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self.lease_period = lease_period
         self.status_period = status_period
         self.max_pods = max_pods

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nodeagent.kubelet.clock import rfc3339
+from nodeagent.api.times import rfc3339
 
 DEFAULT_MAX_PODS = 110
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}

@@ -12,7 +12,7 @@ import dataclasses
 import enum
 from collections.abc import Iterable
 
-from nodeagent.kubelet.clock import Clock, RealClock
+from nodeagent.clock import REAL_CLOCK, Clock
 
 RELIST_THRESHOLD = 180.0  # seconds: kubelet's relistThreshold
 
@@ -96,7 +96,7 @@ class GenericPLEG:
     """Keeps the last listing; `relist` returns the events since then and marks the relist time."""
 
     def __init__(self, clock: Clock | None = None, threshold: float = RELIST_THRESHOLD) -> None:
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self.threshold = threshold
         self._records: list[Record] = []
         self._last_relist: float | None = None

@@ -24,7 +24,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from nodeagent.kubelet.clock import Clock, RealClock, parse_rfc3339
+from nodeagent.api.times import parse_rfc3339
+from nodeagent.clock import REAL_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -379,7 +380,7 @@ class Worker:
         self.prober = prober
         self.results = results
         self.get_status = get_status
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self.on_startup_success = on_startup_success
         self.initial = {READINESS: Result.FAILURE, LIVENESS: Result.SUCCESS, STARTUP: Result.UNKNOWN}[probe_type]
         self.container_id = ""
@@ -480,7 +481,7 @@ class ProbeManager:
     def __init__(self, prober: Prober, get_status: StatusProvider, clock: Clock | None = None) -> None:
         self.prober = prober
         self.get_status = get_status
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self.liveness = ResultsManager()
         self.readiness = ResultsManager()
         self.startup = ResultsManager()

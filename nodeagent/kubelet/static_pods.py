@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from nodeagent.kubelet.clock import Clock, RealClock
+from nodeagent.clock import REAL_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class StaticPodSource:
                  period: float = DEFAULT_PERIOD) -> None:
         self.directory = Path(directory)
         self.node_name = node_name
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self.period = period
         self._snap: dict[str, tuple[int, int, int]] | None = None
         self._seen: dict[str, str] = {}  # uid → first-seen timestamp
@@ -228,7 +228,7 @@ class URLPodSource:
                  headers: Mapping[str, str] | None = None) -> None:
         self.url = url
         self.node_name = node_name
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self.period = period
         self.headers = dict(headers or {})
         self._body: bytes | None = None

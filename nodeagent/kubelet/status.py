@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nodeagent.api.qos import pod_qos
-from nodeagent.kubelet.clock import rfc3339
+from nodeagent.api.times import rfc3339
 from nodeagent.kubelet.static_pods import is_static_pod
 
 # Waiting reasons (kubelet images/errors.go, kuberuntime, kubelet_pods.go)

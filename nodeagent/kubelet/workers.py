@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from nodeagent.kubelet.clock import Clock, RealClock
+from nodeagent.clock import REAL_CLOCK, Clock
 
 log = logging.getLogger("nodeagent.kubelet.workers")
 
@@ -45,7 +45,7 @@ class PodWorkers:
         self.tg = tg
         self._sync = sync
         self._terminate = terminate
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self.resync = resync
         self.retry = retry
         self.workers: dict[str, _Worker] = {}

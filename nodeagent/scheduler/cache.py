@@ -14,7 +14,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from nodeagent.scheduler.clock import Clock, RealClock
+from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.scheduler.framework.types import NodeInfo, PodInfo, pod_uid
 
 log = logging.getLogger("nodeagent.scheduler.cache")
@@ -64,7 +64,7 @@ class Snapshot:
 
 class Cache:
     def __init__(self, clock: Clock | None = None, assumed_ttl: float = 0.0, taints_from_conditions: bool = True):
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self.assumed_ttl = assumed_ttl  # 0: assumed pods never expire (kube-scheduler's default)
         self.taints_from_conditions = taints_from_conditions
         self.nodes: dict[str, NodeInfo] = {}
@@ -175,7 +175,7 @@ class Cache:
         if st is not None and st.assumed:
             st.binding_finished = True
             if self.assumed_ttl > 0:
-                st.deadline = self.clock.now() + self.assumed_ttl
+                st.deadline = self.clock.monotonic() + self.assumed_ttl
 
     def forget_pod(self, p: PodInfo) -> None:
         st = self.pods.get(p.uid)
@@ -230,7 +230,7 @@ class Cache:
         return st.pod if st else None
 
     def cleanup_expired_assumed(self) -> list[PodInfo]:
-        now = self.clock.now()
+        now = self.clock.monotonic()
         gone = []
         for uid, st in list(self.pods.items()):
             if st.assumed and st.binding_finished and st.deadline is not None and now > st.deadline:

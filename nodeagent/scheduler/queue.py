@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from nodeagent.scheduler.clock import Clock, RealClock
+from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.scheduler.framework.interface import ActionType, ClusterEvent, ClusterEventWithHint
 from nodeagent.scheduler.framework.types import PodInfo
 
@@ -56,7 +56,7 @@ class SchedulingQueue:
         self.sort_key = sort_key
         self.pre_enqueue = pre_enqueue
         self.events = events or {}
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.max_unschedulable = max_unschedulable
@@ -96,7 +96,7 @@ class SchedulingQueue:
         return min(d, self.max_backoff)
 
     def is_backing_off(self, qp: QueuedPodInfo) -> bool:
-        return qp.attempts > 0 and self.clock.now() < qp.timestamp + self.backoff_duration(qp)
+        return qp.attempts > 0 and self.clock.monotonic() < qp.timestamp + self.backoff_duration(qp)
 
     # -- internal moves ------------------------------------------------------------------------------
 
@@ -136,7 +136,7 @@ class SchedulingQueue:
         uid = pod_info.uid
         if uid in self._where:
             return self.update(pod_info)
-        qp = QueuedPodInfo(pod_info, self.clock.now())
+        qp = QueuedPodInfo(pod_info, self.clock.monotonic())
         self._enqueue_new(qp)
 
     def _enqueue_new(self, qp: QueuedPodInfo) -> None:
@@ -184,7 +184,7 @@ class SchedulingQueue:
             self._where[uid] = "inflight"
             qp.attempts += 1
             if qp.initial_attempt_timestamp is None:
-                qp.initial_attempt_timestamp = self.clock.now()
+                qp.initial_attempt_timestamp = self.clock.monotonic()
             self.scheduling_cycle += 1
             return qp
         self._wake.clear()
@@ -212,7 +212,7 @@ class SchedulingQueue:
         uid = qp.key
         if uid not in self._where:
             return  # deleted meanwhile
-        qp.timestamp = self.clock.now()
+        qp.timestamp = self.clock.monotonic()
         if backoff or self.move_request_cycle >= cycle:
             self._to_backoff(qp)
         else:
@@ -250,7 +250,7 @@ class SchedulingQueue:
     # -- periodic flushes (driven by the clock) ------------------------------------------------------
 
     def flush_backoff_completed(self) -> int:
-        now = self.clock.now()
+        now = self.clock.monotonic()
         moved = 0
         while self._backoff and self._backoff[0][0] <= now:
             expiry, _, uid = heapq.heappop(self._backoff)
@@ -262,7 +262,7 @@ class SchedulingQueue:
         return moved
 
     def flush_unschedulable_leftover(self) -> int:
-        now = self.clock.now()
+        now = self.clock.monotonic()
         stale = [qp for qp in self.unschedulable.values()
                  if not qp.gated and now - qp.timestamp > self.max_unschedulable]
         for qp in stale:
@@ -270,13 +270,13 @@ class SchedulingQueue:
         return len(stale)
 
     async def run_flushers(self, period: float = 1.0, leftover_period: float = 30.0) -> None:
-        last_leftover = self.clock.now()
+        last_leftover = self.clock.monotonic()
         while True:
             await asyncio.sleep(period)
             self.flush_backoff_completed()
-            if self.clock.now() - last_leftover >= leftover_period:
+            if self.clock.monotonic() - last_leftover >= leftover_period:
                 self.flush_unschedulable_leftover()
-                last_leftover = self.clock.now()
+                last_leftover = self.clock.monotonic()
 
     def close(self) -> None:
         self._closed = True

@@ -12,9 +12,9 @@ import random
 from collections.abc import Coroutine
 from typing import Any
 
+from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.scheduler.api import EventSource, SchedulerAPI
 from nodeagent.scheduler.cache import Cache, Snapshot
-from nodeagent.scheduler.clock import Clock, RealClock
 from nodeagent.scheduler.framework.interface import ActionType, ClusterEvent, CycleState
 from nodeagent.scheduler.framework.runtime import Framework
 from nodeagent.scheduler.framework.status import Code, FitError, Status
@@ -76,7 +76,7 @@ class Scheduler:
                  rng: random.Random | None = None, out_of_tree: dict[str, Any] | None = None):
         self.config = config
         self.api = api
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self.rng = rng or random.Random()
         self.cache = Cache(self.clock)
         self.handle = Handle(self, api, self.rng)

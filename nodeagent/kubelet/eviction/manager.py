@@ -17,7 +17,8 @@ from typing import Any
 
 from nodeagent.api.qos import BEST_EFFORT, pod_qos
 from nodeagent.api.quantity import format_quantity, parse_quantity
-from nodeagent.kubelet.clock import Clock, RealClock, rfc3339
+from nodeagent.api.times import rfc3339
+from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet.eviction import thresholds as th
 from nodeagent.kubelet.eviction.signals import Observations
 from nodeagent.kubelet.resources import is_critical_pod, pod_requests
@@ -259,7 +260,7 @@ class EvictionManager:
                  pressure_transition_period: float = PRESSURE_TRANSITION_PERIOD,
                  max_pod_grace_period: int = 0) -> None:
         self.thresholds = list(thresholds)
-        self.clock = clock or RealClock()
+        self.clock = clock or REAL_CLOCK
         self.pressure_transition_period = pressure_transition_period
         self.max_pod_grace_period = max_pod_grace_period
         self.first_observed: dict[th.Threshold, float] = {}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 
 import pytest
 
 from nodeagent.client.rest import ClientError
+from nodeagent.clock import RealClock
 from nodeagent.controllers.options import ControllerOptions
 from tests.harness.waiting import eventually
 from tests.integration.controllers.conftest import cluster_env
@@ -15,13 +15,13 @@ from tests.integration.controllers.conftest import cluster_env
 pytestmark = pytest.mark.slow
 
 
-@dataclasses.dataclass
-class Wall:
-    """Real UTC time plus an offset the test moves forward."""
+class Wall(RealClock):
+    """Real time, with a wall clock (`now()`) plus an offset the test moves forward."""
+
     offset: float = 0.0
 
-    def __call__(self) -> dt.datetime:
-        return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self.offset)
+    def now(self) -> float:
+        return super().now() + self.offset
 
 
 def job_body(name, ns, **spec):
@@ -110,7 +110,7 @@ async def test_job_active_deadline(server):
 
 async def test_cronjob_schedule_forbid_and_history_on_a_moved_clock(server):
     wall = Wall()
-    opts = ControllerOptions(wall=wall, cronjob_resync=0.2)
+    opts = ControllerOptions(clock=wall, cronjob_resync=0.2)
     async with cluster_env(server, opts) as env:
         client, ns = env.client, env.ns
         cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "tick", "namespace": ns},

@@ -126,13 +126,3 @@ class FakeClient:
         self._store(resource).remove(obj)
         return {}
 
-
-class FakeClock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, s: float) -> None:
-        self.t += s

@@ -13,6 +13,7 @@ from nodeagent.apiserver import pki
 from nodeagent.controllers.csrapproving_controller import CSRApprovingController
 from nodeagent.controllers.csrsigning_controller import CSRSigningController
 from nodeagent.controllers.options import ControllerOptions
+from nodeagent.testing.clock import FakeClock
 from tests.unit.controllers.fakes import FakeClient, FakeInformers, FakeRecorder
 
 WALL = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -35,7 +36,7 @@ def _csr(name, cn, orgs=(), groups=("system:bootstrappers", "system:authenticate
 def _setup(tmp_path, with_ca=True):
     inf = FakeInformers()
     client = FakeClient(inf)
-    opts = ControllerOptions(wall=lambda: WALL)
+    opts = ControllerOptions(clock=FakeClock(WALL.timestamp()))
     if with_ca:
         pki.ensure_ca(tmp_path)
         opts.cluster_signing_cert_file, opts.cluster_signing_key_file = str(tmp_path / "ca.crt"), str(tmp_path / "ca.key")

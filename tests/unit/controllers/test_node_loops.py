@@ -11,7 +11,8 @@ from nodeagent.controllers import nodeipam, podgc
 from nodeagent.controllers.nodelifecycle import ZONE_LABEL
 from nodeagent.controllers.nodelifecycle_controller import NodeLifecycleController
 from nodeagent.controllers.options import ControllerOptions
-from tests.unit.controllers.fakes import FakeClient, FakeClock, FakeInformers, FakeRecorder
+from nodeagent.testing.clock import FakeClock
+from tests.unit.controllers.fakes import FakeClient, FakeInformers, FakeRecorder
 
 
 def node(name, zone="z1"):
@@ -26,12 +27,11 @@ def lease(name, renew):
 
 
 def make(n_nodes, zone_of=lambda i: "z1", **opts):
-    clock = FakeClock()
+    clock = FakeClock(dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp())
     inf = FakeInformers()
     client = FakeClient(inf)
     rec = FakeRecorder()
-    o = ControllerOptions(clock=clock, wall=lambda: dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
-                          node_monitor_grace_period=40, **opts)
+    o = ControllerOptions(clock=clock, node_monitor_grace_period=40, **opts)
     ctl = NodeLifecycleController(client, inf, rec, o)
     for i in range(n_nodes):
         inf.get("nodes").put(node(f"n{i}", zone_of(i)))
@@ -44,7 +44,7 @@ def taints_of(inf, name):
 
 def heartbeat(inf, names, clock):
     for n in names:
-        inf.get("leases").put(lease(n, f"t{clock()}"))
+        inf.get("leases").put(lease(n, f"t{clock.monotonic()}"))
 
 
 async def test_silent_node_goes_unknown_after_grace_and_is_tainted():

@@ -1,5 +1,6 @@
 from nodeagent.api import taints as t
 from nodeagent.controllers import nodelifecycle as nl
+from nodeagent.testing.clock import FakeClock
 
 
 def node(name, ready="True", zone="a", taints=None, unschedulable=False, pressure=None):
@@ -38,10 +39,10 @@ def test_rates_follow_zone_state_and_cluster_size():
 
 
 def test_heartbeat_tracker_uses_own_clock():
-    now = [100.0]
-    hb = nl.HeartbeatTracker(clock=lambda: now[0])
+    clock = FakeClock(100.0)
+    hb = nl.HeartbeatTracker(clock=clock)
     hb.observe("n", "lease:1")
-    now[0] = 130
+    clock.t = 130
     hb.observe("n", "lease:1")
     assert hb.silent_for("n") == 30
     hb.observe("n", "lease:2")
@@ -76,17 +77,17 @@ def test_condition_and_cordon_taints():
 
 
 def test_zone_limiter_paces_tokens():
-    now = [0.0]
-    lim = nl.ZoneLimiter(clock=lambda: now[0])
+    clock = FakeClock(0.0)
+    lim = nl.ZoneLimiter(clock=clock)
     lim.set_rate("z", 0.1)
     assert lim.try_take("z")
     assert not lim.try_take("z")
-    now[0] = 9.9
+    clock.t = 9.9
     assert not lim.try_take("z")
-    now[0] = 10.1
+    clock.t = 10.1
     assert lim.try_take("z")
     lim.set_rate("z", 0.0)
-    now[0] = 100
+    clock.t = 100
     assert not lim.try_take("z")
 
 

@@ -3,6 +3,7 @@ import asyncio
 import pytest
 
 from nodeagent.controllers.workqueue import BucketLimiter, ExponentialLimiter, ShutDown, WorkQueue
+from nodeagent.testing.clock import FakeClock
 
 
 async def test_dedupes_while_queued():
@@ -58,11 +59,11 @@ def test_exponential_limiter_doubles_and_forgets():
 
 
 def test_bucket_limiter_allows_burst_then_paces():
-    now = [0.0]
-    lim = BucketLimiter(qps=10, burst=3, clock=lambda: now[0])
+    clock = FakeClock(0.0)
+    lim = BucketLimiter(qps=10, burst=3, clock=clock)
     assert [lim.when(i) for i in range(3)] == [0.0, 0.0, 0.0]
     assert lim.when(4) == pytest.approx(0.1)
-    now[0] += 1.0
+    clock.advance(1.0)
     assert lim.when(5) == 0.0
 
 

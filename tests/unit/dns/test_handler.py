@@ -15,6 +15,7 @@ import dns.rrset
 from nodeagent.dns.forward import Forwarder, parse_upstream, resolv_conf_nameservers
 from nodeagent.dns.records import ClusterRecords, dict_lister
 from nodeagent.dns.server import Handler, split_hostport
+from nodeagent.testing.clock import FakeClock
 from nodeagent.testing.dns_objects import endpoint_slice, ep, namespace, service
 
 
@@ -89,14 +90,6 @@ async def test_outside_names_without_upstream_are_refused():
     assert dns.message.from_wire(await out).rcode() == dns.rcode.REFUSED
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 async def test_forwarder_cache_honours_and_ages_ttls():
     clock = FakeClock()
     fw = Forwarder([("192.0.2.1", 53)], clock=clock)
@@ -111,10 +104,10 @@ async def test_forwarder_cache_honours_and_ages_ttls():
     fw._ask = fake_ask
     name = dns.name.from_text("www.example.org")
     a = await fw.resolve(name, T.A)
-    clock.t += 20
+    clock.advance(20)
     b = await fw.resolve(dns.name.from_text("WWW.example.org"), T.A)
     assert asked == ["www.example.org."] and b.answer[0].ttl == 40 and a.answer[0].ttl == 60
-    clock.t += 41
+    clock.advance(41)
     await fw.resolve(name, T.A)
     assert len(asked) == 2
 
@@ -138,7 +131,7 @@ async def test_forwarder_negative_cache_needs_soa_and_servfail_is_not_cached():
         await fw.resolve(dns.name.from_text("soa.example.org"), T.A)
         await fw.resolve(dns.name.from_text("nosoa.example.org"), T.A)
     assert calls["n"] == 3  # the SOA one cached (for min(300, 15) s), the other not
-    clock.t += 16
+    clock.advance(16)
     await fw.resolve(dns.name.from_text("soa.example.org"), T.A)
     assert calls["n"] == 4
 

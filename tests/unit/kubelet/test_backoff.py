@@ -1,5 +1,5 @@
 from nodeagent.kubelet.backoff import Backoff, CrashLoopBackoff, ImagePullBackoff
-from nodeagent.kubelet.clock import FakeClock
+from nodeagent.testing.clock import FakeClock
 from tests.unit.kubelet.podspecs import container, pod
 
 

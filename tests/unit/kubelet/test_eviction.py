@@ -3,7 +3,6 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.kubelet.clock import FakeClock
 from nodeagent.kubelet.eviction import (
     EvictionManager,
     PodUsage,
@@ -16,6 +15,7 @@ from nodeagent.kubelet.eviction import (
     rank_pods,
     signals,
 )
+from nodeagent.testing.clock import FakeClock
 from tests.unit.kubelet.podspecs import container, pod
 
 Mi, Gi = 2**20, 2**30

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from cri.proto import api_pb2 as pb
-from nodeagent.kubelet.clock import FakeClock
 from nodeagent.kubelet.kuberuntime import PodRuntime
 from nodeagent.kubelet.volumes.manager import VolumeManager
+from nodeagent.testing.clock import FakeClock
 from nodeagent.testing.fake_cri import FakeCRI
 
 IMG = "localhost/busybox:latest"

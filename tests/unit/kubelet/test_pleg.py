@@ -1,5 +1,5 @@
-from nodeagent.kubelet.clock import FakeClock
 from nodeagent.kubelet.pleg import EventType, GenericPLEG, PodLifecycleEvent, Record, diff
+from nodeagent.testing.clock import FakeClock
 
 S, D, R, C = (EventType.CONTAINER_STARTED, EventType.CONTAINER_DIED, EventType.CONTAINER_REMOVED,
               EventType.CONTAINER_CHANGED)

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from nodeagent.kubelet.agent import KubeletConfig, parse_cluster_dns
-from nodeagent.kubelet.clock import FakeClock
 from nodeagent.kubelet.kuberuntime import PodRuntime
 from nodeagent.kubelet.volumes.manager import VolumeManager
+from nodeagent.testing.clock import FakeClock
 from nodeagent.testing.fake_cri import FakeCRI
 from tests.unit.kubelet.test_kuberuntime import IMG, Recorder, _c, _pod
 

@@ -4,7 +4,7 @@ import socket
 import pytest
 from aiohttp import web
 
-from nodeagent.kubelet.clock import FakeClock, rfc3339
+from nodeagent.api.times import rfc3339
 from nodeagent.kubelet.prober import (
     LIVENESS,
     PROBE_FIELDS,
@@ -25,6 +25,7 @@ from nodeagent.kubelet.prober import (
     probe_tcp,
     resolve_port,
 )
+from nodeagent.testing.clock import FakeClock
 
 
 async def until(cond, limit: float = 5.0) -> None:

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.kubelet.clock import FakeClock
 from nodeagent.kubelet.static_pods import (
     CONFIG_HASH,
     CONFIG_MIRROR,
@@ -19,6 +18,7 @@ from nodeagent.kubelet.static_pods import (
     mirror_matches,
     mirror_pod,
 )
+from nodeagent.testing.clock import FakeClock
 
 WEB = """
 apiVersion: v1

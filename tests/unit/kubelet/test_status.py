@@ -1,4 +1,4 @@
-from nodeagent.kubelet.clock import rfc3339
+from nodeagent.api.times import rfc3339
 from nodeagent.kubelet.status import (
     ContainerRecord,
     SyncError,

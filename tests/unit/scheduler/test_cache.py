@@ -3,8 +3,8 @@
 import pytest
 
 from nodeagent.scheduler.cache import Cache
-from nodeagent.scheduler.clock import FakeClock
 from nodeagent.scheduler.framework import PodInfo
+from nodeagent.testing.clock import FakeClock
 from nodeagent.testing.fake_cluster import make_node, make_pod
 
 

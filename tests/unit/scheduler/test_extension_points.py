@@ -4,10 +4,10 @@ import asyncio
 import random
 import types
 
-from nodeagent.scheduler.clock import FakeClock
 from nodeagent.scheduler.framework import Code, Status
 from nodeagent.scheduler.profile import parse_config
 from nodeagent.scheduler.scheduler import Scheduler
+from nodeagent.testing.clock import FakeClock
 from nodeagent.testing.fake_cluster import FakeCluster, make_node, make_pod
 
 

@@ -1,10 +1,10 @@
 """The scheduling queue with a fake clock: ordering, backoff, event-driven moves, gates."""
 
-from nodeagent.scheduler.clock import FakeClock
 from nodeagent.scheduler.framework import ActionType, ClusterEvent, ClusterEventWithHint, PodInfo
 from nodeagent.scheduler.plugins.prioritysort import PrioritySort
 from nodeagent.scheduler.plugins.schedulinggates import SchedulingGates
 from nodeagent.scheduler.queue import ASSIGNED_POD_DELETE, SchedulingQueue
+from nodeagent.testing.clock import FakeClock
 
 
 def pod(name, priority=0, gates=()):

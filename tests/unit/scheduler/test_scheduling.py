@@ -2,10 +2,10 @@
 
 import pytest
 
-from nodeagent.scheduler.clock import FakeClock
 from nodeagent.scheduler.framework.registry import ConfigError
 from nodeagent.scheduler.profile import SchedulerConfig, parse_config, plugin_set
 from nodeagent.scheduler.scheduler import Scheduler, num_feasible_nodes_to_find
+from nodeagent.testing.clock import FakeClock
 from nodeagent.testing.fake_cluster import FakeCluster, make_node, make_pod
 
 
