@@ -15,6 +15,7 @@ from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.peers import PeerLeases, endpoint_subsets
 from nodeagent.apiserver.registry import NAMESPACES, PRIORITY_CLASSES, SERVICES, Registry, now_rfc3339
 from nodeagent.apiserver.resources import VIRTUAL, all_resources, lookup
+from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.bootstrap")
@@ -29,8 +30,9 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 class Bootstrap:
     def __init__(self, registry: Registry, ip: str, port: int, peers: PeerLeases | None = None,
-                 ca_pem: str | None = None) -> None:
+                 ca_pem: str | None = None, clock: Clock = REAL_CLOCK) -> None:
         self.registry = registry
+        self.clock = clock
         self.ip = ip
         self.port = port
         self.peers = peers
@@ -140,7 +142,7 @@ class Bootstrap:
     async def expire_events(self, ttl: float = EVENT_TTL) -> int:
         """Delete Events older than `ttl` seconds (kube-apiserver's --event-ttl, 1h): they would pile up forever."""
         store = self.registry.store
-        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=ttl)
+        cutoff = utcnow(self.clock) - dt.timedelta(seconds=ttl)
         removed = 0
         for res in (EVENTS, EVENTS_V1):
             items, _ = await store.list(res.key_prefix())
@@ -187,7 +189,7 @@ class Bootstrap:
                     await self.peers.renew()
                 await self.ensure()
                 await self.reconcile_quotas()
-                now = asyncio.get_running_loop().time()
+                now = self.clock.monotonic()
                 if now - self._last_expiry > 60:
                     self._last_expiry = now
                     await self.expire_events()
@@ -195,4 +197,4 @@ class Bootstrap:
                 raise
             except Exception:
                 log.exception("bootstrap repair")
-            await asyncio.sleep(interval)
+            await self.clock.sleep(interval)

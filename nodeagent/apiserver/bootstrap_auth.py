@@ -17,6 +17,7 @@ from typing import Any
 from nodeagent.api import bootstrap_token as tokens
 from nodeagent.apiserver import auth
 from nodeagent.apiserver.resources import lookup
+from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.bootstrap_auth")
@@ -30,9 +31,10 @@ CSR_GROUP, CSR_RESOURCE = "certificates.k8s.io", "certificatesigningrequests"
 class BootstrapTokenAuthenticator:
     """Bearer bootstrap tokens, checked against their Secret in the watch cache (the store when not cached)."""
 
-    def __init__(self, store: Any, cache: Any = None) -> None:
+    def __init__(self, store: Any, cache: Any = None, clock: Clock = REAL_CLOCK) -> None:
         self.store = store
         self.cache = cache
+        self.clock = clock
 
     async def authenticate(self, header: str | None) -> auth.User | None:
         """A live bootstrap token → system:bootstrap:<id> in system:bootstrappers; anything else → None."""
@@ -46,7 +48,7 @@ class BootstrapTokenAuthenticator:
         if secret is None:
             return None
         try:
-            fields = tokens.check_secret(secret, tid, tsecret, "authentication")
+            fields = tokens.check_secret(secret, tid, tsecret, "authentication", utcnow(self.clock))
         except tokens.TokenError as e:
             log.info("bootstrap token %s refused: %s", tid, e)
             return None

@@ -25,6 +25,7 @@ from nodeagent.apiserver.bootstrap_auth import SECRETS, BootstrapTokenAuthentica
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.registry import Registry
 from nodeagent.apiserver.resources import lookup
+from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.join_token")
@@ -46,8 +47,9 @@ class JoinTokens:
     """The join token, the join command, and cluster-info signed for every live token."""
 
     def __init__(self, registry: Registry, authenticator: BootstrapTokenAuthenticator, data_dir: Path,
-                 server_url: str, token_ttl: float = DEFAULT_TOKEN_TTL) -> None:
+                 server_url: str, token_ttl: float = DEFAULT_TOKEN_TTL, clock: Clock = REAL_CLOCK) -> None:
         self.registry = registry
+        self.clock = clock
         self.store = registry.store
         self.authenticator = authenticator
         self.data_dir = data_dir
@@ -73,7 +75,7 @@ class JoinTokens:
         if not token:
             token = tokens.generate_token()
             await self.registry.create(SECRETS, tokens.NAMESPACE, tokens.token_secret(
-                token, self.token_ttl, "the join token nodeagent server printed"))
+                token, self.token_ttl, "the join token nodeagent server printed", now=utcnow(self.clock)))
         self.token = token
         await self.sweep()
         line = tokens.join_command(self.server_url, token, self.ca_hash)
@@ -87,12 +89,13 @@ class JoinTokens:
         secret = await self.authenticator.get(SECRETS.key(tokens.NAMESPACE, tokens.SECRET_PREFIX + tid))
         if secret is None:
             return False
+        now = utcnow(self.clock)
         try:
-            f = tokens.check_secret(secret, tid, tsecret, "authentication")
+            f = tokens.check_secret(secret, tid, tsecret, "authentication", now)
         except tokens.TokenError:
             return False
         exp = tokens.expiration(f)
-        return exp is None or exp - dt.datetime.now(dt.UTC) > dt.timedelta(seconds=self.token_ttl / 2)
+        return exp is None or exp - now > dt.timedelta(seconds=self.token_ttl / 2)
 
     async def run(self, interval: float = 5.0) -> None:
         """Sweep every `interval` seconds, and at once when a token was created."""
@@ -122,7 +125,7 @@ class JoinTokens:
 
     async def _clean_tokens(self) -> None:
         for s in await self._token_secrets():
-            if tokens.is_expired(tokens.secret_fields(s)):
+            if tokens.is_expired(tokens.secret_fields(s), utcnow(self.clock)):
                 try:
                     await self.store.delete(SECRETS.key(tokens.NAMESPACE, s["metadata"]["name"]))
                     log.info("join: deleted expired bootstrap token %s", s["metadata"]["name"])
@@ -135,7 +138,7 @@ class JoinTokens:
         for s in await self._token_secrets():
             tid = s["metadata"]["name"][len(tokens.SECRET_PREFIX):]
             try:
-                f = tokens.check_secret(s, tid, None, "signing")
+                f = tokens.check_secret(s, tid, None, "signing", utcnow(self.clock))
             except tokens.TokenError:
                 continue
             data[tokens.JWS_PREFIX + tid] = tokens.sign_detached(kubeconfig, tid, f.get("token-secret", ""))

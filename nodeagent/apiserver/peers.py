@@ -13,8 +13,10 @@ import logging
 import uuid
 from typing import Any
 
-from nodeagent.apiserver.registry import Registry, now_rfc3339
+from nodeagent.api.times import rfc3339
+from nodeagent.apiserver.registry import Registry
 from nodeagent.apiserver.resources import lookup
+from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.peers")
@@ -28,15 +30,16 @@ def _micro(t: dt.datetime) -> str:
 
 
 class PeerLeases:
-    def __init__(self, registry: Registry, ip: str, port: int, duration: int = 15) -> None:
+    def __init__(self, registry: Registry, ip: str, port: int, duration: int = 15, clock: Clock = REAL_CLOCK) -> None:
         self.registry = registry
+        self.clock = clock
         self.ip, self.port, self.duration = ip, port, duration
         self.name = "apiserver-" + hashlib.sha256(f"{ip}:{port}".encode()).hexdigest()[:12]
 
     async def renew(self) -> None:
         store = self.registry.store
         key = LEASES.key("kube-system", self.name)
-        now = _micro(dt.datetime.now(dt.UTC))
+        now = _micro(utcnow(self.clock))
         try:
             cur = await store.get(key)
             cur.setdefault("spec", {})["renewTime"] = now
@@ -45,7 +48,7 @@ class PeerLeases:
         except store_base.NotFound:
             obj = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                    "metadata": {"name": self.name, "namespace": "kube-system", "uid": str(uuid.uuid4()),
-                                "creationTimestamp": now_rfc3339(),
+                                "creationTimestamp": rfc3339(self.clock.now()),
                                 "labels": {IDENTITY_LABEL: "kube-apiserver"},
                                 "annotations": {ENDPOINT_ANNOTATION: f"{self.ip}:{self.port}"}},
                    "spec": {"holderIdentity": self.name, "leaseDurationSeconds": self.duration,
@@ -67,7 +70,7 @@ class PeerLeases:
         """(ip, port) of every server with a live lease; expired leases are deleted on the way."""
         store = self.registry.store
         items, _ = await store.list(LEASES.key_prefix("kube-system"))
-        now = dt.datetime.now(dt.UTC)
+        now = utcnow(self.clock)
         out = []
         for lease in items:
             m = lease.get("metadata") or {}

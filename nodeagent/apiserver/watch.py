@@ -8,7 +8,6 @@ that was ready at once, written to the client in one write.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ from nodeagent.apiserver import errors
 from nodeagent.apiserver.cache import CachedEvent, WatchCache
 from nodeagent.apiserver.registry import matches
 from nodeagent.apiserver.resources import Resource
+from nodeagent.clock import REAL_CLOCK, Clock
 
 BOOKMARK_INTERVAL = 10.0
 
@@ -34,7 +34,7 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
                        fields: tuple[FieldRequirement, ...], resource_version: str | None,
                        timeout_s: float | None, bookmarks: bool, send_initial: bool | None = None,
                        bookmark_interval: float = BOOKMARK_INTERVAL,
-                       direct: Callable[[bytes], bool] | None = None,
+                       direct: Callable[[bytes], bool] | None = None, clock: Clock = REAL_CLOCK,
                        ) -> AsyncIterator[list[tuple[str, dict[str, Any], bytes | None]]]:
     """`direct`: for a plain watcher, a synchronous writer the cache may call with each event's line once
     the stream has caught up (see Subscriber.direct); events before that come through the batches."""
@@ -46,15 +46,15 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
     plain = (labels is None or labels.is_everything) and not fields
     if since is None or send_initial:
         await cache.wait_fresh()
-    deadline = time.monotonic() + timeout_s if timeout_s else None
+    deadline = clock.monotonic() + timeout_s if timeout_s else None
     sub = cache.subscribe(prefix, since, bool(send_initial))
     direct = direct if plain else None
     queue = sub.queue
     last_rev = since or 0
     try:
-        next_bookmark = time.monotonic() + bookmark_interval
+        next_bookmark = clock.monotonic() + bookmark_interval
         while True:
-            now = time.monotonic()
+            now = clock.monotonic()
             wait = next_bookmark - now if bookmarks else None
             if deadline is not None:
                 left = deadline - now
@@ -67,11 +67,11 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
                 async with asyncio.timeout(wait):  # not wait_for: on 3.11 it can lose a cancel (and an item)
                     item = await queue.get()
             except TimeoutError:
-                if bookmarks and time.monotonic() >= next_bookmark:
+                if bookmarks and clock.monotonic() >= next_bookmark:
                     if queue.empty():
                         last_rev = max(last_rev, cache.rev)
                     yield [("BOOKMARK", _bookmark(res, last_rev), None)]
-                    next_bookmark = time.monotonic() + bookmark_interval
+                    next_bookmark = clock.monotonic() + bookmark_interval
                 continue
             batch: list[tuple[str, dict[str, Any], bytes | None]] = []
             stop = False

@@ -15,8 +15,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from nodeagent.api.times import now_rfc3339
+from nodeagent.api.times import rfc3339
 from nodeagent.client.rest import Client, ClientError
+from nodeagent.clock import REAL_CLOCK, Clock
 
 log = logging.getLogger("nodeagent.events")
 
@@ -33,8 +34,10 @@ def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class EventRecorder:
-    def __init__(self, client: Client, component: str, host: str = "", queue_size: int = 1000) -> None:
+    def __init__(self, client: Client, component: str, host: str = "", queue_size: int = 1000,
+                 clock: Clock = REAL_CLOCK) -> None:
         self.client = client
+        self.clock = clock
         self.component = component
         self.host = host
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(queue_size)
@@ -68,13 +71,13 @@ class EventRecorder:
         ref = item["ref"]
         ns = ref.get("namespace") or "default"
         key = (ref.get("uid"), ref.get("name"), ns, item["type"], item["reason"], item["message"])
-        now = now_rfc3339()
+        now = rfc3339(self.clock.now())
         seen = self._seen.get(key)
-        if seen and time.monotonic() - seen[3] < REPEAT_WINDOW:
+        if seen and self.clock.monotonic() - seen[3] < REPEAT_WINDOW:
             _, name, count, _ = seen
             try:
                 await self.client.patch("events", name, {"count": count + 1, "lastTimestamp": now}, ns)
-                self._seen[key] = (ns, name, count + 1, time.monotonic())
+                self._seen[key] = (ns, name, count + 1, self.clock.monotonic())
                 return
             except ClientError as e:
                 if not e.not_found:
@@ -89,7 +92,7 @@ class EventRecorder:
             "reportingComponent": self.component, "reportingInstance": self.host,
         }
         await self.client.create("events", body, ns)
-        self._seen[key] = (ns, name, 1, time.monotonic())
+        self._seen[key] = (ns, name, 1, self.clock.monotonic())
         if len(self._seen) > 4096:  # keep the correlator's memory bounded
-            cutoff = time.monotonic() - REPEAT_WINDOW
+            cutoff = self.clock.monotonic() - REPEAT_WINDOW
             self._seen = {k: v for k, v in self._seen.items() if v[3] >= cutoff}

@@ -14,19 +14,22 @@ from collections.abc import Awaitable, Callable
 
 from nodeagent.api import times
 from nodeagent.client.rest import Client, ClientError
+from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 
 log = logging.getLogger("nodeagent.client.leader")
 
 
 class LeaderElector:
     def __init__(self, client: Client, name: str, identity: str, namespace: str = "kube-system",
-                 lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0) -> None:
+                 lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0,
+                 clock: Clock = REAL_CLOCK) -> None:
         self.client, self.name, self.identity, self.namespace = client, name, identity, namespace
+        self.clock = clock
         self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
         self.is_leader = False
 
     async def try_acquire_or_renew(self) -> bool:
-        now = times.now()
+        now = utcnow(self.clock)
         spec = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_duration),
                 "renewTime": times.format_micro(now)}
         try:
@@ -74,12 +77,12 @@ class LeaderElector:
             log.info("%s: became leader of %s/%s", self.identity, self.namespace, self.name)
             task = asyncio.get_running_loop().create_task(work())
             try:
-                last_ok = asyncio.get_running_loop().time()
+                last_ok = self.clock.monotonic()
                 while not task.done():
-                    await asyncio.sleep(self.retry_period)
+                    await self.clock.sleep(self.retry_period)
                     if await self._attempt():
-                        last_ok = asyncio.get_running_loop().time()
-                    elif asyncio.get_running_loop().time() - last_ok > self.renew_deadline:
+                        last_ok = self.clock.monotonic()
+                    elif self.clock.monotonic() - last_ok > self.renew_deadline:
                         log.warning("%s: lost lease %s", self.identity, self.name)
                         break
             finally:
@@ -94,7 +97,7 @@ class LeaderElector:
         while True:
             if await self._attempt():
                 return
-            await asyncio.sleep(self.retry_period)
+            await self.clock.sleep(self.retry_period)
 
     async def _attempt(self) -> bool:
         try:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -34,6 +33,7 @@ import dns.rdtypes.IN.A
 import dns.rdtypes.IN.AAAA
 import dns.rrset
 
+from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.dns.index import (
     Index,
     PodIndex,
@@ -68,10 +68,11 @@ class Answer:
 
 class ClusterRecords:
     def __init__(self, lister: Lister, domain: str = "cluster.local", ttl: int = 30, pods: str = "insecure",
-                 dns_service: tuple[str, str] = ("kube-system", "kube-dns")) -> None:
+                 dns_service: tuple[str, str] = ("kube-system", "kube-dns"), clock: Clock = REAL_CLOCK) -> None:
         if pods not in ("insecure", "verified", "disabled"):
             raise ValueError(f"pods mode must be insecure, verified or disabled, not {pods!r}")
         self.lister = lister
+        self.clock = clock  # the SOA serial is the time of the last change
         self.domain = domain.strip(".").lower()
         self.zone = dns.name.from_text(self.domain)
         self._zone_labels = tuple(self.domain.split("."))
@@ -79,7 +80,7 @@ class ClusterRecords:
         self.pods_mode = pods
         self.dns_service = dns_service
         self.generation = 0
-        self.modified = int(time.time())
+        self.modified = int(self.clock.now())
         self._index: Index | None = None
         self._dirty: set[str] = set()
         self._pods: PodIndex | None = None
@@ -113,7 +114,7 @@ class ClusterRecords:
 
     def _bump(self) -> None:
         self.generation += 1
-        self.modified = int(time.time())
+        self.modified = int(self.clock.now())
 
     def index(self) -> Index:
         ix = self._index

@@ -33,6 +33,7 @@ from cryptography.x509.oid import NameOID
 from nodeagent.api import bootstrap_token as tokens
 from nodeagent.api.certificates import KUBELET_CLIENT_SIGNER, NODE_PREFIX, NODES_GROUP
 from nodeagent.client.rest import Client, ClientError
+from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 
 log = logging.getLogger("nodeagent.kubelet.tls_bootstrap")
 CLUSTER_INFO = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
@@ -128,7 +129,8 @@ def _conditions(csr: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c.get("type", ""): c for c in (csr.get("status") or {}).get("conditions") or []}
 
 
-async def request_certificate(client: Client, node_name: str, wait_s: float) -> tuple[bytes, bytes]:
+async def request_certificate(client: Client, node_name: str, wait_s: float,
+                              clock: Clock = REAL_CLOCK) -> tuple[bytes, bytes]:
     """(key PEM, certificate PEM) for system:node:<node_name>, through an auto-approved CSR."""
     key_pem, req_pem = await asyncio.to_thread(_new_key_and_request, node_name)
     name = f"node-csr-{secrets.token_hex(8)}"
@@ -145,7 +147,7 @@ async def request_certificate(client: Client, node_name: str, wait_s: float) -> 
         raise JoinRefused(f"the server refused the certificate signing request: {e}") from None
     ok = False
     try:
-        deadline = asyncio.get_running_loop().time() + wait_s
+        deadline = clock.monotonic() + wait_s
         while True:
             csr = await client.get(CSRS, name)
             conds = _conditions(csr)
@@ -157,11 +159,11 @@ async def request_certificate(client: Client, node_name: str, wait_s: float) -> 
             if cert:
                 ok = True
                 return key_pem, base64.b64decode(cert)
-            if asyncio.get_running_loop().time() > deadline:
+            if clock.monotonic() > deadline:
                 state = "approved, not signed" if "Approved" in conds else "not approved"
                 raise JoinRefused(f"certificate signing request {name} was not signed within {wait_s:.0f}s "
                                   f"({state}; `kubectl certificate approve {name}` approves it by hand)")
-            await asyncio.sleep(0.25)
+            await clock.sleep(0.25)
     except ClientError as e:
         raise JoinRefused(f"waiting for certificate signing request {name}: {e}") from None
     finally:
@@ -203,7 +205,8 @@ def write_credentials(data_dir: Path, server: str, ca_pem: bytes, key_pem: bytes
     return path
 
 
-def existing_credential(data_dir: Path, server: str, node_name: str, ca_hashes: list[str]) -> Path | None:
+def existing_credential(data_dir: Path, server: str, node_name: str, ca_hashes: list[str],
+                        now: dt.datetime) -> Path | None:
     """A kubeconfig an earlier join wrote for this server, node and pinned CA, with a certificate still valid
     for at least an hour (an agent restart reuses its identity instead of joining again)."""
     path = kubeconfig_path(data_dir)
@@ -223,13 +226,13 @@ def existing_credential(data_dir: Path, server: str, node_name: str, ca_hashes: 
         return None
     if ca_hashes and tokens.ca_cert_hash(ca_pem) not in [tokens.parse_hash(h) for h in ca_hashes]:
         return None
-    if cert.not_valid_after_utc - dt.datetime.now(dt.UTC) < dt.timedelta(hours=1):
+    if cert.not_valid_after_utc - now < dt.timedelta(hours=1):
         return None
     return path
 
 
 async def join(server: str, token: str, ca_hashes: list[str], node_name: str, data_dir: str | Path,
-               unsafe_skip_ca_verification: bool = False, wait_s: float = 60.0) -> Path:
+               unsafe_skip_ca_verification: bool = False, wait_s: float = 60.0, clock: Clock = REAL_CLOCK) -> Path:
     """Join (or reuse an earlier join's credential); returns the node's kubeconfig. JoinRefused on refusal."""
     data_dir = Path(data_dir)
     try:
@@ -238,14 +241,14 @@ async def join(server: str, token: str, ca_hashes: list[str], node_name: str, da
             tokens.parse_hash(h)
     except tokens.TokenError as e:
         raise JoinRefused(str(e)) from None
-    have = await asyncio.to_thread(existing_credential, data_dir, server, node_name, ca_hashes)
+    have = await asyncio.to_thread(existing_credential, data_dir, server, node_name, ca_hashes, utcnow(clock))
     if have is not None:
         log.info("join: reusing the node credential in %s", have)
         return have
     ca_pem = await discover(server, token, ca_hashes, unsafe_skip_ca_verification)
     async with Client(server, token, ca_data=ca_pem) as client:
         client._ssl.check_hostname = False  # type: ignore[union-attr]  # trust is the pinned CA
-        key_pem, cert_pem = await request_certificate(client, node_name, wait_s)
+        key_pem, cert_pem = await request_certificate(client, node_name, wait_s, clock)
     path = await asyncio.to_thread(write_credentials, data_dir, server, ca_pem, key_pem, cert_pem, node_name)
     log.info("join: node %s joined %s; credential in %s", node_name, server, path)
     return path

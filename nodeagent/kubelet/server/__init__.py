@@ -43,7 +43,7 @@ async def start(deps: ServerDeps, client: Any, data_dir: str, cert_dir: str, hos
                                        pki / "ca.crt", pki / "ca.key")
     ca_pem = await cluster_ca(client, data_dir)
     ctx = await asyncio.to_thread(server_context, crt, key, ca_pem)
-    auth = Authenticator(deps.node_name, client.server, getattr(client, "_ssl", None))
+    auth = Authenticator(deps.node_name, client.server, getattr(client, "_ssl", None), deps.clock)
     server = KubeletServer(deps, auth)
     await server.start(host, port, ctx)
     log.info("kubelet API serving on https://%s:%d (client certs %s)", host, server.port,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import grpc
 from aiohttp import web
 
+from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet.cri import CONTAINER_NAME_LABEL, RuntimeClient
 from nodeagent.kubelet.server import logs as logsmod
 from nodeagent.kubelet.server.auth import Authenticator
@@ -80,6 +80,7 @@ class ServerDeps:
     metrics: KubeletMetrics
     root_dir: str
     log_dir: str
+    clock: Clock = REAL_CLOCK  # sinceSeconds of a log request counts back from its now()
 
 
 class KubeletServer:
@@ -219,7 +220,7 @@ class KubeletServer:
             raise bad_request(f'container "{name}" in pod "{mi["pod"]}" is waiting to start: ContainerCreating')
         else:
             target = ctrs[0]
-        opts = _log_options(q)
+        opts = _log_options(q, self.deps.clock.now())
         if previous:
             opts.follow = False
         try:
@@ -317,7 +318,7 @@ class KubeletServer:
         return await relay(request, url)
 
 
-def _log_options(q: Any) -> logsmod.LogOptions:
+def _log_options(q: Any, now: float) -> logsmod.LogOptions:
     opts = logsmod.LogOptions(follow=_flag(q, "follow"), timestamps=_flag(q, "timestamps"))
     try:
         if q.get("tailLines"):
@@ -332,7 +333,7 @@ def _log_options(q: Any) -> logsmod.LogOptions:
             secs = int(q["sinceSeconds"])
             if secs < 1:
                 raise bad_request("sinceSeconds: must be greater than 0")
-            opts.since = time.time() - secs
+            opts.since = now - secs
     except ValueError as e:
         raise bad_request(f"invalid log options: {e}") from None
     return opts

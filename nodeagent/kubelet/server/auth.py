@@ -13,10 +13,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import ssl
-import time
 from typing import Any
 
 import aiohttp
+
+from nodeagent.clock import REAL_CLOCK, Clock
 
 MASTERS = "system:masters"
 CACHE_TTL = 30.0
@@ -53,8 +54,9 @@ def cert_subject(peercert: dict[str, Any] | None) -> tuple[str, tuple[str, ...]]
 
 
 class Authenticator:
-    def __init__(self, node: str, server: str, ssl_ctx: ssl.SSLContext | None) -> None:
+    def __init__(self, node: str, server: str, ssl_ctx: ssl.SSLContext | None, clock: Clock = REAL_CLOCK) -> None:
         self.node = node
+        self.clock = clock
         self.server = server.rstrip("/")
         self.ssl_ctx = ssl_ctx
         self._cache: dict[tuple[str, str, str], tuple[float, Decision]] = {}
@@ -79,7 +81,7 @@ class Authenticator:
         token = authorization[7:].strip()
         key = (token, attrs["verb"], attrs["subresource"])
         hit = self._cache.get(key)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if hit is not None and now - hit[0] < CACHE_TTL:
             return hit[1]
         d = await self._review(token, attrs)
