@@ -1,6 +1,8 @@
-"""Bootstrap tokens, kubeadm's CA public-key hash and the detached JWS that signs cluster-info. Pure functions,
-k8s.io/cluster-bootstrap's place: the apiserver's authenticator and cluster-info signer, the controllers' CSR
-approver, the kubelet's TLS bootstrap and `nodeagent token` all read tokens through this one module.
+"""Bootstrap tokens, kubeadm's CA public-key hash and the detached JWS that signs cluster-info.
+
+Pure functions, in k8s.io/cluster-bootstrap's place: the apiserver's authenticator and cluster-info signer,
+the controllers' CSR approver, the kubelet's TLS bootstrap and `nodeagent token` all read tokens through
+this one module.
 
 - A token is `<id>.<secret>`, `[a-z0-9]{6}.[a-z0-9]{16}`, stored as the Secret `bootstrap-token-<id>` in
   kube-system (type bootstrap.kubernetes.io/token); it authenticates as `system:bootstrap:<id>` in

@@ -13,4 +13,5 @@ NODE_PREFIX = "system:node:"
 
 def condition(csr: dict[str, Any], type_: str) -> dict[str, Any] | None:
     """The request's condition of this type (Approved, Denied, Failed), if it has one."""
-    return next((c for c in (csr.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
+    conditions = (csr.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == type_), None)

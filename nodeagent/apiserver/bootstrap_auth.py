@@ -1,12 +1,12 @@
-"""Bootstrap tokens on the apiserver (kube-apiserver's `--enable-bootstrap-token-auth`): who a token is, what a
-joining node may do before it has its own identity, and what anyone may read unauthenticated.
+"""Bootstrap tokens on the apiserver (kube-apiserver's `--enable-bootstrap-token-auth`): who a token is,
+what a joining node may do before it has its own identity, and what anyone may read unauthenticated.
 
-A live token Secret (`kube-system/bootstrap-token-<id>`, allowed for authentication, not expired) authenticates
-as `system:bootstrap:<id>` in system:bootstrappers (plus its auth-extra-groups). Such a user gets kubeadm's
-system:node-bootstrapper role: create CertificateSigningRequests and read them (plus delete its own, so a
-refused join leaves nothing behind). Anonymous clients get only kubeadm's public cluster-info. A created CSR
-records who asked (spec.username/groups), as the CSR registry strategy does; the controller manager's
-csrapproving controller decides on that.
+A live token Secret (`kube-system/bootstrap-token-<id>`, allowed for authentication, not expired)
+authenticates as `system:bootstrap:<id>` in system:bootstrappers (plus its auth-extra-groups). Such a user
+gets kubeadm's system:node-bootstrapper role: create CertificateSigningRequests and read them (plus delete
+its own, so a refused join leaves nothing behind). Anonymous clients get only kubeadm's public cluster-info.
+A created CSR records who asked (spec.username/groups), as the CSR registry strategy does; the controller
+manager's csrapproving controller decides on that.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ CSR_GROUP, CSR_RESOURCE = "certificates.k8s.io", "certificatesigningrequests"
 
 
 class BootstrapTokenAuthenticator:
-    """Bearer bootstrap tokens, checked against their Secret in the watch cache (the store when not cached)."""
+    """Bearer bootstrap tokens, checked against their Secret in the watch cache (else the store)."""
 
     def __init__(self, store: Any, cache: Any = None, clock: Clock = REAL_CLOCK) -> None:
         self.store = store
@@ -37,7 +37,7 @@ class BootstrapTokenAuthenticator:
         self.clock = clock
 
     async def authenticate(self, header: str | None) -> auth.User | None:
-        """A live bootstrap token → system:bootstrap:<id> in system:bootstrappers; anything else → None."""
+        """A live bootstrap token: system:bootstrap:<id> in system:bootstrappers; anything else: None."""
         if not header or not header.startswith("Bearer "):
             return None
         value = header[7:].strip()
@@ -72,7 +72,8 @@ def record_requester(body: Any, user: auth.User) -> None:
         spec.pop("uid", None)
 
 
-def is_cluster_info(verb: str, group: str, resource: str, subresource: str, namespace: str, name: str) -> bool:
+def is_cluster_info(verb: str, group: str, resource: str, subresource: str, namespace: str,
+                    name: str) -> bool:
     return (verb == "get" and not group and resource == "configmaps" and not subresource
             and namespace == CLUSTER_INFO_NS and name == CLUSTER_INFO_NAME)
 
@@ -82,7 +83,8 @@ def may(user_name: str, groups: tuple[str, ...], verb: str, group: str, resource
     """None when allowed, else why not (for users that are neither admins nor nodes)."""
     if is_cluster_info(verb, group, resource, subresource, namespace, name):
         return None
-    if tokens.BOOTSTRAPPERS_GROUP in groups and group == CSR_GROUP and resource == CSR_RESOURCE and not subresource:
+    csrs = group == CSR_GROUP and resource == CSR_RESOURCE and not subresource
+    if tokens.BOOTSTRAPPERS_GROUP in groups and csrs:
         if verb in ("create", "get", "list", "watch"):
             return None
         if verb == "delete" and ((stored or {}).get("spec") or {}).get("username") == user_name:

@@ -118,8 +118,9 @@ class Handlers:
             await self.cache.wait_fresh()  # a CustomResourceDefinition written a moment ago may serve it
             info = parse(request.method, path, query)  # type: ignore[arg-type]
         if ANONYMOUS_GROUP in user.groups:  # no credential: kube-public/cluster-info and nothing else
-            if info is None or not bootstrap_auth.is_cluster_info(info.verb, info.resource.group, info.resource.name,
-                                                   info.subresource, info.namespace or "", info.name or ""):
+            if info is None or not bootstrap_auth.is_cluster_info(
+                    info.verb, info.resource.group, info.resource.name, info.subresource,
+                    info.namespace or "", info.name or ""):
                 raise errors.unauthorized()
         if info is None:
             return self._discovery(request, path)
@@ -262,7 +263,7 @@ class Handlers:
                 with contextlib.suppress(store_base.NotFound):
                     stored = await self.store.get(res.key(info.namespace, info.name))
             why = bootstrap_auth.may(user.name, user.groups, info.verb, res.group, res.name, info.subresource,
-                            info.namespace or "", info.name or "", stored)
+                                     info.namespace or "", info.name or "", stored)
             if why is not None:
                 if ANONYMOUS_GROUP in user.groups:
                     raise errors.unauthorized()

@@ -1,6 +1,6 @@
-"""The server's side of kubeadm's token discovery, run inside the apiserver: the join token and the join command
-it prints (kubeadm init's bootstrap-token phase), the signed kube-public/cluster-info (kube-controller-manager's
-bootstrapsigner) and expired tokens removed (its tokencleaner).
+"""The server's side of kubeadm's token discovery, run inside the apiserver: the join token and the join
+command it prints (kubeadm init's bootstrap-token phase), the signed kube-public/cluster-info
+(kube-controller-manager's bootstrapsigner) and expired tokens removed (its tokencleaner).
 
 They stay with the apiserver, not the controller manager: the join command is written only once cluster-info
 carries its token's signature, so a node that reads the command never finds an unsigned cluster-info. Tokens

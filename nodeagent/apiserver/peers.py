@@ -30,7 +30,8 @@ def _micro(t: dt.datetime) -> str:
 
 
 class PeerLeases:
-    def __init__(self, registry: Registry, ip: str, port: int, duration: int = 15, clock: Clock = REAL_CLOCK) -> None:
+    def __init__(self, registry: Registry, ip: str, port: int, duration: int = 15,
+                 clock: Clock = REAL_CLOCK) -> None:
         self.registry = registry
         self.clock = clock
         self.ip, self.port, self.duration = ip, port, duration

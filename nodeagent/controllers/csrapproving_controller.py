@@ -22,7 +22,8 @@ def new_condition(type_: str, reason: str, message: str, now: str) -> dict[str, 
 
 def is_settled(c: dict) -> bool:
     """Signed, denied or failed: nothing left for either loop."""
-    return bool((c.get("status") or {}).get("certificate") or condition(c, "Denied") or condition(c, "Failed"))
+    signed = (c.get("status") or {}).get("certificate")
+    return bool(signed or condition(c, "Denied") or condition(c, "Failed"))
 
 
 class CSRApprovingController(Controller):

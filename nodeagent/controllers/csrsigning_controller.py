@@ -63,5 +63,5 @@ class CSRSigningController(Controller):
             if not e.not_found:
                 raise
             return
-        self.log.info("csrsigning: CSR %s for %s: %s", c["metadata"]["name"], (c.get("spec") or {}).get("username"),
-                      "signed" if st.get("certificate") else "failed")
+        self.log.info("csrsigning: CSR %s for %s: %s", c["metadata"]["name"],
+                      (c.get("spec") or {}).get("username"), "signed" if st.get("certificate") else "failed")

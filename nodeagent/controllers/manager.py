@@ -98,7 +98,8 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
     kubeconfig = admin_kubeconfig(config)
     chosen = select(getattr(config, "controllers", None))
     # the admin kubeconfig lives in the server's data dir, beside its pki/
-    options = with_server_ca(getattr(config, "controller_options", None) or ControllerOptions(), kubeconfig.parent)
+    options = getattr(config, "controller_options", None) or ControllerOptions()
+    options = with_server_ca(options, kubeconfig.parent)
     if not chosen:
         log.info("no controllers enabled")
         ready.set()

@@ -68,7 +68,8 @@ class Answer:
 
 class ClusterRecords:
     def __init__(self, lister: Lister, domain: str = "cluster.local", ttl: int = 30, pods: str = "insecure",
-                 dns_service: tuple[str, str] = ("kube-system", "kube-dns"), clock: Clock = REAL_CLOCK) -> None:
+                 dns_service: tuple[str, str] = ("kube-system", "kube-dns"),
+                 clock: Clock = REAL_CLOCK) -> None:
         if pods not in ("insecure", "verified", "disabled"):
             raise ValueError(f"pods mode must be insecure, verified or disabled, not {pods!r}")
         self.lister = lister

@@ -1,4 +1,5 @@
-"""The node's side of joining (kubeadm's token discovery + the kubelet's TLS bootstrap, `--bootstrap-kubeconfig`).
+"""The node's side of joining (kubeadm's token discovery + the kubelet's TLS bootstrap, as with
+`--bootstrap-kubeconfig`).
 
 1. Discovery: fetch kube-public/cluster-info without trusting the server's certificate, check its
    `jws-kubeconfig-<id>` signature with the token (the server knows the token), check the CA it carries
@@ -232,7 +233,8 @@ def existing_credential(data_dir: Path, server: str, node_name: str, ca_hashes: 
 
 
 async def join(server: str, token: str, ca_hashes: list[str], node_name: str, data_dir: str | Path,
-               unsafe_skip_ca_verification: bool = False, wait_s: float = 60.0, clock: Clock = REAL_CLOCK) -> Path:
+               unsafe_skip_ca_verification: bool = False, wait_s: float = 60.0,
+               clock: Clock = REAL_CLOCK) -> Path:
     """Join (or reuse an earlier join's credential); returns the node's kubeconfig. JoinRefused on refusal."""
     data_dir = Path(data_dir)
     try:

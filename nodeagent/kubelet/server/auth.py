@@ -54,7 +54,8 @@ def cert_subject(peercert: dict[str, Any] | None) -> tuple[str, tuple[str, ...]]
 
 
 class Authenticator:
-    def __init__(self, node: str, server: str, ssl_ctx: ssl.SSLContext | None, clock: Clock = REAL_CLOCK) -> None:
+    def __init__(self, node: str, server: str, ssl_ctx: ssl.SSLContext | None,
+                 clock: Clock = REAL_CLOCK) -> None:
         self.node = node
         self.clock = clock
         self.server = server.rstrip("/")

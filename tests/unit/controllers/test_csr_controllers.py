@@ -39,7 +39,8 @@ def _setup(tmp_path, with_ca=True):
     opts = ControllerOptions(clock=FakeClock(WALL.timestamp()))
     if with_ca:
         pki.ensure_ca(tmp_path)
-        opts.cluster_signing_cert_file, opts.cluster_signing_key_file = str(tmp_path / "ca.crt"), str(tmp_path / "ca.key")
+        opts.cluster_signing_cert_file = str(tmp_path / "ca.crt")
+        opts.cluster_signing_key_file = str(tmp_path / "ca.key")
     return inf, client, (CSRApprovingController(client, inf, FakeRecorder(), opts),
                          CSRSigningController(client, inf, FakeRecorder(), opts))
 
@@ -67,7 +68,8 @@ async def test_a_joining_nodes_request_is_approved_then_signed(tmp_path):
 
 async def test_an_unrecognized_request_waits_for_an_administrator(tmp_path):
     inf, client, ctls = _setup(tmp_path)
-    await client.create("certificatesigningrequests", _csr("alice", "alice", groups=("system:authenticated",)))
+    alice = _csr("alice", "alice", groups=("system:authenticated",))
+    await client.create("certificatesigningrequests", alice)
     await _drain(*ctls)
     assert not inf.get("certificatesigningrequests").get("alice").get("status")
 
