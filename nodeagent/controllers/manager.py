@@ -1,7 +1,7 @@
 """The controller manager: every controller over one set of shared informers, under leader election.
 
-Started by `nodeagent server` / `up` after the apiserver is ready (it reads the
-admin kubeconfig the apiserver writes under the data dir). With several servers
+Its component (`controllers.service`) is started by `nodeagent server` / `up` after the apiserver is
+ready (it reads the admin kubeconfig the apiserver writes under the data dir). With several servers
 only the holder of the `nodeagent-controller-manager` Lease runs controllers.
 """
 
@@ -10,12 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import Any
 
-from nodeagent.client.config import admin_kubeconfig
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import SharedInformers
-from nodeagent.client.leader import LeaderElector
 from nodeagent.client.rest import Client
 from nodeagent.controllers.base import Controller
 from nodeagent.controllers.cronjob_controller import CronJobController
@@ -78,21 +75,3 @@ async def run_controllers(client: Client, ready: asyncio.Event | None = None,
         log.info("controllers running: %s", ", ".join(c.name for c in instances))
         if ready is not None:
             ready.set()
-
-
-async def serve(config: Any, ready: asyncio.Event) -> None:
-    """The `nodeagent up/server` component."""
-    kubeconfig = admin_kubeconfig(config)
-    chosen = select(getattr(config, "controllers", None))
-    options = getattr(config, "controller_options", None) or ControllerOptions()
-    if not chosen:
-        log.info("no controllers enabled")
-        ready.set()
-        return
-    client = Client.from_kubeconfig(kubeconfig)
-    try:
-        elector = LeaderElector(client, "nodeagent-controller-manager", f"{socket.gethostname()}-{id(client):x}")
-        ready.set()
-        await elector.run(lambda: run_controllers(client, controllers=chosen, options=options))
-    finally:
-        await client.close()

@@ -18,7 +18,7 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class ControllerOptions:
     # node lifecycle
     node_monitor_period: float = 5.0  # --node-monitor-period

@@ -16,7 +16,7 @@ import dns.reversename
 import pytest
 
 from nodeagent.dns.fixtures import endpoint_slice, ep, namespace, service
-from nodeagent.dns.resolvconf import pod_resolv_conf
+from nodeagent.kubelet.resolvconf import pod_resolv_conf
 
 from .conftest import UPSTREAM_ANSWERS, eventually
 
