@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cni.client import DEFAULT_SOCKET
+
 NATIVE = {"bridge", "portmap"}  # plugins whose exec'd path is the C thin client (the daemon path)
 PLUGINS = {"nodeagent-bridge": "bridge", "nodeagent-host-local": "host-local", "nodeagent-portmap": "portmap"}
 CONFLIST_NAME = "10-nodeagent.conflist"
@@ -31,7 +33,6 @@ def launcher(plugin: str, python: str = sys.executable, root: Path = ROOT) -> st
 
 
 NATIVE_SRC = Path(__file__).resolve().parent / "native" / "cni_client.c"
-DEFAULT_SOCKET = "/run/nodeagent/cni.sock"
 
 
 def build_native(out: str, plugin: str, python: str = sys.executable, root: Path = ROOT) -> bool:

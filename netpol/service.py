@@ -1,10 +1,9 @@
 """`serve(config, ready)`: NetworkPolicy enforcement as a `nodeagent up` / `agent` component.
 
-Config attributes read (all optional, so `UpConfig` works unchanged): `data_dir`, `node_name`,
-`server` + `token` (agent) or `kubeconfig` (default: <data_dir>/admin.kubeconfig, as the kubelet),
-`netpol_mode` (else `proxy_mode`, else iptables), `netpol_netns`. Kernel object names carry the data
-dir's instance tag unless it is the default one, so several clusters on one host do not share chains.
-On stop the rules are removed: a node agent that is not running enforces nothing stale.
+Policies, pods and namespaces come from the API with the config's credentials; the kernel objects carry
+the names the config gives (the instance's layout tags them for any data dir but the default, so several
+clusters on one host do not share chains). On stop the rules are removed: a node agent that is not
+running enforces nothing stale.
 """
 
 from __future__ import annotations
@@ -12,47 +11,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
-from typing import Any
 
+from netpol.config import NetpolConfig
 from netpol.enforcer import Backend, Enforcer, make_backend
 from netproxy.netns import NetnsWorker
 
 log = logging.getLogger("netpol")
 
-DEFAULT_DATA_DIR = "/var/lib/nodeagent"
+
+def backend_for(config: NetpolConfig) -> Backend:
+    if config.mode == "iptables":
+        return make_backend(config.mode, chain_prefix=config.chain_prefix, set_prefix=config.set_prefix)
+    return make_backend(config.mode, table=config.table)
 
 
-def backend_for(mode: str, data_dir: str | None) -> Backend:
-    """Default names for the default data dir; tagged names (NA<tag>-NP-*, nodeagent-netpol-<tag>) else."""
-    if not data_dir or data_dir == DEFAULT_DATA_DIR:
-        return make_backend(mode)
-    from nodeagent.kubelet.agent import instance_tag
-
-    tag = instance_tag(data_dir)
-    if mode == "iptables":
-        return make_backend(mode, chain_prefix=f"NA{tag}-NP", set_prefix=f"NA{tag}-")
-    return make_backend(mode, table=f"nodeagent-netpol-{tag}")
-
-
-def client_for(config: Any) -> Any:
-    from nodeagent.client.config import node_client
-
-    return node_client(config)
-
-
-async def serve(config: Any, ready: asyncio.Event) -> None:
+async def serve(config: NetpolConfig, ready: asyncio.Event) -> None:
     from netpol import api_source
     from nodeagent.client.informer import SharedInformers
 
-    mode = getattr(config, "netpol_mode", None) or getattr(config, "proxy_mode", None) or "iptables"
-    if mode not in ("iptables", "nftables"):
-        mode = "iptables"
-    node = (getattr(config, "node_name", None) or socket.gethostname()).lower()
-    worker = NetnsWorker(getattr(config, "netpol_netns", None))
-    enforcer = Enforcer(backend_for(mode, getattr(config, "data_dir", None)), worker, node_name=node,
-                        min_interval=1.0, max_interval=60.0, sources=len(api_source.RESOURCES))
-    client = client_for(config)
+    if config.credentials is None:
+        raise ValueError("netpol: no API credentials")
+    worker = NetnsWorker(config.netns)
+    enforcer = Enforcer(backend_for(config), worker, node_name=config.node_name,
+                        min_interval=config.min_sync_period, max_interval=config.sync_period,
+                        sources=len(api_source.RESOURCES))
+    client = config.credentials.client()
     informers = SharedInformers(client)
     api_source.wire(informers, enforcer)
     try:
@@ -60,7 +43,7 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
             tg.create_task(api_source.run(informers, enforcer), name="netpol-informers")
             tg.create_task(enforcer.run(), name="netpol-sync")
             await enforcer.synced.wait()
-            log.info("netpol: %s mode synced for node %s", mode, node)
+            log.info("netpol: %s mode synced for node %s", config.mode, config.node_name)
             ready.set()
     finally:
         with contextlib.suppress(Exception):

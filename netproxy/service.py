@@ -1,17 +1,9 @@
-"""`serve(config, ready)`: netproxy as a `nodeagent up` component, over a pluggable source.
+"""`serve(config, ready)`: netproxy as a `nodeagent up` / `agent` component, over a pluggable source.
 
-The rule engine (`proxy.Proxy` + a backend) takes Services and endpoints from a
-`Source`. Until the apiserver's informers exist, the only sources are in-memory
-(`StaticSource`) — the lead wires an informer-backed source here later: it calls
-the proxy's handlers from watch events and `set_*_synced()` after the first list.
-
-Config attributes read (all optional, so `UpConfig` works unchanged):
-`node_name`, `proxy_mode` (iptables | nftables | ipvs), `proxy_netns`,
-`cluster_cidr`, `node_ips`, `proxy_sync_period` (full resync, s),
-`proxy_min_sync_period` (s), `proxy_rule_counters` (iptables mode), `ipvs_scheduler` and
-`ipvs_strict_arp` (ipvs mode), `netproxy_source` (a Source; default: Services and EndpointSlices from
-the API with the node's credential, nodeagent.client.config.node_client), `proxy_cleanup_on_stop`
-(remove the rules on stop: for throwaway instances; kube-proxy keeps them across restarts).
+The rule engine (`proxy.Proxy` + a backend) takes Services and endpoints from a `Source`: by default
+Services and EndpointSlices from the API with the config's credentials (`ApiSource`); tests, benchmarks
+and `nodeagent proxy --from-file` hand in a `StaticSource`. With `cleanup_on_stop` (throwaway
+instances) the rules are removed on stop; kube-proxy keeps them across restarts.
 """
 
 from __future__ import annotations
@@ -19,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from netproxy.backends import make_proxier
+from netproxy.config import ProxyConfig
 from netproxy.iptables.libiptc import load_iptc
 from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
@@ -61,38 +53,36 @@ class StaticSource:
         await asyncio.Event().wait()
 
 
-def node_config(config: Any) -> NodeConfig:
-    return NodeConfig(
-        node_name=getattr(config, "node_name", None) or socket.gethostname(),
-        node_ips=tuple(getattr(config, "node_ips", None) or ()),
-        cluster_cidr=getattr(config, "cluster_cidr", None),
-    )
+def node_config(config: ProxyConfig) -> NodeConfig:
+    return NodeConfig(node_name=config.node_name, node_ips=config.node_ips, cluster_cidr=config.cluster_cidr)
 
 
-def proxier_options(mode: str, config: Any) -> dict[str, str]:
+def proxier_options(config: ProxyConfig) -> dict[str, str]:
     """Backend options from the node's flags (`--proxy-rule-counters`, `--ipvs-scheduler`, `--ipvs-strict-arp`)."""
-    if mode == "iptables" and getattr(config, "proxy_rule_counters", False):
+    if config.mode == "iptables" and config.rule_counters:
         return {"counters": "true"}
-    if mode == "ipvs":
-        return {"scheduler": getattr(config, "ipvs_scheduler", None) or "rr",
-                "strict_arp": "true" if getattr(config, "ipvs_strict_arp", False) else "false"}
+    if config.mode == "ipvs":
+        return {"scheduler": config.ipvs_scheduler, "strict_arp": "true" if config.ipvs_strict_arp else "false"}
     return {}
 
 
-async def serve(config: Any, ready: asyncio.Event) -> None:
-    source: Source | None = getattr(config, "netproxy_source", None)
+def make_proxy(config: ProxyConfig, worker: NetnsWorker) -> Proxy:
+    return Proxy(make_proxier(config.mode, node_config(config), **proxier_options(config)), worker,
+                 min_interval=config.min_sync_period, max_interval=config.sync_period)
+
+
+async def serve(config: ProxyConfig, ready: asyncio.Event, source: Source | None = None) -> None:
     client = None
     if source is None:
         from netproxy.api_source import ApiSource
-        from nodeagent.client.config import node_client
 
-        client = node_client(config)
+        if config.credentials is None:
+            raise ValueError("netproxy: no Service source (credentials or a source)")
+        client = config.credentials.client()
         source = ApiSource(client)
-    mode = getattr(config, "proxy_mode", None) or "iptables"
-    worker = NetnsWorker(getattr(config, "proxy_netns", None))
-    proxy = Proxy(make_proxier(mode, node_config(config), **proxier_options(mode, config)), worker,
-                  min_interval=float(getattr(config, "proxy_min_sync_period", 1.0) or 0.0),
-                  max_interval=float(getattr(config, "proxy_sync_period", 30.0) or 30.0))
+    mode = config.mode
+    worker = NetnsWorker(config.netns)
+    proxy = make_proxy(config, worker)
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(source.run(proxy), name="netproxy-source")
@@ -101,7 +91,7 @@ async def serve(config: Any, ready: asyncio.Event) -> None:
             log.info("netproxy: %s mode synced (%s)", mode, proxy.stats.last)
             ready.set()
     finally:
-        if getattr(config, "proxy_cleanup_on_stop", False):
+        if config.cleanup_on_stop:
             try:
                 await asyncio.shield(proxy.cleanup())
             except Exception:

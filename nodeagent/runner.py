@@ -1,9 +1,10 @@
 """Run a set of long-lived components under one owner until a signal stops them.
 
-Each component is an async callable `serve(config, ready)` that sets `ready`
-when it serves and returns (or is cancelled) when the cluster stops. They all
-live in one TaskGroup: one failing stops the rest, Ctrl-C cancels them all and
-waits for their cleanup, so nothing outlives its owner.
+Each component is an async callable `serve(config, ready)` — by convention `<package>/service.py`, or
+`<package>/<component>_service.py` where a package has several — that sets `ready` when it serves and
+returns (or is cancelled) when the cluster stops; `config` is that component's own frozen config, built
+by the command from its flags. They all live in one TaskGroup: one failing stops the rest, Ctrl-C cancels
+them all and waits for their cleanup, so nothing outlives its owner.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import dataclasses
 import importlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 log = logging.getLogger("nodeagent.runner")
@@ -41,9 +42,9 @@ class Component:
         return getattr(mod, attr, None)
 
 
-async def run_components(components: list[Component], config: Any) -> int:
-    """Start every component that exists, report the missing ones, run until SIGINT/SIGTERM, then stop
-    them in reverse dependency order (`stop_order`)."""
+async def run_components(components: list[Component], configs: Mapping[str, Any] | None) -> int:
+    """Start every component that exists with its config (`configs[name]`), report the missing ones, run
+    until SIGINT/SIGTERM, then stop them in reverse dependency order (`stop_order`)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -58,6 +59,7 @@ async def run_components(components: list[Component], config: Any) -> int:
             present.append((c, fn))
     if not present:
         log.warning("no components are built yet; waiting for Ctrl-C")
+    config_of = {c.name: None if configs is None else configs[c.name] for c, _ in present}
 
     watchdog: asyncio.Task | None = None
     try:
@@ -66,7 +68,8 @@ async def run_components(components: list[Component], config: Any) -> int:
             readiness = {c.name: asyncio.Event() for c, _ in present}
             for c, fn in present:
                 deps = [readiness[a] for a in c.after if a in readiness]
-                tasks.append(tg.create_task(_start(c.name, fn, config, readiness[c.name], deps), name=c.name))
+                tasks.append(tg.create_task(_start(c.name, fn, config_of[c.name], readiness[c.name], deps),
+                                            name=c.name))
                 tg.create_task(_announce(c.name, readiness[c.name]), name=f"{c.name}-ready")
             await stop.wait()
             log.info("stopping: %s", ", ".join(c.name for c, _ in present) or "nothing to stop")

@@ -1,9 +1,8 @@
-"""The apiserver process: PKI, tokens, store, bootstrap, HTTPS listener; `serve(config, ready)` for `nodeagent up`."""
+"""The apiserver process: PKI, tokens, store, bootstrap, HTTPS listener (its component: `apiserver.service`)."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import socket
 import ssl
@@ -17,6 +16,7 @@ from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.bootstrap import Bootstrap
 from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
 from nodeagent.apiserver.cache import WatchCache
+from nodeagent.apiserver.config import ApiServerConfig
 from nodeagent.apiserver.handlers import Handlers
 from nodeagent.apiserver.join_token import JoinTokens
 from nodeagent.apiserver.peers import PeerLeases
@@ -25,35 +25,6 @@ from nodeagent.store import open_store
 from nodeagent.store.compactor import DEFAULT_INTERVAL, run_compactor
 
 log = logging.getLogger("nodeagent.apiserver")
-
-DEFAULT_DATA_DIR = "/var/lib/nodeagent"
-ETC_KUBECONFIG = Path("/etc/nodeagent/admin.kubeconfig")
-
-
-@dataclasses.dataclass
-class ServerConfig:
-    data_dir: str = DEFAULT_DATA_DIR
-    bind_address: str = "0.0.0.0"
-    port: int = 6443
-    datastore: str = "sqlite"
-    service_cluster_ip_range: str = "10.96.0.0/12"
-    advertise_address: str | None = None
-    repair_interval: float = 10.0
-    lease_duration: int = 15
-    token_ttl: float = 24 * 3600.0  # the printed join token's lifetime (0: never expires)
-
-    @classmethod
-    def from_any(cls, cfg: Any) -> ServerConfig:
-        """Accept `nodeagent up`'s config (which only has data_dir) as well as our own."""
-        if isinstance(cfg, cls):
-            return cfg
-        out = cls()
-        for f in dataclasses.fields(cls):
-            for name in (f"apiserver_{f.name}", f.name):
-                if getattr(cfg, name, None) is not None:
-                    setattr(out, f.name, getattr(cfg, name))
-                    break
-        return out
 
 
 def advertise_ip(bind: str) -> str:
@@ -78,7 +49,7 @@ def client_host(bind: str) -> str:
 class ApiServer:
     """One running apiserver; `start()` binds and bootstraps, `stop()` releases everything."""
 
-    def __init__(self, cfg: ServerConfig, store: Any = None, compact_interval: float = DEFAULT_INTERVAL) -> None:
+    def __init__(self, cfg: ApiServerConfig, store: Any = None, compact_interval: float = DEFAULT_INTERVAL) -> None:
         self.cfg = cfg
         self.data_dir = Path(cfg.data_dir)
         self.store = store if store is not None else open_store(cfg.datastore, cfg.data_dir)
@@ -145,12 +116,13 @@ class ApiServer:
         text = kubeconfig.render(f"https://{client_host(self.cfg.bind_address)}:{self.port}", ca, admin_token)
         kubeconfig.write(self.kubeconfig_path, text)
         paths = [self.kubeconfig_path]
-        if str(self.data_dir.resolve()) == DEFAULT_DATA_DIR:
+        if self.cfg.admin_kubeconfig_copy:
+            copy = Path(self.cfg.admin_kubeconfig_copy)
             try:
-                kubeconfig.write(ETC_KUBECONFIG, text)
-                paths.append(ETC_KUBECONFIG)
+                kubeconfig.write(copy, text)
+                paths.append(copy)
             except OSError as e:
-                log.warning("could not write %s: %s", ETC_KUBECONFIG, e)
+                log.warning("could not write %s: %s", copy, e)
         log.info("apiserver serving on https://%s:%d (%s store)", self.cfg.bind_address, self.port,
                  type(self.store).__name__)
         for p in paths:
@@ -173,14 +145,3 @@ class ApiServer:
             await self._runner.cleanup()
         await self.registry.close()
         await self.store.close()
-
-
-async def serve(config: Any, ready: asyncio.Event) -> None:
-    """Run until cancelled; `ready` is set once the API answers and the kubeconfig is written."""
-    srv = ApiServer(ServerConfig.from_any(config))
-    try:
-        await srv.start()
-        ready.set()
-        await asyncio.Event().wait()
-    finally:
-        await srv.stop()

@@ -1,31 +1,33 @@
-"""Which API credential a component uses: one rule for every part of `up`, `agent` and `server`.
+"""Which API credential a node component uses, decided once where its config is built.
 
-Control-plane parts (scheduler, controllers, DNS) run beside the apiserver and use the admin
-kubeconfig it writes under the data dir. Node parts (kubelet, netproxy, netpol) use the node's own
-credential when the node joined (`agent`), else an explicit kubeconfig or --server/--token, else the
-same admin kubeconfig (`up`, where the node and the server are one process).
+Control-plane parts (scheduler, controllers, DNS, the pod-network controller) run beside the apiserver and
+take the admin kubeconfig it writes (`Layout.admin_kubeconfig`) as a plain path. Node parts (kubelet,
+netproxy, netpol, nodenet) take `Credentials`: the node's own kubeconfig when the node joined (`agent`),
+the same admin kubeconfig under `up` (where the node and the server are one process), or a server URL
+with a bearer token (`agent --discovery-token-unsafe-skip-ca-verification`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+import dataclasses
 
 from nodeagent.client.rest import Client
 
-DEFAULT_DATA_DIR = "/var/lib/nodeagent"
 
+@dataclasses.dataclass(frozen=True)
+class Credentials:
+    kubeconfig: str = ""  # a kubeconfig file; else server (+ token)
+    server: str = ""
+    token: str = ""
 
-def admin_kubeconfig(config: Any) -> Path:
-    return Path(getattr(config, "data_dir", None) or DEFAULT_DATA_DIR, "admin.kubeconfig")
+    def __post_init__(self) -> None:
+        if not self.kubeconfig and not self.server:
+            raise ValueError("API credentials: a kubeconfig or a server URL is needed")
+        if self.kubeconfig and (self.server or self.token):
+            raise ValueError("API credentials: a kubeconfig or a server URL and token, not both")
 
-
-def node_client(config: Any) -> Client:
-    """The node's own credential (a joined `agent`) first, then a kubeconfig, --server/--token, `up`'s admin."""
-    kubeconfig = getattr(config, "node_kubeconfig", None) or getattr(config, "kubeconfig", None)
-    if kubeconfig:
-        return Client.from_kubeconfig(kubeconfig)
-    server = getattr(config, "server", None)
-    if server:
-        return Client(server, getattr(config, "token", None) or None, insecure=True)
-    return Client.from_kubeconfig(admin_kubeconfig(config))
+    def client(self) -> Client:
+        """A new client (OSError/ValueError/KeyError while `up`'s apiserver has not written the kubeconfig)."""
+        if self.kubeconfig:
+            return Client.from_kubeconfig(self.kubeconfig)
+        return Client(self.server, self.token or None, insecure=True)

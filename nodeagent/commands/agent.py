@@ -6,6 +6,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nodeagent.commands.configs import Configs
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,18 +26,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="join without pinning the cluster CA (anyone answering at --server can impersonate it)")
 
 
+def config_from_args(args: argparse.Namespace, node_kubeconfig: str | None = None) -> Configs:
+    """Every node component's config for `agent` (parsed with `add_arguments`): with the node's own
+    kubeconfig once it joined, else --server and --token (a plain bearer token)."""
+    from nodeagent.client.config import Credentials
+    from nodeagent.commands.configs import Configs, cli_errors, node_configs
+    from nodeagent.layout import Layout
+
+    layout = Layout.for_data_dir(args.data_dir)
+    with cli_errors("agent"):
+        credentials = Credentials(kubeconfig=node_kubeconfig) if node_kubeconfig else \
+            Credentials(server=args.server, token=args.token or "")
+        return Configs(layout=layout, **node_configs(args, layout, credentials))
+
+
 def run(args: argparse.Namespace) -> int:
     import socket
 
     from nodeagent.api.bootstrap_token import is_token
-    from nodeagent.commands.up import NODE_COMPONENTS, config_from_args, no_grpc_fork_handlers
+    from nodeagent.commands.up import NODE_COMPONENTS, no_grpc_fork_handlers
     from nodeagent.host.memory import lean_process
     from nodeagent.kubelet.tls_bootstrap import JoinRefused, join
     from nodeagent.runner import run_components
 
     lean_process()
     no_grpc_fork_handlers()
-    cfg = config_from_args(args)
+    cfg = config_from_args(args)  # every flag checked before the join creates or writes anything
     unsafe = args.discovery_token_unsafe_skip_ca_verification
     if is_token(args.token):
         node = (args.node_name or socket.gethostname()).lower()
@@ -42,11 +60,11 @@ def run(args: argparse.Namespace) -> int:
         except JoinRefused as e:
             print(f"nodeagent agent: join refused: {e}", file=sys.stderr)
             return 1
-        # the components use the node's own credential from here on (KubeletConfig.client()), never the token
-        cfg.node_kubeconfig, cfg.token = str(path), None
+        # the components use the node's own credential from here on, never the token
+        cfg = config_from_args(args, node_kubeconfig=str(path))
     elif args.ca_cert_hash or not unsafe:
         print("nodeagent agent: --token is not a bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}, as in the server's "
               "join command); a plain bearer token is used only with --discovery-token-unsafe-skip-ca-verification "
               "and no --ca-cert-hash (the server's certificate is then not verified)", file=sys.stderr)
         return 2
-    return asyncio.run(run_components(NODE_COMPONENTS, cfg))
+    return asyncio.run(run_components(cfg.components(NODE_COMPONENTS), cfg.by_component()))

@@ -6,7 +6,9 @@ import argparse
 import signal
 import sys
 
-DEFAULT_SOCKET = "/run/nodeagent/cni.sock"
+from nodeagent.layout import Layout
+
+DEFAULT_SOCKET = Layout.default().cni_socket
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from nodeagent.layout import Layout
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kubeconfig", default="/var/lib/nodeagent/admin.kubeconfig",
+    p.add_argument("--kubeconfig", default=Layout.default().admin_kubeconfig,
                    help="kubeconfig of the apiserver to watch (default: %(default)s)")
     p.add_argument("--listen", default="0.0.0.0:53", metavar="ADDR:PORT",
                    help="UDP and TCP address to serve on (default: %(default)s)")
@@ -26,26 +28,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or the default route's when listening on all)")
 
 
+def config_from_args(args: argparse.Namespace):
+    from nodeagent.apiserver.server import advertise_ip
+    from nodeagent.commands.configs import cli_errors
+    from nodeagent.dns.config import DNSConfig
+    from nodeagent.dns.server import split_hostport
+
+    with cli_errors("dns"):
+        # the kube-dns endpoint: --advertise-address, else the listen address, or the default route's
+        # when listening on every address
+        advertise = args.advertise_address or advertise_ip(split_hostport(args.listen)[0])
+        return DNSConfig(kubeconfig=args.kubeconfig, listen=args.listen, cluster_domain=args.cluster_domain,
+                         upstreams=args.upstream, ttl=args.ttl, pods=args.pods,
+                         register_service=args.register_service, service_ip=args.service_ip,
+                         advertise_address=advertise)
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import sys
     from pathlib import Path
 
-    from nodeagent.dns.service import DNSConfig, serve
+    from nodeagent.dns.service import serve
     from nodeagent.runner import Component, run_components
 
     if not Path(args.kubeconfig).is_file():
         print(f"nodeagent dns: no kubeconfig at {args.kubeconfig} (--kubeconfig)", file=sys.stderr)
         return 1
 
-    cfg = DNSConfig(kubeconfig=args.kubeconfig, listen=args.listen, cluster_domain=args.cluster_domain,
-                    upstreams=args.upstream, ttl=args.ttl, pods=args.pods,
-                    register_service=args.register_service, service_ip=args.service_ip,
-                    advertise_address=args.advertise_address)
+    cfg = config_from_args(args)
     del serve  # imported to fail early if the DNS server cannot load
     failed: OSError | None = None
     try:
-        return asyncio.run(run_components([Component("dns", "nodeagent.dns.service:serve", "the DNS issue")], cfg))
+        return asyncio.run(run_components([Component("dns", "nodeagent.dns.service:serve", "the DNS issue")],
+                                          {"dns": cfg}))
     except* OSError as eg:  # e.g. the address is in use, or port 53 needs root
         failed = _first(eg)
     print(f"nodeagent dns: cannot serve on {args.listen}: {failed}", file=sys.stderr)

@@ -8,12 +8,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nodeagent.layout import REGISTRIES, Layout
+
 if TYPE_CHECKING:
     from cri.images import ImageStore
     from cri.images.progress import ProgressEvent
 
-DEFAULT_STATE_DIR = "/var/lib/nodeagent/images"
-DEFAULT_REGISTRIES = "/etc/nodeagent/registries.yaml"
+DEFAULT_STATE_DIR = Layout.default().image_dir
+DEFAULT_REGISTRIES = REGISTRIES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -51,18 +51,34 @@ def feed(enforcer, objects: list[dict]) -> None:
             enforcer.on_policy(key_of(o), o)
 
 
-def run(args: argparse.Namespace) -> int:
+def config_from_args(args: argparse.Namespace):
+    """The enforcer's config: the default instance's chain, set and table names."""
     import socket
 
-    from netpol.enforcer import Enforcer, make_backend
+    from netpol.config import NetpolConfig
+    from nodeagent.commands.configs import cli_errors
+    from nodeagent.layout import Layout
+
+    names = Layout.default()
+    with cli_errors("netpol"):
+        return NetpolConfig(chain_prefix=names.netpol_chain_prefix, set_prefix=names.netpol_set_prefix,
+                            table=names.netpol_table, mode=args.mode,
+                            node_name=args.node_name or (None if args.from_file else socket.gethostname().lower()),
+                            netns=args.netns, min_sync_period=args.min_sync_period, sync_period=args.sync_period)
+
+
+def run(args: argparse.Namespace) -> int:
+
+    from netpol.enforcer import Enforcer
+    from netpol.service import backend_for
     from netproxy.netns import NetnsWorker
 
     if args.from_file and args.kubeconfig:
         raise SystemExit("netpol: use --kubeconfig or --from-file, not both")
-    node = args.node_name or (None if args.from_file else socket.gethostname().lower())
-    worker = NetnsWorker(args.netns)
-    enforcer = Enforcer(make_backend(args.mode), worker, node_name=node, min_interval=args.min_sync_period,
-                        max_interval=args.sync_period, sources=1 if args.from_file else 3)
+    cfg = config_from_args(args)
+    worker = NetnsWorker(cfg.netns)
+    enforcer = Enforcer(backend_for(cfg), worker, node_name=cfg.node_name, min_interval=cfg.min_sync_period,
+                        max_interval=cfg.sync_period, sources=1 if args.from_file else 3)
 
     async def main() -> int:
         if args.cleanup:

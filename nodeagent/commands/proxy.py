@@ -52,18 +52,24 @@ def load_objects(paths: list[str]) -> tuple[list[dict], list[dict]]:
     return [o for o in objs if o["kind"] == "Service"], [o for o in objs if o["kind"] == "EndpointSlice"]
 
 
-def run(args: argparse.Namespace) -> int:
-    from netproxy.backends import make_proxier
-    from netproxy.netns import NetnsWorker
-    from netproxy.proxier import NodeConfig
-    from netproxy.proxy import Proxy
-    from netproxy.service import StaticSource, proxier_options
+def config_from_args(args: argparse.Namespace):
+    from netproxy.config import ProxyConfig
+    from nodeagent.commands.configs import cli_errors
 
-    node = NodeConfig(node_name=args.node_name, node_ips=tuple(args.node_ip), cluster_cidr=args.cluster_cidr)
-    worker = NetnsWorker(args.netns)
-    options = proxier_options(args.mode, argparse.Namespace(**vars(args), proxy_rule_counters=args.rule_counters))
-    proxy = Proxy(make_proxier(args.mode, node, **options), worker, min_interval=args.min_sync_period,
-                  max_interval=args.sync_period)
+    with cli_errors("proxy"):
+        return ProxyConfig(mode=args.mode, node_name=args.node_name, node_ips=tuple(args.node_ip),
+                           cluster_cidr=args.cluster_cidr, netns=args.netns, min_sync_period=args.min_sync_period,
+                           sync_period=args.sync_period, rule_counters=args.rule_counters,
+                           ipvs_scheduler=args.ipvs_scheduler, ipvs_strict_arp=args.ipvs_strict_arp)
+
+
+def run(args: argparse.Namespace) -> int:
+    from netproxy.netns import NetnsWorker
+    from netproxy.service import StaticSource, make_proxy
+
+    cfg = config_from_args(args)
+    worker = NetnsWorker(cfg.netns)
+    proxy = make_proxy(cfg, worker)
 
     async def main() -> int:
         if args.cleanup:

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+from nodeagent.layout import DEFAULT_DATA_DIR
+
+if TYPE_CHECKING:
+    from nodeagent.commands.configs import Configs
 
 # The components `server` runs beside the apiserver; each can be left out with --without.
 OPTIONAL = {
     "scheduler": ("nodeagent.scheduler.service:serve", "the scheduler issue"),
-    "controllers": ("nodeagent.controllers.manager:serve", "the controllers issue"),
+    "controllers": ("nodeagent.controllers.service:serve", "the controllers issue"),
     "dns": ("nodeagent.dns.service:serve", "the DNS issue"),
-    "podnetwork": ("nodeagent.nodenet.controller:serve", "the multi-node issue"),
+    "podnetwork": ("nodeagent.nodenet.podnetwork_service:serve", "the multi-node issue"),
 }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", default="/var/lib/nodeagent", help="state directory (default: %(default)s)")
+    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="state directory (default: %(default)s)")
     p.add_argument("--bind-address", default="0.0.0.0", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=6443, help="HTTPS port (default: %(default)s; 0 picks a free one)")
     p.add_argument("--datastore", default="sqlite",
@@ -53,32 +59,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="terminated pods kept before PodGC deletes the oldest (0: never)")
 
 
+def config_from_args(args: argparse.Namespace) -> Configs:
+    from nodeagent.apiserver.config import ApiServerConfig
+    from nodeagent.commands.configs import Configs, cli_errors, control_plane_configs
+    from nodeagent.controllers.options import ControllerOptions
+    from nodeagent.layout import Layout
+
+    layout = Layout.for_data_dir(args.data_dir)
+    with cli_errors("server"):
+        api = ApiServerConfig(data_dir=args.data_dir, bind_address=args.bind_address, port=args.port,
+                              datastore=args.datastore, service_cluster_ip_range=args.service_cluster_ip_range,
+                              advertise_address=args.advertise_address, lease_duration=args.lease_duration,
+                              token_ttl=args.token_ttl, admin_kubeconfig_copy=layout.admin_kubeconfig_copy)
+        options = ControllerOptions(
+            allocate_node_cidrs=args.allocate_node_cidrs, cluster_cidr=args.cluster_cidr,
+            node_cidr_mask_size=args.node_cidr_mask_size,
+            node_monitor_period=args.node_monitor_period, node_monitor_grace_period=args.node_monitor_grace_period,
+            node_eviction_rate=args.node_eviction_rate,
+            secondary_node_eviction_rate=args.secondary_node_eviction_rate,
+            unhealthy_zone_threshold=args.unhealthy_zone_threshold,
+            large_cluster_size_threshold=args.large_cluster_size_threshold,
+            terminated_pod_gc_threshold=args.terminated_pod_gc_threshold)
+        configs = control_plane_configs(api, layout, controllers=args.controllers, options=options,
+                                        pod_network=args.pod_network)
+    return Configs(layout=layout, **{k: v for k, v in configs.items() if k not in args.without})
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from nodeagent.apiserver.server import ServerConfig, serve
     from nodeagent.host.memory import lean_process
     from nodeagent.runner import Component, run_components
 
     lean_process()
-    cfg = ServerConfig(data_dir=args.data_dir, bind_address=args.bind_address, port=args.port,
-                       datastore=args.datastore, service_cluster_ip_range=args.service_cluster_ip_range,
-                       advertise_address=args.advertise_address, lease_duration=args.lease_duration,
-                       token_ttl=args.token_ttl)
-    del serve  # imported to fail early if the apiserver cannot load
-    from nodeagent.controllers.options import ControllerOptions
+    configs = config_from_args(args)
+    from nodeagent.apiserver import service
 
-    cfg.pod_network = args.pod_network  # type: ignore[attr-defined]  # read by the podnetwork component
-    cfg.controllers = args.controllers  # type: ignore[attr-defined]  # read by the controller manager
-    cfg.controller_options = ControllerOptions(  # type: ignore[attr-defined]
-        allocate_node_cidrs=args.allocate_node_cidrs, cluster_cidr=args.cluster_cidr,
-        node_cidr_mask_size=args.node_cidr_mask_size,
-        node_monitor_period=args.node_monitor_period, node_monitor_grace_period=args.node_monitor_grace_period,
-        node_eviction_rate=args.node_eviction_rate, secondary_node_eviction_rate=args.secondary_node_eviction_rate,
-        unhealthy_zone_threshold=args.unhealthy_zone_threshold,
-        large_cluster_size_threshold=args.large_cluster_size_threshold,
-        terminated_pod_gc_threshold=args.terminated_pod_gc_threshold)
-    components = [Component("apiserver", "nodeagent.apiserver.server:serve", "the apiserver issue")]
+    del service  # imported to fail early if the apiserver cannot load
+    components = [Component("apiserver", "nodeagent.apiserver.service:serve", "the apiserver issue")]
     components += [Component(name, target, issue, after=("apiserver",))
                    for name, (target, issue) in OPTIONAL.items() if name not in args.without]
-    return asyncio.run(run_components(components, cfg))
+    return asyncio.run(run_components(components, configs.by_component()))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-DEFAULT_KUBECONFIG = "/etc/nodeagent/admin.kubeconfig"
+from nodeagent.layout import Layout
+
+DEFAULT_KUBECONFIG = Layout.default().admin_kubeconfig_copy
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

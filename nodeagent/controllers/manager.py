@@ -1,23 +1,18 @@
 """The controller manager: every controller over one set of shared informers, under leader election.
 
-Started by `nodeagent server` / `up` after the apiserver is ready (it reads the
-admin kubeconfig the apiserver writes under the data dir). With several servers
+Its component (`controllers.service`) is started by `nodeagent server` / `up` after the apiserver is
+ready (it reads the admin kubeconfig the apiserver writes under the data dir). With several servers
 only the holder of the `nodeagent-controller-manager` Lease runs controllers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import socket
-from pathlib import Path
-from typing import Any
 
-from nodeagent.client.config import admin_kubeconfig
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import SharedInformers
-from nodeagent.client.leader import LeaderElector
 from nodeagent.client.rest import Client
 from nodeagent.controllers.base import Controller
 from nodeagent.controllers.cronjob_controller import CronJobController
@@ -83,31 +78,3 @@ async def run_controllers(client: Client, ready: asyncio.Event | None = None,
         log.info("controllers running: %s", ", ".join(c.name for c in instances))
         if ready is not None:
             ready.set()
-
-
-def with_server_ca(options: ControllerOptions, data_dir: Path) -> ControllerOptions:
-    """csrsigning signs with the server's cluster CA (`<data dir>/pki`) unless the options name another."""
-    if options.cluster_signing_cert_file or options.cluster_signing_key_file:
-        return options
-    return dataclasses.replace(options, cluster_signing_cert_file=str(data_dir / "pki" / "ca.crt"),
-                               cluster_signing_key_file=str(data_dir / "pki" / "ca.key"))
-
-
-async def serve(config: Any, ready: asyncio.Event) -> None:
-    """The `nodeagent up/server` component."""
-    kubeconfig = admin_kubeconfig(config)
-    chosen = select(getattr(config, "controllers", None))
-    # the admin kubeconfig lives in the server's data dir, beside its pki/
-    options = getattr(config, "controller_options", None) or ControllerOptions()
-    options = with_server_ca(options, kubeconfig.parent)
-    if not chosen:
-        log.info("no controllers enabled")
-        ready.set()
-        return
-    client = Client.from_kubeconfig(kubeconfig)
-    try:
-        elector = LeaderElector(client, "nodeagent-controller-manager", f"{socket.gethostname()}-{id(client):x}")
-        ready.set()
-        await elector.run(lambda: run_controllers(client, controllers=chosen, options=options))
-    finally:
-        await client.close()

@@ -13,7 +13,7 @@ from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.controllers import nodelifecycle
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class ControllerOptions:
     # node lifecycle
     node_monitor_period: float = 5.0  # --node-monitor-period

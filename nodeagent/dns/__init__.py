@@ -2,6 +2,6 @@
 
 `index` (objects → indexes), `records` (name → records, pure), `server` (UDP/TCP listeners,
 truncation), `forward` (upstream resolvers with a TTL cache), `service` (the component: informers +
-listeners, `serve(config, ready)`), `register` (the kube-dns Service pointing here), `resolvconf`
-(the kubelet's per-pod resolv.conf by dnsPolicy).
+listeners, `serve(config, ready)`), `config` (its `DNSConfig`), `register` (the kube-dns Service
+pointing here). A pod's resolv.conf is the kubelet's (`nodeagent.kubelet.resolvconf`).
 """

@@ -1,23 +1,19 @@
 """The cluster DNS component: informers over the API feed `ClusterRecords`; listeners answer from them.
 
-`serve(config, ready)` is the runner's component signature (`nodeagent dns`, and `nodeagent server`
-when the lead adds it): `config` is a `DNSConfig`, or any config with `data_dir` (the server's),
-in which case the admin kubeconfig under it is used and the `dns_*` attributes, when present,
-override the defaults.
+`serve(config: DNSConfig, ready)` is the `dns` component of `nodeagent server` / `up` and the body of
+`nodeagent dns`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Iterable
-from typing import Any
 
-from nodeagent.client.config import admin_kubeconfig
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
-from nodeagent.dns.forward import Forwarder, parse_upstream, resolv_conf_nameservers
+from nodeagent.dns.config import DNSConfig
+from nodeagent.dns.forward import Forwarder
 from nodeagent.dns.records import KINDS, ClusterRecords, Obj
 from nodeagent.dns.server import Handler, run_listeners, split_hostport
 
@@ -25,40 +21,6 @@ log = logging.getLogger("nodeagent.dns")
 SYNC_WAIT = 5.0  # serve after this long even if the informers have not listed
 REPAIR_INTERVAL = 30.0  # re-ensure the kube-dns registration
 BIND_RETRY = 10.0  # as a server component: retry an address that cannot be bound
-
-
-@dataclasses.dataclass
-class DNSConfig:
-    kubeconfig: str
-    listen: str = "0.0.0.0:53"
-    cluster_domain: str = "cluster.local"
-    upstreams: list[str] | None = None  # None: the nameservers of resolv_conf
-    resolv_conf: str = "/etc/resolv.conf"
-    ttl: int = 30
-    pods: str = "insecure"
-    upstream_timeout: float = 2.0
-    register_service: bool = False  # create/repair kube-system/kube-dns pointing at this server
-    service_ip: str | None = None  # None: the 10th address of service_cluster_ip_range
-    service_cluster_ip_range: str = "10.96.0.0/12"
-    advertise_address: str | None = None  # the kube-dns endpoint; None: the listen address or default route's
-    retry_bind: bool = False  # keep retrying an address in use (as a server component) instead of failing
-
-    @classmethod
-    def from_any(cls, config: Any) -> DNSConfig:
-        if isinstance(config, DNSConfig):
-            return config
-        kw: dict[str, Any] = {"register_service": True, "retry_bind": True}
-        for shared in ("service_cluster_ip_range", "advertise_address"):  # the server's own settings
-            if getattr(config, shared, None) is not None:
-                kw[shared] = getattr(config, shared)
-        kw.update({f.name: getattr(config, f"dns_{f.name}") for f in dataclasses.fields(cls)
-                   if f.name != "kubeconfig" and getattr(config, f"dns_{f.name}", None) is not None})
-        return cls(kubeconfig=str(admin_kubeconfig(config)), **kw)
-
-    def upstream_addrs(self) -> list[tuple[str, int]]:
-        if self.upstreams is not None:
-            return [parse_upstream(u) for u in self.upstreams]
-        return resolv_conf_nameservers(self.resolv_conf)
 
 
 RESOURCES = {"services": "services", "endpointslices": "endpointslices.discovery.k8s.io",
@@ -142,10 +104,9 @@ def _is_self(upstream: tuple[str, int], listen: tuple[str, int]) -> bool:
 
 async def _register(cfg: DNSConfig, client: Client, bound: tuple[str, int], quiet: bool = False) -> None:
     """kube-system/kube-dns → this server; retried until the apiserver takes it."""
-    from nodeagent.apiserver.server import advertise_ip
     from nodeagent.dns.register import default_service_ip, ensure_dns_service
 
-    ip = cfg.advertise_address or advertise_ip(bound[0])
+    ip = cfg.advertise_address or bound[0]
     service_ip = cfg.service_ip or default_service_ip(cfg.service_cluster_ip_range)
     delay = 0.2
     while True:
@@ -158,11 +119,11 @@ async def _register(cfg: DNSConfig, client: Client, bound: tuple[str, int], quie
             delay = min(delay * 2, 10.0)
 
 
-async def serve(config: Any, ready: asyncio.Event) -> None:
+async def serve(config: DNSConfig, ready: asyncio.Event) -> None:
     """The runner component: cluster DNS from the cluster's informers. As a part of the server
     (`retry_bind`), an address it cannot bind (port 53 taken) is retried instead of stopping the
     whole control plane; `nodeagent dns` alone fails at once."""
-    cfg = DNSConfig.from_any(config)
+    cfg = config
     client = Client.from_kubeconfig(cfg.kubeconfig)
     try:
         while True:

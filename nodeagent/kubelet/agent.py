@@ -1,4 +1,4 @@
-"""The kubelet component: `serve(config, ready)` registers the node and runs its pods through CRI.
+"""The kubelet: registers the node and runs its pods through CRI (its component: `kubelet.service`).
 
 Pod sources (the apiserver's pods bound to this node, via an informer) feed the pod workers, one task
 per pod; the PLEG relists the runtime each second and wakes the workers of pods whose containers
@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
-import hashlib
 import logging
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +21,7 @@ from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet import container_events
+from nodeagent.kubelet.config import KubeletConfig
 from nodeagent.kubelet.cri import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, RuntimeClient
 from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
 from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD
@@ -46,89 +44,7 @@ from nodeagent.kubelet.workers import PodWorkers
 
 log = logging.getLogger("nodeagent.kubelet")
 
-DEFAULT_DATA_DIR = "/var/lib/nodeagent"
 ORPHAN_GRACE = 2
-
-
-def instance_tag(data_dir: str) -> str:
-    """A short stable tag for one data dir, so several agents on one host never share names."""
-    return hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:6]
-
-
-def default_cgroup_root(data_dir: str) -> str:
-    """The default data dir uses the hierarchy's root (plain `kubepods`); any other one its own root."""
-    return "" if str(data_dir) == DEFAULT_DATA_DIR else f"nodeagent-{instance_tag(data_dir)}"
-
-
-def parse_cluster_dns(value: Any) -> tuple[str, ...]:
-    """`--cluster-dns` as the kubelet takes it: comma-separated IPs (or a list); None/'' for none."""
-    if not value:
-        return ()
-    items = value.split(",") if isinstance(value, str) else list(value)
-    return tuple(str(i).strip() for i in items if str(i).strip())
-
-
-@dataclasses.dataclass
-class KubeletConfig:
-    data_dir: str = DEFAULT_DATA_DIR
-    node_name: str = ""
-    runtime_endpoint: str = ""
-    kubeconfig: str = ""  # default: <data_dir>/admin.kubeconfig (the `up` case)
-    server: str = ""  # with token: `nodeagent agent`
-    token: str = ""
-    cgroup_root: str = ""
-    root_dir: str = ""  # volumes: <root_dir>/pods/<uid>/volumes
-    log_dir: str = ""  # container logs: <log_dir>/<ns>_<name>_<uid>/<container>/<n>.log
-    manifests_dir: str = ""  # static pods
-    manifest_url: str = ""  # static pods from a URL (--manifest-url)
-    http_check_frequency: float = 20.0
-    eviction_hard: str | None = None  # kubelet flag syntax; None: the kubelet's defaults
-    housekeeping_interval: float = 10.0
-    resync: float = 60.0  # kubelet's --sync-frequency: every pod is re-synced at least this often
-    port: int = 10250  # the Node API (HTTPS); 0: any free port
-    address: str = "0.0.0.0"
-    cluster_dns: tuple[str, ...] = ()  # kubelet's --cluster-dns; empty: ClusterFirst pods get the host's DNS
-    cluster_domain: str = "cluster.local"
-    resolv_conf: str = "/etc/resolv.conf"
-    node_ip: str = ""  # kubelet's --node-ip: the InternalIP it reports; empty: detected
-
-    @classmethod
-    def from_any(cls, config: Any) -> KubeletConfig:
-        if isinstance(config, cls):
-            return config
-        data_dir = str(getattr(config, "data_dir", None) or DEFAULT_DATA_DIR)
-        endpoint = getattr(config, "container_runtime_endpoint", None) or ""
-        if not endpoint:
-            from cri.daemon import CRIConfig
-
-            endpoint = CRIConfig.from_any(config).socket
-        cgroup_root = getattr(config, "cgroup_root", None)
-        return cls(data_dir=data_dir,
-                   node_name=(getattr(config, "node_name", None) or socket.gethostname()).lower(),
-                   runtime_endpoint=endpoint,
-                   kubeconfig=getattr(config, "node_kubeconfig", None) or getattr(config, "kubeconfig", None) or "",
-                   server=getattr(config, "server", None) or "", token=getattr(config, "token", None) or "",
-                   cgroup_root=default_cgroup_root(data_dir) if cgroup_root is None else cgroup_root,
-                   root_dir=getattr(config, "root_dir", None) or str(Path(data_dir, "kubelet")),
-                   log_dir=getattr(config, "log_dir", None) or str(Path(data_dir, "pod-logs")),
-                   manifests_dir=getattr(config, "manifests_dir", None) or str(Path(data_dir, "manifests")),
-                   manifest_url=getattr(config, "manifest_url", None) or "",
-                   http_check_frequency=float(getattr(config, "http_check_frequency", None) or 20.0),
-                   eviction_hard=getattr(config, "eviction_hard", None),
-                   housekeeping_interval=float(getattr(config, "housekeeping_interval", None) or 10.0),
-                   resync=float(getattr(config, "sync_frequency", None) or 60.0),
-                   port=_kubelet_port(config, data_dir),
-                   address=getattr(config, "kubelet_address", None) or "0.0.0.0",
-                   cluster_dns=parse_cluster_dns(getattr(config, "cluster_dns", None)),
-                   cluster_domain=getattr(config, "cluster_domain", None) or "cluster.local",
-                   resolv_conf=getattr(config, "resolv_conf", None) or "/etc/resolv.conf",
-                   node_ip=getattr(config, "node_ip", None) or "")
-
-    def client(self) -> Client:
-        """The node's own credential (a joined `agent`) first, then --server/--token, then `up`'s admin."""
-        from nodeagent.client.config import node_client
-
-        return node_client(self)
 
 
 class Kubelet:
@@ -492,15 +408,6 @@ def _desired_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return om != nm
 
 
-def _kubelet_port(config: Any, data_dir: str) -> int:
-    """--kubelet-port, else 10250 for the default data dir and any free port for others (several agents
-    on one host must not collide)."""
-    port = getattr(config, "kubelet_port", None)
-    if port is not None:
-        return int(port)
-    return 10250 if str(data_dir) == DEFAULT_DATA_DIR else 0
-
-
 def _ensure_qos_tree(driver: Any, cgroup_root: tuple[str, ...]) -> None:
     """kubepods and its burstable/besteffort children exist before any pod (as the kubelet's QoS container
     manager makes them), so pods never race to create their shared parents."""
@@ -527,17 +434,3 @@ def _state_name(state: int, sandbox: bool = False) -> str:
     if sandbox:
         return pb.PodSandboxState.Name(state)
     return pb.ContainerState.Name(state)
-
-
-async def serve(config: Any, ready: asyncio.Event) -> None:
-    """The `kubelet` component of `nodeagent up` / `nodeagent agent`."""
-    cfg = KubeletConfig.from_any(config)
-    client = cfg.client()
-    cri = RuntimeClient(cfg.runtime_endpoint)
-    try:
-        await Kubelet(cfg, client, cri).run(ready)
-    finally:
-        with contextlib.suppress(Exception):
-            await cri.close()
-        with contextlib.suppress(Exception):
-            await client.close()

@@ -18,7 +18,6 @@ from typing import Any
 
 from cri.proto import api_pb2 as pb
 from nodeagent.clock import Clock
-from nodeagent.dns.resolvconf import ResolvConf, pod_resolv_conf
 from nodeagent.kubelet import images as image_policy
 from nodeagent.kubelet import resources
 from nodeagent.kubelet.backoff import CrashLoopBackoff, ImagePullBackoff, container_backoff_key
@@ -33,6 +32,7 @@ from nodeagent.kubelet.cri import (
     is_not_found,
 )
 from nodeagent.kubelet.pod_actions import SandboxRecord, compute_pod_actions
+from nodeagent.kubelet.resolvconf import ResolvConf, pod_resolv_conf
 from nodeagent.kubelet.status import ContainerRecord, SyncError, container_hash, generate_pod_status
 from nodeagent.kubelet.volumes.manager import VolumeError, VolumeManager
 

@@ -34,7 +34,6 @@ CONFIG_MIRROR = "kubernetes.io/config.mirror"
 FILE_SOURCE = "file"
 HTTP_SOURCE = "http"
 DEFAULT_HTTP_PERIOD = 20.0  # kubelet's --http-check-frequency
-DEFAULT_MANIFEST_DIR = "/etc/nodeagent/manifests"
 DEFAULT_PERIOD = 2.0
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from nodeagent.lab.topology import API_PORT, POD_CLUSTER_CIDR, NodeSpec, Topology, topology
+from nodeagent.layout import Layout
 
 log = logging.getLogger("nodeagent.lab")
 
@@ -196,11 +197,10 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: li
         for n in topo.nodes:
             os.makedirs(n.data_dir, exist_ok=True)
             state.add("bind_dirs", str(Path(n.data_dir, ".host-cgroup")))
-            from nodeagent.kubelet.agent import default_cgroup_root
-
-            state.add("cgroup_roots", default_cgroup_root(n.data_dir))
+            layout = Layout.for_data_dir(n.data_dir)
+            state.add("cgroup_roots", layout.cgroup_root)
             for archive in images:
-                _sh(*py, "image", "--state-dir", str(Path(n.data_dir, "images")), "import", "--no-progress", archive)
+                _sh(*py, "image", "--state-dir", layout.image_dir, "import", "--no-progress", archive)
         procs: dict[str, subprocess.Popen] = {}
         logs: dict[str, Path] = {}
         first = topo.nodes[0]

@@ -1,4 +1,4 @@
-"""Agent side: the `nodenet` component. Publishes this node's underlay address (and VTEP MAC) on its Node,
+"""Agent side: what the `nodenet` component (`nodenet_service`) runs. Publishes this node's underlay address (and VTEP MAC) on its Node,
 then keeps routes / FDB / neighbour entries for every other node's podCIDR in step with the Node informer
 (a node joining adds them, a node leaving removes them). The node's own pod subnet is its spec.podCIDR
 (from the control plane's node IPAM); only a --pod-subnet override is published as an annotation.
@@ -19,12 +19,11 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
-from nodeagent.kubelet.agent import KubeletConfig
-from nodeagent.kubelet.network import PodNetwork, node_pod_cidr
 from nodeagent.nodenet import annotations as ann
 from nodeagent.nodenet import masq
 from nodeagent.nodenet import plan as P
 from nodeagent.nodenet.dataplane import Dataplane, source_address_towards
+from nodeagent.nodenet.podcidr import node_pod_cidr
 
 log = logging.getLogger("nodeagent.nodenet")
 
@@ -135,17 +134,3 @@ class NodeNet:
 def public_ip_for(server_url: str) -> str:
     host = urlsplit(server_url).hostname or "127.0.0.1"
     return source_address_towards(host)
-
-
-async def serve(config: Any, ready: asyncio.Event) -> None:
-    """The `nodenet` component of `nodeagent agent` / `up`."""
-    kcfg = KubeletConfig.from_any(config)
-    client = kcfg.client()
-    public_ip = getattr(config, "node_ip", None) or public_ip_for(client.server)
-    net = NodeNet(client, kcfg.node_name, PodNetwork.from_any(config).subnet, public_ip)
-    log.info("node %s: underlay address %s (%s)", kcfg.node_name, public_ip,
-             "--node-ip" if getattr(config, "node_ip", None) else f"the route towards {client.server}")
-    try:
-        await net.run(ready)
-    finally:
-        await client.close()

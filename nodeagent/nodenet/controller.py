@@ -1,14 +1,14 @@
 """Server side: stamp every Node with the cluster's pod network backend and cluster CIDR.
 
-`nodeagent server --pod-network MODE` (and `up`) run this as the `podnetwork` component; agents read the
-mode from their own Node, so one flag on the server decides the whole cluster's backend.
+`nodeagent server --pod-network MODE` (and `up`) run this as the `podnetwork` component
+(`podnetwork_service`); agents read the mode from their own Node, so one flag on the server decides the
+whole cluster's backend.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 from typing import Any
 
 from nodeagent.client.informer import Informer
@@ -16,18 +16,6 @@ from nodeagent.client.rest import Client, ClientError
 from nodeagent.nodenet import annotations as ann
 
 log = logging.getLogger("nodeagent.nodenet.controller")
-
-DEFAULT_MODE = "host-gw"
-DEFAULT_CLUSTER_CIDR = "10.244.0.0/16"
-
-
-def settings(config: Any) -> tuple[str, str]:
-    """(mode, cluster CIDR) from a server/up config."""
-    mode = getattr(config, "pod_network", None) or DEFAULT_MODE
-    opts = getattr(config, "controller_options", None)
-    cidr = getattr(opts, "cluster_cidr", None) or getattr(config, "cluster_cidr", None) or DEFAULT_CLUSTER_CIDR
-    return mode, cidr
-
 
 def needed_patch(node: dict[str, Any], mode: str, cluster_cidr: str) -> dict[str, Any] | None:
     a = (node.get("metadata") or {}).get("annotations") or {}
@@ -57,15 +45,3 @@ async def run(client: Client, mode: str, cluster_cidr: str, ready: asyncio.Event
                     log.warning("node %s: cannot set its pod network: %s", name, e)
                     await asyncio.sleep(1)
                     queue.put_nowait(name)
-
-
-async def serve(config: Any, ready: asyncio.Event) -> None:
-    """The `podnetwork` component of `nodeagent server` / `up`."""
-    mode, cidr = settings(config)
-    if mode not in ann.MODES:
-        raise ValueError(f"--pod-network {mode!r}: one of {', '.join(ann.MODES)}")
-    client = Client.from_kubeconfig(Path(getattr(config, "data_dir", "/var/lib/nodeagent"), "admin.kubeconfig"))
-    try:
-        await run(client, mode, cidr, ready)
-    finally:
-        await client.close()

@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodeagent.api.selectors import Selector, from_label_selector
-from nodeagent.client.config import admin_kubeconfig
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import SharedInformers
 from nodeagent.client.leader import LeaderElector
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.scheduler.api import EventHandler, SchedulerAPI
+from nodeagent.scheduler.config import SchedulerServiceConfig
 from nodeagent.scheduler.profile import load_config
 from nodeagent.scheduler.scheduler import Scheduler
 
@@ -138,13 +138,12 @@ def elector(client: Client, identity: str, lease_duration: float = 15.0, renew_d
                          renew_deadline=renew_deadline, retry_period=retry_period)
 
 
-async def serve(config: Any, ready: asyncio.Event) -> None:
+async def serve(config: SchedulerServiceConfig, ready: asyncio.Event) -> None:
     """The `nodeagent server` / `up` component."""
-    kubeconfig = admin_kubeconfig(config)
-    client = Client.from_kubeconfig(kubeconfig)
+    client = Client.from_kubeconfig(config.kubeconfig)
     try:
         el = elector(client, f"{socket.gethostname()}-{id(client):x}")
         ready.set()
-        await el.run(lambda: run_scheduler(client, profile=getattr(config, "scheduler_config", None)))
+        await el.run(lambda: run_scheduler(client, profile=config.profile))
     finally:
         await client.close()

@@ -35,7 +35,7 @@ def _ready(node: dict) -> bool:
 
 
 def test_agent_joins_with_the_printed_command_and_runs_pods_as_itself(tmp_path, images):
-    from nodeagent.kubelet.agent import instance_tag
+    from nodeagent.layout import instance_tag
 
     node_dir = tmp_path / "node"
     # the node adopts the podCIDR the server's node IPAM gives it: a range of this test's own, so its

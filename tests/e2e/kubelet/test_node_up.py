@@ -99,9 +99,9 @@ class Cluster:
         return out["items"]
 
     def cgroup_root(self) -> str:
-        from nodeagent.kubelet.agent import default_cgroup_root
+        from nodeagent.layout import Layout
 
-        return default_cgroup_root(str(self.data_dir))
+        return Layout.for_data_dir(self.data_dir).cgroup_root
 
 
 def _running(pod: dict) -> bool:

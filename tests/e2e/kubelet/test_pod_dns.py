@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.dns.resolvconf import parse_resolv_conf
+from nodeagent.kubelet.resolvconf import parse_resolv_conf
 from nodeagent.testing.images import dnsutils_spec
 from tests.e2e.kubelet.test_node_up import BUSYBOX, HTTPD, cluster  # noqa: F401  (module fixture: one `up` here)
 

@@ -7,14 +7,15 @@ import asyncio
 
 import pytest
 
-from nodeagent.apiserver.server import ApiServer, ServerConfig
+from nodeagent.apiserver.config import ApiServerConfig
+from nodeagent.apiserver.server import ApiServer
 from nodeagent.client import Client, ClientError
 
 
 @pytest.fixture
 async def live(tmp_path):
-    srv = ApiServer(ServerConfig(data_dir=str(tmp_path), bind_address="127.0.0.1", port=0, datastore="sqlite",
-                                 service_cluster_ip_range="10.100.0.0/16", lease_duration=3))
+    srv = ApiServer(ApiServerConfig(data_dir=str(tmp_path), bind_address="127.0.0.1", port=0, datastore="sqlite",
+                                    service_cluster_ip_range="10.100.0.0/16", lease_duration=3))
     await srv.start()
     c = Client.from_kubeconfig(srv.kubeconfig_path)
     try:

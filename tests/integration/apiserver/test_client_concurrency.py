@@ -8,14 +8,15 @@ import contextlib
 
 import pytest
 
-from nodeagent.apiserver.server import ApiServer, ServerConfig
+from nodeagent.apiserver.config import ApiServerConfig
+from nodeagent.apiserver.server import ApiServer
 from nodeagent.client import Client, ClientError, Informer
 from nodeagent.client.leader import LeaderElector
 
 
 @pytest.fixture
 async def live(tmp_path):
-    srv = ApiServer(ServerConfig(data_dir=str(tmp_path), bind_address="127.0.0.1", port=0, datastore="memory"))
+    srv = ApiServer(ApiServerConfig(data_dir=str(tmp_path), bind_address="127.0.0.1", port=0, datastore="memory"))
     await srv.start()
     c = Client.from_kubeconfig(srv.kubeconfig_path, max_connections=200)
     try:

@@ -15,7 +15,7 @@ import dns.resolver
 import dns.reversename
 import pytest
 
-from nodeagent.dns.resolvconf import pod_resolv_conf
+from nodeagent.kubelet.resolvconf import pod_resolv_conf
 from nodeagent.testing.dns_objects import endpoint_slice, ep, namespace, service
 
 from .conftest import UPSTREAM_ANSWERS, eventually

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import types
 
 import dns.asyncquery
 import dns.message
 import dns.rcode
 import pytest
 
+from nodeagent.apiserver.config import ApiServerConfig
 from nodeagent.client.rest import Client
+from nodeagent.commands.configs import dns_config
 from nodeagent.dns.service import serve
+from nodeagent.layout import Layout
 
 pytestmark = pytest.mark.e2e
 
@@ -22,9 +24,10 @@ async def test_component_registers_kube_dns_and_answers(server, upstream, monkey
     import nodeagent.dns.service as service
 
     monkeypatch.setattr(service, "REPAIR_INTERVAL", 0.2)
-    config = types.SimpleNamespace(data_dir=str(server.data_dir), service_cluster_ip_range="10.96.0.0/12",
-                                   advertise_address=None, dns_listen="127.0.0.1:0",
-                                   dns_upstreams=[f"127.0.0.1:{upstream.port}"])
+    api = ApiServerConfig(data_dir=str(server.data_dir), service_cluster_ip_range="10.96.0.0/12",
+                          advertise_address=None)
+    config = dns_config(api, Layout.for_data_dir(server.data_dir).admin_kubeconfig, listen="127.0.0.1:0",
+                        upstreams=[f"127.0.0.1:{upstream.port}"])
     ready = asyncio.Event()
     task = asyncio.create_task(serve(config, ready))
     try:
@@ -109,8 +112,9 @@ async def test_component_retries_an_address_in_use(server, upstream, monkeypatch
     blocker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     blocker.bind(("127.0.0.1", 0))
     port = blocker.getsockname()[1]
-    config = types.SimpleNamespace(data_dir=str(server.data_dir), dns_listen=f"127.0.0.1:{port}",
-                                   dns_upstreams=[f"127.0.0.1:{upstream.port}"], dns_register_service=False)
+    config = dns_config(ApiServerConfig(data_dir=str(server.data_dir)),
+                        Layout.for_data_dir(server.data_dir).admin_kubeconfig, listen=f"127.0.0.1:{port}",
+                        upstreams=[f"127.0.0.1:{upstream.port}"], register_service=False)
     ready = asyncio.Event()
     task = asyncio.create_task(serve(config, ready))
     try:

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from nodeagent.dns.resolvconf import pod_resolv_conf
+from nodeagent.kubelet.resolvconf import pod_resolv_conf
 from tests.harness.resources import sh
 
 from .conftest import eventually

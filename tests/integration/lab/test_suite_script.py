@@ -44,7 +44,7 @@ def test_default_subset_is_the_lab_only_part_not_make_test():
 def test_selections_run_one_by_one_with_shell_quoting_and_the_log_keeps_them(tmp_path):
     p = run(tmp_path, LAB_TEST="1", LAB_TEST_ARGS="--no-leak-check -q",
             LAB_TEST_SUITE="tests/unit/netlab/test_topology.py -k 'bounded or underlay'; "
-                           "tests/unit/kubelet/test_podcidr.py -k node_pod_cidr")
+                           "tests/unit/nodenet/test_podcidr.py -k node_pod_cidr")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "the privileged subset passed" in p.stdout
     log = (tmp_path / "var/log/nodeagent/suite.log").read_text()
@@ -56,7 +56,7 @@ def test_no_extra_arguments_adds_no_empty_one(tmp_path):
     """LAB_TEST_ARGS unset (the lab's default) must not hand pytest an empty argument, which it reads as the
     rootdir: the lab then ran the whole suite instead of the selection."""
     p = run(tmp_path, LAB_TEST="1", LAB_TEST_ARGS="",
-            LAB_TEST_SUITE="tests/unit/kubelet/test_podcidr.py -k node_pod_cidr --no-leak-check")
+            LAB_TEST_SUITE="tests/unit/nodenet/test_podcidr.py -k node_pod_cidr --no-leak-check")
     assert p.returncode == 0, p.stdout + p.stderr
     log = (tmp_path / "var/log/nodeagent/suite.log").read_text()
     collected = re.search(r"collected (\d+) items", log)
@@ -67,7 +67,7 @@ def test_no_extra_arguments_adds_no_empty_one(tmp_path):
 def test_a_failing_selection_fails_the_step_after_running_the_rest(tmp_path):
     p = run(tmp_path, LAB_TEST="1", LAB_TEST_ARGS="--no-leak-check -q",
             LAB_TEST_SUITE="tests/unit/netlab/test_topology.py -k no_such_test_name; "
-                           "tests/unit/kubelet/test_podcidr.py -k node_pod_cidr")
+                           "tests/unit/nodenet/test_podcidr.py -k node_pod_cidr")
     assert p.returncode != 0
     assert "the privileged subset failed: tests/unit/netlab/test_topology.py -k no_such_test_name" in p.stderr
     assert "1 passed" in (tmp_path / "var/log/nodeagent/suite.log").read_text()
@@ -84,7 +84,7 @@ def test_keep_going_records_the_failure_and_lets_provisioning_go_on(tmp_path):
     assert result.read_text().startswith(
         "the privileged subset failed: tests/unit/netlab/test_topology.py -k no_such_test_name"), result.read_text()
     p = run(tmp_path, LAB_TEST="1", LAB_TEST_KEEP_GOING="1", LAB_TEST_ARGS="--no-leak-check -q",
-            LAB_TEST_SUITE="tests/unit/kubelet/test_podcidr.py -k node_pod_cidr")
+            LAB_TEST_SUITE="tests/unit/nodenet/test_podcidr.py -k node_pod_cidr")
     assert p.returncode == 0, p.stdout + p.stderr
     assert result.read_text() == "passed\n"
 

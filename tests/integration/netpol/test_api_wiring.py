@@ -134,16 +134,19 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
 @pytest.mark.parametrize("mode", ["iptables", "nftables"])
 async def test_up_component_serves_then_removes_its_rules_on_stop(server, res, require, mode, tmp_path):
     """`netpol.service:serve` as `nodeagent up` runs it (kubeconfig, tagged names for a non-default data dir)."""
-    import types
-
+    from netpol.config import NetpolConfig
     from netpol.service import backend_for, serve
+    from nodeagent.client.config import Credentials
+    from nodeagent.layout import Layout
 
     if mode == "nftables":
         require("nftables")
     netns = res.netns()
-    config = types.SimpleNamespace(data_dir=str(tmp_path), node_name="n1", kubeconfig=str(server.kubeconfig),
-                                   netpol_mode=mode, netpol_netns=netns)
-    names = backend_for(mode, str(tmp_path))
+    layout = Layout.for_data_dir(tmp_path)
+    config = NetpolConfig(chain_prefix=layout.netpol_chain_prefix, set_prefix=layout.netpol_set_prefix,
+                          table=layout.netpol_table, mode=mode, node_name="n1", netns=netns,
+                          credentials=Credentials(kubeconfig=str(server.kubeconfig)))
+    names = backend_for(config)
     mark = names.cp if mode == "iptables" else names.table
 
     def dump() -> str:

@@ -37,19 +37,18 @@ def test_proxy_once_then_cleanup(res, tmp_path, mode, require):
 
 def test_serve_component_syncs_from_a_source_then_stops(res):
     import asyncio
-    import types
 
+    from netproxy.config import ProxyConfig
     from netproxy.service import StaticSource, serve
 
     ns = res.netns()
     source = StaticSource([service("web", "10.96.0.10", [{"name": "http", "port": 80}])],
                           [endpoint_slice("web", [{"name": "http", "port": 8080}], [{"ip": "10.244.0.5"}])])
-    config = types.SimpleNamespace(node_name="n1", proxy_mode="iptables", proxy_netns=ns, netproxy_source=source,
-                                   proxy_min_sync_period=0.0)
+    config = ProxyConfig(node_name="n1", mode="iptables", netns=ns, min_sync_period=0.0)
 
     async def scenario():
         ready = asyncio.Event()
-        task = asyncio.create_task(serve(config, ready))
+        task = asyncio.create_task(serve(config, ready, source))
         await asyncio.wait_for(ready.wait(), 20)
         rules = await asyncio.to_thread(subprocess.run, ["ip", "netns", "exec", ns, f"iptables-{node_iptables_backend()}-save"],
                                         capture_output=True, text=True)

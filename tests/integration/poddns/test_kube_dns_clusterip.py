@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from nodeagent.dns.resolvconf import pod_resolv_conf
 from nodeagent.host.probe import node_iptables_backend  # the iptables mode's backend
+from nodeagent.kubelet.resolvconf import pod_resolv_conf
 from nodeagent.testing.apiserver import start_server
 from tests.harness.resources import sh
 

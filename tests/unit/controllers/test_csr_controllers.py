@@ -2,6 +2,7 @@
 cluster CA; a request the approver does not recognize waits; without the CA's files nothing is signed."""
 
 import base64
+import dataclasses
 import datetime as dt
 
 from cryptography import x509
@@ -39,8 +40,8 @@ def _setup(tmp_path, with_ca=True):
     opts = ControllerOptions(clock=FakeClock(WALL.timestamp()))
     if with_ca:
         pki.ensure_ca(tmp_path)
-        opts.cluster_signing_cert_file = str(tmp_path / "ca.crt")
-        opts.cluster_signing_key_file = str(tmp_path / "ca.key")
+        opts = dataclasses.replace(opts, cluster_signing_cert_file=str(tmp_path / "ca.crt"),
+                                   cluster_signing_key_file=str(tmp_path / "ca.key"))
     return inf, client, (CSRApprovingController(client, inf, FakeRecorder(), opts),
                          CSRSigningController(client, inf, FakeRecorder(), opts))
 

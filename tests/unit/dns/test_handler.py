@@ -159,13 +159,14 @@ def test_address_parsing(tmp_path):
 
 
 def test_config_from_a_server_config():
-    import types
-
+    from nodeagent.apiserver.config import ApiServerConfig
+    from nodeagent.commands.configs import dns_config
     from nodeagent.dns.service import DNSConfig
+    from nodeagent.layout import Layout
 
-    cfg = DNSConfig.from_any(types.SimpleNamespace(data_dir="/tmp/x", service_cluster_ip_range="10.100.0.0/16",
-                                                   advertise_address="192.0.2.5", dns_listen="127.0.0.1:5353",
-                                                   dns_ttl=5))
+    cfg = dns_config(ApiServerConfig(data_dir="/tmp/x", service_cluster_ip_range="10.100.0.0/16",
+                                     advertise_address="192.0.2.5"),
+                     Layout.for_data_dir("/tmp/x").admin_kubeconfig, listen="127.0.0.1:5353", ttl=5)
     assert cfg.kubeconfig == "/tmp/x/admin.kubeconfig" and cfg.listen == "127.0.0.1:5353" and cfg.ttl == 5
     assert cfg.register_service and cfg.advertise_address == "192.0.2.5"
     assert cfg.service_cluster_ip_range == "10.100.0.0/16"

@@ -2,36 +2,36 @@
 
 import argparse
 
+from nodeagent.commands import up
 from nodeagent.commands.up import config_from_args
-from nodeagent.kubelet.agent import KubeletConfig
-from nodeagent.kubelet.network import PodNetwork
 
 
 def _args(data_dir, **kw):
-    base = dict(data_dir=data_dir, node_name=None, container_runtime_endpoint=None, cgroup_root=None,
-                pod_subnet=None, bridge=None, port=None, bind_address=None, eviction_hard=None,
-                housekeeping_interval=None, sync_frequency=None)
-    base.update(kw)
-    return argparse.Namespace(**base)
+    p = argparse.ArgumentParser()
+    up.add_arguments(p)
+    args = p.parse_args(["--data-dir", data_dir])
+    for k, v in kw.items():
+        setattr(args, k, v)
+    return args
 
 
 def test_default_data_dir_keeps_the_well_known_locations():
     cfg = config_from_args(_args("/var/lib/nodeagent"))
-    net = PodNetwork.from_any(cfg)
-    kc = KubeletConfig.from_any(cfg)
+    net = cfg.cni.network
+    kc = cfg.kubelet
     assert (net.bridge, net.subnet, net.conf_dir, net.ipam_dir) == (
         "na0", None, "/etc/cni/net.d", "/var/lib/cni/networks")  # the subnet: the Node's spec.podCIDR
     # `up`'s own node IPAM hands its node the first /24 of 10.244.0.0/16: the well-known 10.244.0.0/24
-    opts = cfg.controller_options
+    opts = cfg.controllers.options
     assert (opts.cluster_cidr, opts.node_cidr_mask_size) == ("10.244.0.0/16", 24)
-    assert cfg.apiserver_port == 6443
+    assert cfg.apiserver.port == 6443
     assert kc.runtime_endpoint == "/run/nodeagent/cri.sock" and kc.cgroup_root == ""
 
 
 def test_two_data_dirs_share_nothing(tmp_path):
     a, b = (config_from_args(_args(str(tmp_path / n))) for n in ("a", "b"))
-    na, nb = PodNetwork.from_any(a), PodNetwork.from_any(b)
-    ka, kb = KubeletConfig.from_any(a), KubeletConfig.from_any(b)
+    na, nb = a.cni.network, b.cni.network
+    ka, kb = a.kubelet, b.kubelet
     for x, y in ((na.bridge, nb.bridge), (na.name, nb.name), (na.conf_dir, nb.conf_dir),
                  (na.ipam_dir, nb.ipam_dir), (ka.runtime_endpoint, kb.runtime_endpoint),
                  (ka.cgroup_root, kb.cgroup_root), (ka.root_dir, kb.root_dir), (ka.log_dir, kb.log_dir),
@@ -39,22 +39,22 @@ def test_two_data_dirs_share_nothing(tmp_path):
         assert x != y
     # each instance's node IPAM range is its own /24 named by its data dir (as the bridge is), so the
     # podCIDRs of instances on this host do not collide
-    from nodeagent.kubelet.agent import instance_tag
+    from nodeagent.layout import instance_tag
 
     for cfg, d in ((a, "a"), (b, "b")):
         tag = instance_tag(str(tmp_path / d))
-        assert cfg.controller_options.cluster_cidr == f"10.240.{int(tag[:2], 16)}.0/24"
-    assert a.apiserver_port == 0 and len(na.bridge) <= 15
-    assert na.conf_dir.startswith(str(tmp_path / "a")) and a.cni_conf_dir == na.conf_dir
+        assert cfg.controllers.options.cluster_cidr == f"10.240.{int(tag[:2], 16)}.0/24"
+    assert a.apiserver.port == 0 and len(na.bridge) <= 15
+    assert na.conf_dir.startswith(str(tmp_path / "a")) and a.cri.cni_conf_dir == na.conf_dir
     assert ka.runtime_endpoint == str(tmp_path / "a" / "cri.sock")
 
 
 def test_flags_override_the_derived_names(tmp_path):
     cfg = config_from_args(_args(str(tmp_path), bridge="br-x", pod_subnet="10.9.8.0/24", cgroup_root="mine",
                                  node_name="Node-A", port=7000))
-    net = PodNetwork.from_any(cfg)
-    kc = KubeletConfig.from_any(cfg)
-    assert (net.bridge, net.subnet, kc.cgroup_root, kc.node_name, cfg.apiserver_port) == (
+    net = cfg.cni.network
+    kc = cfg.kubelet
+    assert (net.bridge, net.subnet, kc.cgroup_root, kc.node_name, cfg.apiserver.port) == (
         "br-x", "10.9.8.0/24", "mine", "node-a", 7000)
     conf = net.conflist()
     assert conf["name"] == net.name
@@ -64,39 +64,37 @@ def test_flags_override_the_derived_names(tmp_path):
 
 
 def test_each_instance_has_its_own_cni_daemon_socket_and_the_runtime_hands_it_to_the_plugins(tmp_path):
-    from cri.daemon import CRIConfig
-
     default = config_from_args(_args("/var/lib/nodeagent"))
-    assert PodNetwork.from_any(default).daemon_socket == "/run/nodeagent/cni.sock"  # the plugins' default
+    assert default.cni.network.daemon_socket == "/run/nodeagent/cni.sock"  # the plugins' default
     a, b = (config_from_args(_args(str(tmp_path / n))) for n in ("a", "b"))
-    sa, sb = PodNetwork.from_any(a).daemon_socket, PodNetwork.from_any(b).daemon_socket
+    sa, sb = a.cni.network.daemon_socket, b.cni.network.daemon_socket
     assert sa != sb and sa.startswith(str(tmp_path / "a"))
-    assert CRIConfig.from_any(a).cni_socket == sa and CRIConfig.from_any(b).cni_socket == sb
+    assert a.cri.cni_socket == sa and b.cri.cni_socket == sb
 
 
 def test_cni_bin_dirs_flag_reaches_the_runtime(tmp_path):
-    from cri.daemon import CRIConfig
+    from cri.config import CRIConfig
 
-    assert CRIConfig.from_any(config_from_args(_args(str(tmp_path)))).cni_bin_dirs == CRIConfig.cni_bin_dirs
+    assert config_from_args(_args(str(tmp_path))).cri.cni_bin_dirs == CRIConfig.cni_bin_dirs
     cfg = config_from_args(_args(str(tmp_path), cni_bin_dir=["/x/bin", "/usr/lib/cni"]))
-    assert CRIConfig.from_any(cfg).cni_bin_dirs == ("/x/bin", "/usr/lib/cni")
+    assert cfg.cri.cni_bin_dirs == ("/x/bin", "/usr/lib/cni")
 
 
 def test_proxy_flags_reach_netproxy(tmp_path):
     import pytest
 
     from netproxy.service import proxier_options
-    from nodeagent.commands.up import add_node_arguments
 
     p = argparse.ArgumentParser()
-    add_node_arguments(p)
+    up.add_arguments(p)
     args = p.parse_args(["--data-dir", str(tmp_path), "--proxy-mode", "nftables"])
-    cfg = config_from_args(args)
-    assert (cfg.proxy_mode, cfg.proxy_rule_counters) == ("nftables", False)
-    assert proxier_options(cfg.proxy_mode, cfg) == {}
-    cfg = config_from_args(p.parse_args(["--data-dir", str(tmp_path), "--proxy-rule-counters"]))
-    assert cfg.proxy_mode == "iptables" and proxier_options(cfg.proxy_mode, cfg) == {"counters": "true"}
-    cfg = config_from_args(p.parse_args(["--data-dir", str(tmp_path), "--proxy-mode", "ipvs", "--ipvs-strict-arp"]))
-    assert proxier_options(cfg.proxy_mode, cfg) == {"scheduler": "rr", "strict_arp": "true"}
+    cfg = config_from_args(args).netproxy
+    assert (cfg.mode, cfg.rule_counters) == ("nftables", False)
+    assert proxier_options(cfg) == {}
+    cfg = config_from_args(p.parse_args(["--data-dir", str(tmp_path), "--proxy-rule-counters"])).netproxy
+    assert cfg.mode == "iptables" and proxier_options(cfg) == {"counters": "true"}
+    cfg = config_from_args(p.parse_args(["--data-dir", str(tmp_path), "--proxy-mode", "ipvs",
+                                         "--ipvs-strict-arp"])).netproxy
+    assert proxier_options(cfg) == {"scheduler": "rr", "strict_arp": "true"}
     with pytest.raises(SystemExit):
         p.parse_args(["--proxy-mode", "userspace"])

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.kubelet.agent import KubeletConfig, parse_cluster_dns
+from nodeagent.kubelet.config import parse_cluster_dns
 from nodeagent.kubelet.kuberuntime import PodRuntime
 from nodeagent.kubelet.volumes.manager import VolumeManager
 from nodeagent.testing.clock import FakeClock
@@ -83,8 +83,13 @@ def test_cluster_dns_flag_parsing():
     assert parse_cluster_dns("10.96.0.10, 10.96.0.11") == ("10.96.0.10", "10.96.0.11")
     assert parse_cluster_dns("") == () and parse_cluster_dns(None) == ()
 
-    class Cfg:
-        data_dir = "/tmp/x"
-        container_runtime_endpoint = "unix:///tmp/x.sock"
-        cluster_dns = "10.96.0.10"
-    assert KubeletConfig.from_any(Cfg()).cluster_dns == ("10.96.0.10",)
+    import argparse
+
+    from nodeagent.commands import agent
+
+    p = argparse.ArgumentParser()
+    agent.add_arguments(p)
+    cfg = agent.config_from_args(p.parse_args(["--data-dir", "/tmp/x", "--container-runtime-endpoint",
+                                               "unix:///tmp/x.sock", "--cluster-dns", "10.96.0.10",
+                                               "--server", "https://10.0.0.1:6443", "--token", "t"]))
+    assert cfg.kubelet.cluster_dns == ("10.96.0.10",)

@@ -76,17 +76,21 @@ def test_ipvs_flags_reach_the_proxier():
 
     import pytest
 
+    from netproxy.config import ProxyConfig
     from netproxy.ipvs.proxier import IpvsProxier
     from netproxy.service import proxier_options
     from nodeagent.commands.proxy import add_ipvs_arguments
 
+    def config(mode, args):
+        return ProxyConfig(mode=mode, ipvs_scheduler=args.ipvs_scheduler, ipvs_strict_arp=args.ipvs_strict_arp)
+
     p = argparse.ArgumentParser()
     add_ipvs_arguments(p)
-    assert proxier_options("ipvs", p.parse_args([])) == {"scheduler": "rr", "strict_arp": "false"}
+    assert proxier_options(config("ipvs", p.parse_args([]))) == {"scheduler": "rr", "strict_arp": "false"}
     args = p.parse_args(["--ipvs-scheduler", "sh", "--ipvs-strict-arp"])
-    assert proxier_options("ipvs", args) == {"scheduler": "sh", "strict_arp": "true"}
-    assert proxier_options("nftables", args) == {}
-    proxier = IpvsProxier(NODE, **proxier_options("ipvs", args))
+    assert proxier_options(config("ipvs", args)) == {"scheduler": "sh", "strict_arp": "true"}
+    assert proxier_options(config("nftables", args)) == {}
+    proxier = IpvsProxier(NODE, **proxier_options(config("ipvs", args)))
     assert (proxier.scheduler, proxier.strict_arp) == ("sh", True)
     with pytest.raises(SystemExit):
         p.parse_args(["--ipvs-scheduler", "fifo"])

@@ -8,26 +8,24 @@ import json
 
 import pytest
 
-from nodeagent.commands.up import config_from_args, up_controller_options
+from nodeagent.commands import agent
+from nodeagent.commands.agent import config_from_args
+from nodeagent.commands.up import up_controller_options
 from nodeagent.controllers.nodeipam import CidrSet
-from nodeagent.kubelet.agent import KubeletConfig
-from nodeagent.kubelet.network import PodCIDRFollower, PodNetwork, default_cluster_cidr, node_pod_cidr
+from nodeagent.layout import Layout
 from nodeagent.nodenet import annotations as ann
 from nodeagent.nodenet import plan as P
-
-
-def _args(data_dir, **kw):
-    base = dict(data_dir=data_dir, node_name="n1", container_runtime_endpoint=None, cgroup_root=None,
-                pod_subnet=None, bridge=None, port=None, bind_address=None, eviction_hard=None,
-                housekeeping_interval=None, sync_frequency=None)
-    base.update(kw)
-    return argparse.Namespace(**base)
+from nodeagent.nodenet.podcidr import PodCIDRFollower, node_pod_cidr
 
 
 def _agent_args(data_dir, **kw):
-    a = _args(data_dir, **kw)
-    del a.port, a.bind_address  # `agent` has no apiserver flags
-    a.server, a.token = "https://10.0.0.1:6443", None
+    p = argparse.ArgumentParser()
+    agent.add_arguments(p)
+    a = p.parse_args(["--data-dir", data_dir, "--node-name", "n1", "--server", "https://10.0.0.1:6443",
+                      "--token", "t"])
+    a.token = None
+    for k, v in kw.items():
+        setattr(a, k, v)
     return a
 
 
@@ -40,7 +38,7 @@ def test_node_pod_cidr_reads_spec_then_podcidrs_and_ignores_garbage():
 
 
 def test_without_pod_subnet_the_subnet_is_adopted_and_no_conflist_can_be_written_yet(tmp_path):
-    net = PodNetwork.from_any(config_from_args(_agent_args(str(tmp_path))))
+    net = config_from_args(_agent_args(str(tmp_path))).cni.network
     assert net.subnet is None
     with pytest.raises(ValueError, match="spec.podCIDR"):
         net.conflist()
@@ -48,12 +46,12 @@ def test_without_pod_subnet_the_subnet_is_adopted_and_no_conflist_can_be_written
 
 def test_pod_subnet_overrides(tmp_path):
     cfg = config_from_args(_agent_args(str(tmp_path), pod_subnet="10.9.8.0/24"))
-    assert PodNetwork.from_any(cfg).subnet == "10.9.8.0/24"
-    assert cfg.controller_options is None  # an agent runs no node IPAM
+    assert cfg.cni.network.subnet == "10.9.8.0/24"
+    assert cfg.controllers is None  # an agent runs no node IPAM
 
 
 async def test_follower_writes_the_conflist_when_the_podcidr_appears_and_again_when_it_changes(tmp_path):
-    net = PodNetwork.from_any(config_from_args(_agent_args(str(tmp_path))))
+    net = config_from_args(_agent_args(str(tmp_path))).cni.network
     f = PodCIDRFollower(net, "n1")
     conf = tmp_path / "cni" / "net.d" / "10-nodeagent.conflist"
     assert await f.on_node({"metadata": {"name": "n1"}, "spec": {}}) is None
@@ -71,7 +69,7 @@ async def test_follower_writes_the_conflist_when_the_podcidr_appears_and_again_w
 
 
 def test_forget_config_removes_only_ours(tmp_path):
-    net = PodNetwork.from_any(config_from_args(_agent_args(str(tmp_path), pod_subnet="10.9.8.0/24")))
+    net = config_from_args(_agent_args(str(tmp_path), pod_subnet="10.9.8.0/24")).cni.network
     net.write()
     other = tmp_path / "cni" / "net.d" / "99-other.conflist"
     other.write_text("{}")
@@ -80,9 +78,9 @@ def test_forget_config_removes_only_ours(tmp_path):
 
 
 def test_up_instances_get_their_own_ipam_range_and_its_first_subnet_is_the_node_s(tmp_path):
-    assert default_cluster_cidr("/var/lib/nodeagent") == "10.244.0.0/16"
+    assert Layout.for_data_dir("/var/lib/nodeagent").cluster_cidr == "10.244.0.0/16"
     opts = up_controller_options(str(tmp_path), None, None)
-    assert opts.cluster_cidr == default_cluster_cidr(str(tmp_path)) and opts.node_cidr_mask_size == 24
+    assert opts.cluster_cidr == Layout.for_data_dir(str(tmp_path)).cluster_cidr and opts.node_cidr_mask_size == 24
     assert CidrSet(opts.cluster_cidr, opts.node_cidr_mask_size).allocate() == opts.cluster_cidr
     # --pod-subnet on `up`: its IPAM hands out exactly that subnet, so spec.podCIDR is what the bridge uses
     opts = up_controller_options(str(tmp_path), None, "10.50.0.0/25")
@@ -98,11 +96,11 @@ def test_node_ip_reaches_the_kubelet_nodenet_and_netproxy(tmp_path):
     from netproxy.service import node_config
 
     cfg = config_from_args(_agent_args(str(tmp_path), node_ip="192.168.56.11"))
-    assert KubeletConfig.from_any(cfg).node_ip == "192.168.56.11"
-    assert cfg.node_ip == "192.168.56.11"  # nodenet's underlay address (nodenet.agent.serve)
-    assert node_config(cfg).node_ips == ("192.168.56.11",)  # NodePorts answer there
+    assert cfg.kubelet.node_ip == "192.168.56.11"
+    assert cfg.nodenet.node_ip == "192.168.56.11"  # nodenet's underlay address (nodenet_service.serve)
+    assert node_config(cfg.netproxy).node_ips == ("192.168.56.11",)  # NodePorts answer there
     plain = config_from_args(_agent_args(str(tmp_path)))
-    assert KubeletConfig.from_any(plain).node_ip == "" and node_config(plain).node_ips == ()
+    assert plain.kubelet.node_ip == "" and node_config(plain.netproxy).node_ips == ()
     with pytest.raises(SystemExit, match="--node-ip"):
         config_from_args(_agent_args(str(tmp_path), node_ip="eth1"))
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from cni import client
-from nodeagent.kubelet.network import PluginDaemon
+from nodeagent.nodenet.network import PluginDaemon
 
 pytestmark = pytest.mark.root
 

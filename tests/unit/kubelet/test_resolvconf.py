@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodeagent.dns.resolvconf import MAX_SEARCH_CHARS, parse_resolv_conf, pod_resolv_conf
+from nodeagent.kubelet.resolvconf import MAX_SEARCH_CHARS, parse_resolv_conf, pod_resolv_conf
 
 HOST = """# generated
 nameserver 192.0.2.53

@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import types
 
 import pytest
 
 from nodeagent.client.rest import Client
-from nodeagent.kubelet.network import PodCIDRFollower, PodNetwork
+from nodeagent.layout import Layout
+from nodeagent.nodenet.network import PodNetwork
+from nodeagent.nodenet.podcidr import PodCIDRFollower
 from nodeagent.testing.apiserver import start_server
 from nodeagent.testing.hollow import node_object
 from tests.harness.resources import unique
@@ -30,14 +31,15 @@ def _subnet_in(conf) -> str | None:
 @pytest.mark.parametrize("allocate", [True, False], ids=["node-ipam", "no-allocate-node-cidrs"])
 async def test_the_cni_config_is_written_from_the_podcidr_the_control_plane_assigns(tmp_path, allocate, caplog,
                                                                                       monkeypatch):
-    from nodeagent.kubelet import network
+    from nodeagent.nodenet import podcidr
 
-    monkeypatch.setattr(network, "WAIT_LOG_EVERY", 0.2)  # say "still waiting" often in this test
-    caplog.set_level("INFO", logger="nodeagent.kubelet.network")
+    monkeypatch.setattr(podcidr, "WAIT_LOG_EVERY", 0.2)  # say "still waiting" often in this test
+    caplog.set_level("INFO", logger="nodeagent.nodenet.podcidr")
     srv = start_server(tmp_path / "srv", extra=["--cluster-cidr", "10.123.0.0/16", "--node-cidr-mask-size", "25",
                                                  *([] if allocate else ["--no-allocate-node-cidrs"])])
     name = unique("pcidr").lower()
-    net = PodNetwork.from_any(types.SimpleNamespace(data_dir=str(tmp_path / "node")))
+    layout = Layout.for_data_dir(tmp_path / "node")
+    net = PodNetwork(layout.network_name, layout.bridge, None, layout.cni_conf_dir, layout.cni_ipam_dir)
     conf = tmp_path / "node" / "cni" / "net.d" / "10-nodeagent.conflist"
     follower = PodCIDRFollower(net, name)
     try:

@@ -1,0 +1,36 @@
+"""The apiserver's configuration (kube-apiserver's flags that `nodeagent server` / `up` take)."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiServerConfig:
+    data_dir: str  # its state: pki/, tokens.csv, store.db, admin.kubeconfig, join-command
+    bind_address: str = "0.0.0.0"
+    port: int = 6443  # 0: any free port
+    datastore: str = "sqlite"
+    service_cluster_ip_range: str = "10.96.0.0/12"
+    advertise_address: str | None = None
+    repair_interval: float = 10.0
+    lease_duration: int = 15
+    token_ttl: float = 24 * 3600.0  # the printed join token's lifetime (0: never expires)
+    admin_kubeconfig_copy: str | None = None  # the admin kubeconfig is also written here (best effort)
+
+    def __post_init__(self) -> None:
+        if not self.data_dir:
+            raise ValueError("apiserver: a data dir is needed")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"apiserver port {self.port}: not a TCP port (0 picks a free one)")
+        if not self.datastore:
+            raise ValueError("apiserver datastore: sqlite, memory or etcd://HOST:PORT")
+        try:
+            ipaddress.ip_network(self.service_cluster_ip_range)
+        except ValueError as e:
+            raise ValueError(f"service cluster IP range {self.service_cluster_ip_range!r}: {e}") from None
+        if self.lease_duration <= 0:
+            raise ValueError(f"apiserver lease duration {self.lease_duration}: must be positive")
+        if self.token_ttl < 0:
+            raise ValueError(f"join token TTL {self.token_ttl}: must not be negative")

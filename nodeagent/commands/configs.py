@@ -1,0 +1,175 @@
+"""Flags → component configs: the one place `up`, `agent` and `server` turn their flags and the instance's
+`Layout` into each component's own frozen config (KubeletConfig, CRIConfig, ProxyConfig, ...).
+
+Every value is decided and validated here, once: a bad flag is a CLI error naming it, before anything
+starts; the components then use what their config says and derive nothing themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+from cri.config import DEFAULT_CNI_BIN_DIRS, CRIConfig
+from netpol.config import MODES as NETPOL_MODES
+from netpol.config import NetpolConfig
+from netproxy.config import ProxyConfig
+from nodeagent.apiserver.config import ApiServerConfig
+from nodeagent.client.config import Credentials
+from nodeagent.controllers.config import ControllerManagerConfig
+from nodeagent.controllers.options import ControllerOptions
+from nodeagent.dns.config import DNSConfig
+from nodeagent.kubelet.config import KubeletConfig, parse_cluster_dns
+from nodeagent.layout import Layout
+from nodeagent.nodenet.config import CNIConfig, NodeNetConfig, PodCIDRConfig, PodNetworkConfig
+from nodeagent.nodenet.network import PodNetwork
+from nodeagent.runner import Component
+from nodeagent.scheduler.config import SchedulerServiceConfig
+
+DNS_LISTEN = "0.0.0.0:53"
+
+
+@dataclasses.dataclass(frozen=True)
+class Configs:
+    """The config of each component a command runs (None: not run by it)."""
+
+    layout: Layout
+    cni: CNIConfig | None = None
+    cri: CRIConfig | None = None
+    external_runtime: str | None = None  # --container-runtime-endpoint: the kubelet's runtime is not ours
+    apiserver: ApiServerConfig | None = None
+    podcidr: PodCIDRConfig | None = None
+    scheduler: SchedulerServiceConfig | None = None
+    controllers: ControllerManagerConfig | None = None
+    kubelet: KubeletConfig | None = None
+    netproxy: ProxyConfig | None = None
+    netpol: NetpolConfig | None = None
+    dns: DNSConfig | None = None
+    podnetwork: PodNetworkConfig | None = None
+    nodenet: NodeNetConfig | None = None
+
+    def by_component(self) -> dict[str, Any]:
+        """{component name: its config}, what `runner.run_components` hands each `serve`."""
+        out = {f.name: self.__dict__[f.name] for f in dataclasses.fields(self)
+               if f.name not in ("layout", "external_runtime") and self.__dict__[f.name] is not None}
+        if self.external_runtime:
+            out["cri"] = self.external_runtime
+        return out
+
+    def components(self, table: list[Component]) -> list[Component]:
+        """The command's component table, with the `cri` component standing in for an external runtime."""
+        if not self.external_runtime:
+            return table
+        return [dataclasses.replace(c, target=f"{__name__}:external_runtime") if c.name == "cri" else c
+                for c in table]
+
+
+async def external_runtime(endpoint: str, ready: asyncio.Event) -> None:
+    """The `cri` component when the kubelet uses another runtime (`--container-runtime-endpoint`)."""
+    logging.getLogger("nodeagent.cri").info("using the external runtime at %s; not starting ours", endpoint)
+    ready.set()
+    await asyncio.Event().wait()
+
+
+@contextlib.contextmanager
+def cli_errors(command: str) -> Iterator[None]:
+    """A config that does not validate ends the command with its message (as a bad --node-ip does)."""
+    try:
+        yield
+    except ValueError as e:
+        raise SystemExit(f"nodeagent {command}: {e}") from None
+
+
+# -- the node part (`up`, `agent`) -------------------------------------------------------------------------
+
+
+def node_ip_from(value: str | None) -> str | None:
+    """--node-ip, normalized; not an address: a CLI error."""
+    if not value:
+        return None
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise SystemExit(f"--node-ip {value!r}: not an IP address") from None
+
+
+def default_cluster_dns() -> str:
+    """The kube-dns ClusterIP the server's DNS registers in its default Service range (10.96.0.10)."""
+    from nodeagent.dns.register import default_service_ip
+
+    return default_service_ip(ApiServerConfig.service_cluster_ip_range)
+
+
+def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credentials) -> dict[str, Any]:
+    """The node's components (cni, cri, podcidr, kubelet, netproxy, netpol, nodenet) from the flags of
+    `add_node_arguments` (see `nodeagent.commands.up`)."""
+    node_name = (args.node_name or socket.gethostname()).lower()
+    node_ip = node_ip_from(args.node_ip)
+    network = PodNetwork(name=layout.network_name, bridge=args.bridge or layout.bridge,
+                         subnet=args.pod_subnet or None, conf_dir=layout.cni_conf_dir, ipam_dir=layout.cni_ipam_dir,
+                         daemon_socket=layout.cni_socket)
+    cgroup_root = layout.cgroup_root if args.cgroup_root is None else args.cgroup_root
+    external = args.container_runtime_endpoint or None
+    cri = None if external else CRIConfig(
+        socket=layout.cri_socket, state_dir=layout.cri_state_dir, image_dir=layout.image_dir,
+        cni_conf_dir=network.conf_dir, cni_bin_dirs=tuple(args.cni_bin_dir or DEFAULT_CNI_BIN_DIRS),
+        cni_socket=network.daemon_socket)
+    cluster_dns = default_cluster_dns() if args.cluster_dns is None else args.cluster_dns
+    kubelet = KubeletConfig(
+        data_dir=layout.data_dir, node_name=node_name, runtime_endpoint=external or layout.cri_socket,
+        credentials=credentials, root_dir=layout.kubelet_root_dir, log_dir=layout.pod_log_dir,
+        manifests_dir=layout.manifests_dir, cgroup_root=cgroup_root, manifest_url=args.manifest_url or "",
+        http_check_frequency=float(args.http_check_frequency or 20.0), eviction_hard=args.eviction_hard,
+        housekeeping_interval=float(args.housekeeping_interval or 10.0),
+        resync=float(args.sync_frequency or 60.0),
+        port=layout.kubelet_port if args.kubelet_port is None else args.kubelet_port,
+        address=args.kubelet_address or "0.0.0.0", cluster_dns=parse_cluster_dns(cluster_dns),
+        node_ip=node_ip or "")
+    netproxy = ProxyConfig(
+        mode=args.proxy_mode, node_name=node_name, node_ips=(node_ip,) if node_ip else (),
+        rule_counters=args.proxy_rule_counters, ipvs_scheduler=args.ipvs_scheduler,
+        ipvs_strict_arp=args.ipvs_strict_arp, cleanup_on_stop=layout.throwaway, credentials=credentials)
+    netpol = NetpolConfig(
+        chain_prefix=layout.netpol_chain_prefix, set_prefix=layout.netpol_set_prefix, table=layout.netpol_table,
+        mode=args.proxy_mode if args.proxy_mode in NETPOL_MODES else "iptables", node_name=node_name,
+        credentials=credentials)
+    return {"cni": CNIConfig(network, cgroup_root), "cri": cri, "external_runtime": external,
+            "podcidr": PodCIDRConfig(network, node_name, credentials), "kubelet": kubelet,
+            "netproxy": netproxy, "netpol": netpol,
+            "nodenet": NodeNetConfig(node_name, credentials, node_ip=node_ip, pod_subnet=network.subnet)}
+
+
+# -- the control plane (`up`, `server`) --------------------------------------------------------------------
+
+
+def dns_config(api: ApiServerConfig, kubeconfig: str, listen: str = DNS_LISTEN, **kw: Any) -> DNSConfig:
+    """Cluster DNS as a part of the server: kube-dns registered in its Service range, pointing at its
+    advertise address (else the listen address, or the default route's when listening on every one), and
+    an address in use retried instead of stopping the control plane."""
+    from nodeagent.apiserver.server import advertise_ip
+    from nodeagent.dns.server import split_hostport
+
+    kw.setdefault("register_service", True)
+    kw.setdefault("retry_bind", True)
+    advertise = api.advertise_address or advertise_ip(split_hostport(listen)[0])
+    return DNSConfig(kubeconfig=kubeconfig, listen=listen, service_cluster_ip_range=api.service_cluster_ip_range,
+                     advertise_address=advertise, **kw)
+
+
+def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: str, options: ControllerOptions,
+                          pod_network: str, dns_listen: str = DNS_LISTEN) -> dict[str, Any]:
+    """The parts beside the apiserver (scheduler, controllers, dns, podnetwork), each with the admin
+    kubeconfig the apiserver writes."""
+    kubeconfig = layout.admin_kubeconfig
+    return {"apiserver": api, "scheduler": SchedulerServiceConfig(kubeconfig),
+            "controllers": ControllerManagerConfig(kubeconfig, controllers, options),
+            "dns": dns_config(api, kubeconfig, dns_listen),
+            "podnetwork": PodNetworkConfig(kubeconfig, pod_network, options.cluster_cidr)}

@@ -1,0 +1,22 @@
+"""The `kubelet` component of `nodeagent up` / `agent`: `serve(config, ready)`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from nodeagent.kubelet.agent import Kubelet
+from nodeagent.kubelet.config import KubeletConfig
+from nodeagent.kubelet.cri import RuntimeClient
+
+
+async def serve(config: KubeletConfig, ready: asyncio.Event) -> None:
+    client = config.client()
+    cri = RuntimeClient(config.runtime_endpoint)
+    try:
+        await Kubelet(config, client, cri).run(ready)
+    finally:
+        with contextlib.suppress(Exception):
+            await cri.close()
+        with contextlib.suppress(Exception):
+            await client.close()

@@ -1,0 +1,137 @@
+"""Component configs: built once from a command's flags, frozen, and a bad value is a CLI error that says
+which one, before anything starts."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from nodeagent.commands import agent, cri, dns, netpol, proxy, server, up
+from nodeagent.commands.up import COMPONENTS, NODE_COMPONENTS
+
+
+def _parse(module, argv):
+    p = argparse.ArgumentParser()
+    module.add_arguments(p)
+    return p.parse_args(argv)
+
+
+def _up(tmp_path, *argv):
+    return up.config_from_args(_parse(up, ["--data-dir", str(tmp_path), *argv]))
+
+
+def _agent(tmp_path, *argv):
+    return agent.config_from_args(_parse(agent, ["--data-dir", str(tmp_path), "--server", "https://10.0.0.1:6443",
+                                                 "--token", "abcdef.0123456789abcdef", *argv]))
+
+
+def _server(tmp_path, *argv):
+    return server.config_from_args(_parse(server, ["--data-dir", str(tmp_path), *argv]))
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--eviction-hard", "memory.available<lots"], "eviction"),
+    (["--kubelet-port", "70000"], "kubelet port 70000"),
+    (["--cluster-dns", "10.96.0.10,dns.example"], "'dns.example' is not an IP address"),
+    (["--bridge", "a-bridge-name-too-long"], "bridge 'a-bridge-name-too-long'"),
+    (["--node-ip", "eth1"], "--node-ip 'eth1'"),
+    (["--housekeeping-interval", "-1"], "housekeeping_interval"),
+    (["--port", "99999"], "apiserver port 99999"),
+    (["--cluster-cidr", "10.0.0.0/33"], "--cluster-cidr"),
+])
+def test_up_refuses_a_bad_flag_naming_it(tmp_path, argv, says):
+    with pytest.raises(SystemExit, match=says):
+        _up(tmp_path, *argv)
+
+
+def test_agent_refuses_a_bad_pod_subnet(tmp_path):
+    with pytest.raises(SystemExit, match="nodeagent agent: pod network subnet"):
+        _agent(tmp_path, "--pod-subnet", "10.9.8.0/40")
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--controllers", "*,-podgc,nosuchcontroller"], "unknown controller 'nosuchcontroller'"),
+    (["--service-cluster-ip-range", "10.96.0.0/99"], "service cluster IP range"),
+    (["--advertise-address", "not-an-ip"], "nodeagent server: dns"),
+    (["--cluster-cidr", "nope"], "cluster CIDR"),
+])
+def test_server_refuses_a_bad_flag(tmp_path, argv, says):
+    with pytest.raises(SystemExit, match=says):
+        _server(tmp_path, *argv)
+
+
+def test_single_component_commands_refuse_bad_values(tmp_path):
+    with pytest.raises(SystemExit, match="nodeagent proxy: proxy: .*'nope'"):
+        proxy.config_from_args(_parse(proxy, ["--node-ip", "nope"]))
+    with pytest.raises(SystemExit, match="nodeagent dns: dns"):
+        dns.config_from_args(_parse(dns, ["--upstream", "192.0.2.1:fifty-three"]))
+    with pytest.raises(SystemExit, match="nodeagent netpol: netpol sync periods"):
+        netpol.config_from_args(_parse(netpol, ["--sync-period", "-5"]))
+    with pytest.raises(SystemExit, match="nodeagent cri: cri: socket is empty"):
+        cri.config_from_args(_parse(cri, ["--socket", ""]))
+
+
+def test_every_component_gets_its_own_frozen_config(tmp_path):
+    cfg = _up(tmp_path)
+    configs = cfg.by_component()
+    assert set(configs) == {c.name for c in COMPONENTS}
+    assert len({id(c) for c in configs.values()}) == len(configs)
+    for name, c in configs.items():
+        assert dataclasses.is_dataclass(c) and type(c).__dataclass_params__.frozen, name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.kubelet.node_name = "other"  # type: ignore[misc]
+    assert set(_agent(tmp_path).by_component()) == {c.name for c in NODE_COMPONENTS}
+    assert set(_server(tmp_path, "--without", "dns").by_component()) == {
+        "apiserver", "scheduler", "controllers", "podnetwork"}
+
+
+def test_up_s_node_parts_use_the_admin_kubeconfig_and_an_agent_its_own_credential(tmp_path):
+    cfg = _up(tmp_path)
+    admin = str(tmp_path / "admin.kubeconfig")
+    for c in (cfg.kubelet, cfg.netproxy, cfg.netpol, cfg.nodenet, cfg.podcidr):
+        assert c.credentials.kubeconfig == admin
+    assert cfg.scheduler.kubeconfig == cfg.controllers.kubeconfig == cfg.dns.kubeconfig == admin
+    joined = agent.config_from_args(_parse(agent, ["--data-dir", str(tmp_path), "--server", "https://10.0.0.1:6443",
+                                                   "--token", "t"]), node_kubeconfig="/n/kubelet.kubeconfig")
+    assert joined.kubelet.credentials.kubeconfig == "/n/kubelet.kubeconfig" and not joined.kubelet.credentials.token
+    plain = _agent(tmp_path)
+    assert (plain.netproxy.credentials.server, plain.netproxy.credentials.token) == (
+        "https://10.0.0.1:6443", "abcdef.0123456789abcdef")
+
+
+def test_a_throwaway_instance_cleans_up_and_serves_dns_on_its_own_port(tmp_path):
+    cfg = _up(tmp_path)
+    assert cfg.netproxy.cleanup_on_stop and cfg.dns.listen != "0.0.0.0:53"
+    assert cfg.dns.register_service and cfg.dns.retry_bind and cfg.dns.advertise_address
+    assert cfg.netpol.table == cfg.layout.netpol_table and cfg.netpol.chain_prefix.startswith("NA")
+
+
+def test_an_external_runtime_replaces_ours(tmp_path):
+    cfg = _up(tmp_path, "--container-runtime-endpoint", "unix:///run/containerd/containerd.sock")
+    assert cfg.cri is None and cfg.kubelet.runtime_endpoint == "unix:///run/containerd/containerd.sock"
+    assert cfg.by_component()["cri"] == "unix:///run/containerd/containerd.sock"
+    (stand_in,) = [c for c in cfg.components(COMPONENTS) if c.name == "cri"]
+    assert stand_in.target == "nodeagent.commands.configs:external_runtime" and stand_in.load() is not None
+
+
+def test_every_entry_point_is_a_serve_in_a_service_module():
+    """`<package>/service.py`, or `<package>/<component>_service.py` where a package has several."""
+    targets = {c.target for c in COMPONENTS + NODE_COMPONENTS}
+    targets |= {t for t, _ in server.OPTIONAL.values()}
+    for t in targets:
+        module, _, fn = t.partition(":")
+        last = module.rsplit(".", 1)[-1]
+        assert fn == "serve" and (last == "service" or last.endswith("_service")), t
+    for c in COMPONENTS:
+        assert c.load() is not None, c.target
+
+
+def test_credentials_take_a_kubeconfig_or_a_server():
+    from nodeagent.client.config import Credentials
+
+    with pytest.raises(ValueError, match="a kubeconfig or a server URL"):
+        Credentials()
+    with pytest.raises(ValueError, match="not both"):
+        Credentials(kubeconfig="k", server="https://x")
