@@ -29,10 +29,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from kernel import nftables as nl
+from kernel.netns import NetnsWorker
 from netproxy.iptables import nftrules as R
 from netproxy.iptables.nftproxier import _handle, _jump_target
-from netproxy.netns import NetnsWorker
-from netproxy.nftables import netlink as nl
 
 HOOKS = {"PREROUTING": (0, -100), "OUTPUT": (3, -100)}
 _NAT5 = (

@@ -21,8 +21,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from kernel.netns import NetnsWorker
 from netproxy.backends import make_proxier
-from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
 from nodeagent.testing.netproxy_lab import Lab, endpoint_slice, service

@@ -8,7 +8,7 @@ one `iptables-legacy-restore` of the text our full sync generated (full floor),
 one kube-proxy-style `iptables-legacy-restore --noflush` of one Service's changed
 chains into that loaded table (partial floor), the kernel's own floor for any
 legacy change (GET_ENTRIES + SET_REPLACE of the unchanged nat table, counters
-restored: netproxy/iptables/xtsock.py), python-iptables loading the whole ruleset
+restored: kernel/xtables.py), python-iptables loading the whole ruleset
 (up to --pyiptc-full-max Services; ~0.6 ms a rule), and one `nft -f` of our
 nftables table as `nft list` prints it (slow above ~5k: capped by
 --nft-floor-max). Each mode's line names the mechanism of each job. One-Service
@@ -34,8 +34,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # ipt_validate's kernel floor
 
+from kernel.netns import NetnsWorker
 from netproxy.backends import make_proxier
-from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
 from nodeagent.testing.netproxy_lab import endpoint_slice, service
@@ -122,8 +122,8 @@ def floor_restore(text: str) -> tuple[float, float]:
 def floors_iptables(plans: dict, node: NodeConfig, spn, sp, eps, large: bool, rounds: int, pyiptc_max: int) -> dict:
     """Legacy floors on `plans`' ruleset in a fresh netns: full restore, one Service's partial
     restore, the kernel's unchanged-table replace, and (small sizes) python-iptables full load."""
+    from kernel.xtables import replace_unchanged
     from netproxy.iptables.plan import full_restore, partial_restore, plan_port
-    from netproxy.iptables.xtsock import replace_unchanged
     from netproxy.model import Endpoint
 
     out: dict = {}

@@ -68,7 +68,7 @@ class Server(socketserver.UnixStreamServer):
     def __init__(self, path: str, workers: int = 8) -> None:
         self.plugins = _plugins()
         self.pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cni")
-        from cni import netlink
+        from kernel import netlink
 
         netlink.host()  # warm: pyroute2 imported, one socket open
         if os.path.exists(path):

@@ -1,16 +1,13 @@
 """iptables rules for masquerade and host ports: one `iptables-restore --noflush` per change.
 
-Backend choice is deliberate: the backend the host's `iptables` command uses
-(Debian 12: nf_tables), so `iptables-save` shows our rules next to everything
-else's; `NODEAGENT_IPTABLES=legacy|nft` overrides. Every rule we add carries a
-comment tag naming (network, containerID, ifname), so DEL and GC can find
-and remove them even when the result that made them is lost.
+The backend is the node's one (kernel.iptables.backend: the host `iptables` command's; Debian 12:
+nf_tables), so `iptables-save` shows our rules next to everything else's; `NODEAGENT_IPTABLES=legacy|nft`
+in the plugin's environment overrides. Every rule we add carries a comment tag naming (network,
+containerID, ifname), so DEL and GC can find and remove them even when the result that made them is lost.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 import re
 
 from cni.errors import INTERNAL, CNIError
@@ -18,33 +15,10 @@ from cni.sha import sha256
 
 TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
 
 TAG_RE = re.compile(r'--comment "?nodeagent/(\w+) net=(\S+) id=(\S+) if=([^"\s]+)"?')
-
-
-def backend(env: Mapping[str, str] | None = None) -> str:
-    forced = (env or {}).get("NODEAGENT_IPTABLES") or os.environ.get("NODEAGENT_IPTABLES")
-    if forced in ("legacy", "nft"):
-        return forced
-    return _host_backend()
-
-
-@functools.cache
-def _host_backend() -> str:
-    """The backend behind the host's `iptables` (iptables-nft → xtables-nft-multi, or -legacy)."""
-    import shutil
-    import subprocess
-
-    exe = shutil.which("iptables") or "/usr/sbin/iptables"
-    real = os.path.basename(os.path.realpath(exe))
-    if "legacy" in real:
-        return "legacy"
-    if "nft" in real:
-        return "nft"
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False).stdout
-    return "nft" if "nf_tables" in out else "legacy"
 
 
 def tag(kind: str, network: str, cid: str, ifname: str) -> str:

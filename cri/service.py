@@ -34,9 +34,9 @@ def open_image_store(root: Path, registries: str | None):
 
 async def serve(config: CRIConfig, ready: asyncio.Event) -> None:
     from cni.invoke import CNI
-    from cri.runtime.cgroups import detect
     from cri.runtime.service import Runtime, RuntimeOptions
     from cri.server.app import start_server
+    from kernel.cgroups import detect
 
     cfg = config
     state = Path(cfg.state_dir)

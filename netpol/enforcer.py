@@ -17,8 +17,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from kernel.netns import NetnsWorker
 from netpol.model import Changes, PolicyModel
-from netproxy.netns import NetnsWorker
 from netproxy.runner import BoundedFrequencyRunner
 
 log = logging.getLogger("netpol")

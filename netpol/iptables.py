@@ -42,9 +42,9 @@ class IptablesBackend:
     def __init__(self, chain_prefix: str = "NODEAGENT-NP", set_prefix: str = "NA-NP-",
                  backend: str | None = None) -> None:
         if backend is None:  # the node's one backend, shared with Service rules and the CNI plugins
-            from nodeagent.host.probe import node_iptables_backend
+            from kernel import iptables
 
-            backend = node_iptables_backend()
+            backend = iptables.backend()
         self.cmd = "iptables-legacy" if backend == "legacy" else "iptables-nft"
         if not shutil.which(self.cmd):
             self.cmd = "iptables"

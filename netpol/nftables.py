@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 
+from kernel import nftables as nl
 from netpol.iptables import MARK_EGRESS, MARK_INGRESS, BackendError, run
 from netpol.model import INGRESS, ISO_SETS, Changes, Line, PolicyModel
-from netproxy.nftables import netlink as nl
 
 log = logging.getLogger("netpol.nftables")
 

@@ -12,9 +12,9 @@ import asyncio
 import contextlib
 import logging
 
+from kernel.netns import NetnsWorker
 from netpol.config import NetpolConfig
 from netpol.enforcer import Backend, Enforcer, make_backend
-from netproxy.netns import NetnsWorker
 
 log = logging.getLogger("netpol")
 

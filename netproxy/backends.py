@@ -23,14 +23,14 @@ def make_proxier(mode: str, node: NodeConfig, **options: str) -> Proxier:
 
 def make_iptables_proxier(node: NodeConfig, backend: str | None = None, **options: str) -> Proxier:
     """The iptables mode on the node's iptables backend (one for every iptables user on the node:
-    nodeagent.host.probe.node_iptables_backend). `backend`: "nft" (iptables-nft rules written over
+    kernel.iptables.backend). `backend`: "nft" (iptables-nft rules written over
     nf_tables netlink, the default where the kernel has nf_tables), "legacy" (x_tables: a streamed
     iptables-legacy-restore, libiptc or xtblob changes), "nft-restore" (the iptables-nft-restore tool,
     kept for comparison: its full loads are superlinear)."""
     if backend is None:
-        from nodeagent.host.probe import node_iptables_backend
+        from kernel import iptables
 
-        backend = "legacy" if options.get("incremental") else node_iptables_backend()
+        backend = "legacy" if options.get("incremental") else iptables.backend()
     if backend == "nft":
         from netproxy.iptables.nftproxier import CHUNK, IptablesNftProxier
 

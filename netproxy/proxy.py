@@ -17,8 +17,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from kernel.netns import NetnsWorker
 from netproxy import conntrack
-from netproxy.netns import NetnsWorker
 from netproxy.proxier import Proxier, SyncResult
 from netproxy.runner import BoundedFrequencyRunner
 from netproxy.tracker import Changes, EndpointsChangeTracker, ProxyState, ServiceChangeTracker

@@ -14,10 +14,10 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from kernel.netns import NetnsWorker
 from netproxy.backends import make_proxier
 from netproxy.config import ProxyConfig
 from netproxy.iptables.libiptc import load_iptc
-from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
 

@@ -14,9 +14,11 @@ import errno
 import ipaddress
 import os
 
-from cni import delegate, iptables, masq, rtnl
+from cni import delegate, masq
 from cni.errors import INTERNAL, INVALID_CONFIG, NOT_AVAILABLE, UNKNOWN_CONTAINER, UNSUPPORTED_FIELD, CNIError
 from cni.sha import sha256
+from kernel import rtnl
+from kernel.iptables import backend as iptables_backend
 
 TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
 if TYPE_CHECKING:
@@ -88,16 +90,24 @@ def _sysctl(path: str, value: str) -> None:
         f.write(value)
 
 
+def open_netns(path: str) -> int:
+    """An fd for the netns at `path` (CNI_NETNS); CNIError 3 if it is not there."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise CNIError(UNKNOWN_CONTAINER, "failed to open netns", f"{path}: {e.strerror}") from None
+
+
 class Bridge:
     def __init__(self, masq_cache: masq.Cache | None = None) -> None:
         # a resident daemon passes one long-lived cache; an exec'd plugin starts empty each time
         self.masq_cache = masq_cache or masq.Cache()
 
     def add(self, a: CmdArgs) -> dict[str, Any]:
-        from cni import netns
+        from kernel import netns
 
         conf = parse_conf(a.config)
-        fd = netns.open_netns(a.netns)
+        fd = open_netns(a.netns)
         undo = contextlib.ExitStack()
         with contextlib.closing(_Fd(fd)), undo:
             br = ensure_bridge(conf)
@@ -122,7 +132,7 @@ class Bridge:
             if conf.hairpin:
                 _sysctl(f"/sys/class/net/{host_name}/brport/hairpin_mode", "1")
             if conf.vlan:
-                from cni import netlink
+                from kernel import netlink
 
                 netlink.set_vlan(netlink.host(), int(host["ifindex"]), conf.vlan)
 
@@ -139,7 +149,7 @@ class Bridge:
                     if gw:
                         plen = ipaddress.ip_interface(ip["address"]).network.prefixlen
                         if conf.force_address:
-                            from cni import netlink
+                            from kernel import netlink
 
                             _drop_other_addrs(netlink.host(), br_idx, gw, ip["address"])
                         rtnl.request([rtnl.add_address(br_idx, f"{gw}/{plen}", 1)], ok_errnos=(errno.EEXIST,))
@@ -161,7 +171,8 @@ class Bridge:
 
             if conf.ip_masq:
                 with masq.bridge_lock(conf.bridge):
-                    masq.ensure(iptables.backend(a.env), conf.name, [i["address"] for i in ips], self.masq_cache)
+                    masq.ensure(iptables_backend(a.env), conf.name, [i["address"] for i in ips],
+                                self.masq_cache)
             undo.pop_all()
         for ip in ips:
             ip["interface"] = 2
@@ -192,10 +203,10 @@ class Bridge:
         prefix = veth_prefix(conf.name)
         with masq.bridge_lock(conf.bridge):
             if not any(n.startswith(prefix) for n in os.listdir("/sys/class/net")):
-                masq.remove(iptables.backend(a.env), conf.name, self.masq_cache)
+                masq.remove(iptables_backend(a.env), conf.name, self.masq_cache)
 
     def check(self, a: CmdArgs) -> None:
-        from cni import netlink, netns
+        from kernel import netlink
 
         conf = parse_conf(a.config)
         prev = a.config.get("prevResult")
@@ -210,7 +221,7 @@ class Bridge:
         h = netlink.get_link(ipr, host_name)
         if h is None or h.get_attr("IFLA_MASTER") != br_idx:
             raise CNIError(UNKNOWN_CONTAINER, f"host veth {host_name} missing or not on {conf.bridge}")
-        fd = netns.open_netns(a.netns)
+        fd = open_netns(a.netns)
         try:
             have = netlink.in_netns(fd, lambda c: _addresses(c, a.ifname))
         finally:
@@ -222,7 +233,8 @@ class Bridge:
             if addr not in have:
                 raise CNIError(UNKNOWN_CONTAINER, f"address {addr} not on {a.ifname}")
         if conf.ip_masq:
-            gone = masq.missing(iptables.backend(a.env), conf.name, [i["address"] for i in prev.get("ips", [])])
+            addresses = [i["address"] for i in prev.get("ips", [])]
+            gone = masq.missing(iptables_backend(a.env), conf.name, addresses)
             if gone:
                 raise CNIError(INTERNAL, "masquerade rules missing", gone[0])
 
@@ -242,7 +254,7 @@ class Bridge:
     def status(self, a: CmdArgs) -> None:
         conf = parse_conf(a.config)
         if conf.ip_masq:
-            be = iptables.backend(a.env)
+            be = iptables_backend(a.env)
             if not any(os.access(os.path.join(d, f"iptables-{be}-restore"), os.X_OK)
                        for d in a.env.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").split(os.pathsep) + ["/usr/sbin"]):
                 raise CNIError(NOT_AVAILABLE, f"ipMasq needs iptables-{be}-restore, which is not installed")
@@ -250,7 +262,7 @@ class Bridge:
 
 
 def _addresses(c: Any, ifname: str) -> set[str] | None:
-    from cni import netlink
+    from kernel import netlink
 
     idx = netlink.link_index(c, ifname)
     if idx is None:
@@ -284,7 +296,7 @@ def ensure_bridge(conf: NetConf) -> dict[str, str]:
     if link is not None and not os.path.isdir(f"/sys/class/net/{conf.bridge}/bridge"):
         raise CNIError(INVALID_CONFIG, f"{conf.bridge} exists and is not a bridge")
     if link is None:
-        from cni import netlink
+        from kernel import netlink
 
         netlink.ensure_bridge(netlink.host(), conf.bridge, conf.mtu, False, False)
         link = rtnl.sysfs_link(conf.bridge)
@@ -296,7 +308,7 @@ def ensure_bridge(conf: NetConf) -> dict[str, str]:
             raise CNIError(UNSUPPORTED_FIELD, "vlan needs bridge VLAN filtering, which this kernel lacks",
                            "CONFIG_BRIDGE_VLAN_FILTERING")
         if _read(flag) != "1":
-            from cni import netlink
+            from kernel import netlink
 
             netlink.host().link("set", index=int(link["ifindex"]), kind="bridge", br_vlan_filtering=1)
     if int(link["flags"], 16) & want != want:

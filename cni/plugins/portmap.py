@@ -16,6 +16,7 @@ import os
 from cni import iptables
 from cni.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, CNIError
 from cni.plugins.host_local import valid_attachments
+from kernel.iptables import backend as iptables_backend
 
 TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class Portmap:
         pods = _pod_v4(prev)
         if not pods:
             return prev
-        be = iptables.backend(a.env)
+        be = iptables_backend(a.env)
         self._remove(be, a, exact=True)  # a retried ADD replaces, never duplicates
         snat = a.config.get("snat", True) is not False
         if snat:
@@ -112,7 +113,7 @@ class Portmap:
         iptables.remove_tagged(be, "nat", "portmap", lambda n, c, i: (n, c, i) == key, PREFIXES)
 
     def delete(self, a: CmdArgs) -> None:
-        self._remove(iptables.backend(a.env), a, exact=True)
+        self._remove(iptables_backend(a.env), a, exact=True)
 
     def check(self, a: CmdArgs) -> None:
         if not isinstance(a.config.get("prevResult"), dict):
@@ -120,13 +121,13 @@ class Portmap:
         if not mappings(a.config):
             return
         dn = iptables.chain_name(DN_PREFIX, a.name, a.container_id, a.ifname)
-        if f":{dn} " not in iptables.save(iptables.backend(a.env), "nat"):
+        if f":{dn} " not in iptables.save(iptables_backend(a.env), "nat"):
             raise CNIError(UNKNOWN_CONTAINER, f"portmap chain {dn} missing")
 
     def gc(self, a: CmdArgs) -> None:
         valid = valid_attachments(a.config)
         with contextlib.suppress(CNIError):
-            iptables.remove_tagged(iptables.backend(a.env), "nat", "portmap",
+            iptables.remove_tagged(iptables_backend(a.env), "nat", "portmap",
                                    lambda n, c, i: n == a.name and (c, i) not in valid, PREFIXES)
 
     def status(self, a: CmdArgs) -> None:

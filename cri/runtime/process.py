@@ -27,7 +27,7 @@ import struct
 import termios
 import time
 
-from cri.runtime import syscalls as sc
+from kernel import syscalls as sc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Creds:
     groups: tuple[int, ...] = ()
     caps: int = 0  # bounding (and, for root, effective/permitted) capability mask
     no_new_privs: bool = False
-    seccomp: object | None = None  # a cri.runtime.seccomp.Profile, loaded before the exec
+    seccomp: object | None = None  # a kernel.seccomp.Profile, loaded before the exec
     apparmor: str = ""  # the AppArmor profile the exec transitions to ("" = none); see cri/runtime/apparmor.py
 
 

@@ -1,4 +1,4 @@
-"""The RuntimeDefault seccomp profile, built with libseccomp (the library runc and containerd use).
+"""The runtime's RuntimeDefault seccomp profile (the filter mechanism is kernel.seccomp).
 
 Docker's and containerd's default profile is an allow-list of ~350 syscalls; this is its
 deny-list counterpart: the syscalls that profile refuses to a container without extra
@@ -9,11 +9,9 @@ Everything else is allowed. Built once in the daemon; a forked container child o
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
-import functools
-import os
+
+from kernel.seccomp import SCMP_ACT_ALLOW, SCMP_ACT_ERRNO, Profile
 
 DENIED = (
     "acct", "add_key", "bpf", "clock_adjtime", "clock_settime", "create_module", "delete_module",
@@ -26,118 +24,12 @@ DENIED = (
     "unshare", "uselib", "userfaultfd", "ustat", "vm86", "vm86old",
 )
 
-SCMP_ACT_ALLOW = 0x7FFF0000
-SCMP_FLTATR_CTL_NNP = 3  # enum scmp_filter_attr
-
-
-def SCMP_ACT_ERRNO(e: int) -> int:
-    return 0x00050000 | (e & 0x0000FFFF)
-
-
-class Profile:
-    """A loaded-on-demand filter: `load()` applies it to the calling thread (forked child).
-
-    Without arguments: RuntimeDefault. `default_action` and `rules` ((syscall, action), ...) build any
-    other filter, e.g. a Localhost profile from `from_json`."""
-
-    def __init__(self, default_action: int = SCMP_ACT_ALLOW,
-                 rules: tuple[tuple[str, int], ...] | None = None) -> None:
-        name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
-        self.lib = ctypes.CDLL(name, use_errno=True)
-        self.lib.seccomp_init.restype = ctypes.c_void_p
-        self.lib.seccomp_init.argtypes = [ctypes.c_uint32]
-        self.lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-        self.lib.seccomp_rule_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint]
-        self.lib.seccomp_load.argtypes = [ctypes.c_void_p]
-        self.lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        self.lib.seccomp_attr_get.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint32)]
-        self._bpf: tuple[bytes, bool] | None = None
-        self.ctx = self.lib.seccomp_init(default_action)
-        if not self.ctx:
-            raise OSError("seccomp_init failed")
-        if rules is None:
-            rules = tuple((name, SCMP_ACT_ERRNO(errno.EPERM)) for name in DENIED)
-        for name, action in rules:
-            if action == default_action:
-                continue  # libseccomp refuses a rule that repeats the default
-            nr = self.lib.seccomp_syscall_resolve_name(name.encode())
-            if nr < 0:
-                continue  # not a syscall on this architecture
-            rc = self.lib.seccomp_rule_add(self.ctx, action, nr, 0)
-            if rc < 0:
-                raise OSError(-rc, f"seccomp_rule_add {name}")
-
-    def load(self) -> None:
-        rc = self.lib.seccomp_load(self.ctx)
-        if rc < 0:
-            raise OSError(-rc, "seccomp_load")
-
-    def bpf(self) -> tuple[bytes, bool]:
-        """The compiled filter (struct sock_filter[]) and whether loading it sets no_new_privs, as
-        seccomp_load would: what the C launcher loads in the container (exported once)."""
-        if self._bpf is None:
-            fd = os.memfd_create("seccomp-bpf", os.MFD_CLOEXEC)
-            try:
-                rc = self.lib.seccomp_export_bpf(self.ctx, fd)
-                if rc < 0:
-                    raise OSError(-rc, "seccomp_export_bpf")
-                size = os.lseek(fd, 0, os.SEEK_END)
-                prog = os.pread(fd, size, 0)
-            finally:
-                os.close(fd)
-            nnp = ctypes.c_uint32(1)
-            rc = self.lib.seccomp_attr_get(self.ctx, SCMP_FLTATR_CTL_NNP, ctypes.byref(nnp))
-            if rc < 0:
-                raise OSError(-rc, "seccomp_attr_get")
-            self._bpf = (prog, bool(nnp.value))
-        return self._bpf
-
-
-ACTIONS = {"SCMP_ACT_ALLOW": SCMP_ACT_ALLOW, "SCMP_ACT_KILL": 0, "SCMP_ACT_KILL_THREAD": 0,
-           "SCMP_ACT_KILL_PROCESS": 0x80000000, "SCMP_ACT_TRAP": 0x00030000, "SCMP_ACT_LOG": 0x7FFC0000}
-
-
-def _action(rule: dict, field: str) -> int:
-    name = rule.get(field, "")
-    if name == "SCMP_ACT_ERRNO":
-        return SCMP_ACT_ERRNO(int(rule.get("errnoRet", errno.EPERM)))
-    if name not in ACTIONS:
-        raise ValueError(f"unsupported seccomp action {name!r}")
-    return ACTIONS[name]
-
-
-def parse_json(text: str) -> tuple[int, tuple[tuple[str, int], ...]]:
-    """A Localhost profile in the OCI/Docker JSON format (defaultAction, syscalls[names|name, action,
-    errnoRet]): the default action and one (syscall, action) per name. Argument filters are refused
-    rather than silently widened."""
-    import json
-
-    doc = json.loads(text)
-    if not isinstance(doc, dict) or "defaultAction" not in doc:
-        raise ValueError("a seccomp profile needs a defaultAction")
-    default = _action(doc, "defaultAction")
-    rules = []
-    for r in doc.get("syscalls") or []:
-        if r.get("args"):
-            raise ValueError("seccomp rules with argument filters are not supported")
-        names = r.get("names") or ([r["name"]] if r.get("name") else [])
-        action = _action(r, "action")
-        rules += [(n, action) for n in names]
-    return default, tuple(rules)
-
-
-@functools.lru_cache(maxsize=64)
-def from_json(text: str) -> Profile:
-    default, rules = parse_json(text)
-    return Profile(default, rules)
-
-
 _PROFILE: Profile | None = None
 
 
 def runtime_default() -> Profile:
-    """The process-wide profile (built at first use, before any fork needs it)."""
+    """The process-wide RuntimeDefault filter (built at first use, before any fork needs it)."""
     global _PROFILE
     if _PROFILE is None:
-        _PROFILE = Profile()
+        _PROFILE = Profile(SCMP_ACT_ALLOW, tuple((name, SCMP_ACT_ERRNO(errno.EPERM)) for name in DENIED))
     return _PROFILE

@@ -30,8 +30,6 @@ from cri.runtime import apparmor as aalib
 from cri.runtime import caps as capslib
 from cri.runtime import config as cfglib
 from cri.runtime import stdio
-from cri.runtime import syscalls as sc
-from cri.runtime.cgroups import Cgroups, Resources
 from cri.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unimplemented
 from cri.runtime.process import Creds, LaunchError, LaunchSpec, Mount, exec_in, launch
 from cri.runtime.state import (
@@ -50,6 +48,8 @@ from cri.runtime.state import (
     proc_start,
     save,
 )
+from kernel import syscalls as sc
+from kernel.cgroups import Cgroups, Resources
 
 log = logging.getLogger("nodeagent.cri.runtime")
 
@@ -700,7 +700,7 @@ class Runtime:
 
             profile = runtime_default()
         elif L.get("seccomp", "").startswith("localhost:"):
-            from cri.runtime.seccomp import from_json
+            from kernel.seccomp import from_json
 
             profile = from_json(L["seccomp"].removeprefix("localhost:"))
         return Creds(L["uid"], L["gid"], tuple(L["groups"]), L["caps"], L["no_new_privs"], profile,
@@ -1067,7 +1067,7 @@ def _seccomp_choice(sec: pb.LinuxContainerSecurityContext) -> str:
 
 
 def _localhost_seccomp(path: str, field: str) -> str:
-    from cri.runtime.seccomp import parse_json
+    from kernel.seccomp import parse_json
 
     if not os.path.isabs(path):
         raise InvalidArgument(f"{field}: {path!r} is not an absolute path")

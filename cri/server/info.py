@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from cri.proto import api_pb2 as pb
-from cri.runtime import syscalls as sc
 from cri.runtime.errors import Unimplemented
 from cri.server.boundary import rpc
+from kernel import syscalls as sc
 
 RUNTIME_NAME = "nodeagent"
 RUNTIME_API_VERSION = "v1"

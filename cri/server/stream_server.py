@@ -22,17 +22,16 @@ import secrets
 import socket
 import struct
 import termios
-import threading
 import time
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from cri.runtime import syscalls as sc
 from cri.runtime.process import spawn_exec
 from cri.server import attach
 from cri.server import spdy_streams as sp
 from cri.server.fdio import make_nonblocking, read_fd, write_fd
+from kernel import netns
 
 log = logging.getLogger("nodeagent.cri.stream")
 
@@ -62,32 +61,9 @@ def failure(message: str) -> bytes:
 
 
 def connect_in_netns(netns_path: str, port: int) -> socket.socket:
-    """A TCP connection to 127.0.0.1:port made inside a pod's network namespace.
-
-    setns happens on a dedicated thread that switches back before it ends, never on a shared one."""
-    result: dict[str, Any] = {}
-
-    def work() -> None:
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        target = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            sc.setns(target, sc.CLONE_NEWNET)
-            try:
-                result["sock"] = socket.create_connection(("127.0.0.1", port), timeout=5)
-            finally:
-                sc.setns(own, sc.CLONE_NEWNET)
-        except BaseException as e:  # reported to the caller
-            result["error"] = e
-        finally:
-            os.close(own)
-            os.close(target)
-
-    t = threading.Thread(target=work, name=f"netns-connect-{port}")
-    t.start()
-    t.join()
-    if "error" in result:
-        raise result["error"]
-    return result["sock"]
+    """A TCP connection to 127.0.0.1:port made inside a pod's network namespace (on a thread of its own
+    that switches back: kernel.netns)."""
+    return netns.run_in(netns_path, lambda: socket.create_connection(("127.0.0.1", port), timeout=5))
 
 
 class StreamServer:

@@ -87,6 +87,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 
+from kernel import nftables as nl
 from netproxy.iptables.nftrules import body, encode, use_counters
 from netproxy.iptables.plan import (
     FILTER,
@@ -101,7 +102,6 @@ from netproxy.iptables.plan import (
     plan_port,
 )
 from netproxy.model import ServicePortName
-from netproxy.nftables import netlink as nl
 from netproxy.proxier import NodeConfig, SyncResult
 from netproxy.tracker import Changes, ProxyState
 

@@ -30,7 +30,7 @@ import ipaddress
 import socket
 import struct
 
-from netproxy.nftables import netlink as nl
+from kernel import nftables as nl
 
 PROTOS = {"tcp": 6, "udp": 17, "sctp": 132}
 VERDICTS = {"ACCEPT": nl.ACCEPT, "DROP": nl.DROP, "RETURN": nl.RETURN}

@@ -140,8 +140,8 @@ class IptablesProxier:
         if self.incremental == "xtblob":
             n = self._blob_apply(partial_ops(self.plans, new, changes.ports))
         elif self.incremental == "libiptc":
+            from kernel.xtables import xtables_lock
             from netproxy.iptables.libiptc import apply_partial
-            from netproxy.iptables.xtsock import xtables_lock
 
             with xtables_lock():  # python-iptables does not take it; iptables -w does
                 n = apply_partial(self.plans, new, changes.ports, self.node)
@@ -159,7 +159,8 @@ class IptablesProxier:
 
     def _blob_apply(self, ops: dict) -> int:
         """One SET_REPLACE per touched table (see xtblob); a failure leaves the next sync full."""
-        from netproxy.iptables.xtblob import XtTable, open_socket, xtables_lock
+        from kernel.xtables import open_socket, xtables_lock
+        from netproxy.iptables.xtblob import XtTable
 
         n = 0
         with xtables_lock(), open_socket() as sock:

@@ -30,7 +30,6 @@ writes them, so iptables-legacy-save / -S see an ordinary table.
 from __future__ import annotations
 
 import bisect
-import ctypes
 import dataclasses
 import errno
 import functools
@@ -42,8 +41,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from netproxy.iptables import xtsock
-from netproxy.iptables.xtsock import xtables_lock  # noqa: F401  (re-exported for callers)
+from kernel import xtables
 
 ENTRY = 112  # sizeof(struct ipt_entry)
 ERROR_ENTRY = 176  # entry + xt_error_target
@@ -147,10 +145,10 @@ class XtTable:
             buf = bytearray((96 + size + size // 8 + 7) & ~7)
         return buf
 
-    def _fetch(self, sock: socket.socket) -> xtsock.TableInfo:
-        info = xtsock.get_info(sock, self.name)
+    def _fetch(self, sock: socket.socket) -> xtables.TableInfo:
+        info = xtables.get_info(sock, self.name)
         fresh = self._buffer(info.size)
-        xtsock.get_entries_into(sock, info, fresh)
+        xtables.get_entries_into(sock, info, fresh)
         same = (self._blob is not None and info.size == self._size and info.num_entries == len(self._eoff)
                 and (info.hook_entry, info.underflow) == self._hooks)
         if same:
@@ -173,7 +171,7 @@ class XtTable:
         u64[base + 13] = 0
         np.frombuffer(blob, np.uint32)[(eoff + 96 + 92) // 4] = 0
 
-    def _parse(self, blob: bytearray, info: xtsock.TableInfo) -> None:
+    def _parse(self, blob: bytearray, info: xtables.TableInfo) -> None:
         self.reparsed += 1
         mv = memoryview(blob)[96:96 + info.size]
         offs = []
@@ -260,7 +258,7 @@ class XtTable:
         ops = list(ops)
         try:
             return self._apply(sock, ops)
-        except xtsock.XtablesError as e:
+        except xtables.XtablesError as e:
             if e.errno != errno.EAGAIN:
                 raise
             return self._apply(sock, ops)
@@ -435,16 +433,14 @@ class XtTable:
                            for h, v in zip(self._hooks[0], valid, strict=True))
         underflow = tuple(int(map_pos(np.array([u], np.int64), False)[0]) if v else u
                           for u, v in zip(self._hooks[1], valid, strict=True))
-        info = xtsock.TableInfo(self.name, self._valid_hooks, self._hooks[0], self._hooks[1], len(self._eoff),
-                                old_size)
-        buf = (ctypes.c_char * len(out)).from_buffer(out)
+        info = xtables.TableInfo(self.name, self._valid_hooks, self._hooks[0], self._hooks[1],
+                                 len(self._eoff), old_size)
         t_replace = time.perf_counter()
-        old_counters = xtsock.replace(sock, info, buf, len(eoff_new), new_size, hook_entry, underflow)
-        del buf
+        old_counters = xtables.replace(sock, info, out, len(eoff_new), new_size, hook_entry, underflow)
         oc = np.frombuffer(old_counters, np.uint64).reshape(-1, 2)
         nc = np.zeros((len(eoff_new), 2), np.uint64)
         nc[np.searchsorted(eoff_new, eoff_kept_new)] = oc[keep_e]
-        xtsock.add_counters(sock, self.name, nc.tobytes())
+        xtables.add_counters(sock, self.name, nc.tobytes())
         self.timing["replace"] = time.perf_counter() - t_replace
         # the index, for the next change
         gone = inside(self._head)
@@ -477,7 +473,3 @@ class XtTable:
         self._eoff = eoff_new
         self._jpos = np.sort(np.concatenate([jpos_new, np.array(new_j, np.int64)]))
         self._hooks = (hook_entry, underflow)
-
-
-def open_socket() -> socket.socket:
-    return socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)

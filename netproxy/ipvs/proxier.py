@@ -115,9 +115,9 @@ class IpvsProxier:
         self.scheduler = scheduler
         self.strict_arp = strict_arp if isinstance(strict_arp, bool) else strict_arp.lower() in ("1", "true", "yes")
         self.applied = Desired()
-        from nodeagent.host.probe import node_iptables_backend
+        from kernel import iptables
 
-        self.ipt = f"iptables-{node_iptables_backend()}"  # the node's one iptables backend
+        self.ipt = f"iptables-{iptables.backend()}"  # the node's one iptables backend
 
     # -- kernel state ------------------------------------------------------------------------------
     def _ensure_base(self) -> None:
@@ -220,14 +220,14 @@ class IpvsProxier:
     def cleanup(self) -> None:
         from pyroute2 import IPVS, IPRoute, IPVSService
 
+        from kernel.netlink import delete_link
+
         with IPVS() as ipvs:
             for key in list(self.read_kernel().services):
                 ip, proto, port = key
                 ipvs.service("del", service=IPVSService(addr=ip, port=port, protocol=PROTO[proto]))
         with IPRoute() as ipr:
-            idx = ipr.link_lookup(ifname=DUMMY)
-            if idx:
-                ipr.link("del", index=idx[0])
+            delete_link(ipr, DUMMY)
         for chain, target, comment in JUMPS:
             self._delete_jump(chain, target, comment)
             self._delete_jump(chain, target)

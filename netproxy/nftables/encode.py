@@ -6,7 +6,7 @@ import functools
 import ipaddress
 import struct
 
-from netproxy.nftables import netlink as nl
+from kernel import nftables as nl
 from netproxy.nftables.plan import (
     HAIRPIN,
     MARK_MASQ,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import subprocess
 from collections import Counter, defaultdict
 
+from kernel import nftables as nl
 from netproxy.model import ServicePortName
 from netproxy.nftables import encode
-from netproxy.nftables import netlink as nl
 from netproxy.nftables.plan import HAIRPIN, PortPlan, plan_port
 from netproxy.proxier import NodeConfig, SyncResult
 from netproxy.tracker import Changes, ProxyState

@@ -43,9 +43,9 @@ def config_from_args(args: argparse.Namespace, node_kubeconfig: str | None = Non
 def run(args: argparse.Namespace) -> int:
     import socket
 
+    from kernel.memory import lean_process
     from nodeagent.api.bootstrap_token import is_token
     from nodeagent.commands.up import NODE_COMPONENTS, no_grpc_fork_handlers
-    from nodeagent.host.memory import lean_process
     from nodeagent.kubelet.tls_bootstrap import JoinRefused, join
     from nodeagent.runner import run_components
 

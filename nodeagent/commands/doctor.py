@@ -12,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nodeagent.host.probe import format_report, probe_host
+    from kernel.probe import format_report, probe_host
 
     report = probe_host()
     if args.output == "json":

@@ -69,9 +69,9 @@ def config_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
 
+    from kernel.netns import NetnsWorker
     from netpol.enforcer import Enforcer
     from netpol.service import backend_for
-    from netproxy.netns import NetnsWorker
 
     if args.from_file and args.kubeconfig:
         raise SystemExit("netpol: use --kubeconfig or --from-file, not both")

@@ -64,7 +64,7 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from netproxy.netns import NetnsWorker
+    from kernel.netns import NetnsWorker
     from netproxy.service import StaticSource, make_proxy
 
     cfg = config_from_args(args)

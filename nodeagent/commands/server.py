@@ -88,7 +88,7 @@ def config_from_args(args: argparse.Namespace) -> Configs:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from nodeagent.host.memory import lean_process
+    from kernel.memory import lean_process
     from nodeagent.runner import Component, run_components
 
     lean_process()

@@ -183,8 +183,8 @@ def no_grpc_fork_handlers() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nodeagent.host.memory import lean_process
-    from nodeagent.host.probe import probe_host
+    from kernel.memory import lean_process
+    from kernel.probe import probe_host
 
     lean_process()
     no_grpc_fork_handlers()

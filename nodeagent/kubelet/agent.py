@@ -420,7 +420,7 @@ def _ensure_qos_tree(driver: Any, cgroup_root: tuple[str, ...]) -> None:
 def _cgroup_driver() -> Any:
     """The runtime's one cgroup driver (v1 or v2 by detection), or None where cgroups are unavailable."""
     try:
-        from cri.runtime.cgroups import detect
+        from kernel.cgroups import detect
 
         return detect()
     except Exception as e:

@@ -1,6 +1,6 @@
 """Removing the kubelet-owned cgroups (pod<uid>, the QoS tree) once their pods are gone.
 
-Creation and limits go through the runtime's one cgroup driver (`cri.runtime.cgroups`); removal does
+Creation and limits go through the one cgroup driver (`kernel.cgroups`); removal does
 too, and on cgroup v1 also rmdirs the same (empty) path in the hierarchies that driver does not manage
 (freezer, blkio, name=systemd, the hybrid cgroup2 mount, ...), where runc under containerd creates a pod's parents as well.
 """
@@ -11,13 +11,13 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from cri.runtime.cgroups.base import rmdir_retry
+from kernel.cgroups.base import rmdir_retry
+from kernel.mounts import mountinfo
 
 
-def _cgroup_mounts(mounts_file: Path = Path("/proc/self/mounts")) -> list[str]:
+def _cgroup_mounts() -> list[str]:
     """Every cgroup hierarchy, the hybrid layout's cgroup2 mount included."""
-    return [line.split()[1] for line in mounts_file.read_text().splitlines()
-            if line.split()[2] in ("cgroup", "cgroup2")]
+    return [m.point for m in mountinfo() if m.fstype in ("cgroup", "cgroup2")]
 
 
 def remove_cgroup(driver: Any, path: str) -> None:

@@ -22,7 +22,7 @@ log = logging.getLogger("nodeagent.kubelet.eviction")
 
 def memory_mount() -> Path | None:
     """Where the memory controller's pod cgroups are (v1 memory hierarchy, or the v2 root)."""
-    from nodeagent.host.probe import detect_cgroups
+    from kernel.cgroups import detect_cgroups
 
     info = detect_cgroups()
     if info.version == "v1":

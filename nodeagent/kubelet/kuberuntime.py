@@ -79,7 +79,7 @@ class PodRuntime:
         self.memory_capacity = memory_capacity
         self.runtime_name = runtime_name
         self.sandbox_image = sandbox_image
-        self.cgroups = cgroups  # the runtime's cgroup driver (cri.runtime.cgroups), for pod cgroup removal
+        self.cgroups = cgroups  # the runtime's cgroup driver (kernel.cgroups), for pod cgroup removal
         self.crash_backoff = CrashLoopBackoff(clock)
         self.pull_backoff = ImagePullBackoff(clock)
         self.sync_errors: dict[str, dict[str, SyncError]] = {}  # pod uid → container → why it could not start

@@ -16,7 +16,7 @@ from typing import Any
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from cni.netlink import get_link
+from kernel.netlink import get_link
 from nodeagent.nodenet import plan as P
 
 log = logging.getLogger("nodeagent.nodenet")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import subprocess
 
-from cni import iptables
+from kernel import iptables
 
 
 def _rule(cluster_cidr: str, node: str) -> list[str]:

@@ -105,7 +105,7 @@ class PodNetwork:
 def remove_empty_qos_tree(cgroup_root: str) -> None:
     """Remove `<root>/kubepods/{besteffort,burstable}`, `kubepods` and the root once no pod uses them,
     through the runtime's cgroup driver; a cgroup still holding pods stays (rmdir refuses)."""
-    from cri.runtime.cgroups import detect
+    from kernel.cgroups import detect
     from nodeagent.kubelet import resources
     from nodeagent.kubelet.cgroups import remove_cgroup
 

@@ -12,8 +12,8 @@ import asyncio
 import itertools
 from typing import Any
 
+from kernel.netns import NetnsWorker
 from netpol.enforcer import Enforcer, make_backend
-from netproxy.netns import NetnsWorker
 from nodeagent.testing.netproxy_lab import Lab
 
 BLOCKED = "error:113"  # EHOSTUNREACH: our REJECT with icmp admin-prohibited

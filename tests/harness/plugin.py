@@ -7,7 +7,6 @@ to inner pytest runs made by the harness's own tests.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -15,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from kernel import syscalls
 from tests.harness import hostsnap
 from tests.harness.resources import JANITOR, Resources, remove_cgroup
 
 IS_ROOT = os.geteuid() == 0
-PR_SET_CHILD_SUBREAPER = 36
 
 _state: dict = {}
 
@@ -35,7 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if IS_ROOT:
         # Orphans of anything the suite starts (daemons, shims, pause processes) re-parent to us,
         # so a process the suite leaks is still seen as ours by the leak check.
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -171,7 +170,7 @@ def res():
 @pytest.fixture(scope="session")
 def host():
     """The capability probe's report for this host."""
-    from nodeagent.host.probe import probe_host
+    from kernel.probe import probe_host
 
     return probe_host()
 

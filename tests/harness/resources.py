@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from nodeagent.host.probe import detect_cgroups
+from kernel.cgroups import detect_cgroups
 from tests.harness.hostsnap import cgroup_roots
 
 SESSION_ID = secrets.token_hex(2)

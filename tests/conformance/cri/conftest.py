@@ -218,7 +218,7 @@ class Runtime:
         return self.daemon.client
 
     def drop_cgroups(self, parents: list[str]) -> list[str]:
-        from nodeagent.host.probe import detect_cgroups
+        from kernel.cgroups import detect_cgroups
 
         with open("/proc/self/mounts") as f:
             roots = {line.split()[1] for line in f if line.split()[2] in ("cgroup", "cgroup2")}

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from cri.proto import api_pb2 as pb
-from nodeagent.host.probe import probe_host
+from kernel.probe import probe_host
 from tests.conformance.cri import framework as fw
 from tests.conformance.cri.framework import ExecError
 

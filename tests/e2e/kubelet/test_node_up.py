@@ -376,7 +376,7 @@ def test_limits_reach_the_cgroup_files_in_the_qos_layout(cluster):
     pod = c.wait_pod("guaranteed", _running)
     assert pod["status"]["qosClass"] == "Guaranteed"
     uid = pod["metadata"]["uid"]
-    from nodeagent.host.probe import detect_cgroups
+    from kernel.cgroups import detect_cgroups
 
     info = detect_cgroups()
     if info.version != "v1":

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from cni import netns, rtnl
+from cni.plugins.bridge import open_netns
+from kernel import netns, rtnl
 from tests.integration.cni.conftest import in_ns
 
 pytestmark = pytest.mark.root
@@ -19,7 +20,7 @@ def _ns_id(path: str = "/proc/thread-self/ns/net") -> int:
 
 def test_run_in_enters_the_netns_on_its_own_thread_and_never_leaks_it(res):
     name = res.netns()
-    fd = netns.open_netns(f"/run/netns/{name}")
+    fd = open_netns(f"/run/netns/{name}")
     try:
         mine = _ns_id()
         inside = netns.run_in(fd, _ns_id)
@@ -30,14 +31,14 @@ def test_run_in_enters_the_netns_on_its_own_thread_and_never_leaks_it(res):
     finally:
         os.close(fd)
     with pytest.raises(Exception) as e:
-        netns.open_netns("/run/netns/does-not-exist")
+        open_netns("/run/netns/does-not-exist")
     assert e.value.code == 3
 
 
 def test_rtnl_configures_inside_the_netns_and_reports_errors(res):
     name = res.netns()
     host, peer = res.veth(peer_netns=name)
-    fd = netns.open_netns(f"/run/netns/{name}")
+    fd = open_netns(f"/run/netns/{name}")
     try:
         s = netns.run_in(fd, rtnl.open_socket)
     finally:

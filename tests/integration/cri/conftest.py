@@ -77,7 +77,7 @@ class Pods:
                     if e.code() != grpc.StatusCode.NOT_FOUND:
                         raise
         for parent in self.parents:
-            from nodeagent.host.probe import detect_cgroups
+            from kernel.cgroups import detect_cgroups
 
             info = detect_cgroups()
             roots = set(info.v1_controllers.values()) if info.version == "v1" else {info.v2_root}

@@ -10,7 +10,7 @@ import pytest
 
 from cri.runtime.errors import FailedPrecondition
 from cri.runtime.service import RuntimeOptions, _join_cgroup, _start_pause
-from nodeagent.host.probe import detect_cgroups
+from kernel.cgroups import detect_cgroups
 from tests.harness.resources import remove_cgroup, unique
 
 pytestmark = pytest.mark.root

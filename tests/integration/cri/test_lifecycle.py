@@ -158,7 +158,7 @@ def test_cgroup_limits_and_live_update(cri, pods):
     cid = c.create(sid, cfg, scfg)
     c.start(cid)
     cg = pods.info(cid)["cgroup"]
-    from nodeagent.host.probe import detect_cgroups
+    from kernel.cgroups import detect_cgroups
 
     info = detect_cgroups()
     if info.version == "v1":
@@ -214,8 +214,9 @@ def test_security_defaults_readonly_rootfs_and_masks(cri, pods):
     status = c.exec_sync(cid, ["cat", "/proc/self/status"]).stdout.decode()
     bnd = int(re.search(r"CapBnd:\s+([0-9a-f]+)", status).group(1), 16)
     from cri.runtime import caps
+    from kernel import caps as kcaps
 
-    expected = caps.mask([x for x in caps.DEFAULT if x != "NET_RAW"])
+    expected = kcaps.mask([x for x in caps.DEFAULT if x != "NET_RAW"])
     assert bnd == expected
     assert re.search(r"NoNewPrivs:\s+1", status)
     assert c.exec_sync(cid, ["cat", "/proc/kcore"]).stdout == b""  # masked with /dev/null
@@ -385,7 +386,7 @@ def test_sysctls_and_devices(cri, pods):
     assert c.exec_sync(cid, ["sh", "-c", "echo x > /dev/extra-null"]).exit_code == 0
     # the devices cgroup: a node may be made (m) but not opened unless allowed
     r = c.exec_sync(cid, ["sh", "-c", "mknod /tmp/loopdev b 7 0 && head -c 1 /tmp/loopdev"])
-    from nodeagent.host.probe import detect_cgroups
+    from kernel.cgroups import detect_cgroups
 
     if detect_cgroups().version == "v1":
         assert r.exit_code != 0 and b"not permitted" in r.stderr

@@ -55,7 +55,7 @@ def test_leaks():
 
 
 def test_leaking_cgroup_and_chain_fail_the_run(pytester, monkeypatch):
-    from nodeagent.host.probe import detect_cgroups
+    from kernel.cgroups import detect_cgroups
 
     info = detect_cgroups()
     root = info.v1_controllers.get("pids") if info.version == "v1" else info.v2_root

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from kernel.iptables import backend as node_iptables_backend  # the iptables mode's backend
 from nodeagent.client.rest import Client
-from nodeagent.host.probe import node_iptables_backend  # the iptables mode's backend
 from nodeagent.testing.apiserver import start_server
 from tests.harness.resources import unique
 from tests.harness.waiting import eventually

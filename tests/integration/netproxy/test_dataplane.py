@@ -13,9 +13,9 @@ from collections import Counter
 
 import pytest
 
+from kernel.netns import NetnsWorker
 from netproxy import conntrack
 from netproxy.backends import make_proxier
-from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
 from nodeagent.testing.netproxy_lab import Lab, endpoint_slice, service, sh
@@ -364,7 +364,7 @@ def test_drift_is_repaired_by_the_periodic_resync(lab, make, mode):
 
 def _iptables(mode: str) -> str:
     if mode == "ipvs":  # its fixed rules go to the node's one iptables backend
-        from nodeagent.host.probe import node_iptables_backend
+        from kernel.iptables import backend as node_iptables_backend
 
         return f"iptables-{node_iptables_backend()}"
     return "iptables-nft" if mode in ("iptables", "iptables-nft") else "iptables-legacy"

@@ -15,12 +15,12 @@ import subprocess
 
 import pytest
 
+from kernel import nftables as nl
+from kernel.netns import NetnsWorker
 from netproxy.iptables import nftrules
 from netproxy.iptables.nftproxier import CHUNK, IptablesNftProxier
 from netproxy.iptables.plan import PortRules, full_restore, jump_rules, plan_port
 from netproxy.model import Endpoint, ServicePort, ServicePortName
-from netproxy.netns import NetnsWorker
-from netproxy.nftables import netlink as nl
 from netproxy.proxier import NodeConfig
 
 pytestmark = pytest.mark.root

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
+from kernel.netns import NetnsWorker
 from netproxy.backends import make_proxier
-from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
 from nodeagent.testing.netproxy_lab import endpoint_slice, service

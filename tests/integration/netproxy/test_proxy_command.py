@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from nodeagent.host.probe import node_iptables_backend  # the iptables mode's backend
+from kernel.iptables import backend as node_iptables_backend  # the iptables mode's backend
 from nodeagent.testing.netproxy_lab import endpoint_slice, service
 
 pytestmark = pytest.mark.root

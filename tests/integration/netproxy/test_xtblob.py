@@ -10,11 +10,12 @@ import subprocess
 
 import pytest
 
-from netproxy.iptables import xtsock
+from kernel import xtables as xtsock
+from kernel.netns import NetnsWorker
+from kernel.xtables import open_socket
 from netproxy.iptables.plan import full_restore, partial_ops, partial_restore, plan_port
-from netproxy.iptables.xtblob import XtTable, encode, open_socket
+from netproxy.iptables.xtblob import XtTable, encode
 from netproxy.model import Endpoint, parse_service
-from netproxy.netns import NetnsWorker
 from netproxy.proxier import NodeConfig
 from nodeagent.testing.netproxy_lab import service
 

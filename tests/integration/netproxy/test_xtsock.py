@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from netproxy.iptables.xtsock import XtablesError, get_info, replace_unchanged
-from netproxy.netns import NetnsWorker
+from kernel.netns import NetnsWorker
+from kernel.xtables import XtablesError, get_info, replace_unchanged
 
 pytestmark = pytest.mark.root
 

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
-from cni import netns as cni_netns
+from kernel import netns
 
 T = TypeVar("T")
 
@@ -14,6 +14,6 @@ T = TypeVar("T")
 def in_ns(ns: str, fn: Callable[[], T]) -> T:
     fd = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return cni_netns.run_in(fd, fn)
+        return netns.run_in(fd, fn)
     finally:
         os.close(fd)

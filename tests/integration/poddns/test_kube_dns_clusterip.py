@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from nodeagent.host.probe import node_iptables_backend  # the iptables mode's backend
+from kernel.iptables import backend as node_iptables_backend  # the iptables mode's backend
 from nodeagent.kubelet.resolvconf import pod_resolv_conf
 from nodeagent.testing.apiserver import start_server
 from tests.harness.resources import sh

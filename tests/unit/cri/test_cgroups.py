@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cri.runtime.cgroups.base import Resources
-from cri.runtime.cgroups.v1 import V1Cgroups
-from cri.runtime.cgroups.v2 import V2Cgroups
+from kernel.cgroups.base import Resources
+from kernel.cgroups.v1 import V1Cgroups
+from kernel.cgroups.v2 import V2Cgroups
 
 
 def test_v2_create_enables_controllers_and_applies_limits(tmp_path):

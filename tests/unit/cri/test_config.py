@@ -10,6 +10,7 @@ from cni.invoke import CNI, Attachment, NetworkConfigList, first_ip, load_conf_d
 from cri.runtime import caps, config
 from cri.runtime.errors import InvalidArgument
 from cri.runtime.state import ContainerRecord, load, proc_start, save
+from kernel import caps as kcaps
 
 
 @pytest.mark.parametrize("cmd,args,want", [
@@ -53,11 +54,11 @@ def test_capabilities_add_drop_all():
     assert "NET_ADMIN" in got and "KILL" not in got and "CHOWN" in got
     assert caps.resolve(["CHOWN"], ["ALL"], False, 40) == ["CHOWN"]
     # privileged: every capability the runtime itself holds (root here may lack some, e.g. SYS_RESOURCE)
-    held = [c for c in caps.CAPS if caps.NUMBER[c] <= 40 and caps.own_bounding() >> caps.NUMBER[c] & 1]
+    held = [c for c in kcaps.CAPS if kcaps.NUMBER[c] <= 40 and kcaps.own_bounding() >> kcaps.NUMBER[c] & 1]
     assert caps.resolve([], [], True, 40) == held
     with pytest.raises(InvalidArgument, match="FLY"):
         caps.resolve(["FLY"], [], False, 40)
-    assert caps.mask(["CHOWN", "KILL"]) == (1 << 0) | (1 << 5)
+    assert kcaps.mask(["CHOWN", "KILL"]) == (1 << 0) | (1 << 5)
 
 
 def test_state_round_trip_is_atomic(tmp_path):

@@ -5,7 +5,8 @@ import errno
 import pytest
 
 from cri.runtime import caps
-from cri.runtime.seccomp import SCMP_ACT_ALLOW, SCMP_ACT_ERRNO, parse_json
+from kernel import caps as kcaps
+from kernel.seccomp import SCMP_ACT_ALLOW, SCMP_ACT_ERRNO, parse_json
 
 
 def test_localhost_profile_rules():
@@ -26,8 +27,8 @@ def test_bad_profiles_are_refused(text):
 
 
 def test_privileged_gets_only_what_the_runtime_has(monkeypatch):
-    monkeypatch.setattr(caps, "own_bounding", lambda: ~(1 << caps.NUMBER["SYS_RESOURCE"]))
+    monkeypatch.setattr(kcaps, "own_bounding", lambda: ~(1 << kcaps.NUMBER["SYS_RESOURCE"]))
     got = caps.resolve([], [], True, 40)
     assert "SYS_ADMIN" in got and "SYS_RESOURCE" not in got
-    monkeypatch.setattr(caps, "own_bounding", lambda: -1)
+    monkeypatch.setattr(kcaps, "own_bounding", lambda: -1)
     assert "SYS_RESOURCE" in caps.resolve([], [], True, 40)

@@ -3,10 +3,10 @@ against iptables-nft-restore in tests/integration/netproxy/test_iptnft.py)."""
 
 import pytest
 
+from kernel import nftables as nl
 from netproxy.iptables import nftrules
 from netproxy.iptables.plan import base_rules, jump_rules, plan_port
 from netproxy.model import Endpoint, ServicePort, ServicePortName
-from netproxy.nftables import netlink as nl
 from netproxy.proxier import NodeConfig
 
 SPECS = [

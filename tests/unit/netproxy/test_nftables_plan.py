@@ -1,8 +1,8 @@
 from collections import Counter
 
+from kernel import nftables as nl
 from netproxy.model import Endpoint, parse_service
 from netproxy.nftables import encode
-from netproxy.nftables import netlink as nl
 from netproxy.nftables.plan import (
     HAIRPIN,
     MAX_PICKED,

@@ -2,8 +2,9 @@
 
 The nft 1.0.x CLI fetches the whole ruleset on every call, which makes one
 element add cost ~140 ms at 5k Services; a hand-built nfnetlink batch costs what
-the kernel costs. Only what netproxy needs is here: tables, chains, rules from a
-handful of expressions, named/anonymous sets and maps, and their elements.
+the kernel costs. Only what our rule writers need is here (netproxy's nftables mode,
+its iptables mode on nf_tables, netpol's nftables backend): tables, chains, rules from
+a handful of expressions, named/anonymous sets and maps, and their elements.
 Every batch is one transaction (BATCH_BEGIN … BATCH_END in one sendmsg).
 """
 
@@ -20,6 +21,8 @@ import socket
 import struct
 from collections.abc import Callable, Iterable
 from typing import TypeVar
+
+from kernel.errors import KernelError
 
 # netlink / nfnetlink
 NETLINK_NETFILTER = 12
@@ -93,8 +96,8 @@ UD_PROTO_IP, UD_PROTO_TH, UD_IP_SADDR, UD_IP_DADDR, UD_TH_DPORT = 12, 11, 11, 12
 T = TypeVar("T")
 
 
-class NftError(OSError):
-    pass
+class NftError(KernelError):
+    """The kernel refused an nf_tables batch or dump (errno is its answer)."""
 
 
 # -- attribute encoding ------------------------------------------------------------------------------

@@ -1,5 +1,10 @@
 """The kernel's legacy x_tables socket API for IPv4 (what iptables-legacy and libiptc use underneath).
 
+Pure mechanism: GET_INFO, GET_ENTRIES, SET_REPLACE and ADD_COUNTERS on a raw socket (the socket
+options go through kernel.syscalls), and the xtables lock every iptables command takes. What to
+write is netproxy's (netproxy/iptables/xtblob.py edits a table's blob and replaces it through here).
+
+
 A table is one blob: every write of every legacy tool is GET_ENTRIES of the whole table,
 an edit in userspace, and one SET_REPLACE of the whole table. This module measures that
 floor (bench/netproxy_sync.py prints it beside the tools' times): it reads a table and
@@ -21,6 +26,9 @@ import struct
 import time
 from collections.abc import Iterator
 
+from kernel import syscalls
+from kernel.errors import KernelError, SyscallError
+
 SOL_IP = 0
 IPT_SO_SET_REPLACE = 64
 IPT_SO_SET_ADD_COUNTERS = 65
@@ -33,11 +41,10 @@ _REPLACE = struct.Struct("32sIII5I5IIQ")  # struct ipt_replace up to entries[] (
 _COUNTERS_HDR = struct.Struct("32sI4x")  # struct xt_counters_info up to counters[]
 _COUNTER = 16  # struct xt_counters: u64 packets, u64 bytes
 
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
-class XtablesError(OSError):
-    pass
+class XtablesError(KernelError):
+    """The kernel refused an x_tables request (EAGAIN: the table changed under a replace)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,20 +57,25 @@ class TableInfo:
     size: int
 
 
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise XtablesError(err, f"{what}: {errno.errorcode.get(err, err)}")
+@contextlib.contextmanager
+def _refused(what: str) -> Iterator[None]:
+    """A failed socket option as XtablesError, named by the request."""
+    try:
+        yield
+    except SyscallError as e:
+        err = e.errno or 0
+        raise XtablesError(err, f"{what}: {errno.errorcode.get(err, err)}") from None
 
 
-def _sock() -> socket.socket:
+def open_socket() -> socket.socket:
+    """The raw IPv4 socket the x_tables requests go through, in the calling thread's netns."""
     return socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
 
 
 def get_info(sock: socket.socket, table: str) -> TableInfo:
     buf = ctypes.create_string_buffer(table.encode(), _INFO.size)
-    ln = ctypes.c_uint32(_INFO.size)
-    _check(_libc.getsockopt(sock.fileno(), SOL_IP, IPT_SO_GET_INFO, buf, ctypes.byref(ln)), f"GET_INFO {table}")
+    with _refused(f"GET_INFO {table}"):
+        syscalls.getsockopt(sock.fileno(), SOL_IP, IPT_SO_GET_INFO, buf, _INFO.size)
     name, valid, *rest = _INFO.unpack(buf.raw)
     return TableInfo(table, valid, tuple(rest[:5]), tuple(rest[5:10]), rest[10], rest[11])
 
@@ -73,9 +85,9 @@ def get_entries(sock: socket.socket, info: TableInfo) -> ctypes.Array:
     buf = ctypes.create_string_buffer(_REPLACE.size + info.size)
     at = _REPLACE.size - _GET_ENTRIES_HDR
     struct.pack_into("32sI", buf, at, info.name.encode(), info.size)
-    ln = ctypes.c_uint32(_GET_ENTRIES_HDR + info.size)
-    _check(_libc.getsockopt(sock.fileno(), SOL_IP, IPT_SO_GET_ENTRIES, ctypes.byref(buf, at), ctypes.byref(ln)),
-           f"GET_ENTRIES {info.name}")
+    with _refused(f"GET_ENTRIES {info.name}"):
+        syscalls.getsockopt(sock.fileno(), SOL_IP, IPT_SO_GET_ENTRIES, ctypes.byref(buf, at),
+                            _GET_ENTRIES_HDR + info.size)
     return buf
 
 
@@ -88,25 +100,30 @@ def get_entries_into(sock: socket.socket, info: TableInfo, buf: bytearray) -> No
     cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
     ctypes.memset(ctypes.byref(cbuf, at), 0, _GET_ENTRIES_HDR + info.size)
     struct.pack_into("32sI", buf, at, info.name.encode(), info.size)
-    ln = ctypes.c_uint32(_GET_ENTRIES_HDR + info.size)
     try:
-        _check(_libc.getsockopt(sock.fileno(), SOL_IP, IPT_SO_GET_ENTRIES, ctypes.byref(cbuf, at), ctypes.byref(ln)),
-               f"GET_ENTRIES {info.name}")
+        with _refused(f"GET_ENTRIES {info.name}"):
+            syscalls.getsockopt(sock.fileno(), SOL_IP, IPT_SO_GET_ENTRIES, ctypes.byref(cbuf, at),
+                                _GET_ENTRIES_HDR + info.size)
     finally:
         del cbuf
 
 
-def replace(sock: socket.socket, info: TableInfo, buf: ctypes.Array, num_entries: int, size: int,
+def replace(sock: socket.socket, info: TableInfo, buf: ctypes.Array | bytearray, num_entries: int, size: int,
             hook_entry: tuple[int, ...], underflow: tuple[int, ...]) -> ctypes.Array:
-    """SET_REPLACE with the blob at buf[96:]; returns the old table's counters (one per old entry).
+    """SET_REPLACE with the blob at buf[96:] (a ctypes buffer, or a bytearray used in place); returns
+    the old table's counters (one per old entry).
 
     The kernel refuses (EAGAIN) if the table's entry count is no longer `info.num_entries`,
     libiptc's guard against a concurrent writer."""
+    cbuf = (ctypes.c_char * len(buf)).from_buffer(buf) if isinstance(buf, bytearray) else buf
     counters = ctypes.create_string_buffer(info.num_entries * _COUNTER)
-    _REPLACE.pack_into(buf, 0, info.name.encode(), info.valid_hooks, num_entries, size, *hook_entry, *underflow,
-                       info.num_entries, ctypes.addressof(counters))
-    _check(_libc.setsockopt(sock.fileno(), SOL_IP, IPT_SO_SET_REPLACE, buf, _REPLACE.size + size),
-           f"SET_REPLACE {info.name}")
+    try:
+        _REPLACE.pack_into(cbuf, 0, info.name.encode(), info.valid_hooks, num_entries, size, *hook_entry,
+                           *underflow, info.num_entries, ctypes.addressof(counters))
+        with _refused(f"SET_REPLACE {info.name}"):
+            syscalls.setsockopt(sock.fileno(), SOL_IP, IPT_SO_SET_REPLACE, cbuf, _REPLACE.size + size)
+    finally:
+        del cbuf  # a bytearray can be resized again once no ctypes view holds it
     return counters
 
 
@@ -115,8 +132,8 @@ def add_counters(sock: socket.socket, table: str, counters: bytes | ctypes.Array
     buf = ctypes.create_string_buffer(_COUNTERS_HDR.size + n * _COUNTER)
     _COUNTERS_HDR.pack_into(buf, 0, table.encode(), n)
     ctypes.memmove(ctypes.byref(buf, _COUNTERS_HDR.size), counters, n * _COUNTER)
-    _check(_libc.setsockopt(sock.fileno(), SOL_IP, IPT_SO_SET_ADD_COUNTERS, buf, len(buf)),
-           f"ADD_COUNTERS {table}")
+    with _refused(f"ADD_COUNTERS {table}"):
+        syscalls.setsockopt(sock.fileno(), SOL_IP, IPT_SO_SET_ADD_COUNTERS, buf, len(buf))
 
 
 @dataclasses.dataclass
@@ -130,7 +147,7 @@ class ReplaceTiming:
 def replace_unchanged(table: str = "nat") -> ReplaceTiming:
     """Read `table` and write it back byte-for-byte, counters restored: the kernel's floor for
     any legacy change (iptables-legacy-restore and libiptc add parsing and re-encoding to it)."""
-    with _sock() as s:
+    with open_socket() as s:
         t0 = time.perf_counter()
         info = get_info(s, table)
         buf = get_entries(s, info)

@@ -1,5 +1,6 @@
-"""pyroute2 helpers for what is not on the ADD/DEL hot path (that is `cni.rtnl`): creating
-and tuning bridges, VLANs, and the queries CHECK and forceAddress make. No policy, typed errors.
+"""pyroute2 helpers for what is not on a hot path (that is `kernel.rtnl`): creating and tuning
+bridges, VLANs, links looked up or deleted by name, and the queries the CNI plugin's CHECK and
+forceAddress make. No policy, typed errors.
 
 The lean launcher starts Python without site-packages; importing this module adds them
 (pyroute2 lives there), so only calls that need pyroute2 pay for it.
@@ -22,9 +23,15 @@ if sys.flags.no_site and "pyroute2" not in sys.modules:
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from cni import netns
+from kernel import netns
+from kernel.errors import KernelError
 
 _local = threading.local()
+
+
+class LinkError(KernelError):
+    """A link is not what it must be (another kind under our name, gone while being made)."""
+
 T = TypeVar("T")
 
 
@@ -65,6 +72,20 @@ def link_index(ipr: IPRoute, name: str) -> int | None:
     return None if link is None else int(link["index"])
 
 
+def delete_link(ipr: IPRoute, name: str) -> bool:
+    """Delete the link called `name`; False when there is none (already gone is fine)."""
+    index = link_index(ipr, name)
+    if index is None:
+        return False
+    try:
+        ipr.link("del", index=index)
+    except NetlinkError as e:
+        if e.code != errno.ENODEV:  # deleted meanwhile
+            raise
+        return False
+    return True
+
+
 def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None, promisc: bool, vlan_filtering: bool) -> Any:
     """The bridge's link message, creating it (up) if needed. One netlink round trip when it exists."""
     link = get_link(ipr, name)
@@ -81,9 +102,9 @@ def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None, promisc: bool, vlan_
                 raise
         link = get_link(ipr, name)
         if link is None:
-            raise RuntimeError(f"bridge {name} vanished while being created")
+            raise LinkError(f"bridge {name} vanished while being created")
     if link.get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND") not in (None, "bridge"):
-        raise RuntimeError(f"{name} exists and is not a bridge")
+        raise LinkError(f"{name} exists and is not a bridge")
     want_flags = 1 | (0x100 if promisc else 0)  # IFF_UP | IFF_PROMISC
     if link["flags"] & want_flags != want_flags:
         ipr.link("set", index=link["index"], state="up", **({"promisc": 1} if promisc else {}))

@@ -9,7 +9,7 @@ from pathlib import Path
 from cgroupspy import controllers as cc
 from cgroupspy.nodes import Node
 
-from cri.runtime.cgroups.base import (
+from kernel.cgroups.base import (
     Resources,
     Stats,
     norm,

@@ -1,4 +1,4 @@
-"""The daemons' process-wide memory settings (nodeagent.host.memory), each in a fresh interpreter."""
+"""The daemons' process-wide memory settings (kernel.memory), each in a fresh interpreter."""
 
 import subprocess
 import sys
@@ -15,7 +15,7 @@ def run(code: str) -> str:
 def test_pyroute2_names_resolve_without_its_package_init():
     out = run("""
 import sys
-from nodeagent.host.memory import lean_pyroute2
+from kernel.memory import lean_pyroute2
 assert lean_pyroute2()
 from pyroute2 import IPRoute, NetlinkError, config
 import pyroute2
@@ -39,7 +39,7 @@ def test_lean_process_sets_tls_read_buffer_and_arenas():
         pytest.skip("glibc's mallopt")
     out = run("""
 import asyncio.sslproto
-from nodeagent.host import memory
+from kernel import memory
 memory.lean_process()
 print(asyncio.sslproto.SSLProtocol.max_size, memory.limit_malloc_arenas(2))
 """)

@@ -19,15 +19,15 @@ bench/pod_startup.py):
 from __future__ import annotations
 
 import ast
-import ctypes
-import ctypes.util
 import importlib
 import importlib.util
 import logging
 import sys
 from typing import Any
 
-log = logging.getLogger("nodeagent.host.memory")
+from kernel.syscalls import mallopt
+
+log = logging.getLogger("nodeagent.kernel.memory")
 
 SSL_READ_BUFFER = 32 * 1024
 MALLOC_ARENAS = 2
@@ -76,14 +76,7 @@ def lean_pyroute2() -> bool:
 
 def limit_malloc_arenas(n: int) -> bool:
     """mallopt(M_ARENA_MAX, n) on glibc; False where the C library has no such knob (musl)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
-    ok = bool(mallopt(_M_ARENA_MAX, n))
+    ok = mallopt(_M_ARENA_MAX, n)
     if not ok:
         log.debug("mallopt(M_ARENA_MAX, %d) refused", n)
     return ok

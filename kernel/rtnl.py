@@ -4,7 +4,7 @@ pyroute2 costs 0.2-0.6 s to import and, through its sync API, a socket + asyncio
 and ~1 ms per request here. The hot path is a handful of fixed, write-only requests
 (veth pair, gateway address, link up, addresses, routes, link delete), so they are
 encoded here and sent in batches on raw NETLINK_ROUTE sockets, every ACK checked;
-what a link looks like is read from sysfs. pyroute2 (`cni.netlink`) keeps the rest:
+what a link looks like is read from sysfs. pyroute2 (`kernel.netlink`) keeps the rest:
 creating and tuning bridges, VLANs, and the CHECK/forceAddress queries.
 """
 
@@ -16,6 +16,8 @@ import os
 import socket
 import struct
 
+from kernel.errors import KernelError
+
 RTM_NEWLINK, RTM_NEWADDR, RTM_NEWROUTE = 16, 20, 24
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
 NLMSG_ERROR = 2
@@ -23,6 +25,10 @@ IFF_UP = 0x1
 IFA_ADDRESS, IFA_LOCAL = 1, 2
 RTA_DST, RTA_OIF, RTA_GATEWAY = 1, 4, 5
 RT_TABLE_MAIN, RTPROT_BOOT, RT_SCOPE_UNIVERSE, RT_SCOPE_LINK, RTN_UNICAST = 254, 3, 0, 253, 1
+
+
+class RtnlError(KernelError):
+    """The kernel refused an rtnetlink request (errno is its answer)."""
 
 
 def _attr(kind: int, data: bytes) -> bytes:
@@ -78,7 +84,7 @@ def send_batch(s: socket.socket, msgs: list[bytes], ok_errnos: tuple[int, ...] =
     """
     s.send(b"".join(msgs))
     pending = set(range(1, len(msgs) + 1))
-    first_error: OSError | None = None
+    first_error: RtnlError | None = None
     while pending:
         data = s.recv(65536)
         off = 0
@@ -88,7 +94,7 @@ def send_batch(s: socket.socket, msgs: list[bytes], ok_errnos: tuple[int, ...] =
                 code = -struct.unpack_from("=i", data, off + 16)[0]
                 pending.discard(seq)
                 if code and code not in ok_errnos and first_error is None:
-                    first_error = OSError(code, f"netlink request {seq}: {os.strerror(code)}")
+                    first_error = RtnlError(code, f"netlink request {seq}: {os.strerror(code)}")
             off += (length + 3) & ~3
             if length == 0:
                 break

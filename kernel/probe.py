@@ -15,7 +15,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+from kernel import iptables
+from kernel.cgroups import CgroupInfo, detect_cgroups
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,67 +24,6 @@ class Feature:
     name: str
     available: bool
     detail: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class CgroupInfo:
-    """cgroup layout: "v1" (legacy or hybrid) or "v2" (unified only)."""
-
-    version: str
-    hybrid: bool
-    v1_controllers: dict[str, str]  # controller -> mount point
-    v2_root: str | None
-    v2_controllers: tuple[str, ...]
-
-    @property
-    def summary(self) -> str:
-        if self.version == "v2":
-            return f"v2 (unified), controllers: {', '.join(self.v2_controllers) or 'none'}"
-        kind = "v1 hybrid" if self.hybrid else "v1 legacy"
-        extra = ""
-        if self.hybrid:
-            extra = f"; cgroup2 at {self.v2_root} holds {', '.join(self.v2_controllers) or 'no controllers'}"
-        return f"{kind}, controllers: {', '.join(sorted(self.v1_controllers))}{extra}"
-
-
-def _mounts() -> list[tuple[str, str, str]]:
-    """(mount point, fstype, super options) for every mount in our mount namespace."""
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fields = left.split()
-            rfields = right.split()
-            if len(fields) < 5 or len(rfields) < 3:
-                continue
-            point = fields[4].replace("\\040", " ")
-            out.append((point, rfields[0], rfields[2]))
-    return out
-
-
-def detect_cgroups() -> CgroupInfo:
-    v1: dict[str, str] = {}
-    v2_root = None
-    for point, fstype, opts in _mounts():
-        if fstype == "cgroup":
-            for opt in opts.split(","):
-                if opt in {"rw", "ro", "relatime", "noatime", "nosuid", "nodev", "noexec"}:
-                    continue
-                if opt.startswith("name=") or opt in ("xattr",):
-                    continue
-                v1.setdefault(opt, point)
-        elif fstype == "cgroup2" and v2_root is None:
-            v2_root = point
-    v2_ctrls: tuple[str, ...] = ()
-    if v2_root:
-        try:
-            v2_ctrls = tuple(Path(v2_root, "cgroup.controllers").read_text().split())
-        except OSError:
-            v2_ctrls = ()
-    if v1:
-        return CgroupInfo("v1", hybrid=v2_root is not None, v1_controllers=v1, v2_root=v2_root,
-                          v2_controllers=v2_ctrls)
-    return CgroupInfo("v2", hybrid=False, v1_controllers={}, v2_root=v2_root, v2_controllers=v2_ctrls)
 
 
 def _filesystems() -> set[str]:
@@ -141,8 +81,7 @@ def probe_iptables_nft() -> Feature:
 
 def _probe_link_kind(kind: str, extra: dict | None = None) -> Feature:
     """Create and delete a link of `kind` in the root netns; the name is unique and short-lived."""
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
+    from kernel.netlink import IPRoute, NetlinkError, delete_link
 
     name = f"nap{uuid.uuid4().hex[:8]}"
     with IPRoute() as ipr:
@@ -151,9 +90,7 @@ def _probe_link_kind(kind: str, extra: dict | None = None) -> Feature:
         except NetlinkError as e:
             return Feature(kind, False, f"kernel refused to create a link of kind {kind}: {e.args[-1] if e.args else e}")
         finally:
-            idx = ipr.link_lookup(ifname=name)
-            if idx:
-                ipr.link("del", index=idx[0])
+            delete_link(ipr, name)
     return Feature(kind, True)
 
 
@@ -245,8 +182,8 @@ class HostReport:
 
     @property
     def iptables_backend(self) -> str:
-        """Which iptables backend the host uses, decided as kube-proxy does: the one holding rules."""
-        return detect_iptables_backend(self)
+        """The node's one iptables backend (kernel.iptables.backend)."""
+        return iptables.backend()
 
     @property
     def proxy_mode(self) -> str:
@@ -273,8 +210,8 @@ class HostReport:
         return {
             "cgroup driver": cg,
             "rootfs": "overlayfs" if self.has("overlayfs") else "copy (no overlayfs)",
-            "iptables backend": f"{node_iptables_backend()} (Services, CNI, NetworkPolicy; rules found: "
-                                f"{self.iptables_backend})",
+            "iptables backend": f"{self.iptables_backend} (Services, CNI, NetworkPolicy; rules found: "
+                                f"{iptables_rules_found()})",
             "proxy modes available": ", ".join(modes),
             "default proxy mode": self.proxy_mode,
             "cross-node networking": ", ".join(
@@ -284,8 +221,9 @@ class HostReport:
         }
 
 
-def detect_iptables_backend(report: HostReport | None = None) -> str:
-    """kube-proxy's rule: prefer the backend that already holds rules; otherwise the `iptables` default."""
+def iptables_rules_found() -> str:
+    """Which backend holds more rules now (legacy, nft, or none without either tool): an observation
+    for the report, as the first iptables-wrapper counted rules; the decision is kernel.iptables."""
     def count(cmd: str) -> int:
         if not shutil.which(cmd):
             return -1
@@ -300,48 +238,6 @@ def detect_iptables_backend(report: HostReport | None = None) -> str:
     if nft >= 0:
         return "nft"
     return "legacy" if legacy >= 0 else "none"
-
-
-def nf_tables_kernel() -> bool:
-    """Whether this kernel speaks nf_tables: a GETTABLE dump on an NETLINK_NETFILTER socket answers.
-
-    In process (no nft CLI needed); the request autoloads nf_tables like any nft command would."""
-    import socket
-    import struct
-
-    try:
-        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12) as sock:  # NETLINK_NETFILTER
-            sock.settimeout(2)
-            sock.bind((0, 0))
-            sock.send(struct.pack("=IHHIIBBH", 20, (10 << 8) | 1, 1 | 0x300, 1, 0, 2, 0, 0))  # NFT_MSG_GETTABLE
-            buf = sock.recv(65536)
-    except OSError:
-        return False
-    length, mtype = struct.unpack_from("=IH", buf)
-    if mtype == 2:  # NLMSG_ERROR
-        (code,) = struct.unpack_from("=i", buf, 16)
-        return code == 0
-    return True
-
-
-@functools.cache
-def node_iptables_backend() -> str:
-    """legacy or nft: one answer for every iptables user of this node (Service rules, CNI masquerade
-    and hostPorts, NetworkPolicy), as iptables-wrapper gives kubelet and kube-proxy one.
-
-    NODEAGENT_IPTABLES=legacy|nft wins; else the host `iptables` command's flavour (the admin's
-    choice, what their `iptables-save` shows; cni/iptables.py applies the same rule in the CNI
-    plugins, which do not import nodeagent), nft when there is no such command; and nft only if
-    the kernel has nf_tables (asked over netlink when root), legacy otherwise. On nft the iptables
-    mode writes iptables-nft rules itself over netlink (netproxy/iptables/nftproxier.py)."""
-    forced = os.environ.get("NODEAGENT_IPTABLES")
-    if forced in ("legacy", "nft"):
-        return forced
-    exe = shutil.which("iptables")
-    flavour = "legacy" if exe and "legacy" in os.path.basename(os.path.realpath(exe)) else "nft"
-    if flavour == "nft" and os.geteuid() == 0 and not nf_tables_kernel():
-        return "legacy"
-    return flavour
 
 
 PROBES = {

@@ -1,4 +1,4 @@
-from nodeagent.host import probe
+from kernel import probe
 
 
 def test_cgroup_detection_matches_mounts():

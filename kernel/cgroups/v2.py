@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from cri.runtime.cgroups.base import (
+from kernel.cgroups.base import (
     Resources,
     Stats,
     norm,
