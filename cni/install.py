@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from cni.client import DEFAULT_SOCKET
+from kernel.fs import AtomicFile, publish, temp_path
 
 NATIVE = {"bridge", "portmap"}  # plugins whose exec'd path is the C thin client (the daemon path)
 PLUGINS = {"nodeagent-bridge": "bridge", "nodeagent-host-local": "host-local", "nodeagent-portmap": "portmap"}
@@ -43,7 +44,7 @@ def build_native(out: str, plugin: str, python: str = sys.executable, root: Path
     for value in (python, str(root)):
         if any(c in value for c in "'\"\\\n"):
             return False
-    tmp = f"{out}.tmp{os.getpid()}"
+    tmp = temp_path(out)
     defines = [f'-DPLUGIN="{plugin}"', f'-DPYTHON="{python}"', f'-DROOT="{root}"',
                f'-DDEFAULT_SOCKET="{DEFAULT_SOCKET}"']
     p = subprocess.run([cc, "-O2", "-Wall", "-o", tmp, *defines, str(NATIVE_SRC)], capture_output=True, text=True)
@@ -52,7 +53,7 @@ def build_native(out: str, plugin: str, python: str = sys.executable, root: Path
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         return False
-    os.replace(tmp, out)
+    publish(tmp, out)
     return True
 
 
@@ -78,11 +79,9 @@ def install(bin_dir: str, conf_dir: str | None, python: str = sys.executable, na
         if native and plugin in NATIVE and build_native(path, plugin, python):
             done.append(path)
             continue
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(launcher(plugin, python))
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
+        with AtomicFile(path) as f:
+            f.write(launcher(plugin, python).encode())
+            os.fchmod(f.fd, 0o755)
         done.append(path)
     if conf_dir:
         os.makedirs(conf_dir, exist_ok=True)

@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kernel.fs import atomic_write
+
 
 class CNIError(Exception):
     """A plugin failed: the spec's error object (code, msg, details) and the plugin's name."""
@@ -198,9 +200,7 @@ class CNI:
         }
         f = self._cache_file(net.name, att)
         f.parent.mkdir(parents=True, exist_ok=True)
-        tmp = f.with_name(f.name + ".tmp")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, f)
+        atomic_write(f, json.dumps(doc))
 
     def _cached(self, att: Attachment) -> tuple[NetworkConfigList | None, dict[str, Any] | None]:
         d = self.cache_dir / "results"

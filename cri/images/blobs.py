@@ -4,12 +4,11 @@ only once the bytes hash to the digest that names them."""
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import uuid
 from pathlib import Path
 
 from cri.images.errors import DigestMismatch, InvalidReference
+from kernel.fs import AtomicFile
 
 _DIGEST = re.compile(r"(sha256):([a-f0-9]{64})")
 
@@ -26,41 +25,33 @@ def sha256_digest(data: bytes) -> str:
 
 
 class BlobWriter:
-    """Streams bytes into a temp file while hashing them; `commit` verifies and renames into place."""
+    """Streams bytes into a temp file (in the ingest dir) while hashing them; `commit` verifies them and
+    renames the file into place durably (kernel.fs.AtomicFile)."""
 
     def __init__(self, store: BlobStore, expected: str, expected_size: int = -1) -> None:
         split_digest(expected)
         self.store, self.expected, self.expected_size = store, expected, expected_size
-        self.tmp = store.tmp_dir / f"{expected.split(':')[1]}.{uuid.uuid4().hex}"
-        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self.dest = store.path(expected)
+        self.file = AtomicFile(self.dest, 0o644, tmp_dir=store.tmp_dir)
         self.sha = hashlib.sha256()
         self.size = 0
 
     def write(self, data: bytes) -> None:
         self.sha.update(data)
         self.size += len(data)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
+        self.file.write(data)
 
     def commit(self) -> Path:
-        os.fsync(self.fd)
-        os.close(self.fd)
-        self.fd = -1
         got = "sha256:" + self.sha.hexdigest()
         if got != self.expected or (self.expected_size >= 0 and self.size != self.expected_size):
-            self.tmp.unlink(missing_ok=True)
+            self.file.abort()
             raise DigestMismatch(f"blob {self.expected}: received {self.size} bytes hashing to {got}"
                                  + (f" (expected {self.expected_size} bytes)" if self.expected_size >= 0 else ""))
-        dest = self.store.path(self.expected)
-        os.replace(self.tmp, dest)
-        return dest
+        self.file.commit()
+        return self.dest
 
     def abort(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        self.tmp.unlink(missing_ok=True)
+        self.file.abort()
 
 
 class BlobStore:

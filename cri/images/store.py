@@ -36,6 +36,7 @@ from cri.images.progress import LAYER_DONE, UNPACK, Progress, ProgressEvent, emi
 from cri.images.reference import is_id, parse
 from cri.images.registries import RegistriesConfig
 from cri.images.unpack import unpack
+from kernel.fs import atomic_symlink, atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -148,17 +149,7 @@ class ImageStore:
             return state
 
     def _write_state(self, state: dict) -> None:
-        tmp = self.meta_path.with_name(f".images.json.{uuid.uuid4().hex}")
-        with open(tmp, "w") as f:
-            json.dump(state, f, sort_keys=True, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.meta_path)
-        dfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        atomic_write(self.meta_path, json.dumps(state, sort_keys=True, indent=1))
 
     @contextlib.contextmanager
     def _update(self) -> Iterator[dict]:
@@ -253,9 +244,7 @@ class ImageStore:
             except FileNotFoundError:
                 current = None
             if current != target:
-                tmp = links / f".{hexd[:16]}.{uuid.uuid4().hex}"
-                os.symlink(target, tmp)
-                os.replace(tmp, link)
+                atomic_symlink(target, link)
             out.append(link)
         return out
 
@@ -269,9 +258,7 @@ class ImageStore:
         """Keeps blobs and layers from garbage collection while a pull or import is using them, in this
         process (a counter) and in any other store on the same root (a pin file naming our pid)."""
         pin = self.pins_dir / f"{os.getpid()}-{uuid.uuid4().hex}"
-        tmp = pin.with_name("." + pin.name)
-        tmp.write_text(json.dumps(list(digests)))
-        os.replace(tmp, pin)
+        atomic_write(pin, json.dumps(list(digests)))  # the temporary name starts with ".": no reader sees it
         with self._mu:
             self._pins.update(digests)
         try:

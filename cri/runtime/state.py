@@ -10,9 +10,10 @@ import base64
 import contextlib
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Any, TypeVar
+
+from kernel.fs import atomic_write
 
 T = TypeVar("T")
 
@@ -79,19 +80,10 @@ def decode(text: str) -> bytes:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    """Atomically replace `path` with obj as JSON (a crash leaves the old or the new file, never half).
-
-    Serialized whole, then one write: json.dump to a file object writes chunk by chunk."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    data = json.dumps(obj).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    """Atomically and durably replace `path` with obj as JSON (a crash leaves the old or the new file,
+    never half: kernel.fs). Serialized whole, then one write: json.dump to a file object writes chunk
+    by chunk."""
+    atomic_write(path, json.dumps(obj).encode())
 
 
 def save(path: Path, rec: Any) -> None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import os
 import secrets
 from pathlib import Path
+
+from kernel.fs import atomic_write
 
 NODES_GROUP = "system:nodes"
 MASTERS_GROUP = "system:masters"
@@ -76,13 +77,7 @@ class TokenFile:
         buf = io.StringIO()
         csv.writer(buf, lineterminator="\n").writerow([tok, user, user, ",".join(groups)])
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(lines + buf.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic_write(self.path, lines + buf.getvalue(), 0o600)
         self.reload()
         return tok
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import base64
-import os
 from pathlib import Path
 
 import yaml
+
+from kernel.fs import atomic_write
 
 
 def render(server: str, ca_pem: bytes, token: str, name: str = "nodeagent") -> str:
@@ -23,10 +24,4 @@ def render(server: str, ca_pem: bytes, token: str, name: str = "nodeagent") -> s
 
 def write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, text, 0o600)

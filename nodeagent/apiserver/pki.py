@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 import socket
 from pathlib import Path
 
@@ -13,18 +12,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from kernel.fs import atomic_write
+
 
 def write_private(path: Path, data: bytes | str) -> None:
     """Atomically, mode 0600 from the start, durable before it replaces the old file (keys, tokens)."""
-    if isinstance(data, str):
-        data = data.encode()
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, data, 0o600)
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:

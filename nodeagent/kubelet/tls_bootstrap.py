@@ -19,7 +19,6 @@ import asyncio
 import base64
 import datetime as dt
 import logging
-import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from kernel.fs import atomic_write
 from nodeagent.api import bootstrap_token as tokens
 from nodeagent.api.certificates import KUBELET_CLIENT_SIGNER, NODE_PREFIX, NODES_GROUP
 from nodeagent.client.rest import Client, ClientError
@@ -177,13 +177,7 @@ async def request_certificate(client: Client, node_name: str, wait_s: float,
 
 def _write(path: Path, data: bytes, mode: int = 0o600) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, data, mode)
 
 
 def write_credentials(data_dir: Path, server: str, ca_pem: bytes, key_pem: bytes, cert_pem: bytes,

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from kernel.fs import atomic_write
 from nodeagent.lab.topology import API_PORT, POD_CLUSTER_CIDR, NodeSpec, Topology, topology
 from nodeagent.layout import Layout
 
@@ -74,9 +75,7 @@ class State:
         self.save()
 
     def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1))
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps(self.data, indent=1))
 
 
 def node_command(node: NodeSpec, argv: list[str]) -> list[str]:

@@ -26,6 +26,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from kernel.fs import atomic_write
+
 log = logging.getLogger("nodeagent.nodenet.network")
 
 IFNAMSIZ = 15  # the longest link name the kernel takes
@@ -66,9 +68,7 @@ class PodNetwork:
 
         os.makedirs(self.conf_dir, exist_ok=True)
         path = Path(self.conf_dir, CONFLIST_NAME)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(self.conflist(), indent=2) + "\n")
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(self.conflist(), indent=2) + "\n")
         return path
 
     def forget_config(self) -> bool:

@@ -22,6 +22,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from kernel.fs import atomic_symlink, atomic_write
+
 DATA_DIR = "..data"
 DATA_DIR_TMP = "..data_tmp"
 MAX_PATH_LENGTH = 4096
@@ -115,13 +117,9 @@ class AtomicWriter:
             for p, proj in payload.items():
                 f = ts_dir / p
                 f.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-                f.write_bytes(proj.data)
-                os.chmod(f, proj.mode)
-            tmp_link = self.target / DATA_DIR_TMP
-            if tmp_link.is_symlink() or tmp_link.exists():
-                tmp_link.unlink()
-            os.symlink(ts_dir.name, tmp_link)
-            os.rename(tmp_link, self.target / DATA_DIR)
+                atomic_write(f, proj.data, proj.mode)
+                os.chmod(f, proj.mode)  # exactly the projection's mode, whatever the umask
+            atomic_symlink(ts_dir.name, self.target / DATA_DIR, tmp=self.target / DATA_DIR_TMP)
         except BaseException:
             shutil.rmtree(ts_dir, ignore_errors=True)
             raise
