@@ -14,8 +14,9 @@ import errno
 import ipaddress
 import os
 
-from cni import delegate, iptables, masq, rtnl
+from cni import iptables, masq, rtnl
 from cni.errors import INTERNAL, INVALID_CONFIG, NOT_AVAILABLE, UNKNOWN_CONTAINER, UNSUPPORTED_FIELD, CNIError
+from cni.plugins import delegate
 from cni.sha import sha256
 
 TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
