@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from nodeagent.api.resources import VIRTUAL, Resource
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
 from nodeagent.apiserver import auth, bootstrap_auth, codec, discovery, errors, patching, subresources, table
 from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
@@ -30,7 +31,6 @@ from nodeagent.apiserver.registry import (
     matches,
 )
 from nodeagent.apiserver.request import RequestInfo, parse
-from nodeagent.apiserver.resources import VIRTUAL, Resource
 from nodeagent.apiserver.watch import watch_events
 from nodeagent.store import base as store_base
 

@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nodeagent.api import validation
+from nodeagent.api.resources import Resource, all_resources, lookup
 from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import errors
 from nodeagent.apiserver.errors import ApiError
-from nodeagent.apiserver.resources import Resource, all_resources, lookup
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver")

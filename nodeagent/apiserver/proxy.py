@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from nodeagent.api.resources import lookup
 from nodeagent.apiserver import errors
-from nodeagent.apiserver.resources import lookup
 
 if TYPE_CHECKING:
     from nodeagent.apiserver.registry import Registry

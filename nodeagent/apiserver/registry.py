@@ -20,12 +20,12 @@ from typing import Any
 
 from nodeagent.api import defaults, validation
 from nodeagent.api.qos import compute_pod_qos
+from nodeagent.api.resources import Resource, lookup
 from nodeagent.api.selectors import FieldRequirement, Selector, field_value, fields_match
 from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import admission, errors, lifecycle
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.errors import ApiError
-from nodeagent.apiserver.resources import Resource, lookup
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver")

@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from nodeagent.api import patch as patches
+from nodeagent.api.resources import lookup
 from nodeagent.api.selectors import SelectorError, from_label_selector
 from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import errors, patching
@@ -17,7 +18,6 @@ from nodeagent.apiserver.codec import json_response
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.registry import Registry
 from nodeagent.apiserver.request import RequestInfo
-from nodeagent.apiserver.resources import lookup
 from nodeagent.store import base as store_base
 
 PDBS = lookup("policy", "v1", "poddisruptionbudgets")
