@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
+from nodeagent import pki
 from nodeagent.api import bootstrap_token as tokens
 from nodeagent.api.resources import lookup
-from nodeagent.apiserver import pki
 from nodeagent.apiserver.bootstrap_auth import SECRETS, BootstrapTokenAuthenticator
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.registry import Registry
