@@ -37,7 +37,8 @@ def netns() -> str:
 
 def commit_one_rule(validate: bool) -> tuple[float, float]:
     """(wall, CPU) seconds of committing one new chain with one rule (counter [+ return verdict]): with the
-    verdict, the kernel's floor for any nat change (netproxy_sync.py prints it beside the one-Service change)."""
+    verdict, the kernel's floor for any nat change (netproxy_sync.py prints it beside the one-Service
+    change)."""
     s = nl.NftSocket()
     try:
         b = nl.Batch("nat")

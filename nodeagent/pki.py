@@ -52,7 +52,8 @@ def ensure_ca(pki: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(hours=1))
             .not_valid_after(now + dt.timedelta(days=3650))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+            .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False),
+                           critical=True)
             .sign(k, hashes.SHA256()))
     write_private(key, key_pem(k))
     write_private(crt, cert.public_bytes(serialization.Encoding.PEM))

@@ -484,5 +484,4 @@ class Handlers:
         return resp
 
 
-
 __all__ = ["PODS", "Handlers"]

@@ -51,7 +51,8 @@ class KubeletProxy:
         self.ca_file = ca_file
         self._ctx: ssl.SSLContext | None = None
 
-    async def __call__(self, registry: Registry, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    async def __call__(self, registry: Registry, request: web.Request,
+                       info: RequestInfo) -> web.StreamResponse:
         res, sub = info.resource, info.subresource
         if res.name == "nodes":
             node = await registry.get(res, None, info.name or "")

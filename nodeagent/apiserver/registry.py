@@ -447,7 +447,8 @@ class Registry:
         if res is NAMESPACES:
             out, started = await lifecycle.delete_namespace(self.store, current)
             if started:
-                t = asyncio.get_running_loop().create_task(lifecycle.finish_namespace(self.store, self.delete, name))
+                finish = lifecycle.finish_namespace(self.store, self.delete, name)
+                t = asyncio.get_running_loop().create_task(finish)
                 self._bg.add(t)
                 t.add_done_callback(self._bg.discard)
             return out

@@ -28,8 +28,8 @@ _STREAMING = {"log", "exec", "attach", "portforward", "proxy"}
 KubeletProxy = Callable[[Registry, web.Request, RequestInfo], Awaitable[web.StreamResponse]]
 
 
-async def handle(registry: Registry, kubelet_proxy: KubeletProxy | None, request: web.Request, info: RequestInfo,
-                 body: Any, dry_run: bool) -> web.StreamResponse:
+async def handle(registry: Registry, kubelet_proxy: KubeletProxy | None, request: web.Request,
+                 info: RequestInfo, body: Any, dry_run: bool) -> web.StreamResponse:
     sub, verb, res = info.subresource, info.verb, info.resource
     ns, name = info.namespace, info.name or ""
     if sub in _STREAMING:
@@ -38,8 +38,8 @@ async def handle(registry: Registry, kubelet_proxy: KubeletProxy | None, request
         if verb == "get":
             return json_response(await registry.get(res, ns, name))
         if verb == "update":
-            obj, _ = await registry.update(res, ns, name, body, "" if sub == "ephemeralcontainers" else "status",
-                                           dry_run)
+            obj, _ = await registry.update(res, ns, name, body,
+                                           "" if sub == "ephemeralcontainers" else "status", dry_run)
             return json_response(obj)
         if verb == "patch":
             obj, _ = await patching.patch(registry, request.query, info, body, dry_run,

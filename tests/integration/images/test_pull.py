@@ -247,7 +247,8 @@ async def test_tls_client_certificate(mtls_registry, images, tmp_path):
     ref = f"{mtls_registry.host}/test/busybox:latest"
     ca = str(mtls_registry.ca)
     with pytest.raises(PullError):  # the server wants a client certificate
-        await pull_image(_store(tmp_path, {"configs": {mtls_registry.host: {"tls": {"ca_file": ca}}}}, "a"), ref)
+        await pull_image(_store(tmp_path, {"configs": {mtls_registry.host: {"tls": {"ca_file": ca}}}}, "a"),
+                         ref)
     cert, key = map(str, mtls_registry.client_cert)
     cfg = {"configs": {mtls_registry.host: {"tls": {"ca_file": ca, "cert_file": cert, "key_file": key}}}}
     assert (await pull_image(_store(tmp_path, cfg, "b"), ref)).id == images.busybox.config_digest

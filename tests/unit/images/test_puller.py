@@ -151,7 +151,8 @@ async def test_bearer_token_flow(tmp_path):
             await pull_image(store, "example.test/private/app:v1")
         cfg = {"mirrors": {"example.test": {"endpoint": [f"http://127.0.0.1:{reg.port}"]}},
                "configs": {f"127.0.0.1:{reg.port}": {"auth": {"username": "u", "password": "p"}}}}
-        img = await pull_image(ImageStore(tmp_path / "s2", RegistriesConfig.from_dict(cfg)), "example.test/private/app:v1")
+        img = await pull_image(ImageStore(tmp_path / "s2", RegistriesConfig.from_dict(cfg)),
+                               "example.test/private/app:v1")
         assert img.id == cid
         assert "token repository:private/app:pull" in reg.log
     finally:
