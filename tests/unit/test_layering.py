@@ -70,7 +70,7 @@ def test_the_tree_as_it_is_keeps_every_contract(tmp_path):
 
 @pytest.mark.parametrize("contract, path, line", [
     ("roots", "cni/errors.py", "import nodeagent.client"),
-    ("roots", "cri/daemon.py", "import netproxy"),
+    ("roots", "cri/service.py", "import netproxy"),
     ("api-model", "nodeagent/api/quantity.py", "import nodeagent.pki"),
     ("components", "nodeagent/controllers/quota.py", "import nodeagent.apiserver.admission"),
     ("components", "nodeagent/client/rest.py", "import nodeagent.kubelet"),
