@@ -1,6 +1,6 @@
 # nodeagent: everything the project needs is installed from here (run as root).
 #   make up    install, build, then run the all-in-one node in the foreground
-#   make test  install, build, then ruff and the whole pytest suite
+#   make test  install, build, then ruff, the import contracts and the whole pytest suite
 #   make test-fresh  the same on a host made to look fresh first (what CI runs)
 
 SHELL := /bin/bash
@@ -89,8 +89,10 @@ CNI_CONF_DIR ?= /etc/cni/net.d
 cni-install: python
 	$(PY) -m cni.install --bin-dir $(CNI_BIN_DIR) --conf-dir "$(CNI_CONF_DIR)"
 
+# ruff, then the layering contracts of pyproject.toml's [tool.importlinter] (DESIGN.md, "Layering").
 lint: python
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 test: install lint
 	$(PY) -m pytest tests $(PYTEST_ARGS)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cri.images import ImageStore, RegistriesConfig
+from cri.images import ImageStore, RegistriesConfig, pull_image
 from nodeagent.testing.images import CONFIGURED, ImageFactory
 
 
@@ -98,7 +98,7 @@ def main() -> int:
         cfg = RegistriesConfig.from_dict({"mirrors": {reg.host: {"endpoint": [f"http://{reg.host}"]}}})
         for i in range(args.iterations):
             store_dir = work / f"s{i}"
-            ours.append(timed(lambda d=store_dir: asyncio.run(ImageStore(d, cfg).pull(name))))
+            ours.append(timed(lambda d=store_dir: asyncio.run(pull_image(ImageStore(d, cfg), name))))
             shutil.rmtree(store_dir)
             cli.append(timed(lambda d=store_dir: subprocess.run(
                 [sys.executable, "-m", "nodeagent", "image", "--state-dir", str(d), "pull", "--no-progress", name],

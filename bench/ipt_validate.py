@@ -29,6 +29,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from netproxy_common import commit_one_rule, ep, netns, objects
+
 from kernel import nftables as nl
 from kernel.netns import NetnsWorker
 from netproxy.iptables import nftrules as R
@@ -51,26 +53,6 @@ SHAPES = {  # rule expressions before the jump (none: the rule has no verdict)
     "xt statistic,counter,jump": lambda: R._statistic(0.333) + nl.COUNTER,
     "counter (no verdict)": lambda: nl.COUNTER,
 }
-
-
-def commit_one_rule(validate: bool) -> tuple[float, float]:
-    """(wall, CPU) seconds of committing one new chain with one rule (counter [+ return verdict]): with the
-    verdict, the kernel's floor for any nat change (netproxy_sync.py prints it beside the one-Service change)."""
-    s = nl.NftSocket()
-    try:
-        b = nl.Batch("nat")
-        b.add_chain("BENCH-X")
-        b.add_rule("BENCH-X", nl.COUNTER + (nl.immediate_verdict(nl.RETURN) if validate else b""))
-        w, c = time.perf_counter(), time.thread_time()
-        s.send(b)
-        out = time.perf_counter() - w, time.thread_time() - c
-        b = nl.Batch("nat")
-        b.flush_chain("BENCH-X")
-        b.del_chain("BENCH-X")
-        s.send(b)
-        return out
-    finally:
-        s.close()
 
 
 def _medians(worker: NetnsWorker, rounds: int = 7) -> tuple[float, float, float]:
@@ -153,20 +135,18 @@ def _hook_jump(chain: str) -> None:
 
 
 async def real(n: int, changes: int, counters: bool) -> None:
-    import netproxy_sync as B
-
     from netproxy.iptables.nftproxier import IptablesNftProxier
     from netproxy.proxier import NodeConfig
     from netproxy.proxy import Proxy
     from nodeagent.testing.netproxy_lab import endpoint_slice
 
-    ns = B.netns()
+    ns = netns()
     worker = NetnsWorker(ns)
     node = NodeConfig(node_name="bench", cluster_cidr="10.100.0.0/14")
     proxier = IptablesNftProxier(node, counters=counters)
     proxy = Proxy(proxier, worker, clear_conntrack=False)
     try:
-        objs = list(B.objects(n, 3))
+        objs = list(objects(n, 3))
         for s, _ in objs:
             proxy.on_service(None, s)
         for _, sl in objs:
@@ -181,7 +161,7 @@ async def real(n: int, changes: int, counters: bool) -> None:
         for c in range(changes):
             i = (c * 7919) % n
             s, _ = objs[i]
-            eps = [{"ip": B.ep(i, k)} for k in range(2)] + [{"ip": f"10.99.{c // 250}.{c % 250 + 1}"}]
+            eps = [{"ip": ep(i, k)} for k in range(2)] + [{"ip": f"10.99.{c // 250}.{c % 250 + 1}"}]
             sl = endpoint_slice(f"svc{i}", port, eps, namespace=s["metadata"]["namespace"])
             proxy.on_endpoint_slice(sl)
             t0 = time.perf_counter()

@@ -32,7 +32,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # ipt_validate's kernel floor
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # netproxy_common
+
+from netproxy_common import commit_one_rule, ep, netns, objects
 
 from kernel.netns import NetnsWorker
 from netproxy.backends import make_proxier
@@ -49,30 +51,6 @@ MODES = {
     "iptables-nft-restore": ("iptables", {"backend": "nft-restore"}),
     "nftables": ("nftables", {}),
 }
-
-
-def vip(i: int) -> str:
-    return f"10.96.{i // 250}.{i % 250 + 1}"
-
-
-def ep(i: int, k: int) -> str:
-    n = i * 3 + k
-    return f"10.{100 + n // 62500}.{n // 250 % 250}.{n % 250 + 1}"
-
-
-def objects(n: int, eps: int):
-    ports = [{"name": "http", "port": 80, "protocol": "TCP"}]
-    for i in range(n):
-        yield (service(f"svc{i}", vip(i), ports, namespace=f"ns{i % 20}"),
-               endpoint_slice(f"svc{i}", [{"name": "http", "port": 8080, "protocol": "TCP"}],
-                              [{"ip": ep(i, k)} for k in range(eps)], namespace=f"ns{i % 20}"))
-
-
-def netns() -> str:
-    name = f"npbench{os.getpid()}{time.monotonic_ns() % 10000}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
-    return name
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -183,8 +161,6 @@ def floors_iptables_nft(ns: str, worker: NetnsWorker, proxier, spn, sp, eps, lar
     one-Service figure of the issue's floors, without its 56 s full load), and the kernel's own cost
     of any nat transaction adding a rule (nf_tables re-validates every chain reachable from the base
     chains on commit: O(table), whoever the writer is)."""
-    from ipt_validate import commit_one_rule
-
     from netproxy.iptables.plan import partial_restore, plan_port
     from netproxy.model import Endpoint
 

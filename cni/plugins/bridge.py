@@ -14,8 +14,9 @@ import errno
 import ipaddress
 import os
 
-from cni import delegate, masq
+from cni import masq
 from cni.errors import INTERNAL, INVALID_CONFIG, NOT_AVAILABLE, UNKNOWN_CONTAINER, UNSUPPORTED_FIELD, CNIError
+from cni.plugins import delegate
 from cni.sha import sha256
 from kernel import rtnl
 from kernel.iptables import backend as iptables_backend

@@ -10,7 +10,7 @@ import functools
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import aiohttp
 
@@ -37,9 +37,7 @@ from cri.images.progress import (
 )
 from cri.images.reference import Reference, parse
 from cri.images.registries import AuthConfig, Endpoint, TLSConfig
-
-if TYPE_CHECKING:
-    from cri.images.store import Image, ImageStore
+from cri.images.store import Image, ImageStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -443,14 +443,6 @@ class ImageStore:
             return self.record(a.config_digest, a.size, [la.diff_id for la in a.layers],
                                [a.manifest_digest, *a.extra_blobs], a.manifest_digest, a.names, names_digests)
 
-    # ---- pulling --------------------------------------------------------------------------------------
-
-    async def pull(self, ref: str, auth: dict | None = None, progress: Progress | None = None) -> Image:
-        """Fetch `ref` from its registry (mirrors first, per registries.yaml), verify, unpack and record it."""
-        from cri.images.puller import pull_image
-
-        return await pull_image(self, ref, auth, progress)
-
     # ---- usage ----------------------------------------------------------------------------------------
 
     def fs_info(self, max_age: float = FS_INFO_TTL) -> tuple[str, int, int]:

@@ -8,6 +8,7 @@ import time
 
 import grpc
 
+from cri.images.puller import pull_image
 from cri.proto import api_pb2 as pb
 from cri.runtime.errors import FailedPrecondition, InvalidArgument, Unimplemented
 from cri.server.boundary import rpc
@@ -72,7 +73,7 @@ class ImageService:
             auth = {k: v for k, v in (("username", a.username), ("password", a.password), ("auth", a.auth),
                                       ("server_address", a.server_address), ("identity_token", a.identity_token),
                                       ("registry_token", a.registry_token)) if v}
-        img = await store.pull(request.image.image, auth=auth)
+        img = await pull_image(store, request.image.image, auth=auth)
         return pb.PullImageResponse(image_ref=img.id)
 
     @rpc

@@ -1,7 +1,6 @@
 """Admission on create: PriorityClass resolution, LimitRange defaults and bounds, ResourceQuota enforcement.
 
-Quota follows the seed's semantics: compute resources (requests.*/limits.*, bare cpu/memory meaning requests)
-summed over non-terminal pods, and object counts (pods, services, configmaps, secrets, ..., count/<res>.<group>).
+What an object charges against a quota is `nodeagent.api.quota` (shared with the quota controller's recount).
 """
 
 from __future__ import annotations
@@ -10,14 +9,11 @@ from fractions import Fraction
 from typing import Any
 
 from nodeagent.api.quantity import QuantityError, format_quantity, parse_quantity
+from nodeagent.api.quota import object_usage
+from nodeagent.api.resources import Resource
 from nodeagent.apiserver.errors import ApiError
-from nodeagent.apiserver.resources import Resource
 
 SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
-
-_COUNT_NAMES = {"pods": "pods", "services": "services", "configmaps": "configmaps", "secrets": "secrets",
-                "replicationcontrollers": "replicationcontrollers", "resourcequotas": "resourcequotas",
-                "persistentvolumeclaims": "persistentvolumeclaims"}
 
 
 def forbidden(message: str, resource: str, name: str) -> ApiError:
@@ -77,42 +73,6 @@ def apply_limit_ranges(pod: dict[str, Any], ranges: list[dict[str, Any]]) -> Non
                                             f"but request is {req}", "pods", name)
                 except QuantityError as e:
                     raise ApiError(422, "Invalid", f'pods "{name}" is invalid: {e}') from None
-
-
-def pod_usage(pod: dict[str, Any]) -> dict[str, Fraction]:
-    """What one pod charges against a quota (requests.cpu, limits.memory, ..., pods)."""
-    out: dict[str, Fraction] = {"pods": Fraction(1), "count/pods": Fraction(1)}
-    spec = pod.get("spec") or {}
-    for c in spec.get("containers") or []:
-        res = c.get("resources") or {}
-        for kind in ("requests", "limits"):
-            for k, v in (res.get(kind) or {}).items():
-                try:
-                    q = parse_quantity(v)
-                except QuantityError:
-                    continue
-                out[f"{kind}.{k}"] = out.get(f"{kind}.{k}", Fraction(0)) + q
-                if kind == "requests":
-                    out[k] = out.get(k, Fraction(0)) + q
-    return out
-
-
-def object_usage(res: Resource, obj: dict[str, Any]) -> dict[str, Fraction]:
-    if res.name == "pods" and not res.group:
-        phase = (obj.get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
-            return {}
-        return pod_usage(obj)
-    out = {f"count/{res.name}" + (f".{res.group}" if res.group else ""): Fraction(1)}
-    if not res.group and res.name in _COUNT_NAMES:
-        out[_COUNT_NAMES[res.name]] = Fraction(1)
-    if res.name == "services" and not res.group:
-        typ = (obj.get("spec") or {}).get("type")
-        if typ == "NodePort":
-            out["services.nodeports"] = Fraction(1)
-        if typ == "LoadBalancer":
-            out["services.loadbalancers"] = Fraction(1)
-    return out
 
 
 def check_quota(res: Resource, obj: dict[str, Any], quotas: list[dict[str, Any]],

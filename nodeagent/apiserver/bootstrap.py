@@ -9,12 +9,12 @@ import logging
 import uuid
 from typing import Any
 
-from nodeagent.api.times import parse_time
+from nodeagent.api.resources import VIRTUAL, all_resources, lookup
+from nodeagent.api.times import now_rfc3339, parse_time
 from nodeagent.apiserver import admission
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.peers import PeerLeases, endpoint_subsets
-from nodeagent.apiserver.registry import NAMESPACES, PRIORITY_CLASSES, SERVICES, Registry, now_rfc3339
-from nodeagent.apiserver.resources import VIRTUAL, all_resources, lookup
+from nodeagent.apiserver.registry import NAMESPACES, PRIORITY_CLASSES, SERVICES, Registry
 from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.store import base as store_base
 

@@ -15,8 +15,8 @@ import logging
 from typing import Any
 
 from nodeagent.api import bootstrap_token as tokens
+from nodeagent.api.resources import lookup
 from nodeagent.apiserver import auth
-from nodeagent.apiserver.resources import lookup
 from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.store import base as store_base
 

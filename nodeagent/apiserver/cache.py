@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from nodeagent.api.resources import CRD_PREFIX, sync_crd
 from nodeagent.apiserver import codec
-from nodeagent.apiserver.resources import CRD_PREFIX, sync_crd
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.cache")
@@ -119,7 +119,7 @@ class WatchCache:
         self._wake()
 
     def _key_of(self, o: dict[str, Any]) -> str | None:
-        from nodeagent.apiserver.resources import by_kind
+        from nodeagent.api.resources import by_kind
 
         r = by_kind(o.get("apiVersion", ""), o.get("kind", ""))
         if r is None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from aiohttp import web
+
+JSON = "application/json"
+
 try:
     import orjson
 
@@ -23,6 +27,10 @@ except ImportError:  # pragma: no cover - orjson is a declared dependency
         return json.loads(data)
 
     DecodeError = json.JSONDecodeError
+
+
+def json_response(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(body=dumps(obj), status=status, content_type=JSON)
 
 
 def load_yaml(data: bytes) -> Any:

@@ -6,7 +6,7 @@ import platform
 import sys
 from typing import Any
 
-from nodeagent.apiserver.resources import SUBRESOURCE_KINDS, group_versions, resources_in
+from nodeagent.api.resources import SUBRESOURCE_KINDS, group_versions, resources_in
 
 # The Kubernetes API level this server speaks (kubectl warns on skew beyond +-1 minor; it still works).
 KUBE_MAJOR, KUBE_MINOR = "1", "30"

@@ -13,10 +13,12 @@ from typing import Any
 
 from aiohttp import web
 
+from nodeagent.api.resources import VIRTUAL, Resource
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
 from nodeagent.apiserver import auth, bootstrap_auth, codec, discovery, errors, patching, subresources, table
 from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
 from nodeagent.apiserver.cache import WatchCache
+from nodeagent.apiserver.codec import JSON, json_response
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.join_token import JoinTokens
 from nodeagent.apiserver.metrics import Metrics
@@ -29,7 +31,6 @@ from nodeagent.apiserver.registry import (
     matches,
 )
 from nodeagent.apiserver.request import RequestInfo, parse
-from nodeagent.apiserver.resources import VIRTUAL, Resource
 from nodeagent.apiserver.watch import watch_events
 from nodeagent.store import base as store_base
 
@@ -37,14 +38,9 @@ log = logging.getLogger("nodeagent.apiserver")
 
 MAX_BODY = 3 * 1024 * 1024
 WATCH_BUFFER = 16 * 1024 * 1024  # a watcher whose unsent events exceed this is ended (it re-watches)
-JSON = "application/json"
 _PUBLIC = {"/version", "/version/", "/healthz", "/livez", "/readyz"}
 _RETURNS_OBJECT_ON_DELETE = {"pods", "namespaces", "services", "nodes"}
 ANONYMOUS_GROUP = "system:unauthenticated"
-
-
-def json_response(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=codec.dumps(obj), status=status, content_type=JSON)
 
 
 def status_response(e: ApiError) -> web.Response:
@@ -72,7 +68,8 @@ class Wants:
 
 class Handlers:
     def __init__(self, registry: Registry, cache: WatchCache, tokens: auth.TokenFile, address: str,
-                 kubelet_proxy: Any = None, bootstrap_tokens: BootstrapTokenAuthenticator | None = None,
+                 kubelet_proxy: subresources.KubeletProxy | None = None,
+                 bootstrap_tokens: BootstrapTokenAuthenticator | None = None,
                  join_tokens: JoinTokens | None = None) -> None:
         self.bootstrap_tokens = bootstrap_tokens
         self.join_tokens = join_tokens  # signs cluster-info for a new token at once
@@ -184,7 +181,7 @@ class Handlers:
             await self._authorize(user, info, body)
         sub = info.subresource
         if sub:
-            return await subresources.handle(self, request, info, body, wants, dry_run)
+            return await subresources.handle(self.registry, self.kubelet_proxy, request, info, body, dry_run)
         if verb == "get":
             await self.cache.wait_fresh()
             entry = self.cache.get(res.key(info.namespace, info.name or ""))
@@ -208,7 +205,7 @@ class Handlers:
             obj, created = await self.registry.update(res, info.namespace, info.name or "", body, "", dry_run)
             return json_response(self._single(res, obj, wants, q), 201 if created else 200)
         if verb == "patch":
-            obj, created = await self.patch(request, info, body, dry_run)
+            obj, created = await patching.patch(self.registry, request.query, info, body, dry_run)
             return json_response(self._single(res, obj, wants, q), 201 if created else 200)
         if verb == "delete":
             opts = self._delete_options(q, body)
@@ -485,10 +482,6 @@ class Handlers:
         except (ConnectionResetError, ConnectionError):
             pass
         return resp
-
-    async def patch(self, request: web.Request, info: RequestInfo, body: Any, dry_run: bool,
-                    subresource: str = "") -> tuple[dict[str, Any], bool]:
-        return await patching.patch(self.registry, request.query, info, body, dry_run, subresource)
 
 
 __all__ = ["PODS", "Handlers"]

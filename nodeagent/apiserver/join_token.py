@@ -19,12 +19,12 @@ from typing import Any
 
 import yaml
 
+from nodeagent import pki
 from nodeagent.api import bootstrap_token as tokens
-from nodeagent.apiserver import pki
+from nodeagent.api.resources import lookup
 from nodeagent.apiserver.bootstrap_auth import SECRETS, BootstrapTokenAuthenticator
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.registry import Registry
-from nodeagent.apiserver.resources import lookup
 from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.store import base as store_base
 

@@ -1,29 +1,33 @@
 """Object lifecycles beyond plain CRUD: namespace termination (the namespace controller's part) and
-CustomResourceDefinitions (establishing them, deleting their objects with them)."""
+CustomResourceDefinitions (establishing them, deleting their objects with them).
+
+The registry calls these with its store, and with its own `delete` where a namespace's objects go
+through the full delete semantics (graceful pods, finalizers)."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from nodeagent.api import validation
+from nodeagent.api.resources import Resource, all_resources, lookup
 from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import errors
 from nodeagent.apiserver.errors import ApiError
-from nodeagent.apiserver.resources import Resource, all_resources, lookup
 from nodeagent.store import base as store_base
-
-if TYPE_CHECKING:
-    from nodeagent.apiserver.registry import Registry
 
 log = logging.getLogger("nodeagent.apiserver")
 NAMESPACES = lookup("", "v1", "namespaces")
 PODS = lookup("", "v1", "pods")
 
+# Registry.delete(res, namespace, name, options)
+Delete = Callable[[Resource, str | None, str, dict[str, Any]], Awaitable[Any]]
 
-def establish_crd(reg: Registry, crd: dict[str, Any]) -> None:
+
+def establish_crd(crd: dict[str, Any]) -> None:
     """Check a CustomResourceDefinition's names and mark it Established (served at once)."""
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}
@@ -57,39 +61,37 @@ def establish_crd(reg: Registry, crd: dict[str, Any]) -> None:
                                      "message": "the initial names have been accepted",
                                      "lastTransitionTime": now}]}
 
-async def delete_custom_objects(reg: Registry, crd: dict[str, Any]) -> None:
+async def delete_custom_objects(store: store_base.Store, crd: dict[str, Any]) -> None:
     """Deleting a CustomResourceDefinition deletes every object of its kind first (as Kubernetes does)."""
     spec = crd.get("spec") or {}
     plural = (spec.get("names") or {}).get("plural")
     if not plural or not spec.get("group"):
         return
     prefix = f"/registry/{spec['group']}/{plural}/"
-    items, _ = await reg.store.list(prefix)
+    items, _ = await store.list(prefix)
     r = Resource(spec["group"], "v1", plural, "", spec.get("scope", "Namespaced") == "Namespaced")
     for o in items:
         try:
-            await reg.store.delete(r.key(o["metadata"].get("namespace"), o["metadata"]["name"]))
+            await store.delete(r.key(o["metadata"].get("namespace"), o["metadata"]["name"]))
         except store_base.NotFound:
             pass
 
-async def delete_namespace(reg: Registry, current: dict[str, Any]) -> dict[str, Any]:
+async def delete_namespace(store: store_base.Store, current: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Mark the namespace Terminating: (the namespace, whether it just started terminating; the caller then
+    runs `finish_namespace`)."""
     name = current["metadata"]["name"]
     if name in ("default", "kube-system", "kube-public"):
         raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
                        {"name": name, "kind": "namespaces"})
     if current["metadata"].get("deletionTimestamp"):
-        return current
+        return current, False
     new = copy.deepcopy(current)
     new["metadata"]["deletionTimestamp"] = now_rfc3339()
     new["metadata"]["deletionGracePeriodSeconds"] = 0
     new.setdefault("status", {})["phase"] = "Terminating"
-    out = await reg.store.update(NAMESPACES.key(None, name), new)
-    t = asyncio.get_running_loop().create_task(finish_namespace(reg, name))
-    reg._bg.add(t)
-    t.add_done_callback(reg._bg.discard)
-    return out
+    return await store.update(NAMESPACES.key(None, name), new), True
 
-async def finish_namespace(reg: Registry, name: str) -> None:
+async def finish_namespace(store: store_base.Store, delete: Delete, name: str) -> None:
     """The namespace lifecycle controller's job: delete everything inside, then the namespace."""
 
     try:
@@ -98,18 +100,18 @@ async def finish_namespace(reg: Registry, name: str) -> None:
             for r in all_resources():
                 if not r.namespaced:
                     continue
-                items, _ = await reg.store.list(r.key_prefix(name))
+                items, _ = await store.list(r.key_prefix(name))
                 for o in items:
                     left += 1
                     try:
-                        await reg.delete(r, name, o["metadata"]["name"], {"gracePeriodSeconds": 0
-                                                                           if r is not PODS else None})
+                        await delete(r, name, o["metadata"]["name"], {"gracePeriodSeconds": 0
+                                                                      if r is not PODS else None})
                     except ApiError:
                         pass
             if not left:
                 break
             await asyncio.sleep(1)
-        await reg.store.delete(NAMESPACES.key(None, name))
+        await store.delete(NAMESPACES.key(None, name))
     except store_base.NotFound:
         pass
     except Exception:

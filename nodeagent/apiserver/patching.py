@@ -8,9 +8,10 @@ from typing import Any
 
 from nodeagent.api import patch as patches
 from nodeagent.api.fieldset import apply_ownership
+from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import errors
 from nodeagent.apiserver.errors import ApiError
-from nodeagent.apiserver.registry import Registry, now_rfc3339
+from nodeagent.apiserver.registry import Registry
 from nodeagent.apiserver.request import RequestInfo
 
 

@@ -13,9 +13,9 @@ import logging
 import uuid
 from typing import Any
 
+from nodeagent.api.resources import lookup
 from nodeagent.api.times import rfc3339
 from nodeagent.apiserver.registry import Registry
-from nodeagent.apiserver.resources import lookup
 from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.store import base as store_base
 

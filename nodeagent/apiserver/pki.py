@@ -1,4 +1,5 @@
-"""The cluster CA and the apiserver's serving certificate, generated on first start and kept under the data dir."""
+"""The apiserver's serving certificate and its kubelet client certificate, signed by the cluster CA
+(nodeagent.pki) and kept under the data dir."""
 
 from __future__ import annotations
 
@@ -12,37 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from kernel.fs import atomic_write
-
-
-def write_private(path: Path, data: bytes | str) -> None:
-    """Atomically, mode 0600 from the start, durable before it replaces the old file (keys, tokens)."""
-    atomic_write(path, data, 0o600)
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-def ensure_ca(pki: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    crt, key = pki / "ca.crt", pki / "ca.key"
-    if crt.exists() and key.exists():
-        return (x509.load_pem_x509_certificate(crt.read_bytes()),
-                serialization.load_pem_private_key(key.read_bytes(), None))  # type: ignore[return-value]
-    pki.mkdir(parents=True, exist_ok=True)
-    k = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nodeagent-ca")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(k.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(hours=1))
-            .not_valid_after(now + dt.timedelta(days=3650))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
-            .sign(k, hashes.SHA256()))
-    write_private(key, _key_pem(k))
-    write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
-    return cert, k
+from nodeagent.pki import ensure_ca, key_pem, write_private
 
 
 def _wanted_sans(extra_ips: list[str], extra_names: list[str]) -> tuple[set[str], set[str]]:
@@ -79,7 +50,7 @@ def ensure_serving_cert(pki: Path, extra_ips: list[str], extra_names: list[str] 
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .sign(ca_key, hashes.SHA256()))
-    write_private(key, _key_pem(k))
+    write_private(key, key_pem(k))
     write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return crt, key
 
@@ -103,6 +74,6 @@ def ensure_kubelet_client_cert(pki: Path) -> tuple[Path, Path]:
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .sign(ca_key, hashes.SHA256()))
-    write_private(key, _key_pem(k))
+    write_private(key, key_pem(k))
     write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return crt, key

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from nodeagent.api.resources import lookup
 from nodeagent.apiserver import errors
-from nodeagent.apiserver.resources import lookup
 
 if TYPE_CHECKING:
-    from nodeagent.apiserver.handlers import Handlers
+    from nodeagent.apiserver.registry import Registry
     from nodeagent.apiserver.request import RequestInfo
 
 NODES = lookup("", "v1", "nodes")
@@ -51,17 +51,18 @@ class KubeletProxy:
         self.ca_file = ca_file
         self._ctx: ssl.SSLContext | None = None
 
-    async def __call__(self, h: Handlers, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    async def __call__(self, registry: Registry, request: web.Request,
+                       info: RequestInfo) -> web.StreamResponse:
         res, sub = info.resource, info.subresource
         if res.name == "nodes":
-            node = await h.registry.get(res, None, info.name or "")
+            node = await registry.get(res, None, info.name or "")
             path = info.proxy_path or "/"
         else:
-            pod = await h.registry.get(res, info.namespace, info.name or "")
+            pod = await registry.get(res, info.namespace, info.name or "")
             node_name = (pod.get("spec") or {}).get("nodeName")
             if not node_name:
                 raise errors.bad_request(f"pod {info.name} does not have a host assigned")
-            node = await h.registry.get(NODES, None, node_name)
+            node = await registry.get(NODES, None, node_name)
             container = request.query.get("container")
             if not container:
                 cs = (pod.get("spec") or {}).get("containers") or []

@@ -20,12 +20,12 @@ from typing import Any
 
 from nodeagent.api import defaults, validation
 from nodeagent.api.qos import compute_pod_qos
+from nodeagent.api.resources import Resource, lookup
 from nodeagent.api.selectors import FieldRequirement, Selector, field_value, fields_match
+from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import admission, errors, lifecycle
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.errors import ApiError
-from nodeagent.apiserver.lifecycle import now_rfc3339
-from nodeagent.apiserver.resources import Resource, lookup
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver")
@@ -188,7 +188,7 @@ class Registry:
         if res is PODS:
             await self._admit_pod(obj, ns or "")
         if res is CRDS:
-            lifecycle.establish_crd(self, obj)
+            lifecycle.establish_crd(obj)
         self._validate(res, obj)
         if res is SERVICES:
             async with self._svc_lock:
@@ -445,9 +445,15 @@ class Registry:
         if options.get("orphanDependents") is True:
             policy = "Orphan"
         if res is NAMESPACES:
-            return await lifecycle.delete_namespace(self, current)
+            out, started = await lifecycle.delete_namespace(self.store, current)
+            if started:
+                finish = lifecycle.finish_namespace(self.store, self.delete, name)
+                t = asyncio.get_running_loop().create_task(finish)
+                self._bg.add(t)
+                t.add_done_callback(self._bg.discard)
+            return out
         if res is CRDS:
-            await lifecycle.delete_custom_objects(self, current)
+            await lifecycle.delete_custom_objects(self.store, current)
         finalizers = list(meta.get("finalizers") or [])
         # As kube-apiserver: these two policies are carried out by the garbage collector, which removes
         # its finalizer when the dependents are orphaned / deleted.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from nodeagent.api.resources import Resource, lookup
 from nodeagent.apiserver import errors
-from nodeagent.apiserver.resources import Resource, lookup
 
 _NS_SUBRESOURCES = {"status", "finalize"}
 

@@ -4,52 +4,56 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
+from nodeagent.api import patch as patches
+from nodeagent.api.resources import lookup
 from nodeagent.api.selectors import SelectorError, from_label_selector
-from nodeagent.apiserver import errors
+from nodeagent.api.times import now_rfc3339
+from nodeagent.apiserver import errors, patching
+from nodeagent.apiserver.codec import json_response
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.registry import Registry
 from nodeagent.apiserver.request import RequestInfo
-from nodeagent.apiserver.resources import lookup
-
-if TYPE_CHECKING:
-    from nodeagent.apiserver.handlers import Handlers, Wants
+from nodeagent.store import base as store_base
 
 PDBS = lookup("policy", "v1", "poddisruptionbudgets")
 NODES = lookup("", "v1", "nodes")
 _STREAMING = {"log", "exec", "attach", "portforward", "proxy"}
 
+# Forwards log/exec/attach/portforward/proxy to the node's kubelet (proxy.KubeletProxy).
+KubeletProxy = Callable[[Registry, web.Request, RequestInfo], Awaitable[web.StreamResponse]]
 
-async def handle(h: Handlers, request: web.Request, info: RequestInfo, body: Any, wants: Wants,
-                 dry_run: bool) -> web.StreamResponse:
-    from nodeagent.apiserver.handlers import json_response
 
+async def handle(registry: Registry, kubelet_proxy: KubeletProxy | None, request: web.Request,
+                 info: RequestInfo, body: Any, dry_run: bool) -> web.StreamResponse:
     sub, verb, res = info.subresource, info.verb, info.resource
     ns, name = info.namespace, info.name or ""
     if sub in _STREAMING:
-        return await _kubelet(h, request, info)
+        return await _kubelet(registry, kubelet_proxy, request, info)
     if sub in ("status", "ephemeralcontainers", "approval"):
         if verb == "get":
-            return json_response(await h.registry.get(res, ns, name))
+            return json_response(await registry.get(res, ns, name))
         if verb == "update":
-            obj, _ = await h.registry.update(res, ns, name, body, "" if sub == "ephemeralcontainers" else "status",
-                                             dry_run)
+            obj, _ = await registry.update(res, ns, name, body,
+                                           "" if sub == "ephemeralcontainers" else "status", dry_run)
             return json_response(obj)
         if verb == "patch":
-            obj, _ = await h.patch(request, info, body, dry_run,
-                                   subresource="" if sub == "ephemeralcontainers" else "status")
+            obj, _ = await patching.patch(registry, request.query, info, body, dry_run,
+                                          "" if sub == "ephemeralcontainers" else "status")
             return json_response(obj)
     if sub == "finalize" and verb == "update":
-        obj, _ = await h.registry.update(res, ns, name, body, "", dry_run)
+        obj, _ = await registry.update(res, ns, name, body, "", dry_run)
         return json_response(obj)
     if sub == "scale":
-        return await _scale(h, request, info, body, dry_run)
+        return await _scale(registry, request, info, body, dry_run)
     if sub == "binding" and verb == "create":
-        return json_response(await _bind(h, info, body, dry_run), 201)
+        return json_response(await _bind(registry, info, body, dry_run), 201)
     if sub == "eviction" and verb == "create":
-        return json_response(await _evict(h, info, body, dry_run), 201)
+        return json_response(await _evict(registry, info, body, dry_run), 201)
     raise errors.method_not_allowed()
 
 
@@ -72,13 +76,11 @@ def to_scale(obj: dict[str, Any]) -> dict[str, Any]:
             "status": {"replicas": st.get("replicas", 0), "selector": sel_str}}
 
 
-async def _scale(h: Handlers, request: web.Request, info: RequestInfo, body: Any, dry_run: bool) -> web.StreamResponse:
-    from nodeagent.api import patch as patches
-    from nodeagent.apiserver.handlers import json_response
-
+async def _scale(registry: Registry, request: web.Request, info: RequestInfo, body: Any,
+                 dry_run: bool) -> web.StreamResponse:
     res, ns, name = info.resource, info.namespace, info.name or ""
     if info.verb == "get":
-        return json_response(to_scale(await h.registry.get(res, ns, name)))
+        return json_response(to_scale(await registry.get(res, ns, name)))
     ptype = info.patch_type
 
     def mutate(cur: dict[str, Any]) -> dict[str, Any]:
@@ -102,12 +104,12 @@ async def _scale(h: Handlers, request: web.Request, info: RequestInfo, body: Any
         cur.setdefault("spec", {})["replicas"] = replicas
         return cur
 
-    obj, _ = await h.registry.patch_with_retry(res, ns, name, "", mutate, dry_run)
+    obj, _ = await registry.patch_with_retry(res, ns, name, "", mutate, dry_run)
     return json_response(to_scale(obj))
 
 
 # ------------------------------------------------------------------ binding
-async def _bind(h: Handlers, info: RequestInfo, body: Any, dry_run: bool) -> dict[str, Any]:
+async def _bind(registry: Registry, info: RequestInfo, body: Any, dry_run: bool) -> dict[str, Any]:
     res, ns, name = info.resource, info.namespace, info.name or ""
     if not isinstance(body, dict) or not isinstance(body.get("target"), dict) or not body["target"].get("name"):
         raise errors.invalid("Binding", name, [{"reason": "FieldValueRequired", "field": "target.name",
@@ -126,8 +128,6 @@ async def _bind(h: Handlers, info: RequestInfo, body: Any, dry_run: bool) -> dic
             cur["metadata"].setdefault("annotations", {}).update(annotations)
         st = cur.setdefault("status", {})
         conds = [c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"]
-        from nodeagent.apiserver.registry import now_rfc3339
-
         conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                       "lastTransitionTime": now_rfc3339()})
         st["conditions"] = conds
@@ -135,14 +135,12 @@ async def _bind(h: Handlers, info: RequestInfo, body: Any, dry_run: bool) -> dic
 
     # spec.nodeName is immutable through update; binding writes it directly (status and spec together).
     for _ in range(8):
-        cur = await h.registry.get(res, ns, name)
+        cur = await registry.get(res, ns, name)
         new = mutate(copy.deepcopy(cur))
         if dry_run:
             return _success()
-        from nodeagent.store import base as store_base
-
         try:
-            await h.store.update(res.key(ns, name), new, int(cur["metadata"]["resourceVersion"]))
+            await registry.store.update(res.key(ns, name), new, int(cur["metadata"]["resourceVersion"]))
             return _success()
         except store_base.Conflict:
             continue
@@ -177,15 +175,15 @@ def _pdb_allows(pdb: dict[str, Any], pods: list[dict[str, Any]]) -> int:
     return max(0, healthy - desired)
 
 
-async def _evict(h: Handlers, info: RequestInfo, body: Any, dry_run: bool) -> dict[str, Any]:
+async def _evict(registry: Registry, info: RequestInfo, body: Any, dry_run: bool) -> dict[str, Any]:
     res, ns, name = info.resource, info.namespace, info.name or ""
-    pod = await h.registry.get(res, ns, name)
+    pod = await registry.get(res, ns, name)
     opts = (body or {}).get("deleteOptions") if isinstance(body, dict) else None
     phase = (pod.get("status") or {}).get("phase")
     if phase not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp"):
-        pdbs, _, _ = await h.registry.list(PDBS, ns)
+        pdbs, _, _ = await registry.list(PDBS, ns)
         if pdbs:
-            pods, _, _ = await h.registry.list(res, ns)
+            pods, _, _ = await registry.list(res, ns)
             for pdb in pdbs:
                 try:
                     sel = from_label_selector((pdb.get("spec") or {}).get("selector"))
@@ -199,14 +197,15 @@ async def _evict(h: Handlers, info: RequestInfo, body: Any, dry_run: bool) -> di
                                    {"causes": [{"reason": "DisruptionBudget",
                                                 "message": f"The disruption budget {pdb['metadata']['name']} needs "
                                                            f"more healthy pods"}]})
-    await h.registry.delete(res, ns, name, opts or {}, dry_run)
+    await registry.delete(res, ns, name, opts or {}, dry_run)
     return _success()
 
 
 # ------------------------------------------------------------------ kubelet-served subresources
-async def _kubelet(h: Handlers, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+async def _kubelet(registry: Registry, kubelet_proxy: KubeletProxy | None, request: web.Request,
+                   info: RequestInfo) -> web.StreamResponse:
     if info.resource.name not in ("pods", "nodes"):
         raise errors.method_not_allowed()
-    if h.kubelet_proxy is None:
+    if kubelet_proxy is None:
         raise errors.service_unavailable("no kubelet API proxy is configured on this server")
-    return await h.kubelet_proxy(h, request, info)
+    return await kubelet_proxy(registry, request, info)

@@ -11,11 +11,11 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from nodeagent.api.resources import Resource
 from nodeagent.api.selectors import FieldRequirement, Selector
 from nodeagent.apiserver import errors
 from nodeagent.apiserver.cache import CachedEvent, WatchCache
 from nodeagent.apiserver.registry import matches
-from nodeagent.apiserver.resources import Resource
 from nodeagent.clock import REAL_CLOCK, Clock
 
 BOOKMARK_INTERVAL = 10.0

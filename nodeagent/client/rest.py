@@ -14,7 +14,7 @@ import aiohttp
 import orjson
 import yaml
 
-from nodeagent.apiserver.resources import Resource, all_resources
+from nodeagent.api.resources import Resource, all_resources
 
 PATCH_TYPES = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
                "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}

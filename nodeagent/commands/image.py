@@ -122,6 +122,8 @@ def _cmd_import(store: ImageStore, args: argparse.Namespace) -> int:
 def _cmd_pull(store: ImageStore, args: argparse.Namespace) -> int:
     import asyncio
 
+    from cri.images import pull_image
+
     auth = None
     if args.creds:
         user, _, password = args.creds.partition(":")
@@ -132,7 +134,7 @@ def _cmd_pull(store: ImageStore, args: argparse.Namespace) -> int:
         auth = {"username": user, "password": password}
     bar = _Bar(not args.no_progress, f"pull {args.ref}")
     try:
-        img = asyncio.run(store.pull(args.ref, auth=auth, progress=bar))
+        img = asyncio.run(pull_image(store, args.ref, auth=auth, progress=bar))
     finally:
         bar.close()
     print(f"pulled {', '.join(img.repo_tags) or args.ref} {img.id}")

@@ -1,6 +1,6 @@
 """ResourceQuota status decisions: which resources a quota's `hard` keys count, and the `used` they add up to.
 
-The per-object charge is the apiserver's own (admission.object_usage), so the
+The per-object charge is the one admission uses (nodeagent.api.quota.object_usage), so the
 admission check and this recount agree; this side only keeps `used` current
 after deletes and phase changes that admission never sees.
 """
@@ -12,8 +12,8 @@ from fractions import Fraction
 from typing import Any
 
 from nodeagent.api.quantity import format_quantity
-from nodeagent.apiserver.admission import object_usage
-from nodeagent.apiserver.resources import RESOURCES, Resource
+from nodeagent.api.quota import object_usage
+from nodeagent.api.resources import RESOURCES, Resource
 
 _POD_KEYS = ("pods", "cpu", "memory")
 

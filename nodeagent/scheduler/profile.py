@@ -25,8 +25,9 @@ from typing import Any
 
 import yaml
 
-from nodeagent.scheduler.framework.registry import ConfigError, build_args, discover
+from nodeagent.scheduler.framework.registry import ConfigError, build_args
 from nodeagent.scheduler.framework.runtime import POINTS, Framework, PluginSet
+from nodeagent.scheduler.plugins import discover
 
 # kube-scheduler's default plugins (multiPoint) and their score weights.
 DEFAULT_PLUGINS: list[tuple[str, int]] = [

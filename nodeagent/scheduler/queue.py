@@ -19,32 +19,13 @@ from typing import Any
 
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.scheduler.framework.interface import ActionType, ClusterEvent, ClusterEventWithHint
-from nodeagent.scheduler.framework.types import PodInfo
+from nodeagent.scheduler.framework.types import PodInfo, QueuedPodInfo
 
 log = logging.getLogger("nodeagent.scheduler.queue")
 
 # Events every pod is moved on, whatever rejected it (kube-scheduler's UnschedulableTimeout etc.)
 WILDCARD = ClusterEvent("*", ActionType.ALL, "WildCardEvent")
 ASSIGNED_POD_DELETE = ClusterEvent("Pod", ActionType.DELETE, "AssignedPodDelete")
-
-
-class QueuedPodInfo:
-    __slots__ = ("pod_info", "timestamp", "attempts", "initial_attempt_timestamp", "unschedulable_plugins",
-                 "gated", "backoff_expiry", "sort_key")
-
-    def __init__(self, pod_info: PodInfo, now: float):
-        self.pod_info = pod_info
-        self.timestamp = now
-        self.attempts = 0
-        self.initial_attempt_timestamp: float | None = None
-        self.unschedulable_plugins: set[str] = set()
-        self.gated = False
-        self.backoff_expiry = 0.0
-        self.sort_key: tuple[Any, ...] = ()
-
-    @property
-    def key(self) -> str:
-        return self.pod_info.uid
 
 
 class SchedulingQueue:

@@ -18,10 +18,10 @@ from nodeagent.scheduler.cache import Cache, Snapshot
 from nodeagent.scheduler.framework.interface import ActionType, ClusterEvent, CycleState
 from nodeagent.scheduler.framework.runtime import Framework
 from nodeagent.scheduler.framework.status import Code, FitError, Status
-from nodeagent.scheduler.framework.types import NodeInfo, PodInfo, pod_uid
+from nodeagent.scheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo, pod_uid
 from nodeagent.scheduler.priority import resolve_priority
 from nodeagent.scheduler.profile import SchedulerConfig, build_framework
-from nodeagent.scheduler.queue import ASSIGNED_POD_DELETE, QueuedPodInfo, SchedulingQueue
+from nodeagent.scheduler.queue import ASSIGNED_POD_DELETE, SchedulingQueue
 
 log = logging.getLogger("nodeagent.scheduler")
 

@@ -72,8 +72,10 @@ def test_other_data_dirs_get_tagged_names_and_paths_of_their_own(tmp_path):
     assert lay.cni_ipam_dir == f"{d}/cni/networks" and lay.cni_socket == f"{d}/cni-plugin.sock"
 
 
-def test_two_data_dirs_share_no_name(tmp_path):
-    a, b = Layout.for_data_dir(tmp_path / "a"), Layout.for_data_dir(tmp_path / "b")
+def test_two_data_dirs_share_no_name():
+    # fixed paths: the cluster CIDR's third octet is one of 256 values of the tag, so two random paths
+    # share it now and then (instances on one host then pass --cluster-cidr)
+    a, b = Layout.for_data_dir("/srv/nodeagent-a"), Layout.for_data_dir("/srv/nodeagent-b")
     for f in dataclasses.fields(Layout):
         va, vb = getattr(a, f.name), getattr(b, f.name)
         if isinstance(va, str) and va:

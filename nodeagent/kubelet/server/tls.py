@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from nodeagent.apiserver.pki import write_private
+from nodeagent.pki import key_pem, load_ca, write_private
 
 
 def _sans(node_name: str, ips: list[str]) -> tuple[set[str], set[str]]:
@@ -36,8 +36,7 @@ def ensure_serving_cert(cert_dir: Path, node_name: str, ips: list[str], ca_crt: 
     crt, key = cert_dir / "kubelet.crt", cert_dir / "kubelet.key"
     ca = ca_k = None
     if ca_crt is not None and ca_key is not None and ca_crt.exists() and ca_key.exists():
-        ca = x509.load_pem_x509_certificate(ca_crt.read_bytes())
-        ca_k = serialization.load_pem_private_key(ca_key.read_bytes(), None)
+        ca, ca_k = load_ca(ca_crt, ca_key)
     want_ips, want_names = _sans(node_name, ips)
     if crt.exists() and key.exists():
         cur = x509.load_pem_x509_certificate(crt.read_bytes())
@@ -66,8 +65,7 @@ def ensure_serving_cert(cert_dir: Path, node_name: str, ips: list[str], ca_crt: 
          .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
          .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True))
     cert = b.sign(ca_k if ca_k is not None else k, hashes.SHA256())  # type: ignore[arg-type]
-    write_private(key, k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                        serialization.NoEncryption()))
+    write_private(key, key_pem(k))
     write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return crt, key
 

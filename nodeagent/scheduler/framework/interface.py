@@ -11,13 +11,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from nodeagent.scheduler.framework.status import Status
-from nodeagent.scheduler.framework.types import NodeInfo, PodInfo
-
-if TYPE_CHECKING:
-    from nodeagent.scheduler.queue import QueuedPodInfo
+from nodeagent.scheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
 
 MAX_NODE_SCORE = 100
 

@@ -1,14 +1,13 @@
-"""Plugin discovery: every subpackage of nodeagent.scheduler.plugins is one plugin.
+"""A plugin's args from a profile's pluginConfig.
 
 A plugin module exposes NAME, Args (a dataclass with defaults), validate(args) -> list of
-error strings, and new(args, handle) -> the plugin object. Adding a plugin = adding a module.
+error strings, and new(args, handle) -> the plugin object; the in-tree ones are found by
+`nodeagent.scheduler.plugins.discover` (kube-scheduler's in-tree registry lives with its plugins too).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 import re
 from types import ModuleType
 from typing import Any
@@ -18,17 +17,6 @@ _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 
 def snake(name: str) -> str:
     return _CAMEL.sub("_", name).lower()
-
-
-def discover() -> dict[str, ModuleType]:
-    from nodeagent.scheduler import plugins
-
-    out = {}
-    for m in pkgutil.iter_modules(plugins.__path__):
-        mod = importlib.import_module(f"{plugins.__name__}.{m.name}")
-        if hasattr(mod, "NAME") and hasattr(mod, "new"):
-            out[mod.NAME] = mod
-    return out
 
 
 class ConfigError(ValueError):

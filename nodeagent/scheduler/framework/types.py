@@ -245,6 +245,27 @@ def node_taints(node: Mapping[str, Any], from_conditions: bool = True) -> list[d
     return taints
 
 
+class QueuedPodInfo:
+    """A pod in the scheduling queue: its attempts, backoff and the plugins that last rejected it."""
+
+    __slots__ = ("pod_info", "timestamp", "attempts", "initial_attempt_timestamp", "unschedulable_plugins",
+                 "gated", "backoff_expiry", "sort_key")
+
+    def __init__(self, pod_info: PodInfo, now: float):
+        self.pod_info = pod_info
+        self.timestamp = now
+        self.attempts = 0
+        self.initial_attempt_timestamp: float | None = None
+        self.unschedulable_plugins: set[str] = set()
+        self.gated = False
+        self.backoff_expiry = 0.0
+        self.sort_key: tuple[Any, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return self.pod_info.uid
+
+
 class NodeInfo:
     """One node and the pods on it, with the aggregates filters and scores need."""
 

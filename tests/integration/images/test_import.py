@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cri.images import ImageStore
+from cri.images import ImageStore, pull_image
 
 pytestmark = pytest.mark.root
 
@@ -123,7 +123,7 @@ def test_metadata_survives_a_new_store(store, images, tmp_path):
 async def test_pull_by_digest_of_a_present_image_needs_no_registry(store, images):
     (img,) = store.import_archive(images.busybox.oci_dir)
     # localhost has no registry listening: only the local content can answer
-    assert await store.pull(f"localhost/busybox@{images.busybox.manifest_digest}") == img
+    assert await pull_image(store, f"localhost/busybox@{images.busybox.manifest_digest}") == img
 
 
 @pytest.mark.parametrize("nested", [True, False])

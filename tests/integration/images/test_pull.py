@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from cri.images import ImageStore, RegistriesConfig
+from cri.images import ImageStore, RegistriesConfig, pull_image
 from cri.images.errors import AuthError, DigestMismatch, ManifestUnknown, PullError
 from cri.images.progress import DONE
 from nodeagent.testing.images import Entry, ImageSpec, build
@@ -30,7 +30,7 @@ def _no_leftovers(store: ImageStore) -> None:
 async def test_pull_plain_http(registry, images, tmp_path):
     store = _store(tmp_path)
     events = []
-    img = await store.pull(f"{registry.host}/test/configured:v1", progress=events.append)
+    img = await pull_image(store, f"{registry.host}/test/configured:v1", progress=events.append)
     built = images.configured
     assert img.id == built.config_digest
     assert img.repo_tags == [f"{registry.host}/test/configured:v1"]
@@ -47,18 +47,18 @@ async def test_pull_plain_http(registry, images, tmp_path):
 async def test_pull_by_digest_and_unknown(registry, images, tmp_path):
     store = _store(tmp_path)
     built = images.httpd
-    img = await store.pull(f"{registry.host}/test/httpd@{built.manifest_digest}")
+    img = await pull_image(store, f"{registry.host}/test/httpd@{built.manifest_digest}")
     assert img.id == built.config_digest and img.repo_tags == []
     with pytest.raises(ManifestUnknown):
-        await store.pull(f"{registry.host}/test/httpd@sha256:{'0' * 64}")
+        await pull_image(store, f"{registry.host}/test/httpd@sha256:{'0' * 64}")
     with pytest.raises(ManifestUnknown):
-        await store.pull(f"{registry.host}/test/nonexistent:v1")
+        await pull_image(store, f"{registry.host}/test/nonexistent:v1")
     assert [i.id for i in store.list()] == [img.id]
 
 
 async def test_pull_whiteouts_converted(registry, images, tmp_path):
     store = _store(tmp_path)
-    img = await store.pull(f"{registry.host}/test/whiteout:v1")
+    img = await pull_image(store, f"{registry.host}/test/whiteout:v1")
     st = os.lstat(img.layers[-1] / "etc" / "removed.txt")
     assert stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
     assert os.getxattr(img.layers[-1] / "opaque", "trusted.overlay.opaque") == b"y"
@@ -66,7 +66,7 @@ async def test_pull_whiteouts_converted(registry, images, tmp_path):
 
 async def test_index_resolved_by_host_platform(registry, images, tmp_path):
     store = _store(tmp_path)
-    img = await store.pull(f"{registry.host}/test/multi:v1")
+    img = await pull_image(store, f"{registry.host}/test/multi:v1")
     assert img.id == images.httpd.config_digest  # the linux/amd64 entry; arm64 points at the whiteout image
     (digest,) = img.repo_digests
     assert img.manifest_digest == images.httpd.manifest_digest and not digest.endswith(img.manifest_digest)
@@ -109,7 +109,7 @@ async def test_zstd_layers(registry, images, tmp_path):
     manifest = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(req, timeout=10).read()))
     assert all(layer["mediaType"].endswith("+zstd") for layer in manifest["layers"])
     store = _store(tmp_path)
-    img = await store.pull(f"{registry.host}/test/zstd:v1")
+    img = await pull_image(store, f"{registry.host}/test/zstd:v1")
     assert img.diff_ids == list(built.diff_ids)  # same content, verified after zstd decompression
     assert (img.layers[1] / "work" / "data.txt").read_text() == "layer two\n"
 
@@ -122,7 +122,7 @@ async def test_uncompressed_layers(registry, images, tmp_path):
     manifest = blobs[top["digest"]]
     assert all(la["mediaType"].endswith(".tar") for la in json.loads(manifest)["layers"])
     await asyncio.to_thread(registry.upload, "test/plain", "v1", blobs, manifest, top["mediaType"])
-    img = await _store(tmp_path).pull(f"{registry.host}/test/plain:v1")
+    img = await pull_image(_store(tmp_path), f"{registry.host}/test/plain:v1")
     assert img.diff_ids == list(built.diff_ids)
     assert img.size > built.size  # uncompressed blobs are what the manifest counts
     assert (img.layers[1] / "work" / "data.txt").read_text() == "layer two\n"
@@ -135,7 +135,7 @@ async def test_docker_schema2_manifest(registry, images, tmp_path):
                                  headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
     manifest = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(req, timeout=10).read()))
     assert manifest["mediaType"] == "application/vnd.docker.distribution.manifest.v2+json"
-    img = await _store(tmp_path).pull(f"{registry.host}/test/v2s2:v1")
+    img = await pull_image(_store(tmp_path), f"{registry.host}/test/v2s2:v1")
     assert img.id == built.config_digest and img.diff_ids == list(built.diff_ids)
     assert img.config["Cmd"] == ["httpd", "-f", "-p", "80", "-h", "/var/www"]
 
@@ -143,7 +143,7 @@ async def test_docker_schema2_manifest(registry, images, tmp_path):
 async def test_mirror_serves_registry_k8s_io(registry, images, tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"  # tried first, refused: the next endpoint is used
     store = _store(tmp_path, {"mirrors": {"registry.k8s.io": {"endpoint": [dead, f"http://{registry.host}"]}}})
-    img = await store.pull("registry.k8s.io/pause:3.9")
+    img = await pull_image(store, "registry.k8s.io/pause:3.9")
     assert img.id == images.busybox.config_digest
     assert img.repo_tags == ["registry.k8s.io/pause:3.9"]
     assert img.repo_digests == [f"registry.k8s.io/pause@{images.busybox.manifest_digest}"]
@@ -153,14 +153,14 @@ async def test_mirror_serves_registry_k8s_io(registry, images, tmp_path):
 async def test_mirror_rewrite_for_docker_hub_names(registry, images, tmp_path, monkeypatch):
     store = _store(tmp_path, {"mirrors": {"docker.io": {
         "endpoint": [f"http://{registry.host}"], "rewrite": {"^library/(.*)": "mirrored/$1"}}}})
-    img = await store.pull("busybox:mirror")
+    img = await pull_image(store, "busybox:mirror")
     assert img.repo_tags == ["docker.io/library/busybox:mirror"] and img.id == images.busybox.config_digest
     assert store.resolve("busybox:mirror") == img
 
 
 async def test_wildcard_mirror(registry, images, tmp_path):
     store = _store(tmp_path, {"mirrors": {"*": {"endpoint": [f"http://{registry.host}"]}}})
-    img = await store.pull("example.invalid/test/httpd:v1")
+    img = await pull_image(store, "example.invalid/test/httpd:v1")
     assert img.id == images.httpd.config_digest
 
 
@@ -174,7 +174,7 @@ async def test_digest_mismatch_rejected(registry, tmp_path):
     blob.write_bytes(bytes(data))
     store = _store(tmp_path)
     with pytest.raises(DigestMismatch):
-        await store.pull(f"{registry.host}/test/corrupt:v1")
+        await pull_image(store, f"{registry.host}/test/corrupt:v1")
     assert store.list() == []
     assert not store.has_layer(built.diff_ids[-1]) and not store.blobs.has(built.layer_digests[-1])
     _no_leftovers(store)
@@ -184,7 +184,8 @@ async def test_concurrent_pulls_of_one_image(registry, images, tmp_path):
     a = _store(tmp_path)
     b = ImageStore(a.root, a.registries)  # a second store on the same root, as another process would be
     ref = f"{registry.host}/test/configured:v1"
-    results = await asyncio.gather(a.pull(ref), a.pull(ref), b.pull(ref), a.pull(f"{registry.host}/test/busybox"))
+    results = await asyncio.gather(pull_image(a, ref), pull_image(a, ref), pull_image(b, ref),
+                                   pull_image(a, f"{registry.host}/test/busybox"))
     assert {r.id for r in results[:3]} == {images.configured.config_digest}
     assert sorted(os.listdir(a.layers_dir)) == sorted(d[7:] for d in images.configured.diff_ids)
     assert {i.id for i in a.list()} == {images.configured.config_digest, images.busybox.config_digest}
@@ -193,8 +194,8 @@ async def test_concurrent_pulls_of_one_image(registry, images, tmp_path):
 
 async def test_remove_keeps_shared_layers(registry, images, tmp_path):
     store = _store(tmp_path)
-    busybox = await store.pull(f"{registry.host}/test/busybox")
-    configured = await store.pull(f"{registry.host}/test/configured:v1")
+    busybox = await pull_image(store, f"{registry.host}/test/busybox")
+    configured = await pull_image(store, f"{registry.host}/test/configured:v1")
     assert busybox.layers[0] == configured.layers[0]
     assert store.remove(f"{registry.host}/test/busybox:latest")
     assert configured.layers[0].is_dir() and configured.layers[1].is_dir()
@@ -205,40 +206,40 @@ async def test_remove_keeps_shared_layers(registry, images, tmp_path):
 async def test_tls_with_ca_file(tls_registry, images, tmp_path):
     ref = f"{tls_registry.host}/test/busybox:latest"
     with pytest.raises(PullError):  # self-signed: refused without the CA, and plain HTTP is no way round
-        await _store(tmp_path, name="a").pull(ref)
+        await pull_image(_store(tmp_path, name="a"), ref)
     store = _store(tmp_path, {"configs": {tls_registry.host: {"tls": {"ca_file": str(tls_registry.ca)}}}}, "b")
-    assert (await store.pull(ref)).id == images.busybox.config_digest
+    assert (await pull_image(store, ref)).id == images.busybox.config_digest
     store = _store(tmp_path, {"configs": {tls_registry.host: {"tls": {"insecure_skip_verify": True}}}}, "c")
-    assert (await store.pull(ref)).id == images.busybox.config_digest
+    assert (await pull_image(store, ref)).id == images.busybox.config_digest
 
 
 async def test_basic_auth(basic_registry, images, tmp_path):
     ref = f"{basic_registry.host}/private/busybox:latest"
     with pytest.raises(AuthError):
-        await _store(tmp_path, name="anon").pull(ref)
+        await pull_image(_store(tmp_path, name="anon"), ref)
     with pytest.raises(AuthError):
-        await _store(tmp_path, name="wrong").pull(ref, auth={"username": USER, "password": "wrong"})
-    img = await _store(tmp_path, name="cri").pull(ref, auth={"username": USER, "password": PASSWORD})
+        await pull_image(_store(tmp_path, name="wrong"), ref, auth={"username": USER, "password": "wrong"})
+    img = await pull_image(_store(tmp_path, name="cri"), ref, auth={"username": USER, "password": PASSWORD})
     assert img.id == images.busybox.config_digest
     import base64
 
     cfg = {"configs": {basic_registry.host: {"auth": {"auth": base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}}}}
-    assert (await _store(tmp_path, cfg, "yaml").pull(ref)).id == images.busybox.config_digest
+    assert (await pull_image(_store(tmp_path, cfg, "yaml"), ref)).id == images.busybox.config_digest
 
 
 async def test_bearer_token_auth(token_registry, images, tmp_path):
     ref = f"{token_registry.host}/private/busybox:latest"
     tokens = token_registry.token_server
     with pytest.raises(AuthError):
-        await _store(tmp_path, name="anon").pull(ref)
+        await pull_image(_store(tmp_path, name="anon"), ref)
     tokens.requests.clear()
-    img = await _store(tmp_path, name="basic").pull(ref, auth={"username": USER, "password": PASSWORD})
+    img = await pull_image(_store(tmp_path, name="basic"), ref, auth={"username": USER, "password": PASSWORD})
     assert img.id == images.busybox.config_digest
     assert tokens.requests and tokens.requests[0]["auth"]
     assert tokens.requests[0]["scope"] == ["repository:private/busybox:pull"]
     tokens.requests.clear()
     cfg = {"configs": {token_registry.host: {"auth": {"identity_token": REFRESH_TOKEN}}}}
-    assert (await _store(tmp_path, cfg, "oauth").pull(ref)).id == images.busybox.config_digest
+    assert (await pull_image(_store(tmp_path, cfg, "oauth"), ref)).id == images.busybox.config_digest
     assert tokens.requests[0] == {"method": "POST", "grant": "refresh_token"}
 
 
@@ -246,10 +247,11 @@ async def test_tls_client_certificate(mtls_registry, images, tmp_path):
     ref = f"{mtls_registry.host}/test/busybox:latest"
     ca = str(mtls_registry.ca)
     with pytest.raises(PullError):  # the server wants a client certificate
-        await _store(tmp_path, {"configs": {mtls_registry.host: {"tls": {"ca_file": ca}}}}, "a").pull(ref)
+        await pull_image(_store(tmp_path, {"configs": {mtls_registry.host: {"tls": {"ca_file": ca}}}}, "a"),
+                         ref)
     cert, key = map(str, mtls_registry.client_cert)
     cfg = {"configs": {mtls_registry.host: {"tls": {"ca_file": ca, "cert_file": cert, "key_file": key}}}}
-    assert (await _store(tmp_path, cfg, "b").pull(ref)).id == images.busybox.config_digest
+    assert (await pull_image(_store(tmp_path, cfg, "b"), ref)).id == images.busybox.config_digest
 
 
 async def test_registry_token_used_as_is(token_registry, images, tmp_path):
@@ -257,7 +259,7 @@ async def test_registry_token_used_as_is(token_registry, images, tmp_path):
     tokens = token_registry.token_server
     token = tokens.sign(["repository:private/busybox:pull"])
     tokens.requests.clear()
-    img = await _store(tmp_path).pull(ref, auth={"registry_token": token})
+    img = await pull_image(_store(tmp_path), ref, auth={"registry_token": token})
     assert img.id == images.busybox.config_digest
     assert tokens.requests == []  # the token endpoint was never asked
 
@@ -298,7 +300,7 @@ async def test_broken_downloads_are_retried(registry, images, tmp_path):
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         store = _store(tmp_path, {"mirrors": {"flaky.example": {"endpoint": [f"http://127.0.0.1:{port}"]}}})
-        img = await store.pull("flaky.example/test/configured:v1")
+        img = await pull_image(store, "flaky.example/test/configured:v1")
         assert img.id == images.configured.config_digest
         assert seen and all(n == 3 for n in seen.values())  # every blob: cut, 503, then whole
         _no_leftovers(store)

@@ -2,10 +2,10 @@
 
 from nodeagent.api.defaults import apply_defaults, image_pull_policy
 from nodeagent.api.qos import compute_pod_qos
+from nodeagent.api.resources import lookup
 from nodeagent.api.validation import validate
 from nodeagent.apiserver import protobuf, table
 from nodeagent.apiserver.allocator import Allocators
-from nodeagent.apiserver.resources import lookup
 
 
 def test_names_and_labels_validated_like_kubernetes():

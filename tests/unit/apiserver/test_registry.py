@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
+from nodeagent.api.resources import lookup
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.registry import Registry
-from nodeagent.apiserver.resources import lookup
 from nodeagent.store.memory import MemoryStore
 
 NS, PODS, CMS = lookup("", "v1", "namespaces"), lookup("", "v1", "pods"), lookup("", "v1", "configmaps")

@@ -2,10 +2,10 @@
 
 import asyncio
 
+from nodeagent.api.resources import lookup
 from nodeagent.api.selectors import parse_label_selector
 from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.registry import Registry
-from nodeagent.apiserver.resources import lookup
 from nodeagent.apiserver.watch import watch_events
 from nodeagent.store.memory import MemoryStore
 

@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from nodeagent.apiserver import pki
+from nodeagent import pki
 from nodeagent.controllers import csr as csrs
 
 

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from nodeagent.apiserver import pki
+from nodeagent import pki
 from nodeagent.controllers.csrapproving_controller import CSRApprovingController
 from nodeagent.controllers.csrsigning_controller import CSRSigningController
 from nodeagent.controllers.options import ControllerOptions

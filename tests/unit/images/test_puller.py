@@ -10,7 +10,7 @@ import tarfile
 import pytest
 from aiohttp import web
 
-from cri.images import ImageStore, RegistriesConfig
+from cri.images import ImageStore, RegistriesConfig, pull_image
 from cri.images.errors import AuthError, DigestMismatch, ManifestUnknown, PullError
 from cri.images.manifest import DOCKER_LIST, OCI_MANIFEST, host_platform
 
@@ -134,7 +134,7 @@ def _store(tmp_path, url: str, domain: str = "example.test", **mirror) -> ImageS
 async def test_index_and_layers(fake, tmp_path):
     cid, diff_id, top = fake.add("app", "v1", b"right platform", multi=True)
     store = _store(tmp_path, f"http://127.0.0.1:{fake.port}")
-    img = await store.pull("example.test/app:v1")
+    img = await pull_image(store, "example.test/app:v1")
     assert img.id == cid and img.diff_ids == [diff_id]
     assert img.repo_digests == [f"example.test/app@{top}"] and img.manifest_digest != top
     assert (img.layers[0] / "hello").read_bytes() == b"right platform"
@@ -148,10 +148,11 @@ async def test_bearer_token_flow(tmp_path):
         cid, _, _ = reg.add("private/app", "v1", b"secret")
         store = _store(tmp_path, f"http://127.0.0.1:{reg.port}")
         with pytest.raises(AuthError):
-            await store.pull("example.test/private/app:v1")
+            await pull_image(store, "example.test/private/app:v1")
         cfg = {"mirrors": {"example.test": {"endpoint": [f"http://127.0.0.1:{reg.port}"]}},
                "configs": {f"127.0.0.1:{reg.port}": {"auth": {"username": "u", "password": "p"}}}}
-        img = await ImageStore(tmp_path / "s2", RegistriesConfig.from_dict(cfg)).pull("example.test/private/app:v1")
+        img = await pull_image(ImageStore(tmp_path / "s2", RegistriesConfig.from_dict(cfg)),
+                               "example.test/private/app:v1")
         assert img.id == cid
         assert "token repository:private/app:pull" in reg.log
     finally:
@@ -167,7 +168,7 @@ async def test_mirror_failure_falls_through_and_rewrite(fake, tmp_path):
         cfg = {"mirrors": {"example.test": {"endpoint": [f"http://127.0.0.1:{bad.port}", f"http://127.0.0.1:{fake.port}"],
                                             "rewrite": {"^(.*)$": "mirrored/$1"}}}}
         store = ImageStore(tmp_path / "s", RegistriesConfig.from_dict(cfg))
-        img = await store.pull("example.test/app:v1")
+        img = await pull_image(store, "example.test/app:v1")
         assert img.id == cid and img.repo_tags == ["example.test/app:v1"]
         assert bad.log == ["manifest mirrored/app v1"] and "manifest mirrored/app v1" in fake.log
     finally:
@@ -177,21 +178,21 @@ async def test_mirror_failure_falls_through_and_rewrite(fake, tmp_path):
 async def test_unknown_and_corrupt(fake, tmp_path):
     store = _store(tmp_path, f"http://127.0.0.1:{fake.port}")
     with pytest.raises(ManifestUnknown):
-        await store.pull("example.test/missing:v1")
+        await pull_image(store, "example.test/missing:v1")
     _, diff_id, _ = fake.add("app", "v1", b"content")
     layer = next(d for d, b in fake.blobs.items() if b[:2] == b"\x1f\x8b")
     fake.blobs[layer] = gzip.compress(b"tampered", mtime=0)
     with pytest.raises(DigestMismatch):
-        await store.pull("example.test/app:v1")
+        await pull_image(store, "example.test/app:v1")
     assert store.list() == [] and not store.has_layer(diff_id) and not store.blobs.has(layer)
 
 
 async def test_tag_moves_to_new_content(fake, tmp_path):
     store = _store(tmp_path, f"http://127.0.0.1:{fake.port}")
     old, _, old_top = fake.add("app", "latest", b"one")
-    await store.pull("example.test/app")
+    await pull_image(store, "example.test/app")
     new, _, _ = fake.add("app", "latest", b"two")
-    img = await store.pull("example.test/app")
+    img = await pull_image(store, "example.test/app")
     assert img.id == new != old and img.repo_tags == ["example.test/app:latest"]
     left = store.resolve(old)
     assert left.repo_tags == [] and left.repo_digests == [f"example.test/app@{old_top}"]
@@ -201,5 +202,5 @@ async def test_server_errors_are_pull_errors(fake, tmp_path):
     fake.add("app", "v1", b"x")
     fake.fail_manifests = True
     with pytest.raises(PullError) as e:
-        await _store(tmp_path, f"http://127.0.0.1:{fake.port}").pull("example.test/app:v1")
+        await pull_image(_store(tmp_path, f"http://127.0.0.1:{fake.port}"), "example.test/app:v1")
     assert "HTTP 500" in str(e.value)

@@ -1,4 +1,5 @@
-"""The served resources: one row per (group, version, resource), the single source for routing and discovery."""
+"""The served resources: one row per (group, version, resource), the single source for the apiserver's routing
+and discovery and for the client's paths."""
 
 from __future__ import annotations
 

@@ -1,0 +1,53 @@
+"""The cluster's PKI primitives, shared by the apiserver (its serving and kubelet-client certs), the CSR
+signer and the kubelet (its serving cert): the cluster CA, generated on first use under a pki dir, and
+keys and certificates written privately and durably."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from kernel.fs import atomic_write
+
+
+def write_private(path: Path, data: bytes | str) -> None:
+    """Atomically, mode 0600 from the start, durable before it replaces the old file (keys, tokens)."""
+    atomic_write(path, data, 0o600)
+
+
+def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    """A private key as unencrypted PKCS#8 PEM."""
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def load_ca(crt: Path, key: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """The CA certificate and its key from their PEM files."""
+    return (x509.load_pem_x509_certificate(crt.read_bytes()),
+            serialization.load_pem_private_key(key.read_bytes(), None))  # type: ignore[return-value]
+
+
+def ensure_ca(pki: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """The cluster CA under `pki` (ca.crt, ca.key), created on first use."""
+    crt, key = pki / "ca.crt", pki / "ca.key"
+    if crt.exists() and key.exists():
+        return load_ca(crt, key)
+    pki.mkdir(parents=True, exist_ok=True)
+    k = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nodeagent-ca")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(k.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(hours=1))
+            .not_valid_after(now + dt.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False),
+                           critical=True)
+            .sign(k, hashes.SHA256()))
+    write_private(key, key_pem(k))
+    write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
+    return cert, k
