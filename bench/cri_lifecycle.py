@@ -26,7 +26,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cri.client import CRIClient, container_config, sandbox_config
-from cri.proto import api_pb2 as pb
 
 OPS = ["RunPodSandbox", "PodSandboxStatus", "CreateContainer", "StartContainer", "StopContainer",
        "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"]
@@ -128,10 +127,10 @@ class Target:
 
     def per_pod_pids(self, client: CRIClient, sid: str, cid: str) -> list[int]:
         """The processes a pod costs besides its container's own: pause and the shim(s)."""
-        info = json.loads(client.sandbox_status(sid, verbose=True).info.get("info", "{}"))
+        info = json.loads(client.pod_sandbox_status(sid, verbose=True).info.get("info", "{}"))
         pids = [info["pid"]] if info.get("pid") else []
         if self.kind.startswith("nodeagent"):
-            pids.append(json.loads(client.status(cid, verbose=True).info["info"])["shimPid"])
+            pids.append(json.loads(client.container_status(cid, verbose=True).info["info"])["shimPid"])
         else:
             out = subprocess.run(["pgrep", "-f", f"containerd-shim-runc-v2 .*-id {sid}"],
                                  capture_output=True, text=True).stdout.split()
@@ -141,10 +140,10 @@ class Target:
     def stop(self) -> None:
         if self.d is not None:
             if self.d.client is not None:
-                for s in self.d.client.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
+                for s in self.d.client.list_pod_sandbox():
                     try:
-                        self.d.client.stop_sandbox(s.id)
-                        self.d.client.remove_sandbox(s.id)
+                        self.d.client.stop_pod_sandbox(s.id)
+                        self.d.client.remove_pod_sandbox(s.id)
                     except Exception as e:  # keep cleaning
                         print(f"cleanup {s.id[:12]}: {e}", file=sys.stderr)
             self.d.stop()
@@ -166,15 +165,15 @@ def lifecycle(client: CRIClient, pods: int, parent: str, tmp: Path) -> dict[str,
     for i in range(pods):
         scfg = sandbox_config(f"bench-{i}", uid=f"bench-uid-{i}", cgroup_parent=f"{parent}/pod{i}",
                               log_dir=str(tmp / "logs" / str(i)))
-        sid = timed("RunPodSandbox", client.run_sandbox, scfg)
-        timed("PodSandboxStatus", client.sandbox_status, sid)
-        cid = timed("CreateContainer", client.create, sid,
+        sid = timed("RunPodSandbox", client.run_pod_sandbox, scfg)
+        timed("PodSandboxStatus", client.pod_sandbox_status, sid)
+        cid = timed("CreateContainer", client.create_container, sid,
                     container_config("sleeper", IMAGE, ["sleep", "3600"], log_path="sleeper/0.log"), scfg)
-        timed("StartContainer", client.start, cid)
-        timed("StopContainer", client.stop, cid, 0)
-        timed("RemoveContainer", client.remove, cid)
-        timed("StopPodSandbox", client.stop_sandbox, sid)
-        timed("RemovePodSandbox", client.remove_sandbox, sid)
+        timed("StartContainer", client.start_container, cid)
+        timed("StopContainer", client.stop_container, cid, 0)
+        timed("RemoveContainer", client.remove_container, cid)
+        timed("StopPodSandbox", client.stop_pod_sandbox, sid)
+        timed("RemovePodSandbox", client.remove_pod_sandbox, sid)
     return times
 
 
@@ -185,16 +184,17 @@ def density(target: Target, client: CRIClient, pods: int, parent: str, tmp: Path
     for i in range(pods):
         scfg = sandbox_config(f"dense-{i}", uid=f"dense-uid-{i}", cgroup_parent=f"{parent}/dpod{i}",
                               log_dir=str(tmp / "dlogs" / str(i)))
-        sid = client.run_sandbox(scfg)
-        cid = client.create(sid, container_config("sleeper", IMAGE, ["sleep", "3600"], log_path="s/0.log"), scfg)
-        client.start(cid)
+        sid = client.run_pod_sandbox(scfg)
+        ccfg = container_config("sleeper", IMAGE, ["sleep", "3600"], log_path="s/0.log")
+        cid = client.create_container(sid, ccfg, scfg)
+        client.start_container(cid)
         made.append((sid, cid))
     time.sleep(1)
     per_pod = [sum(pss_kb(p) for p in target.per_pod_pids(client, sid, cid)) for sid, cid in made]
     growth = max(0, rss_kb(daemon) - before)
     for sid, _ in made:
-        client.stop_sandbox(sid)
-        client.remove_sandbox(sid)
+        client.stop_pod_sandbox(sid)
+        client.remove_pod_sandbox(sid)
     return {"pods": pods, "pause_shim_pss_kib_per_pod": statistics.mean(per_pod) if per_pod else 0.0,
             "daemon_rss_growth_kib_per_pod": growth / pods if pods else 0.0}
 

@@ -160,13 +160,12 @@ async def delete_all(kubeconfig: Path) -> None:
 def wait_runtime_empty(socket: str, timeout: float = 120) -> bool:
     """Force-deleted pods vanish from the API at once; the kubelet removes them from the runtime after."""
     from cri.client import CRIClient
-    from cri.proto import api_pb2 as pb
 
     cri = CRIClient(socket, timeout=10)
     try:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if not cri.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
+            if not cri.list_pod_sandbox():
                 return True
             time.sleep(0.3)
         return False
@@ -262,18 +261,19 @@ def cri_floor(socket: str, runs: int) -> list[float]:
         for i in range(runs):
             t = time.perf_counter()
             sb = sandbox_config(f"floor-{i}", uid=f"floor-{i}-{os.getpid()}")
-            sid = cri.run_sandbox(sb)
-            cid = cri.create(sid, container_config("c", "localhost/busybox:latest", ["sleep", "3600"]), sb)
-            cri.start(cid)
+            sid = cri.run_pod_sandbox(sb)
+            ccfg = container_config("c", "localhost/busybox:latest", ["sleep", "3600"])
+            cid = cri.create_container(sid, ccfg, sb)
+            cri.start_container(cid)
             made.append((sid, cid))
             out.append(time.perf_counter() - t)
         return out
     finally:
         for sid, cid in made:
-            cri.stop(cid)
-            cri.remove(cid)
-            cri.stop_sandbox(sid)
-            cri.remove_sandbox(sid)
+            cri.stop_container(cid)
+            cri.remove_container(cid)
+            cri.stop_pod_sandbox(sid)
+            cri.remove_pod_sandbox(sid)
         cri.close()
 
 
@@ -315,13 +315,12 @@ class Containerd:
         return [self.ctd.proc.pid, *(int(x) for x in out)]
 
     def stop(self) -> None:
-        from cri.proto import api_pb2 as pb
 
         if self.ctd.client is not None:
-            for s in self.ctd.client.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
+            for s in self.ctd.client.list_pod_sandbox():
                 with contextlib.suppress(Exception):
-                    self.ctd.client.stop_sandbox(s.id)
-                    self.ctd.client.remove_sandbox(s.id)
+                    self.ctd.client.stop_pod_sandbox(s.id)
+                    self.ctd.client.remove_pod_sandbox(s.id)
         self.ctd.stop()
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
 

@@ -16,17 +16,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cri.client import RuntimeClient
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet import container_events
 from nodeagent.kubelet.config import KubeletConfig
-from nodeagent.kubelet.cri import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, RuntimeClient
 from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
 from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD
 from nodeagent.kubelet.evictions import EvictionLoop
 from nodeagent.kubelet.kuberuntime import PodRuntime, latest_records, termination_grace, uid_of
+from nodeagent.kubelet.labels import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from nodeagent.kubelet.node import NodeAgent
 from nodeagent.kubelet.pleg import EventType, GenericPLEG, Record
 from nodeagent.kubelet.prober import ProbeManager, Prober, Result
@@ -170,7 +171,7 @@ class Kubelet:
                 tg.create_task(self.url_source.run(functools.partial(self._on_static_pods, source="http")),
                                name="kubelet-manifest-url")
             tg.create_task(self._pleg_loop(), name="kubelet-pleg")
-            tg.create_task(container_events.follow(self.cri.container_events, self.workers.poke),
+            tg.create_task(container_events.follow(self.cri.get_container_events, self.workers.poke),
                            name="kubelet-container-events")
             loop = EvictionLoop(self.eviction, self.clock, self.cfg.data_dir, self._active_pods,
                                 self.runtime.cgroup_parent, self._evict, self.recorder,
@@ -259,7 +260,7 @@ class Kubelet:
                 self.metrics.pleg_interval.observe(started - self._last_relist_start)
             self._last_relist_start = started
             try:
-                boxes = await self.cri.list_sandboxes()
+                boxes = await self.cri.list_pod_sandbox()
                 ctrs = await self.cri.list_containers()
             except Exception as e:
                 log.warning("PLEG relist failed: %s", e)

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from cri.proto import api_pb2 as pb
-from nodeagent.kubelet.cri import POD_UID_LABEL
+from nodeagent.kubelet.labels import POD_UID_LABEL
 
 log = logging.getLogger("nodeagent.kubelet.events")
 

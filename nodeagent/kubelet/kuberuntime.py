@@ -16,20 +16,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cri.client import RuntimeClient, is_not_found
 from cri.proto import api_pb2 as pb
 from nodeagent.clock import Clock
 from nodeagent.kubelet import images as image_policy
 from nodeagent.kubelet import resources
 from nodeagent.kubelet.backoff import CrashLoopBackoff, ImagePullBackoff, container_backoff_key
 from nodeagent.kubelet.cgroups import remove_cgroup
-from nodeagent.kubelet.cri import (
+from nodeagent.kubelet.labels import (
     CONTAINER_NAME_LABEL,
     HASH_ANNOTATION,
     POD_NAME_LABEL,
     POD_NAMESPACE_LABEL,
     POD_UID_LABEL,
-    RuntimeClient,
-    is_not_found,
 )
 from nodeagent.kubelet.pod_actions import SandboxRecord, compute_pod_actions
 from nodeagent.kubelet.resolvconf import ResolvConf, pod_resolv_conf
@@ -87,11 +86,11 @@ class PodRuntime:
     # -- runtime state ----------------------------------------------------------------------------
     async def state(self, pod: Mapping[str, Any]) -> PodRuntimeState:
         uid = uid_of(pod)
-        sandboxes = await self.cri.list_sandboxes(uid)
+        sandboxes = await self.cri.list_pod_sandbox(label_selector={POD_UID_LABEL: uid})
         records = []
-        for c in await self.cri.list_containers(uid):
+        for c in await self.cri.list_containers(label_selector={POD_UID_LABEL: uid}):
             try:
-                st = await self.cri.container_status(c.id)
+                st = (await self.cri.container_status(c.id)).status
             except Exception as e:
                 if is_not_found(e):
                     continue
@@ -103,7 +102,7 @@ class PodRuntime:
         if latest is not None and latest.state == pb.SANDBOX_READY:
             ready = True
             with contextlib.suppress(Exception):
-                net = (await self.cri.sandbox_status(latest.id)).network
+                net = (await self.cri.pod_sandbox_status(latest.id)).status.network
                 ips = [ip for ip in [net.ip, *(a.ip for a in net.additional_ips)] if ip]
         return PodRuntimeState(sandboxes, records, ips, ready)
 
@@ -159,7 +158,7 @@ class PodRuntime:
             new_cfg = self.sandbox_config(pod, actions.attempt)
             for warning in self.dns_warnings(pod):
                 self.recorder.record(pod, "Warning", "DNSConfigForming", warning)
-            sid = await self.cri.run_sandbox(new_cfg)
+            sid = await self.cri.run_pod_sandbox(new_cfg)
             st = await self.state(pod)
         sandbox_cfg = self.sandbox_config(pod, actions.attempt)
         spec = pod.get("spec") or {}
@@ -190,10 +189,15 @@ class PodRuntime:
                 break  # one init container at a time: the next sync (PLEG) starts the next
         return await self.state(pod)
 
+    async def _image(self, image: str) -> pb.Image | None:
+        """The runtime's image by that reference, or None when it does not have it."""
+        r = await self.cri.image_status(image)
+        return r.image if r.HasField("image") and r.image.id else None
+
     async def _start_container(self, pod: Mapping[str, Any], sid: str, sandbox_cfg: pb.PodSandboxConfig,
                                c: Mapping[str, Any], attempt: int, vols: Mapping[str, Any]) -> None:
         image = c.get("image", "")
-        present = await self.cri.image_present(image)
+        present = await self._image(image)
         decision = image_policy.pull_decision(c, present is not None)
         if decision.error_reason:
             self.recorder.record(pod, "Warning", decision.error_reason, decision.message)
@@ -213,7 +217,7 @@ class PodRuntime:
                 raise _StartError(reason, msg) from e
             self.pull_backoff.succeeded(pod, image)
             took = self.clock.now() - t0
-            img = await self.cri.image_present(image)
+            img = await self._image(image)
             self.recorder.record(pod, "Normal", "Pulled",
                                  image_policy.pulled_message(image, took, took, img.size if img else 0))
         else:
@@ -418,7 +422,7 @@ class PodRuntime:
         for s in st.sandboxes:
             if s.state == pb.SANDBOX_READY:
                 with contextlib.suppress(Exception):
-                    await self.cri.stop_sandbox(s.id)
+                    await self.cri.stop_pod_sandbox(s.id)
 
     async def _stop_container(self, cid: str, grace: int, pod: Mapping[str, Any] | None = None,
                               name: str = "") -> None:
@@ -436,7 +440,7 @@ class PodRuntime:
                 log.warning("stop container %s: %s", cid[:12], e)
 
     async def _remove_sandbox(self, sid: str) -> None:
-        for fn in (self.cri.stop_sandbox, self.cri.remove_sandbox):
+        for fn in (self.cri.stop_pod_sandbox, self.cri.remove_pod_sandbox):
             try:
                 await fn(sid)
             except Exception as e:

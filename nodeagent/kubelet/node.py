@@ -14,11 +14,11 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from cri.client import RuntimeClient, is_unimplemented
 from nodeagent.api.quantity import format_quantity
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet import node_status, resources
-from nodeagent.kubelet.cri import RuntimeClient, is_unimplemented
 
 log = logging.getLogger("nodeagent.kubelet.node")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from cri.client import RuntimeClient
 from nodeagent.kubelet.agent import Kubelet
 from nodeagent.kubelet.config import KubeletConfig
-from nodeagent.kubelet.cri import RuntimeClient
 
 
 async def serve(config: KubeletConfig, ready: asyncio.Event) -> None:

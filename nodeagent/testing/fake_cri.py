@@ -1,26 +1,59 @@
-"""An in-memory CRI runtime with the kubelet's `RuntimeClient` surface, for unit tests of pod syncs.
+"""An in-memory CRI runtime: the server side of runtime.v1 for unit tests of pod syncs.
 
-Sandboxes and containers are plain pb messages; `exit(cid, code)` makes a running container exit, and
-`calls` records every verb in order, so tests assert what a sync asked the runtime to do.
+`FakeRuntime` implements the RuntimeService and ImageService verbs the kubelet uses (the rest answer
+UNIMPLEMENTED, as the generated servicer does); `serve()` puts it on a unix socket in a temporary
+directory and hands out the real client (`cri.client.RuntimeClient`) connected to it, so the test
+exercises the very requests the kubelet sends. Sandboxes and containers are plain pb messages;
+`exit(cid, code)` makes a running container exit, and `calls` records the mutating verbs in order,
+so tests assert what a sync asked the runtime to do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import shutil
+import tempfile
 import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import grpc
 
+from cri.client import RuntimeClient
 from cri.proto import api_pb2 as pb
+from cri.proto import api_pb2_grpc
 
 
-class _NotFound(grpc.aio.AioRpcError):
-    def __init__(self, what: str) -> None:
-        super().__init__(grpc.StatusCode.NOT_FOUND, grpc.aio.Metadata(), grpc.aio.Metadata(), details=f"{what} not found")
+@contextlib.asynccontextmanager
+async def serve(runtime: api_pb2_grpc.RuntimeServiceServicer,
+                images: api_pb2_grpc.ImageServiceServicer | None = None) -> AsyncIterator[RuntimeClient]:
+    """Serve `runtime` (and `images`, by default `runtime` when it serves images too) on a private unix
+    socket; yield a client connected to it; stop both afterwards."""
+    if images is None and isinstance(runtime, api_pb2_grpc.ImageServiceServicer):
+        images = runtime
+    d = Path(tempfile.mkdtemp(prefix="fake-cri-"))  # short: a socket path has 108 bytes at most
+    server = grpc.aio.server()
+    api_pb2_grpc.add_RuntimeServiceServicer_to_server(runtime, server)
+    if images is not None:
+        api_pb2_grpc.add_ImageServiceServicer_to_server(images, server)
+    server.add_insecure_port(f"unix://{d}/cri.sock")
+    await server.start()
+    client = RuntimeClient(str(d / "cri.sock"))
+    try:
+        yield client
+    finally:
+        await client.close()
+        await server.stop(None)
+        shutil.rmtree(d, ignore_errors=True)
 
 
-class FakeCRI:
+def _selected(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageServiceServicer):
     def __init__(self, images: tuple[str, ...] = (), clock: Any = None) -> None:
         self.clock = clock  # timestamps follow the test's clock (a FakeClock), else the wall clock
         self.sandboxes: dict[str, pb.PodSandbox] = {}
@@ -32,81 +65,14 @@ class FakeCRI:
         self.fail_start: set[str] = set()  # container names whose start fails
         self.exec_results: dict[tuple[str, ...], int] = {}  # command → exit code (default 0)
         self.unpullable: set[str] = set()
+        self.last_config: pb.ContainerConfig | None = None
         self._ids = itertools.count(1)
         self._ip = itertools.count(2)
 
     def _now(self) -> int:
         return int(self.clock.now() * 1e9) if self.clock is not None else time.time_ns()
 
-    async def list_sandboxes(self, pod_uid: str | None = None) -> list[pb.PodSandbox]:
-        return [s for s in self.sandboxes.values() if not pod_uid or s.labels.get("io.kubernetes.pod.uid") == pod_uid]
-
-    async def list_containers(self, pod_uid: str | None = None) -> list[pb.Container]:
-        out = []
-        for st in self.containers.values():
-            if pod_uid and st.labels.get("io.kubernetes.pod.uid") != pod_uid:
-                continue
-            out.append(pb.Container(id=st.id, pod_sandbox_id=self.container_sandbox[st.id], metadata=st.metadata,
-                                    state=st.state, labels=st.labels, annotations=st.annotations))
-        return out
-
-    async def container_status(self, cid: str) -> pb.ContainerStatus:
-        if cid not in self.containers:
-            raise _NotFound(cid)
-        return self.containers[cid]
-
-    async def sandbox_status(self, sid: str) -> pb.PodSandboxStatus:
-        s = self.sandboxes[sid]
-        st = pb.PodSandboxStatus(id=sid, state=s.state, metadata=s.metadata, labels=s.labels)
-        st.network.ip = s.annotations.get("ip", "")
-        return st
-
-    async def run_sandbox(self, config: pb.PodSandboxConfig) -> str:
-        sid = f"sb{next(self._ids)}"
-        self.calls.append(("RunPodSandbox", config.metadata.name))
-        s = pb.PodSandbox(id=sid, metadata=config.metadata, state=pb.SANDBOX_READY, created_at=self._now(),
-                          labels=config.labels)
-        s.annotations["ip"] = f"10.0.0.{next(self._ip)}"
-        self.sandboxes[sid] = s
-        self.sandbox_configs[sid] = config
-        return sid
-
-    async def stop_sandbox(self, sid: str) -> None:
-        if sid not in self.sandboxes:
-            raise _NotFound(sid)
-        self.calls.append(("StopPodSandbox", sid))
-        for cid, owner in self.container_sandbox.items():
-            if owner == sid and self.containers[cid].state == pb.CONTAINER_RUNNING:
-                self.exit(cid, 137)
-        self.sandboxes[sid].state = pb.SANDBOX_NOTREADY
-
-    async def remove_sandbox(self, sid: str) -> None:
-        if sid not in self.sandboxes:
-            raise _NotFound(sid)
-        self.calls.append(("RemovePodSandbox", sid))
-        del self.sandboxes[sid]
-        for cid in [c for c, owner in self.container_sandbox.items() if owner == sid]:
-            del self.containers[cid]
-            del self.container_sandbox[cid]
-
-    async def create_container(self, sid: str, config: pb.ContainerConfig, sandbox_config: pb.PodSandboxConfig) -> str:
-        cid = f"c{next(self._ids)}"
-        self.calls.append(("CreateContainer", config.metadata.name))
-        self.containers[cid] = pb.ContainerStatus(id=cid, metadata=config.metadata, state=pb.CONTAINER_CREATED,
-                                                  created_at=self._now(), image=config.image, labels=config.labels,
-                                                  annotations=config.annotations)
-        self.container_sandbox[cid] = sid
-        self.last_config = config
-        return cid
-
-    async def start_container(self, cid: str) -> None:
-        st = self.containers[cid]
-        self.calls.append(("StartContainer", st.metadata.name))
-        if st.metadata.name in self.fail_start:
-            raise RuntimeError("container process did not start")
-        st.state = pb.CONTAINER_RUNNING
-        st.started_at = self._now()
-
+    # -- what tests do to it --------------------------------------------------------------------------
     def exit(self, cid: str, code: int) -> None:
         st = self.containers[cid]
         st.state = pb.CONTAINER_EXITED
@@ -114,34 +80,128 @@ class FakeCRI:
         st.finished_at = self._now()
         st.reason = "Completed" if code == 0 else "Error"
 
-    async def stop_container(self, cid: str, grace: int) -> None:
-        if cid not in self.containers:
-            raise _NotFound(cid)
-        self.calls.append(("StopContainer", (self.containers[cid].metadata.name, grace)))
-        if self.containers[cid].state == pb.CONTAINER_RUNNING:
-            self.exit(cid, 143)
+    def running(self, name: str) -> list[str]:
+        return [c for c, st in self.containers.items()
+                if st.metadata.name == name and st.state == pb.CONTAINER_RUNNING]
 
-    async def remove_container(self, cid: str) -> None:
-        if cid not in self.containers:
-            raise _NotFound(cid)
-        self.calls.append(("RemoveContainer", self.containers[cid].metadata.name))
+    @staticmethod
+    async def _need(table: Mapping[str, Any], key: str, context: grpc.aio.ServicerContext) -> Any:
+        if key not in table:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"{key} not found")
+        return table[key]
+
+    # -- sandboxes ------------------------------------------------------------------------------------
+    async def ListPodSandbox(self, request, context):
+        f = request.filter
+        items = [s for s in self.sandboxes.values()
+                 if (not f.id or s.id == f.id) and _selected(s.labels, f.label_selector)]
+        return pb.ListPodSandboxResponse(items=items)
+
+    async def PodSandboxStatus(self, request, context):
+        s = await self._need(self.sandboxes, request.pod_sandbox_id, context)
+        st = pb.PodSandboxStatus(id=s.id, state=s.state, metadata=s.metadata, labels=s.labels)
+        st.network.ip = s.annotations.get("ip", "")
+        return pb.PodSandboxStatusResponse(status=st)
+
+    async def RunPodSandbox(self, request, context):
+        config = request.config
+        sid = f"sb{next(self._ids)}"
+        self.calls.append(("RunPodSandbox", config.metadata.name))
+        s = pb.PodSandbox(id=sid, metadata=config.metadata, state=pb.SANDBOX_READY, created_at=self._now(),
+                          labels=config.labels)
+        s.annotations["ip"] = f"10.0.0.{next(self._ip)}"
+        self.sandboxes[sid] = s
+        self.sandbox_configs[sid] = config
+        return pb.RunPodSandboxResponse(pod_sandbox_id=sid)
+
+    async def StopPodSandbox(self, request, context):
+        sid = request.pod_sandbox_id
+        s = await self._need(self.sandboxes, sid, context)
+        self.calls.append(("StopPodSandbox", sid))
+        for cid, owner in self.container_sandbox.items():
+            if owner == sid and self.containers[cid].state == pb.CONTAINER_RUNNING:
+                self.exit(cid, 137)
+        s.state = pb.SANDBOX_NOTREADY
+        return pb.StopPodSandboxResponse()
+
+    async def RemovePodSandbox(self, request, context):
+        sid = request.pod_sandbox_id
+        await self._need(self.sandboxes, sid, context)
+        self.calls.append(("RemovePodSandbox", sid))
+        del self.sandboxes[sid]
+        for cid in [c for c, owner in self.container_sandbox.items() if owner == sid]:
+            del self.containers[cid]
+            del self.container_sandbox[cid]
+        return pb.RemovePodSandboxResponse()
+
+    # -- containers -----------------------------------------------------------------------------------
+    async def ListContainers(self, request, context):
+        f = request.filter
+        out = []
+        for st in self.containers.values():
+            if _selected(st.labels, f.label_selector):
+                out.append(pb.Container(id=st.id, pod_sandbox_id=self.container_sandbox[st.id],
+                                        metadata=st.metadata, state=st.state, labels=st.labels,
+                                        annotations=st.annotations))
+        return pb.ListContainersResponse(containers=out)
+
+    async def ContainerStatus(self, request, context):
+        st = await self._need(self.containers, request.container_id, context)
+        return pb.ContainerStatusResponse(status=st)
+
+    async def CreateContainer(self, request, context):
+        config = request.config
+        cid = f"c{next(self._ids)}"
+        self.calls.append(("CreateContainer", config.metadata.name))
+        self.containers[cid] = pb.ContainerStatus(
+            id=cid, metadata=config.metadata, state=pb.CONTAINER_CREATED, created_at=self._now(),
+            image=config.image, labels=config.labels, annotations=config.annotations)
+        self.container_sandbox[cid] = request.pod_sandbox_id
+        self.last_config = config
+        return pb.CreateContainerResponse(container_id=cid)
+
+    async def StartContainer(self, request, context):
+        st = await self._need(self.containers, request.container_id, context)
+        self.calls.append(("StartContainer", st.metadata.name))
+        if st.metadata.name in self.fail_start:
+            await context.abort(grpc.StatusCode.UNKNOWN, "container process did not start")
+        st.state = pb.CONTAINER_RUNNING
+        st.started_at = self._now()
+        return pb.StartContainerResponse()
+
+    async def StopContainer(self, request, context):
+        cid = request.container_id
+        st = await self._need(self.containers, cid, context)
+        self.calls.append(("StopContainer", (st.metadata.name, request.timeout)))
+        if st.state == pb.CONTAINER_RUNNING:
+            self.exit(cid, 143)
+        return pb.StopContainerResponse()
+
+    async def RemoveContainer(self, request, context):
+        cid = request.container_id
+        st = await self._need(self.containers, cid, context)
+        self.calls.append(("RemoveContainer", st.metadata.name))
         del self.containers[cid]
         del self.container_sandbox[cid]
+        return pb.RemoveContainerResponse()
 
-    async def exec_sync(self, cid: str, cmd: list[str], seconds: int = 0) -> pb.ExecSyncResponse:
-        self.calls.append(("ExecSync", (self.containers[cid].metadata.name, tuple(cmd))))
-        code = self.exec_results.get(tuple(cmd), 0)
+    async def ExecSync(self, request, context):
+        st = await self._need(self.containers, request.container_id, context)
+        self.calls.append(("ExecSync", (st.metadata.name, tuple(request.cmd))))
+        code = self.exec_results.get(tuple(request.cmd), 0)
         return pb.ExecSyncResponse(exit_code=code, stdout=b"", stderr=b"failed" if code else b"")
 
-    async def image_present(self, image: str) -> pb.Image | None:
-        return pb.Image(id=f"sha256:{image}", size=1) if image in self.images else None
+    # -- images ---------------------------------------------------------------------------------------
+    async def ImageStatus(self, request, context):
+        image = request.image.image
+        if image not in self.images:
+            return pb.ImageStatusResponse()
+        return pb.ImageStatusResponse(image=pb.Image(id=f"sha256:{image}", size=1))
 
-    async def pull_image(self, image: str) -> str:
+    async def PullImage(self, request, context):
+        image = request.image.image
         self.calls.append(("PullImage", image))
         if image in self.unpullable:
-            raise RuntimeError(f"failed to resolve reference {image!r}: not found")
+            await context.abort(grpc.StatusCode.UNKNOWN, f"failed to resolve reference {image!r}: not found")
         self.images.add(image)
-        return f"sha256:{image}"
-
-    def running(self, name: str) -> list[str]:
-        return [c for c, st in self.containers.items() if st.metadata.name == name and st.state == pb.CONTAINER_RUNNING]
+        return pb.PullImageResponse(image_ref=f"sha256:{image}")

@@ -18,8 +18,9 @@ from typing import Any
 import grpc
 from aiohttp import web
 
+from cri.client import RuntimeClient
 from nodeagent.clock import REAL_CLOCK, Clock
-from nodeagent.kubelet.cri import CONTAINER_NAME_LABEL, RuntimeClient
+from nodeagent.kubelet.labels import CONTAINER_NAME_LABEL, POD_UID_LABEL
 from nodeagent.kubelet.server import logs as logsmod
 from nodeagent.kubelet.server.auth import Authenticator
 from nodeagent.kubelet.server.metrics import KubeletMetrics
@@ -186,7 +187,7 @@ class KubeletServer:
     async def _runtime_containers(self, pod: dict[str, Any], name: str) -> list[Any]:
         """The runtime's instances of one container of a pod, newest first."""
         try:
-            ctrs = await self.deps.cri.list_containers(pod["metadata"]["uid"])
+            ctrs = await self.deps.cri.list_containers(label_selector={POD_UID_LABEL: pod["metadata"]["uid"]})
         except grpc.aio.AioRpcError as e:
             raise _grpc_error(e, "listing the pod's containers") from None
         ctrs = [c for c in ctrs if c.labels.get(CONTAINER_NAME_LABEL) == name]
@@ -224,7 +225,7 @@ class KubeletServer:
         if previous:
             opts.follow = False
         try:
-            st = await self.deps.cri.container_status(target.id)
+            st = (await self.deps.cri.container_status(target.id)).status
         except grpc.aio.AioRpcError as e:
             raise _grpc_error(e, "reading the container's status") from None
         if not st.log_path:
@@ -232,7 +233,7 @@ class KubeletServer:
 
         async def running() -> bool:
             try:
-                s = await self.deps.cri.container_status(target.id)
+                s = (await self.deps.cri.container_status(target.id)).status
             except grpc.aio.AioRpcError:
                 return False
             return s.state == pb.CONTAINER_RUNNING
@@ -272,7 +273,8 @@ class KubeletServer:
             raise bad_request("you must specify at least 1 of stdin, stdout, stderr")
         _, ctr = await self._container(request)
         try:
-            url = await self.deps.cri.exec_url(ctr.id, list(cmd), tty, stdin, stdout, stderr)
+            url = await self.deps.cri.exec(ctr.id, list(cmd), tty=tty, stdin=stdin, stdout=stdout,
+                                           stderr=stderr)
         except grpc.aio.AioRpcError as e:
             raise _grpc_error(e, "exec") from None
         return await relay(request, url)
@@ -287,7 +289,7 @@ class KubeletServer:
             raise bad_request("you must specify at least 1 of stdin, stdout, stderr")
         _, ctr = await self._container(request)
         try:
-            url = await self.deps.cri.attach_url(ctr.id, tty, stdin, stdout, stderr)
+            url = await self.deps.cri.attach(ctr.id, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr)
         except grpc.aio.AioRpcError as e:
             raise _grpc_error(e, "attach") from None
         return await relay(request, url)
@@ -305,14 +307,15 @@ class KubeletServer:
             except ValueError:
                 raise bad_request(f"invalid port {raw!r}") from None
         try:
-            boxes = await self.deps.cri.list_sandboxes(pod["metadata"]["uid"])
+            uid = pod["metadata"]["uid"]
+            boxes = await self.deps.cri.list_pod_sandbox(label_selector={POD_UID_LABEL: uid})
         except grpc.aio.AioRpcError as e:
             raise _grpc_error(e, "listing the pod's sandboxes") from None
         ready = sorted((b for b in boxes if b.state == pb.SANDBOX_READY), key=lambda b: b.created_at, reverse=True)
         if not ready:
             raise bad_request(f'pod "{mi["pod"]}" has no ready sandbox')
         try:
-            url = await self.deps.cri.port_forward_url(ready[0].id, ports)
+            url = await self.deps.cri.port_forward(ready[0].id, ports)
         except grpc.aio.AioRpcError as e:
             raise _grpc_error(e, "port forward") from None
         return await relay(request, url)

@@ -17,14 +17,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from nodeagent.kubelet.cri import (
-    CONTAINER_NAME_LABEL,
-    POD_NAME_LABEL,
-    POD_NAMESPACE_LABEL,
-    POD_UID_LABEL,
-    RuntimeClient,
-    is_unimplemented,
-)
+from cri.client import RuntimeClient, is_unimplemented
+from nodeagent.kubelet.labels import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MIN_RATE_WINDOW = 0.2  # seconds between two samples for a usable rate
@@ -204,7 +198,7 @@ class SummaryProvider:
         boxes: list[Any] = []
         if self._sandbox_stats_supported:
             try:
-                boxes = await self.cri.list_sandbox_stats()
+                boxes = await self.cri.list_pod_sandbox_stats()
             except Exception as e:
                 if not is_unimplemented(e):
                     raise

@@ -22,7 +22,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cri.proto import api_pb2 as pb
 from nodeagent.testing.images import BUSYBOX as BUSYBOX_SPEC
 from nodeagent.testing.images import Entry, ImageSpec, find_busybox
 from tests.conformance.cri import framework as fw
@@ -275,10 +274,10 @@ def runtime(request, tmp_path_factory, images, critest_registry):
         yield Runtime(name, d, bridge)
     finally:
         if d.client is not None:
-            for s in d.client.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
+            for s in d.client.list_pod_sandbox():
                 try:
-                    d.client.stop_sandbox(s.id)
-                    d.client.remove_sandbox(s.id)
+                    d.client.stop_pod_sandbox(s.id)
+                    d.client.remove_pod_sandbox(s.id)
                 except grpc.RpcError:
                     pass
         d.stop()

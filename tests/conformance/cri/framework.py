@@ -130,8 +130,6 @@ class Spec:
         self.runtime = runtime
         self.name: str = runtime.name
         self.c: CRIClient = runtime.client
-        self.rt = self.c.rt
-        self.img = self.c.img
         self.tmp = tmp
         self.sandboxes: list[str] = []
         self.parents: list[str] = []
@@ -153,7 +151,7 @@ class Spec:
         return cfg
 
     def run_pod(self, cfg: pb.PodSandboxConfig) -> str:
-        sid = self.c.run_sandbox(cfg)
+        sid = self.c.run_pod_sandbox(cfg)
         self.sandboxes.append(sid)
         return sid
 
@@ -176,10 +174,10 @@ class Spec:
         return self.run_pod(cfg), cfg
 
     def pod_status(self, sid: str) -> pb.PodSandboxStatus:
-        return self.c.sandbox_status(sid).status
+        return self.c.pod_sandbox_status(sid).status
 
     def list_pods(self, **filt: Any) -> list[pb.PodSandbox]:
-        return list(self.rt.ListPodSandbox(pb.ListPodSandboxRequest(filter=pb.PodSandboxFilter(**filt))).items)
+        return self.c.list_pod_sandbox(**filt)
 
     # -- containers -----------------------------------------------------------------------------
     def ensure_image(self, image: str) -> None:
@@ -190,7 +188,7 @@ class Spec:
 
     def create(self, sid: str, pod: pb.PodSandboxConfig, cfg: pb.ContainerConfig) -> str:
         self.ensure_image(cfg.image.image)
-        return self.c.create(sid, cfg, pod)
+        return self.c.create_container(sid, cfg, pod)
 
     def container_config(self, prefix: str, image: str = BUSYBOX, command: list[str] | None = None,
                          **kw: Any) -> pb.ContainerConfig:
@@ -210,10 +208,10 @@ class Spec:
         return self.create(sid, pod, self.container_config(prefix, image=PAUSE))
 
     def start(self, cid: str) -> None:
-        self.c.start(cid)
+        self.c.start_container(cid)
 
     def status(self, cid: str) -> pb.ContainerStatus:
-        return self.c.status(cid).status
+        return self.c.container_status(cid).status
 
     def wait_state(self, cid: str, state: int, timeout: float = 60.0) -> pb.ContainerStatus:
         st = eventually(lambda: self.status(cid), lambda s: s.state == state, timeout)
@@ -229,12 +227,12 @@ class Spec:
     def stop_exited(self, cid: str) -> None:
         """testStopContainer: stop (within its timeout), then it must be EXITED."""
         t0 = time.monotonic()
-        self.c.stop(cid, STOP_TIMEOUT)
+        self.c.stop_container(cid, STOP_TIMEOUT)
         assert time.monotonic() - t0 < STOP_TIMEOUT, "stop container timed out"
         self.wait_state(cid, pb.CONTAINER_EXITED)
 
     def list_containers(self, **filt: Any) -> list[pb.Container]:
-        return list(self.rt.ListContainers(pb.ListContainersRequest(filter=pb.ContainerFilter(**filt))).containers)
+        return self.c.list_containers(**filt)
 
     def exec_sync(self, cid: str, cmd: list[str], timeout: int = EXEC_TIMEOUT) -> tuple[bytes, bytes]:
         try:
@@ -263,22 +261,21 @@ class Spec:
 
     # -- images ---------------------------------------------------------------------------------
     def pull(self, image: str, timeout: float | None = None) -> str:
-        req = pb.PullImageRequest(image=pb.ImageSpec(image=image),
-                                  sandbox_config=pb.PodSandboxConfig(labels=DEFAULT_POD_LABELS))
-        return self.img.PullImage(req, timeout=timeout or 120).image_ref
+        return self.c.pull_image(image, sandbox_config=pb.PodSandboxConfig(labels=DEFAULT_POD_LABELS),
+                                 deadline=timeout or 120)
 
     def image_status(self, image: str) -> pb.Image | None:
-        r = self.img.ImageStatus(pb.ImageStatusRequest(image=pb.ImageSpec(image=image)), timeout=30)
+        r = self.c.image_status(image)
         return r.image if r.HasField("image") else None
 
     def remove_image(self, image: str) -> None:
         """critest's removeImage: by the ID ImageStatus gives, if the image is there."""
         st = self.image_status(image)
         if st is not None:
-            self.img.RemoveImage(pb.RemoveImageRequest(image=pb.ImageSpec(image=st.id)), timeout=60)
+            self.c.remove_image(st.id)
 
     def list_images(self) -> list[pb.Image]:
-        return list(self.img.ListImages(pb.ListImagesRequest(filter=pb.ImageFilter()), timeout=30).images)
+        return self.c.list_images()
 
     # -- clean-up --------------------------------------------------------------------------------
     def close(self) -> None:
@@ -290,8 +287,8 @@ class Spec:
                 errors.append(e)
         for sid in self.sandboxes:
             try:
-                self.c.stop_sandbox(sid)
-                self.c.remove_sandbox(sid)
+                self.c.stop_pod_sandbox(sid)
+                self.c.remove_pod_sandbox(sid)
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.NOT_FOUND:
                     errors.append(e)

@@ -44,7 +44,7 @@ def test_runtime_should_support_stopping_container(f, pod):
 
 
 def _remove_and_check(f, cid):
-    f.c.remove(cid)
+    f.c.remove_container(cid)
     assert not _found(f.list_containers(id=cid), cid), "Container should be removed"
 
 
@@ -81,8 +81,7 @@ def test_runtime_should_support_execsync_with_timeout(f, pod):
 
 
 def _stats(f, **filt):
-    return list(f.rt.ListContainerStats(pb.ListContainerStatsRequest(
-        filter=pb.ContainerStatsFilter(**filt) if filt else None)).stats)
+    return f.c.list_container_stats(**filt)
 
 
 def _stat_found(stats, cid):
@@ -92,7 +91,7 @@ def _stat_found(stats, cid):
 def test_runtime_should_support_listing_container_stats(f, pod):
     cid = f.create_default(*pod, "container-for-stats-")
     f.start(cid)
-    s = f.rt.ContainerStats(pb.ContainerStatsRequest(container_id=cid)).stats
+    s = f.c.container_stats(cid)
     assert s.attributes.id == cid
     assert "container-for-stats-" in s.attributes.metadata.name
     assert s.cpu.timestamp != 0 and s.memory.timestamp != 0
@@ -181,7 +180,7 @@ def test_runtime_should_support_reopening_container_log(f, log_pod):
     assert fw.eventually(lambda: f.log_messages(pod, cfg.log_path), bool), "container log should be generated"
     old = Path(str(log) + ".new")
     log.rename(old)
-    f.rt.ReopenContainerLog(pb.ReopenContainerLogRequest(container_id=cid))
+    f.c.reopen_container_log(cid)
     assert log.exists(), "new container log file should be created"
     assert fw.eventually(lambda: f.log_messages(pod, cfg.log_path), bool), "new container log should be generated"
     n = len(fw.parse_log_file(old))
@@ -232,7 +231,7 @@ def _propagation(f, propagation):
     cfg.linux.security_context.privileged = True
     cfg.mounts.add(host_path=src, container_path=src, propagation=propagation)
     cid = f.create(sid, pod, cfg)
-    st = f.c.status(cid, verbose=True).status
+    st = f.c.container_status(cid, verbose=True).status
     assert len(st.mounts) == 1
     m = st.mounts[0]
     assert (m.container_path, m.host_path, m.readonly, m.selinux_relabel) == (src, src, False, False)
@@ -273,7 +272,7 @@ def test_should_terminate_with_exitcode_137_and_reason_oomkilled(f):
     cfg.linux.resources.memory_limit_in_bytes = 15 * 1024 * 1024
     cfg.linux.resources.memory_swap_limit_in_bytes = 15 * 1024 * 1024
     cid = f.create(sid, pod, cfg)
-    f.c.status(cid, verbose=True)
+    f.c.container_status(cid, verbose=True)
     f.start(cid)
     st = f.wait_state(cid, pb.CONTAINER_EXITED)
     # critest writes these two as no-op Expects; the CRI meaning is the point, so check them
@@ -285,7 +284,7 @@ def test_should_terminate_with_exitcode_137_and_reason_oomkilled(f):
 
 
 def _supports_rro(f) -> bool:
-    st = f.rt.Status(pb.StatusRequest())
+    st = f.c.status()
     return any(h.name == "" and h.features.recursive_read_only_mounts for h in st.runtime_handlers)
 
 

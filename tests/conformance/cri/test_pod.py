@@ -15,14 +15,14 @@ def test_runtime_should_support_running_podsandbox(f):
 
 def test_runtime_should_support_stopping_podsandbox(f):
     sid = f.run_default_pod("PodSandbox-for-test-stop-")
-    f.c.stop_sandbox(sid)
+    f.c.stop_pod_sandbox(sid)
     assert f.pod_status(sid).state == pb.SANDBOX_NOTREADY
 
 
 def test_runtime_should_support_removing_podsandbox(f):
     sid = f.run_default_pod("PodSandbox-for-test-remove-")
-    f.c.stop_sandbox(sid)
-    f.c.remove_sandbox(sid)
+    f.c.stop_pod_sandbox(sid)
+    f.c.remove_pod_sandbox(sid)
     assert sid not in [p.id for p in f.list_pods(id=sid)], "PodSandbox should be removed"
 
 
@@ -46,7 +46,7 @@ def test_runtime_should_support_preserving_podsandbox_attributes(f):
 
 def _metrics_supported(f):
     try:
-        return list(f.rt.ListMetricDescriptors(pb.ListMetricDescriptorsRequest()).descriptors)
+        return list(f.c.list_metric_descriptors())
     except grpc.RpcError as e:
         if e.code() == grpc.StatusCode.UNIMPLEMENTED:
             pytest.skip("CRI Metrics endpoints not supported by this runtime version")
@@ -64,7 +64,7 @@ def test_runtime_should_support_listing_pod_sandbox_metrics(f):
     sid, pod = f.pod_for_container()
     cid = f.create_default(sid, pod, "container-for-metrics-")
     f.start(cid)
-    metrics = f.rt.ListPodSandboxMetrics(pb.ListPodSandboxMetricsRequest()).pod_metrics
+    metrics = f.c.list_pod_sandbox_metrics()
     assert any(m.pod_sandbox_id == sid for m in metrics)
 
 

@@ -13,8 +13,7 @@ def _exec(f, tty, stdin, want):
     sid, pod = f.pod_for_container()
     cid = f.create_default(sid, pod, "container-for-exec-test")
     f.start(cid)
-    url = f.rt.Exec(pb.ExecRequest(container_id=cid, cmd=["echo", "hello"], stdout=True,
-                                   stderr=not tty, tty=tty, stdin=stdin)).url
+    url = f.c.exec(cid, ["echo", "hello"], stdout=True, stderr=not tty, tty=tty, stdin=stdin)
     assert url.startswith("http") and "//" in url, "The host of url should not be empty"
     got = fw.stream(url, until=lambda g: fw.ERROR in g)
     assert got.get(fw.STDOUT, b"").decode() == want
@@ -36,7 +35,7 @@ def test_runtime_should_support_attach(f):
     cfg.linux.SetInParent()
     cid = f.create(sid, pod, cfg)
     f.start(cid)
-    url = f.rt.Attach(pb.AttachRequest(container_id=cid, stdin=True, stdout=True, stderr=True)).url
+    url = f.c.attach(cid, stdin=True, stdout=True, stderr=True)
 
     async def send(ws, got):
         await ws.send_bytes(b"\x00echo hello\n")
@@ -55,7 +54,7 @@ def test_runtime_should_support_portforward(f):
     def get():  # Eventually, as checkMainPage: the server may not listen yet; each URL is single-use
         # critest speaks SPDY, which names ports per stream; over websocket the ports are fixed with
         # the URL (containerd takes them from the request, ours also from the query)
-        url = f.rt.PortForward(pb.PortForwardRequest(pod_sandbox_id=sid, port=[fw.WEB_PORT])).url
+        url = f.c.port_forward(sid, [fw.WEB_PORT])
         return fw.port_forward_get(url, fw.WEB_PORT, 5)
     data = fw.eventually(get, lambda d: bool(d), 20, 1.0) or b""
     assert data.startswith(b"HTTP/1.") and b" 200 " in data.split(b"\r\n", 1)[0], data[:200]
@@ -72,7 +71,7 @@ def test_runtime_should_support_portforward_in_host_network(f):
     assert fw.http_get(f"http://127.0.0.1:{fw.HOST_NET_WEB_PORT}/") == 200
 
     def get():
-        url = f.rt.PortForward(pb.PortForwardRequest(pod_sandbox_id=sid, port=[fw.HOST_NET_WEB_PORT])).url
+        url = f.c.port_forward(sid, [fw.HOST_NET_WEB_PORT])
         return fw.port_forward_get(url, fw.HOST_NET_WEB_PORT, 5)
     data = fw.eventually(get, lambda d: bool(d), 20, 1.0) or b""
     assert data.startswith(b"HTTP/1.") and b" 200 " in data.split(b"\r\n", 1)[0], data[:200]

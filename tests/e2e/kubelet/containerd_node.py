@@ -27,7 +27,6 @@ def containerd_up(tmp: Path, images: ImageFactory, octet: int) -> Iterator[tuple
     why = available()
     if why:
         pytest.skip(why)
-    from cri.proto import api_pb2 as pb
     from cri.runtime.service import RuntimeOptions
 
     bridge = unique("kc")
@@ -52,9 +51,9 @@ def containerd_up(tmp: Path, images: ImageFactory, octet: int) -> Iterator[tuple
     finally:
         c.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=60s", check=False)
         if ctd.client is not None:
-            for s in ctd.client.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
-                ctd.client.stop_sandbox(s.id)
-                ctd.client.remove_sandbox(s.id)
+            for s in ctd.client.list_pod_sandbox():
+                ctd.client.stop_pod_sandbox(s.id)
+                ctd.client.remove_pod_sandbox(s.id)
         rc = c.stop() if c.proc is not None else 0
         ctd.stop()
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)

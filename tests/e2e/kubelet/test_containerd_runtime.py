@@ -21,7 +21,6 @@ pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_pod_runs_on_containerd(tmp_path, images):
-    from cri.proto import api_pb2 as pb
 
     with containerd_up(tmp_path, images, 141) as (c, ctd):
         node = json.loads(c.kubectl("get", "node", c.node, "-o", "json"))
@@ -35,9 +34,7 @@ def test_pod_runs_on_containerd(tmp_path, images):
         assert body == b"hello from busybox\n"
         uid = pod["metadata"]["uid"]
         c.kubectl("delete", "pod", "on-containerd", "--wait=true", "--timeout=90s")
-        f = pb.PodSandboxFilter()
-        f.label_selector["io.kubernetes.pod.uid"] = uid
-        assert not ctd.client.rt.ListPodSandbox(pb.ListPodSandboxRequest(filter=f)).items
+        assert not ctd.client.list_pod_sandbox(label_selector={"io.kubernetes.pod.uid": uid})
         for m in _cgroup_mounts():
             assert not list(Path(m).glob(f"{c.cgroup_root()}/kubepods/**/pod{uid}")), f"pod cgroup left in {m}"
     deadline = time.monotonic() + 5

@@ -274,11 +274,9 @@ def _runtime_speaks_spdy(c) -> str | None:
 
     cri = CRIClient(str(c.data_dir / "cri.sock"))
     try:
-        f = pb.ContainerFilter()
-        f.label_selector["io.kubernetes.pod.name"] = "ticker"
-        (ctr,) = [x for x in cri.rt.ListContainers(pb.ListContainersRequest(filter=f)).containers
+        (ctr,) = [x for x in cri.list_containers(label_selector={"io.kubernetes.pod.name": "ticker"})
                   if x.state == pb.CONTAINER_RUNNING]
-        url = cri.rt.Exec(pb.ExecRequest(container_id=ctr.id, cmd=["true"], stdout=True)).url
+        url = cri.exec(ctr.id, ["true"], stdout=True)
     finally:
         cri.close()
     u = urlsplit(url)

@@ -155,13 +155,12 @@ def cluster(tmp_path_factory, images):
 
 def _wait_runtime_empty(c: Cluster, timeout: float = 30) -> None:
     from cri.client import CRIClient
-    from cri.proto import api_pb2 as pb
 
     cri = CRIClient(str(c.data_dir / "cri.sock"), timeout=10)
     try:
         end = time.monotonic() + timeout
         while time.monotonic() < end and c.proc is not None and c.proc.poll() is None:
-            if not cri.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
+            if not cri.list_pod_sandbox():
                 return
             time.sleep(0.3)
     finally:
@@ -193,18 +192,13 @@ def _assert_pod_gone(c: Cluster, pod: dict, timeout: float = 30) -> None:
 def _check_pod_gone(c: Cluster, pod: dict) -> None:
     """Nothing of the pod is left: sandbox, containers, veth, cgroup, volume mounts, IP allocation."""
     from cri.client import CRIClient
-    from cri.proto import api_pb2 as pb
 
     uid = pod["metadata"]["uid"]
     ip = (pod.get("status") or {}).get("podIP")
     cri = CRIClient(str(c.data_dir / "cri.sock"))
     try:
-        f = pb.PodSandboxFilter()
-        f.label_selector["io.kubernetes.pod.uid"] = uid
-        assert not cri.rt.ListPodSandbox(pb.ListPodSandboxRequest(filter=f)).items
-        cf = pb.ContainerFilter()
-        cf.label_selector["io.kubernetes.pod.uid"] = uid
-        assert not cri.rt.ListContainers(pb.ListContainersRequest(filter=cf)).containers
+        assert not cri.list_pod_sandbox(label_selector={"io.kubernetes.pod.uid": uid})
+        assert not cri.list_containers(label_selector={"io.kubernetes.pod.uid": uid})
     finally:
         cri.close()
     brif = Path(f"/sys/class/net/{c.bridge}/brif")
@@ -509,10 +503,9 @@ def test_run_to_completion_pod_succeeds_and_frees_its_sandbox(cluster):
 
     cri = CRIClient(str(c.data_dir / "cri.sock"))
     try:
-        f = pb.PodSandboxFilter()
-        f.label_selector["io.kubernetes.pod.uid"] = pod["metadata"]["uid"]
+        selector = {"io.kubernetes.pod.uid": pod["metadata"]["uid"]}
         end = time.monotonic() + 30
-        while any(b.state == pb.SANDBOX_READY for b in cri.rt.ListPodSandbox(pb.ListPodSandboxRequest(filter=f)).items):
+        while any(b.state == pb.SANDBOX_READY for b in cri.list_pod_sandbox(label_selector=selector)):
             assert time.monotonic() < end, "the finished pod's sandbox still runs"
             time.sleep(0.3)
     finally:

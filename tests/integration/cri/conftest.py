@@ -51,27 +51,27 @@ class Pods:
 
     def run(self, cfg: pb.PodSandboxConfig | None = None, **kw) -> tuple[str, pb.PodSandboxConfig]:
         cfg = cfg or self.config(**kw)
-        sid = self.c.run_sandbox(cfg)
+        sid = self.c.run_pod_sandbox(cfg)
         self.ids.append(sid)
         return sid, cfg
 
     def container(self, sid: str, scfg: pb.PodSandboxConfig, command: list[str], name: str = "c",
                   image: str = BUSYBOX, start: bool = True, **kw) -> str:
         cfg = container_config(name, image, command, log_path=f"{name}/0.log", **kw)
-        cid = self.c.create(sid, cfg, scfg)
+        cid = self.c.create_container(sid, cfg, scfg)
         if start:
-            self.c.start(cid)
+            self.c.start_container(cid)
         return cid
 
     def info(self, cid: str) -> dict:
-        return json.loads(self.c.status(cid, verbose=True).info["info"])
+        return json.loads(self.c.container_status(cid, verbose=True).info["info"])
 
     def close(self) -> None:
         for sid in self.ids:
             if self.d.client is not None:
                 try:
-                    self.d.client.stop_sandbox(sid)
-                    self.d.client.remove_sandbox(sid)
+                    self.d.client.stop_pod_sandbox(sid)
+                    self.d.client.remove_pod_sandbox(sid)
                 except grpc.RpcError as e:
                     # containerd 1.6 answers NOT_FOUND for an already removed sandbox (ours: OK)
                     if e.code() != grpc.StatusCode.NOT_FOUND:

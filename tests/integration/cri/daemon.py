@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 from cri.client import CRIClient
-from cri.proto import api_pb2 as pb
 from tests.integration.cri.launch import mounts_under, start_runtime, stop_process
 
 __all__ = ["CRIDaemon", "mounts_under", "reap"]
@@ -66,10 +65,10 @@ class CRIDaemon:
         c = self.client
         if c is None:
             return
-        for s in c.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
+        for s in c.list_pod_sandbox():
             with contextlib.suppress(Exception):
-                c.stop_sandbox(s.id)
-                c.remove_sandbox(s.id)
+                c.stop_pod_sandbox(s.id)
+                c.remove_pod_sandbox(s.id)
 
 
 def reap(pids: list[int]) -> None:

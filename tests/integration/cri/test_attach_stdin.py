@@ -28,18 +28,18 @@ def _container(d, pods: Pods, command: list[str], name: str, **flags) -> tuple[s
     cfg = container_config(name, BUSYBOX, command, log_path=f"{name}/0.log")
     for k, v in flags.items():
         setattr(cfg, k, v)
-    cid = d.client.create(sid, cfg, scfg)
-    d.client.start(cid)
-    assert d.client.wait_state(cid, pb.CONTAINER_RUNNING).state == pb.CONTAINER_RUNNING
+    cid = d.client.create_container(sid, cfg, scfg)
+    d.client.start_container(cid)
+    assert d.client.wait_container_state(cid, pb.CONTAINER_RUNNING).state == pb.CONTAINER_RUNNING
     return sid, cid
 
 
 def _attach_url(d, cid: str, **kw) -> str:
-    return d.client.rt.Attach(pb.AttachRequest(container_id=cid, **kw)).url
+    return d.client.attach(cid, **kw)
 
 
 def _state(d, cid: str) -> pb.ContainerStatus:
-    return d.client.status(cid).status
+    return d.client.container_status(cid).status
 
 
 def test_cat_echoes_what_attach_sends(peer, ppods):  # noqa: F811
@@ -95,7 +95,7 @@ def test_stdin_once_closes_stdin_after_the_first_session(peer, ppods):  # noqa: 
         return status
     status = asyncio.run(go())
     assert status["status"] == "Success", status
-    st = d.client.wait_state(cid, pb.CONTAINER_EXITED)
+    st = d.client.wait_container_state(cid, pb.CONTAINER_EXITED)
     assert st.state == pb.CONTAINER_EXITED and st.exit_code == 0
 
 
@@ -135,7 +135,7 @@ def test_tty_attach_with_resize(peer, ppods):  # noqa: F811
         await w.status()
         await w.close()
     asyncio.run(go())
-    st = d.client.wait_state(cid, pb.CONTAINER_EXITED)
+    st = d.client.wait_container_state(cid, pb.CONTAINER_EXITED)
     assert st.exit_code == 0
 
 
@@ -181,5 +181,5 @@ def test_attach_with_stdin_survives_a_daemon_kill_9(own):
         assert (await w.status())["status"] == "Success"
         await w.close()
     asyncio.run(go())
-    assert d.client.wait_state(once, pb.CONTAINER_EXITED).exit_code == 0
+    assert d.client.wait_container_state(once, pb.CONTAINER_EXITED).exit_code == 0
     assert _state(d, cid).state == pb.CONTAINER_RUNNING

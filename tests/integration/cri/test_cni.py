@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from cni.invoke import CNI, Attachment, CNIError
-from cri.proto import api_pb2 as pb
 from tests.harness.resources import unique
 
 pytestmark = pytest.mark.root
@@ -116,10 +115,10 @@ def test_pod_on_a_cni_network(cri, pods, tmp_path):
     conf.write_text(json.dumps(doc))
     c = cri.client
     try:
-        conds = {x.type: x.status for x in c.rt.Status(pb.StatusRequest()).status.conditions}
+        conds = {x.type: x.status for x in c.status().status.conditions}
         assert conds["NetworkReady"] is True
         sid, scfg = pods.run()
-        pod_ip = c.sandbox_status(sid).status.network.ip
+        pod_ip = c.pod_sandbox_status(sid).status.network.ip
         assert pod_ip.startswith("10.")
         cid = pods.container(sid, scfg, ["sleep", "300"])
         out = c.exec_sync(cid, ["ip", "-4", "addr", "show", "eth0"]).stdout.decode()
@@ -127,7 +126,7 @@ def test_pod_on_a_cni_network(cri, pods, tmp_path):
         assert subprocess.run(["busybox", "ping", "-c", "1", "-W", "2", pod_ip], capture_output=True).returncode == 0
         hosts = c.exec_sync(cid, ["cat", "/etc/hosts"]).stdout.decode()
         assert f"{pod_ip}\t{scfg.hostname}" in hosts
-        c.stop_sandbox(sid)
+        c.stop_pod_sandbox(sid)
         assert not (tmp_path / "ipam" / f"net-{bridge}" / pod_ip).exists()
         assert not list((cri.state / "cni-cache" / "results").glob(f"*{sid}*"))
     finally:

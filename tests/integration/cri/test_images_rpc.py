@@ -16,26 +16,22 @@ from tests.integration.cri.conftest import BUSYBOX
 pytestmark = pytest.mark.root
 
 
-def spec(ref: str) -> pb.ImageSpec:
-    return pb.ImageSpec(image=ref)
-
-
 def test_status_list_fsinfo(cri, images):
     c = cri.client
-    st = c.img.ImageStatus(pb.ImageStatusRequest(image=spec(BUSYBOX), verbose=True))
+    st = c.image_status(BUSYBOX, verbose=True)
     assert st.image.id == images.busybox.image_id
     assert BUSYBOX in st.image.repo_tags and st.image.size > 0
     assert "config" in st.info["info"]
-    by_id = c.img.ImageStatus(pb.ImageStatusRequest(image=spec(images.busybox.image_id)))
+    by_id = c.image_status(images.busybox.image_id)
     assert by_id.image.id == st.image.id
-    missing = c.img.ImageStatus(pb.ImageStatusRequest(image=spec("localhost/nothing:here")))
+    missing = c.image_status("localhost/nothing:here")
     assert not missing.HasField("image")
-    ids = {i.id for i in c.img.ListImages(pb.ListImagesRequest()).images}
+    ids = {i.id for i in c.list_images()}
     assert images.busybox.image_id in ids
-    fs = c.img.ImageFsInfo(pb.ImageFsInfoRequest()).image_filesystems
+    fs = c.image_fs_info().image_filesystems
     assert fs and fs[0].used_bytes.value > 0 and fs[0].fs_id.mountpoint
     with pytest.raises(grpc.RpcError) as e:
-        c.img.ImageStatus(pb.ImageStatusRequest(image=spec("")))
+        c.image_status("")
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -49,25 +45,26 @@ def test_pull_run_and_remove(cri, pods, images, tmp_path):
         reg.push(images.busybox.oci_dir, "latest", "pulled/busybox", "v1")
         ref = f"{reg.host}/pulled/busybox:v1"
         c = cri.client
-        image_ref = c.img.PullImage(pb.PullImageRequest(image=spec(ref))).image_ref
+        image_ref = c.pull_image(ref)
         assert image_ref == images.busybox.image_id
-        st = c.img.ImageStatus(pb.ImageStatusRequest(image=spec(ref))).image
+        st = c.image_status(ref).image
         assert ref in st.repo_tags
         sid, scfg = pods.run()
-        cid = c.create(sid, container_config("pulled", ref, ["sh", "-c", "echo from-pull"], log_path="p/0.log"), scfg)
-        c.start(cid)
-        done = c.wait_state(cid, pb.CONTAINER_EXITED)
+        ccfg = container_config("pulled", ref, ["sh", "-c", "echo from-pull"], log_path="p/0.log")
+        cid = c.create_container(sid, ccfg, scfg)
+        c.start_container(cid)
+        done = c.wait_container_state(cid, pb.CONTAINER_EXITED)
         assert done.exit_code == 0 and "from-pull" in Path(done.log_path).read_text()
         # still used by a (stopped) container: its layers back that container's rootfs
         with pytest.raises(grpc.RpcError) as e:
-            c.img.RemoveImage(pb.RemoveImageRequest(image=spec(image_ref)))
+            c.remove_image(image_ref)
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and cid in e.value.details()
-        c.remove(cid)
-        c.img.RemoveImage(pb.RemoveImageRequest(image=spec(ref)))
-        c.img.RemoveImage(pb.RemoveImageRequest(image=spec(ref)))  # idempotent
-        assert not c.img.ImageStatus(pb.ImageStatusRequest(image=spec(ref))).HasField("image")
+        c.remove_container(cid)
+        c.remove_image(ref)
+        c.remove_image(ref)  # idempotent
+        assert not c.image_status(ref).HasField("image")
         with pytest.raises(grpc.RpcError) as e:
-            c.img.PullImage(pb.PullImageRequest(image=spec(f"{reg.host}/pulled/absent:v1")))
+            c.pull_image(f"{reg.host}/pulled/absent:v1")
         assert e.value.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNKNOWN)
     finally:
         reg.stop()

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from cri.proto import api_pb2 as pb
 from tests.integration.cri.kube_front import KubeFront
 
 pytestmark = pytest.mark.root
@@ -44,17 +43,16 @@ def front(cri, tmp_path_factory):
     # 3 MiB to download: many times the 64 KiB SPDY windows
     assert cri.client.exec_sync(cid, ["sh", "-c", "head -c 3145728 /dev/urandom > /etc/big"]).exit_code == 0
     big = cri.client.exec_sync(cid, ["md5sum", "/etc/big"]).stdout.split()[0].decode()
-    rt = cri.client.rt
+    cl = cri.client
 
     def stream_url(verb: str, q: dict) -> str:
         if verb == "exec":
-            return rt.Exec(pb.ExecRequest(container_id=cid, cmd=q["command"], tty=_truthy(q, "tty"),
-                                          stdin=_truthy(q, "stdin"), stdout=_truthy(q, "stdout"),
-                                          stderr=_truthy(q, "stderr"))).url
+            return cl.exec(cid, q["command"], tty=_truthy(q, "tty"), stdin=_truthy(q, "stdin"),
+                           stdout=_truthy(q, "stdout"), stderr=_truthy(q, "stderr"))
         if verb == "attach":
-            return rt.Attach(pb.AttachRequest(container_id=f.ids[q["container"][0]], stdout=_truthy(q, "stdout"),
-                                              stderr=_truthy(q, "stderr"))).url
-        return rt.PortForward(pb.PortForwardRequest(pod_sandbox_id=sid)).url
+            return cl.attach(f.ids[q["container"][0]], stdout=_truthy(q, "stdout"),
+                             stderr=_truthy(q, "stderr"))
+        return cl.port_forward(sid)
 
     f = KubeFront(stream_url)
     f.ids = {"c": cid}  # type: ignore[attr-defined]

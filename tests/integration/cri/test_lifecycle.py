@@ -26,19 +26,19 @@ def ns_inode(pid: int | str, kind: str) -> str:
 
 def test_version_and_status(cri):
     c = cri.client
-    v = c.rt.Version(pb.VersionRequest(version="v1"))
+    v = c.version("v1")
     assert v.runtime_name == "nodeagent" and v.runtime_api_version == "v1"
-    st = c.rt.Status(pb.StatusRequest())
+    st = c.status()
     conds = {x.type: x.status for x in st.status.conditions}
     assert conds["RuntimeReady"] is True
     assert conds["NetworkReady"] is False  # no CNI config in this daemon's conf dir
-    assert c.rt.RuntimeConfig(pb.RuntimeConfigRequest()).linux.cgroup_driver == pb.CGROUPFS
+    assert c.runtime_config().linux.cgroup_driver == pb.CGROUPFS
 
 
 def test_sandbox_lifecycle_namespaces_and_cleanup(cri, pods):
     c = cri.client
     sid, cfg = pods.run(hostname="pod-one")
-    st = c.sandbox_status(sid, verbose=True)
+    st = c.pod_sandbox_status(sid, verbose=True)
     assert st.status.state == pb.SANDBOX_READY
     assert st.status.metadata.name == cfg.metadata.name
     import json
@@ -50,17 +50,17 @@ def test_sandbox_lifecycle_namespaces_and_cleanup(cri, pods):
     assert ns_inode(pid, "mnt") == ns_inode("self", "mnt")  # pause needs no mount namespace
     rss_kb = int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1))
     assert rss_kb < 1024, f"pause RSS {rss_kb} kB"
-    items = c.rt.ListPodSandbox(pb.ListPodSandboxRequest(filter=pb.PodSandboxFilter(id=sid))).items
+    items = c.list_pod_sandbox(id=sid)
     assert [i.id for i in items] == [sid]
 
-    c.stop_sandbox(sid)
-    assert c.sandbox_status(sid).status.state == pb.SANDBOX_NOTREADY
+    c.stop_pod_sandbox(sid)
+    assert c.pod_sandbox_status(sid).status.state == pb.SANDBOX_NOTREADY
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]
-    c.stop_sandbox(sid)  # idempotent
-    c.remove_sandbox(sid)
-    c.remove_sandbox(sid)  # idempotent
+    c.stop_pod_sandbox(sid)  # idempotent
+    c.remove_pod_sandbox(sid)
+    c.remove_pod_sandbox(sid)  # idempotent
     with pytest.raises(grpc.RpcError) as e:
-        c.sandbox_status(sid)
+        c.pod_sandbox_status(sid)
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
     assert not (cri.state / "sandboxes" / sid).exists()
     assert not mounts_under(cri.state / "sandboxes")
@@ -72,14 +72,14 @@ def test_container_lifecycle_logs_exec(cri, pods):
     cid = pods.container(sid, scfg, ["sh", "-c", "echo out-line; echo err-line >&2; printf partial; "
                                                 "trap 'exit 143' TERM; sleep 300 & wait"],
                          start=False)
-    assert c.status(cid).status.state == pb.CONTAINER_CREATED
-    c.start(cid)
-    st = c.wait_state(cid, pb.CONTAINER_RUNNING)
+    assert c.container_status(cid).status.state == pb.CONTAINER_CREATED
+    c.start_container(cid)
+    st = c.wait_container_state(cid, pb.CONTAINER_RUNNING)
     assert st.state == pb.CONTAINER_RUNNING and st.started_at > 0
     info = pods.info(cid)
     pid = info["pid"]
     # joins the sandbox's net/uts/ipc; its own mount and pid namespaces, where it is PID 1
-    sinfo = __import__("json").loads(c.sandbox_status(sid, verbose=True).info["info"])
+    sinfo = __import__("json").loads(c.pod_sandbox_status(sid, verbose=True).info["info"])
     for kind in ("net", "uts", "ipc"):
         assert ns_inode(pid, kind) == ns_inode(sinfo["pid"], kind)
     for kind in ("mnt", "pid"):
@@ -100,25 +100,25 @@ def test_container_lifecycle_logs_exec(cri, pods):
     assert ("stdout", "F", "out-line") in got and ("stderr", "F", "err-line") in got
 
     t0 = time.monotonic()
-    c.stop(cid, timeout=20)
+    c.stop_container(cid, grace=20)
     assert time.monotonic() - t0 < 15  # SIGTERM handled: no wait for the SIGKILL deadline
-    st = c.status(cid).status
+    st = c.container_status(cid).status
     assert st.state == pb.CONTAINER_EXITED and st.exit_code == 143 and st.finished_at >= st.started_at
     # "partial" had no newline: it is flushed when the stream closes
     assert "stdout F partial" in log.read_text() or "stdout P partial" in log.read_text()
     rootfs = info["rootfs"]
-    c.remove(cid)
+    c.remove_container(cid)
     assert not os.path.ismount(rootfs) and not Path(rootfs).exists()
     assert not log.exists()
-    c.remove(cid)  # idempotent
-    c.stop(cid)
+    c.remove_container(cid)  # idempotent
+    c.stop_container(cid)
 
 
 def test_image_config_is_merged(cri, pods):
     c = cri.client
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, [], image=CONFIGURED)
-    st = c.wait_state(cid, pb.CONTAINER_EXITED)
+    st = c.wait_container_state(cid, pb.CONTAINER_EXITED)
     assert st.exit_code == 0 and st.reason == "Completed"
     text = Path(st.log_path).read_text()
     assert "configured hello from /work as 1000:1000" in text
@@ -130,7 +130,7 @@ def test_two_containers_share_localhost_and_ipc(cri, pods):
     sid, scfg = pods.run()
     server = pods.container(sid, scfg, ["httpd", "-f", "-p", "127.0.0.1:8080", "-h", "/etc"], name="server")
     client = pods.container(sid, scfg, ["sleep", "300"], name="client")
-    c.wait_state(server, pb.CONTAINER_RUNNING)
+    c.wait_container_state(server, pb.CONTAINER_RUNNING)
     body = b""
     for _ in range(50):
         r = c.exec_sync(client, ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/hostname"])
@@ -155,8 +155,8 @@ def test_cgroup_limits_and_live_update(cri, pods):
     r.cpu_period, r.cpu_quota, r.cpu_shares = 100000, 50000, 512
     r.memory_limit_in_bytes = 64 << 20
     r.unified["pids.max"] = "42"
-    cid = c.create(sid, cfg, scfg)
-    c.start(cid)
+    cid = c.create_container(sid, cfg, scfg)
+    c.start_container(cid)
     cg = pods.info(cid)["cgroup"]
     from kernel.cgroups import detect_cgroups
 
@@ -171,14 +171,14 @@ def test_cgroup_limits_and_live_update(cri, pods):
         pid = pods.info(cid)["pid"]
         assert str(pid) in Path(m["memory"] + cg, "cgroup.procs").read_text().split()
         upd = pb.LinuxContainerResources(cpu_period=100000, cpu_quota=20000, memory_limit_in_bytes=32 << 20)
-        c.rt.UpdateContainerResources(pb.UpdateContainerResourcesRequest(container_id=cid, linux=upd))
+        c.update_container_resources(cid, upd)
         assert Path(m["cpu"] + cg, "cpu.cfs_quota_us").read_text().strip() == "20000"
         assert Path(m["memory"] + cg, "memory.limit_in_bytes").read_text().strip() == str(32 << 20)
     else:
         root = info.v2_root
         assert Path(root + cg, "cpu.max").read_text().split() == ["50000", "100000"]
         assert Path(root + cg, "pids.max").read_text().strip() == "42"
-    stats = c.rt.ContainerStats(pb.ContainerStatsRequest(container_id=cid)).stats
+    stats = c.container_stats(cid)
     assert stats.memory.working_set_bytes.value > 0 and stats.attributes.id == cid
 
 
@@ -190,9 +190,9 @@ def test_oom_killed_is_reported(cri, pods):
     cfg = container_config("hog", "localhost/busybox:latest", ["tail", "/dev/zero"])
     cfg.linux.resources.memory_limit_in_bytes = 16 << 20
     cfg.linux.resources.memory_swap_limit_in_bytes = 16 << 20
-    cid = c.create(sid, cfg, scfg)
-    c.start(cid)
-    st = c.wait_state(cid, pb.CONTAINER_EXITED, 60)
+    cid = c.create_container(sid, cfg, scfg)
+    c.start_container(cid)
+    st = c.wait_container_state(cid, pb.CONTAINER_EXITED, 60)
     assert st.state == pb.CONTAINER_EXITED
     assert st.reason == "OOMKilled" and st.exit_code == 137
 
@@ -207,8 +207,8 @@ def test_security_defaults_readonly_rootfs_and_masks(cri, pods):
     sec.readonly_rootfs = True
     sec.no_new_privs = True
     sec.capabilities.drop_capabilities.append("NET_RAW")
-    cid = c.create(sid, cfg, scfg)
-    c.start(cid)
+    cid = c.create_container(sid, cfg, scfg)
+    c.start_container(cid)
     assert c.exec_sync(cid, ["touch", "/newfile"]).exit_code != 0
     assert c.exec_sync(cid, ["sh", "-c", "echo x > /dev/shm/ok"]).exit_code == 0
     status = c.exec_sync(cid, ["cat", "/proc/self/status"]).stdout.decode()
@@ -227,13 +227,13 @@ def test_reopen_container_log(cri, pods):
     c = cri.client
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sh", "-c", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.05; done"])
-    log = Path(c.status(cid).status.log_path)
+    log = Path(c.container_status(cid).status.log_path)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and "tick" not in log.read_text():
         time.sleep(0.05)
     rotated = log.with_name("0.log.1")
     log.rename(rotated)
-    c.rt.ReopenContainerLog(pb.ReopenContainerLogRequest(container_id=cid))
+    c.reopen_container_log(cid)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not (log.exists() and "tick" in log.read_text()):
         time.sleep(0.05)
@@ -246,9 +246,9 @@ def test_exec_timeout_and_stopped_container(cri, pods):
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sleep", "300"])
     with pytest.raises(grpc.RpcError) as e:
-        c.exec_sync(cid, ["sleep", "30"], timeout=1)
+        c.exec_sync(cid, ["sleep", "30"], timeout_s=1)
     assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    c.stop(cid, 0)
+    c.stop_container(cid, 0)
     with pytest.raises(grpc.RpcError) as e:
         c.exec_sync(cid, ["true"])
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -258,7 +258,7 @@ def test_container_events_and_stats(cri, pods):
     import threading
 
     c = cri.client
-    stream = c.rt.GetContainerEvents(pb.GetEventsRequest())
+    stream = c.get_container_events()
     seen: list[tuple[str, int]] = []
 
     def consume():
@@ -273,12 +273,12 @@ def test_container_events_and_stats(cri, pods):
     time.sleep(0.2)
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sleep", "300"])
-    stats = c.rt.ListContainerStats(pb.ListContainerStatsRequest(filter=pb.ContainerStatsFilter(pod_sandbox_id=sid)))
-    assert [s.attributes.id for s in stats.stats] == [cid]
-    pod_stats = c.rt.PodSandboxStats(pb.PodSandboxStatsRequest(pod_sandbox_id=sid)).stats
+    stats = c.list_container_stats(pod_sandbox_id=sid)
+    assert [s.attributes.id for s in stats] == [cid]
+    pod_stats = c.pod_sandbox_stats(sid)
     assert pod_stats.attributes.id == sid and pod_stats.linux.process.process_count.value >= 1
-    c.stop(cid, 0)
-    c.remove(cid)
+    c.stop_container(cid, 0)
+    c.remove_container(cid)
     deadline = time.monotonic() + 5
     want = [pb.CONTAINER_CREATED_EVENT, pb.CONTAINER_STARTED_EVENT, pb.CONTAINER_STOPPED_EVENT,
             pb.CONTAINER_DELETED_EVENT]
@@ -297,16 +297,16 @@ def test_seccomp_runtime_default_and_unconfined(cri, pods):
     confined.linux.security_context.seccomp.profile_type = pb.SecurityProfile.RuntimeDefault
     free = container_config("free", "localhost/busybox:latest", ["sleep", "300"])
     free.linux.security_context.seccomp.profile_type = pb.SecurityProfile.Unconfined
-    a, b = c.create(sid, confined, scfg), c.create(sid, free, scfg)
-    c.start(a)
-    c.start(b)
+    a, b = c.create_container(sid, confined, scfg), c.create_container(sid, free, scfg)
+    c.start_container(a)
+    c.start_container(b)
     assert re.search(r"Seccomp:\s+2", c.exec_sync(a, ["cat", "/proc/1/status"]).stdout.decode())
     assert re.search(r"Seccomp:\s+2", c.exec_sync(a, ["cat", "/proc/self/status"]).stdout.decode())
     assert re.search(r"Seccomp:\s+0", c.exec_sync(b, ["cat", "/proc/1/status"]).stdout.decode())
     local = container_config("local", "localhost/busybox:latest", ["true"])
     local.linux.security_context.seccomp.profile_type = pb.SecurityProfile.Localhost
     with pytest.raises(grpc.RpcError) as e:  # a Localhost profile needs a profile file
-        c.create(sid, local, scfg)
+        c.create_container(sid, local, scfg)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "localhost_ref" in e.value.details()
 
 
@@ -327,10 +327,10 @@ def test_apparmor_as_containerd_applies_it(cri, pods):
     def refused(cfg, code, text):
         before = sorted(os.listdir(cri.state / "containers"))
         with pytest.raises(grpc.RpcError) as e:
-            c.create(sid, cfg, scfg)
+            c.create_container(sid, cfg, scfg)
         assert e.value.code() == code and text in e.value.details(), e.value.details()
         assert sorted(os.listdir(cri.state / "containers")) == before  # nothing half-made
-        names = {x.metadata.name for x in c.rt.ListContainers(pb.ListContainersRequest()).containers}
+        names = {x.metadata.name for x in c.list_containers()}
         assert cfg.metadata.name not in names
 
     def label(cid, path):
@@ -341,22 +341,22 @@ def test_apparmor_as_containerd_applies_it(cri, pods):
         for profile in ("runtime/default", "localhost/x"):
             refused(config("unsupported", profile), grpc.StatusCode.FAILED_PRECONDITION, "apparmor is not supported")
         for i, profile in enumerate(("", "unconfined")):
-            cid = c.create(sid, config(f"free{i}", profile), scfg)
-            c.start(cid)
+            cid = c.create_container(sid, config(f"free{i}", profile), scfg)
+            c.start_container(cid)
             assert c.exec_sync(cid, ["true"]).exit_code == 0
         return
     gone = "nodeagent-test-" + unique("aa")
     refused(config("unloaded", f"localhost/{gone}"), grpc.StatusCode.FAILED_PRECONDITION, "apparmor profile not found")
-    default = c.create(sid, config("default"), scfg)
-    free = c.create(sid, config("free", "unconfined"), scfg)
+    default = c.create_container(sid, config("default"), scfg)
+    free = c.create_container(sid, config("free", "unconfined"), scfg)
     priv = config("privileged")
     priv.linux.security_context.privileged = True
-    priv = c.create(sid, priv, scfg)
+    priv = c.create_container(sid, priv, scfg)
     admin = config("admin", "runtime/default")
     admin.linux.security_context.capabilities.add_capabilities.append("SYS_ADMIN")
-    admin = c.create(sid, admin, scfg)
+    admin = c.create_container(sid, admin, scfg)
     for cid in (default, free, priv, admin):
-        c.start(cid)
+        c.start_container(cid)
     assert label(default, "/proc/1/attr/current") == f"{aa.DEFAULT_PROFILE} (enforce)"
     assert label(default, "/proc/self/attr/current") == f"{aa.DEFAULT_PROFILE} (enforce)"  # the exec too
     assert label(free, "/proc/1/attr/current") == "unconfined"
@@ -378,8 +378,8 @@ def test_sysctls_and_devices(cri, pods):
 
     ccfg = container_config("dev", "localhost/busybox:latest", ["sleep", "300"])
     ccfg.devices.add(container_path="/dev/extra-null", host_path="/dev/null", permissions="rw")
-    cid = c.create(sid, ccfg, scfg)
-    c.start(cid)
+    cid = c.create_container(sid, ccfg, scfg)
+    c.start_container(cid)
     out = c.exec_sync(cid, ["cat", "/proc/sys/net/ipv4/ip_local_port_range", "/proc/sys/kernel/shm_rmid_forced"])
     assert out.stdout.decode().split() == ["20000", "30000", "1"]
     assert Path("/proc/sys/net/ipv4/ip_local_port_range").read_text() == host_range
@@ -393,10 +393,10 @@ def test_sysctls_and_devices(cri, pods):
     bad = pods.config()
     bad.linux.sysctls["kernel.panic"] = "1"
     with pytest.raises(grpc.RpcError) as e:
-        c.run_sandbox(bad)
+        c.run_pod_sandbox(bad)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kernel.panic" in e.value.details()
     dev = container_config("nodev", "localhost/busybox:latest", ["true"])
     dev.devices.add(container_path="/dev/x", host_path="/etc/hostname")
     with pytest.raises(grpc.RpcError) as e:
-        c.create(sid, dev, scfg)
+        c.create_container(sid, dev, scfg)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a device" in e.value.details()

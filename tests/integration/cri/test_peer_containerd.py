@@ -60,9 +60,9 @@ def peer(request, tmp_path_factory, images):
         yield request.param, d
     finally:
         if d.client is not None:
-            for s in d.client.rt.ListPodSandbox(pb.ListPodSandboxRequest()).items:
-                d.client.stop_sandbox(s.id)
-                d.client.remove_sandbox(s.id)
+            for s in d.client.list_pod_sandbox():
+                d.client.stop_pod_sandbox(s.id)
+                d.client.remove_pod_sandbox(s.id)
         d.stop()
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
 
@@ -85,8 +85,8 @@ def ppods(peer, tmp_path):
 
             for sid in p.ids:
                 try:
-                    d.client.stop_sandbox(sid)
-                    d.client.remove_sandbox(sid)
+                    d.client.stop_pod_sandbox(sid)
+                    d.client.remove_pod_sandbox(sid)
                 except grpc.RpcError as e:
                     if e.code() != grpc.StatusCode.NOT_FOUND:
                         raise
@@ -102,38 +102,37 @@ def test_pod_and_container_lifecycle(peer, ppods):
     name, d = peer
     c = d.client
     sid, scfg = ppods.run(hostname="peerpod")
-    st = c.sandbox_status(sid).status
+    st = c.pod_sandbox_status(sid).status
     assert st.state == pb.SANDBOX_READY and st.metadata.name == scfg.metadata.name
     assert st.network.ip.startswith("10.")
     cfg = container_config("app", BUSYBOX, ["sh", "-c", "echo started; exec sleep 300"], log_path="app/0.log")
-    cid = c.create(sid, cfg, scfg)
-    assert c.status(cid).status.state == pb.CONTAINER_CREATED
-    c.start(cid)
-    assert c.wait_state(cid, pb.CONTAINER_RUNNING).state == pb.CONTAINER_RUNNING
+    cid = c.create_container(sid, cfg, scfg)
+    assert c.container_status(cid).status.state == pb.CONTAINER_CREATED
+    c.start_container(cid)
+    assert c.wait_container_state(cid, pb.CONTAINER_RUNNING).state == pb.CONTAINER_RUNNING
     r = c.exec_sync(cid, ["sh", "-c", "hostname; cat /proc/1/cmdline | tr '\\0' ' '; exit 4"])
     out = r.stdout.decode().splitlines()
     assert out[0] == "peerpod" and out[1].startswith("sleep 300") and r.exit_code == 4
-    ids = [x.id for x in c.rt.ListContainers(pb.ListContainersRequest(
-        filter=pb.ContainerFilter(pod_sandbox_id=sid))).containers]
+    ids = [x.id for x in c.list_containers(pod_sandbox_id=sid)]
     assert ids == [cid]
-    log = Path(c.status(cid).status.log_path)
+    log = Path(c.container_status(cid).status.log_path)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not (log.exists() and "started" in log.read_text()):
         time.sleep(0.05)
     m = LOG_LINE.match(log.read_text().splitlines()[0])
     assert m and m.groups() == ("stdout", "F", "started")
-    c.stop(cid, 0)
-    st = c.status(cid).status
+    c.stop_container(cid, 0)
+    st = c.container_status(cid).status
     assert st.state == pb.CONTAINER_EXITED and st.exit_code == 137
-    c.remove(cid)
+    c.remove_container(cid)
     with pytest.raises(grpc.RpcError) as e:
-        c.status(cid)
+        c.container_status(cid)
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
-    c.stop_sandbox(sid)
-    assert c.sandbox_status(sid).status.state == pb.SANDBOX_NOTREADY
-    c.remove_sandbox(sid)
+    c.stop_pod_sandbox(sid)
+    assert c.pod_sandbox_status(sid).status.state == pb.SANDBOX_NOTREADY
+    c.remove_pod_sandbox(sid)
     with pytest.raises(grpc.RpcError) as e:
-        c.sandbox_status(sid)
+        c.pod_sandbox_status(sid)
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
 
 
@@ -141,12 +140,12 @@ def test_exit_code_and_unknown_image(peer, ppods):
     name, d = peer
     c = d.client
     sid, scfg = ppods.run()
-    cid = c.create(sid, container_config("exits", BUSYBOX, ["sh", "-c", "exit 9"]), scfg)
-    c.start(cid)
-    st = c.wait_state(cid, pb.CONTAINER_EXITED)
+    cid = c.create_container(sid, container_config("exits", BUSYBOX, ["sh", "-c", "exit 9"]), scfg)
+    c.start_container(cid)
+    st = c.wait_container_state(cid, pb.CONTAINER_EXITED)
     assert st.exit_code == 9 and st.reason == "Error"
     with pytest.raises(grpc.RpcError) as e:
-        c.create(sid, container_config("ghost", "localhost/no-such-image:1", ["true"]), scfg)
+        c.create_container(sid, container_config("ghost", "localhost/no-such-image:1", ["true"]), scfg)
     assert e.value.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNKNOWN)
     assert "no-such-image" in e.value.details()
 
@@ -155,12 +154,12 @@ def test_remove_running_pod_kills_everything(peer, ppods):
     name, d = peer
     c = d.client
     sid, scfg = ppods.run()
-    cid = c.create(sid, container_config("busy", BUSYBOX, ["sleep", "300"]), scfg)
-    c.start(cid)
-    c.stop_sandbox(sid)
-    assert c.status(cid).status.state == pb.CONTAINER_EXITED
-    c.remove_sandbox(sid)
-    assert not c.rt.ListContainers(pb.ListContainersRequest(filter=pb.ContainerFilter(id=cid))).containers
+    cid = c.create_container(sid, container_config("busy", BUSYBOX, ["sleep", "300"]), scfg)
+    c.start_container(cid)
+    c.stop_pod_sandbox(sid)
+    assert c.container_status(cid).status.state == pb.CONTAINER_EXITED
+    c.remove_pod_sandbox(sid)
+    assert not c.list_containers(id=cid)
 
 
 def test_the_log_exists_when_start_returns(peer, ppods):
@@ -169,16 +168,17 @@ def test_the_log_exists_when_start_returns(peer, ppods):
     name, d = peer
     c = d.client
     sid, scfg = ppods.run()
-    cid = c.create(sid, container_config("quiet", BUSYBOX, ["sleep", "300"], log_path="quiet/0.log"), scfg)
-    c.start(cid)
-    assert Path(c.status(cid).status.log_path).is_file()  # the command wrote nothing yet
+    ccfg = container_config("quiet", BUSYBOX, ["sleep", "300"], log_path="quiet/0.log")
+    cid = c.create_container(sid, ccfg, scfg)
+    c.start_container(cid)
+    assert Path(c.container_status(cid).status.log_path).is_file()  # the command wrote nothing yet
     cfg = container_config("nolog", BUSYBOX, ["sleep", "300"], log_path="nolog/0.log")
-    blocked = c.create(sid, cfg, scfg)
-    log_dir = Path(c.status(blocked).status.log_path).parent
+    blocked = c.create_container(sid, cfg, scfg)
+    log_dir = Path(c.container_status(blocked).status.log_path).parent
     if log_dir.exists():
         log_dir.rmdir()
     log_dir.write_text("a file where the log's directory should be\n")
     with pytest.raises(grpc.RpcError) as e:
-        c.start(blocked)
+        c.start_container(blocked)
     assert "log" in e.value.details(), e.value.details()
-    assert c.status(blocked).status.state == pb.CONTAINER_EXITED
+    assert c.container_status(blocked).status.state == pb.CONTAINER_EXITED

@@ -20,7 +20,7 @@ def test_kill_9_and_restart_readopts_everything(own):
     sid, scfg = pods.run(hostname="survivor")
     long = pods.container(sid, scfg, ["sleep", "300"], name="long")
     short = pods.container(sid, scfg, ["sh", "-c", "sleep 2; exit 7"], name="short")
-    pause_pid = json.loads(c.sandbox_status(sid, verbose=True).info["info"])["pid"]
+    pause_pid = json.loads(c.pod_sandbox_status(sid, verbose=True).info["info"])["pid"]
     long_info, short_info = pods.info(long), pods.info(short)
 
     d.kill()
@@ -31,21 +31,21 @@ def test_kill_9_and_restart_readopts_everything(own):
 
     c = d.start()
     pods.c = c
-    assert c.sandbox_status(sid).status.state == pb.SANDBOX_READY
-    st = c.status(long).status
+    assert c.pod_sandbox_status(sid).status.state == pb.SANDBOX_READY
+    st = c.container_status(long).status
     assert st.state == pb.CONTAINER_RUNNING
-    st = c.status(short).status
+    st = c.container_status(short).status
     assert st.state == pb.CONTAINER_EXITED and st.exit_code == 7 and st.finished_at > st.started_at
-    ids = {x.id for x in c.rt.ListContainers(pb.ListContainersRequest()).containers}
+    ids = {x.id for x in c.list_containers()}
     assert {long, short} <= ids
     assert c.exec_sync(long, ["hostname"]).stdout == b"survivor\n"
 
     # The re-adopted container is still fully managed: stop reports its exit, remove cleans up.
-    c.stop(long, 0)
-    st = c.status(long).status
+    c.stop_container(long, 0)
+    st = c.container_status(long).status
     assert st.state == pb.CONTAINER_EXITED and st.exit_code == 137
     reap([long_info["shimPid"], pause_pid])
-    c.stop_sandbox(sid)
+    c.stop_pod_sandbox(sid)
     reap([pause_pid])
 
 
@@ -53,10 +53,10 @@ def test_pause_death_while_down_marks_sandbox_not_ready(own):
     d, pods = own
     c = d.client
     sid, _ = pods.run()
-    pause_pid = json.loads(c.sandbox_status(sid, verbose=True).info["info"])["pid"]
+    pause_pid = json.loads(c.pod_sandbox_status(sid, verbose=True).info["info"])["pid"]
     d.kill()
     os.kill(pause_pid, 9)
     reap([pause_pid])
     c = d.start()
     pods.c = c
-    assert c.sandbox_status(sid).status.state == pb.SANDBOX_NOTREADY
+    assert c.pod_sandbox_status(sid).status.state == pb.SANDBOX_NOTREADY

@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from cri.proto import api_pb2 as pb
 from tests.integration.cri.spdy_client import SpdyClient
 
 pytestmark = pytest.mark.root
@@ -48,8 +47,8 @@ async def _exec(url: str, protocols: list[str], kinds: list[str], stdin: bytes |
 def test_exec_v4_stdio_and_exit_code(cri, pods):
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sleep", "300"])
-    url = cri.client.rt.Exec(pb.ExecRequest(container_id=cid, cmd=["sh", "-c", "cat; echo done >&2; exit 3"],
-                                            stdin=True, stdout=True, stderr=True)).url
+    url = cri.client.exec(cid, ["sh", "-c", "cat; echo done >&2; exit 3"], stdin=True, stdout=True,
+                          stderr=True)
     c, got = asyncio.run(_exec(url, [V4, "v3.channel.k8s.io", "channel.k8s.io"],
                                ["error", "stdin", "stdout", "stderr"], stdin=b"hello\n" * 20000))
     assert c.response_headers["x-stream-protocol-version"] == [V4]
@@ -65,16 +64,16 @@ def test_exec_v4_stdio_and_exit_code(cri, pods):
 def test_exec_success_and_older_protocol_versions(cri, pods):
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sleep", "300"])
-    rt = cri.client.rt
-    url = rt.Exec(pb.ExecRequest(container_id=cid, cmd=["echo", "ok"], stdout=True)).url
+    cl = cri.client
+    url = cl.exec(cid, ["echo", "ok"], stdout=True)
     _, got = asyncio.run(_exec(url, [V4], ["error", "stdout"]))
     assert got["stdout"] == b"ok\n" and json.loads(got["error"])["status"] == "Success"
     # v2: the error stream carries only a failure's text, and nothing on success
-    url = rt.Exec(pb.ExecRequest(container_id=cid, cmd=["sh", "-c", "exit 7"], stdout=True)).url
+    url = cl.exec(cid, ["sh", "-c", "exit 7"], stdout=True)
     c, got = asyncio.run(_exec(url, ["v2.channel.k8s.io"], ["error", "stdout"]))
     assert c.response_headers["x-stream-protocol-version"] == ["v2.channel.k8s.io"]
     assert got["error"] == b"command terminated with non-zero exit code: 7"
-    url = rt.Exec(pb.ExecRequest(container_id=cid, cmd=["true"], stdout=True)).url
+    url = cl.exec(cid, ["true"], stdout=True)
     _, got = asyncio.run(_exec(url, ["v2.channel.k8s.io"], ["error", "stdout"]))
     assert got["error"] == b""
 
@@ -82,8 +81,7 @@ def test_exec_success_and_older_protocol_versions(cri, pods):
 def test_exec_tty_with_resize(cri, pods):
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sleep", "300"])
-    url = cri.client.rt.Exec(pb.ExecRequest(container_id=cid, cmd=["sh", "-c", "read x; tty; stty size"],
-                                            tty=True, stdin=True, stdout=True)).url
+    url = cri.client.exec(cid, ["sh", "-c", "read x; tty; stty size"], tty=True, stdin=True, stdout=True)
     _, got = asyncio.run(_exec(url, [V4], ["error", "stdin", "stdout", "resize"], stdin=b"go\n",
                                resize={"Width": 123, "Height": 45}))
     out = got["stdout"].decode()
@@ -94,8 +92,8 @@ def test_exec_tty_with_resize(cri, pods):
 def test_negotiation_and_one_time_urls(cri, pods):
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sleep", "300"])
-    rt = cri.client.rt
-    url = rt.Exec(pb.ExecRequest(container_id=cid, cmd=["true"], stdout=True)).url
+    cl = cri.client
+    url = cl.exec(cid, ["true"], stdout=True)
 
     async def go():
         c = await SpdyClient.upgrade(url, ["v9.channel.k8s.io"])
@@ -109,8 +107,7 @@ def test_negotiation_and_one_time_urls(cri, pods):
 def test_ping_echo_and_client_disconnect_kills_the_command(cri, pods):
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sleep", "300"])
-    url = cri.client.rt.Exec(pb.ExecRequest(container_id=cid, cmd=["sh", "-c", "echo started; exec sleep 1000"],
-                                            stdout=True)).url
+    url = cri.client.exec(cid, ["sh", "-c", "echo started; exec sleep 1000"], stdout=True)
 
     async def go():
         c = await SpdyClient.upgrade(url, [V4])
@@ -136,7 +133,7 @@ def test_ping_echo_and_client_disconnect_kills_the_command(cri, pods):
 def test_attach_streams_output_and_exit_status(cri, pods):
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sh", "-c", "sleep 1; echo attached-out; echo attached-err >&2; sleep 1; exit 4"])
-    url = cri.client.rt.Attach(pb.AttachRequest(container_id=cid, stdout=True, stderr=True)).url
+    url = cri.client.attach(cid, stdout=True, stderr=True)
     _, got = asyncio.run(_exec(url, [V4], ["error", "stdout", "stderr"]))
     assert b"attached-out\n" in got["stdout"] and b"attached-err\n" in got["stderr"]
     status = json.loads(got["error"])
@@ -164,7 +161,7 @@ async def _forward(c: SpdyClient, rid: int, port: int, request: bytes) -> tuple[
 
 def test_port_forward_concurrent_requests_and_errors(cri, pods):
     sid, scfg = _httpd_pod(cri, pods)
-    url = cri.client.rt.PortForward(pb.PortForwardRequest(pod_sandbox_id=sid, port=[8080])).url
+    url = cri.client.port_forward(sid, [8080])
     request = b"GET /hostname HTTP/1.0\r\nHost: x\r\n\r\n"
 
     async def go():
@@ -183,11 +180,10 @@ def test_port_forward_concurrent_requests_and_errors(cri, pods):
 
 def test_port_forward_through_a_websocket_tunnel(cri, pods):
     sid, scfg = _httpd_pod(cri, pods)
-    cid = cri.client.rt.ListContainers(pb.ListContainersRequest(
-        filter=pb.ContainerFilter(pod_sandbox_id=sid))).containers[0].id
+    cid = cri.client.list_containers(pod_sandbox_id=sid)[0].id
     assert cri.client.exec_sync(cid, ["sh", "-c", "head -c 2097152 /dev/urandom > /etc/big"]).exit_code == 0
     big_md5 = cri.client.exec_sync(cid, ["md5sum", "/etc/big"]).stdout.split()[0].decode()
-    url = cri.client.rt.PortForward(pb.PortForwardRequest(pod_sandbox_id=sid, port=[8080])).url
+    url = cri.client.port_forward(sid, [8080])
     request = b"GET /hostname HTTP/1.0\r\nHost: x\r\n\r\n"
 
     async def go():
@@ -209,8 +205,7 @@ def test_many_interactive_execs_at_once(cri, pods):
     """Sessions waiting on their client's input must not hold up each other (no thread per blocked read)."""
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sleep", "300"])
-    urls = [cri.client.rt.Exec(pb.ExecRequest(container_id=cid, cmd=["cat"], stdin=True, stdout=True,
-                                              stderr=True)).url for _ in range(8)]
+    urls = [cri.client.exec(cid, ["cat"], stdin=True, stdout=True, stderr=True) for _ in range(8)]
 
     async def one(i: int, url: str, opened: asyncio.Barrier) -> bytes:
         c = await SpdyClient.upgrade(url, [V4])

@@ -10,8 +10,6 @@ import aiohttp
 import grpc
 import pytest
 
-from cri.proto import api_pb2 as pb
-
 pytestmark = pytest.mark.root
 
 
@@ -32,8 +30,7 @@ def test_exec_stream_with_stdin_and_exit_code(cri, pods):
     c = cri.client
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sleep", "300"])
-    url = c.rt.Exec(pb.ExecRequest(container_id=cid, cmd=["sh", "-c", "cat; echo done >&2; exit 3"],
-                                   stdin=True, stdout=True, stderr=True)).url
+    url = c.exec(cid, ["sh", "-c", "cat; echo done >&2; exit 3"], stdin=True, stdout=True, stderr=True)
     got = asyncio.run(_session(url, "v5.channel.k8s.io", [b"\x00hello\n", b"\xff\x00"]))
     assert got[1] == b"hello\n" and got[2] == b"done\n"
     status = json.loads(got[3])
@@ -47,14 +44,13 @@ def test_exec_with_tty(cri, pods):
     c = cri.client
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sleep", "300"])
-    url = c.rt.Exec(pb.ExecRequest(container_id=cid, cmd=["sh", "-c", "tty; stty size"], tty=True,
-                                   stdout=True)).url
+    url = c.exec(cid, ["sh", "-c", "tty; stty size"], tty=True, stdout=True)
     got = asyncio.run(_session(url, "v4.channel.k8s.io", [b"\x04" + json.dumps({"Width": 100, "Height": 40}).encode()]))
     out = got[1].decode()
     assert "/dev/pts/" in out
     assert json.loads(got[3])["status"] == "Success"
     with pytest.raises(grpc.RpcError) as e:
-        c.rt.Exec(pb.ExecRequest(container_id=cid, cmd=["sh"], tty=True, stdout=True, stderr=True))
+        c.exec(cid, ["sh"], tty=True, stdout=True, stderr=True)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -62,11 +58,11 @@ def test_attach_streams_output(cri, pods):
     c = cri.client
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sh", "-c", "sleep 1; echo attached-out; echo attached-err >&2; sleep 1"])
-    url = c.rt.Attach(pb.AttachRequest(container_id=cid, stdout=True, stderr=True)).url
+    url = c.attach(cid, stdout=True, stderr=True)
     got = asyncio.run(_session(url, "v4.channel.k8s.io", []))
     assert b"attached-out\n" in got[1] and b"attached-err\n" in got[2]
     with pytest.raises(grpc.RpcError) as e:  # created without stdin: nothing to attach it to
-        c.rt.Attach(pb.AttachRequest(container_id=cid, stdin=True))
+        c.attach(cid, stdin=True)
     assert e.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION)
 
 
@@ -78,7 +74,7 @@ def test_port_forward_reaches_the_pods_localhost(cri, pods):
         if c.exec_sync(cid, ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/hostname"]).exit_code == 0:
             break
         time.sleep(0.1)
-    url = c.rt.PortForward(pb.PortForwardRequest(pod_sandbox_id=sid, port=[8080])).url
+    url = c.port_forward(sid, [8080])
     request = b"GET /hostname HTTP/1.0\r\nHost: x\r\n\r\n"
     got = asyncio.run(_session(url, "v4.channel.k8s.io", [b"\x00" + request]))
     data = got[0]

@@ -7,7 +7,7 @@ import pytest
 
 from cri.proto import api_pb2 as pb
 from nodeagent.kubelet import container_events
-from nodeagent.kubelet.cri import POD_UID_LABEL
+from nodeagent.kubelet.labels import POD_UID_LABEL
 
 
 def _ev(kind: int, uid: str) -> pb.ContainerEventResponse:

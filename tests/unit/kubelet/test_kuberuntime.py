@@ -1,4 +1,4 @@
-"""One pod's sync and kill through a fake CRI: what the kubelet asks the runtime, in which order."""
+"""One pod's sync and kill against a fake CRI server: what the kubelet asks the runtime, in which order."""
 
 from pathlib import Path
 
@@ -8,7 +8,7 @@ from cri.proto import api_pb2 as pb
 from nodeagent.kubelet.kuberuntime import PodRuntime
 from nodeagent.kubelet.volumes.manager import VolumeManager
 from nodeagent.testing.clock import FakeClock
-from nodeagent.testing.fake_cri import FakeCRI
+from nodeagent.testing.fake_cri import FakeRuntime, serve
 
 IMG = "localhost/busybox:latest"
 
@@ -34,13 +34,14 @@ def _c(name, **kw):
 
 
 @pytest.fixture
-def rt(tmp_path: Path):
+async def rt(tmp_path: Path):
     clock = FakeClock(1_700_000_000.0)
-    cri = FakeCRI(images=(IMG,), clock=clock)
+    cri = FakeRuntime(images=(IMG,), clock=clock)
     rec = Recorder()
-    r = PodRuntime(cri, VolumeManager(tmp_path / "kubelet"), rec, clock, log_root=tmp_path / "logs",
-                   cgroup_root=("inst",), memory_capacity=8 << 30, runtime_name="fake")
-    return r, cri, rec, clock
+    async with serve(cri) as client:
+        r = PodRuntime(client, VolumeManager(tmp_path / "kubelet"), rec, clock, log_root=tmp_path / "logs",
+                       cgroup_root=("inst",), memory_capacity=8 << 30, runtime_name="fake")
+        yield r, cri, rec, clock
 
 
 async def test_sandbox_then_init_containers_one_at_a_time_then_apps(rt):

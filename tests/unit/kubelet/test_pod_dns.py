@@ -8,23 +8,24 @@ from nodeagent.kubelet.config import parse_cluster_dns
 from nodeagent.kubelet.kuberuntime import PodRuntime
 from nodeagent.kubelet.volumes.manager import VolumeManager
 from nodeagent.testing.clock import FakeClock
-from nodeagent.testing.fake_cri import FakeCRI
+from nodeagent.testing.fake_cri import FakeRuntime, serve
 from tests.unit.kubelet.test_kuberuntime import IMG, Recorder, _c, _pod
 
 HOST = "nameserver 192.0.2.53\nsearch corp.example lab.example\noptions edns0 timeout:2\n"
 
 
 @pytest.fixture
-def rt(tmp_path: Path):
+async def rt(tmp_path: Path):
     host = tmp_path / "resolv.conf"
     host.write_text(HOST)
     clock = FakeClock(1_700_000_000.0)
-    cri = FakeCRI(images=(IMG,), clock=clock)
+    cri = FakeRuntime(images=(IMG,), clock=clock)
     rec = Recorder()
-    r = PodRuntime(cri, VolumeManager(tmp_path / "kubelet"), rec, clock, log_root=tmp_path / "logs",
-                   cgroup_root=("inst",), memory_capacity=8 << 30, runtime_name="fake",
-                   cluster_dns=("10.96.0.10",), resolv_conf=str(host))
-    return r, cri, rec
+    async with serve(cri) as client:
+        r = PodRuntime(client, VolumeManager(tmp_path / "kubelet"), rec, clock, log_root=tmp_path / "logs",
+                       cgroup_root=("inst",), memory_capacity=8 << 30, runtime_name="fake",
+                       cluster_dns=("10.96.0.10",), resolv_conf=str(host))
+        yield r, cri, rec
 
 
 def _dns(cfg):
@@ -70,13 +71,14 @@ async def test_sandbox_started_with_dns_and_limits_reported_as_event(rt):
     assert "DNSConfigForming" in rec.reasons()
 
 
-def test_without_cluster_dns_cluster_first_is_default(tmp_path):
+async def test_without_cluster_dns_cluster_first_is_default(tmp_path):
     host = tmp_path / "resolv.conf"
     host.write_text(HOST)
-    r = PodRuntime(FakeCRI(images=(IMG,)), VolumeManager(tmp_path / "k"), Recorder(), FakeClock(0.0),
-                   log_root=tmp_path / "l", cgroup_root=(), memory_capacity=1 << 30, runtime_name="fake",
-                   resolv_conf=str(host))
-    assert _dns(r.sandbox_config(_pod([_c("app")]), 0))[0] == ["192.0.2.53"]
+    async with serve(FakeRuntime(images=(IMG,))) as client:
+        r = PodRuntime(client, VolumeManager(tmp_path / "k"), Recorder(), FakeClock(0.0),
+                       log_root=tmp_path / "l", cgroup_root=(), memory_capacity=1 << 30, runtime_name="fake",
+                       resolv_conf=str(host))
+        assert _dns(r.sandbox_config(_pod([_c("app")]), 0))[0] == ["192.0.2.53"]
 
 
 def test_cluster_dns_flag_parsing():
