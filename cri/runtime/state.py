@@ -1,7 +1,9 @@
 """Runtime state on disk: one JSON record per sandbox and container, written temp-then-rename.
 
 Records are plain dataclasses; the CRI config they were made from is kept as serialized protobuf
-(base64) so List/Status can answer with the caller's exact labels, annotations and metadata.
+(base64) so List/Status can answer with the caller's exact labels, annotations and metadata. A record's
+state is an enum that owns the guards of what may happen to its object in that state (youki's
+ContainerStatus::can_start and friends); each verb refreshes, asks the guard, acts, then persists.
 """
 
 from __future__ import annotations
@@ -9,16 +11,103 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import enum
 import json
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cri.proto import api_pb2 as pb
 from kernel.fs import atomic_write
 
 T = TypeVar("T")
 
-SANDBOX_READY, SANDBOX_NOTREADY = "READY", "NOTREADY"
-CREATED, RUNNING, EXITED, UNKNOWN = "CREATED", "RUNNING", "EXITED", "UNKNOWN"
+
+class SandboxState(enum.StrEnum):
+    """A pod sandbox's state, persisted by its value."""
+
+    READY = "READY"  # pause runs, holding the pod's namespaces
+    NOTREADY = "NOTREADY"  # stopped, or its pause exited
+
+    @classmethod
+    def _missing_(cls, value: object) -> SandboxState:
+        return cls.NOTREADY  # a value this runtime does not know was never ready
+
+    @property
+    def cri(self) -> int:
+        return pb.SANDBOX_READY if self is SandboxState.READY else pb.SANDBOX_NOTREADY
+
+    def can_create_container(self) -> bool:
+        return self is SandboxState.READY
+
+    def can_start_container(self) -> bool:
+        """(with its pause still alive: the container joins the namespaces pause holds)"""
+        return self is SandboxState.READY
+
+    def can_port_forward(self) -> bool:
+        return self is SandboxState.READY
+
+    def can_exit(self) -> bool:
+        """Whether pause's exit changes anything: a ready sandbox becomes NOTREADY."""
+        return self is SandboxState.READY
+
+
+class ContainerState(enum.StrEnum):
+    """A container's state, persisted by its value: CREATED → RUNNING → EXITED, or CREATED → EXITED when
+    its process could not start. Nothing sets UNKNOWN today; a record carrying it (or a value this runtime
+    does not know) counts as exited."""
+
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    EXITED = "EXITED"
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def _missing_(cls, value: object) -> ContainerState:
+        return cls.UNKNOWN
+
+    @property
+    def cri(self) -> int:
+        return _CONTAINER_CRI[self]
+
+    def can_start(self) -> bool:
+        return self is ContainerState.CREATED
+
+    def can_stop(self) -> bool:
+        """Whether StopContainer has a process to signal (else it is done: stopping is idempotent)."""
+        return self is ContainerState.RUNNING
+
+    def can_exit(self) -> bool:
+        """Whether a shim's exit is recorded: only a running container exits."""
+        return self is ContainerState.RUNNING
+
+    def can_remove(self) -> bool:
+        """Whether RemoveContainer may go ahead at once (a running container is stopped first)."""
+        return self is not ContainerState.RUNNING
+
+    def can_exec(self) -> bool:
+        return self is ContainerState.RUNNING
+
+    def can_attach(self) -> bool:
+        return self is ContainerState.RUNNING
+
+    def can_reopen_log(self) -> bool:
+        return self is ContainerState.RUNNING
+
+    def can_update(self) -> bool:
+        """UpdateContainerResources: the cgroup exists from create until the exit frees it."""
+        return self in (ContainerState.CREATED, ContainerState.RUNNING)
+
+    def has_exited(self) -> bool:
+        """No process will run in it any more (waiters on its exit are released)."""
+        return self in (ContainerState.EXITED, ContainerState.UNKNOWN)
+
+    def has_stats(self) -> bool:
+        """Whether it is in the stats lists (a running process in a live cgroup)."""
+        return self is ContainerState.RUNNING
+
+
+_CONTAINER_CRI = {ContainerState.CREATED: pb.CONTAINER_CREATED, ContainerState.RUNNING: pb.CONTAINER_RUNNING,
+                  ContainerState.EXITED: pb.CONTAINER_EXITED, ContainerState.UNKNOWN: pb.CONTAINER_UNKNOWN}
 
 
 @dataclasses.dataclass
@@ -28,7 +117,7 @@ class SandboxRecord:
     created_at: int
     config: str  # base64 PodSandboxConfig
     runtime_handler: str = ""
-    state: str = SANDBOX_READY
+    state: SandboxState = SandboxState.READY
     pid: int = 0
     pid_start: int = 0
     net_mode: int = 0  # NamespaceMode: 0 POD, 2 NODE
@@ -42,6 +131,9 @@ class SandboxRecord:
     network: bool = False  # attached through CNI (and not yet released)
     ip: str = ""
     additional_ips: list[str] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.state = SandboxState(self.state)  # loaded records carry its value
 
 
 @dataclasses.dataclass
@@ -58,7 +150,7 @@ class ContainerRecord:
     cgroup: str
     log_path: str
     launch: dict[str, Any]  # argv, env, cwd, creds, mounts, ... (see runtime.containers)
-    state: str = CREATED
+    state: ContainerState = ContainerState.CREATED
     started_at: int = 0
     finished_at: int = 0
     exit_code: int = 0
@@ -69,6 +161,9 @@ class ContainerRecord:
     shim_pid: int = 0
     shim_start: int = 0
     resources: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.state = ContainerState(self.state)  # loaded records carry its value
 
 
 def encode(data: bytes) -> str:

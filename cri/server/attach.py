@@ -90,7 +90,7 @@ async def follow_log(f: BinaryIO, c: Any, req: dict[str, Any], send, closed) -> 
     while not closed():
         chunk = f.read(65536)
         if not chunk:
-            if c.state != "RUNNING":
+            if not c.state.can_attach():
                 break
             await asyncio.sleep(0.05)
             continue

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 
 from cri.runtime import errors
-from cri.runtime.service import StartError
+from cri.runtime.core import StartError
 
 log = logging.getLogger("nodeagent.cri.rpc")
 

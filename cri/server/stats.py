@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from cri.proto import api_pb2 as pb
-from cri.runtime.state import RUNNING
 from cri.server.boundary import rpc
 
 
@@ -23,7 +22,7 @@ class StatsVerbs:
         f = request.filter
         out = []
         for c in list(rt.containers.values()):
-            if c.state != RUNNING:
+            if not c.state.has_stats():
                 continue
             if f.id and not c.id.startswith(f.id):
                 continue

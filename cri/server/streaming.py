@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from cri.proto import api_pb2 as pb
 from cri.runtime.errors import FailedPrecondition, InvalidArgument, Unimplemented
-from cri.runtime.state import RUNNING, SANDBOX_READY
 from cri.server.boundary import rpc
 
 
@@ -33,7 +32,7 @@ class StreamingVerbs:
             raise InvalidArgument("one of stdin, stdout and stderr must be set")
         if request.tty and request.stderr:
             raise InvalidArgument("stderr must be false when tty is set (the terminal merges the streams)")
-        if c.state != RUNNING:
+        if not c.state.can_exec():
             raise FailedPrecondition(f"container {c.id} is not running")
         url = self._need_streams().register("exec", {
             "container_id": c.id, "cmd": list(request.cmd), "tty": request.tty, "stdin": request.stdin,
@@ -47,7 +46,7 @@ class StreamingVerbs:
             raise InvalidArgument("one of stdin, stdout and stderr must be set")
         if request.tty and request.stderr:
             raise InvalidArgument("stderr must be false when tty is set (the terminal merges the streams)")
-        if c.state != RUNNING:
+        if not c.state.can_attach():
             raise FailedPrecondition(f"container {c.id} is not running")
         cfg = self.runtime.container_config(c)
         # Input to a container made without stdin is dropped, output still streams (containerd's way).
@@ -59,7 +58,7 @@ class StreamingVerbs:
     @rpc
     async def PortForward(self, request, context):
         s = self.runtime.sandbox(request.pod_sandbox_id)
-        if s.state != SANDBOX_READY:
+        if not s.state.can_port_forward():
             raise FailedPrecondition(f"sandbox {s.id} is not ready")
         for p in request.port:
             if not 0 < p < 65536:

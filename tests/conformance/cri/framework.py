@@ -2,7 +2,7 @@
 sandbox/container configs, the "Eventually" waits, CRI log parsing, and a channel.k8s.io client for the
 streaming specs. One `Spec` per test: it remembers what the test made and removes it afterwards.
 
-Everything goes through the project's CRI client (cri/client.py), so the very same test runs against
+Everything goes through the project's CRI client (cri/client/), so the very same test runs against
 our runtime and against Debian's containerd.
 """
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cri.runtime.errors import FailedPrecondition
-from cri.runtime.service import RuntimeOptions, _join_cgroup, _start_pause
+from cri.runtime.sandboxes import _join_cgroup, _start_pause
+from cri.runtime.service import RuntimeOptions
 from kernel.cgroups import detect_cgroups
 from tests.harness.resources import remove_cgroup, unique
 

@@ -1,0 +1,71 @@
+"""ContainerStats and PodSandboxStats: cgroup counters, and the container's writable layer."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from cri.proto import api_pb2 as pb
+from cri.runtime.core import RuntimeCore, now_ns
+from cri.runtime.state import ContainerRecord, SandboxRecord
+
+
+class StatsVerbs(RuntimeCore):
+    def container_stats(self, c: ContainerRecord) -> pb.ContainerStats:
+        config = self.container_config(c)
+        st = pb.ContainerStats()
+        st.attributes.id = c.id
+        st.attributes.metadata.CopyFrom(config.metadata)
+        st.attributes.labels.update(config.labels)
+        st.attributes.annotations.update(config.annotations)
+        ts = now_ns()
+        x = self.cgroups.stats(c.cgroup)
+        st.cpu.timestamp = ts
+        st.cpu.usage_core_nano_seconds.value = x.cpu_usage_ns
+        st.memory.timestamp = ts
+        st.memory.working_set_bytes.value = x.memory_working_set
+        st.memory.usage_bytes.value = x.memory_usage
+        st.memory.rss_bytes.value = x.memory_rss
+        st.memory.page_faults.value = x.page_faults
+        st.memory.major_page_faults.value = x.major_page_faults
+        if x.memory_limit and x.memory_limit < (1 << 60):
+            st.memory.available_bytes.value = max(0, x.memory_limit - x.memory_working_set)
+        st.writable_layer.timestamp = ts
+        st.writable_layer.fs_id.mountpoint = str(Path(c.rootfs).parent / "upper")
+        used, inodes = _du(Path(c.rootfs).parent / "upper")
+        st.writable_layer.used_bytes.value = used
+        st.writable_layer.inodes_used.value = inodes
+        return st
+
+    def sandbox_stats(self, s: SandboxRecord) -> pb.PodSandboxStats:
+        config = self.sandbox_config(s)
+        st = pb.PodSandboxStats()
+        st.attributes.id = s.id
+        st.attributes.metadata.CopyFrom(config.metadata)
+        st.attributes.labels.update(config.labels)
+        st.attributes.annotations.update(config.annotations)
+        ts = now_ns()
+        x = self.cgroups.stats(s.pod_cgroup)
+        st.linux.cpu.timestamp = ts
+        st.linux.cpu.usage_core_nano_seconds.value = x.cpu_usage_ns
+        st.linux.memory.timestamp = ts
+        st.linux.memory.working_set_bytes.value = x.memory_working_set
+        st.linux.memory.usage_bytes.value = x.memory_usage
+        st.linux.memory.rss_bytes.value = x.memory_rss
+        st.linux.process.timestamp = ts
+        st.linux.process.process_count.value = x.pids
+        for c in self.containers.values():
+            if c.sandbox_id == s.id and c.state.has_stats():
+                st.linux.containers.append(self.container_stats(c))
+        return st
+
+
+def _du(d: Path) -> tuple[int, int]:
+    used = inodes = 0
+    for root, dirs, files in os.walk(d):
+        for name in files + dirs:
+            inodes += 1
+            with contextlib.suppress(OSError):
+                used += os.lstat(os.path.join(root, name)).st_size
+    return used, inodes

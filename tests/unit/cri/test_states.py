@@ -1,0 +1,106 @@
+"""The runtime's state enums: each guard against every state, their CRI values, and records on disk."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cri.proto import api_pb2 as pb
+from cri.runtime.core import require
+from cri.runtime.errors import FailedPrecondition
+from cri.runtime.state import ContainerRecord, ContainerState, SandboxRecord, SandboxState, load, save
+
+C, R, E, U = ContainerState.CREATED, ContainerState.RUNNING, ContainerState.EXITED, ContainerState.UNKNOWN
+
+# guard → the states in which it says yes (every other state: no)
+CONTAINER_GUARDS = {
+    "can_start": {C},
+    "can_stop": {R},
+    "can_exit": {R},
+    "can_remove": {C, E, U},
+    "can_exec": {R},
+    "can_attach": {R},
+    "can_reopen_log": {R},
+    "can_update": {C, R},
+    "has_exited": {E, U},
+    "has_stats": {R},
+}
+
+SANDBOX_GUARDS = {
+    "can_create_container": {SandboxState.READY},
+    "can_start_container": {SandboxState.READY},
+    "can_port_forward": {SandboxState.READY},
+    "can_exit": {SandboxState.READY},
+}
+
+
+@pytest.mark.parametrize("guard,yes", sorted(CONTAINER_GUARDS.items()))
+@pytest.mark.parametrize("state", list(ContainerState))
+def test_container_guards(guard, yes, state):
+    assert getattr(state, guard)() is (state in yes)
+
+
+@pytest.mark.parametrize("guard,yes", sorted(SANDBOX_GUARDS.items()))
+@pytest.mark.parametrize("state", list(SandboxState))
+def test_sandbox_guards(guard, yes, state):
+    assert getattr(state, guard)() is (state in yes)
+
+
+def test_every_guard_is_in_the_tables():
+    for enum_cls, table in ((ContainerState, CONTAINER_GUARDS), (SandboxState, SANDBOX_GUARDS)):
+        guards = {n for n in vars(enum_cls) if n.startswith(("can_", "has_"))}
+        assert guards == set(table), f"{enum_cls.__name__}: a guard without a row, or a row without a guard"
+
+
+@pytest.mark.parametrize("state,want", [(C, pb.CONTAINER_CREATED), (R, pb.CONTAINER_RUNNING),
+                                        (E, pb.CONTAINER_EXITED), (U, pb.CONTAINER_UNKNOWN)])
+def test_container_state_as_cri(state, want):
+    assert state.cri == want
+
+
+@pytest.mark.parametrize("state,want", [(SandboxState.READY, pb.SANDBOX_READY),
+                                        (SandboxState.NOTREADY, pb.SANDBOX_NOTREADY)])
+def test_sandbox_state_as_cri(state, want):
+    assert state.cri == want
+
+
+def test_a_lifecycle_passes_only_its_own_guards():
+    """CREATED → RUNNING → EXITED: start once, stop and exit only while running, remove once not running."""
+    s = C
+    assert s.can_start() and not s.can_stop() and s.can_remove()
+    s = R
+    assert not s.can_start() and s.can_stop() and s.can_exit() and not s.can_remove()
+    s = E
+    assert not (s.can_start() or s.can_stop() or s.can_exit()) and s.can_remove() and s.has_exited()
+
+
+def test_the_guard_verdict_is_failed_precondition():
+    require(R.can_exec(), "unused")
+    with pytest.raises(FailedPrecondition, match="container c1 is not running"):
+        require(E.can_exec(), "container c1 is not running")
+
+
+def test_states_are_stored_by_value_and_loaded_as_enums(tmp_path):
+    """The on-disk records keep the strings older runtimes wrote, so a restart across versions re-adopts."""
+    c = ContainerRecord(id="c1", sandbox_id="s1", key="k", created_at=1, config="", image="i", image_id="sha256:x",
+                        image_ref="sha256:x", rootfs="/r", cgroup="/cg", log_path="", launch={}, state=R)
+    save(tmp_path / "c.json", c)
+    assert json.loads((tmp_path / "c.json").read_text())["state"] == "RUNNING"
+    back = load(tmp_path / "c.json", ContainerRecord)
+    assert back is not None and back.state is R
+    s = SandboxRecord(id="s1", key="k", created_at=1, config="")
+    assert s.state is SandboxState.READY
+    doc = {"id": "s1", "key": "k", "created_at": 1, "config": "", "state": "NOTREADY"}
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    loaded = load(tmp_path / "s.json", SandboxRecord)
+    assert loaded is not None and loaded.state is SandboxState.NOTREADY
+
+
+def test_a_state_this_runtime_does_not_know_reads_as_not_ready_or_unknown(tmp_path):
+    """Such a record is still recovered (never removed as half-made): its pause or shim may still run."""
+    doc = {"id": "s1", "key": "k", "created_at": 1, "config": "", "state": "PAUSED"}
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    s = load(tmp_path / "s.json", SandboxRecord)
+    assert s is not None and s.state is SandboxState.NOTREADY
+    assert ContainerState("PAUSED") is U and U.has_exited()
