@@ -21,7 +21,17 @@ from cri.proto import api_pb2 as pb
 from cri.runtime import caps as capslib
 from cri.runtime import config as cfglib
 from cri.runtime import spec, stdio
-from cri.runtime.core import NODE, TARGET, RuntimeCore, StartError, Undo, now_ns, remove_tree, require
+from cri.runtime.core import (
+    NODE,
+    TARGET,
+    RuntimeCore,
+    StartError,
+    Undo,
+    now_ns,
+    remove_tree,
+    require,
+    selected,
+)
 from cri.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unimplemented
 from cri.runtime.process import LaunchError, LaunchSpec, launch
 from cri.runtime.state import ContainerRecord, ContainerState, SandboxRecord, alive, encode, proc_start
@@ -313,10 +323,8 @@ class ContainerVerbs(RuntimeCore):
                     continue
                 if f.HasField("state") and c.state.cri != f.state.state:
                     continue
-                if f.label_selector:
-                    labels = self.container_config(c).labels
-                    if any(labels.get(k) != v for k, v in f.label_selector.items()):
-                        continue
+                if f.label_selector and not selected(self.container_config(c).labels, f.label_selector):
+                    continue
             out.append(c)
         return out
 

@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,6 +59,11 @@ class RuntimeOptions:
 
 def now_ns() -> int:
     return time.time_ns()
+
+
+def selected(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
+    """A CRI label selector: every key it names, with that value."""
+    return all(labels.get(k) == v for k, v in selector.items())
 
 
 def require(ok: bool, message: str) -> None:

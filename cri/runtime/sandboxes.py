@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from cri.proto import api_pb2 as pb
-from cri.runtime.core import CONTAINER, NODE, POD, RuntimeCore, Undo, now_ns, remove_tree
+from cri.runtime.core import CONTAINER, NODE, POD, RuntimeCore, Undo, now_ns, remove_tree, selected
 from cri.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unimplemented
 from cri.runtime.state import SandboxRecord, SandboxState, alive, encode, proc_start
 from kernel import syscalls as sc
@@ -246,10 +246,8 @@ class SandboxVerbs(RuntimeCore):
                 ready = s.state is SandboxState.READY
                 if f.HasField("state") and (f.state.state == pb.SANDBOX_READY) != ready:
                     continue
-                if f.label_selector:
-                    labels = self.sandbox_config(s).labels
-                    if any(labels.get(k) != v for k, v in f.label_selector.items()):
-                        continue
+                if f.label_selector and not selected(self.sandbox_config(s).labels, f.label_selector):
+                    continue
             out.append(s)
         return out
 

@@ -1,24 +1,45 @@
-"""ContainerStats and PodSandboxStats: cgroup counters, and the container's writable layer."""
+"""ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats: cgroup counters, and the
+container's writable layer."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from cri.proto import api_pb2 as pb
-from cri.runtime.core import RuntimeCore, now_ns
+from cri.runtime.core import RuntimeCore, now_ns, selected
 from cri.runtime.state import ContainerRecord, SandboxRecord
 
 
 class StatsVerbs(RuntimeCore):
+    def stats_containers(self, f: pb.ContainerStatsFilter) -> Iterator[ContainerRecord]:
+        """The containers ListContainerStats reports, each checked as the caller reaches it."""
+        for c in list(self.containers.values()):
+            if not c.state.has_stats():
+                continue
+            if f.id and not c.id.startswith(f.id):
+                continue
+            if f.pod_sandbox_id and not c.sandbox_id.startswith(f.pod_sandbox_id):
+                continue
+            if f.label_selector and not selected(self.container_config(c).labels, f.label_selector):
+                continue
+            yield c
+
+    def stats_sandboxes(self, f: pb.PodSandboxStatsFilter) -> Iterator[SandboxRecord]:
+        """The sandboxes ListPodSandboxStats reports, each checked as the caller reaches it."""
+        for s in list(self.sandboxes.values()):
+            if f.id and not s.id.startswith(f.id):
+                continue
+            if f.label_selector and not selected(self.sandbox_config(s).labels, f.label_selector):
+                continue
+            yield s
+
     def container_stats(self, c: ContainerRecord) -> pb.ContainerStats:
-        config = self.container_config(c)
         st = pb.ContainerStats()
-        st.attributes.id = c.id
-        st.attributes.metadata.CopyFrom(config.metadata)
-        st.attributes.labels.update(config.labels)
-        st.attributes.annotations.update(config.annotations)
+        _attributes(st.attributes, c.id, self.container_config(c))
         ts = now_ns()
         x = self.cgroups.stats(c.cgroup)
         st.cpu.timestamp = ts
@@ -39,12 +60,8 @@ class StatsVerbs(RuntimeCore):
         return st
 
     def sandbox_stats(self, s: SandboxRecord) -> pb.PodSandboxStats:
-        config = self.sandbox_config(s)
         st = pb.PodSandboxStats()
-        st.attributes.id = s.id
-        st.attributes.metadata.CopyFrom(config.metadata)
-        st.attributes.labels.update(config.labels)
-        st.attributes.annotations.update(config.annotations)
+        _attributes(st.attributes, s.id, self.sandbox_config(s))
         ts = now_ns()
         x = self.cgroups.stats(s.pod_cgroup)
         st.linux.cpu.timestamp = ts
@@ -59,6 +76,13 @@ class StatsVerbs(RuntimeCore):
             if c.sandbox_id == s.id and c.state.has_stats():
                 st.linux.containers.append(self.container_stats(c))
         return st
+
+
+def _attributes(attrs: Any, ident: str, config: pb.ContainerConfig | pb.PodSandboxConfig) -> None:
+    attrs.id = ident
+    attrs.metadata.CopyFrom(config.metadata)
+    attrs.labels.update(config.labels)
+    attrs.annotations.update(config.annotations)
 
 
 def _du(d: Path) -> tuple[int, int]:

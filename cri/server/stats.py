@@ -19,20 +19,7 @@ class StatsVerbs:
     @rpc
     async def ListContainerStats(self, request, context):
         rt = self.runtime
-        f = request.filter
-        out = []
-        for c in list(rt.containers.values()):
-            if not c.state.has_stats():
-                continue
-            if f.id and not c.id.startswith(f.id):
-                continue
-            if f.pod_sandbox_id and not c.sandbox_id.startswith(f.pod_sandbox_id):
-                continue
-            if f.label_selector:
-                labels = rt.container_config(c).labels
-                if any(labels.get(k) != v for k, v in f.label_selector.items()):
-                    continue
-            out.append(await asyncio.to_thread(rt.container_stats, c))
+        out = [await asyncio.to_thread(rt.container_stats, c) for c in rt.stats_containers(request.filter)]
         return pb.ListContainerStatsResponse(stats=out)
 
     @rpc
@@ -43,14 +30,5 @@ class StatsVerbs:
     @rpc
     async def ListPodSandboxStats(self, request, context):
         rt = self.runtime
-        f = request.filter
-        out = []
-        for s in list(rt.sandboxes.values()):
-            if f.id and not s.id.startswith(f.id):
-                continue
-            if f.label_selector:
-                labels = rt.sandbox_config(s).labels
-                if any(labels.get(k) != v for k, v in f.label_selector.items()):
-                    continue
-            out.append(await asyncio.to_thread(rt.sandbox_stats, s))
+        out = [await asyncio.to_thread(rt.sandbox_stats, s) for s in rt.stats_sandboxes(request.filter)]
         return pb.ListPodSandboxStatsResponse(stats=out)
