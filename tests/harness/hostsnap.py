@@ -125,11 +125,17 @@ def iptables() -> set[str]:
 
 
 def _strip_handles(obj):
+    """A rule's identity: without its handle, and with its counters' values zeroed (traffic moves them)."""
     if isinstance(obj, dict):
-        return {k: _strip_handles(v) for k, v in obj.items() if k != "handle"}
+        return {k: (_zero_counter(v) if k == "counter" else _strip_handles(v)) for k, v in obj.items()
+                if k != "handle"}
     if isinstance(obj, list):
         return [_strip_handles(v) for v in obj]
     return obj
+
+
+def _zero_counter(v):
+    return {k: 0 for k in v} if isinstance(v, dict) else v
 
 
 def nftables() -> set[str]:
