@@ -141,6 +141,11 @@ def lookup(group: str, version: str, name: str) -> Resource | None:
     return r
 
 
+def builtin(group: str, version: str, name: str) -> Resource:
+    """One of the resources every cluster serves (not a custom one): a KeyError names a typo."""
+    return _BY_PATH[(group, version, name)]
+
+
 def by_kind(api_version: str, kind: str) -> Resource | None:
     group, _, version = api_version.rpartition("/")
     for r in all_resources():

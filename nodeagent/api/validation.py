@@ -10,6 +10,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from nodeagent.api.cidrs import subnet_of
+
 FieldErrors = list[dict[str, str]]
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -314,7 +316,7 @@ def _np_peer(peer: Any, base: str) -> FieldErrors:
             except (ValueError, TypeError):
                 errs.append(invalid(f, ex, "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"))
                 continue
-            if e.version != net.version or not e.subnet_of(net) or e.prefixlen <= net.prefixlen:  # type: ignore[arg-type]
+            if not subnet_of(e, net) or e.prefixlen <= net.prefixlen:
                 errs.append(invalid(f, ex, "must be a strict subset of `cidr`"))
     return errs
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import random
+from collections.abc import Iterable
 from typing import Any
 
 from nodeagent.api.validation import err
@@ -24,7 +25,7 @@ class Allocators:
     def first_ip(self) -> str:
         return str(self.net.network_address + 1)
 
-    def rebuild(self, services: list[dict[str, Any]]) -> None:
+    def rebuild(self, services: Iterable[dict[str, Any]]) -> None:
         self.ips.clear()
         self.ports.clear()
         for s in services:
@@ -42,10 +43,10 @@ class Allocators:
 
     def release(self, svc: dict[str, Any]) -> None:
         owner = f"{svc['metadata'].get('namespace')}/{svc['metadata']['name']}"
-        for k in [k for k, v in self.ips.items() if v == owner]:
-            del self.ips[k]
-        for k in [k for k, v in self.ports.items() if v == owner]:
-            del self.ports[k]
+        for ip in [k for k, v in self.ips.items() if v == owner]:
+            del self.ips[ip]
+        for port in [k for k, v in self.ports.items() if v == owner]:
+            del self.ports[port]
 
     def allocate(self, svc: dict[str, Any], old: dict[str, Any] | None = None) -> list[dict[str, str]]:
         """Fill in clusterIP(s) and nodePorts; returns field errors (nothing held) on a conflict or bad value."""

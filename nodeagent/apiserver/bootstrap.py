@@ -9,7 +9,7 @@ import logging
 import uuid
 from typing import Any
 
-from nodeagent.api.resources import VIRTUAL, all_resources, lookup
+from nodeagent.api.resources import VIRTUAL, all_resources, builtin
 from nodeagent.api.times import now_rfc3339, parse_time
 from nodeagent.apiserver import admission
 from nodeagent.apiserver.errors import ApiError
@@ -19,12 +19,12 @@ from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.bootstrap")
-ENDPOINTS = lookup("", "v1", "endpoints")
-EVENTS = lookup("", "v1", "events")
-EVENTS_V1 = lookup("events.k8s.io", "v1", "events")
+ENDPOINTS = builtin("", "v1", "endpoints")
+EVENTS = builtin("", "v1", "events")
+EVENTS_V1 = builtin("events.k8s.io", "v1", "events")
 EVENT_TTL = 3600.0
-QUOTAS = lookup("", "v1", "resourcequotas")
-CONFIGMAPS = lookup("", "v1", "configmaps")
+QUOTAS = builtin("", "v1", "resourcequotas")
+CONFIGMAPS = builtin("", "v1", "configmaps")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 

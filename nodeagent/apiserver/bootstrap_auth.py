@@ -15,13 +15,13 @@ import logging
 from typing import Any
 
 from nodeagent.api import bootstrap_token as tokens
-from nodeagent.api.resources import lookup
+from nodeagent.api.resources import builtin
 from nodeagent.apiserver import auth
 from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.bootstrap_auth")
-SECRETS = lookup("", "v1", "secrets")
+SECRETS = builtin("", "v1", "secrets")
 ANONYMOUS_USER = "system:anonymous"
 UNAUTHENTICATED_GROUP = "system:unauthenticated"
 CLUSTER_INFO_NS, CLUSTER_INFO_NAME = "kube-public", "cluster-info"

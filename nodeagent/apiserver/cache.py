@@ -13,7 +13,7 @@ import collections
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from nodeagent.api.resources import CRD_PREFIX, sync_crd
 from nodeagent.apiserver import codec
@@ -52,13 +52,18 @@ class CachedEvent:
         return self._line
 
 
+# What a subscriber's queue holds (see WatchCache.subscribe); None ends the stream.
+QueueItem = (tuple[Literal["initial"], Entry] | tuple[Literal["synced"], int]
+             | tuple[Literal["gone"], tuple[int, int]] | CachedEvent | None)
+
+
 class Subscriber:
     __slots__ = ("direct", "prefix", "queue", "since")
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.since = 0
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.queue: asyncio.Queue[QueueItem] = asyncio.Queue()
         # Set by a plain-JSON watcher once caught up: events are written to its connection right here,
         # with no task switch per watcher; returns False when the connection is gone or backed up.
         self.direct: Callable[[bytes], bool] | None = None
@@ -228,12 +233,12 @@ class WatchCache:
             ns = parts[4] if len(parts) > 5 else None
             snapshot, since = self.list(res_prefix, ns)
             for en in snapshot:
-                q.put_nowait(("initial", en))  # type: ignore[arg-type]
+                q.put_nowait(("initial", en))
         elif since < max(self.oldest, self.store.compacted):
-            q.put_nowait(("gone", (since, max(self.oldest, self.store.compacted))))  # type: ignore[arg-type]
+            q.put_nowait(("gone", (since, max(self.oldest, self.store.compacted))))
             q.put_nowait(None)
             return sub
-        q.put_nowait(("synced", since))  # type: ignore[arg-type]
+        q.put_nowait(("synced", since))
         if since < self.rev:
             for e in self._events:
                 if e.revision > since and e.key.startswith(prefix):

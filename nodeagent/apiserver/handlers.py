@@ -17,7 +17,7 @@ from nodeagent.api.resources import VIRTUAL, Resource
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
 from nodeagent.apiserver import auth, bootstrap_auth, codec, discovery, errors, patching, subresources, table
 from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
-from nodeagent.apiserver.cache import WatchCache
+from nodeagent.apiserver.cache import Entry, WatchCache
 from nodeagent.apiserver.codec import JSON, json_response
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.join_token import JoinTokens
@@ -82,7 +82,7 @@ class Handlers:
         self.metrics = Metrics()
 
     # ------------------------------------------------------------------ entry
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         try:
             return await self._handle(request)
         except ApiError as e:
@@ -93,7 +93,7 @@ class Handlers:
             log.exception("%s %s", request.method, request.path_qs)
             return status_response(errors.internal(str(e)))
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         path = request.path
         if path in _PUBLIC:
             if path.startswith("/version"):
@@ -108,12 +108,12 @@ class Handlers:
                 raise errors.forbidden(user.name, "get", "/metrics", "", "", "")
             return web.Response(body=self.metrics.render(), content_type="text/plain")
         try:
-            info = parse(request.method, path, query)  # type: ignore[arg-type]
+            info = parse(request.method, path, query)
         except ApiError as e:
             if e.code != 404:
                 raise
             await self.cache.wait_fresh()  # a CustomResourceDefinition written a moment ago may serve it
-            info = parse(request.method, path, query)  # type: ignore[arg-type]
+            info = parse(request.method, path, query)
         if ANONYMOUS_GROUP in user.groups:  # no credential: kube-public/cluster-info and nothing else
             if info is None or not bootstrap_auth.is_cluster_info(
                     info.verb, info.resource.group, info.resource.name, info.subresource,
@@ -137,7 +137,7 @@ class Handlers:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s %s %s %d %.1fms", user.name, request.method, request.path_qs, code, took * 1000)
 
-    def _discovery(self, request: web.Request, path: str) -> web.StreamResponse:
+    def _discovery(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
         p = path.rstrip("/")
         if request.method != "GET":
             raise errors.method_not_allowed()
@@ -164,7 +164,7 @@ class Handlers:
         return json_response(doc)
 
     # ------------------------------------------------------------------ resources
-    async def _resource(self, request: web.Request, info: RequestInfo, user: auth.User) -> web.StreamResponse:
+    async def _resource(self, request: web.BaseRequest, info: RequestInfo, user: auth.User) -> web.StreamResponse:
         res, verb = info.resource, info.verb
         q = request.query
         dry_run = q.get("dryRun") == "All"
@@ -236,7 +236,7 @@ class Handlers:
             return False
 
     # ------------------------------------------------------------------ auth
-    async def _authenticate(self, request: web.Request) -> auth.User:
+    async def _authenticate(self, request: web.BaseRequest) -> auth.User:
         """Static token, else a client certificate from the cluster CA, else a bootstrap token; a request
         with no credential at all is anonymous (it may read kube-public/cluster-info, nothing else)."""
         header = request.headers.get("Authorization")
@@ -301,7 +301,7 @@ class Handlers:
         return out
 
     # ------------------------------------------------------------------ bodies
-    async def _read_body(self, request: web.Request, info: RequestInfo, verb: str) -> Any:
+    async def _read_body(self, request: web.BaseRequest, info: RequestInfo, verb: str) -> Any:
         length = request.content_length
         if length is not None and length > MAX_BODY:
             raise errors.too_large(MAX_BODY)
@@ -377,7 +377,7 @@ class Handlers:
         check_field_selector(res, fields)
         return labels, fields
 
-    async def _list(self, request: web.Request, info: RequestInfo, wants: Wants) -> web.StreamResponse:
+    async def _list(self, request: web.BaseRequest, info: RequestInfo, wants: Wants) -> web.StreamResponse:
         q = request.query
         res = info.resource
         labels, fields = self._selectors(res, q)
@@ -394,7 +394,7 @@ class Handlers:
         start_key = None
         if q.get("continue"):
             rev, start_key = decode_continue(q["continue"])
-        selected = []
+        selected: list[Entry] = []
         cont = None
         filtering = not labels.is_everything or bool(fields)
         for e in entries:
@@ -426,7 +426,7 @@ class Handlers:
                               "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                                          "metadata": o["metadata"]} for o in items]})
 
-    async def _watch(self, request: web.Request, info: RequestInfo, wants: Wants) -> web.StreamResponse:
+    async def _watch(self, request: web.BaseRequest, info: RequestInfo, wants: Wants) -> web.StreamResponse:
         q = request.query
         res = info.resource
         labels, fields = self._selectors(res, q)

@@ -21,7 +21,7 @@ import yaml
 
 from nodeagent import pki
 from nodeagent.api import bootstrap_token as tokens
-from nodeagent.api.resources import lookup
+from nodeagent.api.resources import builtin
 from nodeagent.apiserver.bootstrap_auth import SECRETS, BootstrapTokenAuthenticator
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.registry import Registry
@@ -29,7 +29,7 @@ from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.join_token")
-CONFIGMAPS = lookup("", "v1", "configmaps")
+CONFIGMAPS = builtin("", "v1", "configmaps")
 JOIN_FILE = "join-command"
 DEFAULT_TOKEN_TTL = 24 * 3600.0  # kubeadm's default token lifetime
 

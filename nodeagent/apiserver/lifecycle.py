@@ -13,15 +13,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nodeagent.api import validation
-from nodeagent.api.resources import Resource, all_resources, lookup
+from nodeagent.api.resources import Resource, all_resources, builtin
 from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import errors
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver")
-NAMESPACES = lookup("", "v1", "namespaces")
-PODS = lookup("", "v1", "pods")
+NAMESPACES = builtin("", "v1", "namespaces")
+PODS = builtin("", "v1", "pods")
 
 # Registry.delete(res, namespace, name, options)
 Delete = Callable[[Resource, str | None, str, dict[str, Any]], Awaitable[Any]]

@@ -13,14 +13,14 @@ import logging
 import uuid
 from typing import Any
 
-from nodeagent.api.resources import lookup
+from nodeagent.api.resources import builtin
 from nodeagent.api.times import rfc3339
 from nodeagent.apiserver.registry import Registry
 from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.peers")
-LEASES = lookup("coordination.k8s.io", "v1", "leases")
+LEASES = builtin("coordination.k8s.io", "v1", "leases")
 IDENTITY_LABEL = "apiserver.kubernetes.io/identity"
 ENDPOINT_ANNOTATION = "nodeagent.io/apiserver-endpoint"
 

@@ -33,11 +33,12 @@ def _varint(b: bytes, i: int) -> tuple[int, int]:
 
 def fields(b: bytes) -> list[tuple[int, int, Any]]:
     """(field number, wire type, value) for each field of one message."""
-    out = []
+    out: list[tuple[int, int, Any]] = []
     i = 0
     while i < len(b):
         tag, i = _varint(b, i)
         num, wt = tag >> 3, tag & 7
+        v: int | bytes
         if wt == 0:
             v, i = _varint(b, i)
         elif wt == 2:

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from nodeagent.api.resources import lookup
+from nodeagent.api.resources import builtin
 from nodeagent.apiserver import errors
 
 if TYPE_CHECKING:
     from nodeagent.apiserver.registry import Registry
     from nodeagent.apiserver.request import RequestInfo
 
-NODES = lookup("", "v1", "nodes")
+NODES = builtin("", "v1", "nodes")
 _KUBELET_PATH = {"log": "containerLogs", "exec": "exec", "attach": "attach", "portforward": "portForward"}
 # kube-apiserver's kubelet transport: a 30 s dial and Go's 10 s TLS handshake timeout (a loaded node, or an
 # emulated VM, can take seconds to answer a handshake)
@@ -51,7 +51,7 @@ class KubeletProxy:
         self.ca_file = ca_file
         self._ctx: ssl.SSLContext | None = None
 
-    async def __call__(self, registry: Registry, request: web.Request,
+    async def __call__(self, registry: Registry, request: web.BaseRequest,
                        info: RequestInfo) -> web.StreamResponse:
         res, sub = info.resource, info.subresource
         if res.name == "nodes":
@@ -99,7 +99,7 @@ class KubeletProxy:
             self._ctx = ctx
         return self._ctx
 
-    async def _stream(self, request: web.Request, addr: tuple[str, int], path: str) -> web.StreamResponse:
+    async def _stream(self, request: web.BaseRequest, addr: tuple[str, int], path: str) -> web.StreamResponse:
         import aiohttp
 
         url = f"https://{addr[0]}:{addr[1]}{path}"
@@ -129,7 +129,7 @@ class KubeletProxy:
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: {_why(e)}") from None
 
-    async def _upgrade(self, request: web.Request, addr: tuple[str, int], path: str) -> web.StreamResponse:
+    async def _upgrade(self, request: web.BaseRequest, addr: tuple[str, int], path: str) -> web.StreamResponse:
         """Splice an Upgrade (SPDY or websocket) connection to the kubelet byte for byte."""
         try:
             async with asyncio.timeout(DIAL_TIMEOUT):
@@ -159,7 +159,7 @@ class KubeletProxy:
             def feed_eof(self) -> None:
                 w.close()
 
-        protocol.set_parser(_Feed())  # type: ignore[union-attr]
+        protocol.set_parser(_Feed())  # type: ignore[arg-type]  # any parser with feed_data/feed_eof works
         transport.write(head)
         resp = web.StreamResponse(status=101)
         resp._eof_sent = True  # we wrote the upstream's status line ourselves

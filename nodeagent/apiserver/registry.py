@@ -15,18 +15,21 @@ import json
 import logging
 import random
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from nodeagent.api import defaults, validation
 from nodeagent.api.qos import compute_pod_qos
-from nodeagent.api.resources import Resource, lookup
+from nodeagent.api.resources import Resource, builtin
 from nodeagent.api.selectors import FieldRequirement, Selector, field_value, fields_match
 from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import admission, errors, lifecycle
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.store import base as store_base
+
+if TYPE_CHECKING:
+    from nodeagent.apiserver.cache import WatchCache
 
 log = logging.getLogger("nodeagent.apiserver")
 
@@ -39,14 +42,14 @@ _GEN_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _NO_SPEC_KEYS = ("metadata", "status", "apiVersion", "kind")
 TERMINAL = ("Succeeded", "Failed")
 
-NAMESPACES = lookup("", "v1", "namespaces")
-PODS = lookup("", "v1", "pods")
-SERVICES = lookup("", "v1", "services")
-PRIORITY_CLASSES = lookup("scheduling.k8s.io", "v1", "priorityclasses")
-LIMIT_RANGES = lookup("", "v1", "limitranges")
-QUOTAS = lookup("", "v1", "resourcequotas")
-SERVICE_ACCOUNTS = lookup("", "v1", "serviceaccounts")
-CRDS = lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+NAMESPACES = builtin("", "v1", "namespaces")
+PODS = builtin("", "v1", "pods")
+SERVICES = builtin("", "v1", "services")
+PRIORITY_CLASSES = builtin("scheduling.k8s.io", "v1", "priorityclasses")
+LIMIT_RANGES = builtin("", "v1", "limitranges")
+QUOTAS = builtin("", "v1", "resourcequotas")
+SERVICE_ACCOUNTS = builtin("", "v1", "serviceaccounts")
+CRDS = builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 
 # Field selectors each resource accepts beyond metadata.name / metadata.namespace.
 FIELD_LABELS: dict[str, set[str]] = {
@@ -77,7 +80,7 @@ def check_field_selector(res: Resource, reqs: tuple[FieldRequirement, ...]) -> N
             raise errors.bad_request(f'field label not supported: {r.field}')
 
 
-def _field_getter(obj: dict[str, Any], path: str) -> str:
+def _field_getter(obj: Mapping[str, Any], path: str) -> str:
     if path == "source" and "source" in obj:
         return (obj.get("source") or {}).get("component", "")
     return field_value(obj, path)
@@ -114,7 +117,7 @@ class Registry:
         self._svc_lock = asyncio.Lock()
         self._quota_locks: dict[str, asyncio.Lock] = {}
         self._bg: set[asyncio.Task] = set()
-        self.cache: Any = None  # the watch cache, when the server has one: admission reads from it
+        self.cache: WatchCache | None = None  # the watch cache, when the server has one: admission reads from it
 
     async def _lookup(self, res: Resource, ns: str | None) -> list[dict[str, Any]]:
         """Objects of a kind for admission decisions (read-only): from the watch cache when there is one."""
@@ -144,7 +147,7 @@ class Registry:
         if cont:
             rev_c, start_key = decode_continue(cont)
             rev = rev_c
-        out = []
+        out: list[dict[str, Any]] = []
         more: str | None = None
         for o in items:
             if start_key is not None:
@@ -233,7 +236,8 @@ class Registry:
                 meta["name"] = meta["generateName"] + "".join(random.choice(_GEN_CHARS) for _ in range(5))
         raise errors.already_exists(res.name, meta["name"], res.group)
 
-    async def _record_quota_use(self, ns: str, quotas: list[dict[str, Any]], used: dict[str, dict[str, str]]) -> None:
+    async def _record_quota_use(self, ns: str, quotas: Iterable[dict[str, Any]],
+                                used: dict[str, dict[str, str]]) -> None:
         for q in quotas:
             u = used.get(q["metadata"]["name"])
             if u is None:
@@ -461,21 +465,23 @@ class Registry:
             finalizers.append("orphan")
         if policy == "Foreground" and "foregroundDeletion" not in finalizers:
             finalizers.append("foregroundDeletion")
-        graceful = (res is PODS and (current.get("spec") or {}).get("nodeName") and not _terminal(current))
+        graceful = bool(res is PODS and (current.get("spec") or {}).get("nodeName") and not _terminal(current))
+        grace_s: float = 0  # the pod's grace period when the deletion is graceful
         if graceful:
             if grace is None:
                 grace = (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
-            graceful = grace > 0
-            if meta.get("deletionTimestamp") and grace >= (meta.get("deletionGracePeriodSeconds") or 0):
+            grace_s = grace
+            graceful = grace_s > 0
+            if meta.get("deletionTimestamp") and grace_s >= (meta.get("deletionGracePeriodSeconds") or 0):
                 return current
         if finalizers or graceful:
             if meta.get("deletionTimestamp") and not graceful:
                 return current
             new = copy.deepcopy(current)
             nm = new["metadata"]
-            when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=grace if graceful else 0)
+            when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=grace_s if graceful else 0)
             nm["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
-            nm["deletionGracePeriodSeconds"] = int(grace) if graceful else 0
+            nm["deletionGracePeriodSeconds"] = int(grace_s) if graceful else 0
             nm["finalizers"] = finalizers
             try:
                 return await self.store.update(res.key(ns, name), new, int(meta["resourceVersion"]))
@@ -498,7 +504,7 @@ class Registry:
         services, _ = await self.store.list(SERVICES.key_prefix())
         self.alloc.rebuild(services)
 
-    def rebuild_allocators(self, services: list[dict[str, Any]]) -> None:
+    def rebuild_allocators(self, services: Iterable[dict[str, Any]]) -> None:
         self.alloc.rebuild(services)
 
     async def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from nodeagent.api.resources import Resource, lookup
 from nodeagent.apiserver import errors
@@ -21,7 +22,7 @@ class RequestInfo:
     proxy_path: str = ""  # for nodes/<n>/proxy/<path>: the path on the kubelet
 
 
-def parse(method: str, path: str, query: dict[str, str]) -> RequestInfo | None:
+def parse(method: str, path: str, query: Mapping[str, str]) -> RequestInfo | None:
     """None for paths that are not resource paths (discovery etc.); ApiError(404) for unknown resources."""
     parts = [p for p in path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "api":

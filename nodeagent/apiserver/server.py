@@ -97,7 +97,7 @@ class ApiServer:
         site = web.TCPSite(self._runner, self.cfg.bind_address, self.cfg.port, ssl_context=ctx, backlog=1024)
         await site.start()
         if self.cfg.port == 0:
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.port = self._runner.addresses[0][1]  # the one site's bound address
         self.peers = PeerLeases(self.registry, self.advertise, self.port, self.cfg.lease_duration)
         await self.peers.renew()
         ca_pem = (self.data_dir / "pki" / "ca.crt").read_text()

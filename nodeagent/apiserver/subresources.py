@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from nodeagent.api import patch as patches
-from nodeagent.api.resources import lookup
+from nodeagent.api.resources import builtin
 from nodeagent.api.selectors import SelectorError, from_label_selector
 from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import errors, patching
@@ -20,15 +20,15 @@ from nodeagent.apiserver.registry import Registry
 from nodeagent.apiserver.request import RequestInfo
 from nodeagent.store import base as store_base
 
-PDBS = lookup("policy", "v1", "poddisruptionbudgets")
-NODES = lookup("", "v1", "nodes")
+PDBS = builtin("policy", "v1", "poddisruptionbudgets")
+NODES = builtin("", "v1", "nodes")
 _STREAMING = {"log", "exec", "attach", "portforward", "proxy"}
 
 # Forwards log/exec/attach/portforward/proxy to the node's kubelet (proxy.KubeletProxy).
-KubeletProxy = Callable[[Registry, web.Request, RequestInfo], Awaitable[web.StreamResponse]]
+KubeletProxy = Callable[[Registry, web.BaseRequest, RequestInfo], Awaitable[web.StreamResponse]]
 
 
-async def handle(registry: Registry, kubelet_proxy: KubeletProxy | None, request: web.Request,
+async def handle(registry: Registry, kubelet_proxy: KubeletProxy | None, request: web.BaseRequest,
                  info: RequestInfo, body: Any, dry_run: bool) -> web.StreamResponse:
     sub, verb, res = info.subresource, info.verb, info.resource
     ns, name = info.namespace, info.name or ""
@@ -76,7 +76,7 @@ def to_scale(obj: dict[str, Any]) -> dict[str, Any]:
             "status": {"replicas": st.get("replicas", 0), "selector": sel_str}}
 
 
-async def _scale(registry: Registry, request: web.Request, info: RequestInfo, body: Any,
+async def _scale(registry: Registry, request: web.BaseRequest, info: RequestInfo, body: Any,
                  dry_run: bool) -> web.StreamResponse:
     res, ns, name = info.resource, info.namespace, info.name or ""
     if info.verb == "get":
@@ -202,7 +202,7 @@ async def _evict(registry: Registry, info: RequestInfo, body: Any, dry_run: bool
 
 
 # ------------------------------------------------------------------ kubelet-served subresources
-async def _kubelet(registry: Registry, kubelet_proxy: KubeletProxy | None, request: web.Request,
+async def _kubelet(registry: Registry, kubelet_proxy: KubeletProxy | None, request: web.BaseRequest,
                    info: RequestInfo) -> web.StreamResponse:
     if info.resource.name not in ("pods", "nodes"):
         raise errors.method_not_allowed()

@@ -8,7 +8,7 @@ that was ready at once, written to the client in one write.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from nodeagent.api.resources import Resource
@@ -22,10 +22,10 @@ BOOKMARK_INTERVAL = 10.0
 
 
 def parse_rv(rv: str | None) -> int | None:
-    if rv in (None, "", "0"):
+    if not rv or rv == "0":
         return None
     try:
-        return int(rv)  # type: ignore[arg-type]
+        return int(rv)
     except ValueError:
         raise errors.bad_request(f"invalid resource version: {rv}") from None
 
@@ -35,7 +35,7 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
                        timeout_s: float | None, bookmarks: bool, send_initial: bool | None = None,
                        bookmark_interval: float = BOOKMARK_INTERVAL,
                        direct: Callable[[bytes], bool] | None = None, clock: Clock = REAL_CLOCK,
-                       ) -> AsyncIterator[list[tuple[str, dict[str, Any], bytes | None]]]:
+                       ) -> AsyncGenerator[list[tuple[str, dict[str, Any], bytes | None]], None]:
     """`direct`: for a plain watcher, a synchronous writer the cache may call with each event's line once
     the stream has caught up (see Subscriber.direct); events before that come through the batches."""
     since = parse_rv(resource_version)
@@ -80,23 +80,7 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
                     stop = True
                     break
                 if isinstance(item, CachedEvent):
-                    what, val = "event", item
-                else:
-                    what, val = item
-                if what == "gone":
-                    batch.append(("ERROR", errors.gone(f"too old resource version: {val[0]} ({val[1]})").status(),
-                                  None))
-                    stop = True
-                    break
-                if what == "initial":
-                    if matches(val.obj, labels, fields):
-                        batch.append(("ADDED", val.obj, None))
-                elif what == "synced":
-                    last_rev = val
-                    if send_initial and bookmarks:
-                        batch.append(("BOOKMARK", _bookmark(res, last_rev, initial_done=True), None))
-                else:
-                    ev = val
+                    ev = item
                     last_rev = ev.revision
                     if plain:
                         batch.append((ev.type, ev.obj, ev.line))
@@ -104,6 +88,19 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
                         typ = transition(ev.type, ev.obj, ev.prev, labels, fields)
                         if typ is not None:
                             batch.append((typ, ev.obj, ev.line if typ == ev.type else None))
+                elif item[0] == "gone":
+                    too_old, oldest = item[1]
+                    status = errors.gone(f"too old resource version: {too_old} ({oldest})").status()
+                    batch.append(("ERROR", status, None))
+                    stop = True
+                    break
+                elif item[0] == "initial":
+                    if matches(item[1].obj, labels, fields):
+                        batch.append(("ADDED", item[1].obj, None))
+                else:
+                    last_rev = item[1]
+                    if send_initial and bookmarks:
+                        batch.append(("BOOKMARK", _bookmark(res, last_rev, initial_done=True), None))
                 if queue.empty() or len(batch) >= 256:
                     break
                 item = queue.get_nowait()

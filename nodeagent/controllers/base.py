@@ -76,7 +76,7 @@ class Controller:
         self.options = options or ControllerOptions()
         self.informers = informers
         self.recorder = recorder
-        self.queue = WorkQueue()
+        self.queue: WorkQueue[str] = WorkQueue()
         self.log = logging.getLogger(f"nodeagent.controllers.{self.name}")
 
     def enqueue(self, obj: dict[str, Any]) -> None:

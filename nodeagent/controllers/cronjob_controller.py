@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Mapping
+from typing import Any
 
+from nodeagent.api.objects import Obj
 from nodeagent.client.rest import ClientError
 from nodeagent.clock import utcnow
 from nodeagent.controllers import cronjob, podutil
@@ -21,7 +24,7 @@ class CronJobController(Controller):
         self.cronjobs.add_handler(self.enqueue, lambda old, new: self.enqueue(new), None)
         self.jobs.add_handler(self._job, lambda old, new: self._job(new), self._job)
 
-    def _job(self, job: dict) -> None:
+    def _job(self, job: Obj) -> None:
         ref = podutil.controller_ref(job)
         if ref and ref.get("kind") == "CronJob":
             self.queue.add(f"{job['metadata'].get('namespace')}/{ref['name']}")
@@ -76,7 +79,7 @@ class CronJobController(Controller):
         if p.requeue_after is not None:
             self.queue.add_after(key, p.requeue_after)
 
-    async def _delete_job(self, cj: dict, job: dict, reason: str, msg: str) -> None:
+    async def _delete_job(self, cj: Obj, job: Mapping[str, Any], reason: str, msg: str) -> None:
         try:
             await self.client.delete("jobs", job["metadata"]["name"], job["metadata"].get("namespace"),
                                      propagation="Background")

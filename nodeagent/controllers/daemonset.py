@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nodeagent.api import taints as t
+from nodeagent.api.objects import Obj, ObjT
 from nodeagent.api.selectors import node_matches_selector_terms
 from nodeagent.controllers import podutil
 from nodeagent.controllers.deployment import scaled_value, template_hash
@@ -104,21 +105,21 @@ def pod_node(pod: Mapping[str, Any]) -> str | None:
 @dataclasses.dataclass
 class Plan:
     create: list[str] = dataclasses.field(default_factory=list)  # node names
-    delete: list[dict] = dataclasses.field(default_factory=list)
-    status: dict = dataclasses.field(default_factory=dict)
+    delete: list[Obj] = dataclasses.field(default_factory=list)
+    status: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def _newest_first_oldest_kept(pods: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _newest_first_oldest_kept(pods: list[ObjT]) -> list[ObjT]:
     return sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
 
 
-def plan(ds: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
+def plan(ds: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]], pods: Iterable[Obj],
          now: dt.datetime) -> Plan:
     """manage + rollingUpdate + status for one DaemonSet over its owned pods."""
     spec = ds.get("spec") or {}
     min_ready = int(spec.get("minReadySeconds") or 0)
     rev = revision_hash(ds)
-    by_node: dict[str, list[Mapping[str, Any]]] = {}
+    by_node: dict[str, list[Obj]] = {}
     for p in pods:
         if not podutil.is_terminating(p):
             by_node.setdefault(pod_node(p) or "", []).append(p)
@@ -163,8 +164,8 @@ def plan(ds: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]], pods: Iterab
     return out
 
 
-def _rolling_victims(ds: Mapping[str, Any], rev: str, wanted: list[str], pods: Iterable[Mapping[str, Any]],
-                     now: dt.datetime, already: list[dict]) -> list[Mapping[str, Any]]:
+def _rolling_victims(ds: Mapping[str, Any], rev: str, wanted: list[str], pods: Iterable[Obj], now: dt.datetime,
+                     already: list[Obj]) -> list[Obj]:
     """rollingUpdate (maxSurge 0): delete old pods while at most maxUnavailable nodes are unavailable."""
     strategy = (ds.get("spec") or {}).get("updateStrategy") or {}
     if strategy.get("type", "RollingUpdate") != "RollingUpdate":
@@ -173,24 +174,25 @@ def _rolling_victims(ds: Mapping[str, Any], rev: str, wanted: list[str], pods: I
     max_unavailable = scaled_value((strategy.get("rollingUpdate") or {}).get("maxUnavailable", 1), len(wanted), True)
     max_unavailable = max(max_unavailable, 1) if wanted else 0
     gone = {id(p) for p in already}
-    current: dict[str, Mapping[str, Any]] = {}
+    current: dict[str, Obj] = {}
     for p in _newest_first_oldest_kept([p for p in pods if id(p) not in gone]):
         n = pod_node(p)
         if n in wanted and n not in current:
             current[n] = p
     unavailable = 0
-    old_unavailable, old_available = [], []
+    old_unavailable: list[Obj] = []
+    old_available: list[Obj] = []
     for n in wanted:
-        p = current.get(n)
-        if p is None or podutil.is_terminating(p):
+        pod = current.get(n)
+        if pod is None or podutil.is_terminating(pod):
             unavailable += 1
             continue
-        old = ((p.get("metadata") or {}).get("labels") or {}).get(HASH_LABEL) != rev
-        ok = podutil.is_pod_available(p, min_ready, now)
+        old = ((pod.get("metadata") or {}).get("labels") or {}).get(HASH_LABEL) != rev
+        ok = podutil.is_pod_available(pod, min_ready, now)
         if not ok:
             unavailable += 1
         if old:
-            (old_available if ok else old_unavailable).append(p)
+            (old_available if ok else old_unavailable).append(pod)
     victims = list(old_unavailable)  # already unavailable: replacing them costs nothing
     budget = max_unavailable - unavailable
     for p in old_available:

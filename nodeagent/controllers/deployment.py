@@ -10,8 +10,10 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from nodeagent.api.objects import ObjT
 
 HASH_LABEL = "pod-template-hash"
 REVISION = "deployment.kubernetes.io/revision"
@@ -107,7 +109,7 @@ def fenceposts(deployment: Mapping[str, Any]) -> tuple[int, int]:
     return surge, unavailable
 
 
-def find_new_rs(deployment: Mapping[str, Any], rss: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def find_new_rs(deployment: Mapping[str, Any], rss: Iterable[ObjT]) -> ObjT | None:
     """The oldest ReplicaSet whose template matches the Deployment's (FindNewReplicaSet)."""
     template = _spec(deployment).get("template") or {}
     matches = [rs for rs in rss if templates_equal(_spec(rs).get("template") or {}, template)]
@@ -134,7 +136,7 @@ def new_rs_replicas(deployment: Mapping[str, Any], all_rss: Iterable[Mapping[str
 
 
 def scale_down_old(deployment: Mapping[str, Any], new_rs: Mapping[str, Any] | None,
-                   old_rss: list[Mapping[str, Any]]) -> dict[str, int]:
+                   old_rss: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """reconcileOldReplicaSets: new replica counts for old ReplicaSets (name -> replicas).
 
     First drops old pods that are not available (they cost no availability), then
@@ -143,7 +145,7 @@ def scale_down_old(deployment: Mapping[str, Any], new_rs: Mapping[str, Any] | No
     old_total = sum(replicas(rs) for rs in old_rss)
     if old_total == 0:
         return {}
-    all_rss = old_rss + ([new_rs] if new_rs else [])
+    all_rss = [*old_rss, new_rs] if new_rs else list(old_rss)
     all_total = sum(replicas(rs) for rs in all_rss)
     _, max_unavailable = fenceposts(deployment)
     min_available = replicas(deployment) - max_unavailable
@@ -228,7 +230,7 @@ def new_rs_object(deployment: Mapping[str, Any], old_rss: Iterable[Mapping[str, 
     }
 
 
-def history_to_delete(deployment: Mapping[str, Any], old_rss: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def history_to_delete(deployment: Mapping[str, Any], old_rss: Iterable[ObjT]) -> list[ObjT]:
     """cleanupDeployment: old, empty ReplicaSets beyond revisionHistoryLimit (default 10), oldest first."""
     limit = _spec(deployment).get("revisionHistoryLimit", 10)
     empty = [rs for rs in old_rss if replicas(rs) == 0 and not (rs.get("status") or {}).get("replicas")

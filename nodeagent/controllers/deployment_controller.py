@@ -6,6 +6,7 @@ import copy
 import math
 from typing import Any
 
+from nodeagent.api.objects import Obj
 from nodeagent.api.selectors import from_label_selector
 from nodeagent.api.times import now_rfc3339, parse_time
 from nodeagent.client.informer import SharedInformers
@@ -29,12 +30,12 @@ class DeploymentController(Controller):
         self.rss.add_handler(self._rs_changed, lambda old, new: self._rs_changed(new), self._rs_changed)
         self.pods.add_handler(None, None, self._pod_deleted)
 
-    def _rs_changed(self, rs: dict) -> None:
+    def _rs_changed(self, rs: Obj) -> None:
         ref = podutil.controller_ref(rs)
         if ref and ref.get("kind") == "Deployment":
             self.queue.add(f"{rs['metadata'].get('namespace')}/{ref['name']}")
 
-    def _pod_deleted(self, pod: dict) -> None:
+    def _pod_deleted(self, pod: Obj) -> None:
         # Recreate waits for old pods to be gone; a pod deletion may unblock it.
         ref = podutil.controller_ref(pod)
         if ref and ref.get("kind") == "ReplicaSet":
@@ -80,7 +81,7 @@ class DeploymentController(Controller):
         await self._sync_status(dep, new_rs, rss)
 
     # -- replica sets --------------------------------------------------------------------------------
-    async def _owned_replicasets(self, dep: dict) -> list[dict]:
+    async def _owned_replicasets(self, dep: Obj) -> list[Obj]:
         ns = dep["metadata"].get("namespace")
         selector = from_label_selector((dep.get("spec") or {}).get("selector"))
         out = []
@@ -100,7 +101,7 @@ class DeploymentController(Controller):
                         raise
         return out
 
-    async def _create_new_rs(self, dep: dict, old: list[dict], all_rss: list[dict]) -> dict:
+    async def _create_new_rs(self, dep: Obj, old: list[Obj], all_rss: list[Obj]) -> Obj:
         ns = dep["metadata"].get("namespace")
         collisions = (dep.get("status") or {}).get("collisionCount")
         count = d.new_rs_replicas(dep, all_rss, None)
@@ -121,7 +122,7 @@ class DeploymentController(Controller):
                              f"Scaled up replica set {created['metadata']['name']} to {count}")
         return created
 
-    async def _sync_new_rs_annotations(self, dep: dict, new_rs: dict, old: list[dict]) -> None:
+    async def _sync_new_rs_annotations(self, dep: Obj, new_rs: Obj, old: list[Obj]) -> None:
         """A template that matches an old ReplicaSet (rollback) makes it the newest revision again."""
         want_rev = d.next_revision(old)
         ann = dict((new_rs["metadata"].get("annotations")) or {})
@@ -143,7 +144,7 @@ class DeploymentController(Controller):
                                               {"metadata": {"annotations": ann}}, new_rs["metadata"].get("namespace"))
             new_rs.update(updated)
 
-    async def _set_replicas(self, dep: dict, rs: dict, count: int) -> None:
+    async def _set_replicas(self, dep: Obj, rs: Obj, count: int) -> None:
         if d.replicas(rs) == count:
             return
         surge, _ = d.fenceposts(dep)
@@ -158,7 +159,7 @@ class DeploymentController(Controller):
                              f"Scaled {verb} replica set {rs['metadata']['name']} to {count} from {before}")
 
     # -- strategies ----------------------------------------------------------------------------------
-    async def _rolling(self, dep: dict, new_rs: dict, old: list[dict], all_rss: list[dict]) -> None:
+    async def _rolling(self, dep: Obj, new_rs: Obj, old: list[Obj], all_rss: list[Obj]) -> None:
         target = d.new_rs_replicas(dep, all_rss, new_rs)
         if target != d.replicas(new_rs):
             await self._set_replicas(dep, new_rs, target)
@@ -167,26 +168,26 @@ class DeploymentController(Controller):
             rs = next(r for r in old if r["metadata"]["name"] == name)
             await self._set_replicas(dep, rs, count)
 
-    async def _recreate(self, dep: dict, new_rs: dict, old: list[dict]) -> None:
+    async def _recreate(self, dep: Obj, new_rs: Obj, old: list[Obj]) -> None:
         active_old = [rs for rs in old if d.replicas(rs) > 0]
         for rs in active_old:
             await self._set_replicas(dep, rs, 0)
         if active_old:
             return
         old_uids = {rs["metadata"]["uid"] for rs in old}
-        if any(podutil.controller_ref(p) and podutil.controller_ref(p).get("uid") in old_uids
+        if any((ref := podutil.controller_ref(p)) and ref.get("uid") in old_uids
                for p in self.pods.list() if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")):
             return  # wait until every old pod has terminated
         await self._set_replicas(dep, new_rs, d.replicas(dep))
 
-    def _is_scaling_event(self, dep: dict, rss: list[dict]) -> bool:
+    def _is_scaling_event(self, dep: Obj, rss: list[Obj]) -> bool:
         """The Deployment's replicas changed since its active ReplicaSets were last sized for it."""
         want = str(d.replicas(dep))
         active = [rs for rs in rss if d.replicas(rs) > 0]
         return any(((rs["metadata"].get("annotations") or {}).get(d.DESIRED_REPLICAS)) not in (None, want)
                    for rs in active)
 
-    async def _scale(self, dep: dict, new_rs: dict, old: list[dict]) -> None:
+    async def _scale(self, dep: Obj, new_rs: Obj, old: list[Obj]) -> None:
         """Proportional scaling across the active ReplicaSets (the largest share to the largest)."""
         active = [rs for rs in [new_rs, *old] if d.replicas(rs) > 0]
         desired = d.replicas(dep)
@@ -207,7 +208,7 @@ class DeploymentController(Controller):
             await self._set_replicas(dep, rs, counts[rs["metadata"]["name"]])
 
     # -- status ---------------------------------------------------------------------------------------
-    async def _sync_status(self, dep: dict, new_rs: dict | None, rss: list[dict]) -> None:
+    async def _sync_status(self, dep: Obj, new_rs: Obj | None, rss: list[Obj]) -> None:
         status = d.status(dep, new_rs, rss)
         current = dep.get("status") or {}
         if current.get("collisionCount") is not None:
@@ -223,7 +224,7 @@ class DeploymentController(Controller):
             if not e.not_found:
                 raise
 
-    def _conditions(self, dep: dict, new_rs: dict | None, st: dict[str, Any], current: list[dict]) -> list[dict]:
+    def _conditions(self, dep: Obj, new_rs: Obj | None, st: dict[str, Any], current: list[Obj]) -> list[Obj]:
         now = now_rfc3339()
         by_type = {c["type"]: c for c in current}
         _, max_unavailable = d.fenceposts(dep)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodeagent.api.objects import Obj
 from nodeagent.client.informer import SharedInformers, key_of
 from nodeagent.client.rest import ClientError
 from nodeagent.controllers.base import Controller
@@ -39,26 +40,26 @@ class GarbageCollector(Controller):
                             lambda o, r=r: self._deleted(r, o))
 
     # Keys are "<resource>|<namespace/name>".
-    def _changed(self, resource: str, obj: dict) -> None:
+    def _changed(self, resource: str, obj: Obj) -> None:
         self._uids[obj["metadata"].get("uid")] = key_of(obj)
         self.queue.add(f"{resource}|{key_of(obj)}")
 
-    def _deleted(self, resource: str, obj: dict) -> None:
+    def _deleted(self, resource: str, obj: Obj) -> None:
         # An owner went away: look at its dependents.
         uid = obj["metadata"].get("uid")
         self._uids.pop(uid, None)
         for dep_res, dep in self._dependents_of(uid):
             self.queue.add(f"{dep_res}|{key_of(dep)}")
 
-    def _find(self, uid: str, kind: str) -> dict | None:
+    def _find(self, uid: str | None, kind: str) -> Obj | None:
         res = self._kind_to_resource.get(kind)
-        if res is None:
+        if res is None or uid is None:
             return None
         key = self._uids.get(uid)
         obj = self.informers.get(res).cache.get(key) if key else None
         return obj if obj is not None and obj["metadata"].get("uid") == uid else None
 
-    def _dependents_of(self, uid: str | None) -> list[tuple[str, dict]]:
+    def _dependents_of(self, uid: str | None) -> list[tuple[str, Obj]]:
         out = []
         for r in self.resources:
             for o in self.informers.get(r).list():
@@ -122,7 +123,7 @@ class GarbageCollector(Controller):
             if not (e.not_found or e.conflict):
                 raise
 
-    async def _remove_finalizer(self, resource: str, obj: dict, finalizer: str) -> None:
+    async def _remove_finalizer(self, resource: str, obj: Obj, finalizer: str) -> None:
         meta = obj["metadata"]
         left = [f for f in meta.get("finalizers") or [] if f != finalizer]
         try:
@@ -132,7 +133,7 @@ class GarbageCollector(Controller):
             if not e.not_found:
                 raise
 
-    async def _foreground(self, resource: str, owner: dict) -> None:
+    async def _foreground(self, resource: str, owner: Obj) -> None:
         deps = self._dependents_of(owner["metadata"]["uid"])
         blocking = 0
         for dep_res, dep in deps:
@@ -150,7 +151,7 @@ class GarbageCollector(Controller):
         else:
             self.queue.add_after(f"{resource}|{key_of(owner)}", 1.0)
 
-    async def _orphan(self, resource: str, owner: dict) -> None:
+    async def _orphan(self, resource: str, owner: Obj) -> None:
         uid = owner["metadata"]["uid"]
         for dep_res, dep in self._dependents_of(uid):
             dmeta = dep["metadata"]

@@ -165,7 +165,8 @@ def succeeded_indexes(pods: Iterable[Mapping[str, Any]], completions: int) -> se
 
 def format_indexes(indexes: Iterable[int]) -> str:
     """status.completedIndexes: sorted ranges, "0-2,4"."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[int] = []
     for i in sorted(set(indexes)):
         if run and i == run[-1] + 1:
             run.append(i)

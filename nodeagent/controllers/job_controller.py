@@ -53,8 +53,8 @@ class JobController(PodOwnerController):
                     await self.create_pod(key, job, jobs.indexed_pod(pod, name, i))
             if p.delete:
                 self.expectations.expect(key, deletes=len(p.delete))
-                for pod in p.delete:
-                    await self.delete_pod(key, job, pod)
+                for victim in p.delete:
+                    await self.delete_pod(key, job, victim)
         if p.finished == "Complete":
             self.recorder.record(job, "Normal", "Completed", "Job completed")
         elif p.finished == "Failed":

@@ -11,6 +11,8 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
+from nodeagent.api.cidrs import subnet_of
+
 
 class CIDRSetFull(Exception):
     """Every subnet of the cluster range is taken."""
@@ -34,7 +36,7 @@ class CidrSet:
             sub = ipaddress.ip_network(cidr, strict=False)
         except ValueError:
             return None
-        if sub.version != self.net.version or sub.prefixlen != self.mask or not sub.subnet_of(self.net):
+        if sub.prefixlen != self.mask or not subnet_of(sub, self.net):
             return None
         return (int(sub.network_address) - int(self.net.network_address)) // self._step
 

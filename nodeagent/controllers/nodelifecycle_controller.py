@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from nodeagent.api.objects import Obj
 from nodeagent.client.rest import ClientError
 from nodeagent.clock import utcnow
 from nodeagent.controllers import nodelifecycle as nl
@@ -41,7 +42,7 @@ class NodeLifecycleController(Controller):
         self.evicted: set[str] = set()  # pod uids already deleted by the taint manager
         self.nodes.add_handler(None, None, self._node_deleted)
 
-    def _node_deleted(self, node: dict) -> None:
+    def _node_deleted(self, node: Obj) -> None:
         name = node["metadata"]["name"]
         self.tracker.forget(name)
         self.tainted_at.pop(name, None)
@@ -64,7 +65,7 @@ class NodeLifecycleController(Controller):
             await self.options.clock.sleep(period)
 
     # -- node monitor ------------------------------------------------------------------------------
-    def _lease(self, node_name: str) -> dict | None:
+    def _lease(self, node_name: str) -> Obj | None:
         return self.leases.get(node_name, LEASE_NAMESPACE)
 
     async def monitor_once(self) -> None:
@@ -91,7 +92,7 @@ class NodeLifecycleController(Controller):
             if taints is not None:
                 await self._set_taints(node, taints)
 
-    async def _mark_unknown(self, node: dict, now_iso: str) -> dict:
+    async def _mark_unknown(self, node: Obj, now_iso: str) -> Obj:
         conds = nl.unknown_conditions(node, now_iso)
         if conds is None:
             return node
@@ -122,7 +123,7 @@ class NodeLifecycleController(Controller):
                 if not (e.not_found or e.conflict):
                     raise
 
-    async def _set_taints(self, node: dict, taints: list[dict]) -> None:
+    async def _set_taints(self, node: Obj, taints: list[Obj]) -> None:
         meta = node["metadata"]
         patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "spec": {"taints": taints or None}}
         try:
@@ -155,7 +156,7 @@ class NodeLifecycleController(Controller):
             for pod in due:
                 await self._evict(pod)
 
-    async def _evict(self, pod: dict) -> None:
+    async def _evict(self, pod: Obj) -> None:
         meta = pod["metadata"]
         self.evicted.add(meta.get("uid"))
         if len(self.evicted) > 100_000:

@@ -12,6 +12,7 @@ import datetime as dt
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from nodeagent.api.objects import ObjT
 from nodeagent.api.selectors import Selector
 from nodeagent.api.times import parse_time
 
@@ -112,15 +113,15 @@ def deletion_rank_key(pod: Mapping[str, Any], colocated: Mapping[str, int] | Non
     )
 
 
-def pods_to_delete(pods: Iterable[Mapping[str, Any]], count: int) -> list[Mapping[str, Any]]:
+def pods_to_delete(pods: Iterable[ObjT], count: int) -> list[ObjT]:
     """The `count` least valuable pods (getPodsToDelete with node co-location ranks)."""
-    pods = list(pods)
+    candidates = list(pods)
     colocated: dict[str, int] = {}
-    for p in pods:
+    for p in candidates:
         node = (p.get("spec") or {}).get("nodeName")
         if node:
             colocated[node] = colocated.get(node, 0) + 1
-    return sorted(pods, key=lambda p: deletion_rank_key(p, colocated))[:count]
+    return sorted(candidates, key=lambda p: deletion_rank_key(p, colocated))[:count]
 
 
 def pod_from_template(template: Mapping[str, Any], owner: Mapping[str, Any], namespace: str,

@@ -12,6 +12,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from nodeagent.api.objects import Obj, ObjT
 from nodeagent.api.selectors import from_label_selector
 from nodeagent.controllers import podutil
 
@@ -20,17 +21,19 @@ BURST_REPLICAS = 500
 
 @dataclasses.dataclass
 class Plan:
-    adopt: list[dict] = dataclasses.field(default_factory=list)
-    release: list[dict] = dataclasses.field(default_factory=list)
+    adopt: list[Obj] = dataclasses.field(default_factory=list)
+    release: list[Obj] = dataclasses.field(default_factory=list)
     create: int = 0
-    delete: list[dict] = dataclasses.field(default_factory=list)
-    owned: list[dict] = dataclasses.field(default_factory=list)  # active pods it keeps after the plan
+    delete: list[Obj] = dataclasses.field(default_factory=list)
+    owned: list[Obj] = dataclasses.field(default_factory=list)  # active pods it keeps after the plan
 
 
-def claim(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> tuple[list[dict], list[dict], list[dict]]:
+def claim(rs: Mapping[str, Any], pods: Iterable[ObjT]) -> tuple[list[ObjT], list[ObjT], list[ObjT]]:
     """(owned incl. to-adopt, to adopt, to release) among the namespace's pods."""
     selector = from_label_selector((rs.get("spec") or {}).get("selector"))
-    owned, adopt, release = [], [], []
+    owned: list[ObjT] = []
+    adopt: list[ObjT] = []
+    release: list[ObjT] = []
     for pod in pods:
         verdict = podutil.claimable(pod, rs, selector)
         if verdict == "own":
@@ -43,7 +46,7 @@ def claim(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> tuple[lis
     return owned, adopt, release
 
 
-def plan(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], burst: int = BURST_REPLICAS) -> Plan:
+def plan(rs: Mapping[str, Any], pods: Iterable[Obj], burst: int = BURST_REPLICAS) -> Plan:
     """manageReplicas: the difference between desired and active owned pods, capped at `burst`."""
     owned, adopt, release = claim(rs, pods)
     active = [p for p in owned if podutil.is_pod_active(p)]

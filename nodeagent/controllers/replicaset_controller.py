@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from nodeagent.api.objects import Obj
 from nodeagent.client.informer import SharedInformers, key_of
 from nodeagent.client.rest import ClientError
 from nodeagent.clock import utcnow
@@ -31,16 +32,16 @@ class ReplicaSetController(Controller):
         self.pods.add_handler(self._pod_added, self._pod_updated, self._pod_deleted)
 
     # -- handlers: record, never write --------------------------------------------------------------
-    def _rs_deleted(self, rs: dict) -> None:
+    def _rs_deleted(self, rs: Obj) -> None:
         self.expectations.forget(key_of(rs))
 
-    def _owner_key(self, pod: dict) -> str | None:
+    def _owner_key(self, pod: Obj) -> str | None:
         ref = podutil.controller_ref(pod)
         if ref and ref.get("kind") == "ReplicaSet":
             return f"{pod['metadata'].get('namespace')}/{ref['name']}"
         return None
 
-    def _enqueue_matching(self, pod: dict) -> None:
+    def _enqueue_matching(self, pod: Obj) -> None:
         """An orphan pod: every ReplicaSet that could adopt it takes a look."""
         from nodeagent.api.selectors import from_label_selector
 
@@ -51,7 +52,7 @@ class ReplicaSetController(Controller):
                     (rs.get("spec") or {}).get("selector")).matches(labels):
                 self.enqueue(rs)
 
-    def _index(self, pod: dict, add: bool) -> None:
+    def _index(self, pod: Obj, add: bool) -> None:
         pkey = key_of(pod)
         ref = podutil.controller_ref(pod)
         bucket = (self._by_owner.setdefault(ref["uid"], set()) if ref
@@ -61,12 +62,12 @@ class ReplicaSetController(Controller):
         else:
             bucket.discard(pkey)
 
-    def _candidates(self, rs: dict) -> list[dict]:
+    def _candidates(self, rs: Obj) -> list[Obj]:
         keys = set(self._by_owner.get(rs["metadata"].get("uid"), ())) | \
             self._orphans.get(rs["metadata"].get("namespace") or "", set())
         return [p for k in keys if (p := self.pods.cache.get(k)) is not None]
 
-    def _pod_added(self, pod: dict) -> None:
+    def _pod_added(self, pod: Obj) -> None:
         self._index(pod, True)
         key = self._owner_key(pod)
         if key:
@@ -75,7 +76,7 @@ class ReplicaSetController(Controller):
         elif not podutil.is_terminating(pod):
             self._enqueue_matching(pod)
 
-    def _pod_updated(self, old: dict, new: dict) -> None:
+    def _pod_updated(self, old: Obj, new: Obj) -> None:
         self._index(old, False)
         self._index(new, True)
         for p in (old, new):
@@ -85,7 +86,7 @@ class ReplicaSetController(Controller):
         if not self._owner_key(new):
             self._enqueue_matching(new)
 
-    def _pod_deleted(self, pod: dict) -> None:
+    def _pod_deleted(self, pod: Obj) -> None:
         self._index(pod, False)
         key = self._owner_key(pod)
         if key:
@@ -126,7 +127,7 @@ class ReplicaSetController(Controller):
                 await self._delete(key, rs, plan.delete)
         await self._update_status(rs, replicaset.status(rs, plan.owned, utcnow(self.options.clock), failure))
 
-    async def _set_owner(self, pod: dict, rs: dict, adopt: bool) -> None:
+    async def _set_owner(self, pod: Obj, rs: Obj, adopt: bool) -> None:
         meta = pod["metadata"]
         refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != rs["metadata"]["uid"]]
         if adopt:
@@ -138,7 +139,7 @@ class ReplicaSetController(Controller):
             if not (e.not_found or e.conflict):
                 raise
 
-    async def _create(self, key: str, rs: dict, count: int) -> str | None:
+    async def _create(self, key: str, rs: Obj, count: int) -> str | None:
         ns = rs["metadata"].get("namespace", "default")
         template = (rs.get("spec") or {}).get("template") or {}
         errors: list[str] = []
@@ -161,7 +162,7 @@ class ReplicaSetController(Controller):
             self.expectations.lower(key, adds=skipped)
         return errors[0] if errors else None
 
-    async def _delete(self, key: str, rs: dict, victims: list[dict]) -> None:
+    async def _delete(self, key: str, rs: Obj, victims: list[Obj]) -> None:
         self.expectations.expect(key, deletes=len(victims))
         for pod in victims:
             meta = pod["metadata"]
@@ -174,7 +175,7 @@ class ReplicaSetController(Controller):
                     self.recorder.record(rs, "Warning", "FailedDelete", f"Error deleting: {e.message}")
                     raise
 
-    async def _update_status(self, rs: dict, status: dict[str, Any]) -> None:
+    async def _update_status(self, rs: Obj, status: dict[str, Any]) -> None:
         if (rs.get("status") or {}) == status:
             return
         new = copy.deepcopy(rs)

@@ -51,8 +51,9 @@ class Plan:
 
 
 def plan(owner: Mapping[str, Any], name: str, hash_value: str, revisions: Iterable[Mapping[str, Any]],
-         in_use: set[str]) -> Plan:
-    """`name` is the revision for the current template; `in_use` are hash label values pods still carry."""
+         in_use: set[str | None]) -> Plan:
+    """`name` is the revision for the current template; `in_use` are hash label values pods still carry
+    (None for a pod without one: then a revision without the label counts as in use too)."""
     revs = sorted(revisions, key=lambda r: int(r.get("revision") or 0))
     top = int(revs[-1].get("revision") or 0) if revs else 0
     mine = next((r for r in revs if r["metadata"]["name"] == name), None)

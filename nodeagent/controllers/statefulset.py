@@ -107,18 +107,18 @@ def plan(sts: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Plan:
 
     # ordinals in range: (re)create missing and failed pods in order
     for i in range(replicas):
-        p = by_ord.get(i)
-        if p is None:
+        pod = by_ord.get(i)
+        if pod is None:
             out.create.append(i)
             if not parallel:
                 return out
             continue
-        if (p.get("status") or {}).get("phase") == "Failed" and not podutil.is_terminating(p):
-            out.delete.append(p)
+        if (pod.get("status") or {}).get("phase") == "Failed" and not podutil.is_terminating(pod):
+            out.delete.append(pod)
             if not parallel:
                 return out
             continue
-        if not parallel and (podutil.is_terminating(p) or not _running_ready(p)):
+        if not parallel and (podutil.is_terminating(pod) or not _running_ready(pod)):
             return out  # wait for this one before touching the next
     if out.create or out.delete:
         return out

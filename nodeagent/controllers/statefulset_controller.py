@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nodeagent.api.objects import Obj
 from nodeagent.client.rest import ClientError
 from nodeagent.controllers import podutil, statefulset
 from nodeagent.controllers.base import split_key
@@ -35,7 +36,7 @@ class StatefulSetController(PodOwnerController):
                     await self.delete_pod(key, sts, pod)
         await self.write_status(sts, p.status)
 
-    async def _ensure_claims(self, sts: dict, i: int) -> None:
+    async def _ensure_claims(self, sts: Obj, i: int) -> None:
         for claim in statefulset.claims_for(sts, i):
             try:
                 await self.client.create("persistentvolumeclaims", claim, claim["metadata"]["namespace"])

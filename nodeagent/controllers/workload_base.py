@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
+from nodeagent.api.objects import Obj
 from nodeagent.client.rest import ClientError
 from nodeagent.controllers import podutil, revisions
 from nodeagent.controllers.base import Controller, Expectations, SharedInformers
@@ -27,35 +29,35 @@ class PodOwnerController(Controller):
                                                                    f"{o['metadata']['name']}"))
         self.pods.add_handler(self._pod_added, self._pod_updated, self._pod_deleted)
 
-    def owner_key(self, pod: dict) -> str | None:
+    def owner_key(self, pod: Obj) -> str | None:
         ref = podutil.controller_ref(pod)
         if ref and ref.get("kind") == self.kind:
             return f"{pod['metadata'].get('namespace')}/{ref['name']}"
         return None
 
-    def _pod_added(self, pod: dict) -> None:
+    def _pod_added(self, pod: Obj) -> None:
         key = self.owner_key(pod)
         if key:
             self.expectations.observed_add(key)
             self.queue.add(key)
 
-    def _pod_updated(self, old: dict, new: dict) -> None:
+    def _pod_updated(self, old: Obj, new: Obj) -> None:
         key = self.owner_key(new) or self.owner_key(old)
         if key:
             self.queue.add(key)
 
-    def _pod_deleted(self, pod: dict) -> None:
+    def _pod_deleted(self, pod: Obj) -> None:
         key = self.owner_key(pod)
         if key:
             self.expectations.observed_delete(key)
             self.queue.add(key)
 
-    def owned_pods(self, owner: dict) -> list[dict]:
+    def owned_pods(self, owner: Obj) -> list[Obj]:
         ns, uid = owner["metadata"].get("namespace"), owner["metadata"].get("uid")
         return [p for p in self.pods.list() if p["metadata"].get("namespace") == ns
                 and (podutil.controller_ref(p) or {}).get("uid") == uid]
 
-    async def create_pod(self, key: str, owner: dict, pod: dict) -> dict | None:
+    async def create_pod(self, key: str, owner: Obj, pod: Obj) -> Obj | None:
         """Create one pod (expectation raised by the caller); events either way; None when refused."""
         ns = owner["metadata"].get("namespace", "default")
         try:
@@ -69,7 +71,7 @@ class PodOwnerController(Controller):
         self.recorder.record(owner, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
         return created
 
-    async def delete_pod(self, key: str, owner: dict, pod: dict, grace_period: int | None = None) -> None:
+    async def delete_pod(self, key: str, owner: Obj, pod: Mapping[str, Any], grace_period: int | None = None) -> None:
         meta = pod["metadata"]
         try:
             await self.client.delete("pods", meta["name"], meta.get("namespace"), grace_period=grace_period)
@@ -81,7 +83,7 @@ class PodOwnerController(Controller):
             raise
         self.recorder.record(owner, "Normal", "SuccessfulDelete", f"Deleted pod: {meta['name']}")
 
-    async def sync_revisions(self, owner: dict, name: str, hash_value: str, pods: list[dict]) -> int:
+    async def sync_revisions(self, owner: Obj, name: str, hash_value: str, pods: list[Obj]) -> int:
         """Keep the owner's ControllerRevisions (kubectl rollout history/undo); returns the current number."""
         crs = self.informers.get("controllerrevisions")
         uid, ns = owner["metadata"].get("uid"), owner["metadata"].get("namespace")
@@ -102,7 +104,7 @@ class PodOwnerController(Controller):
                 raise
         return p.number
 
-    async def write_status(self, owner: dict, status: dict[str, Any]) -> None:
+    async def write_status(self, owner: Obj, status: dict[str, Any]) -> None:
         merged = {**(owner.get("status") or {}), **status}
         if (owner.get("status") or {}) == merged:
             return

@@ -14,8 +14,19 @@ import collections
 import heapq
 import itertools
 from collections.abc import Hashable
+from typing import Generic, Protocol, TypeVar
 
 from nodeagent.clock import REAL_CLOCK, Clock
+
+K = TypeVar("K", bound=Hashable)
+
+
+class RateLimiter(Protocol):
+    """When an item may be retried, and how often it has been."""
+
+    def when(self, item: Hashable) -> float: ...
+    def forget(self, item: Hashable) -> None: ...
+    def retries(self, item: Hashable) -> int: ...
 
 
 class ExponentialLimiter:
@@ -60,7 +71,7 @@ class BucketLimiter:
 
 
 class MaxOfLimiter:
-    def __init__(self, *limiters) -> None:
+    def __init__(self, *limiters: RateLimiter) -> None:
         self.limiters = limiters
 
     def when(self, item: Hashable) -> float:
@@ -82,16 +93,16 @@ class ShutDown(Exception):
     """The queue was shut down: workers return."""
 
 
-class WorkQueue:
-    """Dedupe + dirty/processing sets + delayed adds + rate-limited re-adds."""
+class WorkQueue(Generic[K]):
+    """Dedupe + dirty/processing sets + delayed adds + rate-limited re-adds, of keys of type K."""
 
-    def __init__(self, limiter=None, clock: Clock = REAL_CLOCK) -> None:
+    def __init__(self, limiter: RateLimiter | None = None, clock: Clock = REAL_CLOCK) -> None:
         self.clock = clock
         self.limiter = limiter or default_limiter(clock)
-        self._queue: collections.deque[Hashable] = collections.deque()
-        self._dirty: set[Hashable] = set()
-        self._processing: set[Hashable] = set()
-        self._waiting: list[tuple[float, int, Hashable]] = []  # (ready at, seq, item)
+        self._queue: collections.deque[K] = collections.deque()
+        self._dirty: set[K] = set()
+        self._processing: set[K] = set()
+        self._waiting: list[tuple[float, int, K]] = []  # (ready at, seq, item)
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._shutdown = False
@@ -99,7 +110,7 @@ class WorkQueue:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def add(self, item: Hashable) -> None:
+    def add(self, item: K) -> None:
         if self._shutdown or item in self._dirty:
             return
         self._dirty.add(item)
@@ -107,7 +118,7 @@ class WorkQueue:
             self._queue.append(item)
             self._notify()
 
-    def add_after(self, item: Hashable, delay: float) -> None:
+    def add_after(self, item: K, delay: float) -> None:
         if self._shutdown:
             return
         if delay <= 0:
@@ -116,16 +127,16 @@ class WorkQueue:
         heapq.heappush(self._waiting, (self.clock.monotonic() + delay, next(self._seq), item))
         self._arm()
 
-    def add_rate_limited(self, item: Hashable) -> None:
+    def add_rate_limited(self, item: K) -> None:
         self.add_after(item, self.limiter.when(item))
 
-    def forget(self, item: Hashable) -> None:
+    def forget(self, item: K) -> None:
         self.limiter.forget(item)
 
-    def retries(self, item: Hashable) -> int:
+    def retries(self, item: K) -> int:
         return self.limiter.retries(item)
 
-    async def get(self) -> Hashable:
+    async def get(self) -> K:
         """The next key to process; call `done(key)` when finished. Raises ShutDown when drained."""
         while True:
             self._promote()
@@ -147,7 +158,7 @@ class WorkQueue:
             except TimeoutError:
                 pass
 
-    def done(self, item: Hashable) -> None:
+    def done(self, item: K) -> None:
         self._processing.discard(item)
         if item in self._dirty:
             self._queue.append(item)

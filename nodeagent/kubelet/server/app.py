@@ -115,7 +115,7 @@ class KubeletServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, ssl_context=ssl_ctx, backlog=256)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = self._runner.addresses[0][1]  # the one site's bound address
         return self.port
 
     async def stop(self) -> None:
