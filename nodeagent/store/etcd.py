@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
 
-from nodeagent.store.base import AlreadyExists, Conflict, Event, Gone, NotFound, StoreError
+from nodeagent.store.base import AlreadyExists, Conflict, Event, EventType, Gone, NotFound, StoreError
 from nodeagent.store.codec import decode, encode
 from nodeagent.store.fanout import DEFAULT_QUEUE, FanOut
 
@@ -334,12 +334,12 @@ class EtcdStore:
             return None
         key = _unb64(kv["key"])[len(self._bprefix) :].decode()
         rev = int(kv["mod_revision"])
-        pkv = e.get("prev_kv")
-        prev = decode(_unb64(pkv["value"]), int(pkv["mod_revision"])) if pkv and "value" in pkv else None
+        pkv = e.get("prev_kv") or {}
+        prev = decode(_unb64(pkv["value"]), int(pkv["mod_revision"])) if "value" in pkv else None
         if e.get("type") == "DELETE":
             obj = decode(_unb64(pkv["value"]), rev) if prev is not None else {"metadata": {"resourceVersion": str(rev)}}
             return Event("DELETED", key, obj, rev, prev)
-        typ = "ADDED" if kv.get("create_revision") == kv.get("mod_revision") else "MODIFIED"
+        typ: EventType = "ADDED" if kv.get("create_revision") == kv.get("mod_revision") else "MODIFIED"
         return Event(typ, key, decode(_unb64(kv["value"]), rev), rev, prev if typ == "MODIFIED" else None)
 
     async def _stream(self, key: bytes, start: int, ready: asyncio.Future | None = None) -> AsyncIterator[dict]:

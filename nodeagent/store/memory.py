@@ -6,7 +6,7 @@ import bisect
 import copy
 from collections.abc import AsyncIterator
 
-from nodeagent.store.base import AlreadyExists, Conflict, Event, Gone, NotFound, with_revision
+from nodeagent.store.base import AlreadyExists, Conflict, Event, EventType, Gone, NotFound, with_revision
 from nodeagent.store.fanout import DEFAULT_QUEUE, FanOut
 
 
@@ -35,8 +35,8 @@ class MemoryStore:
     def compacted(self) -> int:
         return self._compacted
 
-    def _commit(self, type_: str, key: str, obj: dict, prev: dict | None) -> Event:
-        ev = Event(type_, key, obj, self._rev, prev)  # type: ignore[arg-type]
+    def _commit(self, type_: EventType, key: str, obj: dict, prev: dict | None) -> Event:
+        ev = Event(type_, key, obj, self._rev, prev)
         self._history.append(ev)
         self._fanout.publish(ev)
         return ev
@@ -102,8 +102,8 @@ class MemoryStore:
         try:
             for ev in backlog:
                 yield ev
-            while (ev := await w.next()) is not None:
-                yield ev
+            while (live := await w.next()) is not None:
+                yield live
         finally:
             self._fanout.unsubscribe(w)
 

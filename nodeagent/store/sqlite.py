@@ -53,7 +53,8 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Literal
 
 from nodeagent.store.base import AlreadyExists, Conflict, Event, Gone, NotFound, StoreError
 from nodeagent.store.codec import decode, encode
@@ -62,7 +63,7 @@ from nodeagent.store.fanout import DEFAULT_QUEUE, FanOut
 log = logging.getLogger(__name__)
 
 ADDED, MODIFIED, DELETED = 0, 1, 2
-TYPE_NAMES = ("ADDED", "MODIFIED", "DELETED")
+TYPE_NAMES: tuple[Literal["ADDED"], Literal["MODIFIED"], Literal["DELETED"]] = ("ADDED", "MODIFIED", "DELETED")
 _CREATE, _UPDATE, _DELETE, _COMPACT = range(4)
 
 SCHEMA = """
@@ -87,15 +88,19 @@ CREATE TABLE IF NOT EXISTS meta (
 # A raw log entry as kept in the ring and read from the table:
 # (revision, type, key, value, prev_revision, prev_value)
 _Raw = tuple[int, int, str, str, int | None, str | None]
+# What the writer hands back for one op: the log entry it wrote, ("COMPACT", the compacted revision), or
+# the error its caller gets.
+_Result = _Raw | tuple[Literal["COMPACT"], int] | StoreError
 
 
 class _Op:
     __slots__ = ("data", "expected", "future", "key", "kind")
 
-    def __init__(self, kind: int, key: str, data: str | None, expected: int | None, future: asyncio.Future):
+    def __init__(self, kind: int, key: str, data: str, expected: int | None,
+                 future: asyncio.Future[dict | None]):
         self.kind = kind
         self.key = key
-        self.data = data
+        self.data = data  # the encoded object to write; empty for a delete or a compaction
         self.expected = expected
         self.future = future
 
@@ -204,26 +209,32 @@ class SQLiteStore:
 
     # -- writes ------------------------------------------------------------------------------------
 
-    async def _submit(self, kind: int, key: str, data: str | None, expected: int | None) -> dict | None:
+    async def _submit(self, kind: int, key: str, data: str, expected: int | None) -> dict | None:
         if self._broken is not None:
             raise self._broken
         if self._closed or self._loop is None:
             raise StoreError(key, "store is closed" if self._closed else "store not started")
-        fut = self._loop.create_future()
+        fut: asyncio.Future[dict | None] = self._loop.create_future()
         self._ops.put(_Op(kind, key, data, expected, fut))
         return await fut
 
+    async def _write(self, kind: int, key: str, data: str, expected: int | None) -> dict:
+        """A create, update or delete: resolved with the object written (for a delete, as it was)."""
+        obj = await self._submit(kind, key, data, expected)
+        assert obj is not None  # only a compaction resolves to None
+        return obj
+
     async def create(self, key: str, obj: dict) -> dict:
-        return await self._submit(_CREATE, key, encode(obj), None)  # type: ignore[return-value]
+        return await self._write(_CREATE, key, encode(obj), None)
 
     async def update(self, key: str, obj: dict, expected_revision: int | None = None) -> dict:
-        return await self._submit(_UPDATE, key, encode(obj), expected_revision)  # type: ignore[return-value]
+        return await self._write(_UPDATE, key, encode(obj), expected_revision)
 
     async def delete(self, key: str, expected_revision: int | None = None) -> dict:
-        return await self._submit(_DELETE, key, None, expected_revision)  # type: ignore[return-value]
+        return await self._write(_DELETE, key, "", expected_revision)
 
     async def compact(self, revision: int) -> None:
-        await self._submit(_COMPACT, "", None, revision)
+        await self._submit(_COMPACT, "", "", revision)
 
     def _writer(self, conn: sqlite3.Connection) -> None:
         """The writer thread: drain queued ops, commit them as one transaction, hand results to the loop."""
@@ -253,25 +264,25 @@ class SQLiteStore:
                     return
         except BaseException as e:  # a bug: fail every waiting caller rather than hang them forever
             log.exception("sqlite store: writer thread died")
-            self._broken = StoreError(self.path, f"sqlite store writer died: {e!r}")
-            failed = [(op, self._broken) for op in batch]
+            broken = self._broken = StoreError(self.path, f"sqlite store writer died: {e!r}")
+            failed: list[tuple[_Op, _Result]] = [(op, broken) for op in batch]
             while True:
                 try:
                     op = ops.get_nowait()
                 except queue.Empty:
                     break
                 if op is not None:
-                    failed.append((op, self._broken))
+                    failed.append((op, broken))
             if self._loop is not None:
                 with contextlib.suppress(RuntimeError):
                     self._loop.call_soon_threadsafe(self._apply, failed)
         finally:
             conn.close()
 
-    def _commit(self, conn: sqlite3.Connection, batch: list[_Op]) -> list[tuple[_Op, object]]:
+    def _commit(self, conn: sqlite3.Connection, batch: list[_Op]) -> list[tuple[_Op, _Result]]:
         rev = self._wrev
         compacted = self._wcompacted
-        out: list[tuple[_Op, object]] = []
+        out: list[tuple[_Op, _Result]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             for op in batch:
@@ -323,7 +334,7 @@ class SQLiteStore:
         self._wcompacted = compacted
         return out
 
-    def _apply(self, results: list[tuple[_Op, object]]) -> None:
+    def _apply(self, results: list[tuple[_Op, _Result]]) -> None:
         """On the loop, in commit order: update the cached state, publish events, acknowledge callers."""
         cache, keys, fanout, ring = self._cache, self._keys, self._fanout, self._ring
         for op, res in results:
@@ -332,14 +343,14 @@ class SQLiteStore:
                 if not fut.done():
                     fut.set_exception(res)
                 continue
-            if res[0] == "COMPACT":  # type: ignore[index]
-                self._compacted = res[1]  # type: ignore[index]
+            if res[0] == "COMPACT":
+                self._compacted = res[1]
                 while ring and ring[0][0] <= self._compacted:
                     ring.popleft()
                 if not fut.done():
                     fut.set_result(None)
                 continue
-            raw: _Raw = res  # type: ignore[assignment]
+            raw = res
             rev, typ, key, value = raw[0], raw[1], raw[2], raw[3]
             if typ == ADDED:
                 cache[key] = (rev, value)
@@ -401,13 +412,13 @@ class SQLiteStore:
         finally:
             self._fanout.unsubscribe(w)
 
-    def _from_ring(self, since: int) -> list[_Raw] | None:
+    def _from_ring(self, since: int) -> Sequence[_Raw] | None:
         ring = self._ring
         if not ring or ring[0][0] > since + 1:
             return None
         return list(itertools.islice(ring, since + 1 - ring[0][0], None))
 
-    def _read_log(self, prefix: str, since: int, upto: int) -> list[_Raw]:
+    def _read_log(self, prefix: str, since: int, upto: int) -> Sequence[_Raw]:
         """The log entries in (since, upto] under `prefix`, read in one snapshot with the compaction mark."""
         assert self._reader is not None
         with self._reader_lock:
@@ -432,7 +443,7 @@ class SQLiteStore:
 def _event(raw: _Raw) -> Event:
     rev, typ, key, value, prev_rev, prev_value = raw
     prev = decode(prev_value, prev_rev) if prev_value is not None and prev_rev is not None else None
-    return Event(TYPE_NAMES[typ], key, decode(value, rev), rev, prev)  # type: ignore[arg-type]
+    return Event(TYPE_NAMES[typ], key, decode(value, rev), rev, prev)
 
 
 def verify(path: str) -> list[str]:
