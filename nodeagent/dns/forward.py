@@ -18,6 +18,7 @@ import dns.flags
 import dns.message
 import dns.name
 import dns.rcode
+import dns.rdataclass
 import dns.rdatatype
 
 from nodeagent.clock import REAL_CLOCK, Clock
@@ -77,7 +78,8 @@ class Forwarder:
         self.stats = ForwardStats()
         self._inflight: dict[tuple[str, int, int], asyncio.Future[dns.message.Message | None]] = {}
 
-    async def resolve(self, qname: dns.name.Name, qtype: int, qclass: int = 1) -> dns.message.Message | None:
+    async def resolve(self, qname: dns.name.Name, qtype: dns.rdatatype.RdataType,
+                      qclass: dns.rdataclass.RdataClass = dns.rdataclass.IN) -> dns.message.Message | None:
         """The upstream answer (TTLs aged when cached), or None when no upstream answered."""
         self.stats.queries += 1
         key = (qname.to_text().lower(), qtype, qclass)
@@ -106,7 +108,8 @@ class Forwarder:
         finally:
             del self._inflight[key]
 
-    async def _ask(self, qname: dns.name.Name, qtype: int, qclass: int) -> dns.message.Message | None:
+    async def _ask(self, qname: dns.name.Name, qtype: dns.rdatatype.RdataType,
+                   qclass: dns.rdataclass.RdataClass) -> dns.message.Message | None:
         q = dns.message.make_query(qname, qtype, qclass, use_edns=0, payload=1232)
         for host, port in self.upstreams:
             self.stats.upstream += 1

@@ -192,7 +192,7 @@ def slice_endpoints(o: Obj) -> list[Endpoint]:
 
 def endpoints_v1(o: Obj) -> list[Endpoint]:
     """Ready addresses of a v1 Endpoints (notReadyAddresses are not answered)."""
-    out = []
+    out: list[Endpoint] = []
     for sub in o.get("subsets") or []:
         ports = tuple(Port(p.get("name", "") or "", p.get("protocol") or "TCP", int(p.get("port", -1)))
                       for p in sub.get("ports") or []) or (Port("", "", -1),)

@@ -58,7 +58,7 @@ IN = dns.rdataclass.IN
 class Answer:
     """What to reply: rcode and sections, or `forward` (not ours: ask upstream), or a CNAME to chase."""
 
-    rcode: int = dns.rcode.NOERROR
+    rcode: dns.rcode.Rcode = dns.rcode.NOERROR
     answer: list[dns.rrset.RRset] = dataclasses.field(default_factory=list)
     authority: list[dns.rrset.RRset] = dataclasses.field(default_factory=list)
     additional: list[dns.rrset.RRset] = dataclasses.field(default_factory=list)
@@ -143,7 +143,7 @@ class ClusterRecords:
         return ix
 
     # ------------------------------------------------------------------ question side
-    def resolve(self, qname: dns.name.Name, qtype: int) -> Answer:
+    def resolve(self, qname: dns.name.Name, qtype: dns.rdatatype.RdataType) -> Answer:
         labels = [lb.decode("ascii", "replace").lower() for lb in qname.labels if lb]
         zl = len(self._zone_labels)
         if len(labels) >= zl and tuple(labels[len(labels) - zl:]) == self._zone_labels:
@@ -157,10 +157,10 @@ class ClusterRecords:
                                           f"{self.modified} 7200 1800 86400 {self.ttl}")
         return dns.rrset.from_rdata(self.zone, min(self.ttl, 300), rd)
 
-    def _negative(self, rcode: int) -> Answer:
+    def _negative(self, rcode: dns.rcode.Rcode) -> Answer:
         return Answer(rcode=rcode, authority=[self.soa()])
 
-    def _zone_answer(self, qname: dns.name.Name, qtype: int, rest: list[str], depth: int = 0) -> Answer:
+    def _zone_answer(self, qname: dns.name.Name, qtype: dns.rdatatype.RdataType, rest: list[str], depth: int = 0) -> Answer:
         if not rest and qtype == SOA:
             return Answer(answer=[self.soa()])
         if not rest and qtype == NS:
@@ -189,7 +189,7 @@ class ClusterRecords:
             return Answer(answer=self._rrset(qname, names)) if names else self._negative(dns.rcode.NOERROR)
         return self._negative(dns.rcode.NOERROR)
 
-    def _address_answer(self, qname: dns.name.Name, qtype: int, items: list[tuple[str, int, str]],
+    def _address_answer(self, qname: dns.name.Name, qtype: dns.rdatatype.RdataType, items: list[tuple[str, int, str]],
                         depth: int = 0) -> Answer:
         for host, _, _ in items:
             if not _is_ip(host):  # ExternalName: CNAME, then the target's addresses
@@ -220,7 +220,7 @@ class ClusterRecords:
             seen.setdefault((port, target), host)
         weight = max(1, 100 // len(items))  # CoreDNS: 100 / every candidate, at least 1
         rrs = self._rrset(qname, [(SRV, f"0 {weight} {port} {target}.") for port, target in seen])
-        extra: dict[str, list[tuple[int, str]]] = {}
+        extra: dict[str, list[tuple[dns.rdatatype.RdataType, str]]] = {}
         for (_, target), host in seen.items():
             rec = (AAAA if ":" in host else A, host)
             if rec not in extra.setdefault(target, []):
@@ -279,7 +279,7 @@ class ClusterRecords:
                 out.extend((ip, p.port, base) for ip in svc.cluster_ips)
         return found, out
 
-    def _reverse_answer(self, qname: dns.name.Name, qtype: int, labels: list[str]) -> Answer:
+    def _reverse_answer(self, qname: dns.name.Name, qtype: dns.rdatatype.RdataType, labels: list[str]) -> Answer:
         ip = _reverse_ip(labels)
         if ip is None:
             return Answer(forward=True)
@@ -306,9 +306,9 @@ class ClusterRecords:
         svc = self.index().services.get(self.dns_service)
         return list(svc.cluster_ips) if svc else []
 
-    def _rrset(self, owner: dns.name.Name, records: list[tuple[int, str]]) -> list[dns.rrset.RRset]:
+    def _rrset(self, owner: dns.name.Name, records: list[tuple[dns.rdatatype.RdataType, str]]) -> list[dns.rrset.RRset]:
         """One RRset per type, duplicates dropped, in first-seen order."""
-        by_type: dict[int, dns.rrset.RRset] = {}
+        by_type: dict[dns.rdatatype.RdataType, dns.rrset.RRset] = {}
         for rdtype, text in records:
             rrs = by_type.get(rdtype)
             if rrs is None:

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import socket
 import struct
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 import dns.exception
@@ -51,8 +51,8 @@ class Handler:
         self._wire: dict[bytes, bytes] = {}
         self._wire_gen = -1
 
-    def handle(self, wire: bytes, udp: bool) -> bytes | None | Awaitable[bytes | None]:
-        """The reply, or None to drop, or an awaitable of either (forwarded questions)."""
+    def handle(self, wire: bytes, udp: bool) -> bytes | None | Coroutine[Any, Any, bytes | None]:
+        """The reply, or None to drop, or a coroutine of either (forwarded questions)."""
         self.stats.queries += 1
         if self._wire_gen != self.records.generation:
             self._wire.clear()
@@ -114,7 +114,8 @@ class Handler:
         return _answer_wire(q, ans, udp, self.stats)
 
 
-def _reply(q: dns.message.Message, rcode: int = dns.rcode.NOERROR, authoritative: bool = False) -> dns.message.Message:
+def _reply(q: dns.message.Message, rcode: dns.rcode.Rcode = dns.rcode.NOERROR,
+           authoritative: bool = False) -> dns.message.Message:
     r = dns.message.make_response(q, recursion_available=True, our_payload=OUR_PAYLOAD)
     r.set_rcode(rcode)
     if authoritative:
@@ -122,7 +123,7 @@ def _reply(q: dns.message.Message, rcode: int = dns.rcode.NOERROR, authoritative
     return r
 
 
-def _reply_wire(q: dns.message.Message, rcode: int, udp: bool) -> bytes:
+def _reply_wire(q: dns.message.Message, rcode: dns.rcode.Rcode, udp: bool) -> bytes:
     return _to_wire(q, _reply(q, rcode), udp, None)
 
 
@@ -197,7 +198,7 @@ class _UDP:
             elif out is not None:
                 if self.pending >= self.MAX_PENDING:
                     self.handler.stats.dropped += 1
-                    out.close()  # type: ignore[attr-defined]
+                    out.close()
                     continue
                 self.pending += 1
                 self.tg.create_task(self._later(out, addr))

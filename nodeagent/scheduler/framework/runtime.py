@@ -80,7 +80,7 @@ class Framework:
             raise ValueError(f"profile {profile_name}: at least one bind plugin is required")
         self.waiting: dict[str, asyncio.Future[Status | None]] = {}
         self.ext_plugins = [p for p in self.pre_filter_plugins if hasattr(p, "add_pod")]
-        self._pod_dependent: dict[tuple[int, str], list[Any]] = {}
+        self._pod_dependent: dict[tuple[int, str | None], list[Any]] = {}
 
     # -- queue ---------------------------------------------------------------------------------------
 

@@ -341,8 +341,8 @@ class NodeInfo:
                 self.pods_with_required_anti_affinity += 1
         self.generation += 1
 
-    def remove_pod(self, p: PodInfo) -> bool:
-        p = self.pods.pop(p.uid, None)  # the stored version: its requests are what we added
+    def remove_pod(self, pod: PodInfo) -> bool:
+        p = self.pods.pop(pod.uid, None)  # the stored version: its requests are what we added
         if p is None:
             return False
         self.req_cpu -= p.req_cpu

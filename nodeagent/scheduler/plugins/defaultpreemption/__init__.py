@@ -80,7 +80,8 @@ def parse_pdbs(pdbs: list[dict[str, Any]]) -> list[_PDB]:
 def split_by_pdb(pods: list[PodInfo], pdbs: list[_PDB]) -> tuple[list[PodInfo], list[PodInfo]]:
     """(violating, non-violating), each in the given order; budgets are consumed as pods are counted."""
     allowed = [p.allowed for p in pdbs]
-    violating, ok = [], []
+    violating: list[PodInfo] = []
+    ok: list[PodInfo] = []
     for pod in pods:
         hit = False
         if pod.labels:

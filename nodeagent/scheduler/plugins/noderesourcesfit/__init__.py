@@ -94,8 +94,9 @@ class NodeResourcesFit:
             all(w == 1 for _, w in self.resources)
         self._status: dict[tuple[str, ...], Status] = {}
         names = ("Too many pods", "Insufficient cpu", "Insufficient memory", "Insufficient ephemeral-storage")
-        self._by_bits = [None] + [self._reject(tuple(r for i, r in enumerate(names) if b & (1 << i)))
-                                  for b in range(1, 16)]
+        # the status for each combination of failed checks (bit i: names[i]); none when all pass
+        self._by_bits: list[Status | None] = [None] + [
+            self._reject(tuple(r for i, r in enumerate(names) if b & (1 << i))) for b in range(1, 16)]
 
     def _scalars(self, pod: PodInfo) -> list[tuple[str, int]]:
         out = []
@@ -165,10 +166,11 @@ class NodeResourcesFit:
             bits = ((len(n.pods) >= n.alloc_pods) | ((cpu > 0 and cpu > n.alloc_cpu - n.req_cpu) << 1)
                     | ((mem > 0 and mem > n.alloc_mem - n.req_mem) << 2)
                     | ((eph > 0 and eph > n.alloc_eph - n.req_eph) << 3))
-            if bits:
-                failed.append((n, by_bits[bits]))
-            else:
+            status = by_bits[bits]
+            if status is None:
                 passed.append(n)
+            else:
+                failed.append((n, status))
         return passed, failed
 
     def filter_with_delta(self, state: CycleState, pod: PodInfo, node: NodeInfo,

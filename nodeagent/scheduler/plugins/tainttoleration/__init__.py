@@ -3,7 +3,7 @@ fewer untolerated PreferNoSchedule taints (normalized in reverse: fewest = 100).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nodeagent.api.taints import tolerates
@@ -23,7 +23,7 @@ from nodeagent.scheduler.framework import (
 NAME = "TaintToleration"
 
 
-def first_untolerated(taints: Iterable[Mapping[str, Any]], tolerations: list[Mapping[str, Any]]
+def first_untolerated(taints: Iterable[Mapping[str, Any]], tolerations: Sequence[Mapping[str, Any]]
                       ) -> Mapping[str, Any] | None:
     for t in taints:
         if not any(tolerates(tol, t) for tol in tolerations):
