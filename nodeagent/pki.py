@@ -5,11 +5,13 @@ keys and certificates written privately and durably."""
 from __future__ import annotations
 
 import datetime as dt
+import typing
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes, PrivateKeyTypes
 from cryptography.x509.oid import NameOID
 
 from kernel.fs import atomic_write
@@ -26,13 +28,21 @@ def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
-def load_ca(crt: Path, key: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    """The CA certificate and its key from their PEM files."""
-    return (x509.load_pem_x509_certificate(crt.read_bytes()),
-            serialization.load_pem_private_key(key.read_bytes(), None))  # type: ignore[return-value]
+def _can_sign(key: PrivateKeyTypes) -> typing.TypeGuard[CertificateIssuerPrivateKeyTypes]:
+    """A key of a type that can sign certificates (what x509's builder accepts)."""
+    return isinstance(key, typing.get_args(CertificateIssuerPrivateKeyTypes))
 
 
-def ensure_ca(pki: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def load_ca(crt: Path, key: Path) -> tuple[x509.Certificate, CertificateIssuerPrivateKeyTypes]:
+    """The CA certificate and its key from their PEM files (ValueError when unreadable or unfit)."""
+    cert = x509.load_pem_x509_certificate(crt.read_bytes())
+    ca_key = serialization.load_pem_private_key(key.read_bytes(), None)
+    if not _can_sign(ca_key):
+        raise ValueError(f"{key}: a {type(ca_key).__name__} cannot sign certificates")
+    return cert, ca_key
+
+
+def ensure_ca(pki: Path) -> tuple[x509.Certificate, CertificateIssuerPrivateKeyTypes]:
     """The cluster CA under `pki` (ca.crt, ca.key), created on first use."""
     crt, key = pki / "ca.crt", pki / "ca.key"
     if crt.exists() and key.exists():

@@ -9,10 +9,11 @@ Handlers should only record (e.g. enqueue a key); they may be plain functions or
 from __future__ import annotations
 
 import asyncio
+import builtins
 import inspect
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from nodeagent.client.rest import Client, ClientError, resolve
@@ -43,7 +44,7 @@ class Informer:
         self.synced = asyncio.Event()
         self.relists = 0
         self._handlers: list[tuple[Handler | None, Handler | None, Handler | None]] = []
-        self._indexers: dict[str, Callable[[dict[str, Any]], list[str]]] = {}
+        self._indexers: dict[str, Callable[[dict[str, Any]], Iterable[str]]] = {}
         self._indices: dict[str, dict[str, set[str]]] = {}
 
     # ------------------------------------------------------------------ read side
@@ -53,14 +54,14 @@ class Informer:
     def list(self) -> list[dict[str, Any]]:
         return list(self.cache.values())
 
-    def add_index(self, name: str, fn: Callable[[dict[str, Any]], list[str]]) -> None:
+    def add_index(self, name: str, fn: Callable[[dict[str, Any]], Iterable[str]]) -> None:
         """Keep objects findable by `fn(obj)` values (e.g. pods by spec.nodeName); see `by_index`."""
         self._indexers[name] = fn
         self._indices[name] = {}
         for k, o in self.cache.items():
             self._index_add(name, k, o)
 
-    def by_index(self, name: str, value: str) -> list[dict[str, Any]]:
+    def by_index(self, name: str, value: str) -> builtins.list[dict[str, Any]]:  # (`list` is a method here)
         return [self.cache[k] for k in sorted(self._indices[name].get(value, ())) if k in self.cache]
 
     def _index_add(self, name: str, key: str, obj: dict[str, Any]) -> None:

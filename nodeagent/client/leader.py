@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from nodeagent.api import times
 from nodeagent.client.rest import Client, ClientError
@@ -69,7 +70,7 @@ class LeaderElector:
                 return False
             raise
 
-    async def run(self, work: Callable[[], Awaitable[None]]) -> None:
+    async def run(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Forever: wait to lead, then run `work` until it returns or the lease is lost."""
         while True:
             await self._until_acquired()

@@ -78,18 +78,20 @@ def path_for(res: Resource, namespace: str | None = None, name: str | None = Non
 class Client:
     def __init__(self, server: str, token: str | None = None, ca_file: str | None = None,
                  ca_data: bytes | None = None, insecure: bool = False, max_connections: int = 32,
-                 cert_file: str | None = None, key_file: str | None = None) -> None:
+                 cert_file: str | None = None, key_file: str | None = None, verify_hostname: bool = True) -> None:
+        """`verify_hostname=False` trusts the CA alone: any name in the server's certificate (a joining node
+        that pinned the cluster's CA, as kubeadm's discovery does)."""
         self.server = server.rstrip("/")
         self.token = token
+        ctx: ssl.SSLContext | None = None
         if self.server.startswith("https"):
             ctx = ssl.create_default_context(cafile=ca_file, cadata=ca_data.decode() if ca_data else None)
-            if insecure:
+            if insecure or not verify_hostname:
                 ctx.check_hostname = False
+            if insecure:
                 ctx.verify_mode = ssl.CERT_NONE
             if cert_file:  # x509 client authentication (a joined node's own certificate)
                 ctx.load_cert_chain(cert_file, key_file)
-        else:
-            ctx = None  # type: ignore[assignment]
         self._ssl = ctx
         self._limit = max_connections
         self._session: aiohttp.ClientSession | None = None
@@ -100,7 +102,7 @@ class Client:
         ctx_name = cfg.get("current-context")
         ctx = next((c["context"] for c in cfg.get("contexts", []) if c["name"] == ctx_name), cfg["contexts"][0]["context"])
         cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
-        user = next((u["user"] for u in cfg.get("users", []) if u["name"] == ctx.get("user")), {})
+        user: dict[str, Any] = next((u["user"] for u in cfg.get("users", []) if u["name"] == ctx.get("user")), {})
         ca = base64.b64decode(cluster["certificate-authority-data"]) if cluster.get("certificate-authority-data") else None
         return cls(cluster["server"], user.get("token"), ca_file=cluster.get("certificate-authority"), ca_data=ca,
                    insecure=bool(cluster.get("insecure-skip-tls-verify")),

@@ -179,10 +179,10 @@ class PodRuntime:
                 await self._start_container(pod, sid, sandbox_cfg, c, 0 if prev is None else prev.attempt + 1, vols)
                 errors.pop(name, None)
                 # Keep the previous (exited) instance for lastState, as the kubelet does; older ones go.
-                for old in st.records:
-                    if old.name == name and old.state == "exited" and prev is not None and old.id != prev.id:
+                for stale in st.records:
+                    if stale.name == name and stale.state == "exited" and prev is not None and stale.id != prev.id:
                         with contextlib.suppress(Exception):
-                            await self.cri.remove_container(old.id)
+                            await self.cri.remove_container(stale.id)
             except _StartError as e:
                 errors[name] = SyncError(e.reason, e.message)
             if name in actions.init_containers_to_start:
@@ -278,7 +278,7 @@ class PodRuntime:
 
         host = g.get("host") or next(iter((await self.state(pod)).pod_ips), "")
         try:
-            url = format_url(g.get("scheme") or "HTTP", host, resolve_port(g.get("port"), c), g.get("path") or "/")
+            url = format_url(g.get("scheme") or "HTTP", host, resolve_port(g["port"], c), g.get("path") or "/")
             headers = {"User-Agent": USER_AGENT.replace("kube-probe", "kube-lifecycle"),
                        **{h["name"]: h.get("value", "") for h in g.get("httpHeaders") or []}}
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session, \
@@ -429,7 +429,7 @@ class PodRuntime:
         """preStop hook (within the grace period), then StopContainer: SIGTERM, SIGKILL after what is left."""
         spec = _container_spec(pod, name) if pod is not None else None
         hook = ((spec or {}).get("lifecycle") or {}).get("preStop")
-        if hook and grace > 0:
+        if hook and grace > 0 and pod is not None and spec is not None:
             t0 = self.clock.now()
             await self._run_hook(pod, spec, cid, hook, "PreStop", grace)
             grace = max(MIN_GRACE_AFTER_HOOK, grace - int(self.clock.now() - t0))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nodeagent.api.qos import pod_qos
@@ -204,8 +204,8 @@ def _has(status: Mapping[str, Any], key: str) -> bool:
     return bool(status.get(key) or {})
 
 
-def pod_phase(pod: Mapping[str, Any], init_statuses: list[Mapping[str, Any]],
-              statuses: list[Mapping[str, Any]], pod_is_terminal: bool = False) -> str:
+def pod_phase(pod: Mapping[str, Any], init_statuses: Sequence[Mapping[str, Any]],
+              statuses: Sequence[Mapping[str, Any]], pod_is_terminal: bool = False) -> str:
     """getPhase: Pending / Running / Succeeded / Failed from container states and restartPolicy."""
     spec = pod.get("spec") or {}
     policy = spec.get("restartPolicy", "Always")
@@ -301,8 +301,8 @@ def _cond(type_: str, status: bool | str, reason: str = "", message: str = "") -
     return c
 
 
-def initialized_condition(pod: Mapping[str, Any], init_statuses: list[Mapping[str, Any]],
-                          statuses: list[Mapping[str, Any]], phase: str) -> dict[str, Any]:
+def initialized_condition(pod: Mapping[str, Any], init_statuses: Sequence[Mapping[str, Any]],
+                          statuses: Sequence[Mapping[str, Any]], phase: str) -> dict[str, Any]:
     spec = pod.get("spec") or {}
     inits = spec.get("initContainers") or []
     if not inits:
@@ -338,7 +338,7 @@ def initialized_condition(pod: Mapping[str, Any], init_statuses: list[Mapping[st
     return _cond("Initialized", True)
 
 
-def containers_ready_condition(pod: Mapping[str, Any], all_statuses: list[Mapping[str, Any]] | None,
+def containers_ready_condition(pod: Mapping[str, Any], all_statuses: Sequence[Mapping[str, Any]] | None,
                                phase: str) -> dict[str, Any]:
     if all_statuses is None:
         return _cond("ContainersReady", False, "UnknownContainerStatuses")
@@ -390,9 +390,9 @@ def _merge_conditions(new: list[dict[str, Any]], old: Iterable[Mapping[str, Any]
     condition's status did not change (status manager updateLastTransitionTime)."""
     old_by_type = {c.get("type"): c for c in old}
     out = []
-    for c in new:
-        prev = old_by_type.get(c["type"])
-        c = dict(c)
+    for cond in new:
+        prev = old_by_type.get(cond["type"])
+        c = dict(cond)
         c["lastProbeTime"] = None
         if prev is not None and prev.get("status") == c["status"] and prev.get("lastTransitionTime"):
             c["lastTransitionTime"] = prev["lastTransitionTime"]
@@ -400,9 +400,9 @@ def _merge_conditions(new: list[dict[str, Any]], old: Iterable[Mapping[str, Any]
             c["lastTransitionTime"] = rfc3339(now)
         out.append(c)
     ours = {c["type"] for c in out}
-    for c in old:
-        if c.get("type") not in ours and c.get("type") not in KUBELET_CONDITIONS:
-            out.append(dict(c))
+    for kept in old:
+        if kept.get("type") not in ours and kept.get("type") not in KUBELET_CONDITIONS:
+            out.append(dict(kept))
     return out
 
 

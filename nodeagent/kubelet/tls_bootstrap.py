@@ -242,8 +242,7 @@ async def join(server: str, token: str, ca_hashes: list[str], node_name: str, da
         log.info("join: reusing the node credential in %s", have)
         return have
     ca_pem = await discover(server, token, ca_hashes, unsafe_skip_ca_verification)
-    async with Client(server, token, ca_data=ca_pem) as client:
-        client._ssl.check_hostname = False  # type: ignore[union-attr]  # trust is the pinned CA
+    async with Client(server, token, ca_data=ca_pem, verify_hostname=False) as client:  # trust is the pinned CA
         key_pem, cert_pem = await request_certificate(client, node_name, wait_s, clock)
     path = await asyncio.to_thread(write_credentials, data_dir, server, ca_pem, key_pem, cert_pem, node_name)
     log.info("join: node %s joined %s; credential in %s", node_name, server, path)

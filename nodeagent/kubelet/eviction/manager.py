@@ -228,14 +228,15 @@ def local_storage_violation(pod: Mapping[str, Any], usage: PodUsage | None) -> s
         ed = v.get("emptyDir")
         if ed is None or ed.get("medium") == "Memory" or ed.get("sizeLimit") is None:
             continue
-        limit = parse_quantity(ed["sizeLimit"])
+        size_limit = parse_quantity(ed["sizeLimit"])
         used = usage.volumes.get(v["name"])
-        if used is not None and limit > 0 and used > limit:
-            return EMPTY_DIR_FMT.format(_go_q(v["name"]), _go_q(_fmt(limit, "ephemeral-storage")))
+        if used is not None and size_limit > 0 and used > size_limit:
+            return EMPTY_DIR_FMT.format(_go_q(v["name"]), _go_q(_fmt(size_limit, "ephemeral-storage")))
     containers = list(spec.get("containers") or [])
     limits = [((c.get("resources") or {}).get("limits") or {}).get("ephemeral-storage") for c in containers]
-    if containers and all(limit is not None for limit in limits):
-        total = sum((parse_quantity(x) for x in limits), Fraction(0))
+    given = [x for x in limits if x is not None]
+    if containers and len(given) == len(limits):
+        total = sum((parse_quantity(x) for x in given), Fraction(0))
         if usage.ephemeral_storage > total:
             return POD_EPHEMERAL_FMT.format(_fmt(total, "ephemeral-storage"))
     for c, limit in zip(containers, limits, strict=True):

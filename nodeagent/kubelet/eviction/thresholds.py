@@ -171,21 +171,23 @@ def parse_thresholds(hard: str | Mapping[str, str] | None = DEFAULT_HARD,
         r = _parse_value(k, v, "minimum reclaim")
         reclaims[k] = r if r is not None else Value(quantity=Fraction(0))
     out: list[Threshold] = []
-    for signal, val in _parse_map(hard, "<").items():
-        v = _parse_value(signal, val, "threshold")
-        if v is not None:
-            out.append(Threshold(signal, v, min_reclaim=reclaims.get(signal)))
-    for signal, val in _parse_map(soft, "<").items():
-        v = _parse_value(signal, val, "threshold")
-        if v is None:
+    for signal, text in _parse_map(hard, "<").items():
+        value = _parse_value(signal, text, "threshold")
+        if value is not None:
+            out.append(Threshold(signal, value, min_reclaim=reclaims.get(signal)))
+    for signal, text in _parse_map(soft, "<").items():
+        value = _parse_value(signal, text, "threshold")
+        if value is None:
             continue
         if signal not in graces:
             raise ThresholdError(f"grace period must be specified for the soft eviction threshold {signal}")
-        out.append(Threshold(signal, v, grace_period=graces[signal], min_reclaim=reclaims.get(signal), soft=True))
+        out.append(Threshold(signal, value, grace_period=graces[signal], min_reclaim=reclaims.get(signal),
+                             soft=True))
     return out
 
 
-def hard_eviction_reservation(thresholds: Iterable[Threshold], capacity: Mapping[str, object]) -> dict[str, Fraction]:
+def hard_eviction_reservation(thresholds: Iterable[Threshold],
+                              capacity: Mapping[str, str | int | float]) -> dict[str, Fraction]:
     """What allocatable subtracts for hard thresholds: memory.available → memory, nodefs.available →
     ephemeral-storage (hardEvictionReservation)."""
     out: dict[str, Fraction] = {}
@@ -196,5 +198,5 @@ def hard_eviction_reservation(thresholds: Iterable[Threshold], capacity: Mapping
         res = mapping[t.signal]
         if res not in capacity:
             continue
-        out[res] = t.value.resolve(parse_quantity(capacity[res]))  # type: ignore[arg-type]
+        out[res] = t.value.resolve(parse_quantity(capacity[res]))
     return out

@@ -118,8 +118,9 @@ async def read_logs(path: str | Path, opts: LogOptions, running: Callable[[], Aw
     limit = _Limit(opts.limit_bytes)
     f = await asyncio.to_thread(open, path, "rb")
     try:
-        if opts.tail_lines is not None:
-            await asyncio.to_thread(lambda: f.seek(tail_offset(f, opts.tail_lines)))
+        tail = opts.tail_lines
+        if tail is not None:
+            await asyncio.to_thread(lambda: f.seek(tail_offset(f, tail)))
         ino = os.fstat(f.fileno()).st_ino
         pending = b""
         idle_checks = 0

@@ -64,7 +64,7 @@ def ensure_serving_cert(cert_dir: Path, node_name: str, ips: list[str], ca_crt: 
          .add_extension(x509.SubjectAlternativeName(sans), critical=False)
          .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
          .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True))
-    cert = b.sign(ca_k if ca_k is not None else k, hashes.SHA256())  # type: ignore[arg-type]
+    cert = b.sign(ca_k if ca_k is not None else k, hashes.SHA256())
     write_private(key, key_pem(k))
     write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return crt, key
