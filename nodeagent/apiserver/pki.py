@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography import x509
@@ -23,7 +24,7 @@ def _wanted_sans(extra_ips: list[str], extra_names: list[str]) -> tuple[set[str]
     return {i for i in ips if i and i not in ("0.0.0.0", "::")}, names
 
 
-def ensure_serving_cert(pki: Path, extra_ips: list[str], extra_names: list[str] = ()) -> tuple[Path, Path]:  # type: ignore[assignment]
+def ensure_serving_cert(pki: Path, extra_ips: Sequence[str], extra_names: Sequence[str] = ()) -> tuple[Path, Path]:
     """Serving cert signed by the CA; regenerated when a needed SAN (e.g. a new bind address) is missing."""
     ca, ca_key = ensure_ca(pki)
     crt, key = pki / "apiserver.crt", pki / "apiserver.key"

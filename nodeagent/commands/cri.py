@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> int:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
+        assert task is not None  # main() runs as asyncio.run's task
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
         try:

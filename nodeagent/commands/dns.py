@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
     return 1
 
 
-def _first(eg: BaseExceptionGroup) -> OSError:
-    e: BaseException = eg
+def _first(eg: BaseExceptionGroup[OSError]) -> OSError:
+    e: OSError | BaseExceptionGroup[OSError] = eg
     while isinstance(e, BaseExceptionGroup):
         e = e.exceptions[0]
-    return e  # type: ignore[return-value]
+    return e

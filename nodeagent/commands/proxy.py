@@ -65,7 +65,7 @@ def config_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from kernel.netns import NetnsWorker
-    from netproxy.service import StaticSource, make_proxy
+    from netproxy.service import Source, StaticSource, make_proxy
 
     cfg = config_from_args(args)
     worker = NetnsWorker(cfg.netns)
@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                               "seconds": round(proxy.stats.last_duration, 4)}))
             return 0
         client = None
+        source: Source
         if args.kubeconfig:
             from netproxy.api_source import ApiSource
             from nodeagent.client.rest import Client

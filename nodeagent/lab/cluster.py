@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,9 +175,9 @@ def _wait(what: str, ok: Any, timeout: float, procs: dict[str, subprocess.Popen]
         time.sleep(0.3)
 
 
-def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: list[str] = (),  # type: ignore[assignment]
-       node_monitor_grace_period: float = 40.0, timeout: float = 180.0, server_args: list[str] = (),  # type: ignore[assignment]
-       agent_args: list[str] = ()) -> Topology:  # type: ignore[assignment]
+def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: Sequence[str] = (),
+       node_monitor_grace_period: float = 40.0, timeout: float = 180.0, server_args: Sequence[str] = (),
+       agent_args: Sequence[str] = ()) -> Topology:
     """Bring the lab up; returns once every node is Ready. On failure everything made so far is removed."""
     lab = Path(lab_dir).resolve()
     if (lab / STATE).exists():

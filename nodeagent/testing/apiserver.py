@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -47,7 +48,7 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def start_server(data_dir: Path, datastore: str = "memory", port: int = 0, extra: list[str] = (),  # type: ignore[assignment]
+def start_server(data_dir: Path, datastore: str = "memory", port: int = 0, extra: Sequence[str] = (),
                  timeout: float = 30, dns: bool = False) -> ServerProcess:
     """A server on 127.0.0.1; without its DNS unless asked, so parallel test servers do not contend for :53."""
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from typing import BinaryIO
 
 ETCD = "/usr/bin/etcd"
 
@@ -45,6 +46,7 @@ class EtcdServer:
         self.client_port = free_port()
         self.peer_port = free_port()
         self.proc: subprocess.Popen | None = None
+        self._log: BinaryIO | None = None  # the member's log file while it runs
         self.initial_cluster: str | None = None  # set by EtcdCluster; default: this member alone
 
     @property
@@ -115,7 +117,7 @@ class EtcdServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if getattr(self, "_log", None) is not None:
+        if self._log is not None:
             self._log.close()
             self._log = None
 

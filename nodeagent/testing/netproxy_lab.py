@@ -171,7 +171,7 @@ class Lab:
     def stop_pod_server(self, name: str) -> None:
         ns = self._pod_ns[name]
         for p in self.procs:
-            if p.poll() is None and ns in p.args:
+            if p.poll() is None and isinstance(p.args, list) and ns in p.args:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
 
@@ -214,9 +214,9 @@ class Lab:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=10)
-            for f in (p.stdout, p.stderr):
-                if f:
-                    f.close()
+            for stream in (p.stdout, p.stderr):
+                if stream:
+                    stream.close()
         for ns in reversed(self.namespaces):
             sh("ip", "netns", "del", ns, check=False)
         for f in self._files.glob("*"):
