@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nodeagent.api import taints as t
-from nodeagent.api.objects import ObjT
 from nodeagent.clock import Clock
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -209,8 +208,8 @@ class ZoneLimiter:
         return False
 
 
-def pods_to_evict(pods: Iterable[ObjT], node: Mapping[str, Any], tainted_at: Mapping[str, float],
-                  now: float) -> tuple[list[ObjT], float | None]:
+def pods_to_evict(pods: Iterable[Mapping[str, Any]], node: Mapping[str, Any], tainted_at: Mapping[str, float],
+                  now: float) -> tuple[list[Mapping[str, Any]], float | None]:
     """Taint manager: pods on `node` due for eviction now, and the next time to look again.
 
     `tainted_at` maps each NoExecute taint key to when we saw it added (our clock).
@@ -219,7 +218,7 @@ def pods_to_evict(pods: Iterable[ObjT], node: Mapping[str, Any], tainted_at: Map
     if not node_taints:
         return [], None
     since = min((tainted_at.get(x.get("key"), now) for x in node_taints), default=now)
-    due: list[ObjT] = []
+    due: list[Mapping[str, Any]] = []
     next_check: float | None = None
     for pod in pods:
         if (pod.get("metadata") or {}).get("deletionTimestamp"):

@@ -12,6 +12,7 @@ Decisions live in nodelifecycle.py; this module only reads caches and writes.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from nodeagent.api.objects import Obj
@@ -153,10 +154,10 @@ class NodeLifecycleController(Controller):
                 continue
             pods = [p for p in by_node.get(name, []) if p["metadata"].get("uid") not in self.evicted]
             due, _ = nl.pods_to_evict(pods, node, seen, now)
-            for pod in due:
-                await self._evict(pod)
+            for victim in due:
+                await self._evict(victim)
 
-    async def _evict(self, pod: Obj) -> None:
+    async def _evict(self, pod: Mapping[str, Any]) -> None:
         meta = pod["metadata"]
         self.evicted.add(meta.get("uid"))
         if len(self.evicted) > 100_000:
