@@ -92,14 +92,15 @@ class Layout:
         if is_default(d):
             return cls(
                 data_dir=d, tag="",
-                admin_kubeconfig=_in(d, "admin.kubeconfig"), admin_kubeconfig_copy=f"{ETC_DIR}/admin.kubeconfig",
+                admin_kubeconfig=_in(d, "admin.kubeconfig"),
+                admin_kubeconfig_copy=f"{ETC_DIR}/admin.kubeconfig",
                 node_kubeconfig=_in(d, "kubelet.kubeconfig"), apiserver_port=6443,
                 cri_socket=f"{RUN_DIR}/cri.sock", cri_state_dir=_in(d, "cri"), image_dir=_in(d, "images"),
                 network_name="nodeagent", bridge="na0", cni_conf_dir=CNI_CONF_DIR, cni_ipam_dir=CNI_IPAM_DIR,
-                cni_socket=f"{RUN_DIR}/cni.sock", cluster_cidr="10.244.0.0/16",
-                cgroup_root="", kubelet_root_dir=_in(d, "kubelet"), pod_log_dir=_in(d, "pod-logs"),
-                manifests_dir=_in(d, "manifests"), kubelet_port=10250,
-                netpol_chain_prefix="NODEAGENT-NP", netpol_set_prefix="NA-NP-", netpol_table="nodeagent-netpol")
+                cni_socket=f"{RUN_DIR}/cni.sock", cluster_cidr="10.244.0.0/16", cgroup_root="",
+                kubelet_root_dir=_in(d, "kubelet"), pod_log_dir=_in(d, "pod-logs"),
+                manifests_dir=_in(d, "manifests"), kubelet_port=10250, netpol_chain_prefix="NODEAGENT-NP",
+                netpol_set_prefix="NA-NP-", netpol_table="nodeagent-netpol")
         tag = instance_tag(d)
         return cls(
             data_dir=d, tag=tag,
@@ -112,9 +113,10 @@ class Layout:
             # a /24 of 10.240.0.0/16 named by the tag (as the bridge is): several one-node `up` clusters on
             # one host do not give two bridges the same subnet (`up --cluster-cidr` widens it)
             cluster_cidr=f"10.240.{int(tag[:2], 16)}.0/24",
-            cgroup_root=f"nodeagent-{tag}", kubelet_root_dir=_in(d, "kubelet"), pod_log_dir=_in(d, "pod-logs"),
-            manifests_dir=_in(d, "manifests"), kubelet_port=0,
-            netpol_chain_prefix=f"NA{tag}-NP", netpol_set_prefix=f"NA{tag}-", netpol_table=f"nodeagent-netpol-{tag}")
+            cgroup_root=f"nodeagent-{tag}", kubelet_root_dir=_in(d, "kubelet"),
+            pod_log_dir=_in(d, "pod-logs"), manifests_dir=_in(d, "manifests"), kubelet_port=0,
+            netpol_chain_prefix=f"NA{tag}-NP", netpol_set_prefix=f"NA{tag}-",
+            netpol_table=f"nodeagent-netpol-{tag}")
 
 
 def _in(data_dir: str, *parts: str) -> str:

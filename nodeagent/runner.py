@@ -126,11 +126,13 @@ async def _report_slow_stop(tasks: list[asyncio.Task]) -> None:
         waited += every
         for t in tasks:
             if not t.done():
-                log.warning("%s: still stopping after %.1f s, awaiting %s", t.get_name(), waited, _awaiting(t))
+                log.warning("%s: still stopping after %.1f s, awaiting %s", t.get_name(),
+                            waited, _awaiting(t))
 
 
 def _awaiting(task: asyncio.Task) -> str:
-    """The chain of coroutines a task is suspended in, innermost last (Task.get_stack shows only the outermost)."""
+    """The chain of coroutines a task is suspended in, innermost last (Task.get_stack shows only the
+    outermost)."""
     where = []
     coro: Any = task.get_coro()
     while coro is not None:

@@ -51,7 +51,8 @@ def parse_token(token: str) -> tuple[str, str]:
     """(id, secret), or TokenError for anything that is not a bootstrap token."""
     m = TOKEN_RE.match(token or "")
     if m is None:
-        raise TokenError("a bootstrap token has the form [a-z0-9]{6}.[a-z0-9]{16}, e.g. abcdef.0123456789abcdef")
+        raise TokenError("a bootstrap token has the form [a-z0-9]{6}.[a-z0-9]{16}, e.g. "
+                         "abcdef.0123456789abcdef")
     return m.group(1), m.group(2)
 
 
@@ -179,7 +180,8 @@ def verify_detached(detached: str, content: str | bytes, token_id: str, token_se
         sig = _unb64(parts[2])
     except (ValueError, TypeError):
         return False
-    if not isinstance(header, dict) or header.get("alg") != "HS256" or header.get("kid", token_id) != token_id:
+    if not isinstance(header, dict) or header.get("alg") != "HS256" \
+            or header.get("kid", token_id) != token_id:
         return False
     payload = content.encode() if isinstance(content, str) else content
     want = hmac.new(token_secret_.encode(), f"{parts[0]}.{_b64(payload)}".encode(), hashlib.sha256).digest()

@@ -1,6 +1,6 @@
 """Field ownership for server-side apply: the set of fields an applied configuration sets, in Kubernetes'
-FieldsV1 form (`f:<name>` for map keys, `k:{"name":"x"}` for list items by merge key, `.` for the item itself),
-so a later apply by the same manager removes what it no longer sets.
+FieldsV1 form (`f:<name>` for map keys, `k:{"name":"x"}` for list items by merge key, `.` for the item
+itself), so a later apply by the same manager removes what it no longer sets.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ def fields_v1(obj: Any, parents: tuple[str, ...] = ()) -> dict[str, Any]:
         key = f"f:{k}"
         if isinstance(v, dict):
             out[key] = fields_v1(v, parents + (k,)) or {}
-        elif isinstance(v, list) and (mk := _merge_key(k, parents)) is not None and all(isinstance(x, dict) for x in v):
+        elif isinstance(v, list) and (mk := _merge_key(k, parents)) is not None \
+                and all(isinstance(x, dict) for x in v):
             items: dict[str, Any] = {}
             for item in v:
                 if mk in item:
@@ -73,7 +74,8 @@ def _get(obj: Any, path: Path) -> Any:
             cur = cur.get(part[2:])
         elif part.startswith("k:") and isinstance(cur, list):
             want = json.loads(part[2:])
-            cur = next((x for x in cur if isinstance(x, dict) and all(x.get(a) == b for a, b in want.items())), None)
+            cur = next((x for x in cur
+                        if isinstance(x, dict) and all(x.get(a) == b for a, b in want.items())), None)
         else:
             return None
     return cur

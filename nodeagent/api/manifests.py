@@ -1,4 +1,5 @@
-"""Reading Kubernetes objects from files (`--from-file`): YAML (several documents) or JSON, Lists flattened."""
+"""Reading Kubernetes objects from files (`--from-file`): YAML (several documents) or JSON, Lists
+flattened."""
 
 from __future__ import annotations
 

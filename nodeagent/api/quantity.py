@@ -36,7 +36,8 @@ def parse_quantity(value: str | int | float) -> Fraction:
 
 @functools.lru_cache(maxsize=4096)
 def _parse_str(value: str) -> Fraction:
-    """Cached: objects repeat the same few quantity strings, and parsing is the costly part (Fractions are immutable)."""
+    """Cached: objects repeat the same few quantity strings, and parsing is the costly part (Fractions are
+    immutable)."""
     s = value.strip()
     m = _RE.match(s)
     if not m:

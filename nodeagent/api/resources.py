@@ -51,7 +51,8 @@ RESOURCES: tuple[Resource, ...] = (
     R("", "v1", "namespaces", "Namespace", False, ("ns",), (), ("status", "finalize"),
       ("create", "delete", "get", "list", "patch", "update", "watch")),
     R("", "v1", "pods", "Pod", True, ("po",), _ALL,
-      ("status", "binding", "eviction", "log", "exec", "attach", "portforward", "proxy", "ephemeralcontainers")),
+      ("status", "binding", "eviction", "log", "exec", "attach", "portforward", "proxy",
+       "ephemeralcontainers")),
     R("", "v1", "nodes", "Node", False, ("no",), (), ("status", "proxy")),
     R("", "v1", "services", "Service", True, ("svc",), _ALL, ("status", "proxy"),
       ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")),
@@ -83,17 +84,19 @@ RESOURCES: tuple[Resource, ...] = (
     R("networking.k8s.io", "v1", "ingresses", "Ingress", True, ("ing",), (), ("status",)),
     R("networking.k8s.io", "v1", "ingressclasses", "IngressClass", False),
     R("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, ("sc",)),
-    R("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",), _ALL, ("status",)),
+    R("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",),
+      _ALL, ("status",)),
     R("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
-    # RBAC objects are stored and served (manifests carry them); authorization itself is admin/NodeRestriction.
+    # RBAC objects are stored and served (manifests carry them); authorization itself is
+    # admin/NodeRestriction.
     R("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     R("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
     R("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
     R("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
     R("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False, (), (), (),
       ("create",)),
-    R("certificates.k8s.io", "v1", "certificatesigningrequests", "CertificateSigningRequest", False, ("csr",), (),
-      ("status", "approval")),
+    R("certificates.k8s.io", "v1", "certificatesigningrequests", "CertificateSigningRequest",
+      False, ("csr",), (), ("status", "approval")),
     R("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
       ("crd", "crds"), (), ("status",)),
 )
@@ -171,6 +174,6 @@ def sync_crd(name: str, crd: dict | None) -> None:
             continue
         subs = tuple(k for k in ("status", "scale") if k in (v.get("subresources") or {}))
         out.append(Resource(spec.get("group", ""), v.get("name", "v1"), names["plural"], names["kind"],
-                            spec.get("scope", "Namespaced") == "Namespaced", tuple(names.get("shortNames") or ()),
-                            tuple(names.get("categories") or ()), subs))
+                            spec.get("scope", "Namespaced") == "Namespaced",
+                            tuple(names.get("shortNames") or ()), tuple(names.get("categories") or ()), subs))
     _DYNAMIC[name] = out

@@ -146,7 +146,8 @@ def _value(v: str) -> str:
 
 
 def from_label_selector(sel: Mapping[str, Any] | None, none_matches: bool = True) -> Selector:
-    """A metav1.LabelSelector dict. A missing selector matches nothing (`none_matches`), an empty one everything."""
+    """A metav1.LabelSelector dict. A missing selector matches nothing (`none_matches`), an empty one
+    everything."""
     if sel is None:
         return NOTHING if none_matches else EVERYTHING
     reqs = [Requirement(k, "In", (str(v),)) for k, v in sorted((sel.get("matchLabels") or {}).items())]
@@ -156,9 +157,11 @@ def from_label_selector(sel: Mapping[str, Any] | None, none_matches: bool = True
             raise SelectorError(f"{op!r} is not a valid label selector operator")
         vals = tuple(str(v) for v in expr.get("values") or ())
         if op in ("In", "NotIn") and not vals:
-            raise SelectorError("values: Required value: must be specified when `operator` is 'In' or 'NotIn'")
+            raise SelectorError("values: Required value: must be specified when `operator` is "
+                                "'In' or 'NotIn'")
         if op in ("Exists", "DoesNotExist") and vals:
-            raise SelectorError("values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
+            raise SelectorError("values: Forbidden: may not be specified when `operator` is 'Exists' or "
+                                "'DoesNotExist'")
         reqs.append(Requirement(expr["key"], op, vals))
     return Selector(tuple(reqs))
 

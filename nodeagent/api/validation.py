@@ -45,9 +45,9 @@ def dns1123_label(value: str) -> list[str]:
     if len(value) > 63:
         out.append("must be no more than 63 characters")
     if not _DNS1123_LABEL.match(value):
-        out.append("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
-                   "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
-                   "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+        out.append("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or "
+                   "'-', and must start and end with an alphanumeric character (e.g. 'my-name',  or "
+                   "'123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
     return out
 
 
@@ -56,9 +56,10 @@ def dns1123_subdomain(value: str) -> list[str]:
     if len(value) > 253:
         out.append("must be no more than 253 characters")
     if not _DNS1123_SUBDOMAIN.match(value):
-        out.append("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-                   "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-                   "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+        out.append("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                   "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. "
+                   "'example.com', regex used for validation is "
+                   "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
     return out
 
 
@@ -67,9 +68,9 @@ def dns1035_label(value: str) -> list[str]:
     if len(value) > 63:
         out.append("must be no more than 63 characters")
     if not _DNS1035_LABEL.match(value):
-        out.append("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-                   "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
-                   "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
+        out.append("a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
+                   "start with an alphabetic character, and end with an alphanumeric character (e.g. "
+                   "'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
     return out
 
 
@@ -96,9 +97,9 @@ def qualified_name(value: str) -> list[str]:
         if len(name) > 63:
             out.append("name part must be no more than 63 characters")
         if not _QUALIFIED_NAME.match(name):
-            out.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
-                       "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
-                       "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+            out.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must "
+                       "start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or "
+                       "'123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
     return out
 
 
@@ -107,9 +108,10 @@ def label_value(value: str) -> list[str]:
     if len(value) > 63:
         out.append("must be no more than 63 characters")
     if not _LABEL_VALUE.match(value):
-        out.append("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-                   "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
-                   "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+        out.append("a valid label must be an empty string or consist of alphanumeric characters, "
+                   "'-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  "
+                   "or 'my_value',  or '12345', regex used for validation is "
+                   "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
     return out
 
 
@@ -152,7 +154,8 @@ def validate_metadata(obj: dict[str, Any], kind: str, namespaced: bool) -> Field
                 for m in label_value(val):
                     errs.append(invalid("metadata.labels", val, m))
         if field == "annotations" and sum(len(k) + len(str(x)) for k, x in v.items()) > 256 * 1024:
-            errs.append(err("FieldValueTooLong", "metadata.annotations", "Too long: must have at most 262144 bytes"))
+            errs.append(err("FieldValueTooLong", "metadata.annotations",
+                            "Too long: must have at most 262144 bytes"))
     return errs
 
 
@@ -182,7 +185,8 @@ def _containers(spec: dict[str, Any], base: str) -> FieldErrors:
             for j, port in enumerate(c.get("ports") or []):
                 cp = port.get("containerPort") if isinstance(port, dict) else None
                 if not isinstance(cp, int) or not 0 < cp < 65536:
-                    errs.append(invalid(f"{p}.ports[{j}].containerPort", cp, "must be between 1 and 65535, inclusive"))
+                    errs.append(invalid(f"{p}.ports[{j}].containerPort", cp,
+                                        "must be between 1 and 65535, inclusive"))
             for j, e in enumerate(c.get("env") or []):
                 n = e.get("name") if isinstance(e, dict) else None
                 if not n:
@@ -207,7 +211,8 @@ def _pod_template(tpl: Any, base: str, selector: Any) -> FieldErrors:
             return errs + [invalid(base.rsplit(".", 1)[0] + ".selector", selector, str(e))]
         labels = (tpl.get("metadata") or {}).get("labels") or {}
         if not sel.matches(labels):
-            errs.append(invalid(f"{base}.metadata.labels", labels, "`selector` does not match template `labels`"))
+            errs.append(invalid(f"{base}.metadata.labels", labels,
+                                "`selector` does not match template `labels`"))
     return errs
 
 
@@ -215,7 +220,8 @@ def _service(spec: dict[str, Any]) -> FieldErrors:
     errs: FieldErrors = []
     typ = spec.get("type", "ClusterIP")
     if typ not in ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName"):
-        errs.append(err("FieldValueNotSupported", "spec.type", f'Unsupported value: "{typ}": supported values: '
+        errs.append(err("FieldValueNotSupported", "spec.type",
+                        f'Unsupported value: "{typ}": supported values: '
                         '"ClusterIP", "ExternalName", "LoadBalancer", "NodePort"'))
     ports = spec.get("ports") or []
     if not ports and typ != "ExternalName" and spec.get("clusterIP") != "None":
@@ -229,7 +235,8 @@ def _service(spec: dict[str, Any]) -> FieldErrors:
             errs.append(required(f"spec.ports[{i}].name"))
         if p.get("name"):
             if p["name"] in names:
-                errs.append(err("FieldValueDuplicate", f"spec.ports[{i}].name", f'Duplicate value: "{p["name"]}"'))
+                errs.append(err("FieldValueDuplicate", f"spec.ports[{i}].name",
+                                f'Duplicate value: "{p["name"]}"'))
             names.add(p["name"])
         proto = p.get("protocol", "TCP")
         if proto not in ("TCP", "UDP", "SCTP"):
@@ -397,20 +404,23 @@ def validate_update(new: dict[str, Any], old: dict[str, Any], kind: str) -> Fiel
     errs: FieldErrors = []
     if kind == "Pod":
         errs += _pod_update(ns, os_)
-    elif kind in ("Deployment", "ReplicaSet", "DaemonSet", "StatefulSet") and ns.get("selector") != os_.get("selector"):
+    elif kind in ("Deployment", "ReplicaSet", "DaemonSet", "StatefulSet") \
+            and ns.get("selector") != os_.get("selector"):
         errs.append(_immutable("spec.selector"))
     elif kind == "Job" and ns.get("selector") is not None and os_.get("selector") is not None \
             and ns.get("selector") != os_.get("selector"):
         errs.append(_immutable("spec.selector"))
     elif kind == "Service":
         oip, nip = os_.get("clusterIP"), ns.get("clusterIP")
-        if oip and nip and oip != nip and os_.get("type") != "ExternalName" and ns.get("type") != "ExternalName":
+        if oip and nip and oip != nip and os_.get("type") != "ExternalName" \
+                and ns.get("type") != "ExternalName":
             errs.append(err("FieldValueInvalid", "spec.clusterIPs[0]",
                             f'Invalid value: []string{{"{nip}"}}: may not change once set'))
     elif kind in ("ConfigMap", "Secret") and old.get("immutable"):
         for f in ("data", "binaryData"):
             if new.get(f) != old.get(f):
-                errs.append(err("FieldValueForbidden", f, "Forbidden: field is immutable when `immutable` is set"))
+                errs.append(err("FieldValueForbidden", f,
+                                "Forbidden: field is immutable when `immutable` is set"))
     return errs
 
 
@@ -424,7 +434,8 @@ def _pod_update(new: dict[str, Any], old: dict[str, Any]) -> FieldErrors:
         out = {k: v for k, v in spec.items() if k not in _POD_MUTABLE}
         for f in ("containers", "initContainers"):
             if isinstance(out.get(f), list):
-                out[f] = [{k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c for c in out[f]]
+                out[f] = [{k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c
+                          for c in out[f]]
         return out
 
     errs: FieldErrors = []
@@ -432,17 +443,20 @@ def _pod_update(new: dict[str, Any], old: dict[str, Any]) -> FieldErrors:
             not old.get("nodeName") and new.get("nodeName"):
         errs.append(err("FieldValueForbidden", "spec.nodeName",
                         "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
-                        "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only "
-                        "additions to existing tolerations), `spec.terminationGracePeriodSeconds` (allow it to be set "
-                        "to 1 if it was previously negative)"))
+                        "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, "
+                        "`spec.tolerations` (only additions to existing tolerations), "
+                        "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was "
+                        "previously negative)"))
     elif strip(new) != strip(old):
         errs.append(err("FieldValueForbidden", "spec",
                         "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
-                        "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only "
-                        "additions to existing tolerations), `spec.terminationGracePeriodSeconds` (allow it to be set "
-                        "to 1 if it was previously negative)"))
+                        "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, "
+                        "`spec.tolerations` (only additions to existing tolerations), "
+                        "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was "
+                        "previously negative)"))
     old_t = old.get("tolerations") or []
     if not errs and any(t not in (new.get("tolerations") or []) for t in old_t):
-        errs.append(err("FieldValueForbidden", "spec.tolerations", "Forbidden: existing toleration can not be modified "
+        errs.append(err("FieldValueForbidden", "spec.tolerations",
+                        "Forbidden: existing toleration can not be modified "
                         "except its tolerationSeconds"))
     return errs

@@ -26,7 +26,8 @@ def resolve_priority(pod: dict[str, Any], classes: list[dict[str, Any]]) -> None
     if name:
         pc = next((c for c in classes if c["metadata"]["name"] == name), None)
         if pc is None:
-            raise forbidden(f'pods "{pod["metadata"].get("name", "")}" is forbidden: no PriorityClass with name '
+            raise forbidden(f'pods "{pod["metadata"].get("name", "")}" is forbidden: no '
+                            'PriorityClass with name '
                             f"{name} was found", "pods", pod["metadata"].get("name", ""))
     else:
         pc = next((c for c in classes if c.get("globalDefault")), None)
@@ -34,9 +35,9 @@ def resolve_priority(pod: dict[str, Any], classes: list[dict[str, Any]]) -> None
             spec["priorityClassName"] = pc["metadata"]["name"]
     value = pc.get("value", 0) if pc else 0
     if spec.get("priority") is not None and spec["priority"] != value:
-        raise forbidden(f"the integer value of priority ({spec['priority']}) must not be provided in pod spec; "
-                        f"priority admission controller computed {value} from the given PriorityClass name",
-                        "pods", pod["metadata"].get("name", ""))
+        raise forbidden(f"the integer value of priority ({spec['priority']}) must not be provided "
+                        f"in pod spec; priority admission controller computed {value} from the given "
+                        "PriorityClass name", "pods", pod["metadata"].get("name", ""))
     spec["priority"] = value
     if pc and pc.get("preemptionPolicy"):
         spec["preemptionPolicy"] = pc["preemptionPolicy"]
@@ -61,15 +62,18 @@ def apply_limit_ranges(pod: dict[str, Any], ranges: list[dict[str, Any]]) -> Non
                     for k, mx in (item.get("max") or {}).items():
                         lim = (res.get("limits") or {}).get(k)
                         if lim is None:
-                            raise forbidden(f'pods "{name}" is forbidden: maximum {k} usage per Container is {mx}.  '
+                            raise forbidden(f'pods "{name}" is forbidden: maximum {k} usage per '
+                                            f'Container is {mx}.  '
                                             f"No limit is specified", "pods", name)
                         if parse_quantity(lim) > parse_quantity(mx):
-                            raise forbidden(f'pods "{name}" is forbidden: maximum {k} usage per Container is {mx}, '
+                            raise forbidden(f'pods "{name}" is forbidden: maximum {k} usage per '
+                                            f'Container is {mx}, '
                                             f"but limit is {lim}", "pods", name)
                     for k, mn in (item.get("min") or {}).items():
                         req = (res.get("requests") or {}).get(k)
                         if req is None or parse_quantity(req) < parse_quantity(mn):
-                            raise forbidden(f'pods "{name}" is forbidden: minimum {k} usage per Container is {mn}, '
+                            raise forbidden(f'pods "{name}" is forbidden: minimum {k} usage per '
+                                            f'Container is {mn}, '
                                             f"but request is {req}", "pods", name)
                 except QuantityError as e:
                     raise ApiError(422, "Invalid", f'pods "{name}" is invalid: {e}') from None
@@ -95,8 +99,8 @@ def check_quota(res: Resource, obj: dict[str, Any], quotas: list[dict[str, Any]]
                 totals[k] = totals.get(k, Fraction(0)) + v
         missing = [k for k in tracked if k not in new_use and res.name == "pods" and not res.group]
         if missing:
-            raise forbidden(f'{res.name} "{name}" is forbidden: failed quota: {q["metadata"]["name"]}: must specify '
-                            f'{",".join(sorted(missing))}', res.name, name)
+            raise forbidden(f'{res.name} "{name}" is forbidden: failed quota: {q["metadata"]["name"]}: '
+                            f'must specify {",".join(sorted(missing))}', res.name, name)
         over = []
         for k, limit in tracked.items():
             try:
@@ -108,7 +112,8 @@ def check_quota(res: Resource, obj: dict[str, Any], quotas: list[dict[str, Any]]
         if over:
             def fmt(d: dict[str, Fraction], keys: list[str] = over) -> str:
                 return ",".join(f"{k}={format_quantity(d.get(k, Fraction(0)))}" for k in sorted(keys))
-            raise forbidden(f'{res.name} "{name}" is forbidden: exceeded quota: {q["metadata"]["name"]}, requested: '
+            raise forbidden(f'{res.name} "{name}" is forbidden: exceeded quota: '
+                            f'{q["metadata"]["name"]}, requested: '
                             f"{fmt(new_use)}, used: {fmt(totals)}, limited: "
                             f'{",".join(f"{k}={tracked[k]}" for k in sorted(over))}', res.name, name)
         used_by_quota[q["metadata"]["name"]] = {
@@ -116,7 +121,8 @@ def check_quota(res: Resource, obj: dict[str, Any], quotas: list[dict[str, Any]]
     return used_by_quota
 
 
-def quota_used(quota: dict[str, Any], objects_by_resource: dict[Resource, list[dict[str, Any]]]) -> dict[str, str]:
+def quota_used(quota: dict[str, Any],
+               objects_by_resource: dict[Resource, list[dict[str, Any]]]) -> dict[str, str]:
     """status.used for one quota: what the namespace's objects charge against each of its hard limits."""
     hard = (quota.get("spec") or {}).get("hard") or {}
     totals: dict[str, Fraction] = {}

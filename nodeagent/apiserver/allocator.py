@@ -1,4 +1,5 @@
-"""ClusterIP and NodePort allocation, rebuilt from the stored Services at start and checked on every create."""
+"""ClusterIP and NodePort allocation, rebuilt from the stored Services at start and checked on every
+create."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ class Allocators:
             del self.ports[port]
 
     def allocate(self, svc: dict[str, Any], old: dict[str, Any] | None = None) -> list[dict[str, str]]:
-        """Fill in clusterIP(s) and nodePorts; returns field errors (nothing held) on a conflict or bad value."""
+        """Fill in clusterIP(s) and nodePorts; returns field errors (nothing held) on a conflict or bad
+        value."""
         spec = svc.setdefault("spec", {})
         owner = f"{svc['metadata'].get('namespace')}/{svc['metadata']['name']}"
         errs: list[dict[str, str]] = []
@@ -64,14 +66,17 @@ class Allocators:
                 try:
                     addr = ipaddress.ip_address(ip)
                 except ValueError:
-                    return [err("FieldValueInvalid", "spec.clusterIPs[0]", f'Invalid value: "{ip}": must be a valid IP address')]
+                    return [err("FieldValueInvalid", "spec.clusterIPs[0]",
+                                f'Invalid value: "{ip}": must be a valid IP address')]
                 if addr not in self.net:
                     return [err("FieldValueInvalid", "spec.clusterIPs[0]",
-                                f'Invalid value: "{ip}": failed to allocate IP {ip}: the provided IP ({ip}) is not in '
+                                f'Invalid value: "{ip}": failed to allocate IP {ip}: the provided IP '
+                                f'({ip}) is not in '
                                 f"the valid range. The range of valid IPs is {self.net}")]
                 if self.ips.get(ip, owner) != owner:
                     return [err("FieldValueInvalid", "spec.clusterIPs[0]",
-                                f'Invalid value: "{ip}": failed to allocate IP {ip}: provided IP is already allocated')]
+                                f'Invalid value: "{ip}": failed to allocate IP {ip}: provided IP is '
+                                'already allocated')]
             elif not ip:
                 ip = self._free_ip()
                 if ip is None:
@@ -79,7 +84,8 @@ class Allocators:
             spec["clusterIP"] = ip
             spec["clusterIPs"] = [ip]
         wants_np = typ in ("NodePort", "LoadBalancer")
-        old_ports = {(p.get("port"), p.get("protocol", "TCP")): p.get("nodePort") for p in oldspec.get("ports") or []}
+        old_ports = {(p.get("port"), p.get("protocol", "TCP")): p.get("nodePort")
+                     for p in oldspec.get("ports") or []}
         used_here: set[tuple[int, str]] = set()
         for i, p in enumerate(spec.get("ports") or []):
             proto = p.get("protocol", "TCP")
@@ -91,8 +97,8 @@ class Allocators:
                 lo, hi = self.node_ports
                 if not lo <= np <= hi:
                     errs.append(err("FieldValueInvalid", f"spec.ports[{i}].nodePort",
-                                    f"Invalid value: {np}: provided port is not in the valid range. The range of valid "
-                                    f"ports is {lo}-{hi}"))
+                                    f"Invalid value: {np}: provided port is not in the valid range. The "
+                                    f"range of valid ports is {lo}-{hi}"))
                 elif self.ports.get((np, proto), owner) != owner or (np, proto) in used_here:
                     errs.append(err("FieldValueInvalid", f"spec.ports[{i}].nodePort",
                                     f"Invalid value: {np}: provided port is already allocated"))

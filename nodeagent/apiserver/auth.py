@@ -83,7 +83,8 @@ class TokenFile:
 
 
 def issue_node_token(data_dir: str | Path, node_name: str) -> str:
-    """A bearer token for a node (user system:node:<name>, group system:nodes), kept in the server's token file."""
+    """A bearer token for a node (user system:node:<name>, group system:nodes), kept in the server's token
+    file."""
     return TokenFile(Path(data_dir) / "tokens.csv").issue(f"system:node:{node_name}", (NODES_GROUP,))
 
 
@@ -106,7 +107,8 @@ READ_VERBS = {"get", "list", "watch"}
 
 def node_may(node: str, verb: str, resource: str, subresource: str, namespace: str, name: str,
              obj: dict | None) -> str | None:
-    """NodeRestriction: None when allowed, else the reason it is not. `obj` is the stored object, when there is one.
+    """NodeRestriction: None when allowed, else the reason it is not. `obj` is the stored object, when there
+    is one.
 
     A node reads freely; it may write only its own Node and Lease, the status of pods bound to it (and
     delete those pods), and events.
@@ -116,7 +118,8 @@ def node_may(node: str, verb: str, resource: str, subresource: str, namespace: s
     if resource == "events":
         return None
     if resource == "nodes":
-        if name == node or (verb == "create" and obj is not None and (obj.get("metadata") or {}).get("name") == node):
+        if name == node or (verb == "create" and obj is not None
+                            and (obj.get("metadata") or {}).get("name") == node):
             return None
         return f"node \"{node}\" is not allowed to modify node \"{name or '<new>'}\""
     if resource == "leases":

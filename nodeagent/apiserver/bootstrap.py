@@ -45,9 +45,11 @@ class Bootstrap:
             await self._ensure_created(NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace",
                                                           "metadata": {"name": ns}})
             await reg._ensure_default_sa(ns)
-        for name, value, desc in (("system-node-critical", 2000001000, "Used for system critical pods that must not "
+        for name, value, desc in (("system-node-critical", 2000001000,
+                                   "Used for system critical pods that must not "
                                    "be moved from their current node."),
-                                  ("system-cluster-critical", 2000000000, "Used for system critical pods that must "
+                                  ("system-cluster-critical", 2000000000,
+                                   "Used for system critical pods that must "
                                    "run in the cluster, but can be moved to another node if necessary.")):
             await self._ensure_created(PRIORITY_CLASSES, None, {
                 "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
@@ -76,11 +78,13 @@ class Bootstrap:
                 try:
                     await store.create(key, {"apiVersion": "v1", "kind": "ConfigMap",
                                              "metadata": {"name": "kube-root-ca.crt", "namespace": name,
-                                                          "uid": str(uuid.uuid4()), "creationTimestamp": now_rfc3339(),
+                                                          "uid": str(uuid.uuid4()),
+                                                          "creationTimestamp": now_rfc3339(),
                                                           "annotations": {"kubernetes.io/description": (
-                                                              "Contains a CA bundle that can be used to verify the "
-                                                              "kube-apiserver when using internal endpoints such as "
-                                                              "the internal service IP or kubernetes.default.svc.")}},
+                                                              "Contains a CA bundle that can be used "
+                                                              "to verify the kube-apiserver when using "
+                                                              "internal endpoints such as the internal "
+                                                              "service IP or kubernetes.default.svc.")}},
                                              "data": {"ca.crt": self.ca_pem}})
                 except store_base.StoreError:
                     pass
@@ -107,10 +111,12 @@ class Bootstrap:
                 "apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": "kubernetes", "namespace": "default",
                              "labels": {"component": "apiserver", "provider": "kubernetes"}},
-                "spec": {"clusterIP": want_ip, "ports": ports, "type": "ClusterIP", "sessionAffinity": "None"}})
+                "spec": {"clusterIP": want_ip, "ports": ports, "type": "ClusterIP",
+                         "sessionAffinity": "None"}})
             return
         spec = svc.get("spec") or {}
-        if [{k: p.get(k) for k in ("name", "protocol", "port", "targetPort")} for p in spec.get("ports") or []] != ports:
+        if [{k: p.get(k) for k in ("name", "protocol", "port", "targetPort")}
+            for p in spec.get("ports") or []] != ports:
             spec["ports"] = ports
             await self.registry.store.update(SERVICES.key("default", "kubernetes"), svc)
 
@@ -140,7 +146,8 @@ class Bootstrap:
                 pass
 
     async def expire_events(self, ttl: float = EVENT_TTL) -> int:
-        """Delete Events older than `ttl` seconds (kube-apiserver's --event-ttl, 1h): they would pile up forever."""
+        """Delete Events older than `ttl` seconds (kube-apiserver's --event-ttl, 1h): they would pile up
+        forever."""
         store = self.registry.store
         cutoff = utcnow(self.clock) - dt.timedelta(seconds=ttl)
         removed = 0
@@ -148,7 +155,8 @@ class Bootstrap:
             items, _ = await store.list(res.key_prefix())
             for ev in items:
                 m = ev.get("metadata") or {}
-                when = parse_time(ev.get("lastTimestamp") or ev.get("eventTime") or m.get("creationTimestamp"))
+                when = parse_time(ev.get("lastTimestamp") or ev.get("eventTime")
+                                  or m.get("creationTimestamp"))
                 if when is not None and when < cutoff:
                     try:
                         await store.delete(res.key(m.get("namespace"), m["name"]))
@@ -158,7 +166,8 @@ class Bootstrap:
         return removed
 
     async def reconcile_quotas(self) -> None:
-        """Keep every ResourceQuota's status (hard, used) current, deletions included (the quota controller)."""
+        """Keep every ResourceQuota's status (hard, used) current, deletions included (the quota
+        controller)."""
         store = self.registry.store
         quotas, _ = await store.list(QUOTAS.key_prefix())
         for q in quotas:
@@ -177,7 +186,8 @@ class Bootstrap:
             if st.get("used") != used or st.get("hard") != hard:
                 q["status"] = {"hard": hard, "used": used}
                 try:
-                    await store.update(QUOTAS.key(ns, q["metadata"]["name"]), q, int(q["metadata"]["resourceVersion"]))
+                    await store.update(QUOTAS.key(ns, q["metadata"]["name"]), q,
+                                       int(q["metadata"]["resourceVersion"]))
                 except store_base.StoreError:
                     pass
 

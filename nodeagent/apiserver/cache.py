@@ -41,7 +41,8 @@ class CachedEvent:
     __slots__ = ("type", "key", "obj", "prev", "revision", "_line")
 
     def __init__(self, ev: store_base.Event) -> None:
-        self.type, self.key, self.obj, self.prev, self.revision = ev.type, ev.key, ev.object, ev.prev, ev.revision
+        self.type, self.key, self.obj = ev.type, ev.key, ev.object
+        self.prev, self.revision = ev.prev, ev.revision
         self._line: bytes | None = None
 
     @property

@@ -1,4 +1,5 @@
-"""JSON/YAML encoding for the wire; orjson on the hot path when installed (measured faster), stdlib otherwise."""
+"""JSON/YAML encoding for the wire; orjson on the hot path when installed (measured faster), stdlib
+otherwise."""
 
 from __future__ import annotations
 

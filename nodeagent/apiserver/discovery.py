@@ -15,10 +15,12 @@ KUBE_MAJOR, KUBE_MINOR = "1", "30"
 def version_info() -> dict[str, str]:
     from nodeagent import __version__ as ours
 
-    return {"major": KUBE_MAJOR, "minor": KUBE_MINOR, "gitVersion": f"v{KUBE_MAJOR}.{KUBE_MINOR}.0+nodeagent-{ours}",
+    return {"major": KUBE_MAJOR, "minor": KUBE_MINOR,
+            "gitVersion": f"v{KUBE_MAJOR}.{KUBE_MINOR}.0+nodeagent-{ours}",
             "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
-            "buildDate": "2026-01-01T00:00:00Z", "goVersion": f"python{sys.version_info.major}.{sys.version_info.minor}",
-            "compiler": "cpython", "platform": f"linux/{_arch()}"}
+            "buildDate": "2026-01-01T00:00:00Z",
+            "goVersion": f"python{sys.version_info.major}.{sys.version_info.minor}", "compiler": "cpython",
+            "platform": f"linux/{_arch()}"}
 
 
 def _arch() -> str:
@@ -98,7 +100,8 @@ def aggregated(core: bool, media: str) -> dict[str, Any]:
             resources = []
             for r in resources_in(group, v):
                 entry: dict[str, Any] = {
-                    "resource": r.name, "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+                    "resource": r.name,
+                    "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
                     "scope": "Namespaced" if r.namespaced else "Cluster", "singularResource": r.singular,
                     "verbs": list(r.verbs)}
                 if r.short_names:

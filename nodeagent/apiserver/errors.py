@@ -31,7 +31,8 @@ def _qual(resource: str, group: str) -> str:
 
 def not_found(resource: str, name: str, group: str = "") -> ApiError:
     return ApiError(404, "NotFound", f'{_qual(resource, group)} "{name}" not found',
-                    {"name": name, "group": group, "kind": resource} if group else {"name": name, "kind": resource})
+                    {"name": name, "group": group, "kind": resource}
+                    if group else {"name": name, "kind": resource})
 
 
 def already_exists(resource: str, name: str, group: str = "") -> ApiError:
@@ -45,14 +46,18 @@ def conflict(resource: str, name: str, group: str = "", why: str = CONFLICT_MSG)
     d = {"name": name, "kind": resource}
     if group:
         d["group"] = group
-    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {_qual(resource, group)} "{name}": {why}', d)
+    return ApiError(409, "Conflict",
+                    f'Operation cannot be fulfilled on {_qual(resource, group)} "{name}": {why}', d)
 
 
 def invalid(kind: str, name: str, causes: list[dict[str, str]], group: str = "") -> ApiError:
     """422 Invalid; each cause is {reason, message, field} as Kubernetes' field errors render."""
     msgs = "; ".join(f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes)
     qual = f"{kind}.{group}" if group else kind
-    msg = f'{qual} "{name}" is invalid: {msgs}' if len(causes) == 1 else f'{qual} "{name}" is invalid: [{msgs.replace("; ", ", ")}]'
+    if len(causes) == 1:
+        msg = f'{qual} "{name}" is invalid: {msgs}'
+    else:
+        msg = f'{qual} "{name}" is invalid: [{msgs.replace("; ", ", ")}]'
     d: dict[str, Any] = {"name": name, "kind": kind, "causes": causes}
     if group:
         d["group"] = group
@@ -63,10 +68,12 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
-def forbidden(user: str, verb: str, resource: str, group: str, namespace: str, name: str, why: str = "") -> ApiError:
+def forbidden(user: str, verb: str, resource: str, group: str, namespace: str, name: str,
+              why: str = "") -> ApiError:
     where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
     what = f'{_qual(resource, group)} "{name}"' if name else _qual(resource, group)
-    msg = f'{what} is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group "{group}"{where}'
+    msg = (f'{what} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
+           f'in API group "{group}"{where}')
     if why:
         msg += f": {why}"
     d = {"kind": resource}
@@ -81,7 +88,8 @@ def unauthorized() -> ApiError:
     return ApiError(401, "Unauthorized", "Unauthorized")
 
 
-def method_not_allowed(message: str = "the server does not allow this method on the requested resource") -> ApiError:
+def method_not_allowed(message: str = "the server does not allow this method on the requested "
+                                      "resource") -> ApiError:
     return ApiError(405, "MethodNotAllowed", message)
 
 
@@ -94,7 +102,8 @@ def too_large(limit: int) -> ApiError:
 
 
 def unsupported_media(ctype: str) -> ApiError:
-    return ApiError(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - accepted media types include: '
+    return ApiError(415, "UnsupportedMediaType",
+                    f'the body of the request was in an unknown format - accepted media types include: '
                     f'application/json, application/yaml (got "{ctype}")')
 
 

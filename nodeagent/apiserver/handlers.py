@@ -63,7 +63,8 @@ class Wants:
         if not self.table and not self.partial and accept and not any(
                 t in accept for t in ("json", "*/*", "yaml", "protobuf")):
             raise errors.not_acceptable(f"only the following media types are accepted: application/json, "
-                                        f"application/yaml, application/vnd.kubernetes.protobuf (got {accept})")
+                                        "application/yaml, application/vnd.kubernetes.protobuf "
+                                        f"(got {accept})")
 
 
 class Handlers:
@@ -164,7 +165,8 @@ class Handlers:
         return json_response(doc)
 
     # ------------------------------------------------------------------ resources
-    async def _resource(self, request: web.BaseRequest, info: RequestInfo, user: auth.User) -> web.StreamResponse:
+    async def _resource(self, request: web.BaseRequest, info: RequestInfo,
+                        user: auth.User) -> web.StreamResponse:
         res, verb = info.resource, info.verb
         q = request.query
         dry_run = q.get("dryRun") == "All"
@@ -173,7 +175,8 @@ class Handlers:
         streaming = info.subresource in ("log", "exec", "attach", "portforward", "proxy")
         if streaming:
             pass  # the body (if any) is the stream itself, forwarded to the kubelet
-        elif verb in ("create", "update", "patch") or (verb in ("delete", "deletecollection") and request.can_read_body):
+        elif verb in ("create", "update", "patch") \
+                or (verb in ("delete", "deletecollection") and request.can_read_body):
             body = await self._read_body(request, info, verb)
         if res.name in VIRTUAL and res.group == "authorization.k8s.io":
             return json_response(await self._access_review(user, body), 201)
@@ -220,8 +223,8 @@ class Handlers:
             items, _, _ = await self.registry.list(res, info.namespace, *self._selectors(res, q))
             for o in items:
                 try:
-                    await self.registry.delete(res, o["metadata"].get("namespace"), o["metadata"]["name"], opts,
-                                               dry_run)
+                    await self.registry.delete(res, o["metadata"].get("namespace"),
+                                               o["metadata"]["name"], opts, dry_run)
                 except ApiError as e:
                     if e.code != 404:
                         raise
@@ -274,11 +277,11 @@ class Handlers:
             except store_base.NotFound:
                 stored = None
         obj = body if info.verb == "create" and not info.subresource else stored
-        why = auth.node_may(node, info.verb, res.name, info.subresource, info.namespace or "", info.name or "",
-                            obj if isinstance(obj, dict) else None)
+        why = auth.node_may(node, info.verb, res.name, info.subresource, info.namespace or "",
+                            info.name or "", obj if isinstance(obj, dict) else None)
         if why is not None:
-            raise errors.forbidden(user.name, info.verb, res.name, res.group, info.namespace or "", info.name or "",
-                                   why)
+            raise errors.forbidden(user.name, info.verb, res.name, res.group, info.namespace or "",
+                                   info.name or "", why)
 
     async def _access_review(self, user: auth.User, body: Any) -> dict[str, Any]:
         """SelfSubjectAccessReview (`kubectl auth can-i`): answered with the same rules requests get."""
@@ -292,8 +295,8 @@ class Handlers:
                 allowed, reason = False, "no rule allows this user"
             else:
                 why = auth.node_may(node, attrs.get("verb", ""), attrs.get("resource", ""),
-                                    attrs.get("subresource", ""), attrs.get("namespace", ""), attrs.get("name", ""),
-                                    None)
+                                    attrs.get("subresource", ""), attrs.get("namespace", ""),
+                                    attrs.get("name", ""), None)
                 allowed, reason = why is None, why or "NodeRestriction"
         out = dict(body)
         out.setdefault("metadata", {})
@@ -324,7 +327,8 @@ class Handlers:
             info.patch_type = ctype
             if ctype not in ("application/json-patch+json", "application/merge-patch+json",
                              "application/strategic-merge-patch+json", "application/apply-patch+yaml"):
-                raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                raise ApiError(415, "UnsupportedMediaType",
+                               "the body of the request was in an unknown format - "
                                "accepted media types include: application/json-patch+json, "
                                "application/merge-patch+json, application/apply-patch+yaml, "
                                "application/strategic-merge-patch+json")
@@ -335,7 +339,8 @@ class Handlers:
                 return codec.loads(data)
         except Exception as e:
             what = "yaml" if "yaml" in ctype else "json"
-            raise errors.bad_request(f"couldn't get version/kind; {what} parse error: {str(e).splitlines()[0]}") \
+            raise errors.bad_request(f"couldn't get version/kind; {what} parse error: "
+                                     f"{str(e).splitlines()[0]}") \
                 from None
         raise errors.unsupported_media(ctype)
 
@@ -354,8 +359,9 @@ class Handlers:
         if pp not in (None, "Orphan", "Background", "Foreground"):
             raise errors.invalid("DeleteOptions", "", [{"reason": "FieldValueNotSupported",
                                                         "field": "propagationPolicy",
-                                                        "message": f'Unsupported value: "{pp}": supported values: '
-                                                                   '"Foreground", "Background", "Orphan", "nil"'}],
+                                                        "message": f'Unsupported value: "{pp}": '
+                                                                   'supported values: "Foreground", '
+                                                                   '"Background", "Orphan", "nil"'}],
                                  "meta.k8s.io")
         return opts
 
@@ -365,7 +371,8 @@ class Handlers:
             return table.table(res.kind, [obj], obj["metadata"].get("resourceVersion", ""),
                                q.get("includeObject", "Metadata"))
         if wants.partial:
-            return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+            return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                    "metadata": obj["metadata"]}
         return obj
 
     def _selectors(self, res: Resource, q: Any) -> tuple[Any, Any]:
@@ -417,7 +424,8 @@ class Handlers:
             return web.Response(body=body, content_type=JSON)
         items = [e.obj for e in selected]
         if wants.table:
-            return json_response(table.table(res.kind, items, str(rev), q.get("includeObject", "Metadata"), cont))
+            return json_response(table.table(res.kind, items, str(rev),
+                                             q.get("includeObject", "Metadata"), cont))
         pmeta: dict[str, Any] = {"resourceVersion": str(rev)}
         if cont:
             pmeta["continue"] = cont
@@ -447,13 +455,14 @@ class Handlers:
 
         def direct(data: bytes) -> bool:
             """Write one event as an HTTP chunk straight to the connection (the cache calls this)."""
-            if transport is None or transport.is_closing() or transport.get_write_buffer_size() > WATCH_BUFFER:
+            if transport is None or transport.is_closing() \
+                    or transport.get_write_buffer_size() > WATCH_BUFFER:
                 return False
             transport.write(b"%x\r\n%b\r\n" % (len(data), data))
             return True
 
-        events = watch_events(self.cache, res, info.namespace, labels, fields, q.get("resourceVersion"), timeout,
-                              bookmarks, send_initial,
+        events = watch_events(self.cache, res, info.namespace, labels, fields,
+                              q.get("resourceVersion"), timeout, bookmarks, send_initial,
                               direct=None if wants.table or wants.partial else direct)
         gauge = self.metrics.watchers.labels(res.name)
         gauge.inc()
@@ -463,7 +472,8 @@ class Handlers:
                 out = []
                 for typ, obj, line in batch:
                     if wants.table and typ not in ("ERROR", "BOOKMARK"):
-                        obj = table.table(res.kind, [obj], obj["metadata"].get("resourceVersion", ""), include)
+                        obj = table.table(res.kind, [obj],
+                                          obj["metadata"].get("resourceVersion", ""), include)
                     elif wants.partial and typ not in ("ERROR",):
                         obj = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                                "metadata": obj["metadata"]}

@@ -38,8 +38,8 @@ def cluster_info_kubeconfig(server_url: str, ca_pem: bytes) -> str:
     """kubeadm's cluster-info kubeconfig: one cluster (server + CA), no users."""
     return yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "preferences": {},
-        "clusters": [{"name": "", "cluster": {"server": server_url,
-                                              "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
+        "clusters": [{"name": "", "cluster": {
+            "server": server_url, "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
         "contexts": [], "current-context": "", "users": []}, sort_keys=False)
 
 

@@ -41,7 +41,8 @@ def establish_crd(crd: dict[str, Any]) -> None:
         errs.append(validation.required("spec.versions"))
     want = f"{names.get('plural')}.{spec.get('group')}"
     if not errs and crd["metadata"].get("name") != want:
-        errs.append(validation.invalid("metadata.name", crd["metadata"].get("name"), "must be spec.names.plural+\".\"+spec.group"))
+        errs.append(validation.invalid("metadata.name", crd["metadata"].get("name"),
+                                       "must be spec.names.plural+\".\"+spec.group"))
     if errs:
         raise errors.invalid("CustomResourceDefinition", crd["metadata"].get("name", ""), errs,
                              "apiextensions.k8s.io")
@@ -57,7 +58,8 @@ def establish_crd(crd: dict[str, Any]) -> None:
                      [spec["versions"][0].get("name")],
                      "conditions": [{"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
                                      "message": "no conflicts found", "lastTransitionTime": now},
-                                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                                    {"type": "Established", "status": "True",
+                                     "reason": "InitialNamesAccepted",
                                      "message": "the initial names have been accepted",
                                      "lastTransitionTime": now}]}
 
@@ -81,7 +83,8 @@ async def delete_namespace(store: store_base.Store, current: dict[str, Any]) -> 
     runs `finish_namespace`)."""
     name = current["metadata"]["name"]
     if name in ("default", "kube-system", "kube-public"):
-        raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+        raise ApiError(403, "Forbidden",
+                       f'namespaces "{name}" is forbidden: this namespace may not be deleted',
                        {"name": name, "kind": "namespaces"})
     if current["metadata"].get("deletionTimestamp"):
         return current, False

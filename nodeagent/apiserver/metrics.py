@@ -11,9 +11,11 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.requests = Counter("apiserver_request_total", "Requests by verb, resource and HTTP code",
                                 ["verb", "group", "resource", "subresource", "code"], registry=self.registry)
-        self.duration = Histogram("apiserver_request_duration_seconds", "Time to answer (watch: the life of the stream)",
-                                  ["verb", "resource"], registry=self.registry,
-                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        self.duration = Histogram("apiserver_request_duration_seconds",
+                                  "Time to answer (watch: the life of the stream)", ["verb", "resource"],
+                                  registry=self.registry,
+                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                           0.5, 1, 2.5, 5))
         self.watchers = Gauge("apiserver_registered_watchers", "Open watch streams", ["resource"],
                               registry=self.registry)
 

@@ -1,4 +1,5 @@
-"""PATCH: JSON patch, JSON merge patch, strategic merge patch, and server-side apply (with field ownership)."""
+"""PATCH: JSON patch, JSON merge patch, strategic merge patch, and server-side apply (with field
+ownership)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ async def patch(registry: Registry, query: Mapping[str, str], info: RequestInfo,
     res = info.resource
     if ptype == "application/apply-patch+yaml":
         if not query.get("fieldManager"):
-            raise errors.invalid("PatchOptions", "", [{"reason": "FieldValueRequired", "field": "fieldManager",
-                                                       "message": "Required value: is required for apply patch"}],
+            raise errors.invalid("PatchOptions", "",
+                                 [{"reason": "FieldValueRequired", "field": "fieldManager",
+                                                       "message": "Required value: is required for "
+                                                                  "apply patch"}],
                                  "meta.k8s.io")
         if not isinstance(body, dict):
             raise errors.bad_request("apply patch must be an object")

@@ -103,4 +103,5 @@ def endpoint_subsets(endpoints: list[tuple[str, int]]) -> list[dict[str, Any]]:
     for ip, port in endpoints:
         by_port.setdefault(port, []).append(ip)
     return [{"addresses": [{"ip": ip} for ip in sorted(set(ips))],
-             "ports": [{"name": "https", "port": port, "protocol": "TCP"}]} for port, ips in sorted(by_port.items())]
+             "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}
+            for port, ips in sorted(by_port.items())]

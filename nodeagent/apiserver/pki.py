@@ -24,7 +24,8 @@ def _wanted_sans(extra_ips: list[str], extra_names: list[str]) -> tuple[set[str]
     return {i for i in ips if i and i not in ("0.0.0.0", "::")}, names
 
 
-def ensure_serving_cert(pki: Path, extra_ips: Sequence[str], extra_names: Sequence[str] = ()) -> tuple[Path, Path]:
+def ensure_serving_cert(pki: Path, extra_ips: Sequence[str],
+                        extra_names: Sequence[str] = ()) -> tuple[Path, Path]:
     """Serving cert signed by the CA; regenerated when a needed SAN (e.g. a new bind address) is missing."""
     ca, ca_key = ensure_ca(pki)
     crt, key = pki / "apiserver.crt", pki / "apiserver.key"
@@ -63,13 +64,15 @@ def ensure_kubelet_client_cert(pki: Path) -> tuple[Path, Path]:
     crt, key = pki / "apiserver-kubelet-client.crt", pki / "apiserver-kubelet-client.key"
     if crt.exists() and key.exists():
         cur = x509.load_pem_x509_certificate(crt.read_bytes())
-        if cur.issuer == ca.subject and cur.not_valid_after_utc > dt.datetime.now(dt.UTC) + dt.timedelta(days=1):
+        if cur.issuer == ca.subject \
+                and cur.not_valid_after_utc > dt.datetime.now(dt.UTC) + dt.timedelta(days=1):
             return crt, key
     k = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-                                     x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client")]))
+                                     x509.NameAttribute(NameOID.COMMON_NAME,
+                                                        "kube-apiserver-kubelet-client")]))
             .issuer_name(ca.subject).public_key(k.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=825))
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)

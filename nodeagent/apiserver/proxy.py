@@ -67,8 +67,9 @@ class KubeletProxy:
             if not container:
                 cs = (pod.get("spec") or {}).get("containers") or []
                 if len(cs) != 1 and sub in ("log", "exec", "attach"):
-                    raise errors.bad_request(f"a container name must be specified for pod {info.name}, choose one "
-                                             f"of: [{' '.join(c.get('name', '') for c in cs)}]")
+                    raise errors.bad_request("a container name must be specified for pod "
+                                             f"{info.name}, choose one of: "
+                                             f"[{' '.join(c.get('name', '') for c in cs)}]")
                 container = cs[0]["name"] if cs else ""
             if sub == "proxy":
                 raise errors.service_unavailable("pod proxy is not supported by this apiserver")
@@ -105,10 +106,11 @@ class KubeletProxy:
         url = f"https://{addr[0]}:{addr[1]}{path}"
 
         async def exchange() -> web.StreamResponse:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=DIAL_TIMEOUT)) as s, \
+            timeout = aiohttp.ClientTimeout(total=None, connect=DIAL_TIMEOUT)
+            async with aiohttp.ClientSession(timeout=timeout) as s, \
                     s.request(request.method, url, params=request.query, ssl=self._client_ssl()) as up:
-                resp = web.StreamResponse(status=up.status,
-                                          headers={"Content-Type": up.headers.get("Content-Type", "text/plain")})
+                content_type = up.headers.get("Content-Type", "text/plain")
+                resp = web.StreamResponse(status=up.status, headers={"Content-Type": content_type})
                 await resp.prepare(request)
                 async for chunk in up.content.iter_any():
                     await resp.write(chunk)
@@ -127,16 +129,19 @@ class KubeletProxy:
         try:
             return task.result()
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: {_why(e)}") from None
+            raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: "
+                                             f"{_why(e)}") from None
 
-    async def _upgrade(self, request: web.BaseRequest, addr: tuple[str, int], path: str) -> web.StreamResponse:
+    async def _upgrade(self, request: web.BaseRequest, addr: tuple[str, int],
+                       path: str) -> web.StreamResponse:
         """Splice an Upgrade (SPDY or websocket) connection to the kubelet byte for byte."""
         try:
             async with asyncio.timeout(DIAL_TIMEOUT):
                 r, w = await asyncio.open_connection(addr[0], addr[1], ssl=self._client_ssl(),
                                                      ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
         except (OSError, TimeoutError) as e:
-            raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: {_why(e)}") from None
+            raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: "
+                                             f"{_why(e)}") from None
         qs = request.rel_url.raw_query_string  # still percent-encoded: it goes on the request line as is
         lines = [f"{request.method} {path}{'?' + qs if qs else ''} HTTP/1.1", f"Host: {addr[0]}:{addr[1]}"]
         for k, v in request.headers.items():

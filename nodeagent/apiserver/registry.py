@@ -60,7 +60,8 @@ FIELD_LABELS: dict[str, set[str]] = {
                "reason", "reportingComponent", "source", "type", "regarding.kind", "regarding.name",
                "regarding.namespace", "regarding.uid"},
     "nodes": {"spec.unschedulable"}, "secrets": {"type"}, "namespaces": {"status.phase"},
-    "replicasets": {"status.replicas"}, "jobs": {"status.successful"}, "services": {"spec.clusterIP", "spec.type"},
+    "replicasets": {"status.replicas"}, "jobs": {"status.successful"},
+    "services": {"spec.clusterIP", "spec.type"},
 }
 
 
@@ -117,7 +118,8 @@ class Registry:
         self._svc_lock = asyncio.Lock()
         self._quota_locks: dict[str, asyncio.Lock] = {}
         self._bg: set[asyncio.Task] = set()
-        self.cache: WatchCache | None = None  # the watch cache, when the server has one: admission reads from it
+        # the watch cache, when the server has one: admission reads from it
+        self.cache: WatchCache | None = None
 
     async def _lookup(self, res: Resource, ns: str | None) -> list[dict[str, Any]]:
         """Objects of a kind for admission decisions (read-only): from the watch cache when there is one."""
@@ -262,7 +264,8 @@ class Registry:
 
     async def _admit_pod(self, pod: dict[str, Any], ns: str) -> None:
         classes = list(await self._lookup(PRIORITY_CLASSES, None))
-        classes += [{"metadata": {"name": n}, "value": v} for n, v in admission.SYSTEM_PRIORITY_CLASSES.items()
+        classes += [{"metadata": {"name": n}, "value": v}
+                    for n, v in admission.SYSTEM_PRIORITY_CLASSES.items()
                     if not any(c["metadata"]["name"] == n for c in classes)]
         admission.resolve_priority(pod, classes)
         ranges = await self._lookup(LIMIT_RANGES, ns)
@@ -276,7 +279,8 @@ class Registry:
         except store_base.NotFound:
             raise errors.not_found("namespaces", ns) from None
         if (nso.get("metadata") or {}).get("deletionTimestamp") and res.name not in ("events",):
-            raise ApiError(403, "Forbidden", f"{res.name} is forbidden: unable to create new content in namespace "
+            raise ApiError(403, "Forbidden",
+                           f"{res.name} is forbidden: unable to create new content in namespace "
                            f"{ns} because it is being terminated",
                            {"kind": res.name, "causes": [{"reason": "NamespaceTerminating",
                                                           "message": f"namespace {ns} is being terminated",
@@ -289,10 +293,11 @@ class Registry:
             obj = copy.deepcopy(obj)
         av, kind = obj.get("apiVersion"), obj.get("kind")
         if av and av != res.api_version:
-            raise errors.bad_request(f"the API version in the data ({av}) does not match the expected API version "
-                                     f"({res.api_version})")
+            raise errors.bad_request(f"the API version in the data ({av}) does not match the "
+                                     f"expected API version ({res.api_version})")
         if kind and kind != res.kind:
-            raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind ({res.kind})")
+            raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind "
+                                     f"({res.kind})")
         obj["apiVersion"], obj["kind"] = res.api_version, res.kind
         meta = obj.get("metadata")
         if meta is None:
@@ -300,25 +305,27 @@ class Registry:
         if not isinstance(meta, dict):
             raise errors.bad_request("metadata must be an object")
         if res.namespaced and meta.get("namespace") and ns and meta["namespace"] != ns:
-            raise errors.bad_request("the namespace of the provided object does not match the namespace sent on "
-                                     "the request")
+            raise errors.bad_request("the namespace of the provided object does not match the "
+                                     "namespace sent on the request")
         return obj
 
     def _validate(self, res: Resource, obj: dict[str, Any]) -> None:
         errs = validation.validate(obj, res.kind, res.namespaced)
         if errs:
-            raise errors.invalid(res.kind, obj["metadata"].get("name") or obj["metadata"].get("generateName", ""),
+            raise errors.invalid(res.kind,
+                                 obj["metadata"].get("name") or obj["metadata"].get("generateName", ""),
                                  errs, res.group)
 
     # ------------------------------------------------------------------ update
     async def update(self, res: Resource, ns: str | None, name: str, obj: Any, subresource: str = "",
-                     dry_run: bool = False, current: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+                     dry_run: bool = False,
+                     current: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
         """Replace an object (or its status); returns (object, created)."""
         obj = self._check_body(res, ns, obj)
         meta = obj["metadata"]
         if meta.get("name") and meta["name"] != name:
-            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL "
-                                     f"({name})")
+            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the "
+                                     f"name on the URL ({name})")
         meta["name"] = name
         if res.namespaced:
             meta["namespace"] = ns
@@ -336,7 +343,8 @@ class Registry:
             raise errors.conflict(res.name, name, res.group)
         new = self._merge_for_update(res, current, obj, subresource)
         nm = new["metadata"]
-        for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generateName"):
+        for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+                  "generateName"):
             if k in cur_meta:
                 nm[k] = cur_meta[k]
             else:
@@ -401,7 +409,8 @@ class Registry:
 
     async def patch_with_retry(self, res: Resource, ns: str | None, name: str, subresource: str,
                                mutate: Callable[[dict[str, Any]], dict[str, Any]], dry_run: bool = False,
-                               create_missing: Callable[[], dict[str, Any]] | None = None) -> tuple[dict[str, Any], bool]:
+                               create_missing: Callable[[], dict[str, Any]]
+                               | None = None) -> tuple[dict[str, Any], bool]:
         """Read, apply `mutate`, write with the read's resourceVersion; retry on a concurrent write."""
         for attempt in range(8):
             try:
@@ -436,12 +445,13 @@ class Registry:
         pre = options.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != meta.get("uid"):
             raise errors.conflict(res.name, name, res.group,
-                                  f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
-                                  f"{meta.get('uid')}")
+                                  f"Precondition failed: UID in precondition: {pre['uid']}, UID in "
+                                  f"object meta: {meta.get('uid')}")
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
             raise errors.conflict(res.name, name, res.group,
-                                  f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-                                  f"ResourceVersion in object meta: {meta.get('resourceVersion')}")
+                                  "Precondition failed: ResourceVersion in precondition: "
+                                  f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                                  f"{meta.get('resourceVersion')}")
         if dry_run:
             return current
         grace = options.get("gracePeriodSeconds")
@@ -465,7 +475,8 @@ class Registry:
             finalizers.append("orphan")
         if policy == "Foreground" and "foregroundDeletion" not in finalizers:
             finalizers.append("foregroundDeletion")
-        graceful = bool(res is PODS and (current.get("spec") or {}).get("nodeName") and not _terminal(current))
+        graceful = bool(res is PODS and (current.get("spec") or {}).get("nodeName")
+                        and not _terminal(current))
         grace_s: float = 0  # the pod's grace period when the deletion is graceful
         if graceful:
             if grace is None:
@@ -489,7 +500,8 @@ class Registry:
                 return await self.delete(res, ns, name, options)
         return await self._remove(res, ns, name, current)
 
-    async def _remove(self, res: Resource, ns: str | None, name: str, current: dict[str, Any]) -> dict[str, Any]:
+    async def _remove(self, res: Resource, ns: str | None, name: str,
+                      current: dict[str, Any]) -> dict[str, Any]:
         try:
             out = await self.store.delete(res.key(ns, name))
         except store_base.NotFound:

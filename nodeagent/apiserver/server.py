@@ -1,4 +1,5 @@
-"""The apiserver process: PKI, tokens, store, bootstrap, HTTPS listener (its component: `apiserver.service`)."""
+"""The apiserver process: PKI, tokens, store, bootstrap, HTTPS listener (its component:
+`apiserver.service`)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def client_host(bind: str) -> str:
 class ApiServer:
     """One running apiserver; `start()` binds and bootstraps, `stop()` releases everything."""
 
-    def __init__(self, cfg: ApiServerConfig, store: Any = None, compact_interval: float = DEFAULT_INTERVAL) -> None:
+    def __init__(self, cfg: ApiServerConfig, store: Any = None,
+                 compact_interval: float = DEFAULT_INTERVAL) -> None:
         self.cfg = cfg
         self.data_dir = Path(cfg.data_dir)
         self.store = store if store is not None else open_store(cfg.datastore, cfg.data_dir)

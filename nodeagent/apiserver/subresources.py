@@ -1,4 +1,5 @@
-"""Subresources: status, scale, binding, eviction, namespace finalize; log/exec/attach/portforward go to the kubelet."""
+"""Subresources: status, scale, binding, eviction, namespace finalize; log/exec/attach/portforward go to the
+kubelet."""
 
 from __future__ import annotations
 
@@ -71,7 +72,9 @@ def to_scale(obj: dict[str, Any]) -> dict[str, Any]:
     except AttributeError:
         sel_str = ""
     return {"kind": "Scale", "apiVersion": "autoscaling/v1",
-            "metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in m},
+            "metadata": {k: m[k]
+                         for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                         if k in m},
             "spec": {"replicas": spec.get("replicas", 0)},
             "status": {"replicas": st.get("replicas", 0), "selector": sel_str}}
 
@@ -99,8 +102,8 @@ async def _scale(registry: Registry, request: web.BaseRequest, info: RequestInfo
         replicas = (new.get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or replicas < 0:
             raise errors.invalid("Scale", name, [{"reason": "FieldValueInvalid", "field": "spec.replicas",
-                                                 "message": f"Invalid value: {replicas}: must be greater than or "
-                                                            "equal to 0"}], "autoscaling")
+                                                 "message": f"Invalid value: {replicas}: must be "
+                                                            "greater than or equal to 0"}], "autoscaling")
         cur.setdefault("spec", {})["replicas"] = replicas
         return cur
 
@@ -111,7 +114,8 @@ async def _scale(registry: Registry, request: web.BaseRequest, info: RequestInfo
 # ------------------------------------------------------------------ binding
 async def _bind(registry: Registry, info: RequestInfo, body: Any, dry_run: bool) -> dict[str, Any]:
     res, ns, name = info.resource, info.namespace, info.name or ""
-    if not isinstance(body, dict) or not isinstance(body.get("target"), dict) or not body["target"].get("name"):
+    if not isinstance(body, dict) or not isinstance(body.get("target"), dict) \
+            or not body["target"].get("name"):
         raise errors.invalid("Binding", name, [{"reason": "FieldValueRequired", "field": "target.name",
                                                "message": "Required value"}])
     node = body["target"]["name"]
@@ -195,8 +199,9 @@ async def _evict(registry: Registry, info: RequestInfo, body: Any, dry_run: bool
                     raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
                                    "disruption budget.",
                                    {"causes": [{"reason": "DisruptionBudget",
-                                                "message": f"The disruption budget {pdb['metadata']['name']} needs "
-                                                           f"more healthy pods"}]})
+                                                "message": "The disruption budget "
+                                                           f"{pdb['metadata']['name']} needs more "
+                                                           "healthy pods"}]})
     await registry.delete(res, ns, name, opts or {}, dry_run)
     return _success()
 

@@ -101,7 +101,8 @@ def pod_status_reason(pod: dict[str, Any]) -> str:
                 reason = st["waiting"]["reason"]
             elif st.get("terminated"):
                 t = st["terminated"]
-                reason = t.get("reason") or (f"Signal:{t['signal']}" if t.get("signal") else f"ExitCode:{t.get('exitCode')}")
+                reason = t.get("reason") or (f"Signal:{t['signal']}"
+                                             if t.get("signal") else f"ExitCode:{t.get('exitCode')}")
             elif st.get("running") and c.get("ready"):
                 has_running = True
         if reason == "Completed" and has_running:
@@ -118,7 +119,8 @@ def _pod(o: dict[str, Any], now: dt.datetime) -> list[Any]:
     restarts = sum(int(c.get("restartCount") or 0) for c in cs)
     gates = spec.get("readinessGates") or []
     conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-    gate_str = f"{sum(1 for g in gates if conds.get(g.get('conditionType')) == 'True')}/{len(gates)}" if gates else "<none>"
+    passed = sum(1 for g in gates if conds.get(g.get("conditionType")) == "True")
+    gate_str = f"{passed}/{len(gates)}" if gates else "<none>"
     return [o["metadata"]["name"], f"{ready}/{len(spec.get('containers') or [])}", pod_status_reason(o),
             str(restarts), age(o, now), status.get("podIP") or "<none>", spec.get("nodeName") or "<none>",
             status.get("nominatedNodeName") or "<none>", gate_str]
@@ -131,21 +133,23 @@ def _node(o: dict[str, Any], now: dt.datetime) -> list[Any]:
     if (o.get("spec") or {}).get("unschedulable"):
         st.append("SchedulingDisabled")
     labels = (o.get("metadata") or {}).get("labels") or {}
-    roles = sorted({k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and "/" in k}
+    roles = sorted({k.split("/", 1)[1] for k in labels
+                    if k.startswith("node-role.kubernetes.io/") and "/" in k}
                    | ({labels["kubernetes.io/role"]} if labels.get("kubernetes.io/role") else set()))
     info = status.get("nodeInfo") or {}
     addrs = {a.get("type"): a.get("address") for a in status.get("addresses") or []}
     return [o["metadata"]["name"], ",".join(st), ",".join(roles) or "<none>", age(o, now),
-            info.get("kubeletVersion", ""), addrs.get("InternalIP", "<none>"), addrs.get("ExternalIP", "<none>"),
-            info.get("osImage", "<unknown>"), info.get("kernelVersion", "<unknown>"),
-            info.get("containerRuntimeVersion", "<unknown>")]
+            info.get("kubeletVersion", ""), addrs.get("InternalIP", "<none>"),
+            addrs.get("ExternalIP", "<none>"), info.get("osImage", "<unknown>"),
+            info.get("kernelVersion", "<unknown>"), info.get("containerRuntimeVersion", "<unknown>")]
 
 
 def _service(o: dict[str, Any], now: dt.datetime) -> list[Any]:
     spec = o.get("spec") or {}
     typ = spec.get("type", "ClusterIP")
     ext = spec.get("externalIPs") or []
-    lb = [i.get("ip") or i.get("hostname") for i in ((o.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []]
+    lb = [i.get("ip") or i.get("hostname")
+          for i in ((o.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []]
     if typ == "ExternalName":
         ext_s = spec.get("externalName", "<none>")
     elif typ == "LoadBalancer":
@@ -189,27 +193,30 @@ def _daemonset(o: dict[str, Any], now: dt.datetime) -> list[Any]:
 def _statefulset(o: dict[str, Any], now: dt.datetime) -> list[Any]:
     spec, st = o.get("spec") or {}, o.get("status") or {}
     c, i = _containers(spec)
-    return [o["metadata"]["name"], f"{st.get('readyReplicas', 0)}/{spec.get('replicas', 0)}", age(o, now), c, i]
+    return [o["metadata"]["name"], f"{st.get('readyReplicas', 0)}/{spec.get('replicas', 0)}",
+            age(o, now), c, i]
 
 
 def _job(o: dict[str, Any], now: dt.datetime) -> list[Any]:
     spec, st = o.get("spec") or {}, o.get("status") or {}
     c, i = _containers(spec)
     comp = spec.get("completions")
-    completions = f"{st.get('succeeded', 0)}/{comp}" if comp is not None else f"{st.get('succeeded', 0)}/1 of {spec.get('parallelism', 1)}"
+    completions = (f"{st.get('succeeded', 0)}/{comp}" if comp is not None
+                   else f"{st.get('succeeded', 0)}/1 of {spec.get('parallelism', 1)}")
     conds = {x.get("type"): x.get("status") for x in st.get("conditions") or []}
     status = ("Complete" if conds.get("Complete") == "True" else "Failed" if conds.get("Failed") == "True"
               else "Suspended" if spec.get("suspend") else "Running")
     start, end = parse_time(st.get("startTime")), parse_time(st.get("completionTime"))
     dur = human_duration(((end or now) - start).total_seconds()) if start else ""
-    return [o["metadata"]["name"], status, completions, dur, age(o, now), c, i, _selector_str(spec.get("selector"))]
+    return [o["metadata"]["name"], status, completions, dur, age(o, now), c, i,
+            _selector_str(spec.get("selector"))]
 
 
 def _cronjob(o: dict[str, Any], now: dt.datetime) -> list[Any]:
     spec, st = o.get("spec") or {}, o.get("status") or {}
     return [o["metadata"]["name"], spec.get("schedule", ""), spec.get("timeZone") or "<none>",
-            str(bool(spec.get("suspend"))), len(st.get("active") or []), _since(st.get("lastScheduleTime"), now),
-            age(o, now)]
+            str(bool(spec.get("suspend"))), len(st.get("active") or []),
+            _since(st.get("lastScheduleTime"), now), age(o, now)]
 
 
 def _event(o: dict[str, Any], now: dt.datetime) -> list[Any]:
@@ -238,14 +245,16 @@ def _endpointslice(o: dict[str, Any], now: dt.datetime) -> list[Any]:
 
 
 TABLES: dict[str, tuple[list[Col], Callable[[dict[str, Any], dt.datetime], list[Any]]]] = {
-    "Pod": ([("Name", "string", 0), ("Ready", "string", 0), ("Status", "string", 0), ("Restarts", "string", 0),
-             ("Age", "string", 0), ("IP", "string", 1), ("Node", "string", 1), ("Nominated Node", "string", 1),
-             ("Readiness Gates", "string", 1)], _pod),
+    "Pod": ([("Name", "string", 0), ("Ready", "string", 0), ("Status", "string", 0),
+             ("Restarts", "string", 0), ("Age", "string", 0), ("IP", "string", 1), ("Node", "string", 1),
+             ("Nominated Node", "string", 1), ("Readiness Gates", "string", 1)], _pod),
     "Node": ([("Name", "string", 0), ("Status", "string", 0), ("Roles", "string", 0), ("Age", "string", 0),
               ("Version", "string", 0), ("Internal-IP", "string", 1), ("External-IP", "string", 1),
-              ("OS-Image", "string", 1), ("Kernel-Version", "string", 1), ("Container-Runtime", "string", 1)], _node),
+              ("OS-Image", "string", 1), ("Kernel-Version", "string", 1), ("Container-Runtime", "string", 1)],
+             _node),
     "Namespace": ([("Name", "string", 0), ("Status", "string", 0), ("Age", "string", 0)],
-                  lambda o, now: [o["metadata"]["name"], (o.get("status") or {}).get("phase", ""), age(o, now)]),
+                  lambda o, now: [o["metadata"]["name"],
+                                  (o.get("status") or {}).get("phase", ""), age(o, now)]),
     "Service": ([("Name", "string", 0), ("Type", "string", 0), ("Cluster-IP", "string", 0),
                  ("External-IP", "string", 0), ("Port(s)", "string", 0), ("Age", "string", 0),
                  ("Selector", "string", 1)], _service),
@@ -262,16 +271,17 @@ TABLES: dict[str, tuple[list[Col], Callable[[dict[str, Any], dt.datetime], list[
     "StatefulSet": ([("Name", "string", 0), ("Ready", "string", 0), ("Age", "string", 0),
                      ("Containers", "string", 1), ("Images", "string", 1)], _statefulset),
     "Job": ([("Name", "string", 0), ("Status", "string", 0), ("Completions", "string", 0),
-             ("Duration", "string", 0), ("Age", "string", 0), ("Containers", "string", 1), ("Images", "string", 1),
-             ("Selector", "string", 1)], _job),
+             ("Duration", "string", 0), ("Age", "string", 0), ("Containers", "string", 1),
+             ("Images", "string", 1), ("Selector", "string", 1)], _job),
     "CronJob": ([("Name", "string", 0), ("Schedule", "string", 0), ("Timezone", "string", 0),
                  ("Suspend", "boolean", 0), ("Active", "integer", 0), ("Last Schedule", "string", 0),
                  ("Age", "string", 0)], _cronjob),
     "ConfigMap": ([("Name", "string", 0), ("Data", "string", 0), ("Age", "string", 0)],
-                  lambda o, now: [o["metadata"]["name"], len(o.get("data") or {}) + len(o.get("binaryData") or {}),
-                                  age(o, now)]),
+                  lambda o, now: [o["metadata"]["name"],
+                                  len(o.get("data") or {}) + len(o.get("binaryData") or {}), age(o, now)]),
     "Secret": ([("Name", "string", 0), ("Type", "string", 0), ("Data", "string", 0), ("Age", "string", 0)],
-               lambda o, now: [o["metadata"]["name"], o.get("type", "Opaque"), len(o.get("data") or {}), age(o, now)]),
+               lambda o, now: [o["metadata"]["name"], o.get("type", "Opaque"),
+                               len(o.get("data") or {}), age(o, now)]),
     "ServiceAccount": ([("Name", "string", 0), ("Secrets", "string", 0), ("Age", "string", 0)],
                        lambda o, now: [o["metadata"]["name"], len(o.get("secrets") or []), age(o, now)]),
     "Endpoints": ([("Name", "string", 0), ("Endpoints", "string", 0), ("Age", "string", 0)], _endpoints),
@@ -280,36 +290,44 @@ TABLES: dict[str, tuple[list[Col], Callable[[dict[str, Any], dt.datetime], list[
     "Event": ([("Last Seen", "string", 0), ("Type", "string", 0), ("Reason", "string", 0),
                ("Object", "string", 0), ("Message", "string", 0)], _event),
     "Lease": ([("Name", "string", 0), ("Holder", "string", 0), ("Age", "string", 0)],
-              lambda o, now: [o["metadata"]["name"], (o.get("spec") or {}).get("holderIdentity", ""), age(o, now)]),
+              lambda o, now: [o["metadata"]["name"],
+                              (o.get("spec") or {}).get("holderIdentity", ""), age(o, now)]),
     "PriorityClass": ([("Name", "string", 0), ("Value", "integer", 0), ("Global-Default", "boolean", 0),
                        ("Age", "string", 0), ("PreemptionPolicy", "string", 1)],
                       lambda o, now: [o["metadata"]["name"], o.get("value", 0), bool(o.get("globalDefault")),
                                       age(o, now), o.get("preemptionPolicy", "")]),
-    "PodDisruptionBudget": ([("Name", "string", 0), ("Min Available", "string", 0), ("Max Unavailable", "string", 0),
-                             ("Allowed Disruptions", "integer", 0), ("Age", "string", 0)],
-                            lambda o, now: [o["metadata"]["name"], str((o.get("spec") or {}).get("minAvailable", "N/A")),
+    "PodDisruptionBudget": ([("Name", "string", 0), ("Min Available", "string", 0),
+                             ("Max Unavailable", "string", 0), ("Allowed Disruptions", "integer", 0),
+                             ("Age", "string", 0)],
+                            lambda o, now: [o["metadata"]["name"],
+                                            str((o.get("spec") or {}).get("minAvailable", "N/A")),
                                             str((o.get("spec") or {}).get("maxUnavailable", "N/A")),
-                                            (o.get("status") or {}).get("disruptionsAllowed", 0), age(o, now)]),
+                                            (o.get("status") or {}).get("disruptionsAllowed", 0),
+                                            age(o, now)]),
     "NetworkPolicy": ([("Name", "string", 0), ("Pod-Selector", "string", 0), ("Age", "string", 0)],
-                      lambda o, now: [o["metadata"]["name"], _selector_str((o.get("spec") or {}).get("podSelector"))
+                      lambda o, now: [o["metadata"]["name"],
+                                      _selector_str((o.get("spec") or {}).get("podSelector"))
                                       .replace("<none>", "<none>"), age(o, now)]),
 }
 
 def _ingress(o: dict[str, Any], now: dt.datetime) -> list[Any]:
     spec = o.get("spec") or {}
     hosts = ",".join(r.get("host", "") for r in spec.get("rules") or [] if r.get("host")) or "*"
-    lb = [i.get("ip") or i.get("hostname") for i in ((o.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []]
+    lb = [i.get("ip") or i.get("hostname")
+          for i in ((o.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []]
     ports = "80, 443" if spec.get("tls") else "80"
-    return [o["metadata"]["name"], spec.get("ingressClassName") or "<none>", hosts, ",".join(lb), ports, age(o, now)]
+    return [o["metadata"]["name"], spec.get("ingressClassName") or "<none>", hosts, ",".join(lb),
+            ports, age(o, now)]
 
 
 TABLES["Ingress"] = ([("Name", "string", 0), ("Class", "string", 0), ("Hosts", "string", 0),
                       ("Address", "string", 0), ("Ports", "string", 0), ("Age", "string", 0)], _ingress)
-TABLES["StorageClass"] = ([("Name", "string", 0), ("Provisioner", "string", 0), ("ReclaimPolicy", "string", 0),
-                           ("VolumeBindingMode", "string", 0), ("AllowVolumeExpansion", "string", 0),
-                           ("Age", "string", 0)],
+TABLES["StorageClass"] = ([("Name", "string", 0), ("Provisioner", "string", 0),
+                           ("ReclaimPolicy", "string", 0), ("VolumeBindingMode", "string", 0),
+                           ("AllowVolumeExpansion", "string", 0), ("Age", "string", 0)],
                           lambda o, now: [o["metadata"]["name"], o.get("provisioner", ""),
-                                          o.get("reclaimPolicy", "Delete"), o.get("volumeBindingMode", "Immediate"),
+                                          o.get("reclaimPolicy", "Delete"),
+                                          o.get("volumeBindingMode", "Immediate"),
                                           str(bool(o.get("allowVolumeExpansion"))).lower(), age(o, now)])
 
 _DEFAULT: tuple[list[Col], Callable[[dict[str, Any], dt.datetime], list[Any]]] = (
@@ -331,7 +349,8 @@ def columns(kind: str) -> list[dict[str, Any]]:
 
 
 def _partial(obj: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata") or {}}
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+            "metadata": obj.get("metadata") or {}}
 
 
 def rows(kind: str, objs: list[dict[str, Any]], include: str = "Metadata") -> list[dict[str, Any]]:

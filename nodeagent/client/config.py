@@ -27,7 +27,8 @@ class Credentials:
             raise ValueError("API credentials: a kubeconfig or a server URL and token, not both")
 
     def client(self) -> Client:
-        """A new client (OSError/ValueError/KeyError while `up`'s apiserver has not written the kubeconfig)."""
+        """A new client (OSError/ValueError/KeyError while `up`'s apiserver has not written the
+        kubeconfig)."""
         if self.kubeconfig:
             return Client.from_kubeconfig(self.kubeconfig)
         return Client(self.server, self.token or None, insecure=True)

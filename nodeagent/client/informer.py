@@ -151,8 +151,9 @@ class Informer:
                 await self._emit(2, o)
 
     async def _watch(self) -> None:
-        async for ev in self.client.watch(self.resource, self.namespace, self.resource_version, self.label_selector,
-                                          self.field_selector, timeout_seconds=self.watch_timeout):
+        async for ev in self.client.watch(self.resource, self.namespace, self.resource_version,
+                                          self.label_selector, self.field_selector,
+                                          timeout_seconds=self.watch_timeout):
             typ, obj = ev["type"], ev["object"]
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             if typ == "BOOKMARK":

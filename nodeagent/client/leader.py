@@ -26,7 +26,9 @@ class LeaderElector:
                  clock: Clock = REAL_CLOCK) -> None:
         self.client, self.name, self.identity, self.namespace = client, name, identity, namespace
         self.clock = clock
-        self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
         self.is_leader = False
 
     async def try_acquire_or_renew(self) -> bool:
@@ -42,7 +44,8 @@ class LeaderElector:
             spec["leaseTransitions"] = 0
             try:
                 await self.client.create("leases", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                                                    "metadata": {"name": self.name, "namespace": self.namespace},
+                                                    "metadata": {"name": self.name,
+                                                                 "namespace": self.namespace},
                                                     "spec": spec}, self.namespace)
                 return True
             except ClientError as e2:

@@ -52,18 +52,20 @@ def resolve(resource: str | Resource) -> Resource:
         gv, _, name = resource.rpartition("/")
         group, _, version = gv.rpartition("/")
         hits = [r for r in all_resources() if r.name == name and r.group == group and r.version == version]
-        if not hits:  # a custom resource this process has not seen defined: namespaced when a namespace is given
+        if not hits:  # a custom resource not seen defined here: namespaced when a namespace is given
             return Resource(group, version, name, "")
     else:
         name, _, group = resource.partition(".")
         hits = [r for r in all_resources() if r.name == name and (r.group == group or not group)]
-        hits.sort(key=lambda r: r.group != "" and r.group != "apps")  # core and apps win ties, as kubectl does
+        hits.sort(key=lambda r: r.group != ""
+                  and r.group != "apps")  # core and apps win ties, as kubectl does
     if not hits:
         raise ValueError(f"unknown resource {resource!r}")
     return hits[0]
 
 
-def path_for(res: Resource, namespace: str | None = None, name: str | None = None, subresource: str = "") -> str:
+def path_for(res: Resource, namespace: str | None = None, name: str | None = None,
+             subresource: str = "") -> str:
     p = res.gv_path
     if res.namespaced and namespace:
         p += f"/namespaces/{namespace}"
@@ -78,7 +80,8 @@ def path_for(res: Resource, namespace: str | None = None, name: str | None = Non
 class Client:
     def __init__(self, server: str, token: str | None = None, ca_file: str | None = None,
                  ca_data: bytes | None = None, insecure: bool = False, max_connections: int = 32,
-                 cert_file: str | None = None, key_file: str | None = None, verify_hostname: bool = True) -> None:
+                 cert_file: str | None = None, key_file: str | None = None,
+                 verify_hostname: bool = True) -> None:
         """`verify_hostname=False` trusts the CA alone: any name in the server's certificate (a joining node
         that pinned the cluster's CA, as kubeadm's discovery does)."""
         self.server = server.rstrip("/")
@@ -100,11 +103,15 @@ class Client:
     def from_kubeconfig(cls, path: str | Path, **kw: Any) -> Client:
         cfg = yaml.safe_load(Path(path).read_text())
         ctx_name = cfg.get("current-context")
-        ctx = next((c["context"] for c in cfg.get("contexts", []) if c["name"] == ctx_name), cfg["contexts"][0]["context"])
+        ctx = next((c["context"] for c in cfg.get("contexts", []) if c["name"] == ctx_name),
+                   cfg["contexts"][0]["context"])
         cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
-        user: dict[str, Any] = next((u["user"] for u in cfg.get("users", []) if u["name"] == ctx.get("user")), {})
-        ca = base64.b64decode(cluster["certificate-authority-data"]) if cluster.get("certificate-authority-data") else None
-        return cls(cluster["server"], user.get("token"), ca_file=cluster.get("certificate-authority"), ca_data=ca,
+        user: dict[str, Any] = next(
+            (u["user"] for u in cfg.get("users", []) if u["name"] == ctx.get("user")), {})
+        ca_data = cluster.get("certificate-authority-data")
+        ca = base64.b64decode(ca_data) if ca_data else None
+        return cls(cluster["server"], user.get("token"),
+                   ca_file=cluster.get("certificate-authority"), ca_data=ca,
                    insecure=bool(cluster.get("insecure-skip-tls-verify")),
                    cert_file=user.get("client-certificate"), key_file=user.get("client-key"), **kw)
 
@@ -114,7 +121,8 @@ class Client:
             if self.token:
                 headers["Authorization"] = f"Bearer {self.token}"
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False, limit=self._limit),
+                connector=aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False,
+                                               limit=self._limit),
                 headers=headers, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
         return self._session
 
@@ -153,9 +161,9 @@ class Client:
                   subresource: str = "") -> dict[str, Any]:
         return await self.request("GET", path_for(resolve(resource), namespace, name, subresource))
 
-    async def list(self, resource: str | Resource, namespace: str | None = None, label_selector: str | None = None,
-                   field_selector: str | None = None, limit: int | None = None,
-                   resource_version: str | None = None) -> dict[str, Any]:
+    async def list(self, resource: str | Resource, namespace: str | None = None,
+                   label_selector: str | None = None, field_selector: str | None = None,
+                   limit: int | None = None, resource_version: str | None = None) -> dict[str, Any]:
         """The whole list (following `continue` when `limit` pages it)."""
         res = resolve(resource)
         params = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": limit,
@@ -178,7 +186,8 @@ class Client:
                      subresource: str = "") -> dict[str, Any]:
         res = resolve(resource)
         meta = obj.get("metadata") or {}
-        return await self.request("PUT", path_for(res, namespace or meta.get("namespace"), meta["name"], subresource), obj)
+        path = path_for(res, namespace or meta.get("namespace"), meta["name"], subresource)
+        return await self.request("PUT", path, obj)
 
     async def update_status(self, resource: str | Resource, obj: dict[str, Any]) -> dict[str, Any]:
         return await self.update(resource, obj, subresource="status")
@@ -193,7 +202,8 @@ class Client:
                                   params=params, content_type=PATCH_TYPES.get(patch_type, patch_type))
 
     async def apply(self, resource: str | Resource, obj: dict[str, Any], field_manager: str,
-                    namespace: str | None = None, force: bool = False, subresource: str = "") -> dict[str, Any]:
+                    namespace: str | None = None, force: bool = False,
+                    subresource: str = "") -> dict[str, Any]:
         """Server-side apply of `obj` (created when absent)."""
         meta = obj.get("metadata") or {}
         return await self.patch(resource, meta["name"], obj, namespace or meta.get("namespace"), "apply",
@@ -248,7 +258,8 @@ class Client:
                         ev = _loads(line)
                         if ev.get("type") == "ERROR":
                             st = ev.get("object") or {}
-                            raise ClientError(st.get("code", 500), st.get("reason", ""), st.get("message", ""), st)
+                            raise ClientError(st.get("code", 500), st.get("reason", ""),
+                                              st.get("message", ""), st)
                         yield ev
         except aiohttp.ClientError as e:
             raise ClientError(0, "ConnectionError", str(e)) from e

@@ -23,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ca-cert-hash", action="append", default=[], metavar="sha256:HEX",
                    help="pin the cluster CA: sha256 of its public key, as the server prints it (repeatable)")
     p.add_argument("--discovery-token-unsafe-skip-ca-verification", action="store_true",
-                   help="join without pinning the cluster CA (anyone answering at --server can impersonate it)")
+                   help="join without pinning the cluster CA (anyone answering at --server can "
+                        "impersonate it)")
 
 
 def config_from_args(args: argparse.Namespace, node_kubeconfig: str | None = None) -> Configs:
@@ -63,8 +64,9 @@ def run(args: argparse.Namespace) -> int:
         # the components use the node's own credential from here on, never the token
         cfg = config_from_args(args, node_kubeconfig=str(path))
     elif args.ca_cert_hash or not unsafe:
-        print("nodeagent agent: --token is not a bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}, as in the server's "
-              "join command); a plain bearer token is used only with --discovery-token-unsafe-skip-ca-verification "
-              "and no --ca-cert-hash (the server's certificate is then not verified)", file=sys.stderr)
+        print("nodeagent agent: --token is not a bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}, as in "
+              "the server's join command); a plain bearer token is used only with "
+              "--discovery-token-unsafe-skip-ca-verification and no --ca-cert-hash (the server's certificate "
+              "is then not verified)", file=sys.stderr)
         return 2
     return asyncio.run(run_components(cfg.components(NODE_COMPONENTS), cfg.by_component()))

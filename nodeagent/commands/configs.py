@@ -114,8 +114,8 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
     node_name = (args.node_name or socket.gethostname()).lower()
     node_ip = node_ip_from(args.node_ip)
     network = PodNetwork(name=layout.network_name, bridge=args.bridge or layout.bridge,
-                         subnet=args.pod_subnet or None, conf_dir=layout.cni_conf_dir, ipam_dir=layout.cni_ipam_dir,
-                         daemon_socket=layout.cni_socket)
+                         subnet=args.pod_subnet or None, conf_dir=layout.cni_conf_dir,
+                         ipam_dir=layout.cni_ipam_dir, daemon_socket=layout.cni_socket)
     cgroup_root = layout.cgroup_root if args.cgroup_root is None else args.cgroup_root
     external = args.container_runtime_endpoint or None
     cri = None if external else CRIConfig(
@@ -138,9 +138,9 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
         rule_counters=args.proxy_rule_counters, ipvs_scheduler=args.ipvs_scheduler,
         ipvs_strict_arp=args.ipvs_strict_arp, cleanup_on_stop=layout.throwaway, credentials=credentials)
     netpol = NetpolConfig(
-        chain_prefix=layout.netpol_chain_prefix, set_prefix=layout.netpol_set_prefix, table=layout.netpol_table,
-        mode=args.proxy_mode if args.proxy_mode in NETPOL_MODES else "iptables", node_name=node_name,
-        credentials=credentials)
+        chain_prefix=layout.netpol_chain_prefix, set_prefix=layout.netpol_set_prefix,
+        table=layout.netpol_table, mode=args.proxy_mode if args.proxy_mode in NETPOL_MODES else "iptables",
+        node_name=node_name, credentials=credentials)
     return {"cni": CNIConfig(network, cgroup_root), "cri": cri, "external_runtime": external,
             "podcidr": PodCIDRConfig(network, node_name, credentials), "kubelet": kubelet,
             "netproxy": netproxy, "netpol": netpol,
@@ -160,12 +160,13 @@ def dns_config(api: ApiServerConfig, kubeconfig: str, listen: str = DNS_LISTEN, 
     kw.setdefault("register_service", True)
     kw.setdefault("retry_bind", True)
     advertise = api.advertise_address or advertise_ip(split_hostport(listen)[0])
-    return DNSConfig(kubeconfig=kubeconfig, listen=listen, service_cluster_ip_range=api.service_cluster_ip_range,
-                     advertise_address=advertise, **kw)
+    return DNSConfig(kubeconfig=kubeconfig, listen=listen,
+                     service_cluster_ip_range=api.service_cluster_ip_range, advertise_address=advertise, **kw)
 
 
-def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: str, options: ControllerOptions,
-                          pod_network: str, dns_listen: str = DNS_LISTEN) -> dict[str, Any]:
+def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: str,
+                          options: ControllerOptions, pod_network: str,
+                          dns_listen: str = DNS_LISTEN) -> dict[str, Any]:
     """The parts beside the apiserver (scheduler, controllers, dns, podnetwork), each with the admin
     kubeconfig the apiserver writes."""
     kubeconfig = layout.admin_kubeconfig

@@ -10,10 +10,12 @@ DEFAULTS = Layout.default()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--socket", default=DEFAULTS.cri_socket, help="unix socket to serve on (default: %(default)s)")
+    p.add_argument("--socket", default=DEFAULTS.cri_socket,
+                   help="unix socket to serve on (default: %(default)s)")
     p.add_argument("--state-dir", default=DEFAULTS.cri_state_dir,
                    help="runtime state, images and container dirs (default: %(default)s)")
-    p.add_argument("--cni-conf-dir", default=DEFAULTS.cni_conf_dir, help="CNI network configs (default: %(default)s)")
+    p.add_argument("--cni-conf-dir", default=DEFAULTS.cni_conf_dir,
+                   help="CNI network configs (default: %(default)s)")
     p.add_argument("--cni-bin-dir", action="append", default=None,
                    help="CNI plugin directory, repeatable (default: /opt/cni/bin and /usr/lib/cni)")
     p.add_argument("--registries", default=None, help="registries.yaml (k3s format) for mirrors and auth")
@@ -31,9 +33,10 @@ def config_from_args(args: argparse.Namespace):
 
     with cli_errors("cri"):
         return CRIConfig(socket=args.socket, state_dir=args.state_dir,
-                         image_dir=str(Path(args.state_dir).parent / "images"), cni_conf_dir=args.cni_conf_dir,
-                         cni_bin_dirs=tuple(args.cni_bin_dir or DEFAULT_CNI_BIN_DIRS), registries=args.registries,
-                         cni_socket=args.cni_socket)
+                         image_dir=str(Path(args.state_dir).parent / "images"),
+                         cni_conf_dir=args.cni_conf_dir,
+                         cni_bin_dirs=tuple(args.cni_bin_dir or DEFAULT_CNI_BIN_DIRS),
+                         registries=args.registries, cni_socket=args.cni_socket)
 
 
 def run(args: argparse.Namespace) -> int:

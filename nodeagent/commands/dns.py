@@ -12,13 +12,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="kubeconfig of the apiserver to watch (default: %(default)s)")
     p.add_argument("--listen", default="0.0.0.0:53", metavar="ADDR:PORT",
                    help="UDP and TCP address to serve on (default: %(default)s)")
-    p.add_argument("--cluster-domain", default="cluster.local", help="the cluster's DNS zone (default: %(default)s)")
+    p.add_argument("--cluster-domain", default="cluster.local",
+                   help="the cluster's DNS zone (default: %(default)s)")
     p.add_argument("--upstream", action="append", default=None, metavar="ADDR[:PORT]",
                    help="resolver for names outside the cluster domain; repeatable "
                         "(default: the nameservers in /etc/resolv.conf)")
-    p.add_argument("--ttl", type=int, default=30, help="TTL of cluster answers, seconds (default: %(default)s)")
+    p.add_argument("--ttl", type=int, default=30,
+                   help="TTL of cluster answers, seconds (default: %(default)s)")
     p.add_argument("--pods", default="insecure", choices=["insecure", "verified", "disabled"],
-                   help="<a-b-c-d>.<ns>.pod records: any address, only live pods', or none (default: %(default)s)")
+                   help="<a-b-c-d>.<ns>.pod records: any address, only live pods', or none (default: "
+                        "%(default)s)")
     p.add_argument("--register-service", action="store_true",
                    help="create/repair kube-system/kube-dns (ClusterIP --service-ip) pointing at this server")
     p.add_argument("--service-ip", default="10.96.0.10",

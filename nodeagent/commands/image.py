@@ -19,12 +19,15 @@ DEFAULT_REGISTRIES = REGISTRIES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help=f"image store root (default: {DEFAULT_STATE_DIR})")
+    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
+                   help=f"image store root (default: {DEFAULT_STATE_DIR})")
     sub = p.add_subparsers(dest="image_command", metavar="SUBCOMMAND", required=True)
     imp = sub.add_parser("import", help="import an OCI image layout (dir or tar) or a docker-archive tarball")
-    imp.add_argument("file", metavar="FILE", help="archive path, or - for a tarball on stdin (docker save | ...)")
+    imp.add_argument("file", metavar="FILE",
+                     help="archive path, or - for a tarball on stdin (docker save | ...)")
     imp.add_argument("--no-progress", action="store_true", help="no progress bar")
-    pull = sub.add_parser("pull", help="pull an image from its registry (or the mirrors registries.yaml names)")
+    pull = sub.add_parser("pull",
+                          help="pull an image from its registry (or the mirrors registries.yaml names)")
     pull.add_argument("ref", metavar="REF")
     pull.add_argument("--registries", default=None, metavar="FILE",
                       help=f"k3s-style registries.yaml (default: {DEFAULT_REGISTRIES} if present)")
@@ -188,9 +191,10 @@ def _cmd_inspect(store: ImageStore, args: argparse.Namespace) -> int:
     if img is None:
         print(f"error: image {args.ref!r} not found", file=sys.stderr)
         return 1
-    print(json.dumps({"id": img.id, "repoTags": img.repo_tags, "repoDigests": img.repo_digests, "size": img.size,
-                      "manifestDigest": img.manifest_digest, "os": img.os, "architecture": img.architecture,
-                      "config": img.config, "diffIds": img.diff_ids, "layers": [str(p) for p in img.layers]},
+    print(json.dumps({"id": img.id, "repoTags": img.repo_tags, "repoDigests": img.repo_digests,
+                      "size": img.size, "manifestDigest": img.manifest_digest, "os": img.os,
+                      "architecture": img.architecture, "config": img.config, "diffIds": img.diff_ids,
+                      "layers": [str(p) for p in img.layers]},
                      indent=2))
     return 0
 

@@ -9,7 +9,8 @@ DEFAULT_DIR = "/var/lib/nodeagent-lab"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="lab_command", required=True)
-    u = sub.add_parser("up", help="start N netns nodes (node1 also runs the server); returns once all are Ready")
+    u = sub.add_parser("up",
+                       help="start N netns nodes (node1 also runs the server); returns once all are Ready")
     u.add_argument("--nodes", type=int, default=2, help="number of nodes (default: %(default)s)")
     u.add_argument("--network", default="host-gw", choices=("host-gw", "ipip", "vxlan"),
                    help="cross-node pod network (default: %(default)s)")

@@ -17,16 +17,19 @@ log = logging.getLogger("nodeagent.netpol")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", default="iptables", choices=["iptables", "nftables"])
-    p.add_argument("--kubeconfig", default=None, help="take NetworkPolicies, Pods and Namespaces from this cluster")
+    p.add_argument("--kubeconfig", default=None,
+                   help="take NetworkPolicies, Pods and Namespaces from this cluster")
     p.add_argument("--from-file", action="append", default=[],
-                   help="YAML/JSON file of NetworkPolicies, Pods and Namespaces (repeatable; instead of --kubeconfig)")
+                   help="YAML/JSON file of NetworkPolicies, Pods and Namespaces (repeatable; instead of "
+                        "--kubeconfig)")
     p.add_argument("--node-name", default=None,
                    help="enforce for pods on this node (default: the hostname; with --from-file: every pod)")
     p.add_argument("--netns", default=None, help="program this named network namespace instead of the host's")
     p.add_argument("--sync-period", type=float, default=60.0, help="full resync period, seconds")
     p.add_argument("--min-sync-period", type=float, default=0.5, help="minimum gap between syncs, seconds")
     p.add_argument("--once", action="store_true", help="with --from-file: sync once and exit (rules stay)")
-    p.add_argument("--cleanup", action="store_true", help="remove every chain, set or table this mode owns and exit")
+    p.add_argument("--cleanup", action="store_true",
+                   help="remove every chain, set or table this mode owns and exit")
 
 
 def load_objects(paths: list[str]) -> list[dict]:
@@ -63,8 +66,9 @@ def config_from_args(args: argparse.Namespace):
     with cli_errors("netpol"):
         return NetpolConfig(chain_prefix=names.netpol_chain_prefix, set_prefix=names.netpol_set_prefix,
                             table=names.netpol_table, mode=args.mode,
-                            node_name=args.node_name or (None if args.from_file else socket.gethostname().lower()),
-                            netns=args.netns, min_sync_period=args.min_sync_period, sync_period=args.sync_period)
+                            node_name=args.node_name
+                            or (None if args.from_file else socket.gethostname().lower()), netns=args.netns,
+                            min_sync_period=args.min_sync_period, sync_period=args.sync_period)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
                 await enforcer.sync(full=True)
                 m = enforcer.model
                 print(json.dumps({"mode": args.mode, "policies": len(m.policies), "pods": len(m.pods),
-                                  "sets": len(m.set_kinds), "seconds": round(enforcer.stats.last_duration, 4)}))
+                                  "sets": len(m.set_kinds),
+                                  "seconds": round(enforcer.stats.last_duration, 4)}))
                 return 0
             return await until_signal(enforcer.run())
         if not args.kubeconfig:

@@ -17,12 +17,14 @@ log = logging.getLogger("nodeagent.proxy")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", default="iptables", choices=["iptables", "nftables", "ipvs"])
     p.add_argument("--from-file", action="append", default=[],
-                   help="YAML/JSON file of Services and EndpointSlices (repeatable; multi-document YAML, List kinds)")
+                   help="YAML/JSON file of Services and EndpointSlices (repeatable; multi-document "
+                        "YAML, List kinds)")
     p.add_argument("--kubeconfig", default=None,
                    help="take Services and EndpointSlices from this cluster (instead of --from-file)")
     p.add_argument("--node-name", default=None)
     p.add_argument("--node-ip", action="append", default=[], help="address NodePorts answer on (repeatable)")
-    p.add_argument("--cluster-cidr", default=None, help="pod CIDR; off-cluster sources to ClusterIPs are masqueraded")
+    p.add_argument("--cluster-cidr", default=None,
+                   help="pod CIDR; off-cluster sources to ClusterIPs are masqueraded")
     p.add_argument("--netns", default=None, help="program this named network namespace instead of the host's")
     p.add_argument("--sync-period", type=float, default=30.0, help="full resync period, seconds")
     p.add_argument("--min-sync-period", type=float, default=1.0, help="minimum gap between syncs, seconds")
@@ -42,7 +44,8 @@ def add_ipvs_arguments(p: argparse.ArgumentParser) -> None:
                    help="ipvs mode: the IPVS scheduler of every virtual server (default: %(default)s)")
     p.add_argument("--ipvs-strict-arp", action="store_true",
                    help="ipvs mode: set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2, so the node stops "
-                        "answering ARP for the Service IPs on kube-ipvs0 (needed by MetalLB / kube-vip in L2 mode)")
+                        "answering ARP for the Service IPs on kube-ipvs0 (needed by MetalLB / "
+                        "kube-vip in L2 mode)")
 
 
 def load_objects(paths: list[str]) -> tuple[list[dict], list[dict]]:
@@ -58,9 +61,10 @@ def config_from_args(args: argparse.Namespace):
 
     with cli_errors("proxy"):
         return ProxyConfig(mode=args.mode, node_name=args.node_name, node_ips=tuple(args.node_ip),
-                           cluster_cidr=args.cluster_cidr, netns=args.netns, min_sync_period=args.min_sync_period,
-                           sync_period=args.sync_period, rule_counters=args.rule_counters,
-                           ipvs_scheduler=args.ipvs_scheduler, ipvs_strict_arp=args.ipvs_strict_arp)
+                           cluster_cidr=args.cluster_cidr, netns=args.netns,
+                           min_sync_period=args.min_sync_period, sync_period=args.sync_period,
+                           rule_counters=args.rule_counters, ipvs_scheduler=args.ipvs_scheduler,
+                           ipvs_strict_arp=args.ipvs_strict_arp)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
             proxy.set_endpoints_synced()
             result = await proxy.sync(full=True)
             print(json.dumps({"mode": args.mode, "services": len(services), "slices": len(slices),
-                              "rules": result.rules if result else 0, "chains": result.chains if result else 0,
+                              "rules": result.rules if result else 0,
+                              "chains": result.chains if result else 0,
                               "seconds": round(proxy.stats.last_duration, 4)}))
             return 0
         client = None

@@ -22,7 +22,8 @@ OPTIONAL = {
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="state directory (default: %(default)s)")
     p.add_argument("--bind-address", default="0.0.0.0", help="address to listen on (default: %(default)s)")
-    p.add_argument("--port", type=int, default=6443, help="HTTPS port (default: %(default)s; 0 picks a free one)")
+    p.add_argument("--port", type=int, default=6443,
+                   help="HTTPS port (default: %(default)s; 0 picks a free one)")
     p.add_argument("--datastore", default="sqlite",
                    help="sqlite, memory, or etcd://HOST:PORT (default: %(default)s)")
     p.add_argument("--service-cluster-ip-range", default="10.96.0.0/12",
@@ -30,31 +31,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--without", action="append", default=[], choices=sorted(OPTIONAL),
                    help="do not run this control-plane component (repeatable), e.g. to run your own")
     p.add_argument("--lease-duration", type=int, default=15,
-                   help="seconds an apiserver's identity lease lasts; the `kubernetes` endpoints drop a server "
-                        "that stops renewing it (default: %(default)s)")
+                   help="seconds an apiserver's identity lease lasts; the `kubernetes` endpoints "
+                        "drop a server that stops renewing it (default: %(default)s)")
     p.add_argument("--token-ttl", type=float, default=24 * 3600.0,
                    help="seconds the printed join token stays valid (default: %(default)s; 0: never expires)")
     p.add_argument("--advertise-address", default=None,
-                   help="IP other nodes reach this server on (default: the bind address, or the default route's)")
+                   help="IP other nodes reach this server on (default: the bind address, or the "
+                        "default route's)")
     p.add_argument("--pod-network", default="host-gw", choices=("host-gw", "ipip", "vxlan"),
                    help="cross-node pod network backend, carried to every node on its Node object "
                         "(default: %(default)s)")
     c = p.add_argument_group("controllers")
     c.add_argument("--controllers", default="*",
-                   help="controllers to run: '*' all, 'name' adds, '-name' removes, 'none' (default: %(default)s)")
+                   help="controllers to run: '*' all, 'name' adds, '-name' removes, 'none' (default: "
+                        "%(default)s)")
     c.add_argument("--allocate-node-cidrs", action=argparse.BooleanOptionalAction, default=True,
-                   help="give every node a spec.podCIDR out of --cluster-cidr, which agents adopt for their pod "
-                        "network (default: on; --no-allocate-node-cidrs when something else assigns them)")
+                   help="give every node a spec.podCIDR out of --cluster-cidr, which agents adopt "
+                        "for their pod network (default: on; --no-allocate-node-cidrs when something else "
+                        "assigns them)")
     c.add_argument("--cluster-cidr", default="10.244.0.0/16", help="pod range node podCIDRs come from")
     c.add_argument("--node-cidr-mask-size", type=int, default=24, help="size of each node's podCIDR")
-    c.add_argument("--node-monitor-period", type=float, default=5.0, help="seconds between node health checks")
+    c.add_argument("--node-monitor-period", type=float, default=5.0,
+                   help="seconds between node health checks")
     c.add_argument("--node-monitor-grace-period", type=float, default=40.0,
                    help="seconds without heartbeat before a node is Unknown (default: %(default)s)")
     c.add_argument("--node-eviction-rate", type=float, default=0.1, help="nodes/s tainted in a healthy zone")
     c.add_argument("--secondary-node-eviction-rate", type=float, default=0.01,
                    help="nodes/s tainted in a partially disrupted large zone")
-    c.add_argument("--unhealthy-zone-threshold", type=float, default=0.55, help="not-ready share of a disrupted zone")
-    c.add_argument("--large-cluster-size-threshold", type=int, default=50, help="nodes in a zone to count as large")
+    c.add_argument("--unhealthy-zone-threshold", type=float, default=0.55,
+                   help="not-ready share of a disrupted zone")
+    c.add_argument("--large-cluster-size-threshold", type=int, default=50,
+                   help="nodes in a zone to count as large")
     c.add_argument("--terminated-pod-gc-threshold", type=int, default=12500,
                    help="terminated pods kept before PodGC deletes the oldest (0: never)")
 
@@ -68,13 +75,15 @@ def config_from_args(args: argparse.Namespace) -> Configs:
     layout = Layout.for_data_dir(args.data_dir)
     with cli_errors("server"):
         api = ApiServerConfig(data_dir=args.data_dir, bind_address=args.bind_address, port=args.port,
-                              datastore=args.datastore, service_cluster_ip_range=args.service_cluster_ip_range,
+                              datastore=args.datastore,
+                              service_cluster_ip_range=args.service_cluster_ip_range,
                               advertise_address=args.advertise_address, lease_duration=args.lease_duration,
                               token_ttl=args.token_ttl, admin_kubeconfig_copy=layout.admin_kubeconfig_copy)
         options = ControllerOptions(
             allocate_node_cidrs=args.allocate_node_cidrs, cluster_cidr=args.cluster_cidr,
             node_cidr_mask_size=args.node_cidr_mask_size,
-            node_monitor_period=args.node_monitor_period, node_monitor_grace_period=args.node_monitor_grace_period,
+            node_monitor_period=args.node_monitor_period,
+            node_monitor_grace_period=args.node_monitor_grace_period,
             node_eviction_rate=args.node_eviction_rate,
             secondary_node_eviction_rate=args.secondary_node_eviction_rate,
             unhealthy_zone_threshold=args.unhealthy_zone_threshold,

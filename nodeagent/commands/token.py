@@ -60,8 +60,8 @@ async def _run(args: argparse.Namespace) -> int:
                     f = tokens.secret_fields(s)
                     usages = ",".join(u for u in ("authentication", "signing")
                                       if f.get(f"usage-bootstrap-{u}") == "true")
-                    print(f"{f.get('token-id', '?') + '.<secret>':<24} {f.get('expiration', '<forever>'):<22} "
-                          f"{usages:<26} {f.get('description', '')}")
+                    print(f"{f.get('token-id', '?') + '.<secret>':<24} "
+                          f"{f.get('expiration', '<forever>'):<22} {usages:<26} {f.get('description', '')}")
             else:
                 tid = args.token.split(".", 1)[0]
                 await client.delete("secrets", tokens.SECRET_PREFIX + tid, tokens.NAMESPACE)

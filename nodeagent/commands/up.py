@@ -33,14 +33,16 @@ COMPONENTS = [
     Component("podcidr", "nodeagent.nodenet.podcidr_service:serve", "the multi-node issue",
               after=("cni", "apiserver")),
     Component("scheduler", "nodeagent.scheduler.service:serve", "the scheduler issue", after=("apiserver",)),
-    Component("controllers", "nodeagent.controllers.service:serve", "the controllers issue", after=("apiserver",)),
+    Component("controllers", "nodeagent.controllers.service:serve", "the controllers issue",
+              after=("apiserver",)),
     Component("kubelet", "nodeagent.kubelet.service:serve", "the kubelet issue", after=("cri", "apiserver")),
     Component("netproxy", "netproxy.service:serve", "the netproxy issue", after=("apiserver",)),
     Component("netpol", "netpol.service:serve", "the dns/netpol issue", after=("apiserver",)),
     Component("dns", "nodeagent.dns.service:serve", "the dns issue", after=("apiserver",)),
     Component("podnetwork", "nodeagent.nodenet.podnetwork_service:serve", "the multi-node issue",
               after=("apiserver",)),
-    Component("nodenet", "nodeagent.nodenet.nodenet_service:serve", "the multi-node issue", after=("apiserver",)),
+    Component("nodenet", "nodeagent.nodenet.nodenet_service:serve", "the multi-node issue",
+              after=("apiserver",)),
 ]
 
 # `nodeagent agent`: the node part alone, against a remote apiserver.
@@ -64,30 +66,34 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                    help="cgroup the kubepods tree goes under (default: the root for the default data dir, "
                         "else nodeagent-<tag of the data dir>)")
     p.add_argument("--pod-subnet", default=None,
-                   help="pod subnet on this node's bridge, overriding the node's spec.podCIDR (default: adopt the "
-                        "spec.podCIDR the control plane's node IPAM assigns, as kubelet with a CNI does)")
+                   help="pod subnet on this node's bridge, overriding the node's spec.podCIDR "
+                        "(default: adopt the spec.podCIDR the control plane's node IPAM assigns, as kubelet "
+                        "with a CNI does)")
     p.add_argument("--node-ip", default=None,
-                   help="the node's address: status.addresses InternalIP, the underlay address other nodes route "
-                        "pods through, and where NodePorts answer (default: detected from the default route / the "
-                        "route to the server)")
-    p.add_argument("--bridge", default=None, help="pod bridge name (default: na0, or na<tag> for other data dirs)")
+                   help="the node's address: status.addresses InternalIP, the underlay address "
+                        "other nodes route pods through, and where NodePorts answer (default: detected from "
+                        "the default route / the route to the server)")
+    p.add_argument("--bridge", default=None,
+                   help="pod bridge name (default: na0, or na<tag> for other data dirs)")
     p.add_argument("--proxy-mode", default="iptables", choices=("iptables", "nftables", "ipvs"),
                    help="how netproxy programs Services, as kube-proxy's --proxy-mode (default: %(default)s)")
     p.add_argument("--proxy-rule-counters", action="store_true",
-                   help="iptables mode: give every rule a packet counter, as iptables-nft does, for `iptables -L "
-                        "-v`/`iptables-save -c` (off by default: each counter makes every rule change's kernel "
-                        "validation slower)")
+                   help="iptables mode: give every rule a packet counter, as iptables-nft does, for "
+                        "`iptables -L -v`/`iptables-save -c` (off by default: each counter makes every rule "
+                        "change's kernel validation slower)")
     add_ipvs_arguments(p)
     p.add_argument("--cni-bin-dir", action="append", default=None,
-                   help="CNI plugin directory for our runtime, repeatable (default: /opt/cni/bin and /usr/lib/cni)")
+                   help="CNI plugin directory for our runtime, repeatable (default: /opt/cni/bin and "
+                        "/usr/lib/cni)")
     p.add_argument("--eviction-hard", default=None,
-                   help="hard eviction thresholds in kubelet syntax, e.g. 'memory.available<500Mi,nodefs.available<10%%' "
-                        "(default: the kubelet's; '' for none)")
+                   help="hard eviction thresholds in kubelet syntax, e.g. "
+                        "'memory.available<500Mi,nodefs.available<10%%' (default: the kubelet's; "
+                        "'' for none)")
     p.add_argument("--housekeeping-interval", type=float, default=None,
                    help="seconds between eviction passes (default: 10)")
     p.add_argument("--kubelet-port", type=int, default=None,
-                   help="the kubelet's Node API HTTPS port (default: 10250 for the default data dir, else any "
-                        "free one)")
+                   help="the kubelet's Node API HTTPS port (default: 10250 for the default data "
+                        "dir, else any free one)")
     p.add_argument("--kubelet-address", default=None, help="the Node API's listen address (default: 0.0.0.0)")
     p.add_argument("--sync-frequency", type=float, default=None,
                    help="seconds between periodic syncs of a running pod (default: 60; runtime events and "
@@ -97,8 +103,9 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--http-check-frequency", type=float, default=None,
                    help="seconds between fetches of --manifest-url (default: 20)")
     p.add_argument("--cluster-dns", default=None,
-                   help="cluster DNS IPs written into ClusterFirst pods' resolv.conf, comma-separated (default: the "
-                        "kube-dns Service IP of the server's default Service range, 10.96.0.10; '' for none)")
+                   help="cluster DNS IPs written into ClusterFirst pods' resolv.conf, comma-separated "
+                        "(default: the kube-dns Service IP of the server's default Service range, "
+                        "10.96.0.10; '' for none)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -109,9 +116,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pod-network", default="host-gw", choices=("host-gw", "ipip", "vxlan"),
                    help="cross-node pod network backend (default: %(default)s)")
     p.add_argument("--cluster-cidr", default=None,
-                   help="pod range the node IPAM hands node podCIDRs (/24 each) out of (default: 10.244.0.0/16 "
-                        "for the default data dir, else 10.240.<tag>.0/24, so instances on one host do not "
-                        "collide; with --pod-subnet, that subnet)")
+                   help="pod range the node IPAM hands node podCIDRs (/24 each) out of (default: "
+                        "10.244.0.0/16 for the default data dir, else 10.240.<tag>.0/24, so instances on "
+                        "one host do not collide; with --pod-subnet, that subnet)")
 
 
 def config_from_args(args: argparse.Namespace) -> Configs:
@@ -135,12 +142,14 @@ def config_from_args(args: argparse.Namespace) -> Configs:
         api = ApiServerConfig(data_dir=args.data_dir, bind_address=args.bind_address or "0.0.0.0",
                               port=layout.apiserver_port if args.port is None else args.port,
                               admin_kubeconfig_copy=layout.admin_kubeconfig_copy)
-        return Configs(layout=layout, **node_configs(args, layout, Credentials(kubeconfig=layout.admin_kubeconfig)),
+        return Configs(layout=layout,
+                       **node_configs(args, layout, Credentials(kubeconfig=layout.admin_kubeconfig)),
                        **control_plane_configs(api, layout, controllers="*", options=options,
                                                pod_network=args.pod_network, dns_listen=dns_listen))
 
 
-def up_controller_options(data_dir: str, cluster_cidr: str | None, pod_subnet: str | None) -> ControllerOptions:
+def up_controller_options(data_dir: str, cluster_cidr: str | None,
+                          pod_subnet: str | None) -> ControllerOptions:
     """`up`'s controller settings: its node IPAM range (`Layout.cluster_cidr`); with --pod-subnet and no
     --cluster-cidr, exactly that subnet, so the Node's spec.podCIDR is the subnet the bridge uses."""
     import ipaddress
@@ -150,7 +159,8 @@ def up_controller_options(data_dir: str, cluster_cidr: str | None, pod_subnet: s
     try:
         net = ipaddress.ip_network(cluster_cidr or pod_subnet or Layout.for_data_dir(data_dir).cluster_cidr,
                                    strict=False)
-        mask = ipaddress.ip_network(pod_subnet, strict=False).prefixlen if pod_subnet else max(24, net.prefixlen)
+        mask = (ipaddress.ip_network(pod_subnet, strict=False).prefixlen if pod_subnet
+                else max(24, net.prefixlen))
     except ValueError as e:
         raise SystemExit(f"--cluster-cidr/--pod-subnet: {e}") from None
     return ControllerOptions(cluster_cidr=str(net), node_cidr_mask_size=mask)

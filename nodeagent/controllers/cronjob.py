@@ -49,7 +49,8 @@ def parse_schedule(schedule: str, time_zone: str | None = None) -> tuple[str, dt
 
 def missed_times(expr: str, tz: dt.tzinfo, earliest: dt.datetime, now: dt.datetime
                  ) -> tuple[dt.datetime | None, int, dt.datetime]:
-    """(most recent start time in (earliest, now], how many there were (capped at MAX_MISSED+1), next after now)."""
+    """(most recent start time in (earliest, now], how many there were (capped at MAX_MISSED+1), next after
+    now)."""
     from croniter import croniter
 
     it = croniter(expr, earliest.astimezone(tz))
@@ -78,7 +79,8 @@ def job_from_template(cj: Mapping[str, Any], scheduled: dt.datetime) -> dict:
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": job_name(meta["name"], scheduled), "namespace": meta.get("namespace", "default"),
                      "labels": dict(tmeta.get("labels") or {}),
-                     "annotations": {**(tmeta.get("annotations") or {}), SCHEDULED_ANNOTATION: iso(scheduled)},
+                     "annotations": {**(tmeta.get("annotations") or {}),
+                                     SCHEDULED_ANNOTATION: iso(scheduled)},
                      "ownerReferences": [podutil.owner_reference(cj)]},
         "spec": dict(jt.get("spec") or {}),
     }
@@ -102,7 +104,8 @@ class Plan:
 
 
 def _start(job: Mapping[str, Any]) -> str:
-    return (job.get("status") or {}).get("startTime") or (job.get("metadata") or {}).get("creationTimestamp") or ""
+    return ((job.get("status") or {}).get("startTime") or (job.get("metadata") or {}).get("creationTimestamp")
+            or "")
 
 
 def plan(cj: Mapping[str, Any], owned_jobs: Iterable[Mapping[str, Any]], now: dt.datetime) -> Plan:
@@ -132,7 +135,8 @@ def plan(cj: Mapping[str, Any], owned_jobs: Iterable[Mapping[str, Any]], now: dt
                         ("Failed", spec.get("failedJobsHistoryLimit", 1))):
         if limit is None:
             continue
-        done = sorted((j for j in finished if (jobs.finished_condition(j) or {}).get("type") == kind), key=_start)
+        done = sorted((j for j in finished if (jobs.finished_condition(j) or {}).get("type") == kind),
+                      key=_start)
         out.delete_history += done[:max(len(done) - int(limit), 0)]
 
     try:
@@ -157,8 +161,8 @@ def plan(cj: Mapping[str, Any], owned_jobs: Iterable[Mapping[str, Any]], now: dt
             policy = spec.get("concurrencyPolicy", "Allow")
             if policy == "Forbid" and active:
                 out.events.append(("Normal", "JobAlreadyActive",
-                                   "Not starting job because prior execution is running and concurrency policy "
-                                   "is Forbid"))
+                                   "Not starting job because prior execution is running and "
+                                   "concurrency policy is Forbid"))
                 if deadline is not None:  # look again while the start is still allowed
                     out.requeue_after = min(out.requeue_after, 1.0)
             else:

@@ -60,7 +60,8 @@ class CronJobController(Controller):
         if p.create is not None:
             try:
                 created = await self.client.create("jobs", p.create, ns)
-                self.recorder.record(cj, "Normal", "SuccessfulCreate", f"Created job {created['metadata']['name']}")
+                self.recorder.record(cj, "Normal", "SuccessfulCreate",
+                                     f"Created job {created['metadata']['name']}")
                 status["active"] = [*status.get("active", []), cronjob._ref(created)]
             except ClientError as e:
                 if not e.already_exists:

@@ -46,7 +46,8 @@ def _names(req: x509.CertificateSigningRequest, oid: x509.ObjectIdentifier) -> l
 
 
 def is_node_client_request(csr: dict[str, Any], req: x509.CertificateSigningRequest) -> bool:
-    """csrapproving's isNodeClientCert: the kubelet signer, O=[system:nodes], CN=system:node:*, client usages."""
+    """csrapproving's isNodeClientCert: the kubelet signer, O=[system:nodes], CN=system:node:*, client
+    usages."""
     spec = csr.get("spec") or {}
     if spec.get("signerName") != KUBELET_CLIENT_SIGNER:
         return False
@@ -82,7 +83,8 @@ def approval(csr: dict[str, Any]) -> str | None:
     return None
 
 
-def sign(csr: dict[str, Any], ca_cert: x509.Certificate, ca_key: Any, now: dt.datetime | None = None) -> bytes:
+def sign(csr: dict[str, Any], ca_cert: x509.Certificate, ca_key: Any,
+         now: dt.datetime | None = None) -> bytes:
     """The PEM certificate for an approved request (CSRError when it must fail instead)."""
     spec = csr.get("spec") or {}
     if spec.get("signerName") not in SIGNERS:
@@ -92,15 +94,16 @@ def sign(csr: dict[str, Any], ca_cert: x509.Certificate, ca_key: Any, now: dt.da
     if not usages or not usages <= CLIENT_USAGES or "client auth" not in usages:
         raise CSRError(f"usages {sorted(usages)} are not allowed for signer {spec.get('signerName')}")
     if spec.get("signerName") == KUBELET_CLIENT_SIGNER and not is_node_client_request(csr, req):
-        raise CSRError("a kubelet client certificate must be CN=system:node:<name>, O=system:nodes, without SANs")
+        raise CSRError("a kubelet client certificate must be CN=system:node:<name>, O=system:nodes, "
+                       "without SANs")
     now = now or dt.datetime.now(dt.UTC)
     seconds = float(spec.get("expirationSeconds") or DEFAULT_DURATION)
     seconds = max(MIN_DURATION, min(seconds, DEFAULT_DURATION))
     not_after = min(now + dt.timedelta(seconds=seconds), ca_cert.not_valid_after_utc)
     key_usage = x509.KeyUsage(digital_signature="digital signature" in usages,
                               content_commitment=False, key_encipherment="key encipherment" in usages,
-                              data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-                              encipher_only=False, decipher_only=False)
+                              data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                              crl_sign=False, encipher_only=False, decipher_only=False)
     cert = (x509.CertificateBuilder().subject_name(req.subject).issuer_name(ca_cert.subject)
             .public_key(req.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(not_after)

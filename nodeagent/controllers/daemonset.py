@@ -97,7 +97,8 @@ def pod_node(pod: Mapping[str, Any]) -> str | None:
               .get("requiredDuringSchedulingIgnoredDuringExecution")) or {}).get("nodeSelectorTerms") or []
     for term in terms:
         for f in term.get("matchFields") or []:
-            if f.get("key") == "metadata.name" and f.get("operator") == "In" and len(f.get("values") or []) == 1:
+            if f.get("key") == "metadata.name" and f.get("operator") == "In" \
+                    and len(f.get("values") or []) == 1:
                 return f["values"][0]
     return None
 
@@ -164,14 +165,15 @@ def plan(ds: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]], pods: Iterab
     return out
 
 
-def _rolling_victims(ds: Mapping[str, Any], rev: str, wanted: list[str], pods: Iterable[Obj], now: dt.datetime,
-                     already: list[Obj]) -> list[Obj]:
+def _rolling_victims(ds: Mapping[str, Any], rev: str, wanted: list[str], pods: Iterable[Obj],
+                     now: dt.datetime, already: list[Obj]) -> list[Obj]:
     """rollingUpdate (maxSurge 0): delete old pods while at most maxUnavailable nodes are unavailable."""
     strategy = (ds.get("spec") or {}).get("updateStrategy") or {}
     if strategy.get("type", "RollingUpdate") != "RollingUpdate":
         return []
     min_ready = int((ds.get("spec") or {}).get("minReadySeconds") or 0)
-    max_unavailable = scaled_value((strategy.get("rollingUpdate") or {}).get("maxUnavailable", 1), len(wanted), True)
+    max_unavailable = scaled_value((strategy.get("rollingUpdate") or {}).get("maxUnavailable", 1),
+                                   len(wanted), True)
     max_unavailable = max(max_unavailable, 1) if wanted else 0
     gone = {id(p) for p in already}
     current: dict[str, Obj] = {}

@@ -1,4 +1,5 @@
-"""The Deployment reconcile loop: one ReplicaSet per template, rolled by strategy, status for `rollout status`."""
+"""The Deployment reconcile loop: one ReplicaSet per template, rolled by strategy, status for `rollout
+status`."""
 
 from __future__ import annotations
 
@@ -141,7 +142,8 @@ class DeploymentController(Controller):
         if changed:
             new_rs["metadata"]["annotations"] = ann
             updated = await self.client.patch("replicasets", new_rs["metadata"]["name"],
-                                              {"metadata": {"annotations": ann}}, new_rs["metadata"].get("namespace"))
+                                              {"metadata": {"annotations": ann}},
+                                              new_rs["metadata"].get("namespace"))
             new_rs.update(updated)
 
     async def _set_replicas(self, dep: Obj, rs: Obj, count: int) -> None:
@@ -176,7 +178,8 @@ class DeploymentController(Controller):
             return
         old_uids = {rs["metadata"]["uid"] for rs in old}
         if any((ref := podutil.controller_ref(p)) and ref.get("uid") in old_uids
-               for p in self.pods.list() if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")):
+               for p in self.pods.list()
+               if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")):
             return  # wait until every old pod has terminated
         await self._set_replicas(dep, new_rs, d.replicas(dep))
 

@@ -103,7 +103,8 @@ def _candidates(service: Obj, pods: Iterable[Obj]) -> list[tuple[Obj, tuple[bool
         if has_ports and not ports:
             continue
         out.append((pod, state, ports))
-    out.sort(key=lambda t: ((t[0].get("status") or {}).get("podIP"), (t[0].get("metadata") or {}).get("name")))
+    out.sort(key=lambda t: ((t[0].get("status") or {}).get("podIP"),
+                            (t[0].get("metadata") or {}).get("name")))
     return out
 
 
@@ -126,7 +127,8 @@ def compute_endpoints(service: Obj, pods: Iterable[Obj]) -> dict | None:
     for ports, g in groups.items():
         subset: dict[str, Any] = {k: v for k, v in g.items() if v}
         if ports:
-            subset["ports"] = [{**({"name": n} if n else {}), "port": p, "protocol": proto} for n, p, proto in ports]
+            subset["ports"] = [{**({"name": n} if n else {}), "port": p, "protocol": proto}
+                               for n, p, proto in ports]
         subsets.append(subset)
     labels = dict(meta.get("labels") or {})
     if (service.get("spec") or {}).get("clusterIP") == "None":
@@ -168,7 +170,8 @@ def compute_endpoint_slices(service: Obj, pods: Iterable[Obj],
         for i, chunk in enumerate(chunks):
             slices.append({
                 "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-                "metadata": {"name": f"{name}-{digest}{i if i else ''}"[:63], "namespace": ns, "labels": labels,
+                "metadata": {"name": f"{name}-{digest}{i if i else ''}"[:63], "namespace": ns,
+                             "labels": labels,
                              "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": name,
                                                   **({"uid": meta["uid"]} if meta.get("uid") else {}),
                                                   "controller": True, "blockOwnerDeletion": True}]},

@@ -16,6 +16,8 @@ from nodeagent.controllers import endpoints as ep
 from nodeagent.controllers.base import Controller, split_key
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+SKIP_MIRROR_LABEL = "endpointslice.kubernetes.io/skip-mirror"
 
 
 class EndpointsController(Controller):
@@ -29,7 +31,8 @@ class EndpointsController(Controller):
         self.endpoints = informers.get("endpoints")
         self.slices = informers.get("endpointslices")
         self.services.add_handler(self.enqueue, lambda old, new: self.enqueue(new), self.enqueue)
-        self.pods.add_handler(self._pod_changed, lambda old, new: self._pod_changed(old, new), self._pod_changed)
+        self.pods.add_handler(self._pod_changed, lambda old, new: self._pod_changed(old, new),
+                              self._pod_changed)
 
     def _pod_changed(self, *pods: dict) -> None:
         for svc in self.services.list():
@@ -76,7 +79,7 @@ class EndpointsController(Controller):
         return [s for s in self.slices.list()
                 if s["metadata"].get("namespace") == ns
                 and (s["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) == name
-                and (s["metadata"].get("labels") or {}).get("endpointslice.kubernetes.io/managed-by") == ep.MANAGED_BY]
+                and (s["metadata"].get("labels") or {}).get(MANAGED_BY_LABEL) == ep.MANAGED_BY]
 
     async def _sync_slices(self, ns: str | None, name: str, want: list[dict]) -> None:
         have = {s["metadata"]["name"]: s for s in self._slices_of(ns, name)}
@@ -101,7 +104,7 @@ class EndpointsController(Controller):
 
     async def _delete_endpoints(self, ns: str | None, name: str) -> None:
         have = self.endpoints.get(name, ns)
-        if have is not None and not (have["metadata"].get("labels") or {}).get("endpointslice.kubernetes.io/skip-mirror"):
+        if have is not None and not (have["metadata"].get("labels") or {}).get(SKIP_MIRROR_LABEL):
             await self._delete("endpoints", have)
 
     async def _delete(self, resource: str, obj: dict) -> None:

@@ -28,7 +28,8 @@ class GarbageCollector(Controller):
     name = "garbagecollector"
     workers = 4
 
-    def __init__(self, client, informers: SharedInformers, recorder, options=None, resources=RESOURCES) -> None:
+    def __init__(self, client, informers: SharedInformers, recorder, options=None,
+                 resources=RESOURCES) -> None:
         super().__init__(client, informers, recorder, options)
         self.resources = resources
         self._kind_to_resource: dict[str, str] = {}
@@ -99,7 +100,8 @@ class GarbageCollector(Controller):
             return
         if not meta.get("ownerReferences") or meta.get("deletionTimestamp"):
             return
-        if any(self._find(ref.get("uid"), ref.get("kind", "")) is not None for ref in meta["ownerReferences"]):
+        if any(self._find(ref.get("uid"), ref.get("kind", "")) is not None
+               for ref in meta["ownerReferences"]):
             return  # an owner is in the cache: nothing to collect (the common case, no API call)
         # Decide on the live object, not the cache: an orphaning owner may just have removed its reference.
         try:
@@ -117,7 +119,8 @@ class GarbageCollector(Controller):
                 return
         try:
             await self.client.delete(resource, name, ns or None, propagation="Background",
-                                     preconditions={"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]})
+                                     preconditions={"uid": meta["uid"],
+                                                    "resourceVersion": meta["resourceVersion"]})
             self.log.info("collected %s %s: every owner is gone", resource, nskey)
         except ClientError as e:
             if not (e.not_found or e.conflict):
@@ -127,8 +130,8 @@ class GarbageCollector(Controller):
         meta = obj["metadata"]
         left = [f for f in meta.get("finalizers") or [] if f != finalizer]
         try:
-            await self.client.patch(resource, meta["name"], {"metadata": {
-                "finalizers": left or None, "resourceVersion": meta["resourceVersion"]}}, meta.get("namespace"))
+            patch = {"metadata": {"finalizers": left or None, "resourceVersion": meta["resourceVersion"]}}
+            await self.client.patch(resource, meta["name"], patch, meta.get("namespace"))
         except ClientError as e:
             if not e.not_found:
                 raise
@@ -142,7 +145,8 @@ class GarbageCollector(Controller):
             if dmeta.get("deletionTimestamp"):
                 continue
             try:
-                await self.client.delete(dep_res, dmeta["name"], dmeta.get("namespace"), propagation="Foreground")
+                await self.client.delete(dep_res, dmeta["name"], dmeta.get("namespace"),
+                                         propagation="Foreground")
             except ClientError as e:
                 if not e.not_found:
                     raise
@@ -157,7 +161,8 @@ class GarbageCollector(Controller):
             dmeta = dep["metadata"]
             refs = [r for r in dmeta.get("ownerReferences") or [] if r.get("uid") != uid]
             try:
-                await self.client.patch(dep_res, dmeta["name"], {"metadata": {"ownerReferences": refs or None}},
+                await self.client.patch(dep_res, dmeta["name"],
+                                        {"metadata": {"ownerReferences": refs or None}},
                                         dmeta.get("namespace"))
             except ClientError as e:
                 if not e.not_found:

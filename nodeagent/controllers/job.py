@@ -25,7 +25,7 @@ UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
 @dataclasses.dataclass
 class Plan:
     create: int = 0
-    create_indexes: list[int] = dataclasses.field(default_factory=list)  # Indexed mode: which indexes to start
+    create_indexes: list[int] = dataclasses.field(default_factory=list)  # Indexed mode: indexes to start
     delete: list[Mapping[str, Any]] = dataclasses.field(default_factory=list)
     status: dict = dataclasses.field(default_factory=dict)
     finished: str | None = None  # "Complete" / "Failed" when this sync finishes the Job
@@ -119,7 +119,8 @@ def plan(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: dt.date
     if out.finished:
         out.delete = active
         st["active"] = 0
-        cond = {"type": out.finished, "status": "True", "lastProbeTime": iso(now), "lastTransitionTime": iso(now)}
+        cond = {"type": out.finished, "status": "True", "lastProbeTime": iso(now),
+                "lastTransitionTime": iso(now)}
         if out.reason:
             cond.update(reason=out.reason, message=out.message)
         st["conditions"] = [*(old.get("conditions") or []), cond]
@@ -128,8 +129,8 @@ def plan(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: dt.date
         return out
 
     if spec.get("completionMode") == "Indexed" and completions is not None:
-        _plan_indexed(out, active, pods, int(completions), 0 if suspended else parallelism, failed, failed_pods,
-                      now, backoff_base, backoff_max)
+        _plan_indexed(out, active, pods, int(completions), 0 if suspended else parallelism,
+                      failed, failed_pods, now, backoff_base, backoff_max)
         return out
     if suspended:
         wanted = 0
@@ -160,7 +161,8 @@ def pod_index(pod: Mapping[str, Any]) -> int | None:
 
 
 def succeeded_indexes(pods: Iterable[Mapping[str, Any]], completions: int) -> set[int]:
-    return {i for p in pods if _phase(p) == "Succeeded" and (i := pod_index(p)) is not None and 0 <= i < completions}
+    return {i for p in pods
+            if _phase(p) == "Succeeded" and (i := pod_index(p)) is not None and 0 <= i < completions}
 
 
 def format_indexes(indexes: Iterable[int]) -> str:
@@ -228,7 +230,8 @@ def ttl_left(job: Mapping[str, Any], now: dt.datetime) -> float | None:
     cond = finished_condition(job)
     if ttl is None or cond is None:
         return None
-    done = podutil.parse_time((job.get("status") or {}).get("completionTime") or cond.get("lastTransitionTime"))
+    done = podutil.parse_time((job.get("status") or {}).get("completionTime")
+                              or cond.get("lastTransitionTime"))
     if done is None:
         return None
     return done.timestamp() + float(ttl) - now.timestamp()

@@ -35,7 +35,8 @@ class JobController(PodOwnerController):
                         raise
                 return
             self.queue.add_after(key, left)
-        p = jobs.plan(job, self.owned_pods(job), now, self.options.job_backoff_base, self.options.job_backoff_max)
+        p = jobs.plan(job, self.owned_pods(job), now, self.options.job_backoff_base,
+                      self.options.job_backoff_max)
         if self.expectations.satisfied(key):
             if p.create:
                 self.expectations.expect(key, adds=p.create)

@@ -39,7 +39,8 @@ class NodeIpamController(Controller):
         try:
             cidr = self.cidrs.allocate()
         except nodeipam.CIDRSetFull as e:
-            self.recorder.record(node, "Normal", "CIDRNotAvailable", f"Node {key} status is now: CIDRNotAvailable")
+            self.recorder.record(node, "Normal", "CIDRNotAvailable",
+                                 f"Node {key} status is now: CIDRNotAvailable")
             raise RuntimeError(str(e)) from e
         try:
             await self.client.patch("nodes", key, {"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}})

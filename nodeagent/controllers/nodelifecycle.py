@@ -119,9 +119,10 @@ def unknown_conditions(node: Mapping[str, Any], now_iso: str) -> list[dict] | No
             conds.append({"type": ctype, "lastHeartbeatTime": now_iso})
     changed = False
     for c in conds:
-        if c.get("type") in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure") and c.get("status") != "Unknown":
-            c.update(status="Unknown", reason="NodeStatusUnknown", message="Kubelet stopped posting node status.",
-                     lastTransitionTime=now_iso)
+        if c.get("type") in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure") \
+                and c.get("status") != "Unknown":
+            c.update(status="Unknown", reason="NodeStatusUnknown",
+                     message="Kubelet stopped posting node status.", lastTransitionTime=now_iso)
             changed = True
     return conds if changed else None
 
@@ -172,7 +173,8 @@ def reconcile_taints(node: Mapping[str, Any], now_iso: str, allow_no_execute: bo
 
 def needs_no_execute_taint(node: Mapping[str, Any]) -> bool:
     current = {(x.get("key"), x.get("effect")) for x in (node.get("spec") or {}).get("taints") or []}
-    return any(w["effect"] == "NoExecute" and (w["key"], w["effect"]) not in current for w in wanted_taints(node))
+    return any(w["effect"] == "NoExecute" and (w["key"], w["effect"]) not in current
+               for w in wanted_taints(node))
 
 
 class ZoneLimiter:

@@ -50,7 +50,8 @@ class NodeLifecycleController(Controller):
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._loop(self.monitor_once, self.options.node_monitor_period), name="node-monitor")
+            tg.create_task(self._loop(self.monitor_once, self.options.node_monitor_period),
+                           name="node-monitor")
             tg.create_task(self._loop(self.taint_manager_once,
                                       min(TAINT_MANAGER_PERIOD, self.options.node_monitor_period)),
                            name="taint-manager")
@@ -105,7 +106,8 @@ class NodeLifecycleController(Controller):
             if e.not_found or e.conflict:
                 return node
             raise
-        self.log.info("node %s: no heartbeat for %.0fs, Ready is now Unknown", name, self.tracker.silent_for(name))
+        self.log.info("node %s: no heartbeat for %.0fs, Ready is now Unknown", name,
+                      self.tracker.silent_for(name))
         self.recorder.record(node, "Normal", "NodeNotReady", f"Node {name} status is now: NodeNotReady")
         return updated
 
@@ -126,7 +128,8 @@ class NodeLifecycleController(Controller):
 
     async def _set_taints(self, node: Obj, taints: list[Obj]) -> None:
         meta = node["metadata"]
-        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "spec": {"taints": taints or None}}
+        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")},
+                 "spec": {"taints": taints or None}}
         try:
             await self.client.patch("nodes", meta["name"], patch)
         except ClientError as e:
@@ -143,7 +146,8 @@ class NodeLifecycleController(Controller):
                 by_node.setdefault(node_name, []).append(pod)
         for node in self.nodes.list():
             name = node["metadata"]["name"]
-            keys = {x.get("key") for x in (node.get("spec") or {}).get("taints") or [] if x.get("effect") == "NoExecute"}
+            keys = {x.get("key") for x in (node.get("spec") or {}).get("taints") or []
+                    if x.get("effect") == "NoExecute"}
             seen = self.tainted_at.setdefault(name, {})
             for k in list(seen):
                 if k not in keys:

@@ -140,7 +140,8 @@ def pod_from_template(template: Mapping[str, Any], owner: Mapping[str, Any], nam
         meta["annotations"] = dict(tmeta["annotations"])
     if tmeta.get("finalizers"):
         meta["finalizers"] = list(tmeta["finalizers"])
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(template.get("spec") or {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": copy.deepcopy(template.get("spec") or {})}
 
 
 def claimable(pod: Mapping[str, Any], owner: Mapping[str, Any], selector: Selector) -> str:

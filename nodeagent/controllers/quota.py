@@ -19,7 +19,8 @@ _POD_KEYS = ("pods", "cpu", "memory")
 
 
 def resource_for_key(key: str) -> Resource | None:
-    """The resource a hard key counts (`pods`, `requests.cpu`, `services.nodeports`, `count/deployments.apps`)."""
+    """The resource a hard key counts (`pods`, `requests.cpu`, `services.nodeports`,
+    `count/deployments.apps`)."""
     name, group = key, ""
     if key.startswith("count/"):
         name, _, group = key[len("count/"):].partition(".")

@@ -83,10 +83,11 @@ def status(rs: Mapping[str, Any], owned_active: Iterable[Mapping[str, Any]], now
         "availableReplicas": available,
         "observedGeneration": (rs.get("metadata") or {}).get("generation", 1),
     }
-    conds = [c for c in ((rs.get("status") or {}).get("conditions") or []) if c.get("type") != "ReplicaFailure"]
+    conds = [c for c in ((rs.get("status") or {}).get("conditions") or [])
+             if c.get("type") != "ReplicaFailure"]
     if failure:
-        conds.append({"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": failure,
-                      "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ")})
+        conds.append({"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                      "message": failure, "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ")})
     if conds:
         st["conditions"] = conds
     return st

@@ -132,7 +132,8 @@ class ReplicaSetController(Controller):
         refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != rs["metadata"]["uid"]]
         if adopt:
             refs.append(podutil.owner_reference(rs))
-        patch = {"metadata": {"ownerReferences": refs or None, "resourceVersion": meta.get("resourceVersion")}}
+        patch = {"metadata": {"ownerReferences": refs or None,
+                              "resourceVersion": meta.get("resourceVersion")}}
         try:
             await self.client.patch("pods", meta["name"], patch, meta.get("namespace"))
         except ClientError as e:
@@ -154,7 +155,8 @@ class ReplicaSetController(Controller):
                 errors.append(e.message)
                 self.recorder.record(rs, "Warning", "FailedCreate", f"Error creating: {e.message}")
                 raise
-            self.recorder.record(rs, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
+            self.recorder.record(rs, "Normal", "SuccessfulCreate",
+                                 f"Created pod: {created['metadata']['name']}")
 
         done = await podutil.slow_start_batch(count, SLOW_START_INITIAL_BATCH, one)
         skipped = count - done - len(errors)

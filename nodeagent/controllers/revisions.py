@@ -1,4 +1,5 @@
-"""ControllerRevisions for DaemonSets and StatefulSets: the template history `kubectl rollout history/undo` reads.
+"""ControllerRevisions for DaemonSets and StatefulSets: the template history `kubectl rollout history/undo`
+reads.
 
 Pure decisions (pkg/controller/history): one revision per distinct pod template,
 named <owner>-<hash>, labelled like the template (so the owner's selector finds
@@ -28,7 +29,8 @@ def data_for(owner: Mapping[str, Any]) -> dict:
 
 def revision_object(owner: Mapping[str, Any], name: str, hash_value: str, number: int) -> dict:
     meta = owner["metadata"]
-    labels = dict((((owner.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {})
+    labels = dict((((owner.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels")
+                  or {})
     labels[HASH_LABEL] = hash_value
     out: dict[str, Any] = {
         "apiVersion": "apps/v1", "kind": "ControllerRevision",

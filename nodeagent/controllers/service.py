@@ -27,7 +27,8 @@ async def serve(config: ControllerManagerConfig, ready: asyncio.Event) -> None:
     options = with_server_ca(config.options, Path(config.kubeconfig).parent)
     client = Client.from_kubeconfig(config.kubeconfig)
     try:
-        elector = LeaderElector(client, "nodeagent-controller-manager", f"{socket.gethostname()}-{id(client):x}")
+        elector = LeaderElector(client, "nodeagent-controller-manager",
+                                f"{socket.gethostname()}-{id(client):x}")
         ready.set()
         await elector.run(lambda: run_controllers(client, controllers=chosen, options=options))
     finally:

@@ -36,8 +36,9 @@ def ordinal(sts_name: str, pod: Mapping[str, Any]) -> int | None:
 def pod_for_ordinal(sts: Mapping[str, Any], i: int, rev: str) -> dict:
     meta, spec = sts["metadata"], sts.get("spec") or {}
     name = f"{meta['name']}-{i}"
-    pod = podutil.pod_from_template(copy.deepcopy(spec.get("template") or {}), sts, meta.get("namespace", "default"),
-                                    meta["name"], {REVISION_LABEL: rev, POD_NAME_LABEL: name,
+    pod = podutil.pod_from_template(copy.deepcopy(spec.get("template") or {}), sts,
+                                    meta.get("namespace", "default"), meta["name"],
+                                    {REVISION_LABEL: rev, POD_NAME_LABEL: name,
                                                    POD_INDEX_LABEL: str(i)})
     pod["metadata"].pop("generateName", None)
     pod["metadata"]["name"] = name

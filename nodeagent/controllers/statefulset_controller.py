@@ -1,4 +1,5 @@
-"""The StatefulSet loop: stable <name>-<ordinal> pods, created and removed in order (decisions in statefulset.py)."""
+"""The StatefulSet loop: stable <name>-<ordinal> pods, created and removed in order (decisions in
+statefulset.py)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ class StatefulSetController(PodOwnerController):
             try:
                 await self.client.create("persistentvolumeclaims", claim, claim["metadata"]["namespace"])
                 self.recorder.record(sts, "Normal", "SuccessfulCreate",
-                                     f"create Claim {claim['metadata']['name']} Pod {sts['metadata']['name']}-{i} "
-                                     f"in StatefulSet {sts['metadata']['name']} success")
+                                     f"create Claim {claim['metadata']['name']} Pod "
+                                     f"{sts['metadata']['name']}-{i} in StatefulSet "
+                                     f"{sts['metadata']['name']} success")
             except ClientError as e:
                 if not e.already_exists:
                     self.recorder.record(sts, "Warning", "FailedCreate",

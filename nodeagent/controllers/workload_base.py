@@ -1,4 +1,5 @@
-"""What the pod-owning loops (DaemonSet, Job, StatefulSet) share: owner-keyed handlers, create/delete with events."""
+"""What the pod-owning loops (DaemonSet, Job, StatefulSet) share: owner-keyed handlers, create/delete with
+events."""
 
 from __future__ import annotations
 
@@ -68,10 +69,12 @@ class PodOwnerController(Controller):
                 return None
             self.recorder.record(owner, "Warning", "FailedCreate", f"Error creating: {e.message}")
             raise
-        self.recorder.record(owner, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
+        self.recorder.record(owner, "Normal", "SuccessfulCreate",
+                             f"Created pod: {created['metadata']['name']}")
         return created
 
-    async def delete_pod(self, key: str, owner: Obj, pod: Mapping[str, Any], grace_period: int | None = None) -> None:
+    async def delete_pod(self, key: str, owner: Obj, pod: Mapping[str, Any],
+                         grace_period: int | None = None) -> None:
         meta = pod["metadata"]
         try:
             await self.client.delete("pods", meta["name"], meta.get("namespace"), grace_period=grace_period)
@@ -96,7 +99,8 @@ class PodOwnerController(Controller):
                 await self.client.create("controllerrevisions", p.create, ns)
             if p.renumber is not None:
                 rev, number = p.renumber
-                await self.client.patch("controllerrevisions", rev["metadata"]["name"], {"revision": number}, ns)
+                await self.client.patch("controllerrevisions", rev["metadata"]["name"],
+                                        {"revision": number}, ns)
             for r in p.delete:
                 await self.client.delete("controllerrevisions", r["metadata"]["name"], ns)
         except ClientError as e:

@@ -49,7 +49,8 @@ class DNSConfig:
         if self.ttl < 0:
             raise ValueError(f"dns ttl {self.ttl}: must not be negative")
         if self.register_service and self.advertise_address is None and host in WILDCARDS:
-            raise ValueError(f"dns: listening on {self.listen}, the kube-dns endpoint needs an advertise address")
+            raise ValueError(f"dns: listening on {self.listen}, the kube-dns endpoint needs an "
+                             "advertise address")
 
     def upstream_addrs(self) -> list[tuple[str, int]]:
         if self.upstreams is not None:

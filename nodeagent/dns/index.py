@@ -77,7 +77,8 @@ def pod_view(o: Obj | None) -> PodView | None:
     ips = tuple(filter(None, [p.get("ip") for p in status.get("podIPs") or []] or [status.get("podIP")]))
     if not ips:
         return None
-    return PodView(meta.get("namespace", "default"), meta.get("name", ""), ips, spec.get("hostname", "") or "",
+    return PodView(meta.get("namespace", "default"), meta.get("name", ""), ips,
+                   spec.get("hostname", "") or "",
                 spec.get("subdomain", "") or "", _pod_ready(o))
 
 
@@ -119,8 +120,8 @@ def relevant(kind: str, o: Obj) -> Any:
     if kind == "services":
         return o.get("spec")
     if kind == "endpointslices":
-        return ((o.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME_LABEL), o.get("addressType"), \
-            o.get("endpoints"), o.get("ports")
+        labels = (o.get("metadata") or {}).get("labels") or {}
+        return labels.get(SERVICE_NAME_LABEL), o.get("addressType"), o.get("endpoints"), o.get("ports")
     if kind == "endpoints":
         return o.get("subsets")
     return (o.get("metadata") or {}).get("name")
@@ -153,7 +154,8 @@ def build_endpoints(slices: Iterable[Obj], endpoints: Iterable[Obj]) -> dict[tup
 
 
 def merge_endpoints(raw: dict[tuple[str, str], list[Endpoint]], services: dict[tuple[str, str], Service],
-                    hostnamed: Iterable[PodView]) -> tuple[dict[tuple[str, str], list[Endpoint]], dict[str, list[str]]]:
+                    hostnamed: Iterable[PodView]
+                    ) -> tuple[dict[tuple[str, str], list[Endpoint]], dict[str, list[str]]]:
     """Deduplicated endpoints (copies), plus pods with hostname + subdomain of a headless Service."""
     merged = {key: _dedup(eps) for key, eps in raw.items()}
     for p in hostnamed:

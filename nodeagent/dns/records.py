@@ -2,8 +2,8 @@
 
 No I/O. `ClusterRecords` reads the objects through a lister (the informers' caches in the server,
 plain dicts in tests), keeps the indexes of `index.py` current from informer events (`changed`), and
-answers one question at a time with an `Answer`. The name grammar and the NXDOMAIN / NODATA split follow CoreDNS's
-kubernetes plugin (the Kubernetes DNS-Based Service Discovery spec):
+answers one question at a time with an `Answer`. The name grammar and the NXDOMAIN / NODATA split follow
+CoreDNS's kubernetes plugin (the Kubernetes DNS-Based Service Discovery spec):
 
 - `<zone>`, `svc.<zone>`, `pod.<zone>` exist (NODATA); any other last label than svc/pod is NXDOMAIN;
 - `<ns>.svc|pod.<zone>`: NODATA if the namespace exists, else NXDOMAIN;
@@ -44,7 +44,7 @@ from nodeagent.dns.index import (
 )
 
 Obj = Mapping[str, Any]
-Lister = Callable[[str], Iterable[Obj]]  # kind ("services", "endpointslices", "endpoints", "pods", "namespaces")
+Lister = Callable[[str], Iterable[Obj]]  # by kind: "services", "endpointslices", "endpoints", "pods", ...
 KINDS = ("services", "endpointslices", "endpoints", "pods", "namespaces")
 DNS_SCHEMA_VERSION = "1.1.0"
 
@@ -160,7 +160,8 @@ class ClusterRecords:
     def _negative(self, rcode: dns.rcode.Rcode) -> Answer:
         return Answer(rcode=rcode, authority=[self.soa()])
 
-    def _zone_answer(self, qname: dns.name.Name, qtype: dns.rdatatype.RdataType, rest: list[str], depth: int = 0) -> Answer:
+    def _zone_answer(self, qname: dns.name.Name, qtype: dns.rdatatype.RdataType, rest: list[str],
+                     depth: int = 0) -> Answer:
         if not rest and qtype == SOA:
             return Answer(answer=[self.soa()])
         if not rest and qtype == NS:
@@ -189,8 +190,8 @@ class ClusterRecords:
             return Answer(answer=self._rrset(qname, names)) if names else self._negative(dns.rcode.NOERROR)
         return self._negative(dns.rcode.NOERROR)
 
-    def _address_answer(self, qname: dns.name.Name, qtype: dns.rdatatype.RdataType, items: list[tuple[str, int, str]],
-                        depth: int = 0) -> Answer:
+    def _address_answer(self, qname: dns.name.Name, qtype: dns.rdatatype.RdataType,
+                        items: list[tuple[str, int, str]], depth: int = 0) -> Answer:
         for host, _, _ in items:
             if not _is_ip(host):  # ExternalName: CNAME, then the target's addresses
                 target = dns.name.from_text(host)
@@ -279,7 +280,8 @@ class ClusterRecords:
                 out.extend((ip, p.port, base) for ip in svc.cluster_ips)
         return found, out
 
-    def _reverse_answer(self, qname: dns.name.Name, qtype: dns.rdatatype.RdataType, labels: list[str]) -> Answer:
+    def _reverse_answer(self, qname: dns.name.Name, qtype: dns.rdatatype.RdataType,
+                        labels: list[str]) -> Answer:
         ip = _reverse_ip(labels)
         if ip is None:
             return Answer(forward=True)
@@ -306,7 +308,8 @@ class ClusterRecords:
         svc = self.index().services.get(self.dns_service)
         return list(svc.cluster_ips) if svc else []
 
-    def _rrset(self, owner: dns.name.Name, records: list[tuple[dns.rdatatype.RdataType, str]]) -> list[dns.rrset.RRset]:
+    def _rrset(self, owner: dns.name.Name,
+               records: list[tuple[dns.rdatatype.RdataType, str]]) -> list[dns.rrset.RRset]:
         """One RRset per type, duplicates dropped, in first-seen order."""
         by_type: dict[dns.rdatatype.RdataType, dns.rrset.RRset] = {}
         for rdtype, text in records:

@@ -40,7 +40,8 @@ def dns_endpoint_slice(ip: str, port: int) -> dict[str, Any]:
             "metadata": {"name": f"{NAME}-{MANAGED_BY}", "namespace": NAMESPACE,
                          "labels": {"kubernetes.io/service-name": NAME,
                                     "endpointslice.kubernetes.io/managed-by": MANAGED_BY}},
-            "endpoints": [{"addresses": [ip], "conditions": {"ready": True, "serving": True, "terminating": False}}],
+            "endpoints": [{"addresses": [ip],
+                           "conditions": {"ready": True, "serving": True, "terminating": False}}],
             "ports": [{"name": "dns", "port": port, "protocol": "UDP"},
                       {"name": "dns-tcp", "port": port, "protocol": "TCP"}]}
 
@@ -58,8 +59,8 @@ async def ensure_dns_service(client: Client, cluster_ip: str, endpoint_ip: str, 
         changed = False
     have = (svc.get("spec") or {}).get("clusterIP", "")
     if have != cluster_ip:
-        log.log(logging.DEBUG if quiet else logging.WARNING, "dns: %s/%s has ClusterIP %s (wanted %s); keeping it",
-                NAMESPACE, NAME, have, cluster_ip)
+        log.log(logging.DEBUG if quiet else logging.WARNING,
+                "dns: %s/%s has ClusterIP %s (wanted %s); keeping it", NAMESPACE, NAME, have, cluster_ip)
     want = dns_endpoint_slice(endpoint_ip, port)
     try:
         await client.create("endpointslices.discovery.k8s.io", want, NAMESPACE)

@@ -127,7 +127,8 @@ def _reply_wire(q: dns.message.Message, rcode: dns.rcode.Rcode, udp: bool) -> by
     return _to_wire(q, _reply(q, rcode), udp, None)
 
 
-def _answer_wire(q: dns.message.Message, ans: Answer, udp: bool, stats: Stats, authoritative: bool = True) -> bytes:
+def _answer_wire(q: dns.message.Message, ans: Answer, udp: bool, stats: Stats,
+                 authoritative: bool = True) -> bytes:
     r = _reply(q, ans.rcode, authoritative)
     r.answer = ans.answer
     r.authority = ans.authority

@@ -2,8 +2,9 @@
 
 Pod sources (the apiserver's pods bound to this node, via an informer) feed the pod workers, one task
 per pod; the PLEG relists the runtime each second and wakes the workers of pods whose containers
-changed (and the runtime's GetContainerEvents stream, when offered, wakes them at once on a stop); each sync PATCHes the pod's status; a terminated pod is removed from the runtime and its API
-object confirmed deleted (gracePeriodSeconds=0). Everything runs in one TaskGroup owned by `serve`.
+changed (and the runtime's GetContainerEvents stream, when offered, wakes them at once on a stop); each sync
+PATCHes the pod's status; a terminated pod is removed from the runtime and its API object confirmed deleted
+(gracePeriodSeconds=0). Everything runs in one TaskGroup owned by `serve`.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ ORPHAN_GRACE = 2
 
 
 class Kubelet:
-    def __init__(self, cfg: KubeletConfig, client: Client, cri: RuntimeClient, clock: Clock | None = None) -> None:
+    def __init__(self, cfg: KubeletConfig, client: Client, cri: RuntimeClient,
+                 clock: Clock | None = None) -> None:
         self.cfg = cfg
         self.client = client
         self.cri = cri
@@ -69,13 +71,14 @@ class Kubelet:
         self.static: dict[str, dict[str, Any]] = {}  # uid → static pod from the manifest dir or URL
         self._static_by_source: dict[str, dict[str, dict[str, Any]]] = {}
         self.static_source = StaticPodSource(cfg.manifests_dir, cfg.node_name, self.clock)
-        self.url_source = URLPodSource(cfg.manifest_url, cfg.node_name, self.clock, cfg.http_check_frequency) \
-            if cfg.manifest_url else None
+        self.url_source = (URLPodSource(cfg.manifest_url, cfg.node_name, self.clock, cfg.http_check_frequency)
+                           if cfg.manifest_url else None)
         self._tg: asyncio.TaskGroup | None = None
         self._last_relist_start: float | None = None
         self.workers: PodWorkers | None = None
         self.last_status: dict[str, dict[str, Any]] = {}
-        self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event), self.last_status.get, self.clock)
+        self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event),
+                                   self.last_status.get, self.clock)
         self.metrics = KubeletMetrics()
         self._running_counts: tuple[int, dict[str, int]] = (0, {})
         self.metrics.set_running_source(lambda: self._running_counts)
@@ -135,12 +138,14 @@ class Kubelet:
 
         deps = server.ServerDeps(self.cfg.node_name, self.cri, self.api_pods, self.metrics, self.cfg.root_dir,
                                  self.cfg.log_dir, self.clock)
-        self.api = await server.start(deps, self.client, self.cfg.data_dir, str(Path(self.cfg.root_dir, "pki")),
-                                      self.cfg.address, self.cfg.port, self.node.addresses)
+        self.api = await server.start(deps, self.client, self.cfg.data_dir,
+                                      str(Path(self.cfg.root_dir, "pki")), self.cfg.address, self.cfg.port,
+                                      self.node.addresses)
         self.node.kubelet_port = self.api.port
 
     def api_pods(self) -> list[dict[str, Any]]:
-        """The pods this kubelet runs (API pods bound here and static pods), with its latest status of each."""
+        """The pods this kubelet runs (API pods bound here and static pods), with its latest status of
+        each."""
         from nodeagent.kubelet.server.app import pod_list_item
 
         pods = [p for p in self.pods.list() if not is_mirror_pod(p)] + list(self.static.values())
@@ -148,16 +153,20 @@ class Kubelet:
 
     async def _run_node(self, ready: asyncio.Event) -> None:
         await self.node.register()
-        self.runtime = PodRuntime(self.cri, self.volumes, self.recorder, self.clock, log_root=Path(self.cfg.log_dir),
+        self.runtime = PodRuntime(self.cri, self.volumes, self.recorder, self.clock,
+                                  log_root=Path(self.cfg.log_dir),
                                   cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p),
-                                  memory_capacity=self.node.memory_capacity(), runtime_name=self.node.runtime_name,
-                                  cgroups=await asyncio.to_thread(_cgroup_driver), cluster_dns=self.cfg.cluster_dns,
-                                  cluster_domain=self.cfg.cluster_domain, resolv_conf=self.cfg.resolv_conf)
+                                  memory_capacity=self.node.memory_capacity(),
+                                  runtime_name=self.node.runtime_name,
+                                  cgroups=await asyncio.to_thread(_cgroup_driver),
+                                  cluster_dns=self.cfg.cluster_dns, cluster_domain=self.cfg.cluster_domain,
+                                  resolv_conf=self.cfg.resolv_conf)
         if self.runtime.cgroups is not None:
             await asyncio.to_thread(_ensure_qos_tree, self.runtime.cgroups, self.runtime.cgroup_root)
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
-            self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock, resync=self.cfg.resync)
+            self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock,
+                                      resync=self.cfg.resync)
             tg.create_task(self.recorder.run(), name="kubelet-events")
             tg.create_task(self.node.run(), name="kubelet-node")
             tg.create_task(self.probes.run(), name="kubelet-probes")
@@ -348,7 +357,8 @@ class Kubelet:
         st = await self.runtime.sync(pod, liveness_failed, startup_failed)
         latest = latest_records(st.records)
         started, ready = self.probes.started_and_ready(
-            pod, {n: r.container_id for n, r in latest.items()}, {n: r.state == "running" for n, r in latest.items()})
+            pod, {n: r.container_id for n, r in latest.items()},
+            {n: r.state == "running" for n, r in latest.items()})
         status = self.runtime.pod_status(pod, st, self.node.addresses, ready=ready, started=started)
         await self._post_status(pod, status)
         seen = self._first_seen.get(uid_of(pod))

@@ -95,7 +95,8 @@ def format_pod(pod: Mapping[str, Any]) -> str:
 def container_backoff_key(pod: Mapping[str, Any], container: Mapping[str, Any]) -> str:
     """kuberuntime GetStableKey: pod name, namespace, uid, container name and its hash."""
     m = pod.get("metadata") or {}
-    return f"{m.get('name')}_{m.get('namespace')}_{m.get('uid')}_{container.get('name')}_{container_hash(container):x}"
+    return (f"{m.get('name')}_{m.get('namespace')}_{m.get('uid')}_{container.get('name')}_"
+            f"{container_hash(container):x}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +125,8 @@ class CrashLoopBackoff:
                  maximum: float = MAX_CONTAINER_BACKOFF) -> None:
         self.backoff = Backoff(initial, maximum, clock)
 
-    def check(self, pod: Mapping[str, Any], container: Mapping[str, Any], finished_at: float) -> BackoffDecision:
+    def check(self, pod: Mapping[str, Any], container: Mapping[str, Any],
+              finished_at: float) -> BackoffDecision:
         """doBackOff: in backoff → CrashLoopBackOff with kubelet's message; otherwise record this restart."""
         key = container_backoff_key(pod, container)
         if self.backoff.in_backoff_since(key, finished_at):

@@ -2,7 +2,8 @@
 
 Creation and limits go through the one cgroup driver (`kernel.cgroups`); removal does
 too, and on cgroup v1 also rmdirs the same (empty) path in the hierarchies that driver does not manage
-(freezer, blkio, name=systemd, the hybrid cgroup2 mount, ...), where runc under containerd creates a pod's parents as well.
+(freezer, blkio, name=systemd, the hybrid cgroup2 mount, ...), where runc under containerd creates a pod's
+parents as well.
 """
 
 from __future__ import annotations

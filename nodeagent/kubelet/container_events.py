@@ -28,7 +28,8 @@ def pod_uid(ev: pb.ContainerEventResponse) -> str:
 
 
 async def follow(stream: Callable[[], AsyncIterator[pb.ContainerEventResponse]], poke: Callable[[str], None],
-                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep, max_delay: float = 30.0) -> None:
+                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+                 max_delay: float = 30.0) -> None:
     """Poke the pod of every stop/remove event until cancelled; reconnect (with back-off) when the stream
     breaks; return when the runtime does not implement it."""
     delay = 0.5

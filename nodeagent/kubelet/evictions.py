@@ -32,9 +32,9 @@ def memory_mount() -> Path | None:
 
 
 class EvictionLoop:
-    def __init__(self, manager: EvictionManager, clock: Clock, nodefs: str, active_pods: Callable[[], list[dict]],
-                 cgroup_of: Callable[[Mapping[str, Any]], str], evict: Callable[[dict, dict[str, Any]], Any],
-                 recorder: Any, period: float = 10.0) -> None:
+    def __init__(self, manager: EvictionManager, clock: Clock, nodefs: str,
+                 active_pods: Callable[[], list[dict]], cgroup_of: Callable[[Mapping[str, Any]], str],
+                 evict: Callable[[dict, dict[str, Any]], Any], recorder: Any, period: float = 10.0) -> None:
         self.manager = manager
         self.clock = clock
         self.nodefs = nodefs

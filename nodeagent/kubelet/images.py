@@ -35,7 +35,8 @@ def pull_decision(container: Mapping[str, Any], present: bool) -> PullDecision:
     image = container.get("image") or ""
     if not image or image != image.strip() or any(c.isspace() for c in image):
         return PullDecision(False, INVALID_IMAGE_NAME, f'Failed to apply default image tag "{image}": '
-                                                       f'couldn\'t parse image name "{image}": invalid reference format')
+                                                       f'couldn\'t parse image name "{image}": invalid '
+                                                       'reference format')
     policy = container.get("imagePullPolicy") or default_pull_policy(image)
     if policy == "Never":
         if present:

@@ -69,7 +69,7 @@ class PodRuntime:
         self.cri = cri
         self.cluster_dns = list(cluster_dns)  # kubelet --cluster-dns: the kube-dns Service IP(s)
         self.cluster_domain = cluster_domain
-        self.resolv_conf = resolv_conf  # kubelet --resolv-conf: the host's file, for Default and the search line
+        self.resolv_conf = resolv_conf  # kubelet --resolv-conf: the host's file (Default, the search line)
         self.volumes = volumes
         self.recorder = recorder
         self.clock = clock
@@ -112,10 +112,10 @@ class PodRuntime:
         except ValueError:
             h = 0
         return ContainerRecord(
-            name=st.metadata.name, id=st.id, state=_STATE.get(st.state, "unknown"), attempt=st.metadata.attempt,
-            created_at=st.created_at / 1e9, started_at=st.started_at / 1e9, finished_at=st.finished_at / 1e9,
-            exit_code=st.exit_code, reason=st.reason, message=st.message, image=st.image.image,
-            image_id=st.image_ref, hash=h, runtime=self.runtime_name)
+            name=st.metadata.name, id=st.id, state=_STATE.get(st.state, "unknown"),
+            attempt=st.metadata.attempt, created_at=st.created_at / 1e9, started_at=st.started_at / 1e9,
+            finished_at=st.finished_at / 1e9, exit_code=st.exit_code, reason=st.reason, message=st.message,
+            image=st.image.image, image_id=st.image_ref, hash=h, runtime=self.runtime_name)
 
     # -- sync -------------------------------------------------------------------------------------
     async def sync(self, pod: Mapping[str, Any], liveness_failed: set[str] | None = None,
@@ -171,16 +171,18 @@ class PodRuntime:
                 decision = self.crash_backoff.check(pod, c, prev.finished_at)
                 if decision.in_backoff:
                     errors[name] = SyncError("CrashLoopBackOff", decision.message)
-                    self.recorder.record(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} "
-                                         f"in pod {(pod['metadata'])['name']}_{pod['metadata'].get('namespace')}"
-                                         f"({uid})")
+                    who = f"{pod['metadata']['name']}_{pod['metadata'].get('namespace')}({uid})"
+                    self.recorder.record(pod, "Warning", "BackOff",
+                                         f"Back-off restarting failed container {name} in pod {who}")
                     continue
             try:
-                await self._start_container(pod, sid, sandbox_cfg, c, 0 if prev is None else prev.attempt + 1, vols)
+                await self._start_container(pod, sid, sandbox_cfg, c,
+                                            0 if prev is None else prev.attempt + 1, vols)
                 errors.pop(name, None)
                 # Keep the previous (exited) instance for lastState, as the kubelet does; older ones go.
                 for stale in st.records:
-                    if stale.name == name and stale.state == "exited" and prev is not None and stale.id != prev.id:
+                    if stale.name == name and stale.state == "exited" and prev is not None \
+                            and stale.id != prev.id:
                         with contextlib.suppress(Exception):
                             await self.cri.remove_container(stale.id)
             except _StartError as e:
@@ -278,7 +280,8 @@ class PodRuntime:
 
         host = g.get("host") or next(iter((await self.state(pod)).pod_ips), "")
         try:
-            url = format_url(g.get("scheme") or "HTTP", host, resolve_port(g["port"], c), g.get("path") or "/")
+            url = format_url(g.get("scheme") or "HTTP", host, resolve_port(g["port"], c),
+                             g.get("path") or "/")
             headers = {"User-Agent": USER_AGENT.replace("kube-probe", "kube-lifecycle"),
                        **{h["name"]: h.get("value", "") for h in g.get("httpHeaders") or []}}
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session, \
@@ -287,8 +290,8 @@ class PodRuntime:
             return True
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
             self.recorder.record(pod, "Warning", f"Failed{kind}Hook",
-                                 f"HTTP lifecycle hook ({g.get('path') or '/'}) for Container \"{c['name']}\" in Pod "
-                                 f"\"{pod_name(pod)}\" failed - error: {e}")
+                                 f"HTTP lifecycle hook ({g.get('path') or '/'}) for Container "
+                                 f"\"{c['name']}\" in Pod \"{pod_name(pod)}\" failed - error: {e}")
             return False
 
     # -- configs ----------------------------------------------------------------------------------
@@ -318,7 +321,8 @@ class PodRuntime:
         cfg.dns_config.options.extend(rc.options)
         nso = cfg.linux.security_context.namespace_options
         nso.network = pb.NODE if host_net else pb.POD
-        nso.pid = pb.NODE if spec.get("hostPID") else (pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER)
+        nso.pid = (pb.NODE if spec.get("hostPID")
+                   else pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER)
         nso.ipc = pb.NODE if spec.get("hostIPC") else pb.POD
         for c in spec.get("containers") or []:
             for p in c.get("ports") or []:
@@ -350,7 +354,8 @@ class PodRuntime:
             if "value" in e or "valueFrom" not in e:
                 cfg.envs.add(key=e["name"], value=str(e.get("value", "")))
         cfg.labels.update({POD_UID_LABEL: m.get("uid", ""), POD_NAME_LABEL: m.get("name", ""),
-                           POD_NAMESPACE_LABEL: m.get("namespace", "default"), CONTAINER_NAME_LABEL: c["name"]})
+                           POD_NAMESPACE_LABEL: m.get("namespace", "default"),
+                           CONTAINER_NAME_LABEL: c["name"]})
         cfg.annotations[HASH_ANNOTATION] = f"{container_hash(c):x}"
         for vm in c.get("volumeMounts") or []:
             v = vols.get(vm["name"])
@@ -376,7 +381,8 @@ class PodRuntime:
         spec = pod.get("spec") or {}
         nso = lsc.namespace_options
         nso.network = pb.NODE if spec.get("hostNetwork") else pb.POD
-        nso.pid = pb.NODE if spec.get("hostPID") else (pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER)
+        nso.pid = (pb.NODE if spec.get("hostPID")
+                   else pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER)
         nso.ipc = pb.NODE if spec.get("hostIPC") else pb.POD
         return cfg
 
@@ -398,7 +404,8 @@ class PodRuntime:
             self.crash_backoff.backoff.reset(container_backoff_key(pod, c))
 
     async def kill_containers(self, pod: Mapping[str, Any], grace: int | None = None) -> None:
-        """A pod in a terminal phase: stop what still runs and its sandbox (freeing its IP); keep the records."""
+        """A pod in a terminal phase: stop what still runs and its sandbox (freeing its IP); keep the
+        records."""
         st = await self.state(pod)
         if any(r.state == "running" for r in st.records) or st.sandbox_ready:
             await self._kill_all(pod, st, _grace(pod) if grace is None else grace, reason_events=True)
@@ -413,7 +420,8 @@ class PodRuntime:
         except OSError as e:
             log.warning("pod %s: cgroup %s not removed: %s", pod_name(pod), self.cgroup_parent(pod), e)
 
-    async def _kill_all(self, pod: Mapping[str, Any], st: PodRuntimeState, grace: int, reason_events: bool) -> None:
+    async def _kill_all(self, pod: Mapping[str, Any], st: PodRuntimeState, grace: int,
+                        reason_events: bool) -> None:
         running = [r for r in st.records if r.state == "running"]
         for r in running:
             if reason_events:
@@ -452,9 +460,9 @@ class PodRuntime:
                    ready: Mapping[str, bool] | None = None, started: Mapping[str, bool] | None = None,
                    terminal: bool = False) -> dict[str, Any]:
         return generate_pod_status(pod, st.records, now=self.clock.now(),
-                                   sync_errors=self.sync_errors.get(uid_of(pod)), ready=ready, started=started,
-                                   pod_ips=st.pod_ips, host_ips=host_ips, sandbox_ready=st.sandbox_ready,
-                                   pod_is_terminal=terminal)
+                                   sync_errors=self.sync_errors.get(uid_of(pod)), ready=ready,
+                                   started=started, pod_ips=st.pod_ips, host_ips=host_ips,
+                                   sandbox_ready=st.sandbox_ready, pod_is_terminal=terminal)
 
 
 class _StartError(Exception):

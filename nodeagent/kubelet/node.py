@@ -48,8 +48,9 @@ class NodeAgent:
 
     def __init__(self, client: Client, cri: RuntimeClient, name: str, fs_path: str,
                  pleg_health: Callable[[], tuple[bool, str]], clock: Clock | None = None,
-                 lease_period: float = 10.0, status_period: float = 10.0, max_pods: int = node_status.DEFAULT_MAX_PODS,
-                 eviction: Any = None, addresses: list[str] | None = None) -> None:
+                 lease_period: float = 10.0, status_period: float = 10.0,
+                 max_pods: int = node_status.DEFAULT_MAX_PODS, eviction: Any = None,
+                 addresses: list[str] | None = None) -> None:
         self.client = client
         self.cri = cri
         self.name = name
@@ -59,7 +60,7 @@ class NodeAgent:
         self.lease_period = lease_period
         self.status_period = status_period
         self.max_pods = max_pods
-        self.eviction = eviction  # EvictionManager: pressure conditions, taints, the hard-threshold reservation
+        self.eviction = eviction  # EvictionManager: pressure conditions, taints, hard-threshold reservation
         self.addresses = list(addresses) if addresses else host_ips()  # --node-ip, else detected
         self.capacity = node_status.machine_capacity(fs_path, max_pods)
         self.ready = False
@@ -80,7 +81,8 @@ class NodeAgent:
 
             hard = hard_eviction_reservation(self.eviction.thresholds, self.capacity)
         alloc = resources.node_allocatable(self.capacity, hard_eviction=hard)
-        return {k: format_quantity(v, binary=k in ("memory", "ephemeral-storage") or k.startswith("hugepages"))
+        return {k: format_quantity(v,
+                                   binary=k in ("memory", "ephemeral-storage") or k.startswith("hugepages"))
                 for k, v in alloc.items()}
 
     async def _runtime_errors(self) -> list[str]:
@@ -140,8 +142,9 @@ class NodeAgent:
         self.ready = is_ready
 
     async def _update_pod_cidr(self, node: dict[str, Any]) -> None:
-        """Hand the runtime the podCIDR the node IPAM gave this node, as the kubelet does (UpdateRuntimeConfig);
-        the pod network itself (the CNI config) follows it in the `podcidr` component."""
+        """Hand the runtime the podCIDR the node IPAM gave this node, as the kubelet does
+        (UpdateRuntimeConfig); the pod network itself (the CNI config) follows it in the `podcidr`
+        component."""
         cidr = (node.get("spec") or {}).get("podCIDR") or ""
         if not cidr or cidr == self.pod_cidr:
             return
@@ -164,7 +167,8 @@ class NodeAgent:
                 raise
             await self.client.create("leases", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                                                 "metadata": {"name": self.name, "namespace": LEASE_NAMESPACE},
-                                                "spec": {**spec, "acquireTime": now}}, namespace=LEASE_NAMESPACE)
+                                                "spec": {**spec, "acquireTime": now}},
+                                     namespace=LEASE_NAMESPACE)
 
     async def run(self) -> None:
         """Renew the Lease and post the status until cancelled; errors are logged and retried next period."""

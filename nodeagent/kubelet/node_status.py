@@ -77,7 +77,8 @@ def node_info(runtime_name: str, runtime_version: str, kubelet_version: str, etc
             "operatingSystem": "linux", "architecture": go_arch(uname.machine)}
 
 
-def node_labels(node_name: str, hostname: str | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def node_labels(node_name: str, hostname: str | None = None,
+                extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The labels a kubelet puts on its Node."""
     arch = go_arch()
     labels = {"kubernetes.io/hostname": (hostname or node_name).lower(), "kubernetes.io/os": "linux",
@@ -99,8 +100,8 @@ def _aggregate(errs: Sequence[str]) -> str:
     return "[" + ", ".join(errs) + "]"
 
 
-def runtime_errors(runtime_ready: bool, network_ready: bool, network_reason: str = "", network_message: str = "",
-                   pleg_healthy: bool = True, pleg_message: str = "") -> list[str]:
+def runtime_errors(runtime_ready: bool, network_ready: bool, network_reason: str = "",
+                   network_message: str = "", pleg_healthy: bool = True, pleg_message: str = "") -> list[str]:
     """The kubelet's runtimeState errors that keep a node NotReady, in its wording."""
     errs = []
     if not runtime_ready:
@@ -113,12 +114,14 @@ def runtime_errors(runtime_ready: bool, network_ready: bool, network_reason: str
     return errs
 
 
-def ready_condition(errors: Sequence[str], now: float, old: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def ready_condition(errors: Sequence[str], now: float,
+                    old: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The Ready condition: KubeletReady, or KubeletNotReady with the aggregated errors."""
     if errors:
         c = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": _aggregate(errors)}
     else:
-        c = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
+        c = {"type": "Ready", "status": "True", "reason": "KubeletReady",
+             "message": "kubelet is posting ready status"}
     c["lastHeartbeatTime"] = rfc3339(now)
     if old and old.get("status") == c["status"] and old.get("lastTransitionTime"):
         c["lastTransitionTime"] = old["lastTransitionTime"]

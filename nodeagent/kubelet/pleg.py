@@ -115,12 +115,14 @@ class GenericPLEG:
         return self._last_relist
 
     def healthy(self) -> tuple[bool, str]:
-        """(ok, message): kubelet's "PLEG is not healthy: pleg was last seen active 3m0.1s ago; threshold is 3m0s"."""
+        """(ok, message): kubelet's "PLEG is not healthy: pleg was last seen active 3m0.1s ago; threshold is
+        3m0s"."""
         if self._last_relist is None:
             return False, "pleg has yet to be successful"
         elapsed = self.clock.now() - self._last_relist
         if elapsed > self.threshold:
-            return False, (f"pleg was last seen active {_dur(elapsed)} ago; threshold is {_dur(self.threshold)}")
+            return False, (f"pleg was last seen active {_dur(elapsed)} ago; threshold is "
+                           f"{_dur(self.threshold)}")
         return True, ""
 
     def pod_ids(self) -> set[str]:

@@ -100,7 +100,8 @@ def compute_pod_actions(pod: Mapping[str, Any], sandboxes: Iterable[SandboxRecor
             return actions
         for c in apps:
             r = latest.get(c["name"])
-            if spec.get("restartPolicy") == "OnFailure" and r is not None and r.state == "exited" and r.exit_code == 0:
+            if spec.get("restartPolicy") == "OnFailure" and r is not None and r.state == "exited" \
+                    and r.exit_code == 0:
                 continue
             actions.containers_to_start.append(c["name"])
         return actions

@@ -126,7 +126,8 @@ async def probe_http(url: str, headers: Mapping[str, str] | None, timeout_s: flo
                     if 300 <= resp.status < 400 and location and resp.status != 304:
                         target = urljoin(current, location)
                         if urlsplit(target).hostname != first_host:
-                            return Outcome(Result.WARNING, f"Probe terminated redirects, Response body: {body}")
+                            return Outcome(Result.WARNING,
+                                           f"Probe terminated redirects, Response body: {body}")
                         if hop == MAX_REDIRECTS:
                             return Outcome(Result.FAILURE, f'Get "{url}": stopped after 10 redirects')
                         current = target
@@ -138,7 +139,8 @@ async def probe_http(url: str, headers: Mapping[str, str] | None, timeout_s: flo
                     return Outcome(Result.FAILURE, f"HTTP probe failed with statuscode: {resp.status}")
     except TimeoutError:
         return Outcome(Result.FAILURE,
-                       f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)')
+                       f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while '
+                       'awaiting headers)')
     except aiohttp.ClientConnectorError as e:
         parts = urlsplit(url)
         return Outcome(Result.FAILURE, f'Get "{url}": ' + _dial_error(parts.hostname or "", parts.port or 0,
@@ -223,7 +225,8 @@ async def probe_grpc(host: str, port: int, service: str, timeout_s: float) -> Ou
             return Outcome(Result.FAILURE, f"error: health rpc probe failed: {e.code().name}: {e.details()}")
     if status == 1:
         return Outcome(Result.SUCCESS)
-    return Outcome(Result.FAILURE, f'service unhealthy (responded with "{_HEALTH_STATUS.get(status, status)}")')
+    return Outcome(Result.FAILURE,
+                   f'service unhealthy (responded with "{_HEALTH_STATUS.get(status, status)}")')
 
 
 # -- the prober: probe spec → check ----------------------------------------------------------------
@@ -243,7 +246,8 @@ class ProbeSpec:
     @classmethod
     def from_dict(cls, probe: Mapping[str, Any]) -> ProbeSpec:
         return cls(handler=probe, initial_delay=int(probe.get("initialDelaySeconds") or 0),
-                   period=int(probe.get("periodSeconds") or 10), timeout=int(probe.get("timeoutSeconds") or 1),
+                   period=int(probe.get("periodSeconds") or 10),
+                   timeout=int(probe.get("timeoutSeconds") or 1),
                    success_threshold=int(probe.get("successThreshold") or 1),
                    failure_threshold=int(probe.get("failureThreshold") or 3))
 
@@ -281,8 +285,8 @@ class Prober:
         if "exec" in h:
             if self.exec_sync is None:
                 raise ProbeError("exec probes need a runtime (exec_sync)")
-            return await probe_exec(self.exec_sync, _strip_runtime(container_id), h["exec"].get("command") or [],
-                                    spec.timeout)
+            return await probe_exec(self.exec_sync, _strip_runtime(container_id),
+                                    h["exec"].get("command") or [], spec.timeout)
         if "httpGet" in h:
             g = h["httpGet"]
             port = resolve_port(g.get("port"), container)
@@ -292,7 +296,8 @@ class Prober:
             return await probe_http(url, headers, spec.timeout)
         if "tcpSocket" in h:
             t = h["tcpSocket"]
-            return await probe_tcp(t.get("host") or pod_ip, resolve_port(t.get("port"), container), spec.timeout)
+            return await probe_tcp(t.get("host") or pod_ip,
+                                   resolve_port(t.get("port"), container), spec.timeout)
         if "grpc" in h:
             g = h["grpc"]
             return await probe_grpc(pod_ip, int(g["port"]), g.get("service") or "", spec.timeout)
@@ -382,7 +387,8 @@ class Worker:
         self.get_status = get_status
         self.clock = clock or REAL_CLOCK
         self.on_startup_success = on_startup_success
-        self.initial = {READINESS: Result.FAILURE, LIVENESS: Result.SUCCESS, STARTUP: Result.UNKNOWN}[probe_type]
+        self.initial = {READINESS: Result.FAILURE, LIVENESS: Result.SUCCESS,
+                        STARTUP: Result.UNKNOWN}[probe_type]
         self.container_id = ""
         self.last_result = Result.UNKNOWN
         self.result_run = 0
@@ -420,7 +426,8 @@ class Worker:
         if "running" not in state:
             self.results.set(self.container_id, Result.FAILURE, self.pod)
             return "terminated" not in state or (self.pod.get("spec") or {}).get("restartPolicy") != "Never"
-        if (self.pod.get("metadata") or {}).get("deletionTimestamp") and self.probe_type in (LIVENESS, STARTUP):
+        if (self.pod.get("metadata") or {}).get("deletionTimestamp") \
+                and self.probe_type in (LIVENESS, STARTUP):
             self.results.set(self.container_id, Result.SUCCESS, self.pod)
             return False
         started_at = (state["running"] or {}).get("startedAt")
@@ -576,8 +583,8 @@ class ProbeManager:
                 started[name] = ready[name] = False
                 continue
             r = self.startup.get(cid)
-            started[name] = r == Result.SUCCESS if r is not None else not self.has_worker(uid, name, STARTUP) \
-                and not c.get("startupProbe")
+            started[name] = (r == Result.SUCCESS if r is not None
+                             else not self.has_worker(uid, name, STARTUP) and not c.get("startupProbe"))
             if not started[name]:
                 ready[name] = False
                 continue

@@ -63,15 +63,16 @@ def pod_resolv_conf(pod: Mapping[str, Any], cluster_dns: list[str], cluster_doma
     policy = spec.get("dnsPolicy") or "ClusterFirst"
     host = parse_resolv_conf(host_resolv_conf)
     warnings: list[str] = []
-    cluster = policy == "ClusterFirstWithHostNet" or (policy == "ClusterFirst" and not spec.get("hostNetwork"))
+    cluster = policy == "ClusterFirstWithHostNet" or (policy == "ClusterFirst"
+                                                      and not spec.get("hostNetwork"))
     if cluster and not cluster_dns:
         warnings.append(f"dnsPolicy {policy} without cluster DNS: falling back to the host's resolv.conf")
         cluster = False
     if policy == "None":
         out = ResolvConf()
     elif cluster:
-        search = [f"{namespace}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain] if cluster_domain \
-            else []
+        search = ([f"{namespace}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain]
+                  if cluster_domain else [])
         out = ResolvConf(list(cluster_dns), _unique(search + host.searches), list(DEFAULT_OPTIONS))
     else:
         out = ResolvConf(host.nameservers, host.searches, host.options)
@@ -99,7 +100,8 @@ def merge_options(base: list[str], pod_options: list[Mapping[str, Any]]) -> list
 
 def _fit_limits(rc: ResolvConf) -> None:
     if len(rc.nameservers) > MAX_NAMESERVERS:
-        rc.warnings.append(f"nameserver limits exceeded: keeping {', '.join(rc.nameservers[:MAX_NAMESERVERS])}")
+        rc.warnings.append("nameserver limits exceeded: keeping "
+                           f"{', '.join(rc.nameservers[:MAX_NAMESERVERS])}")
         rc.nameservers = rc.nameservers[:MAX_NAMESERVERS]
     search = rc.searches
     if len(search) > MAX_SEARCH_PATHS:

@@ -139,7 +139,8 @@ def _aggregate(pod: Mapping[str, Any], pick) -> ResourceList:
 
 
 def pod_requests(pod: Mapping[str, Any]) -> ResourceList:
-    """Effective pod requests: sum of app containers and sidecars, at least the largest init step, plus overhead."""
+    """Effective pod requests: sum of app containers and sidecars, at least the largest init step, plus
+    overhead."""
     pod_level = ((pod.get("spec") or {}).get("resources") or {})
     if pod_level.get("requests") or pod_level.get("limits"):
         out: ResourceList = {}
@@ -150,8 +151,8 @@ def pod_requests(pod: Mapping[str, Any]) -> ResourceList:
 
 
 def pod_limits(pod: Mapping[str, Any]) -> ResourceList:
-    """Effective pod limits, aggregated like requests (a resource some container leaves unlimited is still summed
-    over the others: whether the pod is limited at all is `pod_limits_declared`)."""
+    """Effective pod limits, aggregated like requests (a resource some container leaves unlimited is still
+    summed over the others: whether the pod is limited at all is `pod_limits_declared`)."""
     pod_level = ((pod.get("spec") or {}).get("resources") or {})
     if pod_level.get("limits"):
         out: ResourceList = {}
@@ -235,7 +236,8 @@ def pod_resource_config(pod: Mapping[str, Any], enforce_cpu_limits: bool = True,
 
 
 def container_resources(pod: Mapping[str, Any], container: Mapping[str, Any], memory_capacity: int,
-                        enforce_cpu_limits: bool = True, cpu_period_us: int = QUOTA_PERIOD_US) -> dict[str, int]:
+                        enforce_cpu_limits: bool = True,
+                        cpu_period_us: int = QUOTA_PERIOD_US) -> dict[str, int]:
     """CRI LinuxContainerResources fields for one container (kuberuntime calculateLinuxResources)."""
     res = container.get("resources") or {}
     raw_requests = res.get("requests") or {}
@@ -285,7 +287,8 @@ def oom_score_adj(pod: Mapping[str, Any], container: Mapping[str, Any], memory_c
     request = int_value(container_requests(container).get("memory", 0))
     adj = 1000 - (1000 * request) // memory_capacity
     if _is_sidecar(container) and container in ((pod.get("spec") or {}).get("initContainers") or []):
-        regular = [int_value(container_requests(c).get("memory", 0)) for c in (pod.get("spec") or {}).get("containers") or []]
+        regular = [int_value(container_requests(c).get("memory", 0))
+                   for c in (pod.get("spec") or {}).get("containers") or []]
         if regular:
             adj = min(adj, 1000 - (1000 * min(regular)) // memory_capacity)
     if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ:
@@ -312,8 +315,9 @@ class CgroupName:
         return "/" + "/".join(self.parts)
 
     def systemd(self) -> str:
-        """The systemd driver's path: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice"
-        (dashes inside a component become underscores, as systemd slice names require)."""
+        """The systemd driver's path:
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice" (dashes inside a
+        component become underscores, as systemd slice names require)."""
         if not self.parts:
             return "/"
         escaped = [p.replace("-", "_") for p in self.parts]
@@ -381,8 +385,8 @@ def node_allocatable(capacity: Mapping[str, Any], system_reserved: Mapping[str, 
 
 def kubepods_resource_config(capacity: Mapping[str, Any], system_reserved: Mapping[str, Any] | None = None,
                              kube_reserved: Mapping[str, Any] | None = None) -> ResourceConfig:
-    """What enforcing node allocatable writes on `kubepods` (capacity minus the reservations, but not minus the
-    eviction threshold, so the eviction manager acts before the cgroup's OOM killer)."""
+    """What enforcing node allocatable writes on `kubepods` (capacity minus the reservations, but not minus
+    the eviction threshold, so the eviction manager acts before the cgroup's OOM killer)."""
     alloc = node_allocatable(capacity, system_reserved, kube_reserved)
     mem = _whole(alloc["memory"]) if "memory" in alloc else None
     return ResourceConfig(cpu_shares=milli_cpu_to_shares(_milli(alloc.get("cpu", 0))), memory_limit=mem)

@@ -70,7 +70,8 @@ def apply_api_defaults(pod: dict[str, Any]) -> dict[str, Any]:
 
 def _validate(pod: Mapping[str, Any], where: str) -> None:
     if pod.get("kind") != "Pod" or pod.get("apiVersion") not in ("v1", None):
-        raise ManifestError(f"{where}: not a v1 Pod (kind={pod.get('kind')!r}, apiVersion={pod.get('apiVersion')!r})")
+        raise ManifestError(f"{where}: not a v1 Pod (kind={pod.get('kind')!r}, "
+                            f"apiVersion={pod.get('apiVersion')!r})")
     if not (pod.get("metadata") or {}).get("name"):
         raise ManifestError(f"{where}: metadata.name is required")
     if not (pod.get("spec") or {}).get("containers"):
@@ -223,8 +224,8 @@ class URLPodSource:
     `period` seconds and holds one Pod or a PodList; a change in the body updates the set. A fetch or
     decode error keeps the last good set (and is logged), as the kubelet does."""
 
-    def __init__(self, url: str, node_name: str, clock: Clock | None = None, period: float = DEFAULT_HTTP_PERIOD,
-                 headers: Mapping[str, str] | None = None) -> None:
+    def __init__(self, url: str, node_name: str, clock: Clock | None = None,
+                 period: float = DEFAULT_HTTP_PERIOD, headers: Mapping[str, str] | None = None) -> None:
         self.url = url
         self.node_name = node_name
         self.clock = clock or REAL_CLOCK

@@ -83,7 +83,8 @@ class ContainerRecord:
 
 @dataclasses.dataclass(frozen=True)
 class SyncError:
-    """Why the last sync could not start a container: reason (CrashLoopBackOff, ErrImagePull, ...) + message."""
+    """Why the last sync could not start a container: reason (CrashLoopBackOff, ErrImagePull, ...) +
+    message."""
 
     reason: str
     message: str = ""
@@ -100,7 +101,8 @@ def _state_of(rec: ContainerRecord) -> dict[str, Any]:
     if rec.state == "running":
         return {"running": {"startedAt": rfc3339(rec.started_at)}}
     if rec.state == "exited":
-        t: dict[str, Any] = {"exitCode": rec.exit_code, "reason": rec.reason or terminated_reason(rec.exit_code),
+        t: dict[str, Any] = {"exitCode": rec.exit_code,
+                             "reason": rec.reason or terminated_reason(rec.exit_code),
                              "startedAt": rfc3339(rec.started_at) if rec.started_at else None,
                              "finishedAt": rfc3339(rec.finished_at) if rec.finished_at else None,
                              "containerID": rec.container_id}
@@ -293,7 +295,8 @@ def _go_list(names: list[str]) -> str:
 
 
 def _cond(type_: str, status: bool | str, reason: str = "", message: str = "") -> dict[str, Any]:
-    c: dict[str, Any] = {"type": type_, "status": status if isinstance(status, str) else ("True" if status else "False")}
+    c: dict[str, Any] = {"type": type_,
+                         "status": status if isinstance(status, str) else ("True" if status else "False")}
     if reason:
         c["reason"] = reason
     if message:
@@ -344,7 +347,8 @@ def containers_ready_condition(pod: Mapping[str, Any], all_statuses: Sequence[Ma
         return _cond("ContainersReady", False, "UnknownContainerStatuses")
     spec = pod.get("spec") or {}
     unknown, unready = [], []
-    watched = [c for c in spec.get("initContainers") or [] if _is_sidecar(c)] + list(spec.get("containers") or [])
+    sidecars = [c for c in spec.get("initContainers") or [] if _is_sidecar(c)]
+    watched = sidecars + list(spec.get("containers") or [])
     for c in watched:
         s = _find(all_statuses, c["name"])
         if s is None:
@@ -385,7 +389,8 @@ def ready_condition(pod: Mapping[str, Any], containers_ready: Mapping[str, Any],
     return _cond("Ready", True)
 
 
-def _merge_conditions(new: list[dict[str, Any]], old: Iterable[Mapping[str, Any]], now: float) -> list[dict[str, Any]]:
+def _merge_conditions(new: list[dict[str, Any]], old: Iterable[Mapping[str, Any]],
+                      now: float) -> list[dict[str, Any]]:
     """Keep conditions others own (readiness gates, DisruptionTarget...), and lastTransitionTime when a
     condition's status did not change (status manager updateLastTransitionTime)."""
     old_by_type = {c.get("type"): c for c in old}

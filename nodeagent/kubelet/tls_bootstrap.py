@@ -55,8 +55,8 @@ async def _fetch_cluster_info(server: str, ssl_ctx: Any) -> dict[str, Any]:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as s, \
                 s.get(server.rstrip("/") + CLUSTER_INFO, ssl=ssl_ctx) as r:
             if r.status == 404:
-                raise JoinRefused(f"{server} has no kube-public/cluster-info ConfigMap: it is not a nodeagent "
-                                  "server with the join flow")
+                raise JoinRefused(f"{server} has no kube-public/cluster-info ConfigMap: it is "
+                                  "not a nodeagent server with the join flow")
             if r.status >= 400:
                 raise JoinRefused(f"{server} refused to show kube-public/cluster-info (HTTP {r.status})")
             return await r.json()
@@ -80,8 +80,8 @@ async def discover(server: str, token: str, ca_hashes: list[str], unsafe_skip_ca
     tid, tsecret = tokens.parse_token(token)
     pins = [tokens.parse_hash(h) for h in ca_hashes]
     if not pins and not unsafe_skip_ca_verification:
-        raise JoinRefused("no --ca-cert-hash given: pin the cluster CA with the hash the server printed, or pass "
-                          "--discovery-token-unsafe-skip-ca-verification to trust any CA")
+        raise JoinRefused("no --ca-cert-hash given: pin the cluster CA with the hash the server "
+                          "printed, or pass --discovery-token-unsafe-skip-ca-verification to trust any CA")
     insecure = ssl.create_default_context()
     insecure.check_hostname = False
     insecure.verify_mode = ssl.CERT_NONE
@@ -92,26 +92,28 @@ async def discover(server: str, token: str, ca_hashes: list[str], unsafe_skip_ca
         raise JoinRefused("cluster-info has no kubeconfig")
     signature = data.get(tokens.JWS_PREFIX + tid)
     if signature is None:
-        raise JoinRefused(f"token id {tid!r} is invalid for this cluster or it has expired (cluster-info has no "
-                          "signature for it): `nodeagent token create` on the server prints a new join command")
+        raise JoinRefused(f"token id {tid!r} is invalid for this cluster or it has expired "
+                          "(cluster-info has no signature for it): `nodeagent token create` on the server "
+                          "prints a new join command")
     if not tokens.verify_detached(signature, content, tid, tsecret):
-        raise JoinRefused("the cluster-info signature does not verify with this token: wrong token, or the server "
-                          "is not the one that issued it; refusing to trust it")
+        raise JoinRefused("the cluster-info signature does not verify with this token: wrong token, "
+                          "or the server is not the one that issued it; refusing to trust it")
     _, ca_pem = _ca_from(content)
     try:
         have = tokens.ca_cert_hash(ca_pem)
     except ValueError as e:
         raise JoinRefused(f"cluster-info's CA is not a certificate: {e}") from None
     if pins and have not in pins:
-        raise JoinRefused(f"the cluster CA's public key hash {have} matches none of the pinned --ca-cert-hash "
-                          f"values ({', '.join(pins)}): refusing to join")
+        raise JoinRefused(f"the cluster CA's public key hash {have} matches none of the pinned "
+                          f"--ca-cert-hash values ({', '.join(pins)}): refusing to join")
     if not pins:
         log.warning("join: CA %s NOT verified (--discovery-token-unsafe-skip-ca-verification)", have)
     pinned = ssl.create_default_context(cadata=ca_pem.decode())
     pinned.check_hostname = False  # the server URL may be any address of it; the pinned CA is the trust
     again = await _fetch_cluster_info(server, pinned)
     if (again.get("data") or {}).get("kubeconfig") != content:
-        raise JoinRefused("cluster-info changed between the insecure and the CA-verified fetch: refusing to join")
+        raise JoinRefused("cluster-info changed between the insecure and the CA-verified fetch: "
+                          "refusing to join")
     return ca_pem
 
 
@@ -193,7 +195,8 @@ def write_credentials(data_dir: Path, server: str, ca_pem: bytes, key_pem: bytes
                "server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
            "users": [{"name": NODE_PREFIX + node_name, "user": {
                "client-certificate": str(crt.resolve()), "client-key": str(key.resolve())}}],
-           "contexts": [{"name": "nodeagent", "context": {"cluster": "nodeagent", "user": NODE_PREFIX + node_name}}],
+           "contexts": [{"name": "nodeagent",
+                         "context": {"cluster": "nodeagent", "user": NODE_PREFIX + node_name}}],
            "current-context": "nodeagent"}
     path = kubeconfig_path(data_dir)
     _write(path, yaml.safe_dump(cfg, sort_keys=False).encode())
@@ -242,7 +245,8 @@ async def join(server: str, token: str, ca_hashes: list[str], node_name: str, da
         log.info("join: reusing the node credential in %s", have)
         return have
     ca_pem = await discover(server, token, ca_hashes, unsafe_skip_ca_verification)
-    async with Client(server, token, ca_data=ca_pem, verify_hostname=False) as client:  # trust is the pinned CA
+    # trust is the pinned CA, whatever name the server's certificate carries
+    async with Client(server, token, ca_data=ca_pem, verify_hostname=False) as client:
         key_pem, cert_pem = await request_certificate(client, node_name, wait_s, clock)
     path = await asyncio.to_thread(write_credentials, data_dir, server, ca_pem, key_pem, cert_pem, node_name)
     log.info("join: node %s joined %s; credential in %s", node_name, server, path)

@@ -40,8 +40,8 @@ class _Worker:
 
 
 class PodWorkers:
-    def __init__(self, tg: asyncio.TaskGroup, sync: SyncFn, terminate: TerminateFn, clock: Clock | None = None,
-                 resync: float = 10.0, retry: float = 1.0) -> None:
+    def __init__(self, tg: asyncio.TaskGroup, sync: SyncFn, terminate: TerminateFn,
+                 clock: Clock | None = None, resync: float = 10.0, retry: float = 1.0) -> None:
         self.tg = tg
         self._sync = sync
         self._terminate = terminate

@@ -128,7 +128,8 @@ def _make_network(topo: Topology, state: State) -> None:
         _sh("ip", "-n", n.netns, "link", "set", "eth0", "up")
         _sh("ip", "-n", n.netns, "link", "set", "lo", "up")
         _sh("ip", "-n", n.netns, "route", "add", "default", "via", topo.host_address)
-        for key in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"):
+        for key in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+                    "net.ipv4.conf.default.rp_filter=0"):
             exec_in(n, "sysctl", "-qw", key)
 
 
@@ -138,7 +139,8 @@ def _api_get(kubeconfig: str, path: str) -> Any:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    req = urllib.request.Request(cluster["server"] + path, headers={"Authorization": f"Bearer {user['token']}"})
+    req = urllib.request.Request(cluster["server"] + path,
+                                 headers={"Authorization": f"Bearer {user['token']}"})
     with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
         return json.loads(r.read())
 
@@ -158,7 +160,8 @@ def ready_nodes(kubeconfig: str) -> set[str]:
     return out
 
 
-def _wait(what: str, ok: Any, timeout: float, procs: dict[str, subprocess.Popen], logs: dict[str, Path]) -> None:
+def _wait(what: str, ok: Any, timeout: float, procs: dict[str, subprocess.Popen],
+          logs: dict[str, Path]) -> None:
     end = time.monotonic() + timeout
     while True:
         for name, p in procs.items():
@@ -207,10 +210,12 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: Se
         os.makedirs(topo.server_dir, exist_ok=True)
         logs["server"] = Path(topo.server_dir, "server.log")
         procs["server"] = _start(state, "server", node_command(first, [
-            *py, "server", "--data-dir", topo.server_dir, "--bind-address", first.address, "--port", str(API_PORT),
-            "--datastore", "memory", "--pod-network", network, "--cluster-cidr", POD_CLUSTER_CIDR,
+            *py, "server", "--data-dir", topo.server_dir, "--bind-address", first.address,
+            "--port", str(API_PORT), "--datastore", "memory", "--pod-network", network,
+            "--cluster-cidr", POD_CLUSTER_CIDR,
             "--node-monitor-grace-period", str(node_monitor_grace_period), *server_args]), logs["server"])
-        _wait("the apiserver", lambda: Path(topo.kubeconfig).exists() and _api_get(topo.kubeconfig, "/version"),
+        _wait("the apiserver",
+              lambda: Path(topo.kubeconfig).exists() and _api_get(topo.kubeconfig, "/version"),
               60, procs, logs)
         # Nodes join as `nodeagent server` tells them to: its bootstrap token, the CA pinned by hash.
         join_file = Path(topo.server_dir, "join-command")
@@ -233,7 +238,8 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: Se
 
 
 def _kill_pid(pid: int, timeout: float) -> None:
-    """SIGTERM, then SIGKILL after `timeout`; waits until the process is gone (or a zombie of someone else)."""
+    """SIGTERM, then SIGKILL after `timeout`; waits until the process is gone (or a zombie of someone
+    else)."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     end = time.monotonic() + timeout

@@ -1,8 +1,8 @@
-"""Agent side: what the `nodenet` component (`nodenet_service`) runs. Publishes this node's underlay address (and VTEP MAC) on its Node,
-then keeps routes / FDB / neighbour entries for every other node's podCIDR in step with the Node informer
-(a node joining adds them, a node leaving removes them). The node's own pod subnet is its spec.podCIDR
-(from the control plane's node IPAM); only a --pod-subnet override is published as an annotation.
-Kernel work runs in a thread.
+"""Agent side: what the `nodenet` component (`nodenet_service`) runs. Publishes this node's underlay address
+(and VTEP MAC) on its Node, then keeps routes / FDB / neighbour entries for every other node's podCIDR in step
+with the Node informer (a node joining adds them, a node leaving removes them). The node's own pod subnet is
+its spec.podCIDR (from the control plane's node IPAM); only a --pod-subnet override is published as an
+annotation. Kernel work runs in a thread.
 Everything is imported when the module loads (in the main thread, before the runtime forks containers):
 an import inside a worker thread racing a fork can deadlock on logging's and the import lock.
 """
@@ -44,7 +44,8 @@ class NodeNet:
         self.cluster_cidr: str | None = None
         self.dataplane: Any = None
         self.published = False
-        self.nodes.add_handler(lambda _n: self.wake.set(), lambda _o, _n: self.wake.set(), lambda _n: self.wake.set())
+        self.nodes.add_handler(lambda _n: self.wake.set(), lambda _o, _n: self.wake.set(),
+                               lambda _n: self.wake.set())
 
     def _my_settings(self) -> tuple[str | None, str | None]:
         me = self.nodes.get(self.node)
@@ -91,9 +92,9 @@ class NodeNet:
         have = await asyncio.to_thread(self.dataplane.current)
         changes = P.diff(plan, have)
         if not changes.empty():
-            log.info("node %s: routes +%d -%d, fdb +%d -%d, neigh +%d -%d", self.node, len(changes.add_routes),
-                     len(changes.del_routes), len(changes.add_fdb), len(changes.del_fdb), len(changes.add_neigh),
-                     len(changes.del_neigh))
+            log.info("node %s: routes +%d -%d, fdb +%d -%d, neigh +%d -%d", self.node,
+                     len(changes.add_routes), len(changes.del_routes), len(changes.add_fdb),
+                     len(changes.del_fdb), len(changes.add_neigh), len(changes.del_neigh))
             await asyncio.to_thread(self.dataplane.apply, changes)
 
     async def run(self, ready: asyncio.Event) -> None:

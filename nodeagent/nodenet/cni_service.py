@@ -20,12 +20,13 @@ async def serve(config: CNIConfig, ready: asyncio.Event) -> None:
     net = config.network
     if net.subnet:
         path = await asyncio.to_thread(net.write)
-        log.info("pod network %s: bridge %s, subnet %s from --pod-subnet (%s)", net.name, net.bridge, net.subnet,
-                 path)
+        log.info("pod network %s: bridge %s, subnet %s from --pod-subnet (%s)", net.name,
+                 net.bridge, net.subnet, path)
     elif await asyncio.to_thread(net.forget_config):
         # an earlier run's (or `make install`'s) conflist may name another range: no pod gets an address
         # before the node's own podCIDR is known
-        log.info("pod network %s: previous CNI config removed until the node's spec.podCIDR is known", net.name)
+        log.info("pod network %s: previous CNI config removed until the node's spec.podCIDR is "
+                 "known", net.name)
     plugins = PluginDaemon(net.daemon_socket)
     await asyncio.to_thread(plugins.start)
     ready.set()

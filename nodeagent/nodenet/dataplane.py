@@ -94,7 +94,8 @@ class Dataplane:
         data = link.get_nested("IFLA_LINKINFO", "IFLA_INFO_DATA")
         if link.get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND") != "vxlan" or data is None:
             return False
-        return (data.get_attr("IFLA_VXLAN_ID") == P.VXLAN_VNI and data.get_attr("IFLA_VXLAN_PORT") == P.VXLAN_PORT
+        return (data.get_attr("IFLA_VXLAN_ID") == P.VXLAN_VNI
+                and data.get_attr("IFLA_VXLAN_PORT") == P.VXLAN_PORT
                 and data.get_attr("IFLA_VXLAN_LOCAL") == self.public_ip
                 and data.get_attr("IFLA_VXLAN_LINK") == under_idx)
 
@@ -143,11 +144,13 @@ class Dataplane:
             for n in changes.del_neigh:
                 self._ignore_missing(lambda n=n: ipr.neigh("del", ifindex=dev_idx, dst=n.ip, lladdr=n.mac))
             for f in changes.add_fdb:
-                ipr.fdb("append", ifindex=dev_idx, lladdr=f.mac, dst=f.dst, state=NUD_PERMANENT, flags=NTF_SELF)
+                ipr.fdb("append", ifindex=dev_idx, lladdr=f.mac, dst=f.dst, state=NUD_PERMANENT,
+                        flags=NTF_SELF)
             for n in changes.add_neigh:
                 ipr.neigh("replace", ifindex=dev_idx, dst=n.ip, lladdr=n.mac, state=NUD_PERMANENT)
             for r in changes.add_routes:
-                kw: dict[str, Any] = {"table": 254, "proto": RTPROT_NODENET, "dst": r.dst, "gateway": r.gateway}
+                kw: dict[str, Any] = {"table": 254, "proto": RTPROT_NODENET, "dst": r.dst,
+                                      "gateway": r.gateway}
                 if r.device is not None:
                     kw["oif"] = dev_idx
                 if r.onlink:
@@ -163,7 +166,8 @@ class Dataplane:
                 raise
 
     def teardown(self) -> None:
-        """Remove every route of ours and our tunnel device (tunl0 stays: the kernel owns it; it goes down)."""
+        """Remove every route of ours and our tunnel device (tunl0 stays: the kernel owns it; it goes
+        down)."""
         have = self.current()
         self.apply(P.Changes(del_routes=sorted(have.routes, key=repr)))
         if self.device is None:

@@ -19,8 +19,8 @@ from kernel import iptables
 
 
 def _rule(cluster_cidr: str, node: str) -> list[str]:
-    return ["-s", cluster_cidr, "-d", cluster_cidr, "-m", "comment", "--comment", f"nodeagent/nodenet node={node}",
-            "-j", "RETURN"]
+    return ["-s", cluster_cidr, "-d", cluster_cidr, "-m", "comment", "--comment",
+            f"nodeagent/nodenet node={node}", "-j", "RETURN"]
 
 
 def _iptables(*args: str) -> subprocess.CompletedProcess:

@@ -91,7 +91,8 @@ def mtu_for(mode: str, underlay_mtu: int) -> int | None:
 
 
 def desired(mode: str, me: str, nodes: Iterable[Mapping[str, Any]]) -> Plan:
-    """Everything this node should hold for the other nodes in `nodes` (itself and half-published nodes skipped).
+    """Everything this node should hold for the other nodes in `nodes` (itself and half-published nodes
+    skipped).
 
     host-gw: `podCIDR via publicIP`; ipip: `podCIDR via publicIP dev tunl0 onlink`; vxlan: `podCIDR via
     vtepIP dev nodenet.1 onlink` plus the neighbour (vtepIP → vtepMAC) and FDB (vtepMAC → publicIP) entries.
@@ -110,7 +111,8 @@ def desired(mode: str, me: str, nodes: Iterable[Mapping[str, Any]]) -> Plan:
             peers.append(p)
     routes, fdb, neigh = set(), set(), set()
     for p in peers:
-        if mine is not None and ipaddress.ip_network(p.pod_cidr).overlaps(ipaddress.ip_network(mine.pod_cidr)):
+        if mine is not None \
+                and ipaddress.ip_network(p.pod_cidr).overlaps(ipaddress.ip_network(mine.pod_cidr)):
             continue  # never route our own subnet away
         if mode == "host-gw":
             routes.add(Route(p.pod_cidr, p.public_ip, None))

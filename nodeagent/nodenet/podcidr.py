@@ -20,7 +20,8 @@ WAIT_LOG_EVERY = 30.0  # seconds between "still waiting for spec.podCIDR" lines
 
 
 def node_pod_cidr(node: Mapping[str, Any] | None) -> str | None:
-    """The node's podCIDR (spec.podCIDR, else the first of spec.podCIDRs) when it is a valid IPv4/IPv6 network."""
+    """The node's podCIDR (spec.podCIDR, else the first of spec.podCIDRs) when it is a valid IPv4/IPv6
+    network."""
     spec = (node or {}).get("spec") or {}
     cidr = spec.get("podCIDR") or next(iter(spec.get("podCIDRs") or []), None)
     if not cidr:
@@ -69,12 +70,14 @@ class PodCIDRFollower:
             if ready is not None:
                 ready.set()
             log.info("node %s: waiting for its spec.podCIDR (the control plane's node IPAM assigns it from "
-                     "--cluster-cidr once the kubelet registers the node) before writing the CNI config", self.node)
+                     "--cluster-cidr once the kubelet registers the node) before writing the CNI "
+                     "config", self.node)
             start = time.monotonic()
             next_log = start + WAIT_LOG_EVERY
             while True:
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(WAIT_LOG_EVERY):  # not wait_for: it can lose a cancellation on 3.11
+                    # not wait_for: it can lose a cancellation on 3.11
+                    async with asyncio.timeout(WAIT_LOG_EVERY):
                         await wake.wait()
                 if wake.is_set():
                     wake.clear()
@@ -82,7 +85,7 @@ class PodCIDRFollower:
                 now = time.monotonic()
                 if self.subnet is None and now >= next_log:
                     registered = "registered" if nodes.get(self.node) else "not registered yet"
-                    log.info("node %s (%s): still waiting for its spec.podCIDR after %.0fs (is the controller "
-                             "manager's node IPAM running, with --allocate-node-cidrs?)", self.node, registered,
-                             now - start)
+                    log.info("node %s (%s): still waiting for its spec.podCIDR after %.0fs (is "
+                             "the controller manager's node IPAM running, with --allocate-node-cidrs?)",
+                             self.node, registered, now - start)
                     next_log = now + WAIT_LOG_EVERY

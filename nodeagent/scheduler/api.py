@@ -45,7 +45,8 @@ class PodStatusPatcher(Protocol):
 
 
 class PodDeleter(Protocol):
-    async def delete(self, namespace: str, name: str, uid: str, grace_period_seconds: int | None = None) -> None: ...
+    async def delete(self, namespace: str, name: str, uid: str,
+                     grace_period_seconds: int | None = None) -> None: ...
 
 
 class Listers(Protocol):

@@ -63,7 +63,8 @@ class Snapshot:
 
 
 class Cache:
-    def __init__(self, clock: Clock | None = None, assumed_ttl: float = 0.0, taints_from_conditions: bool = True):
+    def __init__(self, clock: Clock | None = None, assumed_ttl: float = 0.0,
+                 taints_from_conditions: bool = True):
         self.clock = clock or REAL_CLOCK
         self.assumed_ttl = assumed_ttl  # 0: assumed pods never expire (kube-scheduler's default)
         self.taints_from_conditions = taints_from_conditions
@@ -259,7 +260,8 @@ def _same_scheduling_spec(p: PodInfo, pod: dict[str, Any]) -> bool:
     old = p.pod.get("spec") or {}
     if old is spec:
         return True
-    for k in ("containers", "initContainers", "overhead", "affinity", "tolerations", "topologySpreadConstraints"):
+    for k in ("containers", "initContainers", "overhead", "affinity", "tolerations",
+              "topologySpreadConstraints"):
         if old.get(k) != spec.get(k):
             return False
     return (p.pod.get("metadata") or {}).get("labels") == (pod.get("metadata") or {}).get("labels") and \

@@ -30,7 +30,8 @@ MIN_FEASIBLE_NODES_PERCENTAGE = 5
 
 
 def num_feasible_nodes_to_find(num_all: int, percentage: int) -> int:
-    """kube-scheduler's adaptive percentageOfNodesToScore: 50% - nodes/125, at least 5%, at least 100 nodes."""
+    """kube-scheduler's adaptive percentageOfNodesToScore: 50% - nodes/125, at least 5%, at least 100
+    nodes."""
     if num_all < MIN_FEASIBLE_NODES_TO_FIND:
         return num_all
     pct = percentage
@@ -80,8 +81,8 @@ class Scheduler:
         self.rng = rng or random.Random()
         self.cache = Cache(self.clock)
         self.handle = Handle(self, api, self.rng)
-        self.frameworks: dict[str, Framework] = {p.scheduler_name: build_framework(p, self.handle, out_of_tree)
-                                                 for p in config.profiles}
+        self.frameworks: dict[str, Framework] = {
+            p.scheduler_name: build_framework(p, self.handle, out_of_tree) for p in config.profiles}
         self.percentages = {p.scheduler_name: (p.percentage_of_nodes_to_score
                                                if p.percentage_of_nodes_to_score is not None
                                                else config.percentage_of_nodes_to_score)
@@ -158,7 +159,8 @@ class Scheduler:
                 if not was_assigned:
                     self.queue.delete(pod_uid(new))
                 p = self.cache.update_pod(new) if was_assigned else self.cache.add_pod(new)
-                if was_assigned and old.get("metadata", {}).get("labels") != new.get("metadata", {}).get("labels"):
+                if was_assigned \
+                        and old.get("metadata", {}).get("labels") != new.get("metadata", {}).get("labels"):
                     self.queue.move_all_to_active_or_backoff(
                         ClusterEvent("Pod", ActionType.UPDATE_POD_LABEL), old, new,
                         pred=lambda qp: _affinity_related(qp, p))
@@ -236,7 +238,8 @@ class Scheduler:
             fw.run_unreserve(state, assumed, node_name)
             self.cache.forget_pod(assumed)
             qp.unschedulable_plugins = {s.plugin} if s.is_rejected() else set()
-            self.handle_failure(qp, s.message, "Unschedulable" if s.is_rejected() else "SchedulerError", cycle,
+            self.handle_failure(qp, s.message,
+                                "Unschedulable" if s.is_rejected() else "SchedulerError", cycle,
                                 backoff=not s.is_rejected())
             return
         s, wait = fw.run_permit(state, assumed, node_name)
@@ -281,7 +284,8 @@ class Scheduler:
         # a pod nominated by an earlier preemption tries its node first
         if pi.nominated_node_name:
             ni = snap.get(pi.nominated_node_name)
-            if ni is not None and (pre_res is None or pre_res.node_names is None or ni.name in pre_res.node_names):
+            if ni is not None and (pre_res is None or pre_res.node_names is None
+                                   or ni.name in pre_res.node_names):
                 ok_nodes = fw.filter_chunk(state, pi, [ni], filters, {})
                 if ok_nodes and self._fits_with_nominated(fw, state, pi, ni, filters):
                     return ok_nodes, statuses
@@ -536,7 +540,8 @@ def _affinity_related(qp: QueuedPodInfo, added: PodInfo) -> bool:
 
 def _scaled_down(old: dict[str, Any], new: dict[str, Any]) -> bool:
     os_, ns_ = old.get("spec") or {}, new.get("spec") or {}
-    if os_.get("containers") == ns_.get("containers") and os_.get("initContainers") == ns_.get("initContainers") \
+    if os_.get("containers") == ns_.get("containers") \
+            and os_.get("initContainers") == ns_.get("initContainers") \
             and os_.get("overhead") == ns_.get("overhead"):
         return False
 
@@ -556,7 +561,8 @@ def node_update_actions(old: dict[str, Any], new: dict[str, Any]) -> ActionType:
     if (old.get("metadata") or {}).get("labels") != (new.get("metadata") or {}).get("labels"):
         act |= ActionType.UPDATE_NODE_LABEL
     ospec, nspec = old.get("spec") or {}, new.get("spec") or {}
-    if ospec.get("taints") != nspec.get("taints") or bool(ospec.get("unschedulable")) != bool(nspec.get("unschedulable")):
+    if ospec.get("taints") != nspec.get("taints") \
+            or bool(ospec.get("unschedulable")) != bool(nspec.get("unschedulable")):
         act |= ActionType.UPDATE_NODE_TAINT
 
     def conds(s: dict[str, Any]) -> dict[str, str]:

@@ -77,7 +77,8 @@ class ApiBackend:
             if not e.not_found:
                 raise
 
-    async def delete(self, namespace: str, name: str, uid: str, grace_period_seconds: int | None = None) -> None:
+    async def delete(self, namespace: str, name: str, uid: str,
+                     grace_period_seconds: int | None = None) -> None:
         try:
             await self.client.delete("pods", name, namespace, grace_period=grace_period_seconds,
                                      preconditions={"uid": uid})
@@ -117,7 +118,8 @@ class ApiBackend:
         return out
 
 
-async def run_scheduler(client: Client, ready: asyncio.Event | None = None, profile: str | None = None) -> None:
+async def run_scheduler(client: Client, ready: asyncio.Event | None = None,
+                        profile: str | None = None) -> None:
     """Schedule until cancelled (no leader election: tests and single servers)."""
     informers = SharedInformers(client)
     recorder = EventRecorder(client, "default-scheduler", socket.gethostname())
@@ -128,7 +130,8 @@ async def run_scheduler(client: Client, ready: asyncio.Event | None = None, prof
         tg.create_task(scheduler.run(ready, source=backend), name="scheduler")
 
 
-LEASE_NAME = "nodeagent-scheduler"  # kube-system Lease the replicas compete for (kube-scheduler's is kube-scheduler)
+# the kube-system Lease the replicas compete for (kube-scheduler's is named kube-scheduler)
+LEASE_NAME = "nodeagent-scheduler"
 
 
 def elector(client: Client, identity: str, lease_duration: float = 15.0, renew_deadline: float = 10.0,

@@ -337,12 +337,14 @@ class EtcdStore:
         pkv = e.get("prev_kv") or {}
         prev = decode(_unb64(pkv["value"]), int(pkv["mod_revision"])) if "value" in pkv else None
         if e.get("type") == "DELETE":
-            obj = decode(_unb64(pkv["value"]), rev) if prev is not None else {"metadata": {"resourceVersion": str(rev)}}
+            obj = (decode(_unb64(pkv["value"]), rev) if prev is not None
+                   else {"metadata": {"resourceVersion": str(rev)}})
             return Event("DELETED", key, obj, rev, prev)
         typ: EventType = "ADDED" if kv.get("create_revision") == kv.get("mod_revision") else "MODIFIED"
         return Event(typ, key, decode(_unb64(kv["value"]), rev), rev, prev if typ == "MODIFIED" else None)
 
-    async def _stream(self, key: bytes, start: int, ready: asyncio.Future | None = None) -> AsyncIterator[dict]:
+    async def _stream(self, key: bytes, start: int,
+                      ready: asyncio.Future | None = None) -> AsyncIterator[dict]:
         """Raw etcd watch responses for the range under `key` from revision `start` (> 0), resuming after
         a broken connection from the last revision seen; Gone when `start` has been compacted."""
         assert self._session is not None
@@ -400,7 +402,8 @@ class EtcdStore:
                         try:
                             ev = self._event(raw)
                         except ValueError as e:  # a foreign value under our prefix: not ours to serve
-                            log.warning("etcd feed: skipping undecodable key %r: %s", raw.get("kv", {}).get("key"), e)
+                            log.warning("etcd feed: skipping undecodable key %r: %s",
+                                        raw.get("kv", {}).get("key"), e)
                             continue
                         if ev is None:
                             continue

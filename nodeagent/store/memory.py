@@ -11,7 +11,8 @@ from nodeagent.store.fanout import DEFAULT_QUEUE, FanOut
 
 
 class MemoryStore:
-    """Single event loop, no persistence. Watchers get a bounded queue each; history is kept until compaction."""
+    """Single event loop, no persistence. Watchers get a bounded queue each; history is kept until
+    compaction."""
 
     def __init__(self, watch_queue: int = DEFAULT_QUEUE) -> None:
         self._data: dict[str, dict] = {}

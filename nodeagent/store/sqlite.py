@@ -56,14 +56,14 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Literal
 
-from nodeagent.store.base import AlreadyExists, Conflict, Event, Gone, NotFound, StoreError
+from nodeagent.store.base import AlreadyExists, Conflict, Event, EventType, Gone, NotFound, StoreError
 from nodeagent.store.codec import decode, encode
 from nodeagent.store.fanout import DEFAULT_QUEUE, FanOut
 
 log = logging.getLogger(__name__)
 
 ADDED, MODIFIED, DELETED = 0, 1, 2
-TYPE_NAMES: tuple[Literal["ADDED"], Literal["MODIFIED"], Literal["DELETED"]] = ("ADDED", "MODIFIED", "DELETED")
+TYPE_NAMES: tuple[EventType, EventType, EventType] = ("ADDED", "MODIFIED", "DELETED")
 _CREATE, _UPDATE, _DELETE, _COMPACT = range(4)
 
 SCHEMA = """
@@ -314,11 +314,13 @@ class SQLiteStore:
                     continue
                 rev += 1
                 if op.kind == _UPDATE:
-                    conn.execute("INSERT INTO log VALUES (?, ?, ?, ?, ?)", (rev, key, MODIFIED, op.data, prev_rev))
+                    conn.execute("INSERT INTO log VALUES (?, ?, ?, ?, ?)",
+                                 (rev, key, MODIFIED, op.data, prev_rev))
                     conn.execute("UPDATE kv SET revision = ?, value = ? WHERE key = ?", (rev, op.data, key))
                     out.append((op, (rev, MODIFIED, key, op.data, prev_rev, prev_value)))
                 else:
-                    conn.execute("INSERT INTO log VALUES (?, ?, ?, ?, ?)", (rev, key, DELETED, prev_value, prev_rev))
+                    conn.execute("INSERT INTO log VALUES (?, ?, ?, ?, ?)",
+                                 (rev, key, DELETED, prev_value, prev_rev))
                     conn.execute("DELETE FROM kv WHERE key = ?", (key,))
                     out.append((op, (rev, DELETED, key, prev_value, prev_rev, prev_value)))
             conn.execute("COMMIT")

@@ -1,4 +1,5 @@
-"""Start a real `nodeagent server` process on 127.0.0.1 with a free port and a tmp data dir (tests, benchmarks)."""
+"""Start a real `nodeagent server` process on 127.0.0.1 with a free port and a tmp data dir (tests,
+benchmarks)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ class ServerProcess:
         return int(self.url.rsplit(":", 1)[1])
 
     def env(self) -> dict[str, str]:
-        """For kubectl: this server's kubeconfig, and a HOME of its own (kubectl's discovery cache goes there)."""
+        """For kubectl: this server's kubeconfig, and a HOME of its own (kubectl's discovery cache goes
+        there)."""
         home = self.data_dir / "home"
         home.mkdir(exist_ok=True)
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "HOME": str(home)}
@@ -50,7 +52,8 @@ class ServerProcess:
 
 def start_server(data_dir: Path, datastore: str = "memory", port: int = 0, extra: Sequence[str] = (),
                  timeout: float = 30, dns: bool = False) -> ServerProcess:
-    """A server on 127.0.0.1; without its DNS unless asked, so parallel test servers do not contend for :53."""
+    """A server on 127.0.0.1; without its DNS unless asked, so parallel test servers do not contend for
+    :53."""
     data_dir.mkdir(parents=True, exist_ok=True)
     kc = data_dir / "admin.kubeconfig"
     if kc.exists():

@@ -20,9 +20,10 @@ from nodeagent.scheduler.api import EventHandler, SchedulerAPI
 _uid = itertools.count(1)
 
 
-def make_node(name: str, cpu: str = "4", memory: str = "32Gi", pods: int = 110, labels: dict[str, str] | None = None,
-              taints: list[dict[str, Any]] | None = None, unschedulable: bool = False,
-              extra: dict[str, str] | None = None, images: list[tuple[list[str], int]] | None = None,
+def make_node(name: str, cpu: str = "4", memory: str = "32Gi", pods: int = 110,
+              labels: dict[str, str] | None = None, taints: list[dict[str, Any]] | None = None,
+              unschedulable: bool = False, extra: dict[str, str] | None = None,
+              images: list[tuple[list[str], int]] | None = None,
               conditions: list[dict[str, str]] | None = None, ephemeral: str | None = None) -> dict[str, Any]:
     alloc: dict[str, Any] = {"cpu": cpu, "memory": memory, "pods": str(pods)}
     if ephemeral:
@@ -33,7 +34,8 @@ def make_node(name: str, cpu: str = "4", memory: str = "32Gi", pods: int = 110, 
     node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node",
                             "metadata": {"name": name, "labels": lab, "uid": f"node-{name}"},
                             "spec": {}, "status": {"allocatable": alloc, "capacity": dict(alloc),
-                                                   "conditions": conditions or [{"type": "Ready", "status": "True"}]}}
+                                                   "conditions": conditions
+                                                   or [{"type": "Ready", "status": "True"}]}}
     if taints:
         node["spec"]["taints"] = taints
     if unschedulable:
@@ -62,7 +64,8 @@ def make_pod(name: str, cpu: str | None = None, memory: str | None = None, names
     s.update(spec)
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}-{next(_uid)}",
-                         "labels": labels or {}, "creationTimestamp": f"2026-01-01T00:00:{next(_uid) % 60:02d}Z"},
+                         "labels": labels or {},
+                         "creationTimestamp": f"2026-01-01T00:00:{next(_uid) % 60:02d}Z"},
             "spec": s, "status": {"phase": "Pending"}}
 
 
@@ -122,8 +125,9 @@ class FakeCluster:
         self._emit("on_delete", "Node", old)
 
     def add_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
-        self.pods[pod["metadata"]["uid"]] = pod
-        self.by_name[(pod["metadata"].get("namespace") or "default", pod["metadata"]["name"])] = pod["metadata"]["uid"]
+        meta = pod["metadata"]
+        self.pods[meta["uid"]] = pod
+        self.by_name[(meta.get("namespace") or "default", meta["name"])] = meta["uid"]
         self._emit("on_add", "Pod", pod)
         return pod
 
@@ -206,7 +210,8 @@ class FakeCluster:
 
     # -- PodDeleter ----------------------------------------------------------------------------------
 
-    async def delete(self, namespace: str, name: str, uid: str, grace_period_seconds: int | None = None) -> None:
+    async def delete(self, namespace: str, name: str, uid: str,
+                     grace_period_seconds: int | None = None) -> None:
         pod = self.pods.get(uid)
         if pod is None:
             return

@@ -34,7 +34,8 @@ def node_object(name: str, cpu: str = "32", memory: str = "128Gi", pods: str = "
             "capacity": capacity, "allocatable": capacity,
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "hollow node", "lastHeartbeatTime": now, "lastTransitionTime": now}],
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                          {"type": "Hostname", "address": name}],
             "nodeInfo": {"kubeletVersion": "v1.30.0-hollow", "containerRuntimeVersion": "hollow://0",
                          "operatingSystem": "linux", "architecture": "amd64"},
         },
@@ -128,8 +129,8 @@ class HollowNodes:
             node = nodes.get(n)
             if node is None:
                 continue
-            if taintlib.first_untolerated((node.get("spec") or {}).get("taints") or [], spec.get("tolerations") or [],
-                                          ("NoSchedule", "NoExecute")):
+            if taintlib.first_untolerated((node.get("spec") or {}).get("taints") or [],
+                                          spec.get("tolerations") or [], ("NoSchedule", "NoExecute")):
                 continue
             if plain:
                 return n
@@ -137,14 +138,16 @@ class HollowNodes:
             if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
                 continue
             required = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                         .get("requiredDuringSchedulingIgnoredDuringExecution")) or {}).get("nodeSelectorTerms")
+                         .get("requiredDuringSchedulingIgnoredDuringExecution"))
+                        or {}).get("nodeSelectorTerms")
             if required and not node_matches_selector_terms(node, required):
                 continue
             return n
         return None
 
     async def _pods(self, workers: int = 16) -> None:
-        """A watcher feeds a queue that `workers` drain concurrently (a serial loop cannot keep up with 1,000s)."""
+        """A watcher feeds a queue that `workers` drain concurrently (a serial loop cannot keep up with
+        1,000s)."""
         queue: asyncio.Queue[dict] = asyncio.Queue()
         async with asyncio.TaskGroup() as tg:
             for _ in range(workers):
@@ -154,8 +157,8 @@ class HollowNodes:
                     listed = await self.client.list("pods")
                     for pod in listed["items"]:
                         queue.put_nowait(pod)
-                    async for ev in self.client.watch("pods", resource_version=listed["metadata"]["resourceVersion"],
-                                                      timeout_seconds=300):
+                    since = listed["metadata"]["resourceVersion"]
+                    async for ev in self.client.watch("pods", resource_version=since, timeout_seconds=300):
                         if ev["type"] == "DELETED":
                             m = ev["object"]["metadata"]
                             self._unbound.pop((m.get("namespace"), m.get("name")), None)
@@ -193,7 +196,8 @@ class HollowNodes:
                 pod["status"] = {**status, "phase": "Running", "hostIP": "127.0.0.1", "podIP": "10.244.0.2",
                                  "startTime": now,
                                  "conditions": [{"type": t, "status": "True", "lastTransitionTime": now}
-                                                for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
+                                                for t in ("PodScheduled", "Initialized",
+                                                          "ContainersReady", "Ready")],
                                  "containerStatuses": [{"name": c["name"], "image": c.get("image", ""),
                                                         "ready": True, "started": True, "restartCount": 0,
                                                         "state": {"running": {"startedAt": now}}}

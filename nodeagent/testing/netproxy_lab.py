@@ -79,7 +79,8 @@ for _ in range(count):
     except ConnectionRefusedError:
         out.append(["refused", time.perf_counter() - t0])
     except OSError as e:
-        out.append(["timeout" if isinstance(e, TimeoutError) else f"error:{e.errno}", time.perf_counter() - t0])
+        why = "timeout" if isinstance(e, TimeoutError) else f"error:{e.errno}"
+        out.append([why, time.perf_counter() - t0])
 print(json.dumps(out))
 '''
 
@@ -159,8 +160,8 @@ class Lab:
 
     def serve(self, ns: str, name: str, tcp: tuple[int, ...], udp: tuple[int, ...]) -> subprocess.Popen:
         specs = [f"tcp:{p}" for p in tcp] + [f"udp:{p}" for p in udp]
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-S", str(self._files / "server.py"),
-                                 name, *specs], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        argv = ["ip", "netns", "exec", ns, sys.executable, "-S", str(self._files / "server.py"), name, *specs]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         self.procs.append(proc)
         line = proc.stdout.readline() if proc.stdout else ""
@@ -224,7 +225,8 @@ class Lab:
         with contextlib.suppress(OSError):
             self._files.rmdir()
         deadline = time.monotonic() + 5
-        while any(os.path.exists(f"/run/netns/{ns}") for ns in self.namespaces) and time.monotonic() < deadline:
+        while any(os.path.exists(f"/run/netns/{ns}") for ns in self.namespaces) \
+                and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def gone(self) -> bool:
@@ -247,7 +249,8 @@ def endpoint_slice(service_name: str, ports: list[dict], endpoints: list[dict], 
                      "labels": {"kubernetes.io/service-name": service_name}},
         "ports": ports,
         "endpoints": [{"addresses": [e["ip"]],
-                       "conditions": {"ready": e.get("ready", True), "serving": e.get("serving", e.get("ready", True)),
+                       "conditions": {"ready": e.get("ready", True),
+                                      "serving": e.get("serving", e.get("ready", True)),
                                       "terminating": e.get("terminating", False)},
                        **({"nodeName": e["node"]} if e.get("node") else {})} for e in endpoints],
     }

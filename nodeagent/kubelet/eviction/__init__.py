@@ -21,5 +21,6 @@ from nodeagent.kubelet.eviction.thresholds import (
 )
 
 __all__ = ["Eviction", "EvictionManager", "Observation", "PodUsage", "Threshold", "ThresholdError", "Value",
-           "evicted_status", "eviction_message", "hard_eviction_reservation", "local_storage_violation", "observations_from", "observe",
-           "parse_duration", "parse_thresholds", "rank_pods", "thresholds_met"]
+           "evicted_status", "eviction_message", "hard_eviction_reservation", "local_storage_violation",
+           "observations_from", "observe", "parse_duration", "parse_thresholds", "rank_pods",
+           "thresholds_met"]

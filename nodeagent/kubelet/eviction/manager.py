@@ -44,7 +44,8 @@ class PodUsage:
     ephemeral_storage: int = 0  # rootfs + logs + local volumes
     inodes: int = 0
     processes: int = 0
-    containers: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)  # name → {memory, ephemeral-storage}
+    # container name → {memory, ephemeral-storage}
+    containers: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
     volumes: Mapping[str, int] = dataclasses.field(default_factory=dict)  # emptyDir name → bytes used
 
 
@@ -244,7 +245,8 @@ def local_storage_violation(pod: Mapping[str, Any], usage: PodUsage | None) -> s
             continue
         used = (usage.containers.get(c["name"]) or {}).get("ephemeral-storage")
         if used is not None and used > parse_quantity(limit):
-            return CONTAINER_EPHEMERAL_FMT.format(c["name"], _go_q(_fmt(parse_quantity(limit), "ephemeral-storage")))
+            return CONTAINER_EPHEMERAL_FMT.format(c["name"],
+                                                  _go_q(_fmt(parse_quantity(limit), "ephemeral-storage")))
     return None
 
 
@@ -308,7 +310,8 @@ class EvictionManager:
             return Eviction(pod, msg, grace, ann, target)
         return None
 
-    def local_storage_evictions(self, active_pods: Sequence[Mapping[str, Any]], stats: StatsFunc) -> list[Eviction]:
+    def local_storage_evictions(self, active_pods: Sequence[Mapping[str, Any]],
+                                stats: StatsFunc) -> list[Eviction]:
         """Pods over their own ephemeral-storage limits, evicted regardless of node pressure (grace 0)."""
         out = []
         for pod in active_pods:
@@ -316,16 +319,19 @@ class EvictionManager:
                 continue
             msg = local_storage_violation(pod, stats(pod))
             if msg is not None:
-                out.append(Eviction(pod, msg, 0, {}, th.Threshold(th.NODEFS_AVAILABLE, th.Value(quantity=Fraction(0)))))
+                out.append(Eviction(pod, msg, 0, {},
+                                    th.Threshold(th.NODEFS_AVAILABLE, th.Value(quantity=Fraction(0)))))
         return out
 
     def conditions(self) -> dict[str, bool]:
         return {c: c in self.node_conditions for c in ("MemoryPressure", "DiskPressure", "PIDPressure")}
 
     def node_conditions_status(self, old: Iterable[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
-        """The three pressure conditions as Node status entries (heartbeat now, transition kept if unchanged)."""
+        """The three pressure conditions as Node status entries (heartbeat now, transition kept if
+        unchanged)."""
         now = rfc3339(self.clock.now())
-        text = {"MemoryPressure": ("KubeletHasInsufficientMemory", "kubelet has insufficient memory available",
+        text = {"MemoryPressure": ("KubeletHasInsufficientMemory",
+                                   "kubelet has insufficient memory available",
                                    "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
                 "DiskPressure": ("KubeletHasDiskPressure", "kubelet has disk pressure",
                                  "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
@@ -337,9 +343,11 @@ class EvictionManager:
             r_on, m_on, r_off, m_off = text[cond]
             status = "True" if on else "False"
             p = prev.get(cond)
-            trans = p["lastTransitionTime"] if p and p.get("status") == status and p.get("lastTransitionTime") else now
+            kept = p.get("lastTransitionTime") if p and p.get("status") == status else None
+            trans = kept or now
             out.append({"type": cond, "status": status, "reason": r_on if on else r_off,
-                        "message": m_on if on else m_off, "lastHeartbeatTime": now, "lastTransitionTime": trans})
+                        "message": m_on if on else m_off, "lastHeartbeatTime": now,
+                        "lastTransitionTime": trans})
         return out
 
     def taints(self) -> list[dict[str, str]]:

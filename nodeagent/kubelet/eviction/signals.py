@@ -80,7 +80,8 @@ def observe_memory(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs
 
 def observe_allocatable_memory(kubepods_dir: Path, allocatable_memory: int) -> Observation:
     """allocatableMemory.available: allocatable minus what the pods' cgroup holds."""
-    return Observation(Fraction(allocatable_memory - cgroup_working_set(kubepods_dir)), Fraction(allocatable_memory))
+    return Observation(Fraction(allocatable_memory - cgroup_working_set(kubepods_dir)),
+                       Fraction(allocatable_memory))
 
 
 def observe_fs(path: str | os.PathLike) -> tuple[Observation, Observation]:

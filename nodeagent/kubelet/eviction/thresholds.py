@@ -25,8 +25,9 @@ CONTAINERFS_AVAILABLE = "containerfs.available"
 CONTAINERFS_INODES_FREE = "containerfs.inodesFree"
 PID_AVAILABLE = "pid.available"
 
-SIGNALS = (MEMORY_AVAILABLE, ALLOCATABLE_MEMORY_AVAILABLE, NODEFS_AVAILABLE, NODEFS_INODES_FREE, IMAGEFS_AVAILABLE,
-           IMAGEFS_INODES_FREE, CONTAINERFS_AVAILABLE, CONTAINERFS_INODES_FREE, PID_AVAILABLE)
+SIGNALS = (MEMORY_AVAILABLE, ALLOCATABLE_MEMORY_AVAILABLE, NODEFS_AVAILABLE, NODEFS_INODES_FREE,
+           IMAGEFS_AVAILABLE, IMAGEFS_INODES_FREE, CONTAINERFS_AVAILABLE, CONTAINERFS_INODES_FREE,
+           PID_AVAILABLE)
 
 # signal → the resource it starves (signalToResource) and the node condition it raises
 SIGNAL_RESOURCE = {MEMORY_AVAILABLE: "memory", ALLOCATABLE_MEMORY_AVAILABLE: "memory",
@@ -59,7 +60,8 @@ class Value:
     percentage: float = 0.0
 
     def resolve(self, capacity: Fraction | int) -> Fraction:
-        """GetThresholdQuantity: the absolute amount for this capacity (percentages truncated to whole units)."""
+        """GetThresholdQuantity: the absolute amount for this capacity (percentages truncated to whole
+        units)."""
         if self.quantity is not None:
             return self.quantity
         return Fraction(math.floor(float(capacity) * self.percentage))
@@ -159,7 +161,8 @@ def parse_thresholds(hard: str | Mapping[str, str] | None = DEFAULT_HARD,
                      soft: str | Mapping[str, str] | None = None,
                      soft_grace_period: str | Mapping[str, str] | None = None,
                      minimum_reclaim: str | Mapping[str, str] | None = None) -> list[Threshold]:
-    """ParseThresholdConfig: hard thresholds, then soft ones (each needing a grace period), min-reclaims applied."""
+    """ParseThresholdConfig: hard thresholds, then soft ones (each needing a grace period), min-reclaims
+    applied."""
     graces = {k: parse_duration(v) for k, v in _parse_map(soft_grace_period, "=").items()}
     for k, g in graces.items():
         if k not in SIGNALS:

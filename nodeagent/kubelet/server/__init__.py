@@ -1,4 +1,5 @@
-"""The kubelet's Node API: `start(...)` brings up the HTTPS server the apiserver proxies logs/exec/stats to."""
+"""The kubelet's Node API: `start(...)` brings up the HTTPS server the apiserver proxies logs/exec/stats
+to."""
 
 from __future__ import annotations
 

@@ -102,7 +102,8 @@ class KubeletServer:
         r.add_get("/metrics", self._metrics)
         r.add_get("/containerLogs/{ns}/{pod}/{container}", self._container_logs)
         for verb, fn in (("exec", self._exec), ("attach", self._attach)):
-            for path in (f"/{verb}/{{ns}}/{{pod}}/{{container}}", f"/{verb}/{{ns}}/{{pod}}/{{uid}}/{{container}}"):
+            for path in (f"/{verb}/{{ns}}/{{pod}}/{{container}}",
+                         f"/{verb}/{{ns}}/{{pod}}/{{uid}}/{{container}}"):
                 r.add_route("GET", path, fn)
                 r.add_route("POST", path, fn)
         for path in ("/portForward/{ns}/{pod}", "/portForward/{ns}/{pod}/{uid}"):
@@ -111,7 +112,8 @@ class KubeletServer:
         return app
 
     async def start(self, host: str, port: int, ssl_ctx: Any) -> int:
-        self._runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True,
+                                     shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, ssl_context=ssl_ctx, backlog=256)
         await site.start()
@@ -133,7 +135,8 @@ class KubeletServer:
                                                str(long_running).lower()).inc()
         if self.auth is not None:
             peercert = request.transport.get_extra_info("peercert") if request.transport is not None else None
-            d = await self.auth.check(request.method, request.path, request.headers.get("Authorization"), peercert)
+            d = await self.auth.check(request.method, request.path,
+                                      request.headers.get("Authorization"), peercert)
             if d.status == 401:
                 return web.Response(status=401, text="Unauthorized")
             if d.status != 200:
@@ -151,7 +154,8 @@ class KubeletServer:
         return {p["metadata"].get("uid", ""): p for p in self.deps.pods()}
 
     async def _pods(self, request: web.Request) -> web.Response:
-        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": self.deps.pods()})
+        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                                  "items": self.deps.pods()})
 
     async def _summary(self, request: web.Request) -> web.Response:
         summary = await self.stats.summary()
@@ -170,7 +174,8 @@ class KubeletServer:
     def _find_pod(self, ns: str, name: str, uid: str | None = None) -> dict[str, Any]:
         for p in self.deps.pods():
             m = p.get("metadata") or {}
-            if m.get("name") == name and m.get("namespace", "default") == ns and (not uid or m.get("uid") == uid):
+            if m.get("name") == name and m.get("namespace", "default") == ns \
+                    and (not uid or m.get("uid") == uid):
                 return p
         raise not_found("pods", name, f'pod "{ns}/{name}" not found on node "{self.deps.node_name}"')
 
@@ -218,7 +223,8 @@ class KubeletServer:
                 raise bad_request(f'previous terminated container "{name}" in pod "{mi["pod"]}" not found')
             target = ctrs[1]
         elif not ctrs:
-            raise bad_request(f'container "{name}" in pod "{mi["pod"]}" is waiting to start: ContainerCreating')
+            raise bad_request(f'container "{name}" in pod "{mi["pod"]}" is waiting to start: '
+                              'ContainerCreating')
         else:
             target = ctrs[0]
         opts = _log_options(q, self.deps.clock.now())
@@ -242,7 +248,8 @@ class KubeletServer:
             stream = logsmod.read_logs(st.log_path, opts, running)
             first = await anext(stream, None)
         except FileNotFoundError:
-            raise not_found("logs", st.log_path, f'log file "{st.log_path}" of container "{name}" not found') \
+            raise not_found("logs", st.log_path,
+                            f'log file "{st.log_path}" of container "{name}" not found') \
                 from None
         resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
         resp.enable_chunked_encoding()
@@ -257,7 +264,8 @@ class KubeletServer:
     # -- streaming verbs -----------------------------------------------------------------------------------
     @staticmethod
     def _need_upgrade(request: web.Request) -> None:
-        if "upgrade" not in request.headers.get("Connection", "").lower() or not request.headers.get("Upgrade"):
+        if "upgrade" not in request.headers.get("Connection", "").lower() \
+                or not request.headers.get("Upgrade"):
             raise bad_request("Upgrade request required")
 
     async def _exec(self, request: web.Request) -> web.StreamResponse:
@@ -311,7 +319,8 @@ class KubeletServer:
             boxes = await self.deps.cri.list_pod_sandbox(label_selector={POD_UID_LABEL: uid})
         except grpc.aio.AioRpcError as e:
             raise _grpc_error(e, "listing the pod's sandboxes") from None
-        ready = sorted((b for b in boxes if b.state == pb.SANDBOX_READY), key=lambda b: b.created_at, reverse=True)
+        ready = sorted((b for b in boxes if b.state == pb.SANDBOX_READY),
+                       key=lambda b: b.created_at, reverse=True)
         if not ready:
             raise bad_request(f'pod "{mi["pod"]}" has no ready sandbox')
         try:

@@ -21,7 +21,8 @@ from nodeagent.clock import REAL_CLOCK, Clock
 
 MASTERS = "system:masters"
 CACHE_TTL = 30.0
-_VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+_VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
+          "DELETE": "delete"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +76,8 @@ class Authenticator:
             user, groups = subject
             if MASTERS in groups:
                 return Decision(200)
-            return Decision(403, f'User "{user}" cannot {attrs["verb"]} resource "nodes/{attrs["subresource"]}" '
+            return Decision(403,
+                            f'User "{user}" cannot {attrs["verb"]} resource "nodes/{attrs["subresource"]}" '
                                  f'on node "{self.node}"')
         if not authorization or not authorization.startswith("Bearer ") or not authorization[7:].strip():
             return Decision(401, "Unauthorized")
@@ -100,19 +102,21 @@ class Authenticator:
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                 "spec": {"resourceAttributes": attrs}}
         try:
-            async with self._session.post(f"{self.server}/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-                                          data=json.dumps(body),
+            url = f"{self.server}/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+            async with self._session.post(url, data=json.dumps(body),
                                           headers={"Authorization": f"Bearer {token}",
                                                    "Content-Type": "application/json"}) as r:
                 raw = await r.read()
                 if r.status == 401:
                     return Decision(401, "Unauthorized")
                 if r.status >= 400:
-                    return Decision(403, f"access review failed: {r.status} {raw[:200].decode(errors='replace')}")
+                    return Decision(403,
+                                    f"access review failed: {r.status} {raw[:200].decode(errors='replace')}")
                 st = json.loads(raw).get("status") or {}
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             return Decision(503, f"cannot review the token with the apiserver: {e}")
         if st.get("allowed"):
             return Decision(200)
-        return Decision(403, f'Forbidden (user cannot {attrs["verb"]} resource "nodes/{attrs["subresource"]}": '
+        return Decision(403,
+                        f'Forbidden (user cannot {attrs["verb"]} resource "nodes/{attrs["subresource"]}": '
                              f'{st.get("reason", "")})')

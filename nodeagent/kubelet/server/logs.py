@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 BLOCK = 64 * 1024
-_RFC3339 = re.compile(r"(?P<main>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?(?P<zone>[Zz]|[+-]\d\d:\d\d)")
+_RFC3339 = re.compile(r"(?P<main>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?"
+                      r"(?P<zone>[Zz]|[+-]\d\d:\d\d)")
 
 
 @dataclasses.dataclass
@@ -50,7 +51,8 @@ def parse_time(raw: bytes) -> float:
 
 
 def parse_line(line: bytes) -> Record | None:
-    """One CRI log line (without its newline) → Record; None for a malformed line (skipped, as kubelet logs it)."""
+    """One CRI log line (without its newline) → Record; None for a malformed line (skipped, as kubelet logs
+    it)."""
     parts = line.split(b" ", 3)
     if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr"):
         return None

@@ -40,8 +40,8 @@ class KubeletMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.pod_start = Histogram("kubelet_pod_start_duration_seconds",
-                                   "Duration in seconds from kubelet seeing a pod for the first time to the pod "
-                                   "starting to run", buckets=POD_START_BUCKETS, registry=r)
+                                   "Duration in seconds from kubelet seeing a pod for the first "
+                                   "time to the pod starting to run", buckets=POD_START_BUCKETS, registry=r)
         self.pod_worker = Histogram("kubelet_pod_worker_duration_seconds",
                                     "Duration in seconds to sync a single pod", ["operation"], registry=r)
         self.pleg_relist = Histogram("kubelet_pleg_relist_duration_seconds",
@@ -52,11 +52,13 @@ class KubeletMetrics:
                                        registry=r)
         self.pleg_last_seen = Gauge("kubelet_pleg_last_seen_seconds",
                                     "Timestamp in seconds when PLEG was last seen active", registry=r)
-        self.started_containers = Counter("kubelet_started_containers", "Cumulative number of containers started",
+        self.started_containers = Counter("kubelet_started_containers",
+                                          "Cumulative number of containers started",
                                           ["container_type"], registry=r)
         self.evictions = Counter("kubelet_evictions", "Cumulative number of pod evictions by eviction signal",
                                  ["eviction_signal"], registry=r)
-        self.http_requests = Counter("kubelet_http_requests", "Number of the http requests received since the "
+        self.http_requests = Counter("kubelet_http_requests",
+                                     "Number of the http requests received since the "
                                      "server started", ["method", "path", "server_type", "long_running"],
                                      registry=r)
         self._running: _Running | None = None

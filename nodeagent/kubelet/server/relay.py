@@ -17,7 +17,8 @@ from aiohttp import web
 
 HIGH_WATER = 1 << 20
 # hop-by-hop or per-connection headers we set ourselves; everything else goes through as sent
-_DROP = {"host", "authorization", "content-length", "transfer-encoding", "x-forwarded-for", "x-forwarded-proto"}
+_DROP = {"host", "authorization", "content-length", "transfer-encoding", "x-forwarded-for",
+         "x-forwarded-proto"}
 
 
 def upstream_request(request: web.Request, url: str, extra_query: str = "") -> tuple[str, int, bool, bytes]:

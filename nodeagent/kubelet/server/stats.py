@@ -218,7 +218,8 @@ class SummaryProvider:
                     self.rates.rate(f"pod/{b.attributes.id}", b.linux.cpu.timestamp or ts,
                                     b.linux.cpu.usage_core_nano_seconds.value)
             for c in ctrs:
-                self.rates.rate(f"ctr/{c.attributes.id}", c.cpu.timestamp or ts, c.cpu.usage_core_nano_seconds.value)
+                self.rates.rate(f"ctr/{c.attributes.id}", c.cpu.timestamp or ts,
+                                c.cpu.usage_core_nano_seconds.value)
             await asyncio.sleep(MIN_RATE_WINDOW + 0.05)
             node_cpu_ns = await asyncio.to_thread(proc_cpu_ns)
             boxes, ctrs = await self._runtime_stats()
@@ -272,7 +273,8 @@ class SummaryProvider:
             if "cpu" not in entry and entry["containers"]:  # no sandbox stats: the pod is its containers' sum
                 entry["cpu"] = _sum(entry["containers"], "cpu", ("usageCoreNanoSeconds", "usageNanoCores"))
                 entry["memory"] = _sum(entry["containers"], "memory",
-                                       ("usageBytes", "workingSetBytes", "rssBytes", "pageFaults", "majorPageFaults"))
+                                       ("usageBytes", "workingSetBytes", "rssBytes", "pageFaults",
+                                        "majorPageFaults"))
             entry["containers"].sort(key=lambda c: c["name"])
         return sorted(by_uid.values(), key=lambda p: (p["podRef"]["namespace"], p["podRef"]["name"]))
 
@@ -283,7 +285,8 @@ class SummaryProvider:
             pod = known.get(uid) or {}
             m = pod.get("metadata") or {}
             entry = {"podRef": {"name": m.get("name") or labels.get(POD_NAME_LABEL, ""),
-                                "namespace": m.get("namespace") or labels.get(POD_NAMESPACE_LABEL, ""), "uid": uid},
+                                "namespace": m.get("namespace") or labels.get(POD_NAMESPACE_LABEL, ""),
+                                "uid": uid},
                      "containers": []}
             start = (pod.get("status") or {}).get("startTime")
             if start:

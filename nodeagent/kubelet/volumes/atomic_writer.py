@@ -52,7 +52,8 @@ def validate_path(p: str) -> None:
         if item == "..":
             raise PayloadError(f"invalid path: must not contain '..': {p}")
         if len(item) > MAX_FILE_NAME_LENGTH:
-            raise PayloadError(f"invalid path: filenames must be less than or equal to {MAX_FILE_NAME_LENGTH} characters")
+            raise PayloadError("invalid path: filenames must be less than or equal to "
+                               f"{MAX_FILE_NAME_LENGTH} characters")
     if items[0].startswith(".."):
         raise PayloadError(f"invalid path: must not start with '..': {p}")
 
@@ -136,7 +137,7 @@ class AtomicWriter:
         # it at once, so a reader that resolved ..data just before the rename can get ENOENT opening `key`.)
         keep = {ts_dir.name, old_ts.name if old_ts is not None else ""}
         for entry in os.scandir(self.target):
-            if entry.name.startswith("..") and entry.name not in keep and entry.name not in (DATA_DIR, DATA_DIR_TMP) \
-                    and entry.is_dir(follow_symlinks=False):
+            if entry.name.startswith("..") and entry.name not in keep \
+                    and entry.name not in (DATA_DIR, DATA_DIR_TMP) and entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(entry.path, ignore_errors=True)
         return True

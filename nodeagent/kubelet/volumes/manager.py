@@ -94,13 +94,15 @@ def check_host_path(path: str, type_: str | None) -> None:
             try:
                 fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
             except OSError as e:
-                raise VolumeSourceError(f"hostPath type check failed: {path} could not be created: {e.strerror}") from None
+                raise VolumeSourceError(f"hostPath type check failed: {path} could not be created: "
+                                        f"{e.strerror}") from None
             os.close(fd)
             return
         type_ = "File"
     m = kind()
     checks = {"Directory": (stat.S_ISDIR, "is not a directory"), "File": (stat.S_ISREG, "is not a file"),
-              "Socket": (stat.S_ISSOCK, "is not a socket file"), "CharDevice": (stat.S_ISCHR, "is not a character device"),
+              "Socket": (stat.S_ISSOCK, "is not a socket file"),
+              "CharDevice": (stat.S_ISCHR, "is not a character device"),
               "BlockDevice": (stat.S_ISBLK, "is not a block device")}
     if type_ not in checks:
         raise VolumeSourceError(f"{type_} is an invalid volume type")
@@ -114,7 +116,8 @@ def check_host_path(path: str, type_: str | None) -> None:
 
 def empty_dir_memory_size(pod: Mapping[str, Any], source: Mapping[str, Any],
                           node_allocatable_memory: int | None) -> int | None:
-    """calculateEmptyDirMemorySize: node allocatable, lowered to the pod's memory limit, lowered to sizeLimit."""
+    """calculateEmptyDirMemorySize: node allocatable, lowered to the pod's memory limit, lowered to
+    sizeLimit."""
     size = node_allocatable_memory
     pod_limit = pod_resource_config(pod, enforce_cpu_limits=False).memory_limit
     if pod_limit and pod_limit > 0 and (size is None or pod_limit <= size):
@@ -211,8 +214,8 @@ class VolumeManager:
             obj = self.get_secret(ns, src["secretName"]) if self.get_secret else None
             payload = secret_payload(src, obj)
         elif kind == "downwardAPI":
-            payload = downward_api_payload(src.get("items") or [], pod, int(src.get("defaultMode", DEFAULT_MODE)),
-                                           self.node_allocatable)
+            payload = downward_api_payload(src.get("items") or [], pod,
+                                           int(src.get("defaultMode", DEFAULT_MODE)), self.node_allocatable)
         else:
             payload = projected_payload(src, pod, self.get_configmap, self.get_secret, self.get_token,
                                         self.node_allocatable)
@@ -222,7 +225,8 @@ class VolumeManager:
         return AtomicWriter(path, self.now).write(payload)
 
     def update_pod(self, pod: Mapping[str, Any]) -> list[str]:
-        """Re-project the pod's configMap/secret/downwardAPI/projected volumes; returns the names that changed."""
+        """Re-project the pod's configMap/secret/downwardAPI/projected volumes; returns the names that
+        changed."""
         changed = []
         uid = (pod.get("metadata") or {}).get("uid", "")
         for v in (pod.get("spec") or {}).get("volumes") or []:

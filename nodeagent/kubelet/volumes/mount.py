@@ -71,4 +71,5 @@ def mount_options(path: str | os.PathLike) -> str:
     return found[-1] if found else ""
 
 
-__all__ = ["MountError", "fs_type", "is_mountpoint", "mount_options", "mount_tmpfs", "mounts_under", "unmount"]
+__all__ = ["MountError", "fs_type", "is_mountpoint", "mount_options", "mount_tmpfs",
+           "mounts_under", "unmount"]

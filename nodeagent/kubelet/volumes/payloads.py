@@ -22,7 +22,8 @@ TokenGetter = Callable[[Mapping[str, Any], str, int], str]  # (pod, audience, ex
 
 
 class VolumeSourceError(Exception):
-    """Setting up a volume failed; the message is what follows `MountVolume.SetUp failed for volume "x" : `."""
+    """Setting up a volume failed; the message is what follows `MountVolume.SetUp failed for volume "x" :
+    `."""
 
 
 def _mode(item: Mapping[str, Any], default: int) -> int:
@@ -30,8 +31,8 @@ def _mode(item: Mapping[str, Any], default: int) -> int:
     return int(m) if m is not None else default
 
 
-def configmap_payload(source: Mapping[str, Any], cm: Mapping[str, Any] | None, default_mode: int | None = None,
-                      ) -> dict[str, FileProjection]:
+def configmap_payload(source: Mapping[str, Any], cm: Mapping[str, Any] | None,
+                      default_mode: int | None = None) -> dict[str, FileProjection]:
     """configMap (or a projected configMap source): all keys, or the listed items."""
     optional = bool(source.get("optional"))
     dm = default_mode if default_mode is not None else int(source.get("defaultMode", DEFAULT_MODE))
@@ -54,8 +55,8 @@ def configmap_payload(source: Mapping[str, Any], cm: Mapping[str, Any] | None, d
     return out
 
 
-def secret_payload(source: Mapping[str, Any], secret: Mapping[str, Any] | None, default_mode: int | None = None,
-                   ) -> dict[str, FileProjection]:
+def secret_payload(source: Mapping[str, Any], secret: Mapping[str, Any] | None,
+                   default_mode: int | None = None) -> dict[str, FileProjection]:
     """secret (or a projected secret source); the volume's field is `secretName`, the projection's `name`."""
     optional = bool(source.get("optional"))
     name = source.get("secretName") or source.get("name")
@@ -174,7 +175,8 @@ def downward_api_payload(items: list[Mapping[str, Any]], pod: Mapping[str, Any],
         elif "resourceFieldRef" in item:
             value = resource_field_value(pod, item["resourceFieldRef"], node_allocatable)
         else:
-            raise VolumeSourceError(f"downwardAPI item {item.get('path')!r} has neither fieldRef nor resourceFieldRef")
+            raise VolumeSourceError(f"downwardAPI item {item.get('path')!r} has neither fieldRef nor "
+                                    "resourceFieldRef")
         out[item["path"]] = FileProjection(value.encode(), _mode(item, default_mode))
     return out
 
@@ -203,7 +205,8 @@ def projected_payload(source: Mapping[str, Any], pod: Mapping[str, Any], get_con
         elif "serviceAccountToken" in s:
             src = s["serviceAccountToken"]
             if get_token is None:
-                raise VolumeSourceError("serviceAccountToken projection is unimplemented: no token issuer configured")
+                raise VolumeSourceError("serviceAccountToken projection is unimplemented: no token "
+                                        "issuer configured")
             token = get_token(pod, src.get("audience", ""), int(src.get("expirationSeconds", 3600)))
             out[src["path"]] = FileProjection(token.encode(), dm)
         else:

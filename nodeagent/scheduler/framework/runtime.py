@@ -63,7 +63,8 @@ class Framework:
 
         qs = at("queueSort")
         if len(qs) != 1:
-            raise ValueError(f"profile {profile_name}: exactly one queueSort plugin is required, got {len(qs)}")
+            raise ValueError(f"profile {profile_name}: exactly one queueSort plugin is required, "
+                             f"got {len(qs)}")
         self.queue_sort = qs[0]
         self.pre_enqueue_plugins = at("preEnqueue")
         self.pre_filter_plugins = at("preFilter")
@@ -114,12 +115,12 @@ class Framework:
                     else result.node_names & r.node_names
                 result = PreFilterResult(names, (result.plugins if result else ()) + (p.name,))
                 if not names:
-                    return result, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
-                                          ("node(s) didn't satisfy plugin(s) [" + " ".join(result.plugins) + "]",),
-                                          p.name)
+                    reason = "node(s) didn't satisfy plugin(s) [" + " ".join(result.plugins) + "]"
+                    return result, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (reason,), p.name)
         return result, None
 
-    def run_pre_filter_add_pod(self, state: CycleState, pod: PodInfo, to_add: PodInfo, node: NodeInfo) -> None:
+    def run_pre_filter_add_pod(self, state: CycleState, pod: PodInfo, to_add: PodInfo,
+                               node: NodeInfo) -> None:
         for p in self.ext_plugins:
             if p.name not in state.skip_filter:
                 p.add_pod(state, pod, to_add, node)

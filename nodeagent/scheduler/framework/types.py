@@ -177,7 +177,8 @@ class PodInfo:
         for c in list(spec.get("initContainers") or ()) + list(spec.get("containers") or ()):
             for p in c.get("ports") or ():
                 if p.get("hostPort"):
-                    ports.append((p.get("protocol") or "TCP", int(p["hostPort"]), p.get("hostIP") or "0.0.0.0"))
+                    ports.append((p.get("protocol") or "TCP", int(p["hostPort"]),
+                                  p.get("hostIP") or "0.0.0.0"))
         self.host_ports = tuple(ports)
         self.tolerations: list[dict[str, Any]] = spec.get("tolerations") or []
         self.node_selector: dict[str, str] = spec.get("nodeSelector") or {}
@@ -199,8 +200,8 @@ class PodInfo:
         self.preferred_anti_affinity = tuple(
             AffinityTerm(w.get("podAffinityTerm") or {}, ns, int(w.get("weight") or 0))
             for w in paa.get("preferredDuringSchedulingIgnoredDuringExecution") or ())
-        self.any_affinity = bool(self.required_affinity or self.required_anti_affinity or self.preferred_affinity
-                                 or self.preferred_anti_affinity)
+        self.any_affinity = bool(self.required_affinity or self.required_anti_affinity
+                                 or self.preferred_affinity or self.preferred_anti_affinity)
         self.spread_constraints: list[dict[str, Any]] = spec.get("topologySpreadConstraints") or []
         self.images = tuple(normalized_image(c.get("image") or "") for c in spec.get("containers") or ())
 
@@ -372,10 +373,13 @@ class NodeInfo:
         """A copy whose pod set and aggregates can change without touching this one (preemption what-ifs)."""
         c = object.__new__(NodeInfo)
         c.node, c.name, c.labels, c.taints = self.node, self.name, self.labels, self.taints
-        c.filter_taints, c.prefer_taints, c.unschedulable = self.filter_taints, self.prefer_taints, self.unschedulable
-        c.alloc_cpu, c.alloc_mem, c.alloc_eph, c.alloc_pods = self.alloc_cpu, self.alloc_mem, self.alloc_eph, self.alloc_pods
+        c.filter_taints, c.prefer_taints = self.filter_taints, self.prefer_taints
+        c.unschedulable = self.unschedulable
+        c.alloc_cpu, c.alloc_mem, c.alloc_eph = self.alloc_cpu, self.alloc_mem, self.alloc_eph
+        c.alloc_pods = self.alloc_pods
         c.alloc_scalar, c.images, c.generation = self.alloc_scalar, self.images, self.generation
-        c.req_cpu, c.req_mem, c.req_eph, c.nz_cpu, c.nz_mem = self.req_cpu, self.req_mem, self.req_eph, self.nz_cpu, self.nz_mem
+        c.req_cpu, c.req_mem, c.req_eph = self.req_cpu, self.req_mem, self.req_eph
+        c.nz_cpu, c.nz_mem = self.nz_cpu, self.nz_mem
         c.req_scalar = dict(self.req_scalar)
         c.pods = dict(self.pods)
         c.used_ports = {k: list(v) for k, v in self.used_ports.items()}
@@ -396,7 +400,8 @@ class NodeInfo:
 
 
 @contextlib.contextmanager
-def temporarily(node: NodeInfo, add: Sequence[PodInfo] = (), remove: Sequence[PodInfo] = ()) -> Iterator[NodeInfo]:
+def temporarily(node: NodeInfo, add: Sequence[PodInfo] = (),
+                remove: Sequence[PodInfo] = ()) -> Iterator[NodeInfo]:
     """Add/remove pods on a NodeInfo for a what-if and restore it exactly afterwards.
 
     Cheaper than cloning; safe because scheduling cycles are synchronous, so nothing else reads

@@ -61,7 +61,8 @@ class BalancedAllocation:
         pc, pm = pod.req_cpu, pod.req_mem
         try:  # (1 - std) * 100 with std = |fcpu - fmem| / 2, fractions capped at 1
             return [int((1 - abs((fc if (fc := (n.req_cpu + pc) / n.alloc_cpu) < 1 else 1.0)
-                                 - (fm if (fm := (n.req_mem + pm) / n.alloc_mem) < 1 else 1.0)) / 2) * MAX_NODE_SCORE)
+                                 - (fm if (fm := (n.req_mem + pm) / n.alloc_mem) < 1 else 1.0)) / 2)
+                        * MAX_NODE_SCORE)
                     for n in nodes]
         except ZeroDivisionError:  # a node without cpu or memory: the general path skips that resource
             return [self.score(state, pod, n) for n in nodes]
@@ -84,7 +85,8 @@ class BalancedAllocation:
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [ClusterEventWithHint(ClusterEvent("Pod", ActionType.DELETE)),
-                ClusterEventWithHint(ClusterEvent("Node", ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE))]
+                ClusterEventWithHint(ClusterEvent("Node", ActionType.ADD
+                                                  | ActionType.UPDATE_NODE_ALLOCATABLE))]
 
 
 def new(args: Args | None, handle: Any) -> BalancedAllocation:

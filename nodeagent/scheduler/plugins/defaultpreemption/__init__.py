@@ -190,7 +190,8 @@ class DefaultPreemption:
         return PostFilterResult(best.node), None
 
     def select_victims(self, state: CycleState, pod: PodInfo, ni: NodeInfo, pdbs: list[_PDB],
-                       failed_at: str = "", dry: _DryRun | None = None) -> tuple[list[PodInfo], int, Status | None]:
+                       failed_at: str = "",
+                       dry: _DryRun | None = None) -> tuple[list[PodInfo], int, Status | None]:
         """Remove every lower-priority pod; if the pod then fits, add back as many as possible,
         most important first, PDB-protected ones before the rest.
 
@@ -204,7 +205,8 @@ class DefaultPreemption:
             dry = _DryRun(self.handle.framework, state)
         nominated = self.handle.nominated_for(ni.name, pod)
         if dry.arithmetic(failed_at, pod, nominated, lower):
-            return self._select_by_arithmetic(state, pod, ni, pdbs, dry.filters_after(failed_at), nominated, lower)
+            return self._select_by_arithmetic(state, pod, ni, pdbs, dry.filters_after(failed_at),
+                                              nominated, lower)
         st = dry.state_for_node()
         exts = dry.exts
         filters = dry.filters_after(failed_at)
@@ -325,14 +327,16 @@ class _DryRun:
         self.use_arithmetic = True
         self._arith: dict[str, bool] = {}
 
-    def arithmetic(self, failed_at: str, pod: PodInfo, nominated: list[PodInfo], lower: list[PodInfo]) -> bool:
+    def arithmetic(self, failed_at: str, pod: PodInfo, nominated: list[PodInfo],
+                   lower: list[PodInfo]) -> bool:
         """True when the dry run can be done on request sums: no PreFilter state to keep in step,
         every remaining filter supports filter_with_delta, and no extended resources are involved."""
         if not self.use_arithmetic or self.exts or pod.req_scalar:
             return False  # (others' extended resources matter only when the pod asks for some)
         ok = self._arith.get(failed_at)
         if ok is None:
-            ok = self._arith[failed_at] = all(hasattr(f, "filter_with_delta") for f in self.filters_after(failed_at))
+            ok = self._arith[failed_at] = all(hasattr(f, "filter_with_delta")
+                                              for f in self.filters_after(failed_at))
         return ok
 
     def state_for_node(self) -> CycleState:

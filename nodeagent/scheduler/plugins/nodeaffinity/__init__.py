@@ -40,7 +40,8 @@ def validate(args: Args) -> list[str]:
 
 
 class _Terms:
-    """Parsed NodeSelectorTerms: ORed (label selector, field selector) pairs; an empty term matches nothing."""
+    """Parsed NodeSelectorTerms: ORed (label selector, field selector) pairs; an empty term matches
+    nothing."""
 
     __slots__ = ("terms",)
 
@@ -53,7 +54,8 @@ class _Terms:
 
     def matches(self, node: NodeInfo) -> bool:
         for lsel, fsel in self.terms:
-            if lsel.matches(node.labels) and (not fsel.requirements or fsel.matches({"metadata.name": node.name})):
+            if lsel.matches(node.labels) and (not fsel.requirements
+                                              or fsel.matches({"metadata.name": node.name})):
                 return True
         return False
 
@@ -142,7 +144,8 @@ class NodeAffinity:
         return passed, failed
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]) -> Status | None:
-        prefs = [(int(p.get("weight") or 0), _Terms([p.get("preference") or {}])) for p in pod.preferred_node_terms]
+        prefs = [(int(p.get("weight") or 0), _Terms([p.get("preference") or {}]))
+                 for p in pod.preferred_node_terms]
         prefs += self.added_preferred
         if not prefs:
             return skip(NAME)

@@ -34,7 +34,8 @@ class Args:
     ignored_resource_groups: list[str] = dataclasses.field(default_factory=list)
     scoring_strategy: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {"type": "LeastAllocated",
-                                 "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]})
+                                 "resources": [{"name": "cpu", "weight": 1},
+                                               {"name": "memory", "weight": 1}]})
 
 
 def validate(args: Args) -> list[str]:
@@ -193,7 +194,8 @@ class NodeResourcesFit:
                          + (min(n.nz_mem + pm, n.alloc_mem) * 100 // n.alloc_mem if n.alloc_mem else 0)) // 2
                         for n in nodes]
             return [(((ac - rc) * 100 // ac if (rc := n.nz_cpu + pc) <= (ac := n.alloc_cpu) and ac else 0)
-                     + ((am - rm) * 100 // am if (rm := n.nz_mem + pm) <= (am := n.alloc_mem) and am else 0)) // 2
+                     + ((am - rm) * 100 // am
+                        if (rm := n.nz_mem + pm) <= (am := n.alloc_mem) and am else 0)) // 2
                     for n in nodes]
         return [self.score(state, pod, n) for n in nodes]
 
@@ -213,8 +215,10 @@ class NodeResourcesFit:
         return total // wsum if wsum else 0
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
-        return [ClusterEventWithHint(ClusterEvent("Pod", ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN)),
-                ClusterEventWithHint(ClusterEvent("Node", ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE))]
+        return [ClusterEventWithHint(ClusterEvent("Pod", ActionType.DELETE
+                                                  | ActionType.UPDATE_POD_SCALE_DOWN)),
+                ClusterEventWithHint(ClusterEvent("Node", ActionType.ADD
+                                                  | ActionType.UPDATE_NODE_ALLOCATABLE))]
 
 
 def new(args: Args | None, handle: Any) -> NodeResourcesFit:

@@ -241,8 +241,8 @@ class PodTopologySpread:
             v = node.labels.get(c.key)
             if v is None:
                 continue
-            cnt = _count(node, pod.namespace, c.selector) if c.key == HOSTNAME_LABEL else count_at(counts, c.key,
-                                                                                                     node.labels)
+            cnt = (_count(node, pod.namespace, c.selector) if c.key == HOSTNAME_LABEL
+                   else count_at(counts, c.key, node.labels))
             s += cnt * w + (c.max_skew - 1)
         return round(s)
 
@@ -270,7 +270,8 @@ class PodTopologySpread:
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [ClusterEventWithHint(ClusterEvent("Pod", ActionType.ALL)),
                 ClusterEventWithHint(ClusterEvent("Node", ActionType.ADD | ActionType.DELETE
-                                                  | ActionType.UPDATE_NODE_LABEL | ActionType.UPDATE_NODE_TAINT))]
+                                                  | ActionType.UPDATE_NODE_LABEL
+                                                  | ActionType.UPDATE_NODE_TAINT))]
 
 
 def new(args: Args | None, handle: Any) -> PodTopologySpread:

@@ -78,7 +78,8 @@ class TaintToleration:
         snap = getattr(self.handle, "snapshot", None)
         if snap is not None and not snap.any_prefer_taints:
             return skip(NAME)  # every node would score the same (100): skipping can't change the choice
-        state[NAME] = [t for t in pod.tolerations if (t.get("effect") or "PreferNoSchedule") == "PreferNoSchedule"]
+        state[NAME] = [t for t in pod.tolerations
+                       if (t.get("effect") or "PreferNoSchedule") == "PreferNoSchedule"]
         return None
 
     def score_many(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]) -> list[int]:
