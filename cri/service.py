@@ -10,14 +10,18 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cri.config import CRIConfig
+
+if TYPE_CHECKING:
+    from cri.images.store import ImageStore
+    from cri.runtime.core import RuntimeOptions
 
 log = logging.getLogger("nodeagent.cri")
 
 
-def open_image_store(root: Path, registries: str | None):
+def open_image_store(root: Path, registries: str | None) -> ImageStore | None:
     """The image store (cri.images), or None when this build lacks it."""
     try:
         from cri.images.store import ImageStore
@@ -43,6 +47,7 @@ async def serve(config: CRIConfig, ready: asyncio.Event) -> None:
     opts = RuntimeOptions(state_dir=state, cni_conf_dir=cfg.cni_conf_dir, cni_bin_dirs=tuple(cfg.cni_bin_dirs),
                           registries=cfg.registries)
     _check_binaries(opts)
+    assert opts.cni_cache_dir is not None  # RuntimeOptions derives it from the state dir
     store = await asyncio.to_thread(open_image_store, Path(cfg.image_dir), cfg.registries)
     cni = CNI(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), opts.cni_cache_dir,
               env={"NODEAGENT_CNI_SOCKET": cfg.cni_socket} if cfg.cni_socket else None)
@@ -66,7 +71,7 @@ async def serve(config: CRIConfig, ready: asyncio.Event) -> None:
         _unlink(cfg.socket)
 
 
-def _check_binaries(opts: Any) -> None:
+def _check_binaries(opts: RuntimeOptions) -> None:
     for binary in (opts.pause, opts.shim, opts.launcher):
         if not Path(binary).exists():
             raise FileNotFoundError(f"{binary} is missing: run `make build` (target cri-bin)")

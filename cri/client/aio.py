@@ -120,7 +120,7 @@ class RuntimeClient:
         req = pb.PodSandboxStatusRequest(pod_sandbox_id=sid, verbose=verbose)
         return await self._rt.PodSandboxStatus(req, timeout=self.timeout)
 
-    async def list_pod_sandbox(self, *, id: str = "", state: int | None = None,
+    async def list_pod_sandbox(self, *, id: str = "", state: pb.PodSandboxState | None = None,
                                label_selector: Labels = None) -> list[pb.PodSandbox]:
         req = pb.ListPodSandboxRequest()
         if id or state is not None or label_selector:
@@ -149,7 +149,8 @@ class RuntimeClient:
     async def remove_container(self, cid: str) -> None:
         await self._rt.RemoveContainer(pb.RemoveContainerRequest(container_id=cid), timeout=self.timeout)
 
-    async def list_containers(self, *, id: str = "", pod_sandbox_id: str = "", state: int | None = None,
+    async def list_containers(self, *, id: str = "", pod_sandbox_id: str = "",
+                              state: pb.ContainerState | None = None,
                               label_selector: Labels = None) -> list[pb.Container]:
         req = pb.ListContainersRequest()
         if id or pod_sandbox_id or state is not None or label_selector:
@@ -163,7 +164,7 @@ class RuntimeClient:
         return await self._rt.ContainerStatus(pb.ContainerStatusRequest(container_id=cid, verbose=verbose),
                                               timeout=self.timeout)
 
-    async def wait_container_state(self, cid: str, state: int,
+    async def wait_container_state(self, cid: str, state: pb.ContainerState,
                                    deadline_s: float = 30.0) -> pb.ContainerStatus:
         """The container's status once it is in `state`, or the last one seen when `deadline_s` passed."""
         end = time.monotonic() + deadline_s

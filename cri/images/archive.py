@@ -10,7 +10,7 @@ import posixpath
 import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from cri.images import manifest as mf
 from cri.images.blobs import sha256_digest, split_digest
@@ -26,7 +26,7 @@ class ArchivedLayer:
     diff_id: str
     digest: str  # blob digest (compressed); equals diff_id for docker-archive's plain tars
     size: int
-    open: Callable[[], contextlib.AbstractContextManager[BinaryIO]]
+    open: Callable[[], contextlib.AbstractContextManager[IO[bytes]]]
     verify_blob: bool = True  # hash the raw bytes too (OCI blobs are named by their digest)
 
 
@@ -45,7 +45,7 @@ class ArchivedImage:
 class _Source:
     """Files of an archive, addressed by their path inside it."""
 
-    def open(self, rel: str) -> contextlib.AbstractContextManager[BinaryIO]:
+    def open(self, rel: str) -> contextlib.AbstractContextManager[IO[bytes]]:
         raise NotImplementedError
 
     def exists(self, rel: str) -> bool:
@@ -73,7 +73,7 @@ class _DirSource(_Source):
         return self._path(rel).is_file()
 
     @contextlib.contextmanager
-    def open(self, rel: str) -> Iterator[BinaryIO]:
+    def open(self, rel: str) -> Iterator[IO[bytes]]:
         try:
             f = self._path(rel).open("rb")
         except FileNotFoundError:
@@ -109,11 +109,11 @@ class _TarSource(_Source):
             return False
 
     @contextlib.contextmanager
-    def open(self, rel: str) -> Iterator[BinaryIO]:
+    def open(self, rel: str) -> Iterator[IO[bytes]]:
         f = self.tar.extractfile(self._member(rel))
         assert f is not None
         with f:
-            yield f  # type: ignore[misc]
+            yield f
 
     def close(self) -> None:
         self.tar.close()
@@ -208,7 +208,9 @@ def _oci_layout(src: _Source) -> list[ArchivedImage]:
 def _diff_ids(config_bytes: bytes) -> list[str]:
     cfg = _json(config_bytes, "image config")
     try:
-        diff_ids = list(cfg["rootfs"]["diff_ids"])  # type: ignore[call-overload,index]
+        if not isinstance(cfg, dict):
+            raise TypeError
+        diff_ids = list(cfg["rootfs"]["diff_ids"])
     except (KeyError, TypeError):
         raise ArchiveError("image config has no rootfs.diff_ids") from None
     for d in diff_ids:
@@ -216,7 +218,7 @@ def _diff_ids(config_bytes: bytes) -> list[str]:
     return diff_ids
 
 
-def _opener(src: _Source, rel: str) -> Callable[[], contextlib.AbstractContextManager[BinaryIO]]:
+def _opener(src: _Source, rel: str) -> Callable[[], contextlib.AbstractContextManager[IO[bytes]]]:
     return lambda: src.open(rel)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import re
+from ssl import SSLContext
 
 import aiohttp
 
@@ -31,7 +32,7 @@ def basic_header(user: str, password: str) -> str:
 
 
 async def authorize(http: aiohttp.ClientSession, challenge: str, auth: AuthConfig | None, repository: str,
-                    ssl: object = None) -> str:
+                    ssl: SSLContext | bool = True) -> str:
     """The Authorization header value answering `challenge`; AuthError if it cannot be answered."""
     scheme, params = parse_challenge(challenge)
     creds = auth.basic() if auth else None

@@ -262,7 +262,8 @@ async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoin
             except ExceptionGroup as eg:
                 raise _first(eg) from None
             size = manifest.config.size + sum(max(ld.size, 0) for ld in manifest.layers)
-            tags = [ref.tagged] if ref.tag and not ref.digest else []
+            tagged = None if ref.digest else ref.tagged
+            tags = [tagged] if tagged else []
 
             def finish() -> Image:  # fsyncs and the store's file lock: off the event loop
                 for d, b in index_blobs.items():
@@ -332,7 +333,7 @@ async def pull_image(store: ImageStore, ref: str, auth: dict | None = None,
 
 def _summarise(ref: str, errors: list[tuple[Endpoint, Exception]]) -> PullError:
     detail = "; ".join(f"{ep.url}: {type(e).__name__}: {e}" for ep, e in errors)
-    answered = [type(e) for _, e in errors if isinstance(e, ImageError)]
+    answered: list[type[Exception]] = [type(e) for _, e in errors if isinstance(e, ImageError)]
     kinds = answered or [type(e) for _, e in errors]  # an endpoint that answered beats unreachable ones
     for cls in (DigestMismatch, AuthError):
         if any(issubclass(k, cls) for k in kinds):

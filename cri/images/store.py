@@ -14,6 +14,7 @@ Layout under `root` (default /var/lib/nodeagent/images):
 
 from __future__ import annotations
 
+import builtins
 import collections
 import contextlib
 import dataclasses
@@ -27,7 +28,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from cri.images import archive as arc
 from cri.images.blobs import BlobStore, split_digest
@@ -228,7 +229,7 @@ class ImageStore:
     def layer_path(self, diff_id: str) -> Path:
         return self.layers_dir / split_digest(diff_id)[1]
 
-    def layer_links(self, image: Image) -> list[Path]:
+    def layer_links(self, image: Image) -> builtins.list[Path]:
         """Short aliases (`<root>/l/<16 hex>` symlinks) of `image.layers`, bottom first, as Docker's overlay2
         does: overlay's mount options fit in one page, so ~37 absolute layer paths is the limit, ~90 with
         these (more with a chdir to `<root>/l` and relative names)."""
@@ -254,7 +255,7 @@ class ImageStore:
     # ---- writes ---------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def pinned(self, digests: list[str]) -> Iterator[None]:
+    def pinned(self, digests: builtins.list[str]) -> Iterator[None]:
         """Keeps blobs and layers from garbage collection while a pull or import is using them, in this
         process (a counter) and in any other store on the same root (a pin file naming our pid)."""
         pin = self.pins_dir / f"{os.getpid()}-{uuid.uuid4().hex}"
@@ -293,7 +294,7 @@ class ImageStore:
                 continue
         return keep
 
-    def ensure_layer(self, diff_id: str, opener: Callable[[], contextlib.AbstractContextManager[BinaryIO]],
+    def ensure_layer(self, diff_id: str, opener: Callable[[], contextlib.AbstractContextManager[IO[bytes]]],
                      blob_digest: str | None = None, on_bytes: Callable[[int], None] | None = None) -> Path:
         """Unpack a layer once: concurrent callers wait for the first; blocking (run it in a thread)."""
         dest = self.layer_path(diff_id)
@@ -318,8 +319,8 @@ class ImageStore:
                 raise
         return dest
 
-    def record(self, image_id: str, size: int, diff_ids: list[str], blobs: list[str], manifest_digest: str,
-               tags: list[str], digests: list[str]) -> Image:
+    def record(self, image_id: str, size: int, diff_ids: builtins.list[str], blobs: builtins.list[str], manifest_digest: str,
+               tags: builtins.list[str], digests: builtins.list[str]) -> Image:
         """Add or update an image; a tag moves here from any image that had it. Names are normalised."""
         tags = [parse(t).tagged or t for t in tags]
         digests = [parse(d).digested or d for d in digests]
@@ -355,7 +356,7 @@ class ImageStore:
             self.gc()
         return had
 
-    def leases(self) -> dict[str, list[str]]:
+    def leases(self) -> dict[str, builtins.list[str]]:
         return {k: list(v) for k, v in self._read_state().get("leases", {}).items()}
 
     def remove(self, ref: str) -> bool:
@@ -409,7 +410,7 @@ class ImageStore:
 
     # ---- archives -------------------------------------------------------------------------------------
 
-    def import_archive(self, path: Path, progress: Progress | None = None) -> list[Image]:
+    def import_archive(self, path: Path, progress: Progress | None = None) -> builtins.list[Image]:
         """Import every image of an OCI layout (dir or tar) or docker-archive; blocking (use a thread)."""
         path = Path(path)
         src = arc.open_source(path)

@@ -23,7 +23,7 @@ import stat
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, Protocol
 
 from cri.images.errors import CorruptLayer, DigestMismatch, UnsafeLayer
 
@@ -49,10 +49,16 @@ class UnpackStats:
     skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
 
+class Reader(Protocol):
+    """What a layer is read through: a file, a decompressor, a hashing reader."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
 class _HashingReader:
     """Wraps the decompressed stream so the tar's diff_id is computed while it is read."""
 
-    def __init__(self, raw: BinaryIO, on_bytes: Callable[[int], None] | None = None) -> None:
+    def __init__(self, raw: Reader, on_bytes: Callable[[int], None] | None = None) -> None:
         self.raw = raw
         self.sha = hashlib.sha256()
         self.count = 0
@@ -69,21 +75,22 @@ class _HashingReader:
             pass
 
 
-def sniff(stream: BinaryIO) -> bytes:
+def sniff(stream: IO[bytes]) -> bytes:
     """The first bytes of a seekable stream (left at offset 0)."""
     head = stream.read(4)
     stream.seek(0)
     return head
 
 
-def open_decompressed(raw: BinaryIO, head: bytes) -> BinaryIO:
+def open_decompressed(raw: Reader, head: bytes) -> Reader:
     """A reader of the tar stream for a gzip, zstd or plain layer, told apart by magic bytes."""
-    if head[:2] == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if head[:2] == GZIP_MAGIC:  # the stubs want a file with seek; both only read() a stream
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[call-overload]  # seek: rewind() only
     if head == ZSTD_MAGIC:
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)  # type: ignore[return-value]
+        zstd = zstandard.ZstdDecompressor()
+        return zstd.stream_reader(raw, read_across_frames=True)  # type: ignore[arg-type]  # reads only
     return raw
 
 
@@ -196,7 +203,7 @@ def _apply_xattrs(fd: int, member: tarfile.TarInfo, as_root: bool) -> None:
             log.debug("xattr %s on %s not kept: %s", attr, member.name, e)
 
 
-def unpack(stream: BinaryIO, dest: Path, expected_diff_id: str | None = None,
+def unpack(stream: IO[bytes], dest: Path, expected_diff_id: str | None = None,
            on_bytes: Callable[[int], None] | None = None, expected_blob_digest: str | None = None) -> UnpackStats:
     """Unpack a (possibly compressed) layer tar into the empty directory `dest`, verifying its diff_id.
 
@@ -207,7 +214,8 @@ def unpack(stream: BinaryIO, dest: Path, expected_diff_id: str | None = None,
     as_root = os.geteuid() == 0
     head = sniff(stream)
     raw = _HashingReader(stream)
-    reader = raw if not (head[:2] == GZIP_MAGIC or head == ZSTD_MAGIC) else _HashingReader(open_decompressed(raw, head))
+    compressed = head[:2] == GZIP_MAGIC or head == ZSTD_MAGIC
+    reader = _HashingReader(open_decompressed(raw, head)) if compressed else raw
     stats = UnpackStats()
     root = _Root(dest)
     dirs: list[tuple[str, int]] = []
@@ -239,6 +247,7 @@ def _extract(reader: _HashingReader, raw: _HashingReader, root: _Root, as_root: 
     import zstandard
 
     try:
+        # typeshed's tarfile wants write, seek, tell and close of any fileobj; a stream ("r|") only reads
         with tarfile.open(fileobj=reader, mode="r|", errorlevel=1) as tar:  # type: ignore[call-overload]
             for member in tar:
                 stats.entries += 1

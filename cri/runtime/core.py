@@ -18,17 +18,21 @@ import shutil
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cri.proto import api_pb2 as pb
 from cri.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
 from cri.runtime.state import ContainerRecord, SandboxRecord, decode, save
 from kernel.cgroups import Cgroups
 
+if TYPE_CHECKING:
+    from cni.invoke import CNI
+    from cri.images.store import ImageStore
+
 log = logging.getLogger("nodeagent.cri.runtime")
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-POD, CONTAINER, NODE, TARGET = 0, 1, 2, 3  # CRI NamespaceMode
+POD, CONTAINER, NODE, TARGET = pb.POD, pb.CONTAINER, pb.NODE, pb.TARGET  # CRI NamespaceMode
 
 R = TypeVar("R", SandboxRecord, ContainerRecord)
 
@@ -93,7 +97,8 @@ class Undo:
 
 
 class RuntimeCore:
-    def __init__(self, opts: RuntimeOptions, cgroups: Cgroups, images: Any = None, cni: Any = None) -> None:
+    def __init__(self, opts: RuntimeOptions, cgroups: Cgroups, images: ImageStore | None = None,
+                 cni: CNI | None = None) -> None:
         self.opts = opts
         self.cgroups = cgroups
         self.images = images
@@ -247,7 +252,7 @@ class RuntimeCore:
     def _on_container_exit(self, c: ContainerRecord) -> None:  # containers.py
         raise NotImplementedError
 
-    def _emit(self, c: ContainerRecord, kind: int) -> None:  # events.py
+    def _emit(self, c: ContainerRecord, kind: pb.ContainerEventType) -> None:  # events.py
         raise NotImplementedError
 
     def events(self) -> AsyncIterator[pb.ContainerEventResponse]:  # events.py

@@ -14,7 +14,7 @@ from cri.runtime.state import ContainerRecord
 
 
 class EventVerbs(RuntimeCore):
-    def _emit(self, c: ContainerRecord, kind: int) -> None:
+    def _emit(self, c: ContainerRecord, kind: pb.ContainerEventType) -> None:
         if not self._subscribers:
             return
         ev = pb.ContainerEventResponse(container_id=c.id, container_event_type=kind, created_at=now_ns())

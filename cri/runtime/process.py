@@ -26,8 +26,13 @@ import signal
 import struct
 import termios
 import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from kernel import syscalls as sc
+
+if TYPE_CHECKING:
+    from kernel.seccomp import Profile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +53,7 @@ class Creds:
     groups: tuple[int, ...] = ()
     caps: int = 0  # bounding (and, for root, effective/permitted) capability mask
     no_new_privs: bool = False
-    seccomp: object | None = None  # a kernel.seccomp.Profile, loaded before the exec
+    seccomp: Profile | None = None  # loaded before the exec
     apparmor: str = ""  # the AppArmor profile the exec transitions to ("" = none); see cri/runtime/apparmor.py
 
 
@@ -97,11 +102,20 @@ SPEC_VERSION = "nodeagent-launch-2"
 SPEC_FD, SYNC_FD = 3, 4  # where the launcher finds the spec and the sync pipe
 
 
+def _env_dict(env: Iterable[str]) -> dict[str, str]:
+    """NAME=value strings as os.execvpe takes them: a bare NAME is empty, the last duplicate wins."""
+    out = {}
+    for e in env:
+        name, _, value = e.partition("=")
+        out[name] = value
+    return out
+
+
 def encode_spec(spec: LaunchSpec) -> bytes:
     """The spec as launch.c reads it: NUL-terminated strings in a fixed order, lists prefixed by
     their length. The environment is normalised as os.execvpe would (last duplicate wins)."""
     c = spec.creds
-    env = dict(e.split("=", 1) if "=" in e else (e, "") for e in spec.env)
+    env = _env_dict(spec.env)
     seccomp, bpf = -1, b""
     if c.seccomp is not None:
         bpf, nnp = c.seccomp.bpf()
@@ -346,7 +360,7 @@ def spawn_exec(target_pid: int, argv: list[str], env: list[str], cwd: str, creds
                         os.dup2(fd, target)
                     os.closerange(3, sync_w)
                     os.closerange(sync_w + 1, 1 << 16)
-                    envd = dict(e.split("=", 1) if "=" in e else (e, "") for e in env)
+                    envd = _env_dict(env)
                     if tty:
                         envd.setdefault("TERM", "xterm")
                     os.execvpe(argv[0], argv, envd)
@@ -405,6 +419,7 @@ def exec_in(target_pid: int, argv: list[str], env: list[str], cwd: str, creds: C
             cgroup_procs: list[str], timeout: float | None) -> ExecResult:
     """Run argv in a running container and collect its output (ExecSync; blocking)."""
     h = spawn_exec(target_pid, argv, env, cwd, creds, cgroup_procs)
+    assert h.stderr is not None  # without a terminal the command has a stderr pipe of its own
     out, err, timed_out = _collect(h.stdout, h.stderr, timeout)
     if timed_out:
         h.kill()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from pathlib import Path
@@ -30,7 +31,7 @@ class Recovery(RuntimeCore):
             self._keys[s.key] = s.id
             if s.state.can_exit():
                 if alive(s.pid, s.pid_start):
-                    self._watch(s.pid, lambda s=s: self._on_pause_exit(s))
+                    self._watch(s.pid, functools.partial(self._on_pause_exit, s))
                 else:
                     s.state = SandboxState.NOTREADY
                     self._persist_sandbox(s)
@@ -44,7 +45,7 @@ class Recovery(RuntimeCore):
             self._exited[c.id] = asyncio.Event()
             if c.state.can_exit():
                 if alive(c.shim_pid, c.shim_start):
-                    self._watch(c.shim_pid, lambda c=c: self._on_container_exit(c))
+                    self._watch(c.shim_pid, functools.partial(self._on_container_exit, c))
                 else:
                     self._on_container_exit(c)
             elif c.state.has_exited():

@@ -115,11 +115,12 @@ class SandboxVerbs(RuntimeCore):
         joined = asyncio.get_running_loop().run_in_executor(None, _join_cgroup, pid,
                                                             self.cgroups.procs_files(s.cgroup))
         try:
-            if nso.network != NODE and self.cni is not None and self.cni.network() is not None:
+            cni = self.cni
+            if nso.network != NODE and cni is not None and cni.network() is not None:
                 att = self._attachment(s, config)
-                result = await self.cni.add(att)
+                result = await cni.add(att)
                 s.network = True
-                undo.push(lambda: self.cni.delete(att))
+                undo.push(lambda: cni.delete(att))
                 from cni.invoke import first_ip
 
                 s.ip, s.additional_ips = first_ip(result)
@@ -279,16 +280,18 @@ def _start_pause(argv: list[str]) -> int:
     """Start pause detached; return its pid once it holds its namespaces."""
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True, close_fds=True)
-    line = p.stdout.readline()
-    p.stdout.close()
+    stdout, stderr = p.stdout, p.stderr
+    assert stdout is not None and stderr is not None  # both PIPE
+    line = stdout.readline()
+    stdout.close()
     try:
         pid = int(line)
     except ValueError:
-        err = p.stderr.read().decode(errors="replace").strip()
-        p.stderr.close()
+        err = stderr.read().decode(errors="replace").strip()
+        stderr.close()
         p.wait()
         raise FailedPrecondition(f"pause failed to start: {err or 'no output'}") from None
-    p.stderr.close()
+    stderr.close()
     if pid != p.pid:
         p.wait()  # -p: the parent exits once the pid-1 child runs
     else:

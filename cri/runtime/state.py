@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from cri.proto import api_pb2 as pb
 from kernel.fs import atomic_write
 
-T = TypeVar("T")
+R = TypeVar("R", "SandboxRecord", "ContainerRecord")
 
 
 class SandboxState(enum.StrEnum):
@@ -33,7 +33,7 @@ class SandboxState(enum.StrEnum):
         return cls.NOTREADY  # a value this runtime does not know was never ready
 
     @property
-    def cri(self) -> int:
+    def cri(self) -> pb.PodSandboxState:
         return pb.SANDBOX_READY if self is SandboxState.READY else pb.SANDBOX_NOTREADY
 
     def can_create_container(self) -> bool:
@@ -66,7 +66,7 @@ class ContainerState(enum.StrEnum):
         return cls.UNKNOWN
 
     @property
-    def cri(self) -> int:
+    def cri(self) -> pb.ContainerState:
         return _CONTAINER_CRI[self]
 
     def can_start(self) -> bool:
@@ -120,9 +120,9 @@ class SandboxRecord:
     state: SandboxState = SandboxState.READY
     pid: int = 0
     pid_start: int = 0
-    net_mode: int = 0  # NamespaceMode: 0 POD, 2 NODE
-    ipc_mode: int = 0
-    pid_mode: int = 1  # CONTAINER unless the pod shares its pid namespace
+    net_mode: pb.NamespaceMode = pb.POD  # POD or NODE
+    ipc_mode: pb.NamespaceMode = pb.POD
+    pid_mode: pb.NamespaceMode = pb.CONTAINER  # unless the pod shares its pid namespace
     hostname: str = ""
     pod_cgroup: str = ""
     cgroup: str = ""  # pause's own leaf
@@ -181,13 +181,13 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write(path, json.dumps(obj).encode())
 
 
-def save(path: Path, rec: Any) -> None:
+def save(path: Path, rec: SandboxRecord | ContainerRecord) -> None:
     """A record's fields as JSON. Its values are JSON already (str, int, bool, lists, dicts), so no
     dataclasses.asdict: its deep copy cost more than the write (0.5 of 2 ms per container write)."""
     write_json(path, {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)})
 
 
-def load(path: Path, cls: type[T]) -> T | None:
+def load(path: Path, cls: type[R]) -> R | None:
     with contextlib.suppress(OSError, ValueError, TypeError):
         doc = json.loads(path.read_text())
         names = {f.name for f in dataclasses.fields(cls)}

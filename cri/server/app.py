@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -15,12 +16,17 @@ from cri.server.sandboxes import SandboxVerbs
 from cri.server.stats import StatsVerbs
 from cri.server.streaming import StreamingVerbs
 
+if TYPE_CHECKING:
+    from cri.images.store import ImageStore
+    from cri.runtime.service import Runtime
+    from cri.server.stream_server import StreamServer
+
 MAX_MESSAGE = 16 << 20 | 1 << 20  # ExecSync output is capped at 16 MiB per stream
 
 
 class RuntimeService(SandboxVerbs, ContainerVerbs, StreamingVerbs, StatsVerbs, InfoVerbs,
                      api_pb2_grpc.RuntimeServiceServicer):
-    def __init__(self, runtime, streams=None) -> None:
+    def __init__(self, runtime: Runtime, streams: StreamServer | None = None) -> None:
         self.runtime = runtime
         self.streams = streams
 
@@ -29,7 +35,8 @@ class ImageServicer(ImageService, api_pb2_grpc.ImageServiceServicer):
     pass
 
 
-async def start_server(runtime, store, socket_path: str | Path, streams=None) -> grpc.aio.Server:
+async def start_server(runtime: Runtime, store: ImageStore | None, socket_path: str | Path,
+                       streams: StreamServer | None = None) -> grpc.aio.Server:
     """Bind the socket (mode 0600, replacing a stale one) and start serving."""
     path = Path(socket_path)
     _clear_socket(path)

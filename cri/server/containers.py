@@ -4,13 +4,17 @@ UpdateContainerResources, ReopenContainerLog."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from cri.proto import api_pb2 as pb
 from cri.server.boundary import rpc
 
+if TYPE_CHECKING:
+    from cri.runtime.service import Runtime
+
 
 class ContainerVerbs:
-    runtime: object
+    runtime: Runtime
 
     @rpc
     async def CreateContainer(self, request, context):

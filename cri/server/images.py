@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -13,8 +14,12 @@ from cri.proto import api_pb2 as pb
 from cri.runtime.errors import FailedPrecondition, InvalidArgument, Unimplemented
 from cri.server.boundary import rpc
 
+if TYPE_CHECKING:
+    from cri.images.store import Image, ImageStore
+    from cri.runtime.service import Runtime
 
-def image_message(img) -> pb.Image:
+
+def image_message(img: Image) -> pb.Image:
     msg = pb.Image(id=img.id, repo_tags=list(img.repo_tags), repo_digests=list(img.repo_digests),
                    size=max(1, int(img.size)))
     msg.spec.image = img.id
@@ -30,11 +35,11 @@ def image_message(img) -> pb.Image:
 class ImageService:
     """The ImageService servicer (registered beside the RuntimeService)."""
 
-    def __init__(self, store, runtime=None) -> None:
+    def __init__(self, store: ImageStore | None, runtime: Runtime | None = None) -> None:
         self.store = store
         self.runtime = runtime
 
-    def _need_store(self):
+    def _need_store(self) -> ImageStore:
         if self.store is None:
             raise Unimplemented("the image store is not available in this build")
         return self.store

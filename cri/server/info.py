@@ -4,11 +4,15 @@ UNIMPLEMENTED (checkpointing, pod metrics)."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from cri.proto import api_pb2 as pb
 from cri.runtime.errors import Unimplemented
 from cri.server.boundary import rpc
 from kernel import syscalls as sc
+
+if TYPE_CHECKING:
+    from cri.runtime.service import Runtime
 
 RUNTIME_NAME = "nodeagent"
 RUNTIME_API_VERSION = "v1"
@@ -24,7 +28,7 @@ def _version() -> str:
 
 
 class InfoVerbs:
-    runtime: object
+    runtime: Runtime
 
     @rpc
     async def Version(self, request, context):

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 from cri.proto import api_pb2 as pb
 from cri.server.boundary import rpc
 
+if TYPE_CHECKING:
+    from cri.runtime.service import Runtime
+
 
 class SandboxVerbs:
-    runtime: object
+    runtime: Runtime
 
     @rpc
     async def RunPodSandbox(self, request, context):

@@ -167,7 +167,8 @@ def encode_header_block(headers: dict[str, str | list[str]]) -> bytes:
 def decode_header_block(block: bytes) -> Headers:
     try:
         (count,) = struct.unpack_from(">I", block)
-        pos, headers = 4, {}
+        pos = 4
+        headers: Headers = {}
         for _ in range(count):
             (n,) = struct.unpack_from(">I", block, pos)
             name = block[pos + 4:pos + 4 + n].decode()
@@ -442,6 +443,7 @@ class Session:
 
     def _on_control(self, f: ControlFrame) -> None:
         p = f.payload
+        s: Stream | None  # the stream a frame names, when it is one of ours
         if f.type == SYN_STREAM:
             if len(p) < 10:
                 raise ProtocolError("short SYN_STREAM")

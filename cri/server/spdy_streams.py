@@ -101,10 +101,11 @@ async def accept_spdy(request: web.Request, served: tuple[str, ...], default: st
         return web.Response(status=400, text="unable to upgrade: missing upgrade headers in request")
     chosen = negotiate(request, served, default)
     if chosen is None:
-        resp = web.Response(status=403, text=f"unable to upgrade: unable to negotiate protocol: server accepts {list(served)}")
+        refused = web.Response(status=403, text="unable to upgrade: unable to negotiate protocol: "
+                                                f"server accepts {list(served)}")
         for p in served:
-            resp.headers.add(ACCEPTED_HEADER, p)
-        return resp
+            refused.headers.add(ACCEPTED_HEADER, p)
+        return refused
     transport = request.transport
     if transport is None:
         raise ConnectionResetError("connection lost before the upgrade")
@@ -117,7 +118,8 @@ async def accept_spdy(request: web.Request, served: tuple[str, ...], default: st
         await protocol._drain_helper()  # aiohttp's write backpressure (what its websocket writer uses)
 
     session = Session(send, on_stream)
-    protocol.set_parser(_Feeder(session, transport))  # before the 101: no byte can be parsed as HTTP
+    # Before the 101: no byte can be parsed as HTTP. aiohttp annotates the parser as its WebSocketReader.
+    protocol.set_parser(_Feeder(session, transport))  # type: ignore[arg-type]  # it calls feed_data/eof only
     resp = web.StreamResponse(status=101, headers={"Connection": "Upgrade", "Upgrade": "SPDY/3.1",
                                                    PROTOCOL_HEADER: chosen})
     resp.force_close()

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from cri.proto import api_pb2 as pb
 from cri.server.boundary import rpc
 
+if TYPE_CHECKING:
+    from cri.runtime.service import Runtime
+
 
 class StatsVerbs:
-    runtime: object
+    runtime: Runtime
 
     @rpc
     async def ContainerStats(self, request, context):

@@ -23,7 +23,7 @@ import socket
 import struct
 import termios
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
@@ -32,6 +32,9 @@ from cri.server import attach
 from cri.server import spdy_streams as sp
 from cri.server.fdio import make_nonblocking, read_fd, write_fd
 from kernel import netns
+
+if TYPE_CHECKING:
+    from cri.runtime.service import Runtime
 
 log = logging.getLogger("nodeagent.cri.stream")
 
@@ -67,7 +70,7 @@ def connect_in_netns(netns_path: str, port: int) -> socket.socket:
 
 
 class StreamServer:
-    def __init__(self, runtime: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, runtime: Runtime, host: str = "127.0.0.1", port: int = 0) -> None:
         self.runtime = runtime
         self.host, self.port = host, port
         self._pending: dict[str, tuple[float, str, dict[str, Any]]] = {}
@@ -83,7 +86,7 @@ class StreamServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # the port the kernel chose
+        self.port = self._runner.addresses[0][1]  # the port the kernel chose
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -229,9 +232,9 @@ class StreamServer:
             async for msg in ws:
                 if msg.type != WSMsgType.BINARY or not msg.data:
                     continue
-                sock = conns.get(msg.data[0])
-                if sock is not None and len(msg.data) > 1:
-                    await loop.sock_sendall(sock, msg.data[1:])
+                to = conns.get(msg.data[0])
+                if to is not None and len(msg.data) > 1:
+                    await loop.sock_sendall(to, msg.data[1:])
         finally:
             for t in tasks:
                 t.cancel()

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cri.proto import api_pb2 as pb
 from cri.runtime.errors import FailedPrecondition, InvalidArgument, Unimplemented
 from cri.server.boundary import rpc
 
+if TYPE_CHECKING:
+    from cri.runtime.service import Runtime
+    from cri.server.stream_server import StreamServer
+
 
 class StreamingVerbs:
-    runtime: object
-    streams: object  # cri.server.stream_server.StreamServer, or None
+    runtime: Runtime
+    streams: StreamServer | None
 
-    def _need_streams(self):
+    def _need_streams(self) -> StreamServer:
         if self.streams is None:
             raise Unimplemented("the streaming server is not running in this daemon")
         return self.streams
