@@ -18,6 +18,10 @@ import os
 import socket
 import sys
 
+TYPE_CHECKING = False  # typing is not imported at run time: the exec'd path stays lean
+if TYPE_CHECKING:
+    from cni.skel import Plugin
+
 DEFAULT_SOCKET = "/run/nodeagent/cni.sock"
 VIA_DAEMON = {"bridge", "portmap"}
 MAGIC = b"NACNI1"
@@ -81,7 +85,7 @@ def via_daemon(path: str, plugin: str, env: dict[str, str], stdin: bytes) -> tup
     return int(status), out
 
 
-def plugin_object(plugin: str) -> object:
+def plugin_object(plugin: str) -> Plugin:
     if plugin == "bridge":
         from cni.plugins.bridge import Bridge
 
@@ -108,7 +112,7 @@ def main(plugin: str, daemon: bool = True) -> int:
     if reply is None:
         from cni import skel
 
-        reply = skel.dispatch(plugin_object(plugin), env, stdin)  # type: ignore[arg-type]
+        reply = skel.dispatch(plugin_object(plugin), env, stdin)
     code, out = reply
     sys.stdout.buffer.write(out)
     sys.stdout.flush()

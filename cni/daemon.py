@@ -18,15 +18,18 @@ import socket
 import socketserver
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cni import client, skel
 from cni.errors import DECODE_FAILURE, CNIError
 
+if TYPE_CHECKING:
+    from cni.skel import Plugin
+
 log = logging.getLogger("nodeagent.cni.daemon")
 
 
-def _plugins() -> dict[str, Any]:
+def _plugins() -> dict[str, Plugin]:
     from cni.plugins.bridge import Bridge
     from cni.plugins.host_local import HostLocal
     from cni.plugins.portmap import Portmap
@@ -46,11 +49,13 @@ def _listening(path: str) -> bool:
 
 
 class _Handler(socketserver.StreamRequestHandler):
+    server: Server
+
     def handle(self) -> None:
         raw = self.rfile.read()
         try:
             name, env, stdin = client.decode_request(raw)
-            plugin = self.server.plugins[name]  # type: ignore[attr-defined]
+            plugin = self.server.plugins[name]
         except (ValueError, KeyError) as e:
             err = CNIError(DECODE_FAILURE, "bad cni daemon request", str(e)).to_json("1.0.0")
             self.wfile.write(b"1\n" + json.dumps(err).encode() + b"\n")

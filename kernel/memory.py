@@ -69,7 +69,7 @@ def lean_pyroute2() -> bool:
         setattr(mod, name, value)
         return value
 
-    mod.__getattr__ = __getattr__  # type: ignore[method-assign]
+    vars(mod)["__getattr__"] = __getattr__  # PEP 562: looked up in the module's namespace
     sys.modules["pyroute2"] = mod
     return True
 

@@ -602,7 +602,7 @@ class NftSocket:
 
         seqs = _Seqs
         self._ensure_buf(batch.size + 40)
-        buffers = batch.buffers()
+        buffers: list[bytes | bytearray] = [*batch.buffers()]
         if len(buffers) > 1000:  # IOV_MAX is 1024
             buffers = [b"".join(buffers)]
         self.sock.sendmsg([begin, *buffers, end])  # one skb: the kernel runs one batch per message
@@ -744,7 +744,7 @@ _NAMES = {NEWTABLE: "newtable", DELTABLE: "deltable", NEWCHAIN: "newchain", DELC
 
 def _describe(msg: tuple[int, int, bytes]) -> str:
     mtype, _, body = msg
-    strings = []
+    strings: list[str] = []
     off = 0
     while off + 4 <= len(body) and len(strings) < 2:
         n, t = struct.unpack_from("=HH", body, off)

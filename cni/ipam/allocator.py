@@ -15,7 +15,7 @@ def candidates(ranges: tuple[Range, ...], last: IP | None) -> Iterator[IP]:
         for i, r in enumerate(ranges):
             if last in r:
                 start_r, start_ip = i, last + 1
-                if start_ip > r.end:
+                if int(start_ip) > int(r.end):
                     start_r = (i + 1) % len(ranges)
                     start_ip = ranges[start_r].start
                 break
@@ -31,7 +31,7 @@ def candidates(ranges: tuple[Range, ...], last: IP | None) -> Iterator[IP]:
                 return
             hi = start_ip - 1
         ip = lo
-        while ip <= hi:
+        while int(ip) <= int(hi):  # (one version: see config.IP)
             if r.usable(ip) and ip != r.subnet.network_address and not _is_broadcast(ip, r):
                 yield ip
             ip += 1

@@ -11,6 +11,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
+# Addresses of one version compare as their integers do; the checks compare int()s, which a type
+# checker can follow, where it cannot see that both sides are of the same version.
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 Net = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -25,7 +27,7 @@ class Range:
         return f"Range({self.subnet}, {self.start}-{self.end}, gw={self.gateway})"
 
     def __contains__(self, ip: IP) -> bool:
-        return ip.version == self.start.version and self.start <= ip <= self.end
+        return ip.version == self.start.version and int(self.start) <= int(ip) <= int(self.end)
 
     def usable(self, ip: IP) -> bool:
         return ip in self and ip != self.gateway
@@ -61,9 +63,9 @@ def parse_range(r: dict[str, Any]) -> Range:
     end = _ip(r["rangeEnd"], "rangeEnd") if r.get("rangeEnd") else last
     gw = _ip(r["gateway"], "gateway") if r.get("gateway") else first
     for ip, what in ((start, "rangeStart"), (end, "rangeEnd")):
-        if ip.version != subnet.version or not (first <= ip <= last):
+        if ip.version != subnet.version or not (int(first) <= int(ip) <= int(last)):
             raise CNIError(INVALID_CONFIG, f"{what} {ip} not in subnet {subnet}")
-    if start > end:
+    if int(start) > int(end):
         raise CNIError(INVALID_CONFIG, f"rangeStart {start} is after rangeEnd {end}")
     return Range(subnet, start, end, gw)
 
@@ -86,7 +88,7 @@ def parse(net: dict[str, Any]) -> IPAMConfig:
             raise CNIError(INVALID_CONFIG, "a range set mixes IPv4 and IPv6")
         for i, a in enumerate(ranges):
             for b in ranges[i + 1:]:
-                if a.start <= b.end and b.start <= a.end:
+                if int(a.start) <= int(b.end) and int(b.start) <= int(a.end):
                     raise CNIError(INVALID_CONFIG, f"ranges {a.subnet} and {b.subnet} overlap")
         sets.append(ranges)
     routes = ipam.get("routes") or []

@@ -33,6 +33,17 @@ class NetConf:
 
     __slots__ = ("name", "bridge", "is_gateway", "is_default_gateway", "force_address", "ip_masq", "hairpin",
                  "promisc", "mtu", "vlan", "ipam_type")
+    name: str
+    bridge: str
+    is_gateway: bool
+    is_default_gateway: bool
+    force_address: bool
+    ip_masq: bool
+    hairpin: bool
+    promisc: bool
+    mtu: int | None
+    vlan: int | None
+    ipam_type: str
 
     def __init__(self, **kw: Any) -> None:
         for k in self.__slots__:
