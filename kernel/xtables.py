@@ -109,7 +109,7 @@ def get_entries_into(sock: socket.socket, info: TableInfo, buf: bytearray) -> No
 
 
 def replace(sock: socket.socket, info: TableInfo, buf: ctypes.Array | bytearray, num_entries: int, size: int,
-            hook_entry: tuple[int, ...], underflow: tuple[int, ...]) -> ctypes.Array:
+            hook_entry: tuple[int, ...], underflow: tuple[int, ...]) -> ctypes.Array[ctypes.c_char]:
     """SET_REPLACE with the blob at buf[96:] (a ctypes buffer, or a bytearray used in place); returns
     the old table's counters (one per old entry).
 

@@ -55,12 +55,15 @@ class Peer:
     ns: Selector | None  # None: the policy's own namespace
 
 
+PortSpec = tuple[str, int | None, int | None, str | None]  # (proto, port, endPort, name)
+
+
 @dataclasses.dataclass(frozen=True)
 class RuleSpec:
     peers: tuple[Peer, ...]
     cidrs: tuple[str, ...]  # ipBlocks with their excepts already cut out
     any_peer: bool  # no from/to at all
-    ports: tuple[tuple[str, int | None, int | None, str | None], ...]  # (proto, port, endPort, name)
+    ports: tuple[PortSpec, ...]
 
 
 _PREFIX = {"target": "T", "peer": "P", "named": "N", "cidr": "C"}
@@ -146,19 +149,22 @@ def _proto(p: str | None) -> str:
 
 def cidr_minus(cidr: str, excepts: Iterable[str]) -> list[str]:
     """`cidr` with every `except` range cut out, as disjoint CIDRs (IPv4 only)."""
-    nets = [ipaddress.ip_network(cidr, strict=False)]
+    net = ipaddress.ip_network(cidr, strict=False)
+    nets = [net] if isinstance(net, ipaddress.IPv4Network) else []
     for ex in excepts:
         e = ipaddress.ip_network(ex, strict=False)
+        if not isinstance(e, ipaddress.IPv4Network):
+            continue
         out = []
         for n in nets:
-            if e.version != n.version or not n.overlaps(e):
+            if not n.overlaps(e):
                 out.append(n)
             elif e.supernet_of(n):
                 continue
             else:
                 out.extend(n.address_exclude(e))
         nets = out
-    return [str(n) for n in ipaddress.collapse_addresses(n for n in nets if n.version == 4)]
+    return [str(n) for n in ipaddress.collapse_addresses(nets)]
 
 
 def _selector(sel: Any) -> Selector | None:
@@ -192,7 +198,7 @@ def compile_policy(obj: Mapping[str, Any], pid: str) -> Policy:
                 else:
                     peers.append(Peer(_selector(p.get("podSelector")) if "podSelector" in p else None,
                                       _selector(p.get("namespaceSelector")) if "namespaceSelector" in p else None))
-            ports = []
+            ports: list[PortSpec] = []
             for p in r.get("ports") or []:
                 port = p.get("port")
                 proto = _proto(p.get("protocol"))
@@ -403,9 +409,9 @@ class PolicyModel:
                 for e in list(self.elements[target]):
                     self._ref(ISO_SETS[direction], e, 1)
         ch.chains_changed = True
-        for d in p.types:
-            ch.dirty_chains.add(p.chain(d))
-            ch.gone_chains.discard(p.chain(d))
+        for direction in p.types:
+            ch.dirty_chains.add(p.chain(direction))
+            ch.gone_chains.discard(p.chain(direction))
 
     def _release(self, p: Policy) -> None:
         ch = self._changes
@@ -545,9 +551,9 @@ class PolicyModel:
             self._members.setdefault(name, set()).add(pod_key)
         else:
             self._contrib.pop(ck, None)
-            s = self._by_pod.get(pod_key)
-            if s is not None:
-                s.discard(name)
+            names = self._by_pod.get(pod_key)
+            if names is not None:
+                names.discard(name)
             m = self._members.get(name)
             if m is not None:
                 m.discard(pod_key)

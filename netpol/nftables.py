@@ -16,6 +16,7 @@ skip it). Blocking: call from the enforcer's netns worker thread.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from kernel import nftables as nl
 from netpol.iptables import MARK_EGRESS, MARK_INGRESS, BackendError, run
@@ -50,8 +51,8 @@ class NftablesBackend:
             return f"{ip} . {proto} . {port}"
         return e
 
-    def _elements(self, kind: str, elems: object) -> list[str]:
-        return [self._elem(kind, e) for e in sorted(elems)]  # type: ignore[call-overload]
+    def _elements(self, kind: str, elems: Iterable[str]) -> list[str]:
+        return [self._elem(kind, e) for e in sorted(elems)]
 
     # ------------------------------------------------------------------ sync
     def sync(self, model: PolicyModel, ch: Changes) -> None:
@@ -99,7 +100,7 @@ class NftablesBackend:
             out += [f"add rule {self.t} {c} {r}" for r in rules]
         return "\n".join(out) + "\n"
 
-    def _add_set(self, name: str, kind: str, elems: object) -> list[str]:
+    def _add_set(self, name: str, kind: str, elems: Iterable[str]) -> list[str]:
         n = self.set_name(name)
         out = [f"add set {self.t} {n} {{ {_TYPES[kind]} }}", f"flush set {self.t} {n}"]
         els = self._elements(kind, elems)

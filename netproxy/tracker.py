@@ -159,15 +159,15 @@ class ProxyState:
                 ch.ports.add(spn)
             for spn, sp in after.items():
                 if self.services.get(spn) != sp:
-                    old = self.services.get(spn)
-                    if old is not None and old.protocol == "UDP" and old.cluster_ip != sp.cluster_ip:
-                        ch.stale_services.append(old)
+                    prev = self.services.get(spn)
+                    if prev is not None and prev.protocol == "UDP" and prev.cluster_ip != sp.cluster_ip:
+                        ch.stale_services.append(prev)
                     self.services[spn] = sp
                     ch.ports.add(spn)
-        for service, (before, after) in eps.take().items():
-            for key in before.keys() | after.keys():
+        for service, (eps_before, eps_after) in eps.take().items():
+            for key in eps_before.keys() | eps_after.keys():
                 spn = _port_name(service, key)
-                old, new = before.get(key, ()), after.get(key, ())
+                old, new = eps_before.get(key, ()), eps_after.get(key, ())
                 if old == new:
                     continue
                 ch.ports.add(spn)
@@ -176,13 +176,14 @@ class ProxyState:
                 else:
                     self.endpoints.pop(spn, None)
                 if spn.protocol == "UDP":
-                    sp = self.services.get(spn) or ch.deleted.get(spn)
-                    if sp is None:
+                    udp = self.services.get(spn) or ch.deleted.get(spn)
+                    if udp is None:
                         continue
                     now_ready = {str(e) for e in new if e.ready or e.serving}
-                    ch.stale_endpoints += [(sp, e) for e in old if (e.ready or e.serving) and str(e) not in now_ready]
+                    ch.stale_endpoints += [(udp, e) for e in old
+                                           if (e.ready or e.serving) and str(e) not in now_ready]
                     if not any(e.ready for e in old) and any(e.ready for e in new):
-                        ch.stale_services.append(sp)
+                        ch.stale_services.append(udp)
         for spn in ch.deleted:  # a deleted UDP service: clear flows to all its endpoints
             sp = ch.deleted[spn]
             if sp.protocol == "UDP":

@@ -9,6 +9,7 @@ handle on the calling thread, so the netns of the proxier's worker thread is use
 
 from __future__ import annotations
 
+import importlib
 import shlex
 from collections.abc import Iterable, Mapping
 
@@ -23,9 +24,7 @@ def load_iptc() -> None:
     import lock (a deadlock if another thread forks then: os.fork takes logging's lock, then the import
     lock). The standard library's distutils (3.11) is all it needs, so the shim is taken out first."""
     try:
-        import _distutils_hack
-
-        _distutils_hack.remove_shim()
+        importlib.import_module("_distutils_hack").remove_shim()
     except (ImportError, AttributeError):
         pass
     import iptc  # noqa: F401

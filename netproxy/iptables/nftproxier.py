@@ -85,7 +85,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from kernel import nftables as nl
 from netproxy.iptables.nftrules import body, encode, use_counters
@@ -498,7 +498,7 @@ class IptablesNftProxier:
         return b
 
     def _record_handles(self, sock: nl.NftSocket, order: dict[tuple[str, str], list[str]],
-                        echoed: list[tuple[int, int, dict[int, bytes]]] = ()) -> None:
+                        echoed: Sequence[tuple[int, int, dict[int, bytes]]] = ()) -> None:
         """The dispatch rules' handles: from the first and last rule of each chain's run, which the
         kernel echoed (handles are allocated one per new rule of a table, in message order, so a run
         of n rules spanning exactly n handles holds them all in order); a chain whose span does not

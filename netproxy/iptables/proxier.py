@@ -180,6 +180,8 @@ class IptablesProxier:
         n = self.names
         proc = subprocess.Popen([f"{self.cmd}-restore", "-w", "--noflush"], stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stdin, stderr = proc.stdin, proc.stderr
+        assert stdin is not None and stderr is not None  # both PIPE
         plans: dict[ServicePortName, PortRules] = {}
         large = self._large(state)
         counts = {"rules": 0, "chains": 0}
@@ -189,7 +191,7 @@ class IptablesProxier:
             if buf and (force or len(buf) > 20000):
                 counts["rules"] += sum(1 for ln in buf if ln[0] == "-" and ln[1] in "AI")
                 counts["chains"] += sum(1 for ln in buf if ln[0] == ":")
-                proc.stdin.write("\n".join(buf) + "\n")
+                stdin.write("\n".join(buf) + "\n")
                 buf.clear()
 
         try:
@@ -223,8 +225,8 @@ class IptablesProxier:
                                 buf.extend(f"-A {chain} {x}" for x in specs)
                 buf.append("COMMIT")
                 flush(force=True)
-            proc.stdin.close()
-            err = proc.stderr.read()
+            stdin.close()
+            err = stderr.read()
             if proc.wait() != 0:
                 raise IptablesError(f"{self.cmd}-restore failed ({proc.returncode}): {err.strip()[:2000]}")
         finally:

@@ -107,11 +107,15 @@ def encode(spec: str) -> Encoded:
     return Encoded(bytes(data), None if target in VERDICTS else target)
 
 
+# What an edit puts in place: rules, complete entries already linked, ("chain", name) markers
+Entry = Encoded | bytes | tuple[str, str]
+
+
 @dataclasses.dataclass
 class _Edit:
     start: int
     end: int
-    entries: list  # Encoded | bytes (complete entries, already linked) | ("chain", name) markers
+    entries: list[Entry]
 
 
 class XtTable:
@@ -137,6 +141,13 @@ class XtTable:
         self.reparsed = 0  # how often the index was rebuilt from the kernel (drift, first use)
         self.timing: dict[str, float] = {}  # last change: read (GET + compare or reparse), replace, total
 
+    @property
+    def _table(self) -> bytearray:
+        """The table as last read (every change reads it first)."""
+        if self._blob is None:
+            raise BlobError(f"{self.name}: not read yet")
+        return self._blob
+
     # -- reading -----------------------------------------------------------------------------
     def _buffer(self, size: int) -> bytearray:
         """A buffer for 96 + size bytes: the spare one if big enough, else a new one with slack."""
@@ -149,12 +160,13 @@ class XtTable:
         info = xtables.get_info(sock, self.name)
         fresh = self._buffer(info.size)
         xtables.get_entries_into(sock, info, fresh)
-        same = (self._blob is not None and info.size == self._size and info.num_entries == len(self._eoff)
+        old = self._blob
+        same = (old is not None and info.size == self._size and info.num_entries == len(self._eoff)
                 and (info.hook_entry, info.underflow) == self._hooks)
-        if same:
+        if same and old is not None:
             self._normalize(fresh, self._eoff)
             n = info.size // 8
-            same = np.array_equal(np.frombuffer(fresh, np.uint64, n, 96), np.frombuffer(self._blob, np.uint64, n, 96))
+            same = np.array_equal(np.frombuffer(fresh, np.uint64, n, 96), np.frombuffer(old, np.uint64, n, 96))
         if same:
             self._spare = fresh
         else:
@@ -236,7 +248,7 @@ class XtTable:
         if enc.jump:
             struct.pack_into("<i", data, enc.verdict_at, self._first_rule(enc.jump))
         _, first, tail = self._chain_span(chain)
-        blob, body = self._blob, bytes(data[ENTRY:])
+        blob, body = self._table, bytes(data[ENTRY:])
         at = first + 96
         while True:
             hit = blob.find(body, at + ENTRY, tail + 96 + ENTRY)
@@ -270,7 +282,7 @@ class XtTable:
         t0 = time.perf_counter()
         declared: dict[str, list[str]] = {}
         deleted: set[str] = set()
-        inserts: dict[int, list] = {}  # position -> entries
+        inserts: dict[int, list[Entry]] = {}  # position -> entries
         deletes: list[tuple[int, int]] = []
         written = 0
         for o in ops:
@@ -295,6 +307,7 @@ class XtTable:
         edits: list[_Edit] = [_Edit(s, e, []) for s, e in deletes]
         edits += [_Edit(p, p, entries) for p, entries in inserts.items()]
         new_chains: dict[int, list[str]] = {}
+        new_bodies: dict[str, list[Entry]] = {}
         for chain in deleted:
             if self.has_chain(chain):
                 head, _, tail = self._chain_span(chain)
@@ -302,7 +315,8 @@ class XtTable:
         for chain, specs in declared.items():
             if chain in deleted:
                 continue
-            body = [encode(s) for s in specs] + [RETURN_ENTRY]
+            body: list[Entry] = [encode(s) for s in specs]
+            body.append(RETURN_ENTRY)
             if self.has_chain(chain):
                 _, first, tail = self._chain_span(chain)
                 edits.append(_Edit(first, tail + STD_ENTRY, body))
@@ -310,12 +324,12 @@ class XtTable:
                 k = bisect.bisect_right(self._sorted, chain)
                 pos = self._chain_span(self._sorted[k])[0] if k < len(self._sorted) else self._table_end
                 new_chains.setdefault(pos, []).append(chain)
-                declared[chain] = body  # type: ignore[assignment]
+                new_bodies[chain] = body
         for pos, names in new_chains.items():
-            entries: list = []
+            entries: list[Entry] = []
             for chain in sorted(names):
                 entries.append(("chain", chain))
-                entries.extend(declared[chain])
+                entries.extend(new_bodies[chain])
             edits.append(_Edit(pos, pos, entries))
         self._commit(sock, edits)
         self.timing["total"] = self.timing["read"] + time.perf_counter() - t0
@@ -335,10 +349,10 @@ class XtTable:
             else:
                 merged[key] = e
         edits = list(merged.values())
-        for a, b in zip(edits, edits[1:], strict=False):
-            if b.start < a.end:
+        for before, after in zip(edits, edits[1:], strict=False):
+            if after.start < before.end:
                 raise BlobError(f"{self.name}: overlapping edits")
-        old, old_size = self._blob, self._size
+        old, old_size = self._table, self._size
         starts = np.array([e.start for e in edits], np.int64)
         ends = np.array([e.end for e in edits], np.int64)
         zero_len = starts == ends
@@ -437,7 +451,7 @@ class XtTable:
                                  len(self._eoff), old_size)
         t_replace = time.perf_counter()
         old_counters = xtables.replace(sock, info, out, len(eoff_new), new_size, hook_entry, underflow)
-        oc = np.frombuffer(old_counters, np.uint64).reshape(-1, 2)
+        oc = np.frombuffer(memoryview(old_counters), np.uint64).reshape(-1, 2)
         nc = np.zeros((len(eoff_new), 2), np.uint64)
         nc[np.searchsorted(eoff_new, eoff_kept_new)] = oc[keep_e]
         xtables.add_counters(sock, self.name, nc.tobytes())
@@ -467,7 +481,7 @@ class XtTable:
             live = np.array(sorted(self._ids.values()), np.int64)
             self._head, self._end, self._isuser = self._head[live], self._end[live], self._isuser[live]
             self._names = [self._names[i] for i in live]
-            self._ids = {n: k for k, n in enumerate(self._names)}
+            self._ids = {n: k for k, n in enumerate(self._names) if n is not None}  # (all are)
         self._table_end = int(map_pos(np.array([self._table_end], np.int64), False)[0])
         self._spare, self._blob, self._size = old, out, new_size
         self._eoff = eoff_new
