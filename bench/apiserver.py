@@ -11,11 +11,13 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import re
 import ssl
 import statistics
 import sys
 import tempfile
 import time
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -83,7 +85,6 @@ LOADER = "python"
 
 def ab_rate(kind: str, srv, ns: str, total: int, conc: int, names: list[str] | None = None) -> float:
     """The same load from ApacheBench (C, keep-alive, one process): leaves the server a core of its own."""
-    import re
     import shutil
     import subprocess
 
@@ -106,15 +107,23 @@ def ab_rate(kind: str, srv, ns: str, total: int, conc: int, names: list[str] | N
     out = subprocess.run([*args, url], capture_output=True, text=True, timeout=600).stdout
     if tmp:
         Path(tmp.name).unlink()
-    done = int(re.search(r"Complete requests:\s+(\d+)", out).group(1))
+    done = int(_ab_figure(out, r"Complete requests:\s+(\d+)"))
     bad = re.search(r"Non-2xx responses:\s+(\d+)", out)
-    failed = int(re.search(r"Failed requests:\s+(\d+)", out).group(1))
-    length = re.search(r"Length: (\d+)", out)  # ab counts bodies of another length (generated names) as failed
+    failed = int(_ab_figure(out, r"Failed requests:\s+(\d+)"))
+    # ab counts bodies of another length (generated names) as failed
+    length = re.search(r"Length: (\d+)", out)
     failed -= int(length.group(1)) if length else 0
     if bad or failed:
         print(f"    ({bad.group(1) if bad else 0} non-2xx, {failed} failed {kind}s)")
     CPU[kind] = (cpu_seconds(srv.proc.pid) - c0) / max(done, 1)
-    return float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1))
+    return float(_ab_figure(out, r"Requests per second:\s+([\d.]+)"))
+
+
+def _ab_figure(out: str, pattern: str) -> str:
+    m = re.search(pattern, out)
+    if m is None:
+        raise RuntimeError(f"ab printed no {pattern!r}: {out[-2000:]}")
+    return m.group(1)
 
 
 def rate(kind: str, srv, ns: str, total: int, procs: int, conc: int, names: list[str] | None = None) -> float:
@@ -136,7 +145,7 @@ def rate(kind: str, srv, ns: str, total: int, procs: int, conc: int, names: list
 
 
 async def _watchers(url: str, token: str, ca: str, ns: str, rv: str, n: int, expect: int, out: mp.Queue,
-                    ready: mp.Event) -> None:
+                    ready: Event) -> None:
     lat: list[float] = []
     async with _session(url, token, ca, n + 2) as s:
         started = 0

@@ -108,7 +108,7 @@ def main() -> int:
             raise SystemExit(f"{impl} {cmd} c{i} failed: {p.stdout.decode()} {p.stderr.decode()}")
         return dt, (json.loads(p.stdout) if p.stdout.strip() else None)
 
-    times = {impl: {"ADD": [], "DEL": []} for impl in impls}
+    times: dict[str, dict[str, list[float]]] = {impl: {"ADD": [], "DEL": []} for impl in impls}
     results: dict[str, list] = {impl: [None] * args.pods for impl in impls}
     try:
         for i in range(args.pods):

@@ -22,10 +22,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cri.client import CRIClient, container_config, sandbox_config
+
+if TYPE_CHECKING:
+    from tests.integration.cri.containerd import Containerd
+    from tests.integration.cri.daemon import CRIDaemon
 
 OPS = ["RunPodSandbox", "PodSandboxStatus", "CreateContainer", "StartContainer", "StopContainer",
        "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"]
@@ -76,24 +81,26 @@ class Target:
     def __init__(self, kind: str, root: Path, network: bool) -> None:
         self.kind, self.root, self.network = kind, root, network
         self.bridge = f"nbb{kind[:2]}{kind[-2:]}{os.getpid() % 10000}"
-        self.d = None
+        self.d: CRIDaemon | Containerd | None = None
         self.cni_daemon: subprocess.Popen | None = None
 
     def start(self) -> CRIClient:
         from nodeagent.testing.images import ImageFactory
 
         factory = ImageFactory(self.root / "build")
+        d: CRIDaemon | Containerd
         if self.kind.startswith("nodeagent"):
             from tests.integration.cri.daemon import CRIDaemon
 
-            self.d = CRIDaemon(self.root)
-            self.d.import_images([factory.busybox.docker_archive])
+            d = ours = CRIDaemon(self.root)
+            ours.import_images([factory.busybox.docker_archive])
         else:
             from tests.integration.cri.containerd import Containerd
 
-            self.d = Containerd(self.root)
-        self.d.cni_conf.mkdir(parents=True, exist_ok=True)
-        if self.network and self.kind == OUR_CNI:
+            d = Containerd(self.root)
+        self.d = d
+        d.cni_conf.mkdir(parents=True, exist_ok=True)
+        if self.network and self.kind == OUR_CNI and isinstance(d, CRIDaemon):
             from cni.install import default_conflist, install
 
             bin_dir = self.root / "cni-bin"  # this tree's plugins, not whatever /opt/cni/bin holds now
@@ -109,20 +116,22 @@ class Target:
                 time.sleep(0.05)
             conf = default_conflist("10.243.0.0/16", self.bridge, str(self.root / "ipam"))
             conf["name"] = f"bench-{self.bridge}"
-            (self.d.cni_conf / "10-bench.conflist").write_text(json.dumps(conf))
-            self.d.cni_bin_dir = str(bin_dir)
-            self.d.extra_args = ["--cni-socket", sock]
+            (d.cni_conf / "10-bench.conflist").write_text(json.dumps(conf))
+            d.cni_bin_dir = str(bin_dir)
+            d.extra_args = ["--cni-socket", sock]
         elif self.network:
             subnet = "10.241.0.0/16" if self.kind == "nodeagent" else "10.242.0.0/16"
-            (self.d.cni_conf / "10-bench.conflist").write_text(json.dumps(conflist(self.root, self.bridge, subnet)))
-        client = self.d.start()
-        if self.kind == "containerd":
+            conf = conflist(self.root, self.bridge, subnet)
+            (d.cni_conf / "10-bench.conflist").write_text(json.dumps(conf))
+        client = d.start()
+        if self.kind == "containerd" and isinstance(d, Containerd):
             from cri.runtime.service import RuntimeOptions
 
-            self.d.import_images(factory, RuntimeOptions(state_dir=self.root).pause, [])
+            d.import_images(factory, RuntimeOptions(state_dir=self.root).pause, [])
         return client
 
     def daemon_pid(self) -> int:
+        assert self.d is not None and self.d.proc is not None  # started
         return self.d.proc.pid
 
     def per_pod_pids(self, client: CRIClient, sid: str, cid: str) -> list[int]:

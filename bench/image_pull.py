@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import ParamSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -49,10 +50,27 @@ def podman_reset(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def timed(fn: Callable[[], object]) -> float:
+P = ParamSpec("P")
+
+
+def timed(fn: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> float:
     t0 = time.perf_counter()
-    fn()
+    fn(*args, **kwargs)
     return time.perf_counter() - t0
+
+
+def import_in_process(state_dir: Path, archive: Path) -> None:
+    ImageStore(state_dir).import_archive(archive)
+
+
+def pull_in_process(state_dir: Path, registries: RegistriesConfig, name: str) -> None:
+    asyncio.run(pull_image(ImageStore(state_dir, registries), name))
+
+
+def nodeagent_image(state_dir: Path, *args: str) -> None:
+    """`nodeagent image --state-dir <state_dir> <args>`: the CLI, as a person runs it."""
+    subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(state_dir), *args],
+                   check=True, capture_output=True)
 
 
 def main() -> int:
@@ -73,15 +91,13 @@ def main() -> int:
         ours, cli, ref = [], [], []
         for i in range(args.iterations):
             store_dir = work / f"s{i}"
-            ours.append(timed(lambda d=store_dir: ImageStore(d).import_archive(built.docker_archive)))
+            ours.append(timed(import_in_process, store_dir, built.docker_archive))
             shutil.rmtree(store_dir)
-            cli.append(timed(lambda d=store_dir: subprocess.run(
-                [sys.executable, "-m", "nodeagent", "image", "--state-dir", str(d), "import", "--no-progress",
-                 str(built.docker_archive)], check=True, capture_output=True)))
+            cli.append(timed(nodeagent_image, store_dir, "import", "--no-progress", str(built.docker_archive)))
             shutil.rmtree(store_dir)
             if use_podman:
                 root = work / f"p{i}"
-                ref.append(timed(lambda r=root: podman(r, "load", "-q", "-i", str(built.docker_archive))))
+                ref.append(timed(podman, root, "load", "-q", "-i", str(built.docker_archive)))
                 podman_reset(root)
         report("nodeagent (in-process)", ours)
         report("nodeagent image import (CLI)", cli)
@@ -98,15 +114,13 @@ def main() -> int:
         cfg = RegistriesConfig.from_dict({"mirrors": {reg.host: {"endpoint": [f"http://{reg.host}"]}}})
         for i in range(args.iterations):
             store_dir = work / f"s{i}"
-            ours.append(timed(lambda d=store_dir: asyncio.run(pull_image(ImageStore(d, cfg), name))))
+            ours.append(timed(pull_in_process, store_dir, cfg, name))
             shutil.rmtree(store_dir)
-            cli.append(timed(lambda d=store_dir: subprocess.run(
-                [sys.executable, "-m", "nodeagent", "image", "--state-dir", str(d), "pull", "--no-progress", name],
-                check=True, capture_output=True)))
+            cli.append(timed(nodeagent_image, store_dir, "pull", "--no-progress", name))
             shutil.rmtree(store_dir)
             if use_podman:
                 root = work / f"p{i}"
-                ref.append(timed(lambda r=root: podman(r, "pull", "-q", "--tls-verify=false", name)))
+                ref.append(timed(podman, root, "pull", "-q", "--tls-verify=false", name))
                 podman_reset(root)
         report("nodeagent (in-process)", ours)
         report("nodeagent image pull (CLI)", cli)

@@ -27,10 +27,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from netproxy_common import commit_one_rule, ep, netns, objects
-
+from bench.netproxy_common import commit_one_rule, ep, netns, objects
 from kernel import nftables as nl
 from kernel.netns import NetnsWorker
 from netproxy.iptables import nftrules as R

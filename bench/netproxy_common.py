@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 
-from netproxy.nftables import netlink as nl
+from kernel import nftables as nl
 from nodeagent.testing.netproxy_lab import endpoint_slice, service
 
 

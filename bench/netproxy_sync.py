@@ -32,12 +32,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # netproxy_common
 
-from netproxy_common import commit_one_rule, ep, netns, objects
-
+from bench.netproxy_common import commit_one_rule, ep, netns, objects
 from kernel.netns import NetnsWorker
 from netproxy.backends import make_proxier
+from netproxy.iptables.nftproxier import IptablesNftProxier
+from netproxy.iptables.proxier import IptablesProxier
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
 from nodeagent.testing.netproxy_lab import endpoint_slice, service
@@ -257,6 +257,7 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
     worker = NetnsWorker(ns)
     node = NodeConfig(node_name="bench", cluster_cidr="10.100.0.0/14")
     proxier = make_proxier(mode, node, **opts)
+    ipt = proxier if isinstance(proxier, IptablesProxier | IptablesNftProxier) else None  # iptables modes
     proxy = Proxy(proxier, worker, clear_conntrack=False)
     out: dict = {"mode": label, "services": n}
     try:
@@ -273,11 +274,11 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
         out["full"] = time.perf_counter() - t0
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # restore tools: their own CPU vs the kernel's
         out["child_cpu"] = (ru1.ru_utime - ru0.ru_utime, ru1.ru_stime - ru0.ru_stime)
-        if label.startswith("iptables") and label != "iptables-nft-restore" and not args.no_floor:
+        if ipt is not None and label != "iptables-nft-restore" and not args.no_floor:
             from netproxy.iptables.plan import full_restore
 
             # the floor right after our full sync, on the same ruleset (the machine's load drifts)
-            out["floor_adjacent"], out["floor_cpu"] = floor_restore(full_restore(proxier.plans, node))
+            out["floor_adjacent"], out["floor_cpu"] = floor_restore(full_restore(ipt.plans, node))
         out["timing"] = dict(getattr(proxier, "timing", {}) or {})
         out["load"] = os.getloadavg()[0]
         out["rules"] = r.rules if r else 0
@@ -293,17 +294,17 @@ async def run_mode(label: str, n: int, eps: int, changes: int, args) -> dict:
             out["cpu_split"] = [pct([x[k] for x in splits], 0.5) for k in range(2)]
         elif splits:
             out["split"] = [pct([x[k] for x in splits], 0.5) for k in range(3)]
-        if label.startswith("iptables") and not args.no_floor and n not in args.floored:
+        if ipt is not None and not args.no_floor and n not in args.floored:
             args.floored.add(n)  # once per size, on the first iptables mode's final ruleset
             i = ((changes - 1) * 7919) % n
             spn, sp = next((k, v) for k, v in proxy.state.services.items() if k.name == f"svc{i}")
-            out.update(floors_iptables(proxier.plans, node, spn, sp, proxy.state.endpoints[spn],
-                                       proxier._large(proxy.state), 5, args.pyiptc_full_max))
-        if label == "iptables" and not args.no_floor:
+            out.update(floors_iptables(ipt.plans, node, spn, sp, proxy.state.endpoints[spn],
+                                       ipt._large(proxy.state), 5, args.pyiptc_full_max))
+        if label == "iptables" and ipt is not None and not args.no_floor:
             i = ((changes - 1) * 7919) % n
             spn, sp = next((k, v) for k, v in proxy.state.services.items() if k.name == f"svc{i}")
             out.update(floors_iptables_nft(ns, worker, proxier, spn, sp, proxy.state.endpoints[spn],
-                                           proxier._large(proxy.state), 5))
+                                           ipt._large(proxy.state), 5))
         if label == "nftables" and not args.no_floor:
             out["floor_elem"] = floor_nft_element(ns, node.nft_table)
             if n <= args.nft_floor_max:

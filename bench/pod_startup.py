@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -227,7 +228,7 @@ def _processes() -> dict[int, tuple[int, str]]:
     return out
 
 
-def pod_infrastructure(parent: int, shims: list[int] = ()) -> list[int]:  # type: ignore[assignment]
+def pod_infrastructure(parent: int, shims: Sequence[int] = ()) -> list[int]:
     """The per-pod processes a node keeps beside the pods' own: our runtime's shim and pause children of
     `parent` (the process holding our runtime), or containerd's `shims`, and the pause processes below
     those shims. The containers' own processes (the shims' other children, `sleep` here) are the workload

@@ -142,7 +142,7 @@ async def run_one(kind: str, n_nodes: int, profile: bool, measure: int | None = 
     for i in range(n_init):
         cluster.add_pod(_pod(kind, i, "init"))
     await sched.wait_scheduled(n_init)
-    measure = [_pod(kind, i, "measure") for i in range(n_measure)]
+    measured = [_pod(kind, i, "measure") for i in range(n_measure)]
     gc.collect()
     prof = cProfile.Profile() if profile else None
     t0 = time.perf_counter()
@@ -150,7 +150,7 @@ async def run_one(kind: str, n_nodes: int, profile: bool, measure: int | None = 
     if prof:
         prof.enable()
     churn = asyncio.create_task(_churn(cluster, kind)) if kind == "preemption" else None
-    for p in measure:
+    for p in measured:
         cluster.add_pod(p)
     await counter.done.wait()
     if prof:
@@ -239,11 +239,11 @@ async def run_apiserver(kind: str, n_nodes: int, data_dir: Path, measure: int | 
         watcher = asyncio.create_task(watch())
         await _create_all(client, "pods", [strip(_pod(kind, i, "init")) for i in range(n_init)], ns)
         await events["init"].wait()
-        measure = [strip(_pod(kind, i, "measure")) for i in range(n_measure)]
+        measured = [strip(_pod(kind, i, "measure")) for i in range(n_measure)]
         setup = time.perf_counter() - t_setup
         c0 = _server_cpu(srv.proc.pid)
         t0 = time.perf_counter()
-        await asyncio.gather(_create_all(client, "pods", measure, ns), events["measure"].wait())
+        await asyncio.gather(_create_all(client, "pods", measured, ns), events["measure"].wait())
         dt = time.perf_counter() - t0
         cpu = _server_cpu(srv.proc.pid) - c0
         watcher.cancel()

@@ -83,14 +83,15 @@ def sniff(stream: IO[bytes]) -> bytes:
 
 
 def open_decompressed(raw: Reader, head: bytes) -> Reader:
-    """A reader of the tar stream for a gzip, zstd or plain layer, told apart by magic bytes."""
-    if head[:2] == GZIP_MAGIC:  # the stubs want a file with seek; both only read() a stream
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[call-overload]  # seek: rewind() only
+    """A reader of the tar stream for a gzip, zstd or plain layer, told apart by magic bytes. (Both
+    decompressors' stubs ask for a seekable file; reading a stream forward, they only call read().)"""
+    if head[:2] == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[call-overload]  # seek is for rewind()
     if head == ZSTD_MAGIC:
         import zstandard
 
         zstd = zstandard.ZstdDecompressor()
-        return zstd.stream_reader(raw, read_across_frames=True)  # type: ignore[arg-type]  # reads only
+        return zstd.stream_reader(raw, read_across_frames=True)  # type: ignore[arg-type]  # only read()s
     return raw
 
 
@@ -247,8 +248,9 @@ def _extract(reader: _HashingReader, raw: _HashingReader, root: _Root, as_root: 
     import zstandard
 
     try:
-        # typeshed's tarfile wants write, seek, tell and close of any fileobj; a stream ("r|") only reads
-        with tarfile.open(fileobj=reader, mode="r|", errorlevel=1) as tar:  # type: ignore[call-overload]
+        stream = tarfile.open(  # type: ignore[call-overload]  # typeshed wants seek etc.; "r|" only reads
+            fileobj=reader, mode="r|", errorlevel=1)
+        with stream as tar:
             for member in tar:
                 stats.entries += 1
                 try:
