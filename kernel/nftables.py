@@ -6,6 +6,12 @@ the kernel costs. Only what our rule writers need is here (netproxy's nftables m
 its iptables mode on nf_tables, netpol's nftables backend): tables, chains, rules from
 a handful of expressions, named/anonymous sets and maps, and their elements.
 Every batch is one transaction (BATCH_BEGIN … BATCH_END in one sendmsg).
+
+One module on purpose, though over 600 lines: it is one wire protocol, and its writers and tests
+use it as one namespace (`from kernel import nftables as nl`; nl.Batch, nl.lookup, nl.NftSocket,
+nl.RULE_HANDLE, ... about a hundred names). Its parts follow the wire: constants, attribute and
+key encodings, expressions, the batch, the socket that sends it and reads replies back. Cut into
+modules, that namespace would be re-exported name by name, or each writer would import from three.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ x_tables: every change there is a whole-table replace (~0.3-0.5 s at 10k).
   handles; 0.3 s at 10k, which the echo saves).
   Chains the kernel does not have yet (the initial load, or >= CHUNK new ports) are
   first created and filled in transactions of CHUNK ports, sent by a writer thread
-  while this one plans and encodes the next chunk (sendmsg releases the GIL): nothing
+  (nftwriter.py) while this one plans and encodes the next chunk (sendmsg releases the GIL): nothing
   references them until the last transaction, so traffic sees the old ruleset or the
   whole new one, and a failed chunk leaves only unreferenced chains that the next full
   sync (which then reads the kernel's chains) refills or deletes. Resyncs may also
@@ -82,13 +82,12 @@ from __future__ import annotations
 
 import gc
 import logging
-import queue
-import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from kernel import nftables as nl
 from netproxy.iptables.nftrules import body, encode, use_counters
+from netproxy.iptables.nftwriter import Writer
 from netproxy.iptables.plan import (
     FILTER,
     NAT,
@@ -131,47 +130,6 @@ def _jump_target(rule: dict[int, bytes]) -> str | None:
 
 def _handle(rule: dict[int, bytes]) -> int:
     return int.from_bytes(rule[nl.RULE_HANDLE], "big")
-
-
-class _Writer:
-    """Commits batches in order on a thread of its own: sendmsg releases the GIL while the kernel
-    commits, so the caller plans and encodes the next batch meanwhile (on the other core). The
-    socket is the caller's (bound in its netns); the caller does not use it until close().
-    After a failure the rest is not sent; put() and close() raise it."""
-
-    def __init__(self, sock: nl.NftSocket) -> None:
-        self.sock = sock
-        self.queue: queue.Queue[nl.Batch | None] = queue.Queue(maxsize=2)  # bounds the memory held
-        self.error: BaseException | None = None
-        self.cpu = 0.0  # the thread's CPU seconds: the kernel's commits, mostly
-        self.thread: threading.Thread | None = None
-        self.echoed: list[tuple[int, int, dict[int, bytes]]] = []  # the last batch's echoed messages
-
-    def _run(self) -> None:
-        c0 = time.thread_time()
-        while (b := self.queue.get()) is not None:
-            if self.error is None:
-                try:
-                    self.echoed = self.sock.send(b)
-                except BaseException as e:  # handed to the caller
-                    self.error = e
-        self.cpu = time.thread_time() - c0
-
-    def put(self, batch: nl.Batch) -> None:
-        if self.error is not None:
-            raise self.error
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name="nft-writer", daemon=True)
-            self.thread.start()
-        self.queue.put(batch)
-
-    def close(self, raise_error: bool = True) -> None:
-        if self.thread is not None:
-            self.queue.put(None)
-            self.thread.join()
-            self.thread = None
-        if raise_error and self.error is not None:
-            raise self.error
 
 
 # Service ports per transaction when a full sync creates their chains (initial load); see full_sync
@@ -336,7 +294,7 @@ class IptablesNftProxier:
         items = plans.items() if isinstance(plans, Mapping) else plans
         done: dict[ServicePortName, PortRules] = {}
         preloaded: set[str] = set()  # chains created and filled by the chunks
-        writer = _Writer(sock)
+        writer = Writer(sock)
         pending: list[tuple[PortRules, bool]] = []  # (plan, whole: its existing chains rewritten too)
         old = self.plans if self.resync_chunk and self.plans else {}
         chunk = self.resync_chunk if old else chunk
