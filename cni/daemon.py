@@ -3,8 +3,8 @@
 The exec'd thin client (C, or `cni.client`) sends plugin, env and stdin (wire format in
 `cni.client`); the daemon runs exactly the `skel.dispatch` the in-process fallback runs
 and answers with the exit status and stdout.
-A fixed pool of worker threads (each with its own netlink socket); IPAM correctness never depends on the daemon (its
-flock works between threads as between processes).
+A fixed pool of worker threads (each with its own netlink socket); IPAM correctness never depends
+on the daemon (its flock works between threads as between processes).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 `python -m cni.install --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d` (what `make cni-install`
 runs). nodeagent-bridge and nodeagent-portmap are the compiled C thin client (cni/native/cni_client.c)
-when a C compiler is present; host-local, and those two without a compiler, are `#!<venv python> -IS` launchers: no
-site-packages scan at start-up (≈12 ms instead of ≈30 ms) that run `cni.client` from this tree.
+when a C compiler is present; host-local, and those two without a compiler, are `#!<venv python> -IS`
+launchers: no site-packages scan at start-up (≈12 ms instead of ≈30 ms) that run `cni.client` from
+this tree.
 """
 
 from __future__ import annotations
@@ -47,9 +48,11 @@ def build_native(out: str, plugin: str, python: str = sys.executable, root: Path
     tmp = temp_path(out)
     defines = [f'-DPLUGIN="{plugin}"', f'-DPYTHON="{python}"', f'-DROOT="{root}"',
                f'-DDEFAULT_SOCKET="{DEFAULT_SOCKET}"']
-    p = subprocess.run([cc, "-O2", "-Wall", "-o", tmp, *defines, str(NATIVE_SRC)], capture_output=True, text=True)
+    p = subprocess.run([cc, "-O2", "-Wall", "-o", tmp, *defines, str(NATIVE_SRC)],
+                       capture_output=True, text=True)
     if p.returncode != 0:
-        sys.stderr.write(f"cni.install: C client not built ({p.stderr.strip()[-300:]}); using the Python one\n")
+        sys.stderr.write(f"cni.install: C client not built ({p.stderr.strip()[-300:]}); "
+                         "using the Python one\n")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         return False
@@ -71,7 +74,8 @@ def default_conflist(subnet: str = "10.244.0.0/24", bridge: str = "na0",
     }
 
 
-def install(bin_dir: str, conf_dir: str | None, python: str = sys.executable, native: bool = True) -> list[str]:
+def install(bin_dir: str, conf_dir: str | None, python: str = sys.executable,
+            native: bool = True) -> list[str]:
     done = []
     os.makedirs(bin_dir, exist_ok=True)
     for exe, plugin in PLUGINS.items():

@@ -49,7 +49,8 @@ class NetworkConfigList:
         except ValueError as e:
             raise CNIError(6, f"invalid JSON in CNI config {source}: {e}") from e
         if "plugins" not in doc:  # a single-plugin .conf file
-            doc = {"cniVersion": doc.get("cniVersion", "0.4.0"), "name": doc.get("name", ""), "plugins": [doc]}
+            doc = {"cniVersion": doc.get("cniVersion", "0.4.0"), "name": doc.get("name", ""),
+                   "plugins": [doc]}
             raw = json.dumps(doc).encode()
         if not doc.get("name") or not doc.get("plugins"):
             raise CNIError(6, f"CNI config {source} needs a name and at least one plugin")
@@ -172,7 +173,8 @@ class CNI:
         if proc.returncode != 0:
             try:
                 doc = json.loads(out)
-                raise CNIError(int(doc.get("code", 999)), doc.get("msg", ""), doc.get("details", ""), plugin["type"])
+                raise CNIError(int(doc.get("code", 999)), doc.get("msg", ""), doc.get("details", ""),
+                               plugin["type"])
             except (ValueError, AttributeError):
                 raise CNIError(999, (err or out).decode(errors="replace").strip() or
                                f"exit status {proc.returncode}", plugin=plugin["type"]) from None

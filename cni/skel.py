@@ -52,7 +52,8 @@ class CmdArgs:
     __slots__ = ("command", "container_id", "netns", "ifname", "args", "path", "config", "stdin", "env")
 
     def __init__(self, command: str, container_id: str, netns: str, ifname: str, args: dict[str, str],
-                 path: list[str], config: dict[str, Any], stdin: bytes, env: Mapping[str, str] | None = None) -> None:
+                 path: list[str], config: dict[str, Any], stdin: bytes,
+                 env: Mapping[str, str] | None = None) -> None:
         self.command = command
         self.container_id = container_id
         self.netns = netns
@@ -158,7 +159,8 @@ def dispatch(plugin: Plugin, env: Mapping[str, str], stdin: bytes,
     except CNIError as e:
         return 1, _dump(e.to_json(reply_version))
     except Exception as e:  # the boundary: every unexpected failure is the spec's internal error
-        return 1, _dump(CNIError(INTERNAL, "internal error", f"{type(e).__name__}: {e}").to_json(reply_version))
+        err = CNIError(INTERNAL, "internal error", f"{type(e).__name__}: {e}")
+        return 1, _dump(err.to_json(reply_version))
 
 
 def _dump(obj: Any) -> bytes:

@@ -44,8 +44,8 @@ async def serve(config: CRIConfig, ready: asyncio.Event) -> None:
 
     cfg = config
     state = Path(cfg.state_dir)
-    opts = RuntimeOptions(state_dir=state, cni_conf_dir=cfg.cni_conf_dir, cni_bin_dirs=tuple(cfg.cni_bin_dirs),
-                          registries=cfg.registries)
+    opts = RuntimeOptions(state_dir=state, cni_conf_dir=cfg.cni_conf_dir,
+                          cni_bin_dirs=tuple(cfg.cni_bin_dirs), registries=cfg.registries)
     _check_binaries(opts)
     assert opts.cni_cache_dir is not None  # RuntimeOptions derives it from the state dir
     store = await asyncio.to_thread(open_image_store, Path(cfg.image_dir), cfg.registries)

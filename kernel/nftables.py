@@ -32,7 +32,8 @@ from kernel.errors import KernelError
 
 # netlink / nfnetlink
 NETLINK_NETFILTER = 12
-NLM_F_REQUEST, NLM_F_ACK, NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE, NLM_F_APPEND = 1, 4, 0x100, 0x200, 0x400, 0x800
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_REPLACE = 1, 4, 0x100
+NLM_F_EXCL, NLM_F_CREATE, NLM_F_APPEND = 0x200, 0x400, 0x800
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
 NFNL_SUBSYS_NFTABLES = 10
@@ -93,7 +94,8 @@ UDATA_SET_KEYBYTEORDER = 0
 BYTEORDER_HOST, BYTEORDER_BIG = 1, 2
 # nft's `typeof` set userdata (libnftnl udata TLVs: u8 type, u8 length, value; integers host-endian):
 # SET_KEYBYTEORDER 0, SET_DATABYTEORDER 1, SET_KEY_TYPEOF 3, SET_DATA_TYPEOF 4, SET_DATA_INTERVAL 6;
-# an expression is {0: kind, 1: its fields}; kinds as nft numbers them (payload 7, meta 9, concat 13, numgen 23)
+# an expression is {0: kind, 1: its fields}; kinds as nft numbers them (payload 7, meta 9, concat 13,
+# numgen 23)
 UD_KEYBYTEORDER, UD_DATABYTEORDER, UD_KEY_TYPEOF, UD_DATA_TYPEOF, UD_DATA_INTERVAL = 0, 1, 3, 4, 6
 UD_EXPR_PAYLOAD, UD_EXPR_META, UD_EXPR_CONCAT, UD_EXPR_NUMGEN = 7, 9, 13, 23
 UD_PROTO_IP, UD_PROTO_TH, UD_IP_SADDR, UD_IP_DADDR, UD_TH_DPORT = 12, 11, 11, 12, 2
@@ -261,7 +263,8 @@ def lookup(set_name: str, sreg: int, dreg: int | None = None, set_id: int | None
 
 @functools.lru_cache(maxsize=1 << 16)
 def numgen(dreg: int, modulus: int, offset: int = 0) -> bytes:
-    return expr("numgen", u32(1, dreg), u32(2, modulus), u32(3, NG_RANDOM), *([u32(4, offset)] if offset else []))
+    return expr("numgen", u32(1, dreg), u32(2, modulus), u32(3, NG_RANDOM),
+                *([u32(4, offset)] if offset else []))
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -456,8 +459,8 @@ class Batch:
         head = _rule_head(self.table, chain)
         buf, offsets = self.buf if len(self.buf) < _SEGMENT else self._seal(), self.offsets
         offsets.append(self._base + len(buf))
-        buf += _nlhdr(20 + len(head) + len(body), _NEWRULE, NLM_F_REQUEST | _APPEND | (NLM_F_ECHO if echo else 0),
-                      len(offsets), 0)
+        buf += _nlhdr(20 + len(head) + len(body), _NEWRULE,
+                      NLM_F_REQUEST | _APPEND | (NLM_F_ECHO if echo else 0), len(offsets), 0)
         buf += self._nfgen
         buf += head
         buf += body
@@ -582,7 +585,8 @@ class NftSocket:
         """The kernel answers within the send/dump call that asked; a silence means a reply we do not
         recognise was the last one, so fail loudly instead of waiting forever."""
         if not select.select([self.sock], [], [], REPLY_TIMEOUT)[0]:
-            raise NftError(errno.ETIMEDOUT, f"nf_tables: no reply from the kernel within {REPLY_TIMEOUT:.0f} s")
+            raise NftError(errno.ETIMEDOUT,
+                           f"nf_tables: no reply from the kernel within {REPLY_TIMEOUT:.0f} s")
         return self.sock.recv(n)
 
     def send(self, batch: Batch) -> list[tuple[int, int, dict[int, bytes]]]:
@@ -636,8 +640,9 @@ class NftSocket:
         if errors:
             idx, err = errors[0]
             what = _describe(batch.msgs[idx]) if idx >= 0 else "batch"
-            raise NftError(err, f"nf_tables batch failed at message {idx} ({what}): {errno.errorcode.get(err, err)}"
-                                f" ({os.strerror(err)}); {len(errors)} error(s)")
+            raise NftError(err, f"nf_tables batch failed at message {idx} ({what}): "
+                                f"{errno.errorcode.get(err, err)} ({os.strerror(err)}); "
+                                f"{len(errors)} error(s)")
         return echoed
 
     def get_chain(self, table: str, chain: str, family: int = NFPROTO_IPV4) -> dict[int, bytes] | None:
@@ -649,8 +654,9 @@ class NftSocket:
         """The handles of `chain`'s rules in order: a rule dump reading only NFTA_RULE_HANDLE."""
         body = s(RULE_TABLE, table) + s(RULE_CHAIN, chain)
         seq = next(self._seq)
-        self.sock.sendall(struct.pack("=IHHII", 20 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | GETRULE,
-                                      NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + struct.pack("=BBH", family, 0, 0) + body)
+        hdr = struct.pack("=IHHII", 20 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | GETRULE,
+                          NLM_F_REQUEST | NLM_F_DUMP, seq, 0)
+        self.sock.sendall(hdr + struct.pack("=BBH", family, 0, 0) + body)
         out: list[int] = []
         unpack_hdr, unpack_attr = struct.Struct("=IHHII").unpack_from, struct.Struct("=HH").unpack_from
         be64 = struct.Struct(">Q").unpack_from

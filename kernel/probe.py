@@ -47,7 +47,8 @@ def _run_ok(argv: list[str]) -> tuple[bool, str]:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, str(e)
-    return p.returncode == 0, (p.stderr or p.stdout).strip().splitlines()[-1] if (p.stderr or p.stdout).strip() else ""
+    said = (p.stderr or p.stdout).strip()
+    return p.returncode == 0, said.splitlines()[-1] if said else ""
 
 
 def probe_overlayfs() -> Feature:
@@ -61,7 +62,8 @@ def probe_ipvs() -> Feature:
     if not os.path.exists("/proc/net/ip_vs"):
         _modprobe("ip_vs")
     ok = os.path.exists("/proc/net/ip_vs")
-    return Feature("ipvs", ok, "" if ok else "kernel has no IPVS (/proc/net/ip_vs missing, ip_vs module not loadable)")
+    return Feature("ipvs", ok,
+                   "" if ok else "kernel has no IPVS (/proc/net/ip_vs missing, ip_vs module not loadable)")
 
 
 def probe_nftables() -> Feature:
@@ -88,7 +90,8 @@ def _probe_link_kind(kind: str, extra: dict | None = None) -> Feature:
         try:
             ipr.link("add", ifname=name, kind=kind, **(extra or {}))
         except NetlinkError as e:
-            return Feature(kind, False, f"kernel refused to create a link of kind {kind}: {e.args[-1] if e.args else e}")
+            why = e.args[-1] if e.args else e
+            return Feature(kind, False, f"kernel refused to create a link of kind {kind}: {why}")
         finally:
             delete_link(ipr, name)
     return Feature(kind, True)
@@ -138,14 +141,16 @@ def probe_oom_score_adj_lowering() -> Feature:
                        text=True, check=False)
     ok = p.returncode == 0
     return Feature("oom-score-adj-lower", ok,
-                   "" if ok else "no CAP_SYS_RESOURCE: oom_score_adj is clamped to the parent's (restrict_oom_score_adj)")
+                   "" if ok else "no CAP_SYS_RESOURCE: oom_score_adj is clamped to the parent's "
+                                 "(restrict_oom_score_adj)")
 
 
 def probe_apparmor() -> Feature:
     """AppArmor is usable when the LSM is enabled and its securityfs interface is mounted."""
     enabled = Path("/sys/module/apparmor/parameters/enabled")
     if not enabled.exists() or enabled.read_text().strip() != "Y":
-        return Feature("apparmor", False, "the kernel has no AppArmor LSM enabled (/sys/module/apparmor absent)")
+        return Feature("apparmor", False,
+                       "the kernel has no AppArmor LSM enabled (/sys/module/apparmor absent)")
     if not Path("/sys/kernel/security/apparmor").exists():
         return Feature("apparmor", False, "securityfs has no apparmor directory")
     return Feature("apparmor", True)
@@ -215,7 +220,8 @@ class HostReport:
             "proxy modes available": ", ".join(modes),
             "default proxy mode": self.proxy_mode,
             "cross-node networking": ", ".join(
-                m for m, ok in (("host-gw", True), ("ipip", self.has("ipip")), ("vxlan", self.has("vxlan"))) if ok),
+                m for m, ok in (("host-gw", True), ("ipip", self.has("ipip")), ("vxlan", self.has("vxlan")))
+                if ok),
             "oom_score_adj": "as requested" if self.has("oom-score-adj-lower")
             else "clamped to the runtime's own (restrict_oom_score_adj)",
         }

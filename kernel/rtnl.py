@@ -61,7 +61,8 @@ def add_route(index: int, dst: str, gw: str | None, seq: int) -> bytes:
     net = ipaddress.ip_network(dst, strict=False)
     fam = socket.AF_INET6 if net.version == 6 else socket.AF_INET
     scope = RT_SCOPE_UNIVERSE if gw else RT_SCOPE_LINK
-    body = struct.pack("=BBBBBBBBI", fam, net.prefixlen, 0, 0, RT_TABLE_MAIN, RTPROT_BOOT, scope, RTN_UNICAST, 0)
+    body = struct.pack("=BBBBBBBBI", fam, net.prefixlen, 0, 0, RT_TABLE_MAIN, RTPROT_BOOT, scope,
+                       RTN_UNICAST, 0)
     if net.prefixlen:
         body += _attr(RTA_DST, net.network_address.packed)
     if gw:
@@ -129,14 +130,17 @@ def _mac(mac: str) -> bytes:
     return bytes.fromhex(mac.replace(":", ""))
 
 
-def new_veth(host: str, peer: str, netns_fd: int, master: int, peer_mac: str, mtu: int | None, seq: int) -> bytes:
+def new_veth(host: str, peer: str, netns_fd: int, master: int, peer_mac: str, mtu: int | None,
+             seq: int) -> bytes:
     """One RTM_NEWLINK: the host end up and enslaved, the peer created directly inside the netns."""
-    peer_attrs = _name(peer) + _attr(IFLA_NET_NS_FD, struct.pack("=I", netns_fd)) + _attr(IFLA_ADDRESS, _mac(peer_mac))
+    peer_attrs = (_name(peer) + _attr(IFLA_NET_NS_FD, struct.pack("=I", netns_fd))
+                  + _attr(IFLA_ADDRESS, _mac(peer_mac)))
     host_attrs = _name(host) + _attr(IFLA_MASTER, struct.pack("=I", master))
     if mtu:
         peer_attrs += _attr(IFLA_MTU, struct.pack("=I", mtu))
         host_attrs += _attr(IFLA_MTU, struct.pack("=I", mtu))
-    info = _attr(IFLA_INFO_KIND, b"veth\0") + _attr(IFLA_INFO_DATA, _attr(VETH_INFO_PEER, _ifinfo() + peer_attrs))
+    peer_info = _attr(VETH_INFO_PEER, _ifinfo() + peer_attrs)
+    info = _attr(IFLA_INFO_KIND, b"veth\0") + _attr(IFLA_INFO_DATA, peer_info)
     body = _ifinfo(0, IFF_UP, IFF_UP) + host_attrs + _attr(IFLA_LINKINFO, info)
     return _msg(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, seq, body)
 

@@ -26,7 +26,8 @@ def wire(informers: SharedInformers, enforcer: Enforcer) -> None:
                    lambda old, new: enforcer.on_namespace(new["metadata"]["name"], _labels(new)),
                    lambda o: enforcer.on_namespace(o["metadata"]["name"], None))
     pods = informers.get("pods")
-    pods.add_handler(lambda o: enforcer.on_pod(key_of(o), o), lambda old, new: enforcer.on_pod(key_of(new), new),
+    pods.add_handler(lambda o: enforcer.on_pod(key_of(o), o),
+                     lambda old, new: enforcer.on_pod(key_of(new), new),
                      lambda o: enforcer.on_pod(key_of(o), None))
     pols = informers.get("networkpolicies")
     pols.add_handler(lambda o: enforcer.on_policy(key_of(o), o),

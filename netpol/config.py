@@ -28,4 +28,5 @@ class NetpolConfig:
         if not (self.chain_prefix and self.set_prefix and self.table):
             raise ValueError("netpol: chain prefix, set prefix and table must be named")
         if self.min_sync_period < 0 or self.sync_period < 0:
-            raise ValueError(f"netpol sync periods {self.min_sync_period}/{self.sync_period}: must not be negative")
+            raise ValueError(f"netpol sync periods {self.min_sync_period}/{self.sync_period}: "
+                             "must not be negative")

@@ -60,7 +60,8 @@ def ensure_bridge_netfilter() -> bool:
                 return False
         with open(BR_NF_SYSCTL, "w") as f:
             f.write("1")
-        log.info("netpol: enabled net.bridge.bridge-nf-call-iptables (same-node pod traffic crosses a bridge)")
+        log.info("netpol: enabled net.bridge.bridge-nf-call-iptables "
+                 "(same-node pod traffic crosses a bridge)")
         return True
     except FileNotFoundError:
         log.warning("netpol: br_netfilter is not loaded; same-node pod-to-pod traffic bypasses policy "

@@ -79,8 +79,8 @@ class IptablesBackend:
         for name, kind in sorted(model.set_kinds.items()):
             real = self.set_name(name)
             tmp = real[:30] + "~"
-            lines += [f"create {real} {_IPSET_TYPES[kind]} -exist", f"create {tmp} {_IPSET_TYPES[kind]} -exist",
-                      f"flush {tmp}"]
+            lines += [f"create {real} {_IPSET_TYPES[kind]} -exist",
+                      f"create {tmp} {_IPSET_TYPES[kind]} -exist", f"flush {tmp}"]
             lines += [f"add {tmp} {self._elem(kind, e)} -exist" for e in sorted(model.elements.get(name, {}))]
             lines += [f"swap {tmp} {real}", f"destroy {tmp}"]
         self._ipset(lines)
@@ -98,7 +98,8 @@ class IptablesBackend:
         for name, kind in sorted(ch.new_sets.items()):
             real = self.set_name(name)
             lines += [f"create {real} {_IPSET_TYPES[kind]} -exist", f"flush {real}"]
-            lines += [f"add {real} {self._elem(kind, e)} -exist" for e in sorted(model.elements.get(name, {}))]
+            lines += [f"add {real} {self._elem(kind, e)} -exist"
+                      for e in sorted(model.elements.get(name, {}))]
         for name, elems in ch.removed.items():
             if name in ch.new_sets or name not in model.set_kinds:
                 continue
@@ -135,8 +136,9 @@ class IptablesBackend:
                 me = "dst" if d == INGRESS else "src"
                 chain = self.chain_name(p.chain(d))
                 if chain not in chains:
+                    target = self.set_name(p.target_set())
                     chains[self.dispatch[d]].append(
-                        f"-A {self.dispatch[d]} -m set --match-set {self.set_name(p.target_set())} {me} -j {chain}")
+                        f"-A {self.dispatch[d]} -m set --match-set {target} {me} -j {chain}")
                     chains[chain] = []
                 mark = MARK_INGRESS if d == INGRESS else MARK_EGRESS
                 chains[chain] += [self._line(chain, d, ln, mark) for ln in p.lines.get(d, [])]
@@ -191,7 +193,8 @@ class IptablesBackend:
 
     def _delete_jumps(self) -> None:
         for _ in range(64):
-            p = subprocess.run([self.cmd, "-w", "-D", "FORWARD", "-j", self.forward], capture_output=True, check=False)
+            p = subprocess.run([self.cmd, "-w", "-D", "FORWARD", "-j", self.forward], capture_output=True,
+                               check=False)
             if p.returncode != 0:
                 return
 
@@ -214,7 +217,8 @@ class IptablesBackend:
         self._delete_jumps()
         chains = self._our_chains()
         if chains:
-            out = ["*filter"] + [f":{c} - [0:0]" for c in sorted(chains)] + [f"-X {c}" for c in sorted(chains)]
+            names = sorted(chains)
+            out = ["*filter", *(f":{c} - [0:0]" for c in names), *(f"-X {c}" for c in names)]
             run([f"{self.cmd}-restore", "-w", "--noflush"], "\n".join(out + ["COMMIT"]) + "\n")
         sets = self._our_sets()
         if sets:

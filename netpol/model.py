@@ -104,7 +104,7 @@ class Policy:
     rules: dict[str, list[RuleSpec]]
     lines: dict[str, list[Line]] = dataclasses.field(default_factory=dict)
     defs: dict[str, SetDef] = dataclasses.field(default_factory=dict)  # every set its rules name
-    rule_sets: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)  # for tests/debugging
+    rule_sets: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)  # tests, debugging
 
     def chain(self, direction: str) -> str:
         """Policies with the same target set share one chain per direction (their rules concatenated),
@@ -196,8 +196,9 @@ def compile_policy(obj: Mapping[str, Any], pid: str) -> Policy:
                     blk = p["ipBlock"]
                     cidrs.extend(cidr_minus(blk["cidr"], blk.get("except") or ()))
                 else:
-                    peers.append(Peer(_selector(p.get("podSelector")) if "podSelector" in p else None,
-                                      _selector(p.get("namespaceSelector")) if "namespaceSelector" in p else None))
+                    pod_sel = _selector(p.get("podSelector")) if "podSelector" in p else None
+                    ns_sel = _selector(p.get("namespaceSelector")) if "namespaceSelector" in p else None
+                    peers.append(Peer(pod_sel, ns_sel))
             ports: list[PortSpec] = []
             for p in r.get("ports") or []:
                 port = p.get("port")
@@ -281,7 +282,8 @@ def pod_info(obj: Mapping[str, Any], node_name: str | None) -> PodInfo | None:
     ns = meta.get("namespace") or "default"
     local = node_name is None or spec.get("nodeName") == node_name
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    return PodInfo(f"{ns}/{meta.get('name')}", ns, labels, ip, local, tuple(ports), tuple(sorted(labels.items())))
+    return PodInfo(f"{ns}/{meta.get('name')}", ns, labels, ip, local, tuple(ports),
+                   tuple(sorted(labels.items())))
 
 
 _Plan = tuple[int | None, tuple[tuple[int | None, int | None], ...]]  # (target sid, ((pod sid, ns sid), ...))
@@ -305,7 +307,7 @@ class PolicyModel:
         self.set_kinds: dict[str, str] = {s: "ip" for s in ISO_SETS.values()}
         self.defs: dict[str, SetDef] = {}  # pod-derived and cidr sets in use
         self._def_refs: dict[str, int] = {}  # policies naming each set
-        self._iso_refs: dict[str, dict[str, int]] = {}  # target set -> direction -> policies isolating with it
+        self._iso_refs: dict[str, dict[str, int]] = {}  # target set -> direction -> policies isolating
         self._plans: dict[str, _Plan] = {}
         self._ns_defs: set[str] = set()  # sets whose members depend on namespace labels
         self._contrib: dict[tuple[str, str], frozenset[str]] = {}  # (set, pod key) -> elements
@@ -507,7 +509,8 @@ class PolicyModel:
         """The elements `pod` puts into set `d` (empty: not a member)."""
         target_sid, peers = self._plans[d.name]
         if target_sid is not None:  # target pods, or the destinations of an ingress named port
-            member = pod.local and pod.namespace == d.namespace and self._matches(target_sid, pod.labels, pod.lkey)
+            member = (pod.local and pod.namespace == d.namespace
+                      and self._matches(target_sid, pod.labels, pod.lkey))
         elif d.any_peer:
             member = True
         else:

@@ -92,7 +92,8 @@ class NftablesBackend:
         for name, kind in sorted(model.set_kinds.items()):
             out += self._add_set(name, kind, model.elements.get(name, {}))
         chains = self._all_chains(model)
-        out.append(f"add chain {self.t} forward {{ type filter hook forward priority filter; policy accept; }}")
+        out.append(f"add chain {self.t} forward "
+                   "{ type filter hook forward priority filter; policy accept; }")
         for c in chains:
             if c != "forward":
                 out.append(f"add chain {self.t} {c}")

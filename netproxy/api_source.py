@@ -21,7 +21,8 @@ class ApiSource:
     async def run(self, proxy: Proxy) -> None:
         services = Informer(self.client, "services")
         slices = Informer(self.client, "endpointslices")
-        services.add_handler(lambda o: proxy.on_service(None, o), proxy.on_service, lambda o: proxy.on_service(o, None))
+        services.add_handler(lambda o: proxy.on_service(None, o), proxy.on_service,
+                             lambda o: proxy.on_service(o, None))
         slices.add_handler(proxy.on_endpoint_slice, lambda old, new: proxy.on_endpoint_slice(new),
                            lambda o: proxy.on_endpoint_slice(o, removed=True))
         async with asyncio.TaskGroup() as tg:

@@ -34,7 +34,8 @@ class ProxyConfig:
         if self.ipvs_scheduler not in SCHEDULERS:
             raise ValueError(f"IPVS scheduler {self.ipvs_scheduler!r}: one of {', '.join(SCHEDULERS)}")
         if self.min_sync_period < 0 or self.sync_period < 0:
-            raise ValueError(f"proxy sync periods {self.min_sync_period}/{self.sync_period}: must not be negative")
+            raise ValueError(f"proxy sync periods {self.min_sync_period}/{self.sync_period}: "
+                             "must not be negative")
         try:
             for ip in self.node_ips:
                 ipaddress.ip_address(ip)

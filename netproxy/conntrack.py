@@ -30,7 +30,8 @@ def service_vips(sp: ServicePort) -> list[str]:
     return [ip for ip in (sp.cluster_ip, *sp.external_ips, *sp.load_balancer_ips) if ip]
 
 
-def clear_stale(stale_endpoints: Iterable[tuple[ServicePort, Endpoint]], stale_services: Iterable[ServicePort]) -> int:
+def clear_stale(stale_endpoints: Iterable[tuple[ServicePort, Endpoint]],
+                stale_services: Iterable[ServicePort]) -> int:
     """Delete UDP flows DNATed to removed endpoints, and flows to Services that just got endpoints."""
     n = 0
     done: set[tuple[str, ...]] = set()

@@ -107,8 +107,8 @@ def parse_service(obj: Mapping[str, Any] | None) -> dict[ServicePortName, Servic
     if spec.get("sessionAffinity") == "ClientIP":
         cfg = ((spec.get("sessionAffinityConfig") or {}).get("clientIP") or {})
         affinity = int(cfg.get("timeoutSeconds") or 10800)
-    lb_ips = _ipv4(i.get("ip") for i in ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
-                   if i.get("ip"))
+    ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    lb_ips = _ipv4(i.get("ip") for i in ingress if i.get("ip"))
     out: dict[ServicePortName, ServicePort] = {}
     for p in spec.get("ports") or []:
         proto = (p.get("protocol") or "TCP").upper()
@@ -178,7 +178,8 @@ def parse_endpoints(obj: Mapping[str, Any] | None) -> dict[tuple[str, str], tupl
             for field, ready in (("addresses", True), ("notReadyAddresses", False)):
                 for a in subset.get(field) or []:
                     if _ipv4([a.get("ip")]):
-                        lst.append(Endpoint(a["ip"], int(port["port"]), ready, ready, False, a.get("nodeName")))
+                        lst.append(Endpoint(a["ip"], int(port["port"]), ready, ready, False,
+                                            a.get("nodeName")))
     return {k: tuple(v) for k, v in out.items()}
 
 

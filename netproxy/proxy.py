@@ -38,7 +38,8 @@ class SyncStats:
 
 class Proxy:
     def __init__(self, proxier: Proxier, worker: NetnsWorker, min_interval: float = 0.0,
-                 max_interval: float = 30.0, retry_interval: float = 1.0, clear_conntrack: bool = True) -> None:
+                 max_interval: float = 30.0, retry_interval: float = 1.0,
+                 clear_conntrack: bool = True) -> None:
         self.proxier = proxier
         self.worker = worker
         self.services = ServiceChangeTracker()
@@ -92,7 +93,8 @@ class Proxy:
             pending = self._pending
             t0 = time.perf_counter()
             try:
-                result = await asyncio.wrap_future(self.worker.submit(self.proxier.sync, self.state, pending, full))
+                done = self.worker.submit(self.proxier.sync, self.state, pending, full)
+                result = await asyncio.wrap_future(done)
             except Exception:
                 self._need_full = True
                 self.stats.failures += 1

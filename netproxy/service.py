@@ -58,11 +58,13 @@ def node_config(config: ProxyConfig) -> NodeConfig:
 
 
 def proxier_options(config: ProxyConfig) -> dict[str, str]:
-    """Backend options from the node's flags (`--proxy-rule-counters`, `--ipvs-scheduler`, `--ipvs-strict-arp`)."""
+    """Backend options from the node's flags (`--proxy-rule-counters`, `--ipvs-scheduler`,
+    `--ipvs-strict-arp`)."""
     if config.mode == "iptables" and config.rule_counters:
         return {"counters": "true"}
     if config.mode == "ipvs":
-        return {"scheduler": config.ipvs_scheduler, "strict_arp": "true" if config.ipvs_strict_arp else "false"}
+        return {"scheduler": config.ipvs_scheduler,
+                "strict_arp": "true" if config.ipvs_strict_arp else "false"}
     return {}
 
 

@@ -25,13 +25,14 @@ from netproxy.model import (
 )
 
 PortEndpoints = dict[tuple[str, str], tuple[Endpoint, ...]]
+Ports = dict[ServicePortName, ServicePort]  # one Service's ports
 
 
 class ServiceChangeTracker:
     """Pending Service changes keyed by namespace/name: (as applied, as now)."""
 
     def __init__(self) -> None:
-        self._items: dict[str, list[dict[ServicePortName, ServicePort]]] = {}
+        self._items: dict[str, list[Ports]] = {}
         self._lock = threading.Lock()
 
     def update(self, prev: Mapping[str, Any] | None, cur: Mapping[str, Any] | None) -> bool:
@@ -55,7 +56,7 @@ class ServiceChangeTracker:
         with self._lock:
             return len(self._items)
 
-    def take(self) -> dict[str, tuple[dict[ServicePortName, ServicePort], dict[ServicePortName, ServicePort]]]:
+    def take(self) -> dict[str, tuple[Ports, Ports]]:
         with self._lock:
             items, self._items = self._items, {}
         return {k: (v[0], v[1]) for k, v in items.items()}

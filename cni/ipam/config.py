@@ -36,9 +36,10 @@ class Range:
 class IPAMConfig:
     __slots__ = ("name", "range_sets", "routes", "dns", "data_dir")
 
-    def __init__(self, name: str, range_sets: tuple[tuple[Range, ...], ...], routes: tuple[dict[str, Any], ...],
-                 dns: dict[str, Any], data_dir: str) -> None:
-        self.name, self.range_sets, self.routes, self.dns, self.data_dir = name, range_sets, routes, dns, data_dir
+    def __init__(self, name: str, range_sets: tuple[tuple[Range, ...], ...],
+                 routes: tuple[dict[str, Any], ...], dns: dict[str, Any], data_dir: str) -> None:
+        self.name, self.range_sets, self.routes = name, range_sets, routes
+        self.dns, self.data_dir = dns, data_dir
 
 
 def _ip(v: Any, what: str) -> IP:

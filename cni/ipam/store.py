@@ -80,8 +80,8 @@ class DiskStore:
         # Only a round-robin hint, written in place on purpose: a rename here costs an ext4 data
         # flush (~1.5 ms) per ADD, and a torn hint is harmless (an unparsable one restarts the scan).
         # Truncating to zero would trigger the same flush (ext4 auto_da_alloc): overwrite, then shorten.
-        fd = os.open(os.path.join(self.dir, f"{LAST_PREFIX}{range_set}"), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC,
-                     0o644)
+        fd = os.open(os.path.join(self.dir, f"{LAST_PREFIX}{range_set}"),
+                     os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             data = ip.encode()
             os.pwrite(fd, data, 0)

@@ -134,7 +134,8 @@ class Bridge:
                     raise
                 # a retried ADD (our host end from the earlier try), or a clash inside the netns
                 if not rtnl.delete(host_name):
-                    raise CNIError(INVALID_CONFIG, f"container already has an interface named {a.ifname}") from None
+                    raise CNIError(INVALID_CONFIG,
+                                   f"container already has an interface named {a.ifname}") from None
                 rtnl.request([new])
             undo.callback(rtnl.delete, host_name)
             host = rtnl.sysfs_link(host_name)
@@ -267,8 +268,8 @@ class Bridge:
         conf = parse_conf(a.config)
         if conf.ip_masq:
             be = iptables_backend(a.env)
-            if not any(os.access(os.path.join(d, f"iptables-{be}-restore"), os.X_OK)
-                       for d in a.env.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").split(os.pathsep) + ["/usr/sbin"]):
+            path = a.env.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").split(os.pathsep) + ["/usr/sbin"]
+            if not any(os.access(os.path.join(d, f"iptables-{be}-restore"), os.X_OK) for d in path):
                 raise CNIError(NOT_AVAILABLE, f"ipMasq needs iptables-{be}-restore, which is not installed")
         delegate.call("STATUS", conf.ipam_type, a.stdin, a.env, a.path)
 

@@ -48,7 +48,8 @@ def call(command: str, plugin_type: str, stdin: bytes, env: Mapping[str, str],
         p = subprocess.run([exe], input=stdin, env=env2, capture_output=True, check=False)
         code, out = p.returncode, p.stdout
         if code != 0 and not out.strip():
-            raise CNIError(INTERNAL, f"{plugin_type} failed ({code})", p.stderr.decode(errors="replace")[-500:])
+            raise CNIError(INTERNAL, f"{plugin_type} failed ({code})",
+                           p.stderr.decode(errors="replace")[-500:])
     data: Any = None
     if out.strip():
         try:

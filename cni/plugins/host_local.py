@@ -102,7 +102,8 @@ class HostLocal:
             if r.gateway is not None:
                 entry["gateway"] = str(r.gateway)
             ips.append(entry)
-        result: dict[str, Any] = {"cniVersion": a.version, "ips": ips, "routes": [dict(r) for r in cfg.routes]}
+        result: dict[str, Any] = {"cniVersion": a.version, "ips": ips,
+                                  "routes": [dict(r) for r in cfg.routes]}
         if cfg.dns:
             result["dns"] = cfg.dns
         return result

@@ -93,7 +93,7 @@ class _TarSource(_Source):
     def _member(self, rel: str) -> tarfile.TarInfo:
         m = self.members.get(posixpath.normpath(rel.lstrip("/")))
         seen = 0
-        while m is not None and (m.issym() or m.islnk()) and seen < 16:  # docker save uses links for dup layers
+        while m is not None and (m.issym() or m.islnk()) and seen < 16:  # docker save links repeated layers
             target = m.linkname if m.islnk() else posixpath.join(posixpath.dirname(m.name), m.linkname)
             m = self.members.get(posixpath.normpath(target.lstrip("/")))
             seen += 1
@@ -133,8 +133,8 @@ def read_archive(src: _Source, origin: str = "") -> list[ArchivedImage]:
         return _docker_archive(src)
     if src.exists("index.json"):
         return _oci_layout(src)
-    raise ArchiveError(f"{origin or 'archive'}: neither an OCI image layout (index.json) nor a docker-archive "
-                       "(manifest.json)")
+    raise ArchiveError(f"{origin or 'archive'}: neither an OCI image layout (index.json) nor a "
+                       "docker-archive (manifest.json)")
 
 
 def _normalise(name: str) -> str | None:
@@ -200,15 +200,15 @@ def _oci_layout(src: _Source) -> list[ArchivedImage]:
         layers = [ArchivedLayer(d, ld.digest, ld.size, _opener(src, _blob_path(ld.digest)))
                   for d, ld in zip(diff_ids, manifest.layers, strict=True)]
         size = manifest.config.size + sum(ld.size for ld in manifest.layers)
-        out.append(ArchivedImage([n for n in map(_normalise, names) if n], config_bytes, manifest.config.digest,
-                                 body, desc.digest, layers, size, extra))
+        out.append(ArchivedImage([n for n in map(_normalise, names) if n], config_bytes,
+                                 manifest.config.digest, body, desc.digest, layers, size, extra))
     return out
 
 
 def _diff_ids(config_bytes: bytes) -> list[str]:
     cfg = _json(config_bytes, "image config")
     try:
-        if not isinstance(cfg, dict):
+        if not isinstance(cfg, dict):  # a JSON list is no image config either
             raise TypeError
         diff_ids = list(cfg["rootfs"]["diff_ids"])
     except (KeyError, TypeError):

@@ -45,8 +45,8 @@ class BlobWriter:
         got = "sha256:" + self.sha.hexdigest()
         if got != self.expected or (self.expected_size >= 0 and self.size != self.expected_size):
             self.file.abort()
-            raise DigestMismatch(f"blob {self.expected}: received {self.size} bytes hashing to {got}"
-                                 + (f" (expected {self.expected_size} bytes)" if self.expected_size >= 0 else ""))
+            size = f" (expected {self.expected_size} bytes)" if self.expected_size >= 0 else ""
+            raise DigestMismatch(f"blob {self.expected}: received {self.size} bytes hashing to {got}{size}")
         self.file.commit()
         return self.dest
 

@@ -234,7 +234,8 @@ async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoin
         config = _json_config(await asyncio.to_thread(store.blobs.read, manifest.config.digest))
         diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
         if len(diff_ids) != len(manifest.layers):
-            raise PullError(f"manifest has {len(manifest.layers)} layers but the config {len(diff_ids)} diff_ids")
+            raise PullError(f"manifest has {len(manifest.layers)} layers but the config "
+                            f"{len(diff_ids)} diff_ids")
         with store.pinned(diff_ids):
             total = sum(max(ld.size, 0) for ld in manifest.layers)
             emit(progress, ProgressEvent(RESOLVED, shown, digest, 0, total))
@@ -251,8 +252,8 @@ async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoin
                     def on_bytes(n: int) -> None:
                         emit(progress, ProgressEvent(UNPACK, shown, desc.digest, n, desc.size))
 
-                    await _in_thread_to_completion(store.ensure_layer, diff_id, lambda: open(path, "rb"), None,
-                                                   on_bytes)
+                    await _in_thread_to_completion(store.ensure_layer, diff_id, lambda: open(path, "rb"),
+                                                   None, on_bytes)
                     emit(progress, ProgressEvent(LAYER_DONE, shown, desc.digest, desc.size, desc.size))
 
             try:
@@ -269,8 +270,8 @@ async def _pull_from(store: ImageStore, http: aiohttp.ClientSession, ep: Endpoin
                 for d, b in index_blobs.items():
                     store.blobs.put(b, d)
                 store.blobs.put(body, digest)
-                return store.record(manifest.config.digest, size, diff_ids,
-                                    [*index_blobs, digest, *(ld.digest for ld in manifest.layers)], digest, tags,
+                blobs = [*index_blobs, digest, *(ld.digest for ld in manifest.layers)]
+                return store.record(manifest.config.digest, size, diff_ids, blobs, digest, tags,
                                     [f"{ref.name}@{top_digest}"])
 
             image = await _in_thread_to_completion(finish)

@@ -1,4 +1,5 @@
-"""Image references, normalised the way Docker and containerd do (`busybox` = `docker.io/library/busybox:latest`)."""
+"""Image references, normalised the way Docker and containerd do (`busybox` =
+`docker.io/library/busybox:latest`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ OFFICIAL_PREFIX = "library/"
 DEFAULT_TAG = "latest"
 
 _COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*")
-_DOMAIN = re.compile(r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?))*"
+_DOMAIN = re.compile(r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)"
+                     r"(?:\.(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?))*"
                      r"(?::[0-9]+)?|\[[0-9a-fA-F:.]+\](?::[0-9]+)?")
 _TAG = re.compile(r"[\w][\w.-]{0,127}")
 _DIGEST = re.compile(r"sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128}")

@@ -173,7 +173,8 @@ class RegistriesConfig:
                 try:
                     re.compile(pattern)
                 except re.error as e:
-                    raise RegistriesConfigError(f"{origin}: mirrors.{name}.rewrite {pattern!r}: {e}") from None
+                    raise RegistriesConfigError(
+                        f"{origin}: mirrors.{name}.rewrite {pattern!r}: {e}") from None
                 rewrites.append((str(pattern), _go_replacement(str(repl))))
             key = "docker.io" if name in ("index.docker.io", "registry-1.docker.io") else str(name)
             mirrors[key] = Mirror(tuple(_normalise_endpoint(e) for e in eps), tuple(rewrites))
@@ -185,8 +186,9 @@ class RegistriesConfig:
             tls = c.get("tls")
             tls_cfg = None
             if tls:
-                tls_cfg = TLSConfig(bool(tls.get("insecure_skip_verify", False)), str(tls.get("ca_file") or ""),
-                                    str(tls.get("cert_file") or ""), str(tls.get("key_file") or ""))
+                tls_cfg = TLSConfig(bool(tls.get("insecure_skip_verify", False)),
+                                    str(tls.get("ca_file") or ""), str(tls.get("cert_file") or ""),
+                                    str(tls.get("key_file") or ""))
             key = urlsplit(host).netloc if "://" in str(host) else str(host)
             configs[key] = HostConfig(AuthConfig.from_dict(c.get("auth")), tls_cfg)
         return cls(mirrors, configs)

@@ -102,7 +102,7 @@ class ImageStore:
         self._mu = threading.RLock()
         self._cache: tuple[tuple[int, int, int], dict] | None = None
         self._layer_locks = _KeyedLocks()
-        self._pins: collections.Counter[str] = collections.Counter()  # digests in use by running pulls/imports
+        self._pins: collections.Counter[str] = collections.Counter()  # digests running pulls/imports use
         self._configs: dict[str, dict] = {}
         self._fs_cache: tuple[float, tuple[str, int, int]] | None = None
         self.clean_stale()
@@ -179,9 +179,11 @@ class ImageStore:
     def _image(self, rec: dict) -> Image:
         cfg = self._config(rec["id"])
         return Image(
-            id=rec["id"], repo_tags=list(rec.get("repo_tags", [])), repo_digests=list(rec.get("repo_digests", [])),
+            id=rec["id"], repo_tags=list(rec.get("repo_tags", [])),
+            repo_digests=list(rec.get("repo_digests", [])),
             size=int(rec.get("size", 0)), config=dict(cfg.get("config") or {}),
-            layers=[self.layer_path(d) for d in rec.get("diff_ids", [])], diff_ids=list(rec.get("diff_ids", [])),
+            layers=[self.layer_path(d) for d in rec.get("diff_ids", [])],
+            diff_ids=list(rec.get("diff_ids", [])),
             manifest_digest=rec.get("manifest_digest", ""), os=cfg.get("os", "linux"),
             architecture=cfg.get("architecture", ""))
 
@@ -307,7 +309,8 @@ class ImageStore:
             tmp.mkdir(mode=0o755)
             try:
                 with opener() as f:
-                    unpack(f, tmp, expected_diff_id=diff_id, on_bytes=on_bytes, expected_blob_digest=blob_digest)
+                    unpack(f, tmp, expected_diff_id=diff_id, on_bytes=on_bytes,
+                           expected_blob_digest=blob_digest)
                 try:
                     os.rename(tmp, dest)
                 except OSError as e:
@@ -319,8 +322,8 @@ class ImageStore:
                 raise
         return dest
 
-    def record(self, image_id: str, size: int, diff_ids: builtins.list[str], blobs: builtins.list[str], manifest_digest: str,
-               tags: builtins.list[str], digests: builtins.list[str]) -> Image:
+    def record(self, image_id: str, size: int, diff_ids: builtins.list[str], blobs: builtins.list[str],
+               manifest_digest: str, tags: builtins.list[str], digests: builtins.list[str]) -> Image:
         """Add or update an image; a tag moves here from any image that had it. Names are normalised."""
         tags = [parse(t).tagged or t for t in tags]
         digests = [parse(d).digested or d for d in digests]

@@ -205,7 +205,8 @@ def _apply_xattrs(fd: int, member: tarfile.TarInfo, as_root: bool) -> None:
 
 
 def unpack(stream: IO[bytes], dest: Path, expected_diff_id: str | None = None,
-           on_bytes: Callable[[int], None] | None = None, expected_blob_digest: str | None = None) -> UnpackStats:
+           on_bytes: Callable[[int], None] | None = None,
+           expected_blob_digest: str | None = None) -> UnpackStats:
     """Unpack a (possibly compressed) layer tar into the empty directory `dest`, verifying its diff_id.
 
     Blocking: call it from a worker thread. Raises DigestMismatch if the uncompressed bytes do not hash to
@@ -222,7 +223,8 @@ def unpack(stream: IO[bytes], dest: Path, expected_diff_id: str | None = None,
     dirs: list[tuple[str, int]] = []
     try:
         if head:  # an empty blob is an empty layer
-            _extract(reader, raw, root, as_root, stats, dirs, lambda: on_bytes(raw.count) if on_bytes else None)
+            _extract(reader, raw, root, as_root, stats, dirs,
+                     lambda: on_bytes(raw.count) if on_bytes else None)
         for rel, mtime in reversed(dirs):
             try:
                 fd = root.parent(rel, create=False)

@@ -54,7 +54,8 @@ def environment(image_cfg: dict[str, Any], envs: list[tuple[str, str]], hostname
 
 def _read_db(path: Path) -> list[list[str]]:
     with contextlib.suppress(OSError):
-        return [line.split(":") for line in path.read_text(errors="replace").splitlines() if line and not line.startswith("#")]
+        return [line.split(":") for line in path.read_text(errors="replace").splitlines()
+                if line and not line.startswith("#")]
     return []
 
 

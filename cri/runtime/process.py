@@ -54,7 +54,7 @@ class Creds:
     caps: int = 0  # bounding (and, for root, effective/permitted) capability mask
     no_new_privs: bool = False
     seccomp: Profile | None = None  # loaded before the exec
-    apparmor: str = ""  # the AppArmor profile the exec transitions to ("" = none); see cri/runtime/apparmor.py
+    apparmor: str = ""  # the AppArmor profile the exec goes to ("" = none); see cri/runtime/apparmor.py
 
 
 @dataclasses.dataclass(frozen=True)

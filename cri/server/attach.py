@@ -156,8 +156,8 @@ async def serve_websocket(ws: web.WebSocketResponse, c: Any, cdir: Path, log_pat
             await ws.close()
 
 
-async def serve_spdy(rc: sp.RemoteCommand, c: Any, cdir: Path, log_path: str, req: dict[str, Any], exit_status,
-                     exit_message) -> None:
+async def serve_spdy(rc: sp.RemoteCommand, c: Any, cdir: Path, log_path: str, req: dict[str, Any],
+                     exit_status, exit_message) -> None:
     """One attach over SPDY streams (cancelled when the client goes away)."""
     f = open_log(log_path)
     inp = AttachInput(cdir, req)

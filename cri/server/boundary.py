@@ -67,8 +67,9 @@ def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except Exception as e:
             code = code_for(e)
-            level = logging.ERROR if code == grpc.StatusCode.INTERNAL else logging.INFO
-            log.log(level, "%s failed (%s): %s", fn.__name__, code.name, e, exc_info=code == grpc.StatusCode.INTERNAL)
+            internal = code == grpc.StatusCode.INTERNAL
+            level = logging.ERROR if internal else logging.INFO
+            log.log(level, "%s failed (%s): %s", fn.__name__, code.name, e, exc_info=internal)
             await context.abort(code, str(e) or type(e).__name__)
         log.debug("%s ok in %.1f ms", fn.__name__, (time.monotonic() - t0) * 1000)
         return resp

@@ -44,8 +44,9 @@ class ContainerVerbs:
         out = []
         for c in rt.list_containers(f):
             st = rt.container_status(c)
-            out.append(pb.Container(id=c.id, pod_sandbox_id=c.sandbox_id, metadata=st.metadata, image=st.image,
-                                    image_ref=st.image_ref, image_id=st.image_id, state=st.state,
+            out.append(pb.Container(id=c.id, pod_sandbox_id=c.sandbox_id, metadata=st.metadata,
+                                    image=st.image, image_ref=st.image_ref, image_id=st.image_id,
+                                    state=st.state,
                                     created_at=st.created_at, labels=st.labels, annotations=st.annotations))
         return pb.ListContainersResponse(containers=out)
 

@@ -76,7 +76,8 @@ class ImageService:
         auth = None
         if request.HasField("auth"):
             auth = {k: v for k, v in (("username", a.username), ("password", a.password), ("auth", a.auth),
-                                      ("server_address", a.server_address), ("identity_token", a.identity_token),
+                                      ("server_address", a.server_address),
+                                      ("identity_token", a.identity_token),
                                       ("registry_token", a.registry_token)) if v}
         img = await pull_image(store, request.image.image, auth=auth)
         return pb.PullImageResponse(image_ref=img.id)
@@ -88,7 +89,8 @@ class ImageService:
             raise InvalidArgument("image.image is required")
         ref = request.image.image
         img = await asyncio.to_thread(store.resolve, ref)
-        if img is not None and self.runtime is not None and (len(img.repo_tags) <= 1 or ref not in img.repo_tags):
+        if (img is not None and self.runtime is not None
+                and (len(img.repo_tags) <= 1 or ref not in img.repo_tags)):
             users = [c.id for c in self.runtime.containers.values() if c.image_id == img.id]
             if users:
                 # Its layers are the lower dirs of those containers' overlays: they must stay.

@@ -50,8 +50,10 @@ class InfoVerbs:
         h.features.recursive_read_only_mounts = sc.supports_mount_setattr()
         h.features.user_namespaces = False
         if request.verbose:
-            resp.info["config"] = json.dumps({"stateDir": str(rt.opts.state_dir), "cniConfDir": rt.opts.cni_conf_dir,
-                                              "cniBinDirs": list(rt.opts.cni_bin_dirs), "cgroups": rt.cgroups.version,
+            resp.info["config"] = json.dumps({"stateDir": str(rt.opts.state_dir),
+                                              "cniConfDir": rt.opts.cni_conf_dir,
+                                              "cniBinDirs": list(rt.opts.cni_bin_dirs),
+                                              "cgroups": rt.cgroups.version,
                                               "podCIDR": rt.pod_cidr,
                                               "network": net.name if net is not None else None})
         return resp

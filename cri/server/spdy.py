@@ -114,7 +114,8 @@ def window_update(stream_id: int, delta: int) -> bytes:
 
 
 def settings(values: dict[int, int]) -> bytes:
-    body = struct.pack(">I", len(values)) + b"".join(struct.pack(">II", k & 0xFFFFFF, v) for k, v in values.items())
+    body = struct.pack(">I", len(values))
+    body += b"".join(struct.pack(">II", k & 0xFFFFFF, v) for k, v in values.items())
     return control(SETTINGS, 0, body)
 
 

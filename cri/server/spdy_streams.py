@@ -61,7 +61,8 @@ def wants_tunnel(request: web.Request) -> bool:
 
 def negotiate(request: web.Request, served: tuple[str, ...], default: str) -> str | None:
     """The first protocol the client offers that we serve; `default` when it offers none (legacy)."""
-    offered = [p.strip() for v in request.headers.getall(PROTOCOL_HEADER, []) for p in v.split(",") if p.strip()]
+    offered = [p.strip() for v in request.headers.getall(PROTOCOL_HEADER, []) for p in v.split(",")
+               if p.strip()]
     if not offered:
         return default
     return next((p for p in offered if p in served), None)
@@ -93,8 +94,11 @@ class _Feeder:
                 self.transport.resume_reading()
 
 
+Accepted = tuple[Session, str, web.StreamResponse]  # the session, the protocol chosen, the 101 response
+
+
 async def accept_spdy(request: web.Request, served: tuple[str, ...], default: str,
-                      on_stream: Callable[[Stream], None]) -> tuple[Session, str, web.StreamResponse] | web.Response:
+                      on_stream: Callable[[Stream], None]) -> Accepted | web.Response:
     """Upgrade the request to SPDY/3.1; an HTTP error response when the request does not qualify."""
     connection = [t.strip().lower() for t in request.headers.get("Connection", "").split(",")]
     if "upgrade" not in connection:
@@ -181,7 +185,8 @@ class RemoteCommand:
     @staticmethod
     async def wait_for_streams(queue: asyncio.Queue[Stream], version: str, req: dict[str, Any],
                                within: float = STREAM_CREATION_TIMEOUT) -> dict[str, Stream]:
-        """Every stream the client must open (kubelet's count: error + the asked stdio + resize with a tty)."""
+        """Every stream the client must open (kubelet's count: error + the asked stdio + resize with a
+        tty)."""
         expected = {"error"}
         for name in ("stdin", "stdout", "stderr"):
             if req.get(name):
@@ -318,7 +323,8 @@ class PortForwarder:
             err = pair.get("error")
             with contextlib.suppress(ConnectionError):
                 if err is not None:
-                    await err.write(f"timed out waiting for the data and error streams of request {rid}".encode())
+                    await err.write(
+                        f"timed out waiting for the data and error streams of request {rid}".encode())
                 for s in pair.values():
                     await s.close()
 

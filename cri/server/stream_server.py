@@ -79,7 +79,8 @@ class StreamServer:
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
         app = web.Application()
-        for kind, handler in (("exec", self._exec), ("attach", self._attach), ("portforward", self._portforward)):
+        for kind, handler in (("exec", self._exec), ("attach", self._attach),
+                              ("portforward", self._portforward)):
             app.router.add_get(f"/{kind}/{{token}}", handler)
             app.router.add_post(f"/{kind}/{{token}}", handler)  # SPDY clients POST
         self._runner = web.AppRunner(app, access_log=None)
@@ -179,8 +180,8 @@ class StreamServer:
                     await write_fd(h.stdin, data)
                 elif ch == RESIZE and h.tty:
                     size = json.loads(data or b"{}")
-                    fcntl.ioctl(h.stdout, termios.TIOCSWINSZ,
-                                struct.pack("HHHH", int(size.get("Height", 24)), int(size.get("Width", 80)), 0, 0))
+                    rows, cols = int(size.get("Height", 24)), int(size.get("Width", 80))
+                    fcntl.ioctl(h.stdout, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
                 elif ch == CLOSE and data[:1] == bytes([STDIN]) and h.stdin is not None and not h.tty:
                     os.close(h.stdin)
                     h.stdin = None
@@ -223,7 +224,8 @@ class StreamServer:
             try:
                 sock = await asyncio.to_thread(connect_in_netns, netns, port)
             except OSError as e:
-                await ws.send_bytes(bytes([2 * i + 1]) + f"failed to connect to localhost:{port} in the pod: {e}".encode())
+                why = f"failed to connect to localhost:{port} in the pod: {e}"
+                await ws.send_bytes(bytes([2 * i + 1]) + why.encode())
                 continue
             sock.setblocking(False)
             conns[2 * i] = sock
@@ -320,8 +322,8 @@ class StreamServer:
             message = "the container has no log to attach to"
             await rc.write_status(failure(message), message)
             return
-        await attach.serve_spdy(rc, c, self.runtime.container_dir(c), self.runtime.output_log(c), req, exit_status,
-                                exit_message)
+        await attach.serve_spdy(rc, c, self.runtime.container_dir(c), self.runtime.output_log(c), req,
+                                exit_status, exit_message)
 
     async def _spdy_portforward(self, request: web.Request, req: dict[str, Any]) -> web.StreamResponse:
         s = self.runtime.sandbox(req["sandbox_id"])
@@ -338,7 +340,8 @@ class StreamServer:
             else:
                 forwarder.on_stream(stream)
         if sp.is_spdy_upgrade(request):
-            accepted = await sp.accept_spdy(request, sp.PORTFORWARD_SPDY_PROTOCOLS, "portforward.k8s.io", on_stream)
+            accepted = await sp.accept_spdy(request, sp.PORTFORWARD_SPDY_PROTOCOLS, "portforward.k8s.io",
+                                            on_stream)
             if isinstance(accepted, web.Response):
                 return accepted
         else:

@@ -26,7 +26,8 @@ class StreamingVerbs:
     async def ExecSync(self, request, context):
         if request.timeout < 0:
             raise InvalidArgument("timeout: must not be negative")
-        code, out, err = await self.runtime.exec_sync(request.container_id, list(request.cmd), request.timeout)
+        code, out, err = await self.runtime.exec_sync(request.container_id, list(request.cmd),
+                                                      request.timeout)
         return pb.ExecSyncResponse(stdout=out, stderr=err, exit_code=code)
 
     @rpc
@@ -58,7 +59,8 @@ class StreamingVerbs:
         # Input to a container made without stdin is dropped, output still streams (containerd's way).
         url = self._need_streams().register("attach", {
             "container_id": c.id, "stdin": request.stdin, "stdout": request.stdout, "stderr": request.stderr,
-            "tty": request.tty, "container_stdin": cfg.stdin, "container_tty": cfg.tty, "stdin_once": cfg.stdin_once})
+            "tty": request.tty, "container_stdin": cfg.stdin, "container_tty": cfg.tty,
+            "stdin_once": cfg.stdin_once})
         return pb.AttachResponse(url=url)
 
     @rpc

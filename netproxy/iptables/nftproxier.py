@@ -267,7 +267,8 @@ class IptablesNftProxier:
         return {nl.attr_str(c[nl.CHAIN_NAME]) for c in sock.dump(nl.GETCHAIN, table=table) or ()
                 if self.names.owns(nl.attr_str(c[nl.CHAIN_NAME]))}
 
-    def full_sync(self, plans: Mapping[ServicePortName, PortRules] | Iterable[tuple[ServicePortName, PortRules]],
+    def full_sync(self,
+                  plans: Mapping[ServicePortName, PortRules] | Iterable[tuple[ServicePortName, PortRules]],
                   chunk: int | None = None) -> SyncResult:
         """Rewrite every chain we own (drift repair; also the first sync). `plans`: a mapping, or
         (port, plan) pairs that may be planned lazily, consumed while earlier chunks commit.

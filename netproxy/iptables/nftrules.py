@@ -103,7 +103,8 @@ _SCTP_MID = bytes(256) + bytes(4) + b"\xff\0\0" * 4 + bytes(4)
 
 
 def _sctp(dport: int | None) -> bytes:
-    # xt_sctp_info: dpts[2], spts[2], chunkmap[64], chunk_match_type, flag_info[4], flag_count, flags, invflags
+    # xt_sctp_info: dpts[2], spts[2], chunkmap[64], chunk_match_type, flag_info[4], flag_count, flags,
+    # invflags
     head = struct.pack("=HHHH", dport or 0, dport or 0, 0, 0)
     return nl.xt_match("sctp", 0, head + _SCTP_MID + struct.pack("=II", 2 if dport else 0, 0) + bytes(4))
 
@@ -182,7 +183,8 @@ def _jump(chain: str, code: int = nl.JUMP) -> bytes:
     n = 4 + len(name)
     chain_attr = _hdr(n, nl.VERDICT_CHAIN) + name + _PAD[n & 3]
     inner = nl.i32(nl.VERDICT_CODE, code) + chain_attr
-    verdict = _hdr(8 + len(inner), 2 | nl.NLA_F_NESTED) + _hdr(4 + len(inner), nl.DATA_VERDICT | nl.NLA_F_NESTED) + inner
+    verdict = (_hdr(8 + len(inner), 2 | nl.NLA_F_NESTED)
+               + _hdr(4 + len(inner), nl.DATA_VERDICT | nl.NLA_F_NESTED) + inner)
     data = _imm_head + verdict
     body = _IMM_NAME + _hdr(4 + len(data), nl.EXPR_DATA | nl.NLA_F_NESTED) + data
     return _hdr(4 + len(body), nl.LIST_ELEM | nl.NLA_F_NESTED) + body
@@ -216,8 +218,9 @@ def _dport(port: int) -> bytes:
 
 
 def _mark_match(mark: int, mask: int, negate: bool) -> bytes:
-    return nl.meta_load(nl.REG_1, nl.META_MARK) + nl.bitwise(nl.REG_1, nl.REG_1, struct.pack("=I", mask), bytes(4)) + \
-        nl.cmp(nl.REG_1, nl.CMP_NEQ if negate else nl.CMP_EQ, struct.pack("=I", mark))
+    return (nl.meta_load(nl.REG_1, nl.META_MARK)
+            + nl.bitwise(nl.REG_1, nl.REG_1, struct.pack("=I", mask), bytes(4))
+            + nl.cmp(nl.REG_1, nl.CMP_NEQ if negate else nl.CMP_EQ, struct.pack("=I", mark)))
 
 
 def _cidr(text: str) -> str:
@@ -422,8 +425,8 @@ def _dispatch_body(spec: str) -> bytes | None:
         return None
     t = spec[end + 2:].split()
     n = len(t)
-    if not (n in (10, 13) and t[0] == "-m" and t[2] == "-p" and t[1] == t[3] and t[4] == "-d" and t[6] == "--dport"
-            and t[n - 2] == "-j" and t[5].endswith("/32") and t[1] in _DNAT_PROTOS):
+    if not (n in (10, 13) and t[0] == "-m" and t[2] == "-p" and t[1] == t[3] and t[4] == "-d"
+            and t[6] == "--dport" and t[n - 2] == "-j" and t[5].endswith("/32") and t[1] in _DNAT_PROTOS):
         return None
     target = t[n - 1]
     if not _is_chain(target) or not target.isascii():
@@ -543,7 +546,8 @@ def _match(kind: str, opts: dict, proto: str, spec: str) -> bytes:
         return _statistic(float(one("probability")))
     if kind == "recent":
         flags = 0
-        for name, bit in (("rcheck", 1), ("set", 2), ("update", 4), ("remove", 8), ("rttl", 16), ("reap", 32)):
+        for name, bit in (("rcheck", 1), ("set", 2), ("update", 4), ("remove", 8), ("rttl", 16),
+                          ("reap", 32)):
             if name in opts:
                 flags |= bit
         seconds = int(one("seconds")) if "seconds" in opts else 0
@@ -587,7 +591,8 @@ def _target(flag: str, rest: list[str]) -> bytes:
             return _mark_target(int(v, 0), int(m, 0) if m else 0xFFFFFFFF)
         raise UnsupportedRule(f"MARK {op}")
     if name == "REJECT":
-        return _reject(opts[opts.index("--reject-with") + 1] if "--reject-with" in opts else "icmp-port-unreachable")
+        with_opt = opts.index("--reject-with") + 1 if "--reject-with" in opts else None
+        return _reject(opts[with_opt] if with_opt is not None else "icmp-port-unreachable")
     if not _is_chain(name):
         raise UnsupportedRule(f"unsupported target {name!r}")
     return _jump(name, nl.GOTO if flag == "-g" else nl.JUMP)

@@ -88,7 +88,8 @@ def _stat(left: int) -> str:
     return f"-m statistic --mode random --probability {1.0 / left:0.10f} " if left > 1 else ""
 
 
-def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig, large: bool = False) -> PortRules:
+def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig,
+              large: bool = False) -> PortRules:
     """kube-proxy's rules for one Service port (headless ports get none).
 
     `large`: kube-proxy's large cluster mode, no comments on per-endpoint rules."""
@@ -119,7 +120,8 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig, 
                              f"--dport {sp.port} -j {svc}")
     else:
         add(FILTER, n.services, f"-m comment --comment {_q(name + ' has no endpoints')} {proto} "
-                                f"-d {sp.cluster_ip}/32 --dport {sp.port} -j REJECT --reject-with icmp-port-unreachable")
+                                f"-d {sp.cluster_ip}/32 --dport {sp.port} -j REJECT "
+                                "--reject-with icmp-port-unreachable")
 
     external_eps = sel.local if sp.uses_local_external else sel.cluster
     if sp.externally_accessible:
@@ -130,17 +132,20 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig, 
                 add(NAT, n.services, f"-m comment --comment {_q(f'{name} {what}')} {proto} -d {ip}/32 "
                                      f"--dport {sp.port} -j {ext_target}")
             else:
-                add(FILTER, n.external_services, f"-m comment --comment {_q(name + ' has no endpoints')} {proto} "
-                                                 f"-d {ip}/32 --dport {sp.port} -j REJECT "
-                                                 f"--reject-with icmp-port-unreachable")
+                add(FILTER, n.external_services,
+                    f"-m comment --comment {_q(name + ' has no endpoints')} {proto} -d {ip}/32 "
+                    f"--dport {sp.port} -j REJECT --reject-with icmp-port-unreachable")
         if sp.node_port:
             if ext_target:
-                add(NAT, n.nodeports, f"-m comment --comment {_q(name)} {proto} --dport {sp.node_port} -j {ext}")
+                add(NAT, n.nodeports,
+                    f"-m comment --comment {_q(name)} {proto} --dport {sp.node_port} -j {ext}")
             else:
-                why = "has no local endpoints" if sp.uses_local_external and sel.cluster else "has no endpoints"
-                verdict = "DROP" if why == "has no local endpoints" else "REJECT --reject-with icmp-port-unreachable"
-                add(FILTER, n.external_services, f"-m comment --comment {_q(f'{name} {why}')} -m addrtype "
-                                                 f"--dst-type LOCAL {proto} --dport {sp.node_port} -j {verdict}")
+                local_only = sp.uses_local_external and sel.cluster
+                why = "has no local endpoints" if local_only else "has no endpoints"
+                verdict = "DROP" if local_only else "REJECT --reject-with icmp-port-unreachable"
+                add(FILTER, n.external_services,
+                    f"-m comment --comment {_q(f'{name} {why}')} -m addrtype --dst-type LOCAL {proto} "
+                    f"--dport {sp.node_port} -j {verdict}")
 
     def balance(chain: str, eps: tuple[Endpoint, ...], masq_rule: bool) -> None:
         rules = r.chains.setdefault(chain, [])
@@ -169,8 +174,8 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig, 
             if node.cluster_cidr:
                 rules.append(f"-m comment --comment {_q(f'pod traffic for {name} external destinations')} "
                              f"-s {node.cluster_cidr} -j {svc if sel.cluster else svl}")
-            rules.append(f"-m comment --comment {_q(f'masquerade LOCAL traffic for {name} external destinations')}"
-                         f" -m addrtype --src-type LOCAL -j {n.mark_masq}")
+            masq_local = _q(f"masquerade LOCAL traffic for {name} external destinations")
+            rules.append(f"-m comment --comment {masq_local} -m addrtype --src-type LOCAL -j {n.mark_masq}")
             rules.append(f"-m comment --comment {_q(f'route LOCAL traffic for {name} external destinations')}"
                          f" -m addrtype --src-type LOCAL -j {svc if sel.cluster else svl}")
             rules.append(f"-j {svl}")
@@ -181,7 +186,8 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig, 
             rules.append(f"-j {svc}")
     cmt, masq = ep_comment(name), n.mark_masq
     for ep, sep in seps.items():
-        recent = f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set " if sp.affinity_timeout else ""
+        recent = (f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set "
+                  if sp.affinity_timeout else "")
         r.chains[sep] = [
             f"{cmt}-s {ep.ip}/32 -j {masq}",
             f"{cmt}{recent}{proto} -j DNAT --to-destination {ep.ip}:{ep.port}",
@@ -193,23 +199,24 @@ def base_rules(node: NodeConfig) -> dict[tuple[str, str], list[str]]:
     """The fixed chains' rules (everything except per-port dispatch)."""
     n = Names(node.prefix)
     mark = f"{node.masq_mark:#x}"
+    last = _q("kubernetes service nodeports; NOTE: this must be the last rule in this chain")
     nodeports_jump = (
-        [f"-m comment --comment {_q('kubernetes service nodeports; NOTE: this must be the last rule in this chain')}"
-         f" -d {ip}/32 -j {n.nodeports}" for ip in node.node_ips]
+        [f"-m comment --comment {last} -d {ip}/32 -j {n.nodeports}" for ip in node.node_ips]
         if node.node_ips else
-        [f"-m comment --comment {_q('kubernetes service nodeports; NOTE: this must be the last rule in this chain')}"
-         f" -m addrtype --dst-type LOCAL -j {n.nodeports}"])
+        [f"-m comment --comment {last} -m addrtype --dst-type LOCAL -j {n.nodeports}"])
     return {
         (NAT, n.postrouting): [
             f"-m mark ! --mark {mark}/{mark} -j RETURN",
             f"-j MARK --xor-mark {mark}",
-            f"-m comment --comment {_q('kubernetes service traffic requiring SNAT')} -j MASQUERADE --random-fully",
+            f"-m comment --comment {_q('kubernetes service traffic requiring SNAT')} "
+            "-j MASQUERADE --random-fully",
         ],
         (NAT, n.mark_masq): [f"-j MARK --or-mark {mark}"],
         (NAT, n.services + "#tail"): nodeports_jump,  # appended after every dispatch rule
         (FILTER, n.forward): [
             "-m conntrack --ctstate INVALID -j DROP",
-            f"-m comment --comment {_q('kubernetes forwarding rules')} -m mark --mark {mark}/{mark} -j ACCEPT",
+            f"-m comment --comment {_q('kubernetes forwarding rules')} "
+            f"-m mark --mark {mark}/{mark} -j ACCEPT",
             f"-m comment --comment {_q('kubernetes forwarding conntrack rule')} -m conntrack "
             f"--ctstate RELATED,ESTABLISHED -j ACCEPT",
         ],
@@ -228,17 +235,18 @@ def jump_rules(node: NodeConfig) -> list[tuple[str, str, str]]:
     """(table, builtin chain, rule spec): the hooks from the builtin chains into ours."""
     n = Names(node.prefix)
     new = "-m conntrack --ctstate NEW"
+    portals = f"-m comment --comment {_q('kubernetes service portals')} -j {n.services}"
+    external = (f"-m comment --comment {_q('kubernetes externally-visible service portals')} "
+                f"-j {n.external_services}")
     return [
-        (NAT, "PREROUTING", f"-m comment --comment {_q('kubernetes service portals')} -j {n.services}"),
-        (NAT, "OUTPUT", f"-m comment --comment {_q('kubernetes service portals')} -j {n.services}"),
+        (NAT, "PREROUTING", portals),
+        (NAT, "OUTPUT", portals),
         (NAT, "POSTROUTING", f"-m comment --comment {_q('kubernetes postrouting rules')} -j {n.postrouting}"),
-        (FILTER, "INPUT", f"{new} -m comment --comment {_q('kubernetes externally-visible service portals')} "
-                          f"-j {n.external_services}"),
-        (FILTER, "FORWARD", f"{new} -m comment --comment {_q('kubernetes service portals')} -j {n.services}"),
-        (FILTER, "FORWARD", f"{new} -m comment --comment {_q('kubernetes externally-visible service portals')} "
-                            f"-j {n.external_services}"),
+        (FILTER, "INPUT", f"{new} {external}"),
+        (FILTER, "FORWARD", f"{new} {portals}"),
+        (FILTER, "FORWARD", f"{new} {external}"),
         (FILTER, "FORWARD", f"-m comment --comment {_q('kubernetes forwarding rules')} -j {n.forward}"),
-        (FILTER, "OUTPUT", f"{new} -m comment --comment {_q('kubernetes service portals')} -j {n.services}"),
+        (FILTER, "OUTPUT", f"{new} {portals}"),
     ]
 
 

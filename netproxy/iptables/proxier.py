@@ -99,9 +99,10 @@ class IptablesProxier:
         wanted = jump_rules(self.node)
         if self._known_chains is not None:
             for table, chain in dict.fromkeys((t, c) for t, c, _ in wanted):
-                listed = {_normalize(ln) for ln in _run([self.cmd, "-w", "-t", table, "-S", chain]).splitlines()}
-                present.update(j for j in wanted if j[:2] == (table, chain) and _normalize(f"-A {chain} {j[2]}")
-                               in listed)
+                rules = _run([self.cmd, "-w", "-t", table, "-S", chain]).splitlines()
+                listed = {_normalize(ln) for ln in rules}
+                present.update(j for j in wanted
+                               if j[:2] == (table, chain) and _normalize(f"-A {chain} {j[2]}") in listed)
             return set(self._known_chains), present
         builtin = ("-A PREROUTING ", "-A INPUT ", "-A FORWARD ", "-A OUTPUT ", "-A POSTROUTING ")
         for table in (NAT, FILTER):

@@ -2,7 +2,8 @@
 
 Every legacy writer replaces a whole table per commit; iptables-legacy-restore and
 libiptc also parse the whole table into their own structures and re-encode all of it
-(at 10k Services: ~190k entries, 40 MB). Here the table stays raw bytes between syncs: a change fetches the blob (GET_ENTRIES), and
+(at 10k Services: ~190k entries, 40 MB). Here the table stays raw bytes between syncs: a
+change fetches the blob (GET_ENTRIES), and
 if it is what we last wrote (counters aside) reuses our index of it (entry offsets,
 chain heads, jump-verdict positions), splices in the changed chains and rules,
 re-links every jump offset with numpy, and issues one SET_REPLACE plus ADD_COUNTERS
@@ -47,7 +48,8 @@ ENTRY = 112  # sizeof(struct ipt_entry)
 ERROR_ENTRY = 176  # entry + xt_error_target
 STD_ENTRY = 152  # entry + xt_standard_target
 VERDICTS = {"ACCEPT": -2, "DROP": -1, "RETURN": -5}  # -NF_ACCEPT-1, -NF_DROP-1, XT_RETURN
-EXTENSION_TARGETS = {"DNAT", "SNAT", "MASQUERADE", "MARK", "REJECT", "LOG", "CONNMARK", "REDIRECT", "NOTRACK", "CT"}
+EXTENSION_TARGETS = {"DNAT", "SNAT", "MASQUERADE", "MARK", "REJECT", "LOG", "CONNMARK", "REDIRECT", "NOTRACK",
+                     "CT"}
 
 
 class BlobError(RuntimeError):
@@ -166,7 +168,8 @@ class XtTable:
         if same and old is not None:
             self._normalize(fresh, self._eoff)
             n = info.size // 8
-            same = np.array_equal(np.frombuffer(fresh, np.uint64, n, 96), np.frombuffer(old, np.uint64, n, 96))
+            same = np.array_equal(np.frombuffer(fresh, np.uint64, n, 96),
+                                  np.frombuffer(old, np.uint64, n, 96))
         if same:
             self._spare = fresh
         else:
@@ -200,7 +203,8 @@ class XtTable:
         std = arr[tpos + 96 + 2] == 0
         verdict = np.frombuffer(blob, np.int32)[(tpos + 96 + 32) // 4]
         jpos = (tpos + 32)[std & (verdict >= 0)]
-        is_err = (arr[tpos + 96 + 2] == ord("E")) & (arr[tpos + 96 + 3] == ord("R")) & (arr[tpos + 96 + 6] == ord("R"))
+        is_err = ((arr[tpos + 96 + 2] == ord("E")) & (arr[tpos + 96 + 3] == ord("R"))
+                  & (arr[tpos + 96 + 6] == ord("R")))
         heads = {int(h): (i, True) for i, h in enumerate(info.hook_entry) if info.valid_hooks & (1 << i)}
         names = {0: "PREROUTING", 1: "INPUT", 2: "FORWARD", 3: "OUTPUT", 4: "POSTROUTING"}
         chains: list[tuple[int, str, bool]] = [(h, names[i], False) for h, (i, _) in heads.items()]
@@ -396,7 +400,8 @@ class XtTable:
             if jump:
                 at = np.searchsorted(starts, p, side="left")
                 hit = (at < len(starts)) & (at < k)
-                hit &= zero_len[np.minimum(at, len(starts) - 1)] & (starts[np.minimum(at, len(starts) - 1)] == p)
+                last = np.minimum(at, len(starts) - 1)
+                hit &= zero_len[last] & (starts[last] == p)
                 k = k - hit
             return p + delta[k]
 

@@ -62,7 +62,8 @@ def _vs(sp: ServicePort, eps: Iterable[Endpoint], scheduler: str) -> VirtualServ
     return VirtualServer(scheduler, sp.affinity_timeout, frozenset((e.ip, e.port, 1) for e in eps))
 
 
-def add_port(d: Desired, sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig, scheduler: str) -> None:
+def add_port(d: Desired, sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig,
+             scheduler: str) -> None:
     if sp.cluster_ip is None:
         return
     sel = categorize(sp, endpoints, node.node_name)

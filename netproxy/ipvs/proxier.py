@@ -80,7 +80,7 @@ def ensure_sysctls(strict_arp: bool = False) -> dict[str, tuple[str, str]]:
     """Set the IPVS sysctls of the calling thread's netns (/proc/sys/net follows the thread's netns);
     returns what was changed: name -> (old, new). Like kube-proxy, nothing is set back on cleanup: other
     software may rely on the values by then."""
-    if not os.path.isdir("/proc/sys/net/ipv4/vs"):  # ip_vs not loaded yet (its netlink family does not autoload)
+    if not os.path.isdir("/proc/sys/net/ipv4/vs"):  # ip_vs not loaded yet (its netlink family won't autoload)
         subprocess.run(["modprobe", "-q", "ip_vs"], capture_output=True, check=False, timeout=10)
         if not os.path.isdir("/proc/sys/net/ipv4/vs"):
             raise RuntimeError("ipvs mode: the kernel has no IPVS (ip_vs module missing or not loadable)")
@@ -113,7 +113,8 @@ class IpvsProxier:
             raise ValueError(f"unknown IPVS scheduler {scheduler!r} (one of {', '.join(SCHEDULERS)})")
         self.node = node
         self.scheduler = scheduler
-        self.strict_arp = strict_arp if isinstance(strict_arp, bool) else strict_arp.lower() in ("1", "true", "yes")
+        self.strict_arp = (strict_arp if isinstance(strict_arp, bool)
+                           else strict_arp.lower() in ("1", "true", "yes"))
         self.applied = Desired()
         from kernel import iptables
 
@@ -135,7 +136,8 @@ class IpvsProxier:
         for chain, target, comment in JUMPS:
             self._delete_jump(chain, target)  # the uncommented jump of earlier versions
             spec = ["-m", "comment", "--comment", comment, "-j", target]
-            if subprocess.run([self.ipt, "-w", "-t", "nat", "-C", chain, *spec], capture_output=True).returncode != 0:
+            check = subprocess.run([self.ipt, "-w", "-t", "nat", "-C", chain, *spec], capture_output=True)
+            if check.returncode != 0:
                 _run([self.ipt, "-w", "-t", "nat", "-I", chain, *spec])
 
     def _delete_jump(self, chain: str, target: str, comment: str | None = None) -> None:
@@ -152,14 +154,15 @@ class IpvsProxier:
             for msg in ipvs.service("dump"):
                 svc = IPVSService.from_message(msg)
                 key = (svc["addr"], PROTO_NAME.get(svc["protocol"], str(svc["protocol"])), svc["port"])
-                dests = frozenset((dst["addr"], dst["port"], dst["weight"])
-                                  for dst in (IPVSDest.from_message(m) for m in ipvs.dest("dump", service=svc)))
+                dumped = (IPVSDest.from_message(m) for m in ipvs.dest("dump", service=svc))
+                dests = frozenset((dst["addr"], dst["port"], dst["weight"]) for dst in dumped)
                 persistent = svc.get("flags", {}).get("flags", 0) & IP_VS_SVC_F_PERSISTENT
                 d.services[key] = VirtualServer(svc["sched_name"], svc["timeout"] if persistent else 0, dests)
         with IPRoute() as ipr:
             idx = ipr.link_lookup(ifname=DUMMY)
             if idx:
-                d.addresses = {a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(index=idx[0], family=socket.AF_INET)}
+                d.addresses = {a.get_attr("IFA_ADDRESS")
+                               for a in ipr.get_addr(index=idx[0], family=socket.AF_INET)}
         for name in IPSETS:
             out = subprocess.run(["ipset", "list", name], capture_output=True, text=True).stdout
             members = out.split("Members:\n", 1)[1] if "Members:\n" in out else ""

@@ -102,7 +102,8 @@ def skeleton(b: nl.Batch, node: NodeConfig) -> None:
     b.add_set(SERVICE_NODEPORTS, 8, NP_KEY_TYPE, nl.SET_MAP, data_verdict=True)
     for name in (NO_EP_SERVICES, NO_LOCAL_SERVICES, *(picked_set(n) for n in range(1, MAX_PICKED + 1))):
         b.add_set(name, 12, SVC_KEY_TYPE)
-    for name in (NO_EP_NODEPORTS, NO_LOCAL_NODEPORTS, *(picked_nodeport_set(n) for n in range(1, MAX_PICKED + 1))):
+    for name in (NO_EP_NODEPORTS, NO_LOCAL_NODEPORTS,
+                 *(picked_nodeport_set(n) for n in range(1, MAX_PICKED + 1))):
         b.add_set(name, 8, NP_KEY_TYPE)
     b.add_set(SERVICE_ENDPOINTS, 16, ENDPOINTS_KEY_TYPE, nl.SET_MAP, data=(ENDPOINT_DATA_TYPE, 8),
               udata=ENDPOINTS_UDATA)
@@ -204,9 +205,11 @@ def _encode(b: _Out, rule: Rule) -> None:
         b.add_rule(chain, nl.immediate_verdict(nl.GOTO, rule[1]))
     elif kind == "svc_masq":
         _, vip, proto, port, cidr = rule
-        e = _daddr() + nl.cmp(nl.REG_1, nl.CMP_EQ, nl.ip4(vip)) + \
-            nl.meta_load(nl.REG_1, nl.META_L4PROTO) + nl.cmp(nl.REG_1, nl.CMP_EQ, bytes([nl.PROTO_NUM[proto]])) + \
-            nl.payload(nl.REG_1, nl.PAYLOAD_TRANSPORT, 2, 2) + nl.cmp(nl.REG_1, nl.CMP_EQ, struct.pack(">H", port))
+        e = (_daddr() + nl.cmp(nl.REG_1, nl.CMP_EQ, nl.ip4(vip))
+             + nl.meta_load(nl.REG_1, nl.META_L4PROTO)
+             + nl.cmp(nl.REG_1, nl.CMP_EQ, bytes([nl.PROTO_NUM[proto]]))
+             + nl.payload(nl.REG_1, nl.PAYLOAD_TRANSPORT, 2, 2)
+             + nl.cmp(nl.REG_1, nl.CMP_EQ, struct.pack(">H", port)))
         if cidr:
             e += _cidr_match(cidr, nl.CMP_NEQ)
         b.add_rule(chain, e + nl.immediate_verdict(nl.JUMP, MARK_MASQ))
@@ -220,14 +223,16 @@ def _encode(b: _Out, rule: Rule) -> None:
     elif kind == "fib_saddr_local":
         code = nl.JUMP if rule[1] == "jump" else nl.GOTO
         b.add_rule(chain, nl.fib_addrtype(nl.REG_1, nl.FIB_F_SADDR) +
-                   nl.cmp(nl.REG_1, nl.CMP_EQ, nl.host_u32(nl.RTN_LOCAL)) + nl.immediate_verdict(code, rule[2]))
+                   nl.cmp(nl.REG_1, nl.CMP_EQ, nl.host_u32(nl.RTN_LOCAL)) +
+                   nl.immediate_verdict(code, rule[2]))
     elif kind == "affinity_update":
         b.add_rule(chain, _saddr() + nl.dynset_update(rule[1], nl.REG_1))
     elif kind == "dnat":
         _, proto, ip, port = rule
         b.add_rule(chain, nl.meta_load(nl.REG_1, nl.META_L4PROTO) +
                    nl.cmp(nl.REG_1, nl.CMP_EQ, bytes([nl.PROTO_NUM[proto]])) +
-                   nl.immediate_data(nl.REG_1, nl.ip4(ip)) + nl.immediate_data(nl.REG_2, struct.pack(">H", port)) +
+                   nl.immediate_data(nl.REG_1, nl.ip4(ip)) +
+                   nl.immediate_data(nl.REG_2, struct.pack(">H", port)) +
                    nl.dnat(nl.REG_1, nl.REG_2))
     else:
         raise ValueError(f"unknown rule kind {kind!r}")

@@ -1,14 +1,17 @@
 """Pure planning of the nftables layout (kube-proxy's nftables mode, IPv4, one `ip` table).
 
     table ip kube-proxy
-      set service-ips-<n>-endpoints  ipv4_addr . inet_proto . inet_service   ("picked" ClusterIP ports, n = 1..16)
-      map service-endpoints   vip . proto . port . (numgen random mod n) : ip . port   (their endpoints, slot i)
+      set service-ips-<n>-endpoints  ipv4_addr . inet_proto . inet_service
+                              ("picked" ClusterIP ports, n = 1..16)
+      map service-endpoints   vip . proto . port . (numgen random mod n) : ip . port
+                              (their endpoints, slot i)
       chain endpoint-pick-<n> masquerade mark, dnat to daddr . proto . dport . numgen random mod n map @…
       set hairpin-endpoints   ip saddr . ip daddr   (endpoint . endpoint: masqueraded after DNAT to itself)
       set service-nodeports-<n>-endpoints / map nodeport-endpoints / chain nodeport-pick-<n>
                               the same for a picked port's NodePort (Cluster policy: always masqueraded)
       chain nodeports         reached for local destination addresses: the NodePort lookups
-      map service-ips         ipv4_addr . inet_proto . inet_service : verdict   (other ports: per-Service chains)
+      map service-ips         ipv4_addr . inet_proto . inet_service : verdict
+                              (other ports: per-Service chains)
       map service-nodeports   inet_proto . inet_service : verdict
       set no-endpoint-services / no-endpoint-nodeports            → reject
       set no-local-endpoint-services / no-local-endpoint-nodeports → drop (Local policy, none local)
@@ -20,7 +23,8 @@
       set affinity-<h>-…      ClientIP affinity (dynamic, timeout)
 
 A "picked" port (a ClusterIP or NodePort port without affinity, external/LB IPs
-or Local external policy, with 1..16 endpoints: the common case) owns no chain and no rule: it is only set and map elements, so
+or Local external policy, with 1..16 endpoints: the common case) owns no chain and no
+rule: it is only set and map elements, so
 adding, changing or deleting it never adds a rule or a jump. That matters because
 the kernel (6.1 … 6.18) re-validates the WHOLE table on commit whenever a batch adds
 a rule with an expression that has a validate hook (immediate jump/goto, nat,
@@ -129,8 +133,8 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig) 
     sel = categorize(sp, endpoints, node.node_name)
     key = (sp.cluster_ip, sp.protocol, sp.port)
     n = len(sel.cluster)
-    if (not sp.affinity_timeout and not sp.external_ips and not sp.load_balancer_ips and not sp.uses_local_external
-            and 0 < n <= MAX_PICKED):
+    if (not sp.affinity_timeout and not sp.external_ips and not sp.load_balancer_ips
+            and not sp.uses_local_external and 0 < n <= MAX_PICKED):
         p.elements[(picked_set(n), *key)] = None
         for i, ep in enumerate(sel.cluster):
             p.elements[(SERVICE_ENDPOINTS, *key, i)] = (ep.ip, ep.port)

@@ -70,7 +70,7 @@ class NftablesProxier:
         try:
             self._socket().send(b)
         except BaseException:
-            _hairpin_delta(self.hairpin, new.values(), old.values())  # undo the refcounts: nothing was applied
+            _hairpin_delta(self.hairpin, new.values(), old.values())  # undo the refcounts: nothing applied
             raise
         for spn in changes.ports:
             if spn in new:
@@ -176,7 +176,8 @@ def partial(b: nl.Batch, old: dict[ServicePortName, PortPlan], new: dict[Service
 
 
 def _hairpin_delta(refs: Counter[str], removed, added) -> tuple[list[str], list[str]]:
-    """Apply picked ports' endpoint IPs leaving/arriving to the refcounts: (IPs now unused, IPs newly used)."""
+    """Apply picked ports' endpoint IPs leaving/arriving to the refcounts: (IPs now unused, IPs newly
+    used)."""
     start: dict[str, int] = {}
     for plans, step in ((removed, -1), (added, 1)):
         for p in plans:
