@@ -1,4 +1,5 @@
-"""apiserver benchmark: pod creates/s, gets/s, lists/s (1k and 10k pods), watch delivery p50/p99 to N watchers.
+"""apiserver benchmark: pod creates/s, gets/s, lists/s (1k and 10k pods), watch delivery p50/p99 to N
+watchers.
 
 Each backend (memory, sqlite, etcd://...) gets its own `nodeagent server` process over HTTPS with keep-alive;
 load comes from several client processes. Figures are printed side by side; the reference targets
@@ -36,9 +37,9 @@ def pod(name: str, **ann: str) -> dict:
 
 def _session(url: str, token: str, ca: str, conns: int) -> aiohttp.ClientSession:
     ctx = ssl.create_default_context(cafile=ca)
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=conns),
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json",
-                                          "Accept": "application/json"})
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+               "Accept": "application/json"}
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=conns), headers=headers)
 
 
 async def _load(kind: str, url: str, token: str, ca: str, ns: str, worker: int, count: int, conc: int,
@@ -104,7 +105,8 @@ def ab_rate(kind: str, srv, ns: str, total: int, conc: int, names: list[str] | N
         url += f"/{(names or ['p0'])[0]}"
     assert shutil.which("ab")
     c0 = cpu_seconds(srv.proc.pid)
-    out = subprocess.run([*args, url], capture_output=True, text=True, timeout=600).stdout
+    ran = subprocess.run([*args, url], capture_output=True, text=True, timeout=600)
+    out = ran.stdout or ran.stderr  # ab's figures, or why it gave none
     if tmp:
         Path(tmp.name).unlink()
     done = int(_ab_figure(out, r"Complete requests:\s+(\d+)"))
@@ -197,8 +199,9 @@ def watch_latency(srv, ns: str, watchers: int, events: int, procs: int) -> tuple
     rv = json.loads(urllib.request.urlopen(req, context=ctx).read())["metadata"]["resourceVersion"]
     q: mp.Queue = mp.Queue()
     readies = [mp.Event() for _ in range(procs)]
-    ps = [mp.Process(target=_watch_proc, args=(srv.url, srv.token, str(srv.ca_file), ns, rv, watchers // procs,
-                                               events, q, readies[i])) for i in range(procs)]
+    ps = [mp.Process(target=_watch_proc, args=(srv.url, srv.token, str(srv.ca_file), ns, rv,
+                                               watchers // procs, events, q, readies[i]))
+          for i in range(procs)]
     for p in ps:
         p.start()
     for r in readies:
@@ -219,7 +222,8 @@ def mkns(srv, name: str) -> None:
     ctx = ssl.create_default_context(cafile=str(srv.ca_file))
     body = json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}).encode()
     req = urllib.request.Request(f"{srv.url}/api/v1/namespaces", data=body, method="POST",
-                                 headers={"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"})
+                                 headers={"Authorization": f"Bearer {srv.token}",
+                                          "Content-Type": "application/json"})
     urllib.request.urlopen(req, context=ctx).read()
 
 
@@ -233,7 +237,8 @@ def fill(srv, ns: str, n: int, procs: int, conc: int) -> list[str]:
 
             async def one() -> None:
                 for nm in it:
-                    async with s.post(f"{srv.url}/api/v1/namespaces/{ns}/pods", data=json.dumps(pod(nm))) as r:
+                    url = f"{srv.url}/api/v1/namespaces/{ns}/pods"
+                    async with s.post(url, data=json.dumps(pod(nm))) as r:
                         await r.read()
 
             await asyncio.gather(*(one() for _ in range(conc)))
@@ -282,8 +287,8 @@ def bench_backend(datastore: str, a: argparse.Namespace) -> dict[str, float]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datastores", default="sqlite,etcd,memory",
-                   help="comma-separated backends to compare: memory, sqlite, etcd (a private etcd is started) "
-                        "or etcd://HOST:PORT")
+                   help="comma-separated backends to compare: memory, sqlite, etcd (a private etcd is "
+                        "started) or etcd://HOST:PORT")
     p.add_argument("--creates", type=int, default=4000)
     p.add_argument("--gets", type=int, default=20000)
     p.add_argument("--lists-1k", type=int, default=100)
@@ -317,9 +322,11 @@ def main() -> int:
     keys = list(next(iter(results.values())).keys()) if results else []
     for k in keys:
         tgt = targets.get(k, "< 50 (p99)" if "p99" in k else "")
-        print(f"{k:38s}" + "".join(f"{results[ds].get(k, float('nan')):20.1f}" for ds in results) + f"      {tgt}")
-    print("(shared 2-core machine, clients and server on the same cores; the CPU-bound rows divide the ops by\n"
-          " the server process's own CPU seconds: its capacity per core when the machine is not oversubscribed)")
+        figures = "".join(f"{results[ds].get(k, float('nan')):20.1f}" for ds in results)
+        print(f"{k:38s}" + figures + f"      {tgt}")
+    print("(shared 2-core machine, clients and server on the same cores; the CPU-bound rows divide the ops "
+          "by\n the server process's own CPU seconds: its capacity per core when the machine is not "
+          "oversubscribed)")
     return 0
 
 

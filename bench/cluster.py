@@ -38,7 +38,8 @@ def pct(xs: list[float], p: float) -> float:
 def pod(name: str, node: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"bench": "net"}},
             "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "c", "image": HTTPD, "imagePullPolicy": "Never", "command": SLEEP}]}}
+                     "containers": [{"name": "c", "image": HTTPD, "imagePullPolicy": "Never",
+                                     "command": SLEEP}]}}
 
 
 def rtt(pid: int, ip: str, count: int) -> list[float]:
@@ -53,8 +54,8 @@ def throughput(server_pid: int, client_pid: int, ip: str, seconds: int) -> float
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(50):
-            p = subprocess.run(["nsenter", "-t", str(client_pid), "-n", "iperf3", "-c", ip, "-p", "5201", "-t",
-                                str(seconds), "-J"], capture_output=True, text=True, check=False)
+            p = subprocess.run(["nsenter", "-t", str(client_pid), "-n", "iperf3", "-c", ip, "-p", "5201",
+                                "-t", str(seconds), "-J"], capture_output=True, text=True, check=False)
             try:
                 return json.loads(p.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9
             except (ValueError, KeyError):
@@ -79,8 +80,8 @@ def network_figures(lab: Lab, args: argparse.Namespace) -> dict[str, dict[str, f
     for label, dst in (("same-node", "a2"), ("cross-node", "b")):
         times = rtt(pid["a1"], ip[dst], args.pings)
         gbps = throughput(pid[dst], pid["a1"], ip[dst], args.iperf_seconds)
-        out[label] = {"rtt_p50_ms": pct(times, 50), "rtt_p99_ms": pct(times, 99), "lost": args.pings - len(times),
-                      "gbps": gbps}
+        out[label] = {"rtt_p50_ms": pct(times, 50), "rtt_p99_ms": pct(times, 99),
+                      "lost": args.pings - len(times), "gbps": gbps}
     lab.kubectl("delete", "pods", "-l", "bench=net", "--wait=false")
     return out
 
@@ -138,7 +139,8 @@ def failover(lab: Lab, replicas: int, toleration: int) -> tuple[float, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--modes", default="host-gw,ipip,vxlan", help="backends to compare (default: %(default)s)")
+    ap.add_argument("--modes", default="host-gw,ipip,vxlan",
+                    help="backends to compare (default: %(default)s)")
     ap.add_argument("--pods", type=int, default=300, help="Deployment size for the rollout figure")
     ap.add_argument("--pings", type=int, default=200, help="pings per RTT figure")
     ap.add_argument("--iperf-seconds", type=int, default=5, help="iperf3 duration per throughput figure")
@@ -163,7 +165,8 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     for mode in args.modes.split(","):
         try:
             t0 = time.monotonic()
-            topo = cluster.up(tmp / f"lab-{mode}", 3, mode, [str(image)], node_monitor_grace_period=args.grace)
+            topo = cluster.up(tmp / f"lab-{mode}", 3, mode, [str(image)],
+                              node_monitor_grace_period=args.grace)
         except cluster.LabError as e:
             print(f"{mode}: unavailable here: {str(e).splitlines()[-1][:200]}")
             continue
@@ -172,8 +175,9 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
             print(f"{mode}: lab up (3 nodes Ready) in {time.monotonic() - t0:.1f}s")
             figs = network_figures(lab, args)
             for label, f in figs.items():
-                print(f"  {mode:8s} {label:10s} RTT p50 {f['rtt_p50_ms']:.3f} ms  p99 {f['rtt_p99_ms']:.3f} ms"
-                      f"  (lost {f['lost']}/{args.pings})  TCP {f['gbps']:.2f} Gbit/s")
+                print(f"  {mode:8s} {label:10s} RTT p50 {f['rtt_p50_ms']:.3f} ms  "
+                      f"p99 {f['rtt_p99_ms']:.3f} ms  (lost {f['lost']}/{args.pings})  "
+                      f"TCP {f['gbps']:.2f} Gbit/s")
             if first:
                 first = False
                 dt, spread = rollout(lab, args.pods)

@@ -99,7 +99,8 @@ def main() -> int:
 
     def call(impl: str, cmd: str, i: int, prev: dict | None) -> tuple[float, dict | None]:
         conf = dict(confs[impl], prevResult=prev) if prev else confs[impl]
-        env = dict(envs[impl], CNI_COMMAND=cmd, CNI_CONTAINERID=f"c{i}", CNI_NETNS=f"/run/netns/{netns[impl][i]}")
+        env = dict(envs[impl], CNI_COMMAND=cmd, CNI_CONTAINERID=f"c{i}",
+                   CNI_NETNS=f"/run/netns/{netns[impl][i]}")
         exe = str(bindir / confs[impl]["type"])
         t0 = time.perf_counter()
         p = subprocess.run([exe], input=json.dumps(conf).encode(), env=env, capture_output=True)
@@ -123,9 +124,10 @@ def main() -> int:
         for impl in impls:
             for i, ns in enumerate(netns[impl]):
                 if results[impl][i] is not None and not times[impl]["DEL"][i:i + 1]:
-                    subprocess.run([str(bindir / confs[impl]["type"])], input=json.dumps(confs[impl]).encode(),
-                                   env=dict(envs[impl], CNI_COMMAND="DEL", CNI_CONTAINERID=f"c{i}",
-                                            CNI_NETNS=f"/run/netns/{ns}"), capture_output=True)
+                    env = dict(envs[impl], CNI_COMMAND="DEL", CNI_CONTAINERID=f"c{i}",
+                               CNI_NETNS=f"/run/netns/{ns}")
+                    subprocess.run([str(bindir / confs[impl]["type"])],
+                                   input=json.dumps(confs[impl]).encode(), env=env, capture_output=True)
                 subprocess.run(["ip", "netns", "del", ns], capture_output=True)
             subprocess.run(["ip", "link", "del", confs[impl]["bridge"]], capture_output=True)
         if daemon:

@@ -7,8 +7,8 @@ project's client (p50/p99 per operation). Then density: N pods each running one 
 memory each pod costs beyond the container's own process (PSS of pause + shim, plus the runtime
 daemon's RSS growth divided by N). Pods get a network through Debian's reference bridge + host-local
 CNI plugins for both runtimes, and ours is measured a second time with our own plugins (nodeagent-bridge,
--host-local, -portmap of this tree, installed in a private bin dir) on the resident `nodeagent cni-daemon` fast path,
-as `nodeagent up` runs them. Run as root; the machine is shared, so figures are indicative.
+-host-local, -portmap of this tree, installed in a private bin dir) on the resident `nodeagent cni-daemon`
+fast path, as `nodeagent up` runs them. Run as root; the machine is shared, so figures are indicative.
 """
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ class Target:
         if self.kind.startswith("nodeagent"):
             from tests.integration.cri.daemon import CRIDaemon
 
-            d = ours = CRIDaemon(self.root)
-            ours.import_images([factory.busybox.docker_archive])
+            d = CRIDaemon(self.root)
+            d.import_images([factory.busybox.docker_archive])
         else:
             from tests.integration.cri.containerd import Containerd
 
@@ -107,12 +107,14 @@ class Target:
             install(str(bin_dir), None)
 
             sock = str(self.root / "cni-plugin.sock")
-            self.cni_daemon = subprocess.Popen([sys.executable, "-m", "nodeagent", "cni-daemon", "--socket", sock],
-                                               stdout=subprocess.DEVNULL, stderr=open(self.root / "cni.log", "ab"))
+            self.cni_daemon = subprocess.Popen(
+                [sys.executable, "-m", "nodeagent", "cni-daemon", "--socket", sock],
+                stdout=subprocess.DEVNULL, stderr=open(self.root / "cni.log", "ab"))
             deadline = time.monotonic() + 30
             while not os.path.exists(sock):
                 if self.cni_daemon.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"cni-daemon did not start: {(self.root / 'cni.log').read_text()[-2000:]}")
+                    said = (self.root / "cni.log").read_text()[-2000:]
+                    raise RuntimeError(f"cni-daemon did not start: {said}")
                 time.sleep(0.05)
             conf = default_conflist("10.243.0.0/16", self.bridge, str(self.root / "ipam"))
             conf["name"] = f"bench-{self.bridge}"
@@ -256,8 +258,9 @@ def main() -> int:
         print(json.dumps(results, indent=2))
         return 0
     load = os.getloadavg()[0]
-    print(f"CRI lifecycle, {args.pods} pods, one container each, network: "
-          f"{'none' if args.no_network else f'bridge+host-local (Debian reference plugins); {OUR_CNI}: ours via cni-daemon'}"
+    network = ("none" if args.no_network
+               else f"bridge+host-local (Debian reference plugins); {OUR_CNI}: ours via cni-daemon")
+    print(f"CRI lifecycle, {args.pods} pods, one container each, network: {network}"
           f"; load avg {load:.1f} on {os.cpu_count()} cores (shared machine)")
     head = f"{'operation':<20}" + "".join(f"{k + ' p50':>24}{k + ' p99':>24}" for k in kinds)
     print(head)
@@ -274,9 +277,9 @@ def main() -> int:
     for k in kinds:
         d = results[k]["density"]
         if d:
-            print(f"{k}: per running pod at {d['pods']} pods: pause+shim PSS {d['pause_shim_pss_kib_per_pod'] / 1024:.2f} MiB, "
-                  f"daemon RSS growth {d['daemon_rss_growth_kib_per_pod'] / 1024:.3f} MiB "
-                  f"(total {(d['pause_shim_pss_kib_per_pod'] + d['daemon_rss_growth_kib_per_pod']) / 1024:.2f} MiB)")
+            pss, growth = d["pause_shim_pss_kib_per_pod"] / 1024, d["daemon_rss_growth_kib_per_pod"] / 1024
+            print(f"{k}: per running pod at {d['pods']} pods: pause+shim PSS {pss:.2f} MiB, "
+                  f"daemon RSS growth {growth:.3f} MiB (total {pss + growth:.2f} MiB)")
     return 0
 
 

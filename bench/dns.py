@@ -176,7 +176,8 @@ def handler_costs(names: dict[str, str], wires: list[bytes]) -> None:
         for w in wires:
             h.handle(w, True)
     hot = (time.perf_counter() - t0) / (rounds * len(wires))
-    print(f"\nin-process Handler.handle per question: built {cold * 1e6:.1f} us, cache-hot {hot * 1e6:.2f} us")
+    print(f"\nin-process Handler.handle per question: built {cold * 1e6:.1f} us, "
+          f"cache-hot {hot * 1e6:.2f} us")
 
 
 def main() -> int:
@@ -200,14 +201,16 @@ def main() -> int:
 
         async def populate() -> dict[str, str]:
             async with Client(srv.url, srv.token, ca_file=str(srv.ca_file)) as c:
-                await c.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
+                await c.create("namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                              "metadata": {"name": "bench"}})
                 sem = asyncio.Semaphore(16)
 
                 async def one(i: int) -> tuple[str, str]:
                     async with sem:
-                        s = await c.create("services", {"apiVersion": "v1", "kind": "Service",
-                                                        "metadata": {"name": f"svc-{i}", "namespace": "bench"},
-                                                        "spec": {"ports": [{"name": "http", "port": 80}]}}, "bench")
+                        svc = {"apiVersion": "v1", "kind": "Service",
+                               "metadata": {"name": f"svc-{i}", "namespace": "bench"},
+                               "spec": {"ports": [{"name": "http", "port": 80}]}}
+                        s = await c.create("services", svc, "bench")
                     return f"svc-{i}.bench.svc.cluster.local", s["spec"]["clusterIP"]
 
                 return dict(await asyncio.gather(*(one(i) for i in range(args.services))))
@@ -230,13 +233,15 @@ def main() -> int:
         for name in random.sample(list(names), min(20, len(names))):
             a = dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=ours_port, timeout=2)
             b = dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=dm_port, timeout=2)
-            assert [r.to_text() for r in a.answer[0]] == [r.to_text() for r in b.answer[0]] == [names[name]], name
+            answers = [r.to_text() for r in a.answer[0]]
+            assert answers == [r.to_text() for r in b.answer[0]] == [names[name]], name
         wires = [dns.message.make_query(n, "A", use_edns=False).to_wire() for n in names]
         servers = {"nodeagent dns": ours_port, "dnsmasq": dm_port}
         for port in servers.values():  # warm-up: every name once (cache-hot afterwards)
             measure(port, wires, min(1.0, args.seconds), 1, 1)
 
-        results: dict[str, dict[str, list[dict[str, float]]]] = {s: {"load": [], "single": []} for s in servers}
+        results: dict[str, dict[str, list[dict[str, float]]]] = {s: {"load": [], "single": []}
+                                                                  for s in servers}
         for _ in range(args.rounds):
             for sname, port in servers.items():
                 results[sname]["load"].append(measure(port, wires, args.seconds, args.window, args.clients))
@@ -246,10 +251,12 @@ def main() -> int:
               f"shared 2-core machine (other jobs running: figures are indicative)")
         print(f"{'server':<15} {'mode':<26} {'queries/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'lost':>6}")
         for sname in servers:
-            for mode, label in (("load", f"{args.clients}x{args.window} in flight"), ("single", "1 in flight")):
+            for mode, label in (("load", f"{args.clients}x{args.window} in flight"),
+                                ("single", "1 in flight")):
                 rs = results[sname][mode]
                 print(f"{sname:<15} {label:<26} {statistics.median(r['qps'] for r in rs):>10.0f} "
-                      f"{statistics.median(r['p50'] for r in rs):>8.3f} {statistics.median(r['p99'] for r in rs):>8.3f} "
+                      f"{statistics.median(r['p50'] for r in rs):>8.3f} "
+                      f"{statistics.median(r['p99'] for r in rs):>8.3f} "
                       f"{sum(int(r['lost']) for r in rs):>6}")
         handler_costs(names, wires)
         return 0

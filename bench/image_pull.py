@@ -37,16 +37,16 @@ def report(name: str, samples: list[float]) -> None:
 
 
 def podman(root: Path, *args: str) -> None:
-    argv = ["podman", "--root", str(root / "root"), "--runroot", str(root / "run"), "--storage-driver", "overlay",
-            *args]
+    argv = ["podman", "--root", str(root / "root"), "--runroot", str(root / "run"),
+            "--storage-driver", "overlay", *args]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: {p.stderr}")
 
 
 def podman_reset(root: Path) -> None:
-    subprocess.run(["podman", "--root", str(root / "root"), "--runroot", str(root / "run"), "--storage-driver",
-                    "overlay", "system", "reset", "-f"], capture_output=True, timeout=120)
+    subprocess.run(["podman", "--root", str(root / "root"), "--runroot", str(root / "run"),
+                    "--storage-driver", "overlay", "system", "reset", "-f"], capture_output=True, timeout=120)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -93,7 +93,8 @@ def main() -> int:
             store_dir = work / f"s{i}"
             ours.append(timed(import_in_process, store_dir, built.docker_archive))
             shutil.rmtree(store_dir)
-            cli.append(timed(nodeagent_image, store_dir, "import", "--no-progress", str(built.docker_archive)))
+            cli.append(timed(nodeagent_image, store_dir, "import", "--no-progress",
+                             str(built.docker_archive)))
             shutil.rmtree(store_dir)
             if use_podman:
                 root = work / f"p{i}"

@@ -67,12 +67,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=200, help="samples per measurement (default 200)")
     args = ap.parse_args()
     pods = make_pods(args.pods)
-    recs = {p["metadata"]["uid"]: [ContainerRecord(c["name"], f"{p['metadata']['uid']}-{c['name']}", "running",
-                                                   created_at=NOW, started_at=NOW)
+    recs = {p["metadata"]["uid"]: [ContainerRecord(c["name"], f"{p['metadata']['uid']}-{c['name']}",
+                                                   "running", created_at=NOW, started_at=NOW)
                                    for c in p["spec"]["containers"]] for p in pods}
 
     def status_all() -> list[dict]:
-        return [generate_pod_status(p, recs[p["metadata"]["uid"]], now=NOW, pod_ips=["10.0.0.2"]) for p in pods]
+        return [generate_pod_status(p, recs[p["metadata"]["uid"]], now=NOW, pod_ips=["10.0.0.2"])
+                for p in pods]
 
     statuses = status_all()
     report(f"status: {args.pods} pods", timed(status_all, args.rounds),
@@ -98,7 +99,8 @@ def main() -> int:
     obs = observations_from({"memory.available": (400 << 20, 8 << 30)})
     report(f"eviction pass: {args.pods} pods", timed(
         lambda: mgr.synchronize(obs, pods, lambda p: usage[p["metadata"]["uid"]]), args.rounds),
-        "sorted by one int key", timed(lambda: sorted(pods, key=lambda p: p["spec"]["priority"]), args.rounds))
+        "sorted by one int key",
+        timed(lambda: sorted(pods, key=lambda p: p["spec"]["priority"]), args.rounds))
 
     with tempfile.TemporaryDirectory() as root:
         vm = VolumeManager(root, get_configmap=lambda ns, n: {"data": {"a": "1" * 1000, "b": "2" * 1000}})

@@ -37,7 +37,8 @@ def pct(xs: list[float], q: float) -> float:
 
 def connect_times(c: PolicyLab, n: int) -> list[float]:
     lab = c.labs["node1"]
-    out = lab.connect(lab.pod_netns("default-client"), "tcp", c.ip("default/server"), 8080, count=n, timeout=2)
+    out = lab.connect(lab.pod_netns("default-client"), "tcp", c.ip("default/server"), 8080, count=n,
+                      timeout=2)
     bad = [a for a, _ in out if not a.startswith("default-server")]
     if bad:
         raise RuntimeError(f"connects failed: {bad[:3]}")
@@ -60,7 +61,8 @@ def synthetic(c: PolicyLab, pods: int, policies: int) -> tuple[list[dict], list[
                              "ports": [{"port": 8080}, {"port": "http"}]}]}
         if i % 4 == 0:
             spec["policyTypes"] = ["Ingress", "Egress"]
-            spec["egress"] = [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": [f"10.{i % 200}.0.0/16"]}}]}]
+            block = {"cidr": "10.0.0.0/8", "except": [f"10.{i % 200}.0.0/16"]}
+            spec["egress"] = [{"to": [{"ipBlock": block}]}]
         pols.append(policy(f"pol{i}", f"ns{i % 20}", spec))
     return objs, pols
 
@@ -86,7 +88,8 @@ def run_mode(mode: str, pods: int, policies: int, connects: int, changes: int) -
         # the last policy selects the real server: admit pods labelled access=yes on 8080
         e.on_policy("default/zz-server", policy("zz-server", "default", {
             "podSelector": {"matchLabels": {"app": "server"}},
-            "ingress": [{"from": [{"podSelector": {"matchLabels": {"access": "yes"}}}], "ports": [{"port": 8080}]}]}))
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"access": "yes"}}}],
+                         "ports": [{"port": 8080}]}]}))
         t_model = time.perf_counter() - t0
         ch = e.model.take_changes()
         ch.full = True

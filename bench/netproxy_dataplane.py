@@ -48,8 +48,8 @@ async def measure(mode: str, n: int, connects: int) -> tuple[float, float, float
         port = [{"name": "http", "port": 80, "protocol": "TCP"}]
         for i in range(n - 1):
             proxy.on_service(None, service(f"decoy{i}", f"10.96.{i // 250}.{i % 250 + 1}", port))
-            proxy.on_endpoint_slice(endpoint_slice(f"decoy{i}", [{"name": "http", "port": 8080}],
-                                                   [{"ip": f"10.{200 + k}.{i // 250}.{i % 250 + 1}"} for k in range(3)]))
+            decoys = [{"ip": f"10.{200 + k}.{i // 250}.{i % 250 + 1}"} for k in range(3)]
+            proxy.on_endpoint_slice(endpoint_slice(f"decoy{i}", [{"name": "http", "port": 8080}], decoys))
         last_vip = "10.97.255.254"
         proxy.on_service(None, service("last", last_vip, port))
         proxy.on_endpoint_slice(endpoint_slice("last", [{"name": "http", "port": 8080}], [{"ip": pod_ip}]))

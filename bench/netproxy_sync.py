@@ -44,7 +44,7 @@ from nodeagent.testing.netproxy_lab import endpoint_slice, service
 
 MODES = {
     "iptables": ("iptables", {"backend": "nft"}),  # the default on nf_tables kernels
-    "iptables-1txn": ("iptables", {"backend": "nft", "chunk": str(10**9)}),  # its full load in one transaction
+    "iptables-1txn": ("iptables", {"backend": "nft", "chunk": str(10**9)}),  # full load in one transaction
     "iptables-legacy": ("iptables", {"backend": "legacy", "incremental": "libiptc"}),
     "iptables-xtblob": ("iptables", {"backend": "legacy", "incremental": "xtblob"}),
     "iptables-restore": ("iptables", {"backend": "legacy", "incremental": "restore"}),
@@ -60,15 +60,18 @@ def pct(xs: list[float], q: float) -> float:
 
 def count_rules(mode: str, ns: str) -> int:
     if mode.startswith("iptables"):
-        cmd = "iptables-nft-save" if mode in ("iptables", "iptables-1txn", "iptables-nft-restore") else "iptables-legacy-save"
+        nft = mode in ("iptables", "iptables-1txn", "iptables-nft-restore")
+        cmd = "iptables-nft-save" if nft else "iptables-legacy-save"
         out = subprocess.run(["ip", "netns", "exec", ns, cmd], capture_output=True, text=True).stdout
         return sum(1 for ln in out.splitlines() if ln.startswith("-A "))
     return -1
 
 
 MECHANISM = {  # (full sync, one-Service change)
-    "iptables": ("iptables-nft rules, chunked nf_tables batches + 1", "nf_tables netlink batch (changed chains, handles)"),
-    "iptables-1txn": ("iptables-nft rules, 1 nf_tables netlink batch", "nf_tables netlink batch (changed chains, handles)"),
+    "iptables": ("iptables-nft rules, chunked nf_tables batches + 1",
+                 "nf_tables netlink batch (changed chains, handles)"),
+    "iptables-1txn": ("iptables-nft rules, 1 nf_tables netlink batch",
+                      "nf_tables netlink batch (changed chains, handles)"),
     "iptables-legacy": ("iptables-legacy-restore (streamed)", "python-iptables/libiptc"),
     "iptables-xtblob": ("iptables-legacy-restore (streamed)", "x_tables blob edit (xtblob: 1 SET_REPLACE)"),
     "iptables-restore": ("iptables-legacy-restore (streamed)", "iptables-legacy-restore --noflush partial"),
@@ -97,7 +100,8 @@ def floor_restore(text: str) -> tuple[float, float]:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
-def floors_iptables(plans: dict, node: NodeConfig, spn, sp, eps, large: bool, rounds: int, pyiptc_max: int) -> dict:
+def floors_iptables(plans: dict, node: NodeConfig, spn, sp, eps, large: bool, rounds: int,
+                    pyiptc_max: int) -> dict:
     """Legacy floors on `plans`' ruleset in a fresh netns: full restore, one Service's partial
     restore, the kernel's unchanged-table replace, and (small sizes) python-iptables full load."""
     from kernel.xtables import replace_unchanged
@@ -120,8 +124,8 @@ def floors_iptables(plans: dict, node: NodeConfig, spn, sp, eps, large: bool, ro
             new = {spn: plan_port(sp, moved, node, large)}
             part = partial_restore(cur, new, [spn])
             t0 = time.perf_counter()
-            subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "-w", "--noflush"], input=part,
-                           text=True, check=True)
+            subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "-w", "--noflush"],
+                           input=part, text=True, check=True)
             times.append(time.perf_counter() - t0)
             cur = new
         out["floor_partial"] = _median(times)
@@ -155,7 +159,8 @@ def floor_pyiptc_full(plans: dict, node: NodeConfig) -> float:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
-def floors_iptables_nft(ns: str, worker: NetnsWorker, proxier, spn, sp, eps, large: bool, rounds: int) -> dict:
+def floors_iptables_nft(ns: str, worker: NetnsWorker, proxier, spn, sp, eps, large: bool,
+                        rounds: int) -> dict:
     """nf_tables floors in the table our iptables-nft writer built (it is iptables-nft's own layout, so
     iptables-nft-restore can edit it): one Service's partial `iptables-nft-restore --noflush` (the
     one-Service figure of the issue's floors, without its 56 s full load), and the kernel's own cost
@@ -203,15 +208,16 @@ def floor_nft_element(ns: str, table: str, runs: int = 5) -> float:
         subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], check=True, text=True,
                        input=f"add element ip {table} no-endpoint-services {elem}\n")
         times.append(time.perf_counter() - t0)
-        subprocess.run(["ip", "netns", "exec", ns, "nft", "delete", "element", "ip", table, "no-endpoint-services",
-                        elem], check=True)
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "delete", "element", "ip", table,
+                        "no-endpoint-services", elem], check=True)
     return pct(times, 0.5)
 
 
 async def one_service_cases(proxy: Proxy, proxier, objs: list, n: int, eps: int,
                             changes: int) -> tuple[dict[str, list[float]], list[tuple[float, float, float]]]:
-    """Time single-Service syncs: add (Service + its slice), eps (one endpoint replaced), del (Service gone).
-    Also returns, per eps change, the legacy x_tables split (read, replace, total) where the proxier keeps one."""
+    """Time single-Service syncs: add (Service + its slice), eps (one endpoint replaced), del (Service
+    gone). Also returns, per eps change, the legacy x_tables split (read, replace, total) where the
+    proxier keeps one."""
     port, ep_port = [{"name": "http", "port": 80, "protocol": "TCP"}], [{"name": "http", "port": 8080,
                                                                          "protocol": "TCP"}]
     times: dict[str, list[float]] = {"add": [], "eps": [], "del": []}
@@ -234,9 +240,8 @@ async def one_service_cases(proxy: Proxy, proxier, objs: list, n: int, eps: int,
     for c in range(changes):
         i = (c * 7919) % n
         s, sl = objs[i]
-        new = endpoint_slice(f"svc{i}", ep_port,
-                             [{"ip": ep(i, k)} for k in range(eps - 1)] + [{"ip": f"10.99.{c // 250}.{c % 250 + 1}"}],
-                             namespace=s["metadata"]["namespace"])
+        moved = [{"ip": ep(i, k)} for k in range(eps - 1)] + [{"ip": f"10.99.{c // 250}.{c % 250 + 1}"}]
+        new = endpoint_slice(f"svc{i}", ep_port, moved, namespace=s["metadata"]["namespace"])
         proxy.on_endpoint_slice(new)
         await timed("eps")
         if hasattr(proxier, "partial_timing"):
@@ -323,24 +328,27 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="1000,5000,10000", help="comma-separated Service counts")
     p.add_argument("--modes", default="iptables,iptables-legacy,iptables-xtblob,iptables-restore,nftables",
-                   help=f"comma-separated, from {', '.join(MODES)} (iptables-nft-restore is slow: 56 s at 10k)")
+                   help=f"comma-separated, from {', '.join(MODES)} "
+                        "(iptables-nft-restore is slow: 56 s at 10k)")
     p.add_argument("--endpoints", type=int, default=3)
     p.add_argument("--changes", type=int, default=20, help="one-Service changes measured per run")
     p.add_argument("--nft-floor-max", type=int, default=5000, help="skip the nft -f floor above this size")
     p.add_argument("--no-floor", action="store_true")
     p.add_argument("--pyiptc-full-max", type=int, default=1000,
-                   help="measure python-iptables loading the whole ruleset up to this size (slow: ~0.6 ms a rule)")
+                   help="measure python-iptables loading the whole ruleset up to this size "
+                        "(slow: ~0.6 ms a rule)")
     args = p.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces, netfilter)", file=sys.stderr)
         return 1
     args.floored = set()
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus (shared machine)")
-    print("floor s: one iptables-legacy-restore of the same ruleset into a fresh netns, right after the mode's"
-          " full sync\n(nftables: nft -f); floor change ms: a one-Service partial iptables-legacy-restore"
-          " (nftables: one nft element add)")
+    print("floor s: one iptables-legacy-restore of the same ruleset into a fresh netns, right after the "
+          "mode's full sync\n(nftables: nft -f); floor change ms: a one-Service partial "
+          "iptables-legacy-restore (nftables: one nft element add)")
     print(f"{'mode':18} {'svcs':>6} {'rules':>7} {'full s':>8} {'floor s':>8} {'ratio':>6} {'resync s':>9} "
           f"{'1-svc p50 ms':>13} {'p99 ms':>8} {'floor change ms':>15}  mechanism: full / change")
+    pad = f"{'':18} {'':>6}   "  # under the mode and size columns
     for size in [int(x) for x in args.sizes.split(",")]:
         floors: dict = {}
         for label in args.modes.split(","):
@@ -357,9 +365,10 @@ def main() -> int:
                 fe = f"{floors['floor_partial'] * 1e3:.1f}"
             full_m, change_m = MECHANISM[label]
             print(f"{label:18} {size:>6} {r['rules']:>7} {r['full']:>8.2f} {floor or 0:>8.2f} {ratio:>6} "
-                  f"{r['resync']:>9.2f} {r['change_p50'] * 1e3:>13.1f} {r['change_p99'] * 1e3:>8.1f} {fe:>15}  "
-                  f"{full_m} / {change_m}  [load {r['load']:.1f}]", flush=True)
-            cases = "  ".join(f"{k} p50 {a * 1e3:.2f} / p99 {b * 1e3:.2f} ms" for k, (a, b) in r["cases"].items())
+                  f"{r['resync']:>9.2f} {r['change_p50'] * 1e3:>13.1f} {r['change_p99'] * 1e3:>8.1f} "
+                  f"{fe:>15}  {full_m} / {change_m}  [load {r['load']:.1f}]", flush=True)
+            cases = "  ".join(f"{k} p50 {a * 1e3:.2f} / p99 {b * 1e3:.2f} ms"
+                              for k, (a, b) in r["cases"].items())
             beside = ""
             if r.get("floor_elem"):
                 beside = f"  | nft -f one element: {r['floor_elem'] * 1e3:.1f} ms"
@@ -368,34 +377,37 @@ def main() -> int:
             print(f"{'':18} {size:>6}   one Service: {cases}{beside}", flush=True)
             if r.get("split"):
                 rd, rp, tot = r["split"]
-                print(f"{'':18} {'':>6}   change p50 split: GET_ENTRIES + compare {rd * 1e3:.0f} ms, SET_REPLACE + "
+                print(f"{pad}change p50 split: GET_ENTRIES + compare {rd * 1e3:.0f} ms, SET_REPLACE + "
                       f"ADD_COUNTERS {rp * 1e3:.0f} ms, the rest (plan, encode, splice, proxy) "
                       f"{(tot - rd - rp) * 1e3:.0f} ms")
             if r.get("cpu_split"):
                 wall, cpu = r["cpu_split"]
-                print(f"{'':18} {'':>6}   eps change p50 inside the writer: {wall * 1e3:.1f} ms wall, "
+                print(f"{pad}eps change p50 inside the writer: {wall * 1e3:.1f} ms wall, "
                       f"{cpu * 1e3:.1f} ms CPU of its thread (Python + the kernel's commit in sendmsg)")
             if r.get("nft_partial"):
-                print(f"{'':18} {'':>6}   nf_tables floors in the same table: iptables-nft-restore one-Service "
+                print(f"{pad}nf_tables floors in the same table: iptables-nft-restore one-Service "
                       f"partial {r['nft_partial'] * 1e3:.1f} ms; kernel commit of any nat rule add "
                       f"{r['nft_kernel_txn'] * 1e3:.1f} ms (whole-table validation)")
             if r.get("timing"):
                 ph = ", ".join(f"{k} {v:.2f} s" for k, v in r["timing"].items())
-                print(f"{'':18} {'':>6}   full sync phases: {ph}; load average {r['load']:.1f}")
+                print(f"{pad}full sync phases: {ph}; load average {r['load']:.1f}")
                 if r.get("floor_cpu") and r["timing"].get("cpu"):
-                    print(f"{'':18} {'':>6}   full sync CPU {r['timing']['cpu']:.2f} s (planning, encoding, the "
-                          f"kernel's commit) vs the floor's iptables-legacy-restore CPU {r['floor_cpu']:.2f} s "
-                          f"(user+sys): ratio {r['timing']['cpu'] / r['floor_cpu']:.2f}")
+                    sync_cpu = r["timing"]["cpu"]
+                    print(f"{pad}full sync CPU {sync_cpu:.2f} s (planning, encoding, the "
+                          f"kernel's commit) vs the floor's iptables-legacy-restore CPU "
+                          f"{r['floor_cpu']:.2f} s (user+sys): ratio {sync_cpu / r['floor_cpu']:.2f}")
             cu, cs = r["child_cpu"]
             if cu + cs > 0.05:
-                print(f"{'':18} {'':>6}   full sync's child processes: {cu:.2f} s user, {cs:.2f} s sys (kernel)")
+                print(f"{pad}full sync's child processes: {cu:.2f} s user, {cs:.2f} s sys (kernel)")
         if "kernel_replace" in floors:
-            py = f"{floors['pyiptc_full']:.2f} s" if "pyiptc_full" in floors else f"not run (> {args.pyiptc_full_max})"
-            print(f"{'  floors':18} {size:>6}  legacy-restore full {floors['floor']:.2f} s, one-Service partial "
-                  f"restore {floors['floor_partial'] * 1e3:.0f} ms; kernel nat table "
+            py = (f"{floors['pyiptc_full']:.2f} s" if "pyiptc_full" in floors
+                  else f"not run (> {args.pyiptc_full_max})")
+            print(f"{'  floors':18} {size:>6}  legacy-restore full {floors['floor']:.2f} s, "
+                  f"one-Service partial restore {floors['floor_partial'] * 1e3:.0f} ms; kernel nat table "
                   f"({floors['kernel_entries']} entries, {floors['kernel_mb']:.0f} MB): GET_ENTRIES "
-                  f"{floors['kernel_get'] * 1e3:.0f} ms + SET_REPLACE unchanged {floors['kernel_replace'] * 1e3:.0f} ms;"
-                  f" python-iptables full load {py}; load average {os.getloadavg()[0]:.1f}", flush=True)
+                  f"{floors['kernel_get'] * 1e3:.0f} ms + SET_REPLACE unchanged "
+                  f"{floors['kernel_replace'] * 1e3:.0f} ms; python-iptables full load {py}; "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
     return 0
 
 

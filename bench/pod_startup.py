@@ -60,8 +60,8 @@ def start_up(data_dir: Path, node: str, extra: list[str] | None = None) -> subpr
 def pod(name: str, node: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
             "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "c", "image": "localhost/busybox:latest", "imagePullPolicy": "Never",
-                                     "command": ["sleep", "3600"]}]}}
+                     "containers": [{"name": "c", "image": "localhost/busybox:latest",
+                                     "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}}
 
 
 def running(obj: dict) -> bool:
@@ -122,7 +122,8 @@ async def measure(kubeconfig: Path, node: str, names: list[str], rate: float | N
             await all_seen()
 
         driver = asyncio.create_task(drive())
-        await asyncio.wait([watcher, driver], timeout=60 + 5 * len(names), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([watcher, driver], timeout=60 + 5 * len(names),
+                           return_when=asyncio.FIRST_COMPLETED)
         if not driver.done():
             driver.cancel()
             if watcher.done():
@@ -291,7 +292,8 @@ class Containerd:
         conf = {"cniVersion": "0.4.0", "name": f"bench-{self.bridge}", "plugins": [
             {"type": "bridge", "bridge": self.bridge, "isGateway": True, "ipMasq": False,
              "ipam": {"type": "host-local", "dataDir": str(root / "ipam"),
-                      "ranges": [[{"subnet": f"10.{181 + n % 40}.{n}.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+                      "ranges": [[{"subnet": f"10.{181 + n % 40}.{n}.0/24"}]],
+                      "routes": [{"dst": "0.0.0.0/0"}]}},
             {"type": "loopback"}]}
         self.ctd.cni_conf.mkdir(parents=True, exist_ok=True)
         (self.ctd.cni_conf / "10-bench.conflist").write_text(json.dumps(conf))
@@ -305,7 +307,8 @@ class Containerd:
         if why:
             raise SystemExit(f"containerd: {why}")
         self.ctd.start()
-        self.ctd.import_images(ImageFactory(images_root), RuntimeOptions(state_dir=images_root / "x").pause, [])
+        pause = RuntimeOptions(state_dir=images_root / "x").pause
+        self.ctd.import_images(ImageFactory(images_root), pause, [])
         return self.ctd.socket
 
     def pids(self) -> list[int]:
@@ -347,8 +350,8 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
         install(str(root / kind / "cni-bin"), None)
         extra = ["--cni-bin-dir", str(root / kind / "cni-bin"), "--cni-bin-dir", "/usr/lib/cni"]
         img = ImageFactory(images_root).busybox
-        subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(data / "images"), "import",
-                        "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(data / "images"),
+                        "import", "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
     try:
         out = run_up(kind, a, data, ctd, extra)
         if a.steady_seconds > 0 and a.agent:
@@ -432,11 +435,12 @@ def run_agent(kind: str, a: argparse.Namespace, root: Path, ctd: Containerd | No
     adir.mkdir(parents=True)
     if ctd is None:
         img = ImageFactory(root / "images").busybox
-        subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(adir / "images"), "import",
-                        "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(adir / "images"),
+                        "import", "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
     log = open(sdir / "server.log", "ab")
-    server = subprocess.Popen([sys.executable, "-m", "nodeagent", "--log-level", "warning", "server", "--data-dir",
-                               str(sdir), "--bind-address", "127.0.0.1", "--port", "0", "--without", "dns"],
+    server = subprocess.Popen([sys.executable, "-m", "nodeagent", "--log-level", "warning", "server",
+                               "--data-dir", str(sdir), "--bind-address", "127.0.0.1", "--port", "0",
+                               "--without", "dns"],
                               stdout=log, stderr=subprocess.STDOUT)
     log.close()
     agent = None
@@ -452,9 +456,10 @@ def run_agent(kind: str, a: argparse.Namespace, root: Path, ctd: Containerd | No
         join = (sdir / "join-command").read_text().split()
         args = [join[join.index(f) + 1] for f in ("--server", "--token", "--ca-cert-hash")]
         log = open(adir / "agent.log", "ab")
-        agent = subprocess.Popen([sys.executable, "-m", "nodeagent", "--log-level", "warning", "agent", "--server",
-                                  args[0], "--token", args[1], "--ca-cert-hash", args[2], "--data-dir", str(adir),
-                                  "--node-name", node, *extra], stdout=log, stderr=subprocess.STDOUT)
+        agent = subprocess.Popen([sys.executable, "-m", "nodeagent", "--log-level", "warning", "agent",
+                                  "--server", args[0], "--token", args[1], "--ca-cert-hash", args[2],
+                                  "--data-dir", str(adir), "--node-name", node, *extra],
+                                 stdout=log, stderr=subprocess.STDOUT)
         log.close()
         while not asyncio.run(node_ready(kc, node)):
             if agent.poll() is not None or time.monotonic() > end:
@@ -499,13 +504,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=2.0,
                    help="pods created per second in the rate phase (default %(default)s: under one node's "
                         "serial start-up throughput here, ≈3-5/s, so latency is measured, not a queue)")
-    p.add_argument("--serial", type=int, default=20, help="pods started one at a time first (default %(default)s)")
+    p.add_argument("--serial", type=int, default=20,
+                   help="pods started one at a time first (default %(default)s)")
     p.add_argument("--runtime", choices=["both", "nodeagent", "containerd"], default="both")
-    p.add_argument("--floor-runs", type=int, default=10, help="CRI-only pods for ours' floor (default %(default)s)")
-    p.add_argument("--steady-pods", type=int, default=110, help="running pods for the steady state (default %(default)s)")
+    p.add_argument("--floor-runs", type=int, default=10,
+                   help="CRI-only pods for ours' floor (default %(default)s)")
+    p.add_argument("--steady-pods", type=int, default=110,
+                   help="running pods for the steady state (default %(default)s)")
     p.add_argument("--steady-seconds", type=float, default=20,
                    help="sample the agent's CPU and RSS this long (default %(default)s; 0 skips the phase)")
-    p.add_argument("--settle-seconds", type=float, default=15, help="wait before sampling (default %(default)s)")
+    p.add_argument("--settle-seconds", type=float, default=15,
+                   help="wait before sampling (default %(default)s)")
     p.add_argument("--no-agent", dest="agent", action="store_false",
                    help="skip the node part alone (server + joined agent) at --steady-pods")
     p.add_argument("--keep", action="store_true", help="keep the data dirs")
@@ -569,15 +578,16 @@ def main(argv: list[str] | None = None) -> int:
     if any(r.get("agent") for r in results.values()):
         row("beside the agent: server RSS", lambda r: f"{r['agent']['server'][1] / 2**20:.0f} MiB"
             if r.get("agent") else "-")
-    print("targets: p50 <= 300 ms, p99 <= 1 s (SLO 5 s), not slower than containerd; agent idle CPU <= 5% of a "
-          "core and RSS <= 150 MiB at 110 pods (k3s agent: 275 MB, 3%).")
-    print("`up` process: apiserver, store, scheduler, controllers, DNS, proxy, netpol, pod network, kubelet and "
-          "(ours) the runtime in one process; `agent` process: the node part alone (`nodeagent agent` joined to a "
-          "`nodeagent server` in another process: runtime (ours), pod network, proxy, netpol, kubelet). "
-          "+runtime+per-pod adds every process the node keeps per pod (ours: one shim per container and one "
-          "pause per pod, children of the agent; containerd: containerd, one shim per pod, and the pause "
-          "processes), not the containers' own; its RSS is the sum over those processes (a page shared by "
-          "several, like the shim binary's text, counted in each), its memory counts every resident page once.")
+    print("targets: p50 <= 300 ms, p99 <= 1 s (SLO 5 s), not slower than containerd; agent idle CPU <= 5% "
+          "of a core and RSS <= 150 MiB at 110 pods (k3s agent: 275 MB, 3%).")
+    print("`up` process: apiserver, store, scheduler, controllers, DNS, proxy, netpol, pod network, kubelet "
+          "and (ours) the runtime in one process; `agent` process: the node part alone (`nodeagent agent` "
+          "joined to a `nodeagent server` in another process: runtime (ours), pod network, proxy, netpol, "
+          "kubelet). +runtime+per-pod adds every process the node keeps per pod (ours: one shim per "
+          "container and one pause per pod, children of the agent; containerd: containerd, one shim per "
+          "pod, and the pause processes), not the containers' own; its RSS is the sum over those processes "
+          "(a page shared by several, like the shim binary's text, counted in each), its memory counts "
+          "every resident page once.")
     return 0
 
 

@@ -86,7 +86,8 @@ def counts(kind: str, nodes: int) -> tuple[int, int]:
         return min(nodes, 1000), (10000 if nodes >= 5000 else 1000)
     if kind == "nodeaffinity":  # upstream: 500 / 500 / 1000; 5000 / 5000 / 10000 (threshold 220)
         return nodes, (10000 if nodes >= 5000 else 1000)
-    if kind == "antiaffinity":  # one pod per node; upstream: 500 / 100 / 400; 5000 / 1000 / 2000 (threshold 60)
+    # antiaffinity: one pod per node; upstream: 500 / 100 / 400; 5000 / 1000 / 2000 (threshold 60)
+    if kind == "antiaffinity":
         return nodes // 5, (2000 if nodes >= 5000 else min(1000, nodes - nodes // 5))
     # both preemption workloads: every node holds 4 low-priority 900m pods (3.6 of 4 cpu). PreemptionBasic
     # measures N 3-cpu high-priority pods (each needs 3 victims; upstream: 500/2000/500, 1000/4000/1000,
@@ -266,17 +267,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated: " + ",".join(THRESHOLDS))
     ap.add_argument("--profile", action="store_true", help="cProfile the measured phase and print the top")
     ap.add_argument("--profile-sort", default="cumulative", help="pstats sort key (cumulative, tottime)")
-    ap.add_argument("--measure", type=int, default=None, help="measured pods per run (default: the workload's)")
+    ap.add_argument("--measure", type=int, default=None,
+                    help="measured pods per run (default: the workload's)")
     ap.add_argument("--apiserver", default="1000,5000", metavar="NODES",
                     help="node counts for the through-the-apiserver runs of SchedulingBasic ('' to skip)")
-    ap.add_argument("--apiserver-workloads", default="basic", help="workloads for those runs (basic, nodeaffinity)")
+    ap.add_argument("--apiserver-workloads", default="basic",
+                    help="workloads for those runs (basic, nodeaffinity)")
     args = ap.parse_args(argv)
     global SORT
     SORT = args.profile_sort
     node_counts = [int(x) for x in args.nodes.split(",") if x]
     kinds = [k for k in args.workloads.split(",") if k]
-    print("in-memory scheduler throughput (fake API, no apiserver). The machine is shared (2 cores, other jobs):")
-    print("wall pods/s depends on the load; cpu pods/s divides by this process's CPU time (load-independent).")
+    print("in-memory scheduler throughput (fake API, no apiserver). The machine is shared "
+          "(2 cores, other jobs):")
+    print("wall pods/s depends on the load; cpu pods/s divides by this process's CPU time "
+          "(load-independent).")
     print(f"{'workload':<28}{'nodes':>7}{'pods':>7}{'wall pods/s':>13}{'cpu pods/s':>12}"
           f"{'kube-scheduler @5000':>22}  verdict (cpu)  preemptions")
     for kind in kinds:
@@ -285,14 +290,17 @@ def main(argv: list[str] | None = None) -> int:
             ref = THRESHOLDS[kind]
             verdict = ("meets" if cpu_rate >= ref else "below") if n == 5000 and ref else ""
             refs = str(ref) if ref else "none upstream"
-            print(f"{NAMES[kind]:<28}{n:>7}{pods:>7}{rate:>13.0f}{cpu_rate:>12.0f}{refs:>22}  {verdict:<13}  {stats['preemptions']}",
-                  flush=True)
+            print(f"{NAMES[kind]:<28}{n:>7}{pods:>7}{rate:>13.0f}{cpu_rate:>12.0f}{refs:>22}  {verdict:<13}  "
+                  f"{stats['preemptions']}", flush=True)
     api_counts = [int(x) for x in args.apiserver.split(",") if x]
     if api_counts:
         print()
-        print("through the apiserver: a real `nodeagent server` (memory store, controllers off) with N Node objects")
-        print("(no kubelets); pods created over HTTPS, bound by the server's scheduler via pods/<name>/binding,")
-        print("counted bound from a watch. Client and server share the 2 busy cores; server-cpu divides by the")
+        print("through the apiserver: a real `nodeagent server` (memory store, controllers off) "
+              "with N Node objects")
+        print("(no kubelets); pods created over HTTPS, bound by the server's scheduler via "
+              "pods/<name>/binding,")
+        print("counted bound from a watch. Client and server share the 2 busy cores; server-cpu "
+              "divides by the")
         print("server process's CPU time (apiserver + scheduler together).")
         print(f"{'workload':<28}{'nodes':>7}{'pods':>7}{'wall pods/s':>13}{'server-cpu pods/s':>19}"
               f"{'kube-scheduler @5000':>22}{'setup s':>9}")

@@ -32,7 +32,8 @@ from nodeagent.store.memory import MemoryStore
 from nodeagent.store.sqlite import SQLiteStore
 from nodeagent.testing.etcd import EtcdServer, available
 
-TARGETS = {"creates/s": ">=1000 (full stack)", "gets/s": ">=5000 (full stack)", "watch p99 ms": "<50 (full stack)"}
+TARGETS = {"creates/s": ">=1000 (full stack)", "gets/s": ">=5000 (full stack)",
+           "watch p99 ms": "<50 (full stack)"}
 
 
 def pod(ns: str, name: str, stamp: float = 0.0) -> dict:
@@ -54,7 +55,8 @@ def pod(ns: str, name: str, stamp: float = 0.0) -> dict:
                     "name": "web",
                     "image": "registry.local/httpd:2.4",
                     "ports": [{"containerPort": 80, "protocol": "TCP"}],
-                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                                  "limits": {"memory": "128Mi"}},
                     "terminationMessagePath": "/dev/termination-log",
                     "terminationMessagePolicy": "File",
                     "imagePullPolicy": "IfNotPresent",
@@ -66,8 +68,10 @@ def pod(ns: str, name: str, stamp: float = 0.0) -> dict:
             "serviceAccountName": "default",
             "schedulerName": "default-scheduler",
             "tolerations": [
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                 "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                 "tolerationSeconds": 300},
             ],
             "priority": 0,
             "enableServiceLinks": True,
@@ -116,7 +120,8 @@ async def bench_store(store: Store, args: argparse.Namespace) -> dict:
     keys = [f"/pods/big/p{i:06d}" for i in range(big)]
     out["gets/s"] = await run_concurrently(args.gets, args.writers, lambda i: store.get(random.choice(keys)))
     out["updates/s"] = await run_concurrently(
-        args.gets // 5, args.writers, lambda i: store.update(f"/pods/small/p{big + i % small:06d}", pod("small", "u"))
+        args.gets // 5, args.writers,
+        lambda i: store.update(f"/pods/small/p{big + i % small:06d}", pod("small", "u")),
     )
     out[f"lists/s {small // 1000}k"] = await timed_rate(args.seconds, lambda i: store.list("/pods/small/"))
     out[f"lists/s {big // 1000}k"] = await timed_rate(args.seconds, lambda i: store.list("/pods/big/"))
@@ -152,7 +157,8 @@ async def bench_watch(store: Store, args: argparse.Namespace) -> dict:
             delay = t0 + i * interval - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            pending.append(asyncio.create_task(store.create(f"/pods/watch/w{i:06d}", pod("watch", f"w{i}", time.perf_counter()))))
+            create = store.create(f"/pods/watch/w{i:06d}", pod("watch", f"w{i}", time.perf_counter()))
+            pending.append(asyncio.create_task(create))
         await asyncio.gather(*pending)
 
     await writes()
@@ -167,7 +173,8 @@ async def run_backend(name: str, args: argparse.Namespace, tmp: str) -> dict:
     if name == "memory":
         store: Store = MemoryStore()
     elif name in ("sqlite", "sqlite-normal"):
-        store = SQLiteStore(os.path.join(tmp, f"{name}.db"), synchronous="NORMAL" if name.endswith("normal") else "FULL")
+        store = SQLiteStore(os.path.join(tmp, f"{name}.db"),
+                            synchronous="NORMAL" if name.endswith("normal") else "FULL")
     elif name == "etcd":
         reason = available()
         if reason:
@@ -207,12 +214,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backends", default="memory,sqlite,sqlite-normal,etcd")
     p.add_argument("--writers", type=int, default=64, help="concurrent callers for creates/gets (default 64)")
-    p.add_argument("--objects", default="10000,1000", help="objects in the big and the small list (default 10000,1000)")
+    p.add_argument("--objects", default="10000,1000",
+                   help="objects in the big and the small list (default 10000,1000)")
     p.add_argument("--gets", type=int, default=20000, help="gets to time (default 20000)")
     p.add_argument("--seconds", type=float, default=2.0, help="time per list measurement (default 2)")
     p.add_argument("--watchers", type=int, default=100)
     p.add_argument("--watch-events", type=int, default=500)
-    p.add_argument("--watch-rate", type=float, default=200.0, help="writes/s during the watch test (default 200)")
+    p.add_argument("--watch-rate", type=float, default=200.0,
+                   help="writes/s during the watch test (default 200)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON too")
     args = p.parse_args()
     args.objects = [int(x) for x in args.objects.split(",")]

@@ -58,7 +58,8 @@ async def run(args: argparse.Namespace) -> None:
                                             "spec": {"replicas": n, "selector": sel, "template": tmpl("rs")}},
                     lambda s: s.get("readyReplicas") == n)
                 results[f"DaemonSet on {args.nodes} nodes ready"] = await timed(
-                    client, "daemonsets", {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "ds"},
+                    client, "daemonsets", {"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                           "metadata": {"name": "ds"},
                                            "spec": {"selector": {"matchLabels": {"app": "ds"}},
                                                     "template": tmpl("ds")}},
                     lambda s: s.get("numberReady") == args.nodes)
@@ -66,7 +67,8 @@ async def run(args: argparse.Namespace) -> None:
                     client, "statefulsets", {"apiVersion": "apps/v1", "kind": "StatefulSet",
                                              "metadata": {"name": "par"},
                                              "spec": {"replicas": n, "podManagementPolicy": "Parallel",
-                                                      "serviceName": "par", "selector": {"matchLabels": {"app": "par"}},
+                                                      "serviceName": "par",
+                                                      "selector": {"matchLabels": {"app": "par"}},
                                                       "template": tmpl("par")}},
                     lambda s: s.get("readyReplicas") == n)
                 results[f"StatefulSet OrderedReady {ordered} replicas ready"] = await timed(
@@ -82,7 +84,8 @@ async def run(args: argparse.Namespace) -> None:
                                               "template": tmpl("job", restartPolicy="Never")}},
                     lambda s: s.get("active") == n)
                 hollow.cancel()
-            print(f"workload controllers, {args.nodes} hollow nodes, shared 2-core machine (other jobs running):")
+            print(f"workload controllers, {args.nodes} hollow nodes, shared 2-core machine "
+                  "(other jobs running):")
             for k, v in results.items():
                 pods = args.nodes if k.startswith("DaemonSet") else ordered if "Ordered" in k else n
                 print(f"  {k:<48} {v:7.2f} s   ({pods / v:7.1f} pods/s)")
@@ -95,7 +98,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=50, help="hollow nodes (default: %(default)s)")
     p.add_argument("--replicas", type=int, default=200, help="pods per workload (default: %(default)s)")
-    p.add_argument("--ordered", type=int, default=20, help="OrderedReady StatefulSet replicas (default: %(default)s)")
+    p.add_argument("--ordered", type=int, default=20,
+                   help="OrderedReady StatefulSet replicas (default: %(default)s)")
     asyncio.run(run(p.parse_args()))
 
 
