@@ -18,7 +18,7 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kernel.cgroups import detect_cgroups
@@ -60,7 +60,7 @@ class Janitor:
 
     def release_all(self) -> list[str]:
         """Run every pending undo (newest first); return the errors, never raise."""
-        errors = []
+        errors: list[str] = []
         while True:
             with self._lock:
                 if not self._undo:
@@ -143,7 +143,7 @@ class Resources:
                 paths[ctrl] = Path(mount, name)
         else:
             paths["unified"] = Path(info.v2_root or "/sys/fs/cgroup", name)
-        self._own(f"cgroup {name}", lambda: [remove_cgroup(p) for p in paths.values()])
+        self._own(f"cgroup {name}", lambda: _remove_cgroups(paths.values()))
         for p in paths.values():
             p.mkdir()
         cpuset = paths.get("cpuset")
@@ -156,7 +156,7 @@ class Resources:
         """A cgroup name for a peer to create (podman's `--cgroup-parent`, say): nothing is made here,
         but `<root>/<name>` is removed from every cgroup hierarchy (named ones too) afterwards."""
         name = unique("cg")
-        self._own(f"cgroup {name}", lambda: [remove_cgroup(Path(root, name)) for root in cgroup_roots()])
+        self._own(f"cgroup {name}", lambda: _remove_cgroups(Path(root, name) for root in cgroup_roots()))
         return name
 
     # -- netfilter -------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ class Resources:
     def nft_table(self, family: str = "inet") -> str:
         name = unique("nf")
         sh("nft", "add", "table", family, name)
-        self._own(f"nft {family} {name}", lambda: sh("nft", "delete", "table", family, name, check=False))
+        self._own(f"nft {family} {name}", lambda: _del_nft_table(family, name))
         return name
 
     # -- mounts and processes ----------------------------------------------------------------------
@@ -210,6 +210,15 @@ def _del_chain(cmd: str, table: str, name: str) -> None:
             sh(cmd, "-w", "-t", table, "-D", *parts[1:], check=False)
     sh(cmd, "-w", "-t", table, "-F", name, check=False)
     sh(cmd, "-w", "-t", table, "-X", name, check=False)
+
+
+def _del_nft_table(family: str, name: str) -> None:
+    sh("nft", "delete", "table", family, name, check=False)
+
+
+def _remove_cgroups(paths: Iterable[Path]) -> None:
+    for path in paths:
+        remove_cgroup(path)
 
 
 def remove_cgroup(path: Path) -> None:

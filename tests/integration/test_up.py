@@ -13,6 +13,7 @@ pytestmark = pytest.mark.root
 def test_up_starts_and_stops_on_sigint(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "nodeagent", "up", "--data-dir", str(tmp_path)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert p.stdout is not None
     try:
         deadline = time.monotonic() + 30
         seen = []

@@ -246,6 +246,7 @@ def runtime(request, tmp_path_factory, images, critest_registry):
     host = critest_registry.registry.host
     conf, bridge = _conflist(root)
     chains = _nat_chains()
+    d: CRIDaemon | Containerd
     if name == "nodeagent":
         d = CRIDaemon(root)
         d.registries = root / "registries.yaml"
@@ -267,7 +268,7 @@ def runtime(request, tmp_path_factory, images, critest_registry):
     (d.cni_conf / "10-critest.conflist").write_text(json.dumps(conf))
     d.start()
     try:
-        if name == "containerd":
+        if isinstance(d, Containerd):
             from cri.runtime.service import RuntimeOptions
 
             d.import_images(images, RuntimeOptions(state_dir=root).pause, [])
@@ -311,7 +312,7 @@ def mirror(critest_registry) -> Mirror:
 
 
 # Specs our runtime does not pass yet, each with why (reported in the table as xfail on nodeagent).
-OURS_GAPS = {
+OURS_GAPS: dict[str, str] = {
 }
 
 
@@ -359,7 +360,7 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.section("critest specs: nodeagent vs containerd 1.6")
     width = min(110, max(len(s) for s in _RESULTS))
-    totals = {r: {} for r in RUNTIMES}
+    totals: dict[str, dict[str, int]] = {r: {} for r in RUNTIMES}
     for spec in sorted(_RESULTS):
         row = _RESULTS[spec]
         tr.write_line(f"{spec[:width]:<{width}}  {row.get('nodeagent', '-'):>6}  {row.get('containerd', '-'):>6}")

@@ -310,8 +310,8 @@ async def _stream(url: str, send: Callable[[Any, dict], Any] | None, until: Call
     import aiohttp
 
     got: dict[int, bytes] = {}
-    async with aiohttp.ClientSession() as s, s.ws_connect(url, protocols=["v4.channel.k8s.io"],
-                                                          timeout=limit) as ws:
+    async with aiohttp.ClientSession() as s, s.ws_connect(
+            url, protocols=["v4.channel.k8s.io"], timeout=aiohttp.ClientWSTimeout(ws_close=limit)) as ws:
         sender = asyncio.create_task(send(ws, got)) if send else None
         try:
             async with asyncio.timeout(limit):

@@ -3,7 +3,6 @@
 import grpc
 import pytest
 
-from cri.proto import api_pb2 as pb
 from tests.conformance.cri import framework as fw
 
 
@@ -98,5 +97,3 @@ def test_listimage_should_get_exactly_3_repotags_in_the_result_image(f):
             assert sorted(img.repo_tags) == sorted(refs), "Should have 3 repoTags in single image"
             break
 
-
-assert pb.ImageSpec

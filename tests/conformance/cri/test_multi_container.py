@@ -34,7 +34,11 @@ def test_should_support_container_log(f, two):
     _, h, b = two
     for cid, want in ((h, "httpd -D FOREGROUND"), (b, fw.DEFAULT_LOG)):
         path = Path(f.status(cid).log_path)
-        assert fw.eventually(lambda path=path, want=want: path.exists() and want in path.read_text(), bool, 60, 0.1)
+
+        def logged(path: Path = path, want: str = want) -> bool:
+            return path.exists() and want in path.read_text()
+
+        assert fw.eventually(logged, bool, 60, 0.1)
 
 
 def test_should_support_container_exec(f, two):

@@ -463,10 +463,12 @@ def test_should_fail_with_an_unloaded_profile(f, apparmor_profiles, field):
 @pytest.mark.parametrize("field", FIELDS)
 def test_should_enforce_a_profile_blocking_writes(f, apparmor_profiles, field):
     st = _apparmor_container(f, field, apparmor_profiles["deny"], True)
+    assert st is not None
     assert st.exit_code != 0, "touch /tmp/foo succeeded under a profile denying writes"
 
 
 @pytest.mark.parametrize("field", FIELDS)
 def test_should_enforce_a_permissive_profile(f, apparmor_profiles, field):
     st = _apparmor_container(f, field, apparmor_profiles["audit"], True)
+    assert st is not None
     assert st.exit_code == 0, f"touch /tmp/foo failed under a profile that only audits writes: {st.exit_code}"

@@ -23,6 +23,11 @@ class Lab:
         self.env = {**os.environ, "KUBECONFIG": topo.kubeconfig, "HOME": str(home)}
         self.state = cluster.load(topo.lab_dir)
 
+    @property
+    def mode(self) -> str:
+        """The pod network's backend the lab was brought up with (host-gw, vxlan, ipip)."""
+        return self.state["topology"]["network"]
+
     def node(self, name: str):
         return next(n for n in self.topo.nodes if n.name == name)
 

@@ -20,7 +20,6 @@ def lab(request, tmp_path_factory, images, host):
     if request.param == "ipip" and not host.has("ipip"):
         pytest.skip(f"host lacks ipip: {host.why_not('ipip')}")
     lab = start_lab(tmp_path_factory.mktemp(f"lab-{request.param}"), images, 2, request.param)
-    lab.mode = request.param
     try:
         yield lab
     finally:
@@ -36,8 +35,8 @@ def test_pods_on_different_nodes_reach_each_other_by_ip(lab):
     cidrs = {n["metadata"]["name"]: n["spec"].get("podCIDR") for n in lab.get("nodes")["items"]}
     assert cidrs["node1"] and cidrs["node2"] and cidrs["node1"] != cidrs["node2"], cidrs
     for name, pod in pods.items():
-        cidr = ipaddress.ip_network(cidrs[name])
-        assert cidr.subnet_of(ipaddress.ip_network("10.244.0.0/16")) and cidr.prefixlen == 24, cidrs
+        cidr = ipaddress.IPv4Network(cidrs[name])
+        assert cidr.subnet_of(ipaddress.IPv4Network("10.244.0.0/16")) and cidr.prefixlen == 24, cidrs
         assert ipaddress.ip_address(pod["status"]["podIP"]) in cidr, (name, pod["status"]["podIP"], cidrs)
         # nobody announced an override: the routes come from spec.podCIDR
         assert ann.POD_CIDR not in lab.get("node", name)["metadata"].get("annotations", {})

@@ -104,7 +104,7 @@ def test_agent_joins_with_the_printed_command_and_runs_pods_as_itself(tmp_path, 
         pod = c.wait_pod("joined", _running)
         pod_cidr = json.loads(c.kubectl("get", "node", c.node, "-o", "json"))["spec"]["podCIDR"]
         assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(pod_cidr), (pod_cidr, pod["status"])
-        assert ipaddress.ip_network(pod_cidr).subnet_of(ipaddress.ip_network(cluster_cidr))
+        assert ipaddress.IPv4Network(pod_cidr).subnet_of(ipaddress.IPv4Network(cluster_cidr))
         assert "waiting for its spec.podCIDR" in log.read_text(errors="replace")
         assert http_body(pod["status"]["podIP"]) == b"hello from busybox\n"
         c.kubectl("delete", "pod", "joined", "--wait=true", "--timeout=60s")

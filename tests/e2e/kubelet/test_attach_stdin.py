@@ -21,8 +21,9 @@ def node(request):
     return request.getfixturevalue("cluster" if request.param == "nodeagent" else "ctd_cluster")
 
 
-def _say_and_hear(p: subprocess.Popen, word: str) -> None:
+def _say_and_hear(p: subprocess.Popen[str], word: str) -> None:
     """Send a line and read its echo (the session follows the output before it takes input)."""
+    assert p.stdin is not None and p.stdout is not None and p.stderr is not None
     p.stdin.write(f"{word}\n")
     p.stdin.flush()
     line = p.stdout.readline()
@@ -42,6 +43,7 @@ def test_kubectl_attach_stdin(node):
         for session in ("a", "b"):  # the end of one session's input is no EOF for the container
             p = subprocess.Popen(["kubectl", "attach", "-i", name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=c.env)
+            assert p.stdin is not None and p.stderr is not None
             try:
                 for word in (f"{session}1", f"{session}2"):
                     _say_and_hear(p, word)

@@ -34,6 +34,7 @@ def test_pod_runs_on_containerd(tmp_path, images):
         assert body == b"hello from busybox\n"
         uid = pod["metadata"]["uid"]
         c.kubectl("delete", "pod", "on-containerd", "--wait=true", "--timeout=90s")
+        assert ctd.client is not None
         assert not ctd.client.list_pod_sandbox(label_selector={"io.kubernetes.pod.uid": uid})
         for m in _cgroup_mounts():
             assert not list(Path(m).glob(f"{c.cgroup_root()}/kubepods/**/pod{uid}")), f"pod cgroup left in {m}"

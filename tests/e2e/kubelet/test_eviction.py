@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 import yaml
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
 
 def _pod(name: str, node: str, requests: dict | None) -> dict:
-    c = {"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}
+    c: dict[str, Any] = {"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}
     if requests:
         c["resources"] = {"requests": requests}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},

@@ -186,6 +186,7 @@ def test_logs_follow_sees_new_lines(cluster, ticker, kubectl):  # noqa: F811
     last = max(_lines(cluster.kubectl("logs", "ticker"), "tick"))
     p = subprocess.Popen([binary, "logs", "-f", "ticker", "--tail=1"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=cluster.env)
+    assert p.stdout is not None and p.stderr is not None
     seen: list[int] = []
     try:
         end = time.monotonic() + 30
@@ -252,6 +253,7 @@ def test_exec_stdin(cluster, ticker):  # noqa: F811
 def test_attach_streams_the_containers_output(cluster, ticker):  # noqa: F811
     p = subprocess.Popen(["kubectl", "attach", "ticker"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=cluster.env)
+    assert p.stdout is not None and p.stderr is not None
     seen: list[int] = []
     try:
         end = time.monotonic() + 30
@@ -325,6 +327,7 @@ def test_kubectl_port_forward(cluster, ticker, web, kubectl):  # noqa: F811
     port = _free_port()
     p = subprocess.Popen([binary, "port-forward", "pod/web", f"{port}:80"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=cluster.env)
+    assert p.stdout is not None and p.stderr is not None
     try:
         line = p.stdout.readline()
         assert "Forwarding from" in line, p.stderr.read()

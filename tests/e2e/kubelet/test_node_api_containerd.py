@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 def ctd_cluster(tmp_path_factory, images):
     with containerd_up(tmp_path_factory.mktemp("ctdapi"), images, 181) as (c, _):
         for name, image, cmd in (("ticker", BUSYBOX, ["sh", "-c", TICKER]), ("web", HTTPD, None)):
-            ctr = {"name": "main", "image": image, "imagePullPolicy": "Never"}
+            ctr: dict[str, Any] = {"name": "main", "image": image, "imagePullPolicy": "Never"}
             if cmd:
                 ctr["command"] = cmd
             c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
@@ -46,6 +47,7 @@ def test_logs_and_follow_on_containerd(ctd_cluster):
     last = max(_lines(c.kubectl("logs", "ticker"), "tick"))
     p = subprocess.Popen(["kubectl", "logs", "-f", "ticker", "--tail=1"], stdout=subprocess.PIPE, text=True,
                          env=c.env)
+    assert p.stdout is not None
     seen: list[int] = []
     try:
         end = time.monotonic() + 30
@@ -76,6 +78,7 @@ def test_port_forward_on_containerd(ctd_cluster):
         port = s.getsockname()[1]
     p = subprocess.Popen(["kubectl", "port-forward", "pod/web", f"{port}:80"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=ctd_cluster.env)
+    assert p.stdout is not None and p.stderr is not None
     try:
         line = p.stdout.readline()
         assert "Forwarding from" in line, p.stderr.read()

@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -39,6 +40,7 @@ class Cluster:
         self.bridge = bridge
         self.proc: subprocess.Popen | None = None
         self.extra: list[str] = []
+        self.manifest_url_file: Path | None = None  # the file --manifest-url serves, where given
         self.log = data_dir / "up.log"
         self.env = {**os.environ, "KUBECONFIG": str(data_dir / "admin.kubeconfig")}
 
@@ -121,6 +123,11 @@ def http_body(ip: str, within: float = 15.0) -> bytes:
             time.sleep(0.1)
 
 
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, images):
     d = tmp_path_factory.mktemp("up")
@@ -131,9 +138,7 @@ def cluster(tmp_path_factory, images):
     web = d / "manifest-url"  # static pods from a URL too (--manifest-url), served from here
     web.mkdir()
     (web / "pods.yaml").write_text("")
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(web)))
-    server.RequestHandlerClass.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(web)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     c.manifest_url_file = web / "pods.yaml"
     c.extra = ["--manifest-url", f"http://127.0.0.1:{server.server_port}/pods.yaml", "--http-check-frequency", "1"]

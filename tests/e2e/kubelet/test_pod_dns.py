@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ def test_resolv_conf_follows_dns_policy(cluster):  # noqa: F811
     c = cluster
     host = parse_resolv_conf(Path("/etc/resolv.conf").read_text())
     cat = "cat /etc/resolv.conf"
-    pods = {
+    pods: dict[str, dict[str, Any]] = {
         "dns-clusterfirst": {},
         "dns-default": {"dnsPolicy": "Default"},
         "dns-none": {"dnsPolicy": "None", "dnsConfig": {"nameservers": ["192.0.2.10"], "searches": ["example.test"],

@@ -25,9 +25,10 @@ def server(tmp_path_factory):
 
 
 class Kubectl:
-    def __init__(self, binary: str, server) -> None:
+    def __init__(self, binary: str, server, version: str) -> None:
         self.binary = binary
         self.server = server
+        self.version = version  # "1.32" or "1.20"
 
     def run(self, *args: str, input: str | None = None, check: bool = True,
             timeout: float = 60) -> subprocess.CompletedProcess:
@@ -46,6 +47,4 @@ def kubectl(request, server):
     binary = KUBECTL_132 if request.param == "1.32" else KUBECTL_120
     if not Path(binary).exists():
         pytest.skip(f"kubectl {request.param} not found at {binary} (run make install)")
-    k = Kubectl(binary, server)
-    k.version = request.param
-    return k
+    return Kubectl(binary, server, request.param)

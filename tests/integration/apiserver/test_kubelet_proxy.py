@@ -56,7 +56,7 @@ def fake_kubelet(tmp_path):
         ctx.load_cert_chain(str(crt), str(key))
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
         await site.start()
-        box["port"] = site._server.sockets[0].getsockname()[1]
+        box["port"] = runner.addresses[0][1]
         box["runner"] = runner
         started.set()
 

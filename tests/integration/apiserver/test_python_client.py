@@ -26,34 +26,40 @@ def test_list_create_patch_delete(api):
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     ns = f"py-{uuid.uuid4().hex[:6]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    assert ns in [n.metadata.name for n in core.list_namespace().items]
+    assert ns in [n.metadata.name for n in core.list_namespace().items if n.metadata]
     pod = client.V1Pod(metadata=client.V1ObjectMeta(name="p1", labels={"app": "a"}),
                        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]))
     created = core.create_namespaced_pod(ns, pod)
+    assert created.metadata and created.spec and created.status
     assert created.metadata.uid and created.spec.containers[0].image_pull_policy == "Always"
     assert created.status.phase == "Pending"
     patched = core.patch_namespaced_pod("p1", ns, {"metadata": {"labels": {"tier": "x"}}})
+    assert patched.metadata
     assert patched.metadata.labels == {"app": "a", "tier": "x"}
     # list body -> JSON patch
     patched = core.patch_namespaced_pod("p1", ns, [{"op": "replace", "path": "/metadata/labels/app", "value": "b"}])
+    assert patched.metadata and patched.metadata.labels
     assert patched.metadata.labels["app"] == "b"
-    assert [p.metadata.name for p in core.list_namespaced_pod(ns, label_selector="app=b").items] == ["p1"]
+    pods = core.list_namespaced_pod(ns, label_selector="app=b").items
+    assert [p.metadata and p.metadata.name for p in pods] == ["p1"]
     assert core.list_namespaced_pod(ns, label_selector="app=a").items == []
-    dep = apps.create_namespaced_deployment(ns, {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "d"}},
-                 "template": {"metadata": {"labels": {"app": "d"}},
-                              "spec": {"containers": [{"name": "c", "image": "nginx:1.25"}]}}}})
-    assert dep.spec.replicas == 2
+    dep = apps.create_namespaced_deployment(ns, client.V1Deployment(
+        api_version="apps/v1", kind="Deployment", metadata=client.V1ObjectMeta(name="d"),
+        spec=client.V1DeploymentSpec(
+            replicas=2, selector=client.V1LabelSelector(match_labels={"app": "d"}),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels={"app": "d"}),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="nginx:1.25")])))))
+    assert dep.spec and dep.spec.replicas == 2
     scale = apps.patch_namespaced_deployment_scale("d", ns, {"spec": {"replicas": 4}})
-    assert scale.spec.replicas == 4
+    assert scale.spec and scale.spec.replicas == 4
     apps.delete_namespaced_deployment("d", ns)
     core.delete_namespaced_pod("p1", ns)
     with pytest.raises(ApiException) as e:
         core.read_namespaced_pod("p1", ns)
     assert e.value.status == 404
     with pytest.raises(ApiException) as e:
-        core.create_namespaced_config_map(ns, {"metadata": {"name": "BAD"}})
+        core.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="BAD")))
     assert e.value.status == 422
 
 
@@ -61,7 +67,9 @@ def test_watch_stream(api):
     core = client.CoreV1Api(api)
     ns = f"pyw-{uuid.uuid4().hex[:6]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    rv = core.list_namespaced_config_map(ns).metadata.resource_version
+    listed = core.list_namespaced_config_map(ns).metadata
+    assert listed
+    rv = listed.resource_version
     seen: list[tuple[str, str]] = []
     done = threading.Event()
 
@@ -75,7 +83,7 @@ def test_watch_stream(api):
 
     t = threading.Thread(target=watcher)
     t.start()
-    core.create_namespaced_config_map(ns, {"metadata": {"name": "c1"}, "data": {"a": "1"}})
+    core.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c1"), data={"a": "1"}))
     core.patch_namespaced_config_map("c1", ns, {"data": {"a": "2"}})
     core.delete_namespaced_config_map("c1", ns)
     assert done.wait(15)

@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def any_runtime(request: pytest.FixtureRequest, cni_bin: Path) -> Runtime:
 def free_subnet() -> ipaddress.IPv4Network:
     used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
     for _ in range(100):
-        net = ipaddress.ip_network(f"10.{random.randint(100, 250)}.{random.randint(0, 255)}.0/24")
+        net = ipaddress.IPv4Network(f"10.{random.randint(100, 250)}.{random.randint(0, 255)}.0/24")
         if f" {net.network_address}".rsplit(".", 1)[0] + "." not in used:
             return net
     raise RuntimeError("no free test subnet")
@@ -92,7 +93,7 @@ class Net:
                          "dataDir": str(self.data_dir), "routes": [{"dst": "0.0.0.0/0"}]}, **extra}
 
     def conflist(self, *chained: dict, version: str = "1.0.0", **bridge_extra: object) -> dict:
-        main = self.conf(**bridge_extra)
+        main = {**self.conf(), **bridge_extra}
         main.pop("cniVersion")
         main.pop("name")
         return {"cniVersion": version, "name": self.name, "plugins": [main, *chained]}
@@ -124,7 +125,7 @@ class Net:
 
 
 @pytest.fixture
-def net(tmp_path: Path) -> Net:
+def net(tmp_path: Path) -> Iterator[Net]:
     n = Net(name=unique("net"), bridge=unique("br"), subnet=free_subnet(), data_dir=tmp_path / "ipam")
     yield n
     for v in n.veths():

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from cni.errors import CNIError
 from cni.plugins.bridge import open_netns
 from kernel import netns, rtnl
 from tests.integration.cni.conftest import in_ns
@@ -30,7 +31,7 @@ def test_run_in_enters_the_netns_on_its_own_thread_and_never_leaks_it(res):
         assert _ns_id() == mine  # the caller's thread never moved
     finally:
         os.close(fd)
-    with pytest.raises(Exception) as e:
+    with pytest.raises(CNIError) as e:
         open_netns("/run/netns/does-not-exist")
     assert e.value.code == 3
 

@@ -68,9 +68,9 @@ async def test_every_node_gets_its_own_pod_cidr(server):
                 cidrs.append((await env.client.get("nodes", n))["spec"].get("podCIDR"))
             return cidrs if all(cidrs) else None
         cidrs = await eventually(assigned)
-        nets = [ipaddress.ip_network(c) for c in cidrs]
+        nets = [ipaddress.IPv4Network(c) for c in cidrs]
         assert len(set(nets)) == 3
-        assert all(n.prefixlen == 24 and n.subnet_of(ipaddress.ip_network("10.200.0.0/16")) for n in nets)
+        assert all(n.prefixlen == 24 and n.subnet_of(ipaddress.IPv4Network("10.200.0.0/16")) for n in nets)
 
 
 async def test_podgc_force_deletes_pods_of_deleted_nodes(server):

@@ -37,6 +37,7 @@ class Pods:
     """Makes sandboxes with a unique cgroup parent; removes them and checks the cgroups are gone."""
 
     def __init__(self, d: CRIDaemon, tmp: Path) -> None:
+        assert d.client is not None, "the runtime is started"
         self.d = d
         self.c = d.client
         self.tmp = tmp
@@ -80,7 +81,11 @@ class Pods:
             from kernel.cgroups import detect_cgroups
 
             info = detect_cgroups()
-            roots = set(info.v1_controllers.values()) if info.version == "v1" else {info.v2_root}
+            if info.version == "v1":
+                roots = set(info.v1_controllers.values())
+            else:
+                assert info.v2_root is not None
+                roots = {info.v2_root}
             left = [r + parent for r in roots if Path(r + parent).exists()]
             for p in left:
                 remove_cgroup(Path(p))
@@ -106,9 +111,7 @@ def own(tmp_path, images):
     try:
         yield d, pods
     finally:
-        if d.client is None:
-            d.start()
-        pods.c = d.client
+        pods.c = d.client if d.client is not None else d.start()
         pods.close()
         d.remove_everything()
         d.stop()

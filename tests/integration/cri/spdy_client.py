@@ -126,7 +126,7 @@ class SpdyClient:
         self._buf = b""
         self._lock = asyncio.Lock()
         self._sock: socket.socket | None = None
-        self._ws = None
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._http: aiohttp.ClientSession | None = None
         self._task: asyncio.Task | None = None
 
@@ -174,9 +174,9 @@ class SpdyClient:
         """SPDY inside websocket binary messages (subprotocol SPDY/3.1+<protocol>)."""
         c = cls()
         c._http = aiohttp.ClientSession()
-        c._ws = await c._http.ws_connect(url, protocols=["SPDY/3.1+" + protocol])
+        c._ws = ws = await c._http.ws_connect(url, protocols=["SPDY/3.1+" + protocol])
         c.status = 101
-        c.response_headers["sec-websocket-protocol"] = [c._ws.protocol or ""]
+        c.response_headers["sec-websocket-protocol"] = [ws.protocol or ""]
         c._task = asyncio.create_task(c._read_ws())
         return c
 
@@ -203,12 +203,14 @@ class SpdyClient:
     async def _read_socket(self, early: bytes) -> None:
         """Every byte the server sent, until its close (EOF) or a reset after the last of them."""
         loop = asyncio.get_running_loop()
+        sock = self._sock
+        assert sock is not None
         try:
             chunk = early
             while True:
                 if chunk:
                     await self._feed(chunk)
-                chunk = await loop.sock_recv(self._sock, 65536)
+                chunk = await loop.sock_recv(sock, 65536)
                 if not chunk:
                     return
         except ConnectionError:
@@ -217,6 +219,7 @@ class SpdyClient:
             self._end()
 
     async def _read_ws(self) -> None:
+        assert self._ws is not None
         try:
             async for msg in self._ws:
                 if msg.type != aiohttp.WSMsgType.BINARY:
@@ -301,6 +304,7 @@ class SpdyClient:
 
     async def close(self) -> None:
         if self._ws is not None:
+            assert self._http is not None  # the websocket's session
             await self._ws.close()
             await self._http.close()
         elif self._sock is not None:

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.root
 def code_of(fn, *args) -> tuple[grpc.StatusCode, str]:
     with pytest.raises(grpc.RpcError) as e:
         fn(*args)
-    return e.value.code(), e.value.details()
+    return e.value.code(), e.value.details() or ""
 
 
 def state_dirs(cri) -> tuple[set[str], set[str]]:

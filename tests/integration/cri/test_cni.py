@@ -60,7 +60,8 @@ def test_add_check_del_with_reference_plugins(network, res):
         return result
 
     result = asyncio.run(scenario())
-    assert cni.network().name == f"net-{bridge}"  # the first file by name wins
+    network = cni.network()
+    assert network and network.name == f"net-{bridge}"  # the first file by name wins
     addr = result["ips"][0]["address"].split("/")[0]
     assert addr in ip("-n", netns, "addr", "show", "eth0")
     cache = tmp / "cache" / "results" / f"net-{bridge}-ctr-1-eth0"

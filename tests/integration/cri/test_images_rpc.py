@@ -58,7 +58,7 @@ def test_pull_run_and_remove(cri, pods, images, tmp_path):
         # still used by a (stopped) container: its layers back that container's rootfs
         with pytest.raises(grpc.RpcError) as e:
             c.remove_image(image_ref)
-        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and cid in e.value.details()
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and cid in (e.value.details() or "")
         c.remove_container(cid)
         c.remove_image(ref)
         c.remove_image(ref)  # idempotent

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import io
 import os
 import re
 import subprocess
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from cri.proto import api_pb2 as pb
+from tests.integration.cri.conftest import Pods
 from tests.integration.cri.kube_front import KubeFront
 
 pytestmark = pytest.mark.root
@@ -28,11 +31,22 @@ def _truthy(q: dict, key: str) -> bool:
     return (q.get(key) or ["false"])[0] in ("true", "1")
 
 
+class Front(KubeFront):
+    """The front with what the tests drive through it: the pod behind it and kubectl's environment."""
+
+    ids: dict[str, str]  # container name -> id (what attach streams)
+    pods: Pods
+    sid: str
+    scfg: pb.PodSandboxConfig
+    env: dict[str, str]
+    cache: str
+    hostname: str
+    big_md5: str
+
+
 @pytest.fixture(scope="module")
 def front(cri, tmp_path_factory):
     """The front, a pod running busybox httpd on the pod's 127.0.0.1:8080, and a kubeconfig."""
-    from tests.integration.cri.conftest import Pods
-
     pods = Pods(cri, tmp_path_factory.mktemp("kpods"))
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["httpd", "-f", "-p", "127.0.0.1:8080", "-h", "/etc"])
@@ -54,19 +68,19 @@ def front(cri, tmp_path_factory):
                              stderr=_truthy(q, "stderr"))
         return cl.port_forward(sid)
 
-    f = KubeFront(stream_url)
-    f.ids = {"c": cid}  # type: ignore[attr-defined]
-    f.pods, f.sid, f.scfg = pods, sid, scfg  # type: ignore[attr-defined]
+    f = Front(stream_url)
+    f.ids = {"c": cid}
+    f.pods, f.sid, f.scfg = pods, sid, scfg
     loop = asyncio.new_event_loop()
     t = threading.Thread(target=loop.run_forever, daemon=True)
     t.start()
     asyncio.run_coroutine_threadsafe(f.start(), loop).result(10)
     tmp = tmp_path_factory.mktemp("kubectl")
     (tmp / "kubeconfig").write_text(f.kubeconfig())
-    f.env = dict(os.environ, KUBECONFIG=str(tmp / "kubeconfig"), HOME=str(tmp))  # type: ignore[attr-defined]
-    f.cache = str(tmp / "cache")  # type: ignore[attr-defined]
-    f.hostname = scfg.hostname  # type: ignore[attr-defined]
-    f.big_md5 = big  # type: ignore[attr-defined]
+    f.env = dict(os.environ, KUBECONFIG=str(tmp / "kubeconfig"), HOME=str(tmp))
+    f.cache = str(tmp / "cache")
+    f.hostname = scfg.hostname
+    f.big_md5 = big
     try:
         yield f
     finally:
@@ -104,6 +118,7 @@ def test_kubectl_exec_over_spdy(front, version):
 def _port_forward(front, version: str, env: dict) -> list[bytes]:
     cmd = [_kubectl(version), "--cache-dir", front.cache, "port-forward", "pod/p", ":8080"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(front.env, **env))
+    assert p.stdout is not None and isinstance(p.stderr, io.BufferedReader)
     try:
         line = p.stdout.readline().decode()
         m = re.search(r"127\.0\.0\.1:(\d+) -> 8080", line)
@@ -152,6 +167,7 @@ def test_kubectl_attach_over_spdy(front, version):
     cmd = [_kubectl(version), "--cache-dir", front.cache, "attach", "p", "-c", name]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=dict(front.env, KUBECTL_REMOTE_COMMAND_WEBSOCKETS="false"))
+    assert p.stdout is not None and isinstance(p.stderr, io.BufferedReader)
     try:
         line = p.stdout.readline()
         assert re.fullmatch(rb"out\d+\n", line), (line, p.stderr.read1(4096) if p.poll() is not None else b"")

@@ -48,7 +48,9 @@ def test_sandbox_lifecycle_namespaces_and_cleanup(cri, pods):
     for kind in ("net", "uts", "ipc"):
         assert ns_inode(pid, kind) != ns_inode("self", kind), kind
     assert ns_inode(pid, "mnt") == ns_inode("self", "mnt")  # pause needs no mount namespace
-    rss_kb = int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1))
+    rss = re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text())
+    assert rss
+    rss_kb = int(rss.group(1))
     assert rss_kb < 1024, f"pause RSS {rss_kb} kB"
     items = c.list_pod_sandbox(id=sid)
     assert [i.id for i in items] == [sid]
@@ -96,7 +98,7 @@ def test_container_lifecycle_logs_exec(cri, pods):
         time.sleep(0.05)
     entries = [LOG_LINE.match(x) for x in log.read_text().splitlines()]
     assert all(entries), log.read_text()
-    got = {(m.group(2), m.group(3), m.group(4)) for m in entries}
+    got = {(m.group(2), m.group(3), m.group(4)) for m in entries if m}
     assert ("stdout", "F", "out-line") in got and ("stderr", "F", "err-line") in got
 
     t0 = time.monotonic()
@@ -212,7 +214,9 @@ def test_security_defaults_readonly_rootfs_and_masks(cri, pods):
     assert c.exec_sync(cid, ["touch", "/newfile"]).exit_code != 0
     assert c.exec_sync(cid, ["sh", "-c", "echo x > /dev/shm/ok"]).exit_code == 0
     status = c.exec_sync(cid, ["cat", "/proc/self/status"]).stdout.decode()
-    bnd = int(re.search(r"CapBnd:\s+([0-9a-f]+)", status).group(1), 16)
+    m = re.search(r"CapBnd:\s+([0-9a-f]+)", status)
+    assert m, status
+    bnd = int(m.group(1), 16)
     from cri.runtime import caps
     from kernel import caps as kcaps
 
@@ -307,7 +311,7 @@ def test_seccomp_runtime_default_and_unconfined(cri, pods):
     local.linux.security_context.seccomp.profile_type = pb.SecurityProfile.Localhost
     with pytest.raises(grpc.RpcError) as e:  # a Localhost profile needs a profile file
         c.create_container(sid, local, scfg)
-    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "localhost_ref" in e.value.details()
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "localhost_ref" in (e.value.details() or "")
 
 
 def test_apparmor_as_containerd_applies_it(cri, pods):
@@ -328,7 +332,7 @@ def test_apparmor_as_containerd_applies_it(cri, pods):
         before = sorted(os.listdir(cri.state / "containers"))
         with pytest.raises(grpc.RpcError) as e:
             c.create_container(sid, cfg, scfg)
-        assert e.value.code() == code and text in e.value.details(), e.value.details()
+        assert e.value.code() == code and text in (e.value.details() or ""), e.value.details()
         assert sorted(os.listdir(cri.state / "containers")) == before  # nothing half-made
         names = {x.metadata.name for x in c.list_containers()}
         assert cfg.metadata.name not in names
@@ -394,9 +398,9 @@ def test_sysctls_and_devices(cri, pods):
     bad.linux.sysctls["kernel.panic"] = "1"
     with pytest.raises(grpc.RpcError) as e:
         c.run_pod_sandbox(bad)
-    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kernel.panic" in e.value.details()
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kernel.panic" in (e.value.details() or "")
     dev = container_config("nodev", "localhost/busybox:latest", ["true"])
     dev.devices.add(container_path="/dev/x", host_path="/etc/hostname")
     with pytest.raises(grpc.RpcError) as e:
         c.create_container(sid, dev, scfg)
-    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a device" in e.value.details()
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a device" in (e.value.details() or "")

@@ -51,7 +51,8 @@ class _UpstreamHandler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         data, sock = self.request
         q = dns.message.from_wire(data)
-        srv: Upstream = self.server  # type: ignore[assignment]
+        srv = self.server
+        assert isinstance(srv, Upstream)
         qn = q.question[0].name.to_text().lower()
         with srv.lock:
             srv.asked.append((qn, q.question[0].rdtype))

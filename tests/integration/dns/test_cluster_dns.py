@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 NS = "dnstest"
 
 
-def ask(dnsd, name: str, qtype: int = T.A, tcp: bool = False, **kw) -> dns.message.Message:
+def ask(dnsd, name: str, qtype: T.RdataType = T.A, tcp: bool = False, **kw) -> dns.message.Message:
     q = dns.message.make_query(name, qtype, **kw)
     if tcp:
         return dns.query.tcp(q, "127.0.0.1", port=dnsd.port, timeout=5)

@@ -86,7 +86,8 @@ async def test_serves_before_the_api_answers(upstream, monkeypatch):
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]  # nothing listens once closed
     cfg = service.DNSConfig(kubeconfig="-", listen="127.0.0.1:0", upstreams=[f"127.0.0.1:{upstream.port}"])
-    ready, bound = asyncio.Event(), []
+    ready = asyncio.Event()
+    bound: list[tuple[str, int]] = []
     async with Client(f"https://127.0.0.1:{dead}", "t", insecure=True) as c:
         task = asyncio.create_task(service.run_dns(cfg, c, ready, bound))
         try:

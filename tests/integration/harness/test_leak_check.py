@@ -59,6 +59,7 @@ def test_leaking_cgroup_and_chain_fail_the_run(pytester, monkeypatch):
 
     info = detect_cgroups()
     root = info.v1_controllers.get("pids") if info.version == "v1" else info.v2_root
+    assert root, info.summary
     cg = Path(root, unique("lk"))
     chain = unique("lk").upper()
     try:

@@ -37,6 +37,7 @@ def test_cgroup_lifecycle(host):
         assert (p / "cgroup.procs").exists()
     proc = subprocess.Popen(["sleep", "60"])
     target = paths.get("pids") or paths.get("unified")
+    assert target, paths
     (target / "cgroup.procs").write_text(str(proc.pid))
     r.close()  # kills what is inside, then removes the cgroup
     proc.wait(timeout=5)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cri.images import ImageStore, pull_image
+from cri.images.progress import ProgressEvent
 
 pytestmark = pytest.mark.root
 
@@ -30,7 +31,7 @@ def test_import_busybox(store, images, form, tmp_path):
         src.write_bytes(gzip.compress(built.docker_archive.read_bytes()))
     else:
         src = getattr(built, form)
-    events = []
+    events: list[ProgressEvent] = []
     (img,) = store.import_archive(src, progress=events.append)
     assert img.id == built.config_digest
     assert img.repo_tags == ["localhost/busybox:latest"]

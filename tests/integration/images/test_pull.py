@@ -11,7 +11,7 @@ import pytest
 
 from cri.images import ImageStore, RegistriesConfig, pull_image
 from cri.images.errors import AuthError, DigestMismatch, ManifestUnknown, PullError
-from cri.images.progress import DONE
+from cri.images.progress import DONE, ProgressEvent
 from nodeagent.testing.images import Entry, ImageSpec, build
 from tests.integration.images.registry import PASSWORD, REFRESH_TOKEN, USER, free_port
 
@@ -29,7 +29,7 @@ def _no_leftovers(store: ImageStore) -> None:
 
 async def test_pull_plain_http(registry, images, tmp_path):
     store = _store(tmp_path)
-    events = []
+    events: list[ProgressEvent] = []
     img = await pull_image(store, f"{registry.host}/test/configured:v1", progress=events.append)
     built = images.configured
     assert img.id == built.config_digest
@@ -286,6 +286,7 @@ async def test_broken_downloads_are_retried(registry, images, tmp_path):
                 resp.content_length = len(body)
                 await resp.prepare(request)
                 await resp.write(body[: len(body) // 2])
+                assert request.transport is not None
                 request.transport.close()
                 return resp
             if n == 2:

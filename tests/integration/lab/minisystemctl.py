@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 UNIT_DIR = Path(os.environ["LAB_UNIT_DIR"])
 STATE = Path(os.environ["MINISYSTEMCTL_STATE"])
@@ -60,7 +61,7 @@ def start(name: str) -> int:
     service = parse_unit(name).get("Service", {})
     env = env_file(service["EnvironmentFile"]) if "EnvironmentFile" in service else {}
     line = re.sub(r"\$\{(\w+)\}", lambda m: env.get(m.group(1), ""), service["ExecStart"])
-    out = subprocess.DEVNULL
+    out: int | IO[bytes] = subprocess.DEVNULL
     target = service.get("StandardOutput", "")
     if target.startswith("append:"):
         Path(target[7:]).parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,9 @@ def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
 
 def test_default_subset_is_the_lab_only_part_not_make_test():
     text = SUITE.read_text()
-    default = re.search(r'LAB_TEST_DEFAULT_SUITE="(.*?)"\n', text, re.S).group(1).replace("\\\n", "")
+    m = re.search(r'LAB_TEST_DEFAULT_SUITE="(.*?)"\n', text, re.S)
+    assert m, "the suite script sets LAB_TEST_DEFAULT_SUITE"
+    default = m.group(1).replace("\\\n", "")
     selections = [s.strip() for s in default.split(";")]
     assert selections == ["tests/integration/netproxy/test_dataplane.py -k ipvs",
                           "tests/unit/cri/test_cgroups.py tests/integration/cri/test_lifecycle.py "

@@ -135,6 +135,8 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
 async def test_up_component_serves_then_removes_its_rules_on_stop(server, res, require, mode, tmp_path):
     """`netpol.service:serve` as `nodeagent up` runs it (kubeconfig, tagged names for a non-default data dir)."""
     from netpol.config import NetpolConfig
+    from netpol.iptables import IptablesBackend
+    from netpol.nftables import NftablesBackend
     from netpol.service import backend_for, serve
     from nodeagent.client.config import Credentials
     from nodeagent.layout import Layout
@@ -147,10 +149,13 @@ async def test_up_component_serves_then_removes_its_rules_on_stop(server, res, r
                           table=layout.netpol_table, mode=mode, node_name="n1", netns=netns,
                           credentials=Credentials(kubeconfig=str(server.kubeconfig)))
     names = backend_for(config)
-    mark = names.cp if mode == "iptables" else names.table
+    if isinstance(names, IptablesBackend):
+        mark, cmd = names.cp, [f"{names.cmd}-save", "-t", "filter"]
+    else:
+        assert isinstance(names, NftablesBackend), names
+        mark, cmd = names.table, ["nft", "list", "tables"]
 
     def dump() -> str:
-        cmd = [f"{names.cmd}-save", "-t", "filter"] if mode == "iptables" else ["nft", "list", "tables"]
         return subprocess.run(["ip", "netns", "exec", netns, *cmd], capture_output=True, text=True).stdout
 
     ready = asyncio.Event()

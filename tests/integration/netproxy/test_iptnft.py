@@ -151,11 +151,11 @@ def test_full_sync_equals_iptables_nft_restore(res, require, large, cidr, node_i
         assert _save(ours) == _save(theirs)
         for table in ("nat", "filter"):
             assert worker.call(_raw, table) == ref.call(_raw, table), table
-            mine = worker.call(_raw, table, True)
+            raw = worker.call(_raw, table, True)
             if counters:
-                assert mine == ref.call(_raw, table, True), table
+                assert raw == ref.call(_raw, table, True), table
             else:  # our rules carry no counter; the builtin chains' foreign rules are not ours
-                assert not [r for r in mine if " counter" in r], table
+                assert not [r for r in raw if " counter" in r], table
     finally:
         worker.close()
         ref.close()

@@ -23,12 +23,16 @@ def _list(ns: str) -> str:
                           capture_output=True, text=True, check=True).stdout
 
 
+class _Proxy(Proxy):
+    netns: str  # the scratch namespace the proxy programs
+
+
 @pytest.fixture
 def proxy(res, require):
     require("nftables")
     ns = res.netns()
     worker = NetnsWorker(ns)
-    p = Proxy(make_proxier("nftables", NodeConfig(node_name="n", cluster_cidr="10.244.0.0/16")), worker,
+    p = _Proxy(make_proxier("nftables", NodeConfig(node_name="n", cluster_cidr="10.244.0.0/16")), worker,
               clear_conntrack=False)
     p.set_services_synced()
     p.set_endpoints_synced()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+from collections.abc import Mapping
 
 import pytest
 
@@ -15,7 +16,7 @@ from kernel.netns import NetnsWorker
 from kernel.xtables import open_socket
 from netproxy.iptables.plan import full_restore, partial_ops, partial_restore, plan_port
 from netproxy.iptables.xtblob import XtTable, encode
-from netproxy.model import Endpoint, parse_service
+from netproxy.model import Endpoint, ServicePort, ServicePortName, parse_service
 from netproxy.proxier import NodeConfig
 from nodeagent.testing.netproxy_lab import service
 
@@ -70,7 +71,7 @@ class Twin:
             for table, table_ops in ops.items():
                 self.tables.setdefault(table, XtTable(table)).apply(s, table_ops)
 
-    def change(self, changes: dict) -> None:
+    def change(self, changes: Mapping[ServicePortName, tuple[ServicePort, list[Endpoint]] | None]) -> None:
         new = dict(self.plans)
         for spn, value in changes.items():
             if value is None:
@@ -161,6 +162,7 @@ def test_encoding_matches_iptables_legacy(res, spec):
                 xt = XtTable(table)
                 xt._fetch(s)
                 _, first, tail = xt._chain_span("KUBE-X")
+                assert xt._blob is not None  # fetched
                 return bytes(xt._blob[96 + first:96 + tail]), first
         kernel, first = worker.call(read)
     finally:
@@ -242,7 +244,12 @@ def test_changes_wait_for_the_xtables_lock(res, tmp_path, monkeypatch, increment
         state.endpoints[s0.name] = tuple(e0[:1])
         fcntl.flock(fd, fcntl.LOCK_EX)
         done = threading.Event()
-        future = worker.submit(lambda: (proxier.sync(state, Changes(ports={s0.name}), False), done.set()))
+
+        def sync_then_signal() -> None:
+            proxier.sync(state, Changes(ports={s0.name}), False)
+            done.set()
+
+        future = worker.submit(sync_then_signal)
         assert not done.wait(0.5), "the change did not wait for the lock"
         fcntl.flock(fd, fcntl.LOCK_UN)
         future.result(timeout=30)

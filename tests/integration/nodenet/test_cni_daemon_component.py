@@ -19,8 +19,10 @@ def test_plugin_daemon_serves_its_instance_socket_and_leaves_nothing(tmp_path):
     assert d.start()
     try:
         assert oct(os.stat(path).st_mode & 0o777) == "0o600"
-        code, out = client.via_daemon(path, "portmap", {"CNI_COMMAND": "VERSION"},
-                                      json.dumps({"cniVersion": "1.0.0"}).encode())
+        answer = client.via_daemon(path, "portmap", {"CNI_COMMAND": "VERSION"},
+                                   json.dumps({"cniVersion": "1.0.0"}).encode())
+        assert answer is not None, "the daemon answers"
+        code, out = answer
         assert code == 0 and "1.0.0" in json.loads(out)["supportedVersions"]
         second = PluginDaemon(path)  # another instance configured with the same socket does not steal it
         assert not second.start()

@@ -72,12 +72,17 @@ def test_pods_on_two_nodes_reach_each_other(two_nodes, mode, require):
             for i, ((_ns, _p, pub, cidr), dp) in enumerate(zip(two_nodes, planes, strict=True))]
     for i, ((ns, _p, _pub, _c), dp) in enumerate(zip(two_nodes, planes, strict=True)):
         want = P.desired(mode, f"n{i}", view)
-        in_ns(ns, lambda dp=dp, want=want: dp.apply(P.diff(want, dp.current())))
+
+        def converge(dp: Dataplane = dp, want: P.Plan = want) -> None:
+            dp.apply(P.diff(want, dp.current()))
+
+        in_ns(ns, converge)
         assert in_ns(ns, dp.current) == want  # the kernel holds exactly the plan
     if mode == "vxlan":
         link = ip(two_nodes[0][0], "-d", "link", "show", P.VXLAN_DEVICE)
         assert "vxlan id 1 " in link and "dstport 8472" in link and "mtu 1450" in link
-        assert planes[1].vtep_mac in ip(two_nodes[0][0], "neigh", "show", "dev", P.VXLAN_DEVICE)
+        mac = planes[1].vtep_mac
+        assert mac and mac in ip(two_nodes[0][0], "neigh", "show", "dev", P.VXLAN_DEVICE)
         assert "dst 192.168.77.2" in sh("bridge", "-n", two_nodes[0][0], "fdb", "show", "dev", P.VXLAN_DEVICE).stdout
     r = ping(two_nodes[0][1], "10.244.2.2")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 
 import pytest
@@ -36,7 +37,7 @@ async def test_one_leader_schedules_and_the_other_takes_over(tmp_path):
     srv = start_server(tmp_path / "srv", extra=["--without", "scheduler", "--controllers", "none"])
     clients = {n: Client.from_kubeconfig(srv.kubeconfig) for n in ("a", "b")}
     electors = {n: elector(c, n, lease_duration=2, renew_deadline=1.5, retry_period=0.2) for n, c in clients.items()}
-    tasks = {n: asyncio.create_task(electors[n].run(lambda c=c: run_scheduler(c))) for n, c in clients.items()}
+    tasks = {n: asyncio.create_task(electors[n].run(functools.partial(run_scheduler, c))) for n, c in clients.items()}
     admin = clients["a"]
     try:
         await admin.create("nodes", node_object("n1", cpu="4"))

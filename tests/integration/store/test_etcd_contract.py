@@ -8,7 +8,7 @@ from nodeagent.store.etcd import EtcdStore
 from tests.unit.store.test_contract import *  # noqa: F403 (the contract's cases run here again)
 
 
-@pytest.fixture
+@pytest.fixture  # type: ignore[no-redef]  # replaces the contract module's fixture of that name, on purpose
 async def make_store(etcd_server):
     """Overrides the unit module's fixture: every test gets its own key prefix on the shared etcd."""
     prefix = f"/t-{uuid.uuid4().hex[:12]}"

@@ -173,8 +173,9 @@ async def test_store_fails_over_between_etcd_members():
     from nodeagent.store.etcd import EtcdError
     from nodeagent.testing.etcd import EtcdCluster, available
 
-    if available():
-        pytest.skip(available())
+    why = available()
+    if why:
+        pytest.skip(why)
 
     async def create_retrying(store, key):
         for _ in range(100):  # during a leader election etcd answers "unavailable" for a moment
