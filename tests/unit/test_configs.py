@@ -73,15 +73,21 @@ def test_single_component_commands_refuse_bad_values(tmp_path):
         cri.config_from_args(_parse(cri, ["--socket", ""]))
 
 
+def _frozen(obj: object) -> bool:
+    """Whether `obj`'s class is a frozen dataclass (its dataclass parameters are not typed)."""
+    params = getattr(type(obj), "__dataclass_params__", None)
+    return params is not None and params.frozen
+
+
 def test_every_component_gets_its_own_frozen_config(tmp_path):
     cfg = _up(tmp_path)
     configs = cfg.by_component()
     assert set(configs) == {c.name for c in COMPONENTS}
     assert len({id(c) for c in configs.values()}) == len(configs)
     for name, c in configs.items():
-        assert dataclasses.is_dataclass(c) and type(c).__dataclass_params__.frozen, name
+        assert dataclasses.is_dataclass(c) and _frozen(c), name
     with pytest.raises(dataclasses.FrozenInstanceError):
-        cfg.kubelet.node_name = "other"  # type: ignore[misc]
+        cfg.kubelet.node_name = "other"
     assert set(_agent(tmp_path).by_component()) == {c.name for c in NODE_COMPONENTS}
     assert set(_server(tmp_path, "--without", "dns").by_component()) == {
         "apiserver", "scheduler", "controllers", "podnetwork"}
@@ -95,7 +101,7 @@ def test_up_s_node_parts_use_the_admin_kubeconfig_and_an_agent_its_own_credentia
     assert cfg.scheduler.kubeconfig == cfg.controllers.kubeconfig == cfg.dns.kubeconfig == admin
     joined = agent.config_from_args(_parse(agent, ["--data-dir", str(tmp_path), "--server", "https://10.0.0.1:6443",
                                                    "--token", "t"]), node_kubeconfig="/n/kubelet.kubeconfig")
-    assert joined.kubelet.credentials.kubeconfig == "/n/kubelet.kubeconfig" and not joined.kubelet.credentials.token
+    assert joined.kubelet and joined.kubelet.credentials.kubeconfig == "/n/kubelet.kubeconfig" and not joined.kubelet.credentials.token
     plain = _agent(tmp_path)
     assert (plain.netproxy.credentials.server, plain.netproxy.credentials.token) == (
         "https://10.0.0.1:6443", "abcdef.0123456789abcdef")

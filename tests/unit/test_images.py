@@ -37,7 +37,9 @@ def test_builds_are_deterministic(tmp_path):
 def test_busybox_layer_has_shell_and_applets(tmp_path):
     built = images.build(images.BUSYBOX, tmp_path)
     with tarfile.open(built.docker_archive) as outer:
-        manifest = json.load(outer.extractfile("manifest.json"))
+        manifest_file = outer.extractfile("manifest.json")
+        assert manifest_file is not None
+        manifest = json.load(manifest_file)
         assert manifest[0]["RepoTags"] == ["localhost/busybox:latest"]
         layer = outer.extractfile(manifest[0]["Layers"][0])
         with tarfile.open(fileobj=layer) as inner:

@@ -81,9 +81,9 @@ def test_two_data_dirs_share_no_name():
         if isinstance(va, str) and va:
             assert va != vb, f.name
     default = Layout.default()
-    for f in ("cri_socket", "cni_conf_dir", "cni_ipam_dir", "cni_socket", "bridge", "network_name",
-              "cgroup_root", "netpol_chain_prefix", "netpol_table", "cluster_cidr"):
-        assert getattr(a, f) != getattr(default, f), f
+    for name in ("cri_socket", "cni_conf_dir", "cni_ipam_dir", "cni_socket", "bridge", "network_name",
+                 "cgroup_root", "netpol_chain_prefix", "netpol_table", "cluster_cidr"):
+        assert getattr(a, name) != getattr(default, name), name
 
 
 def test_the_tag_is_the_resolved_path_s(tmp_path, monkeypatch):
@@ -96,4 +96,4 @@ def test_the_tag_is_the_resolved_path_s(tmp_path, monkeypatch):
 
 def test_a_layout_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
-        Layout.default().bridge = "br0"  # type: ignore[misc]
+        Layout.default().bridge = "br0"  # type: ignore[misc]  # the write to a frozen field under test

@@ -1,5 +1,7 @@
 """Validation, defaults, QoS, tables, protobuf decoding, allocators: pure logic."""
 
+from typing import Any
+
 from nodeagent.api.defaults import apply_defaults, image_pull_policy
 from nodeagent.api.qos import compute_pod_qos
 from nodeagent.api.resources import lookup
@@ -36,7 +38,7 @@ def test_defaults():
     assert image_pull_policy("nginx:1.25") == "IfNotPresent"
     assert image_pull_policy("reg:5000/nginx") == "Always"
     assert image_pull_policy("nginx@sha256:abc") == "IfNotPresent"
-    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i:1",
+    pod: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i:1",
                                                                "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
     apply_defaults(pod, "Pod")
     s = pod["spec"]
@@ -45,7 +47,7 @@ def test_defaults():
         "node.kubernetes.io/not-ready": 300, "node.kubernetes.io/unreachable": 300}
     assert s["containers"][0]["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
     assert pod["status"]["qosClass"] == "Guaranteed"
-    svc = {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}
+    svc: dict[str, Any] = {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}
     apply_defaults(svc, "Service")
     assert svc["spec"]["ports"][0] == {"port": 80, "protocol": "TCP", "targetPort": 80}
 
@@ -97,7 +99,7 @@ def test_protobuf_configmap_decodes():
 
 def test_allocator_conflicts_and_release():
     a = Allocators("10.96.0.0/24", (30000, 30010))
-    s1 = {"metadata": {"name": "a", "namespace": "d"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}}
+    s1: dict[str, Any] = {"metadata": {"name": "a", "namespace": "d"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}}
     assert a.allocate(s1) == []
     ip, np = s1["spec"]["clusterIP"], s1["spec"]["ports"][0]["nodePort"]
     assert ip.startswith("10.96.0.") and 30000 <= np <= 30010

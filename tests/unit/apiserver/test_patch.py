@@ -1,10 +1,12 @@
 """Patch formats: JSON merge patch, JSON patch, and strategic merge patch as kubectl sends it."""
 
+from typing import Any
+
 import pytest
 
 from nodeagent.api.patch import PatchError, json_patch, merge_patch, strategic_merge
 
-POD = {"metadata": {"name": "p", "labels": {"a": "1", "b": "2"}, "finalizers": ["x"]},
+POD: dict[str, Any] = {"metadata": {"name": "p", "labels": {"a": "1", "b": "2"}, "finalizers": ["x"]},
        "spec": {"containers": [{"name": "app", "image": "nginx:1", "ports": [{"containerPort": 80}],
                                 "env": [{"name": "A", "value": "1"}]},
                                {"name": "side", "image": "busybox"}],

@@ -4,14 +4,14 @@ import asyncio
 
 import pytest
 
-from nodeagent.api.resources import lookup
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.registry import Registry
 from nodeagent.store.memory import MemoryStore
+from tests.unit.apiserver.helpers import resource
 
-NS, PODS, CMS = lookup("", "v1", "namespaces"), lookup("", "v1", "pods"), lookup("", "v1", "configmaps")
-DEPLOY, QUOTA, LR = lookup("apps", "v1", "deployments"), lookup("", "v1", "resourcequotas"), lookup("", "v1", "limitranges")
-PC = lookup("scheduling.k8s.io", "v1", "priorityclasses")
+NS, PODS, CMS = resource("", "v1", "namespaces"), resource("", "v1", "pods"), resource("", "v1", "configmaps")
+DEPLOY, QUOTA, LR = resource("apps", "v1", "deployments"), resource("", "v1", "resourcequotas"), resource("", "v1", "limitranges")
+PC = resource("scheduling.k8s.io", "v1", "priorityclasses")
 
 
 @pytest.fixture
@@ -145,16 +145,16 @@ async def test_immutable_fields_on_update(reg):
     p["spec"]["nodeName"] = "n1"  # only through binding
     with pytest.raises(ApiError) as e:
         await reg.update(PODS, "d", "p", p)
-    assert e.value.code == 422 and e.value.details["causes"][0]["field"] == "spec.nodeName"
+    assert e.value.code == 422 and e.value.details and e.value.details["causes"][0]["field"] == "spec.nodeName"
     p = await reg.get(PODS, "d", "p")
     p["spec"]["containers"][0]["ports"] = [{"containerPort": 1}]
     with pytest.raises(ApiError) as e:
         await reg.update(PODS, "d", "p", p)
     assert e.value.code == 422
-    svc = await reg.create(lookup("", "v1", "services"), "d", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
+    svc = await reg.create(resource("", "v1", "services"), "d", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
     svc["spec"]["clusterIP"] = "10.96.0.77" if svc["spec"]["clusterIP"] != "10.96.0.77" else "10.96.0.78"
     with pytest.raises(ApiError) as e:
-        await reg.update(lookup("", "v1", "services"), "d", "s", svc)
+        await reg.update(resource("", "v1", "services"), "d", "s", svc)
     assert e.value.code == 422
 
 

@@ -2,6 +2,7 @@ import subprocess
 import sys
 
 from cni import iptables, version
+from cni.errors import CNIError
 from cni.install import install
 from cni.plugins.bridge import host_veth_name, parse_conf, veth_prefix
 
@@ -23,7 +24,8 @@ def test_host_veth_names_are_stable_short_and_per_network():
 def test_tag_round_trips_through_the_save_format():
     t = iptables.tag("masq", "net1", "c1", "eth0")
     line = f'-A POSTROUTING -s 10.0.0.2/32 -m comment --comment "{t}" -j NA-MASQ-x'
-    assert iptables.TAG_RE.search(line).groups() == ("masq", "net1", "c1", "eth0")
+    m = iptables.TAG_RE.search(line)
+    assert m and m.groups() == ("masq", "net1", "c1", "eth0")
     assert len(iptables.chain_name("NA-MASQ-", "n", "c", "e")) <= 28
 
 
@@ -34,7 +36,7 @@ def test_bridge_conf_defaults_and_validation():
                       ({"name": "n", "ipam": {"type": "x"}, "vlanTrunk": [{"id": 1}]}, 2)):
         try:
             parse_conf(bad)
-        except Exception as e:
+        except CNIError as e:
             assert e.code == code
         else:
             raise AssertionError(bad)
@@ -54,8 +56,8 @@ def test_launchers_are_lean_and_answer_version(tmp_path):
     code = ("import sys; sys.path.insert(0, '.'); import cni.client, cni.skel, cni.plugins.host_local, "
             "cni.plugins.portmap; print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pyroute2', 'iptc', 'yaml', 'grpc')))")
-    out = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    lean = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, check=True)
+    assert lean.stdout.strip() == "[]"
 
 
 def test_daemon_wire_format_round_trips():
@@ -82,7 +84,7 @@ def test_portmap_rules_dnat_hairpin_and_localhost():
         {"hostPort": 5353, "containerPort": 53, "protocol": "udp", "hostIP": "127.0.0.1"},
         {"hostPort": 9, "containerPort": 9, "hostIP": "::1"}]}})
     assert [m["protocol"] for m in maps] == ["tcp", "udp"]  # IPv6 host IPs are skipped
-    lines = rules("n1", "c1", "eth0", ipaddress.ip_interface("10.0.0.5/24"), maps, snat=True)
+    lines = rules("n1", "c1", "eth0", ipaddress.IPv4Interface("10.0.0.5/24"), maps, snat=True)
     text = "\n".join(lines)
     assert "--dport 8080" in text and "--to-destination 10.0.0.5:80" in text
     assert "-d 127.0.0.1/32 -p udp -m udp --dport 5353" in text
@@ -91,7 +93,7 @@ def test_portmap_rules_dnat_hairpin_and_localhost():
     assert all("nodeagent/portmap net=n1 id=c1 if=eth0" in ln for ln in lines if ln.startswith(("-A", "-I")))
     try:
         mappings({"runtimeConfig": {"portMappings": [{"hostPort": 0, "containerPort": 80}]}})
-    except Exception as e:
+    except CNIError as e:
         assert e.code == 7
     else:
         raise AssertionError("hostPort 0 accepted")

@@ -5,16 +5,19 @@ from __future__ import annotations
 import copy
 import itertools
 
-from nodeagent.client.informer import key_of
+from nodeagent.client.informer import Handler, Informer, SharedInformers, key_of
 from nodeagent.client.rest import ClientError
 
 _rv = itertools.count(1)
 
 
-class FakeInformer:
+class FakeInformer(Informer):
+    """An informer's cache and handlers, filled by hand (no client, no list or watch: Informer's
+    constructor is not run)."""
+
     def __init__(self) -> None:
         self.cache: dict[str, dict] = {}
-        self.handlers = []
+        self.handlers: list[tuple[Handler | None, Handler | None, Handler | None]] = []
 
     def add_handler(self, a=None, u=None, d=None):
         self.handlers.append((a, u, d))
@@ -42,11 +45,13 @@ class FakeInformer:
                 d(old)
 
 
-class FakeInformers:
+class FakeInformers(SharedInformers):
+    """One FakeInformer per resource (SharedInformers' constructor is not run: no client)."""
+
     def __init__(self) -> None:
         self.by: dict[str, FakeInformer] = {}
 
-    def get(self, resource):
+    def get(self, resource: str) -> FakeInformer:
         return self.by.setdefault(resource, FakeInformer())
 
 

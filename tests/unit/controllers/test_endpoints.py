@@ -26,6 +26,7 @@ def pod(name, ip, ready=True, labels=None, ns="default", port=8080, deleting=Fal
 
 def test_named_target_port_resolves_per_pod():
     ep = compute_endpoints(svc(), [pod("a", "10.0.0.2", port=8080), pod("b", "10.0.0.3", port=9090)])
+    assert ep is not None
     by_port = {s["ports"][0]["port"]: [a["ip"] for a in s["addresses"]] for s in ep["subsets"]}
     assert by_port == {8080: ["10.0.0.2"], 9090: ["10.0.0.3"]}
     assert ep["subsets"][0]["ports"][0]["name"] == "http"
@@ -43,11 +44,14 @@ def test_ready_not_ready_and_terminating():
             pod("d", "10.0.0.5", phase="Succeeded"), pod("e", "", ready=True), pod("f", "10.0.0.6", labels={}),
             pod("g", "10.0.0.7", ns="other")]
     ep = compute_endpoints(svc(), pods)
+    assert ep is not None
     (subset,) = ep["subsets"]
     assert [a["ip"] for a in subset["addresses"]] == ["10.0.0.2"]
     assert [a["ip"] for a in subset["notReadyAddresses"]] == ["10.0.0.3"]
     assert subset["addresses"][0]["targetRef"] == {"kind": "Pod", "namespace": "default", "name": "a"}
-    (sl,) = compute_endpoint_slices(svc(), pods)
+    slices = compute_endpoint_slices(svc(), pods)
+    assert slices is not None
+    (sl,) = slices
     conds = {e["addresses"][0]: e["conditions"] for e in sl["endpoints"]}
     assert conds == {
         "10.0.0.2": {"ready": True, "serving": True, "terminating": False},
@@ -66,16 +70,20 @@ def test_publish_not_ready_addresses():
 def test_headless_service_gets_endpoints_and_label():
     s = svc(clusterIP="None", ports=[])
     ep = compute_endpoints(s, [pod("a", "10.0.0.2")])
-    assert ep["subsets"] == [{"addresses": [{"ip": "10.0.0.2", "nodeName": "n1",
+    assert ep is not None and ep["subsets"] == [{"addresses": [{"ip": "10.0.0.2", "nodeName": "n1",
                                              "targetRef": {"kind": "Pod", "namespace": "default", "name": "a"}}]}]
-    (sl,) = compute_endpoint_slices(s, [pod("a", "10.0.0.2")])
+    slices = compute_endpoint_slices(s, [pod("a", "10.0.0.2")])
+    assert slices is not None
+    (sl,) = slices
     assert sl["ports"] == [] and sl["metadata"]["labels"]["service.kubernetes.io/headless"] == ""
 
 
 def test_selectorless_service_is_not_managed_and_empty_gets_placeholder():
     assert compute_endpoints(svc(selector={}), [pod("a", "1.1.1.1")]) is None
     assert compute_endpoint_slices(svc(selector=None), []) is None
-    (sl,) = compute_endpoint_slices(svc(), [])
+    slices = compute_endpoint_slices(svc(), [])
+    assert slices is not None
+    (sl,) = slices
     assert sl["endpoints"] == [] and sl["ports"] == []
 
 
@@ -83,6 +91,7 @@ def test_slices_chunk_and_names_are_stable():
     pods = [pod(f"p{i}", f"10.0.{i // 250}.{i % 250 + 1}") for i in range(250)]
     a = compute_endpoint_slices(svc(), pods, max_per_slice=100)
     b = compute_endpoint_slices(svc(), list(reversed(pods)), max_per_slice=100)
+    assert a is not None
     assert [len(s["endpoints"]) for s in a] == [100, 100, 50]
     assert a == b
     assert len({s["metadata"]["name"] for s in a}) == 3

@@ -1,3 +1,5 @@
+from typing import Any
+
 from nodeagent.api import taints as t
 from nodeagent.controllers import nodelifecycle as nl
 from nodeagent.testing.clock import FakeClock
@@ -52,6 +54,7 @@ def test_heartbeat_tracker_uses_own_clock():
 def test_unknown_conditions_marks_once():
     n = node("n")
     conds = nl.unknown_conditions(n, "2026-01-01T00:01:00Z")
+    assert conds is not None
     ready = next(c for c in conds if c["type"] == "Ready")
     assert ready["status"] == "Unknown" and ready["reason"] == "NodeStatusUnknown"
     n["status"]["conditions"] = conds
@@ -61,8 +64,10 @@ def test_unknown_conditions_marks_once():
 def test_taints_added_under_rate_limit_and_removed_on_recovery():
     n = node("n", ready="Unknown")
     no_token = nl.reconcile_taints(n, "T", allow_no_execute=False)
+    assert no_token is not None
     assert {(x["key"], x["effect"]) for x in no_token} == {(t.UNREACHABLE, "NoSchedule")}
     with_token = nl.reconcile_taints(n, "T", allow_no_execute=True)
+    assert with_token is not None
     assert {(x["key"], x["effect"]) for x in with_token} == {(t.UNREACHABLE, "NoSchedule"),
                                                             (t.UNREACHABLE, "NoExecute")}
     n["spec"]["taints"] = with_token + [{"key": "user", "effect": "NoSchedule"}]
@@ -94,7 +99,7 @@ def test_zone_limiter_paces_tokens():
 def test_taint_manager_honours_toleration_seconds():
     n = node("n", ready="Unknown", taints=[{"key": t.UNREACHABLE, "effect": "NoExecute"}])
     default_tol = {"key": t.UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-    pods = [
+    pods: list[dict[str, Any]] = [
         {"metadata": {"name": "intolerant"}, "spec": {}},
         {"metadata": {"name": "default"}, "spec": {"tolerations": [default_tol]}},
         {"metadata": {"name": "forever"}, "spec": {"tolerations": [{"operator": "Exists"}]}},

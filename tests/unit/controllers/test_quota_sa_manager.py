@@ -22,7 +22,7 @@ def test_hard_keys_map_to_resources():
                              ("services.nodeports", "services", ""), ("configmaps", "configmaps", ""),
                              ("count/deployments.apps", "deployments", "apps"), ("count/jobs.batch", "jobs", "batch")):
         r = quota.resource_for_key(key)
-        assert (r.name, r.group) == (name, group), key
+        assert r and (r.name, r.group) == (name, group), key
     assert quota.resource_for_key("count/nothing.example.com") is None
 
 

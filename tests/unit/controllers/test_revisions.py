@@ -22,6 +22,7 @@ def test_first_revision_is_created_with_replace_patch_and_selector_labels():
     p = r.plan(owner(), "ds-h1", "h1", [], set())
     assert p.number == 1 and p.renumber is None and p.delete == []
     obj = p.create
+    assert obj is not None
     assert obj["metadata"]["name"] == "ds-h1" and obj["revision"] == 1
     assert obj["metadata"]["labels"] == {"app": "x", r.HASH_LABEL: "h1"}
     assert obj["data"]["spec"]["template"]["$patch"] == "replace"
@@ -35,7 +36,7 @@ def test_existing_revision_kept_old_one_renumbered_on_rollback():
     p = r.plan(owner(), "ds-h2", "h2", revs, {"h2"})
     assert p.create is None and p.renumber is None and p.number == 2
     p = r.plan(owner(), "ds-h1", "h1", revs, {"h2"})  # undo to the first template
-    assert p.create is None and p.renumber[0]["metadata"]["name"] == "ds-h1" and p.number == 3
+    assert p.create is None and p.renumber and p.renumber[0]["metadata"]["name"] == "ds-h1" and p.number == 3
 
 
 def test_history_limit_spares_revisions_pods_still_use():

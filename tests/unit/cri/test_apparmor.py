@@ -1,5 +1,7 @@
 """Which AppArmor profile a container gets (containerd's rules), and the RuntimeDefault profile's source."""
 
+from __future__ import annotations
+
 import os
 import subprocess
 
@@ -16,7 +18,7 @@ RD, UNC, LOCAL = (
 )
 
 
-def sec(profile: str = "", typed: tuple[int, str] | None = None, privileged: bool = False):
+def sec(profile: str = "", typed: tuple[pb.SecurityProfile.ProfileType, str] | None = None, privileged: bool = False):
     s = pb.LinuxContainerSecurityContext(apparmor_profile=profile, privileged=privileged)
     if typed is not None:
         s.apparmor.profile_type, s.apparmor.localhost_ref = typed
@@ -54,7 +56,7 @@ def test_requested(ctx, want):
         sec(typed=(LOCAL, "")),
         sec(typed=(RD, "x")),  # localhost_ref only goes with Localhost
         sec(typed=(UNC, "x")),
-        sec(typed=(7, "")),
+        sec(typed=(7, "")),  # type: ignore[arg-type]  # no ProfileType has 7, on purpose: refused
     ],
 )
 def test_invalid_requests_are_refused(ctx):
@@ -120,7 +122,9 @@ def test_default_profile_uses_what_the_distribution_ships(tmp_path):
 @pytest.mark.skipif(aa.parser() is None or not os.path.isdir(aa.POLICY_DIR), reason="no apparmor_parser here")
 def test_default_profile_compiles():
     """apparmor_parser accepts the profile (-Q: compile only, nothing loaded into the kernel)."""
+    parser = aa.parser()
+    assert parser is not None
     p = subprocess.run(
-        [aa.parser(), "-Q", "-K"], input=aa.default_profile(), capture_output=True, text=True, check=False
+        [parser, "-Q", "-K"], input=aa.default_profile(), capture_output=True, text=True, check=False
     )
     assert p.returncode == 0 and not p.stderr, p.stderr

@@ -79,7 +79,7 @@ def test_conflist_loading_and_plugin_stdin(tmp_path):
     (tmp_path / "10-a.conf").write_text(json.dumps({"cniVersion": "0.4.0", "name": "a", "type": "ptp"}))
     (tmp_path / "05-broken.conflist").write_text("{")
     net = load_conf_dir(tmp_path)
-    assert net.name == "a" and net.plugins[0]["type"] == "ptp"
+    assert net and net.name == "a" and net.plugins[0]["type"] == "ptp"
     assert load_conf_dir(tmp_path / "missing") is None
     cni = CNI(tmp_path, [], tmp_path / "cache")
     plugin = {"type": "portmap", "capabilities": {"portMappings": True}}

@@ -41,7 +41,9 @@ def test_log_lines_and_exit_code(tmp_path):
     log, status = run_under_shim(tmp_path, "echo one; echo two >&2; printf tail; exit 3")
     lines = log.splitlines()
     pat = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (stdout|stderr) ([FP]) (.*)$")
-    parsed = [pat.match(x).groups() for x in lines]
+    matches = [pat.match(x) for x in lines]
+    parsed = [m.groups() for m in matches if m]
+    assert len(parsed) == len(lines), lines
     assert ("stdout", "F", "one") in parsed and ("stderr", "F", "two") in parsed and ("stdout", "F", "tail") in parsed
     assert status.startswith("code=3 signal=0 finished=")
 

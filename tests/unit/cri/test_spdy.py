@@ -86,8 +86,8 @@ def test_frame_reader_handles_any_fragmentation_and_rejects_other_versions():
 
 def test_header_blocks_round_trip_through_one_zlib_stream_per_direction():
     c, d = spdy.HeaderCompressor(), spdy.HeaderDecompressor()
-    blocks = [{"streamtype": "stdout"}, {"streamtype": "data", "port": "8080", "requestid": "0"},
-              {"x-multi": ["a", "b"]}]
+    blocks: list[dict[str, str | list[str]]] = [
+        {"streamtype": "stdout"}, {"streamtype": "data", "port": "8080", "requestid": "0"}, {"x-multi": ["a", "b"]}]
     for h in blocks:
         got = d.decompress(c.compress(h))
         assert got == {k: (v if isinstance(v, list) else [v]) for k, v in h.items()}
@@ -130,7 +130,8 @@ def test_bad_stream_ids_and_unknown_streams_are_reset():
         h.session.feed(_syn_stream(z, 3, [(b"streamtype", b"error")]))  # ids must grow
         h.session.feed(spdy.data_frame(7, 0, b"x"))
         frames = await h.flush()
-        rsts = [struct.unpack(">II", f.payload) for f in frames if getattr(f, "type", None) == spdy.RST_STREAM]
+        rsts = [struct.unpack(">II", f.payload) for f in frames
+                if isinstance(f, spdy.ControlFrame) and f.type == spdy.RST_STREAM]
         assert rsts == [(2, spdy.PROTOCOL_ERROR), (3, spdy.PROTOCOL_ERROR), (7, spdy.INVALID_STREAM)]
         assert [s.id for s in h.streams] == [5]
         await h.session.close()
@@ -158,7 +159,8 @@ def test_reading_gives_window_back_and_peer_windows_bound_our_sends():
         assert h.session.buffered == 1000
         assert await s.read() == b"x" * 1000 and h.session.buffered == 0
         frames = await h.flush()
-        ups = [struct.unpack(">II", f.payload) for f in frames if getattr(f, "type", None) == spdy.WINDOW_UPDATE]
+        ups = [struct.unpack(">II", f.payload) for f in frames
+               if isinstance(f, spdy.ControlFrame) and f.type == spdy.WINDOW_UPDATE]
         assert ups == [(1, 1000), (0, 1000)]
         # before the peer shows flow control (spdystream never does) sends are not held back
         await s.write(b"a" * 70000)
@@ -281,7 +283,7 @@ def test_port_forward_pairs_streams_by_request_id_or_by_legacy_stream_ids():
         for _ in range(50):
             await asyncio.sleep(0.01)
         frames = spdy.FrameReader().feed(bytes(h.out))
-        data = {}
+        data: dict[int, bytes] = {}
         fins = set()
         for f in frames:
             if isinstance(f, spdy.DataFrame):

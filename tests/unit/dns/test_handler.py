@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Awaitable, Callable
 
 import dns.flags
 import dns.message
@@ -12,6 +13,7 @@ import dns.rcode
 import dns.rdatatype as T
 import dns.rrset
 
+from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.dns.forward import Forwarder, parse_upstream, resolv_conf_nameservers
 from nodeagent.dns.records import ClusterRecords, dict_lister
 from nodeagent.dns.server import Handler, split_hostport
@@ -26,8 +28,22 @@ def objects(n_endpoints: int = 3) -> dict[str, list]:
                                                               for i in range(n_endpoints)])]}
 
 
-def query(name: str, qtype: int = T.A, **kw) -> dns.message.Message:
+def query(name: str, qtype: T.RdataType = T.A, **kw) -> dns.message.Message:
     return dns.message.make_query(name, qtype, **kw)
+
+
+Ask = Callable[[dns.name.Name, int, int], Awaitable[dns.message.Message | None]]
+
+
+class ScriptedForwarder(Forwarder):
+    """A Forwarder whose upstream is the test's coroutine `ask` (which a test may swap)."""
+
+    def __init__(self, ask: Ask, clock: Clock = REAL_CLOCK) -> None:
+        super().__init__([("192.0.2.1", 53)], clock=clock)
+        self.ask = ask
+
+    async def _ask(self, qname: dns.name.Name, qtype: int, qclass: int) -> dns.message.Message | None:
+        return await self.ask(qname, qtype, qclass)
 
 
 def run(h: Handler, q: dns.message.Message, udp: bool = True) -> dns.message.Message:
@@ -87,12 +103,12 @@ async def test_outside_names_without_upstream_are_refused():
     h = Handler(ClusterRecords(dict_lister(objects())), None)
     out = h.handle(query("example.org").to_wire(), True)
     assert inspect.isawaitable(out)
-    assert dns.message.from_wire(await out).rcode() == dns.rcode.REFUSED
+    wire = await out
+    assert wire is not None and dns.message.from_wire(wire).rcode() == dns.rcode.REFUSED
 
 
 async def test_forwarder_cache_honours_and_ages_ttls():
     clock = FakeClock()
-    fw = Forwarder([("192.0.2.1", 53)], clock=clock)
     asked = []
 
     async def fake_ask(qname, qtype, qclass):
@@ -101,11 +117,12 @@ async def test_forwarder_cache_honours_and_ages_ttls():
         r.answer.append(dns.rrset.from_text(qname, 60, "IN", "A", "198.51.100.7"))
         return r
 
-    fw._ask = fake_ask
+    fw = ScriptedForwarder(fake_ask, clock)
     name = dns.name.from_text("www.example.org")
     a = await fw.resolve(name, T.A)
     clock.advance(20)
     b = await fw.resolve(dns.name.from_text("WWW.example.org"), T.A)
+    assert a and b
     assert asked == ["www.example.org."] and b.answer[0].ttl == 40 and a.answer[0].ttl == 60
     clock.advance(41)
     await fw.resolve(name, T.A)
@@ -114,7 +131,6 @@ async def test_forwarder_cache_honours_and_ages_ttls():
 
 async def test_forwarder_negative_cache_needs_soa_and_servfail_is_not_cached():
     clock = FakeClock()
-    fw = Forwarder([("192.0.2.1", 53)], clock=clock)
     calls = {"n": 0}
 
     async def nx(qname, qtype, qclass):
@@ -126,7 +142,7 @@ async def test_forwarder_negative_cache_needs_soa_and_servfail_is_not_cached():
                                                    "ns. host. 1 2 3 4 15"))
         return r
 
-    fw._ask = nx
+    fw = ScriptedForwarder(nx, clock)
     for _ in range(2):
         await fw.resolve(dns.name.from_text("soa.example.org"), T.A)
         await fw.resolve(dns.name.from_text("nosoa.example.org"), T.A)
@@ -139,7 +155,7 @@ async def test_forwarder_negative_cache_needs_soa_and_servfail_is_not_cached():
         calls["n"] += 1
         return None
 
-    fw._ask = down
+    fw.ask = down
     assert await fw.resolve(dns.name.from_text("x.example.org"), T.A) is None
     assert await fw.resolve(dns.name.from_text("x.example.org"), T.A) is None
     assert calls["n"] == 6
@@ -187,22 +203,22 @@ def test_upstreams_that_are_this_server_are_dropped():
 async def test_externalname_without_an_upstream_answer_is_nodata():
     objs = objects()
     objs["services"].append(service("ext", "web", None, [], type="ExternalName", externalName="example.org"))
-    fw = Forwarder([("192.0.2.1", 53)])
 
     async def down(qname, qtype, qclass):
         return None
 
-    fw._ask = down
-    h = Handler(ClusterRecords(dict_lister(objs)), fw)
+    h = Handler(ClusterRecords(dict_lister(objs)), ScriptedForwarder(down))
     out = h.handle(query("ext.web.svc.cluster.local").to_wire(), True)
-    r = dns.message.from_wire(await out)
+    assert inspect.isawaitable(out)
+    wire = await out
+    assert wire is not None
+    r = dns.message.from_wire(wire)
     assert r.rcode() == dns.rcode.NOERROR and not r.answer and r.authority[0].rdtype == T.SOA
 
 
 async def test_forwarder_shares_one_upstream_query_between_concurrent_askers():
     import asyncio
 
-    fw = Forwarder([("192.0.2.1", 53)])
     calls = []
     gate = asyncio.Event()
 
@@ -213,10 +229,10 @@ async def test_forwarder_shares_one_upstream_query_between_concurrent_askers():
         r.answer.append(dns.rrset.from_text(qname, 60, "IN", "A", "198.51.100.8"))
         return r
 
-    fw._ask = slow
+    fw = ScriptedForwarder(slow)
     name = dns.name.from_text("shared.example.org")
     tasks = [asyncio.create_task(fw.resolve(name, T.A)) for _ in range(5)]
     await asyncio.sleep(0)
     gate.set()
     out = await asyncio.gather(*tasks)
-    assert len(calls) == 1 and all(r.answer[0][0].to_text() == "198.51.100.8" for r in out)
+    assert len(calls) == 1 and all(r and r.answer[0][0].to_text() == "198.51.100.8" for r in out)

@@ -78,7 +78,7 @@ class FakeRegistry:
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
+        self.port = self.runner.addresses[0][1]
         return f"http://127.0.0.1:{self.port}"
 
     def _denied(self, request):
@@ -195,7 +195,7 @@ async def test_tag_moves_to_new_content(fake, tmp_path):
     img = await pull_image(store, "example.test/app")
     assert img.id == new != old and img.repo_tags == ["example.test/app:latest"]
     left = store.resolve(old)
-    assert left.repo_tags == [] and left.repo_digests == [f"example.test/app@{old_top}"]
+    assert left and left.repo_tags == [] and left.repo_digests == [f"example.test/app@{old_top}"]
 
 
 async def test_server_errors_are_pull_errors(fake, tmp_path):

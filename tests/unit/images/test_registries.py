@@ -106,8 +106,9 @@ def test_missing_default_file_is_empty_and_bad_files_fail(tmp_path, monkeypatch)
 def test_auth_config_from_cri():
     assert AuthConfig.from_dict({}) is None
     a = AuthConfig.from_dict({"username": "u", "password": "p", "server_address": "x"})
-    assert a.basic() == ("u", "p")
-    assert AuthConfig.from_dict({"registry_token": "t"}).registry_token == "t"
+    assert a and a.basic() == ("u", "p")
+    token = AuthConfig.from_dict({"registry_token": "t"})
+    assert token and token.registry_token == "t"
 
 
 def test_parse_challenge():

@@ -9,7 +9,7 @@ import pytest
 
 from cri.images.blobs import sha256_digest
 from cri.images.errors import AmbiguousReference, InvalidReference
-from cri.images.store import ImageStore
+from cri.images.store import Image, ImageStore
 
 
 def _layer(name: str) -> bytes:
@@ -30,19 +30,26 @@ def _add(store: ImageStore, name: str, tags: list[str]) -> str:
     return store.record(cid, len(raw), [diff_id], [], "", tags, []).id
 
 
+def _image(store: ImageStore, ref: str) -> Image:
+    """The image `ref` resolves to, which must exist."""
+    img = store.resolve(ref)
+    assert img is not None, ref
+    return img
+
+
 def test_resolve_forms_and_tag_moves(tmp_path):
     store = ImageStore(tmp_path)
     a = _add(store, "a", ["busybox:1"])
     b = _add(store, "b", ["example.com/x/y:2"])
-    assert store.resolve("docker.io/library/busybox:1").id == a
-    assert store.resolve("busybox:1").config == {"Cmd": ["a"]}
-    assert store.resolve(b).id == b and store.resolve(b[7:15]).id == b
+    assert _image(store, "docker.io/library/busybox:1").id == a
+    assert _image(store, "busybox:1").config == {"Cmd": ["a"]}
+    assert _image(store, b).id == b and _image(store, b[7:15]).id == b
     assert store.resolve("busybox:2") is None and store.resolve("sha256:" + "f" * 64) is None
     with pytest.raises(InvalidReference):
         store.resolve("Not A Ref!")
     # the tag moves: b gets busybox:1, a is left untagged
-    store.record(b, 2, store.resolve(b).diff_ids, [], "", ["busybox:1"], [])
-    assert store.resolve("busybox:1").id == b and store.resolve(a).repo_tags == []
+    store.record(b, 2, _image(store, b).diff_ids, [], "", ["busybox:1"], [])
+    assert _image(store, "busybox:1").id == b and _image(store, a).repo_tags == []
 
 
 def test_ambiguous_prefix(tmp_path):
@@ -59,7 +66,7 @@ def test_layer_path_is_reused_and_metadata_is_replaced_atomically(tmp_path):
     a = _add(store, "same", ["one:1"])
     b = _add(store, "same", ["two:1"])
     assert a == b  # same config and layer: one image with two tags
-    assert sorted(store.resolve(a).repo_tags) == ["docker.io/library/one:1", "docker.io/library/two:1"]
+    assert sorted(_image(store, a).repo_tags) == ["docker.io/library/one:1", "docker.io/library/two:1"]
     assert len(os.listdir(store.layers_dir)) == 1
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".images.json")] == []
 
@@ -85,10 +92,10 @@ def test_gc_keeps_what_another_live_process_pins(tmp_path):
 
     store = ImageStore(tmp_path)
     a = _add(store, "a", ["a:1"])
-    layer = store.resolve(a).layers[0]
+    layer = _image(store, a).layers[0]
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        (store.pins_dir / f"{sleeper.pid}-x").write_text(json.dumps(store.resolve(a).diff_ids))
+        (store.pins_dir / f"{sleeper.pid}-x").write_text(json.dumps(_image(store, a).diff_ids))
         (store.pins_dir / "999999999-dead").write_text(json.dumps(["sha256:" + "0" * 64]))
         other = ImageStore(tmp_path)  # as a CLI beside the daemon
         assert other.remove(a)

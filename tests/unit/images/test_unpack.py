@@ -173,9 +173,9 @@ def test_compressions_and_diff_id(tmp_path, compress):
 
 def test_diff_id_and_blob_mismatch(tmp_path):
     raw = _tar([{"name": "f", "data": b"x"}])
+    (tmp_path / "1").mkdir()
     with pytest.raises(DigestMismatch):
-        unpack(io.BytesIO(raw), tmp_path / "1" if (tmp_path / "1").mkdir() is None else None,
-               expected_diff_id="sha256:" + "0" * 64)
+        unpack(io.BytesIO(raw), tmp_path / "1", expected_diff_id="sha256:" + "0" * 64)
     (tmp_path / "2").mkdir()
     with pytest.raises(DigestMismatch):
         unpack(io.BytesIO(gzip.compress(raw)), tmp_path / "2", expected_blob_digest="sha256:" + "0" * 64)

@@ -5,27 +5,35 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
 from kernel import fs
 
 
+class FsyncSpy:
+    """os.fsync's stand-in: notes (kind, inode, what `target` held at that moment), then syncs."""
+
+    def __init__(self, seen: list[tuple[str, int, bytes | None]]) -> None:
+        self.seen = seen
+        self.target: Path | None = None
+        self._real = os.fsync
+
+    def __call__(self, fd: int) -> None:
+        st = os.fstat(fd)
+        kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
+        target = self.target
+        held = target.read_bytes() if target is not None and target.exists() else None
+        self.seen.append((kind, st.st_ino, held))
+        self._real(fd)
+
+
 @pytest.fixture
 def fsyncs(monkeypatch):
     """Every os.fsync, as (kind, inode, what the target file held at that moment)."""
     seen: list[tuple[str, int, bytes | None]] = []
-    real = os.fsync
-
-    def spy(fd: int) -> None:
-        st = os.fstat(fd)
-        kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
-        target = spy.target
-        held = target.read_bytes() if target is not None and target.exists() else None
-        seen.append((kind, st.st_ino, held))
-        real(fd)
-
-    spy.target = None
+    spy = FsyncSpy(seen)
     monkeypatch.setattr(os, "fsync", spy)
     return seen, spy
 

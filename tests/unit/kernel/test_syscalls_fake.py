@@ -34,7 +34,7 @@ def test_calls_are_recorded_in_order_with_their_arguments():
     sc.mount("proc", "/r/proc", "proc", syscalls.MS_NOSUID)
     sc.pivot_root("/r", "/r/.old")
     sc.umount("/.old", syscalls.MNT_DETACH)
-    sc.setgroups((1, 2))
+    sc.setgroups([1, 2])
     assert sc.names() == ["unshare", "mount", "pivot_root", "umount", "setgroups"]
     assert sc.calls[1] == Call("mount", ("proc", "/r/proc", "proc", syscalls.MS_NOSUID, None))
     assert sc.of("umount") == [("/.old", syscalls.MNT_DETACH)]

@@ -17,6 +17,7 @@ def _args(data_dir, **kw):
 
 def test_default_data_dir_keeps_the_well_known_locations():
     cfg = config_from_args(_args("/var/lib/nodeagent"))
+    assert cfg.cni and cfg.kubelet and cfg.controllers and cfg.apiserver  # `up` runs them all
     net = cfg.cni.network
     kc = cfg.kubelet
     assert (net.bridge, net.subnet, net.conf_dir, net.ipam_dir) == (
@@ -30,6 +31,7 @@ def test_default_data_dir_keeps_the_well_known_locations():
 
 def test_two_data_dirs_share_nothing(tmp_path):
     a, b = (config_from_args(_args(str(tmp_path / n))) for n in ("a", "b"))
+    assert a.cni and b.cni and a.kubelet and b.kubelet and a.apiserver and a.cri
     na, nb = a.cni.network, b.cni.network
     ka, kb = a.kubelet, b.kubelet
     for x, y in ((na.bridge, nb.bridge), (na.name, nb.name), (na.conf_dir, nb.conf_dir),
@@ -43,7 +45,7 @@ def test_two_data_dirs_share_nothing(tmp_path):
 
     for cfg, d in ((a, "a"), (b, "b")):
         tag = instance_tag(str(tmp_path / d))
-        assert cfg.controllers.options.cluster_cidr == f"10.240.{int(tag[:2], 16)}.0/24"
+        assert cfg.controllers and cfg.controllers.options.cluster_cidr == f"10.240.{int(tag[:2], 16)}.0/24"
     assert a.apiserver.port == 0 and len(na.bridge) <= 15
     assert na.conf_dir.startswith(str(tmp_path / "a")) and a.cri.cni_conf_dir == na.conf_dir
     assert ka.runtime_endpoint == str(tmp_path / "a" / "cri.sock")
@@ -52,6 +54,7 @@ def test_two_data_dirs_share_nothing(tmp_path):
 def test_flags_override_the_derived_names(tmp_path):
     cfg = config_from_args(_args(str(tmp_path), bridge="br-x", pod_subnet="10.9.8.0/24", cgroup_root="mine",
                                  node_name="Node-A", port=7000))
+    assert cfg.cni and cfg.kubelet and cfg.apiserver
     net = cfg.cni.network
     kc = cfg.kubelet
     assert (net.bridge, net.subnet, kc.cgroup_root, kc.node_name, cfg.apiserver.port) == (
@@ -65,8 +68,9 @@ def test_flags_override_the_derived_names(tmp_path):
 
 def test_each_instance_has_its_own_cni_daemon_socket_and_the_runtime_hands_it_to_the_plugins(tmp_path):
     default = config_from_args(_args("/var/lib/nodeagent"))
-    assert default.cni.network.daemon_socket == "/run/nodeagent/cni.sock"  # the plugins' default
+    assert default.cni and default.cni.network.daemon_socket == "/run/nodeagent/cni.sock"  # the plugins' default
     a, b = (config_from_args(_args(str(tmp_path / n))) for n in ("a", "b"))
+    assert a.cni and b.cni and a.cri and b.cri
     sa, sb = a.cni.network.daemon_socket, b.cni.network.daemon_socket
     assert sa != sb and sa.startswith(str(tmp_path / "a"))
     assert a.cri.cni_socket == sa and b.cri.cni_socket == sb
@@ -75,9 +79,10 @@ def test_each_instance_has_its_own_cni_daemon_socket_and_the_runtime_hands_it_to
 def test_cni_bin_dirs_flag_reaches_the_runtime(tmp_path):
     from cri.config import CRIConfig
 
-    assert config_from_args(_args(str(tmp_path))).cri.cni_bin_dirs == CRIConfig.cni_bin_dirs
-    cfg = config_from_args(_args(str(tmp_path), cni_bin_dir=["/x/bin", "/usr/lib/cni"]))
-    assert cfg.cri.cni_bin_dirs == ("/x/bin", "/usr/lib/cni")
+    cri = config_from_args(_args(str(tmp_path))).cri
+    assert cri and cri.cni_bin_dirs == CRIConfig.cni_bin_dirs
+    cri = config_from_args(_args(str(tmp_path), cni_bin_dir=["/x/bin", "/usr/lib/cni"])).cri
+    assert cri and cri.cni_bin_dirs == ("/x/bin", "/usr/lib/cni")
 
 
 def test_proxy_flags_reach_netproxy(tmp_path):
@@ -89,12 +94,12 @@ def test_proxy_flags_reach_netproxy(tmp_path):
     up.add_arguments(p)
     args = p.parse_args(["--data-dir", str(tmp_path), "--proxy-mode", "nftables"])
     cfg = config_from_args(args).netproxy
-    assert (cfg.mode, cfg.rule_counters) == ("nftables", False)
+    assert cfg and (cfg.mode, cfg.rule_counters) == ("nftables", False)
     assert proxier_options(cfg) == {}
     cfg = config_from_args(p.parse_args(["--data-dir", str(tmp_path), "--proxy-rule-counters"])).netproxy
-    assert cfg.mode == "iptables" and proxier_options(cfg) == {"counters": "true"}
+    assert cfg and cfg.mode == "iptables" and proxier_options(cfg) == {"counters": "true"}
     cfg = config_from_args(p.parse_args(["--data-dir", str(tmp_path), "--proxy-mode", "ipvs",
                                          "--ipvs-strict-arp"])).netproxy
-    assert proxier_options(cfg) == {"scheduler": "rr", "strict_arp": "true"}
+    assert cfg and proxier_options(cfg) == {"scheduler": "rr", "strict_arp": "true"}
     with pytest.raises(SystemExit):
         p.parse_args(["--proxy-mode", "userspace"])

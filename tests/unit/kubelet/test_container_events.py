@@ -1,5 +1,7 @@
 """The evented half of the PLEG: stop/remove events wake their pod; UNIMPLEMENTED leaves relisting alone."""
 
+from __future__ import annotations
+
 import asyncio
 
 import grpc
@@ -10,7 +12,7 @@ from nodeagent.kubelet import container_events
 from nodeagent.kubelet.labels import POD_UID_LABEL
 
 
-def _ev(kind: int, uid: str) -> pb.ContainerEventResponse:
+def _ev(kind: pb.ContainerEventType, uid: str) -> pb.ContainerEventResponse:
     ev = pb.ContainerEventResponse(container_id="c", container_event_type=kind)
     ev.pod_sandbox_status.labels[POD_UID_LABEL] = uid
     return ev
@@ -18,11 +20,13 @@ def _ev(kind: int, uid: str) -> pb.ContainerEventResponse:
 
 class _Err(grpc.aio.AioRpcError):
     def __init__(self, code):
-        super().__init__(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details="x")
+        super().__init__(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details="x", debug_error_string=None)
 
 
 def test_stop_and_delete_events_wake_their_pod_and_a_broken_stream_is_reopened():
-    pokes, sleeps, calls = [], [], []
+    pokes: list[str] = []
+    sleeps: list[float] = []
+    calls: list[int] = []
 
     def stream():
         calls.append(1)

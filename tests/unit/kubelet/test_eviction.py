@@ -27,8 +27,9 @@ def test_parse_hard_soft_grace_and_reclaim():
                           minimum_reclaim="memory.available=100Mi,nodefs.available=5%")
     hard_mem, hard_fs, soft_mem = ts
     assert hard_mem.signal == "memory.available" and hard_mem.value.quantity == 500 * Mi and hard_mem.is_hard()
-    assert hard_mem.min_reclaim.quantity == 100 * Mi
-    assert hard_fs.value.percentage == pytest.approx(0.10) and hard_fs.min_reclaim.percentage == pytest.approx(0.05)
+    assert hard_mem.min_reclaim and hard_mem.min_reclaim.quantity == 100 * Mi
+    assert hard_fs.value.percentage == pytest.approx(0.10)
+    assert hard_fs.min_reclaim and hard_fs.min_reclaim.percentage == pytest.approx(0.05)
     assert soft_mem.grace_period == 90 and not soft_mem.is_hard()
     assert hard_fs.value.resolve(1000) == 100
 
@@ -169,6 +170,7 @@ def test_synchronize_picks_besteffort_first_with_message():
     stats = {"hog": PodUsage(memory=300 * Mi, containers={"hog": {"memory": 300 * Mi}}),
              "db": PodUsage(memory=900 * Mi, containers={"db": {"memory": 900 * Mi}})}
     ev = m.synchronize(mem_obs(400 * Mi), [g, be], lambda p: stats[p["metadata"]["name"]])
+    assert ev is not None
     assert ev.pod is be
     assert ev.grace_period == 1
     assert ev.message == ("The node was low on resource: memory. Threshold quantity: 500Mi, available: 400Mi. "
@@ -188,7 +190,7 @@ def test_critical_pods_are_skipped_and_soft_grace_is_capped():
     normal["spec"]["terminationGracePeriodSeconds"] = 60
     stats = {"static": PodUsage(memory=900 * Mi), "normal": PodUsage(memory=10 * Mi)}
     ev = m.synchronize(mem_obs(512 * Mi), [static, normal], lambda p: stats[p["metadata"]["name"]])
-    assert ev.pod is normal and ev.grace_period == 10
+    assert ev is not None and ev.pod is normal and ev.grace_period == 10
 
 
 def test_evicted_status_and_admission():

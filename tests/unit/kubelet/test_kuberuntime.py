@@ -225,7 +225,7 @@ async def test_http_and_sleep_hooks_as_kubelet_runs_them(rt):
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    port = runner.addresses[0][1]
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]

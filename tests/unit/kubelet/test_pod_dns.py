@@ -94,4 +94,4 @@ def test_cluster_dns_flag_parsing():
     cfg = agent.config_from_args(p.parse_args(["--data-dir", "/tmp/x", "--container-runtime-endpoint",
                                                "unix:///tmp/x.sock", "--cluster-dns", "10.96.0.10",
                                                "--server", "https://10.0.0.1:6443", "--token", "t"]))
-    assert cfg.kubelet.cluster_dns == ("10.96.0.10",)
+    assert cfg.kubelet and cfg.kubelet.cluster_dns == ("10.96.0.10",)

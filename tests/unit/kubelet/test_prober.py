@@ -1,5 +1,6 @@
 import asyncio
 import socket
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -211,8 +212,8 @@ async def test_prober_named_port_pod_ip_and_events(http_server):
     port, _ = http_server
     events = []
     prober = Prober(on_event=lambda pod, c, typ, reason, msg: events.append((reason, msg)))
-    c = {"name": "web", "ports": [{"name": "http", "containerPort": port}],
-         "livenessProbe": {"httpGet": {"path": "/bad", "port": "http"}}}
+    c: dict[str, Any] = {"name": "web", "ports": [{"name": "http", "containerPort": port}],
+                         "livenessProbe": {"httpGet": {"path": "/bad", "port": "http"}}}
     spec = ProbeSpec.from_dict(c["livenessProbe"])
     assert await prober.probe(LIVENESS, spec, {}, "127.0.0.1", c, "containerd://x") == Result.FAILURE
     assert events[-1] == ("Unhealthy", "Liveness probe failed: HTTP probe failed with statuscode: 500")
@@ -224,8 +225,11 @@ async def test_prober_named_port_pod_ip_and_events(http_server):
 # -- worker logic with a fake clock and a scripted prober ------------------------------------------------
 
 
-class ScriptedProber:
+class ScriptedProber(Prober):
+    """Answers each probe with the next of `results`."""
+
     def __init__(self, results):
+        super().__init__()
         self.results = list(results)
         self.calls = 0
 
@@ -336,7 +340,7 @@ async def test_manager_end_to_end_with_fake_exec():
     container = {"name": "app", "readinessProbe": {"exec": {"command": ["check"]}, "periodSeconds": 5},
                  "startupProbe": {"exec": {"command": ["check"]}, "periodSeconds": 1, "failureThreshold": 30}}
     pod = {"metadata": {"uid": "u1"}, "spec": {"containers": [container]}}
-    status = {"phase": "Running", "containerStatuses": [
+    status: dict[str, Any] = {"phase": "Running", "containerStatuses": [
         {"name": "app", "containerID": "containerd://c1", "started": False,
          "state": {"running": {"startedAt": rfc3339(NOW)}}}]}
     mgr = ProbeManager(Prober(exec_sync), lambda uid: status, clock)

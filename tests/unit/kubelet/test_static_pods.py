@@ -2,6 +2,7 @@ import asyncio
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,10 +47,17 @@ spec: {containers: [{name: c, image: busybox@sha256:abcd}]}
 """
 
 
+def _changed(src: StaticPodSource) -> list[dict[str, Any]]:
+    """The pods of a poll that saw a change (`poll` answers None when nothing changed)."""
+    pods = src.poll()
+    assert pods is not None, "no change seen"
+    return pods
+
+
 def test_static_pod_defaults(tmp_path: Path):
     (tmp_path / "web.yaml").write_text(WEB)
     src = StaticPodSource(tmp_path, "node1", FakeClock())
-    (p,) = src.poll()
+    (p,) = _changed(src)
     meta = p["metadata"]
     assert meta["name"] == "web-node1" and meta["namespace"] == "default"
     assert len(meta["uid"]) == 32
@@ -86,7 +94,7 @@ def test_multi_doc_json_podlist_hidden_and_bad_files(tmp_path: Path):
     (tmp_path / "bad.yaml").write_text("kind: Deployment\nmetadata: {name: x}\n")
     (tmp_path / "subdir").mkdir()
     src = StaticPodSource(tmp_path, "n")
-    pods = src.poll()
+    pods = _changed(src)
     names = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods]
     assert names == [("default", "j-n"), ("default", "l-n"), ("kube-system", "a-n"), ("default", "b-n")]
     assert len({p["metadata"]["uid"] for p in pods}) == 4
@@ -106,20 +114,20 @@ def test_poll_detects_changes_by_mtime(tmp_path: Path):
     f = tmp_path / "web.yaml"
     f.write_text(WEB)
     src = StaticPodSource(tmp_path, "n")
-    first = src.poll()
+    first = _changed(src)
     assert src.poll() is None
     seen = first[0]["metadata"]["annotations"][CONFIG_SEEN]
     st = f.stat()
     f.write_text(WEB.replace("1.36", "1.37"))
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    changed = src.poll()
+    changed = _changed(src)
     assert changed[0]["spec"]["containers"][0]["image"] == "busybox:1.37"
     assert changed[0]["metadata"]["uid"] != first[0]["metadata"]["uid"]
     f.unlink()
     assert src.poll() == []
     # the same content again keeps no memory of the old first-seen time once it was gone
     f.write_text(WEB)
-    again = src.poll()
+    again = _changed(src)
     assert again[0]["metadata"]["uid"] == first[0]["metadata"]["uid"]
     assert CONFIG_SEEN in again[0]["metadata"]["annotations"] and seen
 
@@ -174,7 +182,7 @@ async def test_url_source_reads_pods_keeps_the_last_good_set_and_reports_changes
 
     from nodeagent.kubelet.static_pods import URLPodSource
 
-    state = {"status": 200, "body": "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n"
+    state: dict[str, Any] = {"status": 200, "body": "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n"
                                     "spec: {containers: [{name: c, image: busybox}]}\n"}
 
     async def serve(request):
@@ -186,10 +194,12 @@ async def test_url_source_reads_pods_keeps_the_last_good_set_and_reports_changes
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/pods"
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/pods"
     try:
         src = URLPodSource(url, "n1")
-        (pod,) = await src.fetch()
+        pods = await src.fetch()
+        assert pods is not None
+        (pod,) = pods
         ann = pod["metadata"]["annotations"]
         assert pod["metadata"]["name"] == "web-n1" and pod["spec"]["nodeName"] == "n1"
         assert ann["kubernetes.io/config.source"] == "http" and ann["kubernetes.io/config.hash"] == pod["metadata"]["uid"]

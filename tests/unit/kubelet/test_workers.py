@@ -1,6 +1,7 @@
 """Pod workers: one task per pod, latest update wins, sync → terminating → terminated."""
 
 import asyncio
+from typing import Any
 
 from nodeagent.kubelet.workers import Phase, PodWorkers
 
@@ -124,7 +125,7 @@ async def test_status_only_update_refreshes_the_slot_without_a_sync():
 def test_only_spec_or_metadata_changes_are_desired_changes():
     from nodeagent.kubelet.agent import _desired_changed
 
-    old = {"metadata": {"name": "p", "resourceVersion": "1", "labels": {"a": "1"}}, "spec": {"x": 1},
+    old: dict[str, Any] = {"metadata": {"name": "p", "resourceVersion": "1", "labels": {"a": "1"}}, "spec": {"x": 1},
            "status": {"phase": "Pending"}}
     status_only = {**old, "metadata": {**old["metadata"], "resourceVersion": "2"}, "status": {"phase": "Running"}}
     assert not _desired_changed(old, status_only)

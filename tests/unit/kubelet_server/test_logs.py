@@ -28,8 +28,10 @@ def test_parse_line_and_time():
     r = parse_line(b"2016-10-06T00:17:09.669794202Z stdout F hello world")
     assert r is not None and r.stream == b"stdout" and not r.partial and r.content == b"hello world"
     assert r.time == pytest.approx(1475713029.669794, abs=1e-6)
-    assert parse_line(b"2016-10-06T00:17:09Z stderr P part").partial
-    assert parse_line(b"2016-10-06T00:17:09Z stdout F").content == b""
+    r = parse_line(b"2016-10-06T00:17:09Z stderr P part")
+    assert r is not None and r.partial
+    r = parse_line(b"2016-10-06T00:17:09Z stdout F")
+    assert r is not None and r.content == b""
     assert parse_line(b"garbage line") is None
     assert parse_time(b"2016-10-06T02:17:09.5+02:00") == pytest.approx(1475713029.5)
 

@@ -44,7 +44,7 @@ def test_relay_passes_the_upgrade_and_bytes_both_ways(upgrade, early):
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        kport = site._server.sockets[0].getsockname()[1]
+        kport = runner.addresses[0][1]
         r, w = await asyncio.open_connection("127.0.0.1", kport)
         w.write(b"POST /exec/ns/pod/c?command=ls HTTP/1.1\r\nHost: k\r\nConnection: Upgrade\r\n"
                 b"Upgrade: " + upgrade.encode() + b"\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n"

@@ -22,7 +22,13 @@ def target_of(m: PolicyModel, key: str) -> set[str]:
 
 
 def rset(m: PolicyModel, key: str, what: str = "peer", direction: str = INGRESS, rule: int = 0) -> str:
+    """The set a rule's peers (`peer`) or ipBlocks (`cidr`) are matched with."""
     return m.policies[key].rule_sets[direction][rule][what]
+
+
+def named_sets(m: PolicyModel, key: str, direction: str = INGRESS, rule: int = 0) -> list[str]:
+    """The sets a rule's named ports are matched with, one per port name."""
+    return m.policies[key].rule_sets[direction][rule]["named"]
 
 
 def peers_of(m: PolicyModel, key: str, direction: str = INGRESS, rule: int = 0) -> set[str]:
@@ -126,12 +132,12 @@ def test_named_ports_resolve_per_destination_pod():
     m.set_policy("default/p", policy("p", "default", {
         "podSelector": {"matchLabels": {"app": "web"}}, "ingress": [{"ports": [{"port": "http"}]}],
         "egress": [{"to": [{"podSelector": {}}], "ports": [{"port": "http", "protocol": "TCP"}]}]}))
-    (ing,) = rset(m, "default/p", "named")
-    (egr,) = rset(m, "default/p", "named", EGRESS)
+    (ing,) = named_sets(m, "default/p")
+    (egr,) = named_sets(m, "default/p", EGRESS)
     assert m.set_elements(ing) == {"10.0.0.1,tcp,8080", "10.0.0.2,tcp,9090"}
     assert m.set_elements(egr) == {"10.0.0.1,tcp,8080", "10.0.0.2,tcp,9090"}
     lines = m.policies["default/p"].lines[INGRESS]
-    assert len(lines) == 1 and lines[0].peer_set is None and lines[0].port.named_set == ing
+    assert len(lines) == 1 and lines[0].peer_set is None and lines[0].port and lines[0].port.named_set == ing
 
 
 def test_ip_block_except_and_numeric_ports():
@@ -142,7 +148,7 @@ def test_ip_block_except_and_numeric_ports():
                     "ports": [{"port": 53, "protocol": "UDP"}, {"port": 8000, "endPort": 8100}]}]}))
     p = m.policies["default/p"]
     assert m.set_elements(rset(m, "default/p", "cidr", EGRESS)) == {"10.0.0.0/25"}
-    ports = [(ln.port.protocol, ln.port.port, ln.port.end_port) for ln in p.lines[EGRESS]]
+    ports = [ln.port and (ln.port.protocol, ln.port.port, ln.port.end_port) for ln in p.lines[EGRESS]]
     assert ports == [("udp", 53, None), ("tcp", 8000, 8100)]
     assert INGRESS not in p.lines
 
@@ -188,7 +194,7 @@ def test_backends_render_without_a_kernel():
     m.set_policy("default/p", policy("p", "default", {
         "podSelector": {}, "ingress": [{"from": [{"podSelector": {}}, {"ipBlock": {"cidr": "1.2.3.0/24"}}],
                                         "ports": [{"port": "http"}, {"port": 80, "endPort": 90}]}]}))
-    peer, cidr, (named,) = (rset(m, "default/p", w) for w in ("peer", "cidr", "named"))
+    peer, cidr, (named,) = rset(m, "default/p", "peer"), rset(m, "default/p", "cidr"), named_sets(m, "default/p")
     chains = IptablesBackend(backend="legacy")._all_chains(m)
     rules = "\n".join(r for c in chains.values() for r in c)
     assert f"--match-set NA-NP-{peer} src -p tcp -m set --match-set NA-NP-{named} dst,dst" in rules

@@ -81,7 +81,7 @@ def test_endpoint_change_of_a_picked_port_writes_no_rule():
     b = nl.Batch("t")
     partial(b, {sp.name: old}, {sp.name: new})
     assert b.counts["rules"] == 0 and b.counts["chains"] == 0
-    kinds = [m[0] & 0xFF for m in b.msgs]
+    kinds = [b.msgs[i][0] & 0xFF for i in range(len(b.msgs))]
     assert kinds == [nl.DELSETELEM, nl.DELSETELEM, nl.NEWSETELEM]  # (3-set key, slot 2) out; 2-set key in
 
 

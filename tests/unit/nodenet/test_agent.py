@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import pytest
 
+from nodeagent.client.rest import Client
 from nodeagent.nodenet import agent as A
 from nodeagent.nodenet import annotations as ann
 from nodeagent.nodenet import plan as P
 
 
-class FakeClient:
+class FakeClient(Client):
+    """Records patches (Client's constructor is not run: no connection)."""
+
     server = "https://10.0.0.1:6443"
 
     def __init__(self):
         self.patches = []
 
-    async def patch(self, resource, name, body):
-        self.patches.append((resource, name, body))
+    async def patch(self, resource, name, patch, *args, **kw):
+        self.patches.append((resource, name, patch))
         return {}
 
 
@@ -47,6 +50,10 @@ class FakeDataplane:
         self.torn = True
 
 
+class NodeNet(A.NodeNet):
+    masq_calls: list[tuple[str, str, str]]  # the masquerade rules ensured and removed, in order
+
+
 @pytest.fixture
 def net(monkeypatch):
     FakeDataplane.made = []
@@ -54,7 +61,7 @@ def net(monkeypatch):
     calls = []
     monkeypatch.setattr(A.masq, "ensure", lambda cidr, node: calls.append(("ensure", cidr, node)))
     monkeypatch.setattr(A.masq, "remove", lambda cidr, node: calls.append(("remove", cidr, node)))
-    n = A.NodeNet(FakeClient(), "n1", "10.244.1.0/24", "10.0.0.11")
+    n = NodeNet(FakeClient(), "n1", "10.244.1.0/24", "10.0.0.11")
     n.masq_calls = calls
     return n
 
@@ -111,15 +118,16 @@ async def test_without_an_override_it_waits_for_spec_podcidr_and_follows_it(monk
     FakeDataplane.made = []
     monkeypatch.setattr(A, "Dataplane", FakeDataplane)
     monkeypatch.setattr(A.masq, "ensure", lambda cidr, node: None)
-    n = A.NodeNet(FakeClient(), "n1", None, "10.0.0.11")
+    client = FakeClient()
+    n = A.NodeNet(client, "n1", None, "10.0.0.11")
     stamp = {ann.BACKEND: "vxlan", ann.CLUSTER_CIDR: "10.244.0.0/16"}
     put(n, "n1", **stamp)
     await n.step()
-    assert not FakeDataplane.made and not n.client.patches  # registered, no podCIDR yet: nothing built
+    assert not FakeDataplane.made and not client.patches  # registered, no podCIDR yet: nothing built
     n.nodes.cache["n1"]["spec"] = {"podCIDR": "10.244.3.0/24"}
     await n.step()
     assert FakeDataplane.made[-1].pod_cidr == "10.244.3.0/24"  # the VTEP address comes from it
-    published = n.client.patches[-1][2]["metadata"]["annotations"]
+    published = client.patches[-1][2]["metadata"]["annotations"]
     assert published[ann.POD_CIDR] is None and published[ann.PUBLIC_IP] == "10.0.0.11"  # spec.podCIDR says it
     n.nodes.cache["n1"]["spec"] = {"podCIDR": "10.244.4.0/24"}  # re-assigned (the Node was re-created)
     await n.step()

@@ -15,7 +15,14 @@ from nodeagent.controllers.nodeipam import CidrSet
 from nodeagent.layout import Layout
 from nodeagent.nodenet import annotations as ann
 from nodeagent.nodenet import plan as P
+from nodeagent.nodenet.network import PodNetwork
 from nodeagent.nodenet.podcidr import PodCIDRFollower, node_pod_cidr
+
+
+def _network(args: argparse.Namespace) -> PodNetwork:
+    cni = config_from_args(args).cni
+    assert cni is not None  # an agent runs the pod network
+    return cni.network
 
 
 def _agent_args(data_dir, **kw):
@@ -38,7 +45,7 @@ def test_node_pod_cidr_reads_spec_then_podcidrs_and_ignores_garbage():
 
 
 def test_without_pod_subnet_the_subnet_is_adopted_and_no_conflist_can_be_written_yet(tmp_path):
-    net = config_from_args(_agent_args(str(tmp_path))).cni.network
+    net = _network(_agent_args(str(tmp_path)))
     assert net.subnet is None
     with pytest.raises(ValueError, match="spec.podCIDR"):
         net.conflist()
@@ -46,12 +53,12 @@ def test_without_pod_subnet_the_subnet_is_adopted_and_no_conflist_can_be_written
 
 def test_pod_subnet_overrides(tmp_path):
     cfg = config_from_args(_agent_args(str(tmp_path), pod_subnet="10.9.8.0/24"))
-    assert cfg.cni.network.subnet == "10.9.8.0/24"
+    assert cfg.cni and cfg.cni.network.subnet == "10.9.8.0/24"
     assert cfg.controllers is None  # an agent runs no node IPAM
 
 
 async def test_follower_writes_the_conflist_when_the_podcidr_appears_and_again_when_it_changes(tmp_path):
-    net = config_from_args(_agent_args(str(tmp_path))).cni.network
+    net = _network(_agent_args(str(tmp_path)))
     f = PodCIDRFollower(net, "n1")
     conf = tmp_path / "cni" / "net.d" / "10-nodeagent.conflist"
     assert await f.on_node({"metadata": {"name": "n1"}, "spec": {}}) is None
@@ -69,7 +76,7 @@ async def test_follower_writes_the_conflist_when_the_podcidr_appears_and_again_w
 
 
 def test_forget_config_removes_only_ours(tmp_path):
-    net = config_from_args(_agent_args(str(tmp_path), pod_subnet="10.9.8.0/24")).cni.network
+    net = _network(_agent_args(str(tmp_path), pod_subnet="10.9.8.0/24"))
     net.write()
     other = tmp_path / "cni" / "net.d" / "99-other.conflist"
     other.write_text("{}")
@@ -96,10 +103,12 @@ def test_node_ip_reaches_the_kubelet_nodenet_and_netproxy(tmp_path):
     from netproxy.service import node_config
 
     cfg = config_from_args(_agent_args(str(tmp_path), node_ip="192.168.56.11"))
+    assert cfg.kubelet and cfg.nodenet and cfg.netproxy  # an agent runs them all
     assert cfg.kubelet.node_ip == "192.168.56.11"
     assert cfg.nodenet.node_ip == "192.168.56.11"  # nodenet's underlay address (nodenet_service.serve)
     assert node_config(cfg.netproxy).node_ips == ("192.168.56.11",)  # NodePorts answer there
     plain = config_from_args(_agent_args(str(tmp_path)))
+    assert plain.kubelet and plain.netproxy
     assert plain.kubelet.node_ip == "" and node_config(plain.netproxy).node_ips == ()
     with pytest.raises(SystemExit, match="--node-ip"):
         config_from_args(_agent_args(str(tmp_path), node_ip="eth1"))
@@ -108,9 +117,11 @@ def test_node_ip_reaches_the_kubelet_nodenet_and_netproxy(tmp_path):
 def test_node_agent_reports_node_ip_as_internal_ip(tmp_path):
     from nodeagent.kubelet.node import NodeAgent
 
-    n = NodeAgent(None, None, "n1", str(tmp_path), lambda: (True, ""), addresses=["192.168.56.11"])
+    n = NodeAgent(None, None, "n1", str(tmp_path), lambda: (True, ""),  # type: ignore[arg-type]  # neither is reached
+                  addresses=["192.168.56.11"])
     assert n.addresses == ["192.168.56.11"]
-    assert NodeAgent(None, None, "n1", str(tmp_path), lambda: (True, "")).addresses  # detected
+    detected = NodeAgent(None, None, "n1", str(tmp_path), lambda: (True, ""))  # type: ignore[arg-type]  # as above
+    assert detected.addresses
 
 
 def test_the_pod_subnet_annotation_is_published_only_for_an_override():
@@ -130,17 +141,19 @@ def test_the_pod_subnet_annotation_is_published_only_for_an_override():
 
 
 async def test_the_kubelet_hands_the_node_s_podcidr_to_the_runtime_once(tmp_path):
+    from cri.client import RuntimeClient
     from nodeagent.kubelet.node import NodeAgent
 
-    class Runtime:
-        def __init__(self):
+    class Runtime(RuntimeClient):
+        def __init__(self):  # no channel: only the podCIDR hand-off is reached
             self.cidrs = []
 
         async def update_runtime_config(self, cidr):
             self.cidrs.append(cidr)
 
     rt = Runtime()
-    n = NodeAgent(None, rt, "n1", str(tmp_path), lambda: (True, ""), addresses=["10.0.0.1"])
+    n = NodeAgent(None, rt, "n1", str(tmp_path), lambda: (True, ""),  # type: ignore[arg-type]  # no client is reached
+                  addresses=["10.0.0.1"])
     await n._update_pod_cidr({"spec": {}})  # not assigned yet
     await n._update_pod_cidr({"spec": {"podCIDR": "10.244.3.0/24"}})
     await n._update_pod_cidr({"spec": {"podCIDR": "10.244.3.0/24"}})

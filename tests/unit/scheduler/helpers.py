@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from nodeagent.scheduler.framework import CycleState, PodInfo, Status
@@ -13,7 +14,7 @@ from nodeagent.testing.fake_cluster import FakeCluster
 
 
 class Env:
-    def __init__(self, nodes: list[dict[str, Any]] = (), pods: list[dict[str, Any]] = (),
+    def __init__(self, nodes: Sequence[dict[str, Any]] = (), pods: Sequence[dict[str, Any]] = (),
                  config: dict[str, Any] | None = None, seed: int = 1):
         self.cluster = FakeCluster()
         cfg = parse_config(config) if config is not None else SchedulerConfig()
@@ -68,7 +69,7 @@ class Env:
             out = {n.name: (s.reasons[0] if (s := p.filter(state, pi, n)) else "") for n in nodes}
         return out
 
-    def scores(self, plugin: str, pod: dict[str, Any]) -> dict[str, int]:
+    def scores(self, plugin: str, pod: dict[str, Any]) -> dict[str, int] | None:
         """PreScore, Score and NormalizeScore of one plugin over all nodes (None if it skips)."""
         state, pi = self._prep(pod)
         p = self.plugin(plugin)

@@ -11,6 +11,7 @@ BENCH = Path(__file__).resolve().parents[3] / "bench" / "scheduler.py"
 @pytest.fixture(scope="module")
 def bench():
     spec = importlib.util.spec_from_file_location("bench_scheduler", BENCH)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

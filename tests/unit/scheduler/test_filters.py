@@ -38,13 +38,14 @@ def test_node_resources_fit_reasons():
     fit = "NodeResourcesFit"
     assert env.filter_all(fit, make_pod("p", cpu="600m")) == {"small": "Too many pods", "big": ""}
     s = env.filter(fit, make_pod("p", cpu="600m", memory="2Gi"), "small")
-    assert s.code == Code.UNSCHEDULABLE
+    assert s is not None and s.code == Code.UNSCHEDULABLE
     assert s.reasons == ("Too many pods", "Insufficient cpu", "Insufficient memory")
     gpu = make_pod("g")
     gpu["spec"]["containers"][0]["resources"] = {"requests": {"example.com/gpu": "2", "ephemeral-storage": "2Gi"}}
     env2 = Env([make_node("small", extra={"example.com/gpu": "1"}, ephemeral="1Gi"),
                 make_node("big", extra={"example.com/gpu": "4"}, ephemeral="10Gi")])
-    assert env2.filter(fit, gpu, "small").reasons == ("Insufficient ephemeral-storage", "Insufficient example.com/gpu")
+    s = env2.filter(fit, gpu, "small")
+    assert s is not None and s.reasons == ("Insufficient ephemeral-storage", "Insufficient example.com/gpu")
     assert env2.filter(fit, gpu, "big") is None
 
 
@@ -52,7 +53,8 @@ def test_node_resources_fit_counts_init_containers_like_kubernetes():
     env = Env([make_node("n", cpu="1")])
     p = make_pod("p", cpu="200m")
     p["spec"]["initContainers"] = [{"name": "i", "image": "x", "resources": {"requests": {"cpu": "1500m"}}}]
-    assert env.filter("NodeResourcesFit", p, "n").reasons == ("Insufficient cpu",)
+    s = env.filter("NodeResourcesFit", p, "n")
+    assert s is not None and s.reasons == ("Insufficient cpu",)
     p["spec"]["initContainers"][0]["resources"]["requests"]["cpu"] = "900m"
     assert env.filter("NodeResourcesFit", p, "n") is None
 
@@ -89,7 +91,8 @@ def test_taint_toleration_filters_no_schedule_and_no_execute_only():
     assert set(env.filter_all("TaintToleration", make_pod("p", tolerations=[{"operator": "Exists"}])).values()) == {""}
     wrong_value = [{"key": "dedicated", "operator": "Equal", "value": "cpu"}]
     assert env.filter("TaintToleration", make_pod("p", tolerations=wrong_value), "ns") is not None
-    assert env.filter("TaintToleration", make_pod("p"), "ns").code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    s = env.filter("TaintToleration", make_pod("p"), "ns")
+    assert s is not None and s.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 
 
 def test_node_conditions_taint_the_node():

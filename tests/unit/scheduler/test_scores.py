@@ -25,7 +25,7 @@ def test_most_allocated_is_opt_in_and_prefers_fuller_nodes():
     env2 = Env([make_node("empty", cpu="4", memory="8Gi"), make_node("full", cpu="4", memory="8Gi")],
                [make_pod("f", cpu="3", memory="6Gi", node="full")], config=cfg)
     s = env2.scores("NodeResourcesFit", make_pod("p", cpu="500m", memory="1Gi"))
-    assert s["full"] > s["empty"]
+    assert s is not None and s["full"] > s["empty"]
     assert env.plugin("NodeResourcesFit").most is False
 
 
@@ -38,7 +38,7 @@ def test_balanced_allocation_prefers_even_cpu_memory_use():
     env = Env([make_node("cpu-heavy", cpu="4", memory="8Gi"), make_node("even", cpu="4", memory="8Gi")],
               [make_pod("c", cpu="3", memory="1Gi", node="cpu-heavy"), make_pod("e", cpu="1", memory="2Gi", node="even")])
     s = env.scores("NodeResourcesBalancedAllocation", make_pod("p", cpu="1", memory="2Gi"))
-    assert s["even"] == 100 and s["even"] > s["cpu-heavy"]
+    assert s is not None and s["even"] == 100 and s["even"] > s["cpu-heavy"]
     assert env.scores("NodeResourcesBalancedAllocation", make_pod("besteffort")) is None  # skipped
 
 
@@ -86,7 +86,7 @@ def test_topology_spread_schedule_anyway_prefers_less_crowded_domains():
     c = [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
           "labelSelector": {"matchLabels": {"app": "a"}}}]
     s = env.scores("PodTopologySpread", make_pod("p", labels={"app": "a"}, topologySpreadConstraints=c))
-    assert s["n1"] == s["n3"] == 100 and s["n0"] == s["n2"] < 100
+    assert s is not None and s["n1"] == s["n3"] == 100 and s["n0"] == s["n2"] < 100
 
 
 def test_default_spreading_applies_to_pods_selected_by_a_service():
@@ -95,7 +95,7 @@ def test_default_spreading_applies_to_pods_selected_by_a_service():
     assert env.scores("PodTopologySpread", make_pod("p", labels={"app": "web"})) is None  # no owner: skipped
     env.cluster.add_service("default", {"app": "web"})
     s = env.scores("PodTopologySpread", make_pod("p", labels={"app": "web"}))
-    assert s["b"] == 100 and s["a"] < 100
+    assert s is not None and s["b"] == 100 and s["a"] < 100
 
 
 def test_image_locality_prefers_nodes_with_big_images():
@@ -104,5 +104,5 @@ def test_image_locality_prefers_nodes_with_big_images():
                make_node("small", images=[(["registry.k8s.io/app:1"], 10 * 1024 * 1024)]),
                make_node("none")])
     s = env.scores("ImageLocality", make_pod("p", image="registry.k8s.io/app:1"))
-    assert s["has"] > s["small"] == s["none"] == 0
+    assert s is not None and s["has"] > s["small"] == s["none"] == 0
     assert env.scores("ImageLocality", make_pod("p", image="other:2")) is None

@@ -1,10 +1,10 @@
 """Per-domain counts shared by InterPodAffinity and PodTopologySpread."""
 
-from nodeagent.scheduler.framework.topology import bump, count_at, sum_at
+from nodeagent.scheduler.framework.topology import PairCounts, bump, count_at, sum_at
 
 
 def test_counts_follow_the_nodes_domain_and_drop_zeroes():
-    counts = {}
+    counts: PairCounts = {}
     z1, z2, bare = {"zone": "a", "host": "n1"}, {"zone": "b", "host": "n2"}, {"host": "n3"}
     bump(counts, "zone", z1)
     bump(counts, "zone", z1, 2)

@@ -11,12 +11,15 @@ the store acknowledged the write, so the killer knows exactly what must survive.
 import asyncio
 import os
 import sys
+from typing import Any
 
 from nodeagent.store import SQLITE_FILE, open_store
+from nodeagent.store.base import Store
 from nodeagent.store.sqlite import SQLiteStore
 
 
 async def main(datastore: str, data_dir: str, run: str, workers: int) -> None:
+    store: Store
     if datastore.startswith("sqlite:") and not datastore.startswith("sqlite://"):
         store = SQLiteStore(os.path.join(data_dir, SQLITE_FILE), synchronous=datastore.split(":", 1)[1])
     else:
@@ -29,7 +32,7 @@ async def main(datastore: str, data_dir: str, run: str, workers: int) -> None:
         i = 0
         while True:
             key = f"/crash/{run}/{w}/{i:07d}"
-            obj = {"kind": "Pod", "metadata": {"name": f"{w}-{i}"}, "spec": {"key": key, "generation": 0}}
+            obj: dict[str, Any] = {"kind": "Pod", "metadata": {"name": f"{w}-{i}"}, "spec": {"key": key, "generation": 0}}
             created = await store.create(key, obj)
             rev = int(created["metadata"]["resourceVersion"])
             out.write(f"C {key} {rev}\n")

@@ -19,7 +19,7 @@ def test_compaction_target():
 async def test_run_compactor_rounds():
     store = MemoryStore()
     await store.start()
-    rounds = asyncio.Queue()
+    rounds: asyncio.Queue[int] = asyncio.Queue()
     go = asyncio.Event()
 
     async def fake_sleep(_):

@@ -20,6 +20,7 @@ async def make_store(request, tmp_path):
     opened = []
 
     async def make(**kw):
+        s: MemoryStore | SQLiteStore
         if request.param == "memory":
             s = MemoryStore(**kw)
         else:

@@ -24,9 +24,9 @@ def run_and_kill(datastore: str, data_dir: str, acks: int, run: str = "0") -> li
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None and proc.stderr is not None
     lines: list[list[str]] = []
     try:
-        assert proc.stdout is not None
         deadline = time.monotonic() + 60
         while len(lines) < acks and time.monotonic() < deadline:
             line = proc.stdout.readline()

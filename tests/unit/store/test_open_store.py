@@ -10,16 +10,22 @@ from nodeagent.store.memory import MemoryStore
 from nodeagent.store.sqlite import SQLiteStore
 
 
+def _sqlite(datastore: str, data_dir: str) -> SQLiteStore:
+    s = open_store(datastore, data_dir)
+    assert isinstance(s, SQLiteStore), s
+    return s
+
+
 def test_default_is_sqlite_under_the_data_dir(tmp_path):
     s = open_store("sqlite", str(tmp_path))
     assert isinstance(s, SQLiteStore) and s.path == os.path.join(tmp_path, "store.db")
     assert isinstance(open_store("", str(tmp_path)), SQLiteStore)
-    assert open_store("sqlite://x/y.db", str(tmp_path)).path == os.path.join(tmp_path, "x/y.db")
-    assert open_store("sqlite:///abs.db", str(tmp_path)).path == "/abs.db"
-    assert open_store("sqlite", str(tmp_path)).synchronous == "FULL"
-    normal = open_store("sqlite?synchronous=normal", str(tmp_path))
+    assert _sqlite("sqlite://x/y.db", str(tmp_path)).path == os.path.join(tmp_path, "x/y.db")
+    assert _sqlite("sqlite:///abs.db", str(tmp_path)).path == "/abs.db"
+    assert _sqlite("sqlite", str(tmp_path)).synchronous == "FULL"
+    normal = _sqlite("sqlite?synchronous=normal", str(tmp_path))
     assert (normal.path, normal.synchronous) == (os.path.join(tmp_path, "store.db"), "NORMAL")
-    assert open_store("sqlite://x.db?synchronous=NORMAL", str(tmp_path)).synchronous == "NORMAL"
+    assert _sqlite("sqlite://x.db?synchronous=NORMAL", str(tmp_path)).synchronous == "NORMAL"
 
 
 def test_memory_and_etcd(tmp_path):
