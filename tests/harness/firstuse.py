@@ -53,7 +53,8 @@ def present() -> list[Artifact]:
             if os.path.isdir(path):
                 found.append(Artifact("cgroup", path, why))
     if os.path.ismount("/run/netns") and not os.listdir("/run/netns"):
-        found.append(Artifact("mount", "/run/netns", "iproute2 makes it a shared bind mount on its first netns"))
+        found.append(Artifact("mount", "/run/netns",
+                              "iproute2 makes it a shared bind mount on its first netns"))
     return found
 
 
@@ -79,8 +80,10 @@ def remove(artifact: Artifact) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.harness.firstuse", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--remove", action="store_true", help="remove them, so the next run starts as on a fresh host")
+    ap = argparse.ArgumentParser(prog="python -m tests.harness.firstuse",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--remove", action="store_true",
+                    help="remove them, so the next run starts as on a fresh host")
     args = ap.parse_args(argv)
     arts = present()
     if not arts:

@@ -160,9 +160,11 @@ def nftables() -> set[str]:
             if not (xt and body.get("name") in XTABLES_BASE_CHAINS):
                 out.add(f"nft chain {fam} {table} {body.get('name')}")
         elif kind == "rule":
-            out.add(f"nft rule {fam} {table} {body.get('chain')} {json.dumps(_strip_handles(body.get('expr')))}")
+            expr = json.dumps(_strip_handles(body.get("expr")))
+            out.add(f"nft rule {fam} {table} {body.get('chain')} {expr}")
         else:
-            out.add(f"nft {kind} {fam} {table} {body.get('name')} {json.dumps(_strip_handles(body), sort_keys=True)}")
+            spec = json.dumps(_strip_handles(body), sort_keys=True)
+            out.add(f"nft {kind} {fam} {table} {body.get('name')} {spec}")
     return out
 
 

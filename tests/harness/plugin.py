@@ -47,7 +47,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _leak_check_enabled(session: pytest.Session) -> bool:
-    return IS_ROOT and not session.config.getoption("--no-leak-check") and not hasattr(session.config, "workerinput")
+    worker = hasattr(session.config, "workerinput")  # an xdist worker: the controller checks
+    return IS_ROOT and not session.config.getoption("--no-leak-check") and not worker
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -147,7 +148,8 @@ def _reap_iptables(entries: list[str]) -> None:
         if rest.startswith("chain "):
             chains.append((cmd, table, rest.split()[1]))
         elif rest.startswith("-A "):
-            subprocess.run([cmd, "-w", "-t", table, "-D", *rest.split()[1:]], capture_output=True, check=False)
+            subprocess.run([cmd, "-w", "-t", table, "-D", *rest.split()[1:]],
+                           capture_output=True, check=False)
     for cmd, table, chain in chains:
         subprocess.run([cmd, "-w", "-t", table, "-F", chain], capture_output=True, check=False)
     for cmd, table, chain in chains:

@@ -196,7 +196,8 @@ def _del_netns(name: str) -> None:
 def _del_link(name: str, netns: str | None) -> None:
     cmd = ["ip"] + (["-n", netns] if netns else []) + ["link", "del", name]
     p = sh(*cmd, check=False)
-    if p.returncode != 0 and "Cannot find device" not in p.stderr and "Cannot open network namespace" not in p.stderr:
+    gone = "Cannot find device" in p.stderr or "Cannot open network namespace" in p.stderr
+    if p.returncode != 0 and not gone:
         # The link may have been moved to another namespace that is already gone: then it is gone too.
         if Path(f"/sys/class/net/{name}").exists():
             raise RuntimeError(f"ip link del {name}: {p.stderr.strip()}")

@@ -9,7 +9,8 @@ from typing import Any
 
 
 async def eventually(fn: Callable[[], Awaitable[Any]], within: float = 30.0, interval: float = 0.1) -> Any:
-    """Await `fn` until it returns something truthy and return that; fail with the last answer after `within` s."""
+    """Await `fn` until it returns something truthy and return that;
+    fail with the last answer after `within` s."""
     deadline = time.monotonic() + within
     last = None
     while time.monotonic() < deadline:

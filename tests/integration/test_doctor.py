@@ -19,7 +19,8 @@ def _doctor():
 def test_doctor_matches_the_kernel():
     d = _doctor()
     cg = d["cgroups"]
-    fs_type = subprocess.run(["stat", "-f", "-c", "%T", "/sys/fs/cgroup"], capture_output=True, text=True).stdout.strip()
+    fs_type = subprocess.run(["stat", "-f", "-c", "%T", "/sys/fs/cgroup"], capture_output=True,
+                             text=True).stdout.strip()
     if fs_type == "cgroup2fs":
         assert cg["version"] == "v2"
     else:
@@ -33,7 +34,8 @@ def test_doctor_matches_the_kernel():
 
 
 def test_doctor_text_mentions_what_will_be_used():
-    p = subprocess.run([sys.executable, "-m", "nodeagent", "doctor"], capture_output=True, text=True, check=True)
+    p = subprocess.run([sys.executable, "-m", "nodeagent", "doctor"], capture_output=True,
+                       text=True, check=True)
     assert "cgroup driver" in p.stdout
     assert "ipvs" in p.stdout
 

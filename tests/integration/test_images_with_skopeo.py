@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-pytestmark = pytest.mark.skipif(not shutil.which("skopeo"), reason="skopeo not installed (make install adds it)")
+pytestmark = pytest.mark.skipif(not shutil.which("skopeo"),
+                                reason="skopeo not installed (make install adds it)")
 
 
 def _inspect(ref):

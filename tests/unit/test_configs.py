@@ -23,7 +23,8 @@ def _up(tmp_path, *argv):
 
 
 def _agent(tmp_path, *argv):
-    return agent.config_from_args(_parse(agent, ["--data-dir", str(tmp_path), "--server", "https://10.0.0.1:6443",
+    return agent.config_from_args(_parse(agent, ["--data-dir", str(tmp_path), "--server",
+                                                 "https://10.0.0.1:6443",
                                                  "--token", "abcdef.0123456789abcdef", *argv]))
 
 
@@ -99,9 +100,11 @@ def test_up_s_node_parts_use_the_admin_kubeconfig_and_an_agent_its_own_credentia
     for c in (cfg.kubelet, cfg.netproxy, cfg.netpol, cfg.nodenet, cfg.podcidr):
         assert c.credentials.kubeconfig == admin
     assert cfg.scheduler.kubeconfig == cfg.controllers.kubeconfig == cfg.dns.kubeconfig == admin
-    joined = agent.config_from_args(_parse(agent, ["--data-dir", str(tmp_path), "--server", "https://10.0.0.1:6443",
+    joined = agent.config_from_args(_parse(agent, ["--data-dir", str(tmp_path), "--server",
+                                                   "https://10.0.0.1:6443",
                                                    "--token", "t"]), node_kubeconfig="/n/kubelet.kubeconfig")
-    assert joined.kubelet and joined.kubelet.credentials.kubeconfig == "/n/kubelet.kubeconfig" and not joined.kubelet.credentials.token
+    assert joined.kubelet and joined.kubelet.credentials.kubeconfig == "/n/kubelet.kubeconfig"
+    assert not joined.kubelet.credentials.token
     plain = _agent(tmp_path)
     assert (plain.netproxy.credentials.server, plain.netproxy.credentials.token) == (
         "https://10.0.0.1:6443", "abcdef.0123456789abcdef")

@@ -44,7 +44,8 @@ def test_the_default_names_are_the_ones_the_standalone_tools_use_on_their_own():
     d = Layout.default()
     assert d.cni_socket == DEFAULT_SOCKET
     ipt = inspect.signature(IptablesBackend).parameters
-    assert (ipt["chain_prefix"].default, ipt["set_prefix"].default) == (d.netpol_chain_prefix, d.netpol_set_prefix)
+    assert (ipt["chain_prefix"].default, ipt["set_prefix"].default) == (
+        d.netpol_chain_prefix, d.netpol_set_prefix)
     assert inspect.signature(NftablesBackend).parameters["table"].default == d.netpol_table
 
 
@@ -58,7 +59,8 @@ def test_other_data_dirs_get_tagged_names_and_paths_of_their_own(tmp_path):
     lay = Layout.for_data_dir(d)
     tag = instance_tag(d)
     assert len(tag) == 6 and lay.tag == tag and not lay.is_default and lay.throwaway
-    assert (lay.bridge, lay.network_name, lay.cgroup_root) == (f"na{tag}", f"nodeagent-{tag}", f"nodeagent-{tag}")
+    assert (lay.bridge, lay.network_name, lay.cgroup_root) == (
+        f"na{tag}", f"nodeagent-{tag}", f"nodeagent-{tag}")
     assert len(lay.bridge) <= 15  # a link name
     assert (lay.apiserver_port, lay.kubelet_port) == (0, 0)  # any free port
     assert lay.cluster_cidr == f"10.240.{int(tag[:2], 16)}.0/24"

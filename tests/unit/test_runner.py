@@ -1,4 +1,5 @@
-"""The component runner: a stop signal cancels every component, and one that is slow to stop says where it waits."""
+"""The component runner: a stop signal cancels every component,
+and one that is slow to stop says where it waits."""
 
 import asyncio
 import logging
@@ -68,11 +69,13 @@ def test_stop_signal_cancels_components_and_reports_a_slow_one(monkeypatch, capl
 def test_stop_order_is_the_reverse_of_the_start_dependencies():
     c = runner.Component
     comps = [c("cni", "m:f", "t"), c("cri", "m:f", "t", after=("cni",)), c("apiserver", "m:f", "t"),
-             c("kubelet", "m:f", "t", after=("cri", "apiserver")), c("netproxy", "m:f", "t", after=("apiserver",)),
+             c("kubelet", "m:f", "t", after=("cri", "apiserver")),
+             c("netproxy", "m:f", "t", after=("apiserver",)),
              c("dns", "m:f", "t", after=("apiserver", "missing"))]
     assert runner.stop_order(comps) == [["dns", "kubelet", "netproxy"], ["apiserver", "cri"], ["cni"]]
 
 
 def test_stop_order_survives_a_cycle():
     c = runner.Component
-    assert runner.stop_order([c("a", "m:f", "t", after=("b",)), c("b", "m:f", "t", after=("a",))]) == [["a", "b"]]
+    cycle = [c("a", "m:f", "t", after=("b",)), c("b", "m:f", "t", after=("a",))]
+    assert runner.stop_order(cycle) == [["a", "b"]]

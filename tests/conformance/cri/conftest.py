@@ -120,15 +120,18 @@ def critest_registry(tmp_path_factory, images):
 
     pause_bin = RuntimeOptions(state_dir=work).pause
     var_run = Entry("var/run", kind="dir", mode=0o755)
+    bin_dirs = tuple(Entry(d, kind="dir", mode=0o755) for d in ("bin", "usr", "usr/bin"))
+    busybox = Path(find_busybox()).read_bytes()
     specs: dict[str, ImageSpec] = {
         "e2e-test-images/busybox:1.29-2": dataclasses.replace(
-            BUSYBOX_SPEC, extra_layers=((var_run, *(Entry(d, kind="dir", mode=0o755) for d in ("bin", "usr", "usr/bin")),
+            BUSYBOX_SPEC, extra_layers=((var_run, *bin_dirs,
                                          Entry("usr/bin/pgrep", data=PGREP, mode=0o755),
                                          Entry("usr/bin/ipcs", data=IPCS, mode=0o755),
                                          # e2e's busybox links its applets hard: masking /bin/ls masks ls
                                          # only (a layer may only link within itself, so busybox again)
-                                         Entry("bin/busybox", data=Path(find_busybox()).read_bytes(), mode=0o755),
-                                         Entry("bin/ls", kind="hardlink", target="bin/busybox", mode=0o755)),),
+                                         Entry("bin/busybox", data=busybox, mode=0o755),
+                                         Entry("bin/ls", kind="hardlink", target="bin/busybox",
+                                               mode=0o755)),),
             name="localhost/critest-busybox"),
         "pause:3.9": dataclasses.replace(pause_spec(pause_bin), name="localhost/critest-pause"),
         "e2e-test-images/nginx:1.14-2": ImageSpec(
@@ -136,7 +139,8 @@ def critest_registry(tmp_path_factory, images):
             extra_layers=((var_run, Entry("usr/sbin/nginx", data=nginx, mode=0o755)),)),
         # critest's hostnet-nginx: a web server on 12003, meant for the host's network namespace
         "k8s-staging-cri-tools/hostnet-nginx-amd64:latest": ImageSpec(
-            "localhost/critest-hostnet-nginx", "v1", cmd=("httpd", "-f", "-p", str(fw.HOST_NET_WEB_PORT), "-h", "/var/www"),
+            "localhost/critest-hostnet-nginx", "v1",
+            cmd=("httpd", "-f", "-p", str(fw.HOST_NET_WEB_PORT), "-h", "/var/www"),
             exposed_ports=(f"{fw.HOST_NET_WEB_PORT}/tcp",)),
         "e2e-test-images/httpd:2.4.39-4": ImageSpec(
             "localhost/critest-httpd", "v1", exposed_ports=("80/tcp",),
@@ -144,7 +148,8 @@ def critest_registry(tmp_path_factory, images):
                              "exec httpd -f -p 80 -h /var/www")),
         "e2e-test-images/nonewprivs:1.3": ImageSpec(
             "localhost/critest-nnp", "v1", entrypoint=("/usr/local/bin/nonewprivs",), cmd=None,
-            extra_layers=((Entry("usr/local", kind="dir", mode=0o755), Entry("usr/local/bin", kind="dir", mode=0o755),
+            extra_layers=((Entry("usr/local", kind="dir", mode=0o755),
+                           Entry("usr/local/bin", kind="dir", mode=0o755),
                            Entry("usr/local/bin/nonewprivs", data=nnp, mode=0o4755)),)),
         "k8s-staging-cri-tools/test-image-latest:latest": _labelled("latest", "latest"),
         "k8s-staging-cri-tools/test-image-tag:test": _labelled("tag", "tag"),
@@ -168,8 +173,9 @@ def critest_registry(tmp_path_factory, images):
             built = images.get(spec)
             name, tag = target.rsplit(":", 1)
             reg.push(built.oci_dir, spec.tag, name, tag)
-        req = urllib.request.Request(f"http://{reg.host}/v2/k8s-staging-cri-tools/test-image-digest/manifests/latest",
-                                     method="HEAD", headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+        manifest = f"http://{reg.host}/v2/k8s-staging-cri-tools/test-image-digest/manifests/latest"
+        req = urllib.request.Request(manifest, method="HEAD",
+                                     headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
         digest = urllib.request.urlopen(req, timeout=10).headers["Docker-Content-Digest"]
         yield Mirror(reg, f"{fw.IMAGE_DIGEST_REPO}@{digest}")
     finally:
@@ -199,7 +205,8 @@ def _drop_new_hostport_chains(before: set[str]) -> None:
     rules = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True, check=False).stdout
     for line in rules.splitlines():
         if line.startswith("-A ") and any(f"-j {c}" in line for c in new):
-            subprocess.run(["iptables", "-t", "nat", "-D", *shlex.split(line[3:])], capture_output=True, check=False)
+            subprocess.run(["iptables", "-t", "nat", "-D", *shlex.split(line[3:])],
+                           capture_output=True, check=False)
     for c in new:
         subprocess.run(["iptables", "-t", "nat", "-F", c], capture_output=True, check=False)
     for c in new:
@@ -363,7 +370,8 @@ def pytest_terminal_summary(terminalreporter):
     totals: dict[str, dict[str, int]] = {r: {} for r in RUNTIMES}
     for spec in sorted(_RESULTS):
         row = _RESULTS[spec]
-        tr.write_line(f"{spec[:width]:<{width}}  {row.get('nodeagent', '-'):>6}  {row.get('containerd', '-'):>6}")
+        ours, theirs = row.get("nodeagent", "-"), row.get("containerd", "-")
+        tr.write_line(f"{spec[:width]:<{width}}  {ours:>6}  {theirs:>6}")
         for r in RUNTIMES:
             o = row.get(r, "-")
             totals[r][o] = totals[r].get(o, 0) + 1

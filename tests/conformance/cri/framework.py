@@ -330,7 +330,8 @@ async def _stream(url: str, send: Callable[[Any, dict], Any] | None, until: Call
     return got
 
 
-def stream(url: str, send: Callable[[Any, dict], Any] | None = None, until: Callable[[dict], bool] | None = None,
+def stream(url: str, send: Callable[[Any, dict], Any] | None = None,
+           until: Callable[[dict], bool] | None = None,
            timeout: float = 60.0) -> dict[int, bytes]:
     """Run one exec/attach session: `send(ws, got)` writes stdin; returns bytes per channel."""
     return asyncio.run(_stream(url, send, until, timeout))

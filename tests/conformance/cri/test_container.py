@@ -182,7 +182,8 @@ def test_runtime_should_support_reopening_container_log(f, log_pod):
     log.rename(old)
     f.c.reopen_container_log(cid)
     assert log.exists(), "new container log file should be created"
-    assert fw.eventually(lambda: f.log_messages(pod, cfg.log_path), bool), "new container log should be generated"
+    logged = fw.eventually(lambda: f.log_messages(pod, cfg.log_path), bool)
+    assert logged, "new container log should be generated"
     n = len(fw.parse_log_file(old))
     for _ in range(5):
         time.sleep(1)

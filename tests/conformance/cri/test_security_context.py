@@ -123,7 +123,8 @@ def _sec_container(f, prefix, command=None, **sec):
 
 
 def test_runtime_should_support_supplementalgroups(f):
-    sid, pod, cfg = _sec_container(f, "container-with-SupplementalGroups-test-", supplemental_groups=[1234, 5678])
+    sid, pod, cfg = _sec_container(f, "container-with-SupplementalGroups-test-",
+                                   supplemental_groups=[1234, 5678])
     cid = f.create(sid, pod, cfg)
     f.start_running(cid)
     groups = f.exec_ok(cid, ["id", "-G"]).split()
@@ -246,8 +247,10 @@ def test_runtime_should_support_readonlypaths(f):
 
 
 # -- seccomp (SecurityProfile) -------------------------------------------------------------------
-BLOCK_HOSTNAME = '{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["sethostname"], "action": "SCMP_ACT_ERRNO"}]}'
-BLOCK_CHMOD = '{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["chmod", "fchmodat"], "action": "SCMP_ACT_ERRNO"}]}'
+BLOCK_HOSTNAME = ('{"defaultAction": "SCMP_ACT_ALLOW", '
+                  '"syscalls": [{"names": ["sethostname"], "action": "SCMP_ACT_ERRNO"}]}')
+BLOCK_CHMOD = ('{"defaultAction": "SCMP_ACT_ALLOW", '
+               '"syscalls": [{"names": ["chmod", "fchmodat"], "action": "SCMP_ACT_ERRNO"}]}')
 
 
 def _need_seccomp():

@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
 NODES = ("node1", "node2", "node3")
 # serves its own pod name, so a client can tell which endpoint answered
-WHOAMI = ["sh", "-c", "mkdir -p /tmp/www && hostname > /tmp/www/index.html && exec httpd -f -p 80 -h /tmp/www"]
+WHOAMI = ["sh", "-c",
+          "mkdir -p /tmp/www && hostname > /tmp/www/index.html && exec httpd -f -p 80 -h /tmp/www"]
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +46,10 @@ def deployment(name, replicas, tolerations=None):
 
 def test_clusterip_and_nodeport_reach_pods_on_every_node_from_every_node(lab):
     for n in NODES:
-        lab.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"web-{n}", "labels": {"app": "web"}},
-                   "spec": {"nodeName": n, "terminationGracePeriodSeconds": 1, "containers": [container(WHOAMI)]}})
+        lab.apply({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": f"web-{n}", "labels": {"app": "web"}},
+                   "spec": {"nodeName": n, "terminationGracePeriodSeconds": 1,
+                            "containers": [container(WHOAMI)]}})
     lab.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
                "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": 80}]}})
     pods = lab.running("app=web", 3)
@@ -72,9 +75,10 @@ def test_clusterip_and_nodeport_reach_pods_on_every_node_from_every_node(lab):
                  spread_from_pod, 90, interval=0.5)
     for client in NODES:
         for target in lab.topo.nodes:
-            got = lab.wait(f"NodePort {target.address}:{nport} from {client}",
-                           lambda c=client, t=target: http(lab, c, f"http://{t.address}:{nport}/").strip() in names,
-                           30)
+
+            def answered(c=client, t=target):
+                return http(lab, c, f"http://{t.address}:{nport}/").strip() in names
+            got = lab.wait(f"NodePort {target.address}:{nport} from {client}", answered, 30)
             assert got
     lab.kubectl("delete", "service", "web")
     lab.kubectl("delete", "pods", "-l", "app=web", "--wait=false")
@@ -84,7 +88,8 @@ def test_daemonset_lands_on_every_node(lab):
     lab.apply({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agentd"},
                "spec": {"selector": {"matchLabels": {"app": "agentd"}},
                         "template": {"metadata": {"labels": {"app": "agentd"}},
-                                     "spec": {"terminationGracePeriodSeconds": 1, "containers": [container()]}}}})
+                                     "spec": {"terminationGracePeriodSeconds": 1,
+                                              "containers": [container()]}}}})
     pods = lab.running("app=agentd", 3)
     assert sorted(p["spec"]["nodeName"] for p in pods) == list(NODES)
 
@@ -92,7 +97,8 @@ def test_daemonset_lands_on_every_node(lab):
 def test_cordon_and_drain_move_pods_away(lab):
     lab.apply(deployment("mover", 4))
     lab.running("app=mover", 4)
-    lab.kubectl("drain", "node2", "--ignore-daemonsets", "--force", "--delete-emptydir-data", "--grace-period=1",
+    lab.kubectl("drain", "node2", "--ignore-daemonsets", "--force", "--delete-emptydir-data",
+                "--grace-period=1",
                 "--timeout=120s", timeout=180)
     try:
         assert lab.get("node", "node2")["spec"].get("unschedulable") is True
@@ -127,7 +133,8 @@ def test_a_node_whose_agent_stops_goes_notready_and_its_pods_move(lab):
         conds = {c["type"]: c["status"] for c in lab.get("node", "node3")["status"]["conditions"]}
         return conds.get("Ready") != "True"
     lab.wait("node3 NotReady", not_ready, 90)
-    after = lab.running("app=survivor", 2, timeout=120, where=lambda p: p["spec"].get("nodeName") not in (None, "node3"))
+    after = lab.running("app=survivor", 2, timeout=120,
+                        where=lambda p: p["spec"].get("nodeName") not in (None, "node3"))
     assert all(p["spec"]["nodeName"] in ("node1", "node2") for p in after)
     assert len(lab.pods("app=survivor")) >= 2
     old = {p["metadata"]["uid"] for p in before}

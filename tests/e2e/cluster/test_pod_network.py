@@ -31,7 +31,8 @@ def test_pods_on_different_nodes_reach_each_other_by_ip(lab):
     lab.apply(web_pod("b", "node2", {"app": "pn"}))
     pods = {p["spec"]["nodeName"]: p for p in lab.running("app=pn", 2)}
     a, b = pods["node1"], pods["node2"]
-    # the agents were given no subnet: each adopted its Node's spec.podCIDR, out of the server's --cluster-cidr
+    # the agents were given no subnet: each adopted its Node's spec.podCIDR,
+    # out of the server's --cluster-cidr
     cidrs = {n["metadata"]["name"]: n["spec"].get("podCIDR") for n in lab.get("nodes")["items"]}
     assert cidrs["node1"] and cidrs["node2"] and cidrs["node1"] != cidrs["node2"], cidrs
     for name, pod in pods.items():
@@ -68,15 +69,18 @@ def test_routes_follow_nodes_joining_and_leaving(lab):
         for n in ("node1", "node2"):
             lab.wait(f"a route for the new node on {n}", lambda n=n: "10.244.77.0/24" in routes(n), 30)
         if lab.mode == "vxlan":
-            assert "02:00:00:00:77:01" in lab.on_node("node1", "ip", "neigh", "show", "dev", "nodenet.1").stdout
+            neigh = lab.on_node("node1", "ip", "neigh", "show", "dev", "nodenet.1").stdout
+            assert "02:00:00:00:77:01" in neigh
             fdb = lab.on_node("node1", "bridge", "fdb", "show", "dev", "nodenet.1").stdout
             assert f"dst {lab.topo.host_address}" in fdb
     finally:
         lab.kubectl("delete", "node", "ghost", "--wait=false")
     for n in ("node1", "node2"):
-        lab.wait(f"the route for the gone node removed on {n}", lambda n=n: "10.244.77.0/24" not in routes(n), 30)
+        lab.wait(f"the route for the gone node removed on {n}",
+                 lambda n=n: "10.244.77.0/24" not in routes(n), 30)
     if lab.mode == "vxlan":
-        assert "02:00:00:00:77:01" not in lab.on_node("node1", "bridge", "fdb", "show", "dev", "nodenet.1").stdout
+        fdb = lab.on_node("node1", "bridge", "fdb", "show", "dev", "nodenet.1").stdout
+        assert "02:00:00:00:77:01" not in fdb
     # the real peers' routes stay: to each one's spec.podCIDR
     cidrs = {n["metadata"]["name"]: n["spec"]["podCIDR"] for n in lab.get("nodes")["items"]}
     assert cidrs["node2"] in routes("node1") and cidrs["node1"] in routes("node2"), cidrs

@@ -34,7 +34,8 @@ def containerd_up(tmp: Path, images: ImageFactory, octet: int) -> Iterator[tuple
     conf = {"cniVersion": "0.4.0", "name": f"kubelet-{bridge}", "plugins": [
         {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False,
          "ipam": {"type": "host-local", "dataDir": str(tmp / "ipam"),
-                  "ranges": [[{"subnet": f"10.{octet + n % 40}.{n}.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+                  "ranges": [[{"subnet": f"10.{octet + n % 40}.{n}.0/24"}]],
+                  "routes": [{"dst": "0.0.0.0/0"}]}},
         {"type": "loopback"}]}
     ctd = Containerd(tmp / "ctd")
     ctd.cni_conf.mkdir(parents=True, exist_ok=True)

@@ -41,9 +41,11 @@ def test_agent_joins_with_the_printed_command_and_runs_pods_as_itself(tmp_path, 
     # the node adopts the podCIDR the server's node IPAM gives it: a range of this test's own, so its
     # bridge's subnet collides with no other instance on this host
     cluster_cidr = f"10.241.{int(instance_tag(str(node_dir))[:2], 16)}.0/24"
-    srv = start_server(tmp_path / "server", extra=["--cluster-cidr", cluster_cidr, "--node-cidr-mask-size", "25"])
+    srv = start_server(tmp_path / "server",
+                       extra=["--cluster-cidr", cluster_cidr, "--node-cidr-mask-size", "25"])
     node_dir.mkdir()
-    subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(node_dir / "images"), "import",
+    subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir",
+                    str(node_dir / "images"), "import",
                     "--no-progress", str(images.httpd.docker_archive)], check=True, capture_output=True)
     c = Cluster(node_dir, unique("nd"), unique("kb"))
     c.env["KUBECONFIG"] = str(srv.kubeconfig)
@@ -52,7 +54,8 @@ def test_agent_joins_with_the_printed_command_and_runs_pods_as_itself(tmp_path, 
     join = (srv.data_dir / "join-command").read_text().split()
     assert join[:2] == ["nodeagent", "agent"] and "--ca-cert-hash" in join
     with open(log, "wb") as f:
-        agent = subprocess.Popen([sys.executable, "-m", "nodeagent", *join[1:], "--data-dir", str(node_dir), "--node-name", c.node,
+        agent = subprocess.Popen([sys.executable, "-m", "nodeagent", *join[1:], "--data-dir", str(node_dir),
+                                  "--node-name", c.node,
                                   "--bridge", c.bridge], stdout=f, stderr=subprocess.STDOUT)
     c.proc = agent
     try:
@@ -89,7 +92,8 @@ def test_agent_joins_with_the_printed_command_and_runs_pods_as_itself(tmp_path, 
         c.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node",
                                                              "metadata": {"name": other}}))
         p = kubectl_as_node("label", "node", other, "stolen=yes")
-        assert p.returncode != 0 and "Forbidden" in p.stderr and f'is not allowed to modify node "{other}"' in p.stderr
+        assert p.returncode != 0 and "Forbidden" in p.stderr
+        assert f'is not allowed to modify node "{other}"' in p.stderr
         p = kubectl_as_node("delete", "node", other)
         assert p.returncode != 0 and "Forbidden" in p.stderr
         p = kubectl_as_node("label", "node", c.node, "joined=yes")
@@ -103,7 +107,8 @@ def test_agent_joins_with_the_printed_command_and_runs_pods_as_itself(tmp_path, 
                           "containers": [{"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never"}]}})
         pod = c.wait_pod("joined", _running)
         pod_cidr = json.loads(c.kubectl("get", "node", c.node, "-o", "json"))["spec"]["podCIDR"]
-        assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(pod_cidr), (pod_cidr, pod["status"])
+        pod_ip = ipaddress.ip_address(pod["status"]["podIP"])
+        assert pod_ip in ipaddress.ip_network(pod_cidr), (pod_cidr, pod["status"])
         assert ipaddress.IPv4Network(pod_cidr).subnet_of(ipaddress.IPv4Network(cluster_cidr))
         assert "waiting for its spec.podCIDR" in log.read_text(errors="replace")
         assert http_body(pod["status"]["podIP"]) == b"hello from busybox\n"

@@ -41,13 +41,15 @@ def test_kubectl_attach_stdin(node):
     try:
         c.wait_pod(name, _running)
         for session in ("a", "b"):  # the end of one session's input is no EOF for the container
-            p = subprocess.Popen(["kubectl", "attach", "-i", name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            p = subprocess.Popen(["kubectl", "attach", "-i", name], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=c.env)
             assert p.stdin is not None and p.stderr is not None
             try:
                 for word in (f"{session}1", f"{session}2"):
                     _say_and_hear(p, word)
-                p.stdin.close()  # as containerd does: the end of the client's input ends a (not stdin_once) attach
+                # as containerd does: the end of the client's input ends a (not stdin_once) attach
+                p.stdin.close()
                 assert p.wait(timeout=60) == 0, p.stderr.read()
             finally:
                 p.kill()

@@ -37,8 +37,10 @@ def test_pod_runs_on_containerd(tmp_path, images):
         assert ctd.client is not None
         assert not ctd.client.list_pod_sandbox(label_selector={"io.kubernetes.pod.uid": uid})
         for m in _cgroup_mounts():
-            assert not list(Path(m).glob(f"{c.cgroup_root()}/kubepods/**/pod{uid}")), f"pod cgroup left in {m}"
+            left = list(Path(m).glob(f"{c.cgroup_root()}/kubepods/**/pod{uid}"))
+            assert not left, f"pod cgroup left in {m}"
     deadline = time.monotonic() + 5
     while any(Path(m, c.cgroup_root()).exists() for m in _cgroup_mounts()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(Path(m, c.cgroup_root()).exists() for m in _cgroup_mounts()), "the cgroup root outlived `up`"
+    outlived = [m for m in _cgroup_mounts() if Path(m, c.cgroup_root()).exists()]
+    assert not outlived, "the cgroup root outlived `up`"

@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
 
 def _pod(name: str, node: str, requests: dict | None) -> dict:
-    c: dict[str, Any] = {"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}
+    c: dict[str, Any] = {"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never",
+                         "command": ["sleep", "3600"]}
     if requests:
         c["resources"] = {"requests": requests}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
@@ -32,7 +33,8 @@ def test_memory_pressure_evicts_the_best_effort_pod_first(tmp_path, images):
     import subprocess
     import sys
 
-    subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(tmp_path / "images"), "import",
+    subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir",
+                    str(tmp_path / "images"), "import",
                     "--no-progress", str(images.busybox.docker_archive)], check=True, capture_output=True)
     c = Cluster(tmp_path, unique("nd"), unique("kb"))
     c.extra = ["--eviction-hard", "memory.available<99%", "--housekeeping-interval", "3"]

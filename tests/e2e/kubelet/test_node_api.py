@@ -85,7 +85,8 @@ def test_node_publishes_its_kubelet_port_and_the_api_requires_auth(cluster):  # 
     ca = ssl.create_default_context(cafile=str(c.data_dir / "pki" / "ca.crt"))
     ca.check_hostname = False
     assert _get(f"{url}/healthz", token=_admin_token(c), ctx=ca) == (200, b"ok")
-    assert (c.data_dir / "kubelet" / "pki" / "kubelet.crt").exists(), "the serving cert lives in the instance's dirs"
+    serving_cert = c.data_dir / "kubelet" / "pki" / "kubelet.crt"
+    assert serving_cert.exists(), "the serving cert lives in the instance's dirs"
     # a client certificate signed by the cluster CA in group system:masters (the apiserver's) is accepted
     from nodeagent.apiserver.pki import ensure_kubelet_client_cert
 
@@ -118,7 +119,8 @@ def test_stats_summary_through_the_apiserver(cluster, ticker):  # noqa: F811
     s = json.loads(cluster.kubectl("get", "--raw", f"/api/v1/nodes/{cluster.node}/proxy/stats/summary"))
     node = s["node"]
     assert node["nodeName"] == cluster.node
-    # a rate over a short window may be 0 on a quiet machine (/proc/stat counts 10 ms ticks): present, not negative
+    # a rate over a short window may be 0 on a quiet machine (/proc/stat counts 10 ms ticks):
+    # present, not negative
     assert node["cpu"]["usageCoreNanoSeconds"] > 0 and node["cpu"]["usageNanoCores"] >= 0
     assert 0 < node["memory"]["workingSetBytes"] <= node["memory"]["usageBytes"]
     assert node["memory"]["availableBytes"] > 0
@@ -132,7 +134,8 @@ def test_stats_summary_through_the_apiserver(cluster, ticker):  # noqa: F811
     (ctr,) = pod["containers"]
     assert ctr["name"] == "main"
     assert ctr["cpu"]["usageCoreNanoSeconds"] > 0 and "usageNanoCores" in ctr["cpu"]
-    assert ctr["memory"]["workingSetBytes"] > 0 and ctr["memory"]["usageBytes"] >= ctr["memory"]["workingSetBytes"]
+    assert ctr["memory"]["workingSetBytes"] > 0
+    assert ctr["memory"]["usageBytes"] >= ctr["memory"]["workingSetBytes"]
     assert pod["cpu"]["usageCoreNanoSeconds"] >= ctr["cpu"]["usageCoreNanoSeconds"]
     assert pod["memory"]["workingSetBytes"] > 0
 
@@ -144,8 +147,8 @@ def test_metrics_through_the_apiserver(cluster, ticker):  # noqa: F811
         text = cluster.kubectl("get", "--raw", f"/api/v1/nodes/{cluster.node}/proxy/metrics")
         return {f.name: f for f in text_string_to_metric_families(text)}
 
-    # The running counts come from the last relist (once a second, as kubelet's PLEG cache): the pod worker can
-    # report the pod Running before the next relist has seen it.
+    # The running counts come from the last relist (once a second, as kubelet's PLEG cache):
+    # the pod worker can report the pod Running before the next relist has seen it.
     deadline = time.monotonic() + 30
     fams = scrape()
     while fams["kubelet_running_pods"].samples[0].value < 1 and time.monotonic() < deadline:
@@ -172,7 +175,8 @@ def test_logs_tail_timestamps_and_limit(cluster, ticker):  # noqa: F811
     tail = c.kubectl("logs", "ticker", "--tail=3").splitlines()
     assert len(tail) == 3 and all(line.split()[0] in ("tick", "err") for line in tail), tail
     stamped = c.kubectl("logs", "ticker", "--tail=1", "--timestamps").splitlines()
-    assert len(stamped) == 1 and stamped[0].split()[0].endswith("Z") and stamped[0].split()[1] in ("tick", "err")
+    assert len(stamped) == 1 and stamped[0].split()[0].endswith("Z")
+    assert stamped[0].split()[1] in ("tick", "err")
     assert len(c.kubectl("logs", "ticker", "--limit-bytes=5")) == 5
     recent = c.kubectl("logs", "ticker", "--since=1s")
     assert 0 < len(_lines(recent, "tick")) < len(_lines(c.kubectl("logs", "ticker"), "tick"))
@@ -211,9 +215,11 @@ def test_logs_previous_after_a_restart(cluster):  # noqa: F811
                                       "volumeMounts": [{"name": "d", "mountPath": "/data"}]}]}})
     try:
         def restarted(p: dict) -> bool:
-            return any(s.get("restartCount", 0) >= 1 for s in (p.get("status") or {}).get("containerStatuses") or [])
+            statuses = (p.get("status") or {}).get("containerStatuses") or []
+            return any(s.get("restartCount", 0) >= 1 for s in statuses)
         for _ in range(5):
-            before = c.wait_pod("restarter", restarted, timeout=90)["status"]["containerStatuses"][0]["restartCount"]
+            pod = c.wait_pod("restarter", restarted, timeout=90)
+            before = pod["status"]["containerStatuses"][0]["restartCount"]
             prev = c.kubectl("logs", "restarter", "--previous")
             after = c.pod("restarter")["status"]["containerStatuses"][0]["restartCount"]
             if before == after:
@@ -251,7 +257,8 @@ def test_exec_stdin(cluster, ticker):  # noqa: F811
 
 
 def test_attach_streams_the_containers_output(cluster, ticker):  # noqa: F811
-    p = subprocess.Popen(["kubectl", "attach", "ticker"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    p = subprocess.Popen(["kubectl", "attach", "ticker"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
                          env=cluster.env)
     assert p.stdout is not None and p.stderr is not None
     seen: list[int] = []
@@ -283,11 +290,14 @@ def _runtime_speaks_spdy(c) -> str | None:
         cri.close()
     u = urlsplit(url)
     with socket.create_connection((u.hostname, u.port), timeout=10) as s:
-        s.sendall((f"POST {u.path} HTTP/1.1\r\nHost: {u.netloc}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+        s.sendall((f"POST {u.path} HTTP/1.1\r\nHost: {u.netloc}\r\n"
+                   "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
                    "X-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n").encode())
         head = s.recv(4096).decode(errors="replace")
     status = head.split("\r\n", 1)[0]
-    return None if " 101 " in status + " " else f"the runtime's streaming server does not speak SPDY/3.1 ({status})"
+    if " 101 " in status + " ":
+        return None
+    return f"the runtime's streaming server does not speak SPDY/3.1 ({status})"
 
 
 def test_exec_with_kubectl_1_20(cluster, ticker):  # noqa: F811
@@ -296,7 +306,8 @@ def test_exec_with_kubectl_1_20(cluster, ticker):  # noqa: F811
     why = _runtime_speaks_spdy(cluster)
     if why:
         pytest.skip(f"kubectl 1.20 exec needs SPDY: {why}")
-    p = subprocess.run([str(KUBECTL_120), "exec", "-i", "ticker", "--", "sh", "-c", "cat; exit 4"], input="spdy\n",
+    p = subprocess.run([str(KUBECTL_120), "exec", "-i", "ticker", "--", "sh", "-c", "cat; exit 4"],
+                       input="spdy\n",
                        capture_output=True, text=True, env=cluster.env, timeout=60)
     assert p.stdout == "spdy\n" and p.returncode == 4, p
 
@@ -419,7 +430,8 @@ def test_follow_of_a_silent_container_ends_when_the_client_goes(cluster):  # noq
     try:
         c.wait_pod("silent", _running)
         before = _connections_to(port)
-        p = subprocess.Popen(["kubectl", "logs", "-f", "silent"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        p = subprocess.Popen(["kubectl", "logs", "-f", "silent"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE,
                              env=c.env)
         try:
             end = time.monotonic() + 20

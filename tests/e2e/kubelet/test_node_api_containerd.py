@@ -67,7 +67,8 @@ def test_exec_on_containerd(ctd_cluster, kubectl):
     if kubectl == "1.20" and not KUBECTL_120.exists():
         pytest.skip(f"kubectl 1.20 not unpacked at {KUBECTL_120} (make deps)")
     p = subprocess.run([binary, "exec", "-i", "ticker", "--", "sh", "-c", "cat; echo err >&2; exit 5"],
-                       input="via containerd\n", capture_output=True, text=True, env=ctd_cluster.env, timeout=60)
+                       input="via containerd\n", capture_output=True, text=True,
+                       env=ctd_cluster.env, timeout=60)
     assert p.stdout == "via containerd\n", p
     assert "err" in p.stderr and p.returncode == 5, p
 
@@ -82,7 +83,8 @@ def test_port_forward_on_containerd(ctd_cluster):
     try:
         line = p.stdout.readline()
         assert "Forwarding from" in line, p.stderr.read()
-        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read() == b"hello from busybox\n"
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read()
+        assert body == b"hello from busybox\n"
     finally:
         p.kill()
         p.wait()
@@ -100,7 +102,8 @@ def test_python_exec_and_stats_on_containerd(ctd_cluster):
         assert out == "py\n"
     finally:
         api.close()
-    s = json.loads(ctd_cluster.kubectl("get", "--raw", f"/api/v1/nodes/{ctd_cluster.node}/proxy/stats/summary"))
+    s = json.loads(ctd_cluster.kubectl("get", "--raw",
+                                       f"/api/v1/nodes/{ctd_cluster.node}/proxy/stats/summary"))
     pods = {p["podRef"]["name"]: p for p in s["pods"]}
     assert {"ticker", "web"} <= set(pods)
     ctr = pods["ticker"]["containers"][0]

@@ -47,9 +47,11 @@ class Cluster:
     def start(self) -> None:
         mark = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as f:
-            self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "up", "--data-dir", str(self.data_dir),
+            self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "up",
+                                          "--data-dir", str(self.data_dir),
                                           "--node-name", self.node, "--bridge", self.bridge,
-                                          "--bind-address", "127.0.0.1", "--sync-frequency", "5", *self.extra],
+                                          "--bind-address", "127.0.0.1", "--sync-frequency", "5",
+                                          *self.extra],
                                          stdout=f, stderr=subprocess.STDOUT)
         end = time.monotonic() + 60
         while "kubelet: ready" not in self.log.read_bytes()[mark:].decode(errors="replace"):
@@ -92,7 +94,8 @@ class Cluster:
             if pred(pod):
                 return pod
             time.sleep(0.3)
-        raise AssertionError(f"pod {name} never matched; last status {json.dumps(pod.get('status'), indent=1)}\n"
+        status = json.dumps(pod.get("status"), indent=1)
+        raise AssertionError(f"pod {name} never matched; last status {status}\n"
                              f"--- up log tail ---\n{self.tail()}")
 
     def events(self, name: str) -> list[dict]:
@@ -112,7 +115,8 @@ def _running(pod: dict) -> bool:
 
 
 def http_body(ip: str, within: float = 15.0) -> bytes:
-    """GET / from a pod: Running (without a readiness probe) does not mean the server has bound its port yet."""
+    """GET / from a pod:
+    Running (without a readiness probe) does not mean the server has bound its port yet."""
     end = time.monotonic() + within
     while True:
         try:
@@ -132,16 +136,19 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def cluster(tmp_path_factory, images):
     d = tmp_path_factory.mktemp("up")
     for img in (images.busybox, images.httpd):
-        subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(d / "images"), "import",
+        subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir",
+                        str(d / "images"), "import",
                         "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
     c = Cluster(d, unique("nd"), unique("kb"))
     web = d / "manifest-url"  # static pods from a URL too (--manifest-url), served from here
     web.mkdir()
     (web / "pods.yaml").write_text("")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(web)))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_QuietHandler, directory=str(web)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     c.manifest_url_file = web / "pods.yaml"
-    c.extra = ["--manifest-url", f"http://127.0.0.1:{server.server_port}/pods.yaml", "--http-check-frequency", "1"]
+    c.extra = ["--manifest-url", f"http://127.0.0.1:{server.server_port}/pods.yaml",
+               "--http-check-frequency", "1"]
     try:
         c.start()
         yield c
@@ -251,7 +258,8 @@ def test_pod_runs_with_an_ip_reachable_from_the_host(cluster):
     ip = st["podIP"]
     body = http_body(ip)
     assert body == b"hello from busybox\n"
-    assert Path(f"/sys/class/net/{c.bridge}/brif").exists() and list(Path(f"/sys/class/net/{c.bridge}/brif").iterdir())
+    assert Path(f"/sys/class/net/{c.bridge}/brif").exists()
+    assert list(Path(f"/sys/class/net/{c.bridge}/brif").iterdir())
     reasons = [e["reason"] for e in c.events("web")]
     assert {"Pulled", "Created", "Started"} <= set(reasons)
     pod, _ = _delete(c, "web")
@@ -268,10 +276,11 @@ def test_two_containers_share_localhost_and_an_init_container_runs_first(cluster
                                           "volumeMounts": vol}],
                       "containers": [
                           {"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never"},
-                          {"name": "client", "image": BUSYBOX, "imagePullPolicy": "Never", "volumeMounts": vol,
+                          {"name": "client", "image": BUSYBOX, "imagePullPolicy": "Never",
+                           "volumeMounts": vol,
                            "command": ["sh", "-c", "test -f /work/init.txt || exit 3; "
-                                       "until wget -qO /work/local.txt http://127.0.0.1/; do sleep 0.2; done; "
-                                       "exec sleep 3600"]}],
+                                       "until wget -qO /work/local.txt http://127.0.0.1/; "
+                                       "do sleep 0.2; done; exec sleep 3600"]}],
                       "volumes": [{"name": "w", "emptyDir": {}}]}})
     pod = c.wait_pod("duo", _running)
     uid = pod["metadata"]["uid"]
@@ -516,7 +525,8 @@ def test_run_to_completion_pod_succeeds_and_frees_its_sandbox(cluster):
     finally:
         cri.close()
     if ip:
-        assert not list((c.data_dir / "cni" / "networks").glob(f"*/{ip}")), "the finished pod still holds its IP"
+        held = list((c.data_dir / "cni" / "networks").glob(f"*/{ip}"))
+        assert not held, "the finished pod still holds its IP"
     pod, _ = _delete(c, "job")
     _assert_pod_gone(c, pod)
 
@@ -531,8 +541,10 @@ def test_post_start_and_pre_stop_hooks_run_in_the_container(cluster):
                                       "command": ["sleep", "3600"],
                                       "volumeMounts": [{"name": "out", "mountPath": "/out"}],
                                       "lifecycle": {
-                                          "postStart": {"exec": {"command": ["sh", "-c", "echo up > /out/post"]}},
-                                          "preStop": {"exec": {"command": ["sh", "-c", "echo down > /out/pre"]}}}}],
+                                          "postStart": {"exec": {"command": ["sh", "-c",
+                                                                             "echo up > /out/post"]}},
+                                          "preStop": {"exec": {"command": ["sh", "-c",
+                                                                           "echo down > /out/pre"]}}}}],
                       "volumes": [{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}]}})
     c.wait_pod("hooked", _running)
     assert (out / "post").read_text() == "up\n"
@@ -547,7 +559,8 @@ def test_memory_hog_is_oom_killed_and_reported(cluster):
     c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hog"},
              "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
                       "containers": [{"name": "hog", "image": BUSYBOX, "imagePullPolicy": "Never",
-                                      "command": ["sh", "-c", "x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done"],
+                                      "command": ["sh", "-c",
+                                                  "x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done"],
                                       "resources": {"limits": {"memory": "16Mi"}}}]}})
     pod = c.wait_pod("hog", lambda p: (p.get("status") or {}).get("phase") == "Failed")
     term = pod["status"]["containerStatuses"][0]["state"]["terminated"]

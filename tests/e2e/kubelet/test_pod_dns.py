@@ -18,7 +18,7 @@ import pytest
 
 from nodeagent.kubelet.resolvconf import parse_resolv_conf
 from nodeagent.testing.images import dnsutils_spec
-from tests.e2e.kubelet.test_node_up import BUSYBOX, HTTPD, cluster  # noqa: F401  (module fixture: one `up` here)
+from tests.e2e.kubelet.test_node_up import BUSYBOX, HTTPD, cluster  # noqa: F401 - the module fixture
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
@@ -52,7 +52,8 @@ def test_resolv_conf_follows_dns_policy(cluster):  # noqa: F811
     pods: dict[str, dict[str, Any]] = {
         "dns-clusterfirst": {},
         "dns-default": {"dnsPolicy": "Default"},
-        "dns-none": {"dnsPolicy": "None", "dnsConfig": {"nameservers": ["192.0.2.10"], "searches": ["example.test"],
+        "dns-none": {"dnsPolicy": "None", "dnsConfig": {"nameservers": ["192.0.2.10"],
+                                                        "searches": ["example.test"],
                                                          "options": [{"name": "ndots", "value": "2"}]}},
         "dns-hostnet": {"hostNetwork": True},
         "dns-hostnet-cf": {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"},
@@ -80,9 +81,11 @@ def test_nslookup_kubernetes_default_answers_the_apiservers_cluster_ip(cluster, 
     if not Path("/usr/bin/nslookup").exists():
         pytest.skip("bind9-dnsutils is not installed (make deps installs it)")
     dnsutils = images.get(dnsutils_spec())
-    subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(c.data_dir / "images"), "import",
+    subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir",
+                    str(c.data_dir / "images"), "import",
                     "--no-progress", str(dnsutils.docker_archive)], check=True, capture_output=True)
-    script = ("for i in $(seq 120); do /usr/bin/nslookup kubernetes.default >/tmp/a 2>&1 && break; sleep 0.5; done; "
+    script = ("for i in $(seq 120); do "
+              "/usr/bin/nslookup kubernetes.default >/tmp/a 2>&1 && break; sleep 0.5; done; "
               "cat /tmp/a; echo ---; /usr/bin/nslookup kubernetes; echo ---; cat /etc/resolv.conf")
     try:
         c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dnsutils"},
@@ -93,8 +96,8 @@ def test_nslookup_kubernetes_default_answers_the_apiservers_cluster_ip(cluster, 
         dotted, dotless, resolv = out.split("---\n")
         assert "nameserver 10.96.0.10" in resolv, out  # ClusterFirst: asked through the kube-dns ClusterIP
         for answer in (dotted, dotless):
-            assert re.search(r"Name:\s+kubernetes\.default\.svc\.cluster\.local\s+Address:\s+" + re.escape(want),
-                             answer), out
+            named = r"Name:\s+kubernetes\.default\.svc\.cluster\.local\s+Address:\s+" + re.escape(want)
+            assert re.search(named, answer), out
             assert "Server:\t\t10.96.0.10" in answer, out
     finally:
         c.kubectl("delete", "pods", "dnsutils", "--wait=true", "--timeout=60s", check=False)
@@ -103,7 +106,8 @@ def test_nslookup_kubernetes_default_answers_the_apiservers_cluster_ip(cluster, 
 def test_a_service_is_reached_by_name_from_a_pod(cluster):  # noqa: F811
     """Pod → cluster DNS → ClusterIP → netproxy's DNAT → the backend pod, all inside one `up`."""
     c = cluster
-    c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "svc-backend", "labels": {"app": "svc-web"}},
+    c.apply({"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "svc-backend", "labels": {"app": "svc-web"}},
              "spec": {"terminationGracePeriodSeconds": 1,
                       "containers": [{"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never",
                                       "ports": [{"name": "http", "containerPort": 80}]}]}})
@@ -112,9 +116,10 @@ def test_a_service_is_reached_by_name_from_a_pod(cluster):  # noqa: F811
     try:
         # busybox-static cannot resolve through libc (no NSS when static): its own nslookup does the lookup
         # (and its wget -T crashes: busybox timeout bounds it instead)
-        _run_pod(c, "svc-client", "for i in $(seq 60); do "
-                                  "ip=$(nslookup svc-web 2>/dev/null | awk '/^Address: /{print $2}' | head -1); "
-                                  "[ -n \"$ip\" ] && timeout 5 wget -qO- http://$ip:8080/ && exit 0; sleep 0.5; done; exit 1")
+        _run_pod(c, "svc-client",
+                 "for i in $(seq 60); do "
+                 "ip=$(nslookup svc-web 2>/dev/null | awk '/^Address: /{print $2}' | head -1); "
+                 "[ -n \"$ip\" ] && timeout 5 wget -qO- http://$ip:8080/ && exit 0; sleep 0.5; done; exit 1")
         out = _output(c, "svc-client", timeout=90)
         assert "hello" in out, out
     finally:

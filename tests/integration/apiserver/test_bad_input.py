@@ -22,11 +22,15 @@ def assert_status(body, code: int, reason: str) -> None:
 
 
 @pytest.mark.parametrize("body,ctype,code,reason", [
-    ('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x1"', "application/json", 400, "BadRequest"),
+    ('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x1"', "application/json", 400,
+     "BadRequest"),
     ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: [x2", "application/yaml", 400, "BadRequest"),
-    ('{"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "x3"}}', "application/json", 400, "BadRequest"),
-    ('{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x4"}}', "application/json", 400, "BadRequest"),
-    ('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "X_5"}}', "application/json", 422, "Invalid"),
+    ('{"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "x3"}}', "application/json", 400,
+     "BadRequest"),
+    ('{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x4"}}', "application/json", 400,
+     "BadRequest"),
+    ('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "X_5"}}', "application/json",
+     422, "Invalid"),
     ('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x6", "labels": {"a": "b c"}}}',
      "application/json", 422, "Invalid"),
     ('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}', "application/json", 422, "Invalid"),
@@ -42,15 +46,18 @@ def test_rejected_and_nothing_stored(server, body, ctype, code, reason):
 
 def test_invalid_has_field_causes(server):
     code, st = call(server, "POST", "/api/v1/namespaces/default/pods",
-                    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}})
+                    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                     "spec": {"containers": [{"name": "c"}]}})
     assert code == 422
-    assert {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers[0].image"} \
-        in st["details"]["causes"]
+    required = {"reason": "FieldValueRequired", "message": "Required value",
+                "field": "spec.containers[0].image"}
+    assert required in st["details"]["causes"]
     assert st["details"]["kind"] == "Pod" and st["details"]["name"] == "p"
 
 
 def test_oversized_body_is_413(server):
-    big = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"a": "x" * (4 << 20)}}
+    big = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"},
+           "data": {"a": "x" * (4 << 20)}}
     code, st = call(server, "POST", CM, big)
     assert code == 413
     assert_status(st, 413, "RequestEntityTooLarge")
@@ -123,6 +130,7 @@ def test_metrics_count_requests(server):
     call(server, "GET", "/api/v1/namespaces/default/configmaps")
     code, text = call(server, "GET", "/metrics")
     assert code == 200
-    assert b'apiserver_request_total{code="200",group="",resource="configmaps",subresource="",verb="list"}' in text
+    listed = b'apiserver_request_total{code="200",group="",resource="configmaps",subresource="",verb="list"}'
+    assert listed in text
     code, _ = call(server, "GET", "/metrics", token=None)
     assert code == 401

@@ -14,7 +14,8 @@ from nodeagent.client import Client, ClientError
 
 @pytest.fixture
 async def live(tmp_path):
-    srv = ApiServer(ApiServerConfig(data_dir=str(tmp_path), bind_address="127.0.0.1", port=0, datastore="sqlite",
+    srv = ApiServer(ApiServerConfig(data_dir=str(tmp_path), bind_address="127.0.0.1", port=0,
+                                    datastore="sqlite",
                                     service_cluster_ip_range="10.100.0.0/16", lease_duration=3))
     await srv.start()
     c = Client.from_kubeconfig(srv.kubeconfig_path)
@@ -47,30 +48,27 @@ async def test_kubernetes_service_and_repair(live):
     assert svc["spec"]["clusterIP"] == "10.100.0.1"
 
 
+def _node_port(name: str, port: int) -> dict:
+    return {"metadata": {"name": name},
+            "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]}}
+
+
 async def test_node_ports_and_cluster_ips(live):
     _, c = live
-    a = await c.create("services", {"metadata": {"name": "a"}, "spec": {"type": "NodePort",
-                                                                       "ports": [{"port": 80, "nodePort": 30080}]}},
-                       "default")
+    a = await c.create("services", _node_port("a", 30080), "default")
     assert a["spec"]["clusterIP"].startswith("10.100.") and a["spec"]["ports"][0]["nodePort"] == 30080
     with pytest.raises(ClientError) as e:
-        await c.create("services", {"metadata": {"name": "b"}, "spec": {"type": "NodePort",
-                                                                       "ports": [{"port": 80, "nodePort": 30080}]}},
-                       "default")
+        await c.create("services", _node_port("b", 30080), "default")
     assert e.value.code == 422 and "provided port is already allocated" in e.value.message
     with pytest.raises(ClientError) as e:
         await c.create("services", {"metadata": {"name": "c"}, "spec": {"clusterIP": a["spec"]["clusterIP"],
                                                                        "ports": [{"port": 80}]}}, "default")
     assert e.value.code == 422 and "already allocated" in e.value.message
     with pytest.raises(ClientError) as e:
-        await c.create("services", {"metadata": {"name": "d"}, "spec": {"type": "NodePort",
-                                                                       "ports": [{"port": 80, "nodePort": 80}]}},
-                       "default")
+        await c.create("services", _node_port("d", 80), "default")
     assert e.value.code == 422 and "not in the valid range" in e.value.message
     await c.delete("services", "a", "default")
-    b = await c.create("services", {"metadata": {"name": "b"}, "spec": {"type": "NodePort",
-                                                                       "ports": [{"port": 80, "nodePort": 30080}]}},
-                       "default")
+    b = await c.create("services", _node_port("b", 30080), "default")
     assert b["spec"]["ports"][0]["nodePort"] == 30080
     names = [s["metadata"]["name"] for s in (await c.list("services", "default"))["items"]]
     assert sorted(names) == ["b", "kubernetes"]
@@ -81,18 +79,21 @@ async def test_old_events_expire(live):
     from nodeagent.apiserver.bootstrap import Bootstrap
 
     for name, ts in (("old", "2020-01-01T00:00:00Z"), ("new", None)):
-        ev = {"metadata": {"name": name}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+        ev = {"metadata": {"name": name},
+              "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
               "reason": "Test", "message": "m", "type": "Normal"}
         if ts:
             ev["lastTimestamp"] = ts
         await c.create("events", ev, "default")
-    await Bootstrap(srv.registry, "127.0.0.1", srv.port).expire_events()  # (the server's own loop may be first)
+    # (the server's own loop may be first)
+    await Bootstrap(srv.registry, "127.0.0.1", srv.port).expire_events()
     assert [e["metadata"]["name"] for e in (await c.list("events", "default"))["items"]] == ["new"]
 
 
 async def test_quota_status_follows_deletions(live):
     _, c = live
-    await c.create("resourcequotas", {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "5", "configmaps": "9"}}},
+    await c.create("resourcequotas",
+                   {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "5", "configmaps": "9"}}},
                    "default")
     for i in range(2):
         await c.create("pods", {"metadata": {"name": f"p{i}"},

@@ -1,5 +1,5 @@
-"""nodeagent.client against an in-process apiserver: conflicts, 100 watchers, informers, relist after compaction,
-leader election."""
+"""nodeagent.client against an in-process apiserver: conflicts, 100 watchers, informers, relist after
+compaction, leader election."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from nodeagent.client.leader import LeaderElector
 
 @pytest.fixture
 async def live(tmp_path):
-    srv = ApiServer(ApiServerConfig(data_dir=str(tmp_path), bind_address="127.0.0.1", port=0, datastore="memory"))
+    srv = ApiServer(ApiServerConfig(data_dir=str(tmp_path), bind_address="127.0.0.1", port=0,
+                                    datastore="memory"))
     await srv.start()
     c = Client.from_kubeconfig(srv.kubeconfig_path, max_connections=200)
     try:
@@ -40,7 +41,8 @@ async def test_conflicting_updates_one_wins(live):
     assert e.value.conflict and "the object has been modified" in e.value.message
     assert (await c.get("configmaps", "x", "default"))["data"] == {"v": "a"}
     # concurrent patches without a resourceVersion all land (the server retries on its own conflicts)
-    await asyncio.gather(*(c.patch("configmaps", "x", {"data": {f"k{i}": str(i)}}, "default") for i in range(30)))
+    await asyncio.gather(*(c.patch("configmaps", "x", {"data": {f"k{i}": str(i)}}, "default")
+                           for i in range(30)))
     got = (await c.get("configmaps", "x", "default"))["data"]
     assert all(got[f"k{i}"] == str(i) for i in range(30))
 
@@ -81,7 +83,8 @@ async def test_100_watchers_see_every_event_once_in_order(live):
     await asyncio.wait_for(asyncio.gather(*tasks), 60)
     for seq in got:
         assert [(t, n) for t, n, _ in seq] == [(t, n) for t, n, _ in expected]
-        assert [rv for (_, _, rv), (_, _, want) in zip(seq, expected, strict=True) if want] == [w for _, _, w in expected if w]
+        assert [rv for (_, _, rv), (_, _, want) in zip(seq, expected, strict=True) if want] == [
+            w for _, _, w in expected if w]
         revs = [int(r) for _, _, r in seq]
         assert revs == sorted(revs) and len(set(revs)) == len(revs)
 

@@ -20,7 +20,8 @@ async def _writer(c: Client, w: int, acked: list[str], tried: list[str]) -> None
         name = f"cm-{w}-{i}"
         tried.append(name)
         try:
-            await c.create("configmaps", {"metadata": {"name": name}, "data": {"i": str(i), "pad": "x" * 200}},
+            await c.create("configmaps",
+                           {"metadata": {"name": name}, "data": {"i": str(i), "pad": "x" * 200}},
                            "default")
         except ClientError:
             return
@@ -48,7 +49,8 @@ async def test_kill9_keeps_every_acknowledged_write(tmp_path):
     srv2 = start_server(tmp_path, "sqlite")
     try:
         c = Client.from_kubeconfig(srv2.kubeconfig)
-        items = [o for o in (await c.list("configmaps", "default"))["items"] if o["metadata"]["name"].startswith("cm-")]
+        listed = (await c.list("configmaps", "default"))["items"]
+        items = [o for o in listed if o["metadata"]["name"].startswith("cm-")]
         names = {o["metadata"]["name"] for o in items}
         assert set(acked) <= names
         assert names <= set(tried)

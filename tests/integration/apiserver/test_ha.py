@@ -70,7 +70,8 @@ async def test_three_servers_share_etcd_and_survive_one_dying(etcd, tmp_path):
         servers[0].proc.send_signal(signal.SIGKILL)
         servers[0].proc.wait()
         await clients[1].create("configmaps", {"metadata": {"name": "after-kill"}}, "default")
-        assert (await clients[2].get("configmaps", "after-kill", "default"))["metadata"]["name"] == "after-kill"
+        got = await clients[2].get("configmaps", "after-kill", "default")
+        assert got["metadata"]["name"] == "after-kill"
         ca = [(s.data_dir / "pki" / "ca.crt").read_bytes() for s in servers]
         assert ca[0] == ca[1] == ca[2]
         want = {servers[1].port, servers[2].port}

@@ -44,9 +44,12 @@ def test_apply_reapply_edit_get_delete(kubectl, tmp_path):
     assert pod["spec"]["restartPolicy"] == "Always" and pod["spec"]["dnsPolicy"] == "ClusterFirst"
     assert pod["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
     assert pod["metadata"]["uid"] and pod["metadata"]["creationTimestamp"]
-    assert kubectl("get", "-n", ns, "pod", "nginx", "-o", "jsonpath={.spec.containers[0].ports[0].containerPort}") == "80"
+    port = kubectl("get", "-n", ns, "pod", "nginx", "-o",
+                   "jsonpath={.spec.containers[0].ports[0].containerPort}")
+    assert port == "80"
     wide = kubectl("get", "-n", ns, "pods", "-o", "wide")
-    assert wide.split("\n")[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED",
+    assert wide.split("\n")[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP",
+                                           "NODE", "NOMINATED",
                                            "NODE", "READINESS", "GATES"]
     assert "nginx" in wide and "Pending" in wide
     svc = kubectl("get", "-n", ns, "svc", "my-service")
@@ -62,7 +65,8 @@ def test_apply_reapply_edit_get_delete(kubectl, tmp_path):
 
 def test_describe_label_annotate_scale(kubectl):
     ns = new_ns(kubectl)
-    kubectl("apply", "-n", ns, "-f", str(MANIFESTS / "simple-pod.yaml"), "-f", str(MANIFESTS / "nginx-deployment.yaml"))
+    kubectl("apply", "-n", ns, "-f", str(MANIFESTS / "simple-pod.yaml"), "-f",
+            str(MANIFESTS / "nginx-deployment.yaml"))
     assert "pod/nginx labeled" in kubectl("label", "-n", ns, "pod", "nginx", "tier=web")
     assert "pod/nginx annotated" in kubectl("annotate", "-n", ns, "pod", "nginx", "owner=me")
     shown = kubectl("get", "-n", ns, "pods", "-l", "tier=web", "--show-labels")
@@ -73,7 +77,8 @@ def test_describe_label_annotate_scale(kubectl):
     assert "node.kubernetes.io/not-ready:NoExecute op=Exists for 300s" in desc
     assert "scaled" in kubectl("scale", "-n", ns, "deployment", "nginx-deployment", "--replicas=5")
     assert kubectl("get", "-n", ns, "deploy", "nginx-deployment", "-o", "jsonpath={.spec.replicas}") == "5"
-    assert "labeled" in kubectl("label", "-n", ns, "pod", "nginx", "tier-")  # 1.20 says labeled, 1.32 unlabeled
+    # 1.20 says labeled, 1.32 unlabeled
+    assert "labeled" in kubectl("label", "-n", ns, "pod", "nginx", "tier-")
     assert "tier" not in kubectl("get", "-n", ns, "pod", "nginx", "-o", "jsonpath={.metadata.labels}")
 
 
@@ -84,7 +89,8 @@ def test_create_generators_namespace_configmap_deployment(kubectl):
                                               "--from-literal=c=d")
     cm = json.loads(kubectl("get", "-n", ns, "cm", "cm1", "-o", "json"))
     assert cm["data"] == {"a": "b", "c": "d"}
-    assert "deployment.apps/web created" in kubectl("create", "-n", ns, "deployment", "web", "--image=busybox:1.36")
+    assert "deployment.apps/web created" in kubectl("create", "-n", ns, "deployment", "web",
+                                                    "--image=busybox:1.36")
     dep = json.loads(kubectl("get", "-n", ns, "deploy", "web", "-o", "json"))
     assert dep["spec"]["selector"]["matchLabels"] == {"app": "web"}
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox:1.36"
@@ -112,7 +118,8 @@ def test_get_watch_sees_changes(kubectl):
 
 def test_api_resources_and_versions(kubectl):
     out = kubectl("api-resources")
-    for expected in ("pods", "deployments", "leases", "endpointslices", "priorityclasses", "poddisruptionbudgets",
+    for expected in ("pods", "deployments", "leases", "endpointslices", "priorityclasses",
+                     "poddisruptionbudgets",
                      "networkpolicies", "cronjobs"):
         assert expected in out
     assert "po " in out and "deploy" in out
@@ -172,7 +179,8 @@ def test_server_side_apply_and_namespace_delete(kubectl):
 def test_logs_and_exec_without_a_kubelet_say_why(kubectl):
     ns = new_ns(kubectl)
     node = f"n-{uuid.uuid4().hex[:6]}"
-    kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    kubectl("apply", "-f", "-",
+            input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
     kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
         "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}))
@@ -190,9 +198,12 @@ def test_more_generators_and_rbac_objects(kubectl):
     assert "created" in kubectl("create", "-n", ns, "service", "clusterip", "svc1", "--tcp=80:8080")
     assert kubectl("get", "-n", ns, "svc", "svc1", "-o", "jsonpath={.spec.ports[0].targetPort}") == "8080"
     assert "created" in kubectl("create", "-n", ns, "rolebinding", "rb", "--clusterrole=view", "--user=bob")
-    assert kubectl("get", "-n", ns, "rolebinding", "rb", "-o", "jsonpath={.roleRef.name}/{.subjects[0].name}") == "view/bob"
+    bound = kubectl("get", "-n", ns, "rolebinding", "rb", "-o",
+                    "jsonpath={.roleRef.name}/{.subjects[0].name}")
+    assert bound == "view/bob"
     assert "created" in kubectl("create", "-n", ns, "job", "j1", "--image=busybox", "--", "echo", "hi")
-    assert kubectl("get", "-n", ns, "job", "j1", "-o", "jsonpath={.spec.template.spec.restartPolicy}") == "Never"
+    policy = kubectl("get", "-n", ns, "job", "j1", "-o", "jsonpath={.spec.template.spec.restartPolicy}")
+    assert policy == "Never"
     assert kubectl("auth", "can-i", "create", "pods").strip() == "yes"
 
 

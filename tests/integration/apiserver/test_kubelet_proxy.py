@@ -75,7 +75,8 @@ def test_logs_and_exec_reach_the_kubelet(server, fake_kubelet):
     node, ns = f"n-{uuid.uuid4().hex[:6]}", "default"
 
     def kubectl(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([KUBECTL_132, *args], input=input, capture_output=True, text=True, env=env, timeout=60)
+        return subprocess.run([KUBECTL_132, *args], input=input, capture_output=True, text=True,
+                              env=env, timeout=60)
 
     assert kubectl("apply", "-f", "-", input=yaml.safe_dump({
         "apiVersion": "v1", "kind": "Node", "metadata": {"name": node},

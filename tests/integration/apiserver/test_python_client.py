@@ -37,7 +37,8 @@ def test_list_create_patch_delete(api):
     assert patched.metadata
     assert patched.metadata.labels == {"app": "a", "tier": "x"}
     # list body -> JSON patch
-    patched = core.patch_namespaced_pod("p1", ns, [{"op": "replace", "path": "/metadata/labels/app", "value": "b"}])
+    patched = core.patch_namespaced_pod("p1", ns,
+                                        [{"op": "replace", "path": "/metadata/labels/app", "value": "b"}])
     assert patched.metadata and patched.metadata.labels
     assert patched.metadata.labels["app"] == "b"
     pods = core.list_namespaced_pod(ns, label_selector="app=b").items
@@ -83,7 +84,9 @@ def test_watch_stream(api):
 
     t = threading.Thread(target=watcher)
     t.start()
-    core.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c1"), data={"a": "1"}))
+    core.create_namespaced_config_map(ns,
+                                      client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c1"),
+                                                         data={"a": "1"}))
     core.patch_namespaced_config_map("c1", ns, {"data": {"a": "2"}})
     core.delete_namespaced_config_map("c1", ns)
     assert done.wait(15)

@@ -1,4 +1,5 @@
-"""SIGTERM with watches open: the server ends the streams and exits 0 promptly; a restart serves the same data."""
+"""SIGTERM with watches open: the server ends the streams and exits 0 promptly;
+a restart serves the same data."""
 
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.root
 
 @pytest.fixture(scope="session")
 def cni_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Our lean launchers (as `make cni-install` writes them) beside symlinks to Debian's reference plugins."""
+    """Our lean launchers (as `make cni-install` writes them) beside symlinks to Debian's
+    reference plugins."""
     d = tmp_path_factory.mktemp("cnibin")
     install(str(d), None, sys.executable)
     for name in os.listdir(REFERENCE):
@@ -46,7 +47,8 @@ def cni_daemon(tmp_path_factory: pytest.TempPathFactory):
 
     sock = str(tmp_path_factory.mktemp("cnid") / "cni.sock")
     exe = os.path.join(os.path.dirname(sys.executable), "nodeagent")
-    p = subprocess.Popen([exe, "cni-daemon", "--socket", sock], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen([exe, "cni-daemon", "--socket", sock], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while not os.path.exists(sock):
         assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.stderr else "no socket"
@@ -85,7 +87,8 @@ class Net:
     def gateway(self) -> str:
         return str(self.subnet.network_address + 1)
 
-    def conf(self, plugin: str = "nodeagent-bridge", ipam: str = "nodeagent-host-local", version: str = "1.0.0",
+    def conf(self, plugin: str = "nodeagent-bridge", ipam: str = "nodeagent-host-local",
+             version: str = "1.0.0",
              **extra: object) -> dict:
         return {"cniVersion": version, "name": self.name, "type": plugin, "bridge": self.bridge,
                 "isGateway": True, "ipMasq": True, "hairpinMode": True,
@@ -137,7 +140,8 @@ def net(tmp_path: Path) -> Iterator[Net]:
         with contextlib.suppress(Exception):
             iptables.remove_tagged(be, "nat", "masq", lambda nn, c, i: nn == n.name, ("NA-MASQ-",), v6)
         with contextlib.suppress(Exception):
-            iptables.remove_tagged(be, "nat", "portmap", lambda nn, c, i: nn == n.name, ("NA-DN-", "NA-SN-"), v6)
+            iptables.remove_tagged(be, "nat", "portmap", lambda nn, c, i: nn == n.name,
+                                   ("NA-DN-", "NA-SN-"), v6)
 
 
 @pytest.fixture

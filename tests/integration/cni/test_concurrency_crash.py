@@ -18,7 +18,8 @@ N = 50
 def test_parallel_add_then_parallel_del(any_runtime, net, res):
     rt = any_runtime
     nss = [netns_path(res.netns()) for _ in range(N)]
-    procs = [rt.popen("nodeagent-bridge", "ADD", net.conf(), cid=f"par{i}", netns=ns) for i, ns in enumerate(nss)]
+    procs = [rt.popen("nodeagent-bridge", "ADD", net.conf(), cid=f"par{i}", netns=ns)
+             for i, ns in enumerate(nss)]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=240)

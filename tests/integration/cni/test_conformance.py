@@ -131,7 +131,8 @@ def test_add_twice_is_idempotent(runtime, net, res):
 def test_gc_frees_everything_not_valid(runtime, net, res):
     conf = net.conf(version="1.1.0")
     nss = [netns_path(res.netns()) for _ in range(3)]
-    results = [runtime.call("nodeagent-bridge", "ADD", conf, cid=f"c{i}", netns=ns) for i, ns in enumerate(nss)]
+    results = [runtime.call("nodeagent-bridge", "ADD", conf, cid=f"c{i}", netns=ns)
+               for i, ns in enumerate(nss)]
     assert len(net.allocations()) == 3 and len(net.veths()) == 3
     runtime.call("nodeagent-bridge", "GC", dict(conf, **{"cni.dev/valid-attachments": [
         {"containerID": "c1", "ifname": "eth0"}]}))

@@ -71,7 +71,8 @@ def _remove_reference_shared_chains(existed: set[str]) -> None:
         jumps = [r for c, rules in chains.items() if c.isupper() and not c.startswith("CNI-") for r in rules
                  if r.split("-j ")[-1].split()[0] in mine]
         lines = ["-D" + r[2:] for r in jumps] + [f":{c} - [0:0]" for c in mine] + [f"-X {c}" for c in mine]
-        subprocess.run(["iptables-nft-restore", "--noflush"], input="\n".join([f"*{table}", *lines, "COMMIT", ""]),
+        subprocess.run(["iptables-nft-restore", "--noflush"],
+                       input="\n".join([f"*{table}", *lines, "COMMIT", ""]),
                        text=True, capture_output=True)
 
 

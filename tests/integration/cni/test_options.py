@@ -17,7 +17,10 @@ pytestmark = pytest.mark.root
 
 def link(ns: str | None, name: str) -> dict:
     argv = ["ip", "-j", "-d", "link", "show", name]
-    out = in_ns(ns, *argv).stdout if ns else subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    if ns:
+        out = in_ns(ns, *argv).stdout
+    else:
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     return json.loads(out)[0]
 
 

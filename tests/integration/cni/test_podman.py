@@ -35,7 +35,8 @@ mount -t tmpfs tmpfs /var/lib
 P="podman --root {t}/root --runroot {t}/run --storage-driver vfs"
 trap '$P rm -f -t 0 {name} >/dev/null 2>&1 || true' EXIT
 $P load -q -i {archive} >/dev/null
-$P run -d --name {name} --cgroup-parent /{cgparent} --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 --network {net} -p {hp}:80 {image} >/dev/null
+$P run -d --name {name} --cgroup-parent /{cgparent} --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \\
+  --network {net} -p {hp}:80 {image} >/dev/null
 echo "IP $($P inspect -f '{{{{.NetworkSettings.Networks.{net}.IPAddress}}}}' {name})"
 echo "PORTS $(ls /sys/class/net/{bridge}/brif | tr '\\n' ' ')"
 echo "SEEN $($P exec {name} ip -4 -o addr show eth0)"
@@ -81,10 +82,12 @@ cgroup_manager = "cgroupfs"
     hp = random.randint(20000, 60000)
     cgparent = res.cgroup_name()
     peer_cgroups_before = {a.path for a in firstuse.present() if a.what == "cgroup"}
-    script = SCRIPT.format(t=tmp_path, cgparent=cgparent, archive=img.docker_archive, name=f"c{net.name}", net=net.name,
+    script = SCRIPT.format(t=tmp_path, cgparent=cgparent, archive=img.docker_archive,
+                           name=f"c{net.name}", net=net.name,
                            image=img.ref, bridge=net.bridge, hp=hp, py=sys.executable)
     env = dict(os.environ, CONTAINERS_CONF=str(conf), NODEAGENT_CNI_SOCKET="none")
-    p = subprocess.run(["unshare", "-m", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=240)
+    p = subprocess.run(["unshare", "-m", "sh", "-c", script], env=env, capture_output=True,
+                       text=True, timeout=240)
     assert p.returncode == 0 and "DONE" in p.stdout, p.stdout + p.stderr
     lines = dict(ln.split(" ", 1) for ln in p.stdout.splitlines() if " " in ln)
     ip = lines["IP"].strip()
@@ -97,5 +100,6 @@ cgroup_manager = "cgroupfs"
     # podman's own cgroups went under our parent, not a default parent it would leave behind
     assert {a.path for a in firstuse.present() if a.what == "cgroup"} == peer_cgroups_before
     subprocess.run(["unshare", "-m", "sh", "-c", f"mount --make-rprivate /; mount -t tmpfs tmpfs /var/lib; "
-                    f"podman --root {tmp_path}/root --runroot {tmp_path}/run --storage-driver vfs system reset -f"],
+                    f"podman --root {tmp_path}/root --runroot {tmp_path}/run --storage-driver vfs "
+                    "system reset -f"],
                    env=env, capture_output=True, timeout=120)

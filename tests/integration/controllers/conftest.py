@@ -1,4 +1,5 @@
-"""Shared fixtures: a real `nodeagent server` (its own controllers off), in-process controllers, hollow nodes."""
+"""Shared fixtures: a real `nodeagent server` (its own controllers off), in-process controllers,
+hollow nodes."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def server(tmp_path_factory):
     # The tests run the controllers in-process (with their own settings): the server runs none.
     # The controllers under test run in the test process: the server runs neither its own nor a scheduler
     # (the hollow nodes bind), so exactly one of each acts.
-    srv = start_server(tmp_path_factory.mktemp("ctl-apiserver"), extra=["--controllers=none", "--without", "scheduler"])
+    srv = start_server(tmp_path_factory.mktemp("ctl-apiserver"),
+                       extra=["--controllers=none", "--without", "scheduler"])
     yield srv
     assert srv.stop() == 0, srv.log()
 
@@ -49,8 +51,8 @@ async def cluster_env(server, options: ControllerOptions | None = None, n_nodes:
     ns = unique("ns").lower()
     await client.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     names = [f"{ns}-n{i + 1}" for i in range(n_nodes)]
-    nodes = HollowNodes(client, names, bind=True, heartbeat=heartbeat,
-                        labels={f"{ns}-n{int(k)}" if k.isdigit() else k: v for k, v in (labels or {}).items()})
+    node_labels = {f"{ns}-n{int(k)}" if k.isdigit() else k: v for k, v in (labels or {}).items()}
+    nodes = HollowNodes(client, names, bind=True, heartbeat=heartbeat, labels=node_labels)
     await nodes.register()
     ready = asyncio.Event()
     try:
@@ -80,7 +82,8 @@ def kubectl(version, server, *args, check=True, input=None):
     binary = KUBECTLS[version]
     if not Path(binary).exists():
         pytest.skip(f"kubectl {version} not found at {binary} (run make install)")
-    p = subprocess.run([binary, *args], capture_output=True, text=True, env=server.env(), timeout=120, input=input)
+    p = subprocess.run([binary, *args], capture_output=True, text=True, env=server.env(),
+                       timeout=120, input=input)
     if check:
         assert p.returncode == 0, f"kubectl {' '.join(args)}: {p.stdout}\n{p.stderr}"
     return p

@@ -56,7 +56,8 @@ async def test_daemonset_one_pod_per_eligible_node_and_rollout(server, version):
         assert sorted(p["spec"]["nodeName"] for p in pods) == sorted([n1, n2, n3])
         assert {p["spec"]["containers"][0]["image"] for p in pods} == {"a:2"}
         st = (await client.get("daemonsets", "agent", ns))["status"]
-        assert st["desiredNumberScheduled"] == 3 and st["updatedNumberScheduled"] == 3 and st["numberReady"] == 3
+        assert st["desiredNumberScheduled"] == 3
+        assert st["updatedNumberScheduled"] == 3 and st["numberReady"] == 3
         hist = (await run("-n", ns, "rollout", "history", "daemonset/agent")).stdout
         assert [ln.split()[0] for ln in hist.splitlines() if ln[:1].isdigit()] == ["1", "2"], hist
         await run("-n", ns, "rollout", "undo", "daemonset/agent")

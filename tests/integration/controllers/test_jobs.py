@@ -114,7 +114,8 @@ async def test_cronjob_schedule_forbid_and_history_on_a_moved_clock(server):
     async with cluster_env(server, opts) as env:
         client, ns = env.client, env.ns
         cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "tick", "namespace": ns},
-                "spec": {"schedule": "*/1 * * * *", "concurrencyPolicy": "Forbid", "successfulJobsHistoryLimit": 1,
+                "spec": {"schedule": "*/1 * * * *", "concurrencyPolicy": "Forbid",
+                         "successfulJobsHistoryLimit": 1,
                          "jobTemplate": {"spec": job_body("x", ns)["spec"]}}}
         await client.create("cronjobs", cron, ns)
         assert not (await client.list("jobs", ns))["items"]
@@ -143,7 +144,8 @@ async def test_cronjob_schedule_forbid_and_history_on_a_moved_clock(server):
 
 
 async def _jobs(client, ns, n, not_named=None, complete=False):
-    items = [j for j in (await client.list("jobs", ns))["items"] if not j["metadata"].get("deletionTimestamp")]
+    listed = (await client.list("jobs", ns))["items"]
+    items = [j for j in listed if not j["metadata"].get("deletionTimestamp")]
     if not_named and any(j["metadata"]["name"] == not_named for j in items):
         return None
     if complete:
@@ -164,7 +166,8 @@ async def _n(client, ns, job, n, phase=None):
 async def test_indexed_job_completes_every_index(server):
     async with cluster_env(server) as env:
         client, ns = env.client, env.ns
-        await client.create("jobs", job_body("idx", ns, parallelism=2, completions=3, completionMode="Indexed"), ns)
+        await client.create("jobs",
+                            job_body("idx", ns, parallelism=2, completions=3, completionMode="Indexed"), ns)
         finished: set[str] = set()
         while len(finished) < 3:
             pods = await eventually(lambda: _n(client, ns, "idx", min(2, 3 - len(finished)), phase="Running"))

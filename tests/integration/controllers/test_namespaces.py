@@ -44,7 +44,8 @@ async def test_quota_used_follows_deletes(server):
 
         async def used(pods):
             st = (await client.get("resourcequotas", "q", ns)).get("status") or {}
-            return st.get("hard") == {"pods": "5", "configmaps": "10"} and (st.get("used") or {}).get("pods") == pods
+            hard, counts = st.get("hard"), st.get("used") or {}
+            return hard == {"pods": "5", "configmaps": "10"} and counts.get("pods") == pods
         await eventually(lambda: used("3"))
         await client.delete("pods", "p0", ns, grace_period=0)
         await client.delete("pods", "p1", ns, grace_period=0)

@@ -15,7 +15,8 @@ from tests.integration.controllers.conftest import cluster_env, pods_of, templat
 pytestmark = pytest.mark.slow
 
 FAST = ControllerOptions(node_monitor_period=0.3, node_monitor_grace_period=5.0, node_eviction_rate=10.0,
-                         pod_gc_period=0.5, pod_gc_orphan_quarantine=1.0, cluster_cidr="10.200.0.0/16", node_cidr_mask_size=24)
+                         pod_gc_period=0.5, pod_gc_orphan_quarantine=1.0, cluster_cidr="10.200.0.0/16",
+                         node_cidr_mask_size=24)
 
 
 async def test_dead_node_is_tainted_and_its_pods_evicted_and_replaced(server):
@@ -42,7 +43,8 @@ async def test_dead_node_is_tainted_and_its_pods_evicted_and_replaced(server):
             n = await client.get("nodes", dying)
             ready = next(c for c in n["status"]["conditions"] if c["type"] == "Ready")
             keys = {(x["key"], x["effect"]) for x in n["spec"].get("taints") or []}
-            return ready["status"] == "Unknown" and {(t.UNREACHABLE, "NoExecute"), (t.UNREACHABLE, "NoSchedule")} <= keys
+            unreachable = {(t.UNREACHABLE, "NoExecute"), (t.UNREACHABLE, "NoSchedule")}
+            return ready["status"] == "Unknown" and unreachable <= keys
         await eventually(tainted, within=20)
         assert not (await client.get("nodes", healthy))["spec"].get("taints")
         assert victims, "some pods should have landed on the node that dies"
@@ -57,7 +59,8 @@ async def test_dead_node_is_tainted_and_its_pods_evicted_and_replaced(server):
         evicted = {e["involvedObject"]["name"] for e in events if e["reason"] == "TaintManagerEviction"}
         assert victims <= evicted
         node_events = (await client.list("events", "default"))["items"]
-        assert any(e["reason"] == "NodeNotReady" and e["involvedObject"]["name"] == dying for e in node_events)
+        assert any(e["reason"] == "NodeNotReady" and e["involvedObject"]["name"] == dying
+                   for e in node_events)
 
 
 async def test_every_node_gets_its_own_pod_cidr(server):

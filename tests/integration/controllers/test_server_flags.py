@@ -1,4 +1,5 @@
-"""`nodeagent server` runs the controllers itself, configured by its flags (no in-process controllers here)."""
+"""`nodeagent server` runs the controllers itself,
+configured by its flags (no in-process controllers here)."""
 
 from __future__ import annotations
 

@@ -36,7 +36,8 @@ async def test_statefulset_ordered_stable_and_partitioned_rollout(server, versio
                "spec": {"replicas": 3, "serviceName": "nginx", "selector": {"matchLabels": {"app": "web"}},
                         "template": template("web", "nginx:1.14.2"),
                         "volumeClaimTemplates": [{"metadata": {"name": "www"}, "spec": {
-                            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]}}
+                            "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "1Gi"}}}}]}}
         await client.create("statefulsets", sts, ns)
 
         async def three_ready():
@@ -47,15 +48,18 @@ async def test_statefulset_ordered_stable_and_partitioned_rollout(server, versio
         pods = await eventually(three_ready)
         for name, p in pods.items():
             assert p["spec"]["hostname"] == name and p["spec"]["subdomain"] == "nginx"
-            assert {"name": "www", "persistentVolumeClaim": {"claimName": f"www-{name}"}} in p["spec"]["volumes"]
-        claims = sorted(c["metadata"]["name"] for c in (await client.list("persistentvolumeclaims", ns))["items"])
+            claim = {"name": "www", "persistentVolumeClaim": {"claimName": f"www-{name}"}}
+            assert claim in p["spec"]["volumes"]
+        listed = (await client.list("persistentvolumeclaims", ns))["items"]
+        claims = sorted(c["metadata"]["name"] for c in listed)
         assert claims == ["www-web-0", "www-web-1", "www-web-2"]
         events = sorted((e for e in (await client.list("events", ns))["items"]
                          if e["involvedObject"]["name"] == "web" and e["reason"] == "SuccessfulCreate"),
                         key=lambda e: e["metadata"]["name"])  # names carry a nanosecond stamp
         msgs = [e["message"] for e in events]
         assert [m for m in msgs if m.startswith("Created pod")] == [f"Created pod: web-{i}" for i in range(3)]
-        assert [m.split()[2] for m in msgs if m.startswith("create Claim")] == [f"www-web-{i}" for i in range(3)]
+        assert [m.split()[2] for m in msgs if m.startswith("create Claim")] == [
+            f"www-web-{i}" for i in range(3)]
         out = (await run("-n", ns, "rollout", "status", "statefulset/web", "--timeout=60s")).stdout
         assert DONE(out), out  # kubectl says "partitioned roll out complete" whenever rollingUpdate is set
 
@@ -82,7 +86,8 @@ async def test_statefulset_ordered_stable_and_partitioned_rollout(server, versio
         st = (await client.get("statefulsets", "web", ns))["status"]
         assert st["updatedReplicas"] == 1 and st["currentRevision"] != st["updateRevision"]
 
-        await client.patch("statefulsets", "web", {"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}}, ns)
+        await client.patch("statefulsets", "web",
+                           {"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}}, ns)
         out = (await run("-n", ns, "rollout", "status", "statefulset/web", "--timeout=60s")).stdout
         assert DONE(out), out  # kubectl says "partitioned roll out complete" whenever rollingUpdate is set
         assert {image(p) for p in (await sts_pods(client, ns)).values()} == {"nginx:1.16.1"}

@@ -55,7 +55,8 @@ async def test_replicaset_adopts_orphans_and_releases_relabelled(cluster):
               "spec": template("adopt")["spec"]}
     await client.create("pods", orphan, ns)
     rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "adopter", "namespace": ns},
-          "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "adopt"}}, "template": template("adopt")}}
+          "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "adopt"}},
+                   "template": template("adopt")}}
     await client.create("replicasets", rs, ns)
     pods = await eventually(lambda: _n_pods(client, ns, "adopt", 2))
     adopted = next(p for p in pods if p["metadata"]["name"] == "orphan")
@@ -142,7 +143,8 @@ spec:
 async def test_recreate_strategy_replaces_all_at_once(cluster):
     client, ns = cluster
     dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "rec", "namespace": ns},
-           "spec": {"replicas": 2, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": {"app": "rec"}},
+           "spec": {"replicas": 2, "strategy": {"type": "Recreate"},
+                    "selector": {"matchLabels": {"app": "rec"}},
                     "template": template("rec", "a:1")}}
     await client.create("deployments", dep, ns)
     await eventually(lambda: _n_pods(client, ns, "rec", 2))
@@ -183,7 +185,8 @@ async def test_cascading_delete_policies(cluster, policy):
 async def test_rollout_pause_and_resume_with_kubectl(cluster, server, version):
     client, ns = cluster
     dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "pz", "namespace": ns},
-           "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "pz"}}, "template": template("pz", "a:1")}}
+           "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "pz"}},
+                    "template": template("pz", "a:1")}}
     await client.create("deployments", dep, ns)
     await eventually(lambda: _n_pods(client, ns, "pz", 2))
 

@@ -1,4 +1,5 @@
-"""Client sides of an interactive CRI attach for the tests: SPDY/3.1 (spdy_client.py) and websocket channel.k8s.io."""
+"""Client sides of an interactive CRI attach for the tests:
+SPDY/3.1 (spdy_client.py) and websocket channel.k8s.io."""
 
 from __future__ import annotations
 

@@ -87,7 +87,8 @@ class Containerd:
     def import_images(self, factory: ImageFactory, pause_binary: str, specs: list[ImageSpec]) -> None:
         for spec in [pause_spec(pause_binary), BUSYBOX, *specs]:
             built = factory.get(spec)
-            p = subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "import", str(built.docker_archive)],
+            p = subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "import",
+                                str(built.docker_archive)],
                                capture_output=True, text=True)
             if p.returncode != 0:
                 raise RuntimeError(f"ctr import {spec.ref}: {p.stderr}")

@@ -41,7 +41,8 @@ class CRIDaemon:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc, self.client = start_runtime(
             [sys.executable, "-m", "nodeagent", "--log-level", "info", "cri", "--socket", self.socket,
-             "--state-dir", str(self.state), "--cni-conf-dir", str(self.cni_conf), "--cni-bin-dir", self.cni_bin_dir,
+             "--state-dir", str(self.state), "--cni-conf-dir", str(self.cni_conf), "--cni-bin-dir",
+             self.cni_bin_dir,
              *(["--registries", str(self.registries)] if self.registries else []), *self.extra_args],
             self.log, self.socket, env=env)
         return self.client

@@ -84,7 +84,8 @@ class KubeFront:
                     await reader.readexactly(int(hmap["content-length"]))
                 u = urlsplit(target)
                 verb = u.path.rsplit("/", 1)[-1]
-                if u.path.startswith(f"/api/v1/namespaces/{NS}/pods/{POD}/") and verb in ("exec", "attach", "portforward"):
+                ours = u.path.startswith(f"/api/v1/namespaces/{NS}/pods/{POD}/")
+                if ours and verb in ("exec", "attach", "portforward"):
                     await self._relay(verb, method, u, headers, reader, writer)
                     return
                 body = ROUTES.get(u.path.rstrip("/") or "/")
@@ -92,9 +93,12 @@ class KubeFront:
                     body = _pod(self.containers)
                 status = "200 OK" if body is not None else "404 Not Found"
                 if body is None:
-                    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
+                    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "NotFound", "code": 404}
                 data = json.dumps(body).encode()
-                writer.write(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+                response = (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+                            f"Content-Length: {len(data)}\r\n\r\n")
+                writer.write(response.encode() + data)
                 await writer.drain()
         finally:
             writer.close()

@@ -11,7 +11,8 @@ from cri.client import CRIClient
 
 def start_runtime(argv: list[str], log: Path, socket: str, *, env: dict[str, str] | None = None,
                   new_session: bool = False) -> tuple[subprocess.Popen, CRIClient]:
-    """Start a runtime and wait until its CRI socket answers Version; on failure kill it and raise with its log."""
+    """Start a runtime and wait until its CRI socket answers Version;
+    on failure kill it and raise with its log."""
     proc = subprocess.Popen(argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env,
                             start_new_session=new_session)
     client = CRIClient(socket)

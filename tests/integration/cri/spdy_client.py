@@ -196,7 +196,8 @@ class SpdyClient:
     async def _credit(self, sid: int, n: int) -> None:
         """WINDOW_UPDATE for what we read (stream and session); the peer may be gone already."""
         try:
-            await self._write(frame_control(9, 0, struct.pack(">II", sid, n)) + frame_control(9, 0, struct.pack(">II", 0, n)))
+            await self._write(frame_control(9, 0, struct.pack(">II", sid, n))
+                              + frame_control(9, 0, struct.pack(">II", 0, n)))
         except (ConnectionError, RuntimeError):
             pass
 

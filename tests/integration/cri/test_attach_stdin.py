@@ -102,7 +102,8 @@ def test_stdin_once_closes_stdin_after_the_first_session(peer, ppods):  # noqa: 
 def test_stdin_once_ends_with_the_sessions_connection(peer, ppods):  # noqa: F811
     """A client that just goes away (websocket v4 has no stdin close message) also ends stdin_once."""
     name, d = peer
-    _, cid = _container(d, ppods, ["sh", "-c", "cat; echo eof-seen; sleep 300"], "gone", stdin=True, stdin_once=True)
+    _, cid = _container(d, ppods, ["sh", "-c", "cat; echo eof-seen; sleep 300"], "gone", stdin=True,
+                        stdin_once=True)
 
     async def go() -> None:
         w = await WsAttach.open(_attach_url(d, cid, stdin=True, stdout=True, stderr=True), V4)

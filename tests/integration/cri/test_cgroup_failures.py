@@ -1,4 +1,5 @@
-"""Sandbox creation against awkward cgroup states on the real kernel (v1 cpuset): nothing half-made survives."""
+"""Sandbox creation against awkward cgroup states on the real kernel (v1 cpuset):
+nothing half-made survives."""
 
 from __future__ import annotations
 

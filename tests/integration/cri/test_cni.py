@@ -124,7 +124,8 @@ def test_pod_on_a_cni_network(cri, pods, tmp_path):
         cid = pods.container(sid, scfg, ["sleep", "300"])
         out = c.exec_sync(cid, ["ip", "-4", "addr", "show", "eth0"]).stdout.decode()
         assert pod_ip in out
-        assert subprocess.run(["busybox", "ping", "-c", "1", "-W", "2", pod_ip], capture_output=True).returncode == 0
+        ping = subprocess.run(["busybox", "ping", "-c", "1", "-W", "2", pod_ip], capture_output=True)
+        assert ping.returncode == 0
         hosts = c.exec_sync(cid, ["cat", "/etc/hosts"]).stdout.decode()
         assert f"{pod_ip}\t{scfg.hostname}" in hosts
         c.stop_pod_sandbox(sid)

@@ -51,7 +51,8 @@ def front(cri, tmp_path_factory):
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["httpd", "-f", "-p", "127.0.0.1:8080", "-h", "/etc"])
     for _ in range(50):
-        if cri.client.exec_sync(cid, ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/hostname"]).exit_code == 0:
+        got = cri.client.exec_sync(cid, ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/hostname"])
+        if got.exit_code == 0:
             break
         time.sleep(0.1)
     # 3 MiB to download: many times the 64 KiB SPDY windows
@@ -99,7 +100,8 @@ def _kubectl(version: str) -> str:
 
 def _run(front, version: str, args: list[str], extra_env: dict | None = None, stdin: bytes | None = None):
     cmd = [_kubectl(version), "--cache-dir", front.cache, *args]
-    return subprocess.run(cmd, input=stdin, capture_output=True, timeout=60, env=dict(front.env, **(extra_env or {})))
+    return subprocess.run(cmd, input=stdin, capture_output=True, timeout=60,
+                          env=dict(front.env, **(extra_env or {})))
 
 
 @pytest.mark.parametrize("version", ["1.32", "1.20"])
@@ -159,9 +161,8 @@ def test_kubectl_port_forward(front, version, env, upgrade):
 def test_kubectl_attach_over_spdy(front, version):
     """kubectl attach follows a running container's output until it exits, then reports its exit code."""
     name = "talk" + version.replace(".", "")
-    cid = front.pods.container(front.sid, front.scfg, ["sh", "-c", "i=0; while [ ! -e /tmp/stop ]; do "
-                                                       "i=$((i+1)); echo out$i; echo err$i >&2; sleep 0.2; done; exit 5"],
-                               name=name)
+    talk = "i=0; while [ ! -e /tmp/stop ]; do i=$((i+1)); echo out$i; echo err$i >&2; sleep 0.2; done; exit 5"
+    cid = front.pods.container(front.sid, front.scfg, ["sh", "-c", talk], name=name)
     front.ids[name] = cid
     front.containers.append(name)
     cmd = [_kubectl(version), "--cache-dir", front.cache, "attach", "p", "-c", name]

@@ -57,7 +57,8 @@ def test_sandbox_lifecycle_namespaces_and_cleanup(cri, pods):
 
     c.stop_pod_sandbox(sid)
     assert c.pod_sandbox_status(sid).status.state == pb.SANDBOX_NOTREADY
-    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]
+    stat = Path(f"/proc/{pid}/stat")
+    assert not Path(f"/proc/{pid}").exists() or "Z" in stat.read_text().split(")")[-1][:3]
     c.stop_pod_sandbox(sid)  # idempotent
     c.remove_pod_sandbox(sid)
     c.remove_pod_sandbox(sid)  # idempotent
@@ -86,7 +87,8 @@ def test_container_lifecycle_logs_exec(cri, pods):
         assert ns_inode(pid, kind) == ns_inode(sinfo["pid"], kind)
     for kind in ("mnt", "pid"):
         assert ns_inode(pid, kind) != ns_inode(sinfo["pid"], kind)
-    r = c.exec_sync(cid, ["sh", "-c", "hostname; cat /proc/1/cmdline | tr '\\0' ' '; echo; echo oops >&2; exit 3"])
+    r = c.exec_sync(cid,
+                    ["sh", "-c", "hostname; cat /proc/1/cmdline | tr '\\0' ' '; echo; echo oops >&2; exit 3"])
     lines = r.stdout.decode().splitlines()
     assert lines[0] == "lifecycle"
     assert lines[1].startswith("sh -c echo out-line")  # the container's command is its PID 1
@@ -230,7 +232,8 @@ def test_security_defaults_readonly_rootfs_and_masks(cri, pods):
 def test_reopen_container_log(cri, pods):
     c = cri.client
     sid, scfg = pods.run()
-    cid = pods.container(sid, scfg, ["sh", "-c", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.05; done"])
+    cid = pods.container(sid, scfg,
+                         ["sh", "-c", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.05; done"])
     log = Path(c.container_status(cid).status.log_path)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and "tick" not in log.read_text():
@@ -340,17 +343,20 @@ def test_apparmor_as_containerd_applies_it(cri, pods):
     def label(cid, path):
         return c.exec_sync(cid, ["cat", path]).stdout.decode().strip()
 
-    refused(config("bad", "apparmor-profile-without-prefix"), grpc.StatusCode.INVALID_ARGUMENT, "apparmor_profile")
+    refused(config("bad", "apparmor-profile-without-prefix"), grpc.StatusCode.INVALID_ARGUMENT,
+            "apparmor_profile")
     if not aa.host_supports():
         for profile in ("runtime/default", "localhost/x"):
-            refused(config("unsupported", profile), grpc.StatusCode.FAILED_PRECONDITION, "apparmor is not supported")
+            refused(config("unsupported", profile), grpc.StatusCode.FAILED_PRECONDITION,
+                    "apparmor is not supported")
         for i, profile in enumerate(("", "unconfined")):
             cid = c.create_container(sid, config(f"free{i}", profile), scfg)
             c.start_container(cid)
             assert c.exec_sync(cid, ["true"]).exit_code == 0
         return
     gone = "nodeagent-test-" + unique("aa")
-    refused(config("unloaded", f"localhost/{gone}"), grpc.StatusCode.FAILED_PRECONDITION, "apparmor profile not found")
+    refused(config("unloaded", f"localhost/{gone}"), grpc.StatusCode.FAILED_PRECONDITION,
+            "apparmor profile not found")
     default = c.create_container(sid, config("default"), scfg)
     free = c.create_container(sid, config("free", "unconfined"), scfg)
     priv = config("privileged")
@@ -384,7 +390,8 @@ def test_sysctls_and_devices(cri, pods):
     ccfg.devices.add(container_path="/dev/extra-null", host_path="/dev/null", permissions="rw")
     cid = c.create_container(sid, ccfg, scfg)
     c.start_container(cid)
-    out = c.exec_sync(cid, ["cat", "/proc/sys/net/ipv4/ip_local_port_range", "/proc/sys/kernel/shm_rmid_forced"])
+    out = c.exec_sync(cid,
+                      ["cat", "/proc/sys/net/ipv4/ip_local_port_range", "/proc/sys/kernel/shm_rmid_forced"])
     assert out.stdout.decode().split() == ["20000", "30000", "1"]
     assert Path("/proc/sys/net/ipv4/ip_local_port_range").read_text() == host_range
     assert c.exec_sync(cid, ["sh", "-c", "echo x > /dev/extra-null"]).exit_code == 0

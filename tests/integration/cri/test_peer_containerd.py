@@ -34,7 +34,8 @@ def bridge_conflist(tmp: Path) -> tuple[dict, str]:
     n = os.getpid() % 250
     return {"cniVersion": "0.4.0", "name": f"peer-{bridge}", "plugins": [
         {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False,
-         "ipam": {"type": "host-local", "dataDir": str(tmp / "ipam"), "ranges": [[{"subnet": f"10.{101 + n % 40}.{n}.0/24"}]],
+         "ipam": {"type": "host-local", "dataDir": str(tmp / "ipam"),
+                  "ranges": [[{"subnet": f"10.{101 + n % 40}.{n}.0/24"}]],
                   "routes": [{"dst": "0.0.0.0/0"}]}},
         {"type": "loopback"}]}, bridge
 

@@ -37,7 +37,8 @@ async def _exec(url: str, protocols: list[str], kinds: list[str], stdin: bytes |
             try:
                 got[kind] = await streams[kind].read_all()
             except TimeoutError:
-                state = {k: (bytes(s.data[-200:]), s.finished.is_set(), s.reset_status) for k, s in streams.items()}
+                state = {k: (bytes(s.data[-200:]), s.finished.is_set(), s.reset_status)
+                         for k, s in streams.items()}
                 raise AssertionError(f"no FIN on {kind}: {state}") from None
     await asyncio.wait_for(c.goaway.wait(), 10)  # the server ends the session with GOAWAY
     await c.close()
@@ -132,7 +133,8 @@ def test_ping_echo_and_client_disconnect_kills_the_command(cri, pods):
 
 def test_attach_streams_output_and_exit_status(cri, pods):
     sid, scfg = pods.run()
-    cid = pods.container(sid, scfg, ["sh", "-c", "sleep 1; echo attached-out; echo attached-err >&2; sleep 1; exit 4"])
+    cid = pods.container(sid, scfg,
+                         ["sh", "-c", "sleep 1; echo attached-out; echo attached-err >&2; sleep 1; exit 4"])
     url = cri.client.attach(cid, stdout=True, stderr=True)
     _, got = asyncio.run(_exec(url, [V4], ["error", "stdout", "stderr"]))
     assert b"attached-out\n" in got["stdout"] and b"attached-err\n" in got["stderr"]
@@ -144,7 +146,8 @@ def _httpd_pod(cri, pods):
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["httpd", "-f", "-p", "127.0.0.1:8080", "-h", "/etc"])
     for _ in range(50):
-        if cri.client.exec_sync(cid, ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/hostname"]).exit_code == 0:
+        got = cri.client.exec_sync(cid, ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/hostname"])
+        if got.exit_code == 0:
             break
         time.sleep(0.1)
     return sid, scfg

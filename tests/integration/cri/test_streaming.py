@@ -45,7 +45,8 @@ def test_exec_with_tty(cri, pods):
     sid, scfg = pods.run()
     cid = pods.container(sid, scfg, ["sleep", "300"])
     url = c.exec(cid, ["sh", "-c", "tty; stty size"], tty=True, stdout=True)
-    got = asyncio.run(_session(url, "v4.channel.k8s.io", [b"\x04" + json.dumps({"Width": 100, "Height": 40}).encode()]))
+    got = asyncio.run(_session(url, "v4.channel.k8s.io",
+                               [b"\x04" + json.dumps({"Width": 100, "Height": 40}).encode()]))
     out = got[1].decode()
     assert "/dev/pts/" in out
     assert json.loads(got[3])["status"] == "Success"
@@ -57,7 +58,8 @@ def test_exec_with_tty(cri, pods):
 def test_attach_streams_output(cri, pods):
     c = cri.client
     sid, scfg = pods.run()
-    cid = pods.container(sid, scfg, ["sh", "-c", "sleep 1; echo attached-out; echo attached-err >&2; sleep 1"])
+    cid = pods.container(sid, scfg,
+                         ["sh", "-c", "sleep 1; echo attached-out; echo attached-err >&2; sleep 1"])
     url = c.attach(cid, stdout=True, stderr=True)
     got = asyncio.run(_session(url, "v4.channel.k8s.io", []))
     assert b"attached-out\n" in got[1] and b"attached-err\n" in got[2]

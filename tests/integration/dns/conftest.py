@@ -69,7 +69,8 @@ class _UpstreamHandler(socketserver.BaseRequestHandler):
 
 
 def _soa() -> dns.rrset.RRset:
-    return dns.rrset.from_text(UPSTREAM_ZONE, 300, "IN", "SOA", "ns.example.test. host.example.test. 1 2 3 4 30")
+    return dns.rrset.from_text(UPSTREAM_ZONE, 300, "IN", "SOA",
+                               "ns.example.test. host.example.test. 1 2 3 4 30")
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +102,8 @@ class DnsProcess:
 def dnsd(server, upstream, tmp_path_factory) -> Iterator[DnsProcess]:
     log = tmp_path_factory.mktemp("dnsd") / "dns.log"
     with open(log, "wb") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "dns", "--kubeconfig", str(server.kubeconfig),
+        proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "dns", "--kubeconfig",
+                                 str(server.kubeconfig),
                                  "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{upstream.port}"],
                                 stdout=f, stderr=subprocess.STDOUT)
     port = 0

@@ -37,17 +37,18 @@ def addrs(r: dns.message.Message, rdtype: int = T.A) -> list[str]:
 
 @pytest.fixture(scope="module")
 def objects(api, dnsd):
-    """The namespace, a ClusterIP Service, a headless StatefulSet-style Service with its slice, an ExternalName."""
+    """The namespace, a ClusterIP Service, a headless StatefulSet-style Service with its slice,
+    an ExternalName."""
     async def make(c):
         await c.create("namespaces", namespace(NS))
         web = await c.create("services", service("web", NS, None, [{"name": "http", "port": 80,
                                                                          "protocol": "TCP"}]), NS)
         await c.create("services", service("db", NS, "None", [{"name": "pg", "port": 5432,
                                                                     "protocol": "TCP"}]), NS)
-        await c.create("endpointslices", endpoint_slice("db", NS, [ep("10.244.5.10", hostname="db-0"),
-                                                                   ep("10.244.5.11", hostname="db-1"),
-                                                                   ep("10.244.5.12", ready=False, hostname="db-2")],
-                                                        [{"name": "pg", "port": 5432, "protocol": "TCP"}]), NS)
+        db = [ep("10.244.5.10", hostname="db-0"), ep("10.244.5.11", hostname="db-1"),
+              ep("10.244.5.12", ready=False, hostname="db-2")]
+        pg = [{"name": "pg", "port": 5432, "protocol": "TCP"}]
+        await c.create("endpointslices", endpoint_slice("db", NS, db, pg), NS)
         await c.create("services", service("ext", NS, None, [], type="ExternalName",
                                                 externalName="www.example.test"), NS)
         k8s = await c.get("services", "kubernetes", "default")
@@ -123,15 +124,16 @@ def test_truncation_and_tcp_fallback_with_many_endpoints(api, dnsd, objects):
     n = 120
     async def make(c):
         await c.create("services", service("many", NS, "None", [{"name": "http", "port": 80}]), NS)
-        await c.create("endpointslices", endpoint_slice("many", NS, [ep(f"10.244.6.{i + 1}") for i in range(n)],
-                                                        [{"name": "http", "port": 80, "protocol": "TCP"}]), NS)
+        many = [ep(f"10.244.6.{i + 1}") for i in range(n)]
+        http = [{"name": "http", "port": 80, "protocol": "TCP"}]
+        await c.create("endpointslices", endpoint_slice("many", NS, many, http), NS)
     api(make)
     name = f"many.{NS}.svc.cluster.local"
     assert eventually(lambda: ask(dnsd, name, tcp=True).answer)
     udp = ask(dnsd, name, use_edns=False)
     assert udp.flags & dns.flags.TC and not udp.answer
-    full, used_tcp = dns.query.udp_with_fallback(dns.message.make_query(name, T.A, use_edns=False), "127.0.0.1",
-                                                 port=dnsd.port, timeout=5)
+    query = dns.message.make_query(name, T.A, use_edns=False)
+    full, used_tcp = dns.query.udp_with_fallback(query, "127.0.0.1", port=dnsd.port, timeout=5)
     assert used_tcp and len(addrs(full)) == n and not full.flags & dns.flags.TC
 
 
@@ -196,14 +198,16 @@ def test_statefulset_pods_hostname_records_from_pod_specs(api, dnsd, objects):
                                    "metadata": {"name": f"sts-{i}", "namespace": NS},
                                    "spec": {"hostname": f"sts-{i}", "subdomain": "sts",
                                             "containers": [{"name": "c", "image": "busybox"}]}}, NS)
-            status = {"phase": "Running", "podIP": f"10.244.8.{i + 1}", "podIPs": [{"ip": f"10.244.8.{i + 1}"}],
+            status = {"phase": "Running", "podIP": f"10.244.8.{i + 1}",
+                      "podIPs": [{"ip": f"10.244.8.{i + 1}"}],
                       "conditions": [{"type": "Ready", "status": "True" if i == 0 else "False"}]}
             await set_status(c, f"sts-{i}", status)
     api(make)
     name = f"sts-0.sts.{NS}.svc.cluster.local"
     assert eventually(lambda: addrs(ask(dnsd, name)) == ["10.244.8.1"])
     assert ask(dnsd, f"sts-1.sts.{NS}.svc.cluster.local").rcode() == dns.rcode.NXDOMAIN  # not Ready
-    assert addrs(ask(dnsd, dns.reversename.from_address("10.244.8.1").to_text(), T.PTR), T.PTR) == [name + "."]
+    reverse = dns.reversename.from_address("10.244.8.1").to_text()
+    assert addrs(ask(dnsd, reverse, T.PTR), T.PTR) == [name + "."]
 
     async def ready(c):
         p = await c.get("pods", "sts-1", NS)

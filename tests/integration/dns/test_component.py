@@ -41,7 +41,8 @@ async def test_component_registers_kube_dns_and_answers(server, upstream, monkey
         assert {p["protocol"] for p in sl["ports"]} == {"UDP", "TCP"}
 
         async def a(name: str) -> dns.message.Message:
-            return await dns.asyncquery.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=5)
+            return await dns.asyncquery.udp(dns.message.make_query(name, "A"), "127.0.0.1",
+                                            port=port, timeout=5)
 
         async def kube_dns_answered() -> list[str]:
             for _ in range(200):
@@ -96,7 +97,8 @@ async def test_serves_before_the_api_answers(upstream, monkeypatch):
             q = dns.message.make_query("nope.default.svc.cluster.local", "A")
             r = await dns.asyncquery.udp(q, "127.0.0.1", port=port, timeout=5)
             assert r.rcode() == dns.rcode.SERVFAIL
-            r = await dns.asyncquery.udp(dns.message.make_query("www.example.test", "A"), "127.0.0.1", port=port,
+            r = await dns.asyncquery.udp(dns.message.make_query("www.example.test", "A"),
+                                         "127.0.0.1", port=port,
                                          timeout=5)
             assert r.answer[0][0].to_text() == "203.0.113.10"
         finally:

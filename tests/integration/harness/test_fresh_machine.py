@@ -28,7 +28,8 @@ def test_first_use_artifacts_are_removable_and_podman_leaves_none():
     assert not [a for a in firstuse.present() if a.what == "cgroup"]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     # the inner check fails its run on a leak but removes nothing: the outer session's check reaps
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--leak-check-no-reap",
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--leak-check-no-reap",
                         "tests/integration/cni/test_podman.py"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     out = p.stdout + p.stderr

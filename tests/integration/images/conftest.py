@@ -49,14 +49,16 @@ def make_index_layout(dest: Path, amd64, other, tag: str = "multi", nested: bool
     (blobs / digest).write_bytes(index)
     (dest / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
     (dest / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [{
-        "mediaType": "application/vnd.oci.image.index.v1+json", "digest": f"sha256:{digest}", "size": len(index),
+        "mediaType": "application/vnd.oci.image.index.v1+json", "digest": f"sha256:{digest}",
+        "size": len(index),
         "annotations": {"org.opencontainers.image.ref.name": tag}}]}))
     return dest
 
 
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory, images):
-    """Plain-HTTP registry holding test/{busybox,configured,whiteout,httpd}, pause:3.9 and mirrored/busybox."""
+    """Plain-HTTP registry holding test/{busybox,configured,whiteout,httpd},
+    pause:3.9 and mirrored/busybox."""
     reg = _start(tmp_path_factory, "registry")
     try:
         for built, name in ((images.busybox, "test/busybox"), (images.configured, "test/configured"),

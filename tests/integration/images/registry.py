@@ -47,14 +47,17 @@ def make_ca_and_cert(dest: Path) -> tuple[Path, Path, Path]:
           .not_valid_after(now + datetime.timedelta(days=1))
           .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
           .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+                                       content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False),
+                         critical=True)
           .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
             .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
             .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
                                                         x509.DNSName("localhost")]), critical=False)
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -63,8 +66,10 @@ def make_ca_and_cert(dest: Path) -> tuple[Path, Path, Path]:
     client = (x509.CertificateBuilder()
               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nodeagent puller")]))
               .issuer_name(ca_name).public_key(ckey.public_key()).serial_number(x509.random_serial_number())
-              .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-              .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+              .not_valid_before(now - datetime.timedelta(minutes=5))
+              .not_valid_after(now + datetime.timedelta(days=1))
+              .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]),
+                             critical=False)
               .sign(ca_key, hashes.SHA256()))
     (dest / "client.pem").write_bytes(client.public_bytes(serialization.Encoding.PEM))
     (dest / "client-key.pem").write_bytes(ckey.private_bytes(serialization.Encoding.PEM,
@@ -121,7 +126,8 @@ class TokenServer:
                 n = int(self.headers.get("Content-Length", "0"))
                 form = parse_qs(self.rfile.read(n).decode())
                 server.requests.append({"method": "POST", "grant": form.get("grant_type", [""])[0]})
-                if form.get("grant_type") != ["refresh_token"] or form.get("refresh_token") != [REFRESH_TOKEN]:
+                refresh = form.get("grant_type") == ["refresh_token"]
+                if not refresh or form.get("refresh_token") != [REFRESH_TOKEN]:
                     return self._send(401, {"details": "bad refresh token"})
                 self._token(form.get("scope", []), oauth=True)
 
@@ -204,7 +210,8 @@ class Registry:
         if token:
             self.token_server = TokenServer(workdir, "test-registry", "test-issuer")
             cfg["auth"] = {"token": {"realm": self.token_server.realm, "service": "test-registry",
-                                     "issuer": "test-issuer", "rootcertbundle": str(self.token_server.bundle)}}
+                                     "issuer": "test-issuer",
+                                     "rootcertbundle": str(self.token_server.bundle)}}
         self.config = workdir / "config.yml"
         self.config.write_text(json.dumps(cfg))  # JSON is YAML
         self.log = workdir / "registry.log"
@@ -242,7 +249,8 @@ class Registry:
             time.sleep(0.1)
         raise RuntimeError("docker-registry did not start")
 
-    def push(self, oci_dir: Path, src_tag: str, name: str, tag: str, *extra: str, all_images: bool = False) -> None:
+    def push(self, oci_dir: Path, src_tag: str, name: str, tag: str, *extra: str,
+             all_images: bool = False) -> None:
         argv = ["skopeo", "copy", "--quiet", "--dest-tls-verify=false"]
         if self.token_server or (self.config.read_text().find("htpasswd") >= 0):
             argv += ["--dest-creds", f"{USER}:{PASSWORD}"]

@@ -26,7 +26,8 @@ def test_import_ls_rm(images, tmp_path):
     p = _cli(state, "ls")
     lines = p.stdout.splitlines()
     assert lines[0].split() == ["IMAGE", "TAG", "IMAGE", "ID", "SIZE"]
-    assert any(line.split()[:3] == ["localhost/httpd", "v1", images.httpd.config_digest[7:20]] for line in lines)
+    assert any(line.split()[:3] == ["localhost/httpd", "v1", images.httpd.config_digest[7:20]]
+               for line in lines)
     listed = json.loads(_cli(state, "ls", "-o", "json").stdout)
     assert {i["id"] for i in listed} == {images.whiteout.config_digest, images.httpd.config_digest}
     info = json.loads(_cli(state, "inspect", "localhost/httpd:v1").stdout)
@@ -75,13 +76,15 @@ def test_concurrent_pulls_from_separate_processes(registry, images, tmp_path):
     refs = [f"{registry.host}/test/configured:v1", f"{registry.host}/test/configured:v1",
             f"{registry.host}/test/busybox:latest", f"{registry.host}/test/httpd:v1"]
     procs = [subprocess.Popen([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(state), "pull",
-                               "--no-progress", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               "--no-progress", ref], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
              for ref in refs]
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
     listed = {i["id"]: i for i in json.loads(_cli(state, "ls", "-o", "json").stdout)}
-    assert set(listed) == {images.configured.config_digest, images.busybox.config_digest, images.httpd.config_digest}
+    assert set(listed) == {
+        images.configured.config_digest, images.busybox.config_digest, images.httpd.config_digest}
     layers = {d[7:] for b in (images.configured, images.busybox, images.httpd) for d in b.diff_ids}
     assert {p.name for p in (state / "layers" / "sha256").iterdir()} == layers
     assert list((state / "tmp").iterdir()) == [] and list((state / "blobs" / "ingest").iterdir()) == []

@@ -42,7 +42,8 @@ def test_import_busybox(store, images, form, tmp_path):
     assert img.config["Cmd"] == ["sh"]
     (layer,) = img.layers
     assert os.access(layer / "bin" / "busybox", os.X_OK)
-    assert os.readlink(layer / "bin" / "sh") == "busybox" or os.readlink(layer / "bin" / "sh").endswith("busybox")
+    sh = os.readlink(layer / "bin" / "sh")
+    assert sh == "busybox" or sh.endswith("busybox")
     assert (layer / "etc" / "passwd").read_text().startswith("root:x:0:0")
     assert stat.S_IMODE(os.stat(layer / "tmp").st_mode) == 0o1777
     assert events and events[-1].current == events[-1].total
@@ -108,7 +109,8 @@ def test_tag_moves_and_multi_tag_removal(store, images):
     (a,) = store.import_archive(images.busybox.oci_dir)
     store.record(a.id, a.size, a.diff_ids, [], a.manifest_digest, ["docker.io/library/busybox:extra"], [])
     img = store.resolve("busybox:extra")
-    assert img.id == a.id and sorted(img.repo_tags) == ["docker.io/library/busybox:extra", "localhost/busybox:latest"]
+    assert img.id == a.id and sorted(img.repo_tags) == [
+        "docker.io/library/busybox:extra", "localhost/busybox:latest"]
     assert store.remove("busybox:extra")  # only the tag goes
     assert store.resolve(a.id).repo_tags == ["localhost/busybox:latest"]
 
@@ -185,7 +187,8 @@ def test_malicious_docker_archive_cannot_write_outside(store, tmp_path):
     assert os.stat(outside / "secret").st_nlink == 1
     assert os.readlink(root / "abs") == str(outside) and os.path.islink(root / "rel")
     assert not (root / "hl").exists() and not (root / "mem").exists()
-    assert (root / "bin" / "ok").read_bytes() == b"fine" and stat.S_IMODE(os.stat(root / "bin" / "ok").st_mode) == 0o4755
+    assert (root / "bin" / "ok").read_bytes() == b"fine"
+    assert stat.S_IMODE(os.stat(root / "bin" / "ok").st_mode) == 0o4755
     for _, _, files in os.walk(store.root):  # nothing named like the payloads anywhere in the store
         assert "climbed" not in files and "planted" not in files
 
@@ -213,7 +216,8 @@ def _many_layers(store, tmp_path, res, Entry, ImageSpec, build):
     links = store.layer_links(img)
     assert [p.resolve() for p in links] == [p.resolve() for p in img.layers]
     lower = ":".join(str(p) for p in reversed(links))
-    assert len(lower) < 4000 < len(":".join(str(p) for p in img.layers))  # absolute paths would not fit a page
+    # absolute paths would not fit a page
+    assert len(lower) < 4000 < len(":".join(str(p) for p in img.layers))
     mnt = res.mountpoint()
     subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={lower}", str(mnt)], check=True)
     try:

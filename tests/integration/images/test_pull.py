@@ -142,7 +142,8 @@ async def test_docker_schema2_manifest(registry, images, tmp_path):
 
 async def test_mirror_serves_registry_k8s_io(registry, images, tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"  # tried first, refused: the next endpoint is used
-    store = _store(tmp_path, {"mirrors": {"registry.k8s.io": {"endpoint": [dead, f"http://{registry.host}"]}}})
+    store = _store(tmp_path,
+                   {"mirrors": {"registry.k8s.io": {"endpoint": [dead, f"http://{registry.host}"]}}})
     img = await pull_image(store, "registry.k8s.io/pause:3.9")
     assert img.id == images.busybox.config_digest
     assert img.repo_tags == ["registry.k8s.io/pause:3.9"]
@@ -165,7 +166,8 @@ async def test_wildcard_mirror(registry, images, tmp_path):
 
 
 async def test_digest_mismatch_rejected(registry, tmp_path):
-    spec = ImageSpec("localhost/corrupt", "v1", extra_layers=((Entry("corrupt.txt", data=os.urandom(4096)),),))
+    spec = ImageSpec("localhost/corrupt", "v1",
+                     extra_layers=((Entry("corrupt.txt", data=os.urandom(4096)),),))
     built = build(spec, tmp_path / "src")
     registry.push(built.oci_dir, "v1", "test/corrupt", "v1")
     blob = registry.blob_path(built.layer_digests[-1])
@@ -207,7 +209,8 @@ async def test_tls_with_ca_file(tls_registry, images, tmp_path):
     ref = f"{tls_registry.host}/test/busybox:latest"
     with pytest.raises(PullError):  # self-signed: refused without the CA, and plain HTTP is no way round
         await pull_image(_store(tmp_path, name="a"), ref)
-    store = _store(tmp_path, {"configs": {tls_registry.host: {"tls": {"ca_file": str(tls_registry.ca)}}}}, "b")
+    store = _store(tmp_path,
+                   {"configs": {tls_registry.host: {"tls": {"ca_file": str(tls_registry.ca)}}}}, "b")
     assert (await pull_image(store, ref)).id == images.busybox.config_digest
     store = _store(tmp_path, {"configs": {tls_registry.host: {"tls": {"insecure_skip_verify": True}}}}, "c")
     assert (await pull_image(store, ref)).id == images.busybox.config_digest
@@ -223,7 +226,8 @@ async def test_basic_auth(basic_registry, images, tmp_path):
     assert img.id == images.busybox.config_digest
     import base64
 
-    cfg = {"configs": {basic_registry.host: {"auth": {"auth": base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}}}}
+    auth = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    cfg = {"configs": {basic_registry.host: {"auth": {"auth": auth}}}}
     assert (await pull_image(_store(tmp_path, cfg, "yaml"), ref)).id == images.busybox.config_digest
 
 

@@ -35,7 +35,8 @@ def _join_words(srv) -> dict[str, str]:
 
 
 def _kubectl(srv, *args: str, input: str | None = None) -> str:
-    p = subprocess.run(["kubectl", *args], capture_output=True, text=True, env=srv.env(), input=input, timeout=60)
+    p = subprocess.run(["kubectl", *args], capture_output=True, text=True, env=srv.env(),
+                       input=input, timeout=60)
     assert p.returncode == 0, p.stderr
     return p.stdout
 
@@ -58,12 +59,15 @@ def test_joined_credential_is_the_node_under_node_restriction_and_is_reused(srv,
         async with Client.from_kubeconfig(path) as c:
             await c.create("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "flow-node"}})
             await c.patch("nodes", "flow-node", {"metadata": {"labels": {"joined": "yes"}}})
-            assert (await c.get("namespaces", "default"))["metadata"]["name"] == "default"  # reads are allowed
+            # reads are allowed
+            assert (await c.get("namespaces", "default"))["metadata"]["name"] == "default"
             with pytest.raises(ClientError) as e:
-                await c.create("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "flow-other"}})
+                await c.create("nodes",
+                               {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "flow-other"}})
             assert e.value.code == 403 and 'node "flow-node" is not allowed to modify node' in e.value.message
             with pytest.raises(ClientError) as e:
-                await c.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}})
+                await c.create("namespaces",
+                               {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}})
             assert e.value.code == 403
             await c.delete("nodes", "flow-node")
 
@@ -77,11 +81,14 @@ def test_joined_credential_is_the_node_under_node_restriction_and_is_reused(srv,
 def test_unrecognized_request_waits_for_kubectl_certificate_approve(srv):
     key = ec.generate_private_key(ec.SECP256R1())
     req = (x509.CertificateSigningRequestBuilder()
-           .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "alice")])).sign(key, hashes.SHA256()))
+           .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "alice")]))
+           .sign(key, hashes.SHA256()))
     pem = req.public_bytes(serialization.Encoding.PEM)
     _kubectl(srv, "apply", "-f", "-", input=yaml.safe_dump({
-        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": "alice"},
-        "spec": {"request": base64.b64encode(pem).decode(), "signerName": "kubernetes.io/kube-apiserver-client",
+        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": "alice"},
+        "spec": {"request": base64.b64encode(pem).decode(),
+                 "signerName": "kubernetes.io/kube-apiserver-client",
                  "usages": ["digital signature", "client auth"], "expirationSeconds": 3600}}))
     try:
         csr = json.loads(_kubectl(srv, "get", "csr", "alice", "-o", "json"))
@@ -101,7 +108,8 @@ def test_unrecognized_request_waits_for_kubectl_certificate_approve(srv):
 
 def test_token_create_prints_a_join_command_that_joins_and_delete_revokes_it(srv, tmp_path):
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "nodeagent", "token", "--kubeconfig", str(srv.kubeconfig),
+        return subprocess.run([sys.executable, "-m", "nodeagent", "token", "--kubeconfig",
+                               str(srv.kubeconfig),
                                *args], capture_output=True, text=True, timeout=60)
 
     p = cli("create", "--ttl", "600", "--description", "for a test")
@@ -117,7 +125,8 @@ def test_token_create_prints_a_join_command_that_joins_and_delete_revokes_it(srv
     assert path.exists()
     _kubectl(srv, "delete", "csr", *(set(_csr_names(srv)) - before))
     assert cli("delete", j["token"]).returncode == 0
-    p = subprocess.run([sys.executable, "-m", "nodeagent", "agent", "--data-dir", str(tmp_path / "b"), "--node-name",
+    p = subprocess.run([sys.executable, "-m", "nodeagent", "agent", "--data-dir", str(tmp_path / "b"),
+                        "--node-name",
                         "token-node-2", "--server", j["server"], "--token", j["token"], "--ca-cert-hash",
                         j["ca-cert-hash"]], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "join refused" in p.stderr, p.stderr
@@ -127,7 +136,9 @@ def test_token_create_prints_a_join_command_that_joins_and_delete_revokes_it(srv
 def test_unsafe_skip_ca_verification_joins_without_a_pin(srv, tmp_path):
     j = _join_words(srv)
     before = set(_csr_names(srv))
-    path = asyncio.run(join(j["server"], j["token"], [], "unpinned-node", tmp_path, unsafe_skip_ca_verification=True))
-    ca = base64.b64decode(yaml.safe_load(path.read_text())["clusters"][0]["cluster"]["certificate-authority-data"])
+    path = asyncio.run(join(j["server"], j["token"], [], "unpinned-node", tmp_path,
+                            unsafe_skip_ca_verification=True))
+    cluster = yaml.safe_load(path.read_text())["clusters"][0]["cluster"]
+    ca = base64.b64decode(cluster["certificate-authority-data"])
     assert ca == srv.ca_file.read_bytes()
     _kubectl(srv, "delete", "csr", *(set(_csr_names(srv)) - before))

@@ -35,7 +35,8 @@ def _join_words(srv) -> dict[str, str]:
 
 
 def _kubectl(srv, *args: str, input: str | None = None) -> str:
-    p = subprocess.run(["kubectl", *args], capture_output=True, text=True, env=srv.env(), input=input, timeout=60)
+    p = subprocess.run(["kubectl", *args], capture_output=True, text=True, env=srv.env(),
+                       input=input, timeout=60)
     assert p.returncode == 0, p.stderr
     return p.stdout
 
@@ -96,7 +97,8 @@ def test_malformed_token_or_hash_and_missing_pin_are_refused(srv, tmp_path):
     assert p.returncode == 1 and "invalid --ca-cert-hash" in p.stderr, p.stderr
     p = _agent(tmp_path, "--server", srv.url, "--token", j["token"])
     assert p.returncode == 1 and "--discovery-token-unsafe-skip-ca-verification" in p.stderr, p.stderr
-    p = _agent(tmp_path, "--server", srv.url, "--token", srv.token)  # a plain bearer token needs the unsafe flag
+    # a plain bearer token needs the unsafe flag
+    p = _agent(tmp_path, "--server", srv.url, "--token", srv.token)
     assert p.returncode == 2 and "not a bootstrap token" in p.stderr, p.stderr
     _assert_nothing_left(srv, tmp_path)
 
@@ -122,7 +124,8 @@ def test_bootstrap_token_may_only_make_csrs_and_anonymous_only_read_cluster_info
     ctx = ssl.create_default_context(cafile=str(srv.ca_file))
 
     def get(path: str, token: str | None) -> int:
-        req = urllib.request.Request(srv.url + path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        req = urllib.request.Request(srv.url + path,
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
         try:
             with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
                 return r.status

@@ -1,4 +1,5 @@
-"""Volumes against the real kernel: tmpfs emptyDir with sizeLimit, and atomic configMap swaps under a reader."""
+"""Volumes against the real kernel: tmpfs emptyDir with sizeLimit,
+and atomic configMap swaps under a reader."""
 
 import errno
 import os
@@ -129,7 +130,8 @@ def test_secret_and_projected_volumes_live_on_tmpfs(res):
 
     root = res.mountpoint()
     secret = {"data": {"password": base64.b64encode(b"s3cret").decode()}}
-    vm = VolumeManager(root, get_secret=lambda ns, n: secret, get_configmap=lambda ns, n: {"data": {"a": "1"}})
+    vm = VolumeManager(root, get_secret=lambda ns, n: secret,
+                       get_configmap=lambda ns, n: {"data": {"a": "1"}})
     p = pod(container("app", limits={"memory": "32Mi"}), uid="pod-secret-1")
     p["spec"]["volumes"] = [{"name": "creds", "secret": {"secretName": "db"}},
                             {"name": "all", "projected": {"sources": [{"secret": {"name": "db"}},

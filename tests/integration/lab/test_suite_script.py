@@ -38,9 +38,11 @@ def test_default_subset_is_the_lab_only_part_not_make_test():
     # every default selection collects tests in this checkout
     for s in selections:
         argv = s.split()
-        p = subprocess.run([str(REPO / ".venv/bin/python"), "-m", "pytest", "--collect-only", "-q", "--no-leak-check",
+        p = subprocess.run([str(REPO / ".venv/bin/python"), "-m", "pytest", "--collect-only", "-q",
+                            "--no-leak-check",
                             *argv], cwd=REPO, capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0 and re.search(r"\b[1-9]\d* (tests )?(collected|selected)", p.stdout), p.stdout[-2000:]
+        collected = re.search(r"\b[1-9]\d* (tests )?(collected|selected)", p.stdout)
+        assert p.returncode == 0 and collected, p.stdout[-2000:]
 
 
 def test_selections_run_one_by_one_with_shell_quoting_and_the_log_keeps_them(tmp_path):
@@ -83,8 +85,8 @@ def test_keep_going_records_the_failure_and_lets_provisioning_go_on(tmp_path):
             LAB_TEST_SUITE="tests/unit/netlab/test_topology.py -k no_such_test_name")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "provisioning goes on" in p.stderr
-    assert result.read_text().startswith(
-        "the privileged subset failed: tests/unit/netlab/test_topology.py -k no_such_test_name"), result.read_text()
+    failed = "the privileged subset failed: tests/unit/netlab/test_topology.py -k no_such_test_name"
+    assert result.read_text().startswith(failed), result.read_text()
     p = run(tmp_path, LAB_TEST="1", LAB_TEST_KEEP_GOING="1", LAB_TEST_ARGS="--no-leak-check -q",
             LAB_TEST_SUITE="tests/unit/nodenet/test_podcidr.py -k node_pod_cidr")
     assert p.returncode == 0, p.stdout + p.stderr

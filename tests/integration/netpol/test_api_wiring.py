@@ -60,7 +60,8 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
                 if e.code != 409:
                     raise
         await client.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        await client.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": peer_ns}})
+        await client.create("namespaces",
+                            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": peer_ns}})
         await make_pod(client, ns, "db", f"{net}.11", {"role": "db"})
         await make_pod(client, ns, "web", f"{net}.12", {"role": "web"})
         await make_pod(client, peer_ns, "client", f"{net}.13", {"app": "client"}, node="n2")
@@ -81,7 +82,8 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
         assert pol["spec"]["policyTypes"] == ["Ingress"]
         assert pol["spec"]["ingress"][0]["ports"][0]["protocol"] == "TCP"
 
-        log = await asyncio.to_thread(open, tmp_path / "netpol.log", "w")  # the child's stderr, shown on failure
+        # the child's stderr, shown on failure
+        log = await asyncio.to_thread(open, tmp_path / "netpol.log", "w")
         proc = res.process([sys.executable, "-m", "nodeagent", "netpol", "--mode", mode, "--kubeconfig",
                             str(server.kubeconfig), "--netns", netns, "--node-name", "n1",
                             "--min-sync-period", "0.1"], stdout=subprocess.DEVNULL, stderr=log)
@@ -91,9 +93,11 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
             return subprocess.run(["ip", "netns", "exec", netns, *cmd], capture_output=True, text=True).stdout
 
         def peers(text: str) -> str:
-            # the elements of the policy's one pod-peer set (NA-NP-P-<hash> in iptables mode, p_<hash> in nftables)
+            # the elements of the policy's one pod-peer set (NA-NP-P-<hash> in iptables mode,
+            # p_<hash> in nftables)
             blocks = text.split("Name: ") if mode == "iptables" else text.split("set ")
-            return "".join(b for b in blocks if b.split() and b.split()[0].lower().startswith(("na-np-p-", "p_")))
+            return "".join(b for b in blocks
+                           if b.split() and b.split()[0].lower().startswith(("na-np-p-", "p_")))
 
         async def programmed():
             t = dump()
@@ -109,7 +113,8 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
         pns = await client.get("namespaces", peer_ns)
         pns["metadata"].setdefault("labels", {})["team"] = "a"
         await client.update("namespaces", pns)
-        await eventually(lambda: asyncio.sleep(0, f"{net}.13" in peers(dump())), what="namespace label change")
+        await eventually(lambda: asyncio.sleep(0, f"{net}.13" in peers(dump())),
+                         what="namespace label change")
         await client.delete("networkpolicies", "db", ns)
         await eventually(lambda: asyncio.sleep(0, f"{net}.13" not in dump() and f"{net}.12" not in dump()),
                          what="policy deleted")
@@ -133,7 +138,8 @@ async def test_policies_pods_and_namespaces_reach_the_kernel(server, res, requir
 
 @pytest.mark.parametrize("mode", ["iptables", "nftables"])
 async def test_up_component_serves_then_removes_its_rules_on_stop(server, res, require, mode, tmp_path):
-    """`netpol.service:serve` as `nodeagent up` runs it (kubeconfig, tagged names for a non-default data dir)."""
+    """`netpol.service:serve` as `nodeagent up` runs it (kubeconfig,
+    tagged names for a non-default data dir)."""
     from netpol.config import NetpolConfig
     from netpol.iptables import IptablesBackend
     from netpol.nftables import NftablesBackend

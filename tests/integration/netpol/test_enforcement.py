@@ -195,7 +195,8 @@ def test_egress_to_ip_block_except_a_range(cl):
 def test_egress_named_port_to_pods(cl):
     cl.apply(policy("egress-redis", "default", {
         "podSelector": {"matchLabels": {"app": "egress"}}, "policyTypes": ["Egress"],
-        "egress": [{"to": [{"podSelector": {"matchLabels": {"role": "db"}}}], "ports": [{"port": "redis"}]}]}))
+        "egress": [{"to": [{"podSelector": {"matchLabels": {"role": "db"}}}],
+                    "ports": [{"port": "redis"}]}]}))
     cl.sync()
     assert cl.connect("default/egress", "default/db", 6379) == "ok"
     assert cl.connect("default/egress", "default/db", 8080) == "blocked"

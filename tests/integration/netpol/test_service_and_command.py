@@ -1,4 +1,5 @@
-"""Policy composes with netproxy's ClusterIP DNAT; `nodeagent netpol --once` / `--cleanup`; the up component."""
+"""Policy composes with netproxy's ClusterIP DNAT; `nodeagent netpol --once` / `--cleanup`;
+the up component."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def test_policy_applies_to_the_real_pod_behind_a_cluster_ip(mode, require):
 
 
 def test_help():
-    out = subprocess.run([sys.executable, "-m", "nodeagent", "netpol", "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "nodeagent", "netpol", "--help"],
+                         capture_output=True, text=True,
                          check=True).stdout
     for flag in ("--kubeconfig", "--mode", "--cleanup", "--from-file", "--netns"):
         assert flag in out
@@ -88,13 +90,16 @@ def test_once_then_cleanup(res, tmp_path, mode, require):
         | {"kind": "NetworkPolicy"},
     ]}))
     cli = [sys.executable, "-m", "nodeagent", "netpol", "--mode", mode, "--netns", ns]
-    out = subprocess.run(cli + ["--from-file", str(manifest), "--once"], capture_output=True, text=True, check=True)
+    out = subprocess.run(cli + ["--from-file", str(manifest), "--once"], capture_output=True,
+                         text=True, check=True)
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["policies"] == 1 and report["pods"] == 2
     show = ["ipset", "list"] if mode == "iptables" else ["nft", "list", "ruleset"]
-    rules = subprocess.run(["ip", "netns", "exec", ns, *show], capture_output=True, text=True, check=True).stdout
+    rules = subprocess.run(["ip", "netns", "exec", ns, *show], capture_output=True, text=True,
+                           check=True).stdout
     assert "10.244.0.5" in rules and "10.244.0.6" in rules
     out = subprocess.run(cli + ["--cleanup"], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1])["left"] == []
-    rules = subprocess.run(["ip", "netns", "exec", ns, *show], capture_output=True, text=True, check=True).stdout
+    rules = subprocess.run(["ip", "netns", "exec", ns, *show], capture_output=True, text=True,
+                           check=True).stdout
     assert "10.244.0.5" not in rules

@@ -25,7 +25,8 @@ def server(tmp_path_factory):
 
 async def make_pod(client, ns, name, ip, ready=True):
     pod = await client.create("pods", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": {"app": "web"}},
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": "web"}},
         "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox",
                                                    "ports": [{"name": "http", "containerPort": 8080}]}]}}, ns)
     pod["status"] = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
@@ -64,7 +65,8 @@ async def test_service_endpoints_reach_the_proxy_rules(server, res, require, mod
         assert subsets[0]["ports"] == [{"port": 8080, "protocol": "TCP"}]  # named targetPort resolved
 
         async def slices_ready():  # written after the Endpoints object, in the same reconcile
-            slices = (await client.list("endpointslices", ns, label_selector="kubernetes.io/service-name=web"))
+            slices = (await client.list("endpointslices", ns,
+                                        label_selector="kubernetes.io/service-name=web"))
             return len(slices["items"]) == 1 and len(slices["items"][0]["endpoints"]) == 3
         await eventually(slices_ready)
 
@@ -73,7 +75,10 @@ async def test_service_endpoints_reach_the_proxy_rules(server, res, require, mod
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def rules() -> str:
-            cmd = [f"iptables-{node_iptables_backend()}-save", "-t", "nat"] if mode == "iptables" else ["nft", "list", "ruleset"]
+            if mode == "iptables":
+                cmd = [f"iptables-{node_iptables_backend()}-save", "-t", "nat"]
+            else:
+                cmd = ["nft", "list", "ruleset"]
             return subprocess.run(["ip", "netns", "exec", netns, *cmd], capture_output=True, text=True).stdout
 
         async def programmed():

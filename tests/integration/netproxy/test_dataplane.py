@@ -62,7 +62,8 @@ class Harness:
                                node_ips=(lab.node_ip,) if lab.node_ip else ())
         self.worker = NetnsWorker(lab.node)
         variant = {"iptables": {"backend": "nft"}, "iptables-legacy": {"backend": "legacy"},
-                   "iptables-restore": {"incremental": "restore"}, "iptables-xtblob": {"incremental": "xtblob"},
+                   "iptables-restore": {"incremental": "restore"},
+                   "iptables-xtblob": {"incremental": "xtblob"},
                    "iptables-nft": {"backend": "nft-restore"}}.get(mode, {})
         options = {**variant, **(options or {})}
         self.proxy = Proxy(make_proxier(mode.split("-")[0], self.node, **options), self.worker, **proxy_kw)
@@ -180,7 +181,8 @@ def test_conntrack_cleanup_matches_ipvs_flows(lab, make, require):
     h.service("dns", ports=udp)
     h.endpoints("dns", ["a"], ports=ep_udp)
     h.sync()
-    assert lab.answers(lab.clients["client"], "udp", VIP, 53, 2, src_port=40001) == [f"a {lab.node_pod_ip}"] * 2
+    answers = lab.answers(lab.clients["client"], "udp", VIP, 53, 2, src_port=40001)
+    assert answers == [f"a {lab.node_pod_ip}"] * 2
     assert lab.pods["a"] in lab.in_node("conntrack", "-L", "-p", "udp", "--orig-dst", VIP, check=False)
     ((spn, sp),) = h.proxy.state.services.items()
     stale = [(sp, ep) for ep in h.proxy.state.endpoints[spn]]
@@ -199,7 +201,8 @@ def test_ipvs_strict_arp_stops_the_node_claiming_service_ips(lab, make, require,
     h.service("web")
     h.endpoints("web", ["a"])
     h.sync(full=True)
-    values = [lab.in_node("cat", f"/proc/sys/net/ipv4/conf/all/{k}").strip() for k in ("arp_ignore", "arp_announce")]
+    values = [lab.in_node("cat", f"/proc/sys/net/ipv4/conf/all/{k}").strip()
+              for k in ("arp_ignore", "arp_announce")]
     assert values == (["1", "2"] if strict else ["0", "0"])
     # asked on the client's link for a VIP that only kube-ipvs0 holds: the node answers iff not strict
     arping = sh("ip", "netns", "exec", lab.clients["client"], "busybox", "arping", "-f", "-c", "2", "-w", "2",
@@ -298,7 +301,8 @@ def test_service_changing_shape_keeps_working(lab, make, mode):
     h.endpoints("web", ["a", "b"])
     h.sync()
     assert set(_names(lab.answers(client, "tcp", VIP, 80, 40))) == {"a", "b"}
-    shaped = service("web", VIP, [{**HTTP[0], "nodePort": 30083}], type="NodePort", sessionAffinity="ClientIP",
+    shaped = service("web", VIP, [{**HTTP[0], "nodePort": 30083}], type="NodePort",
+                     sessionAffinity="ClientIP",
                      sessionAffinityConfig={"clientIP": {"timeoutSeconds": 60}})
     h.proxy.on_service(plain, shaped)
     h.sync()

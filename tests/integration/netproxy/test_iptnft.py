@@ -34,14 +34,18 @@ def _ports() -> list[tuple[ServicePort, list[Endpoint]]]:
         return Endpoint(ip, 8080, node_name=node)
 
     return [
-        (ServicePort(name("a"), "10.96.0.1", 80, "TCP"), [ep("10.244.1.2"), ep("10.244.2.3"), ep("10.244.3.4")]),
+        (ServicePort(name("a"), "10.96.0.1", 80, "TCP"),
+         [ep("10.244.1.2"), ep("10.244.2.3"), ep("10.244.3.4")]),
         (ServicePort(name("u"), "10.96.0.2", 53, "UDP"), [ep("10.244.1.5")]),
-        (ServicePort(name("aff"), "10.96.0.3", 80, "TCP", affinity_timeout=10800), [ep("10.244.1.6"), ep("10.244.1.7")]),
+        (ServicePort(name("aff"), "10.96.0.3", 80, "TCP", affinity_timeout=10800),
+         [ep("10.244.1.6"), ep("10.244.1.7")]),
         (ServicePort(name("np"), "10.96.0.4", 80, "TCP", node_port=30080, external_ips=("192.0.2.9",),
                      load_balancer_ips=("198.51.100.3",), type="LoadBalancer"), [ep("10.244.1.8")]),
-        (ServicePort(name("loc"), "10.96.0.5", 80, "TCP", node_port=30081, external_local=True, type="NodePort"),
+        (ServicePort(name("loc"), "10.96.0.5", 80, "TCP", node_port=30081, external_local=True,
+                     type="NodePort"),
          [ep("10.244.1.9", "n1"), ep("10.244.2.9", "n2")]),
-        (ServicePort(name("locnone"), "10.96.0.6", 80, "TCP", node_port=30082, external_local=True, type="NodePort"),
+        (ServicePort(name("locnone"), "10.96.0.6", 80, "TCP", node_port=30082, external_local=True,
+                     type="NodePort"),
          [ep("10.244.2.10", "n2")]),
         (ServicePort(name("none"), "10.96.0.7", 80, "TCP", node_port=30083, external_ips=("192.0.2.10",),
                      type="NodePort"), []),
@@ -91,7 +95,8 @@ def _raw(table: str, counters: bool = False) -> list[str]:
     try:
         out = []
         for c in sock.dump(nl.GETCHAIN, table=table) or ():
-            out.append("chain " + " ".join(f"{k}={v.hex()}" for k, v in sorted(c.items()) if k in (1, 3, 4, 5, 7)))
+            attrs = (f"{k}={v.hex()}" for k, v in sorted(c.items()) if k in (1, 3, 4, 5, 7))
+            out.append("chain " + " ".join(attrs))
         for r in sock.dump(nl.GETRULE, table=table) or ():
             parts = [nl.attr_str(r[nl.RULE_CHAIN])]
             parts += [f"a{k}={v.hex()}" for k, v in sorted(r.items()) if k not in (1, 2, 3, 4, 6)]
@@ -127,7 +132,8 @@ def _by_chain(lines: list[str]) -> dict[str, list[str]]:
 @pytest.mark.parametrize("chunk", [CHUNK, 2], ids=["one-transaction", "chunked"])
 @pytest.mark.parametrize("large", [False, True], ids=["comments", "large-cluster"])
 @pytest.mark.parametrize("counters", [False, True], ids=["no-counters", "counters"])
-@pytest.mark.parametrize("cidr,node_ips", [("10.244.0.0/16", ()), ("10.240.0.0/12", ("192.168.5.5", "10.0.0.7"))],
+@pytest.mark.parametrize("cidr,node_ips",
+                         [("10.244.0.0/16", ()), ("10.240.0.0/12", ("192.168.5.5", "10.0.0.7"))],
                          ids=["byte-prefix,addrtype", "bit-prefix,node-ips"])
 def test_full_sync_equals_iptables_nft_restore(res, require, large, cidr, node_ips, chunk, counters):
     """Also with the initial load split into transactions of 2 ports (several chunks, then the last one);
@@ -230,7 +236,8 @@ def test_drift_then_full_sync_repairs(res, require, chunk):
         worker.call(proxier.full_sync, plans)
         want = _save(ours)
         for argv in (["-t", "nat", "-F", "KUBE-SERVICES"],
-                     ["-t", "nat", "-D", "PREROUTING", "-m", "comment", "--comment", "kubernetes service portals",
+                     ["-t", "nat", "-D", "PREROUTING", "-m", "comment", "--comment",
+                      "kubernetes service portals",
                       "-j", "KUBE-SERVICES"]):
             subprocess.run(["ip", "netns", "exec", ours, "iptables-nft", *argv], check=True)
         assert _save(ours) != want

@@ -57,7 +57,8 @@ def test_listing_reads_back_identically(proxy, res):
     asyncio.run(proxy.sync())
     text = _list(proxy.netns)
     for expected in ("10.96.0.10 . tcp . 80 . 1 : 10.244.0.6 . 8080", "tcp . 30090 . 0 : 10.244.0.7 . 8080",
-                     "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @service-endpoints",
+                     "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 "
+                     "map @service-endpoints",
                      "10.244.0.5 . 10.244.0.5", "update @affinity-", "10.96.0.13 . tcp . 80"):
         assert expected in text, expected
     other = res.netns()

@@ -23,15 +23,22 @@ def test_proxy_once_then_cleanup(res, tmp_path, mode, require):
         endpoint_slice("web", [{"name": "http", "port": 8080}], [{"ip": "10.244.0.5"}]),
     ]}))
     cli = [sys.executable, "-m", "nodeagent", "proxy", "--mode", mode, "--netns", ns]
-    out = subprocess.run(cli + ["--from-file", str(manifest), "--once"], capture_output=True, text=True, check=True)
+    out = subprocess.run(cli + ["--from-file", str(manifest), "--once"], capture_output=True,
+                         text=True, check=True)
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["services"] == 1 and report["rules"] > 0
-    show = ([f"iptables-{node_iptables_backend()}-save", "-t", "nat"] if mode == "iptables" else ["nft", "list", "ruleset"])
-    rules = subprocess.run(["ip", "netns", "exec", ns, *show], capture_output=True, text=True, check=True).stdout
+    if mode == "iptables":
+        show = [f"iptables-{node_iptables_backend()}-save", "-t", "nat"]
+    else:
+        show = ["nft", "list", "ruleset"]
+    rules = subprocess.run(["ip", "netns", "exec", ns, *show], capture_output=True, text=True,
+                           check=True).stdout
     # iptables: the DNAT target; nftables: the Service's endpoint-map element (slot 0 → ip . port)
-    assert ("10.244.0.5:8080" if mode == "iptables" else "10.96.0.10 . tcp . 80 . 0 : 10.244.0.5 . 8080") in rules
+    endpoint = "10.244.0.5:8080" if mode == "iptables" else "10.96.0.10 . tcp . 80 . 0 : 10.244.0.5 . 8080"
+    assert endpoint in rules
     subprocess.run(cli + ["--cleanup"], capture_output=True, text=True, check=True)
-    rules = subprocess.run(["ip", "netns", "exec", ns, *show], capture_output=True, text=True, check=True).stdout
+    rules = subprocess.run(["ip", "netns", "exec", ns, *show], capture_output=True, text=True,
+                           check=True).stdout
     assert "10.244.0.5" not in rules and "KUBE-" not in rules and "kube-proxy" not in rules
 
 
@@ -50,7 +57,9 @@ def test_serve_component_syncs_from_a_source_then_stops(res):
         ready = asyncio.Event()
         task = asyncio.create_task(serve(config, ready, source))
         await asyncio.wait_for(ready.wait(), 20)
-        rules = await asyncio.to_thread(subprocess.run, ["ip", "netns", "exec", ns, f"iptables-{node_iptables_backend()}-save"],
+        rules = await asyncio.to_thread(subprocess.run,
+                                        ["ip", "netns", "exec", ns,
+                                         f"iptables-{node_iptables_backend()}-save"],
                                         capture_output=True, text=True)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

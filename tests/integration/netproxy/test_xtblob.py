@@ -60,8 +60,8 @@ class Twin:
         self.ref, self.blob = res.netns(), res.netns()
         for ns in (self.ref, self.blob):
             for text in (FOREIGN, full_restore(plans, NODE)):
-                subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "-c", "--noflush"], input=text,
-                               text=True, check=True)
+                subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "-c", "--noflush"],
+                               input=text, text=True, check=True)
         self.plans = plans
         self.tables: dict[str, XtTable] = {}
         self.ref_w, self.blob_w = NetnsWorker(self.ref), NetnsWorker(self.blob)
@@ -80,8 +80,8 @@ class Twin:
                 new[spn] = plan_port(*value, NODE)
         text = partial_restore(self.plans, new, list(changes))
         if text:
-            subprocess.run(["ip", "netns", "exec", self.ref, "iptables-legacy-restore", "--noflush"], input=text,
-                           text=True, check=True)
+            subprocess.run(["ip", "netns", "exec", self.ref, "iptables-legacy-restore", "--noflush"],
+                           input=text, text=True, check=True)
         self.blob_w.call(self._apply, partial_ops(self.plans, new, list(changes)))
         self.plans = new
         for table in ("nat", "filter"):
@@ -95,7 +95,8 @@ class Twin:
 
 def test_partial_changes_match_iptables_restore_byte_for_byte(res):
     ports = [_port(0), _port(1), _port(2, sessionAffinity="ClientIP"),
-             _port(3, type="NodePort", port={"nodePort": 30080}), _port(4), _port(5, port={"protocol": "UDP"})]
+             _port(3, type="NodePort", port={"nodePort": 30080}), _port(4),
+             _port(5, port={"protocol": "UDP"})]
     twin = Twin(res, {sp.name: plan_port(sp, eps, NODE) for sp, eps in ports})
     try:
         (s0, e0), (s1, e1), (s2, e2), (s3, e3), (s4, _), (s5, e5) = ports
@@ -109,7 +110,8 @@ def test_partial_changes_match_iptables_restore_byte_for_byte(res):
         twin.change({s2.name: (s2, e2[1:]), s5.name: (s5, e5[:1])})  # affinity (recent), UDP
         for table in ("nat", "filter"):  # one read of the kernel per table, then the index is reused
             assert twin.tables[table].reparsed == 1
-        foreign = [ln for ln in _save(twin.blob, "nat", counters=True) if "DOCKER" in ln and ln.startswith("[")]
+        foreign = [ln for ln in _save(twin.blob, "nat", counters=True)
+                   if "DOCKER" in ln and ln.startswith("[")]
         assert foreign == ["[5:300] -A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER",
                            "[2:120] -A DOCKER -i docker0 -j RETURN"]
         twin.change({sp.name: None for sp, _ in ports if sp.name != s4.name} | {s9.name: None})
@@ -134,12 +136,15 @@ def test_foreign_write_between_changes_is_kept(res):
 
 
 @pytest.mark.parametrize("spec", [
-    '-m comment --comment "ns/svc:http cluster IP" -m tcp -p tcp -d 10.96.0.1/32 --dport 80 ! -s 10.0.0.0/8 -j KUBE-X',
-    '-m comment --comment "ns/svc:http -> 10.1.2.3:8080" -m statistic --mode random --probability 0.3333333333 -j KUBE-X',
+    '-m comment --comment "ns/svc:http cluster IP" -m tcp -p tcp -d 10.96.0.1/32 --dport 80 '
+    "! -s 10.0.0.0/8 -j KUBE-X",
+    '-m comment --comment "ns/svc:http -> 10.1.2.3:8080" -m statistic --mode random '
+    "--probability 0.3333333333 -j KUBE-X",
     "-s 10.1.2.3/32 -j KUBE-X",
     "-m tcp -p tcp -j DNAT --to-destination 10.1.2.3:8080",
     "-m recent --name KUBE-X --mask 255.255.255.255 --rsource --rcheck --seconds 30 --reap -j KUBE-X",
-    "-m recent --name KUBE-X --mask 255.255.255.255 --rsource --set -m udp -p udp -j DNAT --to-destination 10.1.2.3:53",
+    "-m recent --name KUBE-X --mask 255.255.255.255 --rsource --set -m udp -p udp "
+    "-j DNAT --to-destination 10.1.2.3:53",
     '-m comment --comment "m" -m addrtype --src-type LOCAL -j KUBE-X',
     "-m sctp -p sctp -d 10.96.0.1/32 --dport 80 -j KUBE-X",
     "-j RETURN",
@@ -201,14 +206,16 @@ def test_proxier_changes_through_the_blob_and_recovers_from_drift(res):
         worker.call(proxier.sync, state, Changes(ports={s0.name}), False)
         assert proxier._xt["nat"].reparsed == 1  # ... so the index stays valid
         assert "10.244.0.2:8080" in "\n".join(_save(ns, "nat"))
-        subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy", "-t", "nat", "-F", proxier.names.services],
+        subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy", "-t", "nat", "-F",
+                        proxier.names.services],
                        check=True)
         state.services.pop(s1.name)  # its dispatch rule is gone already: the edit cannot apply
         with pytest.raises(BlobError):
             worker.call(proxier.sync, state, Changes(ports={s1.name}), False)
         worker.call(proxier.sync, state, Changes(), True)
         lines = _save(ns, "nat")
-        assert [ln for ln in lines if ln.startswith(f"-A {proxier.names.services} ") and "default/s0:http cluster IP" in ln]
+        assert [ln for ln in lines
+                if ln.startswith(f"-A {proxier.names.services} ") and "default/s0:http cluster IP" in ln]
         assert "10.244.1." not in "\n".join(lines)
         state.endpoints[s0.name] = tuple(e0)
         worker.call(proxier.sync, state, Changes(ports={s0.name}), False)

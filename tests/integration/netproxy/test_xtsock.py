@@ -36,7 +36,8 @@ def _info(table: str):
 
 def test_replace_unchanged_keeps_rules_and_counters(res):
     ns = res.netns()
-    subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "-c"], input=RULES, text=True, check=True)
+    subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "-c"], input=RULES,
+                   text=True, check=True)
     before = _save(ns)
     assert "[11:660] -A FOREIGN" in before and "[7:420] -A PREROUTING" in before
     worker = NetnsWorker(ns)

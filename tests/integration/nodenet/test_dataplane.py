@@ -23,7 +23,8 @@ def ip(ns: str, *args: str) -> str:
 
 
 def make_node(res, idx: int, underlay_ns_peer: str | None, pod_cidr: str):
-    """A node netns with a pod netns behind a veth (pod .2, node side .1 /24 as the bridge gateway would be)."""
+    """A node netns with a pod netns behind a veth (pod .2,
+    node side .1 /24 as the bridge gateway would be)."""
     node, pod = res.netns(), res.netns()
     a, b = res.veth(netns=node, peer_netns=pod)
     ip(node, "addr", "add", pod_cidr.replace(".0/24", ".1/24"), "dev", a)
@@ -55,7 +56,8 @@ def annotated(name, pub, cidr, mac):
 
 
 def ping(pod: str, addr: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", "netns", "exec", pod, "busybox", "ping", "-c", "2", "-W", "2", "-i", "0.2", addr],
+    return subprocess.run(["ip", "netns", "exec", pod, "busybox", "ping", "-c", "2", "-W", "2",
+                           "-i", "0.2", addr],
                           capture_output=True, text=True, check=False)
 
 
@@ -83,7 +85,8 @@ def test_pods_on_two_nodes_reach_each_other(two_nodes, mode, require):
         assert "vxlan id 1 " in link and "dstport 8472" in link and "mtu 1450" in link
         mac = planes[1].vtep_mac
         assert mac and mac in ip(two_nodes[0][0], "neigh", "show", "dev", P.VXLAN_DEVICE)
-        assert "dst 192.168.77.2" in sh("bridge", "-n", two_nodes[0][0], "fdb", "show", "dev", P.VXLAN_DEVICE).stdout
+        fdb = sh("bridge", "-n", two_nodes[0][0], "fdb", "show", "dev", P.VXLAN_DEVICE).stdout
+        assert "dst 192.168.77.2" in fdb
     r = ping(two_nodes[0][1], "10.244.2.2")
     assert r.returncode == 0, r.stdout + r.stderr
     r = ping(two_nodes[1][1], "10.244.1.2")

@@ -32,7 +32,8 @@ def ns(res):
 
 
 def test_after_a_proxy_jump_that_came_first(ns):
-    in_ns(ns, lambda: masq._iptables("-A", "POSTROUTING", "-s", "10.1.0.0/24", "-j", "MASQUERADE"))  # a CNI rule
+    # a CNI rule
+    in_ns(ns, lambda: masq._iptables("-A", "POSTROUTING", "-s", "10.1.0.0/24", "-j", "MASQUERADE"))
     in_ns(ns, lambda: masq._iptables("-I", "POSTROUTING", "1", *JUMP))
     in_ns(ns, lambda: masq.ensure(CIDR, NODE))
     assert [kind(r) for r in postrouting(ns)] == ["proxy", "ours", "other"]

@@ -29,13 +29,14 @@ def _subnet_in(conf) -> str | None:
 
 
 @pytest.mark.parametrize("allocate", [True, False], ids=["node-ipam", "no-allocate-node-cidrs"])
-async def test_the_cni_config_is_written_from_the_podcidr_the_control_plane_assigns(tmp_path, allocate, caplog,
-                                                                                      monkeypatch):
+async def test_the_cni_config_is_written_from_the_podcidr_the_control_plane_assigns(
+        tmp_path, allocate, caplog, monkeypatch):
     from nodeagent.nodenet import podcidr
 
     monkeypatch.setattr(podcidr, "WAIT_LOG_EVERY", 0.2)  # say "still waiting" often in this test
     caplog.set_level("INFO", logger="nodeagent.nodenet.podcidr")
-    srv = start_server(tmp_path / "srv", extra=["--cluster-cidr", "10.123.0.0/16", "--node-cidr-mask-size", "25",
+    srv = start_server(tmp_path / "srv", extra=["--cluster-cidr", "10.123.0.0/16",
+                                                "--node-cidr-mask-size", "25",
                                                  *([] if allocate else ["--no-allocate-node-cidrs"])])
     name = unique("pcidr").lower()
     layout = Layout.for_data_dir(tmp_path / "node")
@@ -55,7 +56,8 @@ async def test_the_cni_config_is_written_from_the_podcidr_the_control_plane_assi
                     # the follower has seen the Node, without a podCIDR: it writes nothing
                     await eventually(lambda: asyncio.sleep(0, follower.registered))
                     # and says what it waits for
-                    await eventually(lambda: asyncio.sleep(0, "(registered): still waiting for its spec.podCIDR"
+                    await eventually(lambda: asyncio.sleep(0,
+                                                           "(registered): still waiting for its spec.podCIDR"
                                                            in caplog.text))
                     assert (await client.get("nodes", name))["spec"].get("podCIDR") is None
                     assert _subnet_in(conf) is None

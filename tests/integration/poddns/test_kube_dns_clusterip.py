@@ -87,7 +87,8 @@ def test_pod_resolves_through_the_kube_dns_cluster_ip(res, tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def programmed() -> bool:
-            rules = subprocess.run(["ip", "netns", "exec", netns, f"iptables-{node_iptables_backend()}-save", "-t", "nat"],
+            rules = subprocess.run(["ip", "netns", "exec", netns,
+                                    f"iptables-{node_iptables_backend()}-save", "-t", "nat"],
                                    capture_output=True, text=True).stdout
             return KUBE_DNS in rules and host_ip in rules
         _eventually(programmed)

@@ -29,15 +29,18 @@ async def eventually(fn, within=30.0):
 
 def pod(name):
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                                     "resources": {"requests": {"cpu": "100m"}}}]}}
 
 
 async def test_one_leader_schedules_and_the_other_takes_over(tmp_path):
     # the server's own scheduler is left out: the two replicas here are the only ones
     srv = start_server(tmp_path / "srv", extra=["--without", "scheduler", "--controllers", "none"])
     clients = {n: Client.from_kubeconfig(srv.kubeconfig) for n in ("a", "b")}
-    electors = {n: elector(c, n, lease_duration=2, renew_deadline=1.5, retry_period=0.2) for n, c in clients.items()}
-    tasks = {n: asyncio.create_task(electors[n].run(functools.partial(run_scheduler, c))) for n, c in clients.items()}
+    electors = {n: elector(c, n, lease_duration=2, renew_deadline=1.5, retry_period=0.2)
+                for n, c in clients.items()}
+    tasks = {n: asyncio.create_task(electors[n].run(functools.partial(run_scheduler, c)))
+             for n, c in clients.items()}
     admin = clients["a"]
     try:
         await admin.create("nodes", node_object("n1", cpu="4"))

@@ -25,7 +25,8 @@ def server(tmp_path_factory):
 
 def pod(ns, name, cpu="100m", **spec):
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
-            "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}],
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                                     "resources": {"requests": {"cpu": cpu}}}],
                      **spec}}
 
 
@@ -53,7 +54,8 @@ async def test_pending_pods_are_bound_and_unschedulable_ones_reported(server):
         async def reported():
             p = await client.get("pods", "big", ns)
             conds = {c["type"]: c for c in (p.get("status") or {}).get("conditions") or []}
-            events = [e for e in (await client.list("events", ns))["items"] if e["reason"] == "FailedScheduling"]
+            listed = (await client.list("events", ns))["items"]
+            events = [e for e in listed if e["reason"] == "FailedScheduling"]
             ok = conds.get("PodScheduled", {}).get("status") == "False" and events
             return ok and (conds["PodScheduled"], events[0])
         cond, event = await eventually(reported)
@@ -127,14 +129,16 @@ async def test_preemption_evicts_only_the_minimal_victims(server):
     try:
         await _setup_ns(client, ns)
         for name, value in classes.items():
-            await client.create("priorityclasses", {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            await client.create("priorityclasses", {"apiVersion": "scheduling.k8s.io/v1",
+                                                    "kind": "PriorityClass",
                                                     "metadata": {"name": name}, "value": value})
         await client.create("nodes", node_object(node, cpu="4", labels={"pool": ns}))
         # 4 cpu full: a (1 cpu, mid), b (1 cpu, low), c (2 cpu, low). A 2-cpu high pod needs 2 cpu:
         # reprieving the most important first keeps a and b; only c has to go.
         for name, cpu, cls in (("a", "1", "mid"), ("b", "1", "low"), ("c", "2", "low")):
-            await client.create("pods", pod(ns, name, cpu=cpu, nodeSelector={"pool": ns},
-                                            priorityClassName=f"{ns}-{cls}", terminationGracePeriodSeconds=0), ns)
+            p = pod(ns, name, cpu=cpu, nodeSelector={"pool": ns}, priorityClassName=f"{ns}-{cls}",
+                    terminationGracePeriodSeconds=0)
+            await client.create("pods", p, ns)
 
         async def all_bound():
             items = (await client.list("pods", ns))["items"]

@@ -1,4 +1,5 @@
-"""etcd specifics: several stores (apiservers) on one etcd, old-revision watches, a restarted etcd, kill -9."""
+"""etcd specifics: several stores (apiservers) on one etcd, old-revision watches,
+a restarted etcd, kill -9."""
 
 import asyncio
 import os
@@ -26,7 +27,8 @@ async def stores(etcd_server):
 
 async def test_every_store_sees_every_write(stores):
     since = max(s.revision for s in stores)
-    watches = [asyncio.create_task(collect(s, "/pods/", since, 90, limit=120)) for s in stores for _ in range(3)]
+    watches = [asyncio.create_task(collect(s, "/pods/", since, 90, limit=120))
+               for s in stores for _ in range(3)]
     await asyncio.sleep(0.2)
 
     async def writer(s, i):

@@ -25,7 +25,8 @@ def test_generated_tokens_have_kubeadms_format_and_differ():
 
 
 @pytest.mark.parametrize("bad", ["", "abcdef", "abcdef.0123456789abcde", "ABCDEF.0123456789abcdef",
-                                 "abcdef:0123456789abcdef", "abcdef.0123456789abcdef0", "abc-ef.0123456789abcdef"])
+                                 "abcdef:0123456789abcdef", "abcdef.0123456789abcdef0",
+                                 "abc-ef.0123456789abcdef"])
 def test_malformed_tokens_are_rejected(bad):
     assert not tokens.is_token(bad)
     with pytest.raises(tokens.TokenError):
@@ -41,11 +42,13 @@ def test_secret_is_the_kubeadm_shape_and_checks_secret_usage_and_expiry():
     assert f["token-id"] == "abcdef" and f["token-secret"] == "0123456789abcdef"
     assert f["expiration"] == "2030-01-01T01:00:00Z"
     assert tokens.check_secret(s, "abcdef", "0123456789abcdef", "authentication", now=now)
-    assert tokens.token_groups(f) == ("system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token")
+    assert tokens.token_groups(f) == (
+        "system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token")
     with pytest.raises(tokens.TokenError, match="secret does not match"):
         tokens.check_secret(s, "abcdef", "0123456789abcdeX", "authentication", now=now)
     with pytest.raises(tokens.TokenError, match="expired"):
-        tokens.check_secret(s, "abcdef", "0123456789abcdef", "authentication", now=now + dt.timedelta(hours=2))
+        tokens.check_secret(s, "abcdef", "0123456789abcdef", "authentication",
+                            now=now + dt.timedelta(hours=2))
     s["data"]["usage-bootstrap-authentication"] = base64.b64encode(b"false").decode()
     with pytest.raises(tokens.TokenError, match="not allowed"):
         tokens.check_secret(s, "abcdef", "0123456789abcdef", "authentication", now=now)
@@ -65,7 +68,8 @@ def test_ca_hash_is_sha256_of_the_der_subject_public_key_info():
     cert = _cert()
     pem = cert.public_bytes(serialization.Encoding.PEM)
     # the same bytes `openssl x509 -pubkey | openssl pkey -pubin -outform der | sha256sum` hashes
-    spki = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    spki = cert.public_key().public_bytes(serialization.Encoding.DER,
+                                          serialization.PublicFormat.SubjectPublicKeyInfo)
     assert tokens.ca_cert_hash(pem) == "sha256:" + hashlib.sha256(spki).hexdigest()
     assert tokens.ca_cert_hash(cert) == tokens.ca_cert_hash(pem.decode())
     assert tokens.ca_cert_hash(_cert()) != tokens.ca_cert_hash(cert)

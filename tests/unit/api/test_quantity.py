@@ -7,7 +7,8 @@ from nodeagent.api.quantity import QuantityError, format_quantity, int_value, mi
 
 @pytest.mark.parametrize("s,expected", [
     ("100m", Fraction(1, 10)), ("1", 1), ("1.5", Fraction(3, 2)), ("1Ki", 1024), ("1.5Gi", 3 * 2**29),
-    ("2e3", 2000), ("1E-3", Fraction(1, 1000)), ("500M", 500_000_000), ("10k", 10_000), ("1n", Fraction(1, 10**9)),
+    ("2e3", 2000), ("1E-3", Fraction(1, 1000)), ("500M", 500_000_000), ("10k", 10_000),
+    ("1n", Fraction(1, 10**9)),
     (".5", Fraction(1, 2)), ("+2", 2), ("-1", -1), (3, 3),
 ])
 def test_parse(s, expected):

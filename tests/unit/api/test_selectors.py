@@ -26,7 +26,8 @@ def test_bad_string_selectors(bad):
 
 def test_label_selector_dicts():
     sel = s.from_label_selector({"matchLabels": {"app": "web"},
-                                 "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["db"]}]})
+                                 "matchExpressions": [{"key": "tier", "operator": "NotIn",
+                                                       "values": ["db"]}]})
     assert sel.matches({"app": "web"})
     assert not sel.matches({"app": "web", "tier": "db"})
     assert s.from_label_selector({}).matches({})

@@ -23,11 +23,12 @@ def test_names_and_labels_validated_like_kubernetes():
 
 
 def test_pod_and_deployment_rules():
-    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}, {"name": "c", "image": "i"}]}}
+    pod = {"metadata": {"name": "p"},
+           "spec": {"containers": [{"name": "c", "image": "i"}, {"name": "c", "image": "i"}]}}
     assert any(e["reason"] == "FieldValueDuplicate" for e in validate(pod, "Pod", True))
-    dep = {"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"app": "a"}},
-                                               "template": {"metadata": {"labels": {"app": "b"}},
-                                                            "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    template = {"metadata": {"labels": {"app": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    dep = {"metadata": {"name": "d"},
+           "spec": {"selector": {"matchLabels": {"app": "a"}}, "template": template}}
     errs = validate(dep, "Deployment", True)
     assert errs and "does not match template" in errs[0]["message"]
 
@@ -38,11 +39,12 @@ def test_defaults():
     assert image_pull_policy("nginx:1.25") == "IfNotPresent"
     assert image_pull_policy("reg:5000/nginx") == "Always"
     assert image_pull_policy("nginx@sha256:abc") == "IfNotPresent"
-    pod: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i:1",
-                                                               "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+    container = {"name": "c", "image": "i:1", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}
+    pod: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"containers": [container]}}
     apply_defaults(pod, "Pod")
     s = pod["spec"]
-    assert (s["restartPolicy"], s["dnsPolicy"], s["terminationGracePeriodSeconds"]) == ("Always", "ClusterFirst", 30)
+    assert (s["restartPolicy"], s["dnsPolicy"], s["terminationGracePeriodSeconds"]) == (
+        "Always", "ClusterFirst", 30)
     assert {t["key"]: t["tolerationSeconds"] for t in s["tolerations"]} == {
         "node.kubernetes.io/not-ready": 300, "node.kubernetes.io/unreachable": 300}
     assert s["containers"][0]["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
@@ -54,7 +56,8 @@ def test_defaults():
 
 def test_qos():
     assert compute_pod_qos({"spec": {"containers": [{"name": "c"}]}}) == "BestEffort"
-    assert compute_pod_qos({"spec": {"containers": [{"resources": {"requests": {"cpu": "100m"}}}]}}) == "Burstable"
+    burstable = {"spec": {"containers": [{"resources": {"requests": {"cpu": "100m"}}}]}}
+    assert compute_pod_qos(burstable) == "Burstable"
 
 
 def test_table_columns_and_durations():
@@ -93,13 +96,15 @@ def test_protobuf_configmap_decodes():
     cm = _f(1, meta) + _f(2, _f(1, "a") + _f(2, "b")) + _f(2, _f(1, "c") + _f(2, "d"))
     envelope = protobuf.MAGIC + _f(1, _f(1, "v1") + _f(2, "ConfigMap")) + _f(2, cm)
     obj = protobuf.decode(envelope, lookup("", "v1", "configmaps"))
-    assert obj == {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1", "labels": {"app": "x"}},
+    assert obj == {"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "cm1", "labels": {"app": "x"}},
                    "data": {"a": "b", "c": "d"}}
 
 
 def test_allocator_conflicts_and_release():
     a = Allocators("10.96.0.0/24", (30000, 30010))
-    s1: dict[str, Any] = {"metadata": {"name": "a", "namespace": "d"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}}
+    s1: dict[str, Any] = {"metadata": {"name": "a", "namespace": "d"},
+                          "spec": {"type": "NodePort", "ports": [{"port": 80}]}}
     assert a.allocate(s1) == []
     ip, np = s1["spec"]["clusterIP"], s1["spec"]["ports"][0]["nodePort"]
     assert ip.startswith("10.96.0.") and 30000 <= np <= 30010
@@ -139,7 +144,8 @@ def test_serving_cert_names(tmp_path):
     crt, _ = pki.ensure_serving_cert(tmp_path, ["10.96.0.1", "192.0.2.7"])
     cert = x509.load_pem_x509_certificate(crt.read_bytes())
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert {"10.96.0.1", "192.0.2.7", "127.0.0.1"} <= {str(i) for i in san.get_values_for_type(x509.IPAddress)}
+    ips = {str(i) for i in san.get_values_for_type(x509.IPAddress)}
+    assert {"10.96.0.1", "192.0.2.7", "127.0.0.1"} <= ips
     assert "kubernetes.default.svc" in san.get_values_for_type(x509.DNSName)
     before = crt.read_bytes()
     pki.ensure_serving_cert(tmp_path, ["10.96.0.1"])  # already covered: kept

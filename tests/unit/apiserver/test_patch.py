@@ -6,15 +6,18 @@ import pytest
 
 from nodeagent.api.patch import PatchError, json_patch, merge_patch, strategic_merge
 
-POD: dict[str, Any] = {"metadata": {"name": "p", "labels": {"a": "1", "b": "2"}, "finalizers": ["x"]},
-       "spec": {"containers": [{"name": "app", "image": "nginx:1", "ports": [{"containerPort": 80}],
-                                "env": [{"name": "A", "value": "1"}]},
-                               {"name": "side", "image": "busybox"}],
-                "tolerations": [{"key": "t1"}]}}
+POD: dict[str, Any] = {
+    "metadata": {"name": "p", "labels": {"a": "1", "b": "2"}, "finalizers": ["x"]},
+    "spec": {"containers": [{"name": "app", "image": "nginx:1", "ports": [{"containerPort": 80}],
+                             "env": [{"name": "A", "value": "1"}]},
+                            {"name": "side", "image": "busybox"}],
+             "tolerations": [{"key": "t1"}]}}
 
 
 def test_merge_patch_null_deletes_and_lists_replace():
-    out = merge_patch(POD, {"metadata": {"labels": {"a": None, "c": "3"}}, "spec": {"tolerations": [{"key": "t2"}]}})
+    out = merge_patch(POD,
+                      {"metadata": {"labels": {"a": None, "c": "3"}},
+                       "spec": {"tolerations": [{"key": "t2"}]}})
     assert out["metadata"]["labels"] == {"b": "2", "c": "3"}
     assert out["spec"]["tolerations"] == [{"key": "t2"}]
     assert POD["metadata"]["labels"] == {"a": "1", "b": "2"}  # input untouched
@@ -38,7 +41,8 @@ def test_json_patch_ops_and_errors():
 def test_strategic_merge_containers_by_name_and_ports_by_containerPort():
     patch = {"spec": {"$setElementOrder/containers": [{"name": "side"}, {"name": "app"}],
                       "containers": [{"name": "app", "image": "nginx:2",
-                                      "$setElementOrder/ports": [{"containerPort": 80}, {"containerPort": 443}],
+                                      "$setElementOrder/ports": [{"containerPort": 80},
+                                                                 {"containerPort": 443}],
                                       "ports": [{"containerPort": 443}]}]}}
     out = strategic_merge(POD, patch)
     assert [c["name"] for c in out["spec"]["containers"]] == ["side", "app"]
@@ -71,7 +75,8 @@ def test_fieldset_ownership_removes_only_what_the_manager_dropped():
     from nodeagent.api.fieldset import apply_ownership, fields_v1, leaves
 
     first = {"metadata": {"name": "d", "labels": {"a": "1", "b": "2"}},
-             "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}]},
+             "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i",
+                                                            "ports": [{"containerPort": 80}]},
                                                            {"name": "side", "image": "s"}]}}}}
     tree = fields_v1(first)
     assert ("f:spec", "f:template", "f:spec", "f:containers", 'k:{"name":"side"}') in leaves(tree)

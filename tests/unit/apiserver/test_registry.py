@@ -10,7 +10,8 @@ from nodeagent.store.memory import MemoryStore
 from tests.unit.apiserver.helpers import resource
 
 NS, PODS, CMS = resource("", "v1", "namespaces"), resource("", "v1", "pods"), resource("", "v1", "configmaps")
-DEPLOY, QUOTA, LR = resource("apps", "v1", "deployments"), resource("", "v1", "resourcequotas"), resource("", "v1", "limitranges")
+DEPLOY, QUOTA = resource("apps", "v1", "deployments"), resource("", "v1", "resourcequotas")
+LR = resource("", "v1", "limitranges")
 PC = resource("scheduling.k8s.io", "v1", "priorityclasses")
 
 
@@ -30,16 +31,17 @@ async def test_create_sets_metadata_and_generate_name(reg):
     o = await reg.create(CMS, "d", {"metadata": {"generateName": "cm-"}})
     m = o["metadata"]
     assert m["name"].startswith("cm-") and len(m["name"]) == 8
-    assert m["uid"] and m["creationTimestamp"].endswith("Z") and m["resourceVersion"] and m["namespace"] == "d"
+    assert m["uid"] and m["creationTimestamp"].endswith("Z")
+    assert m["resourceVersion"] and m["namespace"] == "d"
     with pytest.raises(ApiError) as e:
         await reg.create(CMS, "d", {"metadata": {"name": m["name"]}})
     assert e.value.code == 409 and e.value.reason == "AlreadyExists"
 
 
 async def test_generation_bumps_on_spec_change_only_and_status_is_separate(reg):
-    d = {"metadata": {"name": "web"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}},
-                                              "template": {"metadata": {"labels": {"a": "b"}},
-                                                           "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    template = {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    d = {"metadata": {"name": "web"},
+         "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}}, "template": template}}
     o = await reg.create(DEPLOY, "d", d)
     assert o["metadata"]["generation"] == 1
     o["metadata"]["labels"] = {"x": "y"}
@@ -95,7 +97,8 @@ async def test_quota_limitrange_priority(reg):
     await reg.create(LR, "d", {"metadata": {"name": "lr"}, "spec": {"limits": [
         {"type": "Container", "default": {"cpu": "200m", "memory": "64Mi"},
          "defaultRequest": {"cpu": "100m", "memory": "32Mi"}, "max": {"cpu": "1"}}]}})
-    await reg.create(QUOTA, "d", {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "2", "requests.cpu": "250m"}}})
+    await reg.create(QUOTA, "d",
+                     {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "2", "requests.cpu": "250m"}}})
     await reg.create(PC, None, {"metadata": {"name": "high"}, "value": 1000})
     p = await reg.create(PODS, "d", pod("a", priorityClassName="high"))
     assert p["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "200m", "memory": "64Mi"},
@@ -145,13 +148,15 @@ async def test_immutable_fields_on_update(reg):
     p["spec"]["nodeName"] = "n1"  # only through binding
     with pytest.raises(ApiError) as e:
         await reg.update(PODS, "d", "p", p)
-    assert e.value.code == 422 and e.value.details and e.value.details["causes"][0]["field"] == "spec.nodeName"
+    assert e.value.code == 422 and e.value.details
+    assert e.value.details["causes"][0]["field"] == "spec.nodeName"
     p = await reg.get(PODS, "d", "p")
     p["spec"]["containers"][0]["ports"] = [{"containerPort": 1}]
     with pytest.raises(ApiError) as e:
         await reg.update(PODS, "d", "p", p)
     assert e.value.code == 422
-    svc = await reg.create(resource("", "v1", "services"), "d", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
+    svc = await reg.create(resource("", "v1", "services"), "d",
+                           {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
     svc["spec"]["clusterIP"] = "10.96.0.77" if svc["spec"]["clusterIP"] != "10.96.0.77" else "10.96.0.78"
     with pytest.raises(ApiError) as e:
         await reg.update(resource("", "v1", "services"), "d", "s", svc)

@@ -26,7 +26,8 @@ def test_range_defaults_skip_network_gateway_broadcast():
 
 
 def test_round_robin_continues_after_last_and_wraps_across_ranges():
-    rs = cfg([[{"subnet": "10.1.0.0/29"}, {"subnet": "10.2.0.0/29", "rangeStart": "10.2.0.3", "rangeEnd": "10.2.0.4"}]])
+    rs = cfg([[{"subnet": "10.1.0.0/29"},
+               {"subnet": "10.2.0.0/29", "rangeStart": "10.2.0.3", "rangeEnd": "10.2.0.4"}]])
     got = ips(allocator.candidates(rs.range_sets[0], ipaddress.ip_address("10.1.0.5")))
     assert got == ["10.1.0.6", "10.2.0.3", "10.2.0.4", "10.1.0.2", "10.1.0.3", "10.1.0.4", "10.1.0.5"]
     got = ips(allocator.candidates(rs.range_sets[0], ipaddress.ip_address("10.2.0.4")))

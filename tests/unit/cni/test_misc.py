@@ -17,7 +17,8 @@ def test_convert_result_round_trip():
 def test_host_veth_names_are_stable_short_and_per_network():
     a = host_veth_name("net1", "c1", "eth0")
     assert a == host_veth_name("net1", "c1", "eth0") and len(a) == 15
-    assert a.startswith(veth_prefix("net1")) and not host_veth_name("net2", "c1", "eth0").startswith(veth_prefix("net1"))
+    assert a.startswith(veth_prefix("net1"))
+    assert not host_veth_name("net2", "c1", "eth0").startswith(veth_prefix("net1"))
     assert a != host_veth_name("net1", "c1", "eth1")
 
 
@@ -100,7 +101,8 @@ def test_portmap_rules_dnat_hairpin_and_localhost():
 
 
 def test_invoker_passes_its_extra_environment_to_every_plugin(tmp_path):
-    """The runtime names its instance's cni-daemon to the plugins (NODEAGENT_CNI_SOCKET); CNI_* stay the spec's."""
+    """The runtime names its instance's cni-daemon to the plugins (NODEAGENT_CNI_SOCKET);
+    CNI_* stay the spec's."""
     import asyncio
     import json
 
@@ -118,6 +120,7 @@ def test_invoker_passes_its_extra_environment_to_every_plugin(tmp_path):
     att = Attachment(container_id="c1", netns="/proc/self/ns/net")
     with_sock = asyncio.run(CNI(conf_dir, [str(bin_dir)], tmp_path / "cache", env={
         "NODEAGENT_CNI_SOCKET": "/x/cni.sock", "CNI_COMMAND": "DEL"}).add(att))
-    assert with_sock["dns"]["domain"] == "/x/cni.sock|ADD"  # ours for the socket; the verb is never overridden
+    # ours for the socket; the verb is never overridden
+    assert with_sock["dns"]["domain"] == "/x/cni.sock|ADD"
     plain = asyncio.run(CNI(conf_dir, [str(bin_dir)], tmp_path / "cache2").add(att))
     assert plain["dns"]["domain"] == "|ADD"

@@ -47,7 +47,8 @@ def run(env, stdin, plugin=None):
 
 
 def test_add_parses_env_and_converts_result_for_each_version():
-    for v, has_version in (("0.3.0", True), ("0.3.1", True), ("0.4.0", True), ("1.0.0", False), ("1.1.0", False)):
+    for v, has_version in (("0.3.0", True), ("0.3.1", True), ("0.4.0", True), ("1.0.0", False),
+                           ("1.1.0", False)):
         code, out, p = run(dict(ENV, CNI_ARGS="K8S_POD_NAME=a;IgnoreUnknown=1"), conf(v))
         assert code == 0
         assert out["cniVersion"] == v

@@ -23,7 +23,8 @@ def _csr(cn="system:node:n1", orgs=("system:nodes",), usages=("digital signature
     if san:
         b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName("evil.example")]), critical=False)
     pem = b.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
-    return {"metadata": {"name": "c"}, "spec": {"request": base64.b64encode(pem).decode(), "signerName": signer,
+    return {"metadata": {"name": "c"}, "spec": {"request": base64.b64encode(pem).decode(),
+                                                "signerName": signer,
                                                 "usages": list(usages), "groups": list(groups),
                                                 "username": username}}
 

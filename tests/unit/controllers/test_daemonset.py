@@ -14,7 +14,8 @@ def ds(image="a:1", max_unavailable=1, **tspec):
     return {"apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": "ds", "namespace": "ns", "uid": "u1", "generation": 1},
             "spec": {"selector": {"matchLabels": {"app": "x"}},
-                     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": max_unavailable}},
+                     "updateStrategy": {"type": "RollingUpdate",
+                                        "rollingUpdate": {"maxUnavailable": max_unavailable}},
                      "template": {"metadata": {"labels": {"app": "x"}},
                                   "spec": {"containers": [{"name": "c", "image": image}], **tspec}}}}
 
@@ -40,18 +41,23 @@ def test_eligibility_by_selector_affinity_and_taints():
     assert d.node_should_run(ds(affinity=aff), node("a", {"zone": "z1"}))[0]
     assert not d.node_should_run(ds(affinity=aff), node("a", {"zone": "z2"}))[0]
     # default tolerations: not-ready/unreachable NoExecute, network-unavailable and unschedulable NoSchedule
-    for key, eff in ((t.UNREACHABLE, "NoExecute"), (t.NOT_READY, "NoExecute"), (t.NETWORK_UNAVAILABLE, "NoSchedule"),
+    for key, eff in ((t.UNREACHABLE, "NoExecute"), (t.NOT_READY, "NoExecute"),
+                     (t.NETWORK_UNAVAILABLE, "NoSchedule"),
                      (t.UNSCHEDULABLE, "NoSchedule"), (t.DISK_PRESSURE, "NoSchedule")):
         assert d.node_should_run(ds(), node("a", taints=[{"key": key, "effect": eff}])) == (True, True)
-    assert d.node_should_run(ds(), node("a", taints=[{"key": "gpu", "effect": "NoSchedule"}])) == (False, True)
-    assert d.node_should_run(ds(), node("a", taints=[{"key": "gpu", "effect": "NoExecute"}])) == (False, False)
+    assert d.node_should_run(ds(), node("a", taints=[{"key": "gpu", "effect": "NoSchedule"}])) == (
+        False, True)
+    assert d.node_should_run(ds(), node("a", taints=[{"key": "gpu", "effect": "NoExecute"}])) == (
+        False, False)
     tol = [{"key": "gpu", "operator": "Exists"}]
-    assert d.node_should_run(ds(tolerations=tol), node("a", taints=[{"key": "gpu", "effect": "NoExecute"}]))[0]
+    tainted = node("a", taints=[{"key": "gpu", "effect": "NoExecute"}])
+    assert d.node_should_run(ds(tolerations=tol), tainted)[0]
 
 
 def test_pod_is_pinned_with_match_fields_and_default_tolerations():
     p = d.pod_for_node(ds(), "node-7", "rev1")
-    terms = p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    required = p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    terms = required["nodeSelectorTerms"]
     assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-7"]}]}]
     assert "nodeName" not in p["spec"] and d.pod_node(p) == "node-7"
     keys = {(x["key"], x["effect"]) for x in p["spec"]["tolerations"]}

@@ -13,7 +13,8 @@ def svc(**spec):
     return {"metadata": {"name": "web", "namespace": "default", "uid": "u1"}, "spec": base}
 
 
-def pod(name, ip, ready=True, labels=None, ns="default", port=8080, deleting=False, phase="Running", node="n1"):
+def pod(name, ip, ready=True, labels=None, ns="default", port=8080, deleting=False,
+        phase="Running", node="n1"):
     meta = {"name": name, "namespace": ns, "labels": labels if labels is not None else {"app": "web"}}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -36,12 +37,14 @@ def test_numeric_and_missing_target_port():
     assert resolve_target_port({"port": 80}, pod("a", "1.1.1.1")) == 80
     assert resolve_target_port({"port": 80, "targetPort": 8443}, pod("a", "1.1.1.1")) == 8443
     assert resolve_target_port({"port": 80, "targetPort": "nope"}, pod("a", "1.1.1.1")) is None
-    assert resolve_target_port({"port": 80, "targetPort": "web", "protocol": "UDP"}, pod("a", "1.1.1.1")) is None
+    udp = {"port": 80, "targetPort": "web", "protocol": "UDP"}
+    assert resolve_target_port(udp, pod("a", "1.1.1.1")) is None
 
 
 def test_ready_not_ready_and_terminating():
     pods = [pod("a", "10.0.0.2"), pod("b", "10.0.0.3", ready=False), pod("c", "10.0.0.4", deleting=True),
-            pod("d", "10.0.0.5", phase="Succeeded"), pod("e", "", ready=True), pod("f", "10.0.0.6", labels={}),
+            pod("d", "10.0.0.5", phase="Succeeded"), pod("e", "", ready=True),
+            pod("f", "10.0.0.6", labels={}),
             pod("g", "10.0.0.7", ns="other")]
     ep = compute_endpoints(svc(), pods)
     assert ep is not None
@@ -64,14 +67,16 @@ def test_ready_not_ready_and_terminating():
 
 
 def test_publish_not_ready_addresses():
-    assert pod_state(svc(publishNotReadyAddresses=True), pod("b", "1.1.1.1", ready=False)) == (True, True, False)
+    assert pod_state(svc(publishNotReadyAddresses=True), pod("b", "1.1.1.1", ready=False)) == (
+        True, True, False)
 
 
 def test_headless_service_gets_endpoints_and_label():
     s = svc(clusterIP="None", ports=[])
     ep = compute_endpoints(s, [pod("a", "10.0.0.2")])
     assert ep is not None and ep["subsets"] == [{"addresses": [{"ip": "10.0.0.2", "nodeName": "n1",
-                                             "targetRef": {"kind": "Pod", "namespace": "default", "name": "a"}}]}]
+                                             "targetRef": {"kind": "Pod", "namespace": "default",
+                                                           "name": "a"}}]}]
     slices = compute_endpoint_slices(s, [pod("a", "10.0.0.2")])
     assert slices is not None
     (sl,) = slices

@@ -24,7 +24,8 @@ def job(**spec):
 
 
 def pod(phase="Running", finished=None, ready=False):
-    p = {"metadata": {"name": f"p-{phase}", "creationTimestamp": j.iso(T0)}, "spec": {}, "status": {"phase": phase}}
+    p = {"metadata": {"name": f"p-{phase}", "creationTimestamp": j.iso(T0)}, "spec": {},
+         "status": {"phase": phase}}
     if finished is not None:
         p["status"]["containerStatuses"] = [{"state": {"terminated": {"finishedAt": j.iso(finished)}}}]
     if ready:
@@ -160,9 +161,11 @@ def test_indexed_job_runs_each_index_once_lowest_first():
 
 
 def test_indexed_pod_carries_its_index():
-    pod = {"metadata": {"labels": {}}, "spec": {"containers": [{"name": "c", "env": [{"name": "A", "value": "1"}]}]}}
+    pod = {"metadata": {"labels": {}},
+           "spec": {"containers": [{"name": "c", "env": [{"name": "A", "value": "1"}]}]}}
     out = j.indexed_pod(pod, "work", 3)
     assert out["metadata"]["generateName"] == "work-3-" and out["spec"]["hostname"] == "work-3"
-    assert out["metadata"]["annotations"][j.INDEX_KEY] == "3" and out["metadata"]["labels"][j.INDEX_KEY] == "3"
+    assert out["metadata"]["annotations"][j.INDEX_KEY] == "3"
+    assert out["metadata"]["labels"][j.INDEX_KEY] == "3"
     assert out["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"},
                                                    {"name": "JOB_COMPLETION_INDEX", "value": "3"}]

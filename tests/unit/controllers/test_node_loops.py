@@ -101,7 +101,8 @@ async def test_no_tainting_when_every_zone_is_fully_disrupted():
     for _ in range(20):
         await ctl.monitor_once()
         clock.advance(5)
-    assert all(inf.get("nodes").get(f"n{i}")["status"]["conditions"][0]["status"] == "Unknown" for i in range(3))
+    assert all(inf.get("nodes").get(f"n{i}")["status"]["conditions"][0]["status"] == "Unknown"
+               for i in range(3))
     assert all((t.UNREACHABLE, "NoExecute") not in taints_of(inf, f"n{i}") for i in range(3))
     assert all((t.UNREACHABLE, "NoSchedule") in taints_of(inf, f"n{i}") for i in range(3))
 
@@ -170,7 +171,8 @@ async def test_pods_on_an_unknown_node_are_marked_not_ready():
                              "metadata": {"name": name, "namespace": "d", "uid": name},
                              "spec": {"nodeName": node_name},
                              "status": {"phase": "Running", "conditions": [
-                                 {"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]}})
+                                 {"type": "Ready", "status": "True"},
+                                 {"type": "ContainersReady", "status": "True"}]}})
     for _ in range(10):
         heartbeat(inf, ["n1"], clock)
         await ctl.monitor_once()
@@ -208,7 +210,8 @@ async def test_partially_disrupted_large_zone_uses_the_secondary_rate_small_zone
     assert set(counts[:17]) == {1}  # 5..90 s later: still one
     assert 3 <= counts[-1] <= 4  # 300 s later: 1 + 300 * 0.01
 
-    # the same disruption with a small-cluster threshold: a small partially disrupted zone is not tainted at all
+    # the same disruption with a small-cluster threshold:
+    # a small partially disrupted zone is not tainted at all
     ctl, inf, client, rec, clock = make(9, zone_of=zone, large_cluster_size_threshold=50)
     for _ in range(70):
         heartbeat(inf, live, clock)
@@ -223,7 +226,8 @@ async def test_podgc_waits_out_the_quarantine_before_deleting_orphans():
     clock = FakeClock()
     inf = FakeInformers()
     client = FakeClient(inf)
-    ctl = PodGCController(client, inf, FakeRecorder(), ControllerOptions(clock=clock, pod_gc_orphan_quarantine=40))
+    ctl = PodGCController(client, inf, FakeRecorder(),
+                          ControllerOptions(clock=clock, pod_gc_orphan_quarantine=40))
     inf.get("nodes").put(node("n1"))
     for name, on in (("early", "late-node"), ("orphan", "gone"), ("fine", "n1")):
         inf.get("pods").put({"metadata": {"name": name, "namespace": "d", "uid": name},

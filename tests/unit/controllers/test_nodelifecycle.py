@@ -9,7 +9,8 @@ def node(name, ready="True", zone="a", taints=None, unschedulable=False, pressur
     conds = [{"type": "Ready", "status": ready, "lastHeartbeatTime": "2026-01-01T00:00:00Z"}]
     if pressure:
         conds.append({"type": pressure, "status": "True"})
-    n = {"metadata": {"name": name, "labels": {nl.ZONE_LABEL: zone}}, "spec": {}, "status": {"conditions": conds}}
+    n = {"metadata": {"name": name, "labels": {nl.ZONE_LABEL: zone}}, "spec": {},
+         "status": {"conditions": conds}}
     if taints:
         n["spec"]["taints"] = taints
     if unschedulable:
@@ -98,7 +99,8 @@ def test_zone_limiter_paces_tokens():
 
 def test_taint_manager_honours_toleration_seconds():
     n = node("n", ready="Unknown", taints=[{"key": t.UNREACHABLE, "effect": "NoExecute"}])
-    default_tol = {"key": t.UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    default_tol = {"key": t.UNREACHABLE, "operator": "Exists", "effect": "NoExecute",
+                   "tolerationSeconds": 300}
     pods: list[dict[str, Any]] = [
         {"metadata": {"name": "intolerant"}, "spec": {}},
         {"metadata": {"name": "default"}, "spec": {"tolerations": [default_tol]}},

@@ -20,7 +20,8 @@ def pod(cpu="100m", mem="64Mi", phase="Running", deleting=False):
 def test_hard_keys_map_to_resources():
     for key, name, group in (("pods", "pods", ""), ("requests.cpu", "pods", ""), ("memory", "pods", ""),
                              ("services.nodeports", "services", ""), ("configmaps", "configmaps", ""),
-                             ("count/deployments.apps", "deployments", "apps"), ("count/jobs.batch", "jobs", "batch")):
+                             ("count/deployments.apps", "deployments", "apps"),
+                             ("count/jobs.batch", "jobs", "batch")):
         r = quota.resource_for_key(key)
         assert r and (r.name, r.group) == (name, group), key
     assert quota.resource_for_key("count/nothing.example.com") is None
@@ -41,13 +42,15 @@ def test_default_service_account_needed_only_in_active_namespaces():
     active = {"metadata": {"name": "a"}, "status": {"phase": "Active"}}
     assert needs_default(active, None)
     assert not needs_default(active, {"metadata": {"name": "default"}})
-    assert not needs_default({"metadata": {"name": "a", "deletionTimestamp": "x"}, "status": {"phase": "Terminating"}},
+    assert not needs_default({"metadata": {"name": "a", "deletionTimestamp": "x"},
+                              "status": {"phase": "Terminating"}},
                              None)
 
 
 def test_controller_selection():
     names = [c.name for c in manager.select("*")]
-    assert names == [c.name for c in manager.CONTROLLERS] and "nodelifecycle" in names and "statefulset" in names
+    assert names == [c.name for c in manager.CONTROLLERS]
+    assert "nodelifecycle" in names and "statefulset" in names
     assert manager.select("none") == () and manager.select("") == ()
     assert [c.name for c in manager.select("*,-podgc")] == [n for n in names if n != "podgc"]
     assert [c.name for c in manager.select("job,cronjob")] == ["job", "cronjob"]

@@ -17,7 +17,8 @@ def sts(replicas=3, image="a:1", partition=0, policy="OrderedReady", generation=
 
 def pod(i, rev, ready=True, terminating=False, phase="Running"):
     p = {"metadata": {"name": f"web-{i}", "labels": {s.REVISION_LABEL: rev}}, "spec": {},
-         "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+         "status": {"phase": phase,
+                    "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
     if terminating:
         p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return p
@@ -28,7 +29,8 @@ def test_pod_identity():
     p = s.pod_for_ordinal(x, 2, s.revision(x))
     assert p["metadata"]["name"] == "web-2" and "generateName" not in p["metadata"]
     assert p["spec"]["hostname"] == "web-2" and p["spec"]["subdomain"] == "nginx"
-    assert p["metadata"]["labels"][s.POD_NAME_LABEL] == "web-2" and p["metadata"]["labels"][s.POD_INDEX_LABEL] == "2"
+    assert p["metadata"]["labels"][s.POD_NAME_LABEL] == "web-2"
+    assert p["metadata"]["labels"][s.POD_INDEX_LABEL] == "2"
     assert s.ordinal("web", p) == 2 and s.ordinal("web", {"metadata": {"name": "web-x"}}) is None
     assert s.ordinal("web", {"metadata": {"name": "webby-1"}}) is None
 
@@ -70,7 +72,8 @@ def test_partitioned_rolling_update():
     pods[1] = pod(1, r2)
     p = s.plan(new, pods)
     assert p.delete == [] and p.create == []  # web-0 is below the partition
-    assert p.status["updatedReplicas"] == 2 and p.status["currentRevision"] == r1 and p.status["updateRevision"] == r2
+    assert p.status["updatedReplicas"] == 2
+    assert p.status["currentRevision"] == r1 and p.status["updateRevision"] == r2
     # partition lowered to 0: web-0 follows; then the update revision becomes current
     done = sts(image="a:2", partition=0, generation=3)
     done["status"] = {"currentRevision": r1}
@@ -90,5 +93,6 @@ def test_volume_claim_templates_give_each_ordinal_its_claim():
     assert {"name": "www", "persistentVolumeClaim": {"claimName": "www-web-1"}} in p["spec"]["volumes"]
     claims = s.claims_for(x, 1)
     assert [c["metadata"]["name"] for c in claims] == ["www-web-1"]
-    assert claims[0]["metadata"]["labels"] == {"app": "w"} and claims[0]["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert claims[0]["metadata"]["labels"] == {"app": "w"}
+    assert claims[0]["spec"]["resources"]["requests"]["storage"] == "1Gi"
     assert "ownerReferences" not in claims[0]["metadata"]  # claims outlive the pods and the set (Retain)

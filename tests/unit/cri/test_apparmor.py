@@ -18,7 +18,8 @@ RD, UNC, LOCAL = (
 )
 
 
-def sec(profile: str = "", typed: tuple[pb.SecurityProfile.ProfileType, str] | None = None, privileged: bool = False):
+def sec(profile: str = "", typed: tuple[pb.SecurityProfile.ProfileType, str] | None = None,
+        privileged: bool = False):
     s = pb.LinuxContainerSecurityContext(apparmor_profile=profile, privileged=privileged)
     if typed is not None:
         s.apparmor.profile_type, s.apparmor.localhost_ref = typed

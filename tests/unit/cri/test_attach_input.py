@@ -21,7 +21,8 @@ def held(tmp_path):
 
 
 def _req(**kw) -> dict:
-    return {"stdin": True, "container_stdin": True, "tty": False, "container_tty": False, "stdin_once": False, **kw}
+    return {"stdin": True, "container_stdin": True, "tty": False, "container_tty": False,
+            "stdin_once": False, **kw}
 
 
 @pytest.mark.parametrize(("flags", "ends", "closes"), [

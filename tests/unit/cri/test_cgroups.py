@@ -20,7 +20,8 @@ def test_v2_create_enables_controllers_and_applies_limits(tmp_path):
     assert (root / "cgroup.subtree_control").read_text() == "+cpu +cpuset +memory +pids +io"
     d = root / "kubepods/pod1"
     cg.apply("/kubepods/pod1", Resources(cpu_period=100000, cpu_quota=50000, cpu_shares=1024,
-                                         memory_limit=64 << 20, pids_limit=42, unified=(("io.weight", "50"),)))
+                                         memory_limit=64 << 20, pids_limit=42,
+                                         unified=(("io.weight", "50"),)))
     assert (d / "cpu.max").read_text() == "50000 100000"
     assert (d / "cpu.weight").read_text() == "39"  # 1 + (1024-2)*9999/262142, as runc converts
     assert (d / "memory.max").read_text() == str(64 << 20)
@@ -51,5 +52,6 @@ def test_v1_limits_go_through_cgroupspy_to_each_hierarchy(tmp_path):
     assert (tmp_path / "pids/pods/a/pids.max").read_text() == "7"
     assert (tmp_path / "cpuset/pods/a/cpuset.cpus").read_text() == "1"
     assert len(cg.procs_files("/pods/a")) == 5
-    Path(tmp_path / "memory/pods/a/memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    oom_control = Path(tmp_path / "memory/pods/a/memory.oom_control")
+    oom_control.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
     assert cg.oom_kills("/pods/a") == 2

@@ -62,7 +62,8 @@ def test_capabilities_add_drop_all():
 
 
 def test_state_round_trip_is_atomic(tmp_path):
-    rec = ContainerRecord(id="c1", sandbox_id="s1", key="k", created_at=1, config="", image="i", image_id="sha256:x",
+    rec = ContainerRecord(id="c1", sandbox_id="s1", key="k", created_at=1, config="", image="i",
+                          image_id="sha256:x",
                           image_ref="r", rootfs="/r", cgroup="/g", log_path="", launch={"argv": ["a"]})
     save(tmp_path / "c.json", rec)
     assert load(tmp_path / "c.json", ContainerRecord) == rec
@@ -93,5 +94,6 @@ def test_conflist_loading_and_plugin_stdin(tmp_path):
 
 
 def test_first_ip():
-    assert first_ip({"ips": [{"address": "10.0.0.5/24"}, {"address": "fd00::5/64"}]}) == ("10.0.0.5", ["fd00::5"])
+    assert first_ip({"ips": [{"address": "10.0.0.5/24"}, {"address": "fd00::5/64"}]}) == (
+        "10.0.0.5", ["fd00::5"])
     assert first_ip(None) == ("", [])

@@ -87,7 +87,8 @@ def test_frame_reader_handles_any_fragmentation_and_rejects_other_versions():
 def test_header_blocks_round_trip_through_one_zlib_stream_per_direction():
     c, d = spdy.HeaderCompressor(), spdy.HeaderDecompressor()
     blocks: list[dict[str, str | list[str]]] = [
-        {"streamtype": "stdout"}, {"streamtype": "data", "port": "8080", "requestid": "0"}, {"x-multi": ["a", "b"]}]
+        {"streamtype": "stdout"}, {"streamtype": "data", "port": "8080", "requestid": "0"},
+        {"x-multi": ["a", "b"]}]
     for h in blocks:
         got = d.decompress(c.compress(h))
         assert got == {k: (v if isinstance(v, list) else [v]) for k, v in h.items()}
@@ -216,7 +217,8 @@ def test_garbage_ends_the_session_with_a_protocol_error_goaway():
         h.session.feed(bytes.fromhex("80030001" "00000002") + b"\x00\x01")  # SYN_STREAM too short
         assert h.session.closed
         frames = await h.flush()
-        assert frames == [spdy.ControlFrame(spdy.GOAWAY, 0, struct.pack(">II", 0, spdy.GOAWAY_PROTOCOL_ERROR))]
+        assert frames == [
+            spdy.ControlFrame(spdy.GOAWAY, 0, struct.pack(">II", 0, spdy.GOAWAY_PROTOCOL_ERROR))]
     run(go())
 
 
@@ -231,7 +233,8 @@ def test_protocol_negotiation_takes_the_clients_first_served_offer():
             [("Upgrade", "SPDY/3.1")] + [("X-Stream-Protocol-Version", o) for o in offers]))
     assert negotiate(req("v5.channel.k8s.io", "v4.channel.k8s.io", "v3.channel.k8s.io"),
                      EXEC_SPDY_PROTOCOLS, "channel.k8s.io") == "v4.channel.k8s.io"
-    assert negotiate(req("v2.channel.k8s.io, channel.k8s.io"), EXEC_SPDY_PROTOCOLS, "x") == "v2.channel.k8s.io"
+    offered = req("v2.channel.k8s.io, channel.k8s.io")
+    assert negotiate(offered, EXEC_SPDY_PROTOCOLS, "x") == "v2.channel.k8s.io"
     assert negotiate(req(), EXEC_SPDY_PROTOCOLS, "channel.k8s.io") == "channel.k8s.io"  # legacy: no offer
     assert negotiate(req("v9.channel.k8s.io"), EXEC_SPDY_PROTOCOLS, "channel.k8s.io") is None
 

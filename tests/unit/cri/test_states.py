@@ -83,7 +83,8 @@ def test_the_guard_verdict_is_failed_precondition():
 
 def test_states_are_stored_by_value_and_loaded_as_enums(tmp_path):
     """The on-disk records keep the strings older runtimes wrote, so a restart across versions re-adopts."""
-    c = ContainerRecord(id="c1", sandbox_id="s1", key="k", created_at=1, config="", image="i", image_id="sha256:x",
+    c = ContainerRecord(id="c1", sandbox_id="s1", key="k", created_at=1, config="", image="i",
+                        image_id="sha256:x",
                         image_ref="sha256:x", rootfs="/r", cgroup="/cg", log_path="", launch={}, state=R)
     save(tmp_path / "c.json", c)
     assert json.loads((tmp_path / "c.json").read_text())["state"] == "RUNNING"

@@ -56,7 +56,8 @@ def _run(tmp_path: Path, script: str) -> int:
             os.close(fd)
         for fd in (out_r, err_r, keep, c):
             os.set_inheritable(fd, True)
-        os.execv(SHIM, [SHIM, str(exit_file), str(log), str(child), str(out_r), str(err_r), str(keep), str(c), "0"])
+        os.execv(SHIM,
+                 [SHIM, str(exit_file), str(log), str(child), str(out_r), str(err_r), str(keep), str(c), "0"])
     return p1
 
 

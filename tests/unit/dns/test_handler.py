@@ -197,7 +197,8 @@ def test_upstreams_that_are_this_server_are_dropped():
     from nodeagent.dns.service import _is_self
 
     assert _is_self(("127.0.0.1", 53), ("0.0.0.0", 53)) and _is_self(("10.0.0.1", 5353), ("10.0.0.1", 5353))
-    assert not _is_self(("127.0.0.53", 53), ("127.0.0.1", 53)) and not _is_self(("192.0.2.1", 53), ("0.0.0.0", 53))
+    assert not _is_self(("127.0.0.53", 53), ("127.0.0.1", 53))
+    assert not _is_self(("192.0.2.1", 53), ("0.0.0.0", 53))
 
 
 async def test_externalname_without_an_upstream_answer_is_nodata():

@@ -38,13 +38,15 @@ def test_entry_without_platform_is_a_fallback():
 
 def test_host_platform_is_known():
     p = mf.host_platform()
-    assert p.os == "linux" and p.architecture in {"amd64", "arm64", "arm", "386", "ppc64le", "s390x", "riscv64"}
+    assert p.os == "linux" and p.architecture in {"amd64", "arm64", "arm", "386", "ppc64le",
+                                                  "s390x", "riscv64"}
 
 
 def _manifest(media=mf.DOCKER_MANIFEST, layer_type="application/vnd.docker.image.rootfs.diff.tar.gzip"):
+    layer = {"mediaType": layer_type, "digest": "sha256:" + "d" * 64, "size": 9}
     return json.dumps({"schemaVersion": 2, "mediaType": media,
                        "config": {"mediaType": mf.DOCKER_CONFIG, "digest": "sha256:" + "c" * 64, "size": 3},
-                       "layers": [{"mediaType": layer_type, "digest": "sha256:" + "d" * 64, "size": 9}]}).encode()
+                       "layers": [layer]}).encode()
 
 
 def test_parse_docker_and_oci_manifests():

@@ -31,7 +31,8 @@ def _image(content: bytes):
     raw = buf.getvalue()
     layer = gzip.compress(raw, mtime=0)
     config = json.dumps({"architecture": host_platform().architecture, "os": "linux",
-                         "config": {"Cmd": ["/hello"]}, "rootfs": {"type": "layers", "diff_ids": [_digest(raw)]}}).encode()
+                         "config": {"Cmd": ["/hello"]},
+                         "rootfs": {"type": "layers", "diff_ids": [_digest(raw)]}}).encode()
     manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
                            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
                                       "digest": _digest(config), "size": len(config)},
@@ -85,8 +86,9 @@ class FakeRegistry:
         if not self.auth or request.headers.get("Authorization") == f"Bearer {TOKEN}":
             return None
         realm = f"http://127.0.0.1:{self.port}/token"
-        return web.Response(status=401, headers={"WWW-Authenticate": f'Bearer realm="{realm}",service="fake",'
-                                                                      f'scope="repository:{request.match_info["name"]}:pull"'})
+        scope = f"repository:{request.match_info['name']}:pull"
+        challenge = f'Bearer realm="{realm}",service="fake",scope="{scope}"'
+        return web.Response(status=401, headers={"WWW-Authenticate": challenge})
 
     async def token(self, request):
         self.log.append(f"token {request.query.get('scope')}")
@@ -102,7 +104,8 @@ class FakeRegistry:
         self.log.append(f"manifest {name} {ref}")
         if self.fail_manifests:
             return web.Response(status=500)
-        body = self.manifests.get(name, {}).get(ref) or (self.blobs.get(ref) if ref.startswith("sha256:") else None)
+        blob = self.blobs.get(ref) if ref.startswith("sha256:") else None
+        body = self.manifests.get(name, {}).get(ref) or blob
         if body is None:
             return web.json_response({"errors": [{"code": "MANIFEST_UNKNOWN"}]}, status=404)
         return web.Response(body=body, content_type=json.loads(body)["mediaType"])
@@ -165,7 +168,8 @@ async def test_mirror_failure_falls_through_and_rewrite(fake, tmp_path):
     await bad.start()
     bad.fail_manifests = True
     try:
-        cfg = {"mirrors": {"example.test": {"endpoint": [f"http://127.0.0.1:{bad.port}", f"http://127.0.0.1:{fake.port}"],
+        cfg = {"mirrors": {"example.test": {"endpoint": [f"http://127.0.0.1:{bad.port}",
+                                                         f"http://127.0.0.1:{fake.port}"],
                                             "rewrite": {"^(.*)$": "mirrored/$1"}}}}
         store = ImageStore(tmp_path / "s", RegistriesConfig.from_dict(cfg))
         img = await pull_image(store, "example.test/app:v1")

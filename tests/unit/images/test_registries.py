@@ -55,7 +55,8 @@ def test_docker_hub_mirrors_rewrites_and_default_last(cfg):
     eps = cfg.endpoints(parse("rancher/coredns-coredns:1.6.3"))
     assert [e.url for e in eps] == ["https://mirror.example.com:5000", "http://127.0.0.1:5001",
                                     "https://registry-1.docker.io"]
-    assert [e.repository for e in eps] == ["mirrorproject/rancher-images/coredns-coredns"] * 2 + ["rancher/coredns-coredns"]
+    mirrored = "mirrorproject/rancher-images/coredns-coredns"
+    assert [e.repository for e in eps] == [mirrored] * 2 + ["rancher/coredns-coredns"]
     assert eps[0].auth.basic() == ("xxx", "yyy") and eps[0].tls.ca_file
     assert eps[1].plain_http and eps[1].tls.insecure_skip_verify and eps[1].auth is None
     assert eps[2].is_default and not eps[0].is_default
@@ -112,8 +113,8 @@ def test_auth_config_from_cri():
 
 
 def test_parse_challenge():
-    scheme, params = parse_challenge('Bearer realm="https://auth.docker.io/token",service="registry.docker.io",'
-                                     'scope="repository:library/busybox:pull"')
+    scheme, params = parse_challenge('Bearer realm="https://auth.docker.io/token",'
+                                     'service="registry.docker.io",scope="repository:library/busybox:pull"')
     assert scheme == "bearer"
     assert params == {"realm": "https://auth.docker.io/token", "service": "registry.docker.io",
                       "scope": "repository:library/busybox:pull"}

@@ -1,4 +1,5 @@
-"""Store bookkeeping that needs no root: metadata, tags, stale temp files (layers built here, no whiteouts)."""
+"""Store bookkeeping that needs no root: metadata, tags, stale temp files (layers built here,
+no whiteouts)."""
 
 import io
 import os
@@ -125,7 +126,8 @@ def test_lease_keeps_layers_of_a_removed_image_until_released(tmp_path):
     store.lease("container-2", img)
     assert store.remove("a:1") and store.resolve("a:1") is None
     assert img.layers[0].is_dir() and store.blobs.has(img.id)  # still used by the containers
-    assert ImageStore(tmp_path).leases() == {"container-1": [a, *img.diff_ids], "container-2": [a, *img.diff_ids]}
+    assert ImageStore(tmp_path).leases() == {
+        "container-1": [a, *img.diff_ids], "container-2": [a, *img.diff_ids]}
     assert store.release("container-1") and img.layers[0].is_dir()
     assert store.release("container-2") and not img.layers[0].exists() and not store.blobs.has(img.id)
     assert not store.release("container-2")  # idempotent

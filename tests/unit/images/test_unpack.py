@@ -163,7 +163,8 @@ def test_owner_and_setuid_kept(box):
 @pytest.mark.parametrize("compress", ["none", "gzip", "zstd"])
 def test_compressions_and_diff_id(tmp_path, compress):
     raw = _tar([{"name": "a/b", "data": b"hello" * 1000}])
-    blob = {"none": raw, "gzip": gzip.compress(raw), "zstd": zstandard.ZstdCompressor().compress(raw)}[compress]
+    compressors = {"none": lambda b: b, "gzip": gzip.compress, "zstd": zstandard.ZstdCompressor().compress}
+    blob = compressors[compress](raw)
     diff_id = "sha256:" + hashlib.sha256(raw).hexdigest()
     stats = unpack(io.BytesIO(blob), tmp_path, expected_diff_id=diff_id,
                    expected_blob_digest="sha256:" + hashlib.sha256(blob).hexdigest())
@@ -208,7 +209,8 @@ def test_pax_xattrs_kept_but_overlay_ones_refused(tmp_path):
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         info = tarfile.TarInfo("f")
         info.size = 1
-        info.pax_headers = {"SCHILY.xattr.user.origin": "layer", "SCHILY.xattr.trusted.overlay.redirect": "/etc"}
+        info.pax_headers = {"SCHILY.xattr.user.origin": "layer",
+                            "SCHILY.xattr.trusted.overlay.redirect": "/etc"}
         tar.addfile(info, io.BytesIO(b"x"))
         d = tarfile.TarInfo("d")
         d.type = tarfile.DIRTYPE
@@ -220,6 +222,7 @@ def test_pax_xattrs_kept_but_overlay_ones_refused(tmp_path):
         assert os.getxattr(tmp_path / "f", "user.origin") == b"layer"
     except OSError as e:  # a filesystem without user xattrs
         pytest.skip(f"user xattrs unsupported here: {e}")
-    for path, attr in ((tmp_path / "f", "trusted.overlay.redirect"), (tmp_path / "d", "trusted.overlay.opaque")):
+    for path, attr in ((tmp_path / "f", "trusted.overlay.redirect"),
+                       (tmp_path / "d", "trusted.overlay.opaque")):
         with pytest.raises(OSError):
             os.getxattr(path, attr)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 
-def container(name: str = "c", requests: dict | None = None, limits: dict | None = None, **extra: Any) -> dict:
+def container(name: str = "c", requests: dict | None = None, limits: dict | None = None,
+              **extra: Any) -> dict:
     c: dict[str, Any] = {"name": name, "image": "busybox"}
     res = {}
     if requests:

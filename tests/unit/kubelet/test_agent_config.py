@@ -68,7 +68,8 @@ def test_flags_override_the_derived_names(tmp_path):
 
 def test_each_instance_has_its_own_cni_daemon_socket_and_the_runtime_hands_it_to_the_plugins(tmp_path):
     default = config_from_args(_args("/var/lib/nodeagent"))
-    assert default.cni and default.cni.network.daemon_socket == "/run/nodeagent/cni.sock"  # the plugins' default
+    # the plugins' default
+    assert default.cni and default.cni.network.daemon_socket == "/run/nodeagent/cni.sock"
     a, b = (config_from_args(_args(str(tmp_path / n))) for n in ("a", "b"))
     assert a.cni and b.cni and a.cri and b.cri
     sa, sb = a.cni.network.daemon_socket, b.cni.network.daemon_socket

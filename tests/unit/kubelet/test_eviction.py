@@ -26,7 +26,8 @@ def test_parse_hard_soft_grace_and_reclaim():
                           soft_grace_period="memory.available=1m30s",
                           minimum_reclaim="memory.available=100Mi,nodefs.available=5%")
     hard_mem, hard_fs, soft_mem = ts
-    assert hard_mem.signal == "memory.available" and hard_mem.value.quantity == 500 * Mi and hard_mem.is_hard()
+    assert hard_mem.signal == "memory.available"
+    assert hard_mem.value.quantity == 500 * Mi and hard_mem.is_hard()
     assert hard_mem.min_reclaim and hard_mem.min_reclaim.quantity == 100 * Mi
     assert hard_fs.value.percentage == pytest.approx(0.10)
     assert hard_fs.min_reclaim and hard_fs.min_reclaim.percentage == pytest.approx(0.05)
@@ -78,7 +79,8 @@ def mem_obs(avail, cap=8 * Gi):
 
 def test_hard_threshold_fires_immediately_and_min_reclaim_keeps_it():
     clock = FakeClock()
-    m = EvictionManager(parse_thresholds("memory.available<500Mi", minimum_reclaim="memory.available=200Mi"), clock)
+    thresholds = parse_thresholds("memory.available<500Mi", minimum_reclaim="memory.available=200Mi")
+    m = EvictionManager(thresholds, clock)
     assert m.evaluate(mem_obs(600 * Mi)) == []
     assert [t.signal for t in m.evaluate(mem_obs(400 * Mi))] == ["memory.available"]
     assert m.conditions()["MemoryPressure"]
@@ -89,7 +91,8 @@ def test_hard_threshold_fires_immediately_and_min_reclaim_keeps_it():
 
 def test_soft_threshold_waits_for_grace_period():
     clock = FakeClock()
-    m = EvictionManager(parse_thresholds(None, soft="memory.available<1Gi", soft_grace_period="memory.available=30s"),
+    m = EvictionManager(parse_thresholds(None, soft="memory.available<1Gi",
+                                         soft_grace_period="memory.available=30s"),
                         clock)
     assert m.evaluate(mem_obs(512 * Mi)) == []
     assert m.conditions()["MemoryPressure"]  # the condition is immediate, the eviction is not
@@ -125,7 +128,8 @@ def test_disk_and_pid_conditions():
     assert m.conditions() == {"MemoryPressure": False, "DiskPressure": True, "PIDPressure": True}
     conds = m.node_conditions_status()
     assert [(c["type"], c["status"], c["reason"]) for c in conds] == [
-        ("MemoryPressure", "False", "KubeletHasSufficientMemory"), ("DiskPressure", "True", "KubeletHasDiskPressure"),
+        ("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+        ("DiskPressure", "True", "KubeletHasDiskPressure"),
         ("PIDPressure", "True", "KubeletHasInsufficientPID")]
 
 
@@ -173,7 +177,8 @@ def test_synchronize_picks_besteffort_first_with_message():
     assert ev is not None
     assert ev.pod is be
     assert ev.grace_period == 1
-    assert ev.message == ("The node was low on resource: memory. Threshold quantity: 500Mi, available: 400Mi. "
+    assert ev.message == ("The node was low on resource: memory. "
+                          "Threshold quantity: 500Mi, available: 400Mi. "
                           "Container hog was using 300Mi, request is 0, has larger consumption of memory. ")
     assert ev.annotations == {"offending_containers": "hog", "offending_containers_usage": "300Mi",
                               "starved_resource": "memory"}
@@ -182,7 +187,8 @@ def test_synchronize_picks_besteffort_first_with_message():
 
 def test_critical_pods_are_skipped_and_soft_grace_is_capped():
     clock = FakeClock()
-    m = EvictionManager(parse_thresholds(None, soft="memory.available<1Gi", soft_grace_period="memory.available=0s"),
+    m = EvictionManager(parse_thresholds(None, soft="memory.available<1Gi",
+                                         soft_grace_period="memory.available=0s"),
                         clock, max_pod_grace_period=10)
     static = mk("static")
     static["metadata"]["annotations"] = {"kubernetes.io/config.source": "file"}
@@ -248,9 +254,11 @@ def test_observe_real_host(tmp_path: Path):
 def test_local_storage_violations():
     from nodeagent.kubelet.eviction import local_storage_violation
 
-    p = pod(container("app", limits={"ephemeral-storage": "100Mi"}), container("side", limits={"ephemeral-storage": "50Mi"}))
+    p = pod(container("app", limits={"ephemeral-storage": "100Mi"}),
+            container("side", limits={"ephemeral-storage": "50Mi"}))
     p["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "10Mi"}}]
-    assert local_storage_violation(p, PodUsage(ephemeral_storage=20 * Mi, volumes={"scratch": 5 * Mi})) is None
+    within = PodUsage(ephemeral_storage=20 * Mi, volumes={"scratch": 5 * Mi})
+    assert local_storage_violation(p, within) is None
     assert local_storage_violation(p, PodUsage(volumes={"scratch": 11 * Mi})) == \
         'Usage of EmptyDir volume "scratch" exceeds the limit "10Mi". '
     assert local_storage_violation(p, PodUsage(ephemeral_storage=151 * Mi)) == \

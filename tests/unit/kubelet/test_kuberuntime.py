@@ -93,7 +93,8 @@ async def test_crashing_container_restarts_once_then_backs_off(rt):
     assert [c for c in cri.calls if c == ("StartContainer", "boom")] == [("StartContainer", "boom")] * 3
     assert ("RemoveContainer", "boom") in cri.calls  # the oldest instance; the previous one stays
     s = r.pod_status(pod, st, [])["containerStatuses"][0]
-    assert "running" in s["state"] and s["restartCount"] == 2 and s["lastState"]["terminated"]["exitCode"] == 1
+    assert "running" in s["state"] and s["restartCount"] == 2
+    assert s["lastState"]["terminated"]["exitCode"] == 1
 
 
 async def test_image_pulled_per_policy_with_events(rt):
@@ -150,7 +151,8 @@ async def test_volume_mounts_point_at_the_pod_volume_dirs(rt, tmp_path):
     await r.sync(pod)
     (m,) = cri.last_config.mounts
     assert m.container_path == "/s" and m.readonly
-    assert m.host_path == str(tmp_path / "kubelet" / "pods" / "u1" / "volumes" / "kubernetes.io~empty-dir" / "scratch")
+    pod_dir = tmp_path / "kubelet" / "pods" / "u1"
+    assert m.host_path == str(pod_dir / "volumes" / "kubernetes.io~empty-dir" / "scratch")
     assert cri.last_config.annotations["io.kubernetes.container.hash"]
     assert isinstance(cri.last_config, pb.ContainerConfig)
 
@@ -239,7 +241,8 @@ async def test_http_and_sleep_hooks_as_kubelet_runs_them(rt):
         assert cri.running("a") and "FailedPostStartHook" not in rec.reasons()
         await r.kill(pod, 5)
 
-        bad = _pod([_c("b", lifecycle={"postStart": {"httpGet": {"host": "127.0.0.1", "port": closed}}})], uid="u2")
+        bad = _pod([_c("b", lifecycle={"postStart": {"httpGet": {"host": "127.0.0.1", "port": closed}}})],
+                   uid="u2")
         await r.sync(bad)
         assert "FailedPostStartHook" in rec.reasons() and not cri.running("b")
     finally:

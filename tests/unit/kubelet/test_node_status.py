@@ -49,17 +49,20 @@ def test_labels_and_addresses():
 
 def test_ready_condition():
     c = ready_condition([], NOW)
-    assert (c["status"], c["reason"], c["message"]) == ("True", "KubeletReady", "kubelet is posting ready status")
+    assert (c["status"], c["reason"], c["message"]) == (
+        "True", "KubeletReady", "kubelet is posting ready status")
     errs = runtime_errors(True, False, "NetworkPluginNotReady", "cni plugin not initialized",
                           pleg_healthy=False, pleg_message="pleg has yet to be successful")
     c2 = ready_condition(errs, NOW + 10, old=c)
     assert c2["status"] == "False" and c2["reason"] == "KubeletNotReady"
-    assert c2["message"] == ("[container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
-                             "message:cni plugin not initialized, PLEG is not healthy: pleg has yet to be successful]")
+    assert c2["message"] == ("[container runtime network not ready: NetworkReady=false "
+                             "reason:NetworkPluginNotReady message:cni plugin not initialized, "
+                             "PLEG is not healthy: pleg has yet to be successful]")
     assert c2["lastTransitionTime"] != c["lastTransitionTime"]
     c3 = ready_condition(runtime_errors(False, True), NOW + 20, old=c2)
     assert c3["message"] == "container runtime is down"
-    assert c3["lastTransitionTime"] == c2["lastTransitionTime"] and c3["lastHeartbeatTime"] != c2["lastHeartbeatTime"]
+    assert c3["lastTransitionTime"] == c2["lastTransitionTime"]
+    assert c3["lastHeartbeatTime"] != c2["lastHeartbeatTime"]
 
 
 def test_taints():
@@ -68,4 +71,5 @@ def test_taints():
     assert node_taints(existing, ready=True) == [existing[0]]
     t = node_taints(existing, ready=False, pressure_taints=[{"key": "node.kubernetes.io/disk-pressure",
                                                              "effect": "NoSchedule"}])
-    assert [x["key"] for x in t] == ["dedicated", "node.kubernetes.io/not-ready", "node.kubernetes.io/disk-pressure"]
+    assert [x["key"] for x in t] == [
+        "dedicated", "node.kubernetes.io/not-ready", "node.kubernetes.io/disk-pressure"]

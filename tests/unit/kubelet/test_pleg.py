@@ -35,7 +35,8 @@ def test_new_then_exited_within_one_period_reports_died():
 
 def test_sandboxes_and_multiple_pods():
     old = [Record("p1", "sb1", "SANDBOX_READY"), Record("p2", "c2", "running")]
-    new = [Record("p1", "sb1", "SANDBOX_NOTREADY"), Record("p2", "c2", "running"), Record("p2", "c3", "running")]
+    new = [Record("p1", "sb1", "SANDBOX_NOTREADY"), Record("p2", "c2", "running"),
+           Record("p2", "c3", "running")]
     assert diff(old, new) == [ev(D, "sb1"), ev(S, "c3", "p2")]
 
 

@@ -6,7 +6,8 @@ READY = [SandboxRecord("sb1", True, 0, 1.0)]
 
 
 def rec(c, state, attempt=0, exit_code=0, hash_=None):
-    return ContainerRecord(c["name"], f"{c['name']}-{attempt}", state, attempt=attempt, created_at=10.0 + attempt,
+    return ContainerRecord(c["name"], f"{c['name']}-{attempt}", state, attempt=attempt,
+                           created_at=10.0 + attempt,
                            exit_code=exit_code, hash=container_hash(c) if hash_ is None else hash_)
 
 
@@ -14,7 +15,8 @@ def test_sandbox_changed():
     assert sandbox_changed([]) == (True, 0, "")
     assert sandbox_changed(READY) == (False, 0, "sb1")
     assert sandbox_changed([SandboxRecord("sb1", False, 2, 1.0)]) == (True, 3, "sb1")
-    assert sandbox_changed([SandboxRecord("a", True, 0, 1.0), SandboxRecord("b", True, 1, 2.0)]) == (True, 2, "b")
+    assert sandbox_changed([SandboxRecord("a", True, 0, 1.0), SandboxRecord("b", True, 1, 2.0)]) == (
+        True, 2, "b")
 
 
 def test_new_pod_creates_sandbox_and_starts_all():
@@ -98,7 +100,8 @@ def test_failed_init_container():
     i1, a = container("i1"), container("a")
     act = compute_pod_actions(pod(a, init=[i1]), READY, [rec(i1, "exited", exit_code=1)])
     assert act.init_containers_to_start == ["i1"] and not act.kill_pod
-    act = compute_pod_actions(pod(a, init=[i1], restartPolicy="Never"), READY, [rec(i1, "exited", exit_code=1)])
+    act = compute_pod_actions(pod(a, init=[i1], restartPolicy="Never"), READY,
+                              [rec(i1, "exited", exit_code=1)])
     assert act.init_failed and act.kill_pod and not act.init_containers_to_start
 
 

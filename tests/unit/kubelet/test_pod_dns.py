@@ -59,7 +59,8 @@ def test_none_takes_only_dns_config(rt):
     pod = _pod([_c("app")], dnsPolicy="None",
                dnsConfig={"nameservers": ["1.2.3.4"], "searches": ["ns1.svc.cluster-domain.example"],
                           "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]})
-    assert _dns(r.sandbox_config(pod, 0)) == (["1.2.3.4"], ["ns1.svc.cluster-domain.example"], ["ndots:2", "edns0"])
+    assert _dns(r.sandbox_config(pod, 0)) == (
+        ["1.2.3.4"], ["ns1.svc.cluster-domain.example"], ["ndots:2", "edns0"])
 
 
 async def test_sandbox_started_with_dns_and_limits_reported_as_event(rt):

@@ -101,15 +101,18 @@ async def test_http_success_and_failure(http_server):
     assert out == Outcome(Result.SUCCESS, "fine")
     assert seen[-1].headers["User-Agent"].startswith("kube-probe/")
     assert seen[-1].headers["X-Custom"] == "1"
-    assert (await probe_http(format_url("http", "127.0.0.1", port, "created"), None, 2)).result == Result.SUCCESS
+    created = await probe_http(format_url("http", "127.0.0.1", port, "created"), None, 2)
+    assert created.result == Result.SUCCESS
     assert await probe_http(format_url("HTTP", "127.0.0.1", port, "/bad"), None, 2) == Outcome(
         Result.FAILURE, "HTTP probe failed with statuscode: 500")
-    assert (await probe_http(format_url("HTTP", "127.0.0.1", port, "/notfound"), None, 2)).output.endswith("404")
+    not_found = await probe_http(format_url("HTTP", "127.0.0.1", port, "/notfound"), None, 2)
+    assert not_found.output.endswith("404")
 
 
 async def test_http_host_header_and_user_agent_override(http_server):
     port, seen = http_server
-    await probe_http(format_url("HTTP", "127.0.0.1", port, "/ok"), {"Host": "svc.example", "User-Agent": "me"}, 2)
+    await probe_http(format_url("HTTP", "127.0.0.1", port, "/ok"),
+                     {"Host": "svc.example", "User-Agent": "me"}, 2)
     assert seen[-1].headers["Host"] == "svc.example"
     assert seen[-1].headers["User-Agent"] == "me"
 
@@ -204,7 +207,8 @@ def test_resolve_port_and_defaults():
     with pytest.raises(ProbeError):
         resolve_port(0, c)
     s = ProbeSpec.from_dict({"tcpSocket": {"port": 1}})
-    assert (s.initial_delay, s.period, s.timeout, s.success_threshold, s.failure_threshold) == (0, 10, 1, 1, 3)
+    assert (s.initial_delay, s.period, s.timeout, s.success_threshold, s.failure_threshold) == (
+        0, 10, 1, 1, 3)
     assert format_url("HTTPS", "fd00::1", 443, "/h") == "https://[fd00::1]:443/h"
 
 
@@ -267,7 +271,8 @@ async def test_failure_threshold_then_hold_until_new_container():
     prober.results += [Result.SUCCESS]
     status["containerStatuses"][0]["containerID"] = "containerd://c2"
     assert await w.do_probe()
-    assert prober.calls == 4 and rm.get("containerd://c2") == Result.SUCCESS and rm.get("containerd://c1") is None
+    assert prober.calls == 4 and rm.get("containerd://c2") == Result.SUCCESS
+    assert rm.get("containerd://c1") is None
 
 
 async def test_readiness_success_threshold_and_updates():

@@ -18,7 +18,8 @@ def test_non_qos_resources_do_not_count():
 
 
 def test_equal_requests_and_limits_everywhere_is_guaranteed():
-    assert compute_pod_qos(pod(container(requests=G, limits=G), container("d", requests=G, limits=G))) == GUARANTEED
+    p = pod(container(requests=G, limits=G), container("d", requests=G, limits=G))
+    assert compute_pod_qos(p) == GUARANTEED
 
 
 def test_limits_only_default_requests_to_limits():

@@ -26,7 +26,8 @@ def pod(policy: str | None = None, ns: str = "team", host_network: bool = False,
 def test_cluster_first_default_policy():
     rc = pod_resolv_conf(pod(), ["10.96.0.10"], "cluster.local", HOST)
     assert rc.render() == ("nameserver 10.96.0.10\n"
-                           "search team.svc.cluster.local svc.cluster.local cluster.local corp.example lab.example\n"
+                           "search team.svc.cluster.local svc.cluster.local cluster.local "
+                           "corp.example lab.example\n"
                            "options ndots:5\n")
     assert rc.warnings == []
 
@@ -34,7 +35,8 @@ def test_cluster_first_default_policy():
 def test_cluster_first_with_host_network_falls_back_to_host():
     rc = pod_resolv_conf(pod("ClusterFirst", host_network=True), ["10.96.0.10"], "cluster.local", HOST)
     assert rc.nameservers == ["192.0.2.53", "192.0.2.54"] and rc.options == ["edns0", "timeout:2"]
-    rc2 = pod_resolv_conf(pod("ClusterFirstWithHostNet", host_network=True), ["10.96.0.10"], "cluster.local", HOST)
+    rc2 = pod_resolv_conf(pod("ClusterFirstWithHostNet", host_network=True), ["10.96.0.10"],
+                          "cluster.local", HOST)
     assert rc2.nameservers == ["10.96.0.10"] and rc2.searches[0] == "team.svc.cluster.local"
 
 

@@ -15,7 +15,8 @@ def test_milli_cpu_to_shares(milli, shares):
     assert r.milli_cpu_to_shares(milli) == shares
 
 
-@pytest.mark.parametrize("milli,quota", [(0, 0), (1, 1000), (5, 1000), (10, 1000), (100, 10000), (1500, 150000)])
+@pytest.mark.parametrize("milli,quota",
+                         [(0, 0), (1, 1000), (5, 1000), (10, 1000), (100, 10000), (1500, 150000)])
 def test_milli_cpu_to_quota(milli, quota):
     assert r.milli_cpu_to_quota(milli) == quota
 
@@ -29,7 +30,8 @@ def test_cpu_weight(shares, weight):
     assert r.cpu_shares_to_weight(shares) == weight
 
 
-@pytest.mark.parametrize("shares,weight", [(2, 1), (1024, 100), (262144, 10000), (0, 0), (102, 17), (2048, 174)])
+@pytest.mark.parametrize("shares,weight",
+                         [(2, 1), (1024, 100), (262144, 10000), (0, 0), (102, 17), (2048, 174)])
 def test_cpu_weight_quadratic(shares, weight):
     assert r.cpu_shares_to_weight(shares, "quadratic") == weight
 
@@ -44,7 +46,8 @@ def test_v2_strings():
 def test_pod_requests_sum_and_init_max():
     p = pod(container("a", requests={"cpu": "100m", "memory": "10Mi"}),
             container("b", requests={"cpu": "200m"}),
-            init=[container("i1", requests={"cpu": "1", "memory": "1Mi"}), container("i2", requests={"memory": "50Mi"})])
+            init=[container("i1", requests={"cpu": "1", "memory": "1Mi"}),
+                  container("i2", requests={"memory": "50Mi"})])
     reqs = r.pod_requests(p)
     assert reqs["cpu"] == 1  # the init container's 1 cpu exceeds the 300m sum
     assert reqs["memory"] == 50 * 2**20
@@ -60,14 +63,17 @@ def test_pod_requests_with_sidecars_and_overhead():
 
 def test_pod_limits_declared():
     assert r.pod_limits_declared(pod(container(limits=G), container("d", limits=G)), "cpu")
-    assert not r.pod_limits_declared(pod(container(limits=G), container("d", limits={"memory": "1Mi"})), "cpu")
+    memory_only = pod(container(limits=G), container("d", limits={"memory": "1Mi"}))
+    assert not r.pod_limits_declared(memory_only, "cpu")
     assert not r.pod_limits_declared(pod(container(limits=G), init=[container("i")]), "memory")
 
 
 def test_guaranteed_pod_config():
     cfg = r.pod_resource_config(pod(container(limits=G), container("d", limits=G)))
-    assert cfg == r.ResourceConfig(cpu_shares=1024, cpu_quota=100_000, cpu_period=100_000, memory_limit=256 * 2**20)
-    assert cfg.v1_files() == {"cpu.shares": "1024", "cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "100000",
+    assert cfg == r.ResourceConfig(cpu_shares=1024, cpu_quota=100_000, cpu_period=100_000,
+                                   memory_limit=256 * 2**20)
+    assert cfg.v1_files() == {"cpu.shares": "1024", "cpu.cfs_period_us": "100000",
+                              "cpu.cfs_quota_us": "100000",
                               "memory.limit_in_bytes": str(256 * 2**20)}
     assert cfg.v2_files() == {"cpu.weight": "39", "cpu.max": "100000 100000", "memory.max": str(256 * 2**20)}
 
@@ -76,7 +82,8 @@ def test_burstable_pod_config_only_sets_declared_limits():
     p = pod(container(requests={"cpu": "250m"}, limits={"memory": "64Mi"}))
     cfg = r.pod_resource_config(p)
     assert cfg == r.ResourceConfig(cpu_shares=256, cpu_quota=None, cpu_period=None, memory_limit=64 * 2**20)
-    p2 = pod(container(requests={"cpu": "250m"}, limits={"cpu": "1"}), container("d", requests={"memory": "1Mi"}))
+    p2 = pod(container(requests={"cpu": "250m"}, limits={"cpu": "1"}),
+             container("d", requests={"memory": "1Mi"}))
     assert r.pod_resource_config(p2) == r.ResourceConfig(cpu_shares=256)
 
 
@@ -135,13 +142,16 @@ def test_cgroup_names():
     assert r.pod_cgroup(g).cgroupfs() == "/kubepods/podaa-bb"
     assert r.pod_cgroup(b).cgroupfs() == "/kubepods/burstable/podcc-dd"
     assert r.pod_cgroup(be).cgroupfs() == "/kubepods/besteffort/podee-ff"
-    assert r.pod_cgroup(b).systemd() == "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podcc_dd.slice"
-    assert r.pod_cgroup(be, cgroup_root=("nodeagent-x",)).cgroupfs() == "/nodeagent-x/kubepods/besteffort/podee-ff"
+    assert r.pod_cgroup(b).systemd() == (
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podcc_dd.slice")
+    assert r.pod_cgroup(be, cgroup_root=("nodeagent-x",)).cgroupfs() == (
+        "/nodeagent-x/kubepods/besteffort/podee-ff")
     assert r.qos_cgroup("Guaranteed").systemd() == "/kubepods.slice"
 
 
 def test_qos_cgroup_configs():
-    pods = [pod(container(requests={"cpu": "300m"})), pod(container(requests={"cpu": "200m", "memory": "1Mi"})),
+    pods = [pod(container(requests={"cpu": "300m"})),
+            pod(container(requests={"cpu": "200m", "memory": "1Mi"})),
             pod(container(limits=G)), pod(container())]
     cfg = r.qos_cgroup_configs(pods)
     assert cfg["Burstable"].cpu_shares == 512

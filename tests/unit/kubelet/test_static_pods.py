@@ -89,7 +89,8 @@ def test_multi_doc_json_podlist_hidden_and_bad_files(tmp_path: Path):
     pod_json = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j"},
                 "spec": {"containers": [{"name": "c", "image": "busybox:latest"}]}}
     (tmp_path / "j.json").write_text(json.dumps(pod_json))
-    (tmp_path / "list.yaml").write_text(json.dumps({"kind": "PodList", "items": [dict(pod_json, metadata={"name": "l"})]}))
+    (tmp_path / "list.yaml").write_text(json.dumps({"kind": "PodList",
+                                                    "items": [dict(pod_json, metadata={"name": "l"})]}))
     (tmp_path / ".hidden.yaml").write_text(WEB)
     (tmp_path / "bad.yaml").write_text("kind: Deployment\nmetadata: {name: x}\n")
     (tmp_path / "subdir").mkdir()
@@ -183,7 +184,7 @@ async def test_url_source_reads_pods_keeps_the_last_good_set_and_reports_changes
     from nodeagent.kubelet.static_pods import URLPodSource
 
     state: dict[str, Any] = {"status": 200, "body": "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n"
-                                    "spec: {containers: [{name: c, image: busybox}]}\n"}
+                                                    "spec: {containers: [{name: c, image: busybox}]}\n"}
 
     async def serve(request):
         return web.Response(status=state["status"], text=state["body"])
@@ -202,7 +203,8 @@ async def test_url_source_reads_pods_keeps_the_last_good_set_and_reports_changes
         (pod,) = pods
         ann = pod["metadata"]["annotations"]
         assert pod["metadata"]["name"] == "web-n1" and pod["spec"]["nodeName"] == "n1"
-        assert ann["kubernetes.io/config.source"] == "http" and ann["kubernetes.io/config.hash"] == pod["metadata"]["uid"]
+        assert ann["kubernetes.io/config.source"] == "http"
+        assert ann["kubernetes.io/config.hash"] == pod["metadata"]["uid"]
         assert await src.fetch() is None  # unchanged body: no update
         state["status"] = 500
         assert await src.fetch() is None and "500" in src.error  # an error keeps the last good set

@@ -15,7 +15,8 @@ NOW = 1_700_000_000.0
 def rec(name, state, attempt=0, exit_code=0, created=None, reason="", cid=None):
     created = NOW + attempt if created is None else created
     return ContainerRecord(name=name, id=cid or f"{name}-{attempt}", state=state, attempt=attempt,
-                           created_at=created, started_at=created, finished_at=created + 0.5 if state == "exited" else 0,
+                           created_at=created, started_at=created,
+                           finished_at=created + 0.5 if state == "exited" else 0,
                            exit_code=exit_code, reason=reason, image="busybox", image_id="sha256:abc")
 
 
@@ -32,7 +33,8 @@ def test_no_containers_yet_is_pending_and_creating():
     assert cond(st, "PodScheduled")["status"] == "True"
     assert cond(st, "ContainersReady") == {
         "type": "ContainersReady", "status": "False", "reason": "ContainersNotReady",
-        "message": "containers with unready status: [a]", "lastProbeTime": None, "lastTransitionTime": rfc3339(NOW)}
+        "message": "containers with unready status: [a]", "lastProbeTime": None,
+        "lastTransitionTime": rfc3339(NOW)}
 
 
 def test_running_and_ready():
@@ -46,7 +48,8 @@ def test_running_and_ready():
     a = st["containerStatuses"][0]
     assert a["ready"] and a["started"] and a["containerID"] == "containerd://a-0"
     assert a["state"] == {"running": {"startedAt": rfc3339(NOW)}}
-    assert st["podIP"] == "10.1.0.5" and st["podIPs"] == [{"ip": "10.1.0.5"}] and st["hostIP"] == "192.168.1.2"
+    assert st["podIP"] == "10.1.0.5" and st["podIPs"] == [{"ip": "10.1.0.5"}]
+    assert st["hostIP"] == "192.168.1.2"
 
 
 def test_readiness_probe_result_drives_ready():
@@ -77,9 +80,11 @@ def test_crash_loop_back_off_state():
     p = pod(container("a"))
     recs = [rec("a", "exited", attempt=0, exit_code=1), rec("a", "exited", attempt=1, exit_code=2)]
     st = generate_pod_status(p, recs, now=NOW,
-                             sync_errors={"a": SyncError("CrashLoopBackOff", "back-off 10s restarting failed")})
+                             sync_errors={"a": SyncError("CrashLoopBackOff",
+                                                         "back-off 10s restarting failed")})
     a = st["containerStatuses"][0]
-    assert a["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed"}}
+    assert a["state"] == {
+        "waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed"}}
     assert a["lastState"]["terminated"]["exitCode"] == 2
     assert a["lastState"]["terminated"]["reason"] == "Error"
     assert a["restartCount"] == 1
@@ -111,22 +116,27 @@ def test_sync_error_ignored_for_container_that_will_not_restart():
 
 def test_phases_by_restart_policy():
     ok, bad = rec("a", "exited", exit_code=0), rec("a", "exited", exit_code=1)
-    for policy, r, want in [("Always", ok, "Running"), ("Always", bad, "Running"), ("OnFailure", ok, "Succeeded"),
-                            ("OnFailure", bad, "Running"), ("Never", ok, "Succeeded"), ("Never", bad, "Failed")]:
+    for policy, r, want in [("Always", ok, "Running"), ("Always", bad, "Running"),
+                            ("OnFailure", ok, "Succeeded"),
+                            ("OnFailure", bad, "Running"), ("Never", ok, "Succeeded"),
+                            ("Never", bad, "Failed")]:
         st = generate_pod_status(pod(container("a"), restartPolicy=policy), [r], now=NOW)
         assert st["phase"] == want, (policy, r.exit_code)
 
 
 def test_terminal_pod_phase():
-    st = generate_pod_status(pod(container("a")), [rec("a", "exited", exit_code=0)], now=NOW, pod_is_terminal=True)
+    st = generate_pod_status(pod(container("a")), [rec("a", "exited", exit_code=0)], now=NOW,
+                             pod_is_terminal=True)
     assert st["phase"] == "Succeeded"
-    st = generate_pod_status(pod(container("a")), [rec("a", "exited", exit_code=143)], now=NOW, pod_is_terminal=True)
+    st = generate_pod_status(pod(container("a")), [rec("a", "exited", exit_code=143)], now=NOW,
+                             pod_is_terminal=True)
     assert st["phase"] == "Failed"
 
 
 def test_terminal_phase_is_never_left():
     p = pod(container("a"))
-    p["status"] = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory. "}
+    p["status"] = {"phase": "Failed", "reason": "Evicted",
+                   "message": "The node was low on resource: memory. "}
     st = generate_pod_status(p, [rec("a", "running")], now=NOW)
     assert st["phase"] == "Failed" and st["reason"] == "Evicted"
 
@@ -169,11 +179,13 @@ def test_readiness_gates():
     p = pod(container("a"), readinessGates=[{"conditionType": "example.com/lb"}])
     st = generate_pod_status(p, [rec("a", "running")], now=NOW)
     assert cond(st, "Ready")["reason"] == "ReadinessGatesNotReady"
-    assert cond(st, "Ready")["message"] == 'corresponding condition of pod readiness gate "example.com/lb" does not exist.'
+    assert cond(st, "Ready")["message"] == (
+        'corresponding condition of pod readiness gate "example.com/lb" does not exist.')
     assert cond(st, "ContainersReady")["status"] == "True"
     p["status"] = {"conditions": [{"type": "example.com/lb", "status": "False"}]}
     st = generate_pod_status(p, [rec("a", "running")], now=NOW)
-    assert cond(st, "Ready")["message"] == 'the status of pod readiness gate "example.com/lb" is not "True", but False'
+    assert cond(st, "Ready")["message"] == (
+        'the status of pod readiness gate "example.com/lb" is not "True", but False')
     assert cond(st, "example.com/lb")["status"] == "False"  # kept: not the kubelet's
     p["status"] = {"conditions": [{"type": "example.com/lb", "status": "True"}]}
     assert cond(generate_pod_status(p, [rec("a", "running")], now=NOW), "Ready")["status"] == "True"

@@ -27,7 +27,8 @@ def b64(s: str) -> str:
 
 
 def listing(d: Path) -> dict:
-    return {p.name: (os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else "file") for p in d.iterdir()}
+    return {p.name: (os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else "file")
+            for p in d.iterdir()}
 
 
 def test_atomic_writer_layout(tmp_path: Path):
@@ -76,12 +77,13 @@ def test_configmap_payload_items_modes_optional():
     cm = {"data": {"a": "1", "b": "2"}, "binaryData": {"bin": b64("\x00\x01")}}
     assert configmap_payload({"name": "c"}, cm) == {"a": FileProjection(b"1"), "b": FileProjection(b"2"),
                                                     "bin": FileProjection(b"\x00\x01")}
-    p = configmap_payload({"name": "c", "defaultMode": 0o440, "items": [{"key": "a", "path": "x/y"},
-                                                                         {"key": "b", "path": "z", "mode": 0o400}]}, cm)
+    items = [{"key": "a", "path": "x/y"}, {"key": "b", "path": "z", "mode": 0o400}]
+    p = configmap_payload({"name": "c", "defaultMode": 0o440, "items": items}, cm)
     assert p == {"x/y": FileProjection(b"1", 0o440), "z": FileProjection(b"2", 0o400)}
     with pytest.raises(VolumeSourceError, match="configmap references non-existent config key: nope"):
         configmap_payload({"name": "c", "items": [{"key": "nope", "path": "n"}]}, cm)
-    assert configmap_payload({"name": "c", "optional": True, "items": [{"key": "nope", "path": "n"}]}, cm) == {}
+    optional = {"name": "c", "optional": True, "items": [{"key": "nope", "path": "n"}]}
+    assert configmap_payload(optional, cm) == {}
     with pytest.raises(VolumeSourceError, match='configmap "c" not found'):
         configmap_payload({"name": "c"}, None)
     assert configmap_payload({"name": "c", "optional": True}, None) == {}
@@ -110,9 +112,10 @@ def test_resource_field_refs():
     c = container("app", requests={"cpu": "250m", "memory": "64Mi"}, limits={"cpu": "1500m"})
     p = pod(c)
     assert resource_field_value(p, {"containerName": "app", "resource": "limits.cpu"}) == "2"
-    assert resource_field_value(p, {"containerName": "app", "resource": "limits.cpu", "divisor": "1m"}) == "1500"
-    assert resource_field_value(p, {"containerName": "app", "resource": "requests.memory", "divisor": "1Mi"}) == "64"
-    assert resource_field_value(p, {"containerName": "app", "resource": "requests.cpu", "divisor": "1m"}) == "250"
+    for resource, divisor, want in (("limits.cpu", "1m", "1500"), ("requests.memory", "1Mi", "64"),
+                                    ("requests.cpu", "1m", "250")):
+        ref = {"containerName": "app", "resource": resource, "divisor": divisor}
+        assert resource_field_value(p, ref) == want, ref
     # no memory limit: node allocatable
     assert resource_field_value(p, {"containerName": "app", "resource": "limits.memory"},
                                 {"memory": "2Gi"}) == str(2 * 2**30)
@@ -162,7 +165,8 @@ def full_pod():
         {"name": "scratch", "emptyDir": {}},
         {"name": "cfg", "configMap": {"name": "settings", "items": [{"key": "conf", "path": "app.conf"}]}},
         {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o400}},
-        {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+        {"name": "info", "downwardAPI": {"items": [{"path": "labels",
+                                                    "fieldRef": {"fieldPath": "metadata.labels"}},
                                                    {"path": "mem", "resourceFieldRef": {
                                                        "containerName": "app", "resource": "limits.memory",
                                                        "divisor": "1Mi"}}]}},
@@ -203,9 +207,11 @@ def test_setup_update_teardown(tmp_path: Path):
     assert (info / "labels").read_text() == 'app="web"' and (info / "mem").read_text() == "256"
     allp = Path(vols["all"].host_path)
     assert allp == base / "kubernetes.io~projected/all"
-    assert sorted(os.listdir(allp)) == sorted(["..data", os.readlink(allp / "..data"), "conf", "name", "other",
+    assert sorted(os.listdir(allp)) == sorted(["..data", os.readlink(allp / "..data"), "conf",
+                                               "name", "other",
                                                "secret", "token"])
-    assert (allp / "secret/user").read_text() == "admin" and (allp / "token").read_text() == "token-for-api-3600"
+    assert (allp / "secret/user").read_text() == "admin"
+    assert (allp / "token").read_text() == "token-for-api-3600"
     # update: only what changed is rewritten
     assert vm.update_pod(p) == []
     objs[("default", "settings")] = {"data": {"conf": "v=2", "other": "o"}}
@@ -226,7 +232,8 @@ def test_missing_configmap_is_a_failed_mount(tmp_path: Path):
     p["spec"]["volumes"] = [{"name": "cfg", "configMap": {"name": "missing"}}]
     with pytest.raises(VolumeError) as ei:
         vm.setup_pod(p)
-    assert ei.value.event_message == 'MountVolume.SetUp failed for volume "cfg" : configmap "missing" not found'
+    assert ei.value.event_message == (
+        'MountVolume.SetUp failed for volume "cfg" : configmap "missing" not found')
     p["spec"]["volumes"][0]["configMap"]["optional"] = True
     vols = vm.setup_pod(p)
     assert sorted(os.listdir(vols["cfg"].host_path)) == sorted(
@@ -250,7 +257,8 @@ def test_unsupported_volume_types(tmp_path: Path):
 def test_host_path_volume_is_not_under_pod_dir(tmp_path: Path):
     vm = VolumeManager(tmp_path / "root")
     p = pod(container(), uid="u4")
-    p["spec"]["volumes"] = [{"name": "h", "hostPath": {"path": str(tmp_path / "data"), "type": "DirectoryOrCreate"}}]
+    p["spec"]["volumes"] = [{"name": "h",
+                             "hostPath": {"path": str(tmp_path / "data"), "type": "DirectoryOrCreate"}}]
     vols = vm.setup_pod(p)
     assert vols["h"].host_path == str(tmp_path / "data") and (tmp_path / "data").is_dir()
     (tmp_path / "data/keep").write_text("x")

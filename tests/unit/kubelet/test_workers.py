@@ -125,9 +125,10 @@ async def test_status_only_update_refreshes_the_slot_without_a_sync():
 def test_only_spec_or_metadata_changes_are_desired_changes():
     from nodeagent.kubelet.agent import _desired_changed
 
-    old: dict[str, Any] = {"metadata": {"name": "p", "resourceVersion": "1", "labels": {"a": "1"}}, "spec": {"x": 1},
-           "status": {"phase": "Pending"}}
-    status_only = {**old, "metadata": {**old["metadata"], "resourceVersion": "2"}, "status": {"phase": "Running"}}
+    old: dict[str, Any] = {"metadata": {"name": "p", "resourceVersion": "1", "labels": {"a": "1"}},
+                           "spec": {"x": 1}, "status": {"phase": "Pending"}}
+    status_only = {**old, "metadata": {**old["metadata"], "resourceVersion": "2"},
+                   "status": {"phase": "Running"}}
     assert not _desired_changed(old, status_only)
     deleting = {**old, "metadata": {**old["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
     assert _desired_changed(old, deleting)

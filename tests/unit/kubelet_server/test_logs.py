@@ -51,7 +51,8 @@ def test_tail_since_timestamps_and_limit(tmp_path):
     assert _collect(p, LogOptions(tail_lines=500)).count(b"\n") == 50
     since = parse_time(b"2024-01-01T00:00:48Z")
     assert _collect(p, LogOptions(since=since)) == b"line 48\nline 49\n"
-    assert _collect(p, LogOptions(tail_lines=1, timestamps=True)) == b"2024-01-01T00:00:49.000000001Z line 49\n"
+    stamped = _collect(p, LogOptions(tail_lines=1, timestamps=True))
+    assert stamped == b"2024-01-01T00:00:49.000000001Z line 49\n"
     assert _collect(p, LogOptions(limit_bytes=9)) == b"line 0\nli"
 
 

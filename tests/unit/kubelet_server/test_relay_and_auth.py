@@ -30,7 +30,8 @@ async def _fake_runtime(seen: list[bytes]) -> tuple[asyncio.AbstractServer, int]
 
 @pytest.mark.parametrize("upgrade,early", [("SPDY/3.1", b""), ("websocket", b"early")])
 def test_relay_passes_the_upgrade_and_bytes_both_ways(upgrade, early):
-    """SPDY clients wait for the 101 before sending frames; websocket bytes right behind the head are kept too."""
+    """SPDY clients wait for the 101 before sending frames;
+    websocket bytes right behind the head are kept too."""
     async def go() -> None:
         seen: list[bytes] = []
         srv, port = await _fake_runtime(seen)
@@ -80,7 +81,8 @@ def test_authorization_attributes_follow_the_kubelet():
 
 
 def test_cert_subjects_and_anonymous():
-    peer = {"subject": ((("organizationName", "system:masters"),), (("commonName", "kube-apiserver-kubelet-client"),))}
+    peer = {"subject": ((("organizationName", "system:masters"),),
+                        (("commonName", "kube-apiserver-kubelet-client"),))}
     assert cert_subject(peer) == ("kube-apiserver-kubelet-client", ("system:masters",))
     assert cert_subject(None) is None
     a = Authenticator("n1", "https://127.0.0.1:1", None)

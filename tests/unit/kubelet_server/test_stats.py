@@ -1,4 +1,5 @@
-"""Summary API assembly from CRI stats: rates from two samples, pod sums when the runtime has no sandbox stats."""
+"""Summary API assembly from CRI stats: rates from two samples,
+pod sums when the runtime has no sandbox stats."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ class FakeCRI(api_pb2_grpc.RuntimeServiceServicer):
             s = pb.ContainerStats()
             s.attributes.id = f"c{i}"
             s.attributes.labels.update({"io.kubernetes.pod.uid": "u1", "io.kubernetes.pod.name": "p",
-                                        "io.kubernetes.pod.namespace": "ns", "io.kubernetes.container.name": name})
+                                        "io.kubernetes.pod.namespace": "ns",
+                                        "io.kubernetes.container.name": name})
             s.cpu.timestamp = now
             s.cpu.usage_core_nano_seconds.value = now // 2
             s.memory.timestamp = now
@@ -39,7 +41,8 @@ async def test_summary_sums_containers_and_computes_nanocores(tmp_path):
     cri = FakeCRI()
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
            "status": {"startTime": "2024-01-01T00:00:00Z",
-                      "containerStatuses": [{"name": "a", "state": {"running": {"startedAt": "2024-01-01T00:00:01Z"}}}]}}
+                      "containerStatuses": [{"name": "a",
+                                             "state": {"running": {"startedAt": "2024-01-01T00:00:01Z"}}}]}}
     async with serve(cri) as client:
         sp = SummaryProvider("n1", client, str(tmp_path), str(tmp_path), lambda: {"u1": pod})
         s = await sp.summary()

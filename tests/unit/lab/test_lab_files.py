@@ -24,9 +24,11 @@ def vagrant_validate(tmp_path: Path, *flags: str, **env: str) -> subprocess.Comp
     if not shutil.which("vagrant"):
         pytest.skip("vagrant is not installed (Debian package `vagrant`, in the Makefile's APT_PACKAGES)")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("LAB_", "VAGRANT_")) and k != "WORKERS"}
-    full = {**clean, "VAGRANT_HOME": str(tmp_path / "vagrant.d"), "VAGRANT_DOTFILE_PATH": str(tmp_path / "dot"),
+    full = {**clean, "VAGRANT_HOME": str(tmp_path / "vagrant.d"),
+            "VAGRANT_DOTFILE_PATH": str(tmp_path / "dot"),
             "VAGRANT_CHECKPOINT_DISABLE": "1", **env}
-    return subprocess.run(["vagrant", "validate", "--no-color", *(flags or ("--ignore-provider",))], cwd=LAB, env=full,
+    return subprocess.run(["vagrant", "validate", "--no-color", *(flags or ("--ignore-provider",))],
+                          cwd=LAB, env=full,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -80,7 +82,8 @@ def test_there_are_provisioning_scripts():
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(LAB)))
 def test_script_is_shellcheck_clean_and_strict(script):
     if not shutil.which("shellcheck"):
-        pytest.skip("shellcheck is not installed (Debian package `shellcheck`, in the Makefile's APT_PACKAGES)")
+        pytest.skip("shellcheck is not installed "
+                    "(Debian package `shellcheck`, in the Makefile's APT_PACKAGES)")
     p = subprocess.run(["shellcheck", "-x", "--severity=style", script.name], cwd=script.parent,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr

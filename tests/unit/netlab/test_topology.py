@@ -14,7 +14,8 @@ def test_names_fit_the_kernel_and_differ_between_labs(tmp_path):
     a, b = topology(tmp_path / "a", 3), topology(tmp_path / "b", 3)
     assert a.tag != b.tag and a.bridge != b.bridge
     for t in (a, b):
-        names = [t.bridge, *(n.host_veth for n in t.nodes), *(f"{n.host_veth[:8]}p{n.index}" for n in t.nodes)]
+        names = [t.bridge, *(n.host_veth for n in t.nodes),
+                 *(f"{n.host_veth[:8]}p{n.index}" for n in t.nodes)]
         assert all(len(x) <= 15 for x in names)
         assert len(set(names)) == len(names)
     assert {n.netns for n in a.nodes}.isdisjoint({n.netns for n in b.nodes})
@@ -25,7 +26,8 @@ def test_addresses_share_one_underlay(tmp_path):
     net = ipaddress.ip_network(f"{t.subnet_prefix}.0/24")
     assert all(ipaddress.ip_address(n.address) in net for n in t.nodes)
     assert ipaddress.ip_address(t.host_address) in net
-    assert t.server_address == t.nodes[0].address and t.server_url.startswith(f"https://{t.nodes[0].address}:")
+    assert t.server_address == t.nodes[0].address
+    assert t.server_url.startswith(f"https://{t.nodes[0].address}:")
     assert len({n.data_dir for n in t.nodes}) == 3
 
 

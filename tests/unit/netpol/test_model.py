@@ -194,7 +194,8 @@ def test_backends_render_without_a_kernel():
     m.set_policy("default/p", policy("p", "default", {
         "podSelector": {}, "ingress": [{"from": [{"podSelector": {}}, {"ipBlock": {"cidr": "1.2.3.0/24"}}],
                                         "ports": [{"port": "http"}, {"port": 80, "endPort": 90}]}]}))
-    peer, cidr, (named,) = rset(m, "default/p", "peer"), rset(m, "default/p", "cidr"), named_sets(m, "default/p")
+    peer, cidr = rset(m, "default/p", "peer"), rset(m, "default/p", "cidr")
+    (named,) = named_sets(m, "default/p")
     chains = IptablesBackend(backend="legacy")._all_chains(m)
     rules = "\n".join(r for c in chains.values() for r in c)
     assert f"--match-set NA-NP-{peer} src -p tcp -m set --match-set NA-NP-{named} dst,dst" in rules

@@ -79,8 +79,9 @@ def test_unknown_vocabulary_is_refused(spec):
 
 @pytest.mark.parametrize("spec", [*SPECS, "-j KUBE-SEP-ABCDEFGHIJKLMNOP",
                                   "-m tcp -p tcp -j DNAT --to-destination 10.1.2.3",
-                                  '-m comment --comment "' + "x" * 300 + '" -m tcp -p tcp -d 10.96.0.1/32 --dport 80 '
-                                  "-j KUBE-SVC-ABC", "-m tcp -p tcp -j DNAT --to-destination 10.1.2.3:80 --random",
+                                  '-m comment --comment "' + "x" * 300 + '" '
+                                  "-m tcp -p tcp -d 10.96.0.1/32 --dport 80 -j KUBE-SVC-ABC",
+                                  "-m tcp -p tcp -j DNAT --to-destination 10.1.2.3:80 --random",
                                   "-s 10.0.0.0/8 -j KUBE-MARK-MASQ", "-j ACCEPT", "-j MARK --or-mark 0x4000"])
 def test_rule_bodies_equal_the_general_encoder(spec):
     """nftrules.body (templates spliced for the large-cluster shapes) = the expressions nest + compat

@@ -40,7 +40,8 @@ def test_no_endpoints_rejects_in_filter_table():
 
 
 def test_affinity_uses_recent():
-    r = plan_port(port(sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 30}}),
+    r = plan_port(port(sessionAffinity="ClientIP",
+                       sessionAffinityConfig={"clientIP": {"timeoutSeconds": 30}}),
                   EPS, NODE)
     svc_rules = next(v for k, v in r.chains.items() if k.startswith("KUBE-SVC-"))
     assert sum("--rcheck --seconds 30 --reap" in x for x in svc_rules) == 3
@@ -94,8 +95,8 @@ def test_large_cluster_mode_drops_per_endpoint_comments_only():
     assert all("comment" in x for x in small.chains[svc])
     sep = sep_chain(sp.name, EPS[0])
     assert large.chains[sep] == ["-s 10.244.0.1/32 -j KUBE-MARK-MASQ",
-                                 f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set -m tcp -p tcp "
-                                 "-j DNAT --to-destination 10.244.0.1:8080"]
+                                 f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set "
+                                 "-m tcp -p tcp -j DNAT --to-destination 10.244.0.1:8080"]
     assert [x.replace(f'-m comment --comment "default/web:http -> {e}" ', "") for x, e in
             zip(small.chains[svc][1:4], EPS, strict=True)] == large.chains[svc][1:4]
 

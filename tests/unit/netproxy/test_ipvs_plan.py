@@ -82,7 +82,8 @@ def test_ipvs_flags_reach_the_proxier():
     from nodeagent.commands.proxy import add_ipvs_arguments
 
     def config(mode, args):
-        return ProxyConfig(mode=mode, ipvs_scheduler=args.ipvs_scheduler, ipvs_strict_arp=args.ipvs_strict_arp)
+        return ProxyConfig(mode=mode, ipvs_scheduler=args.ipvs_scheduler,
+                           ipvs_strict_arp=args.ipvs_strict_arp)
 
     p = argparse.ArgumentParser()
     add_ipvs_arguments(p)

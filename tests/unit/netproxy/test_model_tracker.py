@@ -22,7 +22,8 @@ def test_kube_proxy_hash_scheme():
 
 
 def test_parse_service_features():
-    svc = service("lb", "10.96.0.5", [{"port": 53, "protocol": "UDP", "nodePort": 30053}], type="LoadBalancer",
+    svc = service("lb", "10.96.0.5", [{"port": 53, "protocol": "UDP", "nodePort": 30053}],
+                  type="LoadBalancer",
                   externalIPs=["1.2.3.4", "fe80::1"], sessionAffinity="ClientIP",
                   externalTrafficPolicy="Local", internalTrafficPolicy="Local")
     svc["status"] = {"loadBalancer": {"ingress": [{"ip": "5.6.7.8"}, {"hostname": "x"}]}}
@@ -30,10 +31,12 @@ def test_parse_service_features():
     assert sp.name == ServicePortName("default", "lb", "", "UDP") and str(sp.name) == "default/lb"
     assert (sp.node_port, sp.external_ips, sp.load_balancer_ips) == (30053, ("1.2.3.4",), ("5.6.7.8",))
     assert sp.affinity_timeout == 10800 and sp.external_local and sp.internal_local
-    assert parse_service(service("h", "None", [{"port": 80}]))[ServicePortName("default", "h", "")].cluster_ip is None
+    headless = parse_service(service("h", "None", [{"port": 80}]))
+    assert headless[ServicePortName("default", "h", "")].cluster_ip is None
     assert parse_service({"metadata": {"name": "x"}, "spec": {"type": "ExternalName"}}) == {}
     # nodePort only counts for NodePort/LoadBalancer types
-    assert next(iter(parse_service(service("c", "10.96.0.6", [{"port": 1, "nodePort": 3}])).values())).node_port == 0
+    ports = parse_service(service("c", "10.96.0.6", [{"port": 1, "nodePort": 3}]))
+    assert next(iter(ports.values())).node_port == 0
 
 
 def test_parse_v1_endpoints():

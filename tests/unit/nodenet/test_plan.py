@@ -27,7 +27,8 @@ NODES = [node("n1", "10.99.0.1", "10.244.1.0/24", "aa:00:00:00:00:01"),
 
 def test_host_gw_routes_each_remote_subnet_via_its_node():
     p = P.desired("host-gw", "n1", NODES)
-    assert p.routes == {P.Route("10.244.2.0/24", "10.99.0.2", None), P.Route("10.244.3.0/24", "10.99.0.3", None)}
+    assert p.routes == {
+        P.Route("10.244.2.0/24", "10.99.0.2", None), P.Route("10.244.3.0/24", "10.99.0.3", None)}
     assert not p.fdb and not p.neigh
 
 
@@ -46,7 +47,8 @@ def test_vxlan_has_route_neighbour_and_fdb_per_remote_node():
 
 
 def test_half_published_nodes_are_skipped_and_spec_podcidr_is_the_fallback():
-    nodes = [node("n1", "10.99.0.1", "10.244.1.0/24"), node("n2", "10.99.0.2"), node("n3", cidr="10.244.3.0/24"),
+    nodes = [node("n1", "10.99.0.1", "10.244.1.0/24"), node("n2", "10.99.0.2"),
+             node("n3", cidr="10.244.3.0/24"),
              node("n4", "10.99.0.4", spec_cidr="10.244.4.0/24"), node("n5", "10.99.0.5", "10.244.5.0/24")]
     assert {r.dst for r in P.desired("host-gw", "n1", nodes).routes} == {"10.244.4.0/24", "10.244.5.0/24"}
     # vxlan needs the VTEP MAC too
@@ -65,7 +67,8 @@ def test_unknown_mode_is_refused():
 
 def test_diff_follows_nodes_joining_and_leaving():
     before = P.desired("vxlan", "n1", NODES)
-    after = P.desired("vxlan", "n1", [NODES[0], NODES[2], node("n4", "10.99.0.4", "10.244.4.0/24", "aa:00:00:00:00:04")])
+    after = P.desired("vxlan", "n1",
+                      [NODES[0], NODES[2], node("n4", "10.99.0.4", "10.244.4.0/24", "aa:00:00:00:00:04")])
     c = P.diff(after, before)
     assert [r.dst for r in c.del_routes] == ["10.244.2.0/24"]
     assert [r.dst for r in c.add_routes] == ["10.244.4.0/24"]
@@ -83,8 +86,9 @@ def test_mtu_and_tunnel_address():
 
 
 def test_my_annotations_drop_the_vtep_mac_outside_vxlan():
-    assert P.my_annotations("host-gw", "10.99.0.1", "10.244.1.0/24", "aa:bb:cc:dd:ee:ff")[ann.VTEP_MAC] is None
-    assert P.my_annotations("vxlan", "10.99.0.1", "10.244.1.0/24", "aa:bb:cc:dd:ee:ff")[ann.VTEP_MAC] == "aa:bb:cc:dd:ee:ff"
+    mac = "aa:bb:cc:dd:ee:ff"
+    assert P.my_annotations("host-gw", "10.99.0.1", "10.244.1.0/24", mac)[ann.VTEP_MAC] is None
+    assert P.my_annotations("vxlan", "10.99.0.1", "10.244.1.0/24", mac)[ann.VTEP_MAC] == mac
 
 
 def test_server_stamps_mode_and_cluster_cidr_once():

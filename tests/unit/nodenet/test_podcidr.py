@@ -63,7 +63,8 @@ async def test_follower_writes_the_conflist_when_the_podcidr_appears_and_again_w
     conf = tmp_path / "cni" / "net.d" / "10-nodeagent.conflist"
     assert await f.on_node({"metadata": {"name": "n1"}, "spec": {}}) is None
     assert not conf.exists()  # registered, no podCIDR yet: nothing written
-    assert await f.on_node({"metadata": {"name": "n1"}, "spec": {"podCIDR": "10.244.5.0/24"}}) == "10.244.5.0/24"
+    adopted = await f.on_node({"metadata": {"name": "n1"}, "spec": {"podCIDR": "10.244.5.0/24"}})
+    assert adopted == "10.244.5.0/24"
     plugin = json.loads(conf.read_text())["plugins"][0]
     assert plugin["ipam"]["ranges"] == [[{"subnet": "10.244.5.0/24"}]] and plugin["bridge"] == net.bridge
     before = conf.stat().st_mtime_ns
@@ -87,7 +88,8 @@ def test_forget_config_removes_only_ours(tmp_path):
 def test_up_instances_get_their_own_ipam_range_and_its_first_subnet_is_the_node_s(tmp_path):
     assert Layout.for_data_dir("/var/lib/nodeagent").cluster_cidr == "10.244.0.0/16"
     opts = up_controller_options(str(tmp_path), None, None)
-    assert opts.cluster_cidr == Layout.for_data_dir(str(tmp_path)).cluster_cidr and opts.node_cidr_mask_size == 24
+    assert opts.cluster_cidr == Layout.for_data_dir(str(tmp_path)).cluster_cidr
+    assert opts.node_cidr_mask_size == 24
     assert CidrSet(opts.cluster_cidr, opts.node_cidr_mask_size).allocate() == opts.cluster_cidr
     # --pod-subnet on `up`: its IPAM hands out exactly that subnet, so spec.podCIDR is what the bridge uses
     opts = up_controller_options(str(tmp_path), None, "10.50.0.0/25")
@@ -117,11 +119,12 @@ def test_node_ip_reaches_the_kubelet_nodenet_and_netproxy(tmp_path):
 def test_node_agent_reports_node_ip_as_internal_ip(tmp_path):
     from nodeagent.kubelet.node import NodeAgent
 
-    n = NodeAgent(None, None, "n1", str(tmp_path), lambda: (True, ""),  # type: ignore[arg-type]  # neither is reached
-                  addresses=["192.168.56.11"])
+    n = NodeAgent(None, None,  # type: ignore[arg-type]  # neither the API client nor the runtime is reached
+                  "n1", str(tmp_path), lambda: (True, ""), addresses=["192.168.56.11"])
     assert n.addresses == ["192.168.56.11"]
-    detected = NodeAgent(None, None, "n1", str(tmp_path), lambda: (True, ""))  # type: ignore[arg-type]  # as above
-    assert detected.addresses
+    detected = NodeAgent(None, None,  # type: ignore[arg-type]  # neither the API client nor the runtime is reached
+                         "n1", str(tmp_path), lambda: (True, ""))
+    assert detected.addresses  # detected
 
 
 def test_the_pod_subnet_annotation_is_published_only_for_an_override():
@@ -131,8 +134,10 @@ def test_the_pod_subnet_annotation_is_published_only_for_an_override():
     # --pod-subnet differing from spec.podCIDR: announced, and it wins over spec.podCIDR for the peers
     a = P.my_annotations("host-gw", "10.0.0.1", "10.9.8.0/24", None, "10.244.1.0/24")
     assert a[ann.POD_CIDR] == "10.9.8.0/24"
-    me = {"metadata": {"name": "n1", "annotations": {ann.PUBLIC_IP: "10.0.0.1"}}, "spec": {"podCIDR": "10.244.1.0/24"}}
-    other = {"metadata": {"name": "n2", "annotations": {ann.PUBLIC_IP: "10.0.0.2", ann.POD_CIDR: "10.9.8.0/24"}},
+    me = {"metadata": {"name": "n1", "annotations": {ann.PUBLIC_IP: "10.0.0.1"}},
+          "spec": {"podCIDR": "10.244.1.0/24"}}
+    other = {"metadata": {"name": "n2",
+                          "annotations": {ann.PUBLIC_IP: "10.0.0.2", ann.POD_CIDR: "10.9.8.0/24"}},
              "spec": {"podCIDR": "10.244.2.0/24"}}
     third = {"metadata": {"name": "n3", "annotations": {ann.PUBLIC_IP: "10.0.0.3"}},
              "spec": {"podCIDRs": ["10.244.3.0/24"]}}
@@ -152,8 +157,8 @@ async def test_the_kubelet_hands_the_node_s_podcidr_to_the_runtime_once(tmp_path
             self.cidrs.append(cidr)
 
     rt = Runtime()
-    n = NodeAgent(None, rt, "n1", str(tmp_path), lambda: (True, ""),  # type: ignore[arg-type]  # no client is reached
-                  addresses=["10.0.0.1"])
+    n = NodeAgent(None, rt,  # type: ignore[arg-type]  # the API client is not reached
+                  "n1", str(tmp_path), lambda: (True, ""), addresses=["10.0.0.1"])
     await n._update_pod_cidr({"spec": {}})  # not assigned yet
     await n._update_pod_cidr({"spec": {"podCIDR": "10.244.3.0/24"}})
     await n._update_pod_cidr({"spec": {"podCIDR": "10.244.3.0/24"}})

@@ -98,7 +98,8 @@ async def test_permit_rejection_releases_the_node():
     qp = s.queue.pop_nowait()
     s.schedule_one(qp)
     await asyncio.sleep(0)
-    s.frameworks["default-scheduler"].allow_waiting_pod(qp.pod_info.uid, Status(Code.UNSCHEDULABLE, ("no quorum",)))
+    s.frameworks["default-scheduler"].allow_waiting_pod(qp.pod_info.uid,
+                                                        Status(Code.UNSCHEDULABLE, ("no quorum",)))
     await s.drain()
     assert cluster.node_of("p") is None and s.cache.nodes["n"].req_cpu == 0
     assert ("unreserve", "p", "n") in rec.calls

@@ -32,8 +32,10 @@ def test_node_ports_conflicts_by_protocol_port_and_ip():
 
 
 def test_node_resources_fit_reasons():
-    env = Env([make_node("small", cpu="1", memory="1Gi", pods=2, ephemeral="1Gi", extra={"example.com/gpu": "1"}),
-               make_node("big", cpu="8", memory="16Gi", pods=110, ephemeral="100Gi", extra={"example.com/gpu": "4"})],
+    env = Env([make_node("small", cpu="1", memory="1Gi", pods=2, ephemeral="1Gi",
+                         extra={"example.com/gpu": "1"}),
+               make_node("big", cpu="8", memory="16Gi", pods=110, ephemeral="100Gi",
+                         extra={"example.com/gpu": "4"})],
               [make_pod("e1", cpu="500m", node="small"), make_pod("e2", node="small")])
     fit = "NodeResourcesFit"
     assert env.filter_all(fit, make_pod("p", cpu="600m")) == {"small": "Too many pods", "big": ""}
@@ -41,7 +43,8 @@ def test_node_resources_fit_reasons():
     assert s is not None and s.code == Code.UNSCHEDULABLE
     assert s.reasons == ("Too many pods", "Insufficient cpu", "Insufficient memory")
     gpu = make_pod("g")
-    gpu["spec"]["containers"][0]["resources"] = {"requests": {"example.com/gpu": "2", "ephemeral-storage": "2Gi"}}
+    gpu["spec"]["containers"][0]["resources"] = {"requests": {"example.com/gpu": "2",
+                                                              "ephemeral-storage": "2Gi"}}
     env2 = Env([make_node("small", extra={"example.com/gpu": "1"}, ephemeral="1Gi"),
                 make_node("big", extra={"example.com/gpu": "4"}, ephemeral="10Gi")])
     s = env2.filter(fit, gpu, "small")
@@ -63,7 +66,8 @@ def test_node_affinity_selector_and_required_terms():
     env = Env([make_node("a", labels={"zone": "z1", "disk": "ssd"}), make_node("b", labels={"zone": "z2"}),
                make_node("c")])
     r = "node(s) didn't match Pod's node affinity/selector"
-    assert env.filter_all("NodeAffinity", make_pod("p", nodeSelector={"zone": "z1"})) == {"a": "", "b": r, "c": r}
+    assert env.filter_all("NodeAffinity", make_pod("p", nodeSelector={"zone": "z1"})) == {
+        "a": "", "b": r, "c": r}
     aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z2"]}]},
         {"matchExpressions": [{"key": "disk", "operator": "Exists"}]}]}}}
@@ -83,12 +87,14 @@ def test_taint_toleration_filters_no_schedule_and_no_execute_only():
                make_node("pref", taints=[{"key": "soft", "effect": "PreferNoSchedule"}]),
                make_node("clean")])
     assert env.filter_all("TaintToleration", make_pod("p")) == {
-        "ns": "node(s) had untolerated taint {dedicated: gpu}", "ne": "node(s) had untolerated taint {evict: }",
+        "ns": "node(s) had untolerated taint {dedicated: gpu}",
+        "ne": "node(s) had untolerated taint {evict: }",
         "pref": "", "clean": ""}
     tol = [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
     got = env.filter_all("TaintToleration", make_pod("p", tolerations=tol))
     assert got["ns"] == "" and got["ne"] != ""
-    assert set(env.filter_all("TaintToleration", make_pod("p", tolerations=[{"operator": "Exists"}])).values()) == {""}
+    tolerant = make_pod("p", tolerations=[{"operator": "Exists"}])
+    assert set(env.filter_all("TaintToleration", tolerant).values()) == {""}
     wrong_value = [{"key": "dedicated", "operator": "Equal", "value": "cpu"}]
     assert env.filter("TaintToleration", make_pod("p", tolerations=wrong_value), "ns") is not None
     s = env.filter("TaintToleration", make_pod("p"), "ns")
@@ -107,7 +113,8 @@ def test_node_conditions_taint_the_node():
 
 def test_node_unschedulable():
     env = Env([make_node("cordoned", unschedulable=True), make_node("ok")])
-    assert env.filter_all("NodeUnschedulable", make_pod("p")) == {"cordoned": "node(s) were unschedulable", "ok": ""}
+    assert env.filter_all("NodeUnschedulable", make_pod("p")) == {
+        "cordoned": "node(s) were unschedulable", "ok": ""}
     tol = [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]
     assert env.filter_all("NodeUnschedulable", make_pod("p", tolerations=tol)) == {"cordoned": "", "ok": ""}
 
@@ -121,20 +128,24 @@ def test_inter_pod_affinity_required():
     aff = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone"}]}}
     r = "node(s) didn't match pod affinity rules"
-    assert env.filter_all("InterPodAffinity", make_pod("web", affinity=aff)) == {"n0": "", "n1": "", "n2": r, "n3": r}
+    assert env.filter_all("InterPodAffinity", make_pod("web", affinity=aff)) == {
+        "n0": "", "n1": "", "n2": r, "n3": r}
     anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone"}]}}
     r = "node(s) didn't match pod anti-affinity rules"
-    assert env.filter_all("InterPodAffinity", make_pod("web", affinity=anti)) == {"n0": r, "n1": r, "n2": "", "n3": ""}
+    assert env.filter_all("InterPodAffinity", make_pod("web", affinity=anti)) == {
+        "n0": r, "n1": r, "n2": "", "n3": ""}
     # other namespaces don't count unless named
-    assert set(env.filter_all("InterPodAffinity", make_pod("w", namespace="other", affinity=anti)).values()) == {""}
+    elsewhere = make_pod("w", namespace="other", affinity=anti)
+    assert set(env.filter_all("InterPodAffinity", elsewhere).values()) == {""}
 
 
 def test_inter_pod_affinity_first_pod_of_a_self_selecting_group_goes_anywhere():
     env = Env(_zones())
     aff = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}]}}
-    assert set(env.filter_all("InterPodAffinity", make_pod("w", labels={"app": "web"}, affinity=aff)).values()) == {""}
+    first = make_pod("w", labels={"app": "web"}, affinity=aff)
+    assert set(env.filter_all("InterPodAffinity", first).values()) == {""}
     # a pod that doesn't match its own terms must wait for a match
     assert set(env.filter_all("InterPodAffinity", make_pod("w", affinity=aff)).values()) == {
         "node(s) didn't match pod affinity rules"}
@@ -157,7 +168,8 @@ def test_pod_topology_spread_do_not_schedule():
           "labelSelector": {"matchLabels": {"app": "a"}}}]
     r = "node(s) didn't match pod topology spread constraints"
     # z0 has 3 matching pods, z1 has 0: placing in z0 gives skew 4 > 1
-    assert env.filter_all("PodTopologySpread", make_pod("p", labels={"app": "a"}, topologySpreadConstraints=c)) == {
+    spread = make_pod("p", labels={"app": "a"}, topologySpreadConstraints=c)
+    assert env.filter_all("PodTopologySpread", spread) == {
         "n0": r, "n1": r, "n2": "", "n3": "", "nolabel": r + " (missing required label)"}
     c[0]["maxSkew"] = 4
     got = env.filter_all("PodTopologySpread", make_pod("p", labels={"app": "a"}, topologySpreadConstraints=c))
@@ -171,7 +183,8 @@ def test_inter_pod_affinity_counts_every_pod_when_many_share_labels_and_terms():
     anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}
     nodes = [make_node(f"n{i}", labels={"zone": f"z{i // 2}"}) for i in range(6)]
-    env = Env(nodes, [make_pod(f"db{i}", labels={"app": "db"}, affinity=anti, node=f"n{i}") for i in (0, 2, 3)])
+    env = Env(nodes,
+              [make_pod(f"db{i}", labels={"app": "db"}, affinity=anti, node=f"n{i}") for i in (0, 2, 3)])
     r_mine = "node(s) didn't match pod anti-affinity rules"
     assert env.filter_all("InterPodAffinity", make_pod("x", labels={"app": "db"}, affinity=anti)) == {
         "n0": r_mine, "n1": "", "n2": r_mine, "n3": r_mine, "n4": "", "n5": ""}
@@ -179,7 +192,8 @@ def test_inter_pod_affinity_counts_every_pod_when_many_share_labels_and_terms():
     assert env.filter_all("InterPodAffinity", make_pod("y", labels={"app": "db"})) == {
         "n0": r_theirs, "n1": "", "n2": r_theirs, "n3": r_theirs, "n4": "", "n5": ""}
     # in another namespace the same labels match nothing (the terms default to their pods' namespace)
-    assert set(env.filter_all("InterPodAffinity", make_pod("z", namespace="b", labels={"app": "db"})).values()) == {""}
+    other_ns = make_pod("z", namespace="b", labels={"app": "db"})
+    assert set(env.filter_all("InterPodAffinity", other_ns).values()) == {""}
     # preemption what-ifs keep the counts consistent
     pe_state, pi = env._prep(make_pod("x", labels={"app": "db"}, affinity=anti))
     plugin = env.plugin("InterPodAffinity")

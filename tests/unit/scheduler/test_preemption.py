@@ -53,7 +53,8 @@ async def test_preemption_prefers_the_node_without_pdb_violations():
         make_pod("guarded", cpu="2", priority=1, labels={"app": "db"}, node="a"),
         make_pod("free", cpu="2", priority=1, labels={"app": "batch"}, node="b")])
     env.cluster.add_pdb({"metadata": {"name": "db", "namespace": "default"},
-                         "spec": {"selector": {"matchLabels": {"app": "db"}}}, "status": {"disruptionsAllowed": 0}})
+                         "spec": {"selector": {"matchLabels": {"app": "db"}}},
+                         "status": {"disruptionsAllowed": 0}})
     env.cluster.add_pod(make_pod("hi", cpu="2", priority=100))
     await env.sched.drain()
     assert env.cluster.deleted == ["free"]
@@ -79,10 +80,13 @@ async def test_preemption_policy_never_and_pdb_free_violation_when_unavoidable()
     assert env.cluster.deleted == []
     assert env.cluster.events_for("polite", "FailedScheduling")[-1]["message"] == (
         "0/1 nodes are available: 1 Insufficient cpu. not eligible due to preemptionPolicy=Never.")
-    # with a PDB that allows nothing, the only candidate is still taken (violations are minimized, not forbidden)
+    # with a PDB that allows nothing, the only candidate is still taken (violations are minimized,
+    # not forbidden)
     env.cluster.add_pdb({"metadata": {"name": "x", "namespace": "default"},
-                         "spec": {"selector": {"matchLabels": {"app": "x"}}}, "status": {"disruptionsAllowed": 0}})
-    env2 = Env([make_node("a", cpu="1")], [make_pod("low", cpu="1", priority=0, labels={"app": "x"}, node="a")])
+                         "spec": {"selector": {"matchLabels": {"app": "x"}}},
+                         "status": {"disruptionsAllowed": 0}})
+    env2 = Env([make_node("a", cpu="1")],
+               [make_pod("low", cpu="1", priority=0, labels={"app": "x"}, node="a")])
     env2.cluster.pdb_objs = env.cluster.pdb_objs
     env2.cluster.add_pod(make_pod("hi", cpu="1", priority=100))
     await env2.sched.drain()
@@ -129,7 +133,8 @@ def test_arithmetic_dry_run_agrees_with_the_generic_what_if():
         pods = []
         for i in range(rng.randint(4, 16)):
             pods.append(make_pod(f"t{trial}p{i}", cpu=f"{rng.choice([100, 500, 900, 1500])}m",
-                                 memory=f"{rng.choice([100, 500, 2000])}Mi", priority=rng.choice([0, 1, 5, 20]),
+                                 memory=f"{rng.choice([100, 500, 2000])}Mi",
+                                 priority=rng.choice([0, 1, 5, 20]),
                                  labels={"app": rng.choice(["a", "b"])}, node=f"n{rng.randrange(4)}"))
         env = Env(nodes, pods)
         if trial % 2:
@@ -215,7 +220,8 @@ async def test_pdb_protected_pods_are_reprieved_before_others():
             make_pod("plain2", cpu="1", priority=0, labels={"app": "x"}, node="a")]
     env = Env([make_node("a", cpu="3")], pods)
     env.cluster.add_pdb({"metadata": {"name": "db", "namespace": "default"},
-                         "spec": {"selector": {"matchLabels": {"app": "db"}}}, "status": {"disruptionsAllowed": 0}})
+                         "spec": {"selector": {"matchLabels": {"app": "db"}}},
+                         "status": {"disruptionsAllowed": 0}})
     env.cluster.add_pod(make_pod("hi", cpu="2", priority=10))
     await env.sched.drain()
     assert sorted(env.cluster.deleted) == ["plain1", "plain2"]

@@ -13,7 +13,8 @@ def setup(nodes, pods=(), config=None, clock=None, seed=7):
     import random
 
     cluster = FakeCluster()
-    s = Scheduler(parse_config(config) if config else SchedulerConfig(), cluster.api(), clock=clock or FakeClock(),
+    s = Scheduler(parse_config(config) if config else SchedulerConfig(), cluster.api(),
+                  clock=clock or FakeClock(),
                   rng=random.Random(seed))
     cluster.subscribe(s)
     for n in nodes:
@@ -84,7 +85,8 @@ async def test_preemption_evicts_minimal_victims_and_the_preemptor_binds_on_the_
     cluster, s = setup([make_node("a", cpu="4"), make_node("b", cpu="4")], [
         make_pod("a1", cpu="1", priority=0, node="a"), make_pod("a2", cpu="1", priority=0, node="a"),
         make_pod("a3", cpu="2", priority=0, node="a"),
-        make_pod("b1", cpu="2", priority=5, node="b"), make_pod("b2", cpu="2", priority=5, node="b")], clock=clock)
+        make_pod("b1", cpu="2", priority=5, node="b"), make_pod("b2", cpu="2", priority=5, node="b"),
+    ], clock=clock)
     cluster.add_pod(make_pod("vip", cpu="2", priority=1000))
     await s.drain()
     # a: one victim at priority 0 (a3, or a1+a2 would be two); b would need a priority-5 victim
@@ -185,7 +187,8 @@ async def test_scoring_stops_after_enough_feasible_nodes_and_rotates_the_start()
 
 def test_profile_merges_defaults_with_user_settings():
     ps = plugin_set(parse_config({"profiles": [{"schedulerName": "s", "plugins": {
-        "score": {"disabled": [{"name": "ImageLocality"}], "enabled": [{"name": "NodeResourcesFit", "weight": 5}]},
+        "score": {"disabled": [{"name": "ImageLocality"}],
+                  "enabled": [{"name": "NodeResourcesFit", "weight": 5}]},
         "filter": {"disabled": [{"name": "*"}], "enabled": [{"name": "NodeResourcesFit"}]}}}]}).profiles[0])
     assert "ImageLocality" not in ps.points["score"] and ps.weights["NodeResourcesFit"] == 5
     assert ps.points["filter"] == ["NodeResourcesFit"]
@@ -194,12 +197,14 @@ def test_profile_merges_defaults_with_user_settings():
 
 def test_profile_errors():
     with pytest.raises(ConfigError):
-        setup([], config={"profiles": [{"schedulerName": "s", "plugins": {"filter": {"enabled": [{"name": "Nope"}]}}}]})
+        unknown = {"filter": {"enabled": [{"name": "Nope"}]}}
+        setup([], config={"profiles": [{"schedulerName": "s", "plugins": unknown}]})
     with pytest.raises(ConfigError):
-        setup([], config={"profiles": [{"pluginConfig": [{"name": "NodeResourcesFit",
-                                                          "args": {"scoringStrategy": {"type": "Random"}}}]}]})
+        random_fit = {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "Random"}}}
+        setup([], config={"profiles": [{"pluginConfig": [random_fit]}]})
     with pytest.raises(ConfigError):
-        setup([], config={"profiles": [{"pluginConfig": [{"name": "NodeResourcesFit", "args": {"bogus": 1}}]}]})
+        bogus = {"name": "NodeResourcesFit", "args": {"bogus": 1}}
+        setup([], config={"profiles": [{"pluginConfig": [bogus]}]})
     with pytest.raises(ConfigError):
         parse_config({"percentageOfNodesToScore": 150})
 
@@ -223,7 +228,8 @@ async def test_nominated_node_from_the_api_is_honoured_by_lower_priority_pods():
     cluster.add_pod(make_pod("low", cpu="1", priority=1))
     await s.drain()
     assert cluster.node_of("low") is None
-    assert "0/1 nodes are available: 1 Insufficient cpu." in cluster.events_for("low", "FailedScheduling")[0]["message"]
+    event = cluster.events_for("low", "FailedScheduling")[0]
+    assert "0/1 nodes are available: 1 Insufficient cpu." in event["message"]
 
 
 async def test_prefilter_result_narrows_nodes_and_names_the_plugin():

@@ -8,7 +8,8 @@ from .helpers import Env
 def _loaded():
     return Env([make_node("empty", cpu="4", memory="8Gi"), make_node("half", cpu="4", memory="8Gi"),
                 make_node("full", cpu="4", memory="8Gi")],
-               [make_pod("h", cpu="2", memory="4Gi", node="half"), make_pod("f", cpu="3", memory="6Gi", node="full")])
+               [make_pod("h", cpu="2", memory="4Gi", node="half"),
+                make_pod("f", cpu="3", memory="6Gi", node="full")])
 
 
 def test_least_allocated_prefers_emptier_nodes():
@@ -36,7 +37,8 @@ def test_pods_without_requests_score_with_non_zero_defaults():
 
 def test_balanced_allocation_prefers_even_cpu_memory_use():
     env = Env([make_node("cpu-heavy", cpu="4", memory="8Gi"), make_node("even", cpu="4", memory="8Gi")],
-              [make_pod("c", cpu="3", memory="1Gi", node="cpu-heavy"), make_pod("e", cpu="1", memory="2Gi", node="even")])
+              [make_pod("c", cpu="3", memory="1Gi", node="cpu-heavy"),
+               make_pod("e", cpu="1", memory="2Gi", node="even")])
     s = env.scores("NodeResourcesBalancedAllocation", make_pod("p", cpu="1", memory="2Gi"))
     assert s is not None and s["even"] == 100 and s["even"] > s["cpu-heavy"]
     assert env.scores("NodeResourcesBalancedAllocation", make_pod("besteffort")) is None  # skipped
@@ -46,7 +48,8 @@ def test_preferred_node_affinity_weights():
     env = Env([make_node("a", labels={"disk": "ssd", "zone": "z1"}), make_node("b", labels={"disk": "ssd"}),
                make_node("c")])
     aff = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 10, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}},
+        {"weight": 10,
+         "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}},
         {"weight": 30, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}]}}
     assert env.scores("NodeAffinity", make_pod("p", affinity=aff)) == {"a": 100, "b": 25, "c": 0}
     assert env.scores("NodeAffinity", make_pod("p")) is None
@@ -58,23 +61,27 @@ def test_taint_toleration_prefers_fewer_untolerated_prefer_no_schedule():
                make_node("one", taints=[{"key": "a", "effect": "PreferNoSchedule"}]), make_node("none")])
     assert env.scores("TaintToleration", make_pod("p")) == {"two": 0, "one": 50, "none": 100}
     tol = [{"key": "a", "operator": "Exists", "effect": "PreferNoSchedule"}]
-    assert env.scores("TaintToleration", make_pod("p", tolerations=tol)) == {"two": 0, "one": 100, "none": 100}
+    assert env.scores("TaintToleration", make_pod("p", tolerations=tol)) == {
+        "two": 0, "one": 100, "none": 100}
 
 
 def test_preferred_inter_pod_affinity_and_anti_affinity():
     nodes = [make_node(f"n{i}", labels={"zone": f"z{i}"}) for i in range(3)]
     env = Env(nodes, [make_pod("cache", labels={"app": "cache"}, node="n0"),
                       make_pod("noisy", labels={"app": "noisy"}, node="n1")])
-    aff = {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "podAffinityTerm": {
-        "labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "zone"}}]},
-        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "podAffinityTerm": {
-            "labelSelector": {"matchLabels": {"app": "noisy"}}, "topologyKey": "zone"}}]}}
+    near = {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "zone"}
+    away = {"labelSelector": {"matchLabels": {"app": "noisy"}}, "topologyKey": "zone"}
+    aff = {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+               {"weight": 50, "podAffinityTerm": near}]},
+           "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+               {"weight": 50, "podAffinityTerm": away}]}}
     assert env.scores("InterPodAffinity", make_pod("p", affinity=aff)) == {"n0": 100, "n1": 0, "n2": 50}
 
 
 def test_existing_pods_preferred_terms_attract_the_incoming_pod():
-    aff = {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 20, "podAffinityTerm": {
-        "labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}}]}}
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+    aff = {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+               {"weight": 20, "podAffinityTerm": term}]}}
     env = Env([make_node("a"), make_node("b")], [make_pod("lonely", node="b", affinity=aff)])
     assert env.scores("InterPodAffinity", make_pod("p", labels={"app": "web"})) == {"a": 0, "b": 100}
 
@@ -91,7 +98,8 @@ def test_topology_spread_schedule_anyway_prefers_less_crowded_domains():
 
 def test_default_spreading_applies_to_pods_selected_by_a_service():
     env = Env([make_node("a"), make_node("b")],
-              [make_pod("w1", labels={"app": "web"}, node="a"), make_pod("w2", labels={"app": "web"}, node="a")])
+              [make_pod("w1", labels={"app": "web"}, node="a"),
+               make_pod("w2", labels={"app": "web"}, node="a")])
     assert env.scores("PodTopologySpread", make_pod("p", labels={"app": "web"})) is None  # no owner: skipped
     env.cluster.add_service("default", {"app": "web"})
     s = env.scores("PodTopologySpread", make_pod("p", labels={"app": "web"}))

@@ -55,7 +55,8 @@ def test_node_info_aggregates_follow_add_and_remove():
 def test_bad_conditions_become_taints_unless_already_there():
     n = make_node("n", conditions=[{"type": "Ready", "status": "False"},
                                    {"type": "MemoryPressure", "status": "True"}])
-    assert {t["key"] for t in node_taints(n)} == {"node.kubernetes.io/not-ready", "node.kubernetes.io/memory-pressure"}
+    assert {t["key"] for t in node_taints(n)} == {
+        "node.kubernetes.io/not-ready", "node.kubernetes.io/memory-pressure"}
     n["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]
     effects = {t["key"]: t["effect"] for t in node_taints(n)}
     assert effects["node.kubernetes.io/not-ready"] == "NoExecute"

@@ -32,7 +32,8 @@ async def main(datastore: str, data_dir: str, run: str, workers: int) -> None:
         i = 0
         while True:
             key = f"/crash/{run}/{w}/{i:07d}"
-            obj: dict[str, Any] = {"kind": "Pod", "metadata": {"name": f"{w}-{i}"}, "spec": {"key": key, "generation": 0}}
+            obj: dict[str, Any] = {"kind": "Pod", "metadata": {"name": f"{w}-{i}"},
+                                   "spec": {"key": key, "generation": 0}}
             created = await store.create(key, obj)
             rev = int(created["metadata"]["resourceVersion"])
             out.write(f"C {key} {rev}\n")

@@ -34,7 +34,8 @@ def run_and_kill(datastore: str, data_dir: str, acks: int, run: str = "0") -> li
                 break
             if line.startswith(("C ", "U ")) and line.endswith("\n"):
                 lines.append(line.split())
-        assert len(lines) >= acks, f"writer stopped early: {proc.stderr.read() if proc.poll() is not None else ''}"
+        err = proc.stderr.read() if len(lines) < acks and proc.poll() is not None else ""
+        assert len(lines) >= acks, f"writer stopped early: {err}"
         os.kill(proc.pid, signal.SIGKILL)  # mid-stream: it is still writing
         proc.wait(10)
         assert proc.returncode == -signal.SIGKILL

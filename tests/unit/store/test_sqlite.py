@@ -77,7 +77,8 @@ async def test_sqlite_failed_commit_fails_its_batch_and_the_store_carries_on(tmp
         with pytest.raises(NotFound):  # nothing of the failed batch is visible
             await s.get("/p/boom")
         b = await s.create("/p/b", {"metadata": {"name": "b"}})
-        assert int(b["metadata"]["resourceVersion"]) == int(a["metadata"]["resourceVersion"]) + 1 == s.revision
+        rev_a, rev_b = int(a["metadata"]["resourceVersion"]), int(b["metadata"]["resourceVersion"])
+        assert rev_b == rev_a + 1 == s.revision
     finally:
         await s.close()
     assert verify(path) == []
