@@ -51,7 +51,7 @@ def rec(objs=None, **kw) -> ClusterRecords:
     return ClusterRecords(dict_lister(objs or world()), **kw)
 
 
-def ask(r: ClusterRecords, name: str, qtype: int = T.A):
+def ask(r: ClusterRecords, name: str, qtype: T.RdataType = T.A):
     ans = r.resolve(dns.name.from_text(name), qtype)
     return ans
 
