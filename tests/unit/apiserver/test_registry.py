@@ -4,15 +4,15 @@ import asyncio
 
 import pytest
 
+from nodeagent.api.resources import builtin
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.registry import Registry
 from nodeagent.store.memory import MemoryStore
-from tests.unit.apiserver.helpers import resource
 
-NS, PODS, CMS = resource("", "v1", "namespaces"), resource("", "v1", "pods"), resource("", "v1", "configmaps")
-DEPLOY, QUOTA = resource("apps", "v1", "deployments"), resource("", "v1", "resourcequotas")
-LR = resource("", "v1", "limitranges")
-PC = resource("scheduling.k8s.io", "v1", "priorityclasses")
+NS, PODS, CMS = builtin("", "v1", "namespaces"), builtin("", "v1", "pods"), builtin("", "v1", "configmaps")
+DEPLOY, QUOTA = builtin("apps", "v1", "deployments"), builtin("", "v1", "resourcequotas")
+LR = builtin("", "v1", "limitranges")
+PC = builtin("scheduling.k8s.io", "v1", "priorityclasses")
 
 
 @pytest.fixture
@@ -155,11 +155,11 @@ async def test_immutable_fields_on_update(reg):
     with pytest.raises(ApiError) as e:
         await reg.update(PODS, "d", "p", p)
     assert e.value.code == 422
-    svc = await reg.create(resource("", "v1", "services"), "d",
+    svc = await reg.create(builtin("", "v1", "services"), "d",
                            {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
     svc["spec"]["clusterIP"] = "10.96.0.77" if svc["spec"]["clusterIP"] != "10.96.0.77" else "10.96.0.78"
     with pytest.raises(ApiError) as e:
-        await reg.update(resource("", "v1", "services"), "d", "s", svc)
+        await reg.update(builtin("", "v1", "services"), "d", "s", svc)
     assert e.value.code == 422
 
 

@@ -2,14 +2,14 @@
 
 import asyncio
 
+from nodeagent.api.resources import builtin
 from nodeagent.api.selectors import parse_label_selector
 from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.registry import Registry
 from nodeagent.apiserver.watch import watch_events
 from nodeagent.store.memory import MemoryStore
-from tests.unit.apiserver.helpers import resource
 
-NS, CMS = resource("", "v1", "namespaces"), resource("", "v1", "configmaps")
+NS, CMS = builtin("", "v1", "namespaces"), builtin("", "v1", "configmaps")
 
 
 async def setup():

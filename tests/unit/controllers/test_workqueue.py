@@ -7,7 +7,7 @@ from nodeagent.testing.clock import FakeClock
 
 
 async def test_dedupes_while_queued():
-    q = WorkQueue()
+    q: WorkQueue[str] = WorkQueue()
     q.add("a")
     q.add("a")
     q.add("b")
@@ -17,7 +17,7 @@ async def test_dedupes_while_queued():
 
 
 async def test_key_re_added_while_processing_runs_again_after_done():
-    q = WorkQueue()
+    q: WorkQueue[str] = WorkQueue()
     q.add("a")
     key = await q.get()
     q.add("a")  # while processing: marked dirty, not handed to a second worker
@@ -28,7 +28,7 @@ async def test_key_re_added_while_processing_runs_again_after_done():
 
 
 async def test_add_after_delivers_later_and_wakes_getter():
-    q = WorkQueue()
+    q: WorkQueue[str] = WorkQueue()
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     getter = asyncio.create_task(q.get())
@@ -39,7 +39,7 @@ async def test_add_after_delivers_later_and_wakes_getter():
 
 
 async def test_shutdown_ends_waiting_workers():
-    q = WorkQueue()
+    q: WorkQueue[str] = WorkQueue()
     getter = asyncio.create_task(q.get())
     await asyncio.sleep(0)
     q.shutdown()
@@ -73,7 +73,7 @@ async def test_get_stays_cancellable_when_an_add_races_the_cancel():
 
     from nodeagent.controllers.workqueue import WorkQueue as WQ
 
-    q = WQ()
+    q: WQ[str] = WQ()
     q.add_after("later", 30.0)  # a delayed item: the getters wait with a timeout
     getters = [aio.create_task(q.get()) for _ in range(2)]  # two workers, as a controller runs
     await aio.sleep(0)
