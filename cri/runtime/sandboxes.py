@@ -181,9 +181,10 @@ class SandboxVerbs(RuntimeCore):
             # its network, cgroup processes and /dev/shm.
             config = self.sandbox_config(s)
             if s.network and self.cni is not None:
+                # Recorded with the state below, in the verb's one write: a crash before it repeats
+                # the DEL on the next stop, and DEL of what is gone succeeds (CNI spec).
                 await self.cni.delete(self._attachment(s, config))
                 s.network = False
-                self._persist_sandbox(s)
             if alive(s.pid, s.pid_start):
                 await asyncio.to_thread(_kill_wait, s.pid)
             for pid in self.cgroups.pids(s.cgroup):
@@ -210,6 +211,7 @@ class SandboxVerbs(RuntimeCore):
             del self.sandboxes[s.id]
             self._keys.pop(s.key, None)
             self._status_cache.pop(s.id, None)
+            self._written.pop(s.id, None)
         self._locks.pop(s.id, None)
 
     def sandbox_status(self, s: SandboxRecord) -> pb.PodSandboxStatus:

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from cri.proto import api_pb2 as pb
-from cri.runtime.core import require
+from cri.runtime.core import RuntimeCore, RuntimeOptions, require
 from cri.runtime.errors import FailedPrecondition
-from cri.runtime.state import ContainerRecord, ContainerState, SandboxRecord, SandboxState, load, save
+from cri.runtime.state import ContainerRecord, ContainerState, SandboxRecord, SandboxState, load, save, write
 
 C, R, E, U = ContainerState.CREATED, ContainerState.RUNNING, ContainerState.EXITED, ContainerState.UNKNOWN
 
@@ -104,3 +104,24 @@ def test_a_state_this_runtime_does_not_know_reads_as_not_ready_or_unknown(tmp_pa
     s = load(tmp_path / "s.json", SandboxRecord)
     assert s is not None and s.state is SandboxState.NOTREADY
     assert ContainerState("PAUSED") is U and U.has_exited()
+
+
+def test_a_transition_is_written_once(tmp_path, monkeypatch):
+    """Each write fsyncs twice: a record is written when it changed since its last write, not again
+    (StopPodSandbox after pause's exit was recorded, and the stop RemovePodSandbox repeats)."""
+    import cri.runtime.core as core
+
+    writes: list[str] = []
+    monkeypatch.setattr(core, "write", lambda path, data: (writes.append(path.name), write(path, data)))
+    rt = RuntimeCore(RuntimeOptions(state_dir=tmp_path), cgroups=None)  # type: ignore[arg-type]  # unused here
+    s = SandboxRecord(id="s1", key="k", created_at=1, config="")
+    (tmp_path / "sandboxes" / "s1").mkdir()
+    rt._persist_sandbox(s)
+    rt._persist_sandbox(s)
+    assert writes == ["sandbox.json"]
+    s.state, s.network = SandboxState.NOTREADY, False
+    rt._persist_sandbox(s)
+    rt._persist_sandbox(s)
+    assert writes == ["sandbox.json"] * 2
+    back = load(tmp_path / "sandboxes" / "s1" / "sandbox.json", SandboxRecord)
+    assert back is not None and back.state is SandboxState.NOTREADY
