@@ -27,6 +27,13 @@ class CgroupInfo:
     v2_controllers: tuple[str, ...]
 
     @property
+    def memory_root(self) -> str | None:
+        """Where the memory controller's tree starts: its v1 hierarchy, else the unified root."""
+        if self.version == "v1":
+            return self.v1_controllers.get("memory")
+        return self.v2_root
+
+    @property
     def summary(self) -> str:
         if self.version == "v2":
             return f"v2 (unified), controllers: {', '.join(self.v2_controllers) or 'none'}"
