@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from kernel.cgroups import hierarchies
 from tests.e2e.kubelet.containerd_node import containerd_up
-from tests.e2e.kubelet.test_node_up import HTTPD, _cgroup_mounts, _running
+from tests.e2e.kubelet.test_node_up import HTTPD, _running
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
@@ -35,9 +36,9 @@ def test_pod_runs_on_containerd(tmp_path, images):
         uid = pod["metadata"]["uid"]
         c.kubectl("delete", "pod", "on-containerd", "--wait=true", "--timeout=90s")
         assert not ctd.client.list_pod_sandbox(label_selector={"io.kubernetes.pod.uid": uid})
-        for m in _cgroup_mounts():
+        for m in hierarchies():
             assert not list(Path(m).glob(f"{c.cgroup_root()}/kubepods/**/pod{uid}")), f"pod cgroup left in {m}"
     deadline = time.monotonic() + 5
-    while any(Path(m, c.cgroup_root()).exists() for m in _cgroup_mounts()) and time.monotonic() < deadline:
+    while any(Path(m, c.cgroup_root()).exists() for m in hierarchies()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(Path(m, c.cgroup_root()).exists() for m in _cgroup_mounts()), "the cgroup root outlived `up`"
+    assert not any(Path(m, c.cgroup_root()).exists() for m in hierarchies()), "the cgroup root outlived `up`"
