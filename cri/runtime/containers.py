@@ -266,7 +266,7 @@ class ContainerVerbs(RuntimeCore):
             del self.containers[c.id]
             self._keys.pop(c.key, None)
             self._exited.pop(c.id, None)
-            self._written.pop(c.id, None)
+            self._files.pop(c.id, None)
         self._locks.pop(c.id, None)
         if trash is not None:  # the (unmounted) upper/work dirs are deleted off the request path
             self._background(f"trash-{c.id}", remove_tree, trash)

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import logging
 import os
 import shutil
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from cri.proto import api_pb2 as pb
 from cri.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
-from cri.runtime.state import ContainerRecord, SandboxRecord, decode, dump, write
+from cri.runtime.state import ContainerRecord, RecordFile, SandboxRecord, decode, dump
 from kernel.cgroups import Cgroups
 
 if TYPE_CHECKING:
@@ -114,7 +113,7 @@ class RuntimeCore:
         self._releases: dict[str, asyncio.Task] = {}  # exited containers' mounts and cgroups being freed
         self._warming: asyncio.Future | None = None  # see _warm_cgroup_attach
         self._status_cache: dict[str, tuple[SandboxRecord, tuple, pb.PodSandboxStatus]] = {}  # sandbox_status
-        self._written: dict[str, bytes] = {}  # id -> digest of the record as last written (see _persist)
+        self._files: dict[str, RecordFile] = {}  # id -> its record's file (see _persist)
         self.pod_cidr = ""
         for d in ("sandboxes", "containers", "trash"):
             (opts.state_dir / d).mkdir(parents=True, exist_ok=True)
@@ -156,15 +155,14 @@ class RuntimeCore:
         self._persist(self._cdir(c.id) / "container.json", c)
 
     def _persist(self, path: Path, rec: SandboxRecord | ContainerRecord) -> None:
-        """Record a transition before the verb answers: one durable write (two fsyncs, 0.5 ms on an idle
-        disk, several when others write), skipped when the record is what was last written for it
-        (StopPodSandbox after pause's exit recorded NOTREADY; the stop RemovePodSandbox repeats)."""
-        data = dump(rec)
-        digest = hashlib.blake2b(data, digest_size=16).digest()
-        if self._written.get(rec.id) == digest:
-            return
-        write(path, data)
-        self._written[rec.id] = digest
+        """Record a transition before the verb answers, durably (state.RecordFile: the first write makes
+        the file, each later one is one in-place slot write and fdatasync); a record equal to the last one
+        written is not written again (StopPodSandbox after pause's exit recorded NOTREADY; the stop
+        RemovePodSandbox repeats)."""
+        f = self._files.get(rec.id)
+        if f is None:
+            f = self._files[rec.id] = RecordFile(path)
+        f.write(dump(rec))
 
     # -- lookups ---------------------------------------------------------------------------------
     @staticmethod

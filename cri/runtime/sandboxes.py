@@ -211,7 +211,7 @@ class SandboxVerbs(RuntimeCore):
             del self.sandboxes[s.id]
             self._keys.pop(s.key, None)
             self._status_cache.pop(s.id, None)
-            self._written.pop(s.id, None)
+            self._files.pop(s.id, None)
         self._locks.pop(s.id, None)
 
     def sandbox_status(self, s: SandboxRecord) -> pb.PodSandboxStatus:
