@@ -164,6 +164,20 @@ class RuntimeCore:
             f = self._files[rec.id] = RecordFile(path)
         f.write(dump(rec))
 
+    def _make_record_file(self, ident: str, path: Path, room: int, undo: Undo) -> asyncio.Future[None]:
+        """Make a new object's record file (slots for records up to `room` bytes) on a worker thread while
+        the verb does its kernel work, so that its first record too is one in-place slot write; await it
+        before persisting. The file holds no record until then: recovery removes it as half-made."""
+        f = self._files[ident] = RecordFile(path)
+        undo.push(lambda: self._files.pop(ident, None))
+        made = asyncio.get_running_loop().run_in_executor(None, f.make, b"", room)
+
+        async def settle() -> None:  # undone before the object's directory is removed
+            await asyncio.gather(made, return_exceptions=True)
+
+        undo.push(settle)
+        return made
+
     # -- lookups ---------------------------------------------------------------------------------
     @staticmethod
     def _find(table: dict[str, R], ident: str, what: str) -> R:

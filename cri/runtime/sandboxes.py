@@ -80,6 +80,7 @@ class SandboxVerbs(RuntimeCore):
                           runtime_handler=handler, net_mode=nso.network, ipc_mode=nso.ipc,
                           pid_mode=POD if nso.pid == POD else (NODE if nso.pid == NODE else CONTAINER),
                           hostname=hostname or sid[:12])
+        made = self._make_record_file(sid, d / "sandbox.json", 2 * len(s.config) + 4096, undo)
         await asyncio.to_thread(_write_pod_files, d, s.hostname, config.dns_config, nso.network == NODE)
         if nso.ipc != NODE:
             shm = d / "shm"
@@ -130,6 +131,7 @@ class SandboxVerbs(RuntimeCore):
             await asyncio.gather(joined, return_exceptions=True)
             raise
         await joined
+        await made
         self._persist_sandbox(s)
         return s
 

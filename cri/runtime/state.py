@@ -198,7 +198,7 @@ def save(path: Path, rec: SandboxRecord | ContainerRecord) -> None:
 # The file itself is made (and remade when a record outgrows its slots) through kernel.fs's atomic_write.
 _SLOT_HEAD = struct.Struct("<4sQII")
 _SLOT_MAGIC = b"NAR2"
-_MIN_SLOT = 4096
+_PAGE = 4096
 
 
 class RecordFile:
@@ -232,9 +232,8 @@ class RecordFile:
     def make(self, data: bytes, room: int = 0) -> None:
         """(Re)make the file holding `data`, with slots for records up to `room` bytes (default: twice
         its size)."""
-        slot = _MIN_SLOT
-        while slot < _SLOT_HEAD.size + max(room, 2 * len(data)):
-            slot *= 2
+        need = _SLOT_HEAD.size + max(room, 2 * len(data))
+        slot = -(-need // _PAGE) * _PAGE
         seq = self.seq + 1
         blob = bytearray(2 * slot)
         first = _slot(seq, data)

@@ -155,3 +155,17 @@ def test_a_record_that_outgrows_its_slots_remakes_the_file(tmp_path):
     back = load(path, SandboxRecord)
     assert back is not None and back.created_at == 2 and len(back.config) == 10_000
     assert not [p for p in tmp_path.iterdir() if p.name != "c.json"]  # no temporary file left
+
+
+def test_a_file_made_ahead_holds_no_record_until_the_first_write(tmp_path):
+    """RunPodSandbox and CreateContainer make the file beside their kernel work: until their record is
+    written, recovery finds none there and removes the directory as half-made."""
+    path = tmp_path / "c.json"
+    f = state.RecordFile(path)
+    f.make(b"", room=10_000)
+    made = path.stat()
+    assert load(path, SandboxRecord) is None
+    f.write(json.dumps({"id": "s1", "key": "k", "created_at": 1, "config": ""}).encode())
+    back = load(path, SandboxRecord)
+    assert back is not None and back.created_at == 1
+    assert (path.stat().st_ino, path.stat().st_size) == (made.st_ino, made.st_size)
