@@ -211,9 +211,9 @@ def density(target: Target, client: CRIClient, pods: int, parent: str, tmp: Path
 
 
 def remove_parent(parent: str) -> None:
-    with open("/proc/self/mounts") as f:  # every hierarchy: runc also uses the name=systemd one
-        roots = [line.split()[1] for line in f if line.split()[2] in ("cgroup", "cgroup2")]
-    for r in roots:
+    from kernel.cgroups import hierarchies
+
+    for r in hierarchies():  # every hierarchy: runc also uses the name=systemd one
         p = Path(r + parent)
         if p.exists():
             for dirpath, _, _ in sorted(os.walk(p), key=lambda t: -len(t[0])):

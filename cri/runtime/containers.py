@@ -104,10 +104,12 @@ class ContainerVerbs(RuntimeCore):
         if config.log_path and sconfig.log_directory:
             log_path = os.path.join(sconfig.log_directory, config.log_path)
 
+        d.mkdir()
+        undo.push(lambda: remove_tree(d))
+        made = self._make_record_file(cid, d / "container.json", 2 * config.ByteSize() + 8192, undo)
+
         def prepare() -> tuple[int, int, list[int]]:
             """The blocking part in one worker-thread hop: directories, rootfs, user, cgroup."""
-            d.mkdir()
-            undo.push(lambda: remove_tree(d))
             upper, work = d / "upper", d / "work"
             for p in (rootfs, upper, work):
                 p.mkdir()
@@ -138,6 +140,7 @@ class ContainerVerbs(RuntimeCore):
                             config=encode(config.SerializeToString()), image=config.image.image,
                             image_id=image.id, image_ref=image_ref, rootfs=str(rootfs), cgroup=cgroup,
                             log_path=log_path, launch=launch_doc, resources=dataclasses.asdict(res))
+        await made
         self._persist_container(c)
         return c
 
@@ -266,6 +269,7 @@ class ContainerVerbs(RuntimeCore):
             del self.containers[c.id]
             self._keys.pop(c.key, None)
             self._exited.pop(c.id, None)
+            self._files.pop(c.id, None)
         self._locks.pop(c.id, None)
         if trash is not None:  # the (unmounted) upper/work dirs are deleted off the request path
             self._background(f"trash-{c.id}", remove_tree, trash)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from cri.proto import api_pb2 as pb
 from cri.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
-from cri.runtime.state import ContainerRecord, SandboxRecord, decode, save
+from cri.runtime.state import ContainerRecord, RecordFile, SandboxRecord, decode, dump
 from kernel.cgroups import Cgroups
 
 if TYPE_CHECKING:
@@ -113,6 +113,7 @@ class RuntimeCore:
         self._releases: dict[str, asyncio.Task] = {}  # exited containers' mounts and cgroups being freed
         self._warming: asyncio.Future | None = None  # see _warm_cgroup_attach
         self._status_cache: dict[str, tuple[SandboxRecord, tuple, pb.PodSandboxStatus]] = {}  # sandbox_status
+        self._files: dict[str, RecordFile] = {}  # id -> its record's file (see _persist)
         self.pod_cidr = ""
         for d in ("sandboxes", "containers", "trash"):
             (opts.state_dir / d).mkdir(parents=True, exist_ok=True)
@@ -148,10 +149,34 @@ class RuntimeCore:
         return self._locks.setdefault(key, asyncio.Lock())
 
     def _persist_sandbox(self, s: SandboxRecord) -> None:
-        save(self._sdir(s.id) / "sandbox.json", s)
+        self._persist(self._sdir(s.id) / "sandbox.json", s)
 
     def _persist_container(self, c: ContainerRecord) -> None:
-        save(self._cdir(c.id) / "container.json", c)
+        self._persist(self._cdir(c.id) / "container.json", c)
+
+    def _persist(self, path: Path, rec: SandboxRecord | ContainerRecord) -> None:
+        """Record a transition before the verb answers, durably (state.RecordFile: the first write makes
+        the file, each later one is one in-place slot write and fdatasync); a record equal to the last one
+        written is not written again (StopPodSandbox after pause's exit recorded NOTREADY; the stop
+        RemovePodSandbox repeats)."""
+        f = self._files.get(rec.id)
+        if f is None:
+            f = self._files[rec.id] = RecordFile(path)
+        f.write(dump(rec))
+
+    def _make_record_file(self, ident: str, path: Path, room: int, undo: Undo) -> asyncio.Future[None]:
+        """Make a new object's record file (slots for records up to `room` bytes) on a worker thread while
+        the verb does its kernel work, so that its first record too is one in-place slot write; await it
+        before persisting. The file holds no record until then: recovery removes it as half-made."""
+        f = self._files[ident] = RecordFile(path)
+        undo.push(lambda: self._files.pop(ident, None))
+        made = asyncio.get_running_loop().run_in_executor(None, f.make, b"", room)
+
+        async def settle() -> None:  # undone before the object's directory is removed
+            await asyncio.gather(made, return_exceptions=True)
+
+        undo.push(settle)
+        return made
 
     # -- lookups ---------------------------------------------------------------------------------
     @staticmethod

@@ -80,6 +80,7 @@ class SandboxVerbs(RuntimeCore):
                           runtime_handler=handler, net_mode=nso.network, ipc_mode=nso.ipc,
                           pid_mode=POD if nso.pid == POD else (NODE if nso.pid == NODE else CONTAINER),
                           hostname=hostname or sid[:12])
+        made = self._make_record_file(sid, d / "sandbox.json", 2 * len(s.config) + 4096, undo)
         await asyncio.to_thread(_write_pod_files, d, s.hostname, config.dns_config, nso.network == NODE)
         if nso.ipc != NODE:
             shm = d / "shm"
@@ -130,6 +131,7 @@ class SandboxVerbs(RuntimeCore):
             await asyncio.gather(joined, return_exceptions=True)
             raise
         await joined
+        await made
         self._persist_sandbox(s)
         return s
 
@@ -181,9 +183,10 @@ class SandboxVerbs(RuntimeCore):
             # its network, cgroup processes and /dev/shm.
             config = self.sandbox_config(s)
             if s.network and self.cni is not None:
+                # Recorded with the state below, in the verb's one write: a crash before it repeats
+                # the DEL on the next stop, and DEL of what is gone succeeds (CNI spec).
                 await self.cni.delete(self._attachment(s, config))
                 s.network = False
-                self._persist_sandbox(s)
             if alive(s.pid, s.pid_start):
                 await asyncio.to_thread(_kill_wait, s.pid)
             for pid in self.cgroups.pids(s.cgroup):
@@ -210,6 +213,7 @@ class SandboxVerbs(RuntimeCore):
             del self.sandboxes[s.id]
             self._keys.pop(s.key, None)
             self._status_cache.pop(s.id, None)
+            self._files.pop(s.id, None)
         self._locks.pop(s.id, None)
 
     def sandbox_status(self, s: SandboxRecord) -> pb.PodSandboxStatus:

@@ -27,6 +27,13 @@ class CgroupInfo:
     v2_controllers: tuple[str, ...]
 
     @property
+    def memory_root(self) -> str | None:
+        """Where the memory controller's tree starts: its v1 hierarchy, else the unified root."""
+        if self.version == "v1":
+            return self.v1_controllers.get("memory")
+        return self.v2_root
+
+    @property
     def summary(self) -> str:
         if self.version == "v2":
             return f"v2 (unified), controllers: {', '.join(self.v2_controllers) or 'none'}"
@@ -60,6 +67,16 @@ def detect_cgroups() -> CgroupInfo:
     return CgroupInfo("v2", hybrid=False, v1_controllers={}, v2_root=v2_root, v2_controllers=v2_ctrls)
 
 
+def hierarchies() -> list[str]:
+    """The mount point of every cgroup hierarchy, each once in mount order: every v1 controller's, named
+    ones (name=systemd) and the unified tree (a hybrid layout's too)."""
+    out: list[str] = []
+    for m in mountinfo():
+        if m.fstype in ("cgroup", "cgroup2") and m.point not in out:
+            out.append(m.point)
+    return out
+
+
 def detect() -> Cgroups:
     """The driver for this host: v1 (legacy or hybrid) through cgroupspy, or the unified v2 tree."""
     info = detect_cgroups()
@@ -72,4 +89,5 @@ def detect() -> Cgroups:
     return V2Cgroups(info.v2_root or str(CGROUP_ROOT))
 
 
-__all__ = ["CGROUP_ROOT", "CgroupInfo", "Cgroups", "Resources", "Stats", "detect", "detect_cgroups"]
+__all__ = ["CGROUP_ROOT", "CgroupInfo", "Cgroups", "Resources", "Stats", "detect", "detect_cgroups",
+           "hierarchies"]

@@ -27,10 +27,11 @@ from nodeagent.kubelet.config import KubeletConfig
 from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
 from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD
 from nodeagent.kubelet.evictions import EvictionLoop
-from nodeagent.kubelet.kuberuntime import PodRuntime, latest_records, termination_grace, uid_of
+from nodeagent.kubelet.kuberuntime import PodRuntime, termination_grace, uid_of
 from nodeagent.kubelet.labels import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from nodeagent.kubelet.node import NodeAgent
 from nodeagent.kubelet.pleg import EventType, GenericPLEG, Record
+from nodeagent.kubelet.pod_actions import latest_records
 from nodeagent.kubelet.prober import ProbeManager, Prober, Result
 from nodeagent.kubelet.server.metrics import KubeletMetrics
 from nodeagent.kubelet.static_pods import (

@@ -12,13 +12,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from kernel.cgroups import hierarchies
 from kernel.cgroups.base import rmdir_retry
-from kernel.mounts import mountinfo
-
-
-def _cgroup_mounts() -> list[str]:
-    """Every cgroup hierarchy, the hybrid layout's cgroup2 mount included."""
-    return [m.point for m in mountinfo() if m.fstype in ("cgroup", "cgroup2")]
 
 
 def remove_cgroup(driver: Any, path: str) -> None:
@@ -26,7 +21,7 @@ def remove_cgroup(driver: Any, path: str) -> None:
     driver.remove(path)
     if getattr(driver, "version", "") != "v1":
         return
-    for mount in _cgroup_mounts():
+    for mount in hierarchies():
         p = Path(mount + "/" + path.strip("/"))
         if p.is_dir():
             with contextlib.suppress(FileNotFoundError):

@@ -15,20 +15,9 @@ from typing import Any
 
 from nodeagent.clock import Clock
 from nodeagent.kubelet.eviction import EvictionManager, PodUsage, evicted_status, observe
-from nodeagent.kubelet.eviction.signals import cgroup_working_set
+from nodeagent.kubelet.eviction.signals import cgroup_working_set, memory_root
 
 log = logging.getLogger("nodeagent.kubelet.eviction")
-
-
-def memory_mount() -> Path | None:
-    """Where the memory controller's pod cgroups are (v1 memory hierarchy, or the v2 root)."""
-    from kernel.cgroups import detect_cgroups
-
-    info = detect_cgroups()
-    if info.version == "v1":
-        m = (info.v1_controllers or {}).get("memory")
-        return Path(m) if m else None
-    return Path(info.v2_root or "/sys/fs/cgroup")
 
 
 class EvictionLoop:
@@ -43,7 +32,7 @@ class EvictionLoop:
         self.evict = evict
         self.recorder = recorder
         self.period = period
-        self._mem = memory_mount()
+        self._mem = memory_root()  # where the pods' memory cgroups are
 
     def _stats(self, pod: Mapping[str, Any]) -> PodUsage | None:
         if self._mem is None:

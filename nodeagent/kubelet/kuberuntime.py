@@ -30,7 +30,7 @@ from nodeagent.kubelet.labels import (
     POD_NAMESPACE_LABEL,
     POD_UID_LABEL,
 )
-from nodeagent.kubelet.pod_actions import SandboxRecord, compute_pod_actions
+from nodeagent.kubelet.pod_actions import SandboxRecord, compute_pod_actions, latest_records
 from nodeagent.kubelet.resolvconf import ResolvConf, pod_resolv_conf
 from nodeagent.kubelet.status import ContainerRecord, SyncError, container_hash, generate_pod_status
 from nodeagent.kubelet.volumes.manager import VolumeError, VolumeManager
@@ -163,7 +163,7 @@ class PodRuntime:
         sandbox_cfg = self.sandbox_config(pod, actions.attempt)
         spec = pod.get("spec") or {}
         by_name = {c["name"]: c for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])}
-        latest = _latest(st.records)
+        latest = latest_records(st.records)
         for name in to_start:
             c = by_name[name]
             prev = latest.get(name)
@@ -494,17 +494,6 @@ def termination_grace(pod: Mapping[str, Any]) -> int:
     return _grace(pod)
 
 
-def latest_records(records: list[ContainerRecord]) -> dict[str, ContainerRecord]:
-    return _latest(records)
-
-
-def _latest(records: list[ContainerRecord]) -> dict[str, ContainerRecord]:
-    out: dict[str, ContainerRecord] = {}
-    for r in records:
-        cur = out.get(r.name)
-        if cur is None or (r.created_at, r.attempt) > (cur.created_at, cur.attempt):
-            out[r.name] = r
-    return out
 
 
 def _read_text(path: str) -> str:

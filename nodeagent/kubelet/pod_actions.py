@@ -47,7 +47,8 @@ class PodActions:
     init_failed: bool = False  # a regular init container failed and the pod will not restart it
 
 
-def _latest(records: Iterable[ContainerRecord]) -> dict[str, ContainerRecord]:
+def latest_records(records: Iterable[ContainerRecord]) -> dict[str, ContainerRecord]:
+    """Each container name's newest record (by creation, then attempt)."""
     out: dict[str, ContainerRecord] = {}
     for r in records:
         cur = out.get(r.name)
@@ -84,7 +85,7 @@ def compute_pod_actions(pod: Mapping[str, Any], sandboxes: Iterable[SandboxRecor
     inits = list(spec.get("initContainers") or [])
     apps = list(spec.get("containers") or [])
     records = list(records)
-    latest = _latest(records)
+    latest = latest_records(records)
     started = started or {}
     create, attempt, sandbox_id = sandbox_changed(sandboxes)
     actions = PodActions(create_sandbox=create, attempt=attempt, sandbox_id=sandbox_id)

@@ -35,6 +35,7 @@ from nodeagent.api import bootstrap_token as tokens
 from nodeagent.api.certificates import KUBELET_CLIENT_SIGNER, NODE_PREFIX, NODES_GROUP
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock, utcnow
+from nodeagent.pki import key_pem as pkcs8_pem
 
 log = logging.getLogger("nodeagent.kubelet.tls_bootstrap")
 CLUSTER_INFO = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
@@ -123,9 +124,7 @@ def _new_key_and_request(node_name: str) -> tuple[bytes, bytes]:
            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, NODES_GROUP),
                                     x509.NameAttribute(NameOID.COMMON_NAME, NODE_PREFIX + node_name)]))
            .sign(key, hashes.SHA256()))
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return key_pem, req.public_bytes(serialization.Encoding.PEM)
+    return pkcs8_pem(key), req.public_bytes(serialization.Encoding.PEM)
 
 
 def _conditions(csr: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from kernel.netlink import get_link
+from kernel.netlink import delete_link, get_link
 from nodeagent.nodenet import plan as P
 
 log = logging.getLogger("nodeagent.nodenet")
@@ -64,7 +64,7 @@ class Dataplane:
             link = get_link(ipr, self.device)
             if link is not None and self.mode == "vxlan" and not self._vxlan_matches(link, under_idx):
                 log.info("%s: settings changed, recreating it", self.device)
-                ipr.link("del", index=link["index"])
+                delete_link(ipr, self.device)
                 link = None
             if link is None:
                 if self.mode == "vxlan":
@@ -177,7 +177,7 @@ class Dataplane:
             if link is None:
                 return
             if self.mode == "vxlan":
-                ipr.link("del", index=link["index"])
+                delete_link(ipr, self.device)
             else:
                 ipr.flush_addr(index=link["index"])
                 ipr.link("set", index=link["index"], state="down")

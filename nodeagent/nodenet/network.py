@@ -92,12 +92,10 @@ class PodNetwork:
         if self.allocations():
             log.info("pods still hold addresses on %s: keeping the bridge", self.bridge)
             return False
-        from pyroute2 import IPRoute
+        from kernel.netlink import IPRoute, delete_link
 
         with IPRoute() as ipr:
-            idx = ipr.link_lookup(ifname=self.bridge)
-            if idx:
-                ipr.link("del", index=idx[0])
+            delete_link(ipr, self.bridge)
         shutil.rmtree(Path(self.ipam_dir, self.name), ignore_errors=True)
         return True
 

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.hostsnap import cgroup_roots
+from kernel.cgroups import hierarchies
 
 # Cgroup parents real peers create under every hierarchy and never remove.
 PEER_CGROUPS = {
@@ -47,7 +47,7 @@ def _cgroup_busy(path: str) -> bool:
 def present() -> list[Artifact]:
     """The first-use artifacts on this host now."""
     found = []
-    for root in cgroup_roots():
+    for root in hierarchies():
         for name, why in PEER_CGROUPS.items():
             path = os.path.join(root, name)
             if os.path.isdir(path):

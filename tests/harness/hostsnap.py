@@ -16,6 +16,9 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+from kernel.cgroups import hierarchies
+from kernel.mounts import mountinfo
+
 STATE_DIRS = (
     "/var/lib/nodeagent",
     "/run/nodeagent",
@@ -72,22 +75,9 @@ def routes() -> set[str]:
     return out
 
 
-def cgroup_roots() -> list[str]:
-    """The mount point of every cgroup hierarchy: each v1 controller's, named ones (name=systemd), v2's."""
-    roots: list[str] = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            if right.split()[:1] in (["cgroup"], ["cgroup2"]):
-                point = left.split()[4]
-                if point not in roots:
-                    roots.append(point)
-    return roots
-
-
 def cgroups() -> set[str]:
     out = set()
-    for root in cgroup_roots():
+    for root in hierarchies():
         for dirpath, dirnames, _ in os.walk(root):
             for d in dirnames:
                 out.add(os.path.join(dirpath, d))
@@ -95,13 +85,7 @@ def cgroups() -> set[str]:
 
 
 def mounts() -> set[str]:
-    out = set()
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fields = left.split()
-            out.add(f"{fields[4]} ({right.split()[0] if right else '?'})")
-    return out
+    return {f"{m.point} ({m.fstype})" for m in mountinfo()}
 
 
 _COUNTERS = re.compile(r"\[\d+:\d+\]")

@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from kernel.cgroups import detect_cgroups
-from tests.harness.hostsnap import cgroup_roots
+from kernel.cgroups import detect_cgroups, hierarchies
+from kernel.mounts import mountinfo
 
 SESSION_ID = secrets.token_hex(2)
 PREFIX = f"nt{SESSION_ID}"  # 6 chars; link names stay within IFNAMSIZ (15)
@@ -156,7 +156,7 @@ class Resources:
         """A cgroup name for a peer to create (podman's `--cgroup-parent`, say): nothing is made here,
         but `<root>/<name>` is removed from every cgroup hierarchy (named ones too) afterwards."""
         name = unique("cg")
-        self._own(f"cgroup {name}", lambda: _remove_cgroups(Path(root, name) for root in cgroup_roots()))
+        self._own(f"cgroup {name}", lambda: _remove_cgroups(Path(root, name) for root in hierarchies()))
         return name
 
     # -- netfilter -------------------------------------------------------------------------------
@@ -245,8 +245,7 @@ def remove_cgroup(path: Path) -> None:
 
 
 def _unmount_and_remove(path: Path) -> None:
-    with open("/proc/self/mountinfo") as f:
-        mounted = any(line.split()[4] == str(path) or line.split()[4].startswith(f"{path}/") for line in f)
+    mounted = any(m.point == str(path) or m.point.startswith(f"{path}/") for m in mountinfo())
     if mounted:
         sh("umount", "-R", "-l", str(path), check=False)
     shutil.rmtree(path, ignore_errors=True)

@@ -64,16 +64,25 @@ def cgroup_working_set(cgroup_dir: Path) -> int:
     return working_set(int((cgroup_dir / "memory.current").read_text()), stat.get("inactive_file", 0))
 
 
-def observe_memory(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> Observation:
-    """memory.available for the node."""
+def memory_root() -> Path | None:
+    """The host's memory controller root (kernel.cgroups' detection: the v1 memory hierarchy or the
+    unified root)."""
+    from kernel.cgroups import detect_cgroups
+
+    root = detect_cgroups().memory_root
+    return Path(root) if root else None
+
+
+def observe_memory(proc: Path = Path("/proc"), memory: Path | None = None) -> Observation:
+    """memory.available for the node; `memory`: the memory controller's root (default: this host's)."""
     info = read_meminfo(proc)
     capacity = info["MemTotal"]
-    v1 = cgroup_root / "memory"
-    if (v1 / "memory.usage_in_bytes").exists():
-        ws = cgroup_working_set(v1)
-    else:
-        stat_path = cgroup_root / "memory.stat"
-        inactive = _read_stat(stat_path).get("inactive_file", 0) if stat_path.exists() else 0
+    root = memory if memory is not None else memory_root()
+    if root is not None and (root / "memory.usage_in_bytes").exists():  # v1
+        ws = cgroup_working_set(root)
+    else:  # v2, whose root has no memory.current: MemTotal − MemFree is the usage
+        stat = root / "memory.stat" if root is not None else None
+        inactive = _read_stat(stat).get("inactive_file", 0) if stat is not None and stat.exists() else 0
         ws = working_set(capacity - info.get("MemFree", 0), inactive)
     return Observation(Fraction(capacity - ws), Fraction(capacity))
 
@@ -101,9 +110,9 @@ def observe_pids(proc: Path = Path("/proc")) -> Observation:
 
 def observe(nodefs: str | os.PathLike, imagefs: str | os.PathLike | None = None,
             kubepods_dir: Path | None = None, allocatable_memory: int | None = None,
-            proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> Observations:
+            proc: Path = Path("/proc"), memory: Path | None = None) -> Observations:
     """Every signal this host can report (blocking file reads: call from a thread)."""
-    obs: Observations = {th.MEMORY_AVAILABLE: observe_memory(proc, cgroup_root)}
+    obs: Observations = {th.MEMORY_AVAILABLE: observe_memory(proc, memory)}
     if kubepods_dir is not None and allocatable_memory is not None and kubepods_dir.exists():
         obs[th.ALLOCATABLE_MEMORY_AVAILABLE] = observe_allocatable_memory(kubepods_dir, allocatable_memory)
     obs[th.NODEFS_AVAILABLE], obs[th.NODEFS_INODES_FREE] = observe_fs(nodefs)

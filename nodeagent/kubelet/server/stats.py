@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cri.client import RuntimeClient, is_unimplemented
+from nodeagent.kubelet.eviction.signals import memory_root
 from nodeagent.kubelet.labels import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -50,11 +51,6 @@ def meminfo(proc: Path = Path("/proc")) -> dict[str, int]:
     return out
 
 
-def _cgroup_v1_memory() -> Path | None:
-    p = Path("/sys/fs/cgroup/memory")
-    return p if (p / "memory.stat").exists() else None
-
-
 def node_memory(proc: Path = Path("/proc")) -> dict[str, int]:
     mi = meminfo(proc)
     total, avail = mi.get("MemTotal", 0), mi.get("MemAvailable", mi.get("MemFree", 0))
@@ -62,10 +58,10 @@ def node_memory(proc: Path = Path("/proc")) -> dict[str, int]:
     inactive_file = mi.get("Inactive(file)", 0)
     rss = mi.get("AnonPages", 0)
     faults = major = 0
-    root = _cgroup_v1_memory()
-    stat_file = root / "memory.stat" if root is not None else Path("/sys/fs/cgroup/memory.stat")
+    root = memory_root()
     try:
-        stat = dict(line.split() for line in stat_file.read_text().splitlines() if line.count(" ") == 1)
+        text = (root / "memory.stat").read_text() if root is not None else ""
+        stat = dict(line.split() for line in text.splitlines() if line.count(" ") == 1)
         inactive_file = int(stat.get("total_inactive_file", stat.get("inactive_file", inactive_file)))
         rss = int(stat.get("total_rss", stat.get("anon", rss)))
         faults = int(stat.get("total_pgfault", stat.get("pgfault", 0)))

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from kernel.cgroups import hierarchies
 from tests.e2e.kubelet.containerd_node import containerd_up
-from tests.e2e.kubelet.test_node_up import HTTPD, _cgroup_mounts, _running
+from tests.e2e.kubelet.test_node_up import HTTPD, _running
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
@@ -36,11 +37,11 @@ def test_pod_runs_on_containerd(tmp_path, images):
         c.kubectl("delete", "pod", "on-containerd", "--wait=true", "--timeout=90s")
         assert ctd.client is not None
         assert not ctd.client.list_pod_sandbox(label_selector={"io.kubernetes.pod.uid": uid})
-        for m in _cgroup_mounts():
+        for m in hierarchies():
             left = list(Path(m).glob(f"{c.cgroup_root()}/kubepods/**/pod{uid}"))
             assert not left, f"pod cgroup left in {m}"
     deadline = time.monotonic() + 5
-    while any(Path(m, c.cgroup_root()).exists() for m in _cgroup_mounts()) and time.monotonic() < deadline:
+    while any(Path(m, c.cgroup_root()).exists() for m in hierarchies()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    outlived = [m for m in _cgroup_mounts() if Path(m, c.cgroup_root()).exists()]
+    outlived = [m for m in hierarchies() if Path(m, c.cgroup_root()).exists()]
     assert not outlived, "the cgroup root outlived `up`"

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kernel.cgroups import hierarchies
 from tests.harness.resources import unique
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
@@ -161,7 +162,7 @@ def cluster(tmp_path_factory, images):
     assert rc == 0, c.tail()
     assert not Path(f"/sys/class/net/{c.bridge}").exists(), "the pod bridge outlived `up`"
     root = c.cgroup_root()
-    assert not any(Path(m, root).exists() for m in _cgroup_mounts()), f"cgroup {root} outlived `up`"
+    assert not any(Path(m, root).exists() for m in hierarchies()), f"cgroup {root} outlived `up`"
     assert str(d) not in Path("/proc/mounts").read_text(), "a mount under the data dir outlived `up`"
 
 
@@ -177,15 +178,6 @@ def _wait_runtime_empty(c: Cluster, timeout: float = 30) -> None:
             time.sleep(0.3)
     finally:
         cri.close()
-
-
-def _cgroup_mounts() -> list[str]:
-    out = []
-    for line in Path("/proc/mounts").read_text().splitlines():
-        parts = line.split()
-        if parts[2] in ("cgroup", "cgroup2"):
-            out.append(parts[1])
-    return out
 
 
 def _assert_pod_gone(c: Cluster, pod: dict, timeout: float = 30) -> None:
@@ -215,7 +207,7 @@ def _check_pod_gone(c: Cluster, pod: dict) -> None:
         cri.close()
     brif = Path(f"/sys/class/net/{c.bridge}/brif")
     assert not brif.exists() or not list(brif.iterdir()), "a veth is still on the pod bridge"
-    for m in _cgroup_mounts():
+    for m in hierarchies():
         assert not list(Path(m).glob(f"{c.cgroup_root()}/kubepods/**/pod{uid}")), f"pod cgroup left in {m}"
     assert uid not in Path("/proc/mounts").read_text(), "a volume mount of the pod is left"
     assert not (c.data_dir / "kubelet" / "pods" / uid).exists()

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from cri.client import CRIClient
+from kernel.mounts import mountinfo
 
 
 def start_runtime(argv: list[str], log: Path, socket: str, *, env: dict[str, str] | None = None,
@@ -43,5 +44,4 @@ def stop_process(proc: subprocess.Popen | None, grace: float) -> None:
 
 def mounts_under(path: Path) -> list[str]:
     p = str(path)
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(p)]
+    return [m.point for m in mountinfo() if m.point.startswith(p)]

@@ -19,6 +19,7 @@ import pytest
 from cri.client import container_config
 from cri.proto import api_pb2 as pb
 from cri.runtime.service import RuntimeOptions
+from kernel.cgroups import hierarchies
 from tests.harness.resources import unique
 from tests.integration.cri.conftest import BUSYBOX, Pods
 from tests.integration.cri.containerd import Containerd, available
@@ -69,11 +70,6 @@ def peer(request, tmp_path_factory, images):
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
 
 
-def cgroup_mounts() -> list[str]:
-    with open("/proc/self/mounts") as f:
-        return [line.split()[1] for line in f if line.split()[2] in ("cgroup", "cgroup2")]
-
-
 @pytest.fixture
 def ppods(peer, tmp_path):
     name, d = peer
@@ -94,7 +90,7 @@ def ppods(peer, tmp_path):
                         raise
             p.ids.clear()
             for parent in p.parents:
-                for r in cgroup_mounts():  # runc makes the parent in every hierarchy, name=systemd too
+                for r in hierarchies():  # runc makes the parent in every hierarchy, name=systemd too
                     remove_cgroup(Path(r + parent))
             p.parents.clear()
         p.close()

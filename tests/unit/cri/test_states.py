@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from cri.proto import api_pb2 as pb
-from cri.runtime.core import require
+from cri.runtime import state
+from cri.runtime.core import RuntimeCore, RuntimeOptions, require
 from cri.runtime.errors import FailedPrecondition
 from cri.runtime.state import ContainerRecord, ContainerState, SandboxRecord, SandboxState, load, save
 
@@ -105,3 +107,66 @@ def test_a_state_this_runtime_does_not_know_reads_as_not_ready_or_unknown(tmp_pa
     s = load(tmp_path / "s.json", SandboxRecord)
     assert s is not None and s.state is SandboxState.NOTREADY
     assert ContainerState("PAUSED") is U and U.has_exited()
+
+
+def test_a_transition_is_one_slot_write_and_a_repeat_none(tmp_path, monkeypatch):
+    """The first write makes the record's file (kernel.fs); each later transition overwrites the older of
+    its two slots in place and fdatasyncs (no new file, no rename); a record equal to the last is skipped
+    (StopPodSandbox after pause's exit was recorded, and the stop RemovePodSandbox repeats)."""
+    syncs: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(state.os, "fdatasync", lambda fd: (syncs.append(fd), real(fd)))
+    rt = RuntimeCore(RuntimeOptions(state_dir=tmp_path), cgroups=None)  # type: ignore[arg-type]  # unused
+    s = SandboxRecord(id="s1", key="k", created_at=1, config="")
+    path = tmp_path / "sandboxes" / "s1" / "sandbox.json"
+    path.parent.mkdir()
+    rt._persist_sandbox(s)
+    made = path.stat()
+    rt._persist_sandbox(s)
+    assert syncs == []
+    s.state, s.network = SandboxState.NOTREADY, False
+    rt._persist_sandbox(s)
+    rt._persist_sandbox(s)
+    assert len(syncs) == 1
+    assert (path.stat().st_ino, path.stat().st_size) == (made.st_ino, made.st_size)
+    back = load(path, SandboxRecord)
+    assert back is not None and back.state is SandboxState.NOTREADY
+
+
+def test_a_torn_slot_reads_as_the_record_before_it(tmp_path):
+    path = tmp_path / "c.json"
+    f = state.RecordFile(path)
+    for n in range(3):
+        f.write(json.dumps({"id": "s1", "key": "k", "created_at": n, "config": ""}).encode())
+    raw = bytearray(path.read_bytes())
+    newest = (f.seq % 2) * f.slot + 40  # a byte of the newest record's payload
+    raw[newest] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    back = load(path, SandboxRecord)
+    assert back is not None and back.created_at == 1
+
+
+def test_a_record_that_outgrows_its_slots_remakes_the_file(tmp_path):
+    path = tmp_path / "c.json"
+    f = state.RecordFile(path)
+    f.write(json.dumps({"id": "s1", "key": "k", "created_at": 1, "config": ""}).encode())
+    small = path.stat()
+    f.write(json.dumps({"id": "s1", "key": "k", "created_at": 2, "config": "x" * 10_000}).encode())
+    assert path.stat().st_ino != small.st_ino and path.stat().st_size > small.st_size
+    back = load(path, SandboxRecord)
+    assert back is not None and back.created_at == 2 and len(back.config) == 10_000
+    assert not [p for p in tmp_path.iterdir() if p.name != "c.json"]  # no temporary file left
+
+
+def test_a_file_made_ahead_holds_no_record_until_the_first_write(tmp_path):
+    """RunPodSandbox and CreateContainer make the file beside their kernel work: until their record is
+    written, recovery finds none there and removes the directory as half-made."""
+    path = tmp_path / "c.json"
+    f = state.RecordFile(path)
+    f.make(b"", room=10_000)
+    made = path.stat()
+    assert load(path, SandboxRecord) is None
+    f.write(json.dumps({"id": "s1", "key": "k", "created_at": 1, "config": ""}).encode())
+    back = load(path, SandboxRecord)
+    assert back is not None and back.created_at == 1
+    assert (path.stat().st_ino, path.stat().st_size) == (made.st_ino, made.st_size)

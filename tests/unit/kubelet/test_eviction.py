@@ -228,7 +228,7 @@ def test_observe_from_fixture_files(tmp_path: Path):
     (cg / "memory").mkdir(parents=True)
     (cg / "memory/memory.usage_in_bytes").write_text(str(3_000_000_000))
     (cg / "memory/memory.stat").write_text("cache 5\ntotal_inactive_file 1000000000\n")
-    mem = signals.observe_memory(proc, cg)
+    mem = signals.observe_memory(proc, cg / "memory")
     assert mem.capacity == 8_192_000_000 and mem.available == 8_192_000_000 - 2_000_000_000
     pids = signals.observe_pids(proc)
     assert (pids.available, pids.capacity) == (60000 - 345, 60000)
