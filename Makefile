@@ -91,12 +91,10 @@ cni-install: python
 
 # ruff, then the layering contracts of pyproject.toml's [tool.importlinter] (DESIGN.md, "Layering"),
 # then mypy over the whole tree ([tool.mypy]).
-# mypy is off until the typing branches of issue 19 item 6 (nodeagent/; kernel, cri, cni, netproxy, netpol,
-# bench; tests/) are all merged and `.venv/bin/mypy` reports no error: then uncomment its line.
 lint: python
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
-#	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy
 
 test: install lint
 	$(PY) -m pytest tests $(PYTEST_ARGS)

@@ -115,7 +115,12 @@ def test_a_transition_is_one_slot_write_and_a_repeat_none(tmp_path, monkeypatch)
     (StopPodSandbox after pause's exit was recorded, and the stop RemovePodSandbox repeats)."""
     syncs: list[int] = []
     real = os.fdatasync
-    monkeypatch.setattr(state.os, "fdatasync", lambda fd: (syncs.append(fd), real(fd)))
+
+    def counted(fd: int) -> None:
+        syncs.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(state.os, "fdatasync", counted)
     rt = RuntimeCore(RuntimeOptions(state_dir=tmp_path), cgroups=None)  # type: ignore[arg-type]  # unused
     s = SandboxRecord(id="s1", key="k", created_at=1, config="")
     path = tmp_path / "sandboxes" / "s1" / "sandbox.json"
