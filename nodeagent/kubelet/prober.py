@@ -8,6 +8,8 @@
 - `ProbeManager`: one worker per (pod, container, probe type), run inside its own TaskGroup, and the
   ready/started values the status generator needs.
 The clock is injected; exec goes through `exec_sync(container_id, cmd, timeout)` (CRI ExecSync).
+One module (about 600 lines) as kubelet's prober package is one: the checks, the worker that
+schedules them and the manager that owns the workers share one Outcome and result cache.
 """
 
 from __future__ import annotations
