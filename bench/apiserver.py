@@ -90,6 +90,7 @@ def ab_rate(kind: str, srv, ns: str, total: int, conc: int, names: list[str] | N
     import subprocess
 
     url = f"{srv.url}/api/v1/namespaces/{ns}/pods"
+    conc = min(conc, total)  # ab refuses a concurrency above its request count
     args = ["ab", "-q", "-k", "-c", str(conc), "-n", str(total), "-H", f"Authorization: Bearer {srv.token}",
             "-H", "Accept: application/json"]
     tmp = None
@@ -124,7 +125,7 @@ def ab_rate(kind: str, srv, ns: str, total: int, conc: int, names: list[str] | N
 def _ab_figure(out: str, pattern: str) -> str:
     m = re.search(pattern, out)
     if m is None:
-        raise RuntimeError(f"ab printed no {pattern!r}: {out[-2000:]}")
+        raise RuntimeError(f"ab printed no {pattern!r}: {out[:2000]}")  # its reason comes first
     return m.group(1)
 
 
