@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dns": ("dns", "run the cluster DNS server (Service and Pod records, forwarding) in the foreground"),
     "token": ("token", "bootstrap tokens for joining nodes: create (prints the join command), list, delete"),
     "lab": ("lab", "bring a cluster of network-namespace nodes on this machine up or down"),
+    "kubectl": ("kubectl", "run kubectl against this node's cluster as admin (every argument is kubectl's)"),
 }
 
 
@@ -51,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["kubectl"]:  # kubectl's own flags, --help included, are not ours to parse
+        from nodeagent.commands.kubectl import exec_kubectl
+
+        return exec_kubectl(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):

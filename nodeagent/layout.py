@@ -77,6 +77,11 @@ class Layout:
         return not self.tag
 
     @property
+    def kube_context(self) -> str:
+        """The cluster, user and context name merged into a person's kubeconfig (`~/.kube/config`)."""
+        return "nodeagent" if not self.tag else f"nodeagent-{self.tag}"
+
+    @property
     def throwaway(self) -> bool:
         """An instance that leaves nothing behind: its Service rules go when it stops, its cluster DNS
         answers on a port of its own (every data dir but the default)."""

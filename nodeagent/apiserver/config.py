@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 
+from nodeagent.apiserver.kubeconfig import UserKubeconfig
+
 
 @dataclasses.dataclass(frozen=True)
 class ApiServerConfig:
@@ -18,6 +20,7 @@ class ApiServerConfig:
     lease_duration: int = 15
     token_ttl: float = 24 * 3600.0  # the printed join token's lifetime (0: never expires)
     admin_kubeconfig_copy: str | None = None  # the admin kubeconfig is also written here (best effort)
+    user_kubeconfig: UserKubeconfig | None = None  # and merged into this person's kubeconfig
 
     def __post_init__(self) -> None:
         if not self.data_dir:

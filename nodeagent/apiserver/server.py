@@ -130,6 +130,22 @@ class ApiServer:
         for p in paths:
             log.info("admin kubeconfig: %s", p)
             print(f"admin kubeconfig: {p}  (export KUBECONFIG={p})", flush=True)
+        if self.cfg.user_kubeconfig:
+            self._write_user_kubeconfig(self.cfg.user_kubeconfig, text)
+
+    @staticmethod
+    def _write_user_kubeconfig(target: kubeconfig.UserKubeconfig, text: str) -> None:
+        """Best effort, as the copy: the cluster runs whether or not a person's kubeconfig took it."""
+        try:
+            made = kubeconfig.write_for_user(target, text)
+        except (OSError, kubeconfig.KubeconfigError) as e:
+            log.warning("could not merge the admin kubeconfig into %s: %s (use --write-kubeconfig PATH, "
+                        "or export KUBECONFIG as above)", target.path, e)
+            return
+        how = "written to" if made else "merged into"
+        msg = f"kubeconfig: context {target.context!r} {how} {target.path}: kubectl works as it is"
+        log.info("%s", msg)
+        print(msg, flush=True)
 
     async def stop(self) -> None:
         for t in self._tasks:

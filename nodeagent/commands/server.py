@@ -20,6 +20,9 @@ OPTIONAL = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from nodeagent.commands import user_kubeconfig
+
+    user_kubeconfig.add_arguments(p)
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="state directory (default: %(default)s)")
     p.add_argument("--bind-address", default="0.0.0.0", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=6443,
@@ -68,6 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> Configs:
     from nodeagent.apiserver.config import ApiServerConfig
+    from nodeagent.commands import user_kubeconfig
     from nodeagent.commands.configs import Configs, cli_errors, control_plane_configs
     from nodeagent.controllers.options import ControllerOptions
     from nodeagent.layout import Layout
@@ -78,7 +82,8 @@ def config_from_args(args: argparse.Namespace) -> Configs:
                               datastore=args.datastore,
                               service_cluster_ip_range=args.service_cluster_ip_range,
                               advertise_address=args.advertise_address, lease_duration=args.lease_duration,
-                              token_ttl=args.token_ttl, admin_kubeconfig_copy=layout.admin_kubeconfig_copy)
+                              token_ttl=args.token_ttl, admin_kubeconfig_copy=layout.admin_kubeconfig_copy,
+                              user_kubeconfig=user_kubeconfig.target(args, layout))
         options = ControllerOptions(
             allocate_node_cidrs=args.allocate_node_cidrs, cluster_cidr=args.cluster_cidr,
             node_cidr_mask_size=args.node_cidr_mask_size,

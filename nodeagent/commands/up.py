@@ -109,7 +109,10 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from nodeagent.commands import user_kubeconfig
+
     add_node_arguments(p)
+    user_kubeconfig.add_arguments(p)
     p.add_argument("--port", type=int, default=None,
                    help="apiserver HTTPS port (default: 6443 for the default data dir, else any free one)")
     p.add_argument("--bind-address", default=None, help="apiserver listen address (default: 0.0.0.0)")
@@ -126,6 +129,7 @@ def config_from_args(args: argparse.Namespace) -> Configs:
     credential its own apiserver writes, and the control plane with `up`'s own node IPAM range."""
     from nodeagent.apiserver.config import ApiServerConfig
     from nodeagent.client.config import Credentials
+    from nodeagent.commands import user_kubeconfig
     from nodeagent.commands.configs import (
         DNS_LISTEN,
         Configs,
@@ -141,7 +145,8 @@ def config_from_args(args: argparse.Namespace) -> Configs:
     with cli_errors("up"):
         api = ApiServerConfig(data_dir=args.data_dir, bind_address=args.bind_address or "0.0.0.0",
                               port=layout.apiserver_port if args.port is None else args.port,
-                              admin_kubeconfig_copy=layout.admin_kubeconfig_copy)
+                              admin_kubeconfig_copy=layout.admin_kubeconfig_copy,
+                              user_kubeconfig=user_kubeconfig.target(args, layout))
         return Configs(layout=layout,
                        **node_configs(args, layout, Credentials(kubeconfig=layout.admin_kubeconfig)),
                        **control_plane_configs(api, layout, controllers="*", options=options,
