@@ -28,8 +28,8 @@ def test_every_command_has_help(command):
 
 def test_kubectl_help_is_kubectls():
     """`nodeagent kubectl` passes every argument on, as `k3s kubectl` does: its --help is kubectl's."""
-    p = subprocess.run([sys.executable, "-m", "nodeagent", "kubectl", "--help"], capture_output=True, text=True,
-                       env={**os.environ, "KUBECONFIG": "/dev/null"})
+    p = subprocess.run([sys.executable, "-m", "nodeagent", "kubectl", "--help"], capture_output=True,
+                       text=True, env={**os.environ, "KUBECONFIG": "/dev/null"})
     if shutil.which("kubectl") is None:
         assert p.returncode == 1 and "no kubectl on PATH" in p.stderr
     else:
