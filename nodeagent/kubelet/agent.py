@@ -33,6 +33,7 @@ from nodeagent.kubelet.node import NodeAgent
 from nodeagent.kubelet.pleg import EventType, GenericPLEG, Record
 from nodeagent.kubelet.pod_actions import latest_records
 from nodeagent.kubelet.prober import ProbeManager, Prober, Result
+from nodeagent.kubelet.secrets import PodObjects
 from nodeagent.kubelet.server.metrics import KubeletMetrics
 from nodeagent.kubelet.static_pods import (
     StaticPodSource,
@@ -68,6 +69,9 @@ class Kubelet:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),
                                      get_secret=self._getter("secrets"))
+        # Secrets/ConfigMaps by watch and Services by informer, for container environments and image pulls
+        self.objects = PodObjects(client, host_ips=lambda: list(self.node.addresses),
+                                  node_allocatable=self.node.allocatable)
         self.runtime: PodRuntime | None = None
         self.static: dict[str, dict[str, Any]] = {}  # uid → static pod from the manifest dir or URL
         self._static_by_source: dict[str, dict[str, dict[str, Any]]] = {}
@@ -161,7 +165,7 @@ class Kubelet:
                                   runtime_name=self.node.runtime_name,
                                   cgroups=await asyncio.to_thread(_cgroup_driver),
                                   cluster_dns=self.cfg.cluster_dns, cluster_domain=self.cfg.cluster_domain,
-                                  resolv_conf=self.cfg.resolv_conf)
+                                  resolv_conf=self.cfg.resolv_conf, sources=self.objects)
         if self.runtime.cgroups is not None:
             await asyncio.to_thread(_ensure_qos_tree, self.runtime.cgroups, self.runtime.cgroup_root)
         async with asyncio.TaskGroup() as tg:
@@ -171,6 +175,9 @@ class Kubelet:
             tg.create_task(self.recorder.run(), name="kubelet-events")
             tg.create_task(self.node.run(), name="kubelet-node")
             tg.create_task(self.probes.run(), name="kubelet-probes")
+            objects_ready = asyncio.Event()
+            tg.create_task(self.objects.run(objects_ready), name="kubelet-pod-objects")
+            await objects_ready.wait()
             await self.probes.wait_ready()
             tg.create_task(self._probe_updates(), name="kubelet-probe-updates")
             self.pods.add_handler(self._on_pod, self._on_pod_update, self._on_pod_deleted)
@@ -346,6 +353,7 @@ class Kubelet:
             self._first_seen.setdefault(uid_of(pod), time.monotonic())
         self.probes.add_pod(pod)
         self.probes.update_pod(pod)
+        self.objects.register(pod)
         liveness_failed, startup_failed = set(), set()
         for c in (self.last_status.get(uid_of(pod)) or {}).get("containerStatuses") or []:
             cid = c.get("containerID")
@@ -389,6 +397,7 @@ class Kubelet:
     async def _terminate_pod(self, pod: dict[str, Any]) -> None:
         assert self.runtime is not None
         self.probes.remove_pod(uid_of(pod))
+        self.objects.unregister(uid_of(pod))
         self.evicted.pop(uid_of(pod), None)
         self._first_seen.pop(uid_of(pod), None)
         await self.runtime.kill(pod, termination_grace(pod))

@@ -1,0 +1,67 @@
+"""The kubelet's container-start hooks for the environment and image credentials: the built environment
+into CRI's ContainerConfig (with command and args expanded), and PullImage with each matching login."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cri.client import RuntimeClient
+from cri.proto import api_pb2 as pb
+from nodeagent.kubelet.envvars import ContainerSources, Env
+from nodeagent.kubelet.expansion import expand_all
+from nodeagent.kubelet.pullsecrets import Credential
+
+
+def apply_env(cfg: pb.ContainerConfig, container: Mapping[str, Any], env: Env | None) -> None:
+    """Set the variables and expand `$(VAR)` in command and args (ExpandContainerCommandAndArgs). Without
+    a built environment only plain `value`s are set, unexpanded."""
+    if env is None:
+        for e in container.get("env") or []:
+            if "valueFrom" not in e:
+                cfg.envs.add(key=e["name"], value=str(e.get("value", "")))
+        return
+    for k, v in env.vars:
+        cfg.envs.add(key=k, value=v)
+    values = env.as_dict()
+    del cfg.command[:]
+    cfg.command.extend(expand_all(list(container.get("command") or []), values))
+    del cfg.args[:]
+    cfg.args.extend(expand_all(list(container.get("args") or []), values))
+
+
+def auth_config(c: Credential) -> pb.AuthConfig:
+    return pb.AuthConfig(username=c.username, password=c.password, auth=c.auth,
+                         server_address=c.server_address, identity_token=c.identity_token,
+                         registry_token=c.registry_token)
+
+
+async def pull_with_credentials(cri: RuntimeClient, sources: ContainerSources, recorder: Any,
+                                pod: Mapping[str, Any], image: str) -> str:
+    """kuberuntime's PullImage: anonymously when no pull Secret matches the image, else each matching
+    login in turn until one works; every failure's message when none does."""
+    creds, missing = await sources.pull_credentials(pod, image)
+    if missing:
+        recorder.record(pod, "Warning", "FailedToRetrieveImagePullSecret",
+                        f"Unable to retrieve some image pull secrets ({', '.join(missing)}); attempting to "
+                        "pull the image may not succeed.")
+    if not creds:
+        return await cri.pull_image(image)
+    errors: list[BaseException] = []
+    for c in creds:
+        try:
+            return await cri.pull_image(image, auth=auth_config(c))
+        except Exception as e:
+            errors.append(e)
+    if len(errors) == 1:
+        raise errors[0]
+    raise PullError("[" + ", ".join(_details(e) for e in errors) + "]")
+
+
+class PullError(Exception):
+    """Every matching login failed (utilerrors.NewAggregate's text)."""
+
+
+def _details(e: BaseException) -> str:
+    details = getattr(e, "details", None)
+    return details() if callable(details) else str(e)
