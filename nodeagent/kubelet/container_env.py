@@ -1,16 +1,22 @@
 """The kubelet's container-start hooks for the environment and image credentials: the built environment
-into CRI's ContainerConfig (with command and args expanded), and PullImage with each matching login."""
+into CRI's ContainerConfig (with command, args and subPathExpr expanded), and PullImage with each
+matching login."""
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
 from collections.abc import Mapping
 from typing import Any
 
 from cri.client import RuntimeClient
 from cri.proto import api_pb2 as pb
-from nodeagent.kubelet.envvars import ContainerSources, Env
-from nodeagent.kubelet.expansion import expand_all
+from nodeagent.kubelet.envvars import ContainerSources, Env, EnvError
+from nodeagent.kubelet.expansion import expand, expand_all
 from nodeagent.kubelet.pullsecrets import Credential
+
+log = logging.getLogger("nodeagent.kubelet.container_env")
 
 
 def apply_env(cfg: pb.ContainerConfig, container: Mapping[str, Any], env: Env | None) -> None:
@@ -65,3 +71,50 @@ class PullError(Exception):
 def _details(e: BaseException) -> str:
     details = getattr(e, "details", None)
     return details() if callable(details) else str(e)
+
+
+def sub_path(mount: Mapping[str, Any], env: Env | None) -> str:
+    """The mount's subPath, or its subPathExpr expanded against the container's environment
+    (ExpandContainerVolumeMounts: a reference to a variable that is unset or empty is an error)."""
+    expr = mount.get("subPathExpr") or ""
+    if not expr:
+        return str(mount.get("subPath") or "")
+    values = env.as_dict() if env is not None else {}
+    missing: set[str] = set()
+
+    def lookup(name: str) -> str:
+        value = values.get(name, "")
+        if not value:
+            missing.add(name)
+        return value
+    expanded = expand(expr, lookup)
+    if missing:
+        raise EnvError(f"missing value for {', '.join(sorted(missing))}")
+    return expanded
+
+
+def prepare_sub_paths(container: Mapping[str, Any], vols: Mapping[str, Any], env: Env | None) -> None:
+    """makeMounts' subPath checks, and each subPath directory made (with its volume's mode) before the
+    runtime mounts it. Blocking: run on a worker thread. EnvError: CreateContainerConfigError."""
+    for vm in container.get("volumeMounts") or []:
+        v = vols.get(vm.get("name", ""))
+        sub = sub_path(vm, env)
+        if v is None or not sub:
+            continue
+        if os.path.isabs(sub):
+            raise EnvError(f"error SubPath `{sub}` must not be an absolute path")
+        if ".." in sub.split("/"):
+            raise EnvError(f"unable to provision SubPath `{sub}`: must not contain '..'")
+        root = os.path.realpath(v.host_path)
+        target = os.path.join(root, sub)
+        if os.path.lexists(target):
+            continue
+        try:
+            os.makedirs(target, mode=stat.S_IMODE(os.stat(root).st_mode))
+            inside = os.path.realpath(target).startswith(root.rstrip("/") + "/")
+        except OSError as e:
+            log.warning("subPath %s of volume %s: %s", sub, vm.get("name"), e)
+            inside = False
+        if not inside:
+            raise EnvError(f"failed to create subPath directory for volumeMount \"{vm.get('name')}\" of "
+                           f"container \"{container.get('name')}\"")

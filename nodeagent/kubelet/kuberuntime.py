@@ -23,7 +23,7 @@ from nodeagent.kubelet import images as image_policy
 from nodeagent.kubelet import resources
 from nodeagent.kubelet.backoff import CrashLoopBackoff, ImagePullBackoff, container_backoff_key
 from nodeagent.kubelet.cgroups import remove_cgroup
-from nodeagent.kubelet.container_env import apply_env, pull_with_credentials
+from nodeagent.kubelet.container_env import apply_env, prepare_sub_paths, pull_with_credentials, sub_path
 from nodeagent.kubelet.envvars import ContainerSources, Env, EnvError, Standalone
 from nodeagent.kubelet.labels import (
     CONTAINER_NAME_LABEL,
@@ -230,6 +230,7 @@ class PodRuntime:
             self.recorder.record(pod, "Normal", "Pulled", decision.message)
         try:
             env = await self.sources.environment(pod, c, await self._sandbox_ips(sid))
+            await asyncio.to_thread(prepare_sub_paths, c, vols, env)
         except EnvError as e:
             self.recorder.record(pod, "Warning", "Failed", f"Error: {e}")
             raise _StartError("CreateContainerConfigError", str(e)) from e
@@ -381,8 +382,9 @@ class PodRuntime:
             if v is None:
                 continue
             host = v.host_path
-            if vm.get("subPath"):
-                host = os.path.join(host, vm["subPath"])
+            sub = sub_path(vm, env)
+            if sub:
+                host = os.path.join(host, sub)
             cfg.mounts.add(container_path=vm["mountPath"], host_path=host,
                            readonly=bool(vm.get("readOnly")) or v.read_only)
         r = resources.container_resources(pod, c, self.memory_capacity)

@@ -95,9 +95,13 @@ def test_a_pod_sees_every_kind_of_variable_with_kubernetes_values(cluster: Clust
     c.apply({"apiVersion": "v1", "kind": "Pod",
              "metadata": {"name": "env-print", "labels": {"app": "printer"}, "annotations": {"note": "hi"}},
              "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                      "volumes": [{"name": "work", "emptyDir": {}}],
                       "containers": [{
                           "name": "c", "image": BUSYBOX, "imagePullPolicy": "Never",
-                          "command": ["sh", "-c", "env; echo COMMAND=$(PLAIN)+'$$(PLAIN)'"],
+                          "command": ["sh", "-c",
+                                      "env; echo COMMAND=$(PLAIN)+'$$(PLAIN)'; touch /work/marker"],
+                          "volumeMounts": [{"name": "work", "mountPath": "/work",
+                                            "subPathExpr": "$(POD_NAME)-$(PLAIN)"}],
                           "resources": {"limits": {"memory": "64Mi"}, "requests": {"cpu": "250m"}},
                           "envFrom": [{"configMapRef": {"name": "env-settings"}, "prefix": "CM_"},
                                       {"configMapRef": {"name": "env-settings"}},
@@ -161,6 +165,9 @@ def test_a_pod_sees_every_kind_of_variable_with_kubernetes_values(cluster: Clust
     }
     assert {k: env.get(k) for k in expected} == expected
     assert "OPTIONAL" not in env and "1st" not in env
+    # subPathExpr expanded against the environment: the container wrote into <emptyDir>/env-print-one
+    work = c.data_dir / "kubelet" / "pods" / meta["uid"] / "volumes" / "kubernetes.io~empty-dir" / "work"
+    assert (work / "env-print-one" / "marker").exists()
     events = c.events("env-print")
     skipped = [e["message"] for e in events if e["reason"] == "InvalidEnvironmentVariableNames"]
     assert skipped and skipped[0] == ("Keys [1st] from the EnvFrom configMap default/env-settings were "

@@ -4,8 +4,10 @@ PullImage's AuthConfig, each matching login tried in turn."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -135,3 +137,32 @@ async def test_without_a_matching_secret_the_pull_is_anonymous_and_fails_with_th
     waiting = r.pod_status(pod, st, [])["containerStatuses"][0]["state"]["waiting"]
     assert waiting["reason"] == "ErrImagePull"
     assert "401 Unauthorized" in waiting["message"]
+
+
+async def test_sub_path_expr_expands_against_the_environment_and_its_directory_is_made(rt) -> None:
+    r, cri, rec, objects, clock = rt
+    pod = _pod({"env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "volumeMounts": [{"name": "work", "mountPath": "/work", "subPathExpr": "$(POD_NAME)/data"}]},
+               volumes=[{"name": "work", "emptyDir": {}}])
+    await r.sync(pod)
+    mount = next(m for m in cri.last_config.mounts if m.container_path == "/work")
+    assert mount.host_path.endswith("/kubernetes.io~empty-dir/work/p/data")
+    assert await asyncio.to_thread(os.path.isdir, mount.host_path)
+
+
+@pytest.mark.parametrize(("mount", "message"), [
+    ({"subPathExpr": "$(UNSET)/x"}, "missing value for UNSET"),
+    ({"subPathExpr": "$(EMPTY)"}, "missing value for EMPTY"),
+    ({"subPath": "/abs"}, "error SubPath `/abs` must not be an absolute path"),
+    ({"subPathExpr": "a/../$(DOTS)"}, "unable to provision SubPath `a/../..`: must not contain '..'"),
+])
+async def test_bad_sub_paths_are_create_container_config_errors(rt, mount: dict[str, Any],
+                                                                message: str) -> None:
+    r, cri, rec, objects, clock = rt
+    pod = _pod({"env": [{"name": "EMPTY", "value": ""}, {"name": "DOTS", "value": ".."}],
+                "volumeMounts": [{"name": "work", "mountPath": "/work", **mount}]},
+               volumes=[{"name": "work", "emptyDir": {}}])
+    st = await r.sync(pod)
+    waiting = r.pod_status(pod, st, [])["containerStatuses"][0]["state"]["waiting"]
+    assert waiting == {"reason": "CreateContainerConfigError", "message": message}
+    assert not [c for c in cri.calls if c[0] == "CreateContainer"]
