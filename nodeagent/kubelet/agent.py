@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet import container_events
 from nodeagent.kubelet.config import KubeletConfig
+from nodeagent.kubelet.envvars import EnvError, NotFound
 from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
 from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD
 from nodeagent.kubelet.evictions import EvictionLoop
@@ -44,6 +46,7 @@ from nodeagent.kubelet.static_pods import (
     mirror_pod,
 )
 from nodeagent.kubelet.volumes.manager import VolumeManager
+from nodeagent.kubelet.volumes.payloads import VolumeSourceError
 from nodeagent.kubelet.workers import PodWorkers
 
 log = logging.getLogger("nodeagent.kubelet")
@@ -112,17 +115,19 @@ class Kubelet:
             for g in done:
                 self.workers.poke(g.result().pod_uid)
 
-    def _getter(self, resource: str):
-        """A blocking (namespace, name) → object getter for the volume plugins, which run in a thread."""
+    def _getter(self, resource: str) -> Callable[[str, str], dict[str, Any] | None]:
+        """A blocking (namespace, name) → object getter for the volume plugins, which run in a thread; it
+        reads the watch of the object (registered with the pod before its volumes are set up)."""
         def get(namespace: str, name: str) -> dict[str, Any] | None:
             assert self._loop is not None
-            fut = asyncio.run_coroutine_threadsafe(self.client.get(resource, name, namespace), self._loop)
+            cache = self.objects.secrets if resource == "secrets" else self.objects.configmaps
+            fut = asyncio.run_coroutine_threadsafe(cache.get(namespace, name), self._loop)
             try:
                 return fut.result(timeout=30)
-            except ClientError as e:
-                if e.not_found:
-                    return None
-                raise
+            except NotFound:
+                return None
+            except EnvError as e:
+                raise VolumeSourceError(str(e)) from None
         return get
 
     async def run(self, ready: asyncio.Event) -> None:
