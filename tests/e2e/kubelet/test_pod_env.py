@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kubelet.test_node_up import Cluster, _wait_runtime_empty
+from tests.e2e.kubelet.test_node_up import Cluster
 from tests.harness.resources import unique
 from tests.integration.images.registry import PASSWORD, REGISTRY_BIN, USER, Registry
 
@@ -39,9 +39,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, images: Any) -> Iterator[C
         c.start()
         yield c
     finally:
-        c.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=90s", check=False)
-        _wait_runtime_empty(c)
-        rc = c.stop()
+        rc = c.shutdown()
     assert rc == 0, c.tail()
 
 
