@@ -97,6 +97,11 @@ class Kubelet:
         r = await self.cri.exec_sync(container_id.split("://", 1)[-1], list(cmd), int(seconds))
         return r.exit_code, r.stdout, r.stderr
 
+    def _poke_all(self, uids: set[str]) -> None:
+        if self.workers is not None:
+            for uid in uids:
+                self.workers.poke(uid)
+
     def _probe_event(self, pod: Any, container: Any, type_: str, reason: str, message: str) -> None:
         self.recorder.record(pod, type_, reason, message)
 
@@ -181,6 +186,8 @@ class Kubelet:
             tg.create_task(self.node.run(), name="kubelet-node")
             tg.create_task(self.probes.run(), name="kubelet-probes")
             objects_ready = asyncio.Event()
+            # a Secret or ConfigMap a pod waits for (or projects) changed: sync those pods now
+            self.objects.secrets.on_change = self.objects.configmaps.on_change = self._poke_all
             tg.create_task(self.objects.run(objects_ready), name="kubelet-pod-objects")
             await objects_ready.wait()
             await self.probes.wait_ready()

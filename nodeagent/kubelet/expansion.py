@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-Mapping_ = Callable[[str], str]
+Lookup = Callable[[str], str]
 
 
-def mapping_for(*contexts: Mapping[str, str]) -> Mapping_:
+def mapping_for(*contexts: Mapping[str, str]) -> Lookup:
     """A lookup over the contexts in order; an unknown name maps to its own `$(NAME)` text."""
     def lookup(name: str) -> str:
         for ctx in contexts:
@@ -23,7 +23,7 @@ def mapping_for(*contexts: Mapping[str, str]) -> Mapping_:
     return lookup
 
 
-def expand(text: str, mapping: Mapping_) -> str:
+def expand(text: str, mapping: Lookup) -> str:
     """Replace every `$(NAME)` in `text` through `mapping`, honouring `$$` escapes."""
     out: list[str] = []
     checkpoint = 0

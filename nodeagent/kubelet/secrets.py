@@ -79,7 +79,8 @@ class ObjectCache:
         self._watches: dict[Ref, tuple[Informer, asyncio.Task[None]]] = {}
         self._tg: asyncio.TaskGroup | None = None
         self._started = asyncio.Event()
-        self.on_change: Callable[[Ref], None] | None = None
+        # called with the uids of the pods that refer to an object when its watch sees it change
+        self.on_change: Callable[[set[str]], None] | None = None
 
     async def run(self) -> None:
         """Own the watches until cancelled."""
@@ -100,11 +101,9 @@ class ObjectCache:
         ns = meta.get("namespace") or "default"
         refs = {(ns, n) for n in self.names(pod)}
         old = self._by_pod.get(meta.get("uid", ""), set())
-        if refs == old:
-            return
         self._by_pod[meta.get("uid", "")] = refs
-        for ref in refs - old:
-            self._watch(ref)
+        for ref in refs:
+            self._watch(ref)  # a no-op for what is watched already
         self._release(old - refs)
 
     def unregister(self, uid: str) -> None:
@@ -118,12 +117,11 @@ class ObjectCache:
             return
         ns, name = ref
         inf = Informer(self.client, self.resource, namespace=ns, field_selector=f"metadata.name={name}")
-        if self.on_change is not None:
-            changed = self.on_change
 
-            def notify(*_: Any) -> None:
-                changed(ref)
-            inf.add_handler(notify, notify, notify)
+        def notify(*_: Any) -> None:
+            if self.on_change is not None:
+                self.on_change({uid for uid, refs in self._by_pod.items() if ref in refs})
+        inf.add_handler(notify, notify, notify)
         task = self._tg.create_task(inf.run(), name=f"kubelet-{self.singular}-{ns}/{name}")
         self._watches[ref] = (inf, task)
 
