@@ -27,6 +27,7 @@ from tests.integration.images.registry import PASSWORD, REGISTRY_BIN, USER, Regi
 pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
 BUSYBOX = "localhost/busybox:latest"
+KUBECTL_120 = Path(__file__).resolve().parents[3] / ".cache/kubectl-1.20/usr/bin/kubectl"
 
 
 @pytest.fixture(scope="module")
@@ -234,8 +235,10 @@ def test_private_registry_pull_with_and_without_image_pull_secrets(cluster: Clus
     assert "401 Unauthorized: UNAUTHORIZED: authentication required" in failed[0], failed[0]
     assert _waiting(pod)["message"] == failed[0] or _waiting(pod)["reason"] == "ImagePullBackOff"
 
-    c.kubectl("create", "secret", "docker-registry", "regcred", f"--docker-server={registry.host}",
-              f"--docker-username={USER}", f"--docker-password={PASSWORD}")
+    # the pull Secret as kubectl 1.20 writes it (the newer kubectl writes the bad one below)
+    subprocess.run([str(KUBECTL_120), "create", "secret", "docker-registry", "regcred",
+                    f"--docker-server={registry.host}", f"--docker-username={USER}",
+                    f"--docker-password={PASSWORD}"], env=c.env, check=True, capture_output=True, timeout=60)
     c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pull-secret"},
              "spec": {"terminationGracePeriodSeconds": 1, "imagePullSecrets": [{"name": "regcred"}],
                       "containers": [container]}})
