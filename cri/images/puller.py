@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -127,17 +128,36 @@ class RegistrySession:
             resp = await self.http.get(url, headers=headers, ssl=self.ssl if self.ssl else True)
             if resp.status == 401 and attempt == 0:
                 challenge = resp.headers.get("WWW-Authenticate", "")
-                resp.release()
-                self.authz = await authorize(self.http, challenge, self.ep.auth, self.ep.repository,
-                                             ssl=self.ssl if self.ssl else True)
+                refused = await _refusal(resp)
+                try:
+                    self.authz = await authorize(self.http, challenge, self.ep.auth, self.ep.repository,
+                                                 ssl=self.ssl if self.ssl else True)
+                except AuthError as e:
+                    raise AuthError(f"{url}: {refused} ({e})") from None
                 continue
             try:
                 if resp.status in (401, 403):
-                    raise AuthError(f"{url}: HTTP {resp.status} (access denied)")
+                    raise AuthError(f"{url}: {await _refusal(resp)} (access denied)")
                 yield resp
             finally:
                 resp.release()
             return
+
+
+async def _refusal(resp: aiohttp.ClientResponse) -> str:
+    """`401 Unauthorized: UNAUTHORIZED: authentication required`: the status and the registry's own
+    reason (the distribution spec's `errors` body), for the message the kubelet shows in ErrImagePull."""
+    head = f"{resp.status} {resp.reason or ''}".strip()
+    try:
+        body = json.loads(await resp.content.read(16 << 10))
+        errs = body.get("errors") if isinstance(body, dict) else None
+        reasons = [f"{e.get('code', '')}: {e.get('message', '')}".strip(": ") for e in errs or []
+                   if isinstance(e, dict)]
+    except (ValueError, aiohttp.ClientError, TimeoutError):
+        reasons = []
+    finally:
+        resp.release()
+    return f"{head}: {'; '.join(reasons)}" if reasons else head
 
 
 async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:

@@ -20,6 +20,7 @@ _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _C_IDENT = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
 def err(reason: str, field: str, message: str) -> dict[str, str]:
@@ -385,9 +386,14 @@ def validate(obj: dict[str, Any], kind: str, namespaced: bool) -> FieldErrors:
     elif kind == "ConfigMap" or kind == "Secret":
         for field in ("data", "binaryData", "stringData"):
             for k in (obj.get(field) or {}):
-                if not _C_IDENT.match(k) or len(k) > 253:
+                # IsConfigMapKey: a key may start with a digit (an env var name may not: the kubelet
+                # skips such keys in envFrom with an event)
+                if not _CONFIG_KEY.match(k) or len(k) > 253:
                     errs.append(invalid(f"{field}[{k}]", k, "a valid config key must consist of alphanumeric "
                                         "characters, '-', '_' or '.'"))
+                elif k in (".", "..") or k.startswith(".."):
+                    errs.append(invalid(f"{field}[{k}]", k, "must not be '.' or '..'" if k in (".", "..")
+                                        else "must not start with '..'"))
     elif kind == "PriorityClass":
         if not isinstance(obj.get("value"), int):
             errs.append(required("value"))

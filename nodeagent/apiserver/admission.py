@@ -43,6 +43,20 @@ def resolve_priority(pod: dict[str, Any], classes: list[dict[str, Any]]) -> None
         spec["preemptionPolicy"] = pc["preemptionPolicy"]
 
 
+def pull_secrets_from_service_account(pod: dict[str, Any], accounts: list[dict[str, Any]]) -> None:
+    """The ServiceAccount admission plugin's image pull secrets: a pod naming none gets its account's (a
+    mirror pod is left as its static pod was written)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.setdefault("spec", {})
+    if spec.get("imagePullSecrets") or "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+        return
+    name = spec.get("serviceAccountName") or "default"
+    sa = next((a for a in accounts if (a.get("metadata") or {}).get("name") == name), None)
+    refs = [{"name": r["name"]} for r in (sa or {}).get("imagePullSecrets") or [] if r.get("name")]
+    if refs:
+        spec["imagePullSecrets"] = refs
+
+
 def apply_limit_ranges(pod: dict[str, Any], ranges: list[dict[str, Any]]) -> None:
     """Fill container requests/limits from LimitRange defaults, then check min/max (403 like the seed)."""
     name = pod["metadata"].get("name", "")

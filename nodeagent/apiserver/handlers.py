@@ -308,9 +308,15 @@ class Handlers:
         length = request.content_length
         if length is not None and length > MAX_BODY:
             raise errors.too_large(MAX_BODY)
-        data = await request.content.read(MAX_BODY + 1)
-        if len(data) > MAX_BODY:
-            raise errors.too_large(MAX_BODY)
+        # read(n) answers what has arrived, up to n bytes: a body sent in several pieces needs every one
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await request.content.read(MAX_BODY + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_BODY:
+                raise errors.too_large(MAX_BODY)
+        data = b"".join(chunks)
         ctype = (request.headers.get("Content-Type") or JSON).split(";")[0].strip().lower()
         if not data.strip():
             if verb in ("delete", "deletecollection"):

@@ -268,6 +268,8 @@ class Registry:
                     for n, v in admission.SYSTEM_PRIORITY_CLASSES.items()
                     if not any(c["metadata"]["name"] == n for c in classes)]
         admission.resolve_priority(pod, classes)
+        accounts = await self._lookup(SERVICE_ACCOUNTS, ns)
+        admission.pull_secrets_from_service_account(pod, accounts)
         ranges = await self._lookup(LIMIT_RANGES, ns)
         if ranges:
             admission.apply_limit_ranges(pod, ranges)

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet import container_events
 from nodeagent.kubelet.config import KubeletConfig
+from nodeagent.kubelet.envvars import EnvError, NotFound
 from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
 from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD
 from nodeagent.kubelet.evictions import EvictionLoop
@@ -33,6 +35,7 @@ from nodeagent.kubelet.node import NodeAgent
 from nodeagent.kubelet.pleg import EventType, GenericPLEG, Record
 from nodeagent.kubelet.pod_actions import latest_records
 from nodeagent.kubelet.prober import ProbeManager, Prober, Result
+from nodeagent.kubelet.secrets import PodObjects
 from nodeagent.kubelet.server.metrics import KubeletMetrics
 from nodeagent.kubelet.static_pods import (
     StaticPodSource,
@@ -43,6 +46,7 @@ from nodeagent.kubelet.static_pods import (
     mirror_pod,
 )
 from nodeagent.kubelet.volumes.manager import VolumeManager
+from nodeagent.kubelet.volumes.payloads import VolumeSourceError
 from nodeagent.kubelet.workers import PodWorkers
 
 log = logging.getLogger("nodeagent.kubelet")
@@ -68,6 +72,9 @@ class Kubelet:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),
                                      get_secret=self._getter("secrets"))
+        # Secrets/ConfigMaps by watch and Services by informer, for container environments and image pulls
+        self.objects = PodObjects(client, host_ips=lambda: list(self.node.addresses),
+                                  node_allocatable=self.node.allocatable)
         self.runtime: PodRuntime | None = None
         self.static: dict[str, dict[str, Any]] = {}  # uid → static pod from the manifest dir or URL
         self._static_by_source: dict[str, dict[str, dict[str, Any]]] = {}
@@ -90,6 +97,11 @@ class Kubelet:
         r = await self.cri.exec_sync(container_id.split("://", 1)[-1], list(cmd), int(seconds))
         return r.exit_code, r.stdout, r.stderr
 
+    def _poke_all(self, uids: set[str]) -> None:
+        if self.workers is not None:
+            for uid in uids:
+                self.workers.poke(uid)
+
     def _probe_event(self, pod: Any, container: Any, type_: str, reason: str, message: str) -> None:
         self.recorder.record(pod, type_, reason, message)
 
@@ -108,17 +120,19 @@ class Kubelet:
             for g in done:
                 self.workers.poke(g.result().pod_uid)
 
-    def _getter(self, resource: str):
-        """A blocking (namespace, name) → object getter for the volume plugins, which run in a thread."""
+    def _getter(self, resource: str) -> Callable[[str, str], dict[str, Any] | None]:
+        """A blocking (namespace, name) → object getter for the volume plugins, which run in a thread; it
+        reads the watch of the object (registered with the pod before its volumes are set up)."""
         def get(namespace: str, name: str) -> dict[str, Any] | None:
             assert self._loop is not None
-            fut = asyncio.run_coroutine_threadsafe(self.client.get(resource, name, namespace), self._loop)
+            cache = self.objects.secrets if resource == "secrets" else self.objects.configmaps
+            fut = asyncio.run_coroutine_threadsafe(cache.get(namespace, name), self._loop)
             try:
                 return fut.result(timeout=30)
-            except ClientError as e:
-                if e.not_found:
-                    return None
-                raise
+            except NotFound:
+                return None
+            except EnvError as e:
+                raise VolumeSourceError(str(e)) from None
         return get
 
     async def run(self, ready: asyncio.Event) -> None:
@@ -161,7 +175,7 @@ class Kubelet:
                                   runtime_name=self.node.runtime_name,
                                   cgroups=await asyncio.to_thread(_cgroup_driver),
                                   cluster_dns=self.cfg.cluster_dns, cluster_domain=self.cfg.cluster_domain,
-                                  resolv_conf=self.cfg.resolv_conf)
+                                  resolv_conf=self.cfg.resolv_conf, sources=self.objects)
         if self.runtime.cgroups is not None:
             await asyncio.to_thread(_ensure_qos_tree, self.runtime.cgroups, self.runtime.cgroup_root)
         async with asyncio.TaskGroup() as tg:
@@ -171,6 +185,11 @@ class Kubelet:
             tg.create_task(self.recorder.run(), name="kubelet-events")
             tg.create_task(self.node.run(), name="kubelet-node")
             tg.create_task(self.probes.run(), name="kubelet-probes")
+            objects_ready = asyncio.Event()
+            # a Secret or ConfigMap a pod waits for (or projects) changed: sync those pods now
+            self.objects.secrets.on_change = self.objects.configmaps.on_change = self._poke_all
+            tg.create_task(self.objects.run(objects_ready), name="kubelet-pod-objects")
+            await objects_ready.wait()
             await self.probes.wait_ready()
             tg.create_task(self._probe_updates(), name="kubelet-probe-updates")
             self.pods.add_handler(self._on_pod, self._on_pod_update, self._on_pod_deleted)
@@ -346,6 +365,7 @@ class Kubelet:
             self._first_seen.setdefault(uid_of(pod), time.monotonic())
         self.probes.add_pod(pod)
         self.probes.update_pod(pod)
+        self.objects.register(pod)
         liveness_failed, startup_failed = set(), set()
         for c in (self.last_status.get(uid_of(pod)) or {}).get("containerStatuses") or []:
             cid = c.get("containerID")
@@ -389,6 +409,7 @@ class Kubelet:
     async def _terminate_pod(self, pod: dict[str, Any]) -> None:
         assert self.runtime is not None
         self.probes.remove_pod(uid_of(pod))
+        self.objects.unregister(uid_of(pod))
         self.evicted.pop(uid_of(pod), None)
         self._first_seen.pop(uid_of(pod), None)
         await self.runtime.kill(pod, termination_grace(pod))

@@ -23,6 +23,8 @@ from nodeagent.kubelet import images as image_policy
 from nodeagent.kubelet import resources
 from nodeagent.kubelet.backoff import CrashLoopBackoff, ImagePullBackoff, container_backoff_key
 from nodeagent.kubelet.cgroups import remove_cgroup
+from nodeagent.kubelet.container_env import apply_env, prepare_sub_paths, pull_with_credentials, sub_path
+from nodeagent.kubelet.envvars import ContainerSources, Env, EnvError, Standalone
 from nodeagent.kubelet.labels import (
     CONTAINER_NAME_LABEL,
     HASH_ANNOTATION,
@@ -65,8 +67,10 @@ class PodRuntime:
     def __init__(self, cri: RuntimeClient, volumes: VolumeManager, recorder: Any, clock: Clock, *,
                  log_root: Path, cgroup_root: tuple[str, ...], memory_capacity: int, runtime_name: str,
                  sandbox_image: str = "", cgroups: Any = None, cluster_dns: tuple[str, ...] = (),
-                 cluster_domain: str = "cluster.local", resolv_conf: str = "/etc/resolv.conf") -> None:
+                 cluster_domain: str = "cluster.local", resolv_conf: str = "/etc/resolv.conf",
+                 sources: ContainerSources | None = None) -> None:
         self.cri = cri
+        self.sources: ContainerSources = sources or Standalone()  # env and pull secrets (envvars, secrets)
         self.cluster_dns = list(cluster_dns)  # kubelet --cluster-dns: the kube-dns Service IP(s)
         self.cluster_domain = cluster_domain
         self.resolv_conf = resolv_conf  # kubelet --resolv-conf: the host's file (Default, the search line)
@@ -211,7 +215,7 @@ class PodRuntime:
             self.recorder.record(pod, "Normal", "Pulling", image_policy.pulling_message(image))
             t0 = self.clock.now()
             try:
-                await self.cri.pull_image(image)
+                await pull_with_credentials(self.cri, self.sources, self.recorder, pod, image)
             except Exception as e:
                 self.pull_backoff.failed(pod, image)
                 reason, msg = image_policy.pull_failed(image, _details(e))
@@ -225,7 +229,15 @@ class PodRuntime:
         else:
             self.recorder.record(pod, "Normal", "Pulled", decision.message)
         try:
-            cfg = self.container_config(pod, c, attempt, vols)
+            env = await self.sources.environment(pod, c, await self._sandbox_ips(sid))
+            await asyncio.to_thread(prepare_sub_paths, c, vols, env)
+        except EnvError as e:
+            self.recorder.record(pod, "Warning", "Failed", f"Error: {e}")
+            raise _StartError("CreateContainerConfigError", str(e)) from e
+        for warning in env.warnings:
+            self.recorder.record(pod, "Warning", "InvalidEnvironmentVariableNames", warning)
+        try:
+            cfg = self.container_config(pod, c, attempt, vols, env)
             cid = await self.cri.create_container(sid, cfg, sandbox_cfg)
         except Exception as e:
             msg = _details(e)
@@ -244,6 +256,16 @@ class PodRuntime:
             # kubelet: a failed postStart hook kills the container; the restart policy decides what follows.
             await self._stop_container(cid, _grace(pod))
             raise _StartError("PostStartHookError", f"PostStartHook failed for container {c['name']}")
+
+    async def _sandbox_ips(self, sid: str) -> list[str]:
+        """The pod's IPs from its sandbox (for status.podIP(s) in the environment)."""
+        try:
+            net = (await self.cri.pod_sandbox_status(sid)).status.network
+        except Exception as e:
+            if is_not_found(e):
+                return []
+            raise
+        return [ip for ip in [net.ip, *(a.ip for a in net.additional_ips)] if ip]
 
     async def _run_hook(self, pod: Mapping[str, Any], c: Mapping[str, Any], cid: str, hook: Mapping[str, Any],
                         kind: str, timeout_s: int) -> bool:
@@ -341,7 +363,7 @@ class PodRuntime:
         return self._resolv_conf(pod).warnings
 
     def container_config(self, pod: Mapping[str, Any], c: Mapping[str, Any], attempt: int,
-                         vols: Mapping[str, Any]) -> pb.ContainerConfig:
+                         vols: Mapping[str, Any], env: Env | None = None) -> pb.ContainerConfig:
         m = pod.get("metadata") or {}
         cfg = pb.ContainerConfig(command=c.get("command") or [], args=c.get("args") or [],
                                  working_dir=c.get("workingDir", ""), log_path=f"{c['name']}/{attempt}.log",
@@ -350,9 +372,7 @@ class PodRuntime:
         (self.pod_log_dir(pod) / c["name"]).mkdir(parents=True, exist_ok=True)
         cfg.metadata.name, cfg.metadata.attempt = c["name"], attempt
         cfg.image.image = c.get("image", "")
-        for e in c.get("env") or []:
-            if "value" in e or "valueFrom" not in e:
-                cfg.envs.add(key=e["name"], value=str(e.get("value", "")))
+        apply_env(cfg, c, env)
         cfg.labels.update({POD_UID_LABEL: m.get("uid", ""), POD_NAME_LABEL: m.get("name", ""),
                            POD_NAMESPACE_LABEL: m.get("namespace", "default"),
                            CONTAINER_NAME_LABEL: c["name"]})
@@ -362,8 +382,9 @@ class PodRuntime:
             if v is None:
                 continue
             host = v.host_path
-            if vm.get("subPath"):
-                host = os.path.join(host, vm["subPath"])
+            sub = sub_path(vm, env)
+            if sub:
+                host = os.path.join(host, sub)
             cfg.mounts.add(container_path=vm["mountPath"], host_path=host,
                            readonly=bool(vm.get("readOnly")) or v.read_only)
         r = resources.container_resources(pod, c, self.memory_capacity)

@@ -65,6 +65,8 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
         self.fail_start: set[str] = set()  # container names whose start fails
         self.exec_results: dict[tuple[str, ...], int] = {}  # command → exit code (default 0)
         self.unpullable: set[str] = set()
+        self.private: dict[str, tuple[str, str]] = {}  # image → the (username, password) its registry wants
+        self.pull_auths: list[tuple[str, str, str]] = []  # (image, username, password) of each PullImage
         self.last_config: pb.ContainerConfig | None = None
         self._ids = itertools.count(1)
         self._ip = itertools.count(2)
@@ -201,7 +203,11 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
     async def PullImage(self, request, context):
         image = request.image.image
         self.calls.append(("PullImage", image))
+        self.pull_auths.append((image, request.auth.username, request.auth.password))
         if image in self.unpullable:
             await context.abort(grpc.StatusCode.UNKNOWN, f"failed to resolve reference {image!r}: not found")
+        want = self.private.get(image)
+        if want is not None and want != (request.auth.username, request.auth.password):
+            await context.abort(grpc.StatusCode.UNKNOWN, f"pulling {image}: 401 Unauthorized")
         self.images.add(image)
         return pb.PullImageResponse(image_ref=f"sha256:{image}")

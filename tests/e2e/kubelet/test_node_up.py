@@ -59,6 +59,12 @@ class Cluster:
             assert self.proc.poll() is None and time.monotonic() < end, self.tail()
             time.sleep(0.2)
 
+    def shutdown(self) -> int:
+        """Delete every pod, wait until the runtime holds none, then stop `up`; returns its exit status."""
+        self.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=90s", check=False)
+        _wait_runtime_empty(self)
+        return self.stop()
+
     def stop(self) -> int:
         """Ctrl-C, as a person stops `up`; returns its exit status."""
         assert self.proc is not None
@@ -154,9 +160,7 @@ def cluster(tmp_path_factory, images):
         c.start()
         yield c
     finally:
-        c.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=90s", check=False)
-        _wait_runtime_empty(c)
-        rc = c.stop()
+        rc = c.shutdown()
         server.shutdown()
         server.server_close()
     assert rc == 0, c.tail()

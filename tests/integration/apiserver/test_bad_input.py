@@ -64,6 +64,32 @@ def test_oversized_body_is_413(server):
     assert "big" not in names(server)
 
 
+def test_a_body_arriving_in_pieces_is_read_whole(server):
+    """A request body that reaches the server in several TCP segments (kubectl apply's larger objects
+    do) is read to its Content-Length, not to the first segment."""
+    import json
+    import socket
+    import ssl
+    import time
+
+    body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pieces"},
+                       "data": {"k": "v" * 20000}}).encode()
+    ctx = ssl.create_default_context(cafile=str(server.ca_file))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw, \
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        tls.sendall(f"POST {CM} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {server.token}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                    "Connection: close\r\n\r\n".encode())
+        for i in range(0, len(body), 4096):
+            tls.sendall(body[i:i + 4096])
+            time.sleep(0.02)
+        answer = b""
+        while chunk := tls.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 201"), answer[:300]
+    assert "pieces" in names(server)
+
+
 def test_unknown_namespace_is_404(server):
     code, st = call(server, "POST", "/api/v1/namespaces/nope/configmaps",
                     {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})

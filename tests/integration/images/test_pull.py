@@ -218,10 +218,14 @@ async def test_tls_with_ca_file(tls_registry, images, tmp_path):
 
 async def test_basic_auth(basic_registry, images, tmp_path):
     ref = f"{basic_registry.host}/private/busybox:latest"
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError) as e:
         await pull_image(_store(tmp_path, name="anon"), ref)
-    with pytest.raises(AuthError):
+    # the registry's own reason, for the kubelet's ErrImagePull message
+    assert "401 Unauthorized: UNAUTHORIZED: authentication required" in str(e.value)
+    assert "none are configured" in str(e.value)
+    with pytest.raises(AuthError) as e:
         await pull_image(_store(tmp_path, name="wrong"), ref, auth={"username": USER, "password": "wrong"})
+    assert "401 Unauthorized: UNAUTHORIZED: authentication required (access denied)" in str(e.value)
     img = await pull_image(_store(tmp_path, name="cri"), ref, auth={"username": USER, "password": PASSWORD})
     assert img.id == images.busybox.config_digest
     import base64

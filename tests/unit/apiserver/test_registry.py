@@ -173,3 +173,15 @@ async def test_orphan_and_foreground_leave_it_to_the_garbage_collector(reg):
         await reg.update(CMS, "d", name, o)  # the GC's last step
         with pytest.raises(ApiError):
             await reg.get(CMS, "d", name)
+
+
+async def test_pods_without_pull_secrets_get_their_service_accounts(reg):
+    """The ServiceAccount admission plugin: the account's imagePullSecrets, unless the pod names its own."""
+    sa = builtin("", "v1", "serviceaccounts")
+    await reg.create(sa, "d", {"metadata": {"name": "robot"}, "imagePullSecrets": [{"name": "regcred"}]})
+    p = await reg.create(PODS, "d", pod("a", serviceAccountName="robot"))
+    assert p["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    p = await reg.create(PODS, "d", pod("b", serviceAccountName="robot", imagePullSecrets=[{"name": "mine"}]))
+    assert p["spec"]["imagePullSecrets"] == [{"name": "mine"}]
+    p = await reg.create(PODS, "d", pod("c"))  # the default account (made with the namespace) has none
+    assert "imagePullSecrets" not in p["spec"]
