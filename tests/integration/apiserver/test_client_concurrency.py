@@ -63,6 +63,8 @@ async def test_100_watchers_see_every_event_once_in_order(live):
             started.set()
         async for ev in c.watch("configmaps", "w", rv, bookmarks=False):
             m = ev["object"]["metadata"]
+            if m["name"] == "kube-root-ca.crt":
+                continue  # the root CA publisher's, made in a new namespace whenever it gets to it
             got[i].append((ev["type"], m["name"], m["resourceVersion"]))
             if m["name"] == "end":
                 return
