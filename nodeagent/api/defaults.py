@@ -160,6 +160,8 @@ def service(obj: dict[str, Any]) -> None:
     for p in spec.get("ports") or []:
         if isinstance(p, dict):
             p.setdefault("protocol", "TCP")
+            if p.get("nodePort", 1) in (0, None):
+                del p["nodePort"]  # an int32 with omitempty: 0 (or null) is "unset", as Go decodes it
             if "port" in p:
                 p.setdefault("targetPort", p["port"])
     obj.setdefault("status", {}).setdefault("loadBalancer", {})

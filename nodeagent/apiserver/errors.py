@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodeagent.api.status import status_body
+
 CONFLICT_MSG = "the object has been modified; please apply your changes to the latest version and try again"
 
 
@@ -18,11 +20,8 @@ class ApiError(Exception):
         self.details = details
 
     def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                               "message": self.message, "reason": self.reason, "code": self.code}
-        if self.details is not None:
-            out["details"] = self.details
-        return out
+        return status_body("Failure", message=self.message, reason=self.reason, details=self.details,
+                           code=self.code)
 
 
 def _qual(resource: str, group: str) -> str:

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from nodeagent.api.resources import VIRTUAL, Resource
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
+from nodeagent.api.status import status_body
 from nodeagent.apiserver import auth, bootstrap_auth, codec, discovery, errors, patching, subresources, table
 from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
 from nodeagent.apiserver.cache import Entry, WatchCache
@@ -51,7 +52,7 @@ def success_status(res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
     details = {"name": obj["metadata"]["name"], "kind": res.name, "uid": obj["metadata"].get("uid", "")}
     if res.group:
         details["group"] = res.group
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+    return status_body("Success", details=details)
 
 
 class Wants:
@@ -228,7 +229,7 @@ class Handlers:
                 except ApiError as e:
                     if e.code != 404:
                         raise
-            return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+            return json_response(status_body("Success"))
         raise errors.method_not_allowed()
 
     async def _exists(self, res: Resource, ns: str | None, name: str) -> bool:

@@ -13,6 +13,7 @@ from aiohttp import web
 from nodeagent.api import patch as patches
 from nodeagent.api.resources import builtin
 from nodeagent.api.selectors import SelectorError, from_label_selector
+from nodeagent.api.status import status_body
 from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import errors, patching
 from nodeagent.apiserver.codec import json_response
@@ -59,7 +60,7 @@ async def handle(registry: Registry, kubelet_proxy: KubeletProxy | None, request
 
 
 def _success() -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+    return status_body("Success", code=201)
 
 
 # ------------------------------------------------------------------ scale

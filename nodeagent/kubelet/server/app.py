@@ -19,6 +19,7 @@ import grpc
 from aiohttp import web
 
 from cri.client import RuntimeClient
+from nodeagent.api.status import status_body
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet.labels import CONTAINER_NAME_LABEL, POD_UID_LABEL
 from nodeagent.kubelet.server import logs as logsmod
@@ -34,10 +35,7 @@ _TRUE = {"1", "true", "yes", "t", "y"}
 
 
 def status(code: int, reason: str, message: str, **details: Any) -> web.Response:
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
-    if details:
-        body["details"] = details
+    body = status_body("Failure", message=message, reason=reason, details=details or None, code=code)
     return web.json_response(body, status=code)
 
 

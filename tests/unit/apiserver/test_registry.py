@@ -185,3 +185,20 @@ async def test_pods_without_pull_secrets_get_their_service_accounts(reg):
     assert p["spec"]["imagePullSecrets"] == [{"name": "mine"}]
     p = await reg.create(PODS, "d", pod("c"))  # the default account (made with the namespace) has none
     assert "imagePullSecrets" not in p["spec"]
+
+
+async def test_node_port_zero_is_unset(reg):
+    svcs = builtin("", "v1", "services")
+    s = await reg.create(svcs, "d", {"metadata": {"name": "z"},
+                                     "spec": {"type": "ClusterIP", "ports": [{"port": 80, "nodePort": 0}]}})
+    assert "nodePort" not in s["spec"]["ports"][0]
+    n = await reg.create(svcs, "d", {"metadata": {"name": "n"},
+                                     "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 0}]}})
+    assert 30000 <= n["spec"]["ports"][0]["nodePort"] <= 32767
+    with pytest.raises(ApiError) as e:  # a real nodePort on a ClusterIP Service is still refused, with why
+        ports = [{"port": 80, "nodePort": 30080}]
+        spec = {"type": "ClusterIP", "ports": ports}
+        await reg.create(svcs, "d", {"metadata": {"name": "c"}, "spec": spec})
+    assert e.value.code == 422
+    assert e.value.message.endswith("spec.ports[0].nodePort: Forbidden: may not be used when `type` is "
+                                    "'ClusterIP'")
