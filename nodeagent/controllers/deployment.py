@@ -21,6 +21,12 @@ REVISION_HISTORY = "deployment.kubernetes.io/revision-history"
 DESIRED_REPLICAS = "deployment.kubernetes.io/desired-replicas"
 MAX_REPLICAS = "deployment.kubernetes.io/max-replicas"
 CHANGE_CAUSE = "kubernetes.io/change-cause"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+ROLLBACK_TO = "deprecated.deployment.rollback.to"
+# Deployment annotations a ReplicaSet does not inherit (deployment_util.go annotationsToSkip).
+ANNOTATIONS_TO_SKIP = frozenset({LAST_APPLIED, REVISION, REVISION_HISTORY, DESIRED_REPLICAS, MAX_REPLICAS,
+                                 ROLLBACK_TO})
+MAX_REV_HISTORY_CHARS = 2000  # the controller's --deployment-controller max revision-history length
 _ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"
 
 
@@ -187,7 +193,56 @@ def scale_down_old(deployment: Mapping[str, Any], new_rs: Mapping[str, Any] | No
 
 
 def next_revision(old_rss: Iterable[Mapping[str, Any]]) -> int:
+    """MaxRevision of the old ReplicaSets, plus one: the revision the current template's ReplicaSet gets."""
     return max((revision(rs) for rs in old_rss), default=0) + 1
+
+
+def set_new_rs_annotations(deployment: Mapping[str, Any], annotations: dict[str, str], new_revision: int,
+                           exists: bool) -> bool:
+    """SetNewReplicaSetAnnotations on `annotations` (changed in place); True if anything changed.
+
+    The Deployment's own annotations are copied (but not its revision bookkeeping or kubectl's
+    last-applied), the revision only ever grows, and a ReplicaSet brought back by a rollback keeps the
+    revisions it had before in `revision-history` (bounded to 2000 characters, oldest dropped first).
+    """
+    changed = False
+    for k, v in ((deployment.get("metadata") or {}).get("annotations") or {}).items():
+        if k in ANNOTATIONS_TO_SKIP or annotations.get(k) == v:
+            continue
+        annotations[k] = v
+        changed = True
+    old = annotations.get(REVISION)
+    try:
+        old_int = int(old) if old is not None and old != "" else 0
+    except ValueError:
+        return False  # a revision that is not a number is left alone, as the controller leaves it
+    if old_int < new_revision:
+        annotations[REVISION] = str(new_revision)
+        changed = True
+        if old is not None:
+            _append_history(annotations, old)
+    if not exists:
+        surge, _ = fenceposts(deployment)
+        for k, v in ((DESIRED_REPLICAS, str(replicas(deployment))),
+                     (MAX_REPLICAS, str(replicas(deployment) + surge))):
+            if annotations.get(k) != v:
+                annotations[k] = v
+                changed = True
+    return changed
+
+
+def _append_history(annotations: dict[str, str], old_revision: str) -> None:
+    history = annotations.get(REVISION_HISTORY, "")
+    if not history:
+        annotations[REVISION_HISTORY] = old_revision
+        return
+    parts = history.split(",")
+    total, start = len(history) + len(old_revision) + 1, 0
+    while total > MAX_REV_HISTORY_CHARS and start < len(parts):
+        total -= len(parts[start]) + 1
+        start += 1
+    if total <= MAX_REV_HISTORY_CHARS:
+        annotations[REVISION_HISTORY] = ",".join([*parts[start:], old_revision])
 
 
 def new_rs_object(deployment: Mapping[str, Any], old_rss: Iterable[Mapping[str, Any]], count: int,
@@ -201,15 +256,8 @@ def new_rs_object(deployment: Mapping[str, Any], old_rss: Iterable[Mapping[str, 
     tmeta.setdefault("labels", {})[HASH_LABEL] = h
     selector = copy.deepcopy(spec.get("selector") or {})
     selector.setdefault("matchLabels", {})[HASH_LABEL] = h
-    surge, _ = fenceposts(deployment)
-    annotations = {
-        REVISION: str(next_revision(old_rss)),
-        DESIRED_REPLICAS: str(replicas(deployment)),
-        MAX_REPLICAS: str(replicas(deployment) + surge),
-    }
-    cause = (meta.get("annotations") or {}).get(CHANGE_CAUSE)
-    if cause:
-        annotations[CHANGE_CAUSE] = cause
+    annotations: dict[str, str] = {}
+    set_new_rs_annotations(deployment, annotations, next_revision(old_rss), exists=False)
     return {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",

@@ -46,14 +46,17 @@ class DeploymentController(Controller):
 
     async def reconcile(self, key: str) -> None:
         ns, name = split_key(key)
-        dep = self.deployments.get(name, ns)
-        if dep is None or podutil.is_terminating(dep):
+        cached = self.deployments.get(name, ns)
+        if cached is None or podutil.is_terminating(cached):
             return
+        dep = copy.deepcopy(cached)  # its metadata follows our own writes (the revision annotation)
         rss = await self._owned_replicasets(dep)
         new_rs = d.find_new_rs(dep, rss)
         old = [rs for rs in rss if rs is not new_rs]
         spec = dep.get("spec") or {}
         if spec.get("paused"):
+            if new_rs is not None:
+                await self._sync_new_rs_annotations(dep, new_rs, old)
             if new_rs is not None and self._is_scaling_event(dep, rss):
                 await self._scale(dep, new_rs, old)
             await self._sync_status(dep, new_rs, rss)
@@ -121,30 +124,37 @@ class DeploymentController(Controller):
             raise
         self.recorder.record(dep, "Normal", "ScalingReplicaSet",
                              f"Scaled up replica set {created['metadata']['name']} to {count}")
+        await self._set_deployment_revision(dep, created["metadata"]["annotations"].get(d.REVISION, ""))
         return created
 
     async def _sync_new_rs_annotations(self, dep: Obj, new_rs: Obj, old: list[Obj]) -> None:
-        """A template that matches an old ReplicaSet (rollback) makes it the newest revision again."""
-        want_rev = d.next_revision(old)
+        """getNewReplicaSet for an existing one: its annotations follow the Deployment's, and a template
+        that matches an old ReplicaSet (a rollback) makes it the newest revision again."""
         ann = dict((new_rs["metadata"].get("annotations")) or {})
-        changed = False
-        if d.revision(new_rs) < want_rev:
-            history = [x for x in (ann.get(d.REVISION_HISTORY) or "").split(",") if x]
-            if ann.get(d.REVISION):
-                history.append(ann[d.REVISION])
-            ann[d.REVISION] = str(want_rev)
-            ann[d.REVISION_HISTORY] = ",".join(history)
-            changed = True
-        cause = ((dep["metadata"].get("annotations")) or {}).get(d.CHANGE_CAUSE)
-        if cause and ann.get(d.CHANGE_CAUSE) != cause:
-            ann[d.CHANGE_CAUSE] = cause
-            changed = True
-        if changed:
-            new_rs["metadata"]["annotations"] = ann
+        min_ready = (dep.get("spec") or {}).get("minReadySeconds", 0)
+        if d.set_new_rs_annotations(dep, ann, d.next_revision(old), exists=True) \
+                or (new_rs.get("spec") or {}).get("minReadySeconds", 0) != min_ready:
             updated = await self.client.patch("replicasets", new_rs["metadata"]["name"],
-                                              {"metadata": {"annotations": ann}},
+                                              {"metadata": {"annotations": ann},
+                                               "spec": {"minReadySeconds": min_ready}},
                                               new_rs["metadata"].get("namespace"))
             new_rs.update(updated)
+        await self._set_deployment_revision(dep, ann.get(d.REVISION, ""))
+
+    async def _set_deployment_revision(self, dep: Obj, rev: str) -> None:
+        """SetDeploymentRevision: the Deployment carries its newest ReplicaSet's revision (what `kubectl
+        rollout history/undo` read and what undo's JSON patch of /metadata/annotations needs)."""
+        if not rev or ((dep["metadata"].get("annotations")) or {}).get(d.REVISION) == rev:
+            return
+        try:
+            updated = await self.client.patch("deployments", dep["metadata"]["name"],
+                                              {"metadata": {"annotations": {d.REVISION: rev}}},
+                                              dep["metadata"].get("namespace"))
+        except ClientError as e:
+            if e.not_found:
+                return
+            raise
+        dep["metadata"] = updated["metadata"]
 
     async def _set_replicas(self, dep: Obj, rs: Obj, count: int) -> None:
         if d.replicas(rs) == count:

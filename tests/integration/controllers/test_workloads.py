@@ -140,6 +140,43 @@ spec:
     await eventually(all_gone)
 
 
+@pytest.mark.parametrize("version", ["1.32", "1.20"])
+async def test_rollout_undo_after_kubectl_create_deployment(cluster, server, version):
+    """`kubectl create deployment` writes no annotations; the controller's revision makes undo work."""
+    client, ns = cluster
+
+    def run(*args, **kw):
+        return asyncio.to_thread(kubectl, version, server, "-n", ns, *args, **kw)
+
+    await run("create", "deployment", "web", "--image=busybox:1.35", "--replicas=2")
+
+    async def revision(want):
+        dep = await client.get("deployments", "web", ns)
+        return (dep["metadata"].get("annotations") or {}).get("deployment.kubernetes.io/revision") == want
+    await eventually(lambda: revision("1"))
+    await run("rollout", "status", "deployment/web", "--timeout=60s")
+    await run("set", "image", "deployment/web", "busybox=busybox:1.36")
+    await eventually(lambda: revision("2"))
+    await run("rollout", "status", "deployment/web", "--timeout=60s")
+    hist = (await run("rollout", "history", "deployment/web")).stdout
+    assert [line.split()[0] for line in hist.splitlines()[2:] if line.strip()] == ["1", "2"]
+    undo = await run("rollout", "undo", "deployment/web")
+    assert "rolled back" in undo.stdout
+    await eventually(lambda: revision("3"))
+    await run("rollout", "status", "deployment/web", "--timeout=60s")
+    dep = await client.get("deployments", "web", ns)
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox:1.35"
+    by_rev = {r["metadata"]["annotations"]["deployment.kubernetes.io/revision"]: r
+              for r in (await client.list("replicasets", ns))["items"]}
+    assert set(by_rev) == {"2", "3"}
+    back = by_rev["3"]["metadata"]["annotations"]
+    assert back["deployment.kubernetes.io/revision-history"] == "1"
+    assert back["deployment.kubernetes.io/desired-replicas"] == "2"
+    assert back["deployment.kubernetes.io/max-replicas"] == "3"
+    hist = (await run("rollout", "history", "deployment/web", "--revision=3")).stdout
+    assert "busybox:1.35" in hist
+
+
 async def test_recreate_strategy_replaces_all_at_once(cluster):
     client, ns = cluster
     dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "rec", "namespace": ns},

@@ -108,3 +108,33 @@ def test_null_and_empty_fields_compare_like_go():
                     "spec": {**t["spec"], "volumes": []}}
     assert d.templates_equal(t, from_kubectl)
     assert d.template_hash(t) == d.template_hash(from_kubectl)
+
+
+def test_new_rs_annotations_copy_the_deployment_but_not_its_bookkeeping():
+    deployment = dep(4)
+    deployment["metadata"]["annotations"].update({d.REVISION: "7", d.LAST_APPLIED: "{}", "team": "a"})
+    obj = d.new_rs_object(deployment, [], 1)
+    assert obj["metadata"]["annotations"] == {
+        d.CHANGE_CAUSE: "kubectl set image", "team": "a", d.REVISION: "1",
+        d.DESIRED_REPLICAS: "4", d.MAX_REPLICAS: "5"}
+
+
+def test_rollback_makes_an_old_rs_newest_and_keeps_its_history():
+    ann = {d.REVISION: "1", d.DESIRED_REPLICAS: "4", d.MAX_REPLICAS: "5"}
+    assert d.set_new_rs_annotations(dep(4), ann, 3, exists=True)
+    assert ann[d.REVISION] == "3" and ann[d.REVISION_HISTORY] == "1"
+    assert d.set_new_rs_annotations(dep(4), ann, 5, exists=True)
+    assert ann[d.REVISION] == "5" and ann[d.REVISION_HISTORY] == "1,3"
+    # never downwards, and nothing to change the second time
+    assert not d.set_new_rs_annotations(dep(4), ann, 4, exists=True)
+    assert ann[d.REVISION] == "5"
+    # a revision that is not a number is left as it is
+    bad = {d.REVISION: "x"}
+    assert not d.set_new_rs_annotations({"metadata": {}}, bad, 2, exists=True) and bad[d.REVISION] == "x"
+
+
+def test_revision_history_is_bounded_oldest_first():
+    ann = {d.REVISION: "9999", d.REVISION_HISTORY: ",".join(str(1000 + i) for i in range(400))}
+    d.set_new_rs_annotations({"metadata": {}}, ann, 10000, exists=True)
+    hist = ann[d.REVISION_HISTORY]
+    assert len(hist) <= d.MAX_REV_HISTORY_CHARS and hist.endswith(",9999") and not hist.startswith("1000,")
