@@ -102,6 +102,20 @@ def replicaset(obj: dict[str, Any]) -> None:
     _template(spec)
 
 
+def replicationcontroller(obj: dict[str, Any]) -> None:
+    """SetDefaults_ReplicationController: selector and labels from the template's labels, one replica."""
+    spec = obj.setdefault("spec", {})
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if labels:
+        if not spec.get("selector"):
+            spec["selector"] = dict(labels)
+        if not (obj.get("metadata") or {}).get("labels"):
+            obj.setdefault("metadata", {})["labels"] = dict(labels)
+    spec.setdefault("replicas", 1)
+    if spec.get("template") is not None:
+        _template(spec)
+
+
 def daemonset(obj: dict[str, Any]) -> None:
     spec = obj.setdefault("spec", {})
     us = spec.setdefault("updateStrategy", {})
@@ -209,6 +223,7 @@ def networkpolicy(obj: dict[str, Any]) -> None:
 
 BY_KIND = {
     "Pod": pod, "Deployment": deployment, "ReplicaSet": replicaset, "DaemonSet": daemonset,
+    "ReplicationController": replicationcontroller,
     "StatefulSet": statefulset, "Job": job, "CronJob": cronjob, "Service": service, "Namespace": namespace,
     "Secret": secret, "Node": node, "PriorityClass": priorityclass, "NetworkPolicy": networkpolicy,
 }

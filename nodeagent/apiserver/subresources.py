@@ -68,8 +68,11 @@ def to_scale(obj: dict[str, Any]) -> dict[str, Any]:
     m = obj["metadata"]
     spec, st = obj.get("spec") or {}, obj.get("status") or {}
     sel = spec.get("selector") or {}
+    # A ReplicationController's selector is a plain label map; the others' a LabelSelector.
+    labels = sel if obj.get("kind") == "ReplicationController" else (sel.get("matchLabels") or {}) \
+        if isinstance(sel, dict) else {}
     try:
-        sel_str = ",".join(f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items()))
+        sel_str = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
     except AttributeError:
         sel_str = ""
     return {"kind": "Scale", "apiVersion": "autoscaling/v1",

@@ -181,6 +181,14 @@ def _replicaset(o: dict[str, Any], now: dt.datetime) -> list[Any]:
             age(o, now), c, i, _selector_str(spec.get("selector"))]
 
 
+def _replicationcontroller(o: dict[str, Any], now: dt.datetime) -> list[Any]:
+    """As a ReplicaSet's row; the selector is a plain label map (printReplicationController)."""
+    sel = (o.get("spec") or {}).get("selector") or {}
+    row = _replicaset(o, now)
+    row[-1] = ",".join(f"{k}={v}" for k, v in sorted(sel.items())) or "<none>"
+    return row
+
+
 def _daemonset(o: dict[str, Any], now: dt.datetime) -> list[Any]:
     spec, st = o.get("spec") or {}, o.get("status") or {}
     c, i = _containers(spec)
@@ -264,6 +272,9 @@ TABLES: dict[str, tuple[list[Col], Callable[[dict[str, Any], dt.datetime], list[
     "ReplicaSet": ([("Name", "string", 0), ("Desired", "integer", 0), ("Current", "integer", 0),
                     ("Ready", "integer", 0), ("Age", "string", 0), ("Containers", "string", 1),
                     ("Images", "string", 1), ("Selector", "string", 1)], _replicaset),
+    "ReplicationController": ([("Name", "string", 0), ("Desired", "integer", 0), ("Current", "integer", 0),
+                               ("Ready", "integer", 0), ("Age", "string", 0), ("Containers", "string", 1),
+                               ("Images", "string", 1), ("Selector", "string", 1)], _replicationcontroller),
     "DaemonSet": ([("Name", "string", 0), ("Desired", "integer", 0), ("Current", "integer", 0),
                    ("Ready", "integer", 0), ("Up-to-date", "integer", 0), ("Available", "integer", 0),
                    ("Node Selector", "string", 0), ("Age", "string", 0), ("Containers", "string", 1),

@@ -18,8 +18,8 @@ from nodeagent.client.rest import ClientError
 from nodeagent.controllers.base import Controller
 
 # Resources whose objects own or are owned by others.
-RESOURCES = ("pods", "replicasets", "deployments", "daemonsets", "statefulsets", "jobs", "cronjobs",
-             "configmaps", "secrets", "services", "endpointslices")
+RESOURCES = ("pods", "replicasets", "replicationcontrollers", "deployments", "daemonsets", "statefulsets",
+             "jobs", "cronjobs", "configmaps", "secrets", "services", "endpointslices")
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
 

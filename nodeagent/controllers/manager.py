@@ -29,13 +29,15 @@ from nodeagent.controllers.options import ControllerOptions
 from nodeagent.controllers.podgc_controller import PodGCController
 from nodeagent.controllers.quota_controller import ResourceQuotaController
 from nodeagent.controllers.replicaset_controller import ReplicaSetController
+from nodeagent.controllers.replicationcontroller_controller import ReplicationControllerController
 from nodeagent.controllers.serviceaccount_controller import ServiceAccountController
 from nodeagent.controllers.statefulset_controller import StatefulSetController
 
 log = logging.getLogger("nodeagent.controllers")
 
 CONTROLLERS: tuple[type[Controller], ...] = (
-    ReplicaSetController, DeploymentController, GarbageCollector, NodeLifecycleController, NodeIpamController,
+    ReplicaSetController, ReplicationControllerController, DeploymentController, GarbageCollector,
+    NodeLifecycleController, NodeIpamController,
     PodGCController, DaemonSetController, JobController, CronJobController,
     StatefulSetController, ServiceAccountController, ResourceQuotaController, EndpointsController,
     CSRApprovingController, CSRSigningController,

@@ -18,10 +18,12 @@ SLOW_START_INITIAL_BATCH = 1
 class ReplicaSetController(Controller):
     name = "replicaset"
     workers = 4
+    resource = "replicasets"  # the ReplicationController controller runs this loop over its own kind
+    kind = "ReplicaSet"
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:
         super().__init__(client, informers, recorder, options)
-        self.rss = informers.get("replicasets")
+        self.rss = informers.get(self.resource)
         self.pods = informers.get("pods")
         self.expectations = Expectations()
         # pod keys by controlling owner uid, and controller-less pods by namespace: a reconcile
@@ -37,7 +39,7 @@ class ReplicaSetController(Controller):
 
     def _owner_key(self, pod: Obj) -> str | None:
         ref = podutil.controller_ref(pod)
-        if ref and ref.get("kind") == "ReplicaSet":
+        if ref and ref.get("kind") == self.kind:
             return f"{pod['metadata'].get('namespace')}/{ref['name']}"
         return None
 
@@ -49,7 +51,7 @@ class ReplicaSetController(Controller):
         labels = pod["metadata"].get("labels") or {}
         for rs in self.rss.list():
             if rs["metadata"].get("namespace") == ns and from_label_selector(
-                    (rs.get("spec") or {}).get("selector")).matches(labels):
+                    (self.view(rs).get("spec") or {}).get("selector")).matches(labels):
                 self.enqueue(rs)
 
     def _index(self, pod: Obj, add: bool) -> None:
@@ -93,13 +95,18 @@ class ReplicaSetController(Controller):
             self.expectations.observed_delete(key)
             self.queue.add(key)
 
+    def view(self, obj: Obj) -> Obj:
+        """The object as the ReplicaSet logic reads it (a ReplicaSet already is one)."""
+        return obj
+
     # -- reconcile ---------------------------------------------------------------------------------
     async def reconcile(self, key: str) -> None:
         ns, name = split_key(key)
-        rs = self.rss.get(name, ns)
-        if rs is None:
+        cached = self.rss.get(name, ns)
+        if cached is None:
             self.expectations.forget(key)
             return
+        rs = self.view(cached)
         plan = replicaset.plan(rs, self._candidates(rs))
         self.log.debug("%s: %d owned, create %d, delete %d, adopt %d, release %d, expectations %s", key,
                        len(plan.owned), plan.create, len(plan.delete), len(plan.adopt), len(plan.release),
@@ -108,7 +115,7 @@ class ReplicaSetController(Controller):
             # RecheckDeletionTimestamp: the cache may not show yet that this ReplicaSet is going away
             # (it may be orphaning its pods right now); never adopt or create for a dying owner.
             try:
-                live = await self.client.get("replicasets", name, ns)
+                live = await self.client.get(self.resource, name, ns)
             except ClientError as e:
                 if e.not_found:
                     return
@@ -183,7 +190,7 @@ class ReplicaSetController(Controller):
         new = copy.deepcopy(rs)
         new["status"] = status
         try:
-            await self.client.update_status("replicasets", new)
+            await self.client.update_status(self.resource, new)
         except ClientError as e:
             if not e.not_found:
                 raise

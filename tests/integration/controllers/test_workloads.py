@@ -246,3 +246,54 @@ async def test_rollout_pause_and_resume_with_kubectl(cluster, server, version):
     out = (await run("rollout", "status", "deployment/pz", "--timeout=60s")).stdout
     assert "successfully rolled out" in out
     assert {p["spec"]["containers"][0]["image"] for p in await pods_of(client, ns, "pz")} == {"a:2"}
+
+
+@pytest.mark.parametrize("version", ["1.32", "1.20"])
+async def test_replicationcontroller_keeps_count_and_scales_with_kubectl(cluster, server, version):
+    client, ns = cluster
+    manifest = f"""
+apiVersion: v1
+kind: ReplicationController
+metadata:
+  name: rc
+  namespace: {ns}
+spec:
+  replicas: 2
+  template:
+    metadata:
+      labels:
+        app: rc
+    spec:
+      containers:
+      - name: c
+        image: localhost/busybox:latest
+        command: ["sleep", "3600"]
+"""
+    def run(*args, **kw):
+        return asyncio.to_thread(kubectl, version, server, "-n", ns, *args, **kw)
+
+    await run("apply", "-f", "-", input=manifest)
+    rc = await client.get("replicationcontrollers", "rc", ns)
+    assert rc["spec"]["selector"] == {"app": "rc"}  # defaulted from the template's labels
+    pods = await eventually(lambda: _n_pods(client, ns, "rc", 2))
+    ref = pods[0]["metadata"]["ownerReferences"][0]
+    assert (ref["kind"], ref["apiVersion"], ref["uid"]) == ("ReplicationController", "v1",
+                                                            rc["metadata"]["uid"])
+    out = await run("scale", "rc/rc", "--replicas=3")
+    assert "scaled" in out.stdout
+    await eventually(lambda: _n_pods(client, ns, "rc", 3))
+
+    async def status_ok():
+        st = (await client.get("replicationcontrollers", "rc", ns)).get("status") or {}
+        return (st.get("replicas"), st.get("fullyLabeledReplicas"), st.get("readyReplicas"),
+                st.get("availableReplicas"), st.get("observedGeneration")) == (3, 3, 3, 3, 2)
+    await eventually(status_ok)
+    got = (await run("get", "rc", "rc")).stdout.split("\n")[1].split()
+    assert got[:4] == ["rc", "3", "3", "3"]  # NAME DESIRED CURRENT READY
+    scale = await client.get("replicationcontrollers", "rc", ns, subresource="scale")
+    assert scale["status"] == {"replicas": 3, "selector": "app=rc"}
+    await run("delete", "rc", "rc")
+
+    async def all_gone():
+        return not await pods_of(client, ns, "rc")
+    await eventually(all_gone)
