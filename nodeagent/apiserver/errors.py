@@ -83,6 +83,16 @@ def forbidden(user: str, verb: str, resource: str, group: str, namespace: str, n
     return ApiError(403, "Forbidden", msg, d)
 
 
+def forbidden_reason(resource: str, group: str, name: str, why: str) -> ApiError:
+    """NewForbidden for a reason other than authorization (e.g. a budget's state)."""
+    return ApiError(403, "Forbidden", f'{_qual(resource, group)} "{name}" is forbidden: {why}',
+                    {"name": name, "group": group, "kind": resource})
+
+
+def timeout(message: str, retry_after: int) -> ApiError:
+    return ApiError(504, "Timeout", f"Timeout: {message}", {"retryAfterSeconds": retry_after})
+
+
 def unauthorized() -> ApiError:
     return ApiError(401, "Unauthorized", "Unauthorized")
 

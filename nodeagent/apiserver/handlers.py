@@ -45,7 +45,11 @@ ANONYMOUS_GROUP = "system:unauthenticated"
 
 
 def status_response(e: ApiError) -> web.Response:
-    return json_response(e.status(), e.code)
+    resp = json_response(e.status(), e.code)
+    retry = (e.details or {}).get("retryAfterSeconds")
+    if retry:
+        resp.headers["Retry-After"] = str(retry)  # as kube-apiserver's ErrorNegotiated sets it
+    return resp
 
 
 def success_status(res: Resource, obj: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,6 @@ kubelet."""
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -12,17 +11,14 @@ from aiohttp import web
 
 from nodeagent.api import patch as patches
 from nodeagent.api.resources import builtin
-from nodeagent.api.selectors import SelectorError, from_label_selector
 from nodeagent.api.status import status_body
 from nodeagent.api.times import now_rfc3339
-from nodeagent.apiserver import errors, patching
+from nodeagent.apiserver import errors, eviction, patching
 from nodeagent.apiserver.codec import json_response
-from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.registry import Registry
 from nodeagent.apiserver.request import RequestInfo
 from nodeagent.store import base as store_base
 
-PDBS = builtin("policy", "v1", "poddisruptionbudgets")
 NODES = builtin("", "v1", "nodes")
 _STREAMING = {"log", "exec", "attach", "portforward", "proxy"}
 
@@ -55,7 +51,7 @@ async def handle(registry: Registry, kubelet_proxy: KubeletProxy | None, request
     if sub == "binding" and verb == "create":
         return json_response(await _bind(registry, info, body, dry_run), 201)
     if sub == "eviction" and verb == "create":
-        return json_response(await _evict(registry, info, body, dry_run), 201)
+        return json_response(*await eviction.evict(registry, res, ns, name, body, dry_run))
     raise errors.method_not_allowed()
 
 
@@ -155,59 +151,6 @@ async def _bind(registry: Registry, info: RequestInfo, body: Any, dry_run: bool)
         except store_base.NotFound:
             raise errors.not_found(res.name, name) from None
     raise errors.conflict(res.name, name)
-
-
-# ------------------------------------------------------------------ eviction
-def _pdb_allows(pdb: dict[str, Any], pods: list[dict[str, Any]]) -> int:
-    """disruptionsAllowed computed now, as the disruption controller would (healthy - desiredHealthy)."""
-    spec = pdb.get("spec") or {}
-    sel = from_label_selector(spec.get("selector"))
-    matching = [p for p in pods if sel.matches((p.get("metadata") or {}).get("labels") or {})
-                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-    healthy = sum(1 for p in matching if any(c.get("type") == "Ready" and c.get("status") == "True"
-                                             for c in (p.get("status") or {}).get("conditions") or [])
-                  and not p["metadata"].get("deletionTimestamp"))
-    expected = len(matching)
-
-    def amount(v: Any) -> int:
-        if isinstance(v, str) and v.endswith("%"):
-            return math.ceil(int(v[:-1]) * expected / 100)
-        return int(v)
-
-    if spec.get("maxUnavailable") is not None:
-        desired = max(0, expected - amount(spec["maxUnavailable"]))
-    elif spec.get("minAvailable") is not None:
-        desired = amount(spec["minAvailable"])
-    else:
-        desired = expected
-    return max(0, healthy - desired)
-
-
-async def _evict(registry: Registry, info: RequestInfo, body: Any, dry_run: bool) -> dict[str, Any]:
-    res, ns, name = info.resource, info.namespace, info.name or ""
-    pod = await registry.get(res, ns, name)
-    opts = (body or {}).get("deleteOptions") if isinstance(body, dict) else None
-    phase = (pod.get("status") or {}).get("phase")
-    if phase not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp"):
-        pdbs, _, _ = await registry.list(PDBS, ns)
-        if pdbs:
-            pods, _, _ = await registry.list(res, ns)
-            for pdb in pdbs:
-                try:
-                    sel = from_label_selector((pdb.get("spec") or {}).get("selector"))
-                except SelectorError:
-                    continue
-                if not sel.matches(pod["metadata"].get("labels") or {}):
-                    continue
-                if _pdb_allows(pdb, pods) < 1:
-                    raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
-                                   "disruption budget.",
-                                   {"causes": [{"reason": "DisruptionBudget",
-                                                "message": "The disruption budget "
-                                                           f"{pdb['metadata']['name']} needs more "
-                                                           "healthy pods"}]})
-    await registry.delete(res, ns, name, opts or {}, dry_run)
-    return _success()
 
 
 # ------------------------------------------------------------------ kubelet-served subresources

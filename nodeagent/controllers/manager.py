@@ -20,6 +20,7 @@ from nodeagent.controllers.csrapproving_controller import CSRApprovingController
 from nodeagent.controllers.csrsigning_controller import CSRSigningController
 from nodeagent.controllers.daemonset_controller import DaemonSetController
 from nodeagent.controllers.deployment_controller import DeploymentController
+from nodeagent.controllers.disruption_controller import DisruptionController
 from nodeagent.controllers.endpoints_controller import EndpointsController
 from nodeagent.controllers.gc_controller import GarbageCollector
 from nodeagent.controllers.job_controller import JobController
@@ -40,7 +41,7 @@ CONTROLLERS: tuple[type[Controller], ...] = (
     NodeLifecycleController, NodeIpamController,
     PodGCController, DaemonSetController, JobController, CronJobController,
     StatefulSetController, ServiceAccountController, ResourceQuotaController, EndpointsController,
-    CSRApprovingController, CSRSigningController,
+    CSRApprovingController, CSRSigningController, DisruptionController,
 )
 
 
