@@ -86,6 +86,9 @@ RESOURCES: tuple[Resource, ...] = (
     R("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, ("sc",)),
     R("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",),
       _ALL, ("status",)),
+    # Served beside v2 and stored as v2 (converted on the way in and out, see STORAGE_VERSION).
+    R("autoscaling", "v1", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",),
+      _ALL, ("status",)),
     R("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
     # RBAC objects are stored and served (manifests carry them); authorization itself is
     # admin/NodeRestriction.
@@ -101,6 +104,10 @@ RESOURCES: tuple[Resource, ...] = (
       ("crd", "crds"), (), ("status",)),
 )
 VIRTUAL = {"selfsubjectaccessreviews"}  # computed on create, never stored
+
+# Resources served in a version other than the one they are stored in: (group, version, name) -> the
+# stored version. Their objects live under the stored resource's keys, converted per request.
+STORAGE_VERSION = {("autoscaling", "v1", "horizontalpodautoscalers"): "v2"}
 
 # Subresources whose kind differs from the parent's, as discovery lists them.
 SUBRESOURCE_KINDS = {
@@ -125,6 +132,17 @@ _DYNAMIC: dict[str, list[Resource]] = {}  # CRD name -> the resources it serves 
 
 def all_resources() -> list[Resource]:
     return list(RESOURCES) + [r for rs in _DYNAMIC.values() for r in rs]
+
+
+def storage_resource(res: Resource) -> Resource:
+    """The resource whose stored objects `res` serves (itself, but for a converted version)."""
+    version = STORAGE_VERSION.get((res.group, res.version, res.name))
+    return res if version is None else _BY_PATH[(res.group, version, res.name)]
+
+
+def stored_resources() -> list[Resource]:
+    """Every resource once per stored kind (what walks the store: namespace deletion, quota counts)."""
+    return [r for r in all_resources() if storage_resource(r) is r]
 
 
 def group_versions() -> dict[str, list[str]]:

@@ -9,7 +9,7 @@ import logging
 import uuid
 from typing import Any
 
-from nodeagent.api.resources import VIRTUAL, all_resources, builtin
+from nodeagent.api.resources import VIRTUAL, builtin, stored_resources
 from nodeagent.api.times import now_rfc3339, parse_time
 from nodeagent.apiserver import admission
 from nodeagent.apiserver.errors import ApiError
@@ -174,7 +174,7 @@ class Bootstrap:
             ns = q["metadata"]["namespace"]
             hard = (q.get("spec") or {}).get("hard") or {}
             wanted: dict[Any, list[dict[str, Any]]] = {}
-            for r in all_resources():
+            for r in stored_resources():
                 if not r.namespaced or r.name in VIRTUAL:
                     continue
                 count_key = f"count/{r.name}" + (f".{r.group}" if r.group else "")

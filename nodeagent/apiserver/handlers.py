@@ -16,7 +16,17 @@ from aiohttp import web
 from nodeagent.api.resources import VIRTUAL, Resource
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
 from nodeagent.api.status import status_body
-from nodeagent.apiserver import auth, bootstrap_auth, codec, discovery, errors, patching, subresources, table
+from nodeagent.apiserver import (
+    auth,
+    bootstrap_auth,
+    codec,
+    discovery,
+    errors,
+    patching,
+    subresources,
+    table,
+    versions,
+)
 from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
 from nodeagent.apiserver.cache import Entry, WatchCache
 from nodeagent.apiserver.codec import JSON, json_response
@@ -187,6 +197,8 @@ class Handlers:
             return json_response(await self._access_review(user, body), 201)
         if not user.is_admin:
             await self._authorize(user, info, body)
+        if versions.converted(res):
+            return await self._converted(request, info, body, dry_run, wants)
         sub = info.subresource
         if sub:
             return await subresources.handle(self.registry, self.kubelet_proxy, request, info, body, dry_run)
@@ -233,6 +245,47 @@ class Handlers:
                 except ApiError as e:
                     if e.code != 404:
                         raise
+            return json_response(status_body("Success"))
+        raise errors.method_not_allowed()
+
+    async def _converted(self, request: web.BaseRequest, info: RequestInfo, body: Any, dry_run: bool,
+                         wants: Wants) -> web.StreamResponse:
+        """A resource served in a version it is not stored in (versions.py converts both ways)."""
+        res, verb, sub, q = info.resource, info.verb, info.subresource, request.query
+        conv = versions.ConvertedVerbs(self.registry, self.cache, res)
+        ns, name = info.namespace, info.name or ""
+        if sub not in ("", "status"):
+            raise errors.method_not_allowed()
+        table_of = q.get("includeObject", "Metadata") if wants.table else None
+        if verb == "get":
+            return json_response(self._single(res, await conv.get(ns, name), wants, q))
+        if verb == "list":
+            return json_response(await conv.list(ns, *self._selectors(res, q), table_of))
+        if verb == "watch":
+            labels, fields = self._selectors(res, q)
+            if name:
+                fields = (*fields, *parse_field_selector(f"metadata.name={name}"))
+            timeout = float(q["timeoutSeconds"]) if (q.get("timeoutSeconds") or "").isdigit() else None
+            return await conv.watch(request, ns, labels, fields, q.get("resourceVersion"), timeout,
+                                    q.get("allowWatchBookmarks") in ("true", "1"),
+                                    q.get("sendInitialEvents") == "true", table_of)
+        if verb == "create" and not sub:
+            return json_response(self._single(res, await conv.create(ns, body, dry_run), wants, q), 201)
+        if verb == "update":
+            obj, created = await conv.update(ns, name, body, sub, dry_run)
+            return json_response(self._single(res, obj, wants, q), 201 if created else 200)
+        if verb == "patch":
+            return json_response(self._single(res, await conv.patch(info, body, sub, dry_run), wants, q))
+        if verb == "delete" and not sub:
+            obj = await self.registry.delete(conv.storage, ns, name, self._delete_options(q, body), dry_run)
+            return json_response(success_status(res, obj))
+        if verb == "deletecollection" and not sub:
+            opts = self._delete_options(q, body)
+            items, _, _ = await self.registry.list(conv.storage, ns, *self._selectors(res, q))
+            for o in items:
+                with contextlib.suppress(ApiError):
+                    await self.registry.delete(conv.storage, o["metadata"].get("namespace"),
+                                               o["metadata"]["name"], opts, dry_run)
             return json_response(status_body("Success"))
         raise errors.method_not_allowed()
 

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nodeagent.api import validation
-from nodeagent.api.resources import Resource, all_resources, builtin
+from nodeagent.api.resources import Resource, builtin, stored_resources
 from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import errors
 from nodeagent.apiserver.errors import ApiError
@@ -100,7 +100,7 @@ async def finish_namespace(store: store_base.Store, delete: Delete, name: str) -
     try:
         for _ in range(600):
             left = 0
-            for r in all_resources():
+            for r in stored_resources():
                 if not r.namespaced:
                     continue
                 items, _ = await store.list(r.key_prefix(name))

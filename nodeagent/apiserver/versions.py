@@ -1,0 +1,140 @@
+"""Serving a resource in a version other than its stored one (autoscaling/v1 HorizontalPodAutoscalers).
+
+kube-apiserver decodes a request in the version it names, converts it to the storage version, and
+converts every answer (objects, lists, watch events, Tables) back. The verbs here do the same over the
+registry and the watch cache, with the converters of `nodeagent.api` (one pair per converted resource).
+Server-side apply is refused for a converted version (its field ownership is kept in the stored version).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from nodeagent.api import hpa_conversion
+from nodeagent.api import patch as patches
+from nodeagent.api.resources import Resource, storage_resource
+from nodeagent.api.selectors import FieldRequirement, Selector
+from nodeagent.apiserver import codec, errors, table
+from nodeagent.apiserver.cache import WatchCache
+from nodeagent.apiserver.codec import JSON
+from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.registry import Registry
+from nodeagent.apiserver.request import RequestInfo
+from nodeagent.apiserver.watch import watch_events
+
+Convert = Callable[[dict[str, Any]], dict[str, Any]]
+# (group, version, resource) -> (stored -> served, served -> stored)
+CONVERTERS: dict[tuple[str, str, str], tuple[Convert, Convert]] = {
+    ("autoscaling", "v1", "horizontalpodautoscalers"): (hpa_conversion.to_v1, hpa_conversion.to_v2),
+}
+
+
+def converted(res: Resource) -> bool:
+    return (res.group, res.version, res.name) in CONVERTERS
+
+
+class ConvertedVerbs:
+    """The REST verbs of one served-but-not-stored version."""
+
+    def __init__(self, registry: Registry, cache: WatchCache, res: Resource) -> None:
+        self.registry, self.cache, self.res = registry, cache, res
+        self.storage = storage_resource(res)
+        self._out, self._in = CONVERTERS[(res.group, res.version, res.name)]
+
+    def out(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._out(obj)
+
+    def into(self, obj: Any) -> dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise errors.bad_request(f"the body of a {self.res.kind} must be a JSON object")
+        av, kind = obj.get("apiVersion"), obj.get("kind")
+        if (av and av != self.res.api_version) or (kind and kind != self.res.kind):
+            raise errors.bad_request(f"the API version in the data ({av}) does not match the expected API "
+                                     f"version ({self.res.api_version})")
+        try:
+            return self._in(obj)
+        except ValueError as e:
+            raise errors.bad_request(f"cannot convert {self.res.kind} from {self.res.api_version}: {e}") \
+                from None
+
+    async def get(self, ns: str | None, name: str) -> dict[str, Any]:
+        return self.out(await self.registry.get(self.storage, ns, name))
+
+    async def list(self, ns: str | None, labels: Selector, fields: tuple[FieldRequirement, ...],
+                   table_of: str | None) -> dict[str, Any]:
+        items, rev, _ = await self.registry.list(self.storage, ns, labels, fields)
+        out = [self.out(o) for o in items]
+        if table_of is not None:
+            return table.table(self.res.kind, out, str(rev), table_of)
+        return {"kind": f"{self.res.kind}List", "apiVersion": self.res.api_version,
+                "metadata": {"resourceVersion": str(rev)}, "items": out}
+
+    async def create(self, ns: str | None, body: Any, dry_run: bool) -> dict[str, Any]:
+        return self.out(await self.registry.create(self.storage, ns, self.into(body), dry_run, owned=True))
+
+    async def update(self, ns: str | None, name: str, body: Any, sub: str,
+                     dry_run: bool) -> tuple[dict[str, Any], bool]:
+        obj, created = await self.registry.update(self.storage, ns, name, self.into(body), sub, dry_run)
+        return self.out(obj), created
+
+    async def patch(self, info: RequestInfo, body: Any, sub: str, dry_run: bool) -> dict[str, Any]:
+        ptype = info.patch_type or "application/strategic-merge-patch+json"
+        if ptype == "application/apply-patch+yaml":
+            raise ApiError(415, "UnsupportedMediaType",
+                           f"server-side apply is served for {self.res.kind} in {self.storage.api_version}, "
+                           f"not {self.res.api_version}: apply the object as {self.storage.api_version}")
+
+        def mutate(cur: dict[str, Any]) -> dict[str, Any]:
+            view = self.out(cur)
+            if ptype == "application/json-patch+json":
+                new = patches.json_patch(view, body)
+            elif not isinstance(body, dict):
+                raise errors.bad_request("patch body must be a JSON object")
+            elif ptype == "application/merge-patch+json":
+                new = patches.merge_patch(view, body)
+            else:
+                new = patches.strategic_merge(view, body)
+            stored = self.into(new)
+            stored["metadata"]["resourceVersion"] = (new.get("metadata") or {}).get(
+                "resourceVersion") or cur["metadata"]["resourceVersion"]
+            return stored
+
+        obj, _ = await self.registry.patch_with_retry(self.storage, info.namespace, info.name or "", sub,
+                                                      mutate, dry_run)
+        return self.out(obj)
+
+    async def watch(self, request: web.BaseRequest, ns: str | None, labels: Selector,
+                    fields: tuple[FieldRequirement, ...], resource_version: str | None,
+                    timeout_s: float | None, bookmarks: bool, send_initial: bool | None,
+                    table_of: str | None) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        events = watch_events(self.cache, self.storage, ns, labels, fields, resource_version, timeout_s,
+                              bookmarks, send_initial)
+        try:
+            async for batch in events:
+                lines = []
+                for typ, obj, _ in batch:
+                    if typ == "BOOKMARK":
+                        obj = {**obj, "apiVersion": self.res.api_version}
+                    elif typ != "ERROR":
+                        obj = self.out(obj)
+                        if table_of is not None:
+                            rv = obj["metadata"].get("resourceVersion", "")
+                            obj = table.table(self.res.kind, [obj], rv, table_of)
+                    lines.append(codec.dumps({"type": typ, "object": obj}) + b"\n")
+                await resp.write(b"".join(lines))
+        except (ConnectionResetError, ConnectionError):
+            pass
+        finally:
+            await events.aclose()
+        try:
+            await resp.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass
+        return resp
+
