@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from nodeagent.scheduler.extender import ExtenderConfig, ignored_resources, parse_extenders
 from nodeagent.scheduler.framework.registry import ConfigError, build_args
 from nodeagent.scheduler.framework.runtime import POINTS, Framework, PluginSet
 from nodeagent.scheduler.plugins import discover
@@ -63,6 +64,7 @@ class SchedulerConfig:
     pod_max_backoff_seconds: float = 10.0
     pod_max_in_unschedulable_seconds: float = 300.0
     profiles: list[Profile] = dataclasses.field(default_factory=lambda: [Profile()])
+    extenders: list[ExtenderConfig] = dataclasses.field(default_factory=list)
 
 
 def parse_config(doc: dict[str, Any] | None) -> SchedulerConfig:
@@ -86,6 +88,12 @@ def parse_config(doc: dict[str, Any] | None) -> SchedulerConfig:
     names = [p.scheduler_name for p in cfg.profiles]
     if len(set(names)) != len(names):
         raise ConfigError(f"duplicate schedulerName in profiles: {names}")
+    cfg.extenders = parse_extenders(doc.get("extenders"))
+    ignored = ignored_resources(cfg.extenders)
+    if ignored:  # kube-scheduler hands these to NodeResourcesFit: the extender accounts for them
+        for prof in cfg.profiles:
+            args = prof.plugin_config.setdefault("NodeResourcesFit", {})
+            args["ignoredResources"] = [*(args.get("ignoredResources") or []), *ignored]
     return cfg
 
 

@@ -1,7 +1,9 @@
-"""The scheduler: event handlers feeding cache and queue, the synchronous scheduling cycle
-(snapshot -> PreFilter -> Filter -> [PostFilter] -> PreScore/Score -> select -> assume ->
-Reserve -> Permit) and the asynchronous binding cycle (PreBind -> Bind -> PostBind), where
-every failure path unreserves, forgets the assumed pod and requeues it.
+"""The scheduler: event handlers feeding cache and queue, the scheduling cycle
+(snapshot -> PreFilter -> Filter -> extenders' filter -> [PostFilter] -> PreScore/Score + extenders'
+prioritize -> select -> assume -> Reserve -> Permit) and the asynchronous binding cycle (PreBind ->
+Bind, or a binder extender -> PostBind), where every failure path unreserves, forgets the assumed pod
+and requeues it. One cycle runs at a time; it awaits only extender calls (none are configured by
+default, and then the cycle never yields).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.scheduler.api import EventSource, SchedulerAPI
 from nodeagent.scheduler.cache import Cache, Snapshot
-from nodeagent.scheduler.framework.interface import ActionType, ClusterEvent, CycleState
+from nodeagent.scheduler.extender import MAX_EXTENDER_PRIORITY, ExtenderError, HTTPExtender
+from nodeagent.scheduler.framework.interface import MAX_NODE_SCORE, ActionType, ClusterEvent, CycleState
 from nodeagent.scheduler.framework.runtime import Framework
 from nodeagent.scheduler.framework.status import Code, FitError, Status
 from nodeagent.scheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo, pod_uid
@@ -81,6 +84,7 @@ class Scheduler:
         self.rng = rng or random.Random()
         self.cache = Cache(self.clock)
         self.handle = Handle(self, api, self.rng)
+        self.extenders = [HTTPExtender(c) for c in config.extenders]
         self.frameworks: dict[str, Framework] = {
             p.scheduler_name: build_framework(p, self.handle, out_of_tree) for p in config.profiles}
         self.percentages = {p.scheduler_name: (p.percentage_of_nodes_to_score
@@ -198,8 +202,8 @@ class Scheduler:
 
     # -- the scheduling cycle ------------------------------------------------------------------------
 
-    def schedule_one(self, qp: QueuedPodInfo) -> None:
-        """One synchronous scheduling cycle; starts the pod's binding cycle as a task."""
+    async def schedule_one(self, qp: QueuedPodInfo) -> None:
+        """One scheduling cycle; starts the pod's binding cycle as a task."""
         pi = qp.pod_info
         fw = self.frameworks.get(pi.scheduler_name)
         if fw is None or pi.deleting or self.cache.is_assumed(pi.uid):
@@ -212,7 +216,7 @@ class Scheduler:
         h.framework = fw
         h.snapshot = snap = self.cache.snapshot()
         try:
-            node_name = self.schedule_pod(fw, state, pi, snap)
+            node_name = await self.schedule_pod(fw, state, pi, snap)
         except FitError as fe:
             nominated = ""
             if fw.post_filter_plugins and fe.num_all_nodes:
@@ -253,11 +257,13 @@ class Scheduler:
             self.queue.delete_nominated(pi.uid)
         self.spawn(self.binding_cycle(fw, state, qp, assumed, node_name, wait, cycle))
 
-    def schedule_pod(self, fw: Framework, state: CycleState, pi: PodInfo, snap: Snapshot) -> str:
+    async def schedule_pod(self, fw: Framework, state: CycleState, pi: PodInfo, snap: Snapshot) -> str:
         nodes = snap.nodes
         if not nodes:
             raise FitError(pi.key, 0, {}, "no nodes")
         feasible, statuses = self.find_nodes_that_fit(fw, state, pi, snap)
+        if feasible and self.extenders:
+            feasible = await self.filter_by_extenders(pi, feasible, statuses)
         if not feasible:
             plugins = frozenset(s.plugin for s in set(statuses.values()) if s.plugin)
             raise FitError(pi.key, snap.num_nodes, statuses, "", plugins)
@@ -267,7 +273,55 @@ class Scheduler:
         if s is not None:
             raise RuntimeError(f"PreScore {s.plugin}: {s.message}")
         scores = fw.run_score(state, pi, feasible)
+        if self.extenders:
+            scores = await self.add_extender_scores(pi, feasible, scores)
         return self.select_host(feasible, scores)
+
+    async def filter_by_extenders(self, pi: PodInfo, feasible: list[NodeInfo],
+                                  statuses: dict[str, Status]) -> list[NodeInfo]:
+        """findNodesThatPassExtenders: each interested extender narrows the feasible nodes in turn; its
+        failures become the nodes' statuses (unresolvable ones win); an error fails the cycle unless the
+        extender is ignorable."""
+        for ext in self.extenders:
+            if not feasible:
+                break
+            if not ext.is_interested(pi.pod):
+                continue
+            try:
+                passed, failed, unresolvable = await ext.filter(pi.pod, [n.node for n in feasible])
+            except ExtenderError as e:
+                if ext.config.ignorable:
+                    log.warning("skipping ignorable extender %s: %s", ext.name, e)
+                    continue
+                raise
+            for node, why in unresolvable.items():
+                statuses[node] = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (why,))
+            for node, why in failed.items():
+                if node not in unresolvable:
+                    statuses[node] = Status(Code.UNSCHEDULABLE, (why,))
+            keep = set(passed)
+            feasible = [n for n in feasible if n.name in keep]
+        return feasible
+
+    async def add_extender_scores(self, pi: PodInfo, nodes: list[NodeInfo], scores: list[int]) -> list[int]:
+        """prioritizeNodes' extender part: each score times the extender's weight, scaled from the
+        extenders' 0..10 to the plugins' 0..100; a failing extender is skipped, as kube-scheduler does."""
+        combined: dict[str, int] = {}
+        for ext in self.extenders:
+            if not ext.config.prioritize_verb or not ext.is_interested(pi.pod):
+                continue
+            try:
+                got = await ext.prioritize(pi.pod, [n.node for n in nodes])
+            except ExtenderError as e:
+                log.warning("extender %s prioritize failed, its scores are left out: %s", ext.name, e)
+                continue
+            for host, score in got.items():
+                combined[host] = combined.get(host, 0) + score * ext.config.weight
+        scale = MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY
+        return [s + combined.get(n.name, 0) * scale for n, s in zip(nodes, scores, strict=True)]
+
+    def _binder_extender(self, pi: PodInfo) -> HTTPExtender | None:
+        return next((e for e in self.extenders if e.config.bind_verb and e.is_interested(pi.pod)), None)
 
     def find_nodes_that_fit(self, fw: Framework, state: CycleState, pi: PodInfo, snap: Snapshot
                             ) -> tuple[list[NodeInfo], dict[str, Status]]:
@@ -400,7 +454,14 @@ class Scheduler:
             if s is None:
                 s = await fw.run_pre_bind(state, assumed, node_name)
             if s is None:
-                s = await fw.run_bind(state, assumed, node_name)
+                binder = self._binder_extender(assumed)
+                if binder is not None:
+                    try:
+                        await binder.bind(assumed.pod, node_name)
+                    except ExtenderError as e:
+                        s = Status(Code.ERROR, (str(e),))
+                else:
+                    s = await fw.run_bind(state, assumed, node_name)
             if s is not None:
                 fw.run_unreserve(state, assumed, node_name)
                 self.cache.forget_pod(assumed)
@@ -504,17 +565,23 @@ class Scheduler:
             try:
                 while True:
                     qp = await self.queue.pop()
-                    self.schedule_one(qp)
+                    await self.schedule_one(qp)
                     await asyncio.sleep(0)
             finally:
                 self._tg = None
+                await self.close()
+
+    async def close(self) -> None:
+        """Release what the scheduler holds outside the loop (its extenders' connection pools)."""
+        for ext in self.extenders:
+            await ext.close()
 
     async def drain(self) -> None:
         """Run cycles until activeQ is empty and every started task has finished (tests, benchmarks)."""
         while True:
             qp = self.queue.pop_nowait()
             if qp is not None:
-                self.schedule_one(qp)
+                await self.schedule_one(qp)
                 await asyncio.sleep(0)
                 continue
             if self._tasks:

@@ -78,13 +78,13 @@ async def test_permit_wait_holds_the_bind_until_allowed_and_the_space_stays_take
     rec.wait = 30.0
     cluster.add_pod(make_pod("p", cpu="1"))
     qp = s.queue.pop_nowait()
-    s.schedule_one(qp)
+    await s.schedule_one(qp)
     await asyncio.sleep(0)
     fw = s.frameworks["default-scheduler"]
     uid = qp.pod_info.uid
     assert uid in fw.waiting and cluster.node_of("p") is None and s.cache.nodes["n"].req_cpu == 1000
     cluster.add_pod(make_pod("q", cpu="1"))
-    s.schedule_one(s.queue.pop_nowait())  # no room: p holds the node while it waits
+    await s.schedule_one(s.queue.pop_nowait())  # no room: p holds the node while it waits
     assert cluster.node_of("q") is None
     assert fw.allow_waiting_pod(uid)
     await s.drain()
@@ -96,7 +96,7 @@ async def test_permit_rejection_releases_the_node():
     rec.wait = 30.0
     cluster.add_pod(make_pod("p", cpu="1"))
     qp = s.queue.pop_nowait()
-    s.schedule_one(qp)
+    await s.schedule_one(qp)
     await asyncio.sleep(0)
     s.frameworks["default-scheduler"].allow_waiting_pod(qp.pod_info.uid,
                                                         Status(Code.UNSCHEDULABLE, ("no quorum",)))
