@@ -166,11 +166,25 @@ def dns_config(api: ApiServerConfig, kubeconfig: str, listen: str = DNS_LISTEN, 
 
 def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: str,
                           options: ControllerOptions, pod_network: str,
-                          dns_listen: str = DNS_LISTEN) -> dict[str, Any]:
+                          dns_listen: str = DNS_LISTEN,
+                          scheduler_config: str | None = None) -> dict[str, Any]:
     """The parts beside the apiserver (scheduler, controllers, dns, podnetwork), each with the admin
-    kubeconfig the apiserver writes."""
+    kubeconfig the apiserver writes. A scheduler configuration file is read now, so a bad one ends the
+    command with its reason before anything starts."""
     kubeconfig = layout.admin_kubeconfig
-    return {"apiserver": api, "scheduler": SchedulerServiceConfig(kubeconfig),
+    if scheduler_config is not None:
+        import os
+
+        import yaml
+
+        from nodeagent.scheduler.profile import load_config
+
+        scheduler_config = os.path.abspath(scheduler_config)
+        try:
+            load_config(scheduler_config)
+        except (OSError, ValueError, yaml.YAMLError) as e:
+            raise ValueError(f"--scheduler-config {scheduler_config}: {e}") from None
+    return {"apiserver": api, "scheduler": SchedulerServiceConfig(kubeconfig, scheduler_config),
             "controllers": ControllerManagerConfig(kubeconfig, controllers, options),
             "dns": dns_config(api, kubeconfig, dns_listen),
             "podnetwork": PodNetworkConfig(kubeconfig, pod_network, options.cluster_cidr)}

@@ -44,6 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pod-network", default="host-gw", choices=("host-gw", "ipip", "vxlan"),
                    help="cross-node pod network backend, carried to every node on its Node object "
                         "(default: %(default)s)")
+    p.add_argument("--scheduler-config", default=None, metavar="FILE",
+                   help="the scheduler's KubeSchedulerConfiguration (profiles, plugin args, extenders), as "
+                        "kube-scheduler's --config (default: the default profile)")
     c = p.add_argument_group("controllers")
     c.add_argument("--controllers", default="*",
                    help="controllers to run: '*' all, 'name' adds, '-name' removes, 'none' (default: "
@@ -95,7 +98,7 @@ def config_from_args(args: argparse.Namespace) -> Configs:
             large_cluster_size_threshold=args.large_cluster_size_threshold,
             terminated_pod_gc_threshold=args.terminated_pod_gc_threshold)
         configs = control_plane_configs(api, layout, controllers=args.controllers, options=options,
-                                        pod_network=args.pod_network)
+                                        pod_network=args.pod_network, scheduler_config=args.scheduler_config)
     return Configs(layout=layout, **{k: v for k, v in configs.items() if k not in args.without})
 
 

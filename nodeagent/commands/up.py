@@ -116,6 +116,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=None,
                    help="apiserver HTTPS port (default: 6443 for the default data dir, else any free one)")
     p.add_argument("--bind-address", default=None, help="apiserver listen address (default: 0.0.0.0)")
+    p.add_argument("--scheduler-config", default=None, metavar="FILE",
+                   help="the scheduler's KubeSchedulerConfiguration (profiles, plugin args, extenders), as "
+                        "kube-scheduler's --config (default: the default profile)")
     p.add_argument("--pod-network", default="host-gw", choices=("host-gw", "ipip", "vxlan"),
                    help="cross-node pod network backend (default: %(default)s)")
     p.add_argument("--cluster-cidr", default=None,
@@ -150,7 +153,8 @@ def config_from_args(args: argparse.Namespace) -> Configs:
         return Configs(layout=layout,
                        **node_configs(args, layout, Credentials(kubeconfig=layout.admin_kubeconfig)),
                        **control_plane_configs(api, layout, controllers="*", options=options,
-                                               pod_network=args.pod_network, dns_listen=dns_listen))
+                                               pod_network=args.pod_network, dns_listen=dns_listen,
+                                               scheduler_config=args.scheduler_config))
 
 
 def up_controller_options(data_dir: str, cluster_cidr: str | None,

@@ -63,6 +63,19 @@ def test_server_refuses_a_bad_flag(tmp_path, argv, says):
         _server(tmp_path, *argv)
 
 
+def test_scheduler_config_is_read_at_start_and_a_bad_one_refused(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("extenders:\n- urlPrefix: http://127.0.0.1:1/x\n  filterVerb: filter\n")
+    cfg = _server(tmp_path / "d", "--scheduler-config", str(good))
+    assert cfg.scheduler is not None and cfg.scheduler.profile == str(good)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extenders:\n- urlPrefix: http://x\n  prioritizeVerb: p\n")
+    with pytest.raises(SystemExit, match="--scheduler-config .*must have a positive weight"):
+        _server(tmp_path / "d", "--scheduler-config", str(bad))
+    with pytest.raises(SystemExit, match="nodeagent up: --scheduler-config .*No such file"):
+        _up(tmp_path / "u", "--scheduler-config", str(tmp_path / "missing.yaml"))
+
+
 def test_single_component_commands_refuse_bad_values(tmp_path):
     with pytest.raises(SystemExit, match="nodeagent proxy: proxy: .*'nope'"):
         proxy.config_from_args(_parse(proxy, ["--node-ip", "nope"]))
