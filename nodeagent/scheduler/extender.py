@@ -5,10 +5,12 @@ Each call is a JSON POST to `<urlPrefix>/<verb>` with kube-scheduler's extender/
 ExtenderArgs{Pod, Nodes | NodeNames}, ExtenderFilterResult{Nodes | NodeNames, FailedNodes,
 FailedAndUnresolvableNodes, Error}, HostPriorityList[{Host, Score}], ExtenderBindingArgs{PodName,
 PodNamespace, PodUID, Node}, ExtenderBindingResult{Error}); `nodeCacheCapable` extenders get node names,
-the others whole Node objects. An extender with `managedResources` sees only pods that ask for one of
-them. A filter error fails the cycle unless the extender is `ignorable`; a prioritize error is skipped
-(kube-scheduler logs it and goes on); a bind error fails the binding. Extender preemption (`preemptVerb`)
-is refused at load: this scheduler's preemption does not call out.
+the others whole Node objects. A `preemptVerb` extender gets DefaultPreemption's candidates
+(ExtenderPreemptionArgs{Pod, NodeNameToVictims | NodeNameToMetaVictims}) and answers the nodes and
+victims it agrees to (ExtenderPreemptionResult{NodeNameToMetaVictims}). An extender with
+`managedResources` sees only pods that ask for one of them. A filter or preempt error fails the cycle
+unless the extender is `ignorable`; a prioritize error is skipped (kube-scheduler logs it and goes on);
+a bind error fails the binding.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class ExtenderConfig:
     url_prefix: str
     filter_verb: str = ""
     prioritize_verb: str = ""
+    preempt_verb: str = ""
     bind_verb: str = ""
     weight: int = 0
     enable_https: bool = False
@@ -91,9 +94,6 @@ def parse_extenders(items: Any) -> list[ExtenderConfig]:
             raise ConfigError(f"{f}: unknown field(s) {', '.join(unknown)}")
         if not e.get("urlPrefix"):
             raise ConfigError(f"{f}.urlPrefix: Required value")
-        if e.get("preemptVerb"):
-            raise ConfigError(f"{f}.preemptVerb: extender preemption is not supported by nodeagent's "
-                              "scheduler (its preemption does not call extenders); remove preemptVerb")
         weight = int(e.get("weight") or 0)
         if e.get("prioritizeVerb") and weight <= 0:
             raise ConfigError(f"{f}.weight: Invalid value: {weight}: must have a positive weight applied "
@@ -117,7 +117,8 @@ def parse_extenders(items: Any) -> list[ExtenderConfig]:
         timeout = parse_duration(e["httpTimeout"], f"{f}.httpTimeout") if e.get("httpTimeout") \
             else DEFAULT_HTTP_TIMEOUT
         out.append(ExtenderConfig(str(e["urlPrefix"]), str(e.get("filterVerb") or ""),
-                                  str(e.get("prioritizeVerb") or ""), str(e.get("bindVerb") or ""), weight,
+                                  str(e.get("prioritizeVerb") or ""), str(e.get("preemptVerb") or ""),
+                                  str(e.get("bindVerb") or ""), weight,
                                   bool(e.get("enableHTTPS")), tls, timeout, bool(e.get("nodeCacheCapable")),
                                   tuple(managed), bool(e.get("ignorable"))))
     binders = sum(1 for x in out if x.bind_verb)
@@ -230,6 +231,26 @@ class HTTPExtender:
             args["Nodes"] = {"metadata": {}, "items": list(nodes)}
         result = await self._post(self.config.prioritize_verb, args) or []
         return {str(_field(h, "Host")): int(_field(h, "Score") or 0) for h in result}
+
+    async def process_preemption(self, pod: Mapping[str, Any],
+                                 victims: Mapping[str, tuple[Sequence[Mapping[str, Any]], int]]
+                                 ) -> dict[str, tuple[list[str], int]]:
+        """ProcessPreemption: node -> (victim pods, PDB violations) in; node -> (victim UIDs, violations)
+        out, as the extender narrows them (it always answers with MetaVictims)."""
+        if self.config.node_cache_capable:
+            args: dict[str, Any] = {"Pod": pod, "NodeNameToMetaVictims": {
+                node: {"Pods": [{"UID": (p.get("metadata") or {}).get("uid")} for p in pods],
+                       "NumPDBViolations": nviol} for node, (pods, nviol) in victims.items()}}
+        else:
+            args = {"Pod": pod, "NodeNameToVictims": {node: {"Pods": list(pods), "NumPDBViolations": nviol}
+                                                      for node, (pods, nviol) in victims.items()}}
+        result = await self._post(self.config.preempt_verb, args) or {}
+        out: dict[str, tuple[list[str], int]] = {}
+        for node, meta in (_field(result, "NodeNameToMetaVictims") or {}).items():
+            meta = meta or {}
+            uids = [str(_field(p, "UID")) for p in _field(meta, "Pods") or []]
+            out[node] = (uids, int(_field(meta, "NumPDBViolations") or 0))
+        return out
 
     async def bind(self, pod: Mapping[str, Any], node: str) -> None:
         meta = pod.get("metadata") or {}

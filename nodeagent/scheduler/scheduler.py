@@ -74,6 +74,10 @@ class Handle:
     def nominated_for(self, node: str, pod: PodInfo) -> list[PodInfo]:
         return self._s.nominated_for(node, pod)
 
+    async def extenders_preemption(self, pod: PodInfo, victims: dict[str, tuple[list[PodInfo], int]]
+                                   ) -> tuple[dict[str, tuple[list[PodInfo], int]], Status | None]:
+        return await self._s.extenders_preemption(pod, victims)
+
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, api: SchedulerAPI, *, clock: Clock | None = None,
@@ -220,7 +224,10 @@ class Scheduler:
         except FitError as fe:
             nominated = ""
             if fw.post_filter_plugins and fe.num_all_nodes:
-                res, st = fw.run_post_filter(state, pi, fe.node_statuses)
+                if any(e.config.preempt_verb for e in self.extenders):
+                    res, st = await fw.run_post_filter_async(state, pi, fe.node_statuses)
+                else:
+                    res, st = fw.run_post_filter(state, pi, fe.node_statuses)
                 if res is not None and res.nominated_node_name:
                     nominated = res.nominated_node_name
                 elif st is not None and st.reasons:
@@ -319,6 +326,42 @@ class Scheduler:
                 combined[host] = combined.get(host, 0) + score * ext.config.weight
         scale = MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY
         return [s + combined.get(n.name, 0) * scale for n, s in zip(nodes, scores, strict=True)]
+
+    async def extenders_preemption(self, pi: PodInfo, victims: dict[str, tuple[list[PodInfo], int]]
+                                   ) -> tuple[dict[str, tuple[list[PodInfo], int]], Status | None]:
+        """callExtenders: each preempting extender interested in the pod narrows node -> (victims, PDB
+        violations); an error fails preemption unless the extender is ignorable, and every node it names
+        must keep at least one victim that is really on that node."""
+        snap = self.handle.snapshot
+        for ext in self.extenders:
+            if not ext.config.preempt_verb or not ext.is_interested(pi.pod):
+                continue
+            try:
+                got = await ext.process_preemption(
+                    pi.pod, {n: ([v.pod for v in vs], k) for n, (vs, k) in victims.items()})
+            except ExtenderError as e:
+                if ext.config.ignorable:
+                    log.warning("skipping ignorable extender %s: %s", ext.name, e)
+                    continue
+                return {}, Status(Code.ERROR, (str(e),))
+            narrowed: dict[str, tuple[list[PodInfo], int]] = {}
+            for node, (uids, nviol) in got.items():
+                if not uids:
+                    if ext.config.ignorable:
+                        continue
+                    return {}, Status(Code.ERROR, (f'expected at least one victim pod on node "{node}"',))
+                ni = snap.get(node)
+                pods = {p.uid: p for p in ni.pods.values()} if ni is not None else {}
+                missing = [u for u in uids if u not in pods]
+                if missing:
+                    return {}, Status(Code.ERROR, (f"extender {ext.name} claims to preempt pod (UID: "
+                                                   f"{missing[0]}) on node: {node}, but the pod is not found "
+                                                   "on that node",))
+                narrowed[node] = ([pods[u] for u in uids], nviol)
+            victims = narrowed
+            if not victims:
+                break
+        return victims, None
 
     def _binder_extender(self, pi: PodInfo) -> HTTPExtender | None:
         return next((e for e in self.extenders if e.config.bind_verb and e.is_interested(pi.pod)), None)

@@ -205,6 +205,21 @@ class Framework:
             last = s.with_plugin(p.name)
         return None, last
 
+    async def run_post_filter_async(self, state: CycleState, pod: PodInfo, statuses: dict[str, Status]
+                                    ) -> tuple[PostFilterResult | None, Status | None]:
+        """run_post_filter for a cycle that may await (extenders): a plugin's post_filter_async, if it
+        has one, stands in for its post_filter."""
+        last: Status | None = Status(Code.UNSCHEDULABLE, (), "")
+        for p in self.post_filter_plugins:
+            pfa = getattr(p, "post_filter_async", None)
+            r, s = await pfa(state, pod, statuses) if pfa is not None else p.post_filter(state, pod, statuses)
+            if ok(s):
+                return r, None
+            if s.code != Code.UNSCHEDULABLE:
+                return r, s.with_plugin(p.name)
+            last = s.with_plugin(p.name)
+        return None, last
+
     def run_pre_score(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]) -> Status | None:
         for p in self.pre_score_plugins:
             s = p.pre_score(state, pod, nodes)

@@ -49,6 +49,19 @@ class Extender:
                 if n["metadata"]["labels"].get("ext") == "best"} or {"n3"}
         return web.json_response([{"Host": n, "Score": 10 if n in best else 0} for n in names])
 
+    async def preempt(self, request: web.Request) -> web.Response:
+        """Agrees to preempt only on n2 (answering MetaVictims, as extenders do)."""
+        args = await request.json()
+        self.calls.append(("preempt", args))
+        if args.get("NodeNameToMetaVictims") is not None:
+            by_node = {n: [p["UID"] for p in v["Pods"]] for n, v in args["NodeNameToMetaVictims"].items()}
+        else:
+            victims = args["NodeNameToVictims"]
+            by_node = {n: [p["metadata"]["uid"] for p in v["Pods"]] for n, v in victims.items()}
+        return web.json_response({"NodeNameToMetaVictims": {
+            n: {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": 0}
+            for n, uids in by_node.items() if n == "n2"}})
+
     async def bind(self, request: web.Request) -> web.Response:
         args = await request.json()
         self.calls.append(("bind", args))
@@ -61,7 +74,7 @@ class Extender:
 async def extender():
     ext = Extender()
     app = web.Application()
-    for verb in ("filter", "prioritize", "bind"):
+    for verb in ("filter", "prioritize", "preempt", "bind"):
         app.router.add_post(f"/scheduler/{verb}", getattr(ext, verb))
     runner = web.AppRunner(app)
     await runner.setup()
@@ -172,9 +185,27 @@ async def test_binder_extender_binds_instead_of_the_default_binder(extender):
     assert cluster.events_for("p", "Scheduled")
 
 
+@pytest.mark.parametrize("cache_capable", [False, True])
+async def test_preempt_extender_narrows_the_candidates(extender, cache_capable):
+    s, cluster = scheduler([{"urlPrefix": extender.url, "preemptVerb": "preempt",
+                             "nodeCacheCapable": cache_capable}])
+    for name in ("n1", "n2", "n3"):
+        cluster.add_node(make_node(name, cpu="1"))
+        cluster.add_pod(make_pod(f"low-{name}", cpu="1", priority=1, node=name))
+    cluster.add_pod(make_pod("hi", cpu="1", priority=100))
+    await s.drain()
+    (verb, args), = extender.calls
+    key = "NodeNameToMetaVictims" if cache_capable else "NodeNameToVictims"
+    assert verb == "preempt" and args["Pod"]["metadata"]["name"] == "hi"
+    assert set(args[key]) <= {"n1", "n2", "n3"}
+    assert "n2" in args[key]  # DefaultPreemption offered n2 among its candidates
+    hi = cluster.pod("hi")
+    assert hi["status"].get("nominatedNodeName") == "n2"
+    assert [e["involvedObject"]["name"] for e in cluster.events if e["reason"] == "Preempted"] == ["low-n2"]
+
+
 @pytest.mark.parametrize("ext,why", [
     ({"urlPrefix": "http://x", "prioritizeVerb": "p"}, "must have a positive weight"),
-    ({"urlPrefix": "http://x", "preemptVerb": "preempt"}, "preemptVerb"),
     ({"filterVerb": "f"}, "urlPrefix: Required value"),
     ({"urlPrefix": "http://x", "httpTimeout": "soon"}, "invalid duration"),
     ({"urlPrefix": "http://x", "bogus": 1}, "unknown field(s) bogus"),

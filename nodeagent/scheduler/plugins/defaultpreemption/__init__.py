@@ -148,9 +148,40 @@ class DefaultPreemption:
 
     def post_filter(self, state: CycleState, pod: PodInfo, statuses: dict[str, Status]
                     ) -> tuple[PostFilterResult | None, Status | None]:
+        cands, fail = self.find_candidates(state, pod, statuses)
+        if fail is not None:
+            return None, fail
+        return self.select(pod, cands)
+
+    async def post_filter_async(self, state: CycleState, pod: PodInfo, statuses: dict[str, Status]
+                                ) -> tuple[PostFilterResult | None, Status | None]:
+        """post_filter with the scheduler's preempting extenders asked in between (callExtenders): each
+        narrows the candidates and their victims; an empty answer means no preemption."""
+        cands, fail = self.find_candidates(state, pod, statuses)
+        if fail is not None:
+            return None, fail
+        kept, s = await self.handle.extenders_preemption(
+            pod, {c.node: (c.victims, c.num_pdb_violations) for c in cands})
+        if s is not None:
+            return None, s
+        if not kept:
+            return None, unschedulable(NAME, "preemption: the scheduler extenders left no candidate node")
+        cands = [Candidate(node, victims, nviol) for node, (victims, nviol) in kept.items()]
+        for c in cands:
+            by_importance(c.victims)
+        return self.select(pod, cands)
+
+    def select(self, pod: PodInfo, cands: list[Candidate]) -> tuple[PostFilterResult | None, Status | None]:
+        best = pick_one(cands)
+        self.handle.preempt(pod, best.node, best.victims)
+        return PostFilterResult(best.node), None
+
+    def find_candidates(self, state: CycleState, pod: PodInfo, statuses: dict[str, Status]
+                        ) -> tuple[list[Candidate], Status | None]:
+        """Candidate nodes with their victims (findCandidates), or why preemption cannot help."""
         why = self.eligible(pod)
         if why:
-            return None, unschedulable(NAME, why)
+            return [], unschedulable(NAME, why)
         snap = self.handle.snapshot
         n_all = snap.num_nodes
         not_helpful = unresolvable(NAME, R_NOT_HELPFUL)
@@ -165,7 +196,7 @@ class DefaultPreemption:
             return f"preemption: 0/{n_all} nodes are available: {reasons_summary(all_statuses)}."
 
         if not potential:
-            return None, unresolvable(NAME, message())
+            return [], unresolvable(NAME, message())
         pdbs = parse_pdbs(self.handle.pdbs())
         want = self.num_candidates(len(potential))
         offset = self.handle.rng.randrange(len(potential))
@@ -184,10 +215,8 @@ class DefaultPreemption:
             else:
                 dry_run_statuses[ni.name] = s or unresolvable(NAME, R_NO_VICTIMS)
         if not cands:
-            return None, unschedulable(NAME, message())
-        best = pick_one(cands)
-        self.handle.preempt(pod, best.node, best.victims)
-        return PostFilterResult(best.node), None
+            return [], unschedulable(NAME, message())
+        return cands, None
 
     def select_victims(self, state: CycleState, pod: PodInfo, ni: NodeInfo, pdbs: list[_PDB],
                        failed_at: str = "",
