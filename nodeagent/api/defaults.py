@@ -181,6 +181,16 @@ def service(obj: dict[str, Any]) -> None:
     obj.setdefault("status", {}).setdefault("loadBalancer", {})
 
 
+def horizontalpodautoscaler(obj: dict[str, Any]) -> None:
+    """autoscaling/v2 SetDefaults_HorizontalPodAutoscaler: one replica at least, CPU at 80% if no metric."""
+    spec = obj.setdefault("spec", {})
+    if spec.get("minReplicas") is None:
+        spec["minReplicas"] = 1
+    if not spec.get("metrics"):
+        spec["metrics"] = [{"type": "Resource", "resource": {
+            "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]
+
+
 def namespace(obj: dict[str, Any]) -> None:
     name = (obj.get("metadata") or {}).get("name")
     if name:
@@ -223,7 +233,7 @@ def networkpolicy(obj: dict[str, Any]) -> None:
 
 BY_KIND = {
     "Pod": pod, "Deployment": deployment, "ReplicaSet": replicaset, "DaemonSet": daemonset,
-    "ReplicationController": replicationcontroller,
+    "ReplicationController": replicationcontroller, "HorizontalPodAutoscaler": horizontalpodautoscaler,
     "StatefulSet": statefulset, "Job": job, "CronJob": cronjob, "Service": service, "Namespace": namespace,
     "Secret": secret, "Node": node, "PriorityClass": priorityclass, "NetworkPolicy": networkpolicy,
 }

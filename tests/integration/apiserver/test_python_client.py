@@ -92,3 +92,60 @@ def test_watch_stream(api):
     assert done.wait(15)
     t.join()
     assert seen == [("ADDED", "c1"), ("MODIFIED", "c1"), ("DELETED", "c1")]
+
+
+def test_eviction_honours_a_budget_and_autoscaling_v1(api):
+    """pods/eviction answers the client 429 while the budget allows no disruption (the disruption
+    controller writes its status), then evicts; an autoscaling/v1 HPA reads back through both versions."""
+    import json
+    import time
+
+    core, policy, hpa = client.CoreV1Api(api), client.PolicyV1Api(api), client.AutoscalingV1Api(api)
+    ns = f"py-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    core.create_namespaced_pod(ns, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="p", labels={"app": "e"}),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")])))
+    core.patch_namespaced_pod_status("p", ns, {"status": {
+        "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+    policy.create_namespaced_pod_disruption_budget(ns, client.V1PodDisruptionBudget(
+        metadata=client.V1ObjectMeta(name="b"), spec=client.V1PodDisruptionBudgetSpec(
+            min_available=1, selector=client.V1LabelSelector(match_labels={"app": "e"}))))
+
+    def budget(**want):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            st = policy.read_namespaced_pod_disruption_budget_status("b", ns).status
+            if st and all(getattr(st, k) == v for k, v in want.items()):
+                return st
+            time.sleep(0.2)
+        raise AssertionError(f"budget status never reached {want}")
+
+    st = budget(current_healthy=1, desired_healthy=1, expected_pods=1, disruptions_allowed=0)
+    assert st.conditions and st.conditions[0].reason == "InsufficientPods"
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="p", namespace=ns))
+    with pytest.raises(ApiException) as e:
+        core.create_namespaced_pod_eviction("p", ns, eviction)
+    assert e.value.status == 429
+    body = json.loads(e.value.body)
+    assert body["reason"] == "TooManyRequests"
+    assert body["details"]["causes"] == [{"reason": "DisruptionBudget",
+                                          "message": "The disruption budget b needs 1 healthy pods and has "
+                                                     "1 currently"}]
+    policy.patch_namespaced_pod_disruption_budget("b", ns, {"spec": {"minAvailable": 0}})
+    budget(disruptions_allowed=1, observed_generation=2)
+    core.create_namespaced_pod_eviction("p", ns, eviction)
+    gone = [p for p in core.list_namespaced_pod(ns).items
+            if p.metadata and p.metadata.name == "p" and not p.metadata.deletion_timestamp]
+    assert gone == []
+
+    made = hpa.create_namespaced_horizontal_pod_autoscaler(ns, client.V1HorizontalPodAutoscaler(
+        metadata=client.V1ObjectMeta(name="h"), spec=client.V1HorizontalPodAutoscalerSpec(
+            scale_target_ref=client.V1CrossVersionObjectReference(api_version="apps/v1", kind="Deployment",
+                                                                  name="d"),
+            max_replicas=4, target_cpu_utilization_percentage=70)))
+    assert made.spec and made.spec.target_cpu_utilization_percentage == 70 and made.spec.min_replicas == 1
+    v2 = client.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler("h", ns)
+    assert v2.spec and v2.spec.metrics and v2.spec.metrics[0].resource
+    assert v2.spec.metrics[0].resource.target.average_utilization == 70
+    core.delete_namespace(ns)
