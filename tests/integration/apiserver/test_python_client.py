@@ -127,7 +127,7 @@ def test_eviction_honours_a_budget_and_autoscaling_v1(api):
     with pytest.raises(ApiException) as e:
         core.create_namespaced_pod_eviction("p", ns, eviction)
     assert e.value.status == 429
-    body = json.loads(e.value.body)
+    body = json.loads(e.value.body or "{}")
     assert body["reason"] == "TooManyRequests"
     assert body["details"]["causes"] == [{"reason": "DisruptionBudget",
                                           "message": "The disruption budget b needs 1 healthy pods and has "
