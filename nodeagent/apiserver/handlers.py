@@ -252,7 +252,7 @@ class Handlers:
                          wants: Wants) -> web.StreamResponse:
         """A resource served in a version it is not stored in (versions.py converts both ways)."""
         res, verb, sub, q = info.resource, info.verb, info.subresource, request.query
-        conv = versions.ConvertedVerbs(self.registry, self.cache, res)
+        conv = versions.ConvertedVerbs(self.registry, res)
         ns, name = info.namespace, info.name or ""
         if sub not in ("", "status"):
             raise errors.method_not_allowed()
@@ -260,15 +260,9 @@ class Handlers:
         if verb == "get":
             return json_response(self._single(res, await conv.get(ns, name), wants, q))
         if verb == "list":
-            return json_response(await conv.list(ns, *self._selectors(res, q), table_of))
+            return json_response(await conv.list(ns, *self._selectors(res, q), table_of, wants.partial))
         if verb == "watch":
-            labels, fields = self._selectors(res, q)
-            if name:
-                fields = (*fields, *parse_field_selector(f"metadata.name={name}"))
-            timeout = float(q["timeoutSeconds"]) if (q.get("timeoutSeconds") or "").isdigit() else None
-            return await conv.watch(request, ns, labels, fields, q.get("resourceVersion"), timeout,
-                                    q.get("allowWatchBookmarks") in ("true", "1"),
-                                    q.get("sendInitialEvents") == "true", table_of)
+            return await self._watch(request, info, wants, convert=conv)
         if verb == "create" and not sub:
             return json_response(self._single(res, await conv.create(ns, body, dry_run), wants, q), 201)
         if verb == "update":
@@ -498,7 +492,9 @@ class Handlers:
                               "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                                          "metadata": o["metadata"]} for o in items]})
 
-    async def _watch(self, request: web.BaseRequest, info: RequestInfo, wants: Wants) -> web.StreamResponse:
+    async def _watch(self, request: web.BaseRequest, info: RequestInfo, wants: Wants,
+                     convert: versions.ConvertedVerbs | None = None) -> web.StreamResponse:
+        """A watch; with `convert`, over the stored version's objects, each converted to the served one."""
         q = request.query
         res = info.resource
         labels, fields = self._selectors(res, q)
@@ -525,9 +521,9 @@ class Handlers:
             transport.write(b"%x\r\n%b\r\n" % (len(data), data))
             return True
 
-        events = watch_events(self.cache, res, info.namespace, labels, fields,
+        events = watch_events(self.cache, convert.storage if convert else res, info.namespace, labels, fields,
                               q.get("resourceVersion"), timeout, bookmarks, send_initial,
-                              direct=None if wants.table or wants.partial else direct)
+                              direct=None if wants.table or wants.partial or convert else direct)
         gauge = self.metrics.watchers.labels(res.name)
         gauge.inc()
         include = q.get("includeObject", "Metadata")
@@ -535,6 +531,8 @@ class Handlers:
             async for batch in events:
                 out = []
                 for typ, obj, line in batch:
+                    if convert is not None and typ != "ERROR":
+                        obj, line = convert.out_event(typ, obj), None
                     if wants.table and typ not in ("ERROR", "BOOKMARK"):
                         obj = table.table(res.kind, [obj],
                                           obj["metadata"].get("resourceVersion", ""), include)

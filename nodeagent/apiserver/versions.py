@@ -2,7 +2,8 @@
 
 kube-apiserver decodes a request in the version it names, converts it to the storage version, and
 converts every answer (objects, lists, watch events, Tables) back. The verbs here do the same over the
-registry and the watch cache, with the converters of `nodeagent.api` (one pair per converted resource).
+registry (and the handlers' watch, through `out_event`), with the converters of `nodeagent.api` (one
+pair per converted resource).
 Server-side apply is refused for a converted version (its field ownership is kept in the stored version).
 """
 
@@ -11,19 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
-
 from nodeagent.api import hpa_conversion
 from nodeagent.api import patch as patches
 from nodeagent.api.resources import Resource, storage_resource
 from nodeagent.api.selectors import FieldRequirement, Selector
-from nodeagent.apiserver import codec, errors, table
-from nodeagent.apiserver.cache import WatchCache
-from nodeagent.apiserver.codec import JSON
+from nodeagent.apiserver import errors, table
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.registry import Registry
 from nodeagent.apiserver.request import RequestInfo
-from nodeagent.apiserver.watch import watch_events
 
 Convert = Callable[[dict[str, Any]], dict[str, Any]]
 # (group, version, resource) -> (stored -> served, served -> stored)
@@ -39,12 +35,18 @@ def converted(res: Resource) -> bool:
 class ConvertedVerbs:
     """The REST verbs of one served-but-not-stored version."""
 
-    def __init__(self, registry: Registry, cache: WatchCache, res: Resource) -> None:
-        self.registry, self.cache, self.res = registry, cache, res
+    def __init__(self, registry: Registry, res: Resource) -> None:
+        self.registry, self.res = registry, res
         self.storage = storage_resource(res)
         self._out, self._in = CONVERTERS[(res.group, res.version, res.name)]
 
     def out(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._out(obj)
+
+    def out_event(self, typ: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """A watch event's object in the served version (a BOOKMARK only names it)."""
+        if typ == "BOOKMARK":
+            return {**obj, "apiVersion": self.res.api_version}
         return self._out(obj)
 
     def into(self, obj: Any) -> dict[str, Any]:
@@ -64,11 +66,16 @@ class ConvertedVerbs:
         return self.out(await self.registry.get(self.storage, ns, name))
 
     async def list(self, ns: str | None, labels: Selector, fields: tuple[FieldRequirement, ...],
-                   table_of: str | None) -> dict[str, Any]:
+                   table_of: str | None, partial: bool = False) -> dict[str, Any]:
         items, rev, _ = await self.registry.list(self.storage, ns, labels, fields)
         out = [self.out(o) for o in items]
         if table_of is not None:
             return table.table(self.res.kind, out, str(rev), table_of)
+        if partial:
+            return {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                    "metadata": {"resourceVersion": str(rev)},
+                    "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                               "metadata": o["metadata"]} for o in out]}
         return {"kind": f"{self.res.kind}List", "apiVersion": self.res.api_version,
                 "metadata": {"resourceVersion": str(rev)}, "items": out}
 
@@ -105,36 +112,3 @@ class ConvertedVerbs:
         obj, _ = await self.registry.patch_with_retry(self.storage, info.namespace, info.name or "", sub,
                                                       mutate, dry_run)
         return self.out(obj)
-
-    async def watch(self, request: web.BaseRequest, ns: str | None, labels: Selector,
-                    fields: tuple[FieldRequirement, ...], resource_version: str | None,
-                    timeout_s: float | None, bookmarks: bool, send_initial: bool | None,
-                    table_of: str | None) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        events = watch_events(self.cache, self.storage, ns, labels, fields, resource_version, timeout_s,
-                              bookmarks, send_initial)
-        try:
-            async for batch in events:
-                lines = []
-                for typ, obj, _ in batch:
-                    if typ == "BOOKMARK":
-                        obj = {**obj, "apiVersion": self.res.api_version}
-                    elif typ != "ERROR":
-                        obj = self.out(obj)
-                        if table_of is not None:
-                            rv = obj["metadata"].get("resourceVersion", "")
-                            obj = table.table(self.res.kind, [obj], rv, table_of)
-                    lines.append(codec.dumps({"type": typ, "object": obj}) + b"\n")
-                await resp.write(b"".join(lines))
-        except (ConnectionResetError, ConnectionError):
-            pass
-        finally:
-            await events.aclose()
-        try:
-            await resp.write_eof()
-        except (ConnectionResetError, ConnectionError):
-            pass
-        return resp
-

@@ -89,6 +89,7 @@ class Scheduler:
         self.cache = Cache(self.clock)
         self.handle = Handle(self, api, self.rng)
         self.extenders = [HTTPExtender(c) for c in config.extenders]
+        self._preempting = any(c.preempt_verb for c in config.extenders)
         self.frameworks: dict[str, Framework] = {
             p.scheduler_name: build_framework(p, self.handle, out_of_tree) for p in config.profiles}
         self.percentages = {p.scheduler_name: (p.percentage_of_nodes_to_score
@@ -224,10 +225,7 @@ class Scheduler:
         except FitError as fe:
             nominated = ""
             if fw.post_filter_plugins and fe.num_all_nodes:
-                if any(e.config.preempt_verb for e in self.extenders):
-                    res, st = await fw.run_post_filter_async(state, pi, fe.node_statuses)
-                else:
-                    res, st = fw.run_post_filter(state, pi, fe.node_statuses)
+                res, st = await fw.run_post_filter(state, pi, fe.node_statuses, call_out=self._preempting)
                 if res is not None and res.nominated_node_name:
                     nominated = res.nominated_node_name
                 elif st is not None and st.reasons:

@@ -193,25 +193,14 @@ class Framework:
                 nodes = passed
         return nodes
 
-    def run_post_filter(self, state: CycleState, pod: PodInfo, statuses: dict[str, Status]
-                        ) -> tuple[PostFilterResult | None, Status | None]:
+    async def run_post_filter(self, state: CycleState, pod: PodInfo, statuses: dict[str, Status],
+                              call_out: bool = False) -> tuple[PostFilterResult | None, Status | None]:
+        """The first PostFilter plugin that makes the pod schedulable wins. With `call_out` (preempting
+        extenders are configured) a plugin's post_filter_async stands in for its post_filter; without, the
+        plugins run synchronously and nothing here awaits."""
         last: Status | None = Status(Code.UNSCHEDULABLE, (), "")
         for p in self.post_filter_plugins:
-            r, s = p.post_filter(state, pod, statuses)
-            if ok(s):
-                return r, None
-            if s.code != Code.UNSCHEDULABLE:
-                return r, s.with_plugin(p.name)
-            last = s.with_plugin(p.name)
-        return None, last
-
-    async def run_post_filter_async(self, state: CycleState, pod: PodInfo, statuses: dict[str, Status]
-                                    ) -> tuple[PostFilterResult | None, Status | None]:
-        """run_post_filter for a cycle that may await (extenders): a plugin's post_filter_async, if it
-        has one, stands in for its post_filter."""
-        last: Status | None = Status(Code.UNSCHEDULABLE, (), "")
-        for p in self.post_filter_plugins:
-            pfa = getattr(p, "post_filter_async", None)
+            pfa = getattr(p, "post_filter_async", None) if call_out else None
             r, s = await pfa(state, pod, statuses) if pfa is not None else p.post_filter(state, pod, statuses)
             if ok(s):
                 return r, None

@@ -145,6 +145,10 @@ def test_eviction_honours_a_budget_and_autoscaling_v1(api):
                                                                   name="d"),
             max_replicas=4, target_cpu_utilization_percentage=70)))
     assert made.spec and made.spec.target_cpu_utilization_percentage == 70 and made.spec.min_replicas == 1
+    events = watch.Watch().stream(hpa.list_namespaced_horizontal_pod_autoscaler, ns, timeout_seconds=1)
+    seen = [(e["type"], e["object"].api_version, e["object"].spec.target_cpu_utilization_percentage)
+            for e in events]
+    assert seen == [("ADDED", "autoscaling/v1", 70)]
     v2 = client.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler("h", ns)
     assert v2.spec and v2.spec.metrics and v2.spec.metrics[0].resource
     assert v2.spec.metrics[0].resource.target.average_utilization == 70
