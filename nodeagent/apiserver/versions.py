@@ -29,7 +29,8 @@ CONVERTERS: dict[tuple[str, str, str], tuple[Convert, Convert]] = {
 
 
 def converted(res: Resource) -> bool:
-    return (res.group, res.version, res.name) in CONVERTERS
+    """Served in a version other than its stored one (api.resources.STORAGE_VERSION says which)."""
+    return storage_resource(res) is not res
 
 
 class ConvertedVerbs:

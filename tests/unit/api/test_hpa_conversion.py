@@ -67,3 +67,10 @@ def test_bad_annotation_is_an_error():
         assert c.METRICS in str(e)
     else:
         raise AssertionError("a broken annotation must not be dropped silently")
+
+
+def test_every_converted_version_has_its_converters():
+    from nodeagent.api.resources import STORAGE_VERSION
+    from nodeagent.apiserver.versions import CONVERTERS
+
+    assert set(STORAGE_VERSION) == set(CONVERTERS)
