@@ -220,3 +220,39 @@ def test_bad_extender_config_is_refused(ext, why):
 
 def test_durations():
     assert parse_duration("1m30s", "f") == 90 and parse_duration("500ms", "f") == 0.5
+
+
+async def test_https_extender_with_tls_config(tmp_path):
+    """enableHTTPS with tlsConfig: the extender's certificate verified against caFile (by serverName when
+    set), refused without it, accepted unverified with insecure."""
+    import ssl
+
+    from nodeagent.apiserver.pki import ensure_serving_cert
+
+    crt, key = ensure_serving_cert(tmp_path, [])
+    ext = Extender()
+    app = web.Application()
+    app.router.add_post("/scheduler/filter", ext.filter)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(crt, key)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    url = f"https://127.0.0.1:{runner.addresses[0][1]}/scheduler"
+    ca = str(tmp_path / "ca.crt")
+    try:
+        cases: list[tuple[str, dict[str, Any], bool]] = [
+            ("ca", {"caFile": ca}, True), ("sni", {"caFile": ca, "serverName": "kubernetes"}, True),
+            ("untrusted", {}, False), ("insecure", {"insecure": True}, True)]
+        for name, tls, placed in cases:
+            s, cluster = scheduler([{"urlPrefix": url, "filterVerb": "filter", "enableHTTPS": True,
+                                     "tlsConfig": tls, "httpTimeout": "5s"}])
+            nodes(cluster, n1={"ext": "no"})
+            cluster.add_pod(make_pod(name, cpu="100m"))
+            await s.drain()
+            assert (cluster.node_of(name) is not None) is placed, name
+            if not placed:
+                assert "certificate" in cluster.events_for(name, "FailedScheduling")[0]["message"].lower()
+    finally:
+        await runner.cleanup()
