@@ -42,6 +42,15 @@ class Stats:
     page_faults: int = 0
     major_page_faults: int = 0
     pids: int = 0
+    # what cAdvisor reports beyond the summary's fields
+    cpu_user_ns: int = 0
+    cpu_system_ns: int = 0
+    cfs_periods: int = 0
+    cfs_throttled_periods: int = 0
+    cfs_throttled_ns: int = 0
+    memory_cache: int = 0
+    io_read_bytes: int = 0
+    io_write_bytes: int = 0
 
 
 class Cgroups(Protocol):

@@ -160,7 +160,17 @@ class V1Cgroups:
             faults = st.get("total_pgfault", 0)
             major = st.get("total_pgmajfault", 0)
         pids = read_int(self._dir("pids", path) / "pids.current") if "pids" in self.mounts else 0
-        return Stats(cpu_ns, usage, working, rss, limit, faults, major, pids)
+        user = system = cache = 0
+        if "cpuacct" in self.mounts:  # user/system in USER_HZ ticks
+            ticks = read_kv(self._dir("cpuacct", path) / "cpuacct.stat")
+            user, system = ticks.get("user", 0) * _NS_PER_TICK, ticks.get("system", 0) * _NS_PER_TICK
+        cfs = read_kv(self._dir("cpu", path) / "cpu.stat") if "cpu" in self.mounts else {}
+        if "memory" in self.mounts:
+            cache = st.get("total_cache", st.get("cache", 0))
+        rd, wr = _blkio_bytes(self._dir("blkio", path)) if "blkio" in self.mounts else (0, 0)
+        return Stats(cpu_ns, usage, working, rss, limit, faults, major, pids, user, system,
+                     cfs.get("nr_periods", 0), cfs.get("nr_throttled", 0), cfs.get("throttled_time", 0),
+                     cache, rd, wr)
 
     def oom_kills(self, path: str) -> int:
         if "memory" not in self.mounts:
@@ -178,3 +188,20 @@ def _fill_cpuset(p: Path) -> None:
             filled = False
         if not filled:
             write(p / f, (p.parent / f).read_text().strip() or "\n")
+
+
+_NS_PER_TICK = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def _blkio_bytes(d: Path) -> tuple[int, int]:
+    """Bytes read and written, summed over devices (blkio.throttle.io_service_bytes, as cAdvisor reads)."""
+    rd = wr = 0
+    with contextlib.suppress(OSError):
+        for line in (d / "blkio.throttle.io_service_bytes").read_text().splitlines():
+            f = line.split()
+            if len(f) == 3 and f[2].isdigit():
+                if f[1] == "Read":
+                    rd += int(f[2])
+                elif f[1] == "Write":
+                    wr += int(f[2])
+    return rd, wr

@@ -107,8 +107,26 @@ class V2Cgroups:
         with contextlib.suppress(OSError):
             limit_txt = (d / "memory.max").read_text().strip()
         limit = int(limit_txt) if limit_txt.isdigit() else 0
+        cs = read_kv(d / "cpu.stat")
+        rd, wr = _io_bytes(d / "io.stat")
         return Stats(cpu, usage, working, st.get("anon", 0), limit, st.get("pgfault", 0),
-                     st.get("pgmajfault", 0), read_int(d / "pids.current"))
+                     st.get("pgmajfault", 0), read_int(d / "pids.current"),
+                     cs.get("user_usec", 0) * 1000, cs.get("system_usec", 0) * 1000, cs.get("nr_periods", 0),
+                     cs.get("nr_throttled", 0), cs.get("throttled_usec", 0) * 1000, st.get("file", 0), rd, wr)
 
     def oom_kills(self, path: str) -> int:
         return read_kv(self._dir(path) / "memory.events").get("oom_kill", 0)
+
+
+def _io_bytes(p: Path) -> tuple[int, int]:
+    """rbytes and wbytes of io.stat ("8:0 rbytes=… wbytes=… rios=…" per device), summed."""
+    rd = wr = 0
+    with contextlib.suppress(OSError):
+        for line in p.read_text().splitlines():
+            for kv in line.split()[1:]:
+                k, _, v = kv.partition("=")
+                if k == "rbytes" and v.isdigit():
+                    rd += int(v)
+                elif k == "wbytes" and v.isdigit():
+                    wr += int(v)
+    return rd, wr

@@ -102,7 +102,13 @@ RESOURCES: tuple[Resource, ...] = (
       False, ("csr",), (), ("status", "approval")),
     R("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
       ("crd", "crds"), (), ("status",)),
+    R("apiregistration.k8s.io", "v1", "apiservices", "APIService", False, (), ("api-extensions",),
+      ("status",)),
+    # metrics.k8s.io: computed from the kubelets' resource metrics on every read, never stored
+    R("metrics.k8s.io", "v1beta1", "nodes", "NodeMetrics", False, (), (), (), ("get", "list")),
+    R("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", True, (), (), (), ("get", "list")),
 )
+METRICS_GROUP = "metrics.k8s.io"
 VIRTUAL = {"selfsubjectaccessreviews"}  # computed on create, never stored
 
 # Resources served in a version other than the one they are stored in: (group, version, name) -> the

@@ -9,7 +9,7 @@ import logging
 import uuid
 from typing import Any
 
-from nodeagent.api.resources import VIRTUAL, builtin, stored_resources
+from nodeagent.api.resources import RESOURCES, VIRTUAL, builtin, stored_resources
 from nodeagent.api.times import now_rfc3339, parse_time
 from nodeagent.apiserver import admission
 from nodeagent.apiserver.errors import ApiError
@@ -26,6 +26,7 @@ EVENT_TTL = 3600.0
 QUOTAS = builtin("", "v1", "resourcequotas")
 CONFIGMAPS = builtin("", "v1", "configmaps")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+APISERVICES = builtin("apiregistration.k8s.io", "v1", "apiservices")
 
 
 class Bootstrap:
@@ -56,6 +57,7 @@ class Bootstrap:
                 "value": value, "description": desc, "preemptionPolicy": "PreemptLowerPriority"})
         await self._ensure_kubernetes_service()
         await self._ensure_endpoints()
+        await self._ensure_apiservices()
         if self.ca_pem:
             await self._publish_root_ca()
 
@@ -90,6 +92,44 @@ class Bootstrap:
                     pass
             except store_base.StoreError:
                 pass
+
+    async def _ensure_apiservices(self) -> None:
+        """An APIService for every group-version served here, as kube-apiserver's autoregister controller
+        keeps them (`service` unset: local, always Available), metrics.k8s.io's among them, since this
+        apiserver serves the metrics API itself rather than proxying to a metrics-server."""
+        seen: set[tuple[str, str]] = set()
+        for r in RESOURCES:
+            if (r.group, r.version) in seen or not r.group:  # "v1." (core) fails our name validation
+                continue
+            seen.add((r.group, r.version))
+            name = f"{r.version}.{r.group}"
+            try:
+                await self.registry.store.get(APISERVICES.key(None, name))
+                continue
+            except store_base.NotFound:
+                pass
+            metrics = r.group == "metrics.k8s.io"
+            spec: dict[str, Any] = {"group": r.group, "version": r.version,
+                                    "groupPriorityMinimum": 100 if metrics else 18000,
+                                    "versionPriority": 100 if metrics else 15}
+            meta: dict[str, Any] = {"name": name}
+            if not metrics:
+                meta["labels"] = {"kube-aggregator.kubernetes.io/automanaged": "onstart"}
+            try:
+                await self.registry.create(APISERVICES, None, {
+                    "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": meta,
+                    "spec": spec})
+                status = {"conditions": [{"type": "Available", "status": "True",
+                                          "lastTransitionTime": now_rfc3339(), "reason": "Local",
+                                          "message": "Local APIServices are always available"}]}
+
+                def with_status(cur: dict[str, Any], st: dict[str, Any] = status) -> dict[str, Any]:
+                    return {**cur, "status": st}
+
+                await self.registry.patch_with_retry(APISERVICES, None, name, "status", with_status)
+            except ApiError as e:
+                if e.code != 409:
+                    raise
 
     async def _ensure_created(self, res: Any, ns: str | None, obj: dict[str, Any]) -> None:
         try:

@@ -21,6 +21,7 @@ class ApiServerConfig:
     token_ttl: float = 24 * 3600.0  # the printed join token's lifetime (0: never expires)
     admin_kubeconfig_copy: str | None = None  # the admin kubeconfig is also written here (best effort)
     user_kubeconfig: UserKubeconfig | None = None  # and merged into this person's kubeconfig
+    metric_resolution: float = 15.0  # seconds between scrapes of the kubelets' resource metrics
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -35,5 +36,7 @@ class ApiServerConfig:
             raise ValueError(f"service cluster IP range {self.service_cluster_ip_range!r}: {e}") from None
         if self.lease_duration <= 0:
             raise ValueError(f"apiserver lease duration {self.lease_duration}: must be positive")
+        if self.metric_resolution <= 0:
+            raise ValueError(f"metric resolution {self.metric_resolution}: must be positive seconds")
         if self.token_ttl < 0:
             raise ValueError(f"join token TTL {self.token_ttl}: must not be negative")

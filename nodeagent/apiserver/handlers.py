@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from nodeagent.api.resources import VIRTUAL, Resource
+from nodeagent.api.resources import METRICS_GROUP, VIRTUAL, Resource
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
 from nodeagent.api.status import status_body
 from nodeagent.apiserver import (
@@ -33,6 +33,7 @@ from nodeagent.apiserver.codec import JSON, json_response
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.join_token import JoinTokens
 from nodeagent.apiserver.metrics import Metrics
+from nodeagent.apiserver.metrics_api import MetricsAPI
 from nodeagent.apiserver.registry import (
     PODS,
     Registry,
@@ -86,8 +87,9 @@ class Handlers:
     def __init__(self, registry: Registry, cache: WatchCache, tokens: auth.TokenFile, address: str,
                  kubelet_proxy: subresources.KubeletProxy | None = None,
                  bootstrap_tokens: BootstrapTokenAuthenticator | None = None,
-                 join_tokens: JoinTokens | None = None) -> None:
+                 join_tokens: JoinTokens | None = None, metrics_api: MetricsAPI | None = None) -> None:
         self.bootstrap_tokens = bootstrap_tokens
+        self.metrics_api = metrics_api  # metrics.k8s.io (None: the group answers 503)
         self.join_tokens = join_tokens  # signs cluster-info for a new token at once
         self.registry = registry
         self.cache = cache
@@ -197,6 +199,8 @@ class Handlers:
             return json_response(await self._access_review(user, body), 201)
         if not user.is_admin:
             await self._authorize(user, info, body)
+        if res.group == METRICS_GROUP:
+            return self._metrics_api_response(await self._metrics_api(info, q), res, wants, q)
         if versions.converted(res):
             return await self._converted(request, info, body, dry_run, wants)
         sub = info.subresource
@@ -282,6 +286,18 @@ class Handlers:
                                                o["metadata"]["name"], opts, dry_run)
             return json_response(status_body("Success"))
         raise errors.method_not_allowed()
+
+    async def _metrics_api(self, info: RequestInfo, q: Any) -> dict[str, Any]:
+        if self.metrics_api is None:
+            raise errors.service_unavailable("the metrics API is not served by this apiserver")
+        return await self.metrics_api.handle(info, q)
+
+    @staticmethod
+    def _metrics_api_response(doc: dict[str, Any], res: Resource, wants: Wants, q: Any) -> web.Response:
+        if wants.table:
+            items = doc["items"] if "items" in doc else [doc]
+            return json_response(table.table(res.kind, items, "", q.get("includeObject", "Metadata")))
+        return json_response(doc)
 
     async def _exists(self, res: Resource, ns: str | None, name: str) -> bool:
         try:

@@ -85,7 +85,7 @@ class KubeletProxy:
             return await self._upgrade(request, addr, path)
         return await self._stream(request, addr, path)
 
-    def _client_ssl(self) -> ssl.SSLContext:
+    def client_ssl(self) -> ssl.SSLContext:
         """TLS to a kubelet: present the CA-signed apiserver-kubelet-client cert (the kubelet authenticates
         us by it); like kube-apiserver without --kubelet-certificate-authority, the kubelet's serving cert
         is not verified (agents that joined without the CA key serve a self-signed one)."""
@@ -108,7 +108,7 @@ class KubeletProxy:
         async def exchange() -> web.StreamResponse:
             timeout = aiohttp.ClientTimeout(total=None, connect=DIAL_TIMEOUT)
             async with aiohttp.ClientSession(timeout=timeout) as s, \
-                    s.request(request.method, url, params=request.query, ssl=self._client_ssl()) as up:
+                    s.request(request.method, url, params=request.query, ssl=self.client_ssl()) as up:
                 content_type = up.headers.get("Content-Type", "text/plain")
                 resp = web.StreamResponse(status=up.status, headers={"Content-Type": content_type})
                 await resp.prepare(request)
@@ -137,7 +137,7 @@ class KubeletProxy:
         """Splice an Upgrade (SPDY or websocket) connection to the kubelet byte for byte."""
         try:
             async with asyncio.timeout(DIAL_TIMEOUT):
-                r, w = await asyncio.open_connection(addr[0], addr[1], ssl=self._client_ssl(),
+                r, w = await asyncio.open_connection(addr[0], addr[1], ssl=self.client_ssl(),
                                                      ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
         except (OSError, TimeoutError) as e:
             raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: "

@@ -37,7 +37,7 @@ log = logging.getLogger("nodeagent.apiserver")
 _STATUS_SPLIT = {"Pod", "Deployment", "ReplicaSet", "DaemonSet", "StatefulSet", "Job", "CronJob", "Service",
                  "Namespace", "Node", "ResourceQuota", "PodDisruptionBudget", "ReplicationController",
                  "PersistentVolumeClaim", "PersistentVolume", "CustomResourceDefinition",
-                 "CertificateSigningRequest"}
+                 "CertificateSigningRequest", "APIService"}
 _GEN_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _NO_SPEC_KEYS = ("metadata", "status", "apiVersion", "kind")
 TERMINAL = ("Succeeded", "Failed")

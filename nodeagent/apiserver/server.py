@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from nodeagent.apiserver import auth, kubeconfig, pki
+from nodeagent.apiserver import auth, kubeconfig, pki, resource_metrics
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.bootstrap import Bootstrap
 from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
@@ -20,6 +20,7 @@ from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.config import ApiServerConfig
 from nodeagent.apiserver.handlers import Handlers
 from nodeagent.apiserver.join_token import JoinTokens
+from nodeagent.apiserver.metrics_api import NODES, MetricsAPI
 from nodeagent.apiserver.peers import PeerLeases
 from nodeagent.apiserver.registry import SERVICES, Registry
 from nodeagent.store import open_store
@@ -64,6 +65,7 @@ class ApiServer:
         self._tasks: list[asyncio.Task] = []
         self.cache: WatchCache | None = None
         self.peers: PeerLeases | None = None
+        self._fetcher: resource_metrics.KubeletFetcher | None = None
         self.port = cfg.port
 
     def _ssl(self) -> ssl.SSLContext:
@@ -84,15 +86,24 @@ class ApiServer:
         await self.store.start()
         services, _ = await self.store.list(SERVICES.key_prefix())
         self.registry.rebuild_allocators(services)
-        from nodeagent.apiserver.proxy import KubeletProxy
+        from nodeagent.apiserver.proxy import KubeletProxy, kubelet_address
 
         self.cache = WatchCache(self.store)
         await self.cache.start()
         self.registry.cache = self.cache
         bootstrap_tokens = BootstrapTokenAuthenticator(self.store, self.cache)
         join = JoinTokens(self.registry, bootstrap_tokens, self.data_dir, "", self.cfg.token_ttl)
+        kubelets = KubeletProxy(self.data_dir / "pki" / "ca.crt")
+        storage = resource_metrics.Storage(self.cfg.metric_resolution)
         handlers = Handlers(self.registry, self.cache, self.tokens, f"{self.advertise}:{self.cfg.port}",
-                            KubeletProxy(self.data_dir / "pki" / "ca.crt"), bootstrap_tokens, join)
+                            kubelets, bootstrap_tokens, join, MetricsAPI(storage, self.cache))
+        self._fetcher = resource_metrics.KubeletFetcher(kubelets.client_ssl)
+        cache = self.cache
+
+        async def nodes() -> list[dict[str, Any]]:
+            return [e.obj for e in cache.list(NODES.key_prefix(), None)[0]]
+
+        scraper = resource_metrics.Scraper(storage, nodes, kubelet_address, self._fetcher)
         server = web.Server(handlers.handle, access_log=None)
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -114,6 +125,7 @@ class ApiServer:
         self._tasks.append(loop.create_task(boot.run(interval), name="bootstrap"))
         self._tasks.append(loop.create_task(run_compactor(self.store, interval=self.compact_interval),
                                             name="compactor"))
+        self._tasks.append(loop.create_task(scraper.run(), name="resource-metrics"))
         ca = (self.data_dir / "pki" / "ca.crt").read_bytes()
         text = kubeconfig.render(f"https://{client_host(self.cfg.bind_address)}:{self.port}", ca, admin_token)
         kubeconfig.write(self.kubeconfig_path, text)
@@ -155,6 +167,8 @@ class ApiServer:
                 await t
             except BaseException:
                 pass
+        if self._fetcher is not None:
+            await self._fetcher.close()
         if self.peers is not None:
             await self.peers.release()
         if self.cache is not None:

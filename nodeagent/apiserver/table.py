@@ -341,6 +341,77 @@ TABLES["StorageClass"] = ([("Name", "string", 0), ("Provisioner", "string", 0),
                                           o.get("volumeBindingMode", "Immediate"),
                                           str(bool(o.get("allowVolumeExpansion"))).lower(), age(o, now)])
 
+def _hpa_target(spec: dict[str, Any], status: dict[str, Any] | None) -> str:
+    """One metric of kubectl's TARGETS column (printers.go formatHPAMetrics): "cpu: 37%/50%"."""
+    kind = spec.get("type")
+    if kind in ("Resource", "ContainerResource"):
+        field = "resource" if kind == "Resource" else "containerResource"
+        src, cur = spec.get(field) or {}, ((status or {}).get(field) or {}).get("current") or {}
+        target = src.get("target") or {}
+        name = src.get("name", "")
+        if target.get("averageValue") is not None:
+            return f"{name}: {cur.get('averageValue', '<unknown>')}/{target['averageValue']}"
+        now, want = cur.get("averageUtilization"), target.get("averageUtilization")
+        shown_now = "<unknown>" if now is None else f"{now}%"
+        return f"{name}: {shown_now}/{'<auto>' if want is None else f'{want}%'}"
+    if kind in ("Pods", "Object", "External"):
+        field = kind.lower()
+        target = (spec.get(field) or {}).get("target") or {}
+        cur = ((status or {}).get(field) or {}).get("current") or {}
+        if kind == "Pods":
+            return f"{cur.get('averageValue', '<unknown>')}/{target.get('averageValue', '')}"
+        if target.get("averageValue") is not None:
+            return f"{cur.get('averageValue', '<unknown>')}/{target['averageValue']} (avg)"
+        return f"{cur.get('value', '<unknown>')}/{target.get('value', '')}"
+    return "<unknown type>"
+
+
+def _hpa(o: dict[str, Any], now: dt.datetime) -> list[Any]:
+    spec, st = o.get("spec") or {}, o.get("status") or {}
+    metrics, current = spec.get("metrics") or [], st.get("currentMetrics") or []
+    shown = [_hpa_target(m, current[i] if i < len(current) else None) for i, m in enumerate(metrics)]
+    targets = ", ".join(shown[:2]) + (f" + {len(shown) - 2} more..." if len(shown) > 2 else "")
+    ref = spec.get("scaleTargetRef") or {}
+    min_pods = spec.get("minReplicas")
+    return [o["metadata"]["name"], f"{ref.get('kind', '')}/{ref.get('name', '')}", targets or "<none>",
+            "<unset>" if min_pods is None else str(min_pods), spec.get("maxReplicas", 0),
+            st.get("currentReplicas", 0), age(o, now)]
+
+
+def _apiservice(o: dict[str, Any], now: dt.datetime) -> list[Any]:
+    svc = (o.get("spec") or {}).get("service")
+    conds = (o.get("status") or {}).get("conditions") or []
+    avail = next((c for c in conds if c.get("type") == "Available"), None)
+    shown = "Unknown" if avail is None else avail.get("status", "Unknown")
+    if avail is not None and shown != "True":
+        shown = f"{shown} ({avail.get('reason', '')})"
+    return [o["metadata"]["name"], f"{svc.get('namespace')}/{svc.get('name')}" if svc else "Local", shown,
+            age(o, now)]
+
+
+def _usage_cells(o: dict[str, Any]) -> list[Any]:
+    usage = o.get("usage") or {}
+    if "containers" in o:  # a pod's: its containers' sum, as the metrics printer shows it
+        from nodeagent.api.quantity import format_quantity, parse_quantity
+
+        cpu = sum((parse_quantity((c.get("usage") or {}).get("cpu", "0")) for c in o["containers"]),
+                  start=parse_quantity(0))
+        mem = sum((parse_quantity((c.get("usage") or {}).get("memory", "0")) for c in o["containers"]),
+                  start=parse_quantity(0))
+        usage = {"cpu": format_quantity(cpu), "memory": format_quantity(mem, binary=True)}
+    return [usage.get("cpu", ""), usage.get("memory", ""), o.get("window", "")]
+
+
+TABLES["HorizontalPodAutoscaler"] = ([("Name", "string", 0), ("Reference", "string", 0),
+                                      ("Targets", "string", 0), ("MinPods", "string", 0),
+                                      ("MaxPods", "integer", 0), ("Replicas", "integer", 0),
+                                      ("Age", "string", 0)], _hpa)
+TABLES["APIService"] = ([("Name", "string", 0), ("Service", "string", 0), ("Available", "string", 0),
+                         ("Age", "string", 0)], _apiservice)
+for _kind in ("NodeMetrics", "PodMetrics"):
+    TABLES[_kind] = ([("Name", "string", 0), ("CPU", "string", 0), ("Memory", "string", 0),
+                      ("Window", "string", 0)], lambda o, now: [o["metadata"]["name"], *_usage_cells(o)])
+
 _DEFAULT: tuple[list[Col], Callable[[dict[str, Any], dt.datetime], list[Any]]] = (
     [("Name", "string", 0), ("Created At", "date", 0)],
     lambda o, now: [o["metadata"]["name"], (o.get("metadata") or {}).get("creationTimestamp", "")],

@@ -188,3 +188,62 @@ def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: 
             "controllers": ControllerManagerConfig(kubeconfig, controllers, options),
             "dns": dns_config(api, kubeconfig, dns_listen),
             "podnetwork": PodNetworkConfig(kubeconfig, pod_network, options.cluster_cidr)}
+
+
+# -- metrics and autoscaling (`up`, `server`) ---------------------------------------------------------------
+
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(value: str) -> float:
+    """A Go duration flag ("15s", "5m0s", "1h30m", "500ms") or plain seconds, as seconds."""
+    import re
+
+    v = value.strip()
+    try:
+        return float(v)
+    except ValueError:
+        pass
+    parts = re.findall(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)", v)
+    if not parts or "".join(n + u for n, u in parts) != v:
+        raise argparse.ArgumentTypeError(f"invalid duration {value!r} (e.g. 15s, 5m0s, 1h)")
+    return sum(float(n) * _GO_UNITS[u] for n, u in parts)
+
+
+def add_autoscaling_arguments(p: argparse.ArgumentParser) -> None:
+    """metrics-server's --metric-resolution and kube-controller-manager's HPA flags."""
+    g = p.add_argument_group("metrics and autoscaling")
+    g.add_argument("--metric-resolution", type=duration_seconds, default=15.0,
+                   help="how often every kubelet's /metrics/resource is scraped for metrics.k8s.io "
+                        "(kubectl top, the HPA) (default: 15s)")
+    g.add_argument("--horizontal-pod-autoscaler-sync-period", type=duration_seconds, default=15.0,
+                   help="how often each HorizontalPodAutoscaler is reconciled (default: 15s)")
+    g.add_argument("--horizontal-pod-autoscaler-downscale-stabilization", type=duration_seconds,
+                   default=300.0,
+                   help="how far back scale-down recommendations are looked at; the highest wins "
+                        "(default: 5m0s)")
+    g.add_argument("--horizontal-pod-autoscaler-tolerance", type=float, default=0.1,
+                   help="the usage-to-target ratio must differ from 1.0 by more than this to scale "
+                        "(default: %(default)s)")
+    g.add_argument("--horizontal-pod-autoscaler-cpu-initialization-period", type=duration_seconds,
+                   default=300.0,
+                   help="after a pod starts, CPU samples are only used once it is ready and a window has "
+                        "passed since (default: 5m0s)")
+    g.add_argument("--horizontal-pod-autoscaler-initial-readiness-delay", type=duration_seconds,
+                   default=30.0,
+                   help="after a pod starts, readiness changes count as its first readiness "
+                        "(default: 30s)")
+
+
+def with_autoscaling(options: ControllerOptions, args: argparse.Namespace) -> ControllerOptions:
+    """`options` with what the autoscaling flags set."""
+    if args.horizontal_pod_autoscaler_sync_period <= 0:
+        raise SystemExit("--horizontal-pod-autoscaler-sync-period: must be positive")
+    if args.horizontal_pod_autoscaler_tolerance < 0:
+        raise SystemExit("--horizontal-pod-autoscaler-tolerance: must not be negative")
+    return dataclasses.replace(
+        options, hpa_sync_period=args.horizontal_pod_autoscaler_sync_period,
+        hpa_downscale_stabilization=args.horizontal_pod_autoscaler_downscale_stabilization,
+        hpa_tolerance=args.horizontal_pod_autoscaler_tolerance,
+        hpa_cpu_initialization_period=args.horizontal_pod_autoscaler_cpu_initialization_period,
+        hpa_initial_readiness_delay=args.horizontal_pod_autoscaler_initial_readiness_delay)

@@ -70,12 +70,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="nodes in a zone to count as large")
     c.add_argument("--terminated-pod-gc-threshold", type=int, default=12500,
                    help="terminated pods kept before PodGC deletes the oldest (0: never)")
+    from nodeagent.commands.configs import add_autoscaling_arguments
+
+    add_autoscaling_arguments(p)
 
 
 def config_from_args(args: argparse.Namespace) -> Configs:
     from nodeagent.apiserver.config import ApiServerConfig
     from nodeagent.commands import user_kubeconfig
-    from nodeagent.commands.configs import Configs, cli_errors, control_plane_configs
+    from nodeagent.commands.configs import Configs, cli_errors, control_plane_configs, with_autoscaling
     from nodeagent.controllers.options import ControllerOptions
     from nodeagent.layout import Layout
 
@@ -86,8 +89,9 @@ def config_from_args(args: argparse.Namespace) -> Configs:
                               service_cluster_ip_range=args.service_cluster_ip_range,
                               advertise_address=args.advertise_address, lease_duration=args.lease_duration,
                               token_ttl=args.token_ttl, admin_kubeconfig_copy=layout.admin_kubeconfig_copy,
-                              user_kubeconfig=user_kubeconfig.target(args, layout))
-        options = ControllerOptions(
+                              user_kubeconfig=user_kubeconfig.target(args, layout),
+                              metric_resolution=args.metric_resolution)
+        options = with_autoscaling(ControllerOptions(
             allocate_node_cidrs=args.allocate_node_cidrs, cluster_cidr=args.cluster_cidr,
             node_cidr_mask_size=args.node_cidr_mask_size,
             node_monitor_period=args.node_monitor_period,
@@ -96,7 +100,7 @@ def config_from_args(args: argparse.Namespace) -> Configs:
             secondary_node_eviction_rate=args.secondary_node_eviction_rate,
             unhealthy_zone_threshold=args.unhealthy_zone_threshold,
             large_cluster_size_threshold=args.large_cluster_size_threshold,
-            terminated_pod_gc_threshold=args.terminated_pod_gc_threshold)
+            terminated_pod_gc_threshold=args.terminated_pod_gc_threshold), args)
         configs = control_plane_configs(api, layout, controllers=args.controllers, options=options,
                                         pod_network=args.pod_network, scheduler_config=args.scheduler_config)
     return Configs(layout=layout, **{k: v for k, v in configs.items() if k not in args.without})

@@ -125,6 +125,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pod range the node IPAM hands node podCIDRs (/24 each) out of (default: "
                         "10.244.0.0/16 for the default data dir, else 10.240.<tag>.0/24, so instances on "
                         "one host do not collide; with --pod-subnet, that subnet)")
+    from nodeagent.commands.configs import add_autoscaling_arguments
+
+    add_autoscaling_arguments(p)
 
 
 def config_from_args(args: argparse.Namespace) -> Configs:
@@ -139,17 +142,19 @@ def config_from_args(args: argparse.Namespace) -> Configs:
         cli_errors,
         control_plane_configs,
         node_configs,
+        with_autoscaling,
     )
 
     layout = Layout.for_data_dir(args.data_dir)
-    options = up_controller_options(args.data_dir, args.cluster_cidr, args.pod_subnet)
+    options = with_autoscaling(up_controller_options(args.data_dir, args.cluster_cidr, args.pod_subnet), args)
     # a throwaway instance serves cluster DNS on a port of its own (the kube-dns EndpointSlice carries it)
     dns_listen = f"0.0.0.0:{free_udp_tcp_port()}" if layout.throwaway else DNS_LISTEN
     with cli_errors("up"):
         api = ApiServerConfig(data_dir=args.data_dir, bind_address=args.bind_address or "0.0.0.0",
                               port=layout.apiserver_port if args.port is None else args.port,
                               admin_kubeconfig_copy=layout.admin_kubeconfig_copy,
-                              user_kubeconfig=user_kubeconfig.target(args, layout))
+                              user_kubeconfig=user_kubeconfig.target(args, layout),
+                              metric_resolution=args.metric_resolution)
         return Configs(layout=layout,
                        **node_configs(args, layout, Credentials(kubeconfig=layout.admin_kubeconfig)),
                        **control_plane_configs(api, layout, controllers="*", options=options,

@@ -38,6 +38,12 @@ class ControllerOptions:
     # certificates: the CA csrsigning signs with (the manager's serve() takes the server's own by default)
     cluster_signing_cert_file: str | None = None  # --cluster-signing-cert-file
     cluster_signing_key_file: str | None = None  # --cluster-signing-key-file
+    # horizontal pod autoscaling (kube-controller-manager's --horizontal-pod-autoscaler-* flags)
+    hpa_sync_period: float = 15.0  # --horizontal-pod-autoscaler-sync-period
+    hpa_downscale_stabilization: float = 300.0  # --horizontal-pod-autoscaler-downscale-stabilization
+    hpa_tolerance: float = 0.1  # --horizontal-pod-autoscaler-tolerance
+    hpa_cpu_initialization_period: float = 300.0  # --horizontal-pod-autoscaler-cpu-initialization-period
+    hpa_initial_readiness_delay: float = 30.0  # --horizontal-pod-autoscaler-initial-readiness-delay
     # the clock: monotonic() for periods and rate limits, now() for API timestamps and schedules
     clock: Clock = REAL_CLOCK
 

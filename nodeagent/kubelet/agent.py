@@ -152,7 +152,8 @@ class Kubelet:
         from nodeagent.kubelet import server
 
         deps = server.ServerDeps(self.cfg.node_name, self.cri, self.api_pods, self.metrics, self.cfg.root_dir,
-                                 self.cfg.log_dir, self.clock)
+                                 self.cfg.log_dir, self.clock,
+                                 cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p))
         self.api = await server.start(deps, self.client, self.cfg.data_dir,
                                       str(Path(self.cfg.root_dir, "pki")), self.cfg.address, self.cfg.port,
                                       self.node.addresses)

@@ -22,6 +22,7 @@ from cri.client import RuntimeClient
 from nodeagent.api.status import status_body
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet.labels import CONTAINER_NAME_LABEL, POD_UID_LABEL
+from nodeagent.kubelet.server import cadvisor, resource_metrics
 from nodeagent.kubelet.server import logs as logsmod
 from nodeagent.kubelet.server.auth import Authenticator
 from nodeagent.kubelet.server.metrics import KubeletMetrics
@@ -80,6 +81,7 @@ class ServerDeps:
     root_dir: str
     log_dir: str
     clock: Clock = REAL_CLOCK  # sinceSeconds of a log request counts back from its now()
+    cgroup_root: tuple[str, ...] = ()  # where the kubelet puts kubepods (/metrics/cadvisor finds pods by it)
 
 
 class KubeletServer:
@@ -87,6 +89,11 @@ class KubeletServer:
         self.deps = deps
         self.auth = auth
         self.stats = SummaryProvider(deps.node_name, deps.cri, deps.root_dir, deps.log_dir, self._pods_by_uid)
+        self.resource = resource_metrics.ResourceCollector(deps.cri, self._pods_by_uid)
+        self.cadvisor = cadvisor.CadvisorCollector(deps.cri, self._pods_by_uid, deps.cgroup_root,
+                                                   self._cgroup_driver)
+        self._cgroups: Any = None
+        self._machine: dict[str, int] | None = None
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -98,6 +105,8 @@ class KubeletServer:
         r.add_get("/stats/summary", self._summary)
         r.add_post("/stats/summary", self._summary)
         r.add_get("/metrics", self._metrics)
+        r.add_get("/metrics/resource", self._metrics_resource)
+        r.add_get("/metrics/cadvisor", self._metrics_cadvisor)
         r.add_get("/containerLogs/{ns}/{pod}/{container}", self._container_logs)
         for verb, fn in (("exec", self._exec), ("attach", self._attach)):
             for path in (f"/{verb}/{{ns}}/{{pod}}/{{container}}",
@@ -167,6 +176,22 @@ class KubeletServer:
     async def _metrics(self, request: web.Request) -> web.Response:
         body = await asyncio.to_thread(self.deps.metrics.exposition)
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def _metrics_resource(self, request: web.Request) -> web.Response:
+        body = resource_metrics.render(resource_metrics.families(await self.resource.collect()))
+        return web.Response(body=body, headers={"Content-Type": resource_metrics.CONTENT_TYPE})
+
+    def _cgroup_driver(self) -> Any:
+        return self._cgroups
+
+    async def _metrics_cadvisor(self, request: web.Request) -> web.Response:
+        if self._machine is None:
+            self._machine = await asyncio.to_thread(cadvisor.machine_facts)
+            self._cgroups = await asyncio.to_thread(_detect_cgroups)
+        cgroups, error = await self.cadvisor.collect()
+        root, root_net = await asyncio.to_thread(cadvisor.machine_usage)
+        body = resource_metrics.render(cadvisor.families(cgroups, error, self._machine, root, root_net))
+        return web.Response(body=body, headers={"Content-Type": resource_metrics.CONTENT_TYPE})
 
     # -- pods and containers -----------------------------------------------------------------------------
     def _find_pod(self, ns: str, name: str, uid: str | None = None) -> dict[str, Any]:
@@ -326,6 +351,17 @@ class KubeletServer:
         except grpc.aio.AioRpcError as e:
             raise _grpc_error(e, "port forward") from None
         return await relay(request, url)
+
+
+def _detect_cgroups() -> Any:
+    """This host's cgroup driver (v1 or v2), or None where there are no cgroups to read."""
+    try:
+        from kernel.cgroups import detect
+
+        return detect()
+    except Exception as e:
+        log.warning("/metrics/cadvisor: no cgroup driver: %s", e)
+        return None
 
 
 def _log_options(q: Any, now: float) -> logsmod.LogOptions:

@@ -1,0 +1,225 @@
+"""Resource metrics end to end on a real node: the kubelet's /metrics/resource and /metrics/cadvisor, the
+metrics.k8s.io API they feed, and `kubectl top` (kubectl 1.20 and the machine's) against the cgroup files.
+
+A busy-looping container is held at 200m by its CPU limit (the CFS quota): what `kubectl top` says it uses
+must be within 10% of the rate its cgroup's CPU counter grows at, read here from the cgroup files, and its
+memory within 10% of the cgroup's working set (usage minus inactive file).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from tests.e2e.kubelet.test_node_up import BUSYBOX, Cluster, _running, _wait_runtime_empty
+from tests.harness.resources import unique
+from tests.integration.apiserver.conftest import KUBECTL_120, KUBECTL_132
+
+pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
+
+RESOLUTION = "3s"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, images):
+    tmp = tmp_path_factory.mktemp("metrics")
+    subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(tmp / "images"), "import",
+                    "--no-progress", str(images.busybox.docker_archive)], check=True, capture_output=True)
+    c = Cluster(tmp, unique("nd"), unique("kb"))
+    c.extra = ["--metric-resolution", RESOLUTION, "--horizontal-pod-autoscaler-sync-period", "3s",
+               "--horizontal-pod-autoscaler-downscale-stabilization", "20s",
+               "--horizontal-pod-autoscaler-cpu-initialization-period", "10s"]
+    c.start()
+    try:
+        yield c
+    finally:
+        c.kubectl("delete", "deployments,hpa,pods", "--all", "--wait=true", "--timeout=60s", check=False)
+        _wait_runtime_empty(c)
+        rc = c.stop()
+        assert rc == 0, c.tail()
+
+
+def kubectl(c: Cluster, binary: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run([binary, *args], capture_output=True, text=True, env=c.env, timeout=120)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{binary} {' '.join(args)}: {p.stderr}\n--- up log ---\n{c.tail()}")
+    return p
+
+
+def binaries() -> list[str]:
+    out = [b for b in (KUBECTL_132, KUBECTL_120) if Path(b).exists()]
+    if not out:
+        pytest.skip("no kubectl found")
+    return out
+
+
+def busy_pod(name: str, cpu: str = "200m", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {"app": name}},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "burn", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                     "command": ["sh", "-c", "while :; do :; done"],
+                                     "resources": {"requests": {"cpu": cpu, "memory": "16Mi"},
+                                                   "limits": {"cpu": cpu, "memory": "64Mi"}}}]}}
+
+
+def container_cgroup(c: Cluster, pod: dict[str, Any]) -> tuple[Path, Path]:
+    """The busy container's (cpu, memory) cgroup directories."""
+    from kernel.cgroups import detect_cgroups
+
+    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    uid = pod["metadata"]["uid"]
+    pattern = f"{c.cgroup_root()}/kubepods/**/pod{uid}/{cid}".lstrip("/")  # Burstable: under burstable/
+
+    def find(root: str) -> Path:
+        found = list(Path(root).glob(pattern))
+        assert len(found) == 1, (root, pattern, found)
+        return found[0]
+
+    info = detect_cgroups()
+    if info.version == "v1":
+        return find(info.v1_controllers["cpuacct"]), find(info.v1_controllers["memory"])
+    d = find(info.v2_root or "/sys/fs/cgroup")
+    return d, d
+
+
+def cgroup_cpu_seconds(d: Path) -> float:
+    if (d / "cpuacct.usage").exists():
+        return int((d / "cpuacct.usage").read_text()) / 1e9
+    stat = dict(line.split() for line in (d / "cpu.stat").read_text().splitlines())
+    return int(stat["usage_usec"]) / 1e6
+
+
+def cgroup_working_set(d: Path) -> int:
+    stat = dict(line.split() for line in (d / "memory.stat").read_text().splitlines())
+    if (d / "memory.usage_in_bytes").exists():
+        usage = int((d / "memory.usage_in_bytes").read_text())
+        return usage - int(stat.get("total_inactive_file", stat.get("inactive_file", 0)))
+    return int((d / "memory.current").read_text()) - int(stat.get("inactive_file", 0))
+
+
+def wait_metrics(c: Cluster, path: str, timeout: float = 60) -> dict[str, Any]:
+    end = time.monotonic() + timeout
+    while True:
+        p = kubectl(c, KUBECTL_132, "get", "--raw", path, check=False)
+        if p.returncode == 0:
+            return json.loads(p.stdout)
+        assert time.monotonic() < end, f"{path}: {p.stderr}\n{c.tail()}"
+        time.sleep(1)
+
+
+def milli(cpu: str) -> float:
+    from nodeagent.api.quantity import parse_quantity
+
+    return float(parse_quantity(cpu) * 1000)
+
+
+def test_kubectl_top_matches_the_cgroup_of_a_container_held_at_200m(cluster):
+    c = cluster
+    c.apply(busy_pod("burner"))
+    pod = c.wait_pod("burner", _running)
+    cpu_dir, mem_dir = container_cgroup(c, pod)
+    wait_metrics(c, "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/burner")
+    time.sleep(4)  # a window that starts after the loop got going
+    for binary in binaries():
+        # the cgroup's own rate over the same stretch kubectl top's window covers
+        t0, u0 = time.monotonic(), cgroup_cpu_seconds(cpu_dir)
+        time.sleep(6)
+        rate = (cgroup_cpu_seconds(cpu_dir) - u0) / (time.monotonic() - t0) * 1000
+        out = kubectl(c, binary, "top", "pod", "burner", "--no-headers").stdout.split()
+        assert out[0] == "burner", out
+        shown = milli(out[1])
+        assert abs(shown - rate) <= 0.1 * rate, f"{binary}: kubectl top {shown}m, cgroup {rate:.0f}m"
+        assert 150 <= rate <= 220, f"the quota holds the loop at 200m, the cgroup says {rate:.0f}m"
+        doc = json.loads(kubectl(c, binary, "get", "--raw",
+                                 "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/burner").stdout)
+        from nodeagent.api.quantity import parse_quantity
+
+        served = int(parse_quantity(doc["containers"][0]["usage"]["memory"]))
+        ws = cgroup_working_set(mem_dir)
+        assert abs(served - ws) <= 0.1 * ws, f"metrics API {served} bytes, cgroup working set {ws}"
+        assert doc["kind"] == "PodMetrics" and doc["window"].endswith("s") and doc["timestamp"]
+
+
+def test_kubectl_top_variants_with_both_kubectls(cluster):
+    c = cluster
+    idle = busy_pod("small", "100m", {"app": "small", "tier": "x"})
+    idle["spec"]["containers"][0]["command"] = ["sleep", "3600"]  # uses next to nothing, whatever the load
+    c.apply(idle)
+    c.apply(busy_pod("big", "300m", {"app": "big", "tier": "x"}))
+    for name in ("small", "big"):
+        c.wait_pod(name, _running)
+        wait_metrics(c, f"/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/{name}")
+    time.sleep(4)
+    for binary in binaries():
+        nodes = kubectl(c, binary, "top", "nodes", "--no-headers").stdout.split("\n")
+        assert any(line.split()[:1] == [c.node] and "%" in line for line in nodes), nodes
+        rows = [r.split() for r in kubectl(c, binary, "top", "pods", "-l", "tier=x", "--sort-by=cpu",
+                                           "--no-headers").stdout.strip().splitlines()]
+        assert [r[0] for r in rows] == ["big", "small"], rows
+        rows = [r.split() for r in kubectl(c, binary, "top", "pods", "-A", "--containers",
+                                           "--no-headers").stdout.strip().splitlines()]
+        assert ["default", "big", "burn"] == rows[[r[1] for r in rows].index("big")][:3], rows
+        rows = [r.split() for r in kubectl(c, binary, "top", "pods", "-l", "tier=x", "--sort-by=memory",
+                                           "--no-headers").stdout.strip().splitlines()]
+        assert {r[0] for r in rows} == {"big", "small"}
+        p = kubectl(c, binary, "top", "pod", "nosuchpod", check=False)
+        assert p.returncode != 0 and "not found" in p.stderr, p.stderr
+    c.kubectl("delete", "pod", "small", "big", "--wait=true", "--timeout=60s")
+
+
+def test_python_client_reads_node_and_pod_metrics(cluster):
+    from kubernetes import client, config
+
+    c = cluster
+    c.apply(busy_pod("py", "100m"))
+    c.wait_pod("py", _running)
+    wait_metrics(c, "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/py")
+    kubeconfig = str(c.data_dir / "admin.kubeconfig")
+    co = client.CustomObjectsApi(config.new_client_from_config(config_file=kubeconfig))
+    nodes = cast(dict[str, Any], co.list_cluster_custom_object("metrics.k8s.io", "v1beta1", "nodes"))
+    assert c.node in [n["metadata"]["name"] for n in nodes["items"]]
+    pods = cast(dict[str, Any], co.list_namespaced_custom_object("metrics.k8s.io", "v1beta1", "default",
+                                                                 "pods", label_selector="app=py"))
+    assert [p["metadata"]["name"] for p in pods["items"]] == ["py"]
+    assert pods["items"][0]["containers"][0]["name"] == "burn"
+    svc = json.loads(c.kubectl("get", "apiservice", "v1beta1.metrics.k8s.io", "-o", "json"))
+    avail = next(x for x in svc["status"]["conditions"] if x["type"] == "Available")
+    assert avail["status"] == "True"
+    c.kubectl("delete", "pod", "py", "--wait=true", "--timeout=60s")
+
+
+def test_kubelet_serves_resource_and_cadvisor_metrics(cluster):
+    c = cluster
+    c.apply(busy_pod("scraped", "100m"))
+    pod = c.wait_pod("scraped", _running)
+    base = f"/api/v1/nodes/{c.node}/proxy/metrics"
+    resource = kubectl(c, KUBECTL_132, "get", "--raw", f"{base}/resource").stdout
+    want = 'container_cpu_usage_seconds_total{container="burn",namespace="default",pod="scraped"}'
+    assert want in resource, resource
+    for name in ("node_cpu_usage_seconds_total", "node_memory_working_set_bytes",
+                 "pod_cpu_usage_seconds_total", "container_memory_working_set_bytes",
+                 "container_start_time_seconds", "scrape_error 0"):
+        assert name in resource, name
+    cadvisor = kubectl(c, KUBECTL_132, "get", "--raw", f"{base}/cadvisor").stdout
+    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    line = next((x for x in cadvisor.splitlines()
+                 if x.startswith("container_cpu_usage_seconds_total{") and f'name="{cid}"' in x), None)
+    assert line is not None, cadvisor[:2000]
+    for label in ('container="burn"', 'namespace="default"', 'pod="scraped"', 'cpu="total"',
+                  f'id="/{c.cgroup_root().strip("/")}/kubepods/burstable/pod{pod["metadata"]["uid"]}/{cid}"',
+                  f'image="{BUSYBOX}"'):
+        assert label in line, (label, line)
+    for name in ("container_memory_working_set_bytes{", "container_memory_usage_bytes{",
+                 "container_fs_usage_bytes{", "container_network_receive_bytes_total{",
+                 "machine_cpu_cores ", "machine_memory_bytes "):
+        assert name in cadvisor, name
+    net = [x for x in cadvisor.splitlines()
+           if x.startswith("container_network_receive_bytes_total{") and 'pod="scraped"' in x]
+    assert any('interface="eth0"' in x for x in net), net
+    c.kubectl("delete", "pod", "scraped", "--wait=true", "--timeout=60s")
