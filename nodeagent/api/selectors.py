@@ -166,6 +166,21 @@ def from_label_selector(sel: Mapping[str, Any] | None, none_matches: bool = True
     return Selector(tuple(reqs))
 
 
+def label_selector_string(sel: Mapping[str, Any] | None) -> str:
+    """A metav1.LabelSelector in the string form (metav1.LabelSelectorAsSelector(...).String()): requirements
+    sorted by key, `k=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`."""
+    reqs: list[tuple[str, str]] = [(k, f"{k}={v}") for k, v in (sel or {}).get("matchLabels", {}).items()]
+    for e in (sel or {}).get("matchExpressions") or []:
+        k, op = e.get("key", ""), e.get("operator")
+        vals = ",".join(sorted(str(v) for v in e.get("values") or []))
+        text = {"In": f"{k} in ({vals})", "NotIn": f"{k} notin ({vals})", "Exists": k,
+                "DoesNotExist": f"!{k}"}.get(op or "")
+        if text is None:
+            raise SelectorError(f"{op!r} is not a valid label selector operator")
+        reqs.append((k, text))
+    return ",".join(t for _, t in sorted(reqs))
+
+
 def from_node_selector_term(term: Mapping[str, Any]) -> tuple[Selector, Selector]:
     """A NodeSelectorTerm: (label selector over node labels, field selector over metadata.name)."""
     labels = [Requirement(e["key"], e["operator"], tuple(e.get("values") or ()))

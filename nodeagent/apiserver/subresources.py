@@ -4,13 +4,15 @@ kubelet."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from nodeagent.api import patch as patches
-from nodeagent.api.resources import builtin
+from nodeagent.api.resources import Resource, builtin
+from nodeagent.api.selectors import SelectorError, label_selector_string
 from nodeagent.api.status import status_body
 from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import errors, eviction, patching
@@ -20,6 +22,7 @@ from nodeagent.apiserver.request import RequestInfo
 from nodeagent.store import base as store_base
 
 NODES = builtin("", "v1", "nodes")
+CRDS = builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 _STREAMING = {"log", "exec", "attach", "portforward", "proxy"}
 
 # Forwards log/exec/attach/portforward/proxy to the node's kubelet (proxy.KubeletProxy).
@@ -60,34 +63,85 @@ def _success() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ scale
-def to_scale(obj: dict[str, Any]) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class ScalePaths:
+    """Where a resource keeps what its Scale shows: a CRD's scale subresource names them (JSON paths like
+    `.spec.replicas`); built-in workloads use the defaults."""
+
+    spec_replicas: str = ".spec.replicas"
+    status_replicas: str = ".status.replicas"
+    label_selector: str | None = None  # a CRD's labelSelectorPath (a string field); None: spec.selector
+
+
+def _path(path: str) -> list[str]:
+    return [p for p in path.lstrip(".").split(".") if p]
+
+
+def _get_path(obj: dict[str, Any], path: str) -> Any:
+    cur: Any = obj
+    for p in _path(path):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(p)
+    return cur
+
+
+def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
+    parts = _path(path)
+    cur = obj
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+    cur[parts[-1]] = value
+
+
+def to_scale(obj: dict[str, Any], paths: ScalePaths = ScalePaths()) -> dict[str, Any]:
     m = obj["metadata"]
-    spec, st = obj.get("spec") or {}, obj.get("status") or {}
-    sel = spec.get("selector") or {}
-    # A ReplicationController's selector is a plain label map; the others' a LabelSelector.
-    labels = sel if obj.get("kind") == "ReplicationController" else (sel.get("matchLabels") or {}) \
-        if isinstance(sel, dict) else {}
-    try:
-        sel_str = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-    except AttributeError:
-        sel_str = ""
+    if paths.label_selector is not None:  # a CRD's: "" when it names no labelSelectorPath
+        found = _get_path(obj, paths.label_selector) if paths.label_selector else ""
+        sel_str = found if isinstance(found, str) else ""
+    else:
+        sel = (obj.get("spec") or {}).get("selector") or {}
+        if obj.get("kind") == "ReplicationController":  # a plain map of labels
+            sel = {"matchLabels": sel} if isinstance(sel, dict) else {}
+        try:
+            sel_str = label_selector_string(sel)
+        except (SelectorError, AttributeError):
+            sel_str = ""
     return {"kind": "Scale", "apiVersion": "autoscaling/v1",
             "metadata": {k: m[k]
                          for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
                          if k in m},
-            "spec": {"replicas": spec.get("replicas", 0)},
-            "status": {"replicas": st.get("replicas", 0), "selector": sel_str}}
+            "spec": {"replicas": _get_path(obj, paths.spec_replicas) or 0},
+            "status": {"replicas": _get_path(obj, paths.status_replicas) or 0, "selector": sel_str}}
+
+
+async def scale_paths(registry: Registry, res: Resource) -> ScalePaths:
+    """A custom resource's scale paths from its CRD's version; built-in ones use the defaults."""
+    if res.group in ("", "apps"):
+        return ScalePaths()
+    try:
+        crd = await registry.store.get(CRDS.key(None, f"{res.name}.{res.group}"))
+    except store_base.NotFound:
+        return ScalePaths()
+    for v in (crd.get("spec") or {}).get("versions") or []:
+        if v.get("name") == res.version:
+            sc = (v.get("subresources") or {}).get("scale") or {}
+            return ScalePaths(sc.get("specReplicasPath", ".spec.replicas"),
+                              sc.get("statusReplicasPath", ".status.replicas"),
+                              sc.get("labelSelectorPath", ""))
+    return ScalePaths()
 
 
 async def _scale(registry: Registry, request: web.BaseRequest, info: RequestInfo, body: Any,
                  dry_run: bool) -> web.StreamResponse:
     res, ns, name = info.resource, info.namespace, info.name or ""
+    paths = await scale_paths(registry, res)
     if info.verb == "get":
-        return json_response(to_scale(await registry.get(res, ns, name)))
+        return json_response(to_scale(await registry.get(res, ns, name), paths))
     ptype = info.patch_type
 
     def mutate(cur: dict[str, Any]) -> dict[str, Any]:
-        scale = to_scale(cur)
+        scale = to_scale(cur, paths)
         if info.verb == "update":
             new = body if isinstance(body, dict) else {}
             rv = (new.get("metadata") or {}).get("resourceVersion")
@@ -104,11 +158,11 @@ async def _scale(registry: Registry, request: web.BaseRequest, info: RequestInfo
             raise errors.invalid("Scale", name, [{"reason": "FieldValueInvalid", "field": "spec.replicas",
                                                  "message": f"Invalid value: {replicas}: must be "
                                                             "greater than or equal to 0"}], "autoscaling")
-        cur.setdefault("spec", {})["replicas"] = replicas
+        _set_path(cur, paths.spec_replicas, replicas)
         return cur
 
     obj, _ = await registry.patch_with_retry(res, ns, name, "", mutate, dry_run)
-    return json_response(to_scale(obj))
+    return json_response(to_scale(obj, paths))
 
 
 # ------------------------------------------------------------------ binding

@@ -23,6 +23,7 @@ from nodeagent.controllers.deployment_controller import DeploymentController
 from nodeagent.controllers.disruption_controller import DisruptionController
 from nodeagent.controllers.endpoints_controller import EndpointsController
 from nodeagent.controllers.gc_controller import GarbageCollector
+from nodeagent.controllers.hpa_controller import HorizontalPodAutoscalerController
 from nodeagent.controllers.job_controller import JobController
 from nodeagent.controllers.nodeipam_controller import NodeIpamController
 from nodeagent.controllers.nodelifecycle_controller import NodeLifecycleController
@@ -41,7 +42,7 @@ CONTROLLERS: tuple[type[Controller], ...] = (
     NodeLifecycleController, NodeIpamController,
     PodGCController, DaemonSetController, JobController, CronJobController,
     StatefulSetController, ServiceAccountController, ResourceQuotaController, EndpointsController,
-    CSRApprovingController, CSRSigningController, DisruptionController,
+    CSRApprovingController, CSRSigningController, DisruptionController, HorizontalPodAutoscalerController,
 )
 
 

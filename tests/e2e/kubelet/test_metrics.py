@@ -223,3 +223,100 @@ def test_kubelet_serves_resource_and_cadvisor_metrics(cluster):
            if x.startswith("container_network_receive_bytes_total{") and 'pod="scraped"' in x]
     assert any('interface="eth0"' in x for x in net), net
     c.kubectl("delete", "pod", "scraped", "--wait=true", "--timeout=60s")
+
+
+def deployment(name: str, cpu: str = "100m") -> dict[str, Any]:
+    """Burns CPU until /tmp/stop exists, then idles."""
+    burn = "while [ ! -f /tmp/stop ]; do :; done; exec sleep 3600"
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"terminationGracePeriodSeconds": 1,
+                                           "containers": [{"name": "burn", "image": BUSYBOX,
+                                                           "imagePullPolicy": "Never",
+                                                           "command": ["sh", "-c", burn],
+                                                           "resources": {"requests": {"cpu": cpu},
+                                                                         "limits": {"cpu": cpu}}}]}}}}
+
+
+def hpa_v2(name: str, target: int, max_replicas: int) -> dict[str, Any]:
+    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": name},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                     "minReplicas": 1, "maxReplicas": max_replicas,
+                     "metrics": [{"type": "Resource", "resource": {
+                         "name": "cpu", "target": {"type": "Utilization", "averageUtilization": target}}}]}}
+
+
+def wait_replicas(c: Cluster, name: str, want: int, timeout: float = 150) -> None:
+    end = time.monotonic() + timeout
+    got = None
+    while time.monotonic() < end:
+        got = json.loads(c.kubectl("get", "deploy", name, "-o", "json"))["spec"].get("replicas")
+        if got == want:
+            return
+        time.sleep(1)
+    hpa = c.kubectl("get", "hpa", name, "-o", "yaml", check=False)
+    raise AssertionError(f"deployment {name}: {got} replicas, not {want}\n{hpa}\n{c.tail()}")
+
+
+@pytest.mark.parametrize("binary", ["1.32", "1.20"])
+def test_hpa_scales_a_cpu_burning_deployment_to_3_and_back_after_the_stabilization_window(cluster, binary):
+    import yaml
+
+    c = cluster
+    kubectl_bin = KUBECTL_132 if binary == "1.32" else KUBECTL_120
+    if not Path(kubectl_bin).exists():
+        pytest.skip(f"kubectl {binary} not found")
+    name = f"burn{binary.replace('.', '')}"
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump(deployment(name)))
+    made = kubectl(c, kubectl_bin, "autoscale", "deployment", name, "--cpu-percent=50", "--min=1", "--max=3",
+                   check=False)
+    if made.returncode != 0:  # this kubectl writes autoscaling/v1, which is not served here (yet)
+        assert "autoscaling/v1" in made.stderr or "the server could not find" in made.stderr, made.stderr
+        c.kubectl("apply", "-f", "-", input=yaml.safe_dump(hpa_v2(name, 50, 3)))
+    wait_replicas(c, name, 3)
+    rows = kubectl(c, kubectl_bin, "get", "hpa", name, "--no-headers").stdout.split()
+    assert rows[1] == f"Deployment/{name}" and rows[2] == "cpu:", rows
+    assert rows[3].endswith("%/50%") and rows[3] != "<unknown>/50%", rows
+    events = json.loads(c.kubectl("get", "events", "--field-selector", f"involvedObject.name={name}",
+                                  "-o", "json"))["items"]
+    rescales = [e["message"] for e in events if e["reason"] == "SuccessfulRescale"]
+    assert any(m.startswith("New size: ") and "cpu resource utilization (percentage of request) above target"
+               in m for m in rescales), rescales
+    hpa = json.loads(c.kubectl("get", "hpa.v2.autoscaling", name, "-o", "json"))
+    conds = {x["type"]: x for x in hpa["status"]["conditions"]}
+    assert conds["ScalingActive"]["status"] == "True" and conds["AbleToScale"]["status"] == "True", conds
+    # the load stops: after the (shortened) stabilization window it scales back to one
+    pods = json.loads(c.kubectl("get", "pods", "-l", f"app={name}", "-o", "json"))["items"]
+    for p in pods:
+        c.kubectl("exec", p["metadata"]["name"], "--", "touch", "/tmp/stop", check=False)
+    wait_replicas(c, name, 1)
+    events = json.loads(c.kubectl("get", "events", "--field-selector", f"involvedObject.name={name}",
+                                  "-o", "json"))["items"]
+    assert any(e["message"] == "New size: 1; reason: All metrics below target" for e in events), events
+    c.kubectl("delete", "hpa.v2.autoscaling,deployment", name, "--wait=true", "--timeout=60s")
+
+
+def test_hpa_on_a_target_without_requests_says_why_it_cannot_scale(cluster):
+    import yaml
+
+    c = cluster
+    d = deployment("noreq")
+    del d["spec"]["template"]["spec"]["containers"][0]["resources"]
+    d["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "3600"]
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump(d))
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump(hpa_v2("noreq", 50, 3)))
+    end = time.monotonic() + 90
+    active: dict[str, Any] = {}
+    while time.monotonic() < end:
+        st = json.loads(c.kubectl("get", "hpa.v2.autoscaling", "noreq", "-o", "json")).get("status") or {}
+        active = next((x for x in st.get("conditions") or [] if x["type"] == "ScalingActive"), {})
+        if "missing request" in active.get("message", ""):  # (before that: no metrics of the pod yet)
+            break
+        time.sleep(1)
+    assert active.get("status") == "False" and active.get("reason") == "FailedGetResourceMetric", active
+    assert "missing request for cpu in container burn of Pod noreq-" in active["message"], active
+    events = json.loads(c.kubectl("get", "events", "--field-selector", "involvedObject.name=noreq",
+                                  "-o", "json"))["items"]
+    assert any(e["reason"] == "FailedGetResourceMetric" and e["type"] == "Warning" for e in events), events
+    c.kubectl("delete", "hpa.v2.autoscaling,deployment", "noreq", "--wait=true", "--timeout=60s")
