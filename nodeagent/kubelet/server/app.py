@@ -22,7 +22,7 @@ from cri.client import RuntimeClient
 from nodeagent.api.status import status_body
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet.labels import CONTAINER_NAME_LABEL, POD_UID_LABEL
-from nodeagent.kubelet.server import cadvisor, resource_metrics
+from nodeagent.kubelet.server import cadvisor, exposition, resource_metrics
 from nodeagent.kubelet.server import logs as logsmod
 from nodeagent.kubelet.server.auth import Authenticator
 from nodeagent.kubelet.server.metrics import KubeletMetrics
@@ -178,8 +178,8 @@ class KubeletServer:
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def _metrics_resource(self, request: web.Request) -> web.Response:
-        body = resource_metrics.render(resource_metrics.families(await self.resource.collect()))
-        return web.Response(body=body, headers={"Content-Type": resource_metrics.CONTENT_TYPE})
+        body = exposition.render(resource_metrics.families(await self.resource.collect()))
+        return web.Response(body=body, headers={"Content-Type": exposition.CONTENT_TYPE})
 
     def _cgroup_driver(self) -> Any:
         return self._cgroups
@@ -190,8 +190,9 @@ class KubeletServer:
             self._cgroups = await asyncio.to_thread(_detect_cgroups)
         cgroups, error = await self.cadvisor.collect()
         root, root_net = await asyncio.to_thread(cadvisor.machine_usage)
-        body = resource_metrics.render(cadvisor.families(cgroups, error, self._machine, root, root_net))
-        return web.Response(body=body, headers={"Content-Type": resource_metrics.CONTENT_TYPE})
+        families = cadvisor.families(cgroups, error, self._machine, root, root_net)
+        body = await asyncio.to_thread(exposition.render, families)
+        return web.Response(body=body, headers={"Content-Type": exposition.CONTENT_TYPE})
 
     # -- pods and containers -----------------------------------------------------------------------------
     def _find_pod(self, ns: str, name: str, uid: str | None = None) -> dict[str, Any]:

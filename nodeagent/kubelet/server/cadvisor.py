@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from cri.client import RuntimeClient
 from kernel.cgroups import Cgroups, Stats
 from nodeagent.kubelet import resources
 from nodeagent.kubelet.labels import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
+from nodeagent.kubelet.server.exposition import Family, labels
 from nodeagent.kubelet.server.stats import meminfo, node_memory, proc_cpu_ns
 
 log = logging.getLogger("nodeagent.kubelet.server")
@@ -185,86 +184,90 @@ def _read(driver: Cgroups | None, cgroups: list[Cgroup]) -> None:
 
 
 def families(cgroups: list[Cgroup], error: bool, machine: dict[str, int],
-             root: Stats | None, root_net: dict[str, list[int]] | None) -> list[Metric]:
+             root: Stats | None, root_net: dict[str, list[int]] | None) -> list[Family]:
     """cAdvisor's families: the root cgroup `/` carries the machine's totals."""
-    def counter(name: str, help_: str, extra: tuple[str, ...] = ()) -> CounterMetricFamily:
-        return CounterMetricFamily(name, help_, labels=[*LABELS, *extra])
+    def counter(name: str, help_: str) -> Family:
+        return Family(f"{name}_total", help_, "counter")
 
-    def gauge(name: str, help_: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
-        return GaugeMetricFamily(name, help_, labels=[*LABELS, *extra])
-
-    cpu = counter("container_cpu_usage_seconds", "Cumulative cpu time consumed in seconds.", ("cpu",))
+    cpu = counter("container_cpu_usage_seconds", "Cumulative cpu time consumed in seconds.")
     user = counter("container_cpu_user_seconds", "Cumulative user cpu time consumed in seconds.")
     system = counter("container_cpu_system_seconds", "Cumulative system cpu time consumed in seconds.")
     periods = counter("container_cpu_cfs_periods", "Number of elapsed enforcement period intervals.")
     throttled = counter("container_cpu_cfs_throttled_periods", "Number of throttled period intervals.")
     throttled_s = counter("container_cpu_cfs_throttled_seconds",
                           "Total time duration the container has been throttled.")
-    usage = gauge("container_memory_usage_bytes", "Current memory usage in bytes, including all memory "
-                                                   "regardless of when it was accessed")
-    working = gauge("container_memory_working_set_bytes", "Current working set in bytes.")
-    rss = gauge("container_memory_rss", "Size of RSS in bytes.")
-    cache = gauge("container_memory_cache", "Number of bytes of page cache memory.")
-    faults = counter("container_memory_failures", "Cumulative count of memory allocation failures.",
-                     ("failure_type", "scope"))
-    limit = gauge("container_spec_memory_limit_bytes", "Memory limit for the container.")
-    procs = gauge("container_processes", "Number of processes running inside the container.")
-    fs_usage = gauge("container_fs_usage_bytes", "Number of bytes that are consumed by the container on this "
-                                                 "filesystem.", ("device",))
-    fs_limit = gauge("container_fs_limit_bytes", "Number of bytes that can be consumed by the container on "
-                                                 "this filesystem.", ("device",))
-    fs_inodes = gauge("container_fs_inodes_total", "Number of Inodes", ("device",))
-    fs_reads = counter("container_fs_reads_bytes", "Cumulative count of bytes read", ("device",))
-    fs_writes = counter("container_fs_writes_bytes", "Cumulative count of bytes written", ("device",))
-    net = {k: counter(f"container_network_{k}", f"Cumulative count of {k.replace('_', ' ')}", ("interface",))
+    usage = Family("container_memory_usage_bytes", "Current memory usage in bytes, including all memory "
+                                                    "regardless of when it was accessed", "gauge")
+    working = Family("container_memory_working_set_bytes", "Current working set in bytes.", "gauge")
+    rss = Family("container_memory_rss", "Size of RSS in bytes.", "gauge")
+    cache = Family("container_memory_cache", "Number of bytes of page cache memory.", "gauge")
+    faults = counter("container_memory_failures", "Cumulative count of memory allocation failures.")
+    limit = Family("container_spec_memory_limit_bytes", "Memory limit for the container.", "gauge")
+    procs = Family("container_processes", "Number of processes running inside the container.", "gauge")
+    fs_usage = Family("container_fs_usage_bytes",
+                      "Number of bytes that are consumed by the container on this filesystem.", "gauge")
+    fs_limit = Family("container_fs_limit_bytes", "Number of bytes that can be consumed by the container on "
+                                                  "this filesystem.", "gauge")
+    fs_inodes = Family("container_fs_inodes_total", "Number of Inodes", "gauge")
+    fs_reads = counter("container_fs_reads_bytes", "Cumulative count of bytes read")
+    fs_writes = counter("container_fs_writes_bytes", "Cumulative count of bytes written")
+    net = {k: counter(f"container_network_{k}", f"Cumulative count of {k.replace('_', ' ')}")
            for k in _NET}
-    start = gauge("container_start_time_seconds", "Start time of the container since unix epoch in seconds.")
-    seen = gauge("container_last_seen", "Last time a container was seen by the exporter")
+    start = Family("container_start_time_seconds",
+                   "Start time of the container since unix epoch in seconds.", "gauge")
+    seen = Family("container_last_seen", "Last time a container was seen by the exporter", "gauge")
     now = time.time()
     for cg in cgroups:
-        lv = cg.labels()
+        base = cg.labels()
+        lv = labels(LABELS, base)
         st = root if cg.path == "/" else cg.stats
         network = root_net if cg.path == "/" else cg.network
-        seen.add_metric(lv, now)
+        seen.add(lv, now)
         if cg.start_time:
-            start.add_metric(lv, cg.start_time)
+            start.add(lv, cg.start_time)
         if st is not None:
-            cpu.add_metric([*lv, "total"], st.cpu_usage_ns / 1e9)
-            user.add_metric(lv, st.cpu_user_ns / 1e9)
-            system.add_metric(lv, st.cpu_system_ns / 1e9)
+            cpu.add(labels((*LABELS[:1], "cpu", *LABELS[1:]), (base[0], "total", *base[1:])),
+                    st.cpu_usage_ns / 1e9)
+            user.add(lv, st.cpu_user_ns / 1e9)
+            system.add(lv, st.cpu_system_ns / 1e9)
             if st.cfs_periods:
-                periods.add_metric(lv, st.cfs_periods)
-                throttled.add_metric(lv, st.cfs_throttled_periods)
-                throttled_s.add_metric(lv, st.cfs_throttled_ns / 1e9)
-            usage.add_metric(lv, st.memory_usage)
-            working.add_metric(lv, st.memory_working_set)
-            rss.add_metric(lv, st.memory_rss)
-            cache.add_metric(lv, st.memory_cache)
-            faults.add_metric([*lv, "pgfault", "container"], st.page_faults - st.major_page_faults)
-            faults.add_metric([*lv, "pgmajfault", "container"], st.major_page_faults)
-            limit.add_metric(lv, st.memory_limit if 0 < st.memory_limit < (1 << 60) else 0)
-            procs.add_metric(lv, st.pids)
-            fs_reads.add_metric([*lv, ""], st.io_read_bytes)
-            fs_writes.add_metric([*lv, ""], st.io_write_bytes)
+                periods.add(lv, st.cfs_periods)
+                throttled.add(lv, st.cfs_throttled_periods)
+                throttled_s.add(lv, st.cfs_throttled_ns / 1e9)
+            usage.add(lv, st.memory_usage)
+            working.add(lv, st.memory_working_set)
+            rss.add(lv, st.memory_rss)
+            cache.add(lv, st.memory_cache)
+            for kind, n in (("pgfault", st.page_faults - st.major_page_faults),
+                            ("pgmajfault", st.major_page_faults)):
+                faults.add(labels((*LABELS, "failure_type", "scope"), (*base, kind, "container")), n)
+            limit.add(lv, st.memory_limit if 0 < st.memory_limit < (1 << 60) else 0)
+            procs.add(lv, st.pids)
+            dev = labels(("container", "device", *LABELS[1:]), (base[0], "", *base[1:]))
+            fs_reads.add(dev, st.io_read_bytes)
+            fs_writes.add(dev, st.io_write_bytes)
         if cg.fs is not None:
-            dev, used, cap, inodes = cg.fs
-            fs_usage.add_metric([*lv, dev], used)
-            fs_limit.add_metric([*lv, dev], cap)
-            fs_inodes.add_metric([*lv, dev], inodes)
+            device, used, cap, inodes = cg.fs
+            dev = labels(("container", "device", *LABELS[1:]), (base[0], device, *base[1:]))
+            fs_usage.add(dev, used)
+            fs_limit.add(dev, cap)
+            fs_inodes.add(dev, inodes)
         for iface, values in (network or {}).items():
+            nv = labels((*LABELS[:4], "interface", *LABELS[4:]), (*base[:4], iface, *base[4:]))
             for k, v in zip(_NET, values, strict=True):
-                net[k].add_metric([*lv, iface], v)
-    err = GaugeMetricFamily("container_scrape_error",
-                            "1 if there was an error while getting container metrics, 0 otherwise")
-    err.add_metric([], 1 if error else 0)
-    m_cores = GaugeMetricFamily("machine_cpu_cores", "Number of logical CPU cores.")
-    m_cores.add_metric([], machine["cores"])
-    m_phys = GaugeMetricFamily("machine_cpu_physical_cores", "Number of physical CPU cores.")
-    m_phys.add_metric([], machine["physical"])
-    m_sockets = GaugeMetricFamily("machine_cpu_sockets", "Number of CPU sockets.")
-    m_sockets.add_metric([], machine["sockets"])
-    m_mem = GaugeMetricFamily("machine_memory_bytes", "Amount of memory installed on the machine.")
-    m_mem.add_metric([], machine["memory"])
+                net[k].add(nv, v)
+    err = Family("container_scrape_error",
+                 "1 if there was an error while getting container metrics, 0 otherwise", "gauge")
+    err.add("", 1 if error else 0)
+    machine_families = []
+    for name, help_, key in (
+            ("machine_cpu_cores", "Number of logical CPU cores.", "cores"),
+            ("machine_cpu_physical_cores", "Number of physical CPU cores.", "physical"),
+            ("machine_cpu_sockets", "Number of CPU sockets.", "sockets"),
+            ("machine_memory_bytes", "Amount of memory installed on the machine.", "memory")):
+        f = Family(name, help_, "gauge")
+        f.add("", machine[key])
+        machine_families.append(f)
     return [cpu, user, system, periods, throttled, throttled_s, usage, working, rss, cache, faults, limit,
             procs, fs_usage, fs_limit, fs_inodes, fs_reads, fs_writes, *net.values(), start, seen, err,
-            m_cores, m_phys, m_sockets, m_mem]
+            *machine_families]

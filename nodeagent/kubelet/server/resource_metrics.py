@@ -13,21 +13,16 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest
-
 from cri.client import RuntimeClient, is_unimplemented
 from nodeagent.kubelet.labels import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
+from nodeagent.kubelet.server.exposition import Family, labels
 from nodeagent.kubelet.server.stats import node_memory, proc_cpu_ns
 
 log = logging.getLogger("nodeagent.kubelet.server")
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
 
 @dataclass
 class Sample:
@@ -58,20 +53,6 @@ class ResourceStats:
     node: Sample
     pods: list[PodSample]
     error: bool = False
-
-
-class Families:
-    """A set of metric families rendered once (the collector interface generate_latest reads)."""
-
-    def __init__(self, families: Iterable[Metric]) -> None:
-        self.families = list(families)
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self.families)
-
-
-def render(families: Iterable[Metric]) -> bytes:
-    return generate_latest(Families(families))
 
 
 def _start_times(pod: dict[str, Any] | None) -> dict[str, float]:
@@ -187,48 +168,45 @@ class ResourceCollector:
         return sorted(by_uid.values(), key=lambda p: (p.namespace, p.name))
 
 
-def families(stats: ResourceStats) -> list[Metric]:
+def families(stats: ResourceStats) -> list[Family]:
     """The families in kubelet's names, help texts and label order."""
-    node_cpu = CounterMetricFamily("node_cpu_usage_seconds",
-                                   "[STABLE] Cumulative cpu time consumed by the node in core-seconds")
-    node_mem = GaugeMetricFamily("node_memory_working_set_bytes",
-                                 "[STABLE] Current working set of the node in bytes")
-    start = GaugeMetricFamily("container_start_time_seconds",
-                              "[STABLE] Start time of the container since unix epoch in seconds",
-                              labels=["container", "pod", "namespace"])
-    c_cpu = CounterMetricFamily("container_cpu_usage_seconds",
-                                "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
-                                labels=["container", "pod", "namespace"])
-    c_mem = GaugeMetricFamily("container_memory_working_set_bytes",
-                              "[STABLE] Current working set of the container in bytes",
-                              labels=["container", "pod", "namespace"])
-    p_cpu = CounterMetricFamily("pod_cpu_usage_seconds",
-                                "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
-                                labels=["pod", "namespace"])
-    p_mem = GaugeMetricFamily("pod_memory_working_set_bytes",
-                              "[STABLE] Current working set of the pod in bytes", labels=["pod", "namespace"])
+    node_cpu = Family("node_cpu_usage_seconds_total",
+                      "[STABLE] Cumulative cpu time consumed by the node in core-seconds", "counter")
+    node_mem = Family("node_memory_working_set_bytes",
+                      "[STABLE] Current working set of the node in bytes", "gauge")
+    start = Family("container_start_time_seconds", "[STABLE] Start time of the container since unix epoch in "
+                                                   "seconds", "gauge")
+    c_cpu = Family("container_cpu_usage_seconds_total",
+                   "[STABLE] Cumulative cpu time consumed by the container in core-seconds", "counter")
+    c_mem = Family("container_memory_working_set_bytes",
+                   "[STABLE] Current working set of the container in bytes", "gauge")
+    p_cpu = Family("pod_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the pod in "
+                                                  "core-seconds", "counter")
+    p_mem = Family("pod_memory_working_set_bytes", "[STABLE] Current working set of the pod in bytes",
+                   "gauge")
     n = stats.node
     if n.cpu_seconds is not None:
-        node_cpu.add_metric([], n.cpu_seconds, timestamp=n.cpu_time)
+        node_cpu.add("", n.cpu_seconds, n.cpu_time)
     if n.memory_working_set is not None:
-        node_mem.add_metric([], n.memory_working_set, timestamp=n.memory_time)
+        node_mem.add("", n.memory_working_set, n.memory_time)
     for p in stats.pods:
         for c in p.containers:
-            lv = [c.name, p.name, p.namespace]
+            lv = labels(("container", "namespace", "pod"), (c.name, p.namespace, p.name))
             if c.start_time > 0:
-                start.add_metric(lv, c.start_time)
+                start.add(lv, c.start_time)
             if c.cpu_seconds is not None:
-                c_cpu.add_metric(lv, c.cpu_seconds, timestamp=c.cpu_time)
+                c_cpu.add(lv, c.cpu_seconds, c.cpu_time)
             if c.memory_working_set is not None:
-                c_mem.add_metric(lv, c.memory_working_set, timestamp=c.memory_time)
+                c_mem.add(lv, c.memory_working_set, c.memory_time)
+        pv = labels(("namespace", "pod"), (p.namespace, p.name))
         if p.cpu_seconds is not None:
-            p_cpu.add_metric([p.name, p.namespace], p.cpu_seconds, timestamp=p.cpu_time)
+            p_cpu.add(pv, p.cpu_seconds, p.cpu_time)
         if p.memory_working_set is not None:
-            p_mem.add_metric([p.name, p.namespace], p.memory_working_set, timestamp=p.memory_time)
-    err = GaugeMetricFamily("scrape_error",
-                            "[ALPHA] 1 if there was an error while getting container metrics, 0 otherwise")
-    err.add_metric([], 1 if stats.error else 0)
-    err2 = GaugeMetricFamily("resource_scrape_error",
-                             "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise")
-    err2.add_metric([], 1 if stats.error else 0)
+            p_mem.add(pv, p.memory_working_set, p.memory_time)
+    err = Family("scrape_error",
+                 "[ALPHA] 1 if there was an error while getting container metrics, 0 otherwise", "gauge")
+    err.add("", 1 if stats.error else 0)
+    err2 = Family("resource_scrape_error",
+                  "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise", "gauge")
+    err2.add("", 1 if stats.error else 0)
     return [node_cpu, node_mem, start, c_cpu, c_mem, p_cpu, p_mem, err, err2]
