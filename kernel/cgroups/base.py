@@ -66,7 +66,9 @@ class Cgroups(Protocol):
 
     def pids(self, path: str) -> list[int]: ...
 
-    def stats(self, path: str) -> Stats: ...
+    def stats(self, path: str, detail: bool = False) -> Stats:
+        """Usage counters; `detail` also reads user/system CPU, CFS throttling, page cache and io bytes
+        (cAdvisor's extra series: more files per call than the CRI stats need)."""
 
     def oom_kills(self, path: str) -> int:
         """How many processes the OOM killer killed in this cgroup."""

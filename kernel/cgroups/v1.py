@@ -145,7 +145,7 @@ class V1Cgroups:
             write(d / "devices.allow", rule)
 
     # -- facts -----------------------------------------------------------------------------------
-    def stats(self, path: str) -> Stats:
+    def stats(self, path: str, detail: bool = False) -> Stats:
         usage = working = rss = limit = faults = major = cpu_ns = 0
         if "cpuacct" in self.mounts:
             cpu_ns = read_int(self._dir("cpuacct", path) / "cpuacct.usage")
@@ -160,6 +160,8 @@ class V1Cgroups:
             faults = st.get("total_pgfault", 0)
             major = st.get("total_pgmajfault", 0)
         pids = read_int(self._dir("pids", path) / "pids.current") if "pids" in self.mounts else 0
+        if not detail:
+            return Stats(cpu_ns, usage, working, rss, limit, faults, major, pids)
         user = system = cache = 0
         if "cpuacct" in self.mounts:  # user/system in USER_HZ ticks
             ticks = read_kv(self._dir("cpuacct", path) / "cpuacct.stat")

@@ -97,9 +97,10 @@ class V2Cgroups:
     def restrict_devices(self, path: str, allow: list[str]) -> None:
         """On v2 the device allow-list is an eBPF program, which this driver does not load."""
 
-    def stats(self, path: str) -> Stats:
+    def stats(self, path: str, detail: bool = False) -> Stats:
         d = self._dir(path)
-        cpu = read_kv(d / "cpu.stat").get("usage_usec", 0) * 1000
+        cs = read_kv(d / "cpu.stat")
+        cpu = cs.get("usage_usec", 0) * 1000
         usage = read_int(d / "memory.current")
         st = read_kv(d / "memory.stat")
         working = max(0, usage - st.get("inactive_file", 0))
@@ -107,7 +108,9 @@ class V2Cgroups:
         with contextlib.suppress(OSError):
             limit_txt = (d / "memory.max").read_text().strip()
         limit = int(limit_txt) if limit_txt.isdigit() else 0
-        cs = read_kv(d / "cpu.stat")
+        if not detail:
+            return Stats(cpu, usage, working, st.get("anon", 0), limit, st.get("pgfault", 0),
+                         st.get("pgmajfault", 0), read_int(d / "pids.current"))
         rd, wr = _io_bytes(d / "io.stat")
         return Stats(cpu, usage, working, st.get("anon", 0), limit, st.get("pgfault", 0),
                      st.get("pgmajfault", 0), read_int(d / "pids.current"),

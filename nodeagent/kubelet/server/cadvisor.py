@@ -166,7 +166,7 @@ def _read(driver: Cgroups | None, cgroups: list[Cgroup]) -> None:
     for cg in cgroups:
         if driver is not None:
             with contextlib.suppress(OSError):
-                cg.stats = driver.stats(cg.path) if cg.path != "/" else None
+                cg.stats = driver.stats(cg.path, detail=True) if cg.path != "/" else None
         if cg.container == "POD" and driver is not None:
             with contextlib.suppress(OSError, ValueError):
                 pids = driver.pids(cg.path)

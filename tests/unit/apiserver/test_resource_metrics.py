@@ -108,3 +108,25 @@ def test_cpu_quantity_is_canonical(nanocores, want):
 @pytest.mark.parametrize("n,want", [(0, "0"), (4096, "4Ki"), (3 << 20, "3Mi"), (1000, "1000")])
 def test_memory_quantity_is_binary_si(n, want):
     assert memory_quantity(n) == want
+
+
+def test_scale_of_a_custom_resource_follows_its_crd_paths():
+    from nodeagent.apiserver.subresources import ScalePaths, to_scale
+
+    obj = {"kind": "Thing", "metadata": {"name": "t", "namespace": "ns"},
+           "spec": {"size": 3}, "status": {"count": 2, "sel": "app=t"}}
+    scale = to_scale(obj, ScalePaths(".spec.size", ".status.count", ".status.sel"))
+    assert scale["spec"] == {"replicas": 3} and scale["status"] == {"replicas": 2, "selector": "app=t"}
+    assert to_scale(obj, ScalePaths(".spec.size", ".status.count", ""))["status"]["selector"] == ""
+
+
+def test_scale_selector_is_the_full_label_selector_and_a_controllers_map():
+    from nodeagent.apiserver.subresources import to_scale
+
+    deploy = {"kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 2, "selector": {
+        "matchLabels": {"app": "d"}, "matchExpressions": [{"key": "tier", "operator": "In",
+                                                            "values": ["web", "api"]}]}}}
+    assert to_scale(deploy)["status"]["selector"] == "app=d,tier in (api,web)"
+    rc = {"kind": "ReplicationController", "metadata": {"name": "r"}, "spec": {"replicas": 1,
+                                                                              "selector": {"app": "r"}}}
+    assert to_scale(rc)["status"]["selector"] == "app=r"
