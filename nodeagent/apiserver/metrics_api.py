@@ -13,7 +13,7 @@ from typing import Any
 
 from nodeagent.api.resources import Resource, builtin
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
-from nodeagent.api.times import now_rfc3339
+from nodeagent.api.times import format_duration, now_rfc3339
 from nodeagent.apiserver import errors
 from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.registry import matches
@@ -23,31 +23,6 @@ from nodeagent.apiserver.resource_metrics import Storage, Usage
 GROUP_VERSION = "metrics.k8s.io/v1beta1"
 NODES = builtin("", "v1", "nodes")
 PODS = builtin("", "v1", "pods")
-
-
-def go_duration(seconds: float) -> str:
-    """Go's time.Duration.String(), how metav1.Duration (`window`) is written: "15.002s", "1m0.5s"."""
-    ns = round(seconds * 1e9)
-    if ns == 0:
-        return "0s"
-    sign = "-" if ns < 0 else ""
-    ns = abs(ns)
-    if ns < 1_000_000_000:
-        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
-            if ns >= size:
-                whole, frac = divmod(ns, size)
-                tail = f"{frac:0{len(str(size)) - 1}d}".rstrip("0") if size > 1 else ""
-                return f"{sign}{whole}{'.' + tail if tail else ''}{unit}"
-    secs, frac = divmod(ns, 1_000_000_000)
-    tail = f"{frac:09d}".rstrip("0")
-    h, rem = divmod(secs, 3600)
-    m, s = divmod(rem, 60)
-    out = f"{s}{'.' + tail if tail else ''}s"
-    if h or m:
-        out = f"{m}m{out}"
-    if h:
-        out = f"{h}h{out}"
-    return sign + out
 
 
 def cpu_quantity(nanocores: int) -> str:
@@ -98,7 +73,7 @@ class MetricsAPI:
         if u is None:
             return None
         return {"kind": "NodeMetrics", "apiVersion": GROUP_VERSION, "metadata": self._meta(node),
-                "timestamp": _rfc3339(u.ts), "window": go_duration(u.window), "usage": _usage(u)}
+                "timestamp": _rfc3339(u.ts), "window": format_duration(u.window), "usage": _usage(u)}
 
     def pod_metrics(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         m = pod["metadata"]
@@ -107,7 +82,7 @@ class MetricsAPI:
             return None
         when, containers = got
         return {"kind": "PodMetrics", "apiVersion": GROUP_VERSION, "metadata": self._meta(pod),
-                "timestamp": _rfc3339(when.ts), "window": go_duration(when.window),
+                "timestamp": _rfc3339(when.ts), "window": format_duration(when.window),
                 "containers": [{"name": name, "usage": _usage(u)} for name, u in containers]}
 
     async def handle(self, info: RequestInfo, query: Any) -> dict[str, Any]:

@@ -192,22 +192,18 @@ def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: 
 
 # -- metrics and autoscaling (`up`, `server`) ---------------------------------------------------------------
 
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def duration_seconds(value: str) -> float:
     """A Go duration flag ("15s", "5m0s", "1h30m", "500ms") or plain seconds, as seconds."""
-    import re
+    from nodeagent.api.times import parse_duration
 
-    v = value.strip()
     try:
-        return float(v)
+        return float(value)
     except ValueError:
         pass
-    parts = re.findall(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)", v)
-    if not parts or "".join(n + u for n, u in parts) != v:
-        raise argparse.ArgumentTypeError(f"invalid duration {value!r} (e.g. 15s, 5m0s, 1h)")
-    return sum(float(n) * _GO_UNITS[u] for n, u in parts)
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid duration {value!r} (e.g. 15s, 5m0s, 1h)") from None
 
 
 def add_autoscaling_arguments(p: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nodeagent.api.quantity import QuantityError, milli_value
-from nodeagent.api.times import parse_time
+from nodeagent.api.times import parse_duration, parse_time
 
 SCALE_UP_LIMIT_FACTOR = 2.0
 SCALE_UP_LIMIT_MINIMUM = 4.0
@@ -68,21 +68,17 @@ def _ts(value: Any) -> float:
     return t.timestamp() if t is not None else 0.0
 
 
-def _go_seconds(value: str) -> float:
-    """metav1.Duration's text ("1m0.5s", "15s", "500ms") in seconds."""
-    import re
-
-    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-    return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+)(ms|us|µs|ns|h|m|s)", value or ""))
-
-
 def pod_metrics(items: Iterable[Mapping[str, Any]], resource: str,
                 container: str = "") -> dict[str, PodMetric]:
     """PodMetricsList items → {pod name: its usage of `resource`} (rest_metrics_client.go)."""
     out: dict[str, PodMetric] = {}
     for m in items:
         name = (m.get("metadata") or {}).get("name", "")
-        ts, window = _ts(m.get("timestamp")), _go_seconds(m.get("window", ""))
+        ts = _ts(m.get("timestamp"))
+        try:
+            window = parse_duration(m.get("window") or "0")
+        except ValueError:
+            window = 0.0
         containers = m.get("containers") or []
         if container:
             found = next((c for c in containers if c.get("name") == container), None)

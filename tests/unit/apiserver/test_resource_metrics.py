@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent.apiserver.metrics_api import cpu_quantity, go_duration, memory_quantity
+from nodeagent.api.times import format_duration, parse_duration
+from nodeagent.apiserver.metrics_api import cpu_quantity, memory_quantity
 from nodeagent.apiserver.resource_metrics import NodeScrape, Point, Scraper, Storage, decode
 
 
@@ -95,8 +96,9 @@ def test_a_node_whose_scrape_fails_is_missing_and_the_others_are_not():
 
 @pytest.mark.parametrize("seconds,want", [(15.0, "15s"), (15.002, "15.002s"), (60.5, "1m0.5s"),
                                           (3725.0, "1h2m5s"), (0.25, "250ms"), (0, "0s")])
-def test_window_is_written_as_a_go_duration(seconds, want):
-    assert go_duration(seconds) == want
+def test_window_is_written_as_a_go_duration_and_read_back(seconds, want):
+    assert format_duration(seconds) == want
+    assert parse_duration(want) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("nanocores,want", [(0, "0"), (200_000_000, "200m"), (2_000_000_000, "2"),
