@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from nodeagent.api.quantity import QuantityError, milli_value
@@ -206,10 +206,10 @@ class Readiness:
     now: float = 0.0
 
 
-def resource_replicas(current: int, target_utilization: int, resource: str, tolerances: Tolerances,
-                      pods: Sequence[Mapping[str, Any]], metrics: dict[str, PodMetric], container: str,
-                      readiness: Readiness) -> tuple[int, int, int, float]:
-    """GetResourceReplicas: (replicas, utilization %, raw average milli-value, metrics timestamp)."""
+def _grouped(resource: str, pods: Sequence[Mapping[str, Any]], metrics: dict[str, PodMetric],
+             readiness: Readiness) -> tuple[float, dict[str, PodMetric], int, set[str], set[str]]:
+    """(metrics timestamp, the ready pods' metrics, ready count, unready, missing), or the calculator's
+    errors when there is nothing to compute from."""
     if not metrics:
         raise MetricsError(f"unable to get metrics for resource {resource}: {NO_METRICS}")
     timestamp = next(iter(metrics.values())).timestamp
@@ -223,72 +223,62 @@ def resource_replicas(current: int, target_utilization: int, resource: str, tole
         metrics.pop(name, None)
     if not metrics:
         raise MetricsError("did not receive metrics for targeted pods (pods might be unready)")
-    requests = calculate_requests(pods, container, resource)
-    ratio, utilization, raw = utilization_ratio(metrics, requests, target_utilization)
+    return timestamp, metrics, ready, unready, missing
+
+
+def _replicas(current: int, ratio: float, ready: int, unready: set[str], missing: set[str],
+              metrics: dict[str, PodMetric], tolerances: Tolerances,
+              missing_on_scale_down: Callable[[str], int],
+              ratio_of: Callable[[dict[str, PodMetric]], float]) -> int:
+    """The count from a usage ratio; with unready or missing pods, the ratio again with those assumed at 0
+    (a scale-up) or at `missing_on_scale_down` (a scale-down), keeping the current count when that would
+    cross 1.0 or land within the tolerance."""
     scale_up_with_unready = bool(unready) and ratio > 1.0
     if not scale_up_with_unready and not missing:
-        if tolerances.within(ratio):
-            return current, utilization, raw, timestamp
-        return math.ceil(ratio * ready), utilization, raw, timestamp
-    if missing:
-        if ratio < 1.0:  # a scale-down: the missing use their whole request (or the target, above 100%)
-            fallback = max(100, target_utilization)
-            for name in missing:
-                metrics[name] = PodMetric(requests[name] * fallback // 100, 0.0, 0.0)
-        elif ratio > 1.0:  # a scale-up: the missing use nothing
-            for name in missing:
-                metrics[name] = PodMetric(0, 0.0, 0.0)
+        return current if tolerances.within(ratio) else math.ceil(ratio * ready)
+    for name in missing:
+        if ratio < 1.0:
+            metrics[name] = PodMetric(missing_on_scale_down(name), 0.0, 0.0)
+        elif ratio > 1.0:
+            metrics[name] = PodMetric(0, 0.0, 0.0)
     if scale_up_with_unready:
         for name in unready:
             metrics[name] = PodMetric(0, 0.0, 0.0)
-    new_ratio, _, _ = utilization_ratio(metrics, requests, target_utilization)
+    new_ratio = ratio_of(metrics)
     if tolerances.within(new_ratio) or (ratio < 1.0 < new_ratio) or (ratio > 1.0 > new_ratio):
-        return current, utilization, raw, timestamp
+        return current
     new = math.ceil(new_ratio * len(metrics))
     if (new_ratio < 1.0 and new > current) or (new_ratio > 1.0 and new < current):
-        return current, utilization, raw, timestamp
-    return new, utilization, raw, timestamp
+        return current  # fewer metrics than pods would turn the direction around
+    return new
+
+
+def resource_replicas(current: int, target_utilization: int, resource: str, tolerances: Tolerances,
+                      pods: Sequence[Mapping[str, Any]], metrics: dict[str, PodMetric], container: str,
+                      readiness: Readiness) -> tuple[int, int, int, float]:
+    """GetResourceReplicas: (replicas, utilization %, raw average milli-value, metrics timestamp)."""
+    timestamp, metrics, ready, unready, missing = _grouped(resource, pods, metrics, readiness)
+    requests = calculate_requests(pods, container, resource)
+    ratio, utilization, raw = utilization_ratio(metrics, requests, target_utilization)
+    fallback = max(100, target_utilization)  # a missing pod on a scale-down: its request, or the target
+
+    def again(m: dict[str, PodMetric]) -> float:
+        return utilization_ratio(m, requests, target_utilization)[0]
+
+    replicas = _replicas(current, ratio, ready, unready, missing, metrics, tolerances,
+                         lambda name: requests[name] * fallback // 100, again)
+    return replicas, utilization, raw, timestamp
 
 
 def raw_resource_replicas(current: int, target_usage: int, resource: str, tolerances: Tolerances,
                           pods: Sequence[Mapping[str, Any]], metrics: dict[str, PodMetric],
                           readiness: Readiness) -> tuple[int, int, float]:
     """GetRawResourceReplicas (an AverageValue target): (replicas, average usage milli-value, timestamp)."""
-    if not metrics:
-        raise MetricsError(f"unable to get metrics for resource {resource}: {NO_METRICS}")
-    timestamp = next(iter(metrics.values())).timestamp
-    metrics = dict(metrics)
-    if not pods:
-        raise MetricsError("no pods returned by selector while calculating replica count")
-    ready, unready, missing, ignored = group_pods(pods, metrics, resource,
-                                                  readiness.cpu_initialization_period,
-                                                  readiness.initial_readiness_delay, readiness.now)
-    for name in ignored | unready:
-        metrics.pop(name, None)
-    if not metrics:
-        raise MetricsError("did not receive metrics for targeted pods (pods might be unready)")
+    timestamp, metrics, ready, unready, missing = _grouped(resource, pods, metrics, readiness)
     ratio, usage = usage_ratio(metrics, target_usage)
-    scale_up_with_unready = bool(unready) and ratio > 1.0
-    if not scale_up_with_unready and not missing:
-        if tolerances.within(ratio):
-            return current, usage, timestamp
-        return math.ceil(ratio * ready), usage, timestamp
-    if missing:
-        for name in missing:
-            if ratio < 1.0:
-                metrics[name] = PodMetric(target_usage, 0.0, 0.0)
-            elif ratio > 1.0:
-                metrics[name] = PodMetric(0, 0.0, 0.0)
-    if scale_up_with_unready:
-        for name in unready:
-            metrics[name] = PodMetric(0, 0.0, 0.0)
-    new_ratio, _ = usage_ratio(metrics, target_usage)
-    if tolerances.within(new_ratio) or (ratio < 1.0 < new_ratio) or (ratio > 1.0 > new_ratio):
-        return current, usage, timestamp
-    new = math.ceil(new_ratio * len(metrics))
-    if (new_ratio < 1.0 and new > current) or (new_ratio > 1.0 and new < current):
-        return current, usage, timestamp
-    return new, usage, timestamp
+    replicas = _replicas(current, ratio, ready, unready, missing, metrics, tolerances,
+                         lambda name: target_usage, lambda m: usage_ratio(m, target_usage)[0])
+    return replicas, usage, timestamp
 
 
 # -- behavior: stabilization and rate limits -------------------------------------------------------------

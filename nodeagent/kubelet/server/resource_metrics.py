@@ -75,13 +75,18 @@ def _container(c: Any, known: dict[str, dict[str, Any]]) -> tuple[str, Container
         return None
     name = labels.get(CONTAINER_NAME_LABEL) or c.attributes.metadata.name
     s = ContainerSample(name=name, start_time=_start_times(known.get(uid)).get(name, 0.0))
-    if c.cpu.HasField("usage_core_nano_seconds"):
-        s.cpu_seconds = c.cpu.usage_core_nano_seconds.value / 1e9
-        s.cpu_time = (c.cpu.timestamp or time.time_ns()) / 1e9
-    if c.memory.HasField("working_set_bytes"):
-        s.memory_working_set = c.memory.working_set_bytes.value
-        s.memory_time = (c.memory.timestamp or time.time_ns()) / 1e9
+    _read(s, c.cpu, c.memory)
     return uid, s
+
+
+def _read(s: Sample, cpu: Any, memory: Any) -> None:
+    """A CRI CpuUsage and MemoryUsage into `s` (a field the runtime left unset stays None)."""
+    if cpu.HasField("usage_core_nano_seconds"):
+        s.cpu_seconds = cpu.usage_core_nano_seconds.value / 1e9
+        s.cpu_time = (cpu.timestamp or time.time_ns()) / 1e9
+    if memory.HasField("working_set_bytes"):
+        s.memory_working_set = memory.working_set_bytes.value
+        s.memory_time = (memory.timestamp or time.time_ns()) / 1e9
 
 
 class ResourceCollector:
@@ -139,12 +144,7 @@ class ResourceCollector:
                     continue
                 p = pod_for(uid, labels)
                 lx = b.linux
-                if lx.cpu.HasField("usage_core_nano_seconds"):
-                    p.cpu_seconds = lx.cpu.usage_core_nano_seconds.value / 1e9
-                    p.cpu_time = (lx.cpu.timestamp or time.time_ns()) / 1e9
-                if lx.memory.HasField("working_set_bytes"):
-                    p.memory_working_set = lx.memory.working_set_bytes.value
-                    p.memory_time = (lx.memory.timestamp or time.time_ns()) / 1e9
+                _read(p, lx.cpu, lx.memory)
                 for c in lx.containers:
                     got = _container(c, known)
                     if got is not None:
