@@ -316,6 +316,10 @@ def test_hpa_scales_a_cpu_burning_deployment_to_3_and_back_after_the_stabilizati
                    check=False)
     if made.returncode != 0:  # this kubectl writes autoscaling/v1, which is not served here (yet)
         assert "autoscaling/v1" in made.stderr or "the server could not find" in made.stderr, made.stderr
+        import warnings
+
+        warnings.warn(f"kubectl {binary} autoscale: {made.stderr.strip()}; the HPA is applied as "
+                      "autoscaling/v2", stacklevel=1)
         c.kubectl("apply", "-f", "-", input=yaml.safe_dump(hpa_v2(name, 50, 3)))
     wait_replicas(c, name, 3)
     rows = kubectl(c, kubectl_bin, "get", "hpa", name, "--no-headers").stdout.split()
