@@ -370,6 +370,10 @@ def _hpa(o: dict[str, Any], now: dt.datetime) -> list[Any]:
     spec, st = o.get("spec") or {}, o.get("status") or {}
     metrics, current = spec.get("metrics") or [], st.get("currentMetrics") or []
     shown = [_hpa_target(m, current[i] if i < len(current) else None) for i, m in enumerate(metrics)]
+    if "targetCPUUtilizationPercentage" in spec:  # autoscaling/v1's one CPU target
+        cur = st.get("currentCPUUtilizationPercentage")
+        current_text = "<unknown>" if cur is None else f"{cur}%"
+        shown = [f"cpu: {current_text}/{spec['targetCPUUtilizationPercentage']}%"]
     targets = ", ".join(shown[:2]) + (f" + {len(shown) - 2} more..." if len(shown) > 2 else "")
     ref = spec.get("scaleTargetRef") or {}
     min_pods = spec.get("minReplicas")
