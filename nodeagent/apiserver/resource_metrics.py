@@ -200,8 +200,9 @@ class KubeletFetcher:
         import aiohttp
 
         if self._session is None or self._session.closed:
+            ctx = await asyncio.to_thread(self.ssl_ctx)  # may make the client certificate on first use
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=self.ssl_ctx(), limit=64),
+                connector=aiohttp.TCPConnector(ssl=ctx, limit=64),
                 timeout=aiohttp.ClientTimeout(total=self.timeout))
         h = f"[{host}]" if ":" in host else host
         async with self._session.get(f"https://{h}:{port}/metrics/resource") as r:
@@ -235,7 +236,8 @@ class Scraper:
             try:
                 if addr is None:
                     raise OSError("no kubelet endpoint in its status")
-                return name, decode(await self.fetch(name, addr[0], addr[1]))
+                body = await self.fetch(name, addr[0], addr[1])
+                return name, await asyncio.to_thread(decode, body)  # parsing a full node's text takes ms
             except Exception as e:  # one node's failure must not cost the others their metrics
                 why = str(e) or type(e).__name__
                 if self.failures.get(name) != why:

@@ -178,7 +178,8 @@ class KubeletServer:
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def _metrics_resource(self, request: web.Request) -> web.Response:
-        body = exposition.render(resource_metrics.families(await self.resource.collect()))
+        stats = await self.resource.collect()
+        body = await asyncio.to_thread(lambda: exposition.render(resource_metrics.families(stats)))
         return web.Response(body=body, headers={"Content-Type": exposition.CONTENT_TYPE})
 
     def _cgroup_driver(self) -> Any:
@@ -190,8 +191,9 @@ class KubeletServer:
             self._cgroups = await asyncio.to_thread(_detect_cgroups)
         cgroups, error = await self.cadvisor.collect()
         root, root_net = await asyncio.to_thread(cadvisor.machine_usage)
-        families = cadvisor.families(cgroups, error, self._machine, root, root_net)
-        body = await asyncio.to_thread(exposition.render, families)
+        machine = self._machine
+        body = await asyncio.to_thread(
+            lambda: exposition.render(cadvisor.families(cgroups, error, machine, root, root_net)))
         return web.Response(body=body, headers={"Content-Type": exposition.CONTENT_TYPE})
 
     # -- pods and containers -----------------------------------------------------------------------------
