@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeagent.api.cidrs import subnet_of
+from nodeagent.api.pod_validation import validate_pod_spec
 
 FieldErrors = list[dict[str, str]]
 
@@ -196,7 +197,7 @@ def _containers(spec: dict[str, Any], base: str) -> FieldErrors:
     if rp is not None and rp not in ("Always", "OnFailure", "Never"):
         errs.append(err("FieldValueNotSupported", f"{base}.restartPolicy",
                         f'Unsupported value: "{rp}": supported values: "Always", "OnFailure", "Never"'))
-    return errs
+    return errs + validate_pod_spec(spec, base)
 
 
 def _pod_template(tpl: Any, base: str, selector: Any) -> FieldErrors:
@@ -460,6 +461,17 @@ def _pod_update(new: dict[str, Any], old: dict[str, Any]) -> FieldErrors:
                         "`spec.tolerations` (only additions to existing tolerations), "
                         "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was "
                         "previously negative)"))
+    ads_new, ads_old = new.get("activeDeadlineSeconds"), old.get("activeDeadlineSeconds")
+    if ads_old is not None and ads_new is None:
+        errs.append(invalid("spec.activeDeadlineSeconds", "null", "must not update from a positive integer "
+                            "to nil value"))
+    elif ads_old is not None and isinstance(ads_new, int) and ads_new > ads_old:
+        errs.append(invalid("spec.activeDeadlineSeconds", ads_new,
+                            "must be less than or equal to previous value"))
+    old_g = [g.get("name") for g in old.get("schedulingGates") or [] if isinstance(g, dict)]
+    if any((g or {}).get("name") not in old_g for g in new.get("schedulingGates") or []):
+        errs.append(err("FieldValueForbidden", "spec.schedulingGates",
+                        "Forbidden: only deletion is allowed, but found new scheduling gate"))
     old_t = old.get("tolerations") or []
     if not errs and any(t not in (new.get("tolerations") or []) for t in old_t):
         errs.append(err("FieldValueForbidden", "spec.tolerations",
