@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cri.proto import api_pb2 as pb
+from nodeagent.kubelet.admission import sysctl_dots
 
 # Where the kubelet looks for Localhost seccomp profiles (--seccomp-profile-root's default, kubelet root).
 SECCOMP_ROOT = "/var/lib/kubelet/seccomp"
@@ -144,5 +145,5 @@ def apply_sandbox(pod: Mapping[str, Any], cfg: pb.PodSandboxConfig, seccomp_root
     seccomp = _profile(psc.get("seccompProfile"), seccomp_root)
     if seccomp is not None:
         ssc.seccomp.CopyFrom(seccomp)
-    for s in psc.get("sysctls") or []:
-        cfg.linux.sysctls[str(s.get("name", ""))] = str(s.get("value", ""))
+    for s in psc.get("sysctls") or []:  # slash-separated names as dotted ones (ConvertPodSysctlsVariable...)
+        cfg.linux.sysctls[sysctl_dots(str(s.get("name", "")))] = str(s.get("value", ""))

@@ -71,7 +71,7 @@ def test_supplemental_groups_then_fs_group_and_the_policy():
 
 def test_sandbox_gets_pod_identity_sysctls_and_privileged():
     pod = _pod({"runAsUser": 1000, "fsGroup": 3000, "sysctls": [
-        {"name": "net.ipv4.tcp_syncookies", "value": "1"}, {"name": "kernel.shm_rmid_forced", "value": "0"}]},
+        {"name": "net/ipv4/tcp_syncookies", "value": "1"}, {"name": "kernel.shm_rmid_forced", "value": "0"}]},
         {"privileged": True})
     cfg = pb.PodSandboxConfig()
     sc.apply_sandbox(pod, cfg)
