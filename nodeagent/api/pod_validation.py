@@ -10,12 +10,13 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
+from nodeagent.api.names import dns1123_label, dns1123_subdomain
+
 FieldErrors = list[dict[str, str]]
 
 MAX_ID = 2147483647
 _SYSCTL = re.compile(r"^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$")
 _QUALIFIED = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS1123_SUB = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # What a windows pod may not set (validateWindows / validateLinux in ValidatePodSpec's OS checks).
 _LINUX_ONLY_POD = ("seLinuxOptions", "seccompProfile", "appArmorProfile", "fsGroup", "fsGroupChangePolicy",
                    "sysctls", "runAsUser", "runAsGroup", "supplementalGroups", "supplementalGroupsPolicy")
@@ -322,12 +323,7 @@ def _host_aliases(spec: dict[str, Any], base: str) -> FieldErrors:
                 errs.append(_invalid(f"{f}.ip", ip, "must be a valid IP address, (e.g. 10.9.8.7 or "
                                      "2001:db8::ffff)"))
         for j, h in enumerate((a or {}).get("hostnames") or []):
-            if not isinstance(h, str) or len(h) > 253 or not _DNS1123_SUB.match(h):
-                errs.append(_invalid(f"{f}.hostnames[{j}]", h, "a lowercase RFC 1123 subdomain must consist "
-                                     "of lower case alphanumeric characters, '-' or '.', and must start and "
-                                     "end with an alphanumeric character (e.g. 'example.com', regex used for "
-                                     "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*"
-                                     "[a-z0-9])?)*')"))
+            errs += [_invalid(f"{f}.hostnames[{j}]", h, m) for m in dns1123_subdomain(str(h))]
     return errs
 
 
@@ -429,12 +425,8 @@ def _scalars(spec: dict[str, Any], base: str) -> FieldErrors:
                              "ShareProcessNamespace and HostPID cannot both be enabled"))
     for k in ("hostname", "subdomain"):
         v = spec.get(k)
-        if v is not None and v != "" and (not isinstance(v, str) or len(v) > 63
-                                           or not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", v)):
-            errs.append(_invalid(f"{base}.{k}", v, "a lowercase RFC 1123 label must consist of lower case "
-                                 "alphanumeric characters or '-', and must start and end with an "
-                                 "alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
-                                 "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"))
+        if v is not None and v != "":
+            errs += [_invalid(f"{base}.{k}", v, m) for m in dns1123_label(str(v))]
     return errs
 
 
@@ -526,12 +518,8 @@ def validate_ephemeral_update(new: dict[str, Any], old: dict[str, Any]) -> Field
         name = c.get("name")
         if not name:
             errs.append(_required(f"{f}.name"))
-        elif not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", name) or len(name) > 63:
-            errs.append(_invalid(f"{f}.name", name, "a lowercase RFC 1123 label must consist of lower case "
-                                 "alphanumeric characters or '-', and must start and end with an "
-                                 "alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
-                                 "validation is "
-                                 "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"))
+        elif dns1123_label(str(name)):
+            errs += [_invalid(f"{f}.name", name, m) for m in dns1123_label(str(name))]
         elif name in seen or name in others:
             errs.append(_err("FieldValueDuplicate", f"{f}.name", f'Duplicate value: "{name}"'))
         seen.add(name or "")

@@ -11,12 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeagent.api.cidrs import subnet_of
+from nodeagent.api.names import dns1123_label, dns1123_subdomain
 from nodeagent.api.pod_validation import validate_pod_spec
 
 FieldErrors = list[dict[str, str]]
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -40,29 +39,6 @@ def _fmt(v: Any) -> str:
     if isinstance(v, str):
         return f'"{v}"'
     return str(v)
-
-
-def dns1123_label(value: str) -> list[str]:
-    out = []
-    if len(value) > 63:
-        out.append("must be no more than 63 characters")
-    if not _DNS1123_LABEL.match(value):
-        out.append("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or "
-                   "'-', and must start and end with an alphanumeric character (e.g. 'my-name',  or "
-                   "'123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
-    return out
-
-
-def dns1123_subdomain(value: str) -> list[str]:
-    out = []
-    if len(value) > 253:
-        out.append("must be no more than 253 characters")
-    if not _DNS1123_SUBDOMAIN.match(value):
-        out.append("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                   "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. "
-                   "'example.com', regex used for validation is "
-                   "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
-    return out
 
 
 def dns1035_label(value: str) -> list[str]:

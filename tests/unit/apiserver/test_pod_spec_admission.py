@@ -5,20 +5,12 @@ import pytest
 
 from nodeagent.api.resources import builtin
 from nodeagent.apiserver.errors import ApiError
-from nodeagent.apiserver.registry import Registry
-from nodeagent.store.memory import MemoryStore
+from tests.unit.apiserver import test_registry
 
-NS, PODS = builtin("", "v1", "namespaces"), builtin("", "v1", "pods")
+PODS = builtin("", "v1", "pods")
 RC = builtin("node.k8s.io", "v1", "runtimeclasses")
 DEPLOY = builtin("apps", "v1", "deployments")
-
-
-@pytest.fixture
-async def reg():
-    r = Registry(MemoryStore())
-    await r.create(NS, None, {"metadata": {"name": "d"}})
-    yield r
-    await r.close()
+reg = test_registry.reg  # a registry over the memory store with namespace "d" (the fixture, by its name)
 
 
 def pod(c=None, **spec):
