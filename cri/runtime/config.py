@@ -60,8 +60,10 @@ def _read_db(path: Path) -> list[list[str]]:
 
 
 def resolve_user(rootfs: str, user: str, uid: int | None, gid: int | None, username: str,
-                 extra_groups: list[int]) -> tuple[int, int, list[int]]:
-    """(uid, gid, supplementary groups) from the request, falling back to the image's User."""
+                 extra_groups: list[int], strict: bool = False) -> tuple[int, int, list[int]]:
+    """(uid, gid, supplementary groups) from the request, falling back to the image's User. The groups the
+    image's /etc/group gives the user are merged in, unless `strict` (SupplementalGroupsPolicy Strict:
+    only the requested ones)."""
     passwd = _read_db(Path(rootfs, "etc/passwd"))
     group = _read_db(Path(rootfs, "etc/group"))
     name = ""
@@ -105,7 +107,7 @@ def resolve_user(rootfs: str, user: str, uid: int | None, gid: int | None, usern
     if the_gid < 0:
         the_gid = 0
     groups: list[int] = []
-    if name:
+    if name and not strict:
         for row in group:
             if len(row) >= 4 and name in row[3].split(",") and row[2].isdigit():
                 groups.append(int(row[2]))

@@ -61,7 +61,7 @@ class ContainerVerbs(RuntimeCore):
             raise InvalidArgument("config.linux.security_context: run_as_user and run_as_username are "
                                   "exclusive")
         if sec.namespace_options.pid == TARGET:
-            raise Unimplemented("namespace_options.pid TARGET is not supported by this runtime")
+            self._check_pid_target(sec.namespace_options.target_id, s.id)
         spec.seccomp_choice(sec)  # refuses what it cannot do before anything is made
         apparmor = await spec.apparmor_choice(sec)
         mounts = [cfglib.check_mount_paths(m.container_path, m.host_path, i)
@@ -121,7 +121,8 @@ class ContainerVerbs(RuntimeCore):
                 str(rootfs), image.config.get("User", ""),
                 sec.run_as_user.value if sec.HasField("run_as_user") else None,
                 sec.run_as_group.value if sec.HasField("run_as_group") else None,
-                sec.run_as_username, list(sec.supplemental_groups))
+                sec.run_as_username, list(sec.supplemental_groups),
+                strict=sec.supplemental_groups_policy == pb.Strict)
             self.cgroups.create(cgroup)
             undo.push(lambda: self.cgroups.remove(cgroup))
             self.cgroups.apply(cgroup, res)
@@ -144,6 +145,26 @@ class ContainerVerbs(RuntimeCore):
         self._persist_container(c)
         return c
 
+    def _check_pid_target(self, target_id: str, sandbox_id: str) -> None:
+        """TARGET pid mode (an ephemeral debug container): the target is a container of the same pod."""
+        if not target_id:
+            raise InvalidArgument("namespace_options.target_id is required with pid TARGET")
+        target = self.containers.get(target_id)
+        if target is None or target.sandbox_id != sandbox_id:
+            raise NotFound(f"namespace_options.target_id: container {target_id!r} not found in sandbox "
+                           f"{sandbox_id}")
+
+    def _pid_ns_path(self, c: ContainerRecord, s: SandboxRecord) -> str:
+        """The pid namespace a "join" container enters: the pod's (pause), or its target container's."""
+        target_id = c.launch.get("pid_target")
+        if not target_id:
+            return f"/proc/{s.pid}/ns/pid"
+        target = self.containers.get(target_id)
+        require(target is not None and target.state == ContainerState.RUNNING and target.pid > 0,
+                f"target container {target_id} of pid namespace is not running")
+        assert target is not None
+        return f"/proc/{target.pid}/ns/pid"
+
     def _launch_spec(self, c: ContainerRecord, s: SandboxRecord) -> LaunchSpec:
         L = c.launch
         join = []
@@ -160,7 +181,7 @@ class ContainerVerbs(RuntimeCore):
             argv=tuple(L["argv"]), env=tuple(L["env"]), cwd=L["cwd"], creds=spec.creds(c), rootfs=c.rootfs,
             mounts=spec.mounts(c), masked_paths=tuple(L["masked"]), readonly_paths=tuple(L["readonly_paths"]),
             readonly_rootfs=L["readonly_rootfs"], privileged=L["privileged"], join_ns=tuple(join),
-            pid_mode=L["pid_mode"], pid_ns_path=f"/proc/{s.pid}/ns/pid", shm_source=s.shm,
+            pid_mode=L["pid_mode"], pid_ns_path=self._pid_ns_path(c, s), shm_source=s.shm,
             devices=tuple((d["path"], d["mode"], d["major"], d["minor"]) for d in L.get("devices", [])),
             cgroup_procs=tuple(self.cgroups.procs_files(c.cgroup)),
             oom_score_adj=max(adj, own) if adj or own else None,

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("nodeagent.cri.runtime")
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
+# The runtime handlers this runtime serves (CRI RunPodSandbox runtime_handler, advertised in Status):
+# "" is the default; "runc" and "nodeagent" name the same runtime, for RuntimeClasses written for either.
+HANDLERS = ("", "runc", "nodeagent")
 POD, CONTAINER, NODE, TARGET = pb.POD, pb.CONTAINER, pb.NODE, pb.TARGET  # CRI NamespaceMode
 
 R = TypeVar("R", SandboxRecord, ContainerRecord)

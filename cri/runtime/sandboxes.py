@@ -17,7 +17,17 @@ import time
 from pathlib import Path
 
 from cri.proto import api_pb2 as pb
-from cri.runtime.core import CONTAINER, NODE, POD, RuntimeCore, Undo, now_ns, remove_tree, selected
+from cri.runtime.core import (
+    CONTAINER,
+    HANDLERS,
+    NODE,
+    POD,
+    RuntimeCore,
+    Undo,
+    now_ns,
+    remove_tree,
+    selected,
+)
 from cri.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unimplemented
 from cri.runtime.state import SandboxRecord, SandboxState, alive, encode, proc_start
 from kernel import syscalls as sc
@@ -34,7 +44,7 @@ class SandboxVerbs(RuntimeCore):
             raise InvalidArgument("config.metadata.name is required")
         if not md.namespace:
             raise InvalidArgument("config.metadata.namespace is required")
-        if handler not in ("", "runc", "nodeagent"):
+        if handler not in HANDLERS:
             raise InvalidArgument(f"runtime_handler: unknown handler {handler!r}")
         sec = config.linux.security_context
         nso = sec.namespace_options

@@ -15,7 +15,7 @@ from cri.proto import api_pb2 as pb
 from cri.runtime import apparmor as aalib
 from cri.runtime import caps as capslib
 from cri.runtime import config as cfglib
-from cri.runtime.core import NODE, POD
+from cri.runtime.core import NODE, POD, TARGET
 from cri.runtime.errors import InvalidArgument
 from cri.runtime.process import Creds, Mount
 from cri.runtime.state import ContainerRecord, SandboxRecord
@@ -171,7 +171,8 @@ def launch_doc(config: pb.ContainerConfig, s: SandboxRecord, sandbox_dir: Path, 
         "readonly_paths": list(sec.readonly_paths) if sec.readonly_paths else list(cfglib.READONLY_PATHS),
         "mounts": mounts,
         "pid_mode": ("host" if pid_mode == NODE
-                     else "join" if pid_mode == POD and s.pid_mode == POD else "new"),
+                     else "join" if pid_mode == TARGET or pid_mode == POD and s.pid_mode == POD else "new"),
+        "pid_target": sec.namespace_options.target_id if pid_mode == TARGET else "",
         "oom_score_adj": config.linux.resources.oom_score_adj,
         "seccomp": seccomp_choice(sec),
         "apparmor": apparmor,

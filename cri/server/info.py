@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING
 
 from cri.proto import api_pb2 as pb
+from cri.runtime.core import HANDLERS
 from cri.runtime.errors import Unimplemented
 from cri.server.boundary import rpc
 from kernel import syscalls as sc
@@ -46,9 +47,11 @@ class InfoVerbs:
         else:
             resp.status.conditions.add(type="NetworkReady", status=False, reason="NetworkPluginNotReady",
                                        message=f"no CNI network config in {rt.opts.cni_conf_dir}")
-        h = resp.runtime_handlers.add(name="")
-        h.features.recursive_read_only_mounts = sc.supports_mount_setattr()
-        h.features.user_namespaces = False
+        for name in HANDLERS:  # "" is the default handler (what a pod without a RuntimeClass gets)
+            h = resp.runtime_handlers.add(name=name)
+            h.features.recursive_read_only_mounts = sc.supports_mount_setattr()
+            h.features.user_namespaces = False
+        resp.features.supplemental_groups_policy = True
         if request.verbose:
             resp.info["config"] = json.dumps({"stateDir": str(rt.opts.state_dir),
                                               "cniConfDir": rt.opts.cni_conf_dir,

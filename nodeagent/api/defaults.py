@@ -38,7 +38,35 @@ def _container(c: dict[str, Any]) -> None:
             res["requests"].setdefault(k, v)
 
 
+def containers(cs: list[Any]) -> None:
+    """Container defaults for a list of containers (the ephemeral ones a subresource write adds, too)."""
+    for c in cs:
+        if isinstance(c, dict):
+            _container(c)
+
+
+# Pod fields of features this cluster runs with their gates off (InPlacePodVerticalScaling,
+# DynamicResourceAllocation, PodLevelResources): kube-apiserver drops them on write (dropDisabledPodFields),
+# so a pod never carries a request nothing would honour.
+_DISABLED_POD_FIELDS = ("resourceClaims", "resources")
+_DISABLED_CONTAINER_FIELDS = ("resizePolicy",)
+
+
+def drop_disabled_fields(spec: dict[str, Any]) -> None:
+    for k in _DISABLED_POD_FIELDS:
+        spec.pop(k, None)
+    for field in ("initContainers", "containers", "ephemeralContainers"):
+        for c in spec.get(field) or []:
+            if not isinstance(c, dict):
+                continue
+            for k in _DISABLED_CONTAINER_FIELDS:
+                c.pop(k, None)
+            if isinstance(c.get("resources"), dict):
+                c["resources"].pop("claims", None)
+
+
 def pod_spec(spec: dict[str, Any]) -> None:
+    drop_disabled_fields(spec)
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("terminationGracePeriodSeconds", 30)

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeagent.api.cidrs import subnet_of
+from nodeagent.api.names import dns1123_label, dns1123_subdomain
+from nodeagent.api.pod_validation import validate_pod_spec
 
 FieldErrors = list[dict[str, str]]
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -39,29 +39,6 @@ def _fmt(v: Any) -> str:
     if isinstance(v, str):
         return f'"{v}"'
     return str(v)
-
-
-def dns1123_label(value: str) -> list[str]:
-    out = []
-    if len(value) > 63:
-        out.append("must be no more than 63 characters")
-    if not _DNS1123_LABEL.match(value):
-        out.append("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or "
-                   "'-', and must start and end with an alphanumeric character (e.g. 'my-name',  or "
-                   "'123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
-    return out
-
-
-def dns1123_subdomain(value: str) -> list[str]:
-    out = []
-    if len(value) > 253:
-        out.append("must be no more than 253 characters")
-    if not _DNS1123_SUBDOMAIN.match(value):
-        out.append("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                   "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. "
-                   "'example.com', regex used for validation is "
-                   "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
-    return out
 
 
 def dns1035_label(value: str) -> list[str]:
@@ -196,7 +173,7 @@ def _containers(spec: dict[str, Any], base: str) -> FieldErrors:
     if rp is not None and rp not in ("Always", "OnFailure", "Never"):
         errs.append(err("FieldValueNotSupported", f"{base}.restartPolicy",
                         f'Unsupported value: "{rp}": supported values: "Always", "OnFailure", "Never"'))
-    return errs
+    return errs + validate_pod_spec(spec, base)
 
 
 def _pod_template(tpl: Any, base: str, selector: Any) -> FieldErrors:
@@ -460,6 +437,17 @@ def _pod_update(new: dict[str, Any], old: dict[str, Any]) -> FieldErrors:
                         "`spec.tolerations` (only additions to existing tolerations), "
                         "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was "
                         "previously negative)"))
+    ads_new, ads_old = new.get("activeDeadlineSeconds"), old.get("activeDeadlineSeconds")
+    if ads_old is not None and ads_new is None:
+        errs.append(invalid("spec.activeDeadlineSeconds", "null", "must not update from a positive integer "
+                            "to nil value"))
+    elif ads_old is not None and isinstance(ads_new, int) and ads_new > ads_old:
+        errs.append(invalid("spec.activeDeadlineSeconds", ads_new,
+                            "must be less than or equal to previous value"))
+    old_g = [g.get("name") for g in old.get("schedulingGates") or [] if isinstance(g, dict)]
+    if any((g or {}).get("name") not in old_g for g in new.get("schedulingGates") or []):
+        errs.append(err("FieldValueForbidden", "spec.schedulingGates",
+                        "Forbidden: only deletion is allowed, but found new scheduling gate"))
     old_t = old.get("tolerations") or []
     if not errs and any(t not in (new.get("tolerations") or []) for t in old_t):
         errs.append(err("FieldValueForbidden", "spec.tolerations",

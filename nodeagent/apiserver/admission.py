@@ -57,6 +57,48 @@ def pull_secrets_from_service_account(pod: dict[str, Any], accounts: list[dict[s
         spec["imagePullSecrets"] = refs
 
 
+def apply_runtime_class(pod: dict[str, Any], classes: list[dict[str, Any]]) -> None:
+    """kube-apiserver's RuntimeClass admission: the class must exist; its overhead.podFixed becomes the pod's
+    spec.overhead (a different one set by hand is refused); its scheduling nodeSelector and tolerations are
+    merged into the pod's (a conflicting nodeSelector value is refused)."""
+    spec = pod.setdefault("spec", {})
+    pname = pod["metadata"].get("name", "")
+
+    def refuse(why: str) -> ApiError:
+        return forbidden(f'pods "{pname}" is forbidden: {why}', "pods", pname)
+
+    name = spec.get("runtimeClassName")
+    if not name:
+        if spec.get("overhead"):
+            raise refuse("pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead")
+        return
+    rc = next((c for c in classes if c["metadata"]["name"] == name), None)
+    if rc is None:
+        raise refuse(f'pod rejected: RuntimeClass "{name}" not found')
+    fixed = (rc.get("overhead") or {}).get("podFixed")
+    if spec.get("overhead") is not None:
+        if fixed is None or {k: parse_quantity(v) for k, v in spec["overhead"].items()} != \
+                {k: parse_quantity(v) for k, v in fixed.items()}:
+            raise refuse("pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead")
+    elif fixed:
+        spec["overhead"] = dict(fixed)
+    sched = rc.get("scheduling") or {}
+    selector = spec.get("nodeSelector") or {}
+    for k, v in (sched.get("nodeSelector") or {}).items():
+        if k in selector and selector[k] != v:
+            raise refuse(f"conflict: runtimeClass.scheduling.nodeSelector[{k}] = {v}; "
+                         f"pod.spec.nodeSelector[{k}] = {selector[k]}")
+        selector[k] = v
+    if selector:
+        spec["nodeSelector"] = selector
+    tolerations = spec.get("tolerations") or []
+    for t in sched.get("tolerations") or []:
+        if t not in tolerations:
+            tolerations.append(t)
+    if tolerations:
+        spec["tolerations"] = tolerations
+
+
 def apply_limit_ranges(pod: dict[str, Any], ranges: list[dict[str, Any]]) -> None:
     """Fill container requests/limits from LimitRange defaults, then check min/max (403 like the seed)."""
     name = pod["metadata"].get("name", "")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from nodeagent.api import defaults, validation
+from nodeagent.api.pod_validation import validate_ephemeral_update, validate_pod_create
 from nodeagent.api.qos import compute_pod_qos
 from nodeagent.api.resources import Resource, builtin
 from nodeagent.api.selectors import FieldRequirement, Selector, field_value, fields_match
@@ -47,6 +48,7 @@ PODS = builtin("", "v1", "pods")
 SERVICES = builtin("", "v1", "services")
 PRIORITY_CLASSES = builtin("scheduling.k8s.io", "v1", "priorityclasses")
 LIMIT_RANGES = builtin("", "v1", "limitranges")
+RUNTIME_CLASSES = builtin("node.k8s.io", "v1", "runtimeclasses")
 QUOTAS = builtin("", "v1", "resourcequotas")
 SERVICE_ACCOUNTS = builtin("", "v1", "serviceaccounts")
 CRDS = builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions")
@@ -192,6 +194,9 @@ class Registry:
         defaults.apply_defaults(obj, res.kind)
         if res is PODS:
             await self._admit_pod(obj, ns or "")
+            errs = validate_pod_create(obj.get("spec") or {})
+            if errs:
+                raise errors.invalid(res.kind, meta["name"], errs, res.group)
         if res is CRDS:
             lifecycle.establish_crd(obj)
         self._validate(res, obj)
@@ -270,6 +275,8 @@ class Registry:
         admission.resolve_priority(pod, classes)
         accounts = await self._lookup(SERVICE_ACCOUNTS, ns)
         admission.pull_secrets_from_service_account(pod, accounts)
+        if (pod.get("spec") or {}).get("runtimeClassName") or (pod.get("spec") or {}).get("overhead"):
+            admission.apply_runtime_class(pod, await self._lookup(RUNTIME_CLASSES, None))
         ranges = await self._lookup(LIMIT_RANGES, ns)
         if ranges:
             admission.apply_limit_ranges(pod, ranges)
@@ -362,6 +369,10 @@ class Registry:
             changed = _spec_part(new) != _spec_part(current)
             nm["generation"] = cur_meta["generation"] + (1 if changed else 0)
         self._validate(res, new)
+        if subresource == "ephemeralcontainers":
+            errs = validate_ephemeral_update(new.get("spec") or {}, current.get("spec") or {})
+            if errs:
+                raise errors.invalid(res.kind, name, errs, res.group)
         if not subresource:
             errs = validation.validate_update(new, current, res.kind)
             if errs:
@@ -392,6 +403,14 @@ class Registry:
 
     def _merge_for_update(self, res: Resource, current: dict[str, Any], obj: dict[str, Any],
                           subresource: str) -> dict[str, Any]:
+        if subresource == "ephemeralcontainers":
+            # Only spec.ephemeralContainers comes from the body (kube-apiserver's ephemeralcontainers
+            # strategy); each new one gets the container defaults.
+            new = copy.deepcopy(current)
+            ecs = (obj.get("spec") or {}).get("ephemeralContainers") or []
+            new.setdefault("spec", {})["ephemeralContainers"] = ecs
+            defaults.containers(ecs)
+            return new
         if subresource == "status":
             new = copy.deepcopy(current)
             if "status" in obj:

@@ -36,15 +36,15 @@ async def handle(registry: Registry, kubelet_proxy: KubeletProxy | None, request
     if sub in _STREAMING:
         return await _kubelet(registry, kubelet_proxy, request, info)
     if sub in ("status", "ephemeralcontainers", "approval"):
+        # What the write may change: ephemeral containers only, or the status.
+        kind = "ephemeralcontainers" if sub == "ephemeralcontainers" else "status"
         if verb == "get":
             return json_response(await registry.get(res, ns, name))
         if verb == "update":
-            obj, _ = await registry.update(res, ns, name, body,
-                                           "" if sub == "ephemeralcontainers" else "status", dry_run)
+            obj, _ = await registry.update(res, ns, name, body, kind, dry_run)
             return json_response(obj)
         if verb == "patch":
-            obj, _ = await patching.patch(registry, request.query, info, body, dry_run,
-                                          "" if sub == "ephemeralcontainers" else "status")
+            obj, _ = await patching.patch(registry, request.query, info, body, dry_run, kind)
             return json_response(obj)
     if sub == "finalize" and verb == "update":
         obj, _ = await registry.update(res, ns, name, body, "", dry_run)

@@ -106,6 +106,9 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                    help="cluster DNS IPs written into ClusterFirst pods' resolv.conf, comma-separated "
                         "(default: the kube-dns Service IP of the server's default Service range, "
                         "10.96.0.10; '' for none)")
+    p.add_argument("--allowed-unsafe-sysctls", default="",
+                   help="namespaced sysctls (or prefixes ending in *) pods may set beyond the kubelet's safe "
+                        "ones, comma-separated, e.g. 'net.core.somaxconn,kernel.msg*'")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

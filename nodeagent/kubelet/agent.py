@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from cri.client import RuntimeClient
+from nodeagent.api.times import parse_rfc3339
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
-from nodeagent.kubelet import container_events
+from nodeagent.kubelet import admission, container_events
 from nodeagent.kubelet.config import KubeletConfig
 from nodeagent.kubelet.envvars import EnvError, NotFound
 from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
@@ -176,7 +177,8 @@ class Kubelet:
                                   runtime_name=self.node.runtime_name,
                                   cgroups=await asyncio.to_thread(_cgroup_driver),
                                   cluster_dns=self.cfg.cluster_dns, cluster_domain=self.cfg.cluster_domain,
-                                  resolv_conf=self.cfg.resolv_conf, sources=self.objects)
+                                  resolv_conf=self.cfg.resolv_conf, sources=self.objects,
+                                  runtime_handler=self._runtime_handler)
         if self.runtime.cgroups is not None:
             await asyncio.to_thread(_ensure_qos_tree, self.runtime.cgroups, self.runtime.cgroup_root)
         async with asyncio.TaskGroup() as tg:
@@ -350,9 +352,45 @@ class Kubelet:
         self.evicted[uid_of(pod)] = status
         self.workers.poke(uid_of(pod))
 
+    async def _runtime_handler(self, pod: Any) -> str:
+        """The CRI handler of the pod's RuntimeClass (node.k8s.io/v1), "" without one; LookupError when the
+        class is gone (kubelet's runtimeClassManager.LookupRuntimeHandler)."""
+        name = (pod.get("spec") or {}).get("runtimeClassName")
+        if not name:
+            return ""
+        try:
+            rc = await self.client.get("runtimeclasses", name)
+        except ClientError as e:
+            if e.not_found:
+                raise LookupError(f'RuntimeClass "{name}" not found') from None
+            raise
+        return str(rc.get("handler", ""))
+
+    def _kubelet_failure(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """A pod the kubelet fails itself: refused at admission (new pods only) or past its
+        activeDeadlineSeconds; the status it keeps from then on, after an event saying why."""
+        uid = uid_of(pod)
+        status = pod.get("status") or {}
+        if uid not in self.last_status and not status.get("startTime") \
+                and status.get("phase") in (None, "Pending"):
+            rejected = admission.admit(pod, self.cfg.allowed_unsafe_sysctls)
+            if rejected is not None:
+                self.recorder.record(pod, "Warning", rejected.reason, rejected.message)
+                return rejected.status()
+        if admission.deadline_exceeded(pod, self.last_status.get(uid), self.clock.now()):
+            # A Normal event, as the kubelet's activeDeadlineHandler records it.
+            self.recorder.record(pod, "Normal", admission.DEADLINE_REASON, admission.DEADLINE_MESSAGE)
+            return admission.deadline_status()
+        return None
+
     # -- the workers' work -----------------------------------------------------------------------------
     async def _sync_pod(self, pod: dict[str, Any]) -> float | None:
         assert self.runtime is not None
+        terminal = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if uid_of(pod) not in self.evicted and not terminal:
+            failed = self._kubelet_failure(pod)
+            if failed is not None:
+                self.evicted[uid_of(pod)] = failed
         evicted = self.evicted.get(uid_of(pod))
         if evicted is not None:
             await self.runtime.kill_containers(pod, grace=0)
@@ -392,6 +430,10 @@ class Kubelet:
             return 0.0  # stop what is left at once
         waiting = [c for c in status.get("initContainerStatuses", []) + status.get("containerStatuses", [])
                    if "running" not in (c.get("state") or {})]
+        deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        if deadline is not None and status.get("startTime"):  # wake when the deadline passes
+            left = max(0.0, parse_rfc3339(status["startTime"]) + int(deadline) - self.clock.now()) + 0.05
+            return min(left, 1.0) if waiting else left
         return 1.0 if waiting else None
 
     async def _post_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:

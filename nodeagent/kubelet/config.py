@@ -40,6 +40,7 @@ class KubeletConfig:
     cluster_domain: str = "cluster.local"
     resolv_conf: str = "/etc/resolv.conf"
     node_ip: str = ""  # kubelet's --node-ip: the InternalIP it reports; empty: detected
+    allowed_unsafe_sysctls: tuple[str, ...] = ()  # --allowed-unsafe-sysctls: names or prefixes ending in *
 
     def __post_init__(self) -> None:
         from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD, ThresholdError, parse_thresholds
@@ -57,6 +58,10 @@ class KubeletConfig:
                 ipaddress.ip_address(ip)
             except ValueError:
                 raise ValueError(f"kubelet: {ip!r} is not an IP address") from None
+        from nodeagent.kubelet.admission import check_sysctl_pattern
+
+        for pattern in self.allowed_unsafe_sysctls:
+            check_sysctl_pattern(pattern)
         try:
             parse_thresholds(self.eviction_hard if self.eviction_hard is not None else DEFAULT_HARD)
         except ThresholdError as e:

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ from cri.client import RuntimeClient, is_not_found
 from cri.proto import api_pb2 as pb
 from nodeagent.clock import Clock
 from nodeagent.kubelet import images as image_policy
-from nodeagent.kubelet import resources
+from nodeagent.kubelet import pod_files, resources
+from nodeagent.kubelet import security_context as security
 from nodeagent.kubelet.backoff import CrashLoopBackoff, ImagePullBackoff, container_backoff_key
 from nodeagent.kubelet.cgroups import remove_cgroup
 from nodeagent.kubelet.container_env import apply_env, prepare_sub_paths, pull_with_credentials, sub_path
@@ -68,9 +69,15 @@ class PodRuntime:
                  log_root: Path, cgroup_root: tuple[str, ...], memory_capacity: int, runtime_name: str,
                  sandbox_image: str = "", cgroups: Any = None, cluster_dns: tuple[str, ...] = (),
                  cluster_domain: str = "cluster.local", resolv_conf: str = "/etc/resolv.conf",
-                 sources: ContainerSources | None = None) -> None:
+                 sources: ContainerSources | None = None,
+                 runtime_handler: Callable[[Mapping[str, Any]], Awaitable[str]] | None = None) -> None:
         self.cri = cri
         self.sources: ContainerSources = sources or Standalone()  # env and pull secrets (envvars, secrets)
+        # RuntimeClass → CRI handler (the agent looks the class up through the API); None: the default.
+        self.runtime_handler = runtime_handler
+        # The runtime's recursive read-only mounts (its CRI Status), read at the first sync.
+        self.rro_supported = False
+        self._features_read = False
         self.cluster_dns = list(cluster_dns)  # kubelet --cluster-dns: the kube-dns Service IP(s)
         self.cluster_domain = cluster_domain
         self.resolv_conf = resolv_conf  # kubelet --resolv-conf: the host's file (Default, the search line)
@@ -99,7 +106,10 @@ class PodRuntime:
                 if is_not_found(e):
                     continue
                 raise
-            records.append(self._record(st))
+            rec = self._record(st)
+            if st.state == pb.CONTAINER_EXITED:
+                rec = await asyncio.to_thread(_with_termination_message, rec, st)
+            records.append(rec)
         ips: list[str] = []
         ready = False
         latest = max(sandboxes, key=lambda s: s.created_at, default=None)
@@ -126,6 +136,7 @@ class PodRuntime:
                    startup_failed: set[str] | None = None) -> PodRuntimeState:
         """Move the runtime one step towards the pod's spec; returns the state after the step."""
         uid = uid_of(pod)
+        await self._runtime_features()
         st = await self.state(pod)
         boxes = [SandboxRecord(s.id, s.state == pb.SANDBOX_READY, s.metadata.attempt, s.created_at / 1e9)
                  for s in st.sandboxes]
@@ -140,7 +151,8 @@ class PodRuntime:
             self.recorder.record(pod, "Normal", "Killing", info.message or f"Stopping container {info.name}")
             await self._stop_container(cid, _grace(pod), pod, info.name)
         sid = "" if actions.create_sandbox else actions.sandbox_id
-        to_start = actions.init_containers_to_start + actions.containers_to_start
+        to_start = (actions.init_containers_to_start + actions.ephemeral_to_start
+                    + actions.containers_to_start)
         vols: dict[str, Any] = {}
         if actions.create_sandbox or to_start:
             try:
@@ -162,12 +174,29 @@ class PodRuntime:
             new_cfg = self.sandbox_config(pod, actions.attempt)
             for warning in self.dns_warnings(pod):
                 self.recorder.record(pod, "Warning", "DNSConfigForming", warning)
-            sid = await self.cri.run_pod_sandbox(new_cfg)
+            if (pod.get("spec") or {}).get("hostUsers") is False:
+                # UserNamespacesSupport: the runtime handler must support user namespaces; ours does not.
+                self.recorder.record(pod, "Warning", "FailedCreatePodSandBox",
+                                     "Failed to create pod sandbox: RuntimeClass handler \"\" does not "
+                                     "support user namespaces")
+                return st
+            handler = ""
+            if self.runtime_handler is not None:
+                try:
+                    handler = await self.runtime_handler(pod)
+                except LookupError as e:
+                    self.recorder.record(pod, "Warning", "FailedCreatePodSandBox",
+                                         f"Failed to create pod sandbox: {e}")
+                    return st
+            sid = await self.cri.run_pod_sandbox(new_cfg, handler)
             st = await self.state(pod)
         sandbox_cfg = self.sandbox_config(pod, actions.attempt)
         spec = pod.get("spec") or {}
-        by_name = {c["name"]: c for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])}
+        by_name = {c["name"]: c for f in ("initContainers", "ephemeralContainers", "containers")
+                   for c in spec.get(f) or []}
         latest = latest_records(st.records)
+        if to_start:
+            vols = {**vols, **await asyncio.to_thread(self._pod_files, pod, st.pod_ips)}
         for name in to_start:
             c = by_name[name]
             prev = latest.get(name)
@@ -194,6 +223,16 @@ class PodRuntime:
             if name in actions.init_containers_to_start:
                 break  # one init container at a time: the next sync (PLEG) starts the next
         return await self.state(pod)
+
+    async def _runtime_features(self) -> None:
+        """What the runtime's default handler supports (kubelet reads the handlers from CRI Status)."""
+        if self._features_read:
+            return
+        with contextlib.suppress(Exception):
+            st = await self.cri.status()
+            h = next((h for h in st.runtime_handlers if h.name == ""), None)
+            self.rro_supported = h is not None and h.features.recursive_read_only_mounts
+            self._features_read = True
 
     async def _image(self, image: str) -> pb.Image | None:
         """The runtime's image by that reference, or None when it does not have it."""
@@ -228,6 +267,7 @@ class PodRuntime:
                                  image_policy.pulled_message(image, took, took, img.size if img else 0))
         else:
             self.recorder.record(pod, "Normal", "Pulled", decision.message)
+        img = await self._image(image)
         try:
             env = await self.sources.environment(pod, c, await self._sandbox_ips(sid))
             await asyncio.to_thread(prepare_sub_paths, c, vols, env)
@@ -237,8 +277,18 @@ class PodRuntime:
         for warning in env.warnings:
             self.recorder.record(pod, "Warning", "InvalidEnvironmentVariableNames", warning)
         try:
+            security.verify_run_as_non_root(pod, c, *_image_user(img))
             cfg = self.container_config(pod, c, attempt, vols, env)
+            if c.get("targetContainerName"):
+                await self._target_pid_namespace(pod, c["targetContainerName"], cfg)
+            if c.get("terminationMessagePath"):
+                path = await asyncio.to_thread(pod_files.termination_message_file,
+                                               self.volumes.pod_dir(uid_of(pod)), c["name"])
+                cfg.mounts.add(container_path=c["terminationMessagePath"], host_path=str(path))
             cid = await self.cri.create_container(sid, cfg, sandbox_cfg)
+        except security.ConfigError as e:
+            self.recorder.record(pod, "Warning", "Failed", f"Error: {e}")
+            raise _StartError("CreateContainerConfigError", str(e)) from e
         except Exception as e:
             msg = _details(e)
             self.recorder.record(pod, "Warning", "Failed", f"Error: {msg}")
@@ -266,6 +316,19 @@ class PodRuntime:
                 return []
             raise
         return [ip for ip in [net.ip, *(a.ip for a in net.additional_ips)] if ip]
+
+    async def _target_pid_namespace(self, pod: Mapping[str, Any], target: str,
+                                    cfg: pb.ContainerConfig) -> None:
+        """An ephemeral container's targetContainerName: the pid namespace of that running container (CRI
+        TARGET), unless the pod shares one pid namespace anyway."""
+        nso = cfg.linux.security_context.namespace_options
+        if nso.pid != pb.CONTAINER:
+            return
+        rec = latest_records((await self.state(pod)).records).get(target)
+        if rec is None or rec.state != "running":
+            raise security.ConfigError(f"target container {target} is not running")
+        nso.pid = pb.TARGET
+        nso.target_id = rec.id
 
     async def _run_hook(self, pod: Mapping[str, Any], c: Mapping[str, Any], cid: str, hook: Mapping[str, Any],
                         kind: str, timeout_s: int) -> bool:
@@ -328,7 +391,8 @@ class PodRuntime:
         m = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
         host_net = bool(spec.get("hostNetwork"))
-        cfg = pb.PodSandboxConfig(hostname="" if host_net else (spec.get("hostname") or m.get("name", "")),
+        hostname = "" if host_net else pod_files.kernel_hostname(pod, self.cluster_domain)
+        cfg = pb.PodSandboxConfig(hostname=hostname,
                                   log_directory=str(self.pod_log_dir(pod)))
         cfg.metadata.name, cfg.metadata.namespace = m.get("name", ""), m.get("namespace", "default")
         cfg.metadata.uid, cfg.metadata.attempt = m.get("uid", ""), attempt
@@ -346,6 +410,7 @@ class PodRuntime:
         nso.pid = (pb.NODE if spec.get("hostPID")
                    else pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER)
         nso.ipc = pb.NODE if spec.get("hostIPC") else pb.POD
+        security.apply_sandbox(pod, cfg)
         for c in spec.get("containers") or []:
             for p in c.get("ports") or []:
                 if p.get("hostPort"):
@@ -353,6 +418,18 @@ class PodRuntime:
                                           protocol=pb.Protocol.Value(p.get("protocol", "TCP")),
                                           host_ip=p.get("hostIP", ""))
         return cfg
+
+    def _pod_files(self, pod: Mapping[str, Any], pod_ips: list[str]) -> dict[str, Any]:
+        """The kubelet's managed /etc/hosts for the pod's containers (a blocking write: a worker thread).
+        The kubelet mounts it once the pod has IPs (a hostNetwork pod: the node's hosts file)."""
+        if not pod_ips and not (pod.get("spec") or {}).get("hostNetwork"):
+            return {}
+        from nodeagent.kubelet.volumes.manager import Volume
+
+        path = pod_files.ensure_hosts_file(self.volumes.pod_dir(uid_of(pod)), pod, pod_ips,
+                                           self.cluster_domain)
+        # Keyed by its mount path, which no volume name can be.
+        return {pod_files.ETC_HOSTS: Volume(pod_files.HOSTS_MOUNT_NAME, "hosts", str(path))}
 
     def _resolv_conf(self, pod: Mapping[str, Any]) -> ResolvConf:
         """The pod's resolv.conf by dnsPolicy (the runtime writes it from the sandbox's dns_config)."""
@@ -385,8 +462,9 @@ class PodRuntime:
             sub = sub_path(vm, env)
             if sub:
                 host = os.path.join(host, sub)
-            cfg.mounts.add(container_path=vm["mountPath"], host_path=host,
-                           readonly=bool(vm.get("readOnly")) or v.read_only)
+            m = cfg.mounts.add(container_path=vm["mountPath"], host_path=host,
+                               readonly=bool(vm.get("readOnly")) or v.read_only)
+            pod_files.mount_options(vm, m, self.rro_supported)
         r = resources.container_resources(pod, c, self.memory_capacity)
         lr = cfg.linux.resources
         lr.cpu_shares = r["cpu_shares"]
@@ -394,11 +472,14 @@ class PodRuntime:
         lr.oom_score_adj = r["oom_score_adj"]
         lr.cpu_period = r.get("cpu_period", 0)
         lr.cpu_quota = r.get("cpu_quota", 0)
-        sc = c.get("securityContext") or {}
         lsc = cfg.linux.security_context
-        lsc.privileged = bool(sc.get("privileged"))
-        if sc.get("runAsUser") is not None:
-            lsc.run_as_user.value = int(sc["runAsUser"])
+        security.apply_container(pod, c, lsc)
+        hosts = vols.get(pod_files.ETC_HOSTS)
+        if hosts is not None and pod_files.wants_hosts_mount(c):
+            cfg.mounts.add(container_path=pod_files.ETC_HOSTS, host_path=hosts.host_path)
+        if c.get("terminationMessagePath"):
+            cfg.annotations[pod_files.MESSAGE_PATH_ANNOTATION] = c["terminationMessagePath"]
+        cfg.annotations[pod_files.MESSAGE_POLICY_ANNOTATION] = c.get("terminationMessagePolicy") or "File"
         spec = pod.get("spec") or {}
         nso = lsc.namespace_options
         nso.network = pb.NODE if spec.get("hostNetwork") else pb.POD
@@ -447,7 +528,14 @@ class PodRuntime:
         for r in running:
             if reason_events:
                 self.recorder.record(pod, "Normal", "Killing", f"Stopping container {r.name}")
-        await asyncio.gather(*(self._stop_container(r.id, grace, pod, r.name) for r in running))
+        # Native sidecars stop after everything else, the last-declared first (kubelet's termination order).
+        sidecars = [c["name"] for c in (pod.get("spec") or {}).get("initContainers") or []
+                    if c.get("restartPolicy") == "Always"]
+        await asyncio.gather(*(self._stop_container(r.id, grace, pod, r.name) for r in running
+                               if r.name not in sidecars))
+        for name in reversed(sidecars):
+            await asyncio.gather(*(self._stop_container(r.id, grace, pod, r.name) for r in running
+                                   if r.name == name))
         for s in st.sandboxes:
             if s.state == pb.SANDBOX_READY:
                 with contextlib.suppress(Exception):
@@ -515,6 +603,29 @@ def termination_grace(pod: Mapping[str, Any]) -> int:
     return _grace(pod)
 
 
+
+
+def _image_user(img: pb.Image | None) -> tuple[int | None, str]:
+    """kubelet getImageUser: the image's uid, else its user name; an image that says neither runs as root."""
+    if img is not None and img.HasField("uid"):
+        return img.uid.value, ""
+    if img is not None and img.username:
+        return None, img.username
+    return 0, ""
+
+
+def _with_termination_message(rec: ContainerRecord, st: pb.ContainerStatus) -> ContainerRecord:
+    """An exited container's record with the message it left (kuberuntime getTerminationMessage): the
+    runtime's message, then ": ", then the file at terminationMessagePath, or the log's tail under
+    FallbackToLogsOnError after a failure."""
+    fallback = (st.annotations.get(pod_files.MESSAGE_POLICY_ANNOTATION) == "FallbackToLogsOnError"
+                and st.exit_code != 0 and st.reason != "ContainerCannotRun")
+    msg = pod_files.termination_message([(m.container_path, m.host_path) for m in st.mounts],
+                                        st.annotations.get(pod_files.MESSAGE_PATH_ANNOTATION, ""), fallback,
+                                        st.log_path)
+    if not msg:
+        return rec
+    return dataclasses.replace(rec, message=f"{rec.message}: {msg}" if rec.message else msg)
 
 
 def _read_text(path: str) -> str:

@@ -44,6 +44,7 @@ class PodActions:
     init_containers_to_start: list[str] = dataclasses.field(default_factory=list)
     containers_to_start: list[str] = dataclasses.field(default_factory=list)
     containers_to_kill: dict[str, KillInfo] = dataclasses.field(default_factory=dict)  # container id → why
+    ephemeral_to_start: list[str] = dataclasses.field(default_factory=list)  # never started yet
     init_failed: bool = False  # a regular init container failed and the pod will not restart it
 
 
@@ -106,6 +107,11 @@ def compute_pod_actions(pod: Mapping[str, Any], sandboxes: Iterable[SandboxRecor
                 continue
             actions.containers_to_start.append(c["name"])
         return actions
+
+    # Ephemeral containers start once, even before initialization completes, and never restart.
+    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        actions.ephemeral_to_start = [c["name"] for c in spec.get("ephemeralContainers") or []
+                                      if c["name"] not in latest]
 
     # -- init containers: one at a time, sidecars must have started before the next one runs --
     has_initialized = any(c["name"] in latest for c in apps)

@@ -446,6 +446,12 @@ def generate_pod_status(pod: Mapping[str, Any], records: Iterable[ContainerRecor
     }
     if spec.get("initContainers"):
         status["initContainerStatuses"] = init_st
+    if spec.get("ephemeralContainers"):
+        eph = container_statuses(pod, spec["ephemeralContainers"], records, is_init=False,
+                                 sync_errors=sync_errors, old_statuses=old.get("ephemeralContainerStatuses"))
+        for e in eph:  # ephemeral containers are never ready (they have no probes and serve nothing)
+            e["ready"] = False
+        status["ephemeralContainerStatuses"] = eph
     ips = list(pod_ips)
     if ips:
         status["podIP"] = ips[0]

@@ -67,6 +67,7 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
         self.unpullable: set[str] = set()
         self.private: dict[str, tuple[str, str]] = {}  # image → the (username, password) its registry wants
         self.pull_auths: list[tuple[str, str, str]] = []  # (image, username, password) of each PullImage
+        self.image_users: dict[str, str] = {}  # image → its config's User ("1000", "nobody"); none by default
         self.last_config: pb.ContainerConfig | None = None
         self._ids = itertools.count(1)
         self._ip = itertools.count(2)
@@ -157,7 +158,7 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
         self.calls.append(("CreateContainer", config.metadata.name))
         self.containers[cid] = pb.ContainerStatus(
             id=cid, metadata=config.metadata, state=pb.CONTAINER_CREATED, created_at=self._now(),
-            image=config.image, labels=config.labels, annotations=config.annotations)
+            image=config.image, labels=config.labels, annotations=config.annotations, mounts=config.mounts)
         self.container_sandbox[cid] = request.pod_sandbox_id
         self.last_config = config
         return pb.CreateContainerResponse(container_id=cid)
@@ -198,7 +199,13 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
         image = request.image.image
         if image not in self.images:
             return pb.ImageStatusResponse()
-        return pb.ImageStatusResponse(image=pb.Image(id=f"sha256:{image}", size=1))
+        img = pb.Image(id=f"sha256:{image}", size=1)
+        user = self.image_users.get(image, "").split(":")[0]
+        if user.isdigit():
+            img.uid.value = int(user)
+        elif user:
+            img.username = user
+        return pb.ImageStatusResponse(image=img)
 
     async def PullImage(self, request, context):
         image = request.image.image

@@ -41,6 +41,8 @@ def _server(tmp_path, *argv):
     (["--housekeeping-interval", "-1"], "housekeeping_interval"),
     (["--port", "99999"], "apiserver port 99999"),
     (["--cluster-cidr", "10.0.0.0/33"], "--cluster-cidr"),
+    (["--allowed-unsafe-sysctls", "net.core.somaxconn,vm.swappiness"],
+     "the sysctl 'vm.swappiness' is not known to be namespaced"),
 ])
 def test_up_refuses_a_bad_flag_naming_it(tmp_path, argv, says):
     with pytest.raises(SystemExit, match=says):
@@ -157,3 +159,8 @@ def test_credentials_take_a_kubeconfig_or_a_server():
         Credentials()
     with pytest.raises(ValueError, match="not both"):
         Credentials(kubeconfig="k", server="https://x")
+
+
+def test_allowed_unsafe_sysctls_reach_the_kubelet(tmp_path):
+    cfg = _up(tmp_path, "--allowed-unsafe-sysctls", "net.core.somaxconn, kernel.msg*")
+    assert cfg.kubelet.allowed_unsafe_sysctls == ("net.core.somaxconn", "kernel.msg*")

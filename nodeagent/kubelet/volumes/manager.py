@@ -19,6 +19,7 @@ from typing import Any
 from nodeagent.api.quantity import int_value
 from nodeagent.kubelet.resources import pod_resource_config
 from nodeagent.kubelet.volumes import mount as mnt
+from nodeagent.kubelet.volumes import ownership
 from nodeagent.kubelet.volumes.atomic_writer import AtomicWriter, PayloadError
 from nodeagent.kubelet.volumes.payloads import (
     DEFAULT_MODE,
@@ -177,10 +178,14 @@ class VolumeManager:
                 check_host_path(hp["path"], hp.get("type"))
                 return Volume(name, kind, hp["path"])
             path = self.volume_dir(uid, kind, name)
+            fresh = not path.exists()
             if kind == "emptyDir":
                 self._setup_empty_dir(pod, volume["emptyDir"] or {}, path)
+                if fresh:
+                    self._own(pod, path, read_only=False)
                 return Volume(name, kind, str(path))
-            self._project(pod, volume, kind, path)
+            if self._project(pod, volume, kind, path) or fresh:
+                self._own(pod, path, read_only=True)
             return Volume(name, kind, str(path), read_only=True)
         except VolumeError:
             raise
@@ -198,7 +203,16 @@ class VolumeManager:
             if not mnt.is_mountpoint(path):
                 size = empty_dir_memory_size(pod, source, self._allocatable_memory())
                 mnt.mount_tmpfs(path, size, 0o777)
-        os.chmod(path, 0o777)  # every emptyDir is world-writable, as kubelet makes them
+        # Every emptyDir is world-writable, as kubelet makes them (keeping fsGroup's setgid bit).
+        os.chmod(path, 0o777 | (os.stat(path).st_mode & stat.S_ISGID))
+
+    @staticmethod
+    def _own(pod: Mapping[str, Any], path: Path, read_only: bool) -> None:
+        """fsGroup ownership, when the volume is set up and after each projection change (the kubelet's
+        SetVolumeOwnership at mount and as the atomic writer's setPerms)."""
+        gid, policy = ownership.fs_group(pod)
+        if gid is not None:
+            ownership.set_volume_ownership(path, gid, read_only, policy)
 
     def _allocatable_memory(self) -> int | None:
         v = self.node_allocatable.get("memory")
@@ -234,7 +248,9 @@ class VolumeManager:
             if kind not in PROJECTED_KINDS:
                 continue
             try:
-                if self._project(pod, v, kind, self.volume_dir(uid, kind, v["name"])):
+                path = self.volume_dir(uid, kind, v["name"])
+                if self._project(pod, v, kind, path):
+                    self._own(pod, path, read_only=True)
                     changed.append(v["name"])
             except (VolumeSourceError, PayloadError) as e:
                 raise VolumeError(v["name"], str(e)) from None

@@ -1,5 +1,6 @@
 """One pod's sync and kill against a fake CRI server: what the kubelet asks the runtime, in which order."""
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -149,9 +150,11 @@ async def test_volume_mounts_point_at_the_pod_volume_dirs(rt, tmp_path):
     pod = _pod([_c("a", volumeMounts=[{"name": "scratch", "mountPath": "/s", "readOnly": True}])],
                volumes=[{"name": "scratch", "emptyDir": {}}])
     await r.sync(pod)
-    (m,) = cri.last_config.mounts
+    (m,) = [m for m in cri.last_config.mounts if m.container_path != "/etc/hosts"]
     assert m.container_path == "/s" and m.readonly
     pod_dir = tmp_path / "kubelet" / "pods" / "u1"
+    (hosts,) = [m for m in cri.last_config.mounts if m.container_path == "/etc/hosts"]
+    assert hosts.host_path == str(pod_dir / "etc-hosts")
     assert m.host_path == str(pod_dir / "volumes" / "kubernetes.io~empty-dir" / "scratch")
     assert cri.last_config.annotations["io.kubernetes.container.hash"]
     assert isinstance(cri.last_config, pb.ContainerConfig)
@@ -247,3 +250,129 @@ async def test_http_and_sleep_hooks_as_kubelet_runs_them(rt):
         assert "FailedPostStartHook" in rec.reasons() and not cri.running("b")
     finally:
         await runner.cleanup()
+
+
+async def test_run_as_non_root_against_a_root_image_is_a_config_error(rt):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("a")], securityContext={"runAsNonRoot": True})
+    await r.sync(pod)
+    assert not [c for c in cri.calls if c[0] == "CreateContainer"]
+    err = r.sync_errors["u1"]["a"]
+    assert err.reason == "CreateContainerConfigError"
+    assert err.message == ('container has runAsNonRoot and image will run as root '
+                           '(pod: "p_default(u1)", container: a)')
+    assert ("Warning", "Failed", f"Error: {err.message}") in rec.events
+    cri.image_users[IMG] = "1000"
+    await r.sync(pod)
+    assert cri.running("a")
+
+
+async def test_security_context_and_sysctls_reach_the_runtime(rt):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("a", securityContext={"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                                         "capabilities": {"drop": ["ALL"]}})],
+               securityContext={"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000,
+                                "sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]})
+    await r.sync(pod)
+    lsc = cri.last_config.linux.security_context
+    ids = (lsc.run_as_user.value, lsc.run_as_group.value, list(lsc.supplemental_groups))
+    assert ids == (1000, 3000, [2000])
+    assert lsc.readonly_rootfs and lsc.no_new_privs and list(lsc.capabilities.drop_capabilities) == ["ALL"]
+    sandbox = next(iter(cri.sandbox_configs.values()))
+    assert dict(sandbox.linux.sysctls) == {"net.ipv4.ip_unprivileged_port_start": "0"}
+
+
+async def test_termination_message_file_is_mounted_and_read_back(rt, tmp_path):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("a", terminationMessagePath="/dev/termination-log")], restartPolicy="Never",
+               hostAliases=[{"ip": "10.9.9.9", "hostnames": ["db"]}])
+    await r.sync(pod)
+    mounts = {m.container_path: m.host_path for m in cri.last_config.mounts}
+    hosts = await asyncio.to_thread(Path(mounts["/etc/hosts"]).read_text)
+    assert "10.9.9.9\tdb\n" in hosts
+    await asyncio.to_thread(Path(mounts["/dev/termination-log"]).write_text, "all done")
+    (cid,) = cri.running("a")
+    cri.exit(cid, 3)
+    st = await r.sync(pod)
+    (rec_a,) = [x for x in st.records if x.name == "a"]
+    assert rec_a.message == "all done"
+    status = r.pod_status(pod, st, [])
+    assert status["containerStatuses"][0]["state"]["terminated"]["message"] == "all done"
+
+
+async def test_fallback_to_logs_on_error_reads_the_log_tail(rt, tmp_path):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("a", terminationMessagePath="/dev/termination-log",
+                   terminationMessagePolicy="FallbackToLogsOnError")], restartPolicy="Never")
+    await r.sync(pod)
+    (cid,) = cri.running("a")
+    log = tmp_path / "a.log"
+    await asyncio.to_thread(log.write_text, "2024-01-01T00:00:00Z stderr F panic: boom\n")
+    cri.containers[cid].log_path = str(log)
+    cri.exit(cid, 2)
+    st = await r.sync(pod)
+    assert [x.message for x in st.records if x.name == "a"] == ["panic: boom\n"]
+
+
+async def test_ephemeral_container_starts_once_in_its_targets_pid_namespace(rt):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("app")])
+    await r.sync(pod)
+    (app_id,) = cri.running("app")
+    pod["spec"]["ephemeralContainers"] = [_c("dbg", targetContainerName="app", stdin=True, tty=True)]
+    st = await r.sync(pod)
+    nso = cri.last_config.linux.security_context.namespace_options
+    assert cri.last_config.metadata.name == "dbg" and cri.last_config.stdin and cri.last_config.tty
+    assert (nso.pid, nso.target_id) == (pb.TARGET, app_id)
+    status = r.pod_status(pod, st, [])
+    (eph,) = status["ephemeralContainerStatuses"]
+    assert eph["name"] == "dbg" and "running" in eph["state"] and eph["ready"] is False
+    (dbg_id,) = cri.running("dbg")
+    cri.exit(dbg_id, 0)
+    await r.sync(pod)
+    assert [c for c in cri.calls if c == ("CreateContainer", "dbg")] == [("CreateContainer", "dbg")]  # once
+
+
+async def test_host_users_false_is_refused_at_sandbox_creation(rt):
+    r, cri, rec, clock = rt
+    await r.sync(_pod([_c("a")], hostUsers=False))
+    assert not cri.sandboxes
+    assert ("Warning", "FailedCreatePodSandBox",
+            'Failed to create pod sandbox: RuntimeClass handler "" does not support user namespaces') \
+        in rec.events
+
+
+async def test_sidecars_stop_after_the_main_containers_last_declared_first(rt):
+    r, cri, rec, clock = rt
+    pod = _pod([_c("app")], init=[_c("s1", restartPolicy="Always"), _c("s2", restartPolicy="Always")])
+    for _ in range(4):
+        await r.sync(pod)
+    assert cri.running("s1") and cri.running("s2") and cri.running("app")
+    await r.kill(pod, 5)
+    stops = [c[1][0] for c in cri.calls if c[0] == "StopContainer"]
+    assert stops == ["app", "s2", "s1"]
+
+
+@pytest.mark.parametrize(("spec", "container", "check"), [
+    ({"hostNetwork": True}, {}, lambda s, c: s.linux.security_context.namespace_options.network == pb.NODE
+     and c.linux.security_context.namespace_options.network == pb.NODE and s.hostname == ""),
+    ({"hostPID": True}, {}, lambda s, c: s.linux.security_context.namespace_options.pid == pb.NODE
+     and c.linux.security_context.namespace_options.pid == pb.NODE),
+    ({"shareProcessNamespace": True}, {},
+     lambda s, c: s.linux.security_context.namespace_options.pid == pb.POD
+     and c.linux.security_context.namespace_options.pid == pb.POD),
+    ({}, {}, lambda s, c: c.linux.security_context.namespace_options.pid == pb.CONTAINER
+     and c.linux.security_context.namespace_options.ipc == pb.POD and s.hostname == "p"),
+    ({"hostIPC": True}, {}, lambda s, c: c.linux.security_context.namespace_options.ipc == pb.NODE),
+    ({"hostname": "h"}, {}, lambda s, c: s.hostname == "h"),
+    ({}, {"workingDir": "/srv", "command": ["sh"], "args": ["-c", "x"]},
+     lambda s, c: c.working_dir == "/srv" and list(c.command) == ["sh"] and list(c.args) == ["-c", "x"]),
+    ({}, {"stdin": True, "stdinOnce": True, "tty": True}, lambda s, c: c.stdin and c.stdin_once and c.tty),
+    ({}, {"ports": [{"containerPort": 80, "hostPort": 8080, "protocol": "TCP"}]},
+     lambda s, c: [(m.container_port, m.host_port) for m in s.port_mappings] == [(80, 8080)]),
+])
+async def test_pod_fields_reach_the_cri_configs(rt, spec, container, check):
+    r, cri, rec, clock = rt
+    await r.sync(_pod([_c("a", **container)], **spec))
+    assert check(next(iter(cri.sandbox_configs.values())), cri.last_config)
+
