@@ -165,7 +165,8 @@ class ContainerVerbs(RuntimeCore):
             cgroup_procs=tuple(self.cgroups.procs_files(c.cgroup)),
             oom_score_adj=max(adj, own) if adj or own else None,
             shim=self.opts.shim, launcher=self.opts.launcher, exit_file=str(self._cdir(c.id) / "exit"),
-            log_path=self.output_log(c), stdin_path=stdin_path, ctl_path=ctl_path, tty=cfg.tty)
+            log_path=self.output_log(c), stdin_path=stdin_path, ctl_path=ctl_path, tty=cfg.tty,
+            attach_path=stdio.attach_socket(self._cdir(c.id)))
 
     async def start_container(self, cid: str) -> None:
         c = self.container(cid)

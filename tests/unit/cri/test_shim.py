@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,52 @@ def test_long_lines_are_split_as_partials(tmp_path):
 def test_signal_exit(tmp_path):
     _, status = run_under_shim(tmp_path, "kill -9 $$")
     assert status.startswith("code=137 signal=9")
+
+
+def test_attach_socket_streams_partial_output_at_once(tmp_path):
+    """An attached client gets what the container writes as it writes it, a partial line included, while
+    the log still holds line records only (the partial is logged when the stream ends)."""
+    from cri.runtime import stdio
+
+    log, exit_file, cdir = tmp_path / "ctr.log", tmp_path / "exit", tmp_path / "c"
+    cdir.mkdir()
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    p1 = os.fork()
+    if p1 == 0:
+        child = os.fork()
+        if child == 0:
+            os.dup2(in_r, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.execv("/bin/sh", ["sh", "-c", 'read x; printf "$x"; printf oops >&2; read y'])
+        for fd in (in_r, in_w, out_w, err_w):
+            os.close(fd)
+        os.set_inheritable(out_r, True)
+        os.set_inheritable(err_r, True)
+        os.execv(SHIM, [SHIM, str(exit_file), str(log), str(child), str(out_r), str(err_r), "-1", "-1", "0",
+                        stdio.attach_socket(cdir)])
+    for fd in (in_r, out_r, out_w, err_r, err_w):
+        os.close(fd)
+    try:
+        sock = None
+        for _ in range(200):  # the shim makes its socket as it starts
+            sock = stdio.connect_output(cdir)
+            if sock is not None:
+                break
+            time.sleep(0.01)
+        assert sock is not None, "the shim never served its attach socket"
+        sock.setblocking(True)
+        sock.settimeout(10)
+        os.write(in_w, b"hello\n")
+        got = {sock.recv(65536), sock.recv(65536)}
+        assert got == {b"\x01hello", b"\x02oops"}
+        assert "hello" not in log.read_text()  # no newline yet: no log record either
+    finally:
+        os.close(in_w)
+        os.waitpid(p1, 0)
+    assert sock.recv(65536) == b""  # the shim exited: end of output
+    sock.close()
+    assert " stdout F hello" in log.read_text()
+    assert not (cdir / stdio.ATTACH_SOCKET).exists()
