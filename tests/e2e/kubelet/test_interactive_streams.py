@@ -2,8 +2,7 @@
 the Python client's `stream()` over websocket (v5.channel.k8s.io: stdin closed on channel 255), kubectl 1.32
 (websocket) and Debian's kubectl 1.20 (SPDY) with a slow writer, and attach with output that has no
 newline. Every reply must arrive while the client still holds its stdin open: nothing on the path may
-buffer to a newline or to the end of input. The same flows run with containerd as the node's runtime where
-containerd (1.6) speaks the protocol the client asks for.
+buffer to a newline or to the end of input. The same flows run with containerd (1.6) as the node's runtime.
 """
 
 from __future__ import annotations
@@ -83,9 +82,9 @@ def test_python_client_interactive_exec(node, shell):
                 assert _read(ws, f"line {i}\n") == f"line {i}\n"
             ws.write_stdin(b"bytes too\n")  # bytes: a binary frame
             assert _read(ws, "bytes too\n") == "bytes too\n"
-            if ws.subprotocol != "v5.channel.k8s.io":
-                pytest.skip(f"the runtime's streaming server speaks {ws.subprotocol}: "
-                            "no stdin close before v5")
+            # v5 whatever the runtime speaks: the apiserver translates to SPDY towards the kubelet, as
+            # kube-apiserver does (containerd 1.6's own websocket stops at v4)
+            assert ws.subprotocol == "v5.channel.k8s.io"
             ws.close_channel(0)
             ws.run_forever(timeout=REPLY_WAIT)
             assert not ws.is_open(), "closing stdin did not end cat"
