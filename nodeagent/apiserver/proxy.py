@@ -88,7 +88,7 @@ class KubeletProxy:
         if request.headers.get("Upgrade"):
             if sub in ("exec", "attach") and stream_translator.wants_translation(request):
                 try:
-                    return await stream_translator.translate(request, addr, path, self._client_ssl(),
+                    return await stream_translator.translate(request, addr, path, self.client_ssl(),
                                                              DIAL_TIMEOUT, TLS_HANDSHAKE_TIMEOUT)
                 except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as e:
                     raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: "
