@@ -329,29 +329,44 @@ class Containerd:
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
 
 
+def prepare_runtime(kind: str, root: Path, data: Path) -> tuple[Containerd | None, list[str]]:
+    """The runtime `up` will use, with the busybox image in it: containerd started (and returned), or
+    ours' CNI plugins and image; the flags `up` takes for it."""
+    from nodeagent.testing.images import ImageFactory
+
+    images_root = root / "images"
+    if kind == "containerd":
+        ctd = Containerd(root / kind / "ctd")
+        return ctd, ["--container-runtime-endpoint", f"unix://{ctd.start(images_root)}"]
+    # Our plugins installed privately (C thin clients of this tree), so the run never depends on what
+    # another checkout last put in the host's /opt/cni/bin.
+    from cni.install import install
+
+    install(str(root / kind / "cni-bin"), None)
+    img = ImageFactory(images_root).busybox
+    subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(data / "images"),
+                    "import", "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
+    return None, ["--cni-bin-dir", str(root / kind / "cni-bin"), "--cni-bin-dir", "/usr/lib/cni"]
+
+
+def wait_started(proc: subprocess.Popen, data: Path, socket: str) -> None:
+    """Until `up` has written its kubeconfig and its runtime socket exists, and its node had time to
+    register and turn Ready."""
+    kc = data / "admin.kubeconfig"
+    end = time.monotonic() + 90
+    while not kc.exists() or not Path(socket).exists():
+        if proc.poll() is not None or time.monotonic() > end:
+            raise SystemExit(f"`up` did not start:\n{(data / 'up.log').read_text()[-3000:]}")
+        time.sleep(0.2)
+    time.sleep(3)  # the kubelet registers and its node turns Ready
+
+
 def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
     """One runtime (containerd started first when it is the one): `up`, then server + agent; everything
     removed after."""
-    from nodeagent.testing.images import ImageFactory
-
     data = root / kind / "data"
     data.mkdir(parents=True)
-    images_root = root / "images"
-    ctd = None
-    extra: list[str] = []
-    if kind == "containerd":
-        ctd = Containerd(root / kind / "ctd")
-        extra = ["--container-runtime-endpoint", f"unix://{ctd.start(images_root)}"]
-    else:
-        # Our plugins installed privately (C thin clients of this tree), so the run never depends on what
-        # another checkout last put in the host's /opt/cni/bin.
-        from cni.install import install
-
-        install(str(root / kind / "cni-bin"), None)
-        extra = ["--cni-bin-dir", str(root / kind / "cni-bin"), "--cni-bin-dir", "/usr/lib/cni"]
-        img = ImageFactory(images_root).busybox
-        subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(data / "images"),
-                        "import", "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
+    ctd, extra = prepare_runtime(kind, root, data)
     try:
         out = run_up(kind, a, data, ctd, extra)
         if a.steady_seconds > 0 and a.agent:
@@ -370,12 +385,7 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
     kc = data / "admin.kubeconfig"
     out: dict = {"runtime": kind}
     try:
-        end = time.monotonic() + 90
-        while not kc.exists() or not Path(socket).exists():
-            if proc.poll() is not None or time.monotonic() > end:
-                raise SystemExit(f"`up` did not start:\n{(data / 'up.log').read_text()[-3000:]}")
-            time.sleep(0.2)
-        time.sleep(3)  # the kubelet registers and its node turns Ready
+        wait_started(proc, data, socket)
         if kind == "nodeagent" and a.floor_runs:
             out["cri_floor"] = cri_floor(socket, a.floor_runs)
         if a.serial:

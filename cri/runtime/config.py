@@ -122,7 +122,7 @@ def check_mount_paths(container_path: str, host_path: str, index: int) -> str:
     if not container_path.startswith("/"):
         raise InvalidArgument(f"{field}.container_path: must be absolute, got {container_path!r}")
     if not host_path:
-        raise InvalidArgument(f"{field}.host_path: required (image volumes are not supported)")
+        raise InvalidArgument(f"{field}.host_path: required (or image, for an image volume)")
     real = os.path.realpath(host_path)
     if not os.path.exists(real):
         raise InvalidArgument(f"{field}.host_path: {host_path} does not exist")

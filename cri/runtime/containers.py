@@ -20,7 +20,7 @@ from typing import Any
 from cri.proto import api_pb2 as pb
 from cri.runtime import caps as capslib
 from cri.runtime import config as cfglib
-from cri.runtime import spec, stdio
+from cri.runtime import image_mounts, spec, stdio
 from cri.runtime.core import (
     NODE,
     TARGET,
@@ -47,8 +47,6 @@ class ContainerVerbs(RuntimeCore):
             raise InvalidArgument("config.image.image is required")
         s = self.sandbox(sid)
         require(s.state.can_create_container(), f"sandbox {s.id} is not ready")
-        if self.images is None:
-            raise Unimplemented("the image store is not available in this build")
         key = f"{config.metadata.name}_{s.key}_{config.metadata.attempt}"
         if key in self._keys:
             raise AlreadyExists(f"container name {key!r} is reserved for {self._keys[key]}")
@@ -64,8 +62,17 @@ class ContainerVerbs(RuntimeCore):
             self._check_pid_target(sec.namespace_options.target_id, s.id)
         spec.seccomp_choice(sec)  # refuses what it cannot do before anything is made
         apparmor = await spec.apparmor_choice(sec)
-        mounts = [cfglib.check_mount_paths(m.container_path, m.host_path, i)
-                  for i, m in enumerate(config.mounts)]
+        if self.images is None:
+            raise Unimplemented("the image store is not available in this build")
+        mounts: list[str] = []
+        image_vols = []
+        for i, m in enumerate(config.mounts):
+            if image_mounts.is_image_mount(m):
+                image_vols.append(image_mounts.check(m, i, self.images.resolve))
+                mounts.append("")  # the image's overlay, made with the container
+            else:
+                image_mounts.check_sub_path_only(m, i)
+                mounts.append(cfglib.check_mount_paths(m.container_path, m.host_path, i))
         for i, m in enumerate(config.mounts):
             if m.recursive_read_only:
                 spec.check_recursive_ro(m, f"config.mounts[{i}]")
@@ -82,7 +89,7 @@ class ContainerVerbs(RuntimeCore):
         undo.push(lambda: self._keys.pop(key, None))
         try:
             c = await self._make_container(cid, key, s, config, image, argv, caps, mounts, devices, apparmor,
-                                           undo)
+                                           undo, image_vols)
         except BaseException:
             await undo.run()
             raise
@@ -93,7 +100,8 @@ class ContainerVerbs(RuntimeCore):
 
     async def _make_container(self, cid: str, key: str, s: SandboxRecord, config: pb.ContainerConfig,
                               image: Any, argv: list[str], caps: list[str], mount_sources: list[str],
-                              devices: list[dict], apparmor: str, undo: Undo) -> ContainerRecord:
+                              devices: list[dict], apparmor: str, undo: Undo,
+                              image_vols: list[image_mounts.ImageVolume]) -> ContainerRecord:
         d = self._cdir(cid)
         rootfs = d / "rootfs"
         sec = config.linux.security_context
@@ -123,6 +131,10 @@ class ContainerVerbs(RuntimeCore):
                 sec.run_as_group.value if sec.HasField("run_as_group") else None,
                 sec.run_as_username, list(sec.supplemental_groups),
                 strict=sec.supplemental_groups_policy == pb.Strict)
+            if image_vols:
+                undo.push(lambda: image_mounts.unmount_all(d))
+            for vol in image_vols:
+                mount_sources[vol.index] = image_mounts.mount(d, vol)
             self.cgroups.create(cgroup)
             undo.push(lambda: self.cgroups.remove(cgroup))
             self.cgroups.apply(cgroup, res)
@@ -136,6 +148,8 @@ class ContainerVerbs(RuntimeCore):
         self._warm_cgroup_attach()  # after the mkdirs: a pending attach holds cgroup_mutex
         launch_doc = spec.launch_doc(config, s, self._sdir(s.id), image, argv, caps, user, mount_sources,
                                      devices, apparmor)
+        if image_vols:  # what ContainerStatus reports and RemoveImage keeps
+            launch_doc["image_volumes"] = {str(v.index): {"id": v.image.id, "ref": v.ref} for v in image_vols}
         image_ref = image.repo_digests[0] if image.repo_digests else image.id
         c = ContainerRecord(id=cid, sandbox_id=s.id, key=key, created_at=now_ns(),
                             config=encode(config.SerializeToString()), image=config.image.image,
@@ -186,7 +200,8 @@ class ContainerVerbs(RuntimeCore):
             cgroup_procs=tuple(self.cgroups.procs_files(c.cgroup)),
             oom_score_adj=max(adj, own) if adj or own else None,
             shim=self.opts.shim, launcher=self.opts.launcher, exit_file=str(self._cdir(c.id) / "exit"),
-            log_path=self.output_log(c), stdin_path=stdin_path, ctl_path=ctl_path, tty=cfg.tty)
+            log_path=self.output_log(c), stdin_path=stdin_path, ctl_path=ctl_path, tty=cfg.tty,
+            attach_path=stdio.attach_socket(self._cdir(c.id)))
 
     async def start_container(self, cid: str) -> None:
         c = self.container(cid)
@@ -303,6 +318,7 @@ class ContainerVerbs(RuntimeCore):
                 os.kill(pid, signal.SIGKILL)
         if os.path.ismount(c.rootfs):
             sc.umount(c.rootfs, sc.MNT_DETACH)
+        image_mounts.unmount_all(self._cdir(c.id))
         self.cgroups.remove(c.cgroup)
 
     def _destroy_container_files(self, c: ContainerRecord) -> Path | None:
@@ -327,6 +343,8 @@ class ContainerVerbs(RuntimeCore):
         st.labels.update(config.labels)
         st.annotations.update(config.annotations)
         st.mounts.extend(config.mounts)
+        for index, vol in (c.launch.get("image_volumes") or {}).items():
+            st.mounts[int(index)].image.image = vol["ref"]  # the image by digest, as mounted
         r = c.resources
         lin = st.resources.linux
         lin.cpu_period, lin.cpu_quota = r.get("cpu_period", 0), r.get("cpu_quota", 0)

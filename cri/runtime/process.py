@@ -81,6 +81,7 @@ class LaunchSpec:
     log_path: str  # "" = discard output
     stdin_path: str = ""  # the stdin FIFO the shim holds open ("" = /dev/null); see cri/runtime/stdio.py
     ctl_path: str = ""  # the shim's control FIFO (close-stdin, resize)
+    attach_path: str = ""  # the socket the shim serves raw output on to attached clients ("" = none)
     tty: bool = False  # the container's stdio is a terminal of its own devpts
     launcher: str = ""  # cri/shim/launch ("": beside the shim)
 
@@ -98,7 +99,7 @@ class LaunchError(Exception):
 # -- launching a container -------------------------------------------------------------------------
 
 
-SPEC_VERSION = "nodeagent-launch-2"
+SPEC_VERSION = "nodeagent-launch-3"
 SPEC_FD, SYNC_FD = 3, 4  # where the launcher finds the spec and the sync pipe
 
 
@@ -145,7 +146,8 @@ def encode_spec(spec: LaunchSpec) -> bytes:
         out += [path, str(mode), str(major), str(minor)]
     items(spec.cgroup_procs)
     out += ["" if spec.oom_score_adj is None else str(spec.oom_score_adj), spec.exit_file, spec.log_path,
-            spec.stdin_path, spec.ctl_path, str(int(spec.tty)), str(sc.last_cap()), spec.shim]
+            spec.stdin_path, spec.ctl_path, str(int(spec.tty)), str(sc.last_cap()), spec.shim,
+            spec.attach_path]
     if any("\0" in x for x in out):
         raise LaunchError("spec: embedded null byte")
     return b"".join(os.fsencode(x) + b"\0" for x in out)

@@ -157,7 +157,8 @@ def launch_doc(config: pb.ContainerConfig, s: SandboxRecord, sandbox_dir: Path, 
             mounts.append({"source": str(sandbox_dir / name), "target": f"/etc/{name}", "readonly": False,
                            "propagation": 0})
     for m, src in zip(config.mounts, mount_sources, strict=True):
-        mounts.append({"source": src, "target": m.container_path, "readonly": m.readonly,
+        mounts.append({"source": src, "target": m.container_path,
+                       "readonly": m.readonly or m.HasField("image"),  # an image volume is read-only
                        "propagation": m.propagation, "recursive_ro": m.recursive_read_only})
     pid_mode = sec.namespace_options.pid
     return {

@@ -7,6 +7,10 @@ opening its path. `<container dir>/ctl` is the shim's control FIFO: "close-stdin
 of the stdin FIFO, so the container reads EOF once the attached writer closes: stdin_once) and
 "resize W H" (the terminal's window size, for containers made with tty). A marker file remembers that
 stdin was closed, so a later attach (or a restarted daemon) does not feed it again.
+
+`<container dir>/attach` is the shim's output socket (SOCK_SEQPACKET): a connected client gets every
+read from the container's stdout and stderr as one message, its first byte the stream (1 stdout,
+2 stderr), as the container writes it — raw, not the log's line records — until the shim exits (EOF).
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import socket
 from pathlib import Path
 
-STDIN_FIFO, CONTROL_FIFO, STDIN_CLOSED = "stdin", "ctl", "stdin.closed"
+STDIN_FIFO, CONTROL_FIFO, STDIN_CLOSED, ATTACH_SOCKET = "stdin", "ctl", "stdin.closed", "attach"
+OUT_STDOUT, OUT_STDERR = 1, 2  # the first byte of an output socket message
 
 
 def prepare(cdir: Path, stdin: bool, tty: bool) -> tuple[str, str]:
@@ -74,3 +80,30 @@ def resize(cdir: Path, width: int, height: int) -> None:
     """Set the container terminal's window size (the kernel sends its foreground group SIGWINCH)."""
     if 0 < width < 65536 and 0 < height < 65536:
         _control(cdir, f"resize {width} {height}")
+
+
+def attach_socket(cdir: Path) -> str:
+    """Where the shim serves a container's raw output to attached clients."""
+    return str(cdir / ATTACH_SOCKET)
+
+
+def connect_output(cdir: Path) -> socket.socket | None:
+    """A non-blocking connection to the shim's output socket, or None when there is none (the shim has
+    exited, predates the socket, or has all the clients it takes). The path is reached through an O_PATH
+    descriptor of the directory, so its length is not bounded by sun_path."""
+    try:
+        dfd = os.open(cdir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)
+    try:
+        sock.connect(f"/proc/self/fd/{dfd}/{ATTACH_SOCKET}")
+    except (FileNotFoundError, ConnectionRefusedError, BlockingIOError):  # BlockingIOError: backlog full
+        sock.close()
+        return None
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.close(dfd)
+    return sock

@@ -1,12 +1,16 @@
-"""Attach sessions: the container's output from its CRI log, the client's input into its stdin FIFO.
+"""Attach sessions: the container's output from its shim, the client's input into its stdin FIFO.
 
-Output comes from the log the shim writes (followed from its end when the session starts: like
-containerd, no historical output). Input goes into the FIFO the shim holds (cri/runtime/stdio.py),
-so attaching works the same after the daemon restarted. What the end of the client's stdin means
-follows containerd's CRI attach: with stdin_once (and no terminal) the container's stdin is closed
-and the session goes on until the container exits; otherwise the session ends with it. A session
-that asked for stdin on a container made without it streams output and drops the input, as
-containerd does. With a terminal, resize messages set its window size through the shim.
+Output comes raw from the shim's output socket (cri/runtime/stdio.py): each read from the container's
+stdout or stderr reaches the client as it is written, partial lines included, as containerd streams it
+to attach clients, while the CRI log keeps its line records; what was written before the session
+started is not replayed (containerd's way too). A container whose shim predates the socket is followed
+through its CRI log instead (records end at a newline, so a partial line waits). Input goes into the
+FIFO the shim holds (cri/runtime/stdio.py), so attaching works the same after the daemon restarted.
+What the end of the client's stdin means follows containerd's CRI attach: with stdin_once (and no
+terminal) the container's stdin is closed and the session goes on until the container exits;
+otherwise the session ends with it. A session that asked for stdin on a container made without it
+streams output and drops the input, as containerd does. With a terminal, resize messages set its
+window size through the shim.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -77,11 +82,54 @@ class AttachInput:
             self.fd = None
 
 
+MESSAGE_MAX = 65536  # the shim sends at most 1 + 16 KiB a message
+EXIT_WAIT = 5.0  # how long the exit status may take to be recorded once the shim has gone
+
+
 def open_log(path: str) -> BinaryIO:
     """The container's output log, positioned at its end: what is written from now on is this session's."""
     f = open(path, "rb")  # closed by the session
     f.seek(0, os.SEEK_END)
     return f
+
+
+class Output:
+    """Where one session takes the container's output from: the shim's socket, else the CRI log."""
+
+    def __init__(self, c: Any, cdir: Path, log_path: str) -> None:
+        self.c = c
+        # connected before the session takes any input, so the reply to it cannot be missed
+        self.sock = stdio.connect_output(cdir) if c.state.can_attach() else None
+        self.log = open_log(log_path) if self.sock is None and log_path else None
+
+    @property
+    def available(self) -> bool:
+        return self.sock is not None or self.log is not None or not self.c.state.can_attach()
+
+    async def follow(self, req: dict[str, Any], send: Callable[[int, bytes], Awaitable[None]]) -> None:
+        """Hand the output on to send(channel, bytes) until the container has exited."""
+        if self.sock is not None:
+            await self._follow_socket(req, send)
+        elif self.log is not None:
+            await follow_log(self.log, self.c, req, send, lambda: False)
+
+    async def _follow_socket(self, req: dict[str, Any],
+                             send: Callable[[int, bytes], Awaitable[None]]) -> None:
+        assert self.sock is not None
+        loop = asyncio.get_running_loop()
+        while msg := await loop.sock_recv(self.sock, MESSAGE_MAX):
+            ch = STDOUT if msg[0] == stdio.OUT_STDOUT else STDERR
+            if len(msg) > 1 and ((ch == STDOUT and req["stdout"]) or (ch == STDERR and req["stderr"])):
+                await send(ch, msg[1:])
+        # The shim is gone: the exit status the session reports is the runtime's record of it.
+        async with asyncio.timeout(EXIT_WAIT):
+            while self.c.state.can_attach():  # noqa: ASYNC110 - the runtime's exit watch sets it
+                await asyncio.sleep(0.02)
+
+    def close(self) -> None:
+        for f in (self.sock, self.log):
+            if f is not None:
+                f.close()
 
 
 async def follow_log(f: BinaryIO, c: Any, req: dict[str, Any], send, closed) -> None:
@@ -106,10 +154,9 @@ async def follow_log(f: BinaryIO, c: Any, req: dict[str, Any], send, closed) -> 
                 await send(ch, text + (b"\n" if tag == b"F" else b""))
 
 
-async def serve_websocket(ws: web.WebSocketResponse, c: Any, cdir: Path, log_path: str, req: dict[str, Any],
+async def serve_websocket(ws: web.WebSocketResponse, c: Any, out: Output, cdir: Path, req: dict[str, Any],
                           exit_status) -> None:
     """One attach over channel.k8s.io websocket framing (the upgrade is done)."""
-    f = open_log(log_path)
     inp = AttachInput(cdir, req)
     ended = asyncio.Event()
     lock = asyncio.Lock()
@@ -121,9 +168,10 @@ async def serve_websocket(ws: web.WebSocketResponse, c: Any, cdir: Path, log_pat
 
     async def client() -> None:
         async for msg in ws:
-            if msg.type != WSMsgType.BINARY or not msg.data:
+            data = client_frame(msg)
+            if data is None:
                 continue
-            ch, data = msg.data[0], msg.data[1:]
+            ch, data = data[0], data[1:]
             if ch == STDIN:
                 await inp.write(data)
             elif ch == RESIZE:
@@ -137,29 +185,40 @@ async def serve_websocket(ws: web.WebSocketResponse, c: Any, cdir: Path, log_pat
     for ch, want in ((STDOUT, req["stdout"]), (STDERR, req["stderr"])):
         if want:
             await send(ch, b"")
-    out = asyncio.create_task(follow_log(f, c, req, send, lambda: ws.closed or ended.is_set()))
+    following = asyncio.create_task(out.follow(req, send))
     cin = asyncio.create_task(client())
     try:
-        await asyncio.wait({out, cin}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({following, cin}, return_when=asyncio.FIRST_COMPLETED)
         if cin.done() and not ended.is_set():
             return  # the client went away
-        await out
-        cin.cancel()
-        await send(ERROR, SUCCESS if ended.is_set() else exit_status(c.exit_code))
+        if following.done():
+            following.result()
+            await send(ERROR, exit_status(c.exit_code))
+        else:
+            await send(ERROR, SUCCESS)  # the end of the client's input ended the session
     finally:
-        for t in (out, cin):
+        for t in (following, cin):
             t.cancel()
-        await asyncio.gather(out, cin, return_exceptions=True)
+        await asyncio.gather(following, cin, return_exceptions=True)
         inp.finish()
-        f.close()
+        out.close()
         if not ws.closed:
             await ws.close()
 
 
-async def serve_spdy(rc: sp.RemoteCommand, c: Any, cdir: Path, log_path: str, req: dict[str, Any],
+def client_frame(msg: Any) -> bytes | None:
+    """The bytes of a client's websocket data frame, or None for anything else. Text frames count as
+    binary ones, as kubelet's websocket server reads them: the Python client sends str input as text."""
+    if msg.type == WSMsgType.BINARY and msg.data:
+        return bytes(msg.data)
+    if msg.type == WSMsgType.TEXT and msg.data:
+        return str(msg.data).encode()
+    return None
+
+
+async def serve_spdy(rc: sp.RemoteCommand, c: Any, out: Output, cdir: Path, req: dict[str, Any],
                      exit_status, exit_message) -> None:
     """One attach over SPDY streams (cancelled when the client goes away)."""
-    f = open_log(log_path)
     inp = AttachInput(cdir, req)
     ended = asyncio.Event()
 
@@ -181,16 +240,19 @@ async def serve_spdy(rc: sp.RemoteCommand, c: Any, cdir: Path, log_path: str, re
         inputs.append(asyncio.create_task(resize_pump(rc.streams["resize"])))
     if "stdin" in rc.streams:
         inputs.append(asyncio.create_task(stdin_pump(rc.streams["stdin"])))
+    following = asyncio.create_task(out.follow(req, send))
+    stop = asyncio.create_task(ended.wait())
     try:
-        await follow_log(f, c, req, send, lambda: rc.session.closed or ended.is_set())
+        await asyncio.wait({following, stop}, return_when=asyncio.FIRST_COMPLETED)
         await rc.close_output()
-        if ended.is_set():
-            await rc.write_status(SUCCESS, None)
-        else:
+        if following.done():
+            following.result()
             await rc.write_status(exit_status(c.exit_code), exit_message(c.exit_code))
+        else:
+            await rc.write_status(SUCCESS, None)
     finally:
-        for t in inputs:
+        for t in (*inputs, following, stop):
             t.cancel()
-        await asyncio.gather(*inputs, return_exceptions=True)
+        await asyncio.gather(*inputs, following, stop, return_exceptions=True)
         inp.finish()
-        f.close()
+        out.close()

@@ -91,7 +91,9 @@ class ImageService:
         img = await asyncio.to_thread(store.resolve, ref)
         if (img is not None and self.runtime is not None
                 and (len(img.repo_tags) <= 1 or ref not in img.repo_tags)):
-            users = [c.id for c in self.runtime.containers.values() if c.image_id == img.id]
+            users = [c.id for c in self.runtime.containers.values()
+                     if c.image_id == img.id
+                     or any(v["id"] == img.id for v in (c.launch.get("image_volumes") or {}).values())]
             if users:
                 # Its layers are the lower dirs of those containers' overlays: they must stay.
                 raise FailedPrecondition(f"image {img.id} is in use by container {users[0]}")

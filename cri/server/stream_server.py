@@ -173,9 +173,10 @@ class StreamServer:
     async def _client_input(self, ws: web.WebSocketResponse, h) -> None:
         try:
             async for msg in ws:
-                if msg.type != WSMsgType.BINARY or not msg.data:
+                frame = attach.client_frame(msg)
+                if frame is None:
                     continue
-                ch, data = msg.data[0], msg.data[1:]
+                ch, data = frame[0], frame[1:]
                 if ch == STDIN and h.stdin is not None:
                     await write_fd(h.stdin, data)
                 elif ch == RESIZE and h.tty:
@@ -189,7 +190,7 @@ class StreamServer:
             if ws.closed:
                 h.kill()  # the client went away: so does its command
 
-    # -- attach (output from the container's log, input into its stdin FIFO: cri/server/attach.py) --
+    # -- attach (output from the container's shim, input into its stdin FIFO: cri/server/attach.py) --
     async def _attach(self, request: web.Request) -> web.StreamResponse:
         req = self._take(request, "attach")
         if sp.is_spdy_upgrade(request):
@@ -197,12 +198,12 @@ class StreamServer:
         ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, max_msg_size=0)
         await ws.prepare(request)
         c = self.runtime.container(req["container_id"])
-        if not self.runtime.output_log(c):
-            await ws.send_bytes(bytes([ERROR]) + failure("the container has no log to attach to"))
+        out = attach.Output(c, self.runtime.container_dir(c), self.runtime.output_log(c))
+        if not out.available:
+            await ws.send_bytes(bytes([ERROR]) + failure("the container has no output to attach to"))
             await ws.close()
             return ws
-        await attach.serve_websocket(ws, c, self.runtime.container_dir(c), self.runtime.output_log(c), req,
-                                     exit_status)
+        await attach.serve_websocket(ws, c, out, self.runtime.container_dir(c), req, exit_status)
         return ws
 
     # -- port forward ----------------------------------------------------------------------------
@@ -318,12 +319,12 @@ class StreamServer:
 
     async def _spdy_attach(self, rc: sp.RemoteCommand, req: dict[str, Any]) -> None:
         c = self.runtime.container(req["container_id"])
-        if not self.runtime.output_log(c):
-            message = "the container has no log to attach to"
+        out = attach.Output(c, self.runtime.container_dir(c), self.runtime.output_log(c))
+        if not out.available:
+            message = "the container has no output to attach to"
             await rc.write_status(failure(message), message)
             return
-        await attach.serve_spdy(rc, c, self.runtime.container_dir(c), self.runtime.output_log(c), req,
-                                exit_status, exit_message)
+        await attach.serve_spdy(rc, c, out, self.runtime.container_dir(c), req, exit_status, exit_message)
 
     async def _spdy_portforward(self, request: web.Request, req: dict[str, Any]) -> web.StreamResponse:
         s = self.runtime.sandbox(req["sandbox_id"])

@@ -78,7 +78,7 @@ static struct spec {
     int nprocs;
     char **cgroup_procs;
     char *oom_score_adj;  /* "" = leave it */
-    char *exit_file, *log_path, *stdin_path, *ctl_path;
+    char *exit_file, *log_path, *stdin_path, *ctl_path, *attach_path;
     int tty;
     int last_cap;
     char *shim;
@@ -157,7 +157,7 @@ static char **strings(int *n_out) {
 }
 
 static void parse_spec(void) {
-    if (strcmp(tok(), "nodeagent-launch-2") != 0) { errno = EINVAL; die("unknown launch spec version"); }
+    if (strcmp(tok(), "nodeagent-launch-3") != 0) { errno = EINVAL; die("unknown launch spec version"); }
     S->argv = strings(NULL);
     S->env = strings(NULL);
     S->cwd = tok();
@@ -219,6 +219,7 @@ static void parse_spec(void) {
     S->tty = (int)num();
     S->last_cap = (int)num();
     S->shim = tok();
+    S->attach_path = tok();
 }
 
 /* -- file system helpers --------------------------------------------------------------------- */
@@ -679,8 +680,7 @@ int main(void) {
     snprintf(args[4], sizeof(args[4]), "%d", ctl);
     snprintf(args[5], sizeof(args[5]), "%d", S->tty);
     char *argv[] = {S->shim, S->exit_file, S->log_path[0] ? S->log_path : "-", args[0], args[1], args[2],
-                    args[3], args[4], args[5], NULL};
-    if (!(S->stdin_path[0] || S->ctl_path[0] || S->tty)) argv[6] = NULL;
+                    args[3], args[4], args[5], S->attach_path[0] ? S->attach_path : "-", NULL};
     execv(S->shim, argv);
     dief("exec %s", S->shim);
     return 127;

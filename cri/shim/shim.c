@@ -1,6 +1,6 @@
 /* shim: the per-container supervisor. One tiny static process per running container.
  *
- * usage: shim EXIT_FILE LOG_PATH PID OUT_FD ERR_FD [STDIN_FD CTL_FD TTY]
+ * usage: shim EXIT_FILE LOG_PATH PID OUT_FD ERR_FD [STDIN_FD CTL_FD TTY [ATTACH_SOCK]]
  *   PID      the container's init process, a child of this process (the runtime forks it,
  *            then this process execs the shim, so the child stays ours to wait for)
  *   OUT_FD   read end of the container's stdout pipe; ERR_FD the stderr pipe
@@ -20,6 +20,12 @@
  *            and "resize W H" sets the terminal's window size; -1: none.
  *   TTY      "1" when OUT_FD is the master of the container's terminal (ERR_FD is then -1): its
  *            output is logged as stdout without waiting for a newline (prompts show at once).
+ *   ATTACH_SOCK a unix SOCK_SEQPACKET socket made here for attached clients (CRI Attach): every read
+ *            from the container's stdout or stderr goes, as it is read, to each connected client as one
+ *            message "<1|2><bytes>" (1 stdout, 2 stderr), while the log keeps its line records. So an
+ *            attached client sees output as it is written, partial lines included, as containerd's
+ *            attach does. A client that cannot take a message at once (its socket buffer is full) is
+ *            dropped rather than stalling the container. "-" or absent: no socket.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -31,12 +37,16 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MAX_LINE 16384
+#define MAX_CLIENTS 32
+#define CLIENT_SNDBUF (4 << 20)
 
 struct stream {
     int fd;
@@ -105,6 +115,71 @@ static void flush_lines(struct stream *s, int at_eof) {
     }
 }
 
+/* -- attached clients ------------------------------------------------------------------------- */
+
+static const char *attach_path;
+static int listen_fd = -1;
+static int clients[MAX_CLIENTS];
+static int nclients;
+
+/* The socket path may be longer than sun_path allows: bind through the directory's /proc/self/fd link. */
+static void listen_attach(void) {
+    if (!attach_path || !attach_path[0] || strcmp(attach_path, "-") == 0) return;
+    const char *slash = strrchr(attach_path, '/');
+    char dir[4096];
+    size_t dlen = slash ? (size_t)(slash - attach_path) : 0;
+    if (dlen >= sizeof(dir)) return;
+    memcpy(dir, attach_path, dlen);
+    dir[dlen] = 0;
+    int dfd = open(dlen ? dir : (slash ? "/" : "."), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    int n = snprintf(a.sun_path, sizeof(a.sun_path), "/proc/self/fd/%d/%s", dfd, slash ? slash + 1 : attach_path);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (n > 0 && (size_t)n < sizeof(a.sun_path) && fd >= 0) {
+        unlink(a.sun_path);
+        mode_t old = umask(077);  /* only root reaches a container's output */
+        if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, MAX_CLIENTS) == 0) {
+            listen_fd = fd;
+            fd = -1;
+        }
+        umask(old);
+    }
+    if (fd >= 0) close(fd);
+    close(dfd);
+}
+
+static void drop_client(int i) {
+    close(clients[i]);
+    clients[i] = clients[--nclients];
+}
+
+static void accept_clients(void) {
+    for (;;) {
+        int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return;
+        if (nclients == MAX_CLIENTS) {
+            close(fd);
+            continue;
+        }
+        int size = CLIENT_SNDBUF;
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &size, sizeof(size)) < 0)
+            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+        clients[nclients++] = fd;
+    }
+}
+
+/* What the container just wrote, to every attached client, whole or not at all. */
+static void broadcast(const struct stream *s, const char *data, size_t n) {
+    if (nclients == 0) return;
+    char msg[1 + MAX_LINE];
+    msg[0] = strcmp(s->name, "stdout") == 0 ? 1 : 2;
+    memcpy(msg + 1, data, n);
+    for (int i = nclients - 1; i >= 0; i--) {
+        if (send(clients[i], msg, n + 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) drop_client(i);
+    }
+}
+
 /* Returns 0 at EOF (or error), 1 otherwise. */
 static int pump(struct stream *s) {
     ssize_t n = read(s->fd, s->buf + s->len, MAX_LINE - s->len);
@@ -115,6 +190,7 @@ static int pump(struct stream *s) {
         s->fd = -1;
         return 0;
     }
+    broadcast(s, s->buf + s->len, (size_t)n);
     s->len += (size_t)n;
     flush_lines(s, 0);
     if (s->tty && s->len > 0) {  /* a terminal's output is interactive: no waiting for the newline */
@@ -183,8 +259,8 @@ static void write_exit(const char *path, int status) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6 && argc != 9) {
-        fprintf(stderr, "usage: shim EXIT_FILE LOG_PATH PID OUT_FD ERR_FD [STDIN_FD CTL_FD TTY]\n");
+    if (argc != 6 && argc != 9 && argc != 10) {
+        fprintf(stderr, "usage: shim EXIT_FILE LOG_PATH PID OUT_FD ERR_FD [STDIN_FD CTL_FD TTY [ATTACH_SOCK]]\n");
         return 2;
     }
     const char *exit_file = argv[1];
@@ -195,7 +271,8 @@ int main(int argc, char **argv) {
     streams[0].name = "stdout";
     streams[1].fd = atoi(argv[5]);
     streams[1].name = "stderr";
-    if (argc == 9) {
+    if (argc == 10) attach_path = argv[9];
+    if (argc >= 9) {
         stdin_fd = atoi(argv[6]);
         ctl_fd = atoi(argv[7]);
         if (strcmp(argv[8], "1") == 0) {
@@ -215,21 +292,28 @@ int main(int argc, char **argv) {
     sigprocmask(SIG_BLOCK, &mask, NULL);
     int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     open_log();
+    listen_attach();
 
     int exited = 0, status = 0;
     /* A SIGCHLD may have arrived before the mask was set: check once up front. */
     if (waitpid(pid, &status, WNOHANG) == pid) exited = 1;
     int drain_ms = -1;
     for (;;) {
-        struct pollfd fds[5];
+        struct pollfd fds[6 + MAX_CLIENTS];
         fds[0].fd = sfd; fds[0].events = POLLIN;
         fds[1].fd = streams[0].fd; fds[1].events = POLLIN;
         fds[2].fd = streams[1].fd; fds[2].events = POLLIN;
         fds[3].fd = exited ? -1 : ctl_fd; fds[3].events = POLLIN;
         fds[4].fd = (exited || term_fd < 0 || streams[0].fd < 0) ? -1 : stdin_fd; fds[4].events = POLLIN;
+        fds[5].fd = listen_fd; fds[5].events = POLLIN;
+        for (int i = 0; i < nclients; i++) {  /* clients never write: readable means they hung up */
+            fds[6 + i].fd = clients[i];
+            fds[6 + i].events = POLLIN;
+        }
+        int nfds = 6 + nclients;
         if (exited && streams[0].fd < 0 && streams[1].fd < 0) break;
         if (exited && drain_ms < 0) drain_ms = 500;  /* leftover writers: give output a moment */
-        int rc = poll(fds, 5, exited ? drain_ms : -1);
+        int rc = poll(fds, (nfds_t)nfds, exited ? drain_ms : -1);
         if (rc < 0 && errno == EINTR) continue;
         if (rc == 0) break;  /* drain time is up */
         if (fds[0].revents & POLLIN) {
@@ -240,6 +324,11 @@ int main(int argc, char **argv) {
             if (!exited && waitpid(pid, &status, WNOHANG) == pid) exited = 1;
             while (waitpid(-1, NULL, WNOHANG) > 0) {}
         }
+        for (int i = nfds - 7; i >= 0; i--) {
+            if (fds[6 + i].revents) drop_client(i);
+        }
+        /* New clients before output: one that connected before it wrote to stdin sees the reply. */
+        if (fds[5].revents & POLLIN) accept_clients();
         for (int i = 0; i < 2; i++) {
             if (streams[i].fd >= 0 && (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) pump(&streams[i]);
         }
@@ -249,6 +338,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++) {
         if (streams[i].fd >= 0) flush_lines(&streams[i], 1);
     }
+    if (listen_fd >= 0) unlink(attach_path);  /* clients see EOF as we exit; nobody new connects */
     write_exit(exit_file, status);
     return 0;
 }

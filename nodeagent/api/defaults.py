@@ -83,6 +83,9 @@ def pod_spec(spec: dict[str, Any]) -> None:
         for src in ("configMap", "secret"):
             if isinstance(v.get(src), dict):
                 v[src].setdefault("defaultMode", 420)
+        image = v.get("image")
+        if isinstance(image, dict) and isinstance(image.get("reference"), str):
+            image.setdefault("pullPolicy", image_pull_policy(image["reference"]))
         if not any(k for k in v if k != "name"):
             v["emptyDir"] = {}
 

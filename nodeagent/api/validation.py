@@ -176,10 +176,44 @@ def _containers(spec: dict[str, Any], base: str) -> FieldErrors:
     return errs + validate_pod_spec(spec, base)
 
 
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def _image_volumes(spec: dict[str, Any], base: str, is_pod: bool) -> FieldErrors:
+    """kube-apiserver's rules for `volumes[].image` (KEP-4639, ImageVolume): a reference (on a pod; a
+    template may leave it to be filled in), a known pullPolicy, and no subPathExpr on its mounts."""
+    errs: FieldErrors = []
+    images = set()
+    for i, v in enumerate(spec.get("volumes") or []):
+        src = v.get("image") if isinstance(v, dict) else None
+        if src is None:
+            continue
+        p = f"{base}.volumes[{i}].image"
+        if not isinstance(src, dict):
+            errs.append(invalid(p, src, "must be an object"))
+            continue
+        images.add(v.get("name"))
+        if is_pod and not src.get("reference"):
+            errs.append(required(f"{p}.reference"))
+        pp = src.get("pullPolicy")
+        if pp is not None and pp not in PULL_POLICIES:
+            supported = ", ".join(f'"{x}"' for x in PULL_POLICIES)
+            errs.append(err("FieldValueNotSupported", f"{p}.pullPolicy",
+                            f'Unsupported value: "{pp}": supported values: {supported}'))
+    for field in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(field) or []):
+            for j, vm in enumerate((c.get("volumeMounts") or []) if isinstance(c, dict) else []):
+                if isinstance(vm, dict) and vm.get("name") in images and vm.get("subPathExpr"):
+                    at = f"{base}.{field}[{i}].volumeMounts[{j}].subPathExpr"
+                    errs.append(invalid(at, vm["subPathExpr"], "not allowed in image volume sources"))
+    return errs
+
+
 def _pod_template(tpl: Any, base: str, selector: Any) -> FieldErrors:
     if not isinstance(tpl, dict):
         return [required(base)]
     errs = _containers(tpl.get("spec") or {}, f"{base}.spec")
+    errs += _image_volumes(tpl.get("spec") or {}, f"{base}.spec", is_pod=False)
     if isinstance(selector, dict):
         from nodeagent.api.selectors import SelectorError, from_label_selector
 
@@ -338,6 +372,7 @@ def validate(obj: dict[str, Any], kind: str, namespaced: bool) -> FieldErrors:
     spec = spec or {}
     if kind == "Pod":
         errs += _containers(spec, "spec")
+        errs += _image_volumes(spec, "spec", is_pod=True)
     elif kind in ("Deployment", "ReplicaSet", "DaemonSet", "StatefulSet"):
         if not spec.get("selector"):
             errs.append(required("spec.selector"))

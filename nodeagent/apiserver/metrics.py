@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from nodeagent.api import features
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -18,6 +20,10 @@ class Metrics:
                                            0.5, 1, 2.5, 5))
         self.watchers = Gauge("apiserver_registered_watchers", "Open watch streams", ["resource"],
                               registry=self.registry)
+        gates = Gauge(features.FEATURE_METRIC, features.FEATURE_HELP, ["name", "stage"],
+                      registry=self.registry)
+        for name, (stage, enabled) in features.FEATURES.items():
+            gates.labels(name, stage).set(int(enabled))
 
     def observe(self, verb: str, group: str, resource: str, sub: str, code: int, seconds: float) -> None:
         self.requests.labels(verb, group, resource, sub, str(code)).inc()

@@ -1,5 +1,9 @@
 """pods/log, exec, attach, portforward and node proxy: forwarded to the node's kubelet API.
 
+Upgrades are spliced to the kubelet byte for byte, except a websocket exec/attach asking for
+v5.channel.k8s.io, which is translated to SPDY towards the kubelet as kube-apiserver does
+(stream_translator.py).
+
 The kubelet endpoint is the Node's status.daemonEndpoints.kubeletEndpoint.Port on its InternalIP.
 Without one, the answer is a 503 Status naming the node, so kubectl prints why.
 """
@@ -15,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from nodeagent.api.resources import builtin
-from nodeagent.apiserver import errors
+from nodeagent.apiserver import errors, stream_translator
 
 if TYPE_CHECKING:
     from nodeagent.apiserver.registry import Registry
@@ -82,6 +86,13 @@ class KubeletProxy:
                                              "(its status has no daemonEndpoints.kubeletEndpoint.Port and "
                                              "InternalIP)")
         if request.headers.get("Upgrade"):
+            if sub in ("exec", "attach") and stream_translator.wants_translation(request):
+                try:
+                    return await stream_translator.translate(request, addr, path, self.client_ssl(),
+                                                             DIAL_TIMEOUT, TLS_HANDSHAKE_TIMEOUT)
+                except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as e:
+                    raise errors.service_unavailable(f"error dialing kubelet at {addr[0]}:{addr[1]}: "
+                                                     f"{_why(e)}") from None
             return await self._upgrade(request, addr, path)
         return await self._stream(request, addr, path)
 

@@ -105,6 +105,8 @@ def prepare_sub_paths(container: Mapping[str, Any], vols: Mapping[str, Any], env
             raise EnvError(f"error SubPath `{sub}` must not be an absolute path")
         if ".." in sub.split("/"):
             raise EnvError(f"unable to provision SubPath `{sub}`: must not contain '..'")
+        if v.kind == "image":
+            continue  # the runtime resolves it within the image (CRI Mount.image_sub_path)
         root = os.path.realpath(v.host_path)
         target = os.path.join(root, sub)
         if os.path.lexists(target):

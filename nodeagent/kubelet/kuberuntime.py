@@ -239,35 +239,54 @@ class PodRuntime:
         r = await self.cri.image_status(image)
         return r.image if r.HasField("image") and r.image.id else None
 
-    async def _start_container(self, pod: Mapping[str, Any], sid: str, sandbox_cfg: pb.PodSandboxConfig,
-                               c: Mapping[str, Any], attempt: int, vols: Mapping[str, Any]) -> None:
+    async def _ensure_image(self, pod: Mapping[str, Any], c: Mapping[str, Any]) -> str:
+        """EnsureImageExists: pull `c["image"]` as `c["imagePullPolicy"]` says, with kubelet's events and
+        back-off; the runtime's reference to the image (what an image volume's CRI mount names)."""
         image = c.get("image", "")
         present = await self._image(image)
         decision = image_policy.pull_decision(c, present is not None)
         if decision.error_reason:
             self.recorder.record(pod, "Warning", decision.error_reason, decision.message)
             raise _StartError(decision.error_reason, decision.message)
-        if decision.pull:
-            bo = self.pull_backoff.check(pod, image)
-            if bo.in_backoff:
-                raise _StartError("ImagePullBackOff", bo.message)
-            self.recorder.record(pod, "Normal", "Pulling", image_policy.pulling_message(image))
-            t0 = self.clock.now()
-            try:
-                await pull_with_credentials(self.cri, self.sources, self.recorder, pod, image)
-            except Exception as e:
-                self.pull_backoff.failed(pod, image)
-                reason, msg = image_policy.pull_failed(image, _details(e))
-                self.recorder.record(pod, "Warning", "Failed", msg)
-                raise _StartError(reason, msg) from e
-            self.pull_backoff.succeeded(pod, image)
-            took = self.clock.now() - t0
-            img = await self._image(image)
-            self.recorder.record(pod, "Normal", "Pulled",
-                                 image_policy.pulled_message(image, took, took, img.size if img else 0))
-        else:
+        if not decision.pull:
             self.recorder.record(pod, "Normal", "Pulled", decision.message)
+            return present.id if present is not None else image
+        bo = self.pull_backoff.check(pod, image)
+        if bo.in_backoff:
+            raise _StartError("ImagePullBackOff", bo.message)
+        self.recorder.record(pod, "Normal", "Pulling", image_policy.pulling_message(image))
+        t0 = self.clock.now()
+        try:
+            ref = await pull_with_credentials(self.cri, self.sources, self.recorder, pod, image)
+        except Exception as e:
+            self.pull_backoff.failed(pod, image)
+            reason, msg = image_policy.pull_failed(image, _details(e))
+            self.recorder.record(pod, "Warning", "Failed", msg)
+            raise _StartError(reason, msg) from e
+        self.pull_backoff.succeeded(pod, image)
+        took = self.clock.now() - t0
         img = await self._image(image)
+        self.recorder.record(pod, "Normal", "Pulled",
+                             image_policy.pulled_message(image, took, took, img.size if img else 0))
+        return ref or image
+
+    async def _image_volumes(self, pod: Mapping[str, Any], c: Mapping[str, Any],
+                             vols: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The image volumes the container mounts, each pulled by its own pullPolicy (kubelet's
+        getImageVolumes) and carrying the runtime's reference to its image."""
+        mounted = {vm.get("name") for vm in c.get("volumeMounts") or []}
+        out = dict(vols)
+        for name, v in vols.items():
+            if v.kind == "image" and name in mounted:
+                ref = await self._ensure_image(pod, {"image": v.image, "imagePullPolicy": v.pull_policy})
+                out[name] = dataclasses.replace(v, image_ref=ref)
+        return out
+
+    async def _start_container(self, pod: Mapping[str, Any], sid: str, sandbox_cfg: pb.PodSandboxConfig,
+                               c: Mapping[str, Any], attempt: int, vols: Mapping[str, Any]) -> None:
+        await self._ensure_image(pod, c)
+        img = await self._image(c.get("image", ""))  # its User, for runAsNonRoot
+        vols = await self._image_volumes(pod, c, vols)
         try:
             env = await self.sources.environment(pod, c, await self._sandbox_ips(sid))
             await asyncio.to_thread(prepare_sub_paths, c, vols, env)
@@ -457,6 +476,11 @@ class PodRuntime:
         for vm in c.get("volumeMounts") or []:
             v = vols.get(vm["name"])
             if v is None:
+                continue
+            if v.kind == "image":  # KEP-4639: the runtime mounts the image, read-only; subPath within it
+                image = pb.ImageSpec(image=v.image_ref or v.image)
+                cfg.mounts.add(container_path=vm["mountPath"], image=image,
+                               image_sub_path=vm.get("subPath", ""), readonly=True)
                 continue
             host = v.host_path
             sub = sub_path(vm, env)

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from nodeagent.api import features
+
 # kubelet's buckets for pod start and PLEG relist (metrics.go)
 POD_START_BUCKETS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900,
                      1200, 1800, 2700, 3600)
@@ -61,6 +63,9 @@ class KubeletMetrics:
                                      "Number of the http requests received since the "
                                      "server started", ["method", "path", "server_type", "long_running"],
                                      registry=r)
+        gates = Gauge(features.FEATURE_METRIC, features.FEATURE_HELP, ["name", "stage"], registry=r)
+        for name, (stage, enabled) in features.FEATURES.items():
+            gates.labels(name, stage).set(int(enabled))
         self._running: _Running | None = None
 
     def set_running_source(self, snapshot: Callable[[], tuple[int, dict[str, int]]]) -> None:

@@ -56,13 +56,16 @@ class VolumeError(Exception):
 @dataclasses.dataclass(frozen=True)
 class Volume:
     name: str
-    kind: str  # emptyDir, hostPath, configMap, secret, downwardAPI, projected
+    kind: str  # emptyDir, hostPath, configMap, secret, downwardAPI, projected, image
     host_path: str
     read_only: bool = False  # configMap/secret/downwardAPI/projected are always mounted read-only
+    image: str = ""  # an image volume's reference (the runtime mounts the image itself: no host path)
+    pull_policy: str = ""
+    image_ref: str = ""  # the runtime's reference to the pulled image (kuberuntime fills it in)
 
 
 def volume_kind(volume: Mapping[str, Any]) -> str:
-    for k in ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected"):
+    for k in ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected", "image"):
         if k in volume:
             return k
     other = [k for k in volume if k != "name"]
@@ -173,6 +176,10 @@ class VolumeManager:
         kind = volume_kind(volume)
         uid = (pod.get("metadata") or {}).get("uid", "")
         try:
+            if kind == "image":  # pulled and mounted by the runtime when a container starts (KEP-4639)
+                src = volume["image"] or {}
+                return Volume(name, kind, "", read_only=True, image=src.get("reference", ""),
+                              pull_policy=src.get("pullPolicy", ""))
             if kind == "hostPath":
                 hp = volume["hostPath"]
                 check_host_path(hp["path"], hp.get("type"))

@@ -48,6 +48,7 @@ IMAGE_USER_USERNAME_GROUP = STAGING + "test-image-user-username-group"
 # -- consts.go --------------------------------------------------------------------------------
 DEFAULT_LOG = "hello World"
 ECHO_HELLO_CMD = ["echo", "-n", "hello"]
+ATTACH_ECHO_HELLO = " ".join(ECHO_HELLO_CMD).encode()  # what checkAttach writes to an attached shell
 SLEEP_CMD = ["sleep", "4321"]
 CHECK_SLEEP_CMD = ["sh", "-c", "pgrep sleep || true"]
 SHELL_CMD = ["/bin/sh"]
@@ -335,6 +336,33 @@ def stream(url: str, send: Callable[[Any, dict], Any] | None = None,
            timeout: float = 60.0) -> dict[int, bytes]:
     """Run one exec/attach session: `send(ws, got)` writes stdin; returns bytes per channel."""
     return asyncio.run(_stream(url, send, until, timeout))
+
+
+async def _spdy_attach_echo_hello(url: str) -> dict[str, bytes]:
+    from tests.integration.cri.spdy_client import SpdyClient
+
+    c = await SpdyClient.upgrade(url, ["v4.channel.k8s.io"])
+    assert c.status == 101, c.response_headers
+    try:
+        kinds = ("error", "stdin", "stdout", "stderr")
+        streams = {kind: await c.open({"streamtype": kind}) for kind in kinds}
+        for st in streams.values():
+            await asyncio.wait_for(st.replied.wait(), 10)
+        await asyncio.sleep(1)  # "the container should stop output when there is no input"
+        await streams["stdin"].write(ATTACH_ECHO_HELLO + b"\n")  # and stdin stays open
+        end = time.monotonic() + 60
+        while bytes(streams["stdout"].data) != b"hello" and time.monotonic() < end:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)  # Eventually hello ...
+        await asyncio.sleep(3)  # ... and Consistently nothing else
+        return {"stdout": bytes(streams["stdout"].data), "stderr": bytes(streams["stderr"].data)}
+    finally:
+        await c.close()
+
+
+def spdy_attach_echo_hello(url: str) -> dict[str, bytes]:
+    """checkAttach over SPDY (critest's default transport): stdin held open after `echo -n hello`; what
+    stdout and stderr received within Eventually + Consistently."""
+    return asyncio.run(_spdy_attach_echo_hello(url))
 
 
 async def _port_forward_get(url: str, port: int, limit: float) -> bytes:

@@ -29,24 +29,42 @@ def test_runtime_should_support_exec_with_tty_true_and_stdin_true(f):
     _exec(f, True, True, "hello\r\n")
 
 
-def test_runtime_should_support_attach(f):
+def _attach_container(f) -> str:
+    """createShellContainer + startContainer + createDefaultAttach: /bin/sh with stdin (stdin_once), attached
+    with stdin, stdout and stderr, no terminal."""
     sid, pod = f.pod_for_container()
     cfg = f.container_config("container-for-attach-test", command=fw.SHELL_CMD, stdin=True, stdin_once=True)
     cfg.linux.SetInParent()
     cid = f.create(sid, pod, cfg)
     f.start(cid)
-    url = f.c.attach(cid, stdin=True, stdout=True, stderr=True)
+    return f.c.attach(cid, stdin=True, stdout=True, stderr=True)
+
+
+def test_runtime_should_support_attach(f):
+    """checkAttach: write `echo -n hello` with stdin held open (never closed), Eventually stdout is exactly
+    "hello" — output without a newline must reach the attached client as it is written — and Consistently
+    nothing else for 3 s; stderr stays empty. Over websocket (critest's UseWebsocketForAttach)."""
+    url = _attach_container(f)
 
     async def send(ws, got):
-        await ws.send_bytes(b"\x00echo hello\n")
-        while got.get(fw.STDOUT, b"") != b"hello\n":  # noqa: ASYNC110 - Eventually hello ...
+        await asyncio.sleep(1)  # "the container should stop output when there is no input"
+        await ws.send_bytes(b"\x00" + fw.ATTACH_ECHO_HELLO + b"\n")
+        while got.get(fw.STDOUT, b"") != b"hello":  # noqa: ASYNC110 - Eventually hello ...
             await asyncio.sleep(0.1)
         await asyncio.sleep(3)  # ... and Consistently nothing else
         await ws.close()
 
     got = fw.stream(url, send, timeout=60)
-    assert got.get(fw.STDOUT) == b"hello\n", "The stdout of attach should be hello"
+    assert got.get(fw.STDOUT) == b"hello", "The stdout of attach should be hello"
     assert got.get(fw.STDERR, b"") == b"", "The stderr of attach should be empty"
+
+
+def test_runtime_should_support_attach_over_spdy(f):
+    """The same checkAttach over SPDY/3.1, critest's default transport."""
+    url = _attach_container(f)
+    got = fw.spdy_attach_echo_hello(url)
+    assert got["stdout"] == b"hello", "The stdout of attach should be hello"
+    assert got["stderr"] == b"", "The stderr of attach should be empty"
 
 
 def test_runtime_should_support_portforward(f):

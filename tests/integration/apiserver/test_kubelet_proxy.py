@@ -13,6 +13,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from cri.server import spdy_streams as sp
 from nodeagent.apiserver import pki
 from tests.integration.apiserver.conftest import KUBECTL_132
 
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def fake_kubelet(tmp_path):
-    """A TLS server answering /containerLogs and a v5/v4.channel.k8s.io websocket /exec, in its own thread."""
+    """A TLS server answering /containerLogs and /exec (SPDY/3.1 v4.channel.k8s.io, or a v5/v4 websocket),
+    in its own thread."""
     crt, key = pki.ensure_serving_cert(tmp_path / "pki", ["127.0.0.1"])
     seen: list[str] = []
     loop = asyncio.new_event_loop()
@@ -34,9 +36,25 @@ def fake_kubelet(tmp_path):
 
     async def exec_(request: web.Request) -> web.StreamResponse:
         seen.append(request.path_qs)
+        hello = b"hello from " + request.match_info["pod"].encode() + b"\n"
+        if sp.is_spdy_upgrade(request):  # what kube-apiserver (and ours) speaks to a kubelet for a v5 client
+            queue: asyncio.Queue[sp.Stream] = asyncio.Queue()
+            accepted = await sp.accept_spdy(request, sp.EXEC_SPDY_PROTOCOLS, "channel.k8s.io",
+                                            queue.put_nowait)
+            if isinstance(accepted, web.Response):
+                return accepted
+            session, version, resp = accepted
+            req = {k: request.query.get(k) in ("true", "1") for k in ("stdin", "stdout", "stderr", "tty")}
+            streams = await sp.RemoteCommand.wait_for_streams(queue, version, req)
+            rc = sp.RemoteCommand(session, version, streams)
+            await rc.send("stdout", hello)
+            await rc.close_output()
+            await rc.write_status(b'{"metadata":{},"status":"Success"}', None)
+            await session.close()
+            return resp
         ws = web.WebSocketResponse(protocols=["v5.channel.k8s.io", "v4.channel.k8s.io"])
         await ws.prepare(request)
-        await ws.send_bytes(b"\x01hello from " + request.match_info["pod"].encode() + b"\n")
+        await ws.send_bytes(b"\x01" + hello)
         await ws.send_bytes(b'\x03{"metadata":{},"status":"Success"}')
         await ws.close()
         return ws

@@ -46,3 +46,17 @@ def test_input_reaches_the_fifo(held):
     assert os.read(reader, 100) == b"hello\n"
     inp.finish()
     assert AttachInput(cdir, _req(stdin=False)).fd is None  # a session without stdin opens nothing
+
+
+def test_client_frames_text_counts_as_data():
+    """A client's text frame is data, as kubelet's websocket server reads it (the Python client sends str
+    stdin as text); control frames and empty ones are not."""
+    from aiohttp import WSMessage, WSMsgType
+
+    from cri.server.attach import client_frame
+
+    assert client_frame(WSMessage(WSMsgType.BINARY, b"\x00hi\n", None)) == b"\x00hi\n"
+    assert client_frame(WSMessage(WSMsgType.TEXT, "\x00héllo\n", None)) == "\x00héllo\n".encode()
+    assert client_frame(WSMessage(WSMsgType.TEXT, "", None)) is None
+    assert client_frame(WSMessage(WSMsgType.PING, b"x", None)) is None
+    assert client_frame(WSMessage(WSMsgType.CLOSE, 1000, "")) is None

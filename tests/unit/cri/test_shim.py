@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ SHIM = RuntimeOptions(state_dir=Path("/nonexistent")).shim
 pytestmark = pytest.mark.skipif(not os.path.exists(SHIM), reason="shim not built: run make build")
 
 
-def run_under_shim(tmp_path: Path, script: str) -> tuple[str, str]:
-    """Fork a child running `script`, exec the shim as its parent (as the runtime does)."""
+def spawn_under_shim(tmp_path: Path, script: str, extra: tuple[str, ...] = (),
+                     stdin: int | None = None) -> int:
+    """Fork a child running `script` (its stdin from `stdin` when given), exec the shim as its parent (as the
+    runtime does) with `extra` arguments after the five; the shim's pid."""
     log, exit_file = tmp_path / "ctr.log", tmp_path / "exit"
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -23,6 +26,8 @@ def run_under_shim(tmp_path: Path, script: str) -> tuple[str, str]:
     if p1 == 0:
         child = os.fork()
         if child == 0:
+            if stdin is not None:
+                os.dup2(stdin, 0)
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
             os.execv("/bin/sh", ["sh", "-c", script])
@@ -30,11 +35,16 @@ def run_under_shim(tmp_path: Path, script: str) -> tuple[str, str]:
         os.close(err_w)
         os.set_inheritable(out_r, True)
         os.set_inheritable(err_r, True)
-        os.execv(SHIM, [SHIM, str(exit_file), str(log), str(child), str(out_r), str(err_r)])
+        os.execv(SHIM, [SHIM, str(exit_file), str(log), str(child), str(out_r), str(err_r), *extra])
     for fd in (out_r, out_w, err_r, err_w):
         os.close(fd)
-    os.waitpid(p1, 0)
-    return log.read_text(), exit_file.read_text()
+    return p1
+
+
+def run_under_shim(tmp_path: Path, script: str) -> tuple[str, str]:
+    """Run `script` under the shim to the end: (its log, its exit file)."""
+    os.waitpid(spawn_under_shim(tmp_path, script), 0)
+    return (tmp_path / "ctr.log").read_text(), (tmp_path / "exit").read_text()
 
 
 def test_log_lines_and_exit_code(tmp_path):
@@ -59,3 +69,37 @@ def test_long_lines_are_split_as_partials(tmp_path):
 def test_signal_exit(tmp_path):
     _, status = run_under_shim(tmp_path, "kill -9 $$")
     assert status.startswith("code=137 signal=9")
+
+
+def test_attach_socket_streams_partial_output_at_once(tmp_path):
+    """An attached client gets what the container writes as it writes it, a partial line included, while
+    the log still holds line records only (the partial is logged when the stream ends)."""
+    from cri.runtime import stdio
+
+    log, cdir = tmp_path / "ctr.log", tmp_path / "c"
+    cdir.mkdir()
+    in_r, in_w = os.pipe()
+    p1 = spawn_under_shim(tmp_path, 'read x; printf "$x"; printf oops >&2; read y',
+                          ("-1", "-1", "0", stdio.attach_socket(cdir)), stdin=in_r)
+    os.close(in_r)
+    try:
+        sock = None
+        for _ in range(200):  # the shim makes its socket as it starts
+            sock = stdio.connect_output(cdir)
+            if sock is not None:
+                break
+            time.sleep(0.01)
+        assert sock is not None, "the shim never served its attach socket"
+        sock.setblocking(True)
+        sock.settimeout(10)
+        os.write(in_w, b"hello\n")
+        got = {sock.recv(65536), sock.recv(65536)}
+        assert got == {b"\x01hello", b"\x02oops"}
+        assert "hello" not in log.read_text()  # no newline yet: no log record either
+    finally:
+        os.close(in_w)
+        os.waitpid(p1, 0)
+    assert sock.recv(65536) == b""  # the shim exited: end of output
+    sock.close()
+    assert " stdout F hello" in log.read_text()
+    assert not (cdir / stdio.ATTACH_SOCKET).exists()

@@ -160,6 +160,42 @@ async def test_volume_mounts_point_at_the_pod_volume_dirs(rt, tmp_path):
     assert isinstance(cri.last_config, pb.ContainerConfig)
 
 
+async def test_image_volume_is_pulled_by_its_policy_and_mounted_by_the_runtime(rt):
+    """volumes[].image (KEP-4639): the kubelet pulls the reference as its pullPolicy says and hands the
+    runtime a CRI image mount naming the pulled image, read-only, with the volumeMount's subPath; an image
+    volume no container mounts is not pulled."""
+    r, cri, rec, clock = rt
+    tools, other, unused = "localhost/tools:v1", "localhost/other:v2", "localhost/unused:v3"
+    cri.images.add(other)
+    pod = _pod([_c("a", volumeMounts=[{"name": "tools", "mountPath": "/tools", "subPath": "bin"},
+                                      {"name": "other", "mountPath": "/x"}])],
+               volumes=[{"name": "tools", "image": {"reference": tools, "pullPolicy": "IfNotPresent"}},
+                        {"name": "other", "image": {"reference": other, "pullPolicy": "Never"}},
+                        {"name": "unused", "image": {"reference": unused, "pullPolicy": "Always"}}])
+    await r.sync(pod)
+    cfg = cri.last_config
+    assert cfg is not None
+    first, second, hosts = cfg.mounts  # and the kubelet-managed /etc/hosts
+    assert hosts.container_path == "/etc/hosts"
+    assert (first.container_path, first.host_path, first.readonly) == ("/tools", "", True)
+    assert (first.image.image, first.image_sub_path) == (f"sha256:{tools}", "bin")
+    assert (second.image.image, second.image_sub_path, second.readonly) == (f"sha256:{other}", "", True)
+    assert cri.calls.count(("PullImage", tools)) == 1
+    assert ("PullImage", other) not in cri.calls and ("PullImage", unused) not in cri.calls
+
+
+async def test_image_volume_pull_failure_is_err_image_pull(rt):
+    r, cri, rec, clock = rt
+    cri.unpullable.add("localhost/missing:v1")
+    pod = _pod([_c("a", volumeMounts=[{"name": "v", "mountPath": "/v"}])],
+               volumes=[{"name": "v",
+                         "image": {"reference": "localhost/missing:v1", "pullPolicy": "Always"}}])
+    await r.sync(pod)
+    assert not any(c[0] == "CreateContainer" for c in cri.calls)
+    assert r.sync_errors["u1"]["a"].reason == "ErrImagePull"
+    assert "Failed" in rec.reasons()
+
+
 async def test_lifecycle_hooks_run_around_start_and_stop(rt):
     r, cri, rec, clock = rt
     pod = _pod([_c("a", lifecycle={"postStart": {"exec": {"command": ["touch", "/started"]}},
