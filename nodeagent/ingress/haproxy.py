@@ -19,6 +19,7 @@ from nodeagent.ingress.model import ANY, EXACT, WILDCARD_LABEL, Desired, Route
 
 MIN_SLOTS = 4
 NOT_FOUND_BACKEND = "nodeagent_default_404"
+ERROR_BACKEND = "nodeagent_invalid_backend_500"
 PARKED = "127.0.0.1:1"  # where an unused slot points (disabled: never used)
 
 
@@ -82,11 +83,20 @@ def _path_condition(route: Route) -> str:
     return "{ path -m str -- " + quote(p) + " } || { path -m beg -- " + quote(p + "/") + " }"
 
 
-def _header_conditions(route: Route) -> list[str]:
+def _request_conditions(route: Route) -> list[str]:
+    """The scheme, method, header and query parameter conditions of a route (names are checked to be
+    plain tokens where they are read; values are quoted)."""
     out = []
+    if route.scheme:
+        out.append("{ ssl_fc }" if route.scheme == "https" else "!{ ssl_fc }")
+    if route.method:
+        out.append("{ method -m str -- " + quote(route.method) + " }")
     for h in route.headers:
         how = "reg" if h.regex else "str"
         out.append("{ req.hdr(" + h.name + ") -m " + how + " -- " + quote(h.value) + " }")
+    for q in route.queries:
+        how = "reg" if q.regex else "str"
+        out.append("{ url_param(" + q.name + ") -m " + how + " -- " + quote(q.value) + " }")
     return out
 
 
@@ -94,10 +104,19 @@ def _route_lines(route: Route, host_cond: str) -> list[str]:
     """`use_backend` lines for one route (HAProxy has no parentheses: an OR of path forms repeats the
     rest of the condition)."""
     path = _path_condition(route)
-    rest = " ".join(c for c in [host_cond, *_header_conditions(route)] if c)
+    rest = " ".join(c for c in [host_cond, *_request_conditions(route)] if c)
     alternatives = path.split(" || ") if path else [""]
-    return [f"    use_backend {route.backend} if " + " ".join(c for c in (rest, alt) if c) if (rest or alt)
-            else f"    use_backend {route.backend}" for alt in alternatives]
+    out = []
+    for alt in alternatives:
+        cond = " ".join(c for c in (rest, alt) if c)
+        if route.error_share >= 1 or not route.backend:
+            out.append(f"    use_backend {ERROR_BACKEND}" + (f" if {cond}" if cond else ""))
+            continue
+        if route.error_share > 0:  # that share of the requests: 500, the rest to the backend
+            share = "{ rand(10000) -m int lt " + str(round(route.error_share * 10000)) + " }"
+            out.append(f"    use_backend {ERROR_BACKEND} if {cond} {share}".replace("if  ", "if "))
+        out.append(f"    use_backend {route.backend}" + (f" if {cond}" if cond else ""))
+    return out
 
 
 def render(desired: Desired, listen: Listen, files: Files, cert_paths: Sequence[str]) -> Rendered:
@@ -164,7 +183,10 @@ def render(desired: Desired, listen: Listen, files: Files, cert_paths: Sequence[
                             f"    server s{i} {PARKED} disabled")
         backends.append("")
     tail = [f"backend {NOT_FOUND_BACKEND}",
-            '    http-request return status 404 content-type text/plain string "default backend - 404"', ""]
+            '    http-request return status 404 content-type text/plain string "default backend - 404"', "",
+            f"backend {ERROR_BACKEND}",
+            '    http-request return status 500 content-type text/plain string "invalid backend reference"',
+            ""]
     crt_list = "".join((f"{path} {' '.join(c.hosts)}".rstrip() + "\n")
                        for c, path in zip(desired.certificates, cert_paths, strict=True))
     text = "\n".join(head + body + backends + tail)

@@ -71,6 +71,10 @@ class Route:
     backend: str  # a Backend's name
     headers: tuple[HeaderMatch, ...] = ()
     origin: str = ""  # "Ingress ns/name" or "HTTPRoute ns/name"
+    method: str = ""  # "": any
+    queries: tuple[HeaderMatch, ...] = ()  # query parameters
+    error_share: float = 0.0  # the share of requests answered 500 (Gateway API's invalid backendRefs)
+    scheme: str = ""  # "": both; "http" or "https": requests on that listener only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,10 +151,12 @@ def path_matches(path: str, exact: bool, request_path: str) -> bool:
     return not p or request_path == p or request_path.startswith(p + "/")
 
 
-def route_order(r: Route) -> tuple[int, int, int]:
-    """Within a host group: the longest path first, Exact before Prefix on the same path, then the
-    most header matches (Gateway API's precedence; Ingresses have none)."""
-    return -len(r.path.rstrip("/") if not r.exact else r.path), 0 if r.exact else 1, -len(r.headers)
+def route_order(r: Route) -> tuple[int, int, int, int, int]:
+    """Within a host group: the longest path first, Exact before Prefix on the same path, then a method
+    match, the most header matches, the most query matches (Gateway API's precedence; an Ingress has only
+    paths). Ties keep their order: the oldest object first."""
+    return (-len(r.path.rstrip("/") if not r.exact else r.path), 0 if r.exact else 1, 0 if r.method else 1,
+            -len(r.headers), -len(r.queries))
 
 
 # -- Services to backends ----------------------------------------------------------------------------------
@@ -266,7 +272,7 @@ def _age(o: Obj) -> tuple[str, str, str]:
 
 def build(ingresses: Iterable[Obj], services: Iterable[Obj], slices: Iterable[Obj], secrets: Iterable[Obj],
           extra_routes: Sequence[Route] = (), extra_backends: Mapping[str, Backend] | None = None,
-          extra_problems: Sequence[Problem] = ()) -> Desired:
+          extra_problems: Sequence[Problem] = (), extra_certificates: Sequence[Certificate] = ()) -> Desired:
     """The proxy's desired model from the Ingresses already filtered to ours (oldest first wins a
     conflict, as ingress-nginx), the cluster's Services, EndpointSlices and TLS Secrets, and the Gateway
     API's routes and backends (`gateway.py`)."""
@@ -326,7 +332,7 @@ def build(ingresses: Iterable[Obj], services: Iterable[Obj], slices: Iterable[Ob
             secret_name = tls.get("secretName")
             if not secret_name:
                 continue
-            pem, why = _tls_pem(secret_by.get((ns, secret_name)), ns, secret_name)
+            pem, why = tls_pem(secret_by.get((ns, secret_name)), ns, secret_name)
             if why:
                 problem("SecretNotFound" if "not found" in why else "InvalidSecret",
                         f"{why}: {', '.join(hosts) or 'its hosts'} get the default certificate")
@@ -338,12 +344,17 @@ def build(ingresses: Iterable[Obj], services: Iterable[Obj], slices: Iterable[Ob
                 prev = certs.get(key)
                 certs[key] = Certificate(key, pem, (prev.hosts if prev else ()) + fresh)
 
+    for c in extra_certificates:
+        fresh = tuple(h for h in c.hosts if h not in cert_hosts)
+        cert_hosts.update(fresh)
+        if fresh or not c.hosts:
+            certs.setdefault(c.name, dataclasses.replace(c, hosts=fresh))
     ordered = sorted(routes, key=route_order)
     return Desired(tuple(ordered), backends, host_defaults, default_backend, tuple(certs.values()),
                    tuple(sorted(redirect)), tuple(problems))
 
 
-def _tls_pem(secret: Obj | None, ns: str, name: str) -> tuple[bytes, str | None]:
+def tls_pem(secret: Obj | None, ns: str, name: str) -> tuple[bytes, str | None]:
     """The certificate chain and key of a kubernetes.io/tls Secret as one PEM, or why not."""
     import base64
 

@@ -31,6 +31,7 @@ INGRESSES = "ingresses.networking.k8s.io"
 CORE = {"ingresses": INGRESSES, "ingressclasses": "ingressclasses.networking.k8s.io", "services": "services",
         "endpointslices": "endpointslices.discovery.k8s.io", "secrets": "secrets"}
 SETTLE = 0.05  # seconds to let a burst of watch events coalesce into one sync
+GATEWAY_API_POLL = 2.0  # seconds between checks that the Gateway API is served
 RETRY = 2.0
 DEFAULT_CERT_NAME = "nodeagent ingress default certificate"
 
@@ -52,31 +53,49 @@ class Controller:
         self._reported: set[Problem] = set()
         self.synced = asyncio.Event()  # the first sync went through
 
-    async def discover_gateway_api(self) -> None:
-        """Watch the Gateway API's kinds when the server serves them (its CRDs are installed)."""
+    async def gateway_api_served(self) -> bool:
         try:
             await self.client.request("GET", f"/apis/{gateway.GROUP}/{gateway.VERSION}")
         except ClientError as e:
-            if e.not_found:
-                log.info("ingress: %s is not served; Gateway API objects are not watched", gateway.GROUP)
-                return
-            raise
-        for kind, res in gateway.RESOURCES.items():
-            self.informers[kind] = Informer(self.client, res)
+            if not e.not_found:
+                log.debug("ingress: asking for %s: %s", gateway.GROUP, e)
+            return False
+        return True
+
+    async def watch_gateway_api(self, tg: asyncio.TaskGroup) -> None:
+        """Watch the Gateway API's kinds once the server serves them (the server installs their CRDs a
+        moment after it starts; a person may install them later)."""
+        logged = False
+        while not await self.gateway_api_served():
+            if not logged:
+                log.info("ingress: %s is not served yet; Gateway API objects are watched once it is",
+                         gateway.GROUP)
+                logged = True
+            await asyncio.sleep(GATEWAY_API_POLL)
+        added = {kind: Informer(self.client, res) for kind, res in gateway.RESOURCES.items()}
+        for kind, inf in added.items():
+            inf.add_handler(self._mark, lambda _old, _new: self._mark(), self._mark)
+            tg.create_task(inf.run(), name=f"ingress-informer-{kind}")
+        await asyncio.gather(*(inf.wait_synced() for inf in added.values()))
+        self.informers.update(added)
         self.gateway_api = True
+        if self.cfg.manage:
+            await _retry("creating the GatewayClass", self.ensure_class)
+        log.info("ingress: watching Gateway API objects")
+        self.dirty.set()
 
     def objects(self, kind: str) -> list[dict[str, Any]]:
         inf = self.informers.get(kind)
         return inf.list() if inf else []
 
     async def run(self, tg: asyncio.TaskGroup) -> None:
-        await _retry("reading the API", self.discover_gateway_api)
         for kind, inf in self.informers.items():
             inf.add_handler(self._mark, lambda _old, _new: self._mark(), self._mark)
             tg.create_task(inf.run(), name=f"ingress-informer-{kind}")
         await asyncio.gather(*(inf.wait_synced() for inf in self.informers.values()))
         if self.cfg.manage:
             await _retry("creating the IngressClass", self.ensure_class)
+        tg.create_task(self.watch_gateway_api(tg), name="ingress-gateway-api")
         self.dirty.set()
         while True:
             await self.dirty.wait()
@@ -105,9 +124,10 @@ class Controller:
         services, slices = self.objects("services"), self.objects("endpointslices")
         gw = gateway.build(self.objects("gatewayclasses"), self.objects("gateways"),
                            self.objects("httproutes"), self.objects("referencegrants"),
-                           self.objects("namespaces"), services, slices) \
+                           self.objects("namespaces"), services, slices, self.objects("secrets")) \
             if self.gateway_api else gateway.Result()
-        desired = build(mine, services, slices, self.objects("secrets"), gw.routes, gw.backends, gw.problems)
+        desired = build(mine, services, slices, self.objects("secrets"), gw.routes, gw.backends, gw.problems,
+                        gw.certificates)
         return desired, gw
 
     async def sync(self) -> None:
@@ -157,14 +177,20 @@ class Controller:
         if self.gateway_api:
             for kind, key, status in gw.statuses(addresses):
                 obj = self.informers[kind].get(key[1], key[0] or None)
-                if obj is None or gateway.status_equal(obj.get("status") or {}, status):
+                if obj is None:
+                    continue
+                status = gateway.keep_transition_times(obj.get("status") or {}, status)
+                if status == {k: (obj.get("status") or {}).get(k) for k in status}:
                     continue
                 with _not_found_ok():
                     await self.client.patch(gateway.RESOURCES[kind], key[1], {"status": status},
                                             key[0] or None, subresource="status")
 
     async def ensure_class(self) -> None:
-        """IngressClass `nodeagent`, the default, created when absent (a person's edits are kept)."""
+        """IngressClass `nodeagent`, the default, and GatewayClass `nodeagent`, created when absent (a
+        person's edits are kept)."""
+        if self.gateway_api and self.informers["gatewayclasses"].get(gateway.CLASS_NAME) is None:
+            await gateway.ensure_class(self.client)
         if self.informers["ingressclasses"].get(self.cfg.class_name) is not None:
             return
         body = {"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
@@ -177,8 +203,6 @@ class Controller:
         except ClientError as e:
             if not e.already_exists:
                 raise
-        if self.gateway_api:
-            await gateway.ensure_class(self.client)
 
 
 @contextlib.contextmanager

@@ -90,3 +90,18 @@ def test_weights_split_by_backend_ref_then_endpoint() -> None:
     weights = {e.ip: w for e, w in be.servers}
     # a's 80 shared by two endpoints (40 each), b's 20 on one: 40:40:20, scaled to 256 at the top
     assert weights == {"10.0.0.1": 256, "10.0.0.2": 256, "10.0.1.1": 128}
+
+
+@needs_haproxy
+def test_gateway_conditions_and_error_shares_validate(tmp_path: Path) -> None:
+    be = Backend("be_1", ((Endpoint("10.0.0.1", 80), 1),), "ns/x:80")
+    routes = (Route("*.a.com", "suffix", "/", False, "be_1", (HeaderMatch("x-v", "^v[0-9]+$", True),),
+                    method="POST", queries=(HeaderMatch("q", "1"),), error_share=0.25, scheme="https"),
+              Route("", "any", "/broken", True, "", error_share=1.0))
+    d = Desired(routes, {"be_1": be}, {}, None, (), ())
+    r = render(d, Listen("127.0.0.1", 8080, 8443), files(tmp_path), [])
+    p = haproxy_check(tmp_path, r.text, r.crt_list)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "{ rand(10000) -m int lt 2500 }" in r.text
+    assert '{ url_param(q) -m str -- "1" }' in r.text and '{ method -m str -- "POST" }' in r.text
+    assert 'use_backend nodeagent_invalid_backend_500 if { path -m str -- "/broken" }' in r.text
