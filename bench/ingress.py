@@ -67,9 +67,12 @@ def ab(url: str, host: str | None, a: argparse.Namespace, seconds: float | None 
         m = re.search(pattern, out)
         return float(m.group(1)) if m else 0.0
 
+    # ab counts a body whose length differs from the first one's as failed ("Length"): two backends may
+    # answer bodies of different lengths, so only connection errors and non-2xx answers count here
+    errors = sum(num(rf"{what}: (\d+)") for what in ("Connect", "Receive", "Exceptions"))
     return {"rps": num(r"Requests per second:\s+([\d.]+)"), "p50": float(table.get("50", "nan")),
             "p99": float(table.get("99", "nan")), "requests": num(r"Complete requests:\s+(\d+)"),
-            "failed": num(r"Failed requests:\s+(\d+)") + num(r"Non-2xx responses:\s+(\d+)")}
+            "failed": errors + num(r"Non-2xx responses:\s+(\d+)"), "length": num(r"Length: (\d+)")}
 
 
 def pod(name: str, node: str, app: str) -> dict[str, Any]:
@@ -220,9 +223,10 @@ def main() -> int:
         load = os.getloadavg()
         print(f"\n{a.requests} requests per run, concurrency {a.concurrency}, keep-alive; "
               f"load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-        print(f"{'path':<14}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'failed':>8}")
+        print(f"{'path':<14}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'failed':>8}{'other length':>14}")
         for name, r in rows:
-            print(f"{name:<14}{r['rps']:>10.0f}{r['p50']:>9.1f}{r['p99']:>9.1f}{r['failed']:>8.0f}")
+            print(f"{name:<14}{r['rps']:>10.0f}{r['p50']:>9.1f}{r['p99']:>9.1f}{r['failed']:>8.0f}"
+                  f"{r['length']:>14.0f}")
         print(f"\nduring {a.changes} changes, one every {a.interval}s (ab with the same settings, by time):")
         print(f"{'change':<14}{'requests':>10}{'failed':>8}{'p50 ms':>9}{'p99 ms':>9}")
         for kind in ("endpoints", "config"):

@@ -121,7 +121,7 @@ class HAProxy:
         crt_list = self.dir / "certs.list.new"
         await asyncio.to_thread(self._write_candidate, rendered, candidate, crt_list)
         try:
-            p = await asyncio.create_subprocess_exec(self.binary, "-c", "-q", "-f", str(candidate),
+            p = await asyncio.create_subprocess_exec(self.binary, "-c", "-f", str(candidate),
                                                      stdout=asyncio.subprocess.PIPE,
                                                      stderr=asyncio.subprocess.STDOUT)
             out, _ = await p.communicate()
@@ -129,7 +129,8 @@ class HAProxy:
             candidate.unlink(missing_ok=True)
             crt_list.unlink(missing_ok=True)
         if p.returncode != 0:
-            raise InvalidConfig(out.decode(errors="replace").strip() or f"haproxy -c exited {p.returncode}")
+            said = [line for line in out.decode(errors="replace").splitlines() if "[NOTICE]" not in line]
+            raise InvalidConfig("\n".join(said).strip() or f"haproxy -c exited {p.returncode}")
 
     async def _reload(self) -> None:
         """SIGUSR2 to the master, then wait until the new worker answers on the admin socket."""
@@ -247,14 +248,18 @@ class HAProxy:
                 log.info("haproxy: %s", text)
 
     async def _stop(self) -> None:
+        """SIGTERM to the master (it stops its workers), SIGKILL after STOP_GRACE; then whatever is left
+        of its process group (a worker whose master was killed) is killed too."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.returncode is not None:
+        if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        try:
-            await asyncio.wait_for(asyncio.shield(proc.wait()), STOP_GRACE)
-        except TimeoutError:
+        if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+                proc.terminate()
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), STOP_GRACE)
+            except TimeoutError:
+                pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
