@@ -75,6 +75,7 @@ class Layout:
     ingress_dir: str
     ingress_http_port: int
     ingress_https_port: int
+    ingress_metrics_port: int
 
     @property
     def is_default(self) -> bool:
@@ -110,7 +111,8 @@ class Layout:
                 kubelet_root_dir=_in(d, "kubelet"), pod_log_dir=_in(d, "pod-logs"),
                 manifests_dir=_in(d, "manifests"), kubelet_port=10250, netpol_chain_prefix="NODEAGENT-NP",
                 netpol_set_prefix="NA-NP-", netpol_table="nodeagent-netpol",
-                ingress_dir=_in(d, "ingress"), ingress_http_port=80, ingress_https_port=443)
+                ingress_dir=_in(d, "ingress"), ingress_http_port=80, ingress_https_port=443,
+                ingress_metrics_port=10254)
         tag = instance_tag(d)
         return cls(
             data_dir=d, tag=tag,
@@ -127,7 +129,7 @@ class Layout:
             pod_log_dir=_in(d, "pod-logs"), manifests_dir=_in(d, "manifests"), kubelet_port=0,
             netpol_chain_prefix=f"NA{tag}-NP", netpol_set_prefix=f"NA{tag}-",
             netpol_table=f"nodeagent-netpol-{tag}", ingress_dir=_in(d, "ingress"), ingress_http_port=0,
-            ingress_https_port=0)
+            ingress_https_port=0, ingress_metrics_port=0)
 
 
 def _in(data_dir: str, *parts: str) -> str:

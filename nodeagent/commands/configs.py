@@ -148,7 +148,9 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
     ingress = IngressConfig(
         credentials=credentials, work_dir=layout.ingress_dir, node_name=node_name,
         http_port=args.ingress_http_port or layout.ingress_http_port or free_tcp_port(),
-        https_port=args.ingress_https_port or layout.ingress_https_port or free_tcp_port()) \
+        https_port=args.ingress_https_port or layout.ingress_https_port or free_tcp_port(),
+        metrics_port=args.ingress_metrics_port if args.ingress_metrics_port is not None else
+        layout.ingress_metrics_port or free_tcp_port()) \
         if args.ingress else None
     return {"cni": CNIConfig(network, cgroup_root), "cri": cri, "external_runtime": external,
             "podcidr": PodCIDRConfig(network, node_name, credentials), "kubelet": kubelet,

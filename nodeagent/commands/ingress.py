@@ -17,6 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--listen-address", default="0.0.0.0", help="address to serve on (default: %(default)s)")
     p.add_argument("--ingress-http-port", type=int, default=80, help="HTTP port (default: %(default)s)")
     p.add_argument("--ingress-https-port", type=int, default=443, help="HTTPS port (default: %(default)s)")
+    p.add_argument("--ingress-metrics-port", type=int, default=10254,
+                   help="HAProxy's Prometheus exporter at /metrics, as ingress-nginx's port (default: "
+                        "%(default)s; 0: off)")
     p.add_argument("--haproxy", default="haproxy", help="the HAProxy binary (default: %(default)s)")
     p.add_argument("--manage", action=argparse.BooleanOptionalAction, default=True,
                    help="also create the IngressClass and write Ingress/Gateway statuses and events "
@@ -34,7 +37,8 @@ def config_from_args(args: argparse.Namespace):  # -> IngressConfig
     with cli_errors("ingress"):
         return IngressConfig(credentials=Credentials(kubeconfig=args.kubeconfig), work_dir=args.work_dir,
                              listen_address=args.listen_address, http_port=args.ingress_http_port,
-                             https_port=args.ingress_https_port, haproxy=args.haproxy, run_proxy=args.proxy,
+                             https_port=args.ingress_https_port, metrics_port=args.ingress_metrics_port,
+                             haproxy=args.haproxy, run_proxy=args.proxy,
                              manage=args.manage, node_name=args.node_name)
 
 

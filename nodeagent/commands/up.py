@@ -114,6 +114,9 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ingress-https-port", type=int, default=None,
                    help="the ingress proxy's HTTPS port (default: 443 for the default data dir, else any "
                         "free one)")
+    p.add_argument("--ingress-metrics-port", type=int, default=None,
+                   help="the ingress proxy's Prometheus metrics port, /metrics (default: 10254 for the "
+                        "default data dir, else any free one; 0: off)")
     p.add_argument("--cluster-dns", default=None,
                    help="cluster DNS IPs written into ClusterFirst pods' resolv.conf, comma-separated "
                         "(default: the kube-dns Service IP of the server's default Service range, "

@@ -28,6 +28,7 @@ class Listen:
     address: str  # "" or "0.0.0.0": every address
     http_port: int
     https_port: int
+    metrics_port: int = 0  # HAProxy's Prometheus exporter at /metrics; 0: none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +190,10 @@ def render(desired: Desired, listen: Listen, files: Files, cert_paths: Sequence[
             ""]
     crt_list = "".join((f"{path} {' '.join(c.hosts)}".rstrip() + "\n")
                        for c, path in zip(desired.certificates, cert_paths, strict=True))
+    if listen.metrics_port:
+        tail += ["frontend nodeagent_metrics", f"    bind {addr}:{listen.metrics_port}",
+                 "    http-request use-service prometheus-exporter if { path /metrics }",
+                 "    http-request return status 404", ""]
     text = "\n".join(head + body + backends + tail)
     structure = "\n".join(head + body + skeleton + tail) + "\n" + crt_list
     return Rendered(text, structure, slots, crt_list)

@@ -135,7 +135,8 @@ class Controller:
         desired, gw = self.desired()
         if self.proxy is not None:
             certs = {self.proxy.cert_path(c.name, c.pem): c.pem for c in desired.certificates}
-            listen = Listen(self.cfg.listen_address, self.cfg.http_port, self.cfg.https_port)
+            listen = Listen(self.cfg.listen_address, self.cfg.http_port, self.cfg.https_port,
+                            self.cfg.metrics_port)
             rendered = render(desired, listen, self.proxy.files, list(certs))
             how = await self.proxy.apply(rendered, certs)
             if how != "unchanged":

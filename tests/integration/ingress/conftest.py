@@ -103,6 +103,7 @@ class IngressProcess:
     def __init__(self, proc: subprocess.Popen[bytes], work_dir: Path, http: int, https: int,
                  log: Path) -> None:
         self.proc, self.work_dir, self.http, self.https, self.log_path = proc, work_dir, http, https, log
+        self.metrics = 0
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -125,16 +126,18 @@ class IngressProcess:
 
 
 def start_ingress(server: ServerProcess, work_dir: Path, *extra: str) -> IngressProcess:
-    http, https = free_port("127.0.0.1"), free_port("127.0.0.1")
+    http, https, metrics = free_port("127.0.0.1"), free_port("127.0.0.1"), free_port("127.0.0.1")
     work_dir.mkdir(parents=True, exist_ok=True)
     log = work_dir / "ingress.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "ingress",
                                  "--kubeconfig", str(server.kubeconfig), "--work-dir", str(work_dir),
                                  "--listen-address", "127.0.0.1", "--ingress-http-port", str(http),
-                                 "--ingress-https-port", str(https), *extra],
+                                 "--ingress-https-port", str(https), "--ingress-metrics-port", str(metrics),
+                                 *extra],
                                 stdout=f, stderr=subprocess.STDOUT)
     ing = IngressProcess(proc, work_dir, http, https, log)
+    ing.metrics = metrics
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:

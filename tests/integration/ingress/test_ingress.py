@@ -177,6 +177,13 @@ def test_endpoint_changes_apply_within_a_second_without_failed_requests(
     assert "reloaded" not in ingress.log().split("routes to")[-1]  # the last changes went by the runtime API
 
 
+def test_prometheus_metrics(ingress: IngressProcess) -> None:
+    code, body, _ = curl(f"http://127.0.0.1:{ingress.metrics}/metrics")
+    assert code == 200
+    assert 'haproxy_frontend_http_requests_total{proxy="nodeagent_ingress"}' in body
+    assert 'haproxy_backend_http_responses_total{proxy="nodeagent_default_404",code="4xx"}' in body
+
+
 def test_killing_the_component_leaves_no_proxy(server: ServerProcess, tmp_path: Path) -> None:
     ing = start_ingress(server, tmp_path / "k", "--no-manage")
     pids = eventually(ing.haproxy_pids)
