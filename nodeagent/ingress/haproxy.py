@@ -138,6 +138,9 @@ def render(desired: Desired, listen: Listen, files: Files, cert_paths: Sequence[
         "    log global",
         "    option dontlognull",
         "    option forwardfor",
+        # a soft-stopping worker (a reload) answers an idle keep-alive connection's next request with
+        # Connection: close instead of closing it under the client (which would see a failed request)
+        "    option idle-close-on-response",
         "    timeout connect 5s",
         "    timeout client 60s",
         "    timeout server 60s",

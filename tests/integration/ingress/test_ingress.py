@@ -5,6 +5,7 @@ requests, and no proxy left behind when the component is killed."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import socket
 import ssl
@@ -20,7 +21,7 @@ from cryptography import x509
 
 from nodeagent.pki import self_signed
 from nodeagent.testing.apiserver import ServerProcess
-from tests.integration.ingress.conftest import Backend, IngressProcess, eventually, start_ingress
+from tests.integration.ingress.conftest import Backend, IngressProcess, eventually, free_port, start_ingress
 
 pytestmark = pytest.mark.e2e
 
@@ -191,3 +192,50 @@ def test_killing_the_component_leaves_no_proxy(server: ServerProcess, tmp_path: 
     ing.proc.kill()
     ing.proc.wait()
     assert eventually(lambda: not ing.haproxy_pids(), timeout=10), ing.haproxy_pids()
+
+
+async def test_websocket_passes_through(ingress: IngressProcess, server: ServerProcess) -> None:
+    """An Upgrade: websocket request through the proxy reaches a websocket backend and echoes."""
+    import aiohttp
+    from aiohttp import web
+
+    from nodeagent.client.rest import Client
+
+    async def echo(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for msg in ws:
+            await ws.send_str(f"echo {msg.data} via {request.headers.get('Host')}")
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/ws", echo)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port("127.0.0.5")
+    await web.TCPSite(runner, "127.0.0.5", port).start()
+    try:
+        async with Client(server.url, server.token, ca_file=str(server.ca_file)) as c:
+            await c.create("services", {"apiVersion": "v1", "kind": "Service",
+                                        "metadata": {"name": "ws", "namespace": "default"},
+                                        "spec": {"ports": [{"name": "http", "port": 80}]}}, "default")
+            await c.create("endpointslices.discovery.k8s.io", slice_for("ws", port, ["127.0.0.5"]), "default")
+            await c.create("ingresses.networking.k8s.io", {
+                "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {"name": "ws", "namespace": "default"},
+                "spec": {"rules": [{"host": "ws.test", "http": {"paths": [
+                    {"path": "/ws", "pathType": "Exact",
+                     "backend": {"service": {"name": "ws", "port": {"number": 80}}}}]}}]}}, "default")
+        url = f"http://127.0.0.1:{ingress.http}/ws"
+        async with aiohttp.ClientSession() as s:
+            for _ in range(100):  # until the proxy has the new route
+                async with s.get(url, headers={"Host": "ws.test"}) as r:
+                    if r.status != 404:
+                        break
+                await asyncio.sleep(0.1)
+            async with s.ws_connect(url, headers={"Host": "ws.test"}) as ws:
+                await ws.send_str("hello")
+                msg = await ws.receive(timeout=5)
+        assert msg.data == "echo hello via ws.test"
+    finally:
+        await runner.cleanup()
