@@ -44,7 +44,6 @@ CLASS_NAME = "nodeagent"
 RESOURCES = {"gatewayclasses": f"{GROUP}/{VERSION}/gatewayclasses", "gateways": f"{GROUP}/{VERSION}/gateways",
              "httproutes": f"{GROUP}/{VERSION}/httproutes",
              "referencegrants": f"{GROUP}/v1beta1/referencegrants", "namespaces": "namespaces"}
-KIND_INFORMER = {"GatewayClass": "gatewayclasses", "Gateway": "gateways", "HTTPRoute": "httproutes"}
 PORTS = {"HTTP": 80, "HTTPS": 443}  # the listener port each protocol is served on
 ROUTE_KIND = {"group": GROUP, "kind": "HTTPRoute"}
 SAFE_HEADER = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,9 @@ CORE = {"ingresses": INGRESSES, "ingressclasses": "ingressclasses.networking.k8s
         "endpointslices": "endpointslices.discovery.k8s.io", "secrets": "secrets"}
 SETTLE = 0.05  # seconds to let a burst of watch events coalesce into one sync
 GATEWAY_API_POLL = 2.0  # seconds between checks that the Gateway API is served
+# the kind of an object a problem is reported on → (its informer, its apiVersion)
+EVENT_KINDS = {"Ingress": ("ingresses", "networking.k8s.io/v1"),
+               "HTTPRoute": ("httproutes", f"{gateway.GROUP}/{gateway.VERSION}")}
 RETRY = 2.0
 DEFAULT_CERT_NAME = "nodeagent ingress default certificate"
 
@@ -151,12 +155,11 @@ class Controller:
         """A Warning event for each problem not reported since it last appeared."""
         now = set(problems)
         for p in now - self._reported:
-            obj = self.informers["ingresses"].get(p.name, p.namespace) if p.kind == "Ingress" else \
-                self.informers[gateway.KIND_INFORMER.get(p.kind, "")].get(p.name, p.namespace) \
-                if gateway.KIND_INFORMER.get(p.kind, "") in self.informers else None
+            informer, api_version = EVENT_KINDS[p.kind]
+            obj = self.informers[informer].get(p.name, p.namespace) if informer in self.informers else None
             if obj is not None and self.recorder is not None:
-                self.recorder.record({**obj, "kind": p.kind, "apiVersion": obj.get("apiVersion", "")},
-                                     "Warning", p.reason, p.message)
+                self.recorder.record({**obj, "kind": p.kind, "apiVersion": api_version}, "Warning", p.reason,
+                                     p.message)
             log.warning("ingress: %s %s/%s: %s", p.kind, p.namespace, p.name, p.message)
         self._reported = now
 
@@ -207,7 +210,7 @@ class Controller:
 
 
 @contextlib.contextmanager
-def _not_found_ok() -> Any:
+def _not_found_ok() -> Iterator[None]:
     try:
         yield
     except ClientError as e:
@@ -215,7 +218,7 @@ def _not_found_ok() -> Any:
             raise
 
 
-async def _retry(what: str, fn: Any) -> None:
+async def _retry(what: str, fn: Callable[[], Awaitable[None]]) -> None:
     delay = 0.2
     while True:
         try:
