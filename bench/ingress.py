@@ -50,7 +50,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def ab(url: str, host: str | None, a: argparse.Namespace, seconds: float | None = None) -> dict[str, float]:
+def ab(url: str, host: str | None, a: argparse.Namespace, seconds: float | None = None) -> dict[str, Any]:
     """One `ab` run: requests/s, p50 and p99 (ms), failed requests (errors + non-2xx)."""
     with tempfile.NamedTemporaryFile("r", suffix=".csv") as pct:
         argv = ["ab", "-q", "-k", "-c", str(a.concurrency), "-e", pct.name, "-s", "5"]
@@ -72,7 +72,9 @@ def ab(url: str, host: str | None, a: argparse.Namespace, seconds: float | None 
     errors = sum(num(rf"{what}: (\d+)") for what in ("Connect", "Receive", "Exceptions"))
     return {"rps": num(r"Requests per second:\s+([\d.]+)"), "p50": float(table.get("50", "nan")),
             "p99": float(table.get("99", "nan")), "requests": num(r"Complete requests:\s+(\d+)"),
-            "failed": errors + num(r"Non-2xx responses:\s+(\d+)"), "length": num(r"Length: (\d+)")}
+            "failed": errors + num(r"Non-2xx responses:\s+(\d+)"), "length": num(r"Length: (\d+)"),
+            "why": " ".join(line.strip() for line in out.splitlines()
+                            if line.strip().startswith(("Failed requests", "(Connect", "Non-2xx")))}
 
 
 def pod(name: str, node: str, app: str) -> dict[str, Any]:
@@ -134,10 +136,10 @@ async def churn(kc: Path, kind: str, ips: list[str], changes: int, interval: flo
             await asyncio.sleep(interval)
 
 
-def during(kc: Path, kind: str, ips: list[str], url: str, a: argparse.Namespace) -> dict[str, float]:
+def during(kc: Path, kind: str, ips: list[str], url: str, a: argparse.Namespace) -> dict[str, Any]:
     """ab against churn.bench for the whole run of `changes` changes of `kind`."""
     seconds = a.changes * a.interval + 3
-    loop_out: dict[str, float] = {}
+    loop_out: dict[str, Any] = {}
 
     async def both() -> None:
         ab_task = asyncio.create_task(asyncio.to_thread(ab, url, "churn.bench", a, seconds))
@@ -227,6 +229,9 @@ def main() -> int:
         for name, r in rows:
             print(f"{name:<14}{r['rps']:>10.0f}{r['p50']:>9.1f}{r['p99']:>9.1f}{r['failed']:>8.0f}"
                   f"{r['length']:>14.0f}")
+        for name, r in rows:
+            if r["failed"] or r["length"]:
+                print(f"  {name}: ab says {r['why']}")
         print(f"\nduring {a.changes} changes, one every {a.interval}s (ab with the same settings, by time):")
         print(f"{'change':<14}{'requests':>10}{'failed':>8}{'p50 ms':>9}{'p99 ms':>9}")
         for kind in ("endpoints", "config"):
