@@ -28,7 +28,9 @@ from nodeagent.ingress.model import (
     Certificate,
     Endpoints,
     HeaderMatch,
+    HeaderOp,
     Problem,
+    Redirect,
     Route,
     ServiceRef,
     backend_for,
@@ -360,8 +362,9 @@ def _rules(route: Obj, endpoints: Endpoints, grants: list[Obj],
     unsupported = ""
     rules = []
     for rule in (route.get("spec") or {}).get("rules") or []:
-        if rule.get("filters"):
-            unsupported = "filters are not supported yet"
+        header_ops, redirect, why_not = filters(rule.get("filters") or [])
+        if why_not:
+            unsupported = why_not
         matches = []
         for m in rule.get("matches") or [{}]:
             path = m.get("path") or {}
@@ -411,14 +414,62 @@ def _rules(route: Obj, endpoints: Endpoints, grants: list[Obj],
                 out.problems.append(Problem("HTTPRoute", ns, name, why[0], why[1]))
         total = bad_weight + sum(r.weight for r in good)
         backend = None
+        if redirect is not None:  # answered by the proxy: no backend is asked
+            be = Backend("be_redirect_" + _digest(redirect), (), "redirect", redirect=redirect)
+            out.backends.setdefault(be.name, be)
+            rules.append(_Rule(tuple(matches), be.name, 0.0))
+            continue
         if good and any(r.weight for r in good):
             be, _ = backend_for(good, endpoints)
+            if header_ops:  # its own backend: the changes apply to this rule's requests only
+                be = dataclasses.replace(be, name=f"{be.name}_{_digest(header_ops)}", header_ops=header_ops)
             out.backends.setdefault(be.name, be)
             backend = be.name
         rules.append(_Rule(tuple(matches), backend, bad_weight / total if total else 1.0))
     reason, message = refs_problem or ("ResolvedRefs", "references resolved")
     refs = condition("ResolvedRefs", refs_problem is None, reason, message, None)
     return rules, refs, unsupported
+
+
+def _digest(what: object) -> str:
+    import hashlib
+
+    return hashlib.sha256(repr(what).encode()).hexdigest()[:8]
+
+
+def filters(specs: Sequence[Obj]) -> tuple[tuple[HeaderOp, ...], Redirect | None, str]:
+    """A rule's filters as header changes and a redirect, or why they cannot be served ("" when they can):
+    RequestHeaderModifier and RequestRedirect (core), ResponseHeaderModifier (extended)."""
+    ops: list[HeaderOp] = []
+    redirect = None
+    for f in specs:
+        kind = f.get("type")
+        if kind in ("RequestHeaderModifier", "ResponseHeaderModifier"):
+            mod = f.get("requestHeaderModifier" if kind == "RequestHeaderModifier" else
+                        "responseHeaderModifier") or {}
+            response = kind == "ResponseHeaderModifier"
+            for op in ("set", "add"):
+                for h in mod.get(op) or []:
+                    if not set(h.get("name", "")) <= SAFE_HEADER or not h.get("name"):
+                        return (), None, f"header name {h.get('name')!r} is not supported"
+                    ops.append(HeaderOp(op, h["name"], str(h.get("value", "")), response))
+            for name in mod.get("remove") or []:
+                if not set(name) <= SAFE_HEADER or not name:
+                    return (), None, f"header name {name!r} is not supported"
+                ops.append(HeaderOp("remove", name, "", response))
+        elif kind == "RequestRedirect":
+            r = f.get("requestRedirect") or {}
+            path = r.get("path") or {}
+            if path and path.get("type") != "ReplaceFullPath":
+                return (), None, f"redirect path {path.get('type')} is not supported"
+            host = str(r.get("hostname") or "")
+            if not set(host) <= SAFE_HEADER:
+                return (), None, f"redirect hostname {host!r} is not supported"
+            redirect = Redirect(str(r.get("scheme") or ""), host, r.get("port"),
+                                str(path.get("replaceFullPath") or ""), int(r.get("statusCode") or 302))
+        else:
+            return (), None, f"filter {kind} is not supported"
+    return tuple(ops), redirect, ""
 
 
 def _emit(rules: list[_Rule], hosts: list[str], lst: _Listener, ns: str, name: str, out: Result) -> None:

@@ -15,7 +15,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-from nodeagent.ingress.model import ANY, EXACT, WILDCARD_LABEL, Desired, Route
+from nodeagent.ingress.model import ANY, EXACT, WILDCARD_LABEL, Backend, Desired, Route
 
 MIN_SLOTS = 4
 NOT_FOUND_BACKEND = "nodeagent_default_404"
@@ -120,12 +120,38 @@ def _route_lines(route: Route, host_cond: str) -> list[str]:
     return out
 
 
+def _backend_actions(be: Backend) -> list[str]:
+    """What a backend does to the requests it takes: header changes, or a redirect answered here."""
+    out = []
+    for op in be.header_ops:
+        side = "http-response" if op.response else "http-request"
+        if op.op == "remove":
+            out.append(f"    {side} del-header {op.name}")
+        else:
+            out.append(f"    {side} {op.op}-header {op.name} {quote(op.value)}")
+    r = be.redirect
+    if r is not None:
+        # Gateway API: an unset scheme, hostname or path keeps the request's; an unset port keeps the
+        # request's unless the scheme or hostname changes (then the scheme's default port)
+        scheme = r.scheme or "%[ssl_fc,iif(https,http)]"
+        if r.port is not None:
+            authority = f"{r.hostname or '%[var(txn.host)]'}:{r.port}"
+        elif r.scheme or r.hostname:  # the new scheme's default port
+            authority = r.hostname or "%[var(txn.host)]"
+        else:
+            authority = "%[req.hdr(host)]"
+        path = r.path or "%[pathq]"
+        location = quote(f"{scheme}://{authority}{path}")
+        out.append(f"    http-request redirect location {location} code {r.code}")
+    return out
+
+
 def render(desired: Desired, listen: Listen, files: Files, cert_paths: Sequence[str]) -> Rendered:
     """The configuration for `desired`; `cert_paths[i]` is where `desired.certificates[i]` is written."""
     addr = "" if listen.address in ("", "0.0.0.0") else listen.address
     https_redirect = ("redirect scheme https code 308" if listen.https_port == 443 else
                       "redirect location https://%[var(txn.host)]:" + str(listen.https_port) +
-                      "%[capture.req.uri] code 308")
+                      "%[pathq] code 308")
     head = [
         "# rendered by nodeagent ingress from Ingress and Gateway API objects; edits are overwritten",
         "global",
@@ -179,7 +205,7 @@ def render(desired: Desired, listen: Listen, files: Files, cert_paths: Sequence[
         filled: list[Slot] = [(e.ip, e.port, w) for e, w in be.servers]
         filled += [None] * (slot_count(len(filled)) - len(filled))
         slots[name] = tuple(filled)
-        lines = [f"backend {name}", f"    # {be.what}", "    balance roundrobin"]
+        lines = [f"backend {name}", f"    # {be.what}", "    balance roundrobin", *_backend_actions(be)]
         backends += lines
         skeleton += lines + [f"    slots {len(filled)}"]
         for i, s in enumerate(filled, 1):

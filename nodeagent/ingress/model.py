@@ -47,12 +47,36 @@ class ServiceRef:
 
 
 @dataclasses.dataclass(frozen=True)
+class HeaderOp:
+    """A header change on the way to the backend (or back, `response`): set, add or remove."""
+
+    op: str  # "set" | "add" | "remove"
+    name: str
+    value: str = ""
+    response: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Redirect:
+    """An answer redirecting the request (Gateway API's RequestRedirect): "" keeps the request's part."""
+
+    scheme: str = ""
+    hostname: str = ""
+    port: int | None = None
+    path: str = ""  # a full replacement path
+    code: int = 302
+
+
+@dataclasses.dataclass(frozen=True)
 class Backend:
-    """One proxy backend: the endpoints of one or more Service ports, each with its weight (0-256)."""
+    """One proxy backend: the endpoints of one or more Service ports, each with its weight (0-256), and
+    what is done to the requests it takes (header changes, or a redirect instead of a server)."""
 
     name: str
     servers: tuple[tuple[Endpoint, int], ...]
     what: str  # for logs and the config's comments: "ns/svc:port"
+    header_ops: tuple[HeaderOp, ...] = ()
+    redirect: Redirect | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,6 +31,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Seen", f"set={self.headers.get('X-Set')} gone={self.headers.get('X-Gone')}")
         self.end_headers()
         self.wfile.write(data)
 

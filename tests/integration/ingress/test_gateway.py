@@ -5,6 +5,7 @@ ResolvedRefs False."""
 
 from __future__ import annotations
 
+import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -59,7 +60,14 @@ def gateway_ingress(server: ServerProcess, api: Callable[..., Any], backends: tu
                            {"backendRefs": [{"name": "heavy", "port": 80, "weight": 80},
                                             {"name": "light", "port": 80, "weight": 20}]},
                            {"matches": [{"path": {"type": "Exact", "value": "/broken"}}],
-                            "backendRefs": [{"name": "nowhere", "port": 80}]}]}}))
+                            "backendRefs": [{"name": "nowhere", "port": 80}]},
+                           {"matches": [{"path": {"type": "PathPrefix", "value": "/mod"}}],
+                            "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+                                "set": [{"name": "X-Set", "value": "from-route"}], "remove": ["X-Gone"]}}],
+                            "backendRefs": [{"name": "heavy", "port": 80}]},
+                           {"matches": [{"path": {"type": "PathPrefix", "value": "/old"}}],
+                            "filters": [{"type": "RequestRedirect", "requestRedirect": {
+                                "hostname": "new.test", "statusCode": 301}}]}]}}))
     for resource, obj in objs:
         api(lambda c, r=resource, o=obj: c.create(r, o, o["metadata"].get("namespace")))
     api(lambda c: c.patch("nodes", "gw-node", {"status": {"addresses": [
@@ -104,6 +112,17 @@ def test_weights_split_traffic_about_as_asked(gateway_ingress: IngressProcess) -
     # 80:20 asked; a smooth weighted round robin gives it exactly over 200 requests, allow a little drift
     assert set(seen) == {"pod2", "pod3"}
     assert 140 <= seen["pod2"] <= 180, seen
+
+
+def test_filters_change_headers_and_redirect(gateway_ingress: IngressProcess) -> None:
+    base = f"http://127.0.0.1:{gateway_ingress.http}"
+    p = subprocess.run(["curl", "-sS", "-m", "5", "-D", "-", "-o", "/dev/null", "-H", "Host: split.test",
+                        "-H", "X-Gone: yes", f"{base}/mod/x"], capture_output=True, text=True, check=False)
+    assert "x-seen: set=from-route gone=None" in p.stdout, p.stdout  # HAProxy sends names lower case
+    p = subprocess.run(["curl", "-sS", "-m", "5", "-o", "/dev/null", "-w", "%{http_code} %{redirect_url}",
+                        "-H", "Host: split.test", f"{base}/old/page?q=1"],
+                       capture_output=True, text=True, check=False)
+    assert p.stdout == "301 http://new.test/old/page?q=1"
 
 
 def test_header_match_and_invalid_backend(gateway_ingress: IngressProcess) -> None:

@@ -143,3 +143,30 @@ def test_transition_times_are_kept_while_a_condition_holds() -> None:
     flipped = {"conditions": [{"type": "Accepted", "status": "False", "lastTransitionTime": "now"}]}
     assert gateway.keep_transition_times(old, same)["conditions"][0]["lastTransitionTime"] == "then"
     assert gateway.keep_transition_times(old, flipped)["conditions"][0]["lastTransitionTime"] == "now"
+
+
+def test_filters_give_a_rule_its_own_backend() -> None:
+    services, slices = cluster()
+    mod = {"type": "RequestHeaderModifier",
+           "requestHeaderModifier": {"set": [{"name": "X-Set", "value": "1"}], "add": [{"name": "X-Add",
+                                                                                       "value": "2"}],
+                                     "remove": ["X-Gone"]}}
+    redirect = {"type": "RequestRedirect", "requestRedirect": {"scheme": "https", "statusCode": 301}}
+    r = route("r", [{"matches": [{"path": {"value": "/mod"}}], "filters": [mod],
+                     "backendRefs": [{"name": "a", "port": 80}]},
+                    {"matches": [{"path": {"value": "/plain"}}], "backendRefs": [{"name": "a", "port": 80}]},
+                    {"matches": [{"path": {"value": "/away"}}], "filters": [redirect]}])
+    mirror = route("m", [{"filters": [{"type": "RequestMirror"}],
+                          "backendRefs": [{"name": "a", "port": 80}]}])
+    res = build([GC], [gw()], [r, mirror], [], [], services, slices)
+    by_path = {rt.path: res.backends[rt.backend] for rt in res.routes}
+    assert [(o.op, o.name) for o in by_path["/mod"].header_ops] == [("set", "X-Set"), ("add", "X-Add"),
+                                                                    ("remove", "X-Gone")]
+    assert by_path["/plain"].header_ops == () and by_path["/plain"].name != by_path["/mod"].name
+    assert by_path["/plain"].servers == by_path["/mod"].servers
+    assert by_path["/away"].redirect is not None and by_path["/away"].redirect.code == 301
+    assert by_path["/away"].servers == ()
+    # RequestMirror is not served: the route is refused, not half-served
+    assert {rt.origin for rt in res.routes} == {"HTTPRoute infra/r"}
+    [parent] = statuses(res)[("httproutes", "infra", "m")]["parents"]
+    assert conds(parent)["Accepted"] == ("False", "UnsupportedValue")

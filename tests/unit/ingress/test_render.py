@@ -45,7 +45,7 @@ def test_a_full_render_validates(tmp_path: Path) -> None:
     r = render(d, Listen("", 8080, 8443), files(tmp_path), [str(tmp_path / "a.pem")])
     p = haproxy_check(tmp_path, r.text, r.crt_list)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "redirect location https://%[var(txn.host)]:8443%[capture.req.uri] code 308" in r.text
+    assert "redirect location https://%[var(txn.host)]:8443%[pathq] code 308" in r.text
     assert r.crt_list == f"{tmp_path / 'a.pem'} a.com\n"
 
 
@@ -105,3 +105,26 @@ def test_gateway_conditions_and_error_shares_validate(tmp_path: Path) -> None:
     assert "{ rand(10000) -m int lt 2500 }" in r.text
     assert '{ url_param(q) -m str -- "1" }' in r.text and '{ method -m str -- "POST" }' in r.text
     assert 'use_backend nodeagent_invalid_backend_500 if { path -m str -- "/broken" }' in r.text
+
+
+@needs_haproxy
+def test_header_changes_and_redirects_validate(tmp_path: Path) -> None:
+    from nodeagent.ingress.model import HeaderOp, Redirect
+
+    ops = (HeaderOp("set", "X-Set", 'a "b" $c'), HeaderOp("add", "X-Add", "2"), HeaderOp("remove", "X-Gone"),
+           HeaderOp("set", "X-Resp", "r", response=True))
+    bes = {"be_h": Backend("be_h", ((Endpoint("10.0.0.1", 80), 1),), "ns/x:80", header_ops=ops)}
+    redirects = [Redirect(), Redirect(scheme="https", code=301), Redirect(hostname="example.org"),
+                 Redirect(port=8443, path="/new")]
+    for i, redirect in enumerate(redirects):
+        bes[f"be_r{i}"] = Backend(f"be_r{i}", (), "redirect", redirect=redirect)
+    routes = tuple(Route("", "any", f"/{name}", True, name) for name in bes)
+    r = render(Desired(routes, bes, {}, None, (), ()), Listen("127.0.0.1", 8080, 8443), files(tmp_path), [])
+    p = haproxy_check(tmp_path, r.text, r.crt_list)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert 'http-request set-header X-Set "a \\"b\\" \\$c"' in r.text
+    assert "http-request del-header X-Gone" in r.text and 'http-response set-header X-Resp "r"' in r.text
+    assert 'redirect location "https://%[var(txn.host)]%[pathq]" code 301' in r.text
+    keep = '"%[ssl_fc,iif(https,http)]://%[req.hdr(host)]%[pathq]" code 302'
+    assert f"redirect location {keep}" in r.text
+    assert 'redirect location "%[ssl_fc,iif(https,http)]://%[var(txn.host)]:8443/new" code 302' in r.text
