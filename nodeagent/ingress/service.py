@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from kernel.fs import atomic_write
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer
+from nodeagent.client.leader import LeaderElector
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.ingress import gateway
 from nodeagent.ingress.config import IngressConfig
@@ -37,6 +40,7 @@ GATEWAY_API_POLL = 2.0  # seconds between checks that the Gateway API is served
 EVENT_KINDS = {"Ingress": ("ingresses", "networking.k8s.io/v1"),
                "HTTPRoute": ("httproutes", f"{gateway.GROUP}/{gateway.VERSION}")}
 RETRY = 2.0
+LEASE_NAME = "nodeagent-ingress"  # kube-system: one server writes the statuses and events
 DEFAULT_CERT_NAME = "nodeagent ingress default certificate"
 
 
@@ -56,6 +60,19 @@ class Controller:
         self.last_error = ""
         self._reported: set[Problem] = set()
         self.synced = asyncio.Event()  # the first sync went through
+        # the cluster-wide duties (classes, statuses, events) are done by one leader among the servers
+        self.leading = False
+        self._classes_ensured = False
+
+    async def lead(self) -> None:
+        """The leader's work: the next syncs write statuses and events; until the lease is lost."""
+        self.leading = True
+        self._classes_ensured = False
+        self.dirty.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.leading = False
 
     async def gateway_api_served(self) -> bool:
         try:
@@ -83,8 +100,7 @@ class Controller:
         await asyncio.gather(*(inf.wait_synced() for inf in added.values()))
         self.informers.update(added)
         self.gateway_api = True
-        if self.cfg.manage:
-            await _retry("creating the GatewayClass", self.ensure_class)
+        self._classes_ensured = False  # the GatewayClass too, by the next sync that leads
         log.info("ingress: watching Gateway API objects")
         self.dirty.set()
 
@@ -97,8 +113,6 @@ class Controller:
             inf.add_handler(self._mark, lambda _old, _new: self._mark(), self._mark)
             tg.create_task(inf.run(), name=f"ingress-informer-{kind}")
         await asyncio.gather(*(inf.wait_synced() for inf in self.informers.values()))
-        if self.cfg.manage:
-            await _retry("creating the IngressClass", self.ensure_class)
         tg.create_task(self.watch_gateway_api(tg), name="ingress-gateway-api")
         self.dirty.set()
         while True:
@@ -146,7 +160,10 @@ class Controller:
             if how != "unchanged":
                 log.info("ingress: %d routes to %d backends %s", len(desired.routes), len(desired.backends),
                          how)
-        if self.cfg.manage:
+        if self.cfg.manage and self.leading:
+            if not self._classes_ensured:
+                await self.ensure_class()
+                self._classes_ensured = True
             await self.report(desired.problems)
             await self.write_statuses(gw)
         self.last_error = ""
@@ -218,18 +235,6 @@ def _not_found_ok() -> Iterator[None]:
             raise
 
 
-async def _retry(what: str, fn: Callable[[], Awaitable[None]]) -> None:
-    delay = 0.2
-    while True:
-        try:
-            await fn()
-            return
-        except ClientError as e:
-            log.warning("ingress: %s: %s; retrying in %.1fs", what, e, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
-
-
 def ensure_default_certificate(path: str) -> None:
     """The self-signed certificate served to names no Secret covers, made once per data dir."""
     from nodeagent.pki import self_signed
@@ -260,6 +265,10 @@ async def serve(config: IngressConfig, ready: asyncio.Event) -> None:
             else:
                 started.set()
             tg.create_task(controller.run(tg), name="ingress-sync")
+            if config.manage:
+                identity = f"{socket.gethostname()}-{os.getpid()}-{id(client):x}"
+                elector = LeaderElector(client, LEASE_NAME, identity)
+                tg.create_task(elector.run(controller.lead), name="ingress-leader")
             await controller.synced.wait()
             await started.wait()
             log.info("ingress: serving%s",

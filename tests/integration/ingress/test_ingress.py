@@ -78,6 +78,9 @@ def ingress(server: ServerProcess, api: Callable[..., Any], backends: tuple[int,
         api(lambda c, r=resource, o=obj: c.create(r, o, o["metadata"].get("namespace")))
     api(lambda c: c.patch("nodes", "ing-node", {"status": objs[0][1]["status"]}, subresource="status"))
     ing = start_ingress(server, tmp_path_factory.mktemp("ing"))
+    # the Ingress names no class: it is ours once the leader has made IngressClass nodeagent the default
+    url = f"http://127.0.0.1:{ing.http}/app"
+    assert eventually(lambda: curl("-H", "Host: b.plain.test", url)[0] == 200), ing.log()
     yield ing
     ing.proc.terminate()
     ing.proc.wait(timeout=30)
