@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "proxy": ("proxy", "run netproxy alone: Services as iptables / nftables / IPVS rules"),
     "netpol": ("netpol", "run NetworkPolicy enforcement alone: iptables / nftables rules from policies"),
     "dns": ("dns", "run the cluster DNS server (Service and Pod records, forwarding) in the foreground"),
+    "ingress": ("ingress", "run the Ingress / Gateway API controller and its HAProxy in the foreground"),
     "token": ("token", "bootstrap tokens for joining nodes: create (prints the join command), list, delete"),
     "lab": ("lab", "bring a cluster of network-namespace nodes on this machine up or down"),
     "kubectl": ("kubectl", "run kubectl against this node's cluster as admin (every argument is kubectl's)"),

@@ -71,6 +71,11 @@ class Layout:
     netpol_chain_prefix: str  # iptables mode: <prefix>-FORWARD, -INGRESS, -EGRESS, ...
     netpol_set_prefix: str  # iptables mode: ipset names
     netpol_table: str  # nftables mode: table ip <table>
+    # the ingress proxy (HAProxy): its config, certificates and admin socket; its ports (0: any free one)
+    ingress_dir: str
+    ingress_http_port: int
+    ingress_https_port: int
+    ingress_metrics_port: int
 
     @property
     def is_default(self) -> bool:
@@ -105,7 +110,9 @@ class Layout:
                 cni_socket=f"{RUN_DIR}/cni.sock", cluster_cidr="10.244.0.0/16", cgroup_root="",
                 kubelet_root_dir=_in(d, "kubelet"), pod_log_dir=_in(d, "pod-logs"),
                 manifests_dir=_in(d, "manifests"), kubelet_port=10250, netpol_chain_prefix="NODEAGENT-NP",
-                netpol_set_prefix="NA-NP-", netpol_table="nodeagent-netpol")
+                netpol_set_prefix="NA-NP-", netpol_table="nodeagent-netpol",
+                ingress_dir=_in(d, "ingress"), ingress_http_port=80, ingress_https_port=443,
+                ingress_metrics_port=10254)
         tag = instance_tag(d)
         return cls(
             data_dir=d, tag=tag,
@@ -121,7 +128,8 @@ class Layout:
             cgroup_root=f"nodeagent-{tag}", kubelet_root_dir=_in(d, "kubelet"),
             pod_log_dir=_in(d, "pod-logs"), manifests_dir=_in(d, "manifests"), kubelet_port=0,
             netpol_chain_prefix=f"NA{tag}-NP", netpol_set_prefix=f"NA{tag}-",
-            netpol_table=f"nodeagent-netpol-{tag}")
+            netpol_table=f"nodeagent-netpol-{tag}", ingress_dir=_in(d, "ingress"), ingress_http_port=0,
+            ingress_https_port=0, ingress_metrics_port=0)
 
 
 def _in(data_dir: str, *parts: str) -> str:

@@ -61,3 +61,19 @@ def ensure_ca(pki: Path) -> tuple[x509.Certificate, CertificateIssuerPrivateKeyT
     write_private(key, key_pem(k))
     write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return cert, k
+
+
+def self_signed(common_name: str, dns_names: tuple[str, ...] = (), days: int = 3650) -> tuple[bytes, bytes]:
+    """A self-signed serving certificate and its key, both PEM (e.g. the ingress's default certificate,
+    served to names no Secret covers, as ingress-nginx's fake certificate is)."""
+    k = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = dt.datetime.now(dt.UTC)
+    builder = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(k.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(hours=1))
+               .not_valid_after(now + dt.timedelta(days=days)))
+    if dns_names:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]),
+                                        critical=False)
+    cert = builder.sign(k, hashes.SHA256())
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem(k)

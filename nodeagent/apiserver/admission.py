@@ -1,4 +1,5 @@
-"""Admission on create: PriorityClass resolution, LimitRange defaults and bounds, ResourceQuota enforcement.
+"""Admission on create: PriorityClass resolution, LimitRange defaults and bounds, ResourceQuota enforcement,
+the default IngressClass.
 
 What an object charges against a quota is `nodeagent.api.quota` (shared with the quota controller's recount).
 """
@@ -97,6 +98,24 @@ def apply_runtime_class(pod: dict[str, Any], classes: list[dict[str, Any]]) -> N
             tolerations.append(t)
     if tolerations:
         spec["tolerations"] = tolerations
+
+
+DEFAULT_INGRESS_CLASS = "ingressclass.kubernetes.io/is-default-class"
+
+
+def default_ingress_class(ingress: dict[str, Any], classes: list[dict[str, Any]]) -> None:
+    """kube-apiserver's DefaultIngressClass: an Ingress created naming no class (neither the field nor the
+    deprecated annotation) gets the default IngressClass; with several defaults, the newest."""
+    spec = ingress.setdefault("spec", {})
+    annotations = (ingress.get("metadata") or {}).get("annotations") or {}
+    if spec.get("ingressClassName") or annotations.get("kubernetes.io/ingress.class"):
+        return
+    defaults = [c for c in classes
+                if ((c.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_INGRESS_CLASS) == "true"]
+    if defaults:
+        newest = max(defaults, key=lambda c: (c["metadata"].get("creationTimestamp") or "",
+                                              c["metadata"]["name"]))
+        spec["ingressClassName"] = newest["metadata"]["name"]
 
 
 def apply_limit_ranges(pod: dict[str, Any], ranges: list[dict[str, Any]]) -> None:

@@ -49,6 +49,8 @@ SERVICES = builtin("", "v1", "services")
 PRIORITY_CLASSES = builtin("scheduling.k8s.io", "v1", "priorityclasses")
 LIMIT_RANGES = builtin("", "v1", "limitranges")
 RUNTIME_CLASSES = builtin("node.k8s.io", "v1", "runtimeclasses")
+INGRESSES = builtin("networking.k8s.io", "v1", "ingresses")
+INGRESS_CLASSES = builtin("networking.k8s.io", "v1", "ingressclasses")
 QUOTAS = builtin("", "v1", "resourcequotas")
 SERVICE_ACCOUNTS = builtin("", "v1", "serviceaccounts")
 CRDS = builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions")
@@ -197,6 +199,8 @@ class Registry:
             errs = validate_pod_create(obj.get("spec") or {})
             if errs:
                 raise errors.invalid(res.kind, meta["name"], errs, res.group)
+        if res is INGRESSES:
+            admission.default_ingress_class(obj, list(await self._lookup(INGRESS_CLASSES, None)))
         if res is CRDS:
             lifecycle.establish_crd(obj)
         self._validate(res, obj)

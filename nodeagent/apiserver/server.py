@@ -18,6 +18,7 @@ from nodeagent.apiserver.bootstrap import Bootstrap
 from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
 from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.config import ApiServerConfig
+from nodeagent.apiserver.crds import install_bundled
 from nodeagent.apiserver.handlers import Handlers
 from nodeagent.apiserver.join_token import JoinTokens
 from nodeagent.apiserver.metrics_api import NODES, MetricsAPI
@@ -123,6 +124,8 @@ class ApiServer:
         self._tasks.append(loop.create_task(join.run(), name="join"))
         interval = min(self.cfg.repair_interval, self.cfg.lease_duration / 3)
         self._tasks.append(loop.create_task(boot.run(interval), name="bootstrap"))
+        # parsing the bundled CRDs takes most of a second: served a moment after the server is
+        self._tasks.append(loop.create_task(install_bundled(self.registry), name="bundled-crds"))
         self._tasks.append(loop.create_task(run_compactor(self.store, interval=self.compact_interval),
                                             name="compactor"))
         self._tasks.append(loop.create_task(scraper.run(), name="resource-metrics"))

@@ -25,6 +25,7 @@ from nodeagent.client.config import Credentials
 from nodeagent.controllers.config import ControllerManagerConfig
 from nodeagent.controllers.options import ControllerOptions
 from nodeagent.dns.config import DNSConfig
+from nodeagent.ingress.config import IngressConfig
 from nodeagent.kubelet.config import KubeletConfig, parse_cluster_dns
 from nodeagent.layout import Layout
 from nodeagent.nodenet.config import CNIConfig, NodeNetConfig, PodCIDRConfig, PodNetworkConfig
@@ -53,6 +54,7 @@ class Configs:
     dns: DNSConfig | None = None
     podnetwork: PodNetworkConfig | None = None
     nodenet: NodeNetConfig | None = None
+    ingress: IngressConfig | None = None
 
     def by_component(self) -> dict[str, Any]:
         """{component name: its config}, what `runner.run_components` hands each `serve`."""
@@ -143,10 +145,25 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
         chain_prefix=layout.netpol_chain_prefix, set_prefix=layout.netpol_set_prefix,
         table=layout.netpol_table, mode=args.proxy_mode if args.proxy_mode in NETPOL_MODES else "iptables",
         node_name=node_name, credentials=credentials)
+    ingress = IngressConfig(
+        credentials=credentials, work_dir=layout.ingress_dir, node_name=node_name,
+        http_port=args.ingress_http_port or layout.ingress_http_port or free_tcp_port(),
+        https_port=args.ingress_https_port or layout.ingress_https_port or free_tcp_port(),
+        metrics_port=args.ingress_metrics_port if args.ingress_metrics_port is not None else
+        layout.ingress_metrics_port or free_tcp_port()) \
+        if args.ingress else None
     return {"cni": CNIConfig(network, cgroup_root), "cri": cri, "external_runtime": external,
             "podcidr": PodCIDRConfig(network, node_name, credentials), "kubelet": kubelet,
             "netproxy": netproxy, "netpol": netpol,
-            "nodenet": NodeNetConfig(node_name, credentials, node_ip=node_ip, pod_subnet=network.subnet)}
+            "nodenet": NodeNetConfig(node_name, credentials, node_ip=node_ip, pod_subnet=network.subnet),
+            "ingress": ingress}
+
+
+def free_tcp_port() -> int:
+    """A TCP port free on every address now (a throwaway instance's ingress ports)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("0.0.0.0", 0))
+        return int(s.getsockname()[1])
 
 
 # -- the control plane (`up`, `server`) --------------------------------------------------------------------
@@ -189,7 +206,10 @@ def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: 
     return {"apiserver": api, "scheduler": SchedulerServiceConfig(kubeconfig, scheduler_config),
             "controllers": ControllerManagerConfig(kubeconfig, controllers, options),
             "dns": dns_config(api, kubeconfig, dns_listen),
-            "podnetwork": PodNetworkConfig(kubeconfig, pod_network, options.cluster_cidr)}
+            "podnetwork": PodNetworkConfig(kubeconfig, pod_network, options.cluster_cidr),
+            # the Ingress/Gateway API duties of the control plane; every node's `ingress` serves traffic
+            "ingress": IngressConfig(Credentials(kubeconfig=kubeconfig), work_dir=layout.ingress_dir,
+                                     run_proxy=False, manage=True)}
 
 
 # -- metrics and autoscaling (`up`, `server`) ---------------------------------------------------------------

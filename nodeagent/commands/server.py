@@ -16,6 +16,8 @@ OPTIONAL = {
     "controllers": ("nodeagent.controllers.service:serve", "the controllers issue"),
     "dns": ("nodeagent.dns.service:serve", "the DNS issue"),
     "podnetwork": ("nodeagent.nodenet.podnetwork_service:serve", "the multi-node issue"),
+    # the IngressClass, Ingress and Gateway API statuses and events (every node's agent runs the proxy)
+    "ingress": ("nodeagent.ingress.service:serve", "the traffic-in issue"),
 }
 
 

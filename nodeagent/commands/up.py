@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,7 @@ COMPONENTS = [
               after=("apiserver",)),
     Component("nodenet", "nodeagent.nodenet.nodenet_service:serve", "the multi-node issue",
               after=("apiserver",)),
+    Component("ingress", "nodeagent.ingress.service:serve", "the traffic-in issue", after=("apiserver",)),
 ]
 
 # `nodeagent agent`: the node part alone, against a remote apiserver.
@@ -54,6 +56,7 @@ NODE_COMPONENTS = [
     Component("netproxy", "netproxy.service:serve", "the netproxy issue"),
     Component("netpol", "netpol.service:serve", "the dns/netpol issue"),
     Component("nodenet", "nodeagent.nodenet.nodenet_service:serve", "the multi-node issue"),
+    Component("ingress", "nodeagent.ingress.service:serve", "the traffic-in issue"),
 ]
 
 
@@ -102,6 +105,18 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                    help="also run the static pods (a Pod or PodList) served at this URL")
     p.add_argument("--http-check-frequency", type=float, default=None,
                    help="seconds between fetches of --manifest-url (default: 20)")
+    p.add_argument("--ingress", action=argparse.BooleanOptionalAction, default=True,
+                   help="serve Ingresses and Gateway API routes on this node through HAProxy (default: on; "
+                        "--no-ingress to leave the node's 80/443 alone)")
+    p.add_argument("--ingress-http-port", type=int, default=None,
+                   help="the ingress proxy's HTTP port (default: 80 for the default data dir, else any "
+                        "free one)")
+    p.add_argument("--ingress-https-port", type=int, default=None,
+                   help="the ingress proxy's HTTPS port (default: 443 for the default data dir, else any "
+                        "free one)")
+    p.add_argument("--ingress-metrics-port", type=int, default=None,
+                   help="the ingress proxy's Prometheus metrics port, /metrics (default: 10254 for the "
+                        "default data dir, else any free one; 0: off)")
     p.add_argument("--cluster-dns", default=None,
                    help="cluster DNS IPs written into ClusterFirst pods' resolv.conf, comma-separated "
                         "(default: the kube-dns Service IP of the server's default Service range, "
@@ -158,11 +173,15 @@ def config_from_args(args: argparse.Namespace) -> Configs:
                               admin_kubeconfig_copy=layout.admin_kubeconfig_copy,
                               user_kubeconfig=user_kubeconfig.target(args, layout),
                               metric_resolution=args.metric_resolution)
-        return Configs(layout=layout,
-                       **node_configs(args, layout, Credentials(kubeconfig=layout.admin_kubeconfig)),
-                       **control_plane_configs(api, layout, controllers="*", options=options,
-                                               pod_network=args.pod_network, dns_listen=dns_listen,
-                                               scheduler_config=args.scheduler_config))
+        node = node_configs(args, layout, Credentials(kubeconfig=layout.admin_kubeconfig))
+        control = control_plane_configs(api, layout, controllers="*", options=options,
+                                        pod_network=args.pod_network, dns_listen=dns_listen,
+                                        scheduler_config=args.scheduler_config)
+        # one ingress component does both: this node's proxy and the cluster-wide duties
+        proxy = node.pop("ingress")
+        if proxy is not None:
+            control["ingress"] = dataclasses.replace(proxy, manage=True)
+        return Configs(layout=layout, **node, **control)
 
 
 def up_controller_options(data_dir: str, cluster_cidr: str | None,

@@ -106,7 +106,25 @@ def test_every_component_gets_its_own_frozen_config(tmp_path):
         cfg.kubelet.node_name = "other"
     assert set(_agent(tmp_path).by_component()) == {c.name for c in NODE_COMPONENTS}
     assert set(_server(tmp_path, "--without", "dns").by_component()) == {
-        "apiserver", "scheduler", "controllers", "podnetwork"}
+        "apiserver", "scheduler", "controllers", "podnetwork", "ingress"}
+
+
+def test_the_ingress_serves_on_every_node_and_manages_once(tmp_path):
+    """`up`: the proxy and the statuses in one component; `agent`: the proxy only; `server`: the statuses
+    only (its node's agent serves the traffic); a throwaway instance gets free ports, not 80/443."""
+    up_ing, agent_ing = _up(tmp_path).ingress, _agent(tmp_path).ingress
+    server_ing = _server(tmp_path).ingress
+    assert up_ing and agent_ing and server_ing
+    assert (up_ing.run_proxy, up_ing.manage) == (True, True)
+    assert (agent_ing.run_proxy, agent_ing.manage) == (True, False)
+    assert (server_ing.run_proxy, server_ing.manage) == (False, True)
+    assert {up_ing.http_port, up_ing.https_port}.isdisjoint({80, 443})
+    assert up_ing.http_port != up_ing.https_port
+    assert _up(tmp_path, "--no-ingress").ingress is not None  # the control-plane part stays
+    assert not _up(tmp_path, "--no-ingress").ingress.run_proxy
+    assert _agent(tmp_path, "--no-ingress").ingress is None
+    pinned = _up(tmp_path, "--ingress-http-port", "8080", "--ingress-https-port", "8443").ingress
+    assert pinned and (pinned.http_port, pinned.https_port) == (8080, 8443)
 
 
 def test_up_s_node_parts_use_the_admin_kubeconfig_and_an_agent_its_own_credential(tmp_path):

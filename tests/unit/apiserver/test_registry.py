@@ -202,3 +202,32 @@ async def test_node_port_zero_is_unset(reg):
     assert e.value.code == 422
     assert e.value.message.endswith("spec.ports[0].nodePort: Forbidden: may not be used when `type` is "
                                     "'ClusterIP'")
+
+
+async def test_an_ingress_naming_no_class_gets_the_default_one(reg):
+    """kube-apiserver's DefaultIngressClass admission: the default IngressClass (the newest of several)
+    fills spec.ingressClassName on create; a named class or the legacy annotation is left alone."""
+    ic = builtin("networking.k8s.io", "v1", "ingressclasses")
+    ing = builtin("networking.k8s.io", "v1", "ingresses")
+
+    def klass(name, default):
+        ann = {"ingressclass.kubernetes.io/is-default-class": "true"} if default else {}
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+                "metadata": {"name": name, "annotations": ann}, "spec": {"controller": f"x/{name}"}}
+
+    def ingress(name, **spec):
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"defaultBackend": {"service": {"name": "s", "port": {"number": 80}}}, **spec}}
+
+    await reg.create(NS, None, {"metadata": {"name": "default"}})
+    before = await reg.create(ing, "default", ingress("before"))
+    assert "ingressClassName" not in before["spec"]
+    await reg.create(ic, None, klass("plain", False))
+    await reg.create(ic, None, klass("nodeagent", True))
+    assert (await reg.create(ing, "default", ingress("a")))["spec"]["ingressClassName"] == "nodeagent"
+    named = await reg.create(ing, "default", ingress("b", ingressClassName="plain"))
+    assert named["spec"]["ingressClassName"] == "plain"
+    legacy = ingress("c")
+    legacy["metadata"]["annotations"] = {"kubernetes.io/ingress.class": "plain"}
+    assert "ingressClassName" not in (await reg.create(ing, "default", legacy))["spec"]
