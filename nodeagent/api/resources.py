@@ -4,6 +4,8 @@ and discovery and for the client's paths."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
@@ -19,6 +21,8 @@ class Resource:
     categories: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ALL_VERBS
+    # a custom resource's structural schema (its CRD version's openAPIV3Schema); None for built-in kinds
+    schema: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def singular(self) -> str:
@@ -134,6 +138,12 @@ SUBRESOURCE_KINDS = {
 CRD_PREFIX = "/registry/apiextensions.k8s.io/customresourcedefinitions/"
 _BY_PATH: dict[tuple[str, str, str], Resource] = {(r.group, r.version, r.name): r for r in RESOURCES}
 _DYNAMIC: dict[str, list[Resource]] = {}  # CRD name -> the resources it serves (one per served version)
+_generation = [0]  # bumped on every CRD change: what is derived from the served set (OpenAPI) is rebuilt
+
+
+def generation() -> int:
+    """A number that changes whenever the set of served resources (or a custom resource's schema) does."""
+    return _generation[0]
 
 
 def all_resources() -> list[Resource]:
@@ -149,6 +159,11 @@ def storage_resource(res: Resource) -> Resource:
 def stored_resources() -> list[Resource]:
     """Every resource once per stored kind (what walks the store: namespace deletion, quota counts)."""
     return [r for r in all_resources() if storage_resource(r) is r]
+
+
+def custom_resources() -> list[Resource]:
+    """The resources CustomResourceDefinitions serve."""
+    return [r for rs in _DYNAMIC.values() for r in rs]
 
 
 def group_versions() -> dict[str, list[str]]:
@@ -187,6 +202,7 @@ def resources_in(group: str, version: str) -> list[Resource]:
 
 def sync_crd(name: str, crd: dict | None) -> None:
     """Serve (or stop serving) the custom resources a CustomResourceDefinition declares."""
+    _generation[0] += 1
     if crd is None or (crd.get("metadata") or {}).get("deletionTimestamp"):
         _DYNAMIC.pop(name, None)
         return
@@ -199,5 +215,6 @@ def sync_crd(name: str, crd: dict | None) -> None:
         subs = tuple(k for k in ("status", "scale") if k in (v.get("subresources") or {}))
         out.append(Resource(spec.get("group", ""), v.get("name", "v1"), names["plural"], names["kind"],
                             spec.get("scope", "Namespaced") == "Namespaced",
-                            tuple(names.get("shortNames") or ()), tuple(names.get("categories") or ()), subs))
+                            tuple(names.get("shortNames") or ()), tuple(names.get("categories") or ()), subs,
+                            schema=(v.get("schema") or {}).get("openAPIV3Schema")))
     _DYNAMIC[name] = out

@@ -22,6 +22,8 @@ from nodeagent.apiserver import (
     codec,
     discovery,
     errors,
+    field_validation,
+    openapi_http,
     patching,
     subresources,
     table,
@@ -34,6 +36,7 @@ from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.join_token import JoinTokens
 from nodeagent.apiserver.metrics import Metrics
 from nodeagent.apiserver.metrics_api import MetricsAPI
+from nodeagent.apiserver.openapi import OpenAPI
 from nodeagent.apiserver.registry import (
     PODS,
     Registry,
@@ -70,6 +73,12 @@ def success_status(res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
     return status_body("Success", details=details)
 
 
+def _warned(resp: web.Response, warnings: list[str]) -> web.Response:
+    for w in warnings:
+        resp.headers.add("Warning", field_validation.warning_header(w))
+    return resp
+
+
 class Wants:
     """What the Accept header asks for: plain JSON, a Table, or PartialObjectMetadata."""
 
@@ -98,6 +107,7 @@ class Handlers:
         self.address = address
         self.kubelet_proxy = kubelet_proxy
         self.metrics = Metrics()
+        self.openapi = OpenAPI()
 
     # ------------------------------------------------------------------ entry
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -138,7 +148,7 @@ class Handlers:
                     info.namespace or "", info.name or ""):
                 raise errors.unauthorized()
         if info is None:
-            return self._discovery(request, path)
+            return await self._discovery(request, path)
         t0 = time.perf_counter()
         code = 500
         try:
@@ -155,7 +165,7 @@ class Handlers:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s %s %s %d %.1fms", user.name, request.method, request.path_qs, code, took * 1000)
 
-    def _discovery(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
+    async def _discovery(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
         p = path.rstrip("/")
         if request.method != "GET":
             raise errors.method_not_allowed()
@@ -167,8 +177,8 @@ class Handlers:
             if p == "/api":
                 return json_response(discovery.api_versions(self.address))
             return json_response(discovery.api_group_list())
-        if p == "/openapi/v2":
-            return web.Response(body=b"", content_type="application/octet-stream")
+        if p in ("/openapi/v2", "/openapi/v3") or p.startswith("/openapi/v3/"):
+            return await openapi_http.serve(self.openapi, request, p)
         parts = p.split("/")[1:]
         doc = None
         if len(parts) == 2 and parts[0] == "api":
@@ -218,19 +228,9 @@ class Handlers:
             return await self._list(request, info, wants)
         if verb == "watch":
             return await self._watch(request, info, wants)
-        if verb == "create":
-            if res.group == "certificates.k8s.io" and res.name == "certificatesigningrequests":
-                bootstrap_auth.record_requester(body, user)
-            obj = await self.registry.create(res, info.namespace, body, dry_run, owned=True)
-            if self.join_tokens is not None and res.name == "secrets" and info.namespace == "kube-system":
-                self.join_tokens.kick()  # a new bootstrap token: sign cluster-info for it now
-            return json_response(self._single(res, obj, wants, q), 201)
-        if verb == "update":
-            obj, created = await self.registry.update(res, info.namespace, info.name or "", body, "", dry_run)
-            return json_response(self._single(res, obj, wants, q), 201 if created else 200)
-        if verb == "patch":
-            obj, created = await patching.patch(self.registry, request.query, info, body, dry_run)
-            return json_response(self._single(res, obj, wants, q), 201 if created else 200)
+        if verb in ("create", "update", "patch"):
+            warnings = await field_validation.check(self.openapi, res, verb, q, body, info.patch_type)
+            return _warned(await self._write(request, info, user, body, dry_run, wants), warnings)
         if verb == "delete":
             opts = self._delete_options(q, body)
             obj = await self.registry.delete(res, info.namespace, info.name or "", opts, dry_run)
@@ -372,6 +372,22 @@ class Handlers:
         return out
 
     # ------------------------------------------------------------------ bodies
+    async def _write(self, request: web.BaseRequest, info: RequestInfo, user: auth.User, body: Any,
+                     dry_run: bool, wants: Wants) -> web.Response:
+        res, verb, q = info.resource, info.verb, request.query
+        if verb == "create":
+            if res.group == "certificates.k8s.io" and res.name == "certificatesigningrequests":
+                bootstrap_auth.record_requester(body, user)
+            obj = await self.registry.create(res, info.namespace, body, dry_run, owned=True)
+            if self.join_tokens is not None and res.name == "secrets" and info.namespace == "kube-system":
+                self.join_tokens.kick()  # a new bootstrap token: sign cluster-info for it now
+            return json_response(self._single(res, obj, wants, q), 201)
+        if verb == "update":
+            obj, created = await self.registry.update(res, info.namespace, info.name or "", body, "", dry_run)
+            return json_response(self._single(res, obj, wants, q), 201 if created else 200)
+        obj, created = await patching.patch(self.registry, request.query, info, body, dry_run)
+        return json_response(self._single(res, obj, wants, q), 201 if created else 200)
+
     async def _read_body(self, request: web.BaseRequest, info: RequestInfo, verb: str) -> Any:
         length = request.content_length
         if length is not None and length > MAX_BODY:

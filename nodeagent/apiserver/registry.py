@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from nodeagent.api import defaults, validation
+from nodeagent.api import defaults, schema_validation, validation
 from nodeagent.api.pod_validation import validate_ephemeral_update, validate_pod_create
 from nodeagent.api.qos import compute_pod_qos
 from nodeagent.api.resources import Resource, builtin
@@ -194,6 +194,7 @@ class Registry:
                             "ServiceAccount", "EndpointSlice", "PriorityClass", "LimitRange"):
             meta["generation"] = 1
         defaults.apply_defaults(obj, res.kind)
+        self._admit_custom(res, obj)
         if res is PODS:
             await self._admit_pod(obj, ns or "")
             errs = validate_pod_create(obj.get("spec") or {})
@@ -322,6 +323,13 @@ class Registry:
                                      "namespace sent on the request")
         return obj
 
+    def _admit_custom(self, res: Resource, obj: dict[str, Any]) -> None:
+        """A custom object through its CRD's structural schema: pruned, defaulted, validated."""
+        if res.schema is not None:
+            errs = schema_validation.admit(obj, res.schema)
+            if errs:
+                raise errors.invalid(res.kind, obj["metadata"].get("name") or "", errs, res.group)
+
     def _validate(self, res: Resource, obj: dict[str, Any]) -> None:
         errs = validation.validate(obj, res.kind, res.namespaced)
         if errs:
@@ -369,6 +377,7 @@ class Registry:
             defaults.namespace(new)
         if not subresource:
             defaults.apply_defaults(new, res.kind)
+        self._admit_custom(res, new)
         if "generation" in cur_meta:
             changed = _spec_part(new) != _spec_part(current)
             nm["generation"] = cur_meta["generation"] + (1 if changed else 0)

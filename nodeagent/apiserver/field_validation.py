@@ -1,0 +1,113 @@
+"""Server-side field validation: the `fieldValidation` query parameter (Ignore, Warn, Strict) on writes.
+
+As kube-apiserver (KEP-2885): a field the kind's schema does not declare is an "unknown field". With Strict
+the write is refused with the decoder's words (`strict decoding error: unknown field "spec.foo"`), wrapped
+as the create/update/patch handlers wrap it; with Warn (the default) each becomes a `Warning` response header
+(`299 - "unknown field \\"spec.foo\\""`), which kubectl prints; with Ignore nothing is said. A custom
+resource's unknown fields are the ones its structural schema prunes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from nodeagent.api import schema_validation
+from nodeagent.api.resources import Resource
+from nodeagent.apiserver import errors
+from nodeagent.apiserver.openapi import OpenAPI
+
+DIRECTIVES = ("Ignore", "Strict", "Warn")
+_OPTIONS_KIND = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions"}
+APPLY = "application/apply-patch+yaml"
+
+
+def directive(query: Mapping[str, str], verb: str) -> str:
+    """The request's directive; an unknown one is refused as kube-apiserver validates its options."""
+    value = query.get("fieldValidation", "")
+    if not value:
+        return "Warn"
+    if value not in DIRECTIVES:
+        supported = ", ".join(f'"{d}"' for d in DIRECTIVES)
+        raise errors.invalid(_OPTIONS_KIND.get(verb, "CreateOptions"), "",
+                             [{"reason": "FieldValueNotSupported", "field": "fieldValidation",
+                               "message": f'Unsupported value: "{value}": supported values: {supported}'}],
+                             "meta.k8s.io")
+    return value
+
+
+def _without_directives(patch: Any) -> Any:
+    """A strategic merge patch without its `$patch`, `$setElementOrder/...` (and like) directive keys."""
+    if isinstance(patch, dict):
+        return {k: _without_directives(v) for k, v in patch.items() if not k.startswith("$")}
+    if isinstance(patch, list):
+        return [_without_directives(v) for v in patch]
+    return patch
+
+
+async def unknown_fields(openapi: OpenAPI, res: Resource, body: Any) -> list[str]:
+    """The unknown fields of `body` (a whole object or a merge-style patch), in the decoder's path form."""
+    if not isinstance(body, dict):
+        return []
+    if res.schema is not None:
+        return schema_validation.prune(copy.deepcopy(body), res.schema)
+    if openapi.stale():
+        await asyncio.to_thread(openapi.schema_for, res)  # the first use loads the shipped documents
+    found = openapi.schema_for(res)
+    if found is None:
+        return []
+    schemas, node = found
+    return schemas.unknown_fields(body, node)
+
+
+async def check(openapi: OpenAPI, res: Resource, verb: str, query: Mapping[str, str], body: Any,
+                patch_type: str = "") -> list[str]:
+    """Warnings to send (Warn), or raise the Strict refusal; [] when nothing is unknown or it is Ignore."""
+    how = directive(query, verb)
+    if how == "Ignore" or verb not in _OPTIONS_KIND:
+        return []
+    if verb == "patch" and patch_type == "application/json-patch+json":
+        return []  # a list of operations: the result is checked by validation, not the decoder
+    doc = _without_directives(body) if verb == "patch" else body
+    unknown = await unknown_fields(openapi, res, doc)
+    if not unknown:
+        return []
+    words = [f'unknown field "{p}"' for p in unknown]
+    if how == "Warn":
+        return words
+    decoding = "strict decoding error: " + ", ".join(words)
+    if verb != "patch":
+        raise errors.bad_request(f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
+                                 f"{decoding}")
+    if patch_type == APPLY:
+        raise errors.bad_request(f"failed to create typed patch object ({res.api_version}, Kind={res.kind}): "
+                                 + ", ".join(f".{p}: field not declared in schema" for p in unknown))
+    if patch_type == "application/merge-patch+json":
+        raise errors.bad_request(decoding)
+    raise errors.invalid("", "", [{"reason": "FieldValueInvalid", "field": "patch",
+                                   "message": f"Invalid value: {go_quote(go_value(doc))}: {decoding}"}])
+
+
+def go_value(v: Any) -> str:
+    """A decoded JSON value as Go's `%+v` prints a map[string]interface{} (keys sorted)."""
+    if isinstance(v, dict):
+        return "map[" + " ".join(f"{k}:{go_value(v[k])}" for k in sorted(v)) + "]"
+    if isinstance(v, list):
+        return "[" + " ".join(go_value(x) for x in v) + "]"
+    if v is None:
+        return "<nil>"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def go_quote(s: str) -> str:
+    """Go's %q for a printable string."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def warning_header(text: str) -> str:
+    """RFC 7234 warning as kube-apiserver sends it: code 299, agent "-", the text quoted."""
+    return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
