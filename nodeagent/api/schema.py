@@ -15,11 +15,29 @@ REF_PREFIX = "#/components/schemas/"
 Schema = Mapping[str, Any]
 
 
+class _Node:
+    """A resolved schema reduced to what the unknown-field walk reads."""
+
+    __slots__ = ("props", "items", "values", "open")
+
+    def __init__(self, node: Schema) -> None:
+        props, items, values = node.get("properties"), node.get("items"), node.get("additionalProperties")
+        self.props: Mapping[str, Schema] | None = props if isinstance(props, dict) else None
+        self.items: Schema | None = items if isinstance(items, dict) else None
+        self.values: Schema | None = values if isinstance(values, dict) else None
+        self.open = bool(node.get("x-kubernetes-preserve-unknown-fields"))
+
+
 class Schemas:
-    """A document's named schemas, with `$ref` (and kube-openapi's one-element `allOf` wrapper) resolved."""
+    """A document's named schemas, with `$ref` (and kube-openapi's one-element `allOf` wrapper) resolved.
+
+    Resolved nodes are kept (by the identity of the schema dict they came from): a Schemas lives as long as
+    the document it reads, and every write of a kind walks the same few dozen nodes.
+    """
 
     def __init__(self, named: Mapping[str, Schema]) -> None:
         self.named = named
+        self._nodes: dict[int, _Node] = {}
 
     def resolve(self, node: Schema) -> Schema:
         for _ in range(16):  # a chain of references, never a cycle at one node
@@ -34,39 +52,39 @@ class Schemas:
             return node
         return node
 
+    def _node(self, schema: Schema) -> _Node:
+        n = self._nodes.get(id(schema))
+        if n is None:
+            n = self._nodes[id(schema)] = _Node(self.resolve(schema))
+        return n
+
     def unknown_fields(self, obj: Any, node: Schema, path: str = "") -> list[str]:
         """The paths of the fields in `obj` that `node` does not declare, as the strict decoder names them."""
         out: list[str] = []
-        self._walk(obj, self.resolve(node), path, out)
+        self._walk(obj, self._node(node), path, out)
         return out
 
-    def _walk(self, obj: Any, node: Schema, path: str, out: list[str]) -> None:
-        if node.get("x-kubernetes-preserve-unknown-fields"):
+    def _walk(self, obj: Any, node: _Node, path: str, out: list[str]) -> None:
+        if node.open:
             return
-        if isinstance(obj, dict):
-            props = node.get("properties")
-            if isinstance(props, dict):
+        if type(obj) is dict:
+            if node.props is not None:
                 for k, v in obj.items():
-                    child = props.get(k)
-                    where = f"{path}.{k}" if path else k
+                    child = node.props.get(k)
                     if child is None:
-                        out.append(where)
-                    elif v is not None:
-                        self._walk(v, self.resolve(child), where, out)
-                return
-            extra = node.get("additionalProperties")
-            if isinstance(extra, dict):
-                values = self.resolve(extra)
+                        out.append(f"{path}.{k}" if path else k)
+                    elif type(v) is dict or type(v) is list:
+                        self._walk(v, self._node(child), f"{path}.{k}" if path else k, out)
+            elif node.values is not None:
+                values = self._node(node.values)
                 for k, v in obj.items():
-                    if v is not None:
+                    if type(v) is dict or type(v) is list:
                         self._walk(v, values, f"{path}[{k}]", out)
-        elif isinstance(obj, list):
-            items = node.get("items")
-            if isinstance(items, dict):
-                element = self.resolve(items)
-                for i, v in enumerate(obj):
-                    if v is not None:
-                        self._walk(v, element, f"{path}[{i}]", out)
+        elif type(obj) is list and node.items is not None:
+            element = self._node(node.items)
+            for i, v in enumerate(obj):
+                if type(v) is dict or type(v) is list:
+                    self._walk(v, element, f"{path}[{i}]", out)
 
 
 def kind_schema(named: Mapping[str, Schema], group: str, version: str, kind: str) -> str | None:

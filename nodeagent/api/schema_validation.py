@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from nodeagent.api import schema_cel
 from nodeagent.api.validation import FieldErrors, err
 
 Schema = Mapping[str, Any]
@@ -22,11 +23,12 @@ _ROOT_KEPT = ("apiVersion", "kind", "metadata")
 _pattern_cache: dict[str, re.Pattern[str] | None] = {}
 
 
-def admit(obj: dict[str, Any], schema: Schema) -> FieldErrors:
-    """What apiextensions-apiserver does to a custom object on create and update, in its order."""
+def admit(obj: dict[str, Any], schema: Schema, old: dict[str, Any] | None = None) -> FieldErrors:
+    """What apiextensions-apiserver does to a custom object on create and update (`old`), in its order; the
+    validation rules (CEL) run on an object that passed the schema."""
     prune(obj, schema)
     apply_defaults(obj, schema)
-    return validate(obj, schema)
+    return validate(obj, schema) or schema_cel.validate(obj, schema, old)
 
 
 # ------------------------------------------------------------------ pruning
@@ -264,3 +266,65 @@ def _validate_object(v: dict[str, Any], s: Schema, path: str, name: str, out: Fi
             sub = extra
         if sub is not None:
             _validate(item, sub, where, out)
+
+
+# ------------------------------------------------------------------ the CRD's own schema
+def crd_schema_errors(crd: dict[str, Any]) -> FieldErrors:
+    """A CRD's schemas checked as apiextensions-apiserver checks them: structural, with valid patterns and
+    defaults that pass their own schema; paths as in `spec.versions[0].schema.openAPIV3Schema.type`."""
+    out: FieldErrors = []
+    for i, v in enumerate((crd.get("spec") or {}).get("versions") or []):
+        if not isinstance(v, dict):
+            continue
+        schema = (v.get("schema") or {}).get("openAPIV3Schema")
+        if not isinstance(schema, dict):
+            continue
+        path = f"spec.versions[{i}].schema.openAPIV3Schema"
+        if not schema.get("type") and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            out.append(err("FieldValueRequired", f"{path}.type",
+                           "Required value: must not be empty at the root"))
+        elif schema.get("type") not in (None, "object"):
+            out.append(err("FieldValueInvalid", f"{path}.type",
+                           f'Invalid value: "{schema.get("type")}": must be object at the root'))
+        _structural(schema, path, out)
+    return out
+
+
+def _structural(s: Schema, path: str, out: FieldErrors) -> None:
+    out.extend(schema_cel.rule_errors(s, path))
+    props = s.get("properties")
+    if isinstance(props, dict) and isinstance(s.get("additionalProperties"), dict):
+        out.append(err("FieldValueForbidden", f"{path}.additionalProperties",
+                       "Forbidden: additionalProperties and properties are mutual exclusive"))
+    if s.get("type") == "array" and not isinstance(s.get("items"), dict):
+        out.append(err("FieldValueRequired", f"{path}.items", "Required value: must be specified"))
+    pat = s.get("pattern")
+    if isinstance(pat, str) and _pattern(pat) is None:
+        out.append(err("FieldValueInvalid", f"{path}.pattern",
+                       f"Invalid value: {_value(pat)}: must be a valid regular expression"))
+    if "default" in s and s["default"] is not None:
+        d = copy.deepcopy(s["default"])
+        if isinstance(d, dict):
+            prune(d, {**s, "x-kubernetes-embedded-resource": False})
+        for e in validate(d, s):
+            field = f"{path}.default" + (f".{e['field']}" if e["field"] else "")
+            out.append({**e, "field": field})
+    for name, child in (props or {}).items() if isinstance(props, dict) else ():
+        if not isinstance(child, dict):
+            continue
+        where = f"{path}.properties[{name}]"
+        if not child.get("type") and not child.get("x-kubernetes-int-or-string") \
+                and not child.get("x-kubernetes-preserve-unknown-fields"):
+            out.append(err("FieldValueRequired", f"{where}.type",
+                           "Required value: must not be empty for specified object fields"))
+        _structural(child, where, out)
+    for key in ("items", "additionalProperties"):
+        child = s.get(key)
+        if isinstance(child, dict):
+            where = f"{path}.{key}"
+            if not child.get("type") and not child.get("x-kubernetes-int-or-string") \
+                    and not child.get("x-kubernetes-preserve-unknown-fields"):
+                what = "array items" if key == "items" else "object fields"
+                out.append(err("FieldValueRequired", f"{where}.type",
+                               f"Required value: must not be empty for specified {what}"))
+            _structural(child, where, out)

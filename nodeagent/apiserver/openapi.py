@@ -68,6 +68,8 @@ class _Snapshot:
         self.v3 = v3
         self.encoded: dict[str, Document] = {}
         self.v2: dict[str, Any] | None = None
+        self.kinds: dict[tuple[str, str, str], str | None] = {}  # (group, version, kind) -> schema name
+        self.schemas: dict[str, Schemas] = {}  # group-version -> its named schemas, resolved as used
 
 
 class OpenAPI:
@@ -140,14 +142,20 @@ class OpenAPI:
     # ------------------------------------------------------------------ schemas for validation
     def schema_for(self, res: Resource) -> tuple[Schemas, Mapping[str, Any]] | None:
         """The named schemas of `res`'s group-version and the schema of its kind (None: no schema known)."""
-        doc = self._fresh().v3.get(res.gv_path.lstrip("/"))
+        snap = self._fresh()
+        doc = snap.v3.get(res.gv_path.lstrip("/"))
         if doc is None:
             return None
         named = doc.get("components", {}).get("schemas", {})
-        name = kind_schema(named, res.group, res.version, res.kind)
+        key = (res.group, res.version, res.kind)
+        if key not in snap.kinds:
+            snap.kinds[key] = kind_schema(named, res.group, res.version, res.kind)
+        name = snap.kinds[key]
         if name is None:
             return None
-        return Schemas(named), named[name]
+        if res.gv_path not in snap.schemas:
+            snap.schemas[res.gv_path] = Schemas(named)
+        return snap.schemas[res.gv_path], named[name]
 
 
 def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -222,6 +230,19 @@ def _operation(r: Resource, action: str, op_id: str, schema: str, params: list[s
     return out
 
 
+def _publish_int_or_string(node: Any) -> None:
+    """`x-kubernetes-int-or-string` published with its `anyOf` (integer, string), as apiextensions does, so
+    clients show IntOrString."""
+    if isinstance(node, dict):
+        if node.get("x-kubernetes-int-or-string") and "anyOf" not in node:
+            node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        for v in node.values():
+            _publish_int_or_string(v)
+    elif isinstance(node, list):
+        for v in node:
+            _publish_int_or_string(v)
+
+
 def custom_documents(custom: list[Resource]) -> dict[str, dict[str, Any]]:
     """The v3 document of each custom group-version, as apiextensions-apiserver builds it from the CRDs."""
     core = builtin_documents().get("api/v1", {}).get("components", {}).get("schemas", {})
@@ -229,6 +250,7 @@ def custom_documents(custom: list[Resource]) -> dict[str, dict[str, Any]]:
     for r in custom:
         schema: dict[str, Any] = copy.deepcopy(dict(r.schema)) if r.schema is not None else {
             "type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        _publish_int_or_string(schema)
         gv = r.gv_path.lstrip("/")
         doc = out.setdefault(gv, {"openapi": "3.0.0",
                                   "info": {"title": "Kubernetes", "version": "unversioned"},

@@ -323,12 +323,16 @@ class Registry:
                                      "namespace sent on the request")
         return obj
 
-    def _admit_custom(self, res: Resource, obj: dict[str, Any]) -> None:
-        """A custom object through its CRD's structural schema: pruned, defaulted, validated."""
+    def _admit_custom(self, res: Resource, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+        """A custom object through its CRD's structural schema: pruned, defaulted, validated; a CRD's schemas
+        checked to be structural."""
+        errs: validation.FieldErrors = []
         if res.schema is not None:
-            errs = schema_validation.admit(obj, res.schema)
-            if errs:
-                raise errors.invalid(res.kind, obj["metadata"].get("name") or "", errs, res.group)
+            errs = schema_validation.admit(obj, res.schema, old)
+        elif res is CRDS:
+            errs = schema_validation.crd_schema_errors(obj)
+        if errs:
+            raise errors.invalid(res.kind, obj["metadata"].get("name") or "", errs, res.group)
 
     def _validate(self, res: Resource, obj: dict[str, Any]) -> None:
         errs = validation.validate(obj, res.kind, res.namespaced)
@@ -377,7 +381,7 @@ class Registry:
             defaults.namespace(new)
         if not subresource:
             defaults.apply_defaults(new, res.kind)
-        self._admit_custom(res, new)
+        self._admit_custom(res, new, current)
         if "generation" in cur_meta:
             changed = _spec_part(new) != _spec_part(current)
             nm["generation"] = cur_meta["generation"] + (1 if changed else 0)

@@ -27,6 +27,9 @@ CRD = {
                  "type": "object", "description": "A widget, for testing.",
                  "properties": {"spec": {
                      "type": "object", "description": "What the widget is.", "required": ["size"],
+                     "x-kubernetes-validations": [{"rule": "self.size != 7", "message": "seven is unlucky"},
+                                                  {"rule": "self.color == oldSelf.color",
+                                                   "message": "color is immutable"}],
                      "properties": {
                          "size": {"type": "integer", "minimum": 1, "maximum": 10,
                                   "description": "How big it is."},
@@ -187,6 +190,33 @@ def test_custom_objects_validated_pruned_defaulted(server, widgets):
         'Widget in version "v1" cannot be handled as a Widget: strict decoding error: '
         'unknown field "spec.extra", unknown field "status"')
     call(server, "DELETE", widgets + "/good")
+
+
+def test_validation_rules_and_structural_crds(server, widgets, kubectl):
+    seven = ('{"apiVersion": "openapi.example.com/v1", "kind": "Widget", "metadata": {"name": "seven"}, '
+             '"spec": {"size": 7}}')
+    p = kubectl.run("create", "-f", "-", input=seven, check=False)
+    assert p.returncode != 0
+    unlucky = 'The Widget "seven" is invalid: spec: Invalid value: "object": seven is unlucky'
+    assert unlucky in p.stderr, p.stderr
+    name = f"w{uuid.uuid4().hex[:6]}"
+    other = seven.replace('"seven"', f'"{name}"').replace('"size": 7', '"size": 2')
+    kubectl("create", "-f", "-", input=other)
+    p = kubectl.run("patch", "widget", name, "--type=merge", "-p", '{"spec":{"color":"blue"}}', check=False)
+    assert "color is immutable" in p.stderr, p.stderr
+    assert kubectl("get", "widget", name, "-o", "jsonpath={.spec.color}") == "red"
+    kubectl("delete", "widget", name)
+    bad = json.loads(json.dumps(CRD))
+    bad["metadata"]["name"] = "gadgets.openapi.example.com"
+    bad["spec"]["names"] = {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"}
+    bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["x"] = {}
+    code, st = call(server, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", bad)
+    assert code == 422 and st["details"]["causes"] == [{
+        "reason": "FieldValueRequired",
+        "field": "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[x].type",
+        "message": "Required value: must not be empty for specified object fields"}]
+    assert call(server, "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                               "gadgets.openapi.example.com")[0] == 404
 
 
 def test_python_client_sees_the_causes(server, widgets):

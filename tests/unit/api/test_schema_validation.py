@@ -112,3 +112,68 @@ def test_defaults_fill_absent_and_non_nullable_null_fields_recursively():
     other: dict[str, Any] = {"spec": {"size": 1}}
     sv.apply_defaults(other, SCHEMA)
     assert other["spec"]["inner"] == {"deep": {}}  # defaults are copied, never shared
+
+
+def test_a_crd_schema_must_be_structural_with_valid_patterns_and_defaults():
+    crd = {"spec": {"versions": [
+        {"name": "v1", "schema": {"openAPIV3Schema": SCHEMA}},
+        {"name": "v2", "schema": {"openAPIV3Schema": {"properties": {
+            "spec": {"properties": {"a": {"description": "no type"},
+                                    "b": {"type": "array"},
+                                    "c": {"type": "string", "pattern": "(unclosed"},
+                                    "d": {"type": "string", "enum": ["x"], "default": "y"}},
+                     "type": "object"}}}}}]}}
+    got = {e["field"]: e["message"] for e in sv.crd_schema_errors(crd)}
+    root = "spec.versions[1].schema.openAPIV3Schema"
+    assert got == {
+        f"{root}.type": "Required value: must not be empty at the root",
+        f"{root}.properties[spec].properties[a].type": "Required value: must not be empty for specified "
+                                                        "object fields",
+        f"{root}.properties[spec].properties[b].items": "Required value: must be specified",
+        f"{root}.properties[spec].properties[c].pattern": 'Invalid value: "(unclosed": must be a valid '
+                                                           'regular expression',
+        f"{root}.properties[spec].properties[d].default": 'Unsupported value: "y": supported values: "x"',
+    }
+
+
+CEL_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"spec": {
+    "type": "object",
+    "x-kubernetes-validations": [
+        {"rule": "self.min <= self.max", "message": "min must not exceed max"},
+        {"rule": "self.max < 100", "fieldPath": ".max", "reason": "FieldValueForbidden"},
+        {"rule": "self.mode == oldSelf.mode", "message": "mode is immutable"},
+        {"rule": "self.max != 42", "messageExpression": "'max may not be ' + string(self.max)"}],
+    "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}, "mode": {"type": "string"},
+                   "names": {"type": "array", "items": {"type": "string",
+                                                        "x-kubernetes-validations": [
+                                                            {"rule": "self.startsWith('n-')"}]}}}}}}
+
+
+def test_validation_rules_worded_as_kube_apiserver():
+    def run(spec: dict[str, Any], old: dict[str, Any] | None = None) -> list[tuple[str, str, str]]:
+        obj: dict[str, Any] = {"apiVersion": "g/v1", "kind": "W", "metadata": {"name": "w"}, "spec": spec}
+        before = {"spec": old} if old is not None else None
+        return [(e["field"], e["reason"], e["message"]) for e in sv.admit(obj, CEL_SCHEMA, before)]
+
+    assert run({"min": 1, "max": 2, "mode": "a", "names": ["n-x"]}) == []
+    assert run({"min": 3, "max": 2, "mode": "a"}) == [
+        ("spec", "FieldValueInvalid", 'Invalid value: "object": min must not exceed max')]
+    assert run({"min": 1, "max": 200, "mode": "a"}) == [
+        ("spec.max", "FieldValueForbidden", "Forbidden: failed rule: self.max < 100")]
+    assert run({"min": 1, "max": 42, "mode": "a"}) == [
+        ("spec", "FieldValueInvalid", 'Invalid value: "object": max may not be 42')]
+    assert run({"min": 1, "max": 2, "mode": "b"}, old={"min": 1, "max": 2, "mode": "a"}) == [
+        ("spec", "FieldValueInvalid", 'Invalid value: "object": mode is immutable')]
+    assert run({"min": 1, "max": 2, "mode": "a", "names": ["ok", "n-1"]}) == [
+        ("spec.names[0]", "FieldValueInvalid",
+         "Invalid value: \"string\": failed rule: self.startsWith('n-')")]
+    assert run({"max": 2, "mode": "a"}) == [
+        ("spec", "FieldValueInvalid", 'Invalid value: "object": no such key: min')]
+
+
+def test_a_rule_that_does_not_compile_refuses_the_crd():
+    crd = {"spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": {
+        "type": "object", "x-kubernetes-validations": [{"rule": "self.a >"}]}}}]}}
+    (e,) = sv.crd_schema_errors(crd)
+    assert e["field"] == "spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[0].rule"
+    assert e["message"].startswith('Invalid value: "self.a >": compilation failed: ')
