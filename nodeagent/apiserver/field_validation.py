@@ -16,12 +16,14 @@ from typing import Any
 
 from nodeagent.api import schema_validation
 from nodeagent.api.resources import Resource
+from nodeagent.api.schema import DecodeError
 from nodeagent.apiserver import errors
 from nodeagent.apiserver.openapi import OpenAPI
 
 DIRECTIVES = ("Ignore", "Strict", "Warn")
 _OPTIONS_KIND = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions"}
 APPLY = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
 
 
 def directive(query: Mapping[str, str], verb: str) -> str:
@@ -58,21 +60,35 @@ async def unknown_fields(openapi: OpenAPI, res: Resource, body: Any) -> list[str
     found = openapi.schema_for(res)
     if found is None:
         return []
-    schemas, node = found
-    return schemas.unknown_fields(body, node)
+    schemas, name = found
+    return schemas.unknown_fields(body, name)
 
 
 async def check(openapi: OpenAPI, res: Resource, verb: str, query: Mapping[str, str], body: Any,
                 patch_type: str = "") -> list[str]:
-    """Warnings to send (Warn), or raise the Strict refusal; [] when nothing is unknown or it is Ignore."""
+    """Warnings to send (Warn), or raise the Strict refusal; [] when nothing is unknown or it is Ignore.
+
+    A value of the wrong JSON type in a created or replaced object is refused whatever the directive, as the
+    decoder refuses it; so is an unknown field in a server-side apply, whose typed patch cannot be made."""
     how = directive(query, verb)
-    if how == "Ignore" or verb not in _OPTIONS_KIND:
+    if verb not in _OPTIONS_KIND or patch_type == JSON_PATCH:
+        return []  # a JSON patch is a list of operations: its result is checked by validation
+    if how == "Ignore" and verb == "patch" and patch_type != APPLY:
         return []
-    if verb == "patch" and patch_type == "application/json-patch+json":
-        return []  # a list of operations: the result is checked by validation, not the decoder
     doc = _without_directives(body) if verb == "patch" else body
-    unknown = await unknown_fields(openapi, res, doc)
+    try:
+        unknown = await unknown_fields(openapi, res, doc)
+    except DecodeError as e:
+        if verb == "patch":
+            return []  # the merged object meets validation, which words its own refusal
+        raise errors.bad_request(f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
+                                 f"{e}") from None
     if not unknown:
+        return []
+    if patch_type == APPLY:  # the typed patch cannot be made, whatever the directive (fieldmanager)
+        raise errors.ApiError(500, "", f"failed to create typed patch object ({res.group}/{res.version}, "
+                                       f"Kind={res.kind}): {smd_errors(unknown)}")
+    if how == "Ignore":
         return []
     words = [f'unknown field "{p}"' for p in unknown]
     if how == "Warn":
@@ -81,13 +97,16 @@ async def check(openapi: OpenAPI, res: Resource, verb: str, query: Mapping[str, 
     if verb != "patch":
         raise errors.bad_request(f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
                                  f"{decoding}")
-    if patch_type == APPLY:
-        raise errors.bad_request(f"failed to create typed patch object ({res.api_version}, Kind={res.kind}): "
-                                 + ", ".join(f".{p}: field not declared in schema" for p in unknown))
     if patch_type == "application/merge-patch+json":
         raise errors.bad_request(decoding)
     raise errors.invalid("", "", [{"reason": "FieldValueInvalid", "field": "patch",
                                    "message": f"Invalid value: {go_quote(go_value(doc))}: {decoding}"}])
+
+
+def smd_errors(unknown: list[str]) -> str:
+    """structured-merge-diff's ValidationErrors text: one error plain, several listed under "errors:"."""
+    each = [f".{p}: field not declared in schema" for p in unknown]
+    return each[0] if len(each) == 1 else "errors:\n  " + "\n  ".join(each)
 
 
 def go_value(v: Any) -> str:

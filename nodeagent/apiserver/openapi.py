@@ -83,6 +83,10 @@ class OpenAPI:
     def __init__(self) -> None:
         self._snap: _Snapshot | None = None
 
+    def warm(self) -> None:
+        """Build the documents now (a worker thread's job: it takes a fraction of a second)."""
+        self._fresh()
+
     def stale(self) -> bool:
         return self._snap is None or self._snap.generation != resources.generation()
 
@@ -140,8 +144,8 @@ class OpenAPI:
         return snap.encoded["v2.pb"]
 
     # ------------------------------------------------------------------ schemas for validation
-    def schema_for(self, res: Resource) -> tuple[Schemas, Mapping[str, Any]] | None:
-        """The named schemas of `res`'s group-version and the schema of its kind (None: no schema known)."""
+    def schema_for(self, res: Resource) -> tuple[Schemas, str] | None:
+        """The named schemas of `res`'s group-version and the name of its kind's (None: no schema known)."""
         snap = self._fresh()
         doc = snap.v3.get(res.gv_path.lstrip("/"))
         if doc is None:
@@ -155,7 +159,7 @@ class OpenAPI:
             return None
         if res.gv_path not in snap.schemas:
             snap.schemas[res.gv_path] = Schemas(named)
-        return snap.schemas[res.gv_path], named[name]
+        return snap.schemas[res.gv_path], name
 
 
 def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

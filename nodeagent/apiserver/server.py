@@ -105,6 +105,9 @@ class ApiServer:
             return [e.obj for e in cache.list(NODES.key_prefix(), None)[0]]
 
         scraper = resource_metrics.Scraper(storage, nodes, kubelet_address, self._fetcher)
+        # the shipped OpenAPI documents are read while the server starts, not by its first write
+        self._tasks.append(asyncio.get_running_loop().create_task(asyncio.to_thread(handlers.openapi.warm),
+                                                                  name="openapi-warm"))
         server = web.Server(handlers.handle, access_log=None)
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()

@@ -149,6 +149,26 @@ def test_field_validation_directives(server):
     raw(server, "DELETE", f"{ns_pods}/{name}")
 
 
+def test_wrong_json_types_and_apply_unknown_fields_refused_whatever_the_directive(server):
+    deps = "/apis/apps/v1/namespaces/default/deployments"
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "typed"},
+           "spec": {"replicas": "3", "selector": {"matchLabels": {"a": "b"}},
+                    "template": {"metadata": {"labels": {"a": "b"}},
+                                 "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    code, _, body = raw(server, "POST", deps + "?fieldValidation=Ignore", dep)
+    assert code == 400 and json.loads(body)["message"] == (
+        'Deployment in version "v1" cannot be handled as a Deployment: json: cannot unmarshal string into '
+        "Go struct field DeploymentSpec.spec.replicas of type int32")
+    dep["spec"]["replicas"] = 1
+    dep["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "bogus": 1}]
+    code, _, body = raw(server, "PATCH", deps + "/typed?fieldManager=me&fieldValidation=Ignore", dep,
+                        {"Content-Type": "application/apply-patch+yaml"})
+    assert code == 500 and json.loads(body)["message"] == (
+        "failed to create typed patch object (apps/v1, Kind=Deployment): "
+        ".spec.template.spec.containers[0].ports[0].bogus: field not declared in schema")
+    assert raw(server, "GET", deps + "/typed")[0] == 404
+
+
 def test_custom_objects_validated_pruned_defaulted(server, widgets):
     bad = {"apiVersion": "openapi.example.com/v1", "kind": "Widget", "metadata": {"name": "bad"},
            "spec": {"size": 0, "color": "green", "name": "Has-Caps", "tags": ["a", "b", "c"], "port": 1.5,
