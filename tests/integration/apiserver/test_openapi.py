@@ -151,10 +151,10 @@ def test_field_validation_directives(server):
 
 def test_wrong_json_types_and_apply_unknown_fields_refused_whatever_the_directive(server):
     deps = "/apis/apps/v1/namespaces/default/deployments"
+    pod_spec = {"containers": [{"name": "c", "image": "busybox"}]}
     dep: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "typed"},
                            "spec": {"replicas": "3", "selector": {"matchLabels": {"a": "b"}},
-                                    "template": {"metadata": {"labels": {"a": "b"}},
-                                                 "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+                                    "template": {"metadata": {"labels": {"a": "b"}}, "spec": pod_spec}}}
     code, _, body = raw(server, "POST", deps + "?fieldValidation=Ignore", dep)
     assert code == 400 and json.loads(body)["message"] == (
         'Deployment in version "v1" cannot be handled as a Deployment: json: cannot unmarshal string into '
