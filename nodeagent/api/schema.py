@@ -61,6 +61,7 @@ class Schemas:
     def __init__(self, named: Mapping[str, Schema]) -> None:
         self.named = named
         self._nodes: dict[int, _Node] = {}
+        self._drop = self._patch = False
 
     def _ref(self, node: Schema) -> str:
         ref = node.get("$ref")
@@ -89,11 +90,15 @@ class Schemas:
             n = self._nodes[id(schema)] = _Node(self.resolve(schema), name)
         return n
 
-    def unknown_fields(self, obj: Any, name: str, path: str = "") -> list[str]:
+    def unknown_fields(self, obj: Any, name: str, drop: bool = False, patch: bool = False) -> list[str]:
         """The paths of the fields in `obj` that the schema called `name` does not declare, as the strict
-        decoder names them; DecodeError for the first value of the wrong JSON type, as Go's decoder says."""
+        decoder names them; DecodeError for the first value of the wrong JSON type, as Go's decoder says.
+
+        `drop`: remove them too, as decoding into the Go type does. `patch`: `obj` is a merge-style patch,
+        whose `$patch`, `$setElementOrder/...` (and like) directive keys are not fields."""
         out: list[str] = []
-        self._walk(obj, self._node(self.named[name], name), path, path, "", out)
+        self._drop, self._patch = drop, patch
+        self._walk(obj, self._node(self.named[name], name), "", "", "", out)
         return out
 
     def _walk(self, obj: Any, node: _Node, path: str, gopath: str, owner: str, out: list[str]) -> None:
@@ -103,11 +108,15 @@ class Schemas:
             return
         if type(obj) is dict:
             if node.props is not None:
-                for k, v in obj.items():
+                for k, v in list(obj.items()) if self._drop else obj.items():
                     child = node.props.get(k)
                     where = f"{path}.{k}" if path else k
                     if child is None:
+                        if self._patch and (k.startswith("$") or v is None):
+                            continue  # a directive, or the deletion of a field the kind does not have
                         out.append(where)
+                        if self._drop:
+                            del obj[k]
                     elif v is not None:
                         c = self._node(child)
                         gowhere = f"{gopath}.{k}" if gopath else k

@@ -49,37 +49,40 @@ def _without_directives(patch: Any) -> Any:
     return patch
 
 
-async def unknown_fields(openapi: OpenAPI, res: Resource, body: Any) -> list[str]:
-    """The unknown fields of `body` (a whole object or a merge-style patch), in the decoder's path form."""
+async def unknown_fields(openapi: OpenAPI, res: Resource, body: Any, drop: bool = False,
+                         patch: bool = False) -> list[str]:
+    """The unknown fields of `body` (a whole object, or a merge-style patch), in the decoder's path form;
+    `drop`: remove them from a built-in kind's body, as decoding into its Go type does (a custom object is
+    pruned by the registry, against its schema)."""
     if not isinstance(body, dict):
         return []
     if res.schema is not None:
-        return schema_validation.prune(copy.deepcopy(body), res.schema)
+        doc = _without_directives(body) if patch else copy.deepcopy(body)
+        return schema_validation.prune(doc, res.schema)
     if openapi.stale():
         await asyncio.to_thread(openapi.schema_for, res)  # the first use loads the shipped documents
     found = openapi.schema_for(res)
     if found is None:
         return []
     schemas, name = found
-    return schemas.unknown_fields(body, name)
+    return schemas.unknown_fields(body, name, drop, patch)
 
 
 async def check(openapi: OpenAPI, res: Resource, verb: str, query: Mapping[str, str], body: Any,
                 patch_type: str = "") -> list[str]:
-    """Warnings to send (Warn), or raise the Strict refusal; [] when nothing is unknown or it is Ignore.
+    """Warnings to send (Warn), or raise the Strict refusal; unknown fields of a built-in kind are dropped
+    from `body` unless the request is refused.
 
     A value of the wrong JSON type in a created or replaced object is refused whatever the directive, as the
     decoder refuses it; so is an unknown field in a server-side apply, whose typed patch cannot be made."""
     how = directive(query, verb)
     if verb not in _OPTIONS_KIND or patch_type == JSON_PATCH:
         return []  # a JSON patch is a list of operations: its result is checked by validation
-    if how == "Ignore" and verb == "patch" and patch_type != APPLY:
-        return []
-    doc = _without_directives(body) if verb == "patch" else body
+    patch = verb == "patch"
     try:
-        unknown = await unknown_fields(openapi, res, doc)
+        unknown = await unknown_fields(openapi, res, body, how != "Strict" and patch_type != APPLY, patch)
     except DecodeError as e:
-        if verb == "patch":
+        if patch:
             return []  # the merged object meets validation, which words its own refusal
         raise errors.bad_request(f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
                                  f"{e}") from None
@@ -94,13 +97,14 @@ async def check(openapi: OpenAPI, res: Resource, verb: str, query: Mapping[str, 
     if how == "Warn":
         return words
     decoding = "strict decoding error: " + ", ".join(words)
-    if verb != "patch":
+    if not patch:
         raise errors.bad_request(f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
                                  f"{decoding}")
     if patch_type == "application/merge-patch+json":
         raise errors.bad_request(decoding)
+    shown = go_quote(go_value(_without_directives(body)))
     raise errors.invalid("", "", [{"reason": "FieldValueInvalid", "field": "patch",
-                                   "message": f"Invalid value: {go_quote(go_value(doc))}: {decoding}"}])
+                                   "message": f"Invalid value: {shown}: {decoding}"}])
 
 
 def smd_errors(unknown: list[str]) -> str:

@@ -133,6 +133,9 @@ def test_field_validation_directives(server):
     assert code == 201
     assert hdrs["warning"] == ('299 - "unknown field \\"spec.containers[0].bogus\\"", '
                                '299 - "unknown field \\"spec.foo\\""')
+    code, _, body = raw(server, "GET", f"{ns_pods}/{name}")
+    stored = json.loads(body)
+    assert "foo" not in stored["spec"] and "bogus" not in stored["spec"]["containers"][0]  # dropped
     code, _, body = raw(server, "PATCH", f"{ns_pods}/{name}?fieldValidation=Strict",
                         {"spec": {"activeDeadlineSecs": 5}},
                         {"Content-Type": "application/strategic-merge-patch+json"})
@@ -142,10 +145,12 @@ def test_field_validation_directives(server):
         "reason": "FieldValueInvalid", "field": "patch",
         "message": 'Invalid value: "map[spec:map[activeDeadlineSecs:5]]": strict decoding error: '
                    'unknown field "spec.activeDeadlineSecs"'}]
-    code, hdrs, _ = raw(server, "PATCH", f"{ns_pods}/{name}?fieldValidation=Ignore",
+    code, hdrs, out = raw(server, "PATCH", f"{ns_pods}/{name}?fieldValidation=Ignore",
                         {"metadata": {"labels": {"a": "b"}, "zzz": 1}},
                         {"Content-Type": "application/merge-patch+json"})
     assert code == 200 and "warning" not in hdrs
+    patched = json.loads(out)["metadata"]
+    assert "zzz" not in patched and patched["labels"] == {"a": "b"}
     raw(server, "DELETE", f"{ns_pods}/{name}")
 
 
