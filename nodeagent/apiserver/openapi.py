@@ -42,9 +42,44 @@ _ENTRY_POINT_PARAMS = {
 @functools.cache
 def builtin_documents() -> Mapping[str, dict[str, Any]]:
     """{"api/v1": doc, "apis/apps/v1": doc, ...}: the upstream v3 documents, filtered to what is served."""
-    data = json.loads(gzip.decompress(DATA.read_bytes()))
+    data = codec.loads(gzip.decompress(DATA.read_bytes()))
     docs: dict[str, dict[str, Any]] = data["documents"]
-    return docs
+    served: dict[str, list[Resource]] = {}
+    for r in resources.RESOURCES:
+        served.setdefault(r.gv_path.lstrip("/"), []).append(r)
+    return {gv: filtered(docs[gv], gv, rs) for gv, rs in served.items() if gv in docs}
+
+
+def path_is_served(path: str, gv: str, served: list[Resource]) -> bool:
+    """A path of a served resource (or a served subresource of it), or the group-version's root."""
+    rest = path.removeprefix("/" + gv).strip("/").split("/")
+    if rest == [""]:
+        return True
+    if rest[0] == "watch":
+        rest = rest[1:]
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[1] == "{namespace}":
+        rest = rest[2:]
+    r = next((r for r in served if r.name == rest[0]), None)
+    if r is None:
+        return False
+    sub = rest[2] if len(rest) >= 3 else ""
+    return not sub or sub in r.subresources
+
+
+def filtered(doc: dict[str, Any], gv: str, served: list[Resource]) -> dict[str, Any]:
+    """An upstream group-version document cut to the served resources' paths and the schemas they reach."""
+    paths = {p: item for p, item in doc.get("paths", {}).items() if path_is_served(p, gv, served)}
+    schemas = doc.get("components", {}).get("schemas", {})
+    roots: set[str] = set()
+    _refs(paths, roots)
+    kinds = {(r.group, r.version, r.kind) for r in served}
+    for name, s in schemas.items():
+        for gvk in s.get("x-kubernetes-group-version-kind", []):
+            if (gvk.get("group", ""), gvk.get("version"), gvk.get("kind")) in kinds:
+                roots.add(name)
+    components = dict(doc.get("components", {}))
+    components["schemas"] = dict(sorted(_closure(schemas, roots).items()))
+    return {**doc, "paths": paths, "components": components}
 
 
 def etag(data: bytes) -> str:
