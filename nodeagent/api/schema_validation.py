@@ -280,7 +280,7 @@ def crd_schema_errors(crd: dict[str, Any]) -> FieldErrors:
         if not isinstance(schema, dict):
             continue
         path = f"spec.versions[{i}].schema.openAPIV3Schema"
-        if not schema.get("type") and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        if not schema.get("type"):
             out.append(err("FieldValueRequired", f"{path}.type",
                            "Required value: must not be empty at the root"))
         elif schema.get("type") not in (None, "object"):

@@ -98,6 +98,14 @@ def test_explain_custom_resource(kubectl, widgets):
     out = kubectl("explain", "widget.spec")
     assert "What the widget is." in out
     assert "size" in out and "How big it is." in out and "-required-" in out
+    odd = ('{"apiVersion": "openapi.example.com/v1", "kind": "Widget", "metadata": {"name": "odd"}, '
+           '"spec": {"size": 2, "shape": "round"}}')
+    p = kubectl.run("apply", "-f", "-", input=odd, check=False)
+    assert p.returncode != 0
+    if kubectl.version == "1.20":  # client-side, from the CRD's definition in /openapi/v2
+        assert 'unknown field "shape" in com.example.openapi.v1.Widget.spec' in p.stderr, p.stderr
+    else:
+        assert 'strict decoding error: unknown field "spec.shape"' in p.stderr, p.stderr
 
 
 def test_apply_refuses_unknown_fields_and_creates_nothing(kubectl):
