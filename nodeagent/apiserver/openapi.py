@@ -21,12 +21,10 @@ from typing import Any
 from nodeagent.api import resources
 from nodeagent.api.resources import Resource
 from nodeagent.api.schema import REF_PREFIX, Schemas, kind_schema
-from nodeagent.apiserver import codec
+from nodeagent.apiserver import codec, openapi_v2
 
 DATA = Path(__file__).with_name("openapi_builtin.json.gz")
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."
-_V2_PREFIX = "#/definitions/"
-_OPS = ("get", "put", "post", "delete", "patch")
 _ENTRY_POINT_PARAMS = {
     "dryRun": "When present, indicates that modifications should not be persisted. Valid values are: "
               "- All: all dry run stages will be processed",
@@ -160,7 +158,7 @@ class OpenAPI:
     def v2(self) -> dict[str, Any]:
         snap = self._fresh()
         if snap.v2 is None:
-            snap.v2 = to_v2(snap.v3)
+            snap.v2 = openapi_v2.to_v2(snap.v3)
         return snap.v2
 
     def v2_json(self) -> Document:
@@ -339,110 +337,4 @@ def custom_documents(custom: list[Resource]) -> dict[str, dict[str, Any]]:
                 "get": _operation(r, "get", f"read{ns}{ident}{sub.title()}", name, []),
                 "put": _operation(r, "put", f"replace{ns}{ident}{sub.title()}", name, writes),
                 "patch": _operation(r, "patch", f"patch{ns}{ident}{sub.title()}", name, [*writes, "force"])}
-    return out
-
-
-# ------------------------------------------------------------------ v3 -> v2
-def to_v2(docs: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
-    """The v3 documents merged into one Swagger 2.0 document, as kube-apiserver serves at /openapi/v2."""
-    definitions: dict[str, Any] = {}
-    paths: dict[str, Any] = {}
-    for gv in sorted(docs):
-        doc = docs[gv]
-        for name, s in doc.get("components", {}).get("schemas", {}).items():
-            definitions[name] = schema_to_v2(s)
-        for p, item in doc.get("paths", {}).items():
-            paths[p] = _path_to_v2(item)
-    return {"swagger": "2.0", "info": {"title": "Kubernetes", "version": "unversioned"},
-            "paths": paths, "definitions": definitions,
-            "securityDefinitions": {"BearerToken": {"description": "Bearer Token authentication",
-                                                    "in": "header", "name": "authorization",
-                                                    "type": "apiKey"}},
-            "security": [{"BearerToken": []}]}
-
-
-def schema_to_v2(s: Any) -> Any:
-    if isinstance(s, list):
-        return [schema_to_v2(x) for x in s]
-    if not isinstance(s, dict):
-        return s
-    out: dict[str, Any] = {}
-    all_of = s.get("allOf")
-    if isinstance(all_of, list) and len(all_of) == 1 and "$ref" in all_of[0] and "properties" not in s:
-        out["$ref"] = _v2_ref(all_of[0]["$ref"])
-        if "description" in s:
-            out["description"] = s["description"]
-        return out
-    for k, v in s.items():
-        if k in ("nullable", "oneOf", "anyOf", "x-kubernetes-validations"):
-            continue
-        if k == "$ref":
-            out[k] = _v2_ref(v)
-        elif k in ("properties", "patternProperties"):
-            out[k] = {n: schema_to_v2(x) for n, x in v.items()}
-        elif k in ("items", "additionalProperties", "not"):
-            out[k] = schema_to_v2(v)
-        elif k == "allOf":
-            out[k] = [schema_to_v2(x) for x in v]
-        else:
-            out[k] = v
-    if ("oneOf" in s or "anyOf" in s) and "type" not in out and "$ref" not in out:
-        out["type"] = "string"  # IntOrString, Quantity: Swagger 2.0 has no oneOf; kube-openapi says string
-    return out
-
-
-def _v2_ref(ref: str) -> str:
-    return _V2_PREFIX + ref[len(REF_PREFIX):] if ref.startswith(REF_PREFIX) else ref
-
-
-def _param_to_v2(p: dict[str, Any]) -> dict[str, Any]:
-    if "$ref" in p:
-        return {"$ref": p["$ref"].replace("#/components/parameters/", "#/parameters/")}
-    out = {k: v for k, v in p.items() if k != "schema"}
-    schema = p.get("schema") or {}
-    for k in ("type", "uniqueItems", "format"):
-        if k in schema:
-            out[k] = schema[k]
-    return out
-
-
-def _path_to_v2(item: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in item.items():
-        if k == "parameters":
-            out[k] = [_param_to_v2(p) for p in v]
-        elif k in _OPS:
-            out[k] = _operation_to_v2(v)
-        elif k.startswith("x-"):
-            out[k] = v
-    return out
-
-
-def _operation_to_v2(op: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {k: v for k, v in op.items()
-                           if k in ("description", "operationId", "tags", "deprecated") or k.startswith("x-")}
-    params = [_param_to_v2(p) for p in op.get("parameters", [])]
-    body = op.get("requestBody")
-    if isinstance(body, dict):
-        content: dict[str, Any] = body.get("content") or {}
-        out["consumes"] = sorted(content)
-        first: dict[str, Any] = next(iter(content.values()), {})
-        schema = first.get("schema", {})
-        params.insert(0, {"name": "body", "in": "body", "required": bool(body.get("required")),
-                          "schema": schema_to_v2(schema)})
-    if params:
-        out["parameters"] = params
-    responses: dict[str, Any] = {}
-    produces: set[str] = set()
-    for code, r in (op.get("responses") or {}).items():
-        v2r: dict[str, Any] = {"description": r.get("description", "")}
-        content = r.get("content") or {}
-        produces.update(content)
-        if content:
-            v2r["schema"] = schema_to_v2(next(iter(content.values())).get("schema", {}))
-        responses[code] = v2r
-    out["responses"] = responses
-    if produces:
-        out["produces"] = sorted(produces)
-    out["schemes"] = ["https"]
     return out

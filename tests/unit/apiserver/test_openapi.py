@@ -10,7 +10,7 @@ import pytest
 
 from nodeagent.api.resources import Resource, builtin
 from nodeagent.api.schema import DecodeError
-from nodeagent.apiserver import field_validation, openapi, openapi_http, openapi_proto
+from nodeagent.apiserver import field_validation, openapi, openapi_http, openapi_proto, openapi_v2
 from nodeagent.apiserver.protobuf import fields
 
 WIDGET = Resource("openapi.example.com", "v1", "widgets", "Widget", True, subresources=("status",),
@@ -57,7 +57,7 @@ def test_v2_conversion():
                     "responses": {"200": {"description": "OK", "content": {"application/json": {
                         "schema": {"$ref": "#/components/schemas/a.v1.Thing"}}}}},
                     "x-kubernetes-action": "put"}}}}
-    v2 = openapi.to_v2({"apis/a/v1": v3})
+    v2 = openapi_v2.to_v2({"apis/a/v1": v3})
     thing = v2["definitions"]["a.v1.Thing"]["properties"]
     assert thing["meta"] == {"$ref": "#/definitions/a.v1.Meta", "description": "m"}
     assert thing["n"] == {"type": "string", "format": "int-or-string"}
