@@ -73,7 +73,7 @@ def success_status(res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
     return status_body("Success", details=details)
 
 
-def _warned(resp: web.Response, warnings: list[str]) -> web.Response:
+def _warned(resp: web.StreamResponse, warnings: list[str]) -> web.StreamResponse:
     for w in warnings:
         resp.headers.add("Warning", field_validation.warning_header(w))
     return resp
@@ -211,8 +211,11 @@ class Handlers:
             await self._authorize(user, info, body)
         if res.group == METRICS_GROUP:
             return self._metrics_api_response(await self._metrics_api(info, q), res, wants, q)
+        warnings: list[str] = []
+        if verb in ("create", "update", "patch") and not info.subresource:
+            warnings = await field_validation.check(self.openapi, res, verb, q, body, info.patch_type)
         if versions.converted(res):
-            return await self._converted(request, info, body, dry_run, wants)
+            return _warned(await self._converted(request, info, body, dry_run, wants), warnings)
         sub = info.subresource
         if sub:
             return await subresources.handle(self.registry, self.kubelet_proxy, request, info, body, dry_run)
@@ -229,7 +232,6 @@ class Handlers:
         if verb == "watch":
             return await self._watch(request, info, wants)
         if verb in ("create", "update", "patch"):
-            warnings = await field_validation.check(self.openapi, res, verb, q, body, info.patch_type)
             return _warned(await self._write(request, info, user, body, dry_run, wants), warnings)
         if verb == "delete":
             opts = self._delete_options(q, body)
