@@ -220,6 +220,11 @@ def horizontalpodautoscaler(obj: dict[str, Any]) -> None:
     if not spec.get("metrics"):
         spec["metrics"] = [{"type": "Resource", "resource": {
             "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]
+    # status.desiredReplicas is a plain int32 (no omitempty): kube-apiserver always writes it, and
+    # clients (the Python client's models) require it
+    status = obj.setdefault("status", {})
+    if status.get("desiredReplicas") is None:
+        status["desiredReplicas"] = 0
 
 
 def namespace(obj: dict[str, Any]) -> None:
