@@ -61,7 +61,12 @@ async def serve(config: CRIConfig, ready: asyncio.Event) -> None:
     log.info("CRI runtime.v1 serving on unix://%s (state in %s)", cfg.socket, state)
     ready.set()
     try:
-        await server.wait_for_termination()
+        async with asyncio.TaskGroup() as tg:
+            watcher = tg.create_task(watch_registries(store, Path(cfg.registries))) \
+                if store is not None and cfg.registries else None
+            await server.wait_for_termination()
+            if watcher is not None:
+                watcher.cancel()
     finally:
         with contextlib.suppress(Exception):
             await asyncio.shield(server.stop(grace=1))
@@ -69,6 +74,42 @@ async def serve(config: CRIConfig, ready: asyncio.Event) -> None:
             await streams.stop()
         await runtime.close()
         _unlink(cfg.socket)
+
+
+REGISTRIES_POLL = 2.0  # seconds between looks at registries.yaml
+
+
+async def watch_registries(store: ImageStore, path: Path) -> None:
+    """Re-read registries.yaml when it changes (k3s needs a restart; a lab edits it live): the next pull
+    uses the new mirrors and auth. A file that no longer parses is reported and the last good one kept;
+    a removed file means no configuration."""
+    from cri.images.registries import RegistriesConfig, RegistriesConfigError
+
+    def stamp() -> tuple[int, int, int] | None:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    seen = await asyncio.to_thread(stamp)
+    while True:
+        await asyncio.sleep(REGISTRIES_POLL)
+        now = await asyncio.to_thread(stamp)
+        if now == seen:
+            continue
+        seen = now
+        if now is None:
+            store.registries = RegistriesConfig()
+            log.warning("registries %s removed: pulls use no mirrors or credentials until it is back", path)
+            continue
+        try:
+            store.registries = await asyncio.to_thread(RegistriesConfig.load, path)
+        except (OSError, RegistriesConfigError) as e:
+            log.error("registries %s not reloaded, the previous one stays in use: %s; fix the file", path, e)
+            continue
+        mirrors = ", ".join(store.registries.mirrors) or "none"
+        log.info("registries %s reloaded: mirrors for %s", path, mirrors)
 
 
 def _check_binaries(opts: RuntimeOptions) -> None:

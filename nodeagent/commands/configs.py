@@ -27,7 +27,7 @@ from nodeagent.controllers.options import ControllerOptions
 from nodeagent.dns.config import DNSConfig
 from nodeagent.ingress.config import IngressConfig
 from nodeagent.kubelet.config import KubeletConfig, parse_cluster_dns
-from nodeagent.layout import Layout
+from nodeagent.layout import REGISTRIES, Layout
 from nodeagent.nodenet.config import CNIConfig, NodeNetConfig, PodCIDRConfig, PodNetworkConfig
 from nodeagent.nodenet.network import PodNetwork
 from nodeagent.runner import Component
@@ -103,6 +103,23 @@ def node_ip_from(value: str | None) -> str | None:
         raise SystemExit(f"--node-ip {value!r}: not an IP address") from None
 
 
+def registries_file(flag: str | None) -> str | None:
+    """--registries (else /etc/nodeagent/registries.yaml when it exists), read now: a file that does not
+    parse stops the command at start with its path and line, not at the first pull."""
+    import os
+
+    from cri.images.registries import RegistriesConfig, RegistriesConfigError
+
+    path = os.path.abspath(flag) if flag else (REGISTRIES if os.path.exists(REGISTRIES) else None)
+    if path is None:
+        return None
+    try:
+        RegistriesConfig.load(path)
+    except (OSError, RegistriesConfigError) as e:
+        raise ValueError(f"--registries {path}: {e}") from None
+    return path
+
+
 def default_cluster_dns() -> str:
     """The kube-dns ClusterIP the server's DNS registers in its default Service range (10.96.0.10)."""
     from nodeagent.dns.register import default_service_ip
@@ -123,7 +140,7 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
     cri = None if external else CRIConfig(
         socket=layout.cri_socket, state_dir=layout.cri_state_dir, image_dir=layout.image_dir,
         cni_conf_dir=network.conf_dir, cni_bin_dirs=tuple(args.cni_bin_dir or DEFAULT_CNI_BIN_DIRS),
-        cni_socket=network.daemon_socket)
+        cni_socket=network.daemon_socket, registries=registries_file(args.registries))
     cluster_dns = default_cluster_dns() if args.cluster_dns is None else args.cluster_dns
     kubelet = KubeletConfig(
         data_dir=layout.data_dir, node_name=node_name, runtime_endpoint=external or layout.cri_socket,

@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true",
                    help="also remove the data dir: the cluster's store, PKI, kubeconfigs and images")
     p.add_argument("--bridge", default=None,
-                   help="the pod bridge, if `up` was given --bridge (default: the data dir's)")
+                   help="the pod bridge (default: the one the node's CNI config names, else the data dir's)")
     p.add_argument("--cgroup-root", default=None,
                    help="the cgroup root, if `up` was given --cgroup-root (default: the data dir's)")
     p.add_argument("--cni-bin-dir", action="append", default=None,
@@ -121,6 +121,22 @@ async def stop_pods(layout: Layout, cni_bin_dirs: tuple[str, ...], grace: int) -
     with contextlib.suppress(FileNotFoundError):
         os.unlink(sock)
     return removed
+
+
+def configured_bridge(layout: Layout) -> str | None:
+    """The bridge our conflist names (`up --bridge` chose it), None without one."""
+    import json
+
+    from cni.install import CONFLIST_NAME
+
+    try:
+        conf = json.loads(Path(layout.cni_conf_dir, CONFLIST_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    for plugin in conf.get("plugins", []) if isinstance(conf, dict) else []:
+        if isinstance(plugin, dict) and isinstance(plugin.get("bridge"), str):
+            return str(plugin["bridge"])
+    return None
 
 
 def remove_node_objects(layout: Layout, bridge: str, cgroup_root: str) -> None:
@@ -210,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
         n = asyncio.run(stop_pods(layout, tuple(args.cni_bin_dir or DEFAULT_CNI_BIN_DIRS), args.grace_period))
         print(f"{n} pod(s) stopped and removed")
     cgroup_root = layout.cgroup_root if args.cgroup_root is None else args.cgroup_root
-    remove_node_objects(layout, args.bridge or layout.bridge, cgroup_root)
+    remove_node_objects(layout, args.bridge or configured_bridge(layout) or layout.bridge, cgroup_root)
     if args.all:
         remove_data_dir(layout)
     print(f"node of {layout.data_dir} reset")

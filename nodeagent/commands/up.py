@@ -16,7 +16,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from nodeagent.commands.proxy import add_ipvs_arguments
-from nodeagent.layout import DEFAULT_DATA_DIR, Layout
+from nodeagent.layout import DEFAULT_DATA_DIR, REGISTRIES, Layout
 from nodeagent.runner import Component, run_components
 
 if TYPE_CHECKING:
@@ -117,6 +117,9 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ingress-metrics-port", type=int, default=None,
                    help="the ingress proxy's Prometheus metrics port, /metrics (default: 10254 for the "
                         "default data dir, else any free one; 0: off)")
+    p.add_argument("--registries", default=None, metavar="FILE",
+                   help="the runtime's mirrors, rewrites, registry auth and TLS in k3s's registries.yaml "
+                        f"format, re-read when it changes (default: {REGISTRIES} when it exists)")
     p.add_argument("--cluster-dns", default=None,
                    help="cluster DNS IPs written into ClusterFirst pods' resolv.conf, comma-separated "
                         "(default: the kube-dns Service IP of the server's default Service range, "
