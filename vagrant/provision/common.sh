@@ -69,6 +69,13 @@ fi
 
 mkdir -p "$LAB_STATE_DIR" "$LAB_RUN_DIR" "$LAB_LOG_DIR"
 unit_changed=0
+# The host's registry mirrors and credentials (the Vagrantfile passes its registries.yaml through): the
+# runtime re-reads the file when it changes, so only a new --registries flag needs a restart.
+registries_flag=""
+if [[ -n $LAB_REGISTRIES_B64 ]]; then
+    base64 -d <<<"$LAB_REGISTRIES_B64" | lab_install_file 0600 "$LAB_ETC/registries.yaml" || true
+    registries_flag="--registries $LAB_ETC/registries.yaml"
+fi
 lab_unit nodeagent-cri.service <<UNIT && unit_changed=1
 # Written by vagrant/provision/common.sh: the nodeagent container runtime.
 [Unit]
@@ -77,7 +84,7 @@ After=network-online.target
 Wants=network-online.target
 
 [Service]
-ExecStart=$NODEAGENT cri --socket $CRI_SOCKET --state-dir $LAB_STATE_DIR/cri --cni-conf-dir $CNI_CONF_DIR --cni-bin-dir $CNI_BIN_DIR
+ExecStart=$NODEAGENT cri --socket $CRI_SOCKET --state-dir $LAB_STATE_DIR/cri --cni-conf-dir $CNI_CONF_DIR --cni-bin-dir $CNI_BIN_DIR $registries_flag
 Restart=on-failure
 RestartSec=2
 # Containers outlive the runtime: stopping the service stops the daemon only.

@@ -25,6 +25,7 @@
 : "${LAB_SERVER_ARGS:=}"                            # extra `nodeagent server` flags (e.g. the network mode)
 : "${LAB_POD_SUBNET:=}"                             # override of the node's IPAM-assigned spec.podCIDR
 : "${LAB_AGENT_ARGS:=}"                             # extra `nodeagent agent` flags
+: "${LAB_REGISTRIES_B64:=}"                         # base64 registries.yaml (k3s format) the host passes in
 : "${LAB_START:=1}"                                 # 0: write units, start nothing
 : "${LAB_SKIP_MAKE:=0}"                             # 1: the project is already installed
 : "${SYSTEMCTL:=systemctl}"                         # the service manager (tests pass their own)

@@ -239,3 +239,21 @@ def test_worker_refuses_a_missing_or_bad_join_command(lab, content, why):
     assert why in p.stderr, p.stderr
     assert not (lab.root / "etc/nodeagent/join.env").exists()
     assert not (lab.root / "etc/systemd/system/nodeagent-agent.service").exists()
+
+
+def test_the_hosts_registries_file_reaches_the_runtime(lab):
+    """The Vagrantfile hands the host's registries.yaml in (base64): common.sh installs it privately and
+    the runtime's unit reads it with --registries."""
+    import base64
+
+    text = "mirrors:\n  docker.io:\n    endpoint: [\"http://192.168.56.1:5000\"]\n"
+    lab.ok("common.sh", LAB_START="0", LAB_SKIP_MAKE="1",
+           LAB_REGISTRIES_B64=base64.b64encode(text.encode()).decode())
+    regs = lab.root / "etc/nodeagent/registries.yaml"
+    assert regs.read_text() == text
+    assert stat.S_IMODE(regs.stat().st_mode) == 0o600
+    unit = (lab.root / "etc/systemd/system/nodeagent-cri.service").read_text()
+    assert f"--registries {regs}" in unit, unit
+    unit_without = lab.ok("common.sh", LAB_START="0", LAB_SKIP_MAKE="1", LAB_REGISTRIES_B64="")
+    assert "--registries" not in (lab.root / "etc/systemd/system/nodeagent-cri.service").read_text(), \
+        unit_without
