@@ -21,7 +21,7 @@ APT_PACKAGES += $(if $(shell grep -qs '^Y' /sys/module/apparmor/parameters/enabl
 # Debian's kubectl 1.20, unpacked privately (installing it would replace the machine's kubectl).
 KUBECTL_120 := $(CACHE)/kubectl-1.20/usr/bin/kubectl
 
-.PHONY: all up test test-fresh install deps python build lint unit clean help cni-install cri-proto cri-bin
+.PHONY: all up demo-images test test-fresh install deps python build lint unit clean help cni-install cri-proto cri-bin
 
 help:
 	@sed -n '1,4p' Makefile
@@ -110,6 +110,10 @@ unit: build
 
 up: install
 	$(VENV)/bin/nodeagent up
+
+# The walkthrough's images (localhost/busybox:latest, localhost/httpd:v1) from busybox-static: no registry.
+demo-images: install
+	$(VENV)/bin/nodeagent image demo
 
 clean:
 	rm -rf $(VENV) $(CACHE) build *.egg-info

@@ -40,7 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rm.add_argument("refs", nargs="+", metavar="REF")
     inspect = sub.add_parser("inspect", help="print an image's record, config and layer directories as JSON")
     inspect.add_argument("ref", metavar="REF")
-    for sp in (imp, pull, ls, rm, inspect):  # accepted after the subcommand too
+    demo = sub.add_parser("demo", help="build and import the walkthrough's images with no network: "
+                                       "localhost/busybox:latest and localhost/httpd:v1 (from Debian's "
+                                       "busybox-static)")
+    for sp in (imp, pull, ls, rm, inspect, demo):  # accepted after the subcommand too
         sp.add_argument("--state-dir", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
@@ -122,6 +125,26 @@ def _cmd_import(store: ImageStore, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(store: ImageStore, args: argparse.Namespace) -> int:
+    """The README walkthrough's images, built from this host's busybox-static (deterministic: the same
+    busybox gives the same digests), so the first pod needs no registry."""
+    import tempfile
+
+    from nodeagent.testing.images import BUSYBOX, HTTPD, build, find_busybox
+
+    try:
+        busybox = find_busybox()
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory(dir=store.tmp_dir, prefix="demo-") as tmp:
+        for spec in (BUSYBOX, HTTPD):
+            built = build(spec, Path(tmp), busybox)
+            for img in store.import_archive(built.docker_archive):
+                print(f"imported {', '.join(img.repo_tags)} {img.id}")
+    return 0
+
+
 def _cmd_pull(store: ImageStore, args: argparse.Namespace) -> int:
     import asyncio
 
@@ -199,4 +222,5 @@ def _cmd_inspect(store: ImageStore, args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"import": _cmd_import, "pull": _cmd_pull, "ls": _cmd_ls, "rm": _cmd_rm, "inspect": _cmd_inspect}
+_COMMANDS = {"import": _cmd_import, "pull": _cmd_pull, "ls": _cmd_ls, "rm": _cmd_rm, "inspect": _cmd_inspect,
+             "demo": _cmd_demo}
