@@ -43,7 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     demo = sub.add_parser("demo", help="build and import the walkthrough's images with no network: "
                                        "localhost/busybox:latest and localhost/httpd:v1 (from Debian's "
                                        "busybox-static)")
-    for sp in (imp, pull, ls, rm, inspect, demo):  # accepted after the subcommand too
+    from nodeagent.commands import image_build
+
+    bld = sub.add_parser("build", help="build an image from a Containerfile (FROM scratch or a stored image, "
+                                      "COPY, ADD, RUN, ENV, WORKDIR, USER, ENTRYPOINT, CMD, EXPOSE, LABEL)")
+    image_build.add_arguments(bld)
+    for sp in (imp, pull, ls, rm, inspect, demo, bld):  # accepted after the subcommand too
         sp.add_argument("--state-dir", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
@@ -123,6 +128,12 @@ def _cmd_import(store: ImageStore, args: argparse.Namespace) -> int:
     for img in imported:
         print(f"imported {', '.join(img.repo_tags) or '<untagged>'} {img.id}")
     return 0
+
+
+def _cmd_build(store: ImageStore, args: argparse.Namespace) -> int:
+    from nodeagent.commands.image_build import run_build
+
+    return run_build(store, args)
 
 
 def _cmd_demo(store: ImageStore, args: argparse.Namespace) -> int:
@@ -223,4 +234,4 @@ def _cmd_inspect(store: ImageStore, args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"import": _cmd_import, "pull": _cmd_pull, "ls": _cmd_ls, "rm": _cmd_rm, "inspect": _cmd_inspect,
-             "demo": _cmd_demo}
+             "demo": _cmd_demo, "build": _cmd_build}
