@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lab": ("lab", "bring a cluster of network-namespace nodes on this machine up or down"),
     "kubectl": ("kubectl", "run kubectl against this node's cluster as admin (every argument is kubectl's)"),
     "reset": ("reset", "stop every pod of a node and remove what it made (--all: its data dir too)"),
+    "status": ("status", "the node at a glance: components, pressure, pods with IPs and QoS, rule counts"),
 }
 
 

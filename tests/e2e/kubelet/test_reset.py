@@ -6,6 +6,7 @@ refuses while `up` runs, naming its pid."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -74,6 +75,19 @@ def test_reset_after_a_busy_node_leaves_nothing(tmp_path, images):
             time.sleep(0.5)
         pids = _pod_pids(c)
         assert len(pids) == 6, pids  # two pause processes, four containers
+
+        # `nodeagent status` shows this busy node: its process, its pods with their IPs and QoS classes
+        status = subprocess.run([sys.executable, "-m", "nodeagent", "status", "--data-dir", str(tmp_path)],
+                                capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "COLUMNS": "200"})
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert c.proc is not None and f"running (pid {c.proc.pid})" in status.stdout, status.stdout
+        for name, qos in names:
+            pod = json.loads(c.kubectl("get", "pod", name, "-o", "json"))
+            row = next(ln for ln in status.stdout.splitlines() if f" {name} " in ln)
+            assert pod["status"]["podIP"] in row, row
+            assert {"burstable": "Burstable", "besteffort": "BestEffort"}[qos] in row, row
+        assert "MemoryPressure" in status.stdout and "KUBE-SVC" in status.stdout
 
         refused = reset(tmp_path)
         assert refused.returncode == 1, refused
