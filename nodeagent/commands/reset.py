@@ -85,9 +85,11 @@ def _cmdline(pid: int) -> str:
     return "?"
 
 
-async def stop_pods(layout: Layout, cni_bin_dirs: tuple[str, ...], grace: int) -> int:
-    """Start our runtime on the node's state, stop and remove every sandbox through it; the number
-    removed."""
+async def stop_pods(layout: Layout, cni_bin_dirs: tuple[str, ...], grace: int) -> tuple[int, int]:
+    """Start our runtime on the node's state, stop and remove every sandbox through it; how many were
+    removed and how many the runtime refused."""
+    import grpc
+
     from cri.client import RuntimeClient
     from cri.config import CRIConfig
     from cri.service import serve
@@ -96,7 +98,7 @@ async def stop_pods(layout: Layout, cni_bin_dirs: tuple[str, ...], grace: int) -
     cfg = CRIConfig(socket=sock, state_dir=layout.cri_state_dir, image_dir=layout.image_dir,
                     cni_conf_dir=layout.cni_conf_dir, cni_bin_dirs=cni_bin_dirs)
     ready = asyncio.Event()
-    removed = 0
+    removed = failed = 0
     async with asyncio.TaskGroup() as tg:
         runtime = tg.create_task(serve(cfg, ready))
         waiter = tg.create_task(ready.wait())
@@ -108,11 +110,18 @@ async def stop_pods(layout: Layout, cni_bin_dirs: tuple[str, ...], grace: int) -
         try:
             for sb in await client.list_pod_sandbox():
                 name = f"{sb.metadata.namespace}/{sb.metadata.name}"
-                for c in await client.list_containers(pod_sandbox_id=sb.id):
-                    # StopContainer: SIGTERM (or the image's STOPSIGNAL), SIGKILL after the grace period
-                    await client.stop_container(c.id, grace)
-                await client.stop_pod_sandbox(sb.id)
-                await client.remove_pod_sandbox(sb.id)
+                try:
+                    for c in await client.list_containers(pod_sandbox_id=sb.id):
+                        # StopContainer: SIGTERM (or the image's STOPSIGNAL), SIGKILL after the grace period
+                        await client.stop_container(c.id, grace)
+                    await client.stop_pod_sandbox(sb.id)
+                    await client.remove_pod_sandbox(sb.id)
+                except grpc.aio.AioRpcError as e:
+                    # its processes are killed with the cgroup tree below; the runtime's reason is shown
+                    print(f"pod {name}: the runtime could not remove it: {e.details()}; its processes are "
+                          "killed with the node's cgroups", file=sys.stderr)
+                    failed += 1
+                    continue
                 removed += 1
                 print(f"pod {name}: stopped and removed (sandbox {sb.id[:13]})")
         finally:
@@ -120,7 +129,7 @@ async def stop_pods(layout: Layout, cni_bin_dirs: tuple[str, ...], grace: int) -
             runtime.cancel()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(sock)
-    return removed
+    return removed, failed
 
 
 def configured_bridge(layout: Layout) -> str | None:
@@ -222,12 +231,18 @@ def run(args: argparse.Namespace) -> int:
         print("nodeagent reset: --grace-period must not be negative", file=sys.stderr)
         return 2
     no_grpc_fork_handlers()
+    failed = 0
     if Path(layout.cri_state_dir).is_dir():
-        n = asyncio.run(stop_pods(layout, tuple(args.cni_bin_dir or DEFAULT_CNI_BIN_DIRS), args.grace_period))
+        n, failed = asyncio.run(stop_pods(layout, tuple(args.cni_bin_dir or DEFAULT_CNI_BIN_DIRS),
+                                          args.grace_period))
         print(f"{n} pod(s) stopped and removed")
     cgroup_root = layout.cgroup_root if args.cgroup_root is None else args.cgroup_root
     remove_node_objects(layout, args.bridge or configured_bridge(layout) or layout.bridge, cgroup_root)
     if args.all:
         remove_data_dir(layout)
+    if failed:
+        print(f"nodeagent reset: {failed} pod(s) the runtime could not remove (see above); run reset again",
+              file=sys.stderr)
+        return 1
     print(f"node of {layout.data_dir} reset")
     return 0
