@@ -67,6 +67,7 @@ class Layout:
     pod_log_dir: str  # <dir>/<ns>_<name>_<uid>/<container>/<n>.log
     manifests_dir: str  # static pods
     kubelet_port: int  # the Node API; 0: any free port
+    local_path_dir: str  # the local-path provisioner's volumes: <dir>/pvc-<uid>_<ns>_<claim>
     # NetworkPolicy's kernel objects
     netpol_chain_prefix: str  # iptables mode: <prefix>-FORWARD, -INGRESS, -EGRESS, ...
     netpol_set_prefix: str  # iptables mode: ipset names
@@ -109,8 +110,9 @@ class Layout:
                 network_name="nodeagent", bridge="na0", cni_conf_dir=CNI_CONF_DIR, cni_ipam_dir=CNI_IPAM_DIR,
                 cni_socket=f"{RUN_DIR}/cni.sock", cluster_cidr="10.244.0.0/16", cgroup_root="",
                 kubelet_root_dir=_in(d, "kubelet"), pod_log_dir=_in(d, "pod-logs"),
-                manifests_dir=_in(d, "manifests"), kubelet_port=10250, netpol_chain_prefix="NODEAGENT-NP",
-                netpol_set_prefix="NA-NP-", netpol_table="nodeagent-netpol",
+                manifests_dir=_in(d, "manifests"), kubelet_port=10250, local_path_dir=_in(d, "storage"),
+                netpol_chain_prefix="NODEAGENT-NP", netpol_set_prefix="NA-NP-",
+                netpol_table="nodeagent-netpol",
                 ingress_dir=_in(d, "ingress"), ingress_http_port=80, ingress_https_port=443,
                 ingress_metrics_port=10254)
         tag = instance_tag(d)
@@ -127,7 +129,8 @@ class Layout:
             cluster_cidr=f"10.240.{int(tag[:2], 16)}.0/24",
             cgroup_root=f"nodeagent-{tag}", kubelet_root_dir=_in(d, "kubelet"),
             pod_log_dir=_in(d, "pod-logs"), manifests_dir=_in(d, "manifests"), kubelet_port=0,
-            netpol_chain_prefix=f"NA{tag}-NP", netpol_set_prefix=f"NA{tag}-",
+            local_path_dir=_in(d, "storage"), netpol_chain_prefix=f"NA{tag}-NP",
+            netpol_set_prefix=f"NA{tag}-",
             netpol_table=f"nodeagent-netpol-{tag}", ingress_dir=_in(d, "ingress"), ingress_http_port=0,
             ingress_https_port=0, ingress_metrics_port=0)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from nodeagent.api import storage
 from nodeagent.api.qos import compute_pod_qos
 
 DEFAULT_TOLERATION_SECONDS = 300
@@ -168,6 +169,15 @@ def statefulset(obj: dict[str, Any]) -> None:
     if us["type"] == "RollingUpdate":
         us.setdefault("rollingUpdate", {}).setdefault("partition", 0)
     spec.setdefault("revisionHistoryLimit", 10)
+    policy = spec.setdefault("persistentVolumeClaimRetentionPolicy", {})
+    policy.setdefault("whenDeleted", "Retain")
+    policy.setdefault("whenScaled", "Retain")
+    for t in spec.get("volumeClaimTemplates") or []:
+        if isinstance(t, dict):
+            t.setdefault("apiVersion", "v1")
+            t.setdefault("kind", "PersistentVolumeClaim")
+            t.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
+            t.setdefault("status", {"phase": "Pending"})
     _template(spec)
 
 
@@ -272,6 +282,8 @@ BY_KIND = {
     "ReplicationController": replicationcontroller, "HorizontalPodAutoscaler": horizontalpodautoscaler,
     "StatefulSet": statefulset, "Job": job, "CronJob": cronjob, "Service": service, "Namespace": namespace,
     "Secret": secret, "Node": node, "PriorityClass": priorityclass, "NetworkPolicy": networkpolicy,
+    "PersistentVolume": storage.default_pv, "PersistentVolumeClaim": storage.default_pvc,
+    "StorageClass": storage.default_sc,
 }
 
 

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from nodeagent.api import storage
 from nodeagent.api.cidrs import subnet_of
 from nodeagent.api.names import dns1123_label, dns1123_subdomain
 from nodeagent.api.pod_validation import validate_pod_spec
@@ -409,6 +410,12 @@ def validate(obj: dict[str, Any], kind: str, namespaced: bool) -> FieldErrors:
     elif kind == "PriorityClass":
         if not isinstance(obj.get("value"), int):
             errs.append(required("value"))
+    elif kind == "PersistentVolume":
+        errs += storage.validate_pv(obj)
+    elif kind == "PersistentVolumeClaim":
+        errs += storage.validate_pvc(obj)
+    elif kind == "StorageClass":
+        errs += storage.validate_sc(obj)
     return errs
 
 
@@ -434,6 +441,12 @@ def validate_update(new: dict[str, Any], old: dict[str, Any], kind: str) -> Fiel
                 and ns.get("type") != "ExternalName":
             errs.append(err("FieldValueInvalid", "spec.clusterIPs[0]",
                             f'Invalid value: []string{{"{nip}"}}: may not change once set'))
+    elif kind == "PersistentVolumeClaim":
+        errs += storage.validate_pvc_update(new, old)
+    elif kind == "PersistentVolume":
+        errs += storage.validate_pv_update(new, old)
+    elif kind == "StorageClass":
+        errs += storage.validate_sc_update(new, old)
     elif kind in ("ConfigMap", "Secret") and old.get("immutable"):
         for f in ("data", "binaryData"):
             if new.get(f) != old.get(f):

@@ -12,6 +12,7 @@ import secrets
 from pathlib import Path
 
 from kernel.fs import atomic_write
+from nodeagent.api import storage
 
 NODES_GROUP = "system:nodes"
 MASTERS_GROUP = "system:masters"
@@ -111,7 +112,10 @@ def node_may(node: str, verb: str, resource: str, subresource: str, namespace: s
     is one.
 
     A node reads freely; it may write only its own Node and Lease, the status of pods bound to it (and
-    delete those pods), and events.
+    delete those pods), and events. For its local-path provisioner (a node-side component, so volumes are
+    made and removed by the node that owns the disk) it may also write the PersistentVolumes pinned to it
+    by nodeAffinity, and the status of claims selected for it (resize), as the kubelet updates claim status
+    after a node expansion.
     """
     if verb in READ_VERBS and subresource not in ("exec", "attach", "portforward", "proxy"):
         return None
@@ -137,4 +141,27 @@ def node_may(node: str, verb: str, resource: str, subresource: str, namespace: s
                 ((obj or {}).get("metadata") or {}).get("annotations", {}).get("kubernetes.io/config.mirror"):
             return None
         return f"node \"{node}\" can only update the status of pods bound to it"
+    if resource == "persistentvolumes" and not subresource:
+        if obj is not None and pinned_node(obj) == node:
+            return None
+        return f"node \"{node}\" may only write persistentvolumes whose nodeAffinity pins them to it"
+    if resource == "persistentvolumeclaims" and subresource == "status":
+        if storage.annotations_of(obj or {}).get(storage.ANN_SELECTED_NODE) == node:
+            return None
+        return f"node \"{node}\" may only update the status of claims selected for it"
     return f"node \"{node}\" may not {verb} {resource}"
+
+
+def pinned_node(pv: dict) -> str | None:
+    """The one node a volume's nodeAffinity admits by kubernetes.io/hostname (None: not pinned to one)."""
+    terms = storage.node_affinity_terms(pv) or []
+    if len(terms) != 1:
+        return None
+    exprs = terms[0].get("matchExpressions") or []
+    if len(exprs) != 1 or terms[0].get("matchFields"):
+        return None
+    e = exprs[0]
+    values = e.get("values") or []
+    if e.get("key") == storage.HOSTNAME_LABEL and e.get("operator") == "In" and len(values) == 1:
+        return str(values[0])
+    return None

@@ -27,6 +27,18 @@ QUOTAS = builtin("", "v1", "resourcequotas")
 CONFIGMAPS = builtin("", "v1", "configmaps")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 APISERVICES = builtin("apiregistration.k8s.io", "v1", "apiservices")
+STORAGE_CLASSES = builtin("storage.k8s.io", "v1", "storageclasses")
+# k3s's provisioner name, so manifests and StorageClasses written for k3s (the usual lab cluster) work
+# unchanged; the node-side provisioner implements that provisioner's behaviour (see kubelet/volumes/localpath)
+LOCAL_PATH_PROVISIONER = "rancher.io/local-path"
+
+
+def default_storage_class() -> dict[str, Any]:
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "local-path",
+                         "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": LOCAL_PATH_PROVISIONER, "reclaimPolicy": "Delete",
+            "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": True}
 
 
 class Bootstrap:
@@ -130,6 +142,11 @@ class Bootstrap:
             except ApiError as e:
                 if e.code != 409:
                     raise
+
+    async def ensure_default_storage_class(self) -> None:
+        """The `local-path` StorageClass, created once at start as k3s applies its local-storage manifest
+        (deleting it or its default annotation sticks until the next start)."""
+        await self._ensure_created(STORAGE_CLASSES, None, default_storage_class())
 
     async def _ensure_created(self, res: Any, ns: str | None, obj: dict[str, Any]) -> None:
         try:

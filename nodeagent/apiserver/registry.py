@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from nodeagent.api import defaults, schema_validation, validation
+from nodeagent.api import defaults, schema_validation, storage, validation
 from nodeagent.api.pod_validation import validate_ephemeral_update, validate_pod_create
 from nodeagent.api.qos import compute_pod_qos
 from nodeagent.api.resources import Resource, builtin
@@ -54,6 +54,7 @@ INGRESS_CLASSES = builtin("networking.k8s.io", "v1", "ingressclasses")
 QUOTAS = builtin("", "v1", "resourcequotas")
 SERVICE_ACCOUNTS = builtin("", "v1", "serviceaccounts")
 CRDS = builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+STORAGE_CLASSES = builtin("storage.k8s.io", "v1", "storageclasses")
 
 # Field selectors each resource accepts beyond metadata.name / metadata.namespace.
 FIELD_LABELS: dict[str, set[str]] = {
@@ -202,6 +203,8 @@ class Registry:
                 raise errors.invalid(res.kind, meta["name"], errs, res.group)
         if res is INGRESSES:
             admission.default_ingress_class(obj, list(await self._lookup(INGRESS_CLASSES, None)))
+        if res.kind in ("PersistentVolumeClaim", "PersistentVolume"):
+            await self._admit_storage(res, obj)
         if res is CRDS:
             lifecycle.establish_crd(obj)
         self._validate(res, obj)
@@ -286,6 +289,33 @@ class Registry:
         if ranges:
             admission.apply_limit_ranges(pod, ranges)
             pod.setdefault("status", {})["qosClass"] = compute_pod_qos(pod)
+
+    async def _admit_storage(self, res: Resource, obj: dict[str, Any]) -> None:
+        """DefaultStorageClass (a claim without storageClassName gets the default class) and
+        StorageObjectInUseProtection (the pvc-/pv-protection finalizer); both start Pending."""
+        if res.kind == "PersistentVolumeClaim":
+            spec = obj.setdefault("spec", {})
+            if spec.get("storageClassName") is None and \
+                    storage.ANN_BETA_STORAGE_CLASS not in storage.annotations_of(obj):
+                default = storage.default_class(await self._lookup(STORAGE_CLASSES, None))
+                if default is not None:
+                    spec["storageClassName"] = default["metadata"]["name"]
+        finalizer = storage.PVC_PROTECTION if res.kind == "PersistentVolumeClaim" else storage.PV_PROTECTION
+        fins = obj["metadata"].setdefault("finalizers", [])
+        if finalizer not in fins:
+            fins.append(finalizer)
+        obj["status"] = {"phase": "Pending"}
+
+    async def _admit_claim_resize(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        cls = storage.claim_class(new)
+        classes = await self._lookup(STORAGE_CLASSES, None) if cls else []
+        sc = next((c for c in classes if c["metadata"]["name"] == cls), None)
+        if not storage.resize_allowed(new, old, sc):
+            name = new["metadata"]["name"]
+            why = ("only dynamically provisioned pvc can be resized and the storageclass that provisions "
+                   "the pvc must support resize")
+            raise admission.forbidden(f'persistentvolumeclaims "{name}" is forbidden: {why}',
+                                      "persistentvolumeclaims", name)
 
     async def _check_namespace_open(self, ns: str, res: Resource) -> None:
         try:
@@ -394,6 +424,8 @@ class Registry:
             errs = validation.validate_update(new, current, res.kind)
             if errs:
                 raise errors.invalid(res.kind, name, errs, res.group)
+            if res.kind == "PersistentVolumeClaim":
+                await self._admit_claim_resize(new, current)
         if res is SERVICES and not subresource:
             async with self._svc_lock:
                 await self._refresh_allocations()

@@ -120,6 +120,7 @@ class ApiServer:
         ca_pem = (self.data_dir / "pki" / "ca.crt").read_text()
         boot = Bootstrap(self.registry, self.advertise, self.port, self.peers, ca_pem)
         await boot.ensure()
+        await boot.ensure_default_storage_class()
         host = f"[{self.advertise}]" if ":" in self.advertise else self.advertise
         join.server_url = f"https://{host}:{self.port}"
         await join.start()

@@ -333,13 +333,54 @@ def _ingress(o: dict[str, Any], now: dt.datetime) -> list[Any]:
 
 TABLES["Ingress"] = ([("Name", "string", 0), ("Class", "string", 0), ("Hosts", "string", 0),
                       ("Address", "string", 0), ("Ports", "string", 0), ("Age", "string", 0)], _ingress)
+_MODES = {"ReadWriteOnce": "RWO", "ReadOnlyMany": "ROX", "ReadWriteMany": "RWX", "ReadWriteOncePod": "RWOP"}
+
+
+def _modes(modes: Any) -> str:
+    return ",".join(_MODES.get(m, m) for m in modes or [])
+
+
+def _storage_class(o: dict[str, Any], now: dt.datetime) -> list[Any]:
+    ann = o["metadata"].get("annotations") or {}
+    default = "true" in (ann.get("storageclass.kubernetes.io/is-default-class"),
+                         ann.get("storageclass.beta.kubernetes.io/is-default-class"))
+    return [o["metadata"]["name"] + (" (default)" if default else ""), o.get("provisioner", ""),
+            o.get("reclaimPolicy", "Delete"), o.get("volumeBindingMode", "Immediate"),
+            str(bool(o.get("allowVolumeExpansion"))).lower(), age(o, now)]
+
+
+def _pvc(o: dict[str, Any], now: dt.datetime) -> list[Any]:
+    spec, st = o.get("spec") or {}, o.get("status") or {}
+    phase = "Terminating" if o["metadata"].get("deletionTimestamp") else st.get("phase", "")
+    return [o["metadata"]["name"], phase, spec.get("volumeName", ""),
+            (st.get("capacity") or {}).get("storage", ""), _modes(st.get("accessModes")),
+            spec.get("storageClassName") or "", spec.get("volumeAttributesClassName") or "<unset>",
+            age(o, now), spec.get("volumeMode") or "Filesystem"]
+
+
+def _pv(o: dict[str, Any], now: dt.datetime) -> list[Any]:
+    spec, st = o.get("spec") or {}, o.get("status") or {}
+    ref = spec.get("claimRef") or {}
+    phase = "Terminating" if o["metadata"].get("deletionTimestamp") else st.get("phase", "")
+    return [o["metadata"]["name"], (spec.get("capacity") or {}).get("storage", ""),
+            _modes(spec.get("accessModes")), spec.get("persistentVolumeReclaimPolicy", ""), phase,
+            f"{ref.get('namespace')}/{ref.get('name')}" if ref else "", spec.get("storageClassName") or "",
+            spec.get("volumeAttributesClassName") or "<unset>", st.get("reason", ""), age(o, now),
+            spec.get("volumeMode") or "Filesystem"]
+
+
 TABLES["StorageClass"] = ([("Name", "string", 0), ("Provisioner", "string", 0),
                            ("ReclaimPolicy", "string", 0), ("VolumeBindingMode", "string", 0),
-                           ("AllowVolumeExpansion", "string", 0), ("Age", "string", 0)],
-                          lambda o, now: [o["metadata"]["name"], o.get("provisioner", ""),
-                                          o.get("reclaimPolicy", "Delete"),
-                                          o.get("volumeBindingMode", "Immediate"),
-                                          str(bool(o.get("allowVolumeExpansion"))).lower(), age(o, now)])
+                           ("AllowVolumeExpansion", "string", 0), ("Age", "string", 0)], _storage_class)
+TABLES["PersistentVolumeClaim"] = ([("Name", "string", 0), ("Status", "string", 0), ("Volume", "string", 0),
+                                    ("Capacity", "string", 0), ("Access Modes", "string", 0),
+                                    ("StorageClass", "string", 0), ("VolumeAttributesClass", "string", 0),
+                                    ("Age", "string", 0), ("VolumeMode", "string", 1)], _pvc)
+TABLES["PersistentVolume"] = ([("Name", "string", 0), ("Capacity", "string", 0),
+                               ("Access Modes", "string", 0), ("Reclaim Policy", "string", 0),
+                               ("Status", "string", 0), ("Claim", "string", 0), ("StorageClass", "string", 0),
+                               ("VolumeAttributesClass", "string", 0), ("Reason", "string", 0),
+                               ("Age", "string", 0), ("VolumeMode", "string", 1)], _pv)
 
 def _hpa_target(spec: dict[str, Any], status: dict[str, Any] | None) -> str:
     """One metric of kubectl's TARGETS column (printers.go formatHPAMetrics): "cpu: 37%/50%"."""

@@ -19,7 +19,8 @@ from nodeagent.controllers.base import Controller
 
 # Resources whose objects own or are owned by others.
 RESOURCES = ("pods", "replicasets", "replicationcontrollers", "deployments", "daemonsets", "statefulsets",
-             "jobs", "cronjobs", "configmaps", "secrets", "services", "endpointslices")
+             "jobs", "cronjobs", "configmaps", "secrets", "services", "endpointslices",
+             "persistentvolumeclaims")
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
 

@@ -29,6 +29,7 @@ from nodeagent.controllers.nodeipam_controller import NodeIpamController
 from nodeagent.controllers.nodelifecycle_controller import NodeLifecycleController
 from nodeagent.controllers.options import ControllerOptions
 from nodeagent.controllers.podgc_controller import PodGCController
+from nodeagent.controllers.pvbinder_controller import PersistentVolumeBinderController, PVProtectionController
 from nodeagent.controllers.quota_controller import ResourceQuotaController
 from nodeagent.controllers.replicaset_controller import ReplicaSetController
 from nodeagent.controllers.replicationcontroller_controller import ReplicationControllerController
@@ -43,6 +44,7 @@ CONTROLLERS: tuple[type[Controller], ...] = (
     PodGCController, DaemonSetController, JobController, CronJobController,
     StatefulSetController, ServiceAccountController, ResourceQuotaController, EndpointsController,
     CSRApprovingController, CSRSigningController, DisruptionController, HorizontalPodAutoscalerController,
+    PersistentVolumeBinderController, PVProtectionController,
 )
 
 

@@ -72,6 +72,40 @@ def claims_for(sts: Mapping[str, Any], i: int) -> list[dict]:
     return out
 
 
+def retention(sts: Mapping[str, Any]) -> tuple[str, str]:
+    """(whenDeleted, whenScaled) of persistentVolumeClaimRetentionPolicy; unknown values count as Retain."""
+    p = (sts.get("spec") or {}).get("persistentVolumeClaimRetentionPolicy") or {}
+    def norm(v: Any) -> str:
+        return "Delete" if v == "Delete" else "Retain"
+    return norm(p.get("whenDeleted")), norm(p.get("whenScaled"))
+
+
+def _owner_ref(obj: Mapping[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    m = obj.get("metadata") or {}
+    return {"apiVersion": api_version, "kind": kind, "name": m.get("name"), "uid": m.get("uid")}
+
+
+def claim_owner_refs(sts: Mapping[str, Any], claim: Mapping[str, Any], pod: Mapping[str, Any] | None,
+                     replicas: int | None = None) -> list[dict[str, Any]]:
+    """The claim's ownerReferences under the retention policy (updateClaimOwnerRefForSetAndPod): owned by
+    the set when whenDeleted is Delete, by its condemned pod when whenScaled is Delete and the ordinal is
+    beyond the replicas; others' references are kept. The garbage collector does the deleting."""
+    when_deleted, when_scaled = retention(sts)
+    name = sts["metadata"]["name"]
+    n = int((sts.get("spec") or {}).get("replicas", 1)) if replicas is None else replicas
+    i = ordinal(name, pod) if pod is not None else None
+    scaled_down = i is not None and i >= n
+    set_uid = (sts.get("metadata") or {}).get("uid")
+    pod_uid = ((pod or {}).get("metadata") or {}).get("uid")
+    refs = [r for r in (claim.get("metadata") or {}).get("ownerReferences") or []
+            if r.get("uid") not in (set_uid, pod_uid)]
+    if when_deleted == "Delete" and not (when_scaled == "Delete" and scaled_down):
+        refs.append(_owner_ref(sts, "apps/v1", "StatefulSet"))
+    if when_scaled == "Delete" and scaled_down and pod is not None:
+        refs.append(_owner_ref(pod, "v1", "Pod"))
+    return refs
+
+
 def _running_ready(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running" and podutil.is_pod_ready(pod)
 

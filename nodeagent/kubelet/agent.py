@@ -46,6 +46,7 @@ from nodeagent.kubelet.static_pods import (
     mirror_matches,
     mirror_pod,
 )
+from nodeagent.kubelet.volumes.localpath import LocalPathProvisioner
 from nodeagent.kubelet.volumes.manager import VolumeManager
 from nodeagent.kubelet.volumes.payloads import VolumeSourceError
 from nodeagent.kubelet.workers import PodWorkers
@@ -72,7 +73,9 @@ class Kubelet:
         self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),
-                                     get_secret=self._getter("secrets"))
+                                     get_secret=self._getter("secrets"),
+                                     get_claim=self._api_getter("persistentvolumeclaims"),
+                                     get_volume=self._api_getter("persistentvolumes"))
         # Secrets/ConfigMaps by watch and Services by informer, for container environments and image pulls
         self.objects = PodObjects(client, host_ips=lambda: list(self.node.addresses),
                                   node_allocatable=self.node.allocatable)
@@ -134,6 +137,21 @@ class Kubelet:
                 return None
             except EnvError as e:
                 raise VolumeSourceError(str(e)) from None
+        return get
+
+    def _api_getter(self, resource: str) -> Callable[[str, str], dict[str, Any] | None]:
+        """A blocking (namespace, name) → object getter reading the API itself, for claims and volumes: the
+        kubelet's desired-state populator GETs them each time a pod's volumes are set up."""
+        def get(namespace: str, name: str) -> dict[str, Any] | None:
+            assert self._loop is not None
+            call = self.client.get(resource, name, namespace or None)
+            fut = asyncio.run_coroutine_threadsafe(call, self._loop)
+            try:
+                return fut.result(timeout=30)
+            except ClientError as e:
+                if e.not_found:
+                    return None
+                raise VolumeSourceError(f"{resource} {namespace}/{name}: {e.message}") from None
         return get
 
     async def run(self, ready: asyncio.Event) -> None:
@@ -209,6 +227,10 @@ class Kubelet:
                                 self.runtime.cgroup_parent, self._evict, self.recorder,
                                 self.cfg.housekeeping_interval)
             tg.create_task(loop.run(), name="kubelet-eviction")
+            if self.cfg.local_path_dir:
+                provisioner = LocalPathProvisioner(self.client, self.cfg.node_name, self.cfg.local_path_dir,
+                                                   self.recorder)
+                tg.create_task(provisioner.run(), name="kubelet-local-path")
             log.info("kubelet for node %s running (runtime %s %s at %s)", self.cfg.node_name,
                      self.node.runtime_name, self.node.runtime_version, self.cfg.runtime_endpoint)
             ready.set()

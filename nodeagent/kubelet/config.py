@@ -41,6 +41,7 @@ class KubeletConfig:
     resolv_conf: str = "/etc/resolv.conf"
     node_ip: str = ""  # kubelet's --node-ip: the InternalIP it reports; empty: detected
     allowed_unsafe_sysctls: tuple[str, ...] = ()  # --allowed-unsafe-sysctls: names or prefixes ending in *
+    local_path_dir: str = ""  # the node's local-path provisioner keeps its volumes here; "": no provisioner
 
     def __post_init__(self) -> None:
         from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD, ThresholdError, parse_thresholds

@@ -101,9 +101,10 @@ class NodeAgent:
     async def register(self) -> None:
         v = await self.cri.version()
         self.runtime_name, self.runtime_version = v.runtime_name, v.runtime_version
-        hostname = socket.gethostname()
+        # the node name is the kubelet's --hostname-override: the hostname label carries it, so nodes that
+        # share a kernel's hostname (a netns lab) are still told apart by topology (local PVs, spreading)
         node = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": self.name, "labels": node_status.node_labels(self.name, hostname)},
+                "metadata": {"name": self.name, "labels": node_status.node_labels(self.name)},
                 "spec": {"taints": [dict(node_status.NOT_READY_TAINT)]}}
         try:
             self.uid = (await self.client.create("nodes", node))["metadata"]["uid"]

@@ -6,7 +6,9 @@
 - `EventRecorder.event`: core/v1 Events (FailedScheduling, Scheduled, Preempted);
 - `PodStatusPatcher.patch_status`: the PodScheduled condition and status.nominatedNodeName;
 - `PodDeleter.delete`: graceful deletion of preemption victims;
-- `Listers`: read access to the informers' caches that plugins consult.
+- `Listers`: read access to the informers' caches that plugins consult;
+- `VolumeAPI`: claims, volumes, StorageClasses and CSINodes for the volume plugins, and VolumeBinding's
+  two writes (a volume's claimRef, a claim's selected-node).
 In-memory implementations live in `nodeagent/testing/fake_cluster.py`.
 """
 
@@ -56,6 +58,18 @@ class Listers(Protocol):
     def owner_selectors(self, pod: Mapping[str, Any]) -> list[Selector]: ...
 
 
+class VolumeAPI(Protocol):
+    """The volume plugins' view of claims, volumes, classes and CSINodes, and VolumeBinding's writes."""
+    def claim(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def volumes(self) -> list[dict[str, Any]]: ...
+    def storage_class(self, name: str) -> dict[str, Any] | None: ...
+    def csinode(self, name: str) -> dict[str, Any] | None: ...
+    async def bind_volume(self, volume: dict[str, Any], claim: Mapping[str, Any]) -> None:
+        """Set the volume's claimRef to the claim (the PV controller finishes the bind)."""
+    async def select_node(self, claim: Mapping[str, Any], node_name: str) -> None:
+        """Annotate the claim with volume.kubernetes.io/selected-node (dynamic provisioning)."""
+
+
 @dataclasses.dataclass
 class SchedulerAPI:
     binder: Binder
@@ -63,3 +77,4 @@ class SchedulerAPI:
     patcher: PodStatusPatcher
     deleter: PodDeleter
     listers: Listers
+    volumes: VolumeAPI | None = None  # None: the volume plugins pass every pod (in-memory fakes)

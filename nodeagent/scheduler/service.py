@@ -28,6 +28,9 @@ log = logging.getLogger("nodeagent.scheduler")
 
 # Informers the listers read; only Pods and Nodes drive scheduling events.
 LISTED = ("poddisruptionbudgets", "priorityclasses", "namespaces", "services", "replicasets", "statefulsets")
+# Informers whose changes may make a waiting pod schedulable (the volume plugins' events).
+VOLUME_KINDS = (("PersistentVolumeClaim", "persistentvolumeclaims"),
+                ("PersistentVolume", "persistentvolumes"), ("StorageClass", "storageclasses"))
 
 
 class ApiBackend:
@@ -41,13 +44,18 @@ class ApiBackend:
         self.nodes = informers.get("nodes")
         for r in LISTED:
             informers.get(r)
+        for _, r in VOLUME_KINDS:
+            informers.get(r)
 
     def api(self) -> SchedulerAPI:
-        return SchedulerAPI(binder=self, recorder=self, patcher=self, deleter=self, listers=self)
+        return SchedulerAPI(binder=self, recorder=self, patcher=self, deleter=self, listers=self,
+                            volumes=self)
 
     # -- EventSource -----------------------------------------------------------------------------------
     async def run(self, handler: EventHandler, synced: asyncio.Event) -> None:
-        for kind, inf in (("Node", self.nodes), ("Pod", self.pods)):
+        sources = [("Node", self.nodes), ("Pod", self.pods)] + \
+            [(kind, self.informers.get(r)) for kind, r in VOLUME_KINDS]
+        for kind, inf in sources:
             inf.add_handler(lambda o, k=kind: handler.on_add(k, o),
                             lambda old, new, k=kind: handler.on_update(k, old, new),
                             lambda o, k=kind: handler.on_delete(k, o))
@@ -85,6 +93,36 @@ class ApiBackend:
         except ClientError as e:
             if not (e.not_found or e.conflict):
                 raise
+
+    # -- VolumeAPI -------------------------------------------------------------------------------------
+    def claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.informers.get("persistentvolumeclaims").get(name, namespace)
+
+    def volumes(self) -> list[dict[str, Any]]:
+        return self.informers.get("persistentvolumes").list()
+
+    def storage_class(self, name: str) -> dict[str, Any] | None:
+        return self.informers.get("storageclasses").get(name)
+
+    def csinode(self, name: str) -> dict[str, Any] | None:
+        return None  # no CSINode objects yet: no per-node volume limits to honour
+
+    async def bind_volume(self, volume: dict[str, Any], claim: Mapping[str, Any]) -> None:
+        """The volume's claimRef set to the claim (kube-scheduler's volume binder's API write)."""
+        m = claim.get("metadata") or {}
+        ann = {**((volume.get("metadata") or {}).get("annotations") or {}),
+               "pv.kubernetes.io/bound-by-controller": "yes"}
+        new = {**volume, "metadata": {**volume["metadata"], "annotations": ann},
+               "spec": {**(volume.get("spec") or {}), "claimRef": {
+                   "kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": m.get("namespace"),
+                   "name": m.get("name"), "uid": m.get("uid"), "resourceVersion": m.get("resourceVersion")}}}
+        await self.client.update("persistentvolumes", new)
+
+    async def select_node(self, claim: Mapping[str, Any], node_name: str) -> None:
+        m = claim.get("metadata") or {}
+        ann = {"volume.kubernetes.io/selected-node": node_name}
+        await self.client.patch("persistentvolumeclaims", m["name"], {"metadata": {"annotations": ann}},
+                                m.get("namespace"))
 
     # -- Listers ---------------------------------------------------------------------------------------
     def pdbs(self) -> list[dict[str, Any]]:

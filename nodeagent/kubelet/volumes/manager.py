@@ -18,8 +18,8 @@ from typing import Any
 
 from nodeagent.api.quantity import int_value
 from nodeagent.kubelet.resources import pod_resource_config
+from nodeagent.kubelet.volumes import claims, ownership
 from nodeagent.kubelet.volumes import mount as mnt
-from nodeagent.kubelet.volumes import ownership
 from nodeagent.kubelet.volumes.atomic_writer import AtomicWriter, PayloadError
 from nodeagent.kubelet.volumes.payloads import (
     DEFAULT_MODE,
@@ -38,6 +38,8 @@ PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.i
                "secret": "kubernetes.io~secret", "downwardAPI": "kubernetes.io~downward-api",
                "projected": "kubernetes.io~projected"}
 PROJECTED_KINDS = ("configMap", "secret", "downwardAPI", "projected")
+KINDS = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected", "image",
+         "persistentVolumeClaim")
 
 
 class VolumeError(Exception):
@@ -56,7 +58,7 @@ class VolumeError(Exception):
 @dataclasses.dataclass(frozen=True)
 class Volume:
     name: str
-    kind: str  # emptyDir, hostPath, configMap, secret, downwardAPI, projected, image
+    kind: str  # emptyDir, hostPath, configMap, secret, downwardAPI, projected, image, persistentVolumeClaim
     host_path: str
     read_only: bool = False  # configMap/secret/downwardAPI/projected are always mounted read-only
     image: str = ""  # an image volume's reference (the runtime mounts the image itself: no host path)
@@ -65,7 +67,7 @@ class Volume:
 
 
 def volume_kind(volume: Mapping[str, Any]) -> str:
-    for k in ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected", "image"):
+    for k in KINDS:
         if k in volume:
             return k
     other = [k for k in volume if k != "name"]
@@ -140,7 +142,8 @@ class VolumeManager:
     def __init__(self, root: str | os.PathLike = DEFAULT_ROOT, get_configmap: Getter | None = None,
                  get_secret: Getter | None = None, get_token: TokenGetter | None = None,
                  node_allocatable: Mapping[str, Any] | None = None,
-                 now: Callable[[], float] | None = None, secrets_in_memory: bool = True) -> None:
+                 now: Callable[[], float] | None = None, secrets_in_memory: bool = True,
+                 get_claim: Getter | None = None, get_volume: Getter | None = None) -> None:
         """secrets_in_memory: secret and projected volumes sit on their own tmpfs, as the kubelet keeps
         them (its wrapped emptyDir with medium Memory), so secret data never reaches the node's disk."""
         self.root = Path(root)
@@ -148,6 +151,8 @@ class VolumeManager:
         self.get_configmap = get_configmap
         self.get_secret = get_secret
         self.get_token = get_token
+        self.get_claim = get_claim  # (namespace, name) → PersistentVolumeClaim
+        self.get_volume = get_volume  # ("", name) → PersistentVolume
         self.node_allocatable = dict(node_allocatable or {})
         self.now = now
 
@@ -184,6 +189,8 @@ class VolumeManager:
                 hp = volume["hostPath"]
                 check_host_path(hp["path"], hp.get("type"))
                 return Volume(name, kind, hp["path"])
+            if kind == "persistentVolumeClaim":
+                return self._setup_claim(pod, volume)
             path = self.volume_dir(uid, kind, name)
             fresh = not path.exists()
             if kind == "emptyDir":
@@ -200,6 +207,28 @@ class VolumeManager:
             raise VolumeError(name, str(e)) from None
         except OSError as e:
             raise VolumeError(name, f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")) from None
+
+    def _setup_claim(self, pod: Mapping[str, Any], volume: Mapping[str, Any]) -> Volume:
+        src = volume["persistentVolumeClaim"] or {}
+        ns = (pod.get("metadata") or {}).get("namespace") or "default"
+        pvc = self.get_claim(ns, src.get("claimName", "")) if self.get_claim else None
+        vname = ((pvc or {}).get("spec") or {}).get("volumeName") or ""
+        pv = self.get_volume("", vname) if self.get_volume and vname else None
+        plugin, source = claims.resolve(pod, src, pvc, pv)
+        read_only = bool(src.get("readOnly"))
+        if plugin == "hostPath":
+            check_host_path(source.get("path", ""), source.get("type"))
+            return Volume(volume["name"], "persistentVolumeClaim", source["path"], read_only=read_only)
+        # local: the volume's path bind-mounted under the pod, named after the PV
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        target = self.pod_dir(uid) / "volumes" / claims.LOCAL_PLUGIN_DIR / vname
+        if not os.path.isdir(source.get("path", "")):
+            raise VolumeSourceError(f'local volume "{vname}": path "{source.get("path")}" does not exist '
+                                    "or is not a directory")
+        target.mkdir(parents=True, exist_ok=True, mode=0o750)
+        if not mnt.is_mountpoint(target):
+            mnt.mount_bind(source["path"], target)
+        return Volume(volume["name"], "persistentVolumeClaim", str(target), read_only=read_only)
 
     def _setup_empty_dir(self, pod: Mapping[str, Any], source: Mapping[str, Any], path: Path) -> None:
         medium = source.get("medium", "")

@@ -10,7 +10,7 @@ import errno
 import os
 
 from kernel.mounts import mountinfo
-from kernel.syscalls import LINUX, MNT_DETACH, Syscalls
+from kernel.syscalls import LINUX, MNT_DETACH, MS_BIND, Syscalls
 
 
 class MountError(OSError):
@@ -27,6 +27,14 @@ def mount_tmpfs(target: str | os.PathLike, size_bytes: int | None = None, mode: 
         sc.mount("tmpfs", os.fspath(target), "tmpfs", 0, ",".join(opts))
     except OSError as e:
         raise MountError(e.errno, f"mount tmpfs on {target}: {os.strerror(e.errno or 0)}") from None
+
+
+def mount_bind(source: str | os.PathLike, target: str | os.PathLike, sc: Syscalls = LINUX) -> None:
+    """Bind source onto target (the local volume plugin's mount into the pod's volume dir)."""
+    try:
+        sc.mount(os.fspath(source), os.fspath(target), None, MS_BIND)
+    except OSError as e:
+        raise MountError(e.errno, f"mount --bind {source} {target}: {os.strerror(e.errno or 0)}") from None
 
 
 def unmount(target: str | os.PathLike, sc: Syscalls = LINUX) -> None:
@@ -71,5 +79,5 @@ def mount_options(path: str | os.PathLike) -> str:
     return found[-1] if found else ""
 
 
-__all__ = ["MountError", "fs_type", "is_mountpoint", "mount_options", "mount_tmpfs",
+__all__ = ["MountError", "fs_type", "is_mountpoint", "mount_bind", "mount_options", "mount_tmpfs",
            "mounts_under", "unmount"]
