@@ -127,6 +127,31 @@ def default_cluster_dns() -> str:
     return default_service_ip(ApiServerConfig.service_cluster_ip_range)
 
 
+def eviction_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The kubelet's eviction and reservation flags as KubeletConfig fields; a malformed one ends the command
+    with kubelet's message."""
+    from nodeagent.kubelet.eviction.thresholds import ThresholdError, parse_duration, parse_map
+
+    def pairs(flag: str, value: str) -> tuple[tuple[str, str], ...]:
+        try:
+            return tuple(parse_map(value, "=").items())
+        except ThresholdError as e:
+            raise SystemExit(f'invalid argument "{value}" for "{flag}" flag: {e}') from None
+
+    try:
+        transition = parse_duration(args.eviction_pressure_transition_period)
+    except ThresholdError as e:
+        raise SystemExit(f'invalid argument "{args.eviction_pressure_transition_period}" for '
+                         f'"--eviction-pressure-transition-period" flag: {e}') from None
+    return {"eviction_soft": args.eviction_soft or "",
+            "eviction_soft_grace_period": args.eviction_soft_grace_period or "",
+            "eviction_minimum_reclaim": args.eviction_minimum_reclaim or "",
+            "eviction_max_pod_grace_period": args.eviction_max_pod_grace_period,
+            "eviction_pressure_transition_period": transition,
+            "system_reserved": pairs("--system-reserved", args.system_reserved or ""),
+            "kube_reserved": pairs("--kube-reserved", args.kube_reserved or "")}
+
+
 def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credentials) -> dict[str, Any]:
     """The node's components (cni, cri, podcidr, kubelet, netproxy, netpol, nodenet) from the flags of
     `add_node_arguments` (see `nodeagent.commands.up`)."""
@@ -147,6 +172,7 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
         credentials=credentials, root_dir=layout.kubelet_root_dir, log_dir=layout.pod_log_dir,
         manifests_dir=layout.manifests_dir, cgroup_root=cgroup_root, manifest_url=args.manifest_url or "",
         http_check_frequency=float(args.http_check_frequency or 20.0), eviction_hard=args.eviction_hard,
+        **eviction_settings(args),
         housekeeping_interval=float(args.housekeeping_interval or 10.0),
         resync=float(args.sync_frequency or 60.0),
         port=layout.kubelet_port if args.kubelet_port is None else args.kubelet_port,

@@ -92,6 +92,24 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                    help="hard eviction thresholds in kubelet syntax, e.g. "
                         "'memory.available<500Mi,nodefs.available<10%%' (default: the kubelet's; "
                         "'' for none)")
+    p.add_argument("--eviction-soft", default="",
+                   help="soft eviction thresholds, e.g. 'memory.available<1Gi'; each needs "
+                        "--eviction-soft-grace-period")
+    p.add_argument("--eviction-soft-grace-period", default="",
+                   help="how long a soft threshold must hold before evicting, e.g. 'memory.available=1m30s'")
+    p.add_argument("--eviction-minimum-reclaim", default="",
+                   help="how far past a threshold to reclaim before pressure ends, e.g. "
+                        "'memory.available=0Mi,nodefs.available=500Mi'")
+    p.add_argument("--eviction-max-pod-grace-period", type=int, default=0,
+                   help="cap in seconds on a pod's grace period when a soft threshold evicts it "
+                        "(default: 0, the pod's own)")
+    p.add_argument("--eviction-pressure-transition-period", default="5m0s",
+                   help="how long a pressure condition stays after its signal clears (default: %(default)s)")
+    p.add_argument("--system-reserved", default="",
+                   help="resources kept for the OS, taken off the Node's allocatable, e.g. "
+                        "'cpu=200m,memory=500Mi,ephemeral-storage=1Gi,pid=1000'")
+    p.add_argument("--kube-reserved", default="",
+                   help="resources kept for Kubernetes daemons, taken off allocatable (same syntax)")
     p.add_argument("--housekeeping-interval", type=float, default=None,
                    help="seconds between eviction passes (default: 10)")
     p.add_argument("--kubelet-port", type=int, default=None,

@@ -27,8 +27,7 @@ from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet import admission, container_events
 from nodeagent.kubelet.config import KubeletConfig
 from nodeagent.kubelet.envvars import EnvError, NotFound
-from nodeagent.kubelet.eviction import EvictionManager, parse_thresholds
-from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD
+from nodeagent.kubelet.eviction import EvictionManager
 from nodeagent.kubelet.evictions import EvictionLoop
 from nodeagent.kubelet.kuberuntime import PodRuntime, termination_grace, uid_of
 from nodeagent.kubelet.labels import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
@@ -65,11 +64,14 @@ class Kubelet:
         self.clock = clock or REAL_CLOCK
         self.recorder = EventRecorder(client, "kubelet", cfg.node_name)
         self.pleg = GenericPLEG(self.clock)
-        self.eviction = EvictionManager(parse_thresholds(cfg.eviction_hard if cfg.eviction_hard is not None
-                                                         else DEFAULT_HARD), self.clock)
+        self.eviction = EvictionManager(cfg.thresholds(), self.clock,
+                                        pressure_transition_period=cfg.eviction_pressure_transition_period,
+                                        max_pod_grace_period=cfg.eviction_max_pod_grace_period)
+        system_reserved, kube_reserved = cfg.reserved()
         self.evicted: dict[str, dict[str, Any]] = {}  # uid → the Failed/Evicted status the pod keeps
         self.node = NodeAgent(client, cri, cfg.node_name, cfg.data_dir, self.pleg.healthy, self.clock,
-                              eviction=self.eviction, addresses=[cfg.node_ip] if cfg.node_ip else None)
+                              eviction=self.eviction, addresses=[cfg.node_ip] if cfg.node_ip else None,
+                              system_reserved=system_reserved, kube_reserved=kube_reserved)
         self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),

@@ -5,10 +5,32 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
+from nodeagent.api.quantity import QuantityError, parse_quantity
 from nodeagent.client.config import Credentials
 from nodeagent.client.rest import Client
+from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD, Threshold, ThresholdError, parse_thresholds
+
+RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")  # kubelet's parseResourceList
+
+
+def parse_reserved(m: Mapping[str, str]) -> dict[str, Fraction]:
+    """--system-reserved / --kube-reserved as kubelet's parseResourceList takes them (its messages)."""
+    out: dict[str, Fraction] = {}
+    for k, v in m.items():
+        if k not in RESERVABLE:
+            raise ValueError(f"cannot reserve {k!r} resource")
+        try:
+            q = parse_quantity(v)
+        except QuantityError as e:
+            raise ValueError(f"failed to parse quantity {v!r} for {k!r} resource: {e}") from None
+        if q < 0:
+            raise ValueError(f"resource quantity for {k!r} cannot be negative: {v}")
+        out[k] = q
+    return out
 
 
 def parse_cluster_dns(value: Any) -> tuple[str, ...]:
@@ -32,6 +54,13 @@ class KubeletConfig:
     manifest_url: str = ""  # static pods from a URL (--manifest-url)
     http_check_frequency: float = 20.0
     eviction_hard: str | None = None  # kubelet flag syntax; None: the kubelet's defaults
+    eviction_soft: str = ""  # --eviction-soft, e.g. "memory.available<1Gi"
+    eviction_soft_grace_period: str = ""  # --eviction-soft-grace-period, e.g. "memory.available=1m30s"
+    eviction_minimum_reclaim: str = ""  # --eviction-minimum-reclaim, e.g. "memory.available=100Mi"
+    eviction_max_pod_grace_period: int = 0  # caps a soft eviction's pod grace period; <= 0: the pod's own
+    eviction_pressure_transition_period: float = 300.0  # seconds a pressure condition outlasts its signal
+    system_reserved: tuple[tuple[str, str], ...] = ()  # --system-reserved: (resource, quantity) pairs
+    kube_reserved: tuple[tuple[str, str], ...] = ()  # --kube-reserved
     housekeeping_interval: float = 10.0
     resync: float = 60.0  # kubelet's --sync-frequency: every pod is re-synced at least this often
     port: int = 10250  # the Node API (HTTPS); 0: any free port
@@ -44,8 +73,6 @@ class KubeletConfig:
     local_path_dir: str = ""  # the node's local-path provisioner keeps its volumes here; "": no provisioner
 
     def __post_init__(self) -> None:
-        from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD, ThresholdError, parse_thresholds
-
         for name in ("data_dir", "node_name", "runtime_endpoint", "root_dir", "log_dir", "manifests_dir"):
             if not getattr(self, name):
                 raise ValueError(f"kubelet: {name} is empty")
@@ -64,9 +91,24 @@ class KubeletConfig:
         for pattern in self.allowed_unsafe_sysctls:
             check_sysctl_pattern(pattern)
         try:
-            parse_thresholds(self.eviction_hard if self.eviction_hard is not None else DEFAULT_HARD)
+            self.thresholds()
         except ThresholdError as e:
-            raise ValueError(f"kubelet eviction thresholds {self.eviction_hard!r}: {e}") from None
+            raise ValueError(f"kubelet eviction thresholds: {e}") from None
+        if self.eviction_pressure_transition_period < 0:
+            raise ValueError("kubelet eviction-pressure-transition-period "
+                             f"{self.eviction_pressure_transition_period}: must not be negative")
+        for name in ("system_reserved", "kube_reserved"):
+            parse_reserved(dict(getattr(self, name)))
+
+    def thresholds(self) -> list[Threshold]:
+        """The hard and soft eviction thresholds, as kubelet's ParseThresholdConfig builds them."""
+        return parse_thresholds(self.eviction_hard if self.eviction_hard is not None else DEFAULT_HARD,
+                                self.eviction_soft, self.eviction_soft_grace_period,
+                                self.eviction_minimum_reclaim)
+
+    def reserved(self) -> tuple[dict[str, Fraction], dict[str, Fraction]]:
+        """(system-reserved, kube-reserved) as resource lists."""
+        return parse_reserved(dict(self.system_reserved)), parse_reserved(dict(self.kube_reserved))
 
     def client(self) -> Client:
         return self.credentials.client()

@@ -11,7 +11,7 @@ import asyncio
 import datetime as dt
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cri.client import RuntimeClient, is_unimplemented
@@ -50,7 +50,8 @@ class NodeAgent:
                  pleg_health: Callable[[], tuple[bool, str]], clock: Clock | None = None,
                  lease_period: float = 10.0, status_period: float = 10.0,
                  max_pods: int = node_status.DEFAULT_MAX_PODS, eviction: Any = None,
-                 addresses: list[str] | None = None) -> None:
+                 addresses: list[str] | None = None, system_reserved: Mapping[str, Any] | None = None,
+                 kube_reserved: Mapping[str, Any] | None = None) -> None:
         self.client = client
         self.cri = cri
         self.name = name
@@ -61,6 +62,8 @@ class NodeAgent:
         self.status_period = status_period
         self.max_pods = max_pods
         self.eviction = eviction  # EvictionManager: pressure conditions, taints, hard-threshold reservation
+        self.system_reserved = dict(system_reserved or {})  # --system-reserved, taken off allocatable
+        self.kube_reserved = dict(kube_reserved or {})  # --kube-reserved
         self.addresses = list(addresses) if addresses else host_ips()  # --node-ip, else detected
         self.capacity = node_status.machine_capacity(fs_path, max_pods)
         self.ready = False
@@ -80,7 +83,7 @@ class NodeAgent:
             from nodeagent.kubelet.eviction import hard_eviction_reservation
 
             hard = hard_eviction_reservation(self.eviction.thresholds, self.capacity)
-        alloc = resources.node_allocatable(self.capacity, hard_eviction=hard)
+        alloc = resources.node_allocatable(self.capacity, self.system_reserved, self.kube_reserved, hard)
         return {k: format_quantity(v,
                                    binary=k in ("memory", "ephemeral-storage") or k.startswith("hugepages"))
                 for k, v in alloc.items()}

@@ -103,7 +103,8 @@ def memory_max(limit_bytes: int | None) -> str:
 
 def _add(into: ResourceList, rl: Mapping[str, Any]) -> None:
     for name, value in rl.items():
-        into[name] = into.get(name, Fraction(0)) + parse_quantity(value)
+        q = value if isinstance(value, Fraction) else parse_quantity(value)  # already parsed, e.g. reserved
+        into[name] = into.get(name, Fraction(0)) + q
 
 
 def _max(into: ResourceList, rl: Mapping[str, Fraction]) -> None:

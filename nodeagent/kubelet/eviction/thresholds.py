@@ -93,7 +93,7 @@ class Threshold:
         return self.grace_period == 0 and not self.soft
 
 
-def _parse_map(flag: str | Mapping[str, str] | None, sep: str) -> dict[str, str]:
+def parse_map(flag: str | Mapping[str, str] | None, sep: str) -> dict[str, str]:
     """"a<b,c<d" (sep "<") or "a=b,c=d" (sep "=") → dict; a mapping passes through."""
     if flag is None:
         return {}
@@ -163,22 +163,22 @@ def parse_thresholds(hard: str | Mapping[str, str] | None = DEFAULT_HARD,
                      minimum_reclaim: str | Mapping[str, str] | None = None) -> list[Threshold]:
     """ParseThresholdConfig: hard thresholds, then soft ones (each needing a grace period), min-reclaims
     applied."""
-    graces = {k: parse_duration(v) for k, v in _parse_map(soft_grace_period, "=").items()}
+    graces = {k: parse_duration(v) for k, v in parse_map(soft_grace_period, "=").items()}
     for k, g in graces.items():
         if k not in SIGNALS:
             raise ThresholdError(f"unsupported eviction signal {k}")
         if g < 0:
             raise ThresholdError(f"invalid eviction grace period specified: {g}, must be a positive value")
     reclaims = {}
-    for k, v in _parse_map(minimum_reclaim, "=").items():
+    for k, v in parse_map(minimum_reclaim, "=").items():
         r = _parse_value(k, v, "minimum reclaim")
         reclaims[k] = r if r is not None else Value(quantity=Fraction(0))
     out: list[Threshold] = []
-    for signal, text in _parse_map(hard, "<").items():
+    for signal, text in parse_map(hard, "<").items():
         value = _parse_value(signal, text, "threshold")
         if value is not None:
             out.append(Threshold(signal, value, min_reclaim=reclaims.get(signal)))
-    for signal, text in _parse_map(soft, "<").items():
+    for signal, text in parse_map(soft, "<").items():
         value = _parse_value(signal, text, "threshold")
         if value is None:
             continue
