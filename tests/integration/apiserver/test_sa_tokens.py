@@ -4,7 +4,10 @@ tampered, wrong-audience or unbound token gets."""
 
 from __future__ import annotations
 
+import base64
 import json
+import subprocess
+import time
 import uuid
 
 import jwt
@@ -120,3 +123,56 @@ def test_token_request_bad_input(kubectl132, server):
     assert code == 400 and "cannot bind token to object of type" in body["message"]
     code, _ = call(server, "GET", "/openid/v1/jwks", token=None)
     assert code == 401
+
+
+def wait_for(fn, timeout: float = 30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+def test_legacy_token_secret_is_filled_and_used_with_curl(kubectl, server, tmp_path):
+    """The seed's recipe: a kubernetes.io/service-account-token Secret, filled by the token controller,
+    its token used with curl; it stops working when the Secret is deleted. Nothing makes one unasked."""
+    ns = new_ns(kubectl)
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+              "metadata": {"name": "default-token", "namespace": ns,
+                           "annotations": {"kubernetes.io/service-account.name": "app"}}}
+    kubectl("apply", "-f", "-", input=json.dumps(secret))
+
+    def filled() -> dict | None:
+        s = json.loads(kubectl("get", "secret", "default-token", "-n", ns, "-o", "json"))
+        return s if {"token", "ca.crt", "namespace"} <= set(s.get("data") or {}) else None
+    s = wait_for(filled)
+    token = base64.b64decode(s["data"]["token"]).decode()
+    (tmp_path / "ca.crt").write_bytes(base64.b64decode(s["data"]["ca.crt"]))
+    assert base64.b64decode(s["data"]["namespace"]).decode() == ns
+    sa = json.loads(kubectl("get", "sa", "app", "-n", ns, "-o", "json"))
+    assert s["metadata"]["annotations"]["kubernetes.io/service-account.uid"] == sa["metadata"]["uid"]
+    claims = jwt.decode(token, options={"verify_signature": False})
+    assert claims["iss"] == "kubernetes/serviceaccount" and "exp" not in claims
+    curl = ["curl", "-sS", "--header", f"Authorization: Bearer {token}", "--cacert", str(tmp_path / "ca.crt"),
+            f"{server.url}/api/v1/namespaces/{ns}/pods"]
+    out = json.loads(subprocess.run(curl, capture_output=True, text=True, check=True).stdout)
+    assert out["code"] == 403 and f'User "system:serviceaccount:{ns}:app"' in out["message"]
+    names = kubectl("get", "secrets", "-n", ns, "-o", "name").split()
+    assert names == ["secret/default-token"]  # no token Secret made unasked (since 1.24)
+    kubectl("delete", "secret", "default-token", "-n", ns)
+    out = json.loads(subprocess.run(curl, capture_output=True, text=True, check=True).stdout)
+    assert out == UNAUTHORIZED
+
+
+def test_every_namespace_gets_kube_root_ca(kubectl, server):
+    ns = new_ns(kubectl)
+    ca = server.ca_file.read_text()
+
+    def published() -> str:
+        p = kubectl.run("get", "configmap", "kube-root-ca.crt", "-n", ns, "-o", "json", check=False)
+        return json.loads(p.stdout)["data"]["ca.crt"] if p.returncode == 0 else ""
+    assert wait_for(published) == ca
+    kubectl("delete", "configmap", "kube-root-ca.crt", "-n", ns)
+    assert wait_for(published) == ca  # put back
