@@ -20,6 +20,7 @@ from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.bootstrap")
 ENDPOINTS = builtin("", "v1", "endpoints")
+ENDPOINT_SLICES = builtin("discovery.k8s.io", "v1", "endpointslices")
 EVENTS = builtin("", "v1", "events")
 EVENTS_V1 = builtin("events.k8s.io", "v1", "events")
 EVENT_TTL = 3600.0
@@ -180,6 +181,7 @@ class Bootstrap:
     async def _ensure_endpoints(self) -> None:
         eps = await self.peers.live_endpoints() if self.peers else [(self.ip, self.port)]
         subsets = endpoint_subsets(eps)
+        await self._ensure_endpoint_slice(subsets)
         key = ENDPOINTS.key("default", "kubernetes")
         store = self.registry.store
         try:
@@ -199,6 +201,35 @@ class Bootstrap:
             ep["subsets"] = subsets
             try:
                 await store.update(key, ep, int(ep["metadata"]["resourceVersion"]))
+            except (store_base.Conflict, store_base.NotFound):
+                pass
+
+    async def _ensure_endpoint_slice(self, subsets: list[dict[str, Any]]) -> None:
+        """The `kubernetes` EndpointSlice beside its Endpoints, as kube-apiserver's endpoint reconciler
+        writes both (kube-proxies read slices: without it pods' KUBERNETES_SERVICE_HOST was refused)."""
+        first = subsets[0] if subsets else {"addresses": [], "ports": []}
+        ips = [a["ip"] for a in first["addresses"]]
+        want = {"addressType": "IPv6" if ips and ":" in ips[0] else "IPv4",
+                "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip in ips],
+                "ports": first["ports"]}
+        key = ENDPOINT_SLICES.key("default", "kubernetes")
+        store = self.registry.store
+        try:
+            cur = await store.get(key)
+        except store_base.NotFound:
+            obj = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": "kubernetes", "namespace": "default", "uid": str(uuid.uuid4()),
+                                "creationTimestamp": now_rfc3339(),
+                                "labels": {"kubernetes.io/service-name": "kubernetes"}}, **want}
+            try:
+                await store.create(key, obj)
+            except store_base.AlreadyExists:
+                pass
+            return
+        if {k: cur.get(k) for k in want} != want:
+            cur.update(want)
+            try:
+                await store.update(key, cur, int(cur["metadata"]["resourceVersion"]))
             except (store_base.Conflict, store_base.NotFound):
                 pass
 

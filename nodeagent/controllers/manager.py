@@ -33,7 +33,6 @@ from nodeagent.controllers.pvbinder_controller import PersistentVolumeBinderCont
 from nodeagent.controllers.quota_controller import ResourceQuotaController
 from nodeagent.controllers.replicaset_controller import ReplicaSetController
 from nodeagent.controllers.replicationcontroller_controller import ReplicationControllerController
-from nodeagent.controllers.rootcacertpublisher_controller import RootCACertPublisher
 from nodeagent.controllers.serviceaccount_controller import ServiceAccountController
 from nodeagent.controllers.serviceaccounttoken_controller import ServiceAccountTokenController
 from nodeagent.controllers.statefulset_controller import StatefulSetController
@@ -47,7 +46,7 @@ CONTROLLERS: tuple[type[Controller], ...] = (
     StatefulSetController, ServiceAccountController, ResourceQuotaController, EndpointsController,
     CSRApprovingController, CSRSigningController, DisruptionController, HorizontalPodAutoscalerController,
     PersistentVolumeBinderController, PVProtectionController,
-    ServiceAccountTokenController, RootCACertPublisher,
+    ServiceAccountTokenController,
 )
 
 

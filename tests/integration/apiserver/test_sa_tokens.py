@@ -167,6 +167,8 @@ def test_legacy_token_secret_is_filled_and_used_with_curl(kubectl, server, tmp_p
 
 
 def test_every_namespace_gets_kube_root_ca(kubectl, server):
+    """What the projected ServiceAccount volume reads its ca.crt from (published by the apiserver's
+    bootstrap loop, put back within its repair interval)."""
     ns = new_ns(kubectl)
     ca = server.ca_file.read_text()
 
