@@ -69,28 +69,24 @@ class ServiceAccountAuthenticator:
         if not header or not header.startswith("Bearer "):
             return None
         token = header[7:].strip()
-        iss = sa_token.unverified_issuer(token)
-        if iss is None or (iss != self.keys.issuer and iss != sa_token.LEGACY_ISSUER):
-            return None
         try:
-            claims = self._claims(token)
-            if iss == sa_token.LEGACY_ISSUER:
+            claims = self._verified.get(token)
+            if claims is None:  # not seen yet: ours at all (by its issuer), then its signature
+                iss = sa_token.unverified_issuer(token)
+                if iss is None or (iss != self.keys.issuer and iss != sa_token.LEGACY_ISSUER):
+                    return None
+                claims = sa_token.verify(token, self.keys.public_keys, self.clock.now())
+                if len(self._verified) >= CACHE_MAX:
+                    self._verified.clear()
+                self._verified[token] = claims
+            else:
+                sa_token.check_times(claims, self.clock.now())
+            if claims.get("iss") == sa_token.LEGACY_ISSUER:
                 return await self._legacy(token, claims)
             return await self._bound(claims)
         except sa_token.TokenInvalid as e:
             log.info("ServiceAccount token refused: %s", e)
             return None
-
-    def _claims(self, token: str) -> dict[str, Any]:
-        claims = self._verified.get(token)
-        if claims is None:
-            claims = sa_token.verify(token, self.keys.public_keys, self.clock.now())
-            if len(self._verified) >= CACHE_MAX:
-                self._verified.clear()
-            self._verified[token] = claims
-        else:
-            sa_token.check_times(claims, self.clock.now())
-        return claims
 
     async def _live(self, key: str, ref: Any, what: str) -> dict[str, Any]:
         """The object at `key`, present with the uid `ref` names and not being deleted."""
