@@ -327,6 +327,10 @@ class Handlers:
         """Static token, else a client certificate from the cluster CA, else a bootstrap token; a request
         with no credential at all is anonymous (it may read kube-public/cluster-info, nothing else)."""
         header = request.headers.get("Authorization")
+        if header:  # the scheme is case-insensitive, as kube's bearer token authenticator reads it
+            scheme, _, value = header.strip().partition(" ")
+            if scheme.lower() == "bearer":  # the Python client's in-cluster config sends "bearer <token>"
+                header = f"Bearer {value.strip()}"
         user = self.tokens.authenticate(header)
         if user is None and request.transport is not None:
             user = auth.cert_user(request.transport.get_extra_info("peercert"))

@@ -50,6 +50,17 @@ def _pod(name: str, script: str, **spec: Any) -> dict[str, Any]:
                                      "command": ["sh", "-c", script]}]}}
 
 
+def _host_pod(name: str, script: str) -> dict[str, Any]:
+    """A pod with the host's / at /host: it runs host programs (chroot) in its own network namespace."""
+    pod = _pod(name, script, restartPolicy="Never", volumes=[{"name": "host", "hostPath": {"path": "/"}}])
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "host", "mountPath": "/host"}]
+    return pod
+
+
+def _finished(p: dict[str, Any]) -> bool:
+    return (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
 def _as(c: Cluster, token: str, *args: str) -> subprocess.CompletedProcess:
     cfg = json.loads(c.kubectl("config", "view", "--raw", "-o", "json"))
     server = cfg["clusters"][0]["cluster"]["server"]
@@ -99,12 +110,9 @@ def test_from_inside_the_pod_through_the_kubernetes_service(cluster: Cluster) ->
               f"chroot /host curl -sS --cacert {ca} --header \"Authorization: Bearer $(cat {SA_DIR}/token)\" "
               "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/default/pods; "
               f"echo; rm -f /host{ca}")
-    pod = _pod("sa-incluster", script, restartPolicy="Never", volumes=[{"name": "host",
-                                                                     "hostPath": {"path": "/"}}])
-    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "host", "mountPath": "/host"}]
     try:
-        c.apply(pod)
-        c.wait_pod("sa-incluster", lambda p: (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
+        c.apply(_host_pod("sa-incluster", script))
+        c.wait_pod("sa-incluster", _finished)
         lines = [json.loads(x) for x in c.kubectl("logs", "sa-incluster").splitlines() if x.strip()]
     finally:
         Path(ca).unlink(missing_ok=True)
@@ -112,6 +120,50 @@ def test_from_inside_the_pod_through_the_kubernetes_service(cluster: Cluster) ->
     assert lines[1]["code"] == 403
     assert 'User "system:serviceaccount:default:default" cannot list resource "pods"' in lines[1]["message"]
     c.kubectl("delete", "pod", "sa-incluster", "--grace-period=0", "--force")
+
+
+INCLUSTER = """
+import json, sys
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from kubernetes.config import incluster_config
+d = sys.argv[1]
+# the files of the pod, copied where the chrooted process sees them (no quote: sh -c wraps this)
+incluster_config.SERVICE_TOKEN_FILENAME, incluster_config.SERVICE_CERT_FILENAME = d + "/token", d + "/ca.crt"
+config.load_incluster_config()
+out = {"host": client.Configuration.get_default_copy().host}
+out["resources"] = len(client.CoreV1Api().get_api_resources().resources)
+try:
+    client.CoreV1Api().list_namespaced_pod("default")
+    out["list"] = "allowed"
+except ApiException as e:
+    out["list"], out["message"] = e.status, json.loads(e.body)["message"]
+print(json.dumps(out))
+"""
+
+
+def test_the_python_client_in_cluster_config(cluster: Cluster) -> None:
+    """kubernetes.config.load_incluster_config() in the pod's network namespace, with the pod's
+    KUBERNETES_SERVICE_HOST/PORT, token and CA: the host's Python (chroot into a hostPath of /), since the
+    test images carry only busybox; its token and CA files are the pod's, copied out for it."""
+    c = cluster
+    d = Path(f"/tmp/{unique('sa-py')}")
+    script = (f"mkdir -p /host{d} && cp {SA_DIR}/token {SA_DIR}/ca.crt /host{d}/ && "
+              f"chroot /host {sys.executable} -c '{INCLUSTER}' {d}")
+    try:
+        c.apply(_host_pod("sa-python", script))
+        done = c.wait_pod("sa-python", _finished)
+        logs = c.kubectl("logs", "sa-python")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    assert done["status"]["phase"] == "Succeeded", logs
+    out = json.loads(logs.strip().splitlines()[-1])
+    master = json.loads(c.kubectl("get", "service", "kubernetes", "-n", "default", "-o", "json"))
+    assert out["host"] == f"https://{master['spec']['clusterIP']}:443"
+    assert out["resources"] > 10
+    assert out["list"] == 403
+    assert 'User "system:serviceaccount:default:default" cannot list resource "pods"' in out["message"]
+    c.kubectl("delete", "pod", "sa-python", "--grace-period=0", "--force")
 
 
 def test_automount_off_on_the_pod_or_its_account(cluster: Cluster) -> None:

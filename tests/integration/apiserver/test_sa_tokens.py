@@ -60,6 +60,10 @@ def test_create_token_verified_by_jwks_and_used(kubectl132, server):
     code, body = whoami(server, tok)
     assert code == 403, body
     assert f'User "system:serviceaccount:{ns}:app" cannot list resource "pods"' in body["message"]
+    # the scheme is case-insensitive (the Python client's in-cluster config sends "bearer")
+    code, body = call(server, "GET", "/api/v1/namespaces/default/pods", token=None,
+                      headers={"Authorization": f"bearer {tok}"})
+    assert code == 403 and f"system:serviceaccount:{ns}:app" in body["message"]
     # kubectl --token with the token alone
     p = kubectl132.run("--kubeconfig", "/dev/null", "--server", server.url, "--certificate-authority",
                        str(server.ca_file), "--token", tok, "get", "pods", "-n", ns, check=False)
