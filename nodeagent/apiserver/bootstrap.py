@@ -182,47 +182,34 @@ class Bootstrap:
         eps = await self.peers.live_endpoints() if self.peers else [(self.ip, self.port)]
         subsets = endpoint_subsets(eps)
         await self._ensure_endpoint_slice(subsets)
-        key = ENDPOINTS.key("default", "kubernetes")
-        store = self.registry.store
-        try:
-            ep = await store.get(key)
-        except store_base.NotFound:
-            obj = {"apiVersion": "v1", "kind": "Endpoints",
-                   "metadata": {"name": "kubernetes", "namespace": "default", "uid": str(uuid.uuid4()),
-                                "creationTimestamp": now_rfc3339(),
-                                "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
-                   "subsets": subsets}
-            try:
-                await store.create(key, obj)
-            except store_base.AlreadyExists:
-                pass
-            return
-        if ep.get("subsets") != subsets:
-            ep["subsets"] = subsets
-            try:
-                await store.update(key, ep, int(ep["metadata"]["resourceVersion"]))
-            except (store_base.Conflict, store_base.NotFound):
-                pass
+        endpoints = {"apiVersion": "v1", "kind": "Endpoints",
+                     "metadata": {"name": "kubernetes", "namespace": "default",
+                                  "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}}}
+        await self._upsert(ENDPOINTS.key("default", "kubernetes"), endpoints, {"subsets": subsets})
 
     async def _ensure_endpoint_slice(self, subsets: list[dict[str, Any]]) -> None:
         """The `kubernetes` EndpointSlice beside its Endpoints, as kube-apiserver's endpoint reconciler
         writes both (kube-proxies read slices: without it pods' KUBERNETES_SERVICE_HOST was refused)."""
         first = subsets[0] if subsets else {"addresses": [], "ports": []}
         ips = [a["ip"] for a in first["addresses"]]
-        want = {"addressType": "IPv6" if ips and ":" in ips[0] else "IPv4",
-                "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip in ips],
-                "ports": first["ports"]}
-        key = ENDPOINT_SLICES.key("default", "kubernetes")
+        await self._upsert(ENDPOINT_SLICES.key("default", "kubernetes"), {
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": "kubernetes"}}}, {
+            "addressType": "IPv6" if ips and ":" in ips[0] else "IPv4",
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip in ips],
+            "ports": first["ports"]})
+
+    async def _upsert(self, key: str, new: dict[str, Any], want: dict[str, Any]) -> None:
+        """`new` with `want` created at `key`, or the stored object's `want` fields brought to it (a
+        concurrent writer — another apiserver — wins; the next repair pass looks again)."""
         store = self.registry.store
         try:
             cur = await store.get(key)
         except store_base.NotFound:
-            obj = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                   "metadata": {"name": "kubernetes", "namespace": "default", "uid": str(uuid.uuid4()),
-                                "creationTimestamp": now_rfc3339(),
-                                "labels": {"kubernetes.io/service-name": "kubernetes"}}, **want}
+            new["metadata"].update({"uid": str(uuid.uuid4()), "creationTimestamp": now_rfc3339()})
             try:
-                await store.create(key, obj)
+                await store.create(key, {**new, **want})
             except store_base.AlreadyExists:
                 pass
             return

@@ -163,6 +163,9 @@ def test_legacy_token_secret_is_filled_and_used_with_curl(kubectl, server, tmp_p
             f"{server.url}/api/v1/namespaces/{ns}/pods"]
     out = json.loads(subprocess.run(curl, capture_output=True, text=True, check=True).stdout)
     assert out["code"] == 403 and f'User "system:serviceaccount:{ns}:app"' in out["message"]
+    p = kubectl.run("--kubeconfig", "/dev/null", "--server", server.url, "--certificate-authority",
+                    str(tmp_path / "ca.crt"), "--token", token, "get", "pods", "-n", ns, check=False)
+    assert p.returncode == 1 and f"system:serviceaccount:{ns}:app" in p.stderr  # both kubectls
     names = kubectl("get", "secrets", "-n", ns, "-o", "name").split()
     assert names == ["secret/default-token"]  # no token Secret made unasked (since 1.24)
     kubectl("delete", "secret", "default-token", "-n", ns)
