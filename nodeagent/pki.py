@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes, PrivateKeyTypes
 from cryptography.x509.oid import NameOID
 
@@ -77,3 +77,21 @@ def self_signed(common_name: str, dns_names: tuple[str, ...] = (), days: int = 3
                                         critical=False)
     cert = builder.sign(k, hashes.SHA256())
     return cert.public_bytes(serialization.Encoding.PEM), key_pem(k)
+
+
+def ensure_sa_keys(pki: Path) -> tuple[PrivateKeyTypes, bytes]:
+    """The ServiceAccount token signing key (`sa.key`, RSA 2048 as kubeadm makes it) and its public half
+    (`sa.pub`, PEM), created on first use beside the CA so whatever shares the CA shares them too."""
+    key, pub = pki / "sa.key", pki / "sa.pub"
+    if key.exists():
+        k = serialization.load_pem_private_key(key.read_bytes(), None)
+    else:
+        pki.mkdir(parents=True, exist_ok=True)
+        k = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        write_private(key, k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    pem = k.public_key().public_bytes(serialization.Encoding.PEM,
+                                      serialization.PublicFormat.SubjectPublicKeyInfo)
+    if not pub.exists() or pub.read_bytes() != pem:
+        atomic_write(pub, pem, 0o644)
+    return k, pem

@@ -64,7 +64,7 @@ RESOURCES: tuple[Resource, ...] = (
     R("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
     R("", "v1", "secrets", "Secret", True),
     R("", "v1", "events", "Event", True, ("ev",)),
-    R("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
+    R("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",), (), ("token",)),
     R("", "v1", "resourcequotas", "ResourceQuota", True, ("quota",), (), ("status",)),
     R("", "v1", "limitranges", "LimitRange", True, ("limits",)),
     R("", "v1", "podtemplates", "PodTemplate", True),
@@ -123,6 +123,7 @@ STORAGE_VERSION = {("autoscaling", "v1", "horizontalpodautoscalers"): "v2"}
 SUBRESOURCE_KINDS = {
     "binding": ("", "", "Binding", ("create",)),
     "eviction": ("policy", "v1", "Eviction", ("create",)),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest", ("create",)),
     "scale": ("autoscaling", "v1", "Scale", ("get", "patch", "update")),
     "status": (None, None, None, ("get", "patch", "update")),
     "log": ("", "", "Pod", ("get",)),

@@ -6,6 +6,7 @@ What an object charges against a quota is `nodeagent.api.quota` (shared with the
 
 from __future__ import annotations
 
+import secrets
 from fractions import Fraction
 from typing import Any
 
@@ -116,6 +117,59 @@ def default_ingress_class(ingress: dict[str, Any], classes: list[dict[str, Any]]
         newest = max(defaults, key=lambda c: (c["metadata"].get("creationTimestamp") or "",
                                               c["metadata"]["name"]))
         spec["ingressClassName"] = newest["metadata"]["name"]
+
+
+SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+SA_VOLUME_PREFIX = "kube-api-access-"
+_RAND_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery's utilrand.String
+
+
+def service_account_volume(name: str) -> dict[str, Any]:
+    """The projected volume the ServiceAccount admission plugin adds: a pod-bound token (3607 s, which the
+    apiserver extends), the cluster CA from kube-root-ca.crt, the namespace."""
+    return {"name": name, "projected": {"defaultMode": 0o644, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace",
+                                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}
+
+
+def admit_service_account(pod: dict[str, Any], accounts: list[dict[str, Any]]) -> None:
+    """The ServiceAccount admission plugin on a new pod: its account must exist (403 otherwise); unless the
+    pod or the account turns automountServiceAccountToken off, a `kube-api-access-<5>` projected volume is
+    added and mounted read-only at /var/run/secrets/kubernetes.io/serviceaccount in every container and
+    init container that mounts nothing there; the account's imagePullSecrets when the pod names none.
+    A mirror pod is left as its static pod was written."""
+    meta = pod.get("metadata") or {}
+    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+        return
+    spec = pod.setdefault("spec", {})
+    name = spec.get("serviceAccountName") or "default"
+    sa = next((a for a in accounts if (a.get("metadata") or {}).get("name") == name), None)
+    if sa is None:
+        pname, ns = meta.get("name") or meta.get("generateName", ""), meta.get("namespace", "")
+        raise forbidden(f'pods "{pname}" is forbidden: error looking up service account {ns}/{name}: '
+                        f'serviceaccount "{name}" not found', "pods", pname)
+    pull_secrets_from_service_account(pod, accounts)
+    automount = spec.get("automountServiceAccountToken")
+    if automount is None:
+        automount = sa.get("automountServiceAccountToken")
+    if automount is False:
+        return
+    volumes = spec.setdefault("volumes", [])
+    existing = next((v["name"] for v in volumes if str(v.get("name", "")).startswith(SA_VOLUME_PREFIX)), None)
+    vol_name = existing or SA_VOLUME_PREFIX + "".join(secrets.choice(_RAND_ALPHABET) for _ in range(5))
+    added = False
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        mounts = c.setdefault("volumeMounts", [])
+        if any(m.get("mountPath") == SA_MOUNT_PATH for m in mounts):
+            continue
+        mounts.append({"name": vol_name, "readOnly": True, "mountPath": SA_MOUNT_PATH})
+        added = True
+    if added and existing is None:
+        volumes.append(service_account_volume(vol_name))
+    if not volumes:
+        del spec["volumes"]
 
 
 def apply_limit_ranges(pod: dict[str, Any], ranges: list[dict[str, Any]]) -> None:

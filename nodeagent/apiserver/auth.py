@@ -22,6 +22,8 @@ MASTERS_GROUP = "system:masters"
 class User:
     name: str
     groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()  # user.Info's Extra, as (key, values) pairs
 
     @property
     def is_admin(self) -> bool:
@@ -121,6 +123,8 @@ def node_may(node: str, verb: str, resource: str, subresource: str, namespace: s
         return None
     if resource == "events":
         return None
+    if resource == "serviceaccounts" and subresource == "token" and verb == "create":
+        return None  # for a pod bound to this node only: the TokenRequest handler checks the bound pod
     if resource == "nodes":
         if name == node or (verb == "create" and obj is not None
                             and (obj.get("metadata") or {}).get("name") == node):

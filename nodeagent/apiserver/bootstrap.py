@@ -20,6 +20,7 @@ from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.bootstrap")
 ENDPOINTS = builtin("", "v1", "endpoints")
+ENDPOINT_SLICES = builtin("discovery.k8s.io", "v1", "endpointslices")
 EVENTS = builtin("", "v1", "events")
 EVENTS_V1 = builtin("events.k8s.io", "v1", "events")
 EVENT_TTL = 3600.0
@@ -180,25 +181,42 @@ class Bootstrap:
     async def _ensure_endpoints(self) -> None:
         eps = await self.peers.live_endpoints() if self.peers else [(self.ip, self.port)]
         subsets = endpoint_subsets(eps)
-        key = ENDPOINTS.key("default", "kubernetes")
+        await self._ensure_endpoint_slice(subsets)
+        endpoints = {"apiVersion": "v1", "kind": "Endpoints",
+                     "metadata": {"name": "kubernetes", "namespace": "default",
+                                  "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}}}
+        await self._upsert(ENDPOINTS.key("default", "kubernetes"), endpoints, {"subsets": subsets})
+
+    async def _ensure_endpoint_slice(self, subsets: list[dict[str, Any]]) -> None:
+        """The `kubernetes` EndpointSlice beside its Endpoints, as kube-apiserver's endpoint reconciler
+        writes both (kube-proxies read slices: without it pods' KUBERNETES_SERVICE_HOST was refused)."""
+        first = subsets[0] if subsets else {"addresses": [], "ports": []}
+        ips = [a["ip"] for a in first["addresses"]]
+        await self._upsert(ENDPOINT_SLICES.key("default", "kubernetes"), {
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": "kubernetes"}}}, {
+            "addressType": "IPv6" if ips and ":" in ips[0] else "IPv4",
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip in ips],
+            "ports": first["ports"]})
+
+    async def _upsert(self, key: str, new: dict[str, Any], want: dict[str, Any]) -> None:
+        """`new` with `want` created at `key`, or the stored object's `want` fields brought to it (a
+        concurrent writer — another apiserver — wins; the next repair pass looks again)."""
         store = self.registry.store
         try:
-            ep = await store.get(key)
+            cur = await store.get(key)
         except store_base.NotFound:
-            obj = {"apiVersion": "v1", "kind": "Endpoints",
-                   "metadata": {"name": "kubernetes", "namespace": "default", "uid": str(uuid.uuid4()),
-                                "creationTimestamp": now_rfc3339(),
-                                "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
-                   "subsets": subsets}
+            new["metadata"].update({"uid": str(uuid.uuid4()), "creationTimestamp": now_rfc3339()})
             try:
-                await store.create(key, obj)
+                await store.create(key, {**new, **want})
             except store_base.AlreadyExists:
                 pass
             return
-        if ep.get("subsets") != subsets:
-            ep["subsets"] = subsets
+        if {k: cur.get(k) for k in want} != want:
+            cur.update(want)
             try:
-                await store.update(key, ep, int(ep["metadata"]["resourceVersion"]))
+                await store.update(key, cur, int(cur["metadata"]["resourceVersion"]))
             except (store_base.Conflict, store_base.NotFound):
                 pass
 

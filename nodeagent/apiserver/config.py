@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 
+from nodeagent.api.sa_token import DEFAULT_ISSUER
 from nodeagent.apiserver.kubeconfig import UserKubeconfig
 
 
@@ -22,6 +23,8 @@ class ApiServerConfig:
     admin_kubeconfig_copy: str | None = None  # the admin kubeconfig is also written here (best effort)
     user_kubeconfig: UserKubeconfig | None = None  # and merged into this person's kubeconfig
     metric_resolution: float = 15.0  # seconds between scrapes of the kubelets' resource metrics
+    service_account_issuer: str = DEFAULT_ISSUER  # the `iss` of ServiceAccount tokens
+    api_audiences: tuple[str, ...] = ()  # audiences a token must name to authenticate (default: the issuer)
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -38,5 +41,9 @@ class ApiServerConfig:
             raise ValueError(f"apiserver lease duration {self.lease_duration}: must be positive")
         if self.metric_resolution <= 0:
             raise ValueError(f"metric resolution {self.metric_resolution}: must be positive seconds")
+        if not self.service_account_issuer or (":" in self.service_account_issuer
+                                               and not self.service_account_issuer.startswith("https://")):
+            raise ValueError(f"service account issuer {self.service_account_issuer!r}: a URL must be "
+                             "https:// (or give a name without a scheme)")
         if self.token_ttl < 0:
             raise ValueError(f"join token TTL {self.token_ttl}: must not be negative")

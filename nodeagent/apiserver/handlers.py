@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from nodeagent.api import sa_token
 from nodeagent.api.resources import METRICS_GROUP, VIRTUAL, Resource
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
 from nodeagent.api.status import status_body
@@ -29,6 +30,8 @@ from nodeagent.apiserver import (
     table,
     versions,
 )
+from nodeagent.apiserver.authn import token_request
+from nodeagent.apiserver.authn.serviceaccount import ServiceAccountAuthenticator
 from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
 from nodeagent.apiserver.cache import Entry, WatchCache
 from nodeagent.apiserver.codec import JSON, json_response
@@ -56,6 +59,7 @@ WATCH_BUFFER = 16 * 1024 * 1024  # a watcher whose unsent events exceed this is 
 _PUBLIC = {"/version", "/version/", "/healthz", "/livez", "/readyz"}
 _RETURNS_OBJECT_ON_DELETE = {"pods", "namespaces", "services", "nodes"}
 ANONYMOUS_GROUP = "system:unauthenticated"
+OIDC_CONFIG, OIDC_JWKS = "/.well-known/openid-configuration", "/openid/v1/jwks"
 
 
 def status_response(e: ApiError) -> web.Response:
@@ -96,7 +100,9 @@ class Handlers:
     def __init__(self, registry: Registry, cache: WatchCache, tokens: auth.TokenFile, address: str,
                  kubelet_proxy: subresources.KubeletProxy | None = None,
                  bootstrap_tokens: BootstrapTokenAuthenticator | None = None,
-                 join_tokens: JoinTokens | None = None, metrics_api: MetricsAPI | None = None) -> None:
+                 join_tokens: JoinTokens | None = None, metrics_api: MetricsAPI | None = None,
+                 service_accounts: ServiceAccountAuthenticator | None = None) -> None:
+        self.service_accounts = service_accounts  # ServiceAccount JWTs: their authenticator and signer
         self.bootstrap_tokens = bootstrap_tokens
         self.metrics_api = metrics_api  # metrics.k8s.io (None: the group answers 503)
         self.join_tokens = join_tokens  # signs cluster-info for a new token at once
@@ -129,6 +135,8 @@ class Handlers:
             return web.Response(text="ok")
         user = await self._authenticate(request)
         query = request.query
+        if path in (OIDC_CONFIG, OIDC_JWKS):
+            return self._oidc(path, user)
         if path == "/metrics":
             if ANONYMOUS_GROUP in user.groups:
                 raise errors.unauthorized()
@@ -217,6 +225,12 @@ class Handlers:
         if versions.converted(res):
             return _warned(await self._converted(request, info, body, dry_run, wants), warnings)
         sub = info.subresource
+        if sub == "token" and res.name == "serviceaccounts" and not res.group:
+            if self.service_accounts is None:
+                raise errors.not_found("serviceaccounts/token", info.name or "")
+            out = await token_request.create(self.registry, self.service_accounts.keys, user,
+                                             info.namespace or "", info.name or "", body)
+            return json_response(out, 201)
         if sub:
             return await subresources.handle(self.registry, self.kubelet_proxy, request, info, body, dry_run)
         if verb == "get":
@@ -313,16 +327,36 @@ class Handlers:
         """Static token, else a client certificate from the cluster CA, else a bootstrap token; a request
         with no credential at all is anonymous (it may read kube-public/cluster-info, nothing else)."""
         header = request.headers.get("Authorization")
+        if header:  # the scheme is case-insensitive, as kube's bearer token authenticator reads it
+            scheme, _, value = header.strip().partition(" ")
+            if scheme.lower() == "bearer":  # the Python client's in-cluster config sends "bearer <token>"
+                header = f"Bearer {value.strip()}"
         user = self.tokens.authenticate(header)
         if user is None and request.transport is not None:
             user = auth.cert_user(request.transport.get_extra_info("peercert"))
         if user is None and self.bootstrap_tokens is not None:
             user = await self.bootstrap_tokens.authenticate(header)
+        if user is None and self.service_accounts is not None:
+            user = await self.service_accounts.authenticate(header)
         if user is None:
             if header:
                 raise errors.unauthorized()
             user = auth.User("system:anonymous", (ANONYMOUS_GROUP,))
         return user
+
+    def _oidc(self, path: str, user: auth.User) -> web.Response:
+        """The issuer's discovery document and keys, served (as kube binds
+        system:service-account-issuer-discovery) to every authenticated user."""
+        if self.service_accounts is None:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        if ANONYMOUS_GROUP in user.groups:
+            raise errors.unauthorized()
+        keys = self.service_accounts.keys
+        if path == OIDC_JWKS:
+            return web.Response(body=codec.dumps(sa_token.jwks(keys.public_keys)),
+                                content_type="application/jwk-set+json")
+        doc = sa_token.openid_configuration(keys.issuer, keys.jwks_uri)
+        return json_response(doc)
 
     async def _authorize(self, user: auth.User, info: RequestInfo, body: Any) -> None:
         node = user.node_name

@@ -282,7 +282,7 @@ class Registry:
                     if not any(c["metadata"]["name"] == n for c in classes)]
         admission.resolve_priority(pod, classes)
         accounts = await self._lookup(SERVICE_ACCOUNTS, ns)
-        admission.pull_secrets_from_service_account(pod, accounts)
+        admission.admit_service_account(pod, accounts)
         if (pod.get("spec") or {}).get("runtimeClassName") or (pod.get("spec") or {}).get("overhead"):
             admission.apply_runtime_class(pod, await self._lookup(RUNTIME_CLASSES, None))
         ranges = await self._lookup(LIMIT_RANGES, ns)

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from nodeagent.apiserver import auth, kubeconfig, pki, resource_metrics
 from nodeagent.apiserver.allocator import Allocators
+from nodeagent.apiserver.authn.serviceaccount import ServiceAccountAuthenticator, ServiceAccountKeys
 from nodeagent.apiserver.bootstrap import Bootstrap
 from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
 from nodeagent.apiserver.cache import WatchCache
@@ -93,11 +94,15 @@ class ApiServer:
         await self.cache.start()
         self.registry.cache = self.cache
         bootstrap_tokens = BootstrapTokenAuthenticator(self.store, self.cache)
+        sa_keys = await asyncio.to_thread(ServiceAccountKeys, self.data_dir / "pki",
+                                          self.cfg.service_account_issuer, self.cfg.api_audiences)
+        service_accounts = ServiceAccountAuthenticator(sa_keys, bootstrap_tokens.get)
         join = JoinTokens(self.registry, bootstrap_tokens, self.data_dir, "", self.cfg.token_ttl)
         kubelets = KubeletProxy(self.data_dir / "pki" / "ca.crt")
         storage = resource_metrics.Storage(self.cfg.metric_resolution)
         handlers = Handlers(self.registry, self.cache, self.tokens, f"{self.advertise}:{self.cfg.port}",
-                            kubelets, bootstrap_tokens, join, MetricsAPI(storage, self.cache))
+                            kubelets, bootstrap_tokens, join, MetricsAPI(storage, self.cache),
+                            service_accounts)
         self._fetcher = resource_metrics.KubeletFetcher(kubelets.client_ssl)
         cache = self.cache
 
@@ -115,13 +120,14 @@ class ApiServer:
         await site.start()
         if self.cfg.port == 0:
             self.port = self._runner.addresses[0][1]  # the one site's bound address
+        host = f"[{self.advertise}]" if ":" in self.advertise else self.advertise
+        sa_keys.jwks_uri = f"https://{host}:{self.port}/openid/v1/jwks"
         self.peers = PeerLeases(self.registry, self.advertise, self.port, self.cfg.lease_duration)
         await self.peers.renew()
         ca_pem = (self.data_dir / "pki" / "ca.crt").read_text()
         boot = Bootstrap(self.registry, self.advertise, self.port, self.peers, ca_pem)
         await boot.ensure()
         await boot.ensure_default_storage_class()
-        host = f"[{self.advertise}]" if ":" in self.advertise else self.advertise
         join.server_url = f"https://{host}:{self.port}"
         await join.start()
         loop = asyncio.get_running_loop()

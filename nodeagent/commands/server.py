@@ -40,6 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "drop a server that stops renewing it (default: %(default)s)")
     p.add_argument("--token-ttl", type=float, default=24 * 3600.0,
                    help="seconds the printed join token stays valid (default: %(default)s; 0: never expires)")
+    p.add_argument("--service-account-issuer", default="https://kubernetes.default.svc.cluster.local",
+                   help="the `iss` of ServiceAccount tokens, served at /.well-known/openid-configuration "
+                        "(default: %(default)s)")
+    p.add_argument("--api-audiences", default="",
+                   help="comma-separated audiences a ServiceAccount token must carry to authenticate "
+                        "here (default: the issuer)")
     p.add_argument("--advertise-address", default=None,
                    help="IP other nodes reach this server on (default: the bind address, or the "
                         "default route's)")
@@ -91,6 +97,8 @@ def config_from_args(args: argparse.Namespace) -> Configs:
                               service_cluster_ip_range=args.service_cluster_ip_range,
                               advertise_address=args.advertise_address, lease_duration=args.lease_duration,
                               token_ttl=args.token_ttl, admin_kubeconfig_copy=layout.admin_kubeconfig_copy,
+                              service_account_issuer=args.service_account_issuer,
+                              api_audiences=tuple(a for a in args.api_audiences.split(",") if a),
                               user_kubeconfig=user_kubeconfig.target(args, layout),
                               metric_resolution=args.metric_resolution)
         options = with_autoscaling(ControllerOptions(

@@ -34,6 +34,7 @@ from nodeagent.controllers.quota_controller import ResourceQuotaController
 from nodeagent.controllers.replicaset_controller import ReplicaSetController
 from nodeagent.controllers.replicationcontroller_controller import ReplicationControllerController
 from nodeagent.controllers.serviceaccount_controller import ServiceAccountController
+from nodeagent.controllers.serviceaccounttoken_controller import ServiceAccountTokenController
 from nodeagent.controllers.statefulset_controller import StatefulSetController
 
 log = logging.getLogger("nodeagent.controllers")
@@ -45,6 +46,7 @@ CONTROLLERS: tuple[type[Controller], ...] = (
     StatefulSetController, ServiceAccountController, ResourceQuotaController, EndpointsController,
     CSRApprovingController, CSRSigningController, DisruptionController, HorizontalPodAutoscalerController,
     PersistentVolumeBinderController, PVProtectionController,
+    ServiceAccountTokenController,
 )
 
 

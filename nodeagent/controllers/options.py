@@ -44,6 +44,10 @@ class ControllerOptions:
     hpa_tolerance: float = 0.1  # --horizontal-pod-autoscaler-tolerance
     hpa_cpu_initialization_period: float = 300.0  # --horizontal-pod-autoscaler-cpu-initialization-period
     hpa_initial_readiness_delay: float = 30.0  # --horizontal-pod-autoscaler-initial-readiness-delay
+    # ServiceAccount tokens: the key legacy token Secrets are signed with and the CA they carry (serve()
+    # takes the server's pki/sa.key and ca.crt by default; kube-root-ca.crt is the apiserver's Bootstrap's)
+    service_account_private_key_file: str | None = None  # --service-account-private-key-file
+    root_ca_file: str | None = None  # --root-ca-file
     # the clock: monotonic() for periods and rate limits, now() for API timestamps and schedules
     clock: Clock = REAL_CLOCK
 

@@ -36,8 +36,14 @@ async def serve(config: ControllerManagerConfig, ready: asyncio.Event) -> None:
 
 
 def with_server_ca(options: ControllerOptions, data_dir: Path) -> ControllerOptions:
-    """csrsigning signs with the server's cluster CA (`<data dir>/pki`) unless the options name another."""
+    """csrsigning signs with the server's cluster CA (`<data dir>/pki`) unless the options name another;
+    the token controller signs with its pki/sa.key and publishes its ca.crt, unless named too."""
+    pki = data_dir / "pki"
+    if not options.service_account_private_key_file:
+        options = dataclasses.replace(options, service_account_private_key_file=str(pki / "sa.key"))
+    if not options.root_ca_file:
+        options = dataclasses.replace(options, root_ca_file=str(pki / "ca.crt"))
     if options.cluster_signing_cert_file or options.cluster_signing_key_file:
         return options
-    return dataclasses.replace(options, cluster_signing_cert_file=str(data_dir / "pki" / "ca.crt"),
-                               cluster_signing_key_file=str(data_dir / "pki" / "ca.key"))
+    return dataclasses.replace(options, cluster_signing_cert_file=str(pki / "ca.crt"),
+                               cluster_signing_key_file=str(pki / "ca.key"))

@@ -14,7 +14,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from nodeagent.kubelet.static_pods import (
     mirror_matches,
     mirror_pod,
 )
+from nodeagent.kubelet.tokens import TokenError, TokenManager
 from nodeagent.kubelet.volumes.localpath import LocalPathProvisioner
 from nodeagent.kubelet.volumes.manager import VolumeManager
 from nodeagent.kubelet.volumes.payloads import VolumeSourceError
@@ -74,10 +75,12 @@ class Kubelet:
                               system_reserved=system_reserved, kube_reserved=kube_reserved)
         self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.tokens = TokenManager(client, self.clock)
         self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),
                                      get_secret=self._getter("secrets"),
                                      get_claim=self._api_getter("persistentvolumeclaims"),
-                                     get_volume=self._api_getter("persistentvolumes"))
+                                     get_volume=self._api_getter("persistentvolumes"),
+                                     get_token=self._get_token)
         # Secrets/ConfigMaps by watch and Services by informer, for container environments and image pulls
         self.objects = PodObjects(client, host_ips=lambda: list(self.node.addresses),
                                   node_allocatable=self.node.allocatable)
@@ -125,6 +128,15 @@ class Kubelet:
                         g.cancel()
             for g in done:
                 self.workers.poke(g.result().pod_uid)
+
+    def _get_token(self, pod: Mapping[str, Any], audience: str, expiration: int) -> str:
+        """The blocking token getter the projected volume plugin calls from its thread."""
+        assert self._loop is not None
+        fut = asyncio.run_coroutine_threadsafe(self.tokens.get(pod, audience, expiration), self._loop)
+        try:
+            return fut.result(timeout=30)
+        except TokenError as e:
+            raise VolumeSourceError(str(e)) from None
 
     def _getter(self, resource: str) -> Callable[[str, str], dict[str, Any] | None]:
         """A blocking (namespace, name) → object getter for the volume plugins, which run in a thread; it
@@ -477,6 +489,7 @@ class Kubelet:
         assert self.runtime is not None
         self.probes.remove_pod(uid_of(pod))
         self.objects.unregister(uid_of(pod))
+        self.tokens.forget(uid_of(pod))
         self.evicted.pop(uid_of(pod), None)
         self._first_seen.pop(uid_of(pod), None)
         await self.runtime.kill(pod, termination_grace(pod))
