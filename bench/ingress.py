@@ -246,6 +246,9 @@ def main() -> int:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        # whatever the pods' deletion left (a run stopped early): stopped and removed as a person would
+        subprocess.run([sys.executable, "-m", "nodeagent", "reset", "--data-dir", str(data),
+                        "--cni-bin-dir", str(root / "cni-bin")], capture_output=True, check=False)
         shutil.rmtree(root, ignore_errors=True)
     return 0
 
