@@ -47,12 +47,14 @@ def _prune(obj: Any, s: Schema, path: str, root: bool, out: list[str]) -> None:
         extra = s.get("additionalProperties")
         for k in list(obj):
             where = f"{path}.{k}" if path else k
+            if (root or embedded) and k in _ROOT_KEPT:
+                # ObjectMeta is every object's, whatever the schema says of it (`metadata: {type:
+                # object}` in most CRDs, the Gateway API's among them): never pruned by the schema
+                continue
             if k in props:
                 _prune(obj[k], props[k], where, False, out)
             elif isinstance(extra, dict):
                 _prune(obj[k], extra, where, False, out)
-            elif (root or embedded) and k in _ROOT_KEPT:
-                continue
             elif not preserve and extra is not True:
                 del obj[k]
                 out.append(where)

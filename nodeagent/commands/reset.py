@@ -213,8 +213,27 @@ def remove_data_dir(layout: Layout) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(layout.admin_kubeconfig_copy)
     if Path(layout.data_dir).exists():
+        unmount_under(layout.data_dir)
         shutil.rmtree(layout.data_dir)
         print(f"data dir {layout.data_dir}: removed")
+
+
+def unmount_under(root: str) -> None:
+    """Detach every mount left under `root`, deepest first (a sandbox's shm or a rootfs whose runtime
+    record was lost), so that removing the directory never reaches into a mounted filesystem — as
+    kubeadm reset unmounts what is mounted under the kubelet's directory before removing it."""
+    from kernel import syscalls
+    from kernel.mounts import mountinfo
+
+    top = os.path.realpath(root)
+    points = [m.point for m in mountinfo() if m.point == top or m.point.startswith(top + "/")]
+    for point in reversed(points):  # the kernel lists parents before children
+        try:
+            syscalls.umount(point, syscalls.MNT_DETACH)
+        except OSError as e:
+            log.warning("could not unmount %s: %s", point, e)
+        else:
+            print(f"mount {point}: detached")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -177,3 +177,13 @@ def test_a_rule_that_does_not_compile_refuses_the_crd():
     (e,) = sv.crd_schema_errors(crd)
     assert e["field"] == "spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[0].rule"
     assert e["message"].startswith('Invalid value: "self.a >": compilation failed: ')
+
+
+def test_metadata_described_as_a_bare_object_is_not_pruned():
+    """Most CRDs (the Gateway API's among them) say `metadata: {type: object}`: ObjectMeta stays whole."""
+    schema = {"type": "object", "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                                               "metadata": {"type": "object"}, "spec": {"type": "object"}}}
+    obj: dict[str, Any] = {"apiVersion": "g/v1", "kind": "W", "metadata": {"name": "w", "labels": {"a": "b"}},
+                           "spec": {}}
+    assert sv.prune(obj, schema) == []
+    assert obj["metadata"] == {"name": "w", "labels": {"a": "b"}}
