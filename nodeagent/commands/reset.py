@@ -255,6 +255,8 @@ def run(args: argparse.Namespace) -> int:
         n, failed = asyncio.run(stop_pods(layout, tuple(args.cni_bin_dir or DEFAULT_CNI_BIN_DIRS),
                                           args.grace_period))
         print(f"{n} pod(s) stopped and removed")
+    # the pods' volumes (projected tokens, secrets, emptyDir on tmpfs) are the kubelet's mounts
+    unmount_under(layout.kubelet_root_dir)
     cgroup_root = layout.cgroup_root if args.cgroup_root is None else args.cgroup_root
     remove_node_objects(layout, args.bridge or configured_bridge(layout) or layout.bridge, cgroup_root)
     if args.all:

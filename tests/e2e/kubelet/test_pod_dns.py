@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from nodeagent.kubelet.resolvconf import parse_resolv_conf
 from nodeagent.testing.images import dnsutils_spec
@@ -111,8 +112,11 @@ def test_a_service_is_reached_by_name_from_a_pod(cluster):  # noqa: F811
              "spec": {"terminationGracePeriodSeconds": 1,
                       "containers": [{"name": "httpd", "image": HTTPD, "imagePullPolicy": "Never",
                                       "ports": [{"name": "http", "containerPort": 80}]}]}})
-    c.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc-web"},
-             "spec": {"selector": {"app": "svc-web"}, "ports": [{"port": 8080, "targetPort": "http"}]}})
+    # not c.apply: that binds pods by spec.nodeName, a field a Service does not have (kubectl 1.32's
+    # strict field validation refuses it, as kube-apiserver does)
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc-web"},
+           "spec": {"selector": {"app": "svc-web"}, "ports": [{"port": 8080, "targetPort": "http"}]}}
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump(svc))
     try:
         # busybox-static cannot resolve through libc (no NSS when static): its own nslookup does the lookup
         # (and its wget -T crashes: busybox timeout bounds it instead)
