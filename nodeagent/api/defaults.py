@@ -6,6 +6,7 @@ import base64
 from typing import Any
 
 from nodeagent.api import storage
+from nodeagent.api.env_validation import default_field_refs
 from nodeagent.api.qos import compute_pod_qos
 
 DEFAULT_TOLERATION_SECONDS = 300
@@ -27,6 +28,7 @@ def _container(c: dict[str, Any]) -> None:
     c.setdefault("terminationMessagePath", "/dev/termination-log")
     c.setdefault("terminationMessagePolicy", "File")
     c.setdefault("resources", {})
+    default_field_refs(c)
     for p in c.get("ports") or []:
         if isinstance(p, dict):
             p.setdefault("protocol", "TCP")

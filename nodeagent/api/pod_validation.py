@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
+from nodeagent.api.env_validation import validate_env
 from nodeagent.api.names import dns1123_label, dns1123_subdomain
 
 FieldErrors = list[dict[str, str]]
@@ -232,7 +233,7 @@ def _volume_mounts(c: dict[str, Any], base: str) -> FieldErrors:
 
 
 def _container(c: dict[str, Any], base: str, init: bool, spec: dict[str, Any]) -> FieldErrors:
-    errs = _container_security(c, base) + _volume_mounts(c, base)
+    errs = validate_env(c, base) + _container_security(c, base) + _volume_mounts(c, base)
     if (c.get("securityContext") or {}).get("procMount") == "Unmasked" and spec.get("hostUsers") is not False:
         errs.append(_invalid(f"{base}.securityContext.procMount", "Unmasked",
                              "`hostUsers` must be false to use `Unmasked`"))
@@ -535,5 +536,5 @@ def validate_ephemeral_update(new: dict[str, Any], old: dict[str, Any]) -> Field
         target = c.get("targetContainerName")
         if target and target not in others:
             errs.append(_err("FieldValueNotFound", f"{f}.targetContainerName", f'Not found: "{target}"'))
-        errs += _container_security(c, f)
+        errs += validate_env(c, f) + _container_security(c, f)
     return errs

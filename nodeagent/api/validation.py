@@ -166,10 +166,6 @@ def _containers(spec: dict[str, Any], base: str) -> FieldErrors:
                 if not isinstance(cp, int) or not 0 < cp < 65536:
                     errs.append(invalid(f"{p}.ports[{j}].containerPort", cp,
                                         "must be between 1 and 65535, inclusive"))
-            for j, e in enumerate(c.get("env") or []):
-                n = e.get("name") if isinstance(e, dict) else None
-                if not n:
-                    errs.append(required(f"{p}.env[{j}].name"))
     rp = spec.get("restartPolicy")
     if rp is not None and rp not in ("Always", "OnFailure", "Never"):
         errs.append(err("FieldValueNotSupported", f"{base}.restartPolicy",

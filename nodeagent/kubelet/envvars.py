@@ -14,10 +14,10 @@ import base64
 import binascii
 import dataclasses
 import ipaddress
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from nodeagent.api.env_validation import relaxed_env_var_name
 from nodeagent.kubelet.expansion import expand, mapping_for
 from nodeagent.kubelet.pullsecrets import Credential
 from nodeagent.kubelet.volumes.payloads import VolumeSourceError, field_ref_value, resource_field_value
@@ -25,7 +25,6 @@ from nodeagent.kubelet.volumes.payloads import VolumeSourceError, field_ref_valu
 MASTER_SERVICE_NAMESPACE = "default"  # kubelet --master-service-namespace
 MASTER_SERVICES = frozenset({"kubernetes"})
 
-_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")  # validation.IsEnvVarName
 
 ObjectGetter = Callable[[str, str], Mapping[str, Any]]  # (namespace, name) → object, or raises EnvError
 
@@ -129,7 +128,10 @@ class PodContext:
 
 
 def is_env_var_name(name: str) -> bool:
-    return bool(_ENV_NAME.match(name))
+    """The kubelet's check of an envFrom key (with its prefix): the relaxed rule of 1.32, where
+    RelaxedEnvironmentVariableValidation is on by default — `1st` or `a:b` are taken, only '=' or a byte
+    outside printable ASCII makes a key skipped."""
+    return not relaxed_env_var_name(name)
 
 
 def _secret_data(secret: Mapping[str, Any]) -> dict[str, str]:
