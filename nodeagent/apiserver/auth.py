@@ -106,6 +106,7 @@ def cert_user(peercert: dict | None) -> User | None:
 
 
 READ_VERBS = {"get", "list", "watch"}
+LB_LEASE_NAMESPACE, LB_LEASE_PREFIX = "kube-system", "nodeagent-lb-"
 
 
 def node_may(node: str, verb: str, resource: str, subresource: str, namespace: str, name: str,
@@ -130,6 +131,9 @@ def node_may(node: str, verb: str, resource: str, subresource: str, namespace: s
                             and (obj.get("metadata") or {}).get("name") == node):
             return None
         return f"node \"{node}\" is not allowed to modify node \"{name or '<new>'}\""
+    if resource == "leases" and namespace == LB_LEASE_NAMESPACE and (
+            (name or ((obj or {}).get("metadata") or {}).get("name") or "").startswith(LB_LEASE_PREFIX)):
+        return None  # the L2 speakers' per-address leases (a node's speaker elects owners with them)
     if resource == "leases":
         if namespace == "kube-node-lease" and (name == node or (
                 verb == "create" and obj is not None and (obj.get("metadata") or {}).get("name") == node)):
