@@ -1,4 +1,5 @@
-"""ARP frames as RFC 826 lays them out, parsed back; a reply goes to the asker, gratuitous ARP is both kinds."""
+"""ARP frames as RFC 826 lays them out, parsed back; a reply goes to the asker; gratuitous ARP is sent as
+both kinds."""
 
 from __future__ import annotations
 
