@@ -38,7 +38,8 @@ class Topology:
 
     @property
     def lb_pool(self) -> str:
-        """The LoadBalancer addresses the lab's server hands out: a /28 of the node network above the nodes."""
+        """The LoadBalancer addresses the lab's server hands out: a /28 of the node network (above its
+        nodes)."""
         return f"{self.subnet_prefix}.224/28"
 
     @property

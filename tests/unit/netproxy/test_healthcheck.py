@@ -47,7 +47,8 @@ async def test_counts_local_ready_endpoints_200_or_503() -> None:
     hs = ServiceHealthServer("n1", ["127.0.0.1"])
     task = asyncio.create_task(hs.run())
     try:
-        hs.update(state(port, [("10.0.0.1", "n1", True), ("10.0.0.2", "n1", False), ("10.0.0.3", "n2", True)]))
+        hs.update(state(port, [("10.0.0.1", "n1", True), ("10.0.0.2", "n1", False),
+                               ("10.0.0.3", "n2", True)]))
         async with aiohttp.ClientSession() as http:
             for _ in range(50):
                 try:
