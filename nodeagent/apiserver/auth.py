@@ -118,7 +118,9 @@ def node_may(node: str, verb: str, resource: str, subresource: str, namespace: s
     delete those pods), and events. For its local-path provisioner (a node-side component, so volumes are
     made and removed by the node that owns the disk) it may also write the PersistentVolumes pinned to it
     by nodeAffinity, and the status of claims selected for it (resize), as the kubelet updates claim status
-    after a node expansion.
+    after a node expansion. Its LoadBalancer speaker elects the owner of each address through the Leases
+    `nodeagent-lb-<ip>` in kube-system (MetalLB's speaker has a ServiceAccount for that; here it speaks as
+    its node).
     """
     if verb in READ_VERBS and subresource not in ("exec", "attach", "portforward", "proxy"):
         return None

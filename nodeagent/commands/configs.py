@@ -188,7 +188,10 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
     netproxy = ProxyConfig(
         mode=args.proxy_mode, node_name=node_name, node_ips=(node_ip,) if node_ip else (),
         rule_counters=args.proxy_rule_counters, ipvs_scheduler=args.ipvs_scheduler,
-        ipvs_strict_arp=args.ipvs_strict_arp, cleanup_on_stop=layout.throwaway, credentials=credentials)
+        # the L2 speaker needs strict ARP in ipvs mode (MetalLB's documented requirement): every
+        # LoadBalancer address sits on kube-ipvs0 of every node, which would otherwise all answer ARP for it
+        ipvs_strict_arp=args.ipvs_strict_arp or (args.proxy_mode == "ipvs" and args.lb_announce == "l2"),
+        cleanup_on_stop=layout.throwaway, credentials=credentials)
     netpol = NetpolConfig(
         chain_prefix=layout.netpol_chain_prefix, set_prefix=layout.netpol_set_prefix,
         table=layout.netpol_table, mode=args.proxy_mode if args.proxy_mode in NETPOL_MODES else "iptables",

@@ -141,9 +141,16 @@ class Speaker:
 
 
 async def serve(config: SpeakerConfig, ready: asyncio.Event) -> None:
-    interface = await asyncio.to_thread(announce_interface, config)
-    responder = Responder(interface)
-    responder.start()
+    try:
+        interface = await asyncio.to_thread(announce_interface, config)
+        responder = Responder(interface)
+        responder.start()
+    except arp.ArpError as e:  # the rest of the node runs; the log says why nothing is announced here
+        log.error("lb speaker: cannot answer ARP (%s): this node announces no LoadBalancer address; give "
+                  "--lb-interface, or --lb-announce none when another speaker (BGP) announces them", e)
+        ready.set()
+        await asyncio.Event().wait()
+        return
     client = config.credentials.client()
     informers = SharedInformers(client)
     recorder = EventRecorder(client, "nodeagent-speaker", socket.gethostname())
