@@ -48,3 +48,8 @@ def ext_chain(spn: ServicePortName, prefix: str = "KUBE-") -> str:
 
 def sep_chain(spn: ServicePortName, ep: Endpoint | str, prefix: str = "KUBE-") -> str:
     return f"{prefix}SEP-{endpoint_hash(spn, spn.protocol, ep)}"
+
+
+def fw_chain(spn: ServicePortName, prefix: str = "KUBE-") -> str:
+    """The loadBalancerSourceRanges chain of a LoadBalancer Service port."""
+    return f"{prefix}FW-{port_proto_hash(spn, spn.protocol)}"

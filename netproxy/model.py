@@ -49,6 +49,8 @@ class ServicePort:
     external_local: bool = False  # externalTrafficPolicy: Local
     internal_local: bool = False  # internalTrafficPolicy: Local
     type: str = "ClusterIP"
+    health_check_node_port: int = 0  # LoadBalancer with Local policy: kube-proxy's service health check
+    source_ranges: tuple[str, ...] = ()  # loadBalancerSourceRanges (LB IPs only)
 
     @property
     def externally_accessible(self) -> bool:
@@ -85,6 +87,19 @@ def _ipv4(values: Iterable[Any]) -> tuple[str, ...]:
                 out.append(str(v))
         except ValueError:
             continue
+    return tuple(dict.fromkeys(out))
+
+
+def _source_ranges(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """loadBalancerSourceRanges as normalized IPv4 CIDRs (kube-proxy ignores the other family's)."""
+    out = []
+    for c in spec.get("loadBalancerSourceRanges") or []:
+        try:
+            net = ipaddress.ip_network(str(c).strip(), strict=False)
+        except ValueError:
+            continue
+        if isinstance(net, ipaddress.IPv4Network):
+            out.append(str(net))
     return tuple(dict.fromkeys(out))
 
 
@@ -128,6 +143,9 @@ def parse_service(obj: Mapping[str, Any] | None) -> dict[ServicePortName, Servic
             external_local=spec.get("externalTrafficPolicy") == "Local",
             internal_local=spec.get("internalTrafficPolicy") == "Local",
             type=svc_type,
+            health_check_node_port=int(spec.get("healthCheckNodePort") or 0)
+            if svc_type == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local" else 0,
+            source_ranges=_source_ranges(spec) if svc_type == "LoadBalancer" else (),
         )
     return out
 

@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kernel.netns import NetnsWorker
@@ -50,6 +50,7 @@ class Proxy:
         self.clear_conntrack = clear_conntrack
         self.stats = SyncStats()
         self.synced = asyncio.Event()  # set after the first successful sync
+        self.on_synced: list[Callable[[ProxyState], None]] = []  # called with the applied state after a sync
         self._pending = Changes()
         self._need_full = True
         self._lock = asyncio.Lock()
@@ -112,6 +113,8 @@ class Proxy:
                         conntrack.clear_stale, pending.stale_endpoints, pending.stale_services))
                 except Exception:
                     log.exception("conntrack cleanup failed")
+            for fn in self.on_synced:
+                fn(self.state)
             self.synced.set()
             return result
 

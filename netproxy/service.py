@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from kernel.netns import NetnsWorker
 from netproxy.backends import make_proxier
 from netproxy.config import ProxyConfig
+from netproxy.healthcheck import ServiceHealthServer
 from netproxy.iptables.libiptc import load_iptc
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
@@ -87,6 +88,10 @@ async def serve(config: ProxyConfig, ready: asyncio.Event, source: Source | None
     proxy = make_proxy(config, worker)
     try:
         async with asyncio.TaskGroup() as tg:
+            if config.netns is None:  # the health check ports listen in this process's network namespace
+                health = ServiceHealthServer(config.node_name, config.node_ips)
+                proxy.on_synced.append(health.update)
+                tg.create_task(health.run(), name="netproxy-healthcheck")
             tg.create_task(source.run(proxy), name="netproxy-source")
             tg.create_task(proxy.run(), name="netproxy-sync")
             await proxy.synced.wait()

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import ipaddress
 from collections.abc import Iterable, Mapping
 
-from netproxy.hashing import ext_chain, hash16, svc_chain, svl_chain
+from netproxy.hashing import ext_chain, fw_chain, hash16, svc_chain, svl_chain
 from netproxy.model import Endpoint, ServicePort, ServicePortName, categorize
 from netproxy.proxier import NodeConfig
 
@@ -57,6 +58,10 @@ class Names:
     @property
     def forward(self) -> str:
         return f"{self.prefix}FORWARD"
+
+    @property
+    def firewall(self) -> str:
+        return f"{self.prefix}PROXY-FIREWALL"
 
     def owns(self, chain: str) -> bool:
         return chain.startswith(self.prefix)
@@ -124,13 +129,21 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig,
                                 "--reject-with icmp-port-unreachable")
 
     external_eps = sel.local if sp.uses_local_external else sel.cluster
+    # loadBalancerSourceRanges: LB traffic goes through KUBE-FW-, which sends only the allowed sources on to
+    # KUBE-EXT-; the rest is not DNATed and so meets KUBE-PROXY-FIREWALL's DROP in the filter table
+    fw = fw_chain(spn, n.prefix) if sp.source_ranges and sp.load_balancer_ips and external_eps else ""
     if sp.externally_accessible:
         ext_target = ext if external_eps else None
         for ip, what in [(i, "external IP") for i in sp.external_ips] + \
                         [(i, "loadbalancer IP") for i in sp.load_balancer_ips]:
             if ext_target:
+                target = fw if fw and what == "loadbalancer IP" else ext_target
                 add(NAT, n.services, f"-m comment --comment {_q(f'{name} {what}')} {proto} -d {ip}/32 "
-                                     f"--dport {sp.port} -j {ext_target}")
+                                     f"--dport {sp.port} -j {target}")
+                if target == fw:
+                    add(FILTER, n.firewall,
+                        f"-m comment --comment {_q(f'{name} traffic not accepted by {fw}')} {proto} "
+                        f"-d {ip}/32 --dport {sp.port} -j DROP")
             else:
                 add(FILTER, n.external_services,
                     f"-m comment --comment {_q(name + ' has no endpoints')} {proto} -d {ip}/32 "
@@ -184,6 +197,14 @@ def plan_port(sp: ServicePort, endpoints: Iterable[Endpoint], node: NodeConfig,
             rules.append(f"-m comment --comment {_q(f'masquerade traffic for {name} external destinations')}"
                          f" -j {n.mark_masq}")
             rules.append(f"-j {svc}")
+    if fw:
+        rules = r.chains.setdefault(fw, [])
+        allowed = list(sp.source_ranges)
+        if any(ipaddress.ip_address(ip) in ipaddress.ip_network(c) for c in sp.source_ranges
+               for ip in node.node_ips):  # the node's own requests may loop back from the LB IP itself
+            allowed += [f"{ip}/32" for ip in sp.load_balancer_ips]
+        for cidr in allowed:
+            rules.append(f"-m comment --comment {_q(name + ' loadbalancer IP')} -s {cidr} -j {ext}")
     cmt, masq = ep_comment(name), n.mark_masq
     for ep, sep in seps.items():
         recent = (f"-m recent --name {sep} --mask 255.255.255.255 --rsource --set "
@@ -227,7 +248,7 @@ def fixed_chains(node: NodeConfig) -> dict[str, list[str]]:
     n = Names(node.prefix)
     return {
         NAT: [n.services, n.nodeports, n.postrouting, n.mark_masq],
-        FILTER: [n.services, n.external_services, n.forward],
+        FILTER: [n.services, n.external_services, n.forward, n.firewall],
     }
 
 
@@ -238,11 +259,15 @@ def jump_rules(node: NodeConfig) -> list[tuple[str, str, str]]:
     portals = f"-m comment --comment {_q('kubernetes service portals')} -j {n.services}"
     external = (f"-m comment --comment {_q('kubernetes externally-visible service portals')} "
                 f"-j {n.external_services}")
+    firewall = f"{new} -m comment --comment {_q('kube-proxy firewall rules')} -j {n.firewall}"
     return [
         (NAT, "PREROUTING", portals),
         (NAT, "OUTPUT", portals),
         (NAT, "POSTROUTING", f"-m comment --comment {_q('kubernetes postrouting rules')} -j {n.postrouting}"),
+        (FILTER, "INPUT", firewall),
         (FILTER, "INPUT", f"{new} {external}"),
+        (FILTER, "FORWARD", firewall),
+        (FILTER, "OUTPUT", firewall),
         (FILTER, "FORWARD", f"{new} {portals}"),
         (FILTER, "FORWARD", f"{new} {external}"),
         (FILTER, "FORWARD", f"-m comment --comment {_q('kubernetes forwarding rules')} -j {n.forward}"),

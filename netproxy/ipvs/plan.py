@@ -11,6 +11,7 @@ off-cluster sources, KUBE-LOOP-BACK for hairpin, KUBE-NODE-PORT-*).
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Iterable, Mapping
 
 from netproxy.model import Endpoint, ServicePort, categorize
@@ -41,6 +42,9 @@ IPSETS = {
     "KUBE-LOOP-BACK": "hash:ip,port,ip",
     "KUBE-EXTERNAL-IP": "hash:ip,port",
     "KUBE-LOAD-BALANCER": "hash:ip,port",
+    "KUBE-LOAD-BALANCER-FW": "hash:ip,port",  # LB IP:port with loadBalancerSourceRanges
+    "KUBE-LOAD-BALANCER-SOURCE-CIDR": "hash:ip,port,net",  # LB IP:port, allowed source range
+    "KUBE-LOAD-BALANCER-SOURCE-IP": "hash:ip,port,ip",  # LB IP:port, LB IP (the node's own hairpin)
     "KUBE-NODE-PORT-TCP": "bitmap:port",
     "KUBE-NODE-PORT-UDP": "bitmap:port",
     "KUBE-NODE-PORT-LOCAL-TCP": "bitmap:port",
@@ -88,6 +92,12 @@ def add_port(d: Desired, sp: ServicePort, endpoints: Iterable[Endpoint], node: N
             d.services[(ip, sp.protocol, sp.port)] = _vs(sp, external, scheduler)
         d.addresses.add(ip)
         d.ipsets["KUBE-LOAD-BALANCER"].add(f"{ip},{proto}:{sp.port}")
+        if sp.source_ranges:
+            d.ipsets["KUBE-LOAD-BALANCER-FW"].add(f"{ip},{proto}:{sp.port}")
+            for cidr in sp.source_ranges:
+                d.ipsets["KUBE-LOAD-BALANCER-SOURCE-CIDR"].add(f"{ip},{proto}:{sp.port},{cidr}")
+                if any(ipaddress.ip_address(n) in ipaddress.ip_network(cidr) for n in node.node_ips):
+                    d.ipsets["KUBE-LOAD-BALANCER-SOURCE-IP"].add(f"{ip},{proto}:{sp.port},{ip}")
     if sp.node_port and sp.protocol in ("TCP", "UDP"):
         for ip in node.node_ips if external else ():
             d.services[(ip, sp.protocol, sp.node_port)] = _vs(sp, external, scheduler)
@@ -125,6 +135,7 @@ def diff(current: Desired, desired: Desired) -> list[Op]:
     return ops
 
 
+FILTER_CHAINS = ("KUBE-PROXY-FIREWALL", "KUBE-SOURCE-RANGES-FIREWALL")
 NAT_CHAINS = ("KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-MARK-MASQ", "KUBE-NODE-PORT", "KUBE-LOAD-BALANCER")
 
 
@@ -153,4 +164,16 @@ def iptables_rules(node: NodeConfig) -> str:
         "-A KUBE-NODE-PORT -p udp -m set --match-set KUBE-NODE-PORT-LOCAL-UDP dst -j RETURN",
         "-A KUBE-NODE-PORT -p tcp -m set --match-set KUBE-NODE-PORT-TCP dst -j KUBE-MARK-MASQ",
         "-A KUBE-NODE-PORT -p udp -m set --match-set KUBE-NODE-PORT-UDP dst -j KUBE-MARK-MASQ",
+        "COMMIT",
+        # loadBalancerSourceRanges, before IPVS (LOCAL_IN, after filter INPUT) rewrites the destination
+        "*filter",
+        *(f":{chain} - [0:0]" for chain in FILTER_CHAINS),
+        "-A KUBE-PROXY-FIREWALL -m comment --comment \"Kubernetes service load balancer ip + port for load "
+        "balancer with sourceRange\" -m set --match-set KUBE-LOAD-BALANCER-FW dst,dst "
+        "-j KUBE-SOURCE-RANGES-FIREWALL",
+        "-A KUBE-SOURCE-RANGES-FIREWALL -m set --match-set KUBE-LOAD-BALANCER-SOURCE-CIDR dst,dst,src "
+        "-j RETURN",
+        "-A KUBE-SOURCE-RANGES-FIREWALL -m set --match-set KUBE-LOAD-BALANCER-SOURCE-IP dst,dst,src "
+        "-j RETURN",
+        "-A KUBE-SOURCE-RANGES-FIREWALL -j DROP",
         "COMMIT", ""])

@@ -15,6 +15,7 @@ import subprocess
 
 from netproxy.ipvs.plan import (
     DUMMY,
+    FILTER_CHAINS,
     IPSETS,
     NAT_CHAINS,
     SCHEDULERS,
@@ -53,6 +54,10 @@ CONN_REUSE_FIXED = (5, 9)
 JUMPS = (("PREROUTING", "KUBE-SERVICES", "kubernetes service portals"),
          ("OUTPUT", "KUBE-SERVICES", "kubernetes service portals"),
          ("POSTROUTING", "KUBE-POSTROUTING", "kubernetes postrouting rules"))
+# the filter hooks of loadBalancerSourceRanges (new connections only, as kube-proxy's)
+FILTER_JUMPS = tuple((chain, "KUBE-PROXY-FIREWALL", "kube-proxy firewall rules")
+                     for chain in ("INPUT", "FORWARD", "OUTPUT"))
+NEW = ["-m", "conntrack", "--ctstate", "NEW"]
 # kube-proxy's --ipvs-strict-arp: every ClusterIP/ExternalIP sits on kube-ipvs0, and by default Linux
 # answers ARP for any local address on any interface, so the node would claim every Service IP on its
 # LAN (the reason MetalLB / kube-vip in ARP mode need this): answer only for addresses of the
@@ -139,6 +144,11 @@ class IpvsProxier:
             check = subprocess.run([self.ipt, "-w", "-t", "nat", "-C", chain, *spec], capture_output=True)
             if check.returncode != 0:
                 _run([self.ipt, "-w", "-t", "nat", "-I", chain, *spec])
+        for chain, target, comment in FILTER_JUMPS:
+            spec = [*NEW, "-m", "comment", "--comment", comment, "-j", target]
+            if subprocess.run([self.ipt, "-w", "-t", "filter", "-C", chain, *spec],
+                              capture_output=True).returncode != 0:
+                _run([self.ipt, "-w", "-t", "filter", "-I", chain, *spec])
 
     def _delete_jump(self, chain: str, target: str, comment: str | None = None) -> None:
         spec = ["-m", "comment", "--comment", comment] if comment else []
@@ -234,9 +244,16 @@ class IpvsProxier:
         for chain, target, comment in JUMPS:
             self._delete_jump(chain, target, comment)
             self._delete_jump(chain, target)
+        for chain, target, comment in FILTER_JUMPS:
+            spec = [*NEW, "-m", "comment", "--comment", comment, "-j", target]
+            while subprocess.run([self.ipt, "-w", "-t", "filter", "-D", chain, *spec],
+                                 capture_output=True).returncode == 0:
+                pass
         for verb in ("-F", "-X"):  # every chain flushed before any is deleted: they jump to each other
             for chain in NAT_CHAINS:
                 subprocess.run([self.ipt, "-w", "-t", "nat", verb, chain], capture_output=True)
+            for chain in FILTER_CHAINS:
+                subprocess.run([self.ipt, "-w", "-t", "filter", verb, chain], capture_output=True)
         for name in IPSETS:
             subprocess.run(["ipset", "destroy", name], capture_output=True)
         self.applied = Desired()

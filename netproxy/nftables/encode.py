@@ -203,6 +203,8 @@ def _encode(b: _Out, rule: Rule) -> None:
                    nl.immediate_verdict(nl.GOTO, target))
     elif kind == "goto":
         b.add_rule(chain, nl.immediate_verdict(nl.GOTO, rule[1]))
+    elif kind == "drop":
+        b.add_rule(chain, nl.immediate_verdict(nl.DROP))
     elif kind == "svc_masq":
         _, vip, proto, port, cidr = rule
         e = (_daddr() + nl.cmp(nl.REG_1, nl.CMP_EQ, nl.ip4(vip))

@@ -214,6 +214,8 @@ def service(obj: dict[str, Any]) -> None:
         spec.setdefault("internalTrafficPolicy", "Cluster")
     if spec["type"] in ("NodePort", "LoadBalancer"):
         spec.setdefault("externalTrafficPolicy", "Cluster")
+    if spec["type"] == "LoadBalancer":
+        spec.setdefault("allocateLoadBalancerNodePorts", True)
     for p in spec.get("ports") or []:
         if isinstance(p, dict):
             p.setdefault("protocol", "TCP")
@@ -222,6 +224,21 @@ def service(obj: dict[str, Any]) -> None:
             if "port" in p:
                 p.setdefault("targetPort", p["port"])
     obj.setdefault("status", {}).setdefault("loadBalancer", {})
+
+
+def service_type_change(new: dict[str, Any], old: dict[str, Any]) -> None:
+    """kube-apiserver's dropTypeDependentFields: leaving LoadBalancer (or Local policy) drops the fields
+    that only meant something there, when the update left them as they were."""
+    spec, ospec = new.setdefault("spec", {}), old.get("spec") or {}
+    if spec.get("type") == "LoadBalancer":
+        return
+    for f in ("allocateLoadBalancerNodePorts", "loadBalancerClass", "healthCheckNodePort"):
+        if f in spec and spec.get(f) == ospec.get(f):
+            del spec[f]
+    if spec.get("type") in ("ClusterIP", "ExternalName") \
+            and ospec.get("type") in ("NodePort", "LoadBalancer") \
+            and spec.get("externalTrafficPolicy") == ospec.get("externalTrafficPolicy"):
+        spec.pop("externalTrafficPolicy", None)
 
 
 def horizontalpodautoscaler(obj: dict[str, Any]) -> None:

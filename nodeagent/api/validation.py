@@ -255,6 +255,39 @@ def _service(spec: dict[str, Any]) -> FieldErrors:
         if np is not None and typ == "ClusterIP":
             errs.append(err("FieldValueForbidden", f"spec.ports[{i}].nodePort",
                             "Forbidden: may not be used when `type` is 'ClusterIP'"))
+    return errs + _service_load_balancer(spec, typ)
+
+
+def _service_load_balancer(spec: dict[str, Any], typ: str) -> FieldErrors:
+    """kube-apiserver's checks of the LoadBalancer fields (ValidateService)."""
+    import ipaddress
+
+    errs: FieldErrors = []
+    lb = typ == "LoadBalancer"
+    for f in ("loadBalancerSourceRanges", "loadBalancerClass"):
+        if spec.get(f) and not lb:
+            errs.append(err("FieldValueForbidden", f"spec.{f}",
+                            "Forbidden: may only be used when `type` is 'LoadBalancer'"))
+    if spec.get("allocateLoadBalancerNodePorts") is not None and not lb:
+        errs.append(err("FieldValueForbidden", "spec.allocateLoadBalancerNodePorts",
+                        "Forbidden: may only be used when `type` is 'LoadBalancer'"))
+    for i, cidr in enumerate(spec.get("loadBalancerSourceRanges") or []):
+        try:
+            ipaddress.ip_network(str(cidr).strip(), strict=False)
+        except ValueError:
+            errs.append(invalid(f"spec.loadBalancerSourceRanges[{i}]", cidr,
+                                "must be a list of IP ranges. For example, 10.240.0.0/24,10.250.0.0/24 "))
+    ip = spec.get("loadBalancerIP")
+    if ip:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            errs.append(invalid("spec.loadBalancerIP", ip, "must be a valid IP address"))
+    hc = spec.get("healthCheckNodePort")
+    if hc and not (lb and spec.get("externalTrafficPolicy") == "Local"):
+        errs.append(invalid("spec.healthCheckNodePort", hc,
+                            "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` "
+                            "is 'Local'"))
     return errs
 
 
@@ -437,6 +470,11 @@ def validate_update(new: dict[str, Any], old: dict[str, Any], kind: str) -> Fiel
                 and ns.get("type") != "ExternalName":
             errs.append(err("FieldValueInvalid", "spec.clusterIPs[0]",
                             f'Invalid value: []string{{"{nip}"}}: may not change once set'))
+        ocls, ncls = os_.get("loadBalancerClass"), ns.get("loadBalancerClass")
+        if ocls and ocls != ncls and os_.get("type") == "LoadBalancer" and ns.get("type") == "LoadBalancer":
+            errs.append(invalid("spec.loadBalancerClass", ncls, "may not change once set"))
+        elif ncls and not ocls and os_.get("type") == "LoadBalancer":
+            errs.append(invalid("spec.loadBalancerClass", ncls, "may not change once set"))
     elif kind == "PersistentVolumeClaim":
         errs += storage.validate_pvc_update(new, old)
     elif kind == "PersistentVolume":

@@ -41,6 +41,8 @@ class Allocators:
         for p in spec.get("ports") or []:
             if p.get("nodePort"):
                 self.ports[(p["nodePort"], p.get("protocol", "TCP"))] = owner
+        if spec.get("healthCheckNodePort"):
+            self.ports[(spec["healthCheckNodePort"], "TCP")] = owner
 
     def release(self, svc: dict[str, Any]) -> None:
         owner = f"{svc['metadata'].get('namespace')}/{svc['metadata']['name']}"
@@ -84,6 +86,9 @@ class Allocators:
             spec["clusterIP"] = ip
             spec["clusterIPs"] = [ip]
         wants_np = typ in ("NodePort", "LoadBalancer")
+        # allocateLoadBalancerNodePorts: false: no nodePort is allocated, the ones given are kept
+        new_np = typ == "NodePort" or (typ == "LoadBalancer"
+                                       and spec.get("allocateLoadBalancerNodePorts", True))
         old_ports = {(p.get("port"), p.get("protocol", "TCP")): p.get("nodePort")
                      for p in oldspec.get("ports") or []}
         used_here: set[tuple[int, str]] = set()
@@ -93,6 +98,9 @@ class Allocators:
                 p.pop("nodePort", None)
                 continue
             np = p.get("nodePort") or old_ports.get((p.get("port"), proto))
+            if not np and not new_np:
+                p.pop("nodePort", None)
+                continue
             if np:
                 lo, hi = self.node_ports
                 if not lo <= np <= hi:
@@ -106,10 +114,33 @@ class Allocators:
                 np = self._free_port(proto, used_here)
             p["nodePort"] = np
             used_here.add((np, proto))
+        errs += self._health_check_port(spec, oldspec, owner, used_here)
         if errs:
             return errs
         self.release(svc)
         self._hold(svc)
+        return []
+
+    def _health_check_port(self, spec: dict[str, Any], oldspec: dict[str, Any], owner: str,
+                           used_here: set[tuple[int, str]]) -> list[dict[str, str]]:
+        """spec.healthCheckNodePort: a node port for a LoadBalancer Service with Local external traffic
+        policy (kube-proxy answers it with the node's local endpoint count), kept across updates."""
+        if not (spec.get("type") == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local"):
+            spec.pop("healthCheckNodePort", None)
+            return []
+        hc = spec.get("healthCheckNodePort") or oldspec.get("healthCheckNodePort")
+        if hc:
+            lo, hi = self.node_ports
+            if not lo <= hc <= hi:
+                return [err("FieldValueInvalid", "spec.healthCheckNodePort",
+                            f"Invalid value: {hc}: provided port is not in the valid range. The range of "
+                            f"valid ports is {lo}-{hi}")]
+            if self.ports.get((hc, "TCP"), owner) != owner or (hc, "TCP") in used_here:
+                return [err("FieldValueInvalid", "spec.healthCheckNodePort",
+                            f"Invalid value: {hc}: provided port is already allocated")]
+        else:
+            hc = self._free_port("TCP", used_here)
+        spec["healthCheckNodePort"] = hc
         return []
 
     def _free_ip(self) -> str | None:

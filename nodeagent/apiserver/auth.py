@@ -106,6 +106,7 @@ def cert_user(peercert: dict | None) -> User | None:
 
 
 READ_VERBS = {"get", "list", "watch"}
+LB_LEASE_NAMESPACE, LB_LEASE_PREFIX = "kube-system", "nodeagent-lb-"
 
 
 def node_may(node: str, verb: str, resource: str, subresource: str, namespace: str, name: str,
@@ -117,7 +118,9 @@ def node_may(node: str, verb: str, resource: str, subresource: str, namespace: s
     delete those pods), and events. For its local-path provisioner (a node-side component, so volumes are
     made and removed by the node that owns the disk) it may also write the PersistentVolumes pinned to it
     by nodeAffinity, and the status of claims selected for it (resize), as the kubelet updates claim status
-    after a node expansion.
+    after a node expansion. Its LoadBalancer speaker elects the owner of each address through the Leases
+    `nodeagent-lb-<ip>` in kube-system (MetalLB's speaker has a ServiceAccount for that; here it speaks as
+    its node).
     """
     if verb in READ_VERBS and subresource not in ("exec", "attach", "portforward", "proxy"):
         return None
@@ -130,6 +133,9 @@ def node_may(node: str, verb: str, resource: str, subresource: str, namespace: s
                             and (obj.get("metadata") or {}).get("name") == node):
             return None
         return f"node \"{node}\" is not allowed to modify node \"{name or '<new>'}\""
+    if resource == "leases" and namespace == LB_LEASE_NAMESPACE and (
+            (name or ((obj or {}).get("metadata") or {}).get("name") or "").startswith(LB_LEASE_PREFIX)):
+        return None  # the L2 speakers' per-address leases (a node's speaker elects owners with them)
     if resource == "leases":
         if namespace == "kube-node-lease" and (name == node or (
                 verb == "create" and obj is not None and (obj.get("metadata") or {}).get("name") == node)):

@@ -409,6 +409,8 @@ class Registry:
             nm["managedFields"] = cur_meta["managedFields"]  # a write that does not mention them keeps them
         if res.kind == "Namespace":
             defaults.namespace(new)
+        if res is SERVICES and not subresource:
+            defaults.service_type_change(new, current)
         if not subresource:
             defaults.apply_defaults(new, res.kind)
         self._admit_custom(res, new, current)

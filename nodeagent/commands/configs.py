@@ -28,6 +28,7 @@ from nodeagent.dns.config import DNSConfig
 from nodeagent.ingress.config import IngressConfig
 from nodeagent.kubelet.config import KubeletConfig, parse_cluster_dns
 from nodeagent.layout import REGISTRIES, Layout
+from nodeagent.lbspeaker.config import SpeakerConfig
 from nodeagent.nodenet.config import CNIConfig, NodeNetConfig, PodCIDRConfig, PodNetworkConfig
 from nodeagent.nodenet.network import PodNetwork
 from nodeagent.runner import Component
@@ -55,6 +56,7 @@ class Configs:
     podnetwork: PodNetworkConfig | None = None
     nodenet: NodeNetConfig | None = None
     ingress: IngressConfig | None = None
+    lbspeaker: SpeakerConfig | None = None
 
     def by_component(self) -> dict[str, Any]:
         """{component name: its config}, what `runner.run_components` hands each `serve`."""
@@ -65,7 +67,10 @@ class Configs:
         return out
 
     def components(self, table: list[Component]) -> list[Component]:
-        """The command's component table, with the `cri` component standing in for an external runtime."""
+        """The command's component table, with the `cri` component standing in for an external runtime; a
+        component its flags turned off (no config, e.g. --lb-announce none) is left out."""
+        configured = self.by_component()
+        table = [c for c in table if c.name in configured]
         if not self.external_runtime:
             return table
         return [dataclasses.replace(c, target=f"{__name__}:external_runtime") if c.name == "cri" else c
@@ -183,7 +188,10 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
     netproxy = ProxyConfig(
         mode=args.proxy_mode, node_name=node_name, node_ips=(node_ip,) if node_ip else (),
         rule_counters=args.proxy_rule_counters, ipvs_scheduler=args.ipvs_scheduler,
-        ipvs_strict_arp=args.ipvs_strict_arp, cleanup_on_stop=layout.throwaway, credentials=credentials)
+        # the L2 speaker needs strict ARP in ipvs mode (MetalLB's documented requirement): every
+        # LoadBalancer address sits on kube-ipvs0 of every node, which would otherwise all answer ARP for it
+        ipvs_strict_arp=args.ipvs_strict_arp or (args.proxy_mode == "ipvs" and args.lb_announce == "l2"),
+        cleanup_on_stop=layout.throwaway, credentials=credentials)
     netpol = NetpolConfig(
         chain_prefix=layout.netpol_chain_prefix, set_prefix=layout.netpol_set_prefix,
         table=layout.netpol_table, mode=args.proxy_mode if args.proxy_mode in NETPOL_MODES else "iptables",
@@ -195,11 +203,13 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
         metrics_port=args.ingress_metrics_port if args.ingress_metrics_port is not None else
         layout.ingress_metrics_port or free_tcp_port()) \
         if args.ingress else None
+    lbspeaker = SpeakerConfig(credentials=credentials, node_name=node_name, node_ip=node_ip,
+                              interface=args.lb_interface or None) if args.lb_announce == "l2" else None
     return {"cni": CNIConfig(network, cgroup_root), "cri": cri, "external_runtime": external,
             "podcidr": PodCIDRConfig(network, node_name, credentials), "kubelet": kubelet,
             "netproxy": netproxy, "netpol": netpol,
             "nodenet": NodeNetConfig(node_name, credentials, node_ip=node_ip, pod_subnet=network.subnet),
-            "ingress": ingress}
+            "ingress": ingress, "lbspeaker": lbspeaker}
 
 
 def free_tcp_port() -> int:
@@ -294,6 +304,26 @@ def add_autoscaling_arguments(p: argparse.ArgumentParser) -> None:
                    default=30.0,
                    help="after a pod starts, readiness changes count as its first readiness "
                         "(default: 30s)")
+
+
+def add_service_lb_arguments(p: argparse.ArgumentParser) -> None:
+    """The LoadBalancer service controller's address pool (the control plane's part of LoadBalancer
+    Services; every node's speaker announces what it allocates)."""
+    p.add_argument("--service-lb-pool", default="", metavar="CIDR[,CIDR]",
+                   help="addresses LoadBalancer Services get their status.loadBalancer.ingress IP from "
+                        "(CIDRs or FIRST-LAST ranges; default: none, so they stay <pending> with an event, "
+                        "as kube-controller-manager without a cloud; `nodeagent lab` gives one of its "
+                        "node network)")
+
+
+def with_service_lb(options: ControllerOptions, args: argparse.Namespace) -> ControllerOptions:
+    from nodeagent.api.service_lb import parse_pool
+
+    try:
+        parse_pool(args.service_lb_pool)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    return dataclasses.replace(options, service_lb_pool=args.service_lb_pool)
 
 
 def with_autoscaling(options: ControllerOptions, args: argparse.Namespace) -> ControllerOptions:

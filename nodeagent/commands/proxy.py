@@ -45,7 +45,7 @@ def add_ipvs_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ipvs-strict-arp", action="store_true",
                    help="ipvs mode: set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2, so the node stops "
                         "answering ARP for the Service IPs on kube-ipvs0 (needed by MetalLB / "
-                        "kube-vip in L2 mode)")
+                        "kube-vip in L2 mode; on `up`/`agent`, on whenever --lb-announce is l2)")
 
 
 def load_objects(paths: list[str]) -> tuple[list[dict], list[dict]]:

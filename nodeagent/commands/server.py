@@ -78,15 +78,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="nodes in a zone to count as large")
     c.add_argument("--terminated-pod-gc-threshold", type=int, default=12500,
                    help="terminated pods kept before PodGC deletes the oldest (0: never)")
-    from nodeagent.commands.configs import add_autoscaling_arguments
+    from nodeagent.commands.configs import add_autoscaling_arguments, add_service_lb_arguments
 
     add_autoscaling_arguments(p)
+    add_service_lb_arguments(p)
 
 
 def config_from_args(args: argparse.Namespace) -> Configs:
     from nodeagent.apiserver.config import ApiServerConfig
     from nodeagent.commands import user_kubeconfig
-    from nodeagent.commands.configs import Configs, cli_errors, control_plane_configs, with_autoscaling
+    from nodeagent.commands.configs import (
+        Configs,
+        cli_errors,
+        control_plane_configs,
+        with_autoscaling,
+        with_service_lb,
+    )
     from nodeagent.controllers.options import ControllerOptions
     from nodeagent.layout import Layout
 
@@ -111,6 +118,7 @@ def config_from_args(args: argparse.Namespace) -> Configs:
             unhealthy_zone_threshold=args.unhealthy_zone_threshold,
             large_cluster_size_threshold=args.large_cluster_size_threshold,
             terminated_pod_gc_threshold=args.terminated_pod_gc_threshold), args)
+        options = with_service_lb(options, args)
         configs = control_plane_configs(api, layout, controllers=args.controllers, options=options,
                                         pod_network=args.pod_network, scheduler_config=args.scheduler_config)
     return Configs(layout=layout, **{k: v for k, v in configs.items() if k not in args.without})

@@ -45,6 +45,7 @@ COMPONENTS = [
     Component("nodenet", "nodeagent.nodenet.nodenet_service:serve", "the multi-node issue",
               after=("apiserver",)),
     Component("ingress", "nodeagent.ingress.service:serve", "the traffic-in issue", after=("apiserver",)),
+    Component("lbspeaker", "nodeagent.lbspeaker.service:serve", "the traffic-in issue", after=("apiserver",)),
 ]
 
 # `nodeagent agent`: the node part alone, against a remote apiserver.
@@ -57,6 +58,7 @@ NODE_COMPONENTS = [
     Component("netpol", "netpol.service:serve", "the dns/netpol issue"),
     Component("nodenet", "nodeagent.nodenet.nodenet_service:serve", "the multi-node issue"),
     Component("ingress", "nodeagent.ingress.service:serve", "the traffic-in issue"),
+    Component("lbspeaker", "nodeagent.lbspeaker.service:serve", "the traffic-in issue"),
 ]
 
 
@@ -135,6 +137,13 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ingress-metrics-port", type=int, default=None,
                    help="the ingress proxy's Prometheus metrics port, /metrics (default: 10254 for the "
                         "default data dir, else any free one; 0: off)")
+    p.add_argument("--lb-announce", default="l2", choices=("l2", "none"),
+                   help="how this node announces LoadBalancer addresses: l2 answers ARP for the ones it "
+                        "owns (one node per address, through a Lease; MetalLB's layer-2 mode), none leaves "
+                        "it to another speaker, e.g. BGP (default: %(default)s)")
+    p.add_argument("--lb-interface", default=None,
+                   help="the interface ARP is answered on (default: the one holding --node-ip, else the "
+                        "default route's)")
     p.add_argument("--registries", default=None, metavar="FILE",
                    help="the runtime's mirrors, rewrites, registry auth and TLS in k3s's registries.yaml "
                         f"format, re-read when it changes (default: {REGISTRIES} when it exists)")
@@ -164,9 +173,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pod range the node IPAM hands node podCIDRs (/24 each) out of (default: "
                         "10.244.0.0/16 for the default data dir, else 10.240.<tag>.0/24, so instances on "
                         "one host do not collide; with --pod-subnet, that subnet)")
-    from nodeagent.commands.configs import add_autoscaling_arguments
+    from nodeagent.commands.configs import add_autoscaling_arguments, add_service_lb_arguments
 
     add_autoscaling_arguments(p)
+    add_service_lb_arguments(p)
 
 
 def config_from_args(args: argparse.Namespace) -> Configs:
@@ -182,10 +192,12 @@ def config_from_args(args: argparse.Namespace) -> Configs:
         control_plane_configs,
         node_configs,
         with_autoscaling,
+        with_service_lb,
     )
 
     layout = Layout.for_data_dir(args.data_dir)
-    options = with_autoscaling(up_controller_options(args.data_dir, args.cluster_cidr, args.pod_subnet), args)
+    options = with_service_lb(with_autoscaling(
+        up_controller_options(args.data_dir, args.cluster_cidr, args.pod_subnet), args), args)
     # a throwaway instance serves cluster DNS on a port of its own (the kube-dns EndpointSlice carries it)
     dns_listen = f"0.0.0.0:{free_udp_tcp_port()}" if layout.throwaway else DNS_LISTEN
     with cli_errors("up"):

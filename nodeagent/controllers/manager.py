@@ -35,6 +35,7 @@ from nodeagent.controllers.replicaset_controller import ReplicaSetController
 from nodeagent.controllers.replicationcontroller_controller import ReplicationControllerController
 from nodeagent.controllers.serviceaccount_controller import ServiceAccountController
 from nodeagent.controllers.serviceaccounttoken_controller import ServiceAccountTokenController
+from nodeagent.controllers.servicelb_controller import ServiceLBController
 from nodeagent.controllers.statefulset_controller import StatefulSetController
 
 log = logging.getLogger("nodeagent.controllers")
@@ -46,7 +47,7 @@ CONTROLLERS: tuple[type[Controller], ...] = (
     StatefulSetController, ServiceAccountController, ResourceQuotaController, EndpointsController,
     CSRApprovingController, CSRSigningController, DisruptionController, HorizontalPodAutoscalerController,
     PersistentVolumeBinderController, PVProtectionController,
-    ServiceAccountTokenController,
+    ServiceAccountTokenController, ServiceLBController,
 )
 
 

@@ -48,8 +48,16 @@ class ControllerOptions:
     # takes the server's pki/sa.key and ca.crt by default; kube-root-ca.crt is the apiserver's Bootstrap's)
     service_account_private_key_file: str | None = None  # --service-account-private-key-file
     root_ca_file: str | None = None  # --root-ca-file
+    # LoadBalancer Services: the addresses the service controller allocates from ("" = none: they stay
+    # pending, as kube-controller-manager without a cloud provider); CIDR[,CIDR] or FIRST-LAST
+    service_lb_pool: str = ""  # --service-lb-pool
     # the clock: monotonic() for periods and rate limits, now() for API timestamps and schedules
     clock: Clock = REAL_CLOCK
+
+    def __post_init__(self) -> None:
+        from nodeagent.api.service_lb import parse_pool
+
+        parse_pool(self.service_lb_pool)  # ValueError naming the bad range
 
     def lifecycle_settings(self) -> nodelifecycle.Settings:
         return nodelifecycle.Settings(

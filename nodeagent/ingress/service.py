@@ -21,11 +21,11 @@ from kernel.fs import atomic_write
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer
 from nodeagent.client.leader import LeaderElector
+from nodeagent.client.loadbalancer import set_load_balancer_status
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.ingress import gateway
 from nodeagent.ingress.config import IngressConfig
 from nodeagent.ingress.haproxy import Listen, render
-from nodeagent.ingress.loadbalancer import set_load_balancer_status
 from nodeagent.ingress.model import CONTROLLER, DEFAULT_CLASS_ANNOTATION, Desired, Problem, build, ours
 from nodeagent.ingress.proxy import HAProxy, InvalidConfig, ProxyDown
 

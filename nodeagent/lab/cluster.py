@@ -213,7 +213,9 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: Se
             *py, "server", "--data-dir", topo.server_dir, "--bind-address", first.address,
             "--port", str(API_PORT), "--datastore", "memory", "--pod-network", network,
             "--cluster-cidr", POD_CLUSTER_CIDR,
-            "--node-monitor-grace-period", str(node_monitor_grace_period), *server_args]), logs["server"])
+            "--node-monitor-grace-period", str(node_monitor_grace_period),
+            *(() if "--service-lb-pool" in server_args else ("--service-lb-pool", topo.lb_pool)),
+            *server_args]), logs["server"])
         _wait("the apiserver",
               lambda: Path(topo.kubeconfig).exists() and _api_get(topo.kubeconfig, "/version"),
               60, procs, logs)

@@ -37,6 +37,12 @@ class Topology:
         return f"{self.subnet_prefix}.254"
 
     @property
+    def lb_pool(self) -> str:
+        """The LoadBalancer addresses the lab's server hands out: a /28 of the node network (above its
+        nodes)."""
+        return f"{self.subnet_prefix}.224/28"
+
+    @property
     def server_address(self) -> str:
         return self.nodes[0].address
 

@@ -1,5 +1,5 @@
 """`status.loadBalancer` of an Ingress or a Service, written through one helper (the Ingress controller
-uses it; a LoadBalancer Service controller can too): the same shape, compared before it is written, so
+and the LoadBalancer service controller use it): the same shape, compared before it is written, so
 an unchanged status costs no write."""
 
 from __future__ import annotations
