@@ -366,3 +366,18 @@ async def test_webhook_configurations_are_never_sent_to_webhooks(env):
     cfg["webhooks"][0]["failurePolicy"] = "Ignore"
     await reg.update(VWC, None, "cfg", cfg)  # a dead catch-all webhook does not lock its own fix out
     await reg.delete(VWC, None, "cfg")
+
+
+def test_kubectl_apply_patches_webhooks_by_name():
+    """webhooks and matchConditions merge by name (patchMergeKey), so a re-apply changing one field of one
+    webhook keeps the rest of it."""
+    from nodeagent.api.patch import strategic_merge
+
+    cur = {"webhooks": [{"name": "a.example.com", "sideEffects": "None", "failurePolicy": "Fail",
+                         "matchConditions": [{"name": "x", "expression": "true"}]},
+                        {"name": "b.example.com", "sideEffects": "None"}]}
+    patch = {"webhooks": [{"name": "a.example.com", "failurePolicy": "Ignore"}]}
+    out = strategic_merge(cur, patch)
+    assert out["webhooks"][0] == {"name": "a.example.com", "sideEffects": "None", "failurePolicy": "Ignore",
+                                  "matchConditions": [{"name": "x", "expression": "true"}]}
+    assert out["webhooks"][1] == {"name": "b.example.com", "sideEffects": "None"}
