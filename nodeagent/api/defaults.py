@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from nodeagent.api import storage
+from nodeagent.api import admission_webhooks, storage
 from nodeagent.api.env_validation import default_field_refs
 from nodeagent.api.qos import compute_pod_qos
 
@@ -303,6 +303,8 @@ BY_KIND = {
     "Secret": secret, "Node": node, "PriorityClass": priorityclass, "NetworkPolicy": networkpolicy,
     "PersistentVolume": storage.default_pv, "PersistentVolumeClaim": storage.default_pvc,
     "StorageClass": storage.default_sc,
+    admission_webhooks.MUTATING: admission_webhooks.default_configuration,
+    admission_webhooks.VALIDATING: admission_webhooks.default_configuration,
 }
 
 

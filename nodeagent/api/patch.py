@@ -134,6 +134,7 @@ MERGE_KEYS: dict[str, str] = {
     "conditions": "type", "addresses": "type", "taints": "key", "ownerReferences": "uid",
     "hostAliases": "ip", "topologySpreadConstraints": "topologyKey", "resourceClaims": "name",
     "readinessGates": "conditionType", "schedulingGates": "name",
+    "webhooks": "name", "matchConditions": "name",  # admissionregistration's webhook configurations
 }
 SET_LISTS = {"finalizers"}  # primitive lists merged as sets
 

@@ -106,6 +106,10 @@ RESOURCES: tuple[Resource, ...] = (
       False, ("csr",), (), ("status", "approval")),
     R("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
       ("crd", "crds"), (), ("status",)),
+    R("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration",
+      False, (), ("api-extensions",)),
+    R("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+      "ValidatingWebhookConfiguration", False, (), ("api-extensions",)),
     R("apiregistration.k8s.io", "v1", "apiservices", "APIService", False, (), ("api-extensions",),
       ("status",)),
     # metrics.k8s.io: computed from the kubelets' resource metrics on every read, never stored

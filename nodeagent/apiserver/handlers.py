@@ -29,6 +29,7 @@ from nodeagent.apiserver import (
     subresources,
     table,
     versions,
+    webhooks,
 )
 from nodeagent.apiserver.authn import token_request
 from nodeagent.apiserver.authn.serviceaccount import ServiceAccountAuthenticator
@@ -219,9 +220,12 @@ class Handlers:
             await self._authorize(user, info, body)
         if res.group == METRICS_GROUP:
             return self._metrics_api_response(await self._metrics_api(info, q), res, wants, q)
-        warnings: list[str] = []
+        # who asks, for admission webhooks, and the warnings the response carries (this task's own context)
+        scope = webhooks.RequestScope(user)
+        webhooks.REQUEST.set(scope)
+        warnings = scope.warnings
         if verb in ("create", "update", "patch") and not info.subresource:
-            warnings = await field_validation.check(self.openapi, res, verb, q, body, info.patch_type)
+            warnings += await field_validation.check(self.openapi, res, verb, q, body, info.patch_type)
         if versions.converted(res):
             return _warned(await self._converted(request, info, body, dry_run, wants), warnings)
         sub = info.subresource
@@ -232,7 +236,8 @@ class Handlers:
                                              info.namespace or "", info.name or "", body)
             return json_response(out, 201)
         if sub:
-            return await subresources.handle(self.registry, self.kubelet_proxy, request, info, body, dry_run)
+            return _warned(await subresources.handle(self.registry, self.kubelet_proxy, request, info, body,
+                                                     dry_run), warnings)
         if verb == "get":
             await self.cache.wait_fresh()
             entry = self.cache.get(res.key(info.namespace, info.name or ""))
@@ -253,8 +258,8 @@ class Handlers:
             pending = bool(obj["metadata"].get("deletionTimestamp")) and not dry_run
             still_there = pending and await self._exists(res, info.namespace, info.name or "")
             if res.name in _RETURNS_OBJECT_ON_DELETE or still_there:
-                return json_response(obj, 202 if still_there else 200)
-            return json_response(success_status(res, obj))
+                return _warned(json_response(obj, 202 if still_there else 200), warnings)
+            return _warned(json_response(success_status(res, obj)), warnings)
         if verb == "deletecollection":
             opts = self._delete_options(q, body)
             items, _, _ = await self.registry.list(res, info.namespace, *self._selectors(res, q))

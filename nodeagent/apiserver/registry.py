@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from nodeagent.api import defaults, schema_validation, storage, validation
+from nodeagent.api import admission_webhooks, defaults, schema_validation, storage, validation
 from nodeagent.api.pod_validation import validate_ephemeral_update, validate_pod_create
 from nodeagent.api.qos import compute_pod_qos
 from nodeagent.api.resources import Resource, builtin
@@ -27,6 +27,7 @@ from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import admission, errors, lifecycle
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.webhooks import Attributes, WebhookAdmission
 from nodeagent.store import base as store_base
 
 if TYPE_CHECKING:
@@ -125,6 +126,13 @@ class Registry:
         self._bg: set[asyncio.Task] = set()
         # the watch cache, when the server has one: admission reads from it
         self.cache: WatchCache | None = None
+        # the admission webhooks, when the server calls them
+        self.webhooks: WebhookAdmission | None = None
+
+    def enable_webhooks(self) -> None:
+        """Call admission webhooks on writes (kube-apiserver's MutatingAdmissionWebhook and
+        ValidatingAdmissionWebhook plugins), their configurations read like every admission input."""
+        self.webhooks = WebhookAdmission(self._lookup)
 
     async def _lookup(self, res: Resource, ns: str | None) -> list[dict[str, Any]]:
         """Objects of a kind for admission decisions (read-only): from the watch cache when there is one."""
@@ -207,7 +215,12 @@ class Registry:
             await self._admit_storage(res, obj)
         if res is CRDS:
             lifecycle.establish_crd(obj)
+        attrs = Attributes(res, "CREATE", ns or "", meta["name"], obj, None, dry_run=dry_run)
+        obj = await self._mutating_webhooks(attrs, None)
+        meta = obj["metadata"]
         self._validate(res, obj)
+        if self.webhooks is not None:
+            await self.webhooks.validate(attrs)
         if res is SERVICES:
             async with self._svc_lock:
                 await self._refresh_allocations()
@@ -223,6 +236,33 @@ class Registry:
         if res is NAMESPACES and not dry_run:
             await self._ensure_default_sa(meta["name"])
         return created
+
+    async def _mutating_webhooks(self, attrs: Attributes, old: dict[str, Any] | None) -> dict[str, Any]:
+        """The mutating webhooks on `attrs.obj`; a changed object is defaulted (and a custom one pruned and
+        checked) again, as kube-apiserver decodes a webhook's patched object; what identifies the object
+        (name, namespace, uid, creationTimestamp) is kept."""
+        obj = attrs.obj
+        assert obj is not None
+        if self.webhooks is None:
+            return obj
+        before = copy.deepcopy(obj)
+        patched = await self.webhooks.mutate(attrs)
+        if patched is None or patched == before:
+            return obj
+        meta = patched.get("metadata")
+        if not isinstance(meta, dict):
+            meta = patched["metadata"] = {}
+        for k in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion"):
+            if k in before["metadata"]:
+                meta[k] = before["metadata"][k]
+            else:
+                meta.pop(k, None)
+        patched["apiVersion"], patched["kind"] = attrs.res.api_version, attrs.res.kind
+        if not attrs.subresource:
+            defaults.apply_defaults(patched, attrs.res.kind)
+            self._admit_custom(attrs.res, patched, old)
+        attrs.obj = patched
+        return patched
 
     async def _quota_and_create(self, res: Resource, ns: str | None, obj: dict[str, Any],
                                 dry_run: bool) -> dict[str, Any]:
@@ -366,6 +406,8 @@ class Registry:
 
     def _validate(self, res: Resource, obj: dict[str, Any]) -> None:
         errs = validation.validate(obj, res.kind, res.namespaced)
+        if res.group == admission_webhooks.GROUP and res.kind in admission_webhooks.KINDS:
+            errs += admission_webhooks.validate_configuration(obj)
         if errs:
             raise errors.invalid(res.kind,
                                  obj["metadata"].get("name") or obj["metadata"].get("generateName", ""),
@@ -414,6 +456,9 @@ class Registry:
         if not subresource:
             defaults.apply_defaults(new, res.kind)
         self._admit_custom(res, new, current)
+        attrs = Attributes(res, "UPDATE", ns or "", name, new, current, subresource, dry_run)
+        new = await self._mutating_webhooks(attrs, current)
+        nm = new["metadata"]
         if "generation" in cur_meta:
             changed = _spec_part(new) != _spec_part(current)
             nm["generation"] = cur_meta["generation"] + (1 if changed else 0)
@@ -428,6 +473,8 @@ class Registry:
                 raise errors.invalid(res.kind, name, errs, res.group)
             if res.kind == "PersistentVolumeClaim":
                 await self._admit_claim_resize(new, current)
+        if self.webhooks is not None:
+            await self.webhooks.validate(attrs)
         if res is SERVICES and not subresource:
             async with self._svc_lock:
                 await self._refresh_allocations()
@@ -524,6 +571,11 @@ class Registry:
                                   "Precondition failed: ResourceVersion in precondition: "
                                   f"{pre['resourceVersion']}, ResourceVersion in object meta: "
                                   f"{meta.get('resourceVersion')}")
+        if self.webhooks is not None:
+            attrs = Attributes(res, "DELETE", ns or "", name, None, current, dry_run=dry_run,
+                               options={k: v for k, v in options.items() if k not in ("apiVersion", "kind")})
+            await self.webhooks.mutate(attrs)
+            await self.webhooks.validate(attrs)
         if dry_run:
             return current
         grace = options.get("gracePeriodSeconds")
@@ -592,6 +644,8 @@ class Registry:
         self.alloc.rebuild(services)
 
     async def close(self) -> None:
+        if self.webhooks is not None:
+            await self.webhooks.close()
         for t in list(self._bg):
             t.cancel()
         for t in list(self._bg):

@@ -93,6 +93,7 @@ class ApiServer:
         self.cache = WatchCache(self.store)
         await self.cache.start()
         self.registry.cache = self.cache
+        self.registry.enable_webhooks()
         bootstrap_tokens = BootstrapTokenAuthenticator(self.store, self.cache)
         sa_keys = await asyncio.to_thread(ServiceAccountKeys, self.data_dir / "pki",
                                           self.cfg.service_account_issuer, self.cfg.api_audiences)
