@@ -15,7 +15,7 @@ import json
 import logging
 import random
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from nodeagent.api import defaults, schema_validation, storage, validation
@@ -125,6 +125,9 @@ class Registry:
         self._bg: set[asyncio.Task] = set()
         # the watch cache, when the server has one: admission reads from it
         self.cache: WatchCache | None = None
+        # the server's policy check on a write (RBAC escalation prevention): (resource, group, new, old)
+        self.write_check: Callable[[str, str, dict[str, Any], dict[str, Any] | None],
+                                   Awaitable[None]] | None = None
 
     async def _lookup(self, res: Resource, ns: str | None) -> list[dict[str, Any]]:
         """Objects of a kind for admission decisions (read-only): from the watch cache when there is one."""
@@ -208,6 +211,8 @@ class Registry:
         if res is CRDS:
             lifecycle.establish_crd(obj)
         self._validate(res, obj)
+        if self.write_check is not None:
+            await self.write_check(res.name, res.group, obj, None)
         if res is SERVICES:
             async with self._svc_lock:
                 await self._refresh_allocations()
@@ -426,6 +431,8 @@ class Registry:
                 raise errors.invalid(res.kind, name, errs, res.group)
             if res.kind == "PersistentVolumeClaim":
                 await self._admit_claim_resize(new, current)
+            if self.write_check is not None:
+                await self.write_check(res.name, res.group, new, current)
         if res is SERVICES and not subresource:
             async with self._svc_lock:
                 await self._refresh_allocations()
