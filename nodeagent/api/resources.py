@@ -94,13 +94,21 @@ RESOURCES: tuple[Resource, ...] = (
     R("autoscaling", "v1", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",),
       _ALL, ("status",)),
     R("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
-    # RBAC objects are stored and served (manifests carry them); authorization itself is
-    # admin/NodeRestriction.
+    # RBAC objects: read by the apiserver's authorizer (apiserver/authz/)
     R("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     R("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
     R("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
     R("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
     R("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False, (), (), (),
+      ("create",)),
+    R("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False, (), (), (),
+      ("create",)),
+    R("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False, (), (), (),
+      ("create",)),
+    R("authorization.k8s.io", "v1", "localsubjectaccessreviews", "LocalSubjectAccessReview", True, (), (), (),
+      ("create",)),
+    R("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", False, (), (), (), ("create",)),
+    R("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", False, (), (), (),
       ("create",)),
     R("certificates.k8s.io", "v1", "certificatesigningrequests", "CertificateSigningRequest",
       False, ("csr",), (), ("status", "approval")),
@@ -117,7 +125,9 @@ RESOURCES: tuple[Resource, ...] = (
     R("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", True, (), (), (), ("get", "list")),
 )
 METRICS_GROUP = "metrics.k8s.io"
-VIRTUAL = {"selfsubjectaccessreviews"}  # computed on create, never stored
+# computed on create, never stored
+VIRTUAL = {"selfsubjectaccessreviews", "selfsubjectrulesreviews", "subjectaccessreviews",
+           "localsubjectaccessreviews", "tokenreviews", "selfsubjectreviews"}
 
 # Resources served in a version other than the one they are stored in: (group, version, name) -> the
 # stored version. Their objects live under the stored resource's keys, converted per request.

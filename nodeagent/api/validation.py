@@ -100,6 +100,9 @@ NAME_RULES: dict[str, Callable[[str], list[str]]] = {
     "Deployment": dns1123_subdomain, "ReplicaSet": dns1123_subdomain, "StatefulSet": dns1123_label,
     "DaemonSet": dns1123_subdomain, "Job": dns1123_subdomain, "CronJob": dns1123_subdomain,
     "Event": path_segment_name, "Lease": dns1123_subdomain,
+    # rbac's ValidateRBACName: any path segment ("system:controller:x", "kubeadm:…")
+    "Role": path_segment_name, "ClusterRole": path_segment_name, "RoleBinding": path_segment_name,
+    "ClusterRoleBinding": path_segment_name,
 }
 
 

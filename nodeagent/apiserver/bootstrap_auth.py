@@ -68,7 +68,10 @@ def record_requester(body: Any, user: auth.User) -> None:
     """A new CertificateSigningRequest names who asked (spec.username/groups), as the CSR strategy does."""
     if isinstance(body, dict):
         spec = body.setdefault("spec", {})
-        spec["username"], spec["groups"] = user.name, list(user.groups) + ["system:authenticated"]
+        groups = list(user.groups)
+        if "system:authenticated" not in groups:
+            groups.append("system:authenticated")
+        spec["username"], spec["groups"] = user.name, groups
         spec.pop("uid", None)
 
 

@@ -68,14 +68,17 @@ def bad_request(message: str) -> ApiError:
 
 
 def forbidden(user: str, verb: str, resource: str, group: str, namespace: str, name: str,
-              why: str = "") -> ApiError:
+              why: str = "", kind: str = "") -> ApiError:
+    """kube-apiserver's 403 for a refused request: `resource` as the request names it (`pods/log`), `kind`
+    the resource alone (default: `resource` up to a slash)."""
+    kind = kind or resource.split("/", 1)[0]
     where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
-    what = f'{_qual(resource, group)} "{name}"' if name else _qual(resource, group)
+    what = f'{_qual(kind, group)} "{name}"' if name else _qual(kind, group)
     msg = (f'{what} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
            f'in API group "{group}"{where}')
     if why:
         msg += f": {why}"
-    d = {"kind": resource}
+    d = {"kind": kind}
     if name:
         d["name"] = name
     if group:

@@ -33,6 +33,15 @@ from nodeagent.apiserver import (
 )
 from nodeagent.apiserver.authn import token_request
 from nodeagent.apiserver.authn.serviceaccount import ServiceAccountAuthenticator
+from nodeagent.apiserver.authz import impersonation, reviews
+from nodeagent.apiserver.authz.attributes import (
+    AUTHENTICATED_GROUP,
+    Attributes,
+    Subject,
+    forbidden_message,
+)
+from nodeagent.apiserver.authz.chain import Authorizer
+from nodeagent.apiserver.authz.escalation import REQUESTER
 from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
 from nodeagent.apiserver.cache import Entry, WatchCache
 from nodeagent.apiserver.codec import JSON, json_response
@@ -84,6 +93,21 @@ def _warned(resp: web.StreamResponse, warnings: list[str]) -> web.StreamResponse
     return resp
 
 
+def with_authenticated(user: auth.User) -> auth.User:
+    """An authenticated user is also in system:authenticated (kube's authenticator group adder)."""
+    if AUTHENTICATED_GROUP in user.groups:
+        return user
+    return auth.User(user.name, user.groups + (AUTHENTICATED_GROUP,), user.uid, user.extra)
+
+
+def subject_of(user: auth.User) -> Subject:
+    return Subject(user.name, user.groups, user.uid, user.extra)
+
+
+def as_user(s: Subject) -> auth.User:
+    return auth.User(s.name, s.groups, s.uid, s.extra)
+
+
 class Wants:
     """What the Accept header asks for: plain JSON, a Table, or PartialObjectMetadata."""
 
@@ -102,7 +126,10 @@ class Handlers:
                  kubelet_proxy: subresources.KubeletProxy | None = None,
                  bootstrap_tokens: BootstrapTokenAuthenticator | None = None,
                  join_tokens: JoinTokens | None = None, metrics_api: MetricsAPI | None = None,
-                 service_accounts: ServiceAccountAuthenticator | None = None) -> None:
+                 service_accounts: ServiceAccountAuthenticator | None = None,
+                 authorizer: Authorizer | None = None) -> None:
+        # Node,RBAC over the watch cache; None (tests of the HTTP layer alone): everyone is authorized
+        self.authorizer = authorizer
         self.service_accounts = service_accounts  # ServiceAccount JWTs: their authenticator and signer
         self.bootstrap_tokens = bootstrap_tokens
         self.metrics_api = metrics_api  # metrics.k8s.io (None: the group answers 503)
@@ -135,14 +162,16 @@ class Handlers:
                 return json_response(discovery.version_info())
             return web.Response(text="ok")
         user = await self._authenticate(request)
+        if impersonation.requested(request.headers) and self.authorizer is not None:
+            user = as_user(await impersonation.impersonate(request.headers, subject_of(user),
+                                                           self.authorizer))
+        REQUESTER.set(subject_of(user))  # this request's task: escalation checks on RBAC writes read it
         query = request.query
         if path in (OIDC_CONFIG, OIDC_JWKS):
-            return self._oidc(path, user)
+            await self._authorize_path(user, "get", path)
+            return self._oidc(path)
         if path == "/metrics":
-            if ANONYMOUS_GROUP in user.groups:
-                raise errors.unauthorized()
-            if not user.is_admin:
-                raise errors.forbidden(user.name, "get", "/metrics", "", "", "")
+            await self._authorize_path(user, request.method.lower(), path)
             return web.Response(body=self.metrics.render(), content_type="text/plain")
         try:
             info = parse(request.method, path, query)
@@ -151,11 +180,8 @@ class Handlers:
                 raise
             await self.cache.wait_fresh()  # a CustomResourceDefinition written a moment ago may serve it
             info = parse(request.method, path, query)
-        if ANONYMOUS_GROUP in user.groups:  # no credential: kube-public/cluster-info and nothing else
-            if info is None or not bootstrap_auth.is_cluster_info(
-                    info.verb, info.resource.group, info.resource.name, info.subresource,
-                    info.namespace or "", info.name or ""):
-                raise errors.unauthorized()
+        if info is None:
+            await self._authorize_path(user, request.method.lower(), path)
         if info is None:
             return await self._discovery(request, path)
         t0 = time.perf_counter()
@@ -214,10 +240,11 @@ class Handlers:
         elif verb in ("create", "update", "patch") \
                 or (verb in ("delete", "deletecollection") and request.can_read_body):
             body = await self._read_body(request, info, verb)
-        if res.name in VIRTUAL and res.group == "authorization.k8s.io":
-            return json_response(await self._access_review(user, body), 201)
-        if not user.is_admin:
-            await self._authorize(user, info, body)
+        await self._authorize(user, info, body)
+        if res.name in VIRTUAL:
+            out = await reviews.review(res.name, info.namespace or "", body, subject_of(user),
+                                       self._authorizer(), self._review_token)
+            return json_response(out, 201)
         if res.group == METRICS_GROUP:
             return self._metrics_api_response(await self._metrics_api(info, q), res, wants, q)
         # who asks, for admission webhooks, and the warnings the response carries (this task's own context)
@@ -329,8 +356,9 @@ class Handlers:
 
     # ------------------------------------------------------------------ auth
     async def _authenticate(self, request: web.BaseRequest) -> auth.User:
-        """Static token, else a client certificate from the cluster CA, else a bootstrap token; a request
-        with no credential at all is anonymous (it may read kube-public/cluster-info, nothing else)."""
+        """Static token, else a client certificate from the cluster CA, else a bootstrap token, else a
+        ServiceAccount token; every one is also in system:authenticated. A request with no credential at
+        all is system:anonymous in system:unauthenticated (what RBAC grants it: kube-public/cluster-info)."""
         header = request.headers.get("Authorization")
         if header:  # the scheme is case-insensitive, as kube's bearer token authenticator reads it
             scheme, _, value = header.strip().partition(" ")
@@ -346,16 +374,14 @@ class Handlers:
         if user is None:
             if header:
                 raise errors.unauthorized()
-            user = auth.User("system:anonymous", (ANONYMOUS_GROUP,))
-        return user
+            return auth.User("system:anonymous", (ANONYMOUS_GROUP,))
+        return with_authenticated(user)
 
-    def _oidc(self, path: str, user: auth.User) -> web.Response:
-        """The issuer's discovery document and keys, served (as kube binds
-        system:service-account-issuer-discovery) to every authenticated user."""
+    def _oidc(self, path: str) -> web.Response:
+        """The issuer's discovery document and keys (system:service-account-issuer-discovery grants them
+        to ServiceAccounts; bind it to system:unauthenticated for public OIDC discovery, as on kube)."""
         if self.service_accounts is None:
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
-        if ANONYMOUS_GROUP in user.groups:
-            raise errors.unauthorized()
         keys = self.service_accounts.keys
         if path == OIDC_JWKS:
             return web.Response(body=codec.dumps(sa_token.jwks(keys.public_keys)),
@@ -363,54 +389,42 @@ class Handlers:
         doc = sa_token.openid_configuration(keys.issuer, keys.jwks_uri)
         return json_response(doc)
 
-    async def _authorize(self, user: auth.User, info: RequestInfo, body: Any) -> None:
-        node = user.node_name
-        res = info.resource
-        if node is None:
-            stored = None
-            if info.verb == "delete" and info.name:
-                with contextlib.suppress(store_base.NotFound):
-                    stored = await self.store.get(res.key(info.namespace, info.name))
-            why = bootstrap_auth.may(user.name, user.groups, info.verb, res.group, res.name, info.subresource,
-                                     info.namespace or "", info.name or "", stored)
-            if why is not None:
-                if ANONYMOUS_GROUP in user.groups:
-                    raise errors.unauthorized()
-                raise errors.forbidden(user.name, info.verb, res.name, res.group, info.namespace or "",
-                                       info.name or "", why)
-            return
-        stored = None
-        if info.name and info.verb not in ("get", "list", "watch"):
-            try:
-                stored = await self.store.get(res.key(info.namespace, info.name))
-            except store_base.NotFound:
-                stored = None
-        obj = body if info.verb == "create" and not info.subresource else stored
-        why = auth.node_may(node, info.verb, res.name, info.subresource, info.namespace or "",
-                            info.name or "", obj if isinstance(obj, dict) else None)
-        if why is not None:
-            raise errors.forbidden(user.name, info.verb, res.name, res.group, info.namespace or "",
-                                   info.name or "", why)
+    def _authorizer(self) -> Authorizer:
+        if self.authorizer is None:
+            raise errors.service_unavailable("authorization is not configured on this apiserver")
+        return self.authorizer
 
-    async def _access_review(self, user: auth.User, body: Any) -> dict[str, Any]:
-        """SelfSubjectAccessReview (`kubectl auth can-i`): answered with the same rules requests get."""
-        if not isinstance(body, dict):
-            raise errors.bad_request("the body must be a SelfSubjectAccessReview")
-        attrs = (body.get("spec") or {}).get("resourceAttributes") or {}
-        allowed, reason = True, "admin"
-        if not user.is_admin:
-            node = user.node_name
-            if node is None:
-                allowed, reason = False, "no rule allows this user"
-            else:
-                why = auth.node_may(node, attrs.get("verb", ""), attrs.get("resource", ""),
-                                    attrs.get("subresource", ""), attrs.get("namespace", ""),
-                                    attrs.get("name", ""), None)
-                allowed, reason = why is None, why or "NodeRestriction"
-        out = dict(body)
-        out.setdefault("metadata", {})
-        out["status"] = {"allowed": allowed, "reason": reason}
-        return out
+    async def _authorize(self, user: auth.User, info: RequestInfo, body: Any) -> None:
+        """The authorizer chain on a resource request; 403 with kube-apiserver's message when refused."""
+        if self.authorizer is None:
+            return
+        res = info.resource
+        a = Attributes(subject_of(user), info.verb, True, res.group, res.name, info.subresource,
+                       info.namespace or "", info.name or "")
+        key = res.key(info.namespace, info.name) if info.name else None
+        allowed, why = await self.authorizer.authorize(a, key, body)
+        if not allowed:
+            raise errors.forbidden(user.name, info.verb, a.combined_resource, res.group, info.namespace or "",
+                                   info.name or "", why, kind=res.name)
+
+    async def _authorize_path(self, user: auth.User, verb: str, path: str) -> None:
+        if self.authorizer is None:
+            return
+        a = Attributes(subject_of(user), verb, False, path=path)
+        allowed, why = await self.authorizer.authorize(a)
+        if not allowed:
+            msg = f"forbidden: {forbidden_message(a)}" + (f": {why}" if why else "")
+            raise ApiError(403, "Forbidden", msg, {})
+
+    async def _review_token(self, token: str, audiences: list[str]) -> Subject | None:
+        """TokenReview: who a bearer token is, by the authenticators requests use."""
+        header = f"Bearer {token}"
+        user = self.tokens.authenticate(header)
+        if user is None and self.bootstrap_tokens is not None:
+            user = await self.bootstrap_tokens.authenticate(header)
+        if user is None and self.service_accounts is not None:
+            user = await self.service_accounts.authenticate(header)
+        return None if user is None else subject_of(with_authenticated(user))
 
     # ------------------------------------------------------------------ bodies
     async def _write(self, request: web.BaseRequest, info: RequestInfo, user: auth.User, body: Any,

@@ -15,7 +15,7 @@ import json
 import logging
 import random
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from nodeagent.api import admission_webhooks, defaults, schema_validation, storage, validation
@@ -128,6 +128,9 @@ class Registry:
         self.cache: WatchCache | None = None
         # the admission webhooks, when the server calls them
         self.webhooks: WebhookAdmission | None = None
+        # the server's policy check on a write (RBAC escalation prevention): (resource, group, new, old)
+        self.write_check: Callable[[str, str, dict[str, Any], dict[str, Any] | None],
+                                   Awaitable[None]] | None = None
 
     def enable_webhooks(self) -> None:
         """Call admission webhooks on writes (kube-apiserver's MutatingAdmissionWebhook and
@@ -219,6 +222,8 @@ class Registry:
         obj = await self._mutating_webhooks(attrs, None)
         meta = obj["metadata"]
         self._validate(res, obj)
+        if self.write_check is not None:
+            await self.write_check(res.name, res.group, obj, None)
         if self.webhooks is not None:
             await self.webhooks.validate(attrs)
         if res is SERVICES:
@@ -473,6 +478,8 @@ class Registry:
                 raise errors.invalid(res.kind, name, errs, res.group)
             if res.kind == "PersistentVolumeClaim":
                 await self._admit_claim_resize(new, current)
+            if self.write_check is not None:
+                await self.write_check(res.name, res.group, new, current)
         if self.webhooks is not None:
             await self.webhooks.validate(attrs)
         if res is SERVICES and not subresource:

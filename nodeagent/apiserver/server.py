@@ -15,6 +15,9 @@ from aiohttp import web
 from nodeagent.apiserver import auth, kubeconfig, pki, resource_metrics
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.authn.serviceaccount import ServiceAccountAuthenticator, ServiceAccountKeys
+from nodeagent.apiserver.authz import reconcile as rbac_policy
+from nodeagent.apiserver.authz.chain import Authorizer
+from nodeagent.apiserver.authz.escalation import EscalationCheck
 from nodeagent.apiserver.bootstrap import Bootstrap
 from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
 from nodeagent.apiserver.cache import WatchCache
@@ -66,6 +69,7 @@ class ApiServer:
         self._runner: web.ServerRunner | None = None
         self._tasks: list[asyncio.Task] = []
         self.cache: WatchCache | None = None
+        self.authorizer: Authorizer | None = None
         self.peers: PeerLeases | None = None
         self._fetcher: resource_metrics.KubeletFetcher | None = None
         self.port = cfg.port
@@ -101,9 +105,11 @@ class ApiServer:
         join = JoinTokens(self.registry, bootstrap_tokens, self.data_dir, "", self.cfg.token_ttl)
         kubelets = KubeletProxy(self.data_dir / "pki" / "ca.crt")
         storage = resource_metrics.Storage(self.cfg.metric_resolution)
+        self.authorizer = Authorizer(self.cache, self.store.get)
+        self.registry.write_check = EscalationCheck(self.authorizer)
         handlers = Handlers(self.registry, self.cache, self.tokens, f"{self.advertise}:{self.cfg.port}",
                             kubelets, bootstrap_tokens, join, MetricsAPI(storage, self.cache),
-                            service_accounts)
+                            service_accounts, self.authorizer)
         self._fetcher = resource_metrics.KubeletFetcher(kubelets.client_ssl)
         cache = self.cache
 
@@ -128,6 +134,7 @@ class ApiServer:
         ca_pem = (self.data_dir / "pki" / "ca.crt").read_text()
         boot = Bootstrap(self.registry, self.advertise, self.port, self.peers, ca_pem)
         await boot.ensure()
+        await rbac_policy.ensure(self.registry)  # the bootstrap roles and bindings, as kube's post-start hook
         await boot.ensure_default_storage_class()
         join.server_url = f"https://{host}:{self.port}"
         await join.start()
@@ -185,6 +192,8 @@ class ApiServer:
             await self._fetcher.close()
         if self.peers is not None:
             await self.peers.release()
+        if self.authorizer is not None:
+            self.authorizer.rbac.close()
         if self.cache is not None:
             await self.cache.stop()
         if self._runner is not None:

@@ -15,6 +15,7 @@ from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import SharedInformers
 from nodeagent.client.rest import Client
 from nodeagent.controllers.base import Controller
+from nodeagent.controllers.clusterroleaggregation_controller import ClusterRoleAggregationController
 from nodeagent.controllers.cronjob_controller import CronJobController
 from nodeagent.controllers.csrapproving_controller import CSRApprovingController
 from nodeagent.controllers.csrsigning_controller import CSRSigningController
@@ -47,7 +48,7 @@ CONTROLLERS: tuple[type[Controller], ...] = (
     StatefulSetController, ServiceAccountController, ResourceQuotaController, EndpointsController,
     CSRApprovingController, CSRSigningController, DisruptionController, HorizontalPodAutoscalerController,
     PersistentVolumeBinderController, PVProtectionController,
-    ServiceAccountTokenController, ServiceLBController,
+    ServiceAccountTokenController, ServiceLBController, ClusterRoleAggregationController,
 )
 
 

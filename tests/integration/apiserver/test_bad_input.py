@@ -97,11 +97,14 @@ def test_unknown_namespace_is_404(server):
     assert st["message"] == 'namespaces "nope" not found'
 
 
-def test_missing_or_wrong_token_is_401(server):
-    for tok in (None, "not-a-token"):
-        code, st = call(server, "GET", CM, token=tok)
-        assert code == 401
-        assert_status(st, 401, "Unauthorized")
+def test_wrong_token_is_401_and_no_token_is_anonymous(server):
+    code, st = call(server, "GET", CM, token="not-a-token")
+    assert code == 401
+    assert_status(st, 401, "Unauthorized")
+    code, st = call(server, "GET", CM, token=None)  # kube's --anonymous-auth: 403 as system:anonymous
+    assert code == 403
+    assert st["message"] == ('configmaps is forbidden: User "system:anonymous" cannot list resource '
+                             '"configmaps" in API group "" in the namespace "default"')
 
 
 def test_node_credentials_are_restricted(server):
@@ -158,5 +161,5 @@ def test_metrics_count_requests(server):
     assert code == 200
     listed = b'apiserver_request_total{code="200",group="",resource="configmaps",subresource="",verb="list"}'
     assert listed in text
-    code, _ = call(server, "GET", "/metrics", token=None)
-    assert code == 401
+    code, st = call(server, "GET", "/metrics", token=None)
+    assert code == 403 and st["message"] == 'forbidden: User "system:anonymous" cannot get path "/metrics"'

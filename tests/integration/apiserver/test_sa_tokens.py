@@ -126,7 +126,7 @@ def test_token_request_bad_input(kubectl132, server):
                                                                          "apiVersion": "apps/v1"}}})
     assert code == 400 and "cannot bind token to object of type" in body["message"]
     code, _ = call(server, "GET", "/openid/v1/jwks", token=None)
-    assert code == 401
+    assert code == 403  # system:service-account-issuer-discovery is bound to system:serviceaccounts only
 
 
 def wait_for(fn, timeout: float = 30):

@@ -1,0 +1,174 @@
+"""The RBAC authorizer (plugin/pkg/auth/authorizer/rbac): the rules bound to a subject by
+ClusterRoleBindings, and in a namespace by its RoleBindings, read from the watch cache.
+
+Bindings are indexed by subject (a user name, a ServiceAccount as its user name, or a group); the index is
+rebuilt only after an RBAC object changed (a watch on the RBAC group's keys says when), so a request costs
+a few dictionary lookups and the rules of the roles bound to its subject, however many bindings exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from nodeagent.api import sa_token
+from nodeagent.apiserver.authz.attributes import Attributes, Decision, Subject
+from nodeagent.apiserver.authz.rules import Rule, rules_allow
+
+GROUP = "rbac.authorization.k8s.io"
+PREFIX = f"/registry/{GROUP}/"
+ROLES, ROLE_BINDINGS = f"{PREFIX}roles/", f"{PREFIX}rolebindings/"
+CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS = f"{PREFIX}clusterroles/", f"{PREFIX}clusterrolebindings/"
+
+RoleRef = tuple[str, str, str]  # (kind, namespace of a Role or "", name)
+
+
+class Source(Protocol):
+    """What the authorizer reads: the watch cache's list, subscribe and freshness."""
+
+    rev: int
+
+    def list(self, res_prefix: str, ns: str | None) -> tuple[list[Any], int]: ...
+
+    def subscribe(self, prefix: str, since: int | None, initial: bool = False) -> Any: ...
+
+    def unsubscribe(self, sub: Any) -> None: ...
+
+    async def wait_fresh(self, limit_s: float = 10.0) -> None: ...
+
+
+def subject_keys(s: Subject) -> list[str]:
+    return ["u:" + s.name] + ["g:" + g for g in s.groups]
+
+
+def binding_subject_keys(subject: dict[str, Any], binding_ns: str) -> str | None:
+    kind, name = subject.get("kind"), subject.get("name") or ""
+    if kind == "User":
+        return "u:" + name
+    if kind == "Group":
+        return "g:" + name
+    if kind == "ServiceAccount":
+        return "u:" + sa_token.username(subject.get("namespace") or binding_ns, name)
+    return None
+
+
+class Index:
+    """Roles' rules by name and bindings' role references by subject key."""
+
+    def __init__(self) -> None:
+        self.cluster_roles: dict[str, list[Rule]] = {}
+        self.roles: dict[tuple[str, str], list[Rule]] = {}
+        self.cluster_bindings: dict[str, list[RoleRef]] = {}
+        self.bindings: dict[str, dict[str, list[RoleRef]]] = {}  # ns -> subject key -> refs
+
+    @classmethod
+    def build(cls, source: Source) -> Index:
+        ix = cls()
+        for e in source.list(CLUSTER_ROLES, None)[0]:
+            ix.cluster_roles[e.obj["metadata"]["name"]] = list(e.obj.get("rules") or ())
+        for e in source.list(ROLES, None)[0]:
+            m = e.obj["metadata"]
+            ix.roles[(m.get("namespace") or "", m["name"])] = list(e.obj.get("rules") or ())
+        for e in source.list(CLUSTER_ROLE_BINDINGS, None)[0]:
+            ref = _ref(e.obj, "")
+            for sub in e.obj.get("subjects") or ():
+                key = binding_subject_keys(sub, "")
+                if key and ref:
+                    ix.cluster_bindings.setdefault(key, []).append(ref)
+        for e in source.list(ROLE_BINDINGS, None)[0]:
+            ns = e.obj["metadata"].get("namespace") or ""
+            ref = _ref(e.obj, ns)
+            by_subject = ix.bindings.setdefault(ns, {})
+            for sub in e.obj.get("subjects") or ():
+                key = binding_subject_keys(sub, ns)
+                if key and ref:
+                    by_subject.setdefault(key, []).append(ref)
+        return ix
+
+    def role_rules(self, ref: RoleRef) -> list[Rule] | None:
+        kind, ns, name = ref
+        if kind == "ClusterRole":
+            return self.cluster_roles.get(name)
+        return self.roles.get((ns, name))
+
+
+def _ref(binding: dict[str, Any], ns: str) -> RoleRef | None:
+    ref = binding.get("roleRef") or {}
+    if ref.get("kind") == "ClusterRole":
+        return ("ClusterRole", "", ref.get("name") or "")
+    if ref.get("kind") == "Role" and ns:
+        return ("Role", ns, ref.get("name") or "")
+    return None
+
+
+def _not_found(ref: RoleRef) -> str:
+    kind, _, name = ref
+    return f'{kind.lower()}.{GROUP} "{name}" not found'
+
+
+class RBACAuthorizer:
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self._sub: Any = None
+        self._index: Index | None = None
+
+    def index(self) -> Index:
+        """The current index: rebuilt when an RBAC object changed since it was built."""
+        sub = self._sub
+        stale = self._index is None or sub is None
+        if sub is not None:
+            q: asyncio.Queue[Any] = sub.queue
+            while not q.empty():
+                item = q.get_nowait()
+                stale = True
+                if item is None:  # the cache ended the watch (fell behind): watch again
+                    self.source.unsubscribe(sub)
+                    self._sub = None
+        if stale:
+            if self._sub is None:
+                self._sub = self.source.subscribe(PREFIX, self.source.rev)
+            self._index = Index.build(self.source)
+        assert self._index is not None
+        return self._index
+
+    def close(self) -> None:
+        if self._sub is not None:
+            self.source.unsubscribe(self._sub)
+            self._sub = None
+
+    def refs_for(self, subject: Subject, namespace: str) -> Iterator[RoleRef]:
+        ix = self.index()
+        keys = subject_keys(subject)
+        for k in keys:
+            yield from ix.cluster_bindings.get(k, ())
+        if namespace:
+            in_ns = ix.bindings.get(namespace)
+            if in_ns:
+                for k in keys:
+                    yield from in_ns.get(k, ())
+
+    def authorize(self, a: Attributes) -> tuple[Decision, str]:
+        ix = self.index()
+        missing: list[str] = []
+        for ref in self.refs_for(a.subject, a.namespace):
+            rules = ix.role_rules(ref)
+            if rules is None:
+                missing.append(_not_found(ref))
+            elif rules_allow(a, rules):
+                return Decision.ALLOW, ""
+        return Decision.NO_OPINION, ("RBAC: " + ", ".join(missing)) if missing else ""
+
+    def rules_for(self, subject: Subject, namespace: str) -> tuple[list[Rule], list[str]]:
+        """Every rule bound to `subject` at the cluster scope and in `namespace` (SelfSubjectRulesReview and
+        escalation checks), and the references that could not be resolved."""
+        ix = self.index()
+        rules: list[Rule] = []
+        missing: list[str] = []
+        for ref in self.refs_for(subject, namespace):
+            got = ix.role_rules(ref)
+            if got is None:
+                missing.append(_not_found(ref))
+            else:
+                rules += got
+        return rules, missing
