@@ -33,6 +33,9 @@ from nodeagent.kubelet.cpumanager.reconcile import CPUReconciler
 from nodeagent.kubelet.envvars import EnvError, NotFound
 from nodeagent.kubelet.eviction import EvictionManager
 from nodeagent.kubelet.evictions import EvictionLoop
+from nodeagent.kubelet.gc.containers import ContainerGC
+from nodeagent.kubelet.gc.images import ImageGC
+from nodeagent.kubelet.gc.loop import GarbageCollector
 from nodeagent.kubelet.kuberuntime import PodRuntime, termination_grace, uid_of
 from nodeagent.kubelet.labels import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from nodeagent.kubelet.node import NodeAgent
@@ -107,6 +110,10 @@ class Kubelet:
         self._first_seen: dict[str, float] = {}  # uid → monotonic time a pending pod was first synced
         self.api: Any = None
         self.cpu: CPUManager | None = None  # made at run (reads sysfs and its checkpoint)
+        containers_gc = ContainerGC(cri, cfg.container_gc_policy(), self.clock, self._known_pods)
+        self.gc = GarbageCollector(containers_gc, ImageGC(cri, cfg.image_gc_policy(), self.clock),
+                                   self.recorder, cfg.node_name, self.clock, cfg.container_gc_period,
+                                   cfg.image_gc_period)
         self.cpu_reconciler: CPUReconciler | None = None
 
     async def _exec_sync(self, container_id: str, cmd: Any, seconds: float) -> tuple[int, bytes, bytes]:
@@ -200,6 +207,10 @@ class Kubelet:
         log.info("CPU manager: policy %s, reserved CPUs %r, default set %r", self.cpu.policy,
                  self.cfg.reserved_cpus, self.cpu.checkpoint().default_cpu_set)
 
+    def _known_pods(self) -> list[dict[str, Any]]:
+        """Every pod this kubelet has a source for (API pods bound here, static pods), any phase."""
+        return [p for p in self.pods.list() if not is_mirror_pod(p)] + list(self.static.values())
+
     def _cpu_pods(self) -> list[dict[str, Any]]:
         """The pods that hold their CPUs: not terminal, not evicted (terminating ones until they stop)."""
         pods = [p for p in self.pods.list() if not is_mirror_pod(p)] + list(self.static.values())
@@ -268,7 +279,11 @@ class Kubelet:
                            name="kubelet-container-events")
             loop = EvictionLoop(self.eviction, self.clock, self.cfg.data_dir, self._active_pods,
                                 self.runtime.cgroup_parent, self._evict, self.recorder,
-                                self.cfg.housekeeping_interval)
+                                self.cfg.housekeeping_interval, reclaim_disk=self.gc.reclaim_disk,
+                                cri=self.cri, log_dir_of=self.runtime.pod_log_dir,
+                                volumes_dir_of=lambda p: self.volumes.pod_dir(uid_of(p)) / "volumes")
+            tg.create_task(self.gc.run_containers(), name="kubelet-container-gc")
+            tg.create_task(self.gc.run_images(), name="kubelet-image-gc")
             tg.create_task(loop.run(), name="kubelet-eviction")
             if self.cpu_reconciler is not None:
                 tg.create_task(self.cpu_reconciler.run(), name="kubelet-cpu-manager")
@@ -441,6 +456,10 @@ class Kubelet:
         if uid not in self.last_status and not status.get("startTime") \
                 and status.get("phase") in (None, "Pending"):
             rejected = admission.admit(pod, self.cfg.allowed_unsafe_sysctls)
+            if rejected is None:
+                pressure = self.eviction.admit(pod)
+                if pressure is not None:
+                    rejected = admission.Rejection("Evicted", pressure)
             if rejected is None:
                 rejected = await self._admit_resources(pod)
             if rejected is not None:

@@ -13,6 +13,8 @@ from nodeagent.api.quantity import QuantityError, parse_quantity
 from nodeagent.client.config import Credentials
 from nodeagent.client.rest import Client
 from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD, Threshold, ThresholdError, parse_thresholds
+from nodeagent.kubelet.gc.containers import ContainerGCPolicy
+from nodeagent.kubelet.gc.images import ImageGCPolicy
 
 RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")  # kubelet's parseResourceList
 
@@ -77,6 +79,15 @@ class KubeletConfig:
     memory_manager_policy: str = "None"  # --memory-manager-policy: only None (no memory manager here)
     topology_manager_policy: str = "none"  # --topology-manager-policy: only none (no topology manager here)
     max_pods: int = 110  # --max-pods
+    image_gc_high_threshold: int = 85  # --image-gc-high-threshold, percent of the image filesystem
+    image_gc_low_threshold: int = 80  # --image-gc-low-threshold
+    image_minimum_gc_age: float = 120.0  # --image-minimum-gc-age, seconds
+    image_maximum_gc_age: float = 0.0  # imageMaximumGCAge, seconds; 0: off
+    maximum_dead_containers_per_container: int = 1  # --maximum-dead-containers-per-container; < 0: no limit
+    maximum_dead_containers: int = -1  # --maximum-dead-containers; < 0: no limit
+    minimum_container_ttl_duration: float = 0.0  # --minimum-container-ttl-duration, seconds
+    container_gc_period: float = 60.0  # kubelet's ContainerGCPeriod
+    image_gc_period: float = 300.0  # kubelet's ImageGCPeriod
     pods_per_core: int = 0  # --pods-per-core: caps pods at this many per logical CPU; 0: no cap
 
     def __post_init__(self) -> None:
@@ -107,6 +118,20 @@ class KubeletConfig:
         for name in ("system_reserved", "kube_reserved"):
             parse_reserved(dict(getattr(self, name)))
         self._check_cpu_settings()
+        self.image_gc_policy()
+        if self.container_gc_period <= 0 or self.image_gc_period <= 0:
+            raise ValueError("the garbage collection periods must be positive")
+        if self.minimum_container_ttl_duration < 0:
+            raise ValueError("--minimum-container-ttl-duration must not be negative")
+
+    def image_gc_policy(self) -> ImageGCPolicy:
+        """The image GC policy; a bad combination is refused with kubelet's message."""
+        return ImageGCPolicy(self.image_gc_high_threshold, self.image_gc_low_threshold,
+                             self.image_minimum_gc_age, self.image_maximum_gc_age)
+
+    def container_gc_policy(self) -> ContainerGCPolicy:
+        return ContainerGCPolicy(self.minimum_container_ttl_duration,
+                                 self.maximum_dead_containers_per_container, self.maximum_dead_containers)
 
     def _check_cpu_settings(self) -> None:
         from nodeagent.kubelet.cpumanager.cpuset import CPUSetError, parse

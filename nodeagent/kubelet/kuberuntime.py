@@ -217,12 +217,7 @@ class PodRuntime:
                 await self._start_container(pod, sid, sandbox_cfg, c,
                                             0 if prev is None else prev.attempt + 1, vols)
                 errors.pop(name, None)
-                # Keep the previous (exited) instance for lastState, as the kubelet does; older ones go.
-                for stale in st.records:
-                    if stale.name == name and stale.state == "exited" and prev is not None \
-                            and stale.id != prev.id:
-                        with contextlib.suppress(Exception):
-                            await self.cri.remove_container(stale.id)
+                # Older exited instances stay for container GC (kubelet's gc.containers, by its policy).
             except _StartError as e:
                 errors[name] = SyncError(e.reason, e.message)
             if name in actions.init_containers_to_start:
