@@ -138,3 +138,16 @@ def atomic_symlink(target: str, link: str | os.PathLike, tmp: str | os.PathLike 
         if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
+
+
+def dir_usage(path: str | os.PathLike) -> tuple[int, int]:
+    """(bytes, inodes) below `path`, as du counts apparent sizes (0, 0 when it does not exist)."""
+    used = inodes = 0
+    for root, dirs, files in os.walk(os.fspath(path)):
+        for name in files + dirs:
+            inodes += 1
+            try:
+                used += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return used, inodes

@@ -378,7 +378,8 @@ class ContainerVerbs(RuntimeCore):
             require(c.state.can_update(), f"container {c.id} is not running")
             res = spec.resources(linux)
             await asyncio.to_thread(self.cgroups.apply, c.cgroup, res)
-            c.resources = dataclasses.asdict(res)
+            # Fields left unset (0, "") keep their values, as containerd merges an update into the spec.
+            c.resources = {**c.resources, **{k: v for k, v in dataclasses.asdict(res).items() if v}}
             self._persist_container(c)
 
     async def reopen_log(self, cid: str) -> None:

@@ -3,8 +3,6 @@ container's writable layer."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ from typing import Any
 from cri.proto import api_pb2 as pb
 from cri.runtime.core import RuntimeCore, now_ns, selected
 from cri.runtime.state import ContainerRecord, SandboxRecord
+from kernel.fs import dir_usage
 
 
 class StatsVerbs(RuntimeCore):
@@ -54,7 +53,7 @@ class StatsVerbs(RuntimeCore):
             st.memory.available_bytes.value = max(0, x.memory_limit - x.memory_working_set)
         st.writable_layer.timestamp = ts
         st.writable_layer.fs_id.mountpoint = str(Path(c.rootfs).parent / "upper")
-        used, inodes = _du(Path(c.rootfs).parent / "upper")
+        used, inodes = dir_usage(Path(c.rootfs).parent / "upper")
         st.writable_layer.used_bytes.value = used
         st.writable_layer.inodes_used.value = inodes
         return st
@@ -85,11 +84,3 @@ def _attributes(attrs: Any, ident: str, config: pb.ContainerConfig | pb.PodSandb
     attrs.annotations.update(config.annotations)
 
 
-def _du(d: Path) -> tuple[int, int]:
-    used = inodes = 0
-    for root, dirs, files in os.walk(d):
-        for name in files + dirs:
-            inodes += 1
-            with contextlib.suppress(OSError):
-                used += os.lstat(os.path.join(root, name)).st_size
-    return used, inodes

@@ -133,8 +133,8 @@ def default_cluster_dns() -> str:
 
 
 def eviction_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The kubelet's eviction and reservation flags as KubeletConfig fields; a malformed one ends the command
-    with kubelet's message."""
+    """The kubelet's eviction, reservation and CPU-manager flags as KubeletConfig fields; a malformed one ends
+    the command with kubelet's message."""
     from nodeagent.kubelet.eviction.thresholds import ThresholdError, parse_duration, parse_map
 
     def pairs(flag: str, value: str) -> tuple[tuple[str, str], ...]:
@@ -148,7 +148,27 @@ def eviction_settings(args: argparse.Namespace) -> dict[str, Any]:
     except ThresholdError as e:
         raise SystemExit(f'invalid argument "{args.eviction_pressure_transition_period}" for '
                          f'"--eviction-pressure-transition-period" flag: {e}') from None
+    def duration(flag: str) -> float:
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        try:
+            return parse_duration(value)
+        except ThresholdError as e:
+            raise SystemExit(f'invalid argument "{value}" for "{flag}" flag: {e}') from None
+
+    reconcile = duration("--cpu-manager-reconcile-period")
     return {"eviction_soft": args.eviction_soft or "",
+            "cpu_manager_policy": args.cpu_manager_policy, "reserved_cpus": args.reserved_cpus or "",
+            "cpu_manager_reconcile_period": reconcile, "memory_manager_policy": args.memory_manager_policy,
+            "topology_manager_policy": args.topology_manager_policy, "max_pods": args.max_pods,
+            "pods_per_core": args.pods_per_core,
+            "image_gc_high_threshold": args.image_gc_high_threshold,
+            "image_gc_low_threshold": args.image_gc_low_threshold,
+            "image_minimum_gc_age": duration("--image-minimum-gc-age"),
+            "maximum_dead_containers_per_container": args.maximum_dead_containers_per_container,
+            "maximum_dead_containers": args.maximum_dead_containers,
+            "minimum_container_ttl_duration": duration("--minimum-container-ttl-duration"),
+            "container_gc_period": duration("--container-gc-period"),
+            "image_gc_period": duration("--image-gc-period"),
             "eviction_soft_grace_period": args.eviction_soft_grace_period or "",
             "eviction_minimum_reclaim": args.eviction_minimum_reclaim or "",
             "eviction_max_pod_grace_period": args.eviction_max_pod_grace_period,

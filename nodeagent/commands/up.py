@@ -112,6 +112,42 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                         "'cpu=200m,memory=500Mi,ephemeral-storage=1Gi,pid=1000'")
     p.add_argument("--kube-reserved", default="",
                    help="resources kept for Kubernetes daemons, taken off allocatable (same syntax)")
+    p.add_argument("--cpu-manager-policy", default="none", choices=("none", "static"),
+                   help="static: Guaranteed pods with whole-CPU requests get exclusive CPUs "
+                        "(default: %(default)s)")
+    p.add_argument("--reserved-cpus", default="",
+                   help="CPUs kept for the system and Kubernetes daemons, e.g. '0' or '0-1,6' (replaces the "
+                        "cpu of --system-reserved and --kube-reserved; the static policy never hands them "
+                        "out)")
+    p.add_argument("--cpu-manager-reconcile-period", default="10s",
+                   help="how often the CPU manager re-applies cpusets to running containers (default: "
+                        "%(default)s)")
+    p.add_argument("--memory-manager-policy", default="None",
+                   help="only None: nodeagent has no memory manager (another value is refused)")
+    p.add_argument("--topology-manager-policy", default="none",
+                   help="only none: nodeagent has no topology manager (another value is refused)")
+    p.add_argument("--max-pods", type=int, default=110,
+                   help="pods this node runs at most (default: %(default)s)")
+    p.add_argument("--pods-per-core", type=int, default=0,
+                   help="cap pods at this many per logical CPU, below --max-pods (default: 0, no cap)")
+    p.add_argument("--image-gc-high-threshold", type=int, default=85,
+                   help="image filesystem usage (percent) at which image GC runs (default: %(default)s)")
+    p.add_argument("--image-gc-low-threshold", type=int, default=80,
+                   help="usage (percent) image GC frees down to (default: %(default)s)")
+    p.add_argument("--image-minimum-gc-age", default="2m0s",
+                   help="unused images younger than this are never collected (default: %(default)s)")
+    p.add_argument("--maximum-dead-containers-per-container", type=int, default=1,
+                   help="dead instances kept per container (deprecated in kubelet, still honoured; "
+                        "default: %(default)s; -1: no limit)")
+    p.add_argument("--maximum-dead-containers", type=int, default=-1,
+                   help="dead containers kept on the node (deprecated in kubelet; default: -1, no limit)")
+    p.add_argument("--minimum-container-ttl-duration", default="0s",
+                   help="dead containers younger than this are never collected (deprecated in kubelet; "
+                        "default: %(default)s)")
+    p.add_argument("--container-gc-period", default="1m0s",
+                   help="how often dead containers are collected (kubelet: 1m; default: %(default)s)")
+    p.add_argument("--image-gc-period", default="5m0s",
+                   help="how often image GC runs (kubelet: 5m; default: %(default)s)")
     p.add_argument("--housekeeping-interval", type=float, default=None,
                    help="seconds between eviction passes (default: 10)")
     p.add_argument("--kubelet-port", type=int, default=None,

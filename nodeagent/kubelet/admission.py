@@ -104,6 +104,14 @@ def admit(pod: Mapping[str, Any], allowed_unsafe_sysctls: Iterable[str] = ()) ->
     return sysctl_rejection(pod, allowed_unsafe_sysctls)
 
 
+def pods_capacity(running: int, capacity: int) -> Rejection | None:
+    """OutOfpods: the node already runs as many pods as its capacity (--max-pods, --pods-per-core)."""
+    if capacity and running + 1 > capacity:
+        return Rejection("OutOfpods", "Node didn't have enough resource: pods, requested: 1, "
+                                      f"used: {running}, capacity: {capacity}")
+    return None
+
+
 def deadline_exceeded(pod: Mapping[str, Any], status: Mapping[str, Any] | None, now: float) -> bool:
     """activeDeadlineSeconds counted from status.startTime (the kubelet's first sync of the pod)."""
     deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,9 +27,15 @@ from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet import admission, container_events
 from nodeagent.kubelet.config import KubeletConfig
+from nodeagent.kubelet.cpumanager.cpuset import read_topology
+from nodeagent.kubelet.cpumanager.manager import AllocationError, CPUManager
+from nodeagent.kubelet.cpumanager.reconcile import CPUReconciler
 from nodeagent.kubelet.envvars import EnvError, NotFound
 from nodeagent.kubelet.eviction import EvictionManager
 from nodeagent.kubelet.evictions import EvictionLoop
+from nodeagent.kubelet.gc.containers import ContainerGC
+from nodeagent.kubelet.gc.images import ImageGC
+from nodeagent.kubelet.gc.loop import GarbageCollector
 from nodeagent.kubelet.kuberuntime import PodRuntime, termination_grace, uid_of
 from nodeagent.kubelet.labels import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from nodeagent.kubelet.node import NodeAgent
@@ -72,6 +79,7 @@ class Kubelet:
         self.evicted: dict[str, dict[str, Any]] = {}  # uid → the Failed/Evicted status the pod keeps
         self.node = NodeAgent(client, cri, cfg.node_name, cfg.data_dir, self.pleg.healthy, self.clock,
                               eviction=self.eviction, addresses=[cfg.node_ip] if cfg.node_ip else None,
+                              max_pods=cfg.pod_capacity(os.cpu_count() or 1),
                               system_reserved=system_reserved, kube_reserved=kube_reserved)
         self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -101,6 +109,12 @@ class Kubelet:
         self.metrics.set_running_source(lambda: self._running_counts)
         self._first_seen: dict[str, float] = {}  # uid → monotonic time a pending pod was first synced
         self.api: Any = None
+        self.cpu: CPUManager | None = None  # made at run (reads sysfs and its checkpoint)
+        containers_gc = ContainerGC(cri, cfg.container_gc_policy(), self.clock, self._known_pods)
+        self.gc = GarbageCollector(containers_gc, ImageGC(cri, cfg.image_gc_policy(), self.clock),
+                                   self.recorder, cfg.node_name, self.clock, cfg.container_gc_period,
+                                   cfg.image_gc_period)
+        self.cpu_reconciler: CPUReconciler | None = None
 
     async def _exec_sync(self, container_id: str, cmd: Any, seconds: float) -> tuple[int, bytes, bytes]:
         r = await self.cri.exec_sync(container_id.split("://", 1)[-1], list(cmd), int(seconds))
@@ -172,6 +186,7 @@ class Kubelet:
         self._loop = asyncio.get_running_loop()
         for d in (self.cfg.log_dir, self.cfg.manifests_dir):
             await asyncio.to_thread(Path(d).mkdir, parents=True, exist_ok=True)
+        await self._start_cpu_manager()
         await self._wait_runtime()
         await self._start_api()
         try:
@@ -179,6 +194,28 @@ class Kubelet:
         finally:
             if self.api is not None:
                 await self.api.stop()
+
+    async def _start_cpu_manager(self) -> None:
+        """The CPU manager's checkpoint is restored before any pod is admitted; a checkpoint of another
+        policy stops the kubelet with kubelet's message (CPUManagerError)."""
+        topology = await asyncio.to_thread(read_topology)
+        self.cpu = CPUManager(self.cfg.cpu_manager_policy, self.cfg.root_dir, topology,
+                              self.cfg.reserved_cpu_set())
+        await asyncio.to_thread(self.cpu.start)
+        self.cpu_reconciler = CPUReconciler(self.cpu, self.cri, self.clock, self._cpu_pods,
+                                            self.cfg.cpu_manager_reconcile_period)
+        log.info("CPU manager: policy %s, reserved CPUs %r, default set %r", self.cpu.policy,
+                 self.cfg.reserved_cpus, self.cpu.checkpoint().default_cpu_set)
+
+    def _known_pods(self) -> list[dict[str, Any]]:
+        """Every pod this kubelet has a source for (API pods bound here, static pods), any phase."""
+        return [p for p in self.pods.list() if not is_mirror_pod(p)] + list(self.static.values())
+
+    def _cpu_pods(self) -> list[dict[str, Any]]:
+        """The pods that hold their CPUs: not terminal, not evicted (terminating ones until they stop)."""
+        pods = [p for p in self.pods.list() if not is_mirror_pod(p)] + list(self.static.values())
+        return [p for p in pods if uid_of(p) not in self.evicted
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
 
     async def _start_api(self) -> None:
         """The Node API listens before the node registers, so its port is in the first status."""
@@ -210,7 +247,10 @@ class Kubelet:
                                   cgroups=await asyncio.to_thread(_cgroup_driver),
                                   cluster_dns=self.cfg.cluster_dns, cluster_domain=self.cfg.cluster_domain,
                                   resolv_conf=self.cfg.resolv_conf, sources=self.objects,
-                                  runtime_handler=self._runtime_handler)
+                                  runtime_handler=self._runtime_handler,
+                                  cpuset_of=self.cpu.cpuset if self.cpu is not None else None,
+                                  on_created=self.cpu_reconciler.created
+                                  if self.cpu_reconciler is not None else None)
         if self.runtime.cgroups is not None:
             await asyncio.to_thread(_ensure_qos_tree, self.runtime.cgroups, self.runtime.cgroup_root)
         async with asyncio.TaskGroup() as tg:
@@ -239,8 +279,14 @@ class Kubelet:
                            name="kubelet-container-events")
             loop = EvictionLoop(self.eviction, self.clock, self.cfg.data_dir, self._active_pods,
                                 self.runtime.cgroup_parent, self._evict, self.recorder,
-                                self.cfg.housekeeping_interval)
+                                self.cfg.housekeeping_interval, reclaim_disk=self.gc.reclaim_disk,
+                                cri=self.cri, log_dir_of=self.runtime.pod_log_dir,
+                                volumes_dir_of=lambda p: self.volumes.pod_dir(uid_of(p)) / "volumes")
+            tg.create_task(self.gc.run_containers(), name="kubelet-container-gc")
+            tg.create_task(self.gc.run_images(), name="kubelet-image-gc")
             tg.create_task(loop.run(), name="kubelet-eviction")
+            if self.cpu_reconciler is not None:
+                tg.create_task(self.cpu_reconciler.run(), name="kubelet-cpu-manager")
             if self.cfg.local_path_dir:
                 provisioner = LocalPathProvisioner(self.client, self.cfg.node_name, self.cfg.local_path_dir,
                                                    self.recorder)
@@ -402,7 +448,7 @@ class Kubelet:
             raise
         return str(rc.get("handler", ""))
 
-    def _kubelet_failure(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+    async def _kubelet_failure(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         """A pod the kubelet fails itself: refused at admission (new pods only) or past its
         activeDeadlineSeconds; the status it keeps from then on, after an event saying why."""
         uid = uid_of(pod)
@@ -410,6 +456,12 @@ class Kubelet:
         if uid not in self.last_status and not status.get("startTime") \
                 and status.get("phase") in (None, "Pending"):
             rejected = admission.admit(pod, self.cfg.allowed_unsafe_sysctls)
+            if rejected is None:
+                pressure = self.eviction.admit(pod)
+                if pressure is not None:
+                    rejected = admission.Rejection("Evicted", pressure)
+            if rejected is None:
+                rejected = await self._admit_resources(pod)
             if rejected is not None:
                 self.recorder.record(pod, "Warning", rejected.reason, rejected.message)
                 return rejected.status()
@@ -419,12 +471,27 @@ class Kubelet:
             return admission.deadline_status()
         return None
 
+    async def _admit_resources(self, pod: dict[str, Any]) -> admission.Rejection | None:
+        """The pods capacity, then the CPU manager's allocation (kubelet's resource admission handlers)."""
+        others = [p for p in self._cpu_pods() if uid_of(p) != uid_of(pod) and uid_of(p) in self.last_status]
+        rejected = admission.pods_capacity(len(others), int(self.node.capacity.get("pods", 0) or 0))
+        if rejected is not None or self.cpu is None:
+            return rejected
+        try:
+            changed = await asyncio.to_thread(self.cpu.allocate, pod)
+        except AllocationError as e:
+            return admission.Rejection("UnexpectedAdmissionError",
+                                       f"Allocate failed due to {e}, which is unexpected")
+        if changed and self.cpu_reconciler is not None:
+            self.cpu_reconciler.poke()  # the default set shrank: the other containers follow now
+        return None
+
     # -- the workers' work -----------------------------------------------------------------------------
     async def _sync_pod(self, pod: dict[str, Any]) -> float | None:
         assert self.runtime is not None
         terminal = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
         if uid_of(pod) not in self.evicted and not terminal:
-            failed = self._kubelet_failure(pod)
+            failed = await self._kubelet_failure(pod)
             if failed is not None:
                 self.evicted[uid_of(pod)] = failed
         evicted = self.evicted.get(uid_of(pod))
@@ -493,6 +560,9 @@ class Kubelet:
         self.evicted.pop(uid_of(pod), None)
         self._first_seen.pop(uid_of(pod), None)
         await self.runtime.kill(pod, termination_grace(pod))
+        if self.cpu is not None and await asyncio.to_thread(self.cpu.remove_pods, [uid_of(pod)]):
+            if self.cpu_reconciler is not None:
+                self.cpu_reconciler.poke()
         self.last_status.pop(uid_of(pod), None)
         m = pod["metadata"]
         cur = self.pods.get(m["name"], m.get("namespace"))

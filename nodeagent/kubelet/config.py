@@ -13,6 +13,8 @@ from nodeagent.api.quantity import QuantityError, parse_quantity
 from nodeagent.client.config import Credentials
 from nodeagent.client.rest import Client
 from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD, Threshold, ThresholdError, parse_thresholds
+from nodeagent.kubelet.gc.containers import ContainerGCPolicy
+from nodeagent.kubelet.gc.images import ImageGCPolicy
 
 RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")  # kubelet's parseResourceList
 
@@ -71,6 +73,22 @@ class KubeletConfig:
     node_ip: str = ""  # kubelet's --node-ip: the InternalIP it reports; empty: detected
     allowed_unsafe_sysctls: tuple[str, ...] = ()  # --allowed-unsafe-sysctls: names or prefixes ending in *
     local_path_dir: str = ""  # the node's local-path provisioner keeps its volumes here; "": no provisioner
+    cpu_manager_policy: str = "none"  # --cpu-manager-policy: none or static
+    reserved_cpus: str = ""  # --reserved-cpus: a CPU list kept off pods (replaces the reserved cpu amounts)
+    cpu_manager_reconcile_period: float = 10.0  # --cpu-manager-reconcile-period, seconds
+    memory_manager_policy: str = "None"  # --memory-manager-policy: only None (no memory manager here)
+    topology_manager_policy: str = "none"  # --topology-manager-policy: only none (no topology manager here)
+    max_pods: int = 110  # --max-pods
+    image_gc_high_threshold: int = 85  # --image-gc-high-threshold, percent of the image filesystem
+    image_gc_low_threshold: int = 80  # --image-gc-low-threshold
+    image_minimum_gc_age: float = 120.0  # --image-minimum-gc-age, seconds
+    image_maximum_gc_age: float = 0.0  # imageMaximumGCAge, seconds; 0: off
+    maximum_dead_containers_per_container: int = 1  # --maximum-dead-containers-per-container; < 0: no limit
+    maximum_dead_containers: int = -1  # --maximum-dead-containers; < 0: no limit
+    minimum_container_ttl_duration: float = 0.0  # --minimum-container-ttl-duration, seconds
+    container_gc_period: float = 60.0  # kubelet's ContainerGCPeriod
+    image_gc_period: float = 300.0  # kubelet's ImageGCPeriod
+    pods_per_core: int = 0  # --pods-per-core: caps pods at this many per logical CPU; 0: no cap
 
     def __post_init__(self) -> None:
         for name in ("data_dir", "node_name", "runtime_endpoint", "root_dir", "log_dir", "manifests_dir"):
@@ -99,6 +117,56 @@ class KubeletConfig:
                              f"{self.eviction_pressure_transition_period}: must not be negative")
         for name in ("system_reserved", "kube_reserved"):
             parse_reserved(dict(getattr(self, name)))
+        self._check_cpu_settings()
+        self.image_gc_policy()
+        if self.container_gc_period <= 0 or self.image_gc_period <= 0:
+            raise ValueError("the garbage collection periods must be positive")
+        if self.minimum_container_ttl_duration < 0:
+            raise ValueError("--minimum-container-ttl-duration must not be negative")
+
+    def image_gc_policy(self) -> ImageGCPolicy:
+        """The image GC policy; a bad combination is refused with kubelet's message."""
+        return ImageGCPolicy(self.image_gc_high_threshold, self.image_gc_low_threshold,
+                             self.image_minimum_gc_age, self.image_maximum_gc_age)
+
+    def container_gc_policy(self) -> ContainerGCPolicy:
+        return ContainerGCPolicy(self.minimum_container_ttl_duration,
+                                 self.maximum_dead_containers_per_container, self.maximum_dead_containers)
+
+    def _check_cpu_settings(self) -> None:
+        from nodeagent.kubelet.cpumanager.cpuset import CPUSetError, parse
+        from nodeagent.kubelet.cpumanager.manager import POLICIES
+
+        if self.cpu_manager_policy not in POLICIES:
+            raise ValueError(f'--cpu-manager-policy: unknown policy: "{self.cpu_manager_policy}" '
+                             f"(one of {', '.join(POLICIES)})")
+        try:
+            parse(self.reserved_cpus)
+        except CPUSetError as e:
+            raise ValueError(f'--reserved-cpus "{self.reserved_cpus}": {e}') from None
+        if self.cpu_manager_reconcile_period <= 0:
+            raise ValueError("--cpu-manager-reconcile-period must be positive")
+        if self.memory_manager_policy != "None":
+            raise ValueError(f'--memory-manager-policy "{self.memory_manager_policy}": nodeagent has no '
+                             'memory manager; only "None" is accepted')
+        if self.topology_manager_policy != "none":
+            raise ValueError(f'--topology-manager-policy "{self.topology_manager_policy}": nodeagent has no '
+                             'topology manager; only "none" is accepted')
+        if self.max_pods <= 0:
+            raise ValueError(f"--max-pods {self.max_pods}: must be positive")
+        if self.pods_per_core < 0:
+            raise ValueError(f"--pods-per-core {self.pods_per_core}: must not be negative")
+
+    def reserved_cpu_set(self) -> frozenset[int]:
+        from nodeagent.kubelet.cpumanager.cpuset import parse
+
+        return parse(self.reserved_cpus)
+
+    def pod_capacity(self, cpus: int) -> int:
+        """The Node's pods capacity: --max-pods, capped at --pods-per-core × CPUs when that is set."""
+        if self.pods_per_core > 0:
+            return min(self.max_pods, self.pods_per_core * cpus)
+        return self.max_pods
 
     def thresholds(self) -> list[Threshold]:
         """The hard and soft eviction thresholds, as kubelet's ParseThresholdConfig builds them."""
@@ -107,8 +175,14 @@ class KubeletConfig:
                                 self.eviction_minimum_reclaim)
 
     def reserved(self) -> tuple[dict[str, Fraction], dict[str, Fraction]]:
-        """(system-reserved, kube-reserved) as resource lists."""
-        return parse_reserved(dict(self.system_reserved)), parse_reserved(dict(self.kube_reserved))
+        """(system-reserved, kube-reserved) as resource lists; --reserved-cpus replaces their cpu amounts
+        with its CPU count (kubelet: it overrides the cpu of --system-reserved and --kube-reserved)."""
+        system, kube = parse_reserved(dict(self.system_reserved)), parse_reserved(dict(self.kube_reserved))
+        cpus = self.reserved_cpu_set()
+        if cpus:
+            system["cpu"] = Fraction(len(cpus))
+            kube.pop("cpu", None)
+        return system, kube
 
     def client(self) -> Client:
         return self.credentials.client()

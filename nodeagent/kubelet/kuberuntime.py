@@ -70,8 +70,13 @@ class PodRuntime:
                  sandbox_image: str = "", cgroups: Any = None, cluster_dns: tuple[str, ...] = (),
                  cluster_domain: str = "cluster.local", resolv_conf: str = "/etc/resolv.conf",
                  sources: ContainerSources | None = None,
-                 runtime_handler: Callable[[Mapping[str, Any]], Awaitable[str]] | None = None) -> None:
+                 runtime_handler: Callable[[Mapping[str, Any]], Awaitable[str]] | None = None,
+                 cpuset_of: Callable[[Mapping[str, Any], Mapping[str, Any]], str] | None = None,
+                 on_created: Callable[[str, str], None] | None = None) -> None:
         self.cri = cri
+        # The CPU manager: a container's cpuset.cpus ("" for none) and who hears of the cpuset it got.
+        self.cpuset_of = cpuset_of
+        self.on_created = on_created
         self.sources: ContainerSources = sources or Standalone()  # env and pull secrets (envvars, secrets)
         # RuntimeClass → CRI handler (the agent looks the class up through the API); None: the default.
         self.runtime_handler = runtime_handler
@@ -212,12 +217,7 @@ class PodRuntime:
                 await self._start_container(pod, sid, sandbox_cfg, c,
                                             0 if prev is None else prev.attempt + 1, vols)
                 errors.pop(name, None)
-                # Keep the previous (exited) instance for lastState, as the kubelet does; older ones go.
-                for stale in st.records:
-                    if stale.name == name and stale.state == "exited" and prev is not None \
-                            and stale.id != prev.id:
-                        with contextlib.suppress(Exception):
-                            await self.cri.remove_container(stale.id)
+                # Older exited instances stay for container GC (kubelet's gc.containers, by its policy).
             except _StartError as e:
                 errors[name] = SyncError(e.reason, e.message)
             if name in actions.init_containers_to_start:
@@ -305,6 +305,8 @@ class PodRuntime:
                                                self.volumes.pod_dir(uid_of(pod)), c["name"])
                 cfg.mounts.add(container_path=c["terminationMessagePath"], host_path=str(path))
             cid = await self.cri.create_container(sid, cfg, sandbox_cfg)
+            if self.on_created is not None:
+                self.on_created(cid, cfg.linux.resources.cpuset_cpus)
         except security.ConfigError as e:
             self.recorder.record(pod, "Warning", "Failed", f"Error: {e}")
             raise _StartError("CreateContainerConfigError", str(e)) from e
@@ -496,6 +498,8 @@ class PodRuntime:
         lr.oom_score_adj = r["oom_score_adj"]
         lr.cpu_period = r.get("cpu_period", 0)
         lr.cpu_quota = r.get("cpu_quota", 0)
+        if self.cpuset_of is not None:
+            lr.cpuset_cpus = self.cpuset_of(pod, c)
         lsc = cfg.linux.security_context
         security.apply_container(pod, c, lsc)
         hosts = vols.get(pod_files.ETC_HOSTS)

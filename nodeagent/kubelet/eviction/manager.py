@@ -292,7 +292,16 @@ class EvictionManager:
     def synchronize(self, observations: Observations, active_pods: Sequence[Mapping[str, Any]],
                     stats: StatsFunc) -> Eviction | None:
         """One eviction-manager pass: at most one victim (the caller kills it and waits for cleanup)."""
-        met = self.evaluate(observations)
+        return self.choose(self.evaluate(observations), observations, active_pods, stats)
+
+    @staticmethod
+    def target(met: Sequence[th.Threshold]) -> th.Threshold:
+        """The threshold acted on first: memory before the others."""
+        return sorted(met, key=lambda t: 0 if t.resource == "memory" else 1)[0]
+
+    def choose(self, met: Sequence[th.Threshold], observations: Observations,
+               active_pods: Sequence[Mapping[str, Any]], stats: StatsFunc) -> Eviction | None:
+        """The victim for the thresholds `evaluate` returned (ranked for the first one's resource)."""
         if not met:
             return None
         met = sorted(met, key=lambda t: 0 if t.resource == "memory" else 1)
@@ -322,6 +331,19 @@ class EvictionManager:
                 out.append(Eviction(pod, msg, 0, {},
                                     th.Threshold(th.NODEFS_AVAILABLE, th.Value(quantity=Fraction(0)))))
         return out
+
+    def admit(self, pod: Mapping[str, Any]) -> str | None:
+        """Admit (eviction_manager.go): under memory pressure alone only BestEffort pods are refused (unless
+        they tolerate the memory-pressure taint); under any other pressure every pod; critical pods always
+        pass. Returns the message of the Evicted rejection, None to admit."""
+        conds = list(self.node_conditions)
+        if not conds or is_critical_pod(pod):
+            return None
+        if conds == ["MemoryPressure"]:
+            if pod_qos(pod) != BEST_EFFORT or _tolerates((pod.get("spec") or {}).get("tolerations") or [],
+                                                                  th.CONDITION_TAINT["MemoryPressure"]):
+                return None
+        return NODE_CONDITION_FMT.format("[" + " ".join(conds) + "]")
 
     def conditions(self) -> dict[str, bool]:
         return {c: c in self.node_conditions for c in ("MemoryPressure", "DiskPressure", "PIDPressure")}
@@ -353,23 +375,6 @@ class EvictionManager:
     def taints(self) -> list[dict[str, str]]:
         """NoSchedule taints for the pressure conditions (TaintNodesByCondition)."""
         return [{"key": th.CONDITION_TAINT[c], "effect": "NoSchedule"} for c in self.node_conditions]
-
-    def admit(self, pod: Mapping[str, Any]) -> tuple[bool, str, str]:
-        """Admission under pressure: MemoryPressure rejects BestEffort pods, Disk/PID pressure reject all,
-        unless critical or tolerating the condition's taint."""
-        if not self.node_conditions or is_critical_pod(pod):
-            return True, "", ""
-        tolerations = (pod.get("spec") or {}).get("tolerations") or []
-        blocking = []
-        for cond in self.node_conditions:
-            if cond == "MemoryPressure" and pod_qos(pod) != BEST_EFFORT:
-                continue
-            if _tolerates(tolerations, th.CONDITION_TAINT[cond]):
-                continue
-            blocking.append(cond)
-        if not blocking:
-            return True, "", ""
-        return False, REASON, NODE_CONDITION_FMT.format("[" + " ".join(blocking) + "]")
 
 
 def _tolerates(tolerations: Iterable[Mapping[str, Any]], key: str) -> bool:

@@ -206,12 +206,12 @@ def test_evicted_status_and_admission():
     assert st["conditions"][-1]["type"] == "DisruptionTarget"
     m = EvictionManager(parse_thresholds("memory.available<1Gi"), FakeClock())
     m.evaluate(mem_obs(512 * Mi))
-    assert m.admit(mk("be")) == (False, "Evicted", "The node had condition: [MemoryPressure]. ")
-    assert m.admit(mk("b", requests={"memory": "1Mi"}))[0]
+    assert m.admit(mk("be")) == "The node had condition: [MemoryPressure]. "
+    assert m.admit(mk("b", requests={"memory": "1Mi"})) is None
     tolerating = mk("t")
     tolerating["spec"]["tolerations"] = [{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists",
                                           "effect": "NoSchedule"}]
-    assert m.admit(tolerating)[0]
+    assert m.admit(tolerating) is None
 
 
 # -- observation from files --------------------------------------------------------------------------

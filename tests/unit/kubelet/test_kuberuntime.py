@@ -92,10 +92,17 @@ async def test_crashing_container_restarts_once_then_backs_off(rt):
     clock.advance(11)
     st = await r.sync(pod)
     assert [c for c in cri.calls if c == ("StartContainer", "boom")] == [("StartContainer", "boom")] * 3
-    assert ("RemoveContainer", "boom") in cri.calls  # the oldest instance; the previous one stays
+    assert ("RemoveContainer", "boom") not in cri.calls  # dead instances are container GC's
     s = r.pod_status(pod, st, [])["containerStatuses"][0]
     assert "running" in s["state"] and s["restartCount"] == 2
     assert s["lastState"]["terminated"]["exitCode"] == 1
+    # container GC with kubelet's default policy: the oldest goes, the previous one stays for lastState
+    from nodeagent.kubelet.gc.containers import ContainerGC, ContainerGCPolicy
+
+    assert await ContainerGC(r.cri, ContainerGCPolicy(), clock, lambda: [pod]).collect() == (1, 0)
+    assert [c for c in cri.calls if c == ("RemoveContainer", "boom")] == [("RemoveContainer", "boom")]
+    s = r.pod_status(pod, await r.state(pod), [])["containerStatuses"][0]
+    assert s["restartCount"] == 2 and s["lastState"]["terminated"]["exitCode"] == 1
 
 
 async def test_image_pulled_per_policy_with_events(rt):
