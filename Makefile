@@ -21,7 +21,7 @@ APT_PACKAGES += $(if $(shell grep -qs '^Y' /sys/module/apparmor/parameters/enabl
 # Debian's kubectl 1.20, unpacked privately (installing it would replace the machine's kubectl).
 KUBECTL_120 := $(CACHE)/kubectl-1.20/usr/bin/kubectl
 
-.PHONY: all up demo-images test test-fresh install deps python build lint unit clean help cni-install cri-proto cri-bin
+.PHONY: all up demo-images test test-fresh install deps python build lint unit clean help cni-install cri-proto cri-bin csi-proto
 
 help:
 	@sed -n '1,4p' Makefile
@@ -59,7 +59,7 @@ $(STAMPS)/python: pyproject.toml
 	@touch $@
 
 # Generated and compiled parts (CRI stubs, pause binary, CNI plugins) are added here as they land.
-build: python cri-proto cri-bin cni-install
+build: python cri-proto csi-proto cri-bin cni-install
 
 # CRI runtime.v1 stubs, generated from the project's own proto (not committed).
 CRI_PROTO_STUBS := cri/proto/api_pb2.py cri/proto/api_pb2_grpc.py
@@ -67,6 +67,14 @@ cri-proto: $(CRI_PROTO_STUBS)
 
 $(CRI_PROTO_STUBS) &: cri/proto/api.proto | $(STAMPS)/python
 	$(PY) -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. cri/proto/api.proto
+
+# CSI v1.12.0 (the spec's own csi.proto) and the kubelet's pluginregistration/v1 stubs (not committed).
+CSI_PROTOS := csi/proto/csi.proto csi/proto/pluginregistration.proto
+CSI_PROTO_STUBS := $(CSI_PROTOS:.proto=_pb2.py) $(CSI_PROTOS:.proto=_pb2_grpc.py)
+csi-proto: $(CSI_PROTO_STUBS)
+
+$(CSI_PROTO_STUBS) &: $(CSI_PROTOS) | $(STAMPS)/python
+	$(PY) -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. $(CSI_PROTOS)
 
 # The runtime's static C helpers: the pod sandbox's pause process, the per-container shim, and the
 # launcher that starts a container and then execs the shim.

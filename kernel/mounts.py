@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
+
+from kernel.syscalls import LINUX, MNT_DETACH, MS_BIND, MS_REMOUNT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,3 +33,56 @@ def mountinfo(path: str = "/proc/self/mountinfo") -> list[Mount]:
                 continue
             out.append(Mount(unescape(fields[4]), rfields[0], rfields[1], rfields[2]))
     return out
+
+
+# -- bind mounts (a CSI driver's NodeStage/NodePublish) ----------------------------------------------------
+
+# The per-mount flags a bind mount can carry (mount(8)'s names), applied by a remount of the bind.
+BIND_FLAGS = {"ro": 1, "nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1024, "nodiratime": 2048,
+              "relatime": 1 << 21, "strictatime": 1 << 24}
+BIND_NOOP_FLAGS = frozenset({"rw", "bind", "defaults", "suid", "dev", "exec", "atime", "diratime"})
+
+
+def bind_flags(options: list[str] | tuple[str, ...]) -> int:
+    """mount(8) option names → the MS_* flags of a bind's remount; ValueError names an option a bind
+    mount cannot carry (a filesystem's own option, or a typo)."""
+    flags = 0
+    for o in options:
+        if o in BIND_FLAGS:
+            flags |= BIND_FLAGS[o]
+        elif o not in BIND_NOOP_FLAGS:
+            raise ValueError(f"mount option {o!r} does not apply to a bind mount (known: "
+                             f"{', '.join(sorted([*BIND_FLAGS, *BIND_NOOP_FLAGS]))})")
+    return flags
+
+
+def bind(source: str, target: str, flags: int = 0) -> None:
+    """Bind source onto target; with flags (MS_RDONLY, MS_NOSUID…), remount the bind with them, as
+    `mount -o bind,ro` does. A failed remount leaves nothing mounted."""
+    LINUX.mount(source, target, None, MS_BIND)
+    if flags:
+        try:
+            LINUX.mount(None, target, None, MS_REMOUNT | MS_BIND | flags)
+        except OSError:
+            unmount(target)
+            raise
+
+
+def unmount(target: str) -> None:
+    """Unmount target; a busy mount is detached lazily; a target that is not mounted is no error."""
+    try:
+        LINUX.umount(target)
+        return
+    except OSError as e:
+        if e.errno == errno.EBUSY:
+            LINUX.umount(target, MNT_DETACH)
+            return
+        if e.errno in (errno.EINVAL, errno.ENOENT) and not is_mountpoint(target):
+            return
+        raise OSError(e.errno, f"unmount {target}: {os.strerror(e.errno or 0)}") from None
+
+
+def is_mountpoint(path: str) -> bool:
+    """Something is mounted exactly at path (its resolved path, in /proc/self/mountinfo)."""
+    p = os.path.realpath(path)
+    return any(m.point == p for m in mountinfo())

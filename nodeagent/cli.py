@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cni-daemon": ("cni_daemon", "serve the CNI plugins' fast path (netlink sockets kept open)"),
     "server": ("server", "run the control plane (apiserver, controllers) in the foreground"),
     "cri": ("cri", "run the container runtime (CRI runtime.v1 gRPC server) in the foreground"),
+    "csi": ("csi", "run the hostpath CSI driver (Identity, Controller, Node), registered with the kubelet"),
     "image": ("image", "manage the runtime's images: import, pull, ls, rm, inspect, demo"),
     "proxy": ("proxy", "run netproxy alone: Services as iptables / nftables / IPVS rules"),
     "netpol": ("netpol", "run NetworkPolicy enforcement alone: iptables / nftables rules from policies"),

@@ -27,6 +27,7 @@ RUN_DIR = "/run/nodeagent"  # the default instance's sockets
 # The CNI conventions the reference tools use (containernetworking's defaults), for the default instance.
 CNI_CONF_DIR = "/etc/cni/net.d"
 CNI_IPAM_DIR = "/var/lib/cni/networks"
+CSI_DRIVER = "hostpath.csi.nodeagent.io"  # the CSI driver `up` and `agent` run (csi.config.DRIVER_NAME)
 
 
 def instance_tag(data_dir: str | Path) -> str:
@@ -68,6 +69,11 @@ class Layout:
     manifests_dir: str  # static pods
     kubelet_port: int  # the Node API; 0: any free port
     local_path_dir: str  # the local-path provisioner's volumes: <dir>/pvc-<uid>_<ns>_<claim>
+    # the CSI hostpath driver: its records and volumes, its socket, and the kubelet's plugin watcher dir
+    # (the kubelet's `<root>/plugins_registry`, where the driver's registration socket appears)
+    csi_state_dir: str
+    csi_socket: str
+    plugin_registry_dir: str
     # NetworkPolicy's kernel objects
     netpol_chain_prefix: str  # iptables mode: <prefix>-FORWARD, -INGRESS, -EGRESS, ...
     netpol_set_prefix: str  # iptables mode: ipset names
@@ -111,6 +117,8 @@ class Layout:
                 cni_socket=f"{RUN_DIR}/cni.sock", cluster_cidr="10.244.0.0/16", cgroup_root="",
                 kubelet_root_dir=_in(d, "kubelet"), pod_log_dir=_in(d, "pod-logs"),
                 manifests_dir=_in(d, "manifests"), kubelet_port=10250, local_path_dir=_in(d, "storage"),
+                csi_state_dir=_in(d, "csi"), csi_socket=_in(d, "kubelet", "plugins", CSI_DRIVER, "csi.sock"),
+                plugin_registry_dir=_in(d, "kubelet", "plugins_registry"),
                 netpol_chain_prefix="NODEAGENT-NP", netpol_set_prefix="NA-NP-",
                 netpol_table="nodeagent-netpol",
                 ingress_dir=_in(d, "ingress"), ingress_http_port=80, ingress_https_port=443,
@@ -129,7 +137,9 @@ class Layout:
             cluster_cidr=f"10.240.{int(tag[:2], 16)}.0/24",
             cgroup_root=f"nodeagent-{tag}", kubelet_root_dir=_in(d, "kubelet"),
             pod_log_dir=_in(d, "pod-logs"), manifests_dir=_in(d, "manifests"), kubelet_port=0,
-            local_path_dir=_in(d, "storage"), netpol_chain_prefix=f"NA{tag}-NP",
+            local_path_dir=_in(d, "storage"), csi_state_dir=_in(d, "csi"),
+            csi_socket=_in(d, "kubelet", "plugins", CSI_DRIVER, "csi.sock"),
+            plugin_registry_dir=_in(d, "kubelet", "plugins_registry"), netpol_chain_prefix=f"NA{tag}-NP",
             netpol_set_prefix=f"NA{tag}-",
             netpol_table=f"nodeagent-netpol-{tag}", ingress_dir=_in(d, "ingress"), ingress_http_port=0,
             ingress_https_port=0, ingress_metrics_port=0)
