@@ -27,6 +27,8 @@ RUN_DIR = "/run/nodeagent"  # the default instance's sockets
 # The CNI conventions the reference tools use (containernetworking's defaults), for the default instance.
 CNI_CONF_DIR = "/etc/cni/net.d"
 CNI_IPAM_DIR = "/var/lib/cni/networks"
+# The kubelet's default --volume-plugin-dir (FlexVolume drivers), for the default instance.
+FLEX_PLUGIN_DIR = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec"
 
 
 def instance_tag(data_dir: str | Path) -> str:
@@ -68,6 +70,7 @@ class Layout:
     manifests_dir: str  # static pods
     kubelet_port: int  # the Node API; 0: any free port
     local_path_dir: str  # the local-path provisioner's volumes: <dir>/pvc-<uid>_<ns>_<claim>
+    volume_plugin_dir: str  # the kubelet's --volume-plugin-dir: FlexVolume drivers <vendor>~<driver>/<driver>
     # NetworkPolicy's kernel objects
     netpol_chain_prefix: str  # iptables mode: <prefix>-FORWARD, -INGRESS, -EGRESS, ...
     netpol_set_prefix: str  # iptables mode: ipset names
@@ -111,6 +114,7 @@ class Layout:
                 cni_socket=f"{RUN_DIR}/cni.sock", cluster_cidr="10.244.0.0/16", cgroup_root="",
                 kubelet_root_dir=_in(d, "kubelet"), pod_log_dir=_in(d, "pod-logs"),
                 manifests_dir=_in(d, "manifests"), kubelet_port=10250, local_path_dir=_in(d, "storage"),
+                volume_plugin_dir=FLEX_PLUGIN_DIR,
                 netpol_chain_prefix="NODEAGENT-NP", netpol_set_prefix="NA-NP-",
                 netpol_table="nodeagent-netpol",
                 ingress_dir=_in(d, "ingress"), ingress_http_port=80, ingress_https_port=443,
@@ -129,7 +133,8 @@ class Layout:
             cluster_cidr=f"10.240.{int(tag[:2], 16)}.0/24",
             cgroup_root=f"nodeagent-{tag}", kubelet_root_dir=_in(d, "kubelet"),
             pod_log_dir=_in(d, "pod-logs"), manifests_dir=_in(d, "manifests"), kubelet_port=0,
-            local_path_dir=_in(d, "storage"), netpol_chain_prefix=f"NA{tag}-NP",
+            local_path_dir=_in(d, "storage"), volume_plugin_dir=_in(d, "volume-plugins"),
+            netpol_chain_prefix=f"NA{tag}-NP",
             netpol_set_prefix=f"NA{tag}-",
             netpol_table=f"nodeagent-netpol-{tag}", ingress_dir=_in(d, "ingress"), ingress_http_port=0,
             ingress_https_port=0, ingress_metrics_port=0)

@@ -46,6 +46,7 @@ from nodeagent.kubelet.static_pods import (
     mirror_pod,
 )
 from nodeagent.kubelet.tokens import TokenError, TokenManager
+from nodeagent.kubelet.volumes.flexvolume import DriverProber, FlexVolumePlugin
 from nodeagent.kubelet.volumes.localpath import LocalPathProvisioner
 from nodeagent.kubelet.volumes.manager import VolumeManager
 from nodeagent.kubelet.volumes.payloads import VolumeSourceError
@@ -80,7 +81,7 @@ class Kubelet:
                                      get_secret=self._getter("secrets"),
                                      get_claim=self._api_getter("persistentvolumeclaims"),
                                      get_volume=self._api_getter("persistentvolumes"),
-                                     get_token=self._get_token)
+                                     get_token=self._get_token, flex=self._flex_plugin(cfg))
         # Secrets/ConfigMaps by watch and Services by informer, for container environments and image pulls
         self.objects = PodObjects(client, host_ips=lambda: list(self.node.addresses),
                                   node_allocatable=self.node.allocatable)
@@ -101,6 +102,14 @@ class Kubelet:
         self.metrics.set_running_source(lambda: self._running_counts)
         self._first_seen: dict[str, float] = {}  # uid → monotonic time a pending pod was first synced
         self.api: Any = None
+
+    def _flex_plugin(self, cfg: KubeletConfig) -> FlexVolumePlugin | None:
+        """FlexVolume drivers from --volume-plugin-dir; a secretRef is read from the API (its type must name
+        the driver), as kubelet's GetSecretForPV does."""
+        if not cfg.volume_plugin_dir:
+            return None
+        return FlexVolumePlugin(DriverProber(cfg.volume_plugin_dir), cfg.root_dir, cfg.node_name,
+                                get_secret=self._api_getter("secrets"))
 
     async def _exec_sync(self, container_id: str, cmd: Any, seconds: float) -> tuple[int, bytes, bytes]:
         r = await self.cri.exec_sync(container_id.split("://", 1)[-1], list(cmd), int(seconds))

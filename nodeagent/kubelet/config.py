@@ -71,6 +71,7 @@ class KubeletConfig:
     node_ip: str = ""  # kubelet's --node-ip: the InternalIP it reports; empty: detected
     allowed_unsafe_sysctls: tuple[str, ...] = ()  # --allowed-unsafe-sysctls: names or prefixes ending in *
     local_path_dir: str = ""  # the node's local-path provisioner keeps its volumes here; "": no provisioner
+    volume_plugin_dir: str = ""  # --volume-plugin-dir: FlexVolume drivers; "": flexVolume volumes refused
 
     def __post_init__(self) -> None:
         for name in ("data_dir", "node_name", "runtime_endpoint", "root_dir", "log_dir", "manifests_dir"):

@@ -22,7 +22,8 @@ def resolve(pod: Mapping[str, Any], source: Mapping[str, Any], claim: Mapping[st
             volume: Mapping[str, Any] | None) -> tuple[str, Mapping[str, Any]]:
     """(plugin, the volume's source) for a pod's claim, or VolumeSourceError saying why it cannot start.
 
-    `claim` and `volume` are what the API holds (None: not found); the plugin is "hostPath" or "local"."""
+    `claim` and `volume` are what the API holds (None: not found); the plugin is "hostPath", "local" or
+    "flexVolume"."""
     ns = (pod.get("metadata") or {}).get("namespace") or "default"
     name = source.get("claimName", "")
     where = f"error processing PVC {ns}/{name}"
@@ -47,7 +48,7 @@ def resolve(pod: Mapping[str, Any], source: Mapping[str, Any], claim: Mapping[st
         raise VolumeSourceError(f'{where}: volume "{vname}" has volumeMode Block, which this kubelet does '
                                 "not implement")
     s = storage.spec(volume)
-    for plugin in ("hostPath", "local"):
+    for plugin in ("hostPath", "local", "flexVolume"):
         if plugin in s:
             return plugin, s[plugin] or {}
     kinds = [k for k in storage.PV_SOURCES if k in s]

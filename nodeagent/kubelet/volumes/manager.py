@@ -16,11 +16,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kernel.syscalls import LINUX, Syscalls
 from nodeagent.api.quantity import int_value
 from nodeagent.kubelet.resources import pod_resource_config
-from nodeagent.kubelet.volumes import claims, ownership
+from nodeagent.kubelet.volumes import claims, ownership, subpath
 from nodeagent.kubelet.volumes import mount as mnt
 from nodeagent.kubelet.volumes.atomic_writer import AtomicWriter, PayloadError
+from nodeagent.kubelet.volumes.flexvolume import FlexSpec, FlexVolumePlugin, escape
 from nodeagent.kubelet.volumes.payloads import (
     DEFAULT_MODE,
     Getter,
@@ -39,7 +41,7 @@ PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.i
                "projected": "kubernetes.io~projected"}
 PROJECTED_KINDS = ("configMap", "secret", "downwardAPI", "projected")
 KINDS = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected", "image",
-         "persistentVolumeClaim")
+         "persistentVolumeClaim", "flexVolume")
 
 
 class VolumeError(Exception):
@@ -143,7 +145,8 @@ class VolumeManager:
                  get_secret: Getter | None = None, get_token: TokenGetter | None = None,
                  node_allocatable: Mapping[str, Any] | None = None,
                  now: Callable[[], float] | None = None, secrets_in_memory: bool = True,
-                 get_claim: Getter | None = None, get_volume: Getter | None = None) -> None:
+                 get_claim: Getter | None = None, get_volume: Getter | None = None,
+                 flex: FlexVolumePlugin | None = None, sc: Syscalls = LINUX) -> None:
         """secrets_in_memory: secret and projected volumes sit on their own tmpfs, as the kubelet keeps
         them (its wrapped emptyDir with medium Memory), so secret data never reaches the node's disk."""
         self.root = Path(root)
@@ -155,6 +158,8 @@ class VolumeManager:
         self.get_volume = get_volume  # ("", name) → PersistentVolume
         self.node_allocatable = dict(node_allocatable or {})
         self.now = now
+        self.flex = flex  # FlexVolume drivers (None: flexVolume volumes are refused)
+        self.sc = sc  # the kernel's syscalls (a recording fake in unit tests), for subPath binds
 
     # layout
     def pods_dir(self) -> Path:
@@ -191,6 +196,11 @@ class VolumeManager:
                 return Volume(name, kind, hp["path"])
             if kind == "persistentVolumeClaim":
                 return self._setup_claim(pod, volume)
+            if kind == "flexVolume":
+                src = volume["flexVolume"] or {}
+                ns = (pod.get("metadata") or {}).get("namespace") or "default"
+                spec = FlexSpec(src.get("driver", ""), src, name, bool(src.get("readOnly")), ns)
+                return Volume(name, kind, str(self._setup_flex(pod, spec)), read_only=spec.read_only)
             path = self.volume_dir(uid, kind, name)
             fresh = not path.exists()
             if kind == "emptyDir":
@@ -216,6 +226,10 @@ class VolumeManager:
         pv = self.get_volume("", vname) if self.get_volume and vname else None
         plugin, source = claims.resolve(pod, src, pvc, pv)
         read_only = bool(src.get("readOnly"))
+        if plugin == "flexVolume":
+            spec = FlexSpec(source.get("driver", ""), source, vname, read_only, ns)
+            return Volume(volume["name"], "persistentVolumeClaim", str(self._setup_flex(pod, spec)),
+                          read_only=read_only)
         if plugin == "hostPath":
             check_host_path(source.get("path", ""), source.get("type"))
             return Volume(volume["name"], "persistentVolumeClaim", source["path"], read_only=read_only)
@@ -229,6 +243,23 @@ class VolumeManager:
         if not mnt.is_mountpoint(target):
             mnt.mount_bind(source["path"], target)
         return Volume(volume["name"], "persistentVolumeClaim", str(target), read_only=read_only)
+
+    def bind_sub_path(self, uid: str, volume_path: str, sub: str, volume: str, container: str,
+                      index: int) -> str:
+        """The safe bind of a container's subPath under the pod's volume-subpaths/ (see subpath)."""
+        return subpath.bind(self.pod_dir(uid), volume_path, sub, volume, container, index, self.sc)
+
+    def _setup_flex(self, pod: Mapping[str, Any], spec: FlexSpec) -> Path:
+        """The pod's flex volume at <pod>/volumes/<vendor>~<driver>/<name>, mounted by its driver."""
+        if self.flex is None:
+            raise VolumeSourceError("volume type flexVolume is unimplemented: this kubelet has no volume "
+                                    "plugin dir")
+        if not spec.driver:
+            raise VolumeSourceError("flexVolume.driver is empty")
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        target = self.pod_dir(uid) / "volumes" / escape(spec.driver) / spec.name
+        self.flex.setup(pod, spec, target)
+        return target
 
     def _setup_empty_dir(self, pod: Mapping[str, Any], source: Mapping[str, Any], path: Path) -> None:
         medium = source.get("medium", "")
@@ -298,6 +329,16 @@ class VolumeManager:
         pod_dir = self.pod_dir(uid)
         if not pod_dir.exists():
             return
+        subpath.clean(pod_dir, self.sc)  # the containers' subPath binds go before the volumes they bind from
+        # Volumes whose plugin unmounts them (FlexVolume drivers: <vendor>~<driver>), found on disk as the
+        # kubelet reconstructs them, so this works after a restart too.
+        volumes = pod_dir / "volumes"
+        for plugin_dir in sorted(volumes.iterdir()) if volumes.is_dir() else []:
+            if plugin_dir.name.startswith("kubernetes.io~") or not plugin_dir.is_dir():
+                continue
+            for vol in sorted(plugin_dir.iterdir()):
+                if self.flex is not None:
+                    self.flex.teardown(vol)
         for mp in mnt.mounts_under(pod_dir):
             mnt.unmount(mp)
         left = mnt.mounts_under(pod_dir)
