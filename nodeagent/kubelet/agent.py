@@ -55,6 +55,7 @@ from nodeagent.kubelet.workers import PodWorkers
 log = logging.getLogger("nodeagent.kubelet")
 
 ORPHAN_GRACE = 2
+ORPHAN_DIRS_EVERY = 10  # relists between looks for orphaned pod dirs
 
 
 class Kubelet:
@@ -93,6 +94,8 @@ class Kubelet:
                            if cfg.manifest_url else None)
         self._tg: asyncio.TaskGroup | None = None
         self._last_relist_start: float | None = None
+        self._relists = 0
+        self._cleaning_dirs = False
         self.workers: PodWorkers | None = None
         self.last_status: dict[str, dict[str, Any]] = {}
         self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event),
@@ -100,6 +103,7 @@ class Kubelet:
         self.metrics = KubeletMetrics()
         self._running_counts: tuple[int, dict[str, int]] = (0, {})
         self.metrics.set_running_source(lambda: self._running_counts)
+        self.metrics.set_volume_source(self._claim_stats)
         self._first_seen: dict[str, float] = {}  # uid → monotonic time a pending pod was first synced
         self.api: Any = None
 
@@ -195,11 +199,25 @@ class Kubelet:
 
         deps = server.ServerDeps(self.cfg.node_name, self.cri, self.api_pods, self.metrics, self.cfg.root_dir,
                                  self.cfg.log_dir, self.clock,
-                                 cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p))
+                                 cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p),
+                                 volume_stats=self.volumes.volume_stats)
         self.api = await server.start(deps, self.client, self.cfg.data_dir,
                                       str(Path(self.cfg.root_dir, "pki")), self.cfg.address, self.cfg.port,
                                       self.node.addresses)
         self.node.kubelet_port = self.api.port
+
+    def _claim_stats(self) -> list[tuple[str, str, dict[str, int]]]:
+        """The claims' volume stats of the pods running here (blocking: read at scrape, in a thread)."""
+        for _ in range(3):  # the caches change under this thread now and then: take the list again
+            try:
+                pods = [p for p in self.pods.list() if not is_mirror_pod(p)] + list(self.static.values())
+                break
+            except RuntimeError:
+                continue
+        else:
+            return []
+        return [(pvc[0], pvc[1], st) for p in pods for _, st, pvc in self.volumes.volume_stats(p)
+                if pvc is not None]
 
     def api_pods(self) -> list[dict[str, Any]]:
         """The pods this kubelet runs (API pods bound here and static pods), with its latest status of
@@ -354,6 +372,11 @@ class Kubelet:
                         self.metrics.started_containers.labels("container").inc()
                     self.workers.poke(ev.pod_uid)
                 self._adopt_orphans(boxes)
+                self._relists += 1
+                # (first at the third relist: the static pod sources have been read by then)
+                if self._relists % ORPHAN_DIRS_EVERY == 3 and self._tg and not self._cleaning_dirs:
+                    self._cleaning_dirs = True
+                    self._tg.create_task(self._cleanup_orphaned_pod_dirs(boxes), name="kubelet-orphan-dirs")
             await self.clock.sleep(1.0)
 
     def _count_running(self, boxes: list[Any], ctrs: list[Any]) -> None:
@@ -381,6 +404,27 @@ class Kubelet:
             self.workers.remove({"metadata": {"uid": uid, "name": s.labels.get(POD_NAME_LABEL, ""),
                                               "namespace": s.labels.get(POD_NAMESPACE_LABEL, "default")},
                                  "spec": {"terminationGracePeriodSeconds": ORPHAN_GRACE}})
+
+    async def _cleanup_orphaned_pod_dirs(self, boxes: list[Any]) -> None:
+        """Pod dirs no source, worker or runtime pod accounts for (a pod deleted while the kubelet was
+        down, after its sandbox went): their volumes are torn down from what is on disk (flex drivers
+        unmount theirs) and the dirs removed, as the kubelet's cleanupOrphanedPodDirs after reconstructing
+        the volumes."""
+        assert self.workers is not None
+        try:
+            wanted = {uid_of(p) for p in self.pods.list()} | set(self.static) | self.workers.known()
+            wanted |= {s.labels.get(POD_UID_LABEL, "") for s in boxes}
+            for uid in await asyncio.to_thread(self.volumes.pod_uids_on_disk):
+                if uid in wanted or uid in self.workers.known():
+                    continue
+                try:
+                    await asyncio.to_thread(self.volumes.teardown_pod, uid)
+                    log.info("removed the volumes and dir of orphaned pod %s", uid)
+                except Exception as e:
+                    log.warning("orphaned pod %s: its volumes could not be torn down (retried later): %s",
+                                uid, e)
+        finally:
+            self._cleaning_dirs = False
 
     # -- eviction ----------------------------------------------------------------------------------
     def _active_pods(self) -> list[dict[str, Any]]:

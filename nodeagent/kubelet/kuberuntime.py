@@ -493,6 +493,11 @@ class PodRuntime:
             m = cfg.mounts.add(container_path=vm["mountPath"], host_path=host,
                                readonly=bool(vm.get("readOnly")) or v.read_only)
             pod_files.mount_options(vm, m, self.rro_supported)
+        for d in c.get("volumeDevices") or []:  # makeBlockVolumes
+            v = vols.get(d.get("name", ""))
+            if v is not None and v.block:
+                cfg.devices.add(container_path=d["devicePath"], host_path=v.host_path,
+                                permissions="r" if v.read_only else "mrw")
         r = resources.container_resources(pod, c, self.memory_capacity)
         lr = cfg.linux.resources
         lr.cpu_shares = r["cpu_shares"]
