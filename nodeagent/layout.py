@@ -28,6 +28,8 @@ RUN_DIR = "/run/nodeagent"  # the default instance's sockets
 CNI_CONF_DIR = "/etc/cni/net.d"
 CNI_IPAM_DIR = "/var/lib/cni/networks"
 CSI_DRIVER = "hostpath.csi.nodeagent.io"  # the CSI driver `up` and `agent` run (csi.config.DRIVER_NAME)
+# The kubelet's default --volume-plugin-dir (FlexVolume drivers), for the default instance.
+FLEX_PLUGIN_DIR = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec"
 
 
 def instance_tag(data_dir: str | Path) -> str:
@@ -74,6 +76,7 @@ class Layout:
     csi_state_dir: str
     csi_socket: str
     plugin_registry_dir: str
+    volume_plugin_dir: str  # the kubelet's --volume-plugin-dir: FlexVolume drivers <vendor>~<driver>/<driver>
     # NetworkPolicy's kernel objects
     netpol_chain_prefix: str  # iptables mode: <prefix>-FORWARD, -INGRESS, -EGRESS, ...
     netpol_set_prefix: str  # iptables mode: ipset names
@@ -119,6 +122,7 @@ class Layout:
                 manifests_dir=_in(d, "manifests"), kubelet_port=10250, local_path_dir=_in(d, "storage"),
                 csi_state_dir=_in(d, "csi"), csi_socket=_in(d, "kubelet", "plugins", CSI_DRIVER, "csi.sock"),
                 plugin_registry_dir=_in(d, "kubelet", "plugins_registry"),
+                volume_plugin_dir=FLEX_PLUGIN_DIR,
                 netpol_chain_prefix="NODEAGENT-NP", netpol_set_prefix="NA-NP-",
                 netpol_table="nodeagent-netpol",
                 ingress_dir=_in(d, "ingress"), ingress_http_port=80, ingress_https_port=443,
@@ -139,7 +143,8 @@ class Layout:
             pod_log_dir=_in(d, "pod-logs"), manifests_dir=_in(d, "manifests"), kubelet_port=0,
             local_path_dir=_in(d, "storage"), csi_state_dir=_in(d, "csi"),
             csi_socket=_in(d, "kubelet", "plugins", CSI_DRIVER, "csi.sock"),
-            plugin_registry_dir=_in(d, "kubelet", "plugins_registry"), netpol_chain_prefix=f"NA{tag}-NP",
+            plugin_registry_dir=_in(d, "kubelet", "plugins_registry"),
+            volume_plugin_dir=_in(d, "volume-plugins"), netpol_chain_prefix=f"NA{tag}-NP",
             netpol_set_prefix=f"NA{tag}-",
             netpol_table=f"nodeagent-netpol-{tag}", ingress_dir=_in(d, "ingress"), ingress_http_port=0,
             ingress_https_port=0, ingress_metrics_port=0)

@@ -203,6 +203,7 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
         port=layout.kubelet_port if args.kubelet_port is None else args.kubelet_port,
         address=args.kubelet_address or "0.0.0.0", cluster_dns=parse_cluster_dns(cluster_dns),
         node_ip=node_ip or "", local_path_dir=layout.local_path_dir,
+        volume_plugin_dir=args.volume_plugin_dir or layout.volume_plugin_dir,
         allowed_unsafe_sysctls=tuple(x.strip() for x in (args.allowed_unsafe_sysctls or "").split(",")
                                      if x.strip()))
     netproxy = ProxyConfig(

@@ -190,6 +190,10 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allowed-unsafe-sysctls", default="",
                    help="namespaced sysctls (or prefixes ending in *) pods may set beyond the kubelet's safe "
                         "ones, comma-separated, e.g. 'net.core.somaxconn,kernel.msg*'")
+    p.add_argument("--volume-plugin-dir", default=None,
+                   help="where FlexVolume drivers are found, <vendor>~<driver>/<driver> (default: "
+                        "/usr/libexec/kubernetes/kubelet-plugins/volume/exec for the default data dir, "
+                        "<data dir>/volume-plugins otherwise)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -53,6 +53,7 @@ from nodeagent.kubelet.static_pods import (
     mirror_pod,
 )
 from nodeagent.kubelet.tokens import TokenError, TokenManager
+from nodeagent.kubelet.volumes.flexvolume import DriverProber, FlexVolumePlugin
 from nodeagent.kubelet.volumes.localpath import LocalPathProvisioner
 from nodeagent.kubelet.volumes.manager import VolumeManager
 from nodeagent.kubelet.volumes.payloads import VolumeSourceError
@@ -61,6 +62,7 @@ from nodeagent.kubelet.workers import PodWorkers
 log = logging.getLogger("nodeagent.kubelet")
 
 ORPHAN_GRACE = 2
+ORPHAN_DIRS_EVERY = 10  # relists between looks for orphaned pod dirs
 
 
 class Kubelet:
@@ -88,7 +90,7 @@ class Kubelet:
                                      get_secret=self._getter("secrets"),
                                      get_claim=self._api_getter("persistentvolumeclaims"),
                                      get_volume=self._api_getter("persistentvolumes"),
-                                     get_token=self._get_token)
+                                     get_token=self._get_token, flex=self._flex_plugin(cfg))
         # Secrets/ConfigMaps by watch and Services by informer, for container environments and image pulls
         self.objects = PodObjects(client, host_ips=lambda: list(self.node.addresses),
                                   node_allocatable=self.node.allocatable)
@@ -100,6 +102,8 @@ class Kubelet:
                            if cfg.manifest_url else None)
         self._tg: asyncio.TaskGroup | None = None
         self._last_relist_start: float | None = None
+        self._relists = 0
+        self._cleaning_dirs = False
         self.workers: PodWorkers | None = None
         self.last_status: dict[str, dict[str, Any]] = {}
         self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event),
@@ -107,6 +111,7 @@ class Kubelet:
         self.metrics = KubeletMetrics()
         self._running_counts: tuple[int, dict[str, int]] = (0, {})
         self.metrics.set_running_source(lambda: self._running_counts)
+        self.metrics.set_volume_source(self._claim_stats)
         self._first_seen: dict[str, float] = {}  # uid → monotonic time a pending pod was first synced
         self.api: Any = None
         self.cpu: CPUManager | None = None  # made at run (reads sysfs and its checkpoint)
@@ -115,6 +120,14 @@ class Kubelet:
                                    self.recorder, cfg.node_name, self.clock, cfg.container_gc_period,
                                    cfg.image_gc_period)
         self.cpu_reconciler: CPUReconciler | None = None
+
+    def _flex_plugin(self, cfg: KubeletConfig) -> FlexVolumePlugin | None:
+        """FlexVolume drivers from --volume-plugin-dir; a secretRef is read from the API (its type must name
+        the driver), as kubelet's GetSecretForPV does."""
+        if not cfg.volume_plugin_dir:
+            return None
+        return FlexVolumePlugin(DriverProber(cfg.volume_plugin_dir), cfg.root_dir, cfg.node_name,
+                                get_secret=self._api_getter("secrets"))
 
     async def _exec_sync(self, container_id: str, cmd: Any, seconds: float) -> tuple[int, bytes, bytes]:
         r = await self.cri.exec_sync(container_id.split("://", 1)[-1], list(cmd), int(seconds))
@@ -223,11 +236,25 @@ class Kubelet:
 
         deps = server.ServerDeps(self.cfg.node_name, self.cri, self.api_pods, self.metrics, self.cfg.root_dir,
                                  self.cfg.log_dir, self.clock,
-                                 cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p))
+                                 cgroup_root=tuple(p for p in self.cfg.cgroup_root.split("/") if p),
+                                 volume_stats=self.volumes.volume_stats)
         self.api = await server.start(deps, self.client, self.cfg.data_dir,
                                       str(Path(self.cfg.root_dir, "pki")), self.cfg.address, self.cfg.port,
                                       self.node.addresses)
         self.node.kubelet_port = self.api.port
+
+    def _claim_stats(self) -> list[tuple[str, str, dict[str, int]]]:
+        """The claims' volume stats of the pods running here (blocking: read at scrape, in a thread)."""
+        for _ in range(3):  # the caches change under this thread now and then: take the list again
+            try:
+                pods = [p for p in self.pods.list() if not is_mirror_pod(p)] + list(self.static.values())
+                break
+            except RuntimeError:
+                continue
+        else:
+            return []
+        return [(pvc[0], pvc[1], st) for p in pods for _, st, pvc in self.volumes.volume_stats(p)
+                if pvc is not None]
 
     def api_pods(self) -> list[dict[str, Any]]:
         """The pods this kubelet runs (API pods bound here and static pods), with its latest status of
@@ -391,6 +418,11 @@ class Kubelet:
                         self.metrics.started_containers.labels("container").inc()
                     self.workers.poke(ev.pod_uid)
                 self._adopt_orphans(boxes)
+                self._relists += 1
+                # (first at the third relist: the static pod sources have been read by then)
+                if self._relists % ORPHAN_DIRS_EVERY == 3 and self._tg and not self._cleaning_dirs:
+                    self._cleaning_dirs = True
+                    self._tg.create_task(self._cleanup_orphaned_pod_dirs(boxes), name="kubelet-orphan-dirs")
             await self.clock.sleep(1.0)
 
     def _count_running(self, boxes: list[Any], ctrs: list[Any]) -> None:
@@ -418,6 +450,27 @@ class Kubelet:
             self.workers.remove({"metadata": {"uid": uid, "name": s.labels.get(POD_NAME_LABEL, ""),
                                               "namespace": s.labels.get(POD_NAMESPACE_LABEL, "default")},
                                  "spec": {"terminationGracePeriodSeconds": ORPHAN_GRACE}})
+
+    async def _cleanup_orphaned_pod_dirs(self, boxes: list[Any]) -> None:
+        """Pod dirs no source, worker or runtime pod accounts for (a pod deleted while the kubelet was
+        down, after its sandbox went): their volumes are torn down from what is on disk (flex drivers
+        unmount theirs) and the dirs removed, as the kubelet's cleanupOrphanedPodDirs after reconstructing
+        the volumes."""
+        assert self.workers is not None
+        try:
+            wanted = {uid_of(p) for p in self.pods.list()} | set(self.static) | self.workers.known()
+            wanted |= {s.labels.get(POD_UID_LABEL, "") for s in boxes}
+            for uid in await asyncio.to_thread(self.volumes.pod_uids_on_disk):
+                if uid in wanted or uid in self.workers.known():
+                    continue
+                try:
+                    await asyncio.to_thread(self.volumes.teardown_pod, uid)
+                    log.info("removed the volumes and dir of orphaned pod %s", uid)
+                except Exception as e:
+                    log.warning("orphaned pod %s: its volumes could not be torn down (retried later): %s",
+                                uid, e)
+        finally:
+            self._cleaning_dirs = False
 
     # -- eviction ----------------------------------------------------------------------------------
     def _active_pods(self) -> list[dict[str, Any]]:

@@ -89,6 +89,7 @@ class KubeletConfig:
     container_gc_period: float = 60.0  # kubelet's ContainerGCPeriod
     image_gc_period: float = 300.0  # kubelet's ImageGCPeriod
     pods_per_core: int = 0  # --pods-per-core: caps pods at this many per logical CPU; 0: no cap
+    volume_plugin_dir: str = ""  # --volume-plugin-dir: FlexVolume drivers; "": flexVolume volumes refused
 
     def __post_init__(self) -> None:
         for name in ("data_dir", "node_name", "runtime_endpoint", "root_dir", "log_dir", "manifests_dir"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cri.client import RuntimeClient
@@ -15,6 +15,7 @@ from cri.proto import api_pb2 as pb
 from nodeagent.kubelet.envvars import ContainerSources, Env, EnvError
 from nodeagent.kubelet.expansion import expand, expand_all
 from nodeagent.kubelet.pullsecrets import Credential
+from nodeagent.kubelet.volumes import subpath
 
 log = logging.getLogger("nodeagent.kubelet.container_env")
 
@@ -93,10 +94,17 @@ def sub_path(mount: Mapping[str, Any], env: Env | None) -> str:
     return expanded
 
 
-def prepare_sub_paths(container: Mapping[str, Any], vols: Mapping[str, Any], env: Env | None) -> None:
-    """makeMounts' subPath checks, and each subPath directory made (with its volume's mode) before the
-    runtime mounts it. Blocking: run on a worker thread. EnvError: CreateContainerConfigError."""
-    for vm in container.get("volumeMounts") or []:
+SubPathBinder = Callable[[str, str, str, str, int], str]  # volume path, subPath, volume, container, index
+
+
+def prepare_sub_paths(container: Mapping[str, Any], vols: Mapping[str, Any], env: Env | None,
+                      bind: SubPathBinder | None = None) -> dict[int, str]:
+    """makeMounts' subPath checks: each missing subPath directory made safely (with its volume's mode),
+    then, given a binder, bound under the pod's volume-subpaths/ after the checks against leaving the volume;
+    returns the host path to mount for each volumeMount index with a subPath. Blocking: run on a worker
+    thread. EnvError: CreateContainerConfigError (its message hides host paths, as kubelet's does)."""
+    bound: dict[int, str] = {}
+    for i, vm in enumerate(container.get("volumeMounts") or []):
         v = vols.get(vm.get("name", ""))
         sub = sub_path(vm, env)
         if v is None or not sub:
@@ -107,16 +115,18 @@ def prepare_sub_paths(container: Mapping[str, Any], vols: Mapping[str, Any], env
             raise EnvError(f"unable to provision SubPath `{sub}`: must not contain '..'")
         if v.kind == "image":
             continue  # the runtime resolves it within the image (CRI Mount.image_sub_path)
-        root = os.path.realpath(v.host_path)
-        target = os.path.join(root, sub)
-        if os.path.lexists(target):
+        who = f"volumeMount \"{vm.get('name')}\" of container \"{container.get('name')}\""
+        try:
+            if not os.path.exists(os.path.join(v.host_path, sub)):
+                subpath.safe_make_dir(v.host_path, sub, stat.S_IMODE(os.stat(v.host_path).st_mode))
+        except (subpath.SubPathError, OSError) as e:
+            log.warning("subPath %s of volume %s: %s", sub, vm.get("name"), e)
+            raise EnvError(f"failed to create subPath directory for {who}") from None
+        if bind is None:
             continue
         try:
-            os.makedirs(target, mode=stat.S_IMODE(os.stat(root).st_mode))
-            inside = os.path.realpath(target).startswith(root.rstrip("/") + "/")
-        except OSError as e:
+            bound[i] = bind(v.host_path, sub, vm["name"], str(container.get("name")), i)
+        except (subpath.SubPathError, OSError) as e:
             log.warning("subPath %s of volume %s: %s", sub, vm.get("name"), e)
-            inside = False
-        if not inside:
-            raise EnvError(f"failed to create subPath directory for volumeMount \"{vm.get('name')}\" of "
-                           f"container \"{container.get('name')}\"")
+            raise EnvError(f"failed to prepare subPath for {who}") from None
+    return bound

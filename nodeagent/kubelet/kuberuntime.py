@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -289,7 +290,8 @@ class PodRuntime:
         vols = await self._image_volumes(pod, c, vols)
         try:
             env = await self.sources.environment(pod, c, await self._sandbox_ips(sid))
-            await asyncio.to_thread(prepare_sub_paths, c, vols, env)
+            bind = functools.partial(self.volumes.bind_sub_path, uid_of(pod))
+            sub_paths = await asyncio.to_thread(prepare_sub_paths, c, vols, env, bind)
         except EnvError as e:
             self.recorder.record(pod, "Warning", "Failed", f"Error: {e}")
             raise _StartError("CreateContainerConfigError", str(e)) from e
@@ -297,7 +299,7 @@ class PodRuntime:
             self.recorder.record(pod, "Warning", "InvalidEnvironmentVariableNames", warning)
         try:
             security.verify_run_as_non_root(pod, c, *_image_user(img))
-            cfg = self.container_config(pod, c, attempt, vols, env)
+            cfg = self.container_config(pod, c, attempt, vols, env, sub_paths)
             if c.get("targetContainerName"):
                 await self._target_pid_namespace(pod, c["targetContainerName"], cfg)
             if c.get("terminationMessagePath"):
@@ -461,7 +463,9 @@ class PodRuntime:
         return self._resolv_conf(pod).warnings
 
     def container_config(self, pod: Mapping[str, Any], c: Mapping[str, Any], attempt: int,
-                         vols: Mapping[str, Any], env: Env | None = None) -> pb.ContainerConfig:
+                         vols: Mapping[str, Any], env: Env | None = None,
+                         sub_paths: Mapping[int, str] | None = None) -> pb.ContainerConfig:
+        """sub_paths: the bound host path of each volumeMount (by index) with a subPath."""
         m = pod.get("metadata") or {}
         cfg = pb.ContainerConfig(command=c.get("command") or [], args=c.get("args") or [],
                                  working_dir=c.get("workingDir", ""), log_path=f"{c['name']}/{attempt}.log",
@@ -475,7 +479,7 @@ class PodRuntime:
                            POD_NAMESPACE_LABEL: m.get("namespace", "default"),
                            CONTAINER_NAME_LABEL: c["name"]})
         cfg.annotations[HASH_ANNOTATION] = f"{container_hash(c):x}"
-        for vm in c.get("volumeMounts") or []:
+        for i, vm in enumerate(c.get("volumeMounts") or []):
             v = vols.get(vm["name"])
             if v is None:
                 continue
@@ -487,10 +491,15 @@ class PodRuntime:
             host = v.host_path
             sub = sub_path(vm, env)
             if sub:
-                host = os.path.join(host, sub)
+                host = (sub_paths or {}).get(i) or os.path.join(host, sub)
             m = cfg.mounts.add(container_path=vm["mountPath"], host_path=host,
                                readonly=bool(vm.get("readOnly")) or v.read_only)
             pod_files.mount_options(vm, m, self.rro_supported)
+        for d in c.get("volumeDevices") or []:  # makeBlockVolumes
+            v = vols.get(d.get("name", ""))
+            if v is not None and v.block:
+                cfg.devices.add(container_path=d["devicePath"], host_path=v.host_path,
+                                permissions="r" if v.read_only else "mrw")
         r = resources.container_resources(pod, c, self.memory_capacity)
         lr = cfg.linux.resources
         lr.cpu_shares = r["cpu_shares"]

@@ -27,7 +27,7 @@ from nodeagent.kubelet.server import logs as logsmod
 from nodeagent.kubelet.server.auth import Authenticator
 from nodeagent.kubelet.server.metrics import KubeletMetrics
 from nodeagent.kubelet.server.relay import relay
-from nodeagent.kubelet.server.stats import SummaryProvider
+from nodeagent.kubelet.server.stats import SummaryProvider, VolumeStats
 
 log = logging.getLogger("nodeagent.kubelet.server")
 
@@ -82,13 +82,15 @@ class ServerDeps:
     log_dir: str
     clock: Clock = REAL_CLOCK  # sinceSeconds of a log request counts back from its now()
     cgroup_root: tuple[str, ...] = ()  # where the kubelet puts kubepods (/metrics/cadvisor finds pods by it)
+    volume_stats: VolumeStats | None = None  # the volume manager's measure of a pod's volumes
 
 
 class KubeletServer:
     def __init__(self, deps: ServerDeps, auth: Authenticator | None) -> None:
         self.deps = deps
         self.auth = auth
-        self.stats = SummaryProvider(deps.node_name, deps.cri, deps.root_dir, deps.log_dir, self._pods_by_uid)
+        self.stats = SummaryProvider(deps.node_name, deps.cri, deps.root_dir, deps.log_dir, self._pods_by_uid,
+                                     deps.volume_stats)
         self.resource = resource_metrics.ResourceCollector(deps.cri, self._pods_by_uid)
         self.cadvisor = cadvisor.CadvisorCollector(deps.cri, self._pods_by_uid, deps.cgroup_root,
                                                    self._cgroup_driver)

@@ -37,6 +37,47 @@ class _Running:
         yield c
 
 
+# kubelet_volume_stats_* (pkg/kubelet/metrics/collectors/volume_stats.go): stats key → (name, help)
+VOLUME_STATS = (
+    ("capacityBytes", "kubelet_volume_stats_capacity_bytes", "Capacity in bytes of the volume"),
+    ("availableBytes", "kubelet_volume_stats_available_bytes", "Number of available bytes in the volume"),
+    ("usedBytes", "kubelet_volume_stats_used_bytes", "Number of used bytes in the volume"),
+    ("inodes", "kubelet_volume_stats_inodes", "Maximum number of inodes in the volume"),
+    ("inodesFree", "kubelet_volume_stats_inodes_free", "Number of free inodes in the volume"),
+    ("inodesUsed", "kubelet_volume_stats_inodes_used", "Number of used inodes in the volume"),
+)
+
+# (namespace, claim, stats) of every mounted claim's volume on the node
+ClaimStats = Callable[[], list[tuple[str, str, dict[str, int]]]]
+
+
+class _VolumeStats:
+    """kubelet_volume_stats_* of each claim mounted here, read at scrape time; a claim mounted by several
+    pods is reported once, as the kubelet's collector does."""
+
+    def __init__(self, source: ClaimStats) -> None:
+        self.source = source
+
+    def collect(self):
+        families = {key: GaugeMetricFamily(name, text, labels=["namespace", "persistentvolumeclaim"])
+                    for key, name, text in VOLUME_STATS}
+        health = GaugeMetricFamily("kubelet_volume_stats_health_status_abnormal",
+                                   "Abnormal volume health status. The count is either 1 or 0. 1 indicates "
+                                   "the volume is unhealthy, 0 indicates volume is healthy",
+                                   labels=["namespace", "persistentvolumeclaim"])
+        seen = set()
+        for ns, claim, stats in self.source():
+            if (ns, claim) in seen:
+                continue
+            seen.add((ns, claim))
+            for key, fam in families.items():
+                if key in stats:
+                    fam.add_metric([ns, claim], stats[key])
+            health.add_metric([ns, claim], 0)
+        yield from families.values()
+        yield health
+
+
 class KubeletMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -72,6 +113,9 @@ class KubeletMetrics:
         if self._running is None:
             self._running = _Running(snapshot)
             self.registry.register(self._running)
+
+    def set_volume_source(self, source: ClaimStats) -> None:
+        self.registry.register(_VolumeStats(source))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

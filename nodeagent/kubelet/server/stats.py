@@ -20,6 +20,10 @@ from typing import Any
 from cri.client import RuntimeClient, is_unimplemented
 from nodeagent.kubelet.eviction.signals import memory_root
 from nodeagent.kubelet.labels import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
+from nodeagent.kubelet.volumes import stats as vstats
+
+# pod → (volume name, stats, (namespace, claim) or None) of its mounted volumes (the volume manager's)
+VolumeStats = Callable[[dict[str, Any]], list[tuple[str, dict[str, int], tuple[str, str] | None]]]
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MIN_RATE_WINDOW = 0.2  # seconds between two samples for a usable rate
@@ -74,12 +78,7 @@ def node_memory(proc: Path = Path("/proc")) -> dict[str, int]:
 
 
 def fs_stats(path: str | os.PathLike, now: float) -> dict[str, Any]:
-    st = os.statvfs(path)
-    cap = st.f_blocks * st.f_frsize
-    avail = st.f_bavail * st.f_frsize
-    return {"time": rfc3339(now), "availableBytes": avail, "capacityBytes": cap,
-            "usedBytes": cap - st.f_bfree * st.f_frsize, "inodesFree": st.f_ffree, "inodes": st.f_files,
-            "inodesUsed": st.f_files - st.f_ffree}
+    return {"time": rfc3339(now), **vstats.statfs(path)}
 
 
 def default_interface(proc: Path = Path("/proc")) -> str | None:
@@ -180,12 +179,14 @@ class SummaryProvider:
     """Builds the Summary; `pods()` names the pods the kubelet runs (uid → pod object) for startTime."""
 
     def __init__(self, node_name: str, cri: RuntimeClient, root_dir: str, log_dir: str,
-                 pods: Callable[[], dict[str, dict[str, Any]]]) -> None:
+                 pods: Callable[[], dict[str, dict[str, Any]]],
+                 volume_stats: VolumeStats | None = None) -> None:
         self.node_name = node_name
         self.cri = cri
         self.root_dir = root_dir
         self.log_dir = log_dir
         self.pods = pods
+        self.volume_stats = volume_stats
         self.rates = Rates()
         self._sandbox_stats_supported = True
 
@@ -265,7 +266,13 @@ class SummaryProvider:
             if started:
                 ce["startTime"] = started
             entry["containers"].append(ce)
-        for entry in by_uid.values():
+        for uid, entry in by_uid.items():
+            if self.volume_stats is not None and uid in known:
+                now = rfc3339(time.time())
+                vols = [vstats.summary_entry(name, st, now, pvc)
+                        for name, st, pvc in self.volume_stats(known[uid])]
+                if vols:
+                    entry["volume"] = vols
             if "cpu" not in entry and entry["containers"]:  # no sandbox stats: the pod is its containers' sum
                 entry["cpu"] = _sum(entry["containers"], "cpu", ("usageCoreNanoSeconds", "usageNanoCores"))
                 entry["memory"] = _sum(entry["containers"], "memory",

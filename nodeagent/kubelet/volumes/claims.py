@@ -18,11 +18,27 @@ from nodeagent.kubelet.volumes.payloads import VolumeSourceError
 LOCAL_PLUGIN_DIR = "kubernetes.io~local-volume"
 
 
+def mode_mismatch(pod: Mapping[str, Any], volume_name: str, mode: str) -> str | None:
+    """checkVolumeModeMismatch (desired state populator): a Block volume named in volumeMounts, or a
+    Filesystem one in volumeDevices, cannot start."""
+    spec = pod.get("spec") or {}
+    containers = [c for f in ("initContainers", "containers", "ephemeralContainers")
+                  for c in spec.get(f) or []]
+    mounts = any(m.get("name") == volume_name for c in containers for m in c.get("volumeMounts") or [])
+    devices = any(d.get("name") == volume_name for c in containers for d in c.get("volumeDevices") or [])
+    if mode == "Block" and mounts:
+        return f"volume {volume_name} has volumeMode Block, but is specified in volumeMounts"
+    if mode != "Block" and devices:
+        return f"volume {volume_name} has volumeMode Filesystem, but is specified in volumeDevices"
+    return None
+
+
 def resolve(pod: Mapping[str, Any], source: Mapping[str, Any], claim: Mapping[str, Any] | None,
             volume: Mapping[str, Any] | None) -> tuple[str, Mapping[str, Any]]:
     """(plugin, the volume's source) for a pod's claim, or VolumeSourceError saying why it cannot start.
 
-    `claim` and `volume` are what the API holds (None: not found); the plugin is "hostPath" or "local"."""
+    `claim` and `volume` are what the API holds (None: not found); the plugin is "hostPath", "local" or
+    "flexVolume"."""
     ns = (pod.get("metadata") or {}).get("namespace") or "default"
     name = source.get("claimName", "")
     where = f"error processing PVC {ns}/{name}"
@@ -43,11 +59,13 @@ def resolve(pod: Mapping[str, Any], source: Mapping[str, Any], claim: Mapping[st
     if ref.get("uid") != storage.meta(claim).get("uid"):
         raise VolumeSourceError(f"{where}: the PV {vname}'s claimRef does not name this claim (uid "
                                 f"{ref.get('uid')!r})")
-    if storage.volume_mode(volume) == "Block":
-        raise VolumeSourceError(f'{where}: volume "{vname}" has volumeMode Block, which this kubelet does '
-                                "not implement")
     s = storage.spec(volume)
-    for plugin in ("hostPath", "local"):
+    if storage.volume_mode(volume) == "Block" and "local" not in s:
+        kinds = [k for k in storage.PV_SOURCES if k in s]
+        raise VolumeSourceError(f'{where}: volume "{vname}" has volumeMode Block, which its volume type '
+                                f'{",".join(kinds) or "unknown"} does not support on this kubelet (local '
+                                "volumes do)")
+    for plugin in ("hostPath", "local", "flexVolume"):
         if plugin in s:
             return plugin, s[plugin] or {}
     kinds = [k for k in storage.PV_SOURCES if k in s]

@@ -16,11 +16,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kernel.syscalls import LINUX, Syscalls
+from nodeagent.api import storage
 from nodeagent.api.quantity import int_value
 from nodeagent.kubelet.resources import pod_resource_config
-from nodeagent.kubelet.volumes import claims, ownership
+from nodeagent.kubelet.volumes import claims, ownership, subpath
 from nodeagent.kubelet.volumes import mount as mnt
+from nodeagent.kubelet.volumes import stats as vstats
 from nodeagent.kubelet.volumes.atomic_writer import AtomicWriter, PayloadError
+from nodeagent.kubelet.volumes.flexvolume import FlexSpec, FlexVolumePlugin, escape
 from nodeagent.kubelet.volumes.payloads import (
     DEFAULT_MODE,
     Getter,
@@ -39,7 +43,7 @@ PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.i
                "projected": "kubernetes.io~projected"}
 PROJECTED_KINDS = ("configMap", "secret", "downwardAPI", "projected")
 KINDS = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected", "image",
-         "persistentVolumeClaim")
+         "persistentVolumeClaim", "flexVolume")
 
 
 class VolumeError(Exception):
@@ -64,6 +68,8 @@ class Volume:
     image: str = ""  # an image volume's reference (the runtime mounts the image itself: no host path)
     pull_policy: str = ""
     image_ref: str = ""  # the runtime's reference to the pulled image (kuberuntime fills it in)
+    block: bool = False  # volumeMode Block: host_path is the device node, given to volumeDevices
+    plugin: str = ""  # a claim's volume plugin (hostPath, local, flexVolume): how its stats are measured
 
 
 def volume_kind(volume: Mapping[str, Any]) -> str:
@@ -143,7 +149,8 @@ class VolumeManager:
                  get_secret: Getter | None = None, get_token: TokenGetter | None = None,
                  node_allocatable: Mapping[str, Any] | None = None,
                  now: Callable[[], float] | None = None, secrets_in_memory: bool = True,
-                 get_claim: Getter | None = None, get_volume: Getter | None = None) -> None:
+                 get_claim: Getter | None = None, get_volume: Getter | None = None,
+                 flex: FlexVolumePlugin | None = None, sc: Syscalls = LINUX) -> None:
         """secrets_in_memory: secret and projected volumes sit on their own tmpfs, as the kubelet keeps
         them (its wrapped emptyDir with medium Memory), so secret data never reaches the node's disk."""
         self.root = Path(root)
@@ -155,6 +162,11 @@ class VolumeManager:
         self.get_volume = get_volume  # ("", name) → PersistentVolume
         self.node_allocatable = dict(node_allocatable or {})
         self.now = now
+        self.flex = flex  # FlexVolume drivers (None: flexVolume volumes are refused)
+        self.sc = sc  # the kernel's syscalls (a recording fake in unit tests), for subPath binds
+        # The actual state of the world: pod uid → its volumes as set up (rebuilt from the pod and the disk
+        # at the pod's first sync after a restart, as the kubelet's reconstruction does).
+        self.actual: dict[str, dict[str, Volume]] = {}
 
     # layout
     def pods_dir(self) -> Path:
@@ -170,11 +182,38 @@ class VolumeManager:
 
     # setup
     def setup_pod(self, pod: Mapping[str, Any]) -> dict[str, Volume]:
-        """Every volume of the pod, ready to bind-mount. Raises VolumeError naming the first that failed."""
+        """Every volume of the pod, ready to bind-mount. Raises VolumeError naming the first that failed.
+        What is set up is the pod's actual state (its stats are read from it)."""
         out = {}
         for v in (pod.get("spec") or {}).get("volumes") or []:
             out[v["name"]] = self.setup_volume(pod, v)
+        self.actual[(pod.get("metadata") or {}).get("uid", "")] = out
         return out
+
+    def volume_stats(self, pod: Mapping[str, Any]) -> list[tuple[str, vstats.Stats, tuple[str, str] | None]]:
+        """(volume name, stats, (namespace, claim) for a claim's volume) of each mounted volume that the
+        kubelet measures (hostPath and image volumes are not; a flex driver must say supportsMetrics)."""
+        meta = pod.get("metadata") or {}
+        ns = meta.get("namespace") or "default"
+        claims_of = {v["name"]: (v["persistentVolumeClaim"] or {}).get("claimName", "")
+                     for v in (pod.get("spec") or {}).get("volumes") or [] if "persistentVolumeClaim" in v}
+        out = []
+        for name, v in sorted((self.actual.get(meta.get("uid", "")) or {}).items()):
+            plugin = v.plugin or v.kind
+            if plugin == "flexVolume" and not self._flex_metrics(Path(v.host_path)):
+                continue
+            try:
+                st = vstats.measure(plugin, v.host_path, block_device=v.block,
+                                    own_fs=plugin != "emptyDir" and mnt.is_mountpoint(v.host_path))
+            except OSError:
+                continue  # gone while measuring (the pod is being torn down)
+            if st is not None:
+                out.append((name, st, (ns, claims_of[name]) if name in claims_of else None))
+        return out
+
+    def _flex_metrics(self, target: Path) -> bool:
+        driver = self.flex.prober.probe().get(target.parent.name.replace("~", "/")) if self.flex else None
+        return driver is not None and driver.capabilities.supports_metrics
 
     def setup_volume(self, pod: Mapping[str, Any], volume: Mapping[str, Any]) -> Volume:
         name = volume["name"]
@@ -191,6 +230,11 @@ class VolumeManager:
                 return Volume(name, kind, hp["path"])
             if kind == "persistentVolumeClaim":
                 return self._setup_claim(pod, volume)
+            if kind == "flexVolume":
+                src = volume["flexVolume"] or {}
+                ns = (pod.get("metadata") or {}).get("namespace") or "default"
+                spec = FlexSpec(src.get("driver", ""), src, name, bool(src.get("readOnly")), ns)
+                return Volume(name, kind, str(self._setup_flex(pod, spec)), read_only=spec.read_only)
             path = self.volume_dir(uid, kind, name)
             fresh = not path.exists()
             if kind == "emptyDir":
@@ -216,9 +260,19 @@ class VolumeManager:
         pv = self.get_volume("", vname) if self.get_volume and vname else None
         plugin, source = claims.resolve(pod, src, pvc, pv)
         read_only = bool(src.get("readOnly"))
+        mismatch = claims.mode_mismatch(pod, volume["name"], storage.volume_mode(pv or {}))
+        if mismatch:
+            raise VolumeSourceError(mismatch)
+        if storage.volume_mode(pv or {}) == "Block":
+            return self._map_block(pod, volume["name"], vname, source.get("path", ""), read_only)
+        if plugin == "flexVolume":
+            spec = FlexSpec(source.get("driver", ""), source, vname, read_only, ns)
+            return Volume(volume["name"], "persistentVolumeClaim", str(self._setup_flex(pod, spec)),
+                          read_only=read_only, plugin=plugin)
         if plugin == "hostPath":
             check_host_path(source.get("path", ""), source.get("type"))
-            return Volume(volume["name"], "persistentVolumeClaim", source["path"], read_only=read_only)
+            return Volume(volume["name"], "persistentVolumeClaim", source["path"], read_only=read_only,
+                          plugin=plugin)
         # local: the volume's path bind-mounted under the pod, named after the PV
         uid = (pod.get("metadata") or {}).get("uid", "")
         target = self.pod_dir(uid) / "volumes" / claims.LOCAL_PLUGIN_DIR / vname
@@ -228,7 +282,46 @@ class VolumeManager:
         target.mkdir(parents=True, exist_ok=True, mode=0o750)
         if not mnt.is_mountpoint(target):
             mnt.mount_bind(source["path"], target)
-        return Volume(volume["name"], "persistentVolumeClaim", str(target), read_only=read_only)
+        return Volume(volume["name"], "persistentVolumeClaim", str(target), read_only=read_only,
+                      plugin=plugin)
+
+    def _map_block(self, pod: Mapping[str, Any], name: str, pv_name: str, device: str,
+                   read_only: bool) -> Volume:
+        """A local Block volume: the device itself goes to the containers' volumeDevices (the runtime
+        makes the node and allows it in the device cgroup); the pod's volumeDevices dir links to it, as
+        the kubelet's block mapper records the mapping."""
+        try:
+            is_block = stat.S_ISBLK(os.stat(device).st_mode)
+        except OSError as e:
+            raise VolumeSourceError(f'local volume "{pv_name}": {device}: {e.strerror}') from None
+        if not is_block:
+            raise VolumeSourceError(f'local volume "{pv_name}": {device} is not a block device, as '
+                                    "volumeMode Block requires")
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        link = self.pod_dir(uid) / "volumeDevices" / claims.LOCAL_PLUGIN_DIR / pv_name
+        link.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        if os.path.lexists(link) and os.readlink(link) != device:
+            link.unlink()
+        if not os.path.lexists(link):
+            link.symlink_to(device)
+        return Volume(name, "persistentVolumeClaim", device, read_only=read_only, block=True, plugin="local")
+
+    def bind_sub_path(self, uid: str, volume_path: str, sub: str, volume: str, container: str,
+                      index: int) -> str:
+        """The safe bind of a container's subPath under the pod's volume-subpaths/ (see subpath)."""
+        return subpath.bind(self.pod_dir(uid), volume_path, sub, volume, container, index, self.sc)
+
+    def _setup_flex(self, pod: Mapping[str, Any], spec: FlexSpec) -> Path:
+        """The pod's flex volume at <pod>/volumes/<vendor>~<driver>/<name>, mounted by its driver."""
+        if self.flex is None:
+            raise VolumeSourceError("volume type flexVolume is unimplemented: this kubelet has no volume "
+                                    "plugin dir")
+        if not spec.driver:
+            raise VolumeSourceError("flexVolume.driver is empty")
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        target = self.pod_dir(uid) / "volumes" / escape(spec.driver) / spec.name
+        self.flex.setup(pod, spec, target)
+        return target
 
     def _setup_empty_dir(self, pod: Mapping[str, Any], source: Mapping[str, Any], path: Path) -> None:
         medium = source.get("medium", "")
@@ -279,6 +372,8 @@ class VolumeManager:
         changed."""
         changed = []
         uid = (pod.get("metadata") or {}).get("uid", "")
+        if uid not in self.actual:  # first sync since a restart: reconstruct (mounting what is missing)
+            self.setup_pod(pod)
         for v in (pod.get("spec") or {}).get("volumes") or []:
             kind = volume_kind(v)
             if kind not in PROJECTED_KINDS:
@@ -295,9 +390,20 @@ class VolumeManager:
     # teardown
     def teardown_pod(self, uid: str) -> None:
         """Unmount whatever is mounted below the pod's directory, then remove it. Idempotent."""
+        self.actual.pop(uid, None)
         pod_dir = self.pod_dir(uid)
         if not pod_dir.exists():
             return
+        subpath.clean(pod_dir, self.sc)  # the containers' subPath binds go before the volumes they bind from
+        # Volumes whose plugin unmounts them (FlexVolume drivers: <vendor>~<driver>), found on disk as the
+        # kubelet reconstructs them, so this works after a restart too.
+        volumes = pod_dir / "volumes"
+        for plugin_dir in sorted(volumes.iterdir()) if volumes.is_dir() else []:
+            if plugin_dir.name.startswith("kubernetes.io~") or not plugin_dir.is_dir():
+                continue
+            for vol in sorted(plugin_dir.iterdir()):
+                if self.flex is not None:
+                    self.flex.teardown(vol)
         for mp in mnt.mounts_under(pod_dir):
             mnt.unmount(mp)
         left = mnt.mounts_under(pod_dir)

@@ -10,7 +10,7 @@ import errno
 import os
 
 from kernel.mounts import mountinfo
-from kernel.syscalls import LINUX, MNT_DETACH, MS_BIND, Syscalls
+from kernel.syscalls import LINUX, MNT_DETACH, MS_BIND, MS_RDONLY, Syscalls
 
 
 class MountError(OSError):
@@ -35,6 +35,16 @@ def mount_bind(source: str | os.PathLike, target: str | os.PathLike, sc: Syscall
         sc.mount(os.fspath(source), os.fspath(target), None, MS_BIND)
     except OSError as e:
         raise MountError(e.errno, f"mount --bind {source} {target}: {os.strerror(e.errno or 0)}") from None
+
+
+def mount_device(device: str | os.PathLike, target: str | os.PathLike, fs_type: str, read_only: bool = False,
+                 sc: Syscalls = LINUX) -> None:
+    """Mount a block device's filesystem on target (a FlexVolume driver's device, when it leaves it to us)."""
+    try:
+        sc.mount(os.fspath(device), os.fspath(target), fs_type, MS_RDONLY if read_only else 0)
+    except OSError as e:
+        raise MountError(e.errno, f"mount -t {fs_type} {device} {target}: "
+                                  f"{os.strerror(e.errno or 0)}") from None
 
 
 def unmount(target: str | os.PathLike, sc: Syscalls = LINUX) -> None:
@@ -79,5 +89,5 @@ def mount_options(path: str | os.PathLike) -> str:
     return found[-1] if found else ""
 
 
-__all__ = ["MountError", "fs_type", "is_mountpoint", "mount_bind", "mount_options", "mount_tmpfs",
-           "mounts_under", "unmount"]
+__all__ = ["MountError", "fs_type", "is_mountpoint", "mount_bind", "mount_device", "mount_options",
+           "mount_tmpfs", "mounts_under", "unmount"]

@@ -40,10 +40,28 @@ def test_reasons_a_pod_waits():
     assert 'persistentvolumes "pv1" not found' in reason(pvc(), None)
     assert "claimRef does not name this claim" in reason(pvc(), pv(uid="other", hostPath={"path": "/x"}))
     assert "volume type nfs is unimplemented" in reason(pvc(), pv(nfs={"server": "s", "path": "/"}))
-    assert "volumeMode Block" in reason(pvc(), pv(local={"path": "/dev/x"}, volumeMode="Block"))
+    assert "has volumeMode Block, which its volume type hostPath does not support" in \
+        reason(pvc(), pv(hostPath={"path": "/dev/x"}, volumeMode="Block"))
 
 
 def test_plugins():
     host = claims.resolve(POD, SRC, pvc(), pv(hostPath={"path": "/srv/a"}))
     assert host == ("hostPath", {"path": "/srv/a"})
     assert claims.resolve(POD, SRC, pvc(), pv(local={"path": "/mnt/d"})) == ("local", {"path": "/mnt/d"})
+    block = claims.resolve(POD, SRC, pvc(), pv(local={"path": "/dev/loop9"}, volumeMode="Block"))
+    assert block == ("local", {"path": "/dev/loop9"})
+    flex = claims.resolve(POD, SRC, pvc(), pv(flexVolume={"driver": "acme/fast"}))
+    assert flex == ("flexVolume", {"driver": "acme/fast"})
+
+
+def test_volume_mode_mismatch_with_the_containers():
+    def pod(mounts: list, devices: list) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": "c", "volumeMounts": mounts, "volumeDevices": devices}]}}
+    as_mount = pod([{"name": "d", "mountPath": "/d"}], [])
+    as_device = pod([], [{"name": "d", "devicePath": "/dev/xvda"}])
+    assert claims.mode_mismatch(as_mount, "d", "Block") == \
+        "volume d has volumeMode Block, but is specified in volumeMounts"
+    assert claims.mode_mismatch(as_device, "d", "Filesystem") == \
+        "volume d has volumeMode Filesystem, but is specified in volumeDevices"
+    assert claims.mode_mismatch(as_device, "d", "Block") is None
+    assert claims.mode_mismatch(as_mount, "d", "Filesystem") is None

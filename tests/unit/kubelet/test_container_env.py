@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kernel.testing import RecordingSyscalls
 from nodeagent.kubelet.envvars import Env, NotFound, PodContext, make_environment
 from nodeagent.kubelet.kuberuntime import PodRuntime
 from nodeagent.kubelet.pullsecrets import Credential, credentials_for
@@ -70,7 +70,8 @@ async def rt(tmp_path: Path):
     rec = Recorder()
     objects = Objects()
     async with serve(cri) as client:
-        r = PodRuntime(client, VolumeManager(tmp_path / "kubelet"), rec, clock, log_root=tmp_path / "logs",
+        vm = VolumeManager(tmp_path / "kubelet", sc=RecordingSyscalls())
+        r = PodRuntime(client, vm, rec, clock, log_root=tmp_path / "logs",
                        cgroup_root=("inst",), memory_capacity=8 << 30, runtime_name="fake", sources=objects)
         yield r, cri, rec, objects, clock
 
@@ -146,8 +147,12 @@ async def test_sub_path_expr_expands_against_the_environment_and_its_directory_i
                volumes=[{"name": "work", "emptyDir": {}}])
     await r.sync(pod)
     mount = next(m for m in cri.last_config.mounts if m.container_path == "/work")
-    assert mount.host_path.endswith("/kubernetes.io~empty-dir/work/p/data")
-    assert await asyncio.to_thread(os.path.isdir, mount.host_path)
+    # the runtime mounts the kubelet's bind of the subPath (volume-subpaths/<volume>/<container>/<index>)
+    assert mount.host_path.endswith("/volume-subpaths/work/c/0")
+    made = Path(r.volumes.pod_dir(pod["metadata"]["uid"]), "volumes/kubernetes.io~empty-dir/work/p/data")
+    assert await asyncio.to_thread(made.is_dir)
+    (src, target, *_), = r.volumes.sc.of("mount")
+    assert src.startswith("/proc/self/fd/") and target == mount.host_path
 
 
 @pytest.mark.parametrize(("mount", "message"), [

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from cri.proto import api_pb2 as pb
+from kernel.testing import RecordingSyscalls
 from nodeagent.kubelet.kuberuntime import PodRuntime
 from nodeagent.kubelet.volumes.manager import VolumeManager
 from nodeagent.testing.clock import FakeClock
@@ -40,7 +41,8 @@ async def rt(tmp_path: Path):
     cri = FakeRuntime(images=(IMG,), clock=clock)
     rec = Recorder()
     async with serve(cri) as client:
-        r = PodRuntime(client, VolumeManager(tmp_path / "kubelet"), rec, clock, log_root=tmp_path / "logs",
+        vm = VolumeManager(tmp_path / "kubelet", sc=RecordingSyscalls())
+        r = PodRuntime(client, vm, rec, clock, log_root=tmp_path / "logs",
                        cgroup_root=("inst",), memory_capacity=8 << 30, runtime_name="fake")
         yield r, cri, rec, clock
 
