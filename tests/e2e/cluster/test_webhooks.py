@@ -163,7 +163,8 @@ def test_validating_webhook_refuses_with_its_message_and_warns(cluster: Cluster,
 def test_failure_policy_with_a_dead_service_a_garbage_answer_and_a_timeout(cluster: Cluster,
                                                                            webhook: str) -> None:
     c = cluster
-    dead = {"service": {"name": "nobody", "namespace": "default", "path": "/deny"}, "caBundle": webhook}
+    dead: dict[str, Any] = {"service": {"name": "nobody", "namespace": "default", "path": "/deny"},
+                            "caBundle": webhook}
     stranger = base64.b64encode(pki.self_signed("x")[0]).decode()
     cases = [
         ("dead.example.com", {"clientConfig": dead}, 'failed to call webhook: services "nobody" not found'),

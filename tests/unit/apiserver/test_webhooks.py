@@ -342,7 +342,7 @@ async def test_configurations_are_validated_and_defaulted(env):
     with pytest.raises(ApiError) as e:
         await configure(reg, VWC, bad)
     assert e.value.code == 422
-    fields = {c["field"]: c["message"] for c in e.value.details["causes"]}
+    fields = {c["field"]: c["message"] for c in (e.value.details or {})["causes"]}
     assert "at least three segments" in fields["webhooks[0].name"]
     assert fields["webhooks[0].admissionReviewVersions"].startswith("Required value")
     assert fields["webhooks[0].sideEffects"].startswith("Required value")
