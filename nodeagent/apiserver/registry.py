@@ -41,6 +41,7 @@ _STATUS_SPLIT = {"Pod", "Deployment", "ReplicaSet", "DaemonSet", "StatefulSet", 
                  "PersistentVolumeClaim", "PersistentVolume", "CustomResourceDefinition",
                  "CertificateSigningRequest", "APIService"}
 _GEN_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+_PATCH_ATTEMPTS = 200  # a patch without a resourceVersion retries its conflicts this many times
 _NO_SPEC_KEYS = ("metadata", "status", "apiVersion", "kind")
 TERMINAL = ("Succeeded", "Failed")
 
@@ -218,7 +219,7 @@ class Registry:
             await self._admit_storage(res, obj)
         if res is CRDS:
             lifecycle.establish_crd(obj)
-        attrs = Attributes(res, "CREATE", ns or "", meta["name"], obj, None, dry_run=dry_run)
+        attrs = Attributes(res, "CREATE", ns or "", meta.get("name", ""), obj, None, dry_run=dry_run)
         obj = await self._mutating_webhooks(attrs, None)
         meta = obj["metadata"]
         self._validate(res, obj)
@@ -537,8 +538,11 @@ class Registry:
                                mutate: Callable[[dict[str, Any]], dict[str, Any]], dry_run: bool = False,
                                create_missing: Callable[[], dict[str, Any]]
                                | None = None) -> tuple[dict[str, Any], bool]:
-        """Read, apply `mutate`, write with the read's resourceVersion; retry on a concurrent write."""
-        for attempt in range(8):
+        """Read, apply `mutate`, write with the read's resourceVersion; retry on a concurrent write, as
+        kube-apiserver's GuaranteedUpdate does for a patch that does not pin a resourceVersion (until it
+        lands; bounded here by attempts, with jittered backoff so N concurrent writers do not collide N
+        times)."""
+        for attempt in range(_PATCH_ATTEMPTS):
             try:
                 current = await self.store.get(res.key(ns, name))
             except store_base.NotFound:
@@ -554,7 +558,7 @@ class Registry:
             except ApiError as e:
                 if e.code == 409 and e.reason == "Conflict" and not (pinned and pinned !=
                                                                      current["metadata"].get("resourceVersion")):
-                    await asyncio.sleep(0.001 * attempt)
+                    await asyncio.sleep(random.uniform(0, 0.001 * min(attempt + 1, 20)))
                     continue
                 raise
         raise errors.conflict(res.name, name, res.group)
