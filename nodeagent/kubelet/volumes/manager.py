@@ -282,6 +282,8 @@ class VolumeManager:
         target.mkdir(parents=True, exist_ok=True, mode=0o750)
         if not mnt.is_mountpoint(target):
             mnt.mount_bind(source["path"], target)
+            if not read_only:  # the local plugin owns the volume for fsGroup at its first mount
+                self._own(pod, target, read_only=False)
         return Volume(volume["name"], "persistentVolumeClaim", str(target), read_only=read_only,
                       plugin=plugin)
 
@@ -390,13 +392,28 @@ class VolumeManager:
     # teardown
     def teardown_pod(self, uid: str) -> None:
         """Unmount whatever is mounted below the pod's directory, then remove it. Idempotent."""
-        self.actual.pop(uid, None)
         pod_dir = self.pod_dir(uid)
+        self.unmount_volumes(uid)
         if not pod_dir.exists():
             return
+        for mp in mnt.mounts_under(pod_dir):
+            mnt.unmount(mp)
+        left = mnt.mounts_under(pod_dir)
+        if left:
+            raise OSError(f"still mounted under {pod_dir}: {left}")
+        shutil.rmtree(pod_dir)
+
+    def unmount_volumes(self, uid: str) -> bool:
+        """Tear down the pod's volumes (a terminated pod's, as the kubelet does once its containers are
+        gone; the pod's other files stay until it is deleted). Works from what is on disk, as the kubelet's
+        reconstruction does, so it works after a restart too. Returns whether there was anything."""
+        self.actual.pop(uid, None)
+        pod_dir = self.pod_dir(uid)
+        dirs = [pod_dir / d for d in (subpath.SUBPATH_DIR, "volumes", "volumeDevices")]
+        if not any(d.exists() for d in dirs):
+            return False
         subpath.clean(pod_dir, self.sc)  # the containers' subPath binds go before the volumes they bind from
-        # Volumes whose plugin unmounts them (FlexVolume drivers: <vendor>~<driver>), found on disk as the
-        # kubelet reconstructs them, so this works after a restart too.
+        # Volumes whose plugin unmounts them (FlexVolume drivers: <vendor>~<driver>).
         volumes = pod_dir / "volumes"
         for plugin_dir in sorted(volumes.iterdir()) if volumes.is_dir() else []:
             if plugin_dir.name.startswith("kubernetes.io~") or not plugin_dir.is_dir():
@@ -404,12 +421,14 @@ class VolumeManager:
             for vol in sorted(plugin_dir.iterdir()):
                 if self.flex is not None:
                     self.flex.teardown(vol)
-        for mp in mnt.mounts_under(pod_dir):
+        for mp in mnt.mounts_under(volumes) if volumes.exists() else []:
             mnt.unmount(mp)
-        left = mnt.mounts_under(pod_dir)
-        if left:
-            raise OSError(f"still mounted under {pod_dir}: {left}")
-        shutil.rmtree(pod_dir)
+        if volumes.exists() and mnt.mounts_under(volumes):
+            raise OSError(f"still mounted under {volumes}: {mnt.mounts_under(volumes)}")
+        for d in dirs:
+            if d.exists():
+                shutil.rmtree(d)
+        return True
 
     def pod_uids_on_disk(self) -> list[str]:
         """Pods that still have a directory (orphans to clean after a restart)."""

@@ -149,8 +149,10 @@ def test_attaching_flexvolume_driver_is_called_in_kubelets_order(cluster, tmp_pa
     uid = done["metadata"]["uid"]
     dmp = c.data_dir / "kubelet" / "plugins" / "kubernetes.io/flexvolume" / "acme" / "disk" / "mounts" / "d"
     target = c.data_dir / "kubelet" / "pods" / uid / "volumes" / "acme~disk" / "d"
-    delete(c, "flex-attach")  # a finished pod's object goes at once; the kubelet tears down after
+    # a finished pod's volumes are unmounted and detached while its object stays (as the kubelet does)
     wait_for(c, "the volume detached", lambda: "detach" in log.read_text())
+    assert c.pod("flex-attach")["status"]["phase"] == "Succeeded"
+    delete(c, "flex-attach")
     calls = [line.split(" ", 1) for line in log.read_text().splitlines()]
     names = [x[0] for x in calls]
     assert names == ["init", "attach", "waitforattach", "mountdevice", "mount", "unmount", "unmountdevice",
