@@ -185,16 +185,16 @@ def test_fs_group_owns_the_volume_seen_from_the_container(cluster):
 def test_sub_path_and_sub_path_expr_and_an_escaping_symlink_refused(cluster):
     c = cluster
     vols = [{"name": "work", "emptyDir": {}}]
-    ok = pod("subpaths", "echo a > /a/f; echo b > /b/f; ls /a /b",
+    ok = pod("subpaths", "echo a > /a/f; echo b > /b/f; touch /a/done; sleep 3600",
              vols, [{"name": "work", "mountPath": "/a", "subPath": "one/two"},
                     {"name": "work", "mountPath": "/b", "subPathExpr": "$(POD)/x"}], nodeName=c.node)
     ok["spec"]["containers"][0]["env"] = [{"name": "POD", "valueFrom": {"fieldRef": {
         "fieldPath": "metadata.name"}}}]
     apply(c, ok)
-    done = succeeded(c, "subpaths")
-    assert done["status"]["phase"] == "Succeeded", c.kubectl("logs", "subpaths", check=False)
+    done = c.wait_pod("subpaths", _running, timeout=90)
     vol = c.data_dir / "kubelet" / "pods" / done["metadata"]["uid"] / "volumes" / "kubernetes.io~empty-dir" \
         / "work"
+    wait_for(c, "the container's files", lambda: (vol / "one/two/done").exists())
     assert (vol / "one/two/f").read_text() == "a\n" and (vol / "subpaths/x/f").read_text() == "b\n"
     delete(c, "subpaths")
 
