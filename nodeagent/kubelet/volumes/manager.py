@@ -24,7 +24,6 @@ from nodeagent.kubelet.volumes import claims, ownership, subpath
 from nodeagent.kubelet.volumes import mount as mnt
 from nodeagent.kubelet.volumes import stats as vstats
 from nodeagent.kubelet.volumes.atomic_writer import AtomicWriter, PayloadError
-from nodeagent.kubelet.volumes.flexvolume import FlexSpec, FlexVolumePlugin, escape
 from nodeagent.kubelet.volumes.payloads import (
     DEFAULT_MODE,
     Getter,
@@ -35,6 +34,7 @@ from nodeagent.kubelet.volumes.payloads import (
     projected_payload,
     secret_payload,
 )
+from nodeagent.kubelet.volumes.plugins import PluginVolume, VolumePlugin
 
 DEFAULT_ROOT = "/var/lib/kubelet"
 
@@ -43,7 +43,8 @@ PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.i
                "projected": "kubernetes.io~projected"}
 PROJECTED_KINDS = ("configMap", "secret", "downwardAPI", "projected")
 KINDS = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected", "image",
-         "persistentVolumeClaim", "flexVolume")
+         "persistentVolumeClaim", "flexVolume", "csi")
+PLUGIN_KINDS = ("flexVolume", "csi")  # the sources a registered VolumePlugin sets up
 
 
 class VolumeError(Exception):
@@ -69,7 +70,7 @@ class Volume:
     pull_policy: str = ""
     image_ref: str = ""  # the runtime's reference to the pulled image (kuberuntime fills it in)
     block: bool = False  # volumeMode Block: host_path is the device node, given to volumeDevices
-    plugin: str = ""  # a claim's volume plugin (hostPath, local, flexVolume): how its stats are measured
+    plugin: str = ""  # a claim's volume plugin (hostPath, local, flexVolume, csi): how its stats are measured
 
 
 def volume_kind(volume: Mapping[str, Any]) -> str:
@@ -150,7 +151,7 @@ class VolumeManager:
                  node_allocatable: Mapping[str, Any] | None = None,
                  now: Callable[[], float] | None = None, secrets_in_memory: bool = True,
                  get_claim: Getter | None = None, get_volume: Getter | None = None,
-                 flex: FlexVolumePlugin | None = None, sc: Syscalls = LINUX) -> None:
+                 plugins: Mapping[str, VolumePlugin] | None = None, sc: Syscalls = LINUX) -> None:
         """secrets_in_memory: secret and projected volumes sit on their own tmpfs, as the kubelet keeps
         them (its wrapped emptyDir with medium Memory), so secret data never reaches the node's disk."""
         self.root = Path(root)
@@ -162,7 +163,8 @@ class VolumeManager:
         self.get_volume = get_volume  # ("", name) → PersistentVolume
         self.node_allocatable = dict(node_allocatable or {})
         self.now = now
-        self.flex = flex  # FlexVolume drivers (None: flexVolume volumes are refused)
+        # source key (flexVolume, csi) → the plugin that sets such volumes up; a kind without one is refused
+        self.plugins: dict[str, VolumePlugin] = dict(plugins or {})
         self.sc = sc  # the kernel's syscalls (a recording fake in unit tests), for subPath binds
         # The actual state of the world: pod uid → its volumes as set up (rebuilt from the pod and the disk
         # at the pod's first sync after a restart, as the kubelet's reconstruction does).
@@ -200,7 +202,8 @@ class VolumeManager:
         out = []
         for name, v in sorted((self.actual.get(meta.get("uid", "")) or {}).items()):
             plugin = v.plugin or v.kind
-            if plugin == "flexVolume" and not self._flex_metrics(Path(v.host_path)):
+            owner = self.plugins.get(plugin)
+            if owner is not None and not owner.supports_metrics(Path(v.host_path)):
                 continue
             try:
                 st = vstats.measure(plugin, v.host_path, block_device=v.block,
@@ -211,9 +214,6 @@ class VolumeManager:
                 out.append((name, st, (ns, claims_of[name]) if name in claims_of else None))
         return out
 
-    def _flex_metrics(self, target: Path) -> bool:
-        driver = self.flex.prober.probe().get(target.parent.name.replace("~", "/")) if self.flex else None
-        return driver is not None and driver.capabilities.supports_metrics
 
     def setup_volume(self, pod: Mapping[str, Any], volume: Mapping[str, Any]) -> Volume:
         name = volume["name"]
@@ -230,11 +230,11 @@ class VolumeManager:
                 return Volume(name, kind, hp["path"])
             if kind == "persistentVolumeClaim":
                 return self._setup_claim(pod, volume)
-            if kind == "flexVolume":
-                src = volume["flexVolume"] or {}
+            if kind in PLUGIN_KINDS:
+                src = volume[kind] or {}
                 ns = (pod.get("metadata") or {}).get("namespace") or "default"
-                spec = FlexSpec(src.get("driver", ""), src, name, bool(src.get("readOnly")), ns)
-                return Volume(name, kind, str(self._setup_flex(pod, spec)), read_only=spec.read_only)
+                spec = PluginVolume(kind, src, name, bool(src.get("readOnly")), ns)
+                return Volume(name, kind, str(self._setup_plugin(pod, spec)), read_only=spec.read_only)
             path = self.volume_dir(uid, kind, name)
             fresh = not path.exists()
             if kind == "emptyDir":
@@ -265,9 +265,9 @@ class VolumeManager:
             raise VolumeSourceError(mismatch)
         if storage.volume_mode(pv or {}) == "Block":
             return self._map_block(pod, volume["name"], vname, source.get("path", ""), read_only)
-        if plugin == "flexVolume":
-            spec = FlexSpec(source.get("driver", ""), source, vname, read_only, ns)
-            return Volume(volume["name"], "persistentVolumeClaim", str(self._setup_flex(pod, spec)),
+        if plugin in PLUGIN_KINDS:
+            spec = PluginVolume(plugin, source, vname, read_only, ns, pv)
+            return Volume(volume["name"], "persistentVolumeClaim", str(self._setup_plugin(pod, spec)),
                           read_only=read_only, plugin=plugin)
         if plugin == "hostPath":
             check_host_path(source.get("path", ""), source.get("type"))
@@ -313,16 +313,15 @@ class VolumeManager:
         """The safe bind of a container's subPath under the pod's volume-subpaths/ (see subpath)."""
         return subpath.bind(self.pod_dir(uid), volume_path, sub, volume, container, index, self.sc)
 
-    def _setup_flex(self, pod: Mapping[str, Any], spec: FlexSpec) -> Path:
-        """The pod's flex volume at <pod>/volumes/<vendor>~<driver>/<name>, mounted by its driver."""
-        if self.flex is None:
-            raise VolumeSourceError("volume type flexVolume is unimplemented: this kubelet has no volume "
-                                    "plugin dir")
-        if not spec.driver:
-            raise VolumeSourceError("flexVolume.driver is empty")
+    def _setup_plugin(self, pod: Mapping[str, Any], spec: PluginVolume) -> Path:
+        """A plugin's volume at <pod>/volumes/<its dir>/<name>, mounted by the plugin."""
+        plugin = self.plugins.get(spec.kind)
+        if plugin is None:
+            why = " (no --volume-plugin-dir)" if spec.kind == "flexVolume" else ""
+            raise VolumeSourceError(f"volume type {spec.kind} is unimplemented on this kubelet{why}")
         uid = (pod.get("metadata") or {}).get("uid", "")
-        target = self.pod_dir(uid) / "volumes" / escape(spec.driver) / spec.name
-        self.flex.setup(pod, spec, target)
+        target = self.pod_dir(uid) / "volumes" / plugin.dir_name(spec) / spec.name
+        plugin.setup(pod, spec, target)
         return target
 
     def _setup_empty_dir(self, pod: Mapping[str, Any], source: Mapping[str, Any], path: Path) -> None:
@@ -413,14 +412,14 @@ class VolumeManager:
         if not any(d.exists() for d in dirs):
             return False
         subpath.clean(pod_dir, self.sc)  # the containers' subPath binds go before the volumes they bind from
-        # Volumes whose plugin unmounts them (FlexVolume drivers: <vendor>~<driver>).
+        # Volumes whose plugin unmounts them (FlexVolume drivers' <vendor>~<driver>, CSI's dirs).
         volumes = pod_dir / "volumes"
         for plugin_dir in sorted(volumes.iterdir()) if volumes.is_dir() else []:
-            if plugin_dir.name.startswith("kubernetes.io~") or not plugin_dir.is_dir():
+            owner = next((p for p in self.plugins.values() if p.owns(plugin_dir.name)), None)
+            if owner is None or not plugin_dir.is_dir():
                 continue
             for vol in sorted(plugin_dir.iterdir()):
-                if self.flex is not None:
-                    self.flex.teardown(vol)
+                owner.teardown(vol)
         for mp in mnt.mounts_under(volumes) if volumes.exists() else []:
             mnt.unmount(mp)
         if volumes.exists() and mnt.mounts_under(volumes):
