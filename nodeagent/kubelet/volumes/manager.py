@@ -214,7 +214,6 @@ class VolumeManager:
                 out.append((name, st, (ns, claims_of[name]) if name in claims_of else None))
         return out
 
-
     def setup_volume(self, pod: Mapping[str, Any], volume: Mapping[str, Any]) -> Volume:
         name = volume["name"]
         kind = volume_kind(volume)
