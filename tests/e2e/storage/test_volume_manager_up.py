@@ -274,8 +274,11 @@ def test_volume_stats_match_df_in_the_summary_and_metrics(cluster, tmp_path):
               claim("fsclaim", "8Mi", "manual-fs"))
         apply(c, pod("stats-user", "dd if=/dev/zero of=/data/blob bs=1024 count=2048; sleep 3600",
                      [{"name": "data", "persistentVolumeClaim": {"claimName": "fsclaim"}}],
-                     [{"name": "data", "mountPath": "/data"}]))
+                     [{"name": "data", "mountPath": "/data"}], securityContext={"fsGroup": 3456}))
         c.wait_pod("stats-user", _running, timeout=120)
+        # the local plugin owned the volume for the pod's fsGroup at its first mount
+        assert c.kubectl("exec", "stats-user", "--", "stat", "-c", "%g %A", "/data").split() == \
+            ["3456", "drwxrwsrwt"]
         blob = disk / "blob"
         wait_for(c, "the pod's 2 MiB", lambda: blob.exists() and blob.stat().st_size == 2 << 20)
         raw = f"/api/v1/nodes/{c.node}/proxy/stats/summary"
