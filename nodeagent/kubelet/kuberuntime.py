@@ -165,7 +165,7 @@ class PodRuntime:
                 vols = await asyncio.to_thread(self.volumes.setup_pod, pod)
             except VolumeError as e:
                 # The pod waits in ContainerCreating; the worker retries while containers are waiting.
-                self.recorder.record(pod, "Warning", "FailedMount", e.event_message)
+                self.recorder.record(pod, "Warning", e.reason, e.event_message)
                 return st
         elif not actions.kill_pod:
             try:  # re-project configMap/secret/downwardAPI contents (atomic swaps; no-op when unchanged)

@@ -67,6 +67,15 @@ class DriverError(VolumeSourceError):
     """A driver call failed; the message is kubelet's (`mount command failed, status: Failure, reason: …`)."""
 
 
+class StepError(DriverError):
+    """A driver step before `mount` failed: the kubelet names the step in its event."""
+
+    def __init__(self, message: str, operation: str, reason: str) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.reason = reason
+
+
 class NotSupported(DriverError):
     def __init__(self) -> None:
         super().__init__(NOT_SUPPORTED)
@@ -319,22 +328,27 @@ class FlexVolumePlugin:
             device = driver.call("attach", options, self.node_name).device
         except NotSupported:
             device = ""
+        except DriverError as e:
+            raise StepError(str(e), "AttachVolume.Attach", "FailedAttachVolume") from None
         try:
             device = driver.call("waitforattach", device, options, timeout=WAIT_FOR_ATTACH_TIMEOUT).device
         except NotSupported:
             pass
+        except DriverError as e:
+            raise StepError(str(e), "MountVolume.WaitForAttach", "FailedMount") from None
         dmp = self.device_mount_path(_driver(spec), spec.name)
         if mnt.is_mountpoint(dmp):
             return
         dmp.mkdir(parents=True, exist_ok=True, mode=0o750)
         try:
-            driver.call("mountdevice", str(dmp), device, options)
-        except NotSupported:
-            if device:  # attacherDefaults.MountDevice: mount the device itself
-                mnt.mount_device(device, dmp, str(spec.source.get("fsType") or "ext4"), spec.read_only)
-        except Exception:
+            try:
+                driver.call("mountdevice", str(dmp), device, options)
+            except NotSupported:
+                if device:  # attacherDefaults.MountDevice: mount the device itself
+                    mnt.mount_device(device, dmp, str(spec.source.get("fsType") or "ext4"), spec.read_only)
+        except (DriverError, OSError) as e:
             _remove_empty_dir(dmp)
-            raise
+            raise StepError(str(e), "MountVolume.MountDevice", "FailedMount") from None
 
     def teardown(self, target: Path) -> None:
         """`unmount` the pod's volume dir (a plain unmount when not supported), remove it; then, for an

@@ -48,16 +48,27 @@ PLUGIN_KINDS = ("flexVolume", "csi")  # the sources a registered VolumePlugin se
 
 
 class VolumeError(Exception):
-    """A volume could not be set up; `event_message` is the FailedMount event's text."""
+    """A volume could not be set up; `reason` and `event_message` are the kubelet's event (FailedMount
+    `MountVolume.SetUp failed…`, or FailedAttachVolume / FailedMount `MountVolume.MountDevice failed…` for a
+    step before it)."""
 
-    def __init__(self, volume: str, message: str) -> None:
+    def __init__(self, volume: str, message: str, operation: str = "MountVolume.SetUp",
+                 reason: str = "FailedMount") -> None:
         super().__init__(message)
         self.volume = volume
         self.message = message
+        self.operation = operation
+        self.reason = reason
+
+    @classmethod
+    def of(cls, volume: str, e: Exception) -> VolumeError:
+        """From a plugin's error, keeping the step it names (a flexvolume StepError's operation)."""
+        return cls(volume, str(e), getattr(e, "operation", "MountVolume.SetUp"),
+                   getattr(e, "reason", "FailedMount"))
 
     @property
     def event_message(self) -> str:
-        return f'MountVolume.SetUp failed for volume "{self.volume}" : {self.message}'
+        return f'{self.operation} failed for volume "{self.volume}" : {self.message}'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,7 +258,7 @@ class VolumeManager:
         except VolumeError:
             raise
         except (VolumeSourceError, PayloadError) as e:
-            raise VolumeError(name, str(e)) from None
+            raise VolumeError.of(name, e) from None
         except OSError as e:
             raise VolumeError(name, f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")) from None
 

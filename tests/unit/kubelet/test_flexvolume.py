@@ -208,3 +208,18 @@ def test_fs_group_is_passed_and_applied_unless_read_only(tmp_path):
     flex.setup(p, PluginVolume("flexVolume", {"driver": "acme/fast"}, "data", False, "team"), target)
     assert json.loads(calls(log)[-1][2])["kubernetes.io/mounterArgs.FsGroup"] == str(gid)
     assert os.stat(target).st_mode & 0o2000  # setgid on the volume's dirs, as SetVolumeOwnership
+
+
+def test_a_failed_attach_is_a_failed_attach_volume_event(tmp_path):
+    plugins, log = tmp_path / "exec", tmp_path / "log"
+    exe = install(plugins, "acme/disk", log, init='{"status": "Success"}')  # attach: true
+    exe.write_text(exe.read_text().replace(
+        "*) echo", 'attach) echo \'{"status": "Failure", "message": "disk busy"}\'; exit 1 ;;\n*) echo'))
+    vm = VolumeManager(tmp_path / "kubelet",
+                       plugins={"flexVolume": FlexVolumePlugin(DriverProber(plugins), tmp_path / "kubelet")})
+    with pytest.raises(VolumeError) as ei:
+        vm.setup_pod(flex_pod("u8", {"driver": "acme/disk"}))
+    assert ei.value.reason == "FailedAttachVolume"
+    assert ei.value.event_message == ('AttachVolume.Attach failed for volume "data" : attach command failed, '
+                                      "status: Failure, reason: disk busy")
+    assert not (tmp_path / "kubelet/pods/u8/volumes/acme~disk/data").exists()
