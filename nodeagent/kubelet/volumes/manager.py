@@ -9,6 +9,7 @@ and removes everything under the pod's directory. Blocking: run from a worker th
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import stat
@@ -37,6 +38,8 @@ from nodeagent.kubelet.volumes.payloads import (
 from nodeagent.kubelet.volumes.plugins import PluginVolume, VolumePlugin
 
 DEFAULT_ROOT = "/var/lib/kubelet"
+
+log = logging.getLogger("nodeagent.kubelet.volumes")
 
 PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.io~configmap",
                "secret": "kubernetes.io~secret", "downwardAPI": "kubernetes.io~downward-api",
@@ -384,7 +387,7 @@ class VolumeManager:
         changed = []
         uid = (pod.get("metadata") or {}).get("uid", "")
         if uid not in self.actual:  # first sync since a restart: reconstruct (mounting what is missing)
-            self.setup_pod(pod)
+            self._reconstruct(pod)
         for v in (pod.get("spec") or {}).get("volumes") or []:
             kind = volume_kind(v)
             if kind not in PROJECTED_KINDS:
@@ -397,6 +400,20 @@ class VolumeManager:
             except (VolumeSourceError, PayloadError) as e:
                 raise VolumeError(v["name"], str(e)) from None
         return changed
+
+    def _reconstruct(self, pod: Mapping[str, Any]) -> None:
+        """A running pod's volumes after a restart, each set up again where it is not (idempotent). One
+        that cannot be (say its claim is being deleted) stays as it is on disk and unmeasured, as the
+        kubelet keeps a running pod's mounted volumes whatever their claim does now."""
+        meta = pod.get("metadata") or {}
+        rebuilt = {}
+        for v in (pod.get("spec") or {}).get("volumes") or []:
+            try:
+                rebuilt[v["name"]] = self.setup_volume(pod, v)
+            except VolumeError as e:
+                log.warning("pod %s/%s: volume %s not reconstructed (left as mounted): %s",
+                            meta.get("namespace"), meta.get("name"), v["name"], e.message)
+        self.actual[meta.get("uid", "")] = rebuilt
 
     # teardown
     def teardown_pod(self, uid: str) -> None:
