@@ -467,9 +467,19 @@ def _volume_devices(spec: dict[str, Any], base: str) -> FieldErrors:
     return errs
 
 
+def _flex_volumes(spec: dict[str, Any], base: str) -> FieldErrors:
+    """validateFlexVolumeSource: a flexVolume names its driver."""
+    errs: FieldErrors = []
+    for i, v in enumerate(spec.get("volumes") or []):
+        flex = v.get("flexVolume") if isinstance(v, dict) else None
+        if isinstance(flex, dict) and not flex.get("driver"):
+            errs.append(_required(f"{base}.volumes[{i}].flexVolume.driver"))
+    return errs
+
+
 CHECKS: tuple[Callable[[dict[str, Any], str], FieldErrors], ...] = (
     _scalars, _pod_security, _os, _host_aliases, _dns, _topology_spread, _readiness_gates, _scheduling_gates,
-    _volume_devices)
+    _volume_devices, _flex_volumes)
 
 
 def validate_pod_spec(spec: dict[str, Any], base: str) -> FieldErrors:

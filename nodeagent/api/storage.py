@@ -255,6 +255,8 @@ def validate_pv(obj: Obj) -> FieldErrors:
             elif not str(p).startswith("/") or ".." in str(p).split("/"):
                 errs.append(_err("FieldValueInvalid", f"spec.{kind}.path",
                                  f'Invalid value: "{p}": must be an absolute path without \'..\''))
+    if isinstance(s.get("flexVolume"), dict) and not s["flexVolume"].get("driver"):
+        errs.append(_required("spec.flexVolume.driver"))
     if "local" in s and node_affinity_terms(obj) is None:
         errs.append(_required("spec.nodeAffinity", "Required value: Local volume requires node affinity"))
     na = s.get("nodeAffinity")

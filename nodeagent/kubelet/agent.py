@@ -57,6 +57,7 @@ from nodeagent.kubelet.volumes.flexvolume import DriverProber, FlexVolumePlugin
 from nodeagent.kubelet.volumes.localpath import LocalPathProvisioner
 from nodeagent.kubelet.volumes.manager import VolumeManager
 from nodeagent.kubelet.volumes.payloads import VolumeSourceError
+from nodeagent.kubelet.volumes.plugins import VolumePlugin
 from nodeagent.kubelet.workers import PodWorkers
 
 log = logging.getLogger("nodeagent.kubelet")
@@ -90,7 +91,7 @@ class Kubelet:
                                      get_secret=self._getter("secrets"),
                                      get_claim=self._api_getter("persistentvolumeclaims"),
                                      get_volume=self._api_getter("persistentvolumes"),
-                                     get_token=self._get_token, flex=self._flex_plugin(cfg))
+                                     get_token=self._get_token, plugins=self._volume_plugins(cfg))
         # Secrets/ConfigMaps by watch and Services by informer, for container environments and image pulls
         self.objects = PodObjects(client, host_ips=lambda: list(self.node.addresses),
                                   node_allocatable=self.node.allocatable)
@@ -121,13 +122,14 @@ class Kubelet:
                                    cfg.image_gc_period)
         self.cpu_reconciler: CPUReconciler | None = None
 
-    def _flex_plugin(self, cfg: KubeletConfig) -> FlexVolumePlugin | None:
-        """FlexVolume drivers from --volume-plugin-dir; a secretRef is read from the API (its type must name
-        the driver), as kubelet's GetSecretForPV does."""
-        if not cfg.volume_plugin_dir:
-            return None
-        return FlexVolumePlugin(DriverProber(cfg.volume_plugin_dir), cfg.root_dir, cfg.node_name,
-                                get_secret=self._api_getter("secrets"))
+    def _volume_plugins(self, cfg: KubeletConfig) -> dict[str, VolumePlugin]:
+        """The delegated volume plugins by source key. FlexVolume: drivers from --volume-plugin-dir; a
+        secretRef is read from the API (its type must name the driver), as kubelet's GetSecretForPV does."""
+        plugins: dict[str, VolumePlugin] = {}
+        if cfg.volume_plugin_dir:
+            plugins["flexVolume"] = FlexVolumePlugin(DriverProber(cfg.volume_plugin_dir), cfg.root_dir,
+                                                     cfg.node_name, get_secret=self._api_getter("secrets"))
+        return plugins
 
     async def _exec_sync(self, container_id: str, cmd: Any, seconds: float) -> tuple[int, bytes, bytes]:
         r = await self.cri.exec_sync(container_id.split("://", 1)[-1], list(cmd), int(seconds))

@@ -165,7 +165,7 @@ class PodRuntime:
                 vols = await asyncio.to_thread(self.volumes.setup_pod, pod)
             except VolumeError as e:
                 # The pod waits in ContainerCreating; the worker retries while containers are waiting.
-                self.recorder.record(pod, "Warning", "FailedMount", e.event_message)
+                self.recorder.record(pod, "Warning", e.reason, e.event_message)
                 return st
         elif not actions.kill_pod:
             try:  # re-project configMap/secret/downwardAPI contents (atomic swaps; no-op when unchanged)
@@ -548,6 +548,11 @@ class PodRuntime:
         st = await self.state(pod)
         if any(r.state == "running" for r in st.records) or st.sandbox_ready:
             await self._kill_all(pod, st, _grace(pod) if grace is None else grace, reason_events=True)
+            st = await self.state(pod)
+        if not any(r.state == "running" for r in st.records):
+            # nothing runs any more: its volumes are unmounted (and detached) now, not at deletion
+            if await asyncio.to_thread(self.volumes.unmount_volumes, uid_of(pod)):
+                log.info("pod %s: terminated, its volumes unmounted", pod_name(pod))
 
     def _remove_pod_cgroup(self, pod: Mapping[str, Any]) -> None:
         """The pod's cgroup goes with the pod. Our runtime removes the parents it made itself; runc under

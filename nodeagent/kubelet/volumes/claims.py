@@ -37,8 +37,8 @@ def resolve(pod: Mapping[str, Any], source: Mapping[str, Any], claim: Mapping[st
             volume: Mapping[str, Any] | None) -> tuple[str, Mapping[str, Any]]:
     """(plugin, the volume's source) for a pod's claim, or VolumeSourceError saying why it cannot start.
 
-    `claim` and `volume` are what the API holds (None: not found); the plugin is "hostPath", "local" or
-    "flexVolume"."""
+    `claim` and `volume` are what the API holds (None: not found); the plugin is "hostPath", "local",
+    "flexVolume" or "csi" (the last two set up by their registered VolumePlugin)."""
     ns = (pod.get("metadata") or {}).get("namespace") or "default"
     name = source.get("claimName", "")
     where = f"error processing PVC {ns}/{name}"
@@ -65,7 +65,7 @@ def resolve(pod: Mapping[str, Any], source: Mapping[str, Any], claim: Mapping[st
         raise VolumeSourceError(f'{where}: volume "{vname}" has volumeMode Block, which its volume type '
                                 f'{",".join(kinds) or "unknown"} does not support on this kubelet (local '
                                 "volumes do)")
-    for plugin in ("hostPath", "local", "flexVolume"):
+    for plugin in ("hostPath", "local", "flexVolume", "csi"):
         if plugin in s:
             return plugin, s[plugin] or {}
     kinds = [k for k in storage.PV_SOURCES if k in s]

@@ -39,6 +39,7 @@ from typing import Any
 from nodeagent.kubelet.volumes import mount as mnt
 from nodeagent.kubelet.volumes import ownership
 from nodeagent.kubelet.volumes.payloads import Getter, VolumeSourceError
+from nodeagent.kubelet.volumes.plugins import PluginVolume
 
 log = logging.getLogger("nodeagent.kubelet.flexvolume")
 
@@ -64,6 +65,15 @@ Runner = Callable[[list[str], float | None], tuple[int, bytes]]  # argv, timeout
 
 class DriverError(VolumeSourceError):
     """A driver call failed; the message is kubelet's (`mount command failed, status: Failure, reason: …`)."""
+
+
+class StepError(DriverError):
+    """A driver step before `mount` failed: the kubelet names the step in its event."""
+
+    def __init__(self, message: str, operation: str, reason: str) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.reason = reason
 
 
 class NotSupported(DriverError):
@@ -241,20 +251,8 @@ def options_for_driver(source: Mapping[str, Any], volume_name: str, read_only: b
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class FlexSpec:
-    """One flex volume of a pod: its source (inline or the PV's), the name kubelet calls it by (the pod's
-    volume name, or the PV's name), and where the pod's mount and the device mount go."""
-
-    driver: str
-    source: Mapping[str, Any]
-    name: str
-    read_only: bool
-    secret_namespace: str
-
-
 class FlexVolumePlugin:
-    """Sets up and tears down flex volumes through their drivers."""
+    """Sets up and tears down flex volumes through their drivers (a `VolumePlugin`)."""
 
     def __init__(self, prober: DriverProber, kubelet_root: str | os.PathLike, node_name: str = "",
                  get_secret: Getter | None = None) -> None:
@@ -267,26 +265,38 @@ class FlexVolumePlugin:
         """<root>/plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<volume>, as kubelet's."""
         return self.root / "plugins" / PLUGIN_NAME / driver / "mounts" / name
 
-    def _secret_options(self, spec: FlexSpec) -> dict[str, str]:
+    def dir_name(self, volume: PluginVolume) -> str:
+        return escape(_driver(volume))
+
+    def owns(self, dir_name: str) -> bool:
+        return not dir_name.startswith("kubernetes.io~")  # every <vendor>~<driver> dir
+
+    def supports_metrics(self, target: Path) -> bool:
+        driver = self.prober.probe().get(unescape(target.parent.name))
+        return driver is not None and driver.capabilities.supports_metrics
+
+    def _secret_options(self, spec: PluginVolume) -> dict[str, str]:
         ref = spec.source.get("secretRef") or {}
         name = ref.get("name") or ""
         if not name:
             return {}
-        ns = ref.get("namespace") or spec.secret_namespace
+        ns = ref.get("namespace") or spec.namespace
         secret = self.get_secret(ns, name) if self.get_secret else None
         if secret is None:
             raise VolumeSourceError(f'couldn\'t get secret {ns}/{name} err: secrets "{name}" not found')
-        if secret.get("type") != spec.driver:  # util.GetSecretForPV: the secret's type names the driver
+        if secret.get("type") != _driver(spec):  # util.GetSecretForPV: the secret's type names the driver
             raise VolumeSourceError(f"couldn't get secret {ns}/{name} err: Cannot get secret of type "
-                                    f"{spec.driver}")
+                                    f"{_driver(spec)}")
         data = secret.get("data") or {}
         # the Secret's data is base64 already; kubelet passes each value base64-encoded
         return {f"{OPT_SECRET}/{k}": base64.b64encode(base64.b64decode(v)).decode() for k, v in data.items()}
 
-    def setup(self, pod: Mapping[str, Any], spec: FlexSpec, target: Path) -> None:
+    def setup(self, pod: Mapping[str, Any], spec: PluginVolume, target: Path) -> None:
         """Attach and mount the device where the driver attaches, then `mount` at target; fsGroup ownership
         where the driver allows it. A failure leaves no mount and no target dir behind."""
-        driver = self.prober.driver(spec.driver, spec.name)
+        if not _driver(spec):
+            raise VolumeSourceError("flexVolume.driver is empty")
+        driver = self.prober.driver(_driver(spec), spec.name)
         if mnt.is_mountpoint(target):
             return  # mount only once
         meta = pod.get("metadata") or {}
@@ -305,35 +315,40 @@ class FlexVolumePlugin:
                 driver.call("mount", str(target),
                             json.dumps(options_for_driver(spec.source, spec.name, spec.read_only, extra)))
             except NotSupported:  # mounterDefaults: bind the device mount dir
-                mnt.mount_bind(self.device_mount_path(spec.driver, spec.name), target)
+                mnt.mount_bind(self.device_mount_path(_driver(spec), spec.name), target)
         except Exception:
             _remove_empty_dir(target)
             raise
         if not spec.read_only and driver.capabilities.fs_group and gid is not None:
             ownership.set_volume_ownership(target, gid, False)  # fsGroupChangePolicy does not apply
 
-    def _attach_and_mount_device(self, driver: Driver, spec: FlexSpec) -> None:
+    def _attach_and_mount_device(self, driver: Driver, spec: PluginVolume) -> None:
         options = json.dumps(options_for_driver(spec.source, spec.name, spec.read_only))
         try:
             device = driver.call("attach", options, self.node_name).device
         except NotSupported:
             device = ""
+        except DriverError as e:
+            raise StepError(str(e), "AttachVolume.Attach", "FailedAttachVolume") from None
         try:
             device = driver.call("waitforattach", device, options, timeout=WAIT_FOR_ATTACH_TIMEOUT).device
         except NotSupported:
             pass
-        dmp = self.device_mount_path(spec.driver, spec.name)
+        except DriverError as e:
+            raise StepError(str(e), "MountVolume.WaitForAttach", "FailedMount") from None
+        dmp = self.device_mount_path(_driver(spec), spec.name)
         if mnt.is_mountpoint(dmp):
             return
         dmp.mkdir(parents=True, exist_ok=True, mode=0o750)
         try:
-            driver.call("mountdevice", str(dmp), device, options)
-        except NotSupported:
-            if device:  # attacherDefaults.MountDevice: mount the device itself
-                mnt.mount_device(device, dmp, str(spec.source.get("fsType") or "ext4"), spec.read_only)
-        except Exception:
+            try:
+                driver.call("mountdevice", str(dmp), device, options)
+            except NotSupported:
+                if device:  # attacherDefaults.MountDevice: mount the device itself
+                    mnt.mount_device(device, dmp, str(spec.source.get("fsType") or "ext4"), spec.read_only)
+        except (DriverError, OSError) as e:
             _remove_empty_dir(dmp)
-            raise
+            raise StepError(str(e), "MountVolume.MountDevice", "FailedMount") from None
 
     def teardown(self, target: Path) -> None:
         """`unmount` the pod's volume dir (a plain unmount when not supported), remove it; then, for an
@@ -376,6 +391,10 @@ class FlexVolumePlugin:
             return False
         others = (p / "volumes" / plugin_dir / name for p in pods.iterdir())
         return any(o != target and o.exists() for o in others)
+
+
+def _driver(volume: PluginVolume) -> str:
+    return str(volume.source.get("driver") or "")
 
 
 def _remove_empty_dir(path: Path) -> None:

@@ -9,6 +9,7 @@ and removes everything under the pod's directory. Blocking: run from a worker th
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import stat
@@ -24,7 +25,6 @@ from nodeagent.kubelet.volumes import claims, ownership, subpath
 from nodeagent.kubelet.volumes import mount as mnt
 from nodeagent.kubelet.volumes import stats as vstats
 from nodeagent.kubelet.volumes.atomic_writer import AtomicWriter, PayloadError
-from nodeagent.kubelet.volumes.flexvolume import FlexSpec, FlexVolumePlugin, escape
 from nodeagent.kubelet.volumes.payloads import (
     DEFAULT_MODE,
     Getter,
@@ -35,28 +35,43 @@ from nodeagent.kubelet.volumes.payloads import (
     projected_payload,
     secret_payload,
 )
+from nodeagent.kubelet.volumes.plugins import PluginVolume, VolumePlugin
 
 DEFAULT_ROOT = "/var/lib/kubelet"
+
+log = logging.getLogger("nodeagent.kubelet.volumes")
 
 PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.io~configmap",
                "secret": "kubernetes.io~secret", "downwardAPI": "kubernetes.io~downward-api",
                "projected": "kubernetes.io~projected"}
 PROJECTED_KINDS = ("configMap", "secret", "downwardAPI", "projected")
 KINDS = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected", "image",
-         "persistentVolumeClaim", "flexVolume")
+         "persistentVolumeClaim", "flexVolume", "csi")
+PLUGIN_KINDS = ("flexVolume", "csi")  # the sources a registered VolumePlugin sets up
 
 
 class VolumeError(Exception):
-    """A volume could not be set up; `event_message` is the FailedMount event's text."""
+    """A volume could not be set up; `reason` and `event_message` are the kubelet's event (FailedMount
+    `MountVolume.SetUp failed…`, or FailedAttachVolume / FailedMount `MountVolume.MountDevice failed…` for a
+    step before it)."""
 
-    def __init__(self, volume: str, message: str) -> None:
+    def __init__(self, volume: str, message: str, operation: str = "MountVolume.SetUp",
+                 reason: str = "FailedMount") -> None:
         super().__init__(message)
         self.volume = volume
         self.message = message
+        self.operation = operation
+        self.reason = reason
+
+    @classmethod
+    def of(cls, volume: str, e: Exception) -> VolumeError:
+        """From a plugin's error, keeping the step it names (a flexvolume StepError's operation)."""
+        return cls(volume, str(e), getattr(e, "operation", "MountVolume.SetUp"),
+                   getattr(e, "reason", "FailedMount"))
 
     @property
     def event_message(self) -> str:
-        return f'MountVolume.SetUp failed for volume "{self.volume}" : {self.message}'
+        return f'{self.operation} failed for volume "{self.volume}" : {self.message}'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +84,7 @@ class Volume:
     pull_policy: str = ""
     image_ref: str = ""  # the runtime's reference to the pulled image (kuberuntime fills it in)
     block: bool = False  # volumeMode Block: host_path is the device node, given to volumeDevices
-    plugin: str = ""  # a claim's volume plugin (hostPath, local, flexVolume): how its stats are measured
+    plugin: str = ""  # a claim's volume plugin (hostPath, local, flexVolume, csi): how its stats are measured
 
 
 def volume_kind(volume: Mapping[str, Any]) -> str:
@@ -150,7 +165,7 @@ class VolumeManager:
                  node_allocatable: Mapping[str, Any] | None = None,
                  now: Callable[[], float] | None = None, secrets_in_memory: bool = True,
                  get_claim: Getter | None = None, get_volume: Getter | None = None,
-                 flex: FlexVolumePlugin | None = None, sc: Syscalls = LINUX) -> None:
+                 plugins: Mapping[str, VolumePlugin] | None = None, sc: Syscalls = LINUX) -> None:
         """secrets_in_memory: secret and projected volumes sit on their own tmpfs, as the kubelet keeps
         them (its wrapped emptyDir with medium Memory), so secret data never reaches the node's disk."""
         self.root = Path(root)
@@ -162,7 +177,8 @@ class VolumeManager:
         self.get_volume = get_volume  # ("", name) → PersistentVolume
         self.node_allocatable = dict(node_allocatable or {})
         self.now = now
-        self.flex = flex  # FlexVolume drivers (None: flexVolume volumes are refused)
+        # source key (flexVolume, csi) → the plugin that sets such volumes up; a kind without one is refused
+        self.plugins: dict[str, VolumePlugin] = dict(plugins or {})
         self.sc = sc  # the kernel's syscalls (a recording fake in unit tests), for subPath binds
         # The actual state of the world: pod uid → its volumes as set up (rebuilt from the pod and the disk
         # at the pod's first sync after a restart, as the kubelet's reconstruction does).
@@ -200,7 +216,8 @@ class VolumeManager:
         out = []
         for name, v in sorted((self.actual.get(meta.get("uid", "")) or {}).items()):
             plugin = v.plugin or v.kind
-            if plugin == "flexVolume" and not self._flex_metrics(Path(v.host_path)):
+            owner = self.plugins.get(plugin)
+            if owner is not None and not owner.supports_metrics(Path(v.host_path)):
                 continue
             try:
                 st = vstats.measure(plugin, v.host_path, block_device=v.block,
@@ -210,10 +227,6 @@ class VolumeManager:
             if st is not None:
                 out.append((name, st, (ns, claims_of[name]) if name in claims_of else None))
         return out
-
-    def _flex_metrics(self, target: Path) -> bool:
-        driver = self.flex.prober.probe().get(target.parent.name.replace("~", "/")) if self.flex else None
-        return driver is not None and driver.capabilities.supports_metrics
 
     def setup_volume(self, pod: Mapping[str, Any], volume: Mapping[str, Any]) -> Volume:
         name = volume["name"]
@@ -230,11 +243,11 @@ class VolumeManager:
                 return Volume(name, kind, hp["path"])
             if kind == "persistentVolumeClaim":
                 return self._setup_claim(pod, volume)
-            if kind == "flexVolume":
-                src = volume["flexVolume"] or {}
+            if kind in PLUGIN_KINDS:
+                src = volume[kind] or {}
                 ns = (pod.get("metadata") or {}).get("namespace") or "default"
-                spec = FlexSpec(src.get("driver", ""), src, name, bool(src.get("readOnly")), ns)
-                return Volume(name, kind, str(self._setup_flex(pod, spec)), read_only=spec.read_only)
+                spec = PluginVolume(kind, src, name, bool(src.get("readOnly")), ns)
+                return Volume(name, kind, str(self._setup_plugin(pod, spec)), read_only=spec.read_only)
             path = self.volume_dir(uid, kind, name)
             fresh = not path.exists()
             if kind == "emptyDir":
@@ -248,7 +261,7 @@ class VolumeManager:
         except VolumeError:
             raise
         except (VolumeSourceError, PayloadError) as e:
-            raise VolumeError(name, str(e)) from None
+            raise VolumeError.of(name, e) from None
         except OSError as e:
             raise VolumeError(name, f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")) from None
 
@@ -265,9 +278,9 @@ class VolumeManager:
             raise VolumeSourceError(mismatch)
         if storage.volume_mode(pv or {}) == "Block":
             return self._map_block(pod, volume["name"], vname, source.get("path", ""), read_only)
-        if plugin == "flexVolume":
-            spec = FlexSpec(source.get("driver", ""), source, vname, read_only, ns)
-            return Volume(volume["name"], "persistentVolumeClaim", str(self._setup_flex(pod, spec)),
+        if plugin in PLUGIN_KINDS:
+            spec = PluginVolume(plugin, source, vname, read_only, ns, pv)
+            return Volume(volume["name"], "persistentVolumeClaim", str(self._setup_plugin(pod, spec)),
                           read_only=read_only, plugin=plugin)
         if plugin == "hostPath":
             check_host_path(source.get("path", ""), source.get("type"))
@@ -282,6 +295,8 @@ class VolumeManager:
         target.mkdir(parents=True, exist_ok=True, mode=0o750)
         if not mnt.is_mountpoint(target):
             mnt.mount_bind(source["path"], target)
+            if not read_only:  # the local plugin owns the volume for fsGroup at its first mount
+                self._own(pod, target, read_only=False)
         return Volume(volume["name"], "persistentVolumeClaim", str(target), read_only=read_only,
                       plugin=plugin)
 
@@ -311,16 +326,15 @@ class VolumeManager:
         """The safe bind of a container's subPath under the pod's volume-subpaths/ (see subpath)."""
         return subpath.bind(self.pod_dir(uid), volume_path, sub, volume, container, index, self.sc)
 
-    def _setup_flex(self, pod: Mapping[str, Any], spec: FlexSpec) -> Path:
-        """The pod's flex volume at <pod>/volumes/<vendor>~<driver>/<name>, mounted by its driver."""
-        if self.flex is None:
-            raise VolumeSourceError("volume type flexVolume is unimplemented: this kubelet has no volume "
-                                    "plugin dir")
-        if not spec.driver:
-            raise VolumeSourceError("flexVolume.driver is empty")
+    def _setup_plugin(self, pod: Mapping[str, Any], spec: PluginVolume) -> Path:
+        """A plugin's volume at <pod>/volumes/<its dir>/<name>, mounted by the plugin."""
+        plugin = self.plugins.get(spec.kind)
+        if plugin is None:
+            why = " (no --volume-plugin-dir)" if spec.kind == "flexVolume" else ""
+            raise VolumeSourceError(f"volume type {spec.kind} is unimplemented on this kubelet{why}")
         uid = (pod.get("metadata") or {}).get("uid", "")
-        target = self.pod_dir(uid) / "volumes" / escape(spec.driver) / spec.name
-        self.flex.setup(pod, spec, target)
+        target = self.pod_dir(uid) / "volumes" / plugin.dir_name(spec) / spec.name
+        plugin.setup(pod, spec, target)
         return target
 
     def _setup_empty_dir(self, pod: Mapping[str, Any], source: Mapping[str, Any], path: Path) -> None:
@@ -373,7 +387,7 @@ class VolumeManager:
         changed = []
         uid = (pod.get("metadata") or {}).get("uid", "")
         if uid not in self.actual:  # first sync since a restart: reconstruct (mounting what is missing)
-            self.setup_pod(pod)
+            self._reconstruct(pod)
         for v in (pod.get("spec") or {}).get("volumes") or []:
             kind = volume_kind(v)
             if kind not in PROJECTED_KINDS:
@@ -387,29 +401,60 @@ class VolumeManager:
                 raise VolumeError(v["name"], str(e)) from None
         return changed
 
+    def _reconstruct(self, pod: Mapping[str, Any]) -> None:
+        """A running pod's volumes after a restart, each set up again where it is not (idempotent). One
+        that cannot be (say its claim is being deleted) stays as it is on disk and unmeasured, as the
+        kubelet keeps a running pod's mounted volumes whatever their claim does now."""
+        meta = pod.get("metadata") or {}
+        rebuilt = {}
+        for v in (pod.get("spec") or {}).get("volumes") or []:
+            try:
+                rebuilt[v["name"]] = self.setup_volume(pod, v)
+            except VolumeError as e:
+                log.warning("pod %s/%s: volume %s not reconstructed (left as mounted): %s",
+                            meta.get("namespace"), meta.get("name"), v["name"], e.message)
+        self.actual[meta.get("uid", "")] = rebuilt
+
     # teardown
     def teardown_pod(self, uid: str) -> None:
         """Unmount whatever is mounted below the pod's directory, then remove it. Idempotent."""
-        self.actual.pop(uid, None)
         pod_dir = self.pod_dir(uid)
+        self.unmount_volumes(uid)
         if not pod_dir.exists():
             return
-        subpath.clean(pod_dir, self.sc)  # the containers' subPath binds go before the volumes they bind from
-        # Volumes whose plugin unmounts them (FlexVolume drivers: <vendor>~<driver>), found on disk as the
-        # kubelet reconstructs them, so this works after a restart too.
-        volumes = pod_dir / "volumes"
-        for plugin_dir in sorted(volumes.iterdir()) if volumes.is_dir() else []:
-            if plugin_dir.name.startswith("kubernetes.io~") or not plugin_dir.is_dir():
-                continue
-            for vol in sorted(plugin_dir.iterdir()):
-                if self.flex is not None:
-                    self.flex.teardown(vol)
         for mp in mnt.mounts_under(pod_dir):
             mnt.unmount(mp)
         left = mnt.mounts_under(pod_dir)
         if left:
             raise OSError(f"still mounted under {pod_dir}: {left}")
         shutil.rmtree(pod_dir)
+
+    def unmount_volumes(self, uid: str) -> bool:
+        """Tear down the pod's volumes (a terminated pod's, as the kubelet does once its containers are
+        gone; the pod's other files stay until it is deleted). Works from what is on disk, as the kubelet's
+        reconstruction does, so it works after a restart too. Returns whether there was anything."""
+        self.actual.pop(uid, None)
+        pod_dir = self.pod_dir(uid)
+        dirs = [pod_dir / d for d in (subpath.SUBPATH_DIR, "volumes", "volumeDevices")]
+        if not any(d.exists() for d in dirs):
+            return False
+        subpath.clean(pod_dir, self.sc)  # the containers' subPath binds go before the volumes they bind from
+        # Volumes whose plugin unmounts them (FlexVolume drivers' <vendor>~<driver>, CSI's dirs).
+        volumes = pod_dir / "volumes"
+        for plugin_dir in sorted(volumes.iterdir()) if volumes.is_dir() else []:
+            owner = next((p for p in self.plugins.values() if p.owns(plugin_dir.name)), None)
+            if owner is None or not plugin_dir.is_dir():
+                continue
+            for vol in sorted(plugin_dir.iterdir()):
+                owner.teardown(vol)
+        for mp in mnt.mounts_under(volumes) if volumes.exists() else []:
+            mnt.unmount(mp)
+        if volumes.exists() and mnt.mounts_under(volumes):
+            raise OSError(f"still mounted under {volumes}: {mnt.mounts_under(volumes)}")
+        for d in dirs:
+            if d.exists():
+                shutil.rmtree(d)
+        return True
 
     def pod_uids_on_disk(self) -> list[str]:
         """Pods that still have a directory (orphans to clean after a restart)."""

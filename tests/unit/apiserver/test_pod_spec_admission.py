@@ -95,6 +95,8 @@ CASES = [
          volumes=[{"name": "v", "emptyDir": {}}]),
      "spec.containers[0].volumeDevices[0].name",
      "can only use volume source type of PersistentVolumeClaim or Ephemeral for block mode"),
+    (pod(volumes=[{"name": "v", "flexVolume": {"options": {"a": "b"}}}]), "spec.volumes[0].flexVolume.driver",
+     "Required value"),
     (pod(schedulingGates=[{"name": "example.com/wait"}, {"name": "example.com/wait"}]),
      "spec.schedulingGates[1].name", 'Duplicate value: "example.com/wait"'),
     (pod(schedulingGates=[{"name": "a"}], nodeName="n1"), "spec.nodeName",

@@ -14,13 +14,13 @@ from nodeagent.kubelet.volumes import VolumeError, VolumeManager
 from nodeagent.kubelet.volumes.flexvolume import (
     DriverError,
     DriverProber,
-    FlexSpec,
     FlexVolumePlugin,
     NotSupported,
     options_for_driver,
     parse_status,
 )
 from nodeagent.kubelet.volumes.payloads import VolumeSourceError
+from nodeagent.kubelet.volumes.plugins import PluginVolume
 from tests.unit.kubelet.podspecs import container, pod
 
 
@@ -124,7 +124,7 @@ def test_mount_is_called_with_the_dir_and_kubelets_options_and_unmount_on_teardo
     plugins, log = tmp_path / "exec", tmp_path / "log"
     install(plugins, "acme/fast", log)
     flex = FlexVolumePlugin(DriverProber(plugins), tmp_path / "kubelet", "node1")
-    vm = VolumeManager(tmp_path / "kubelet", flex=flex)
+    vm = VolumeManager(tmp_path / "kubelet", plugins={"flexVolume": flex})
     vols = vm.setup_pod(flex_pod("u1", {"driver": "acme/fast", "fsType": "xfs", "options": {"k": "v"}}))
     target = tmp_path / "kubelet/pods/u1/volumes/acme~fast/data"
     assert vols["data"].host_path == str(target) and (target / "made-by-driver").is_dir()
@@ -148,7 +148,7 @@ def test_a_failed_mount_is_a_failed_mount_event_and_leaves_no_dir(tmp_path):
     exe.write_text(exe.read_text().replace('mkdir -p "$2/made-by-driver"; echo \'{"status": "Success"}\'',
                                            failing))
     flex = FlexVolumePlugin(DriverProber(plugins), tmp_path / "kubelet")
-    vm = VolumeManager(tmp_path / "kubelet", flex=flex)
+    vm = VolumeManager(tmp_path / "kubelet", plugins={"flexVolume": flex})
     with pytest.raises(VolumeError) as ei:
         vm.setup_pod(flex_pod("u2", {"driver": "acme/fail"}))
     assert ei.value.event_message == ('MountVolume.SetUp failed for volume "data" : mount command failed, '
@@ -157,8 +157,8 @@ def test_a_failed_mount_is_a_failed_mount_event_and_leaves_no_dir(tmp_path):
 
 
 def test_a_pod_naming_a_driver_that_is_not_there_waits_with_the_reason(tmp_path):
-    vm = VolumeManager(tmp_path / "kubelet",
-                       flex=FlexVolumePlugin(DriverProber(tmp_path / "exec"), tmp_path / "kubelet"))
+    flex = FlexVolumePlugin(DriverProber(tmp_path / "exec"), tmp_path / "kubelet")
+    vm = VolumeManager(tmp_path / "kubelet", plugins={"flexVolume": flex})
     with pytest.raises(VolumeError) as ei:
         vm.setup_pod(flex_pod("u3", {"driver": "acme/none"}))
     assert "no volume plugin matched" in ei.value.event_message
@@ -175,7 +175,7 @@ def test_secret_ref_must_be_of_the_drivers_type_and_is_passed_base64(tmp_path):
                ("team", "opaque"): {"type": "Opaque", "data": {}}}
     flex = FlexVolumePlugin(DriverProber(plugins), tmp_path / "kubelet",
                             get_secret=lambda ns, name: secrets.get((ns, name)))
-    vm = VolumeManager(tmp_path / "kubelet", flex=flex)
+    vm = VolumeManager(tmp_path / "kubelet", plugins={"flexVolume": flex})
     vm.setup_pod(flex_pod("u4", {"driver": "acme/fast", "secretRef": {"name": "creds"}}))
     opts = json.loads(calls(log)[-1][2])
     assert base64.b64decode(opts["kubernetes.io/secret/user"]) == b"ann"
@@ -205,6 +205,21 @@ def test_fs_group_is_passed_and_applied_unless_read_only(tmp_path):
     gid = os.getgid()
     p = flex_pod("u7", {"driver": "acme/fast"}, fs_group=gid)
     target = tmp_path / "kubelet/pods/u7/volumes/acme~fast/data"
-    flex.setup(p, FlexSpec("acme/fast", {"driver": "acme/fast"}, "data", False, "team"), target)
+    flex.setup(p, PluginVolume("flexVolume", {"driver": "acme/fast"}, "data", False, "team"), target)
     assert json.loads(calls(log)[-1][2])["kubernetes.io/mounterArgs.FsGroup"] == str(gid)
     assert os.stat(target).st_mode & 0o2000  # setgid on the volume's dirs, as SetVolumeOwnership
+
+
+def test_a_failed_attach_is_a_failed_attach_volume_event(tmp_path):
+    plugins, log = tmp_path / "exec", tmp_path / "log"
+    exe = install(plugins, "acme/disk", log, init='{"status": "Success"}')  # attach: true
+    exe.write_text(exe.read_text().replace(
+        "*) echo", 'attach) echo \'{"status": "Failure", "message": "disk busy"}\'; exit 1 ;;\n*) echo'))
+    vm = VolumeManager(tmp_path / "kubelet",
+                       plugins={"flexVolume": FlexVolumePlugin(DriverProber(plugins), tmp_path / "kubelet")})
+    with pytest.raises(VolumeError) as ei:
+        vm.setup_pod(flex_pod("u8", {"driver": "acme/disk"}))
+    assert ei.value.reason == "FailedAttachVolume"
+    assert ei.value.event_message == ('AttachVolume.Attach failed for volume "data" : attach command failed, '
+                                      "status: Failure, reason: disk busy")
+    assert not (tmp_path / "kubelet/pods/u8/volumes/acme~disk/data").exists()

@@ -73,3 +73,18 @@ def test_volume_stats_metrics_per_claim_once():
     labels = '{namespace="ns",persistentvolumeclaim="data"}'
     assert f"kubelet_volume_stats_health_status_abnormal{labels} 0.0" in text
     assert text.count("kubelet_volume_stats_available_bytes{") == 1
+
+
+def test_a_restarted_manager_reconstructs_what_it_can_without_failing_the_pod(tmp_path):
+    """After a restart, a running pod's claim being deleted does not fail its sync: the other volumes are
+    known again (and measured), the claim's stays as mounted."""
+    deleting = {"metadata": {"name": "c", "namespace": "default", "uid": "cu",
+                             "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"volumeName": "pv"}, "status": {"phase": "Bound"}}
+    p = pod(container("c"), uid="r1")
+    p["spec"]["volumes"] = [{"name": "cache", "emptyDir": {}},
+                            {"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]
+    VolumeManager(tmp_path / "kubelet").setup_volume(p, p["spec"]["volumes"][0])
+    vm = VolumeManager(tmp_path / "kubelet", get_claim=lambda ns, name: deleting)
+    assert vm.update_pod(p) == []
+    assert [name for name, _, _ in vm.volume_stats(p)] == ["cache"]
