@@ -15,6 +15,7 @@ import logging
 import socket
 
 from kernel import arp
+from nodeagent.lbspeaker.metrics import SpeakerMetrics
 
 log = logging.getLogger("nodeagent.lbspeaker")
 
@@ -22,8 +23,9 @@ GARP_REPEATS = (0.0, 0.5, 2.0)  # seconds after takeover: neighbours that missed
 
 
 class Responder:
-    def __init__(self, interface: str) -> None:
+    def __init__(self, interface: str, metrics: SpeakerMetrics | None = None) -> None:
         self.interface = interface
+        self.metrics = metrics or SpeakerMetrics()
         self.mac = arp.interface_mac(interface)
         self.owned: set[str] = set()
         self.answered = 0
@@ -69,6 +71,7 @@ class Responder:
                 return
             for f in arp.gratuitous(ip, self.mac):
                 arp.send(self._sock, f)
+                self.metrics.gratuitous.labels(ip).inc()
         self._garp.pop(ip, None)
 
     def _readable(self) -> None:
@@ -86,8 +89,10 @@ class Responder:
                 continue
             if pkt.sender_ip == pkt.target_ip:
                 continue  # someone else's gratuitous ARP for the address, not a question
+            self.metrics.requests.labels(pkt.target_ip).inc()
             try:
                 arp.send(self._sock, arp.reply_to(pkt, self.mac))
                 self.answered += 1
+                self.metrics.responses.labels(pkt.target_ip).inc()
             except arp.ArpError as e:
                 log.warning("%s", e)

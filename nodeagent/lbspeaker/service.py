@@ -19,6 +19,7 @@ import socket
 from typing import Any
 
 from kernel import arp
+from nodeagent.api import service_lb
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import SharedInformers
 from nodeagent.client.leader import LeaderElector
@@ -26,6 +27,7 @@ from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.lbspeaker import election
 from nodeagent.lbspeaker.config import SpeakerConfig
+from nodeagent.lbspeaker.metrics import SpeakerMetrics, serve_metrics
 from nodeagent.lbspeaker.responder import Responder
 
 log = logging.getLogger("nodeagent.lbspeaker")
@@ -51,6 +53,7 @@ class Speaker:
         self.nodes = informers.get("nodes")
         self._electors: dict[str, LeaderElector] = {}
         self._renewed: dict[str, float] = {}  # ip -> monotonic time of the last successful renewal
+        self._announced: dict[str, set[str]] = {}  # ip -> the Services announced with it (the metric)
 
     def _elector(self, ip: str) -> LeaderElector:
         el = self._electors.get(ip)
@@ -64,6 +67,20 @@ class Speaker:
 
     async def tick(self) -> None:
         """One pass over every address: take, keep or give up its ownership."""
+        try:
+            await self._pass()
+        finally:
+            self._export()
+
+    def _export(self) -> None:
+        """metallb_speaker_announced: 1 per (address, Service) this node answers for."""
+        gauge = self.responder.metrics.announced
+        gauge.clear()
+        for ip in self.responder.owned:
+            for svc in self._announced.get(ip, ()):
+                gauge.labels(ip, self.config.node_name, PROTOCOL, svc).set(1)
+
+    async def _pass(self) -> None:
         by_ip = election.by_address(self.services.list())
         slices_of = election.slices_by_service(self.slices.list())
         me = self.nodes.get(self.config.node_name)
@@ -101,6 +118,7 @@ class Speaker:
             message = f'announcing from node "{self.config.node_name}" with protocol "{PROTOCOL}"'
             for s in svcs:
                 self.recorder.record(s, "Normal", "nodeAssigned", message)
+        self._announced[ip] = {service_lb.key(s) for s in svcs}
 
     async def _give_up(self, ip: str, why: str, delete: bool = False) -> None:
         """Stop answering for `ip` and hand its Lease back (deleted when no Service holds the address)."""
@@ -141,9 +159,10 @@ class Speaker:
 
 
 async def serve(config: SpeakerConfig, ready: asyncio.Event) -> None:
+    metrics = SpeakerMetrics()
     try:
         interface = await asyncio.to_thread(announce_interface, config)
-        responder = Responder(interface)
+        responder = Responder(interface, metrics)
         responder.start()
     except arp.ArpError as e:  # the rest of the node runs; the log says why nothing is announced here
         log.error("lb speaker: cannot answer ARP (%s): this node announces no LoadBalancer address; give "
@@ -155,7 +174,10 @@ async def serve(config: SpeakerConfig, ready: asyncio.Event) -> None:
     informers = SharedInformers(client)
     recorder = EventRecorder(client, "nodeagent-speaker", socket.gethostname())
     speaker = Speaker(client, config, responder, recorder, informers)
+    runner = None
     try:
+        if config.metrics_port:
+            runner = await serve_metrics(metrics, config.metrics_port)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(recorder.run(), name="lb-speaker-events")
             await informers.run(tg)
@@ -166,4 +188,6 @@ async def serve(config: SpeakerConfig, ready: asyncio.Event) -> None:
         with contextlib.suppress(Exception):
             await asyncio.shield(asyncio.wait_for(speaker.release_all(), 5))
         responder.close()
+        if runner is not None:
+            await runner.cleanup()
         await client.close()

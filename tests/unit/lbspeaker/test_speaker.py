@@ -10,6 +10,7 @@ from nodeagent.client.config import Credentials
 from nodeagent.controllers.options import ControllerOptions
 from nodeagent.controllers.servicelb_controller import ServiceLBController
 from nodeagent.lbspeaker.config import SpeakerConfig
+from nodeagent.lbspeaker.metrics import SpeakerMetrics
 from nodeagent.lbspeaker.service import Speaker
 from tests.unit.controllers.fakes import FakeClient, FakeInformers, FakeRecorder
 
@@ -21,6 +22,7 @@ class FakeResponder:
 
     def __init__(self) -> None:
         self.owned: set[str] = set()
+        self.metrics = SpeakerMetrics()
 
     def own(self, ip: str) -> None:
         self.owned.add(ip)
@@ -61,10 +63,12 @@ async def test_one_owner_then_handover_when_it_stops_being_a_candidate() -> None
     lease = inf.get("leases").get(f"nodeagent-lb-{IP}", "kube-system")
     assert lease["spec"]["holderIdentity"] == "a"
     assert reca.events == [("web", "nodeAssigned", 'announcing from node "a" with protocol "layer2"')]
+    assert f'metallb_speaker_announced{{ip="{IP}",node="a",protocol="layer2",service="default/web"}} 1.0' \
+        in ra.metrics.render().decode()
     # the endpoint moves to b: a gives the address up at once and b takes it at its next pass
     inf.get("endpointslices").put(slice_on("b"))
     await a.tick()
-    assert ra.owned == set()
+    assert ra.owned == set() and "metallb_speaker_announced{" not in ra.metrics.render().decode()
     await b.tick()
     assert rb.owned == {IP}
     assert inf.get("leases").get(f"nodeagent-lb-{IP}", "kube-system")["spec"]["holderIdentity"] == "b"
