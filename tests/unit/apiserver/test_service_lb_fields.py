@@ -56,6 +56,13 @@ async def test_no_node_ports_when_asked_and_fields_dropped_on_type_change(reg) -
     s["spec"]["type"] = "ClusterIP"
     c, _ = await reg.update(SVCS, "d", "a", s)
     assert "allocateLoadBalancerNodePorts" not in c["spec"] and "loadBalancerClass" not in c["spec"]
+    # as `kubectl apply` sends it: the server-set nodePort and policy carried over, dropped with the type
+    b = await reg.create(SVCS, "d", lb("b", externalTrafficPolicy="Local"))
+    assert b["spec"]["ports"][0]["nodePort"]
+    b["spec"]["type"] = "ClusterIP"
+    c, _ = await reg.update(SVCS, "d", "b", b)
+    assert "nodePort" not in c["spec"]["ports"][0] and "healthCheckNodePort" not in c["spec"]
+    assert "externalTrafficPolicy" not in c["spec"]
 
 
 @pytest.mark.parametrize("spec,field", [
