@@ -23,18 +23,20 @@ GARP_REPEATS = (0.0, 0.5, 2.0)  # seconds after takeover: neighbours that missed
 
 
 class Responder:
-    def __init__(self, interface: str, metrics: SpeakerMetrics | None = None) -> None:
+    def __init__(self, interface: str, metrics: SpeakerMetrics | None = None,
+                 mac: bytes | None = None) -> None:
         self.interface = interface
         self.metrics = metrics or SpeakerMetrics()
-        self.mac = arp.interface_mac(interface)
+        self.mac = mac or arp.interface_mac(interface)
         self.owned: set[str] = set()
         self.answered = 0
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._garp: dict[str, asyncio.Task[None]] = {}
 
-    def start(self) -> None:
-        self._sock = arp.open_socket(self.interface)
+    def start(self, sock: socket.socket | None = None) -> None:
+        """Listen (on `sock` when given: a socket opened in another network namespace, as tests do)."""
+        self._sock = sock or arp.open_socket(self.interface)
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self._sock.fileno(), self._readable)
 
