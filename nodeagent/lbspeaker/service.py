@@ -126,6 +126,7 @@ class Speaker:
         self.responder.disown(ip)
         self._renewed.pop(ip, None)
         self._electors.pop(ip, None)
+        self._announced.pop(ip, None)
         if owned:
             log.info("%s: giving it up: %s", ip, why)
         name, ns = election.lease_name(ip), self.config.lease_namespace
@@ -177,7 +178,11 @@ async def serve(config: SpeakerConfig, ready: asyncio.Event) -> None:
     runner = None
     try:
         if config.metrics_port:
-            runner = await serve_metrics(metrics, config.metrics_port)
+            try:
+                runner = await serve_metrics(metrics, config.metrics_port)
+            except OSError as e:  # announcing matters more than its metrics
+                log.warning("lb speaker: no /metrics on port %d (%s); pick another with --lb-metrics-port",
+                            config.metrics_port, e)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(recorder.run(), name="lb-speaker-events")
             await informers.run(tg)
