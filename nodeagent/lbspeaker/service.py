@@ -24,7 +24,7 @@ from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import SharedInformers
 from nodeagent.client.leader import LeaderElector
 from nodeagent.client.rest import Client, ClientError
-from nodeagent.clock import REAL_CLOCK, Clock
+from nodeagent.clock import REAL_CLOCK, Clock, utcnow
 from nodeagent.lbspeaker import election
 from nodeagent.lbspeaker.config import SpeakerConfig
 from nodeagent.lbspeaker.metrics import SpeakerMetrics, serve_metrics
@@ -51,6 +51,8 @@ class Speaker:
         self.services = informers.get("services")
         self.slices = informers.get("endpointslices")
         self.nodes = informers.get("nodes")
+        self.leases = informers.get("leases")
+        self._free_since: dict[str, float] = {}  # ip -> when this node first saw its Lease free or expired
         self._electors: dict[str, LeaderElector] = {}
         self._renewed: dict[str, float] = {}  # ip -> monotonic time of the last successful renewal
         self._announced: dict[str, set[str]] = {}  # ip -> the Services announced with it (the metric)
@@ -84,18 +86,39 @@ class Speaker:
         by_ip = election.by_address(self.services.list())
         slices_of = election.slices_by_service(self.slices.list())
         me = self.nodes.get(self.config.node_name)
+        ready = [n for n in self.nodes.list() if election.node_ready(n)]
         async with asyncio.TaskGroup() as tg:
             for ip, svcs in by_ip.items():
                 ok, why = election.eligible(me, svcs, slices_of, self.config.node_name)
-                tg.create_task(self._step(ip, svcs, ok, why), name=f"lb {ip}")
+                candidates = [n["metadata"]["name"] for n in ready
+                              if election.eligible(n, svcs, slices_of, n["metadata"]["name"])[0]]
+                tg.create_task(self._step(ip, svcs, ok, why, candidates), name=f"lb {ip}")
             for ip in [i for i in self.responder.owned | set(self._electors) if i not in by_ip]:
                 tg.create_task(self._give_up(ip, "no Service holds it any more", delete=True),
                                name=f"lb {ip} gone")
 
-    async def _step(self, ip: str, svcs: list[Any], ok: bool, why: str) -> None:
+    def _my_turn(self, ip: str, candidates: list[str]) -> bool:
+        """Whether to try for `ip`'s Lease now (see `election`: the ranking, then anyone after a while)."""
+        me = self.config.node_name
+        lease = self.leases.get(election.lease_name(ip), self.config.lease_namespace)
+        holder, live = election.lease_holder(lease, utcnow(self.clock))
+        if holder == me:
+            return True  # ours (e.g. after a restart): renew it
+        if live:
+            self._free_since.pop(ip, None)
+            return False
+        first = self._free_since.setdefault(ip, self.clock.monotonic())
+        order = election.ranking(ip, [c for c in candidates if c != holder])
+        if order and order[0] == me:
+            return True
+        return self.clock.monotonic() - first >= self.config.lease_duration
+
+    async def _step(self, ip: str, svcs: list[Any], ok: bool, why: str, candidates: list[str]) -> None:
         if not ok:
             if ip in self.responder.owned:
                 await self._give_up(ip, why)
+            return
+        if ip not in self.responder.owned and not self._my_turn(ip, candidates):
             return
         now = self.clock.monotonic()
         try:
@@ -113,6 +136,7 @@ class Speaker:
             self._renewed.pop(ip, None)
             return
         self._renewed[ip] = now
+        self._free_since.pop(ip, None)
         if ip not in self.responder.owned:
             self.responder.own(ip)
             message = f'announcing from node "{self.config.node_name}" with protocol "{PROTOCOL}"'
@@ -127,6 +151,7 @@ class Speaker:
         self._renewed.pop(ip, None)
         self._electors.pop(ip, None)
         self._announced.pop(ip, None)
+        self._free_since.pop(ip, None)
         if owned:
             log.info("%s: giving it up: %s", ip, why)
         name, ns = election.lease_name(ip), self.config.lease_namespace
