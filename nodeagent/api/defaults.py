@@ -224,6 +224,16 @@ def service(obj: dict[str, Any]) -> None:
             if "port" in p:
                 p.setdefault("targetPort", p["port"])
     obj.setdefault("status", {}).setdefault("loadBalancer", {})
+    service_status(obj)
+
+
+def service_status(obj: dict[str, Any]) -> None:
+    """status.loadBalancer.ingress[].ipMode: VIP for an entry with an ip (LoadBalancerIPMode, GA in 1.32):
+    kube-proxy then programs the address; `Proxy` tells it the load balancer sends traffic on by itself."""
+    lb = (obj.get("status") or {}).get("loadBalancer") or {}
+    for ing in lb.get("ingress") or []:
+        if isinstance(ing, dict) and ing.get("ip") and not ing.get("ipMode"):
+            ing["ipMode"] = "VIP"
 
 
 def service_type_change(new: dict[str, Any], old: dict[str, Any]) -> None:
