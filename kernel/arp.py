@@ -8,13 +8,14 @@ as MetalLB's layer-2 speaker and arping -U/-A do, since hosts differ in which on
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import ipaddress
 import socket
 import struct
-from pathlib import Path
 
 from kernel.errors import KernelError
 
+SIOCGIFHWADDR = 0x8927
 ETH_P_ARP = 0x0806
 ETH_P_IP = 0x0800
 BROADCAST = b"\xff" * 6
@@ -45,11 +46,14 @@ def mac_text(raw: bytes) -> str:
 
 
 def interface_mac(ifname: str) -> bytes:
-    """The hardware address of `ifname` (sysfs, of the calling process's network namespace)."""
-    try:
-        return mac_bytes(Path("/sys/class/net", ifname, "address").read_text().strip())
-    except (OSError, ValueError) as e:
-        raise ArpError(f"{ifname}: no hardware address: {e}") from None
+    """The hardware address of `ifname` in the calling thread's network namespace (SIOCGIFHWADDR, so it
+    holds on a thread switched into another namespace, where sysfs would still show the first one's)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            req = fcntl.ioctl(s.fileno(), SIOCGIFHWADDR, struct.pack("256s", ifname.encode()[:15]))
+        except OSError as e:
+            raise ArpError(f"{ifname}: no hardware address: {e}") from None
+    return bytes(req[18:24])
 
 
 def interface_of(address: str) -> str:

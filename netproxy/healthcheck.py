@@ -3,9 +3,10 @@ HTTP server on its `healthCheckNodePort` answering any path with the node's coun
 so an external load balancer (or a person with curl) sends traffic only to nodes that can serve it.
 
 The body and codes are kube-proxy's (pkg/proxy/healthcheck/service_health.go): 200 when the count is not
-zero, else 503, with the JSON below. `update` is called after every sync with the applied state; the
-listeners follow it (opened for new ports, closed for gone ones); a port that cannot be bound is logged
-with its reason and retried at the next update.
+zero and the proxy is healthy (synced, its last sync did not fail), else 503, with the JSON below.
+`update` is called after every sync with the applied state; the listeners follow it (opened for new ports,
+closed for gone ones); a port that cannot be bound is logged with its reason and retried at the next
+update.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from aiohttp import web
 
@@ -51,8 +52,10 @@ def desired(state: ProxyState, node_name: str | None) -> tuple[dict[Name, int], 
 
 
 class ServiceHealthServer:
-    def __init__(self, node_name: str | None, addresses: Iterable[str] = ()) -> None:
+    def __init__(self, node_name: str | None, addresses: Iterable[str] = (),
+                 healthy: Callable[[], bool] = lambda: True) -> None:
         self.node_name = node_name
+        self.healthy = healthy  # serviceProxyHealthy: the proxy's own health
         self.addresses = tuple(addresses) or ("0.0.0.0",)
         self.counts: dict[Name, int] = {}
         self._want: dict[Name, int] = {}
@@ -87,8 +90,8 @@ class ServiceHealthServer:
 
     async def _listen(self, name: Name, port: int) -> None:
         async def handle(request: web.BaseRequest) -> web.Response:
-            count = self.counts.get(name, 0)
-            return web.Response(status=200 if count else 503, text=body(name, count),
+            count, healthy = self.counts.get(name, 0), self.healthy()
+            return web.Response(status=200 if count and healthy else 503, text=body(name, count, healthy),
                                 content_type="application/json",
                                 headers={"X-Content-Type-Options": "nosniff"})
 

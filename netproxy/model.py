@@ -123,7 +123,8 @@ def parse_service(obj: Mapping[str, Any] | None) -> dict[ServicePortName, Servic
         cfg = ((spec.get("sessionAffinityConfig") or {}).get("clientIP") or {})
         affinity = int(cfg.get("timeoutSeconds") or 10800)
     ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
-    lb_ips = _ipv4(i.get("ip") for i in ingress if i.get("ip"))
+    # ipMode Proxy: the load balancer delivers the traffic itself, kube-proxy programs nothing for it
+    lb_ips = _ipv4(i.get("ip") for i in ingress if i.get("ip") and i.get("ipMode") != "Proxy")
     out: dict[ServicePortName, ServicePort] = {}
     for p in spec.get("ports") or []:
         proto = (p.get("protocol") or "TCP").upper()

@@ -53,6 +53,7 @@ class Proxy:
         self.on_synced: list[Callable[[ProxyState], None]] = []  # called with the applied state after a sync
         self._pending = Changes()
         self._need_full = True
+        self._failing = False  # the last sync failed: the rules may not say what the API does
         self._lock = asyncio.Lock()
         self.runner = BoundedFrequencyRunner(self._sync, min_interval, max_interval, retry_interval,
                                              name=f"{proxier.name} sync")
@@ -78,6 +79,11 @@ class Proxy:
         self.endpoints_synced = True
         self.runner.run()
 
+    @property
+    def healthy(self) -> bool:
+        """kube-proxy's healthz in short: synced once, and the last sync did not fail."""
+        return self.synced.is_set() and not self._failing
+
     # -- the one writer ----------------------------------------------------------------------------
     async def _sync(self, periodic: bool) -> None:
         await self.sync(full=periodic)
@@ -98,10 +104,11 @@ class Proxy:
                 result = await asyncio.wrap_future(done)
             except Exception:
                 self._need_full = True
+                self._failing = True
                 self.stats.failures += 1
                 raise
             self.stats.last_duration = time.perf_counter() - t0
-            self._pending, self._need_full = Changes(), False
+            self._pending, self._need_full, self._failing = Changes(), False, False
             self.stats.syncs += 1
             self.stats.full_syncs += int(full)
             self.stats.last = result

@@ -89,7 +89,7 @@ async def serve(config: ProxyConfig, ready: asyncio.Event, source: Source | None
     try:
         async with asyncio.TaskGroup() as tg:
             if config.netns is None:  # the health check ports listen in this process's network namespace
-                health = ServiceHealthServer(config.node_name, config.node_ips)
+                health = ServiceHealthServer(config.node_name, config.node_ips, lambda: proxy.healthy)
                 proxy.on_synced.append(health.update)
                 tg.create_task(health.run(), name="netproxy-healthcheck")
             tg.create_task(source.run(proxy), name="netproxy-source")

@@ -86,6 +86,7 @@ class Layout:
     ingress_http_port: int
     ingress_https_port: int
     ingress_metrics_port: int
+    lb_metrics_port: int  # the LoadBalancer speaker's /metrics (0: any free one)
 
     @property
     def is_default(self) -> bool:
@@ -126,7 +127,7 @@ class Layout:
                 netpol_chain_prefix="NODEAGENT-NP", netpol_set_prefix="NA-NP-",
                 netpol_table="nodeagent-netpol",
                 ingress_dir=_in(d, "ingress"), ingress_http_port=80, ingress_https_port=443,
-                ingress_metrics_port=10254)
+                ingress_metrics_port=10254, lb_metrics_port=7472)
         tag = instance_tag(d)
         return cls(
             data_dir=d, tag=tag,
@@ -147,7 +148,7 @@ class Layout:
             volume_plugin_dir=_in(d, "volume-plugins"), netpol_chain_prefix=f"NA{tag}-NP",
             netpol_set_prefix=f"NA{tag}-",
             netpol_table=f"nodeagent-netpol-{tag}", ingress_dir=_in(d, "ingress"), ingress_http_port=0,
-            ingress_https_port=0, ingress_metrics_port=0)
+            ingress_https_port=0, ingress_metrics_port=0, lb_metrics_port=0)
 
 
 def _in(data_dir: str, *parts: str) -> str:

@@ -224,6 +224,16 @@ def service(obj: dict[str, Any]) -> None:
             if "port" in p:
                 p.setdefault("targetPort", p["port"])
     obj.setdefault("status", {}).setdefault("loadBalancer", {})
+    service_status(obj)
+
+
+def service_status(obj: dict[str, Any]) -> None:
+    """status.loadBalancer.ingress[].ipMode: VIP for an entry with an ip (LoadBalancerIPMode, GA in 1.32):
+    kube-proxy then programs the address; `Proxy` tells it the load balancer sends traffic on by itself."""
+    lb = (obj.get("status") or {}).get("loadBalancer") or {}
+    for ing in lb.get("ingress") or []:
+        if isinstance(ing, dict) and ing.get("ip") and not ing.get("ipMode"):
+            ing["ipMode"] = "VIP"
 
 
 def service_type_change(new: dict[str, Any], old: dict[str, Any]) -> None:
@@ -235,6 +245,14 @@ def service_type_change(new: dict[str, Any], old: dict[str, Any]) -> None:
     for f in ("allocateLoadBalancerNodePorts", "loadBalancerClass", "healthCheckNodePort"):
         if f in spec and spec.get(f) == ospec.get(f):
             del spec[f]
+    if spec.get("type") in ("ClusterIP", "ExternalName"):
+        # nodePorts the update carried over unchanged go with the type that needed them
+        old_np = {(p.get("port"), p.get("protocol", "TCP")): p.get("nodePort")
+                  for p in ospec.get("ports") or [] if isinstance(p, dict)}
+        for p in spec.get("ports") or []:
+            if isinstance(p, dict) and p.get("nodePort") is not None and \
+                    p.get("nodePort") == old_np.get((p.get("port"), p.get("protocol", "TCP"))):
+                del p["nodePort"]
     if spec.get("type") in ("ClusterIP", "ExternalName") \
             and ospec.get("type") in ("NodePort", "LoadBalancer") \
             and spec.get("externalTrafficPolicy") == ospec.get("externalTrafficPolicy"):

@@ -261,6 +261,22 @@ def _service(spec: dict[str, Any]) -> FieldErrors:
     return errs + _service_load_balancer(spec, typ)
 
 
+def _service_status(status: Any) -> FieldErrors:
+    """status.loadBalancer.ingress[].ipMode as kube-apiserver checks it."""
+    errs: FieldErrors = []
+    lb = (status or {}).get("loadBalancer") if isinstance(status, dict) else None
+    for i, ing in enumerate((lb or {}).get("ingress") or [] if isinstance(lb, dict) else []):
+        if not isinstance(ing, dict) or ing.get("ipMode") is None:
+            continue
+        field = f"status.loadBalancer.ingress[{i}].ipMode"
+        if ing["ipMode"] not in ("VIP", "Proxy"):
+            errs.append(err("FieldValueNotSupported", field,
+                            f'Unsupported value: "{ing["ipMode"]}": supported values: "Proxy", "VIP"'))
+        elif not ing.get("ip"):
+            errs.append(err("FieldValueForbidden", field, "Forbidden: may not be specified when `ip` is not"))
+    return errs
+
+
 def _service_load_balancer(spec: dict[str, Any], typ: str) -> FieldErrors:
     """kube-apiserver's checks of the LoadBalancer fields (ValidateService)."""
     import ipaddress
@@ -425,7 +441,7 @@ def validate(obj: dict[str, Any], kind: str, namespaced: bool) -> FieldErrors:
         tpl = (spec.get("jobTemplate") or {}).get("spec") or {}
         errs += _pod_template(tpl.get("template"), "spec.jobTemplate.spec.template", None)
     elif kind == "Service":
-        errs += _service(spec)
+        errs += _service(spec) + _service_status(obj.get("status"))
     elif kind == "NetworkPolicy":
         errs += _network_policy(spec)
     elif kind == "ConfigMap" or kind == "Secret":

@@ -461,6 +461,8 @@ class Registry:
             defaults.service_type_change(new, current)
         if not subresource:
             defaults.apply_defaults(new, res.kind)
+        elif res is SERVICES and subresource == "status":
+            defaults.service_status(new)
         self._admit_custom(res, new, current)
         attrs = Attributes(res, "UPDATE", ns or "", name, new, current, subresource, dry_run)
         new = await self._mutating_webhooks(attrs, current)

@@ -29,7 +29,8 @@ async def set_load_balancer_status(client: Client, resource: str, obj: dict[str,
     """Make `obj`'s status.loadBalancer.ingress list `addresses`; True if it was written."""
     want = load_balancer_ingress(addresses)
     have = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
-    if have == want:
+    # compared by address only: the apiserver adds fields of its own (a Service's ipMode: VIP)
+    if [{k: v for k, v in i.items() if k in ("ip", "hostname")} for i in have] == want:
         return False
     meta = obj["metadata"]
     await client.patch(resource, meta["name"], {"status": {"loadBalancer": {"ingress": want or None}}},

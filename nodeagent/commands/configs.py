@@ -224,8 +224,10 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
         metrics_port=args.ingress_metrics_port if args.ingress_metrics_port is not None else
         layout.ingress_metrics_port or free_tcp_port()) \
         if args.ingress else None
-    lbspeaker = SpeakerConfig(credentials=credentials, node_name=node_name, node_ip=node_ip,
-                              interface=args.lb_interface or None) if args.lb_announce == "l2" else None
+    lbspeaker = SpeakerConfig(
+        credentials=credentials, node_name=node_name, node_ip=node_ip, interface=args.lb_interface or None,
+        metrics_port=args.lb_metrics_port if args.lb_metrics_port is not None else
+        layout.lb_metrics_port or free_tcp_port()) if args.lb_announce == "l2" else None
     return {"cni": CNIConfig(network, cgroup_root), "cri": cri, "external_runtime": external,
             "podcidr": PodCIDRConfig(network, node_name, credentials), "kubelet": kubelet,
             "netproxy": netproxy, "netpol": netpol,

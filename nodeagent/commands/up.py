@@ -177,6 +177,9 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                    help="how this node announces LoadBalancer addresses: l2 answers ARP for the ones it "
                         "owns (one node per address, through a Lease; MetalLB's layer-2 mode), none leaves "
                         "it to another speaker, e.g. BGP (default: %(default)s)")
+    p.add_argument("--lb-metrics-port", type=int, default=None,
+                   help="the LoadBalancer speaker's Prometheus metrics port, /metrics, MetalLB's metric "
+                        "names (default: 7472 for the default data dir, else any free one; 0: off)")
     p.add_argument("--lb-interface", default=None,
                    help="the interface ARP is answered on (default: the one holding --node-ip, else the "
                         "default route's)")

@@ -13,6 +13,7 @@ class SpeakerConfig:
     node_name: str
     node_ip: str | None = None  # the interface holding it answers ARP (None: the default route's)
     interface: str | None = None  # answer ARP on this interface instead
+    metrics_port: int = 0  # Prometheus /metrics (0: off)
     lease_namespace: str = "kube-system"
     lease_duration: float = 5.0  # seconds an owner's Lease lasts without renewal: the failover time
     retry_period: float = 1.0  # how often owners renew and candidates try

@@ -15,6 +15,7 @@ import logging
 import socket
 
 from kernel import arp
+from nodeagent.lbspeaker.metrics import SpeakerMetrics
 
 log = logging.getLogger("nodeagent.lbspeaker")
 
@@ -22,17 +23,20 @@ GARP_REPEATS = (0.0, 0.5, 2.0)  # seconds after takeover: neighbours that missed
 
 
 class Responder:
-    def __init__(self, interface: str) -> None:
+    def __init__(self, interface: str, metrics: SpeakerMetrics | None = None,
+                 mac: bytes | None = None) -> None:
         self.interface = interface
-        self.mac = arp.interface_mac(interface)
+        self.metrics = metrics or SpeakerMetrics()
+        self.mac = mac or arp.interface_mac(interface)
         self.owned: set[str] = set()
         self.answered = 0
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._garp: dict[str, asyncio.Task[None]] = {}
 
-    def start(self) -> None:
-        self._sock = arp.open_socket(self.interface)
+    def start(self, sock: socket.socket | None = None) -> None:
+        """Listen (on `sock` when given: a socket opened in another network namespace, as tests do)."""
+        self._sock = sock or arp.open_socket(self.interface)
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self._sock.fileno(), self._readable)
 
@@ -69,6 +73,7 @@ class Responder:
                 return
             for f in arp.gratuitous(ip, self.mac):
                 arp.send(self._sock, f)
+                self.metrics.gratuitous.labels(ip).inc()
         self._garp.pop(ip, None)
 
     def _readable(self) -> None:
@@ -86,8 +91,10 @@ class Responder:
                 continue
             if pkt.sender_ip == pkt.target_ip:
                 continue  # someone else's gratuitous ARP for the address, not a question
+            self.metrics.requests.labels(pkt.target_ip).inc()
             try:
                 arp.send(self._sock, arp.reply_to(pkt, self.mac))
                 self.answered += 1
+                self.metrics.responses.labels(pkt.target_ip).inc()
             except arp.ArpError as e:
                 log.warning("%s", e)

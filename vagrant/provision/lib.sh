@@ -23,6 +23,7 @@
 : "${LAB_SERVER_PORT:=6443}"
 : "${LAB_POD_NETWORK:=host-gw}"                    # cross-node pod network: host-gw, ipip or vxlan
 : "${LAB_SERVER_ARGS:=}"                            # extra `nodeagent server` flags (e.g. the network mode)
+: "${LAB_LB_POOL:=${LAB_CP_IP%.*}.240/28}"           # LoadBalancer addresses: a /28 of the private network
 : "${LAB_POD_SUBNET:=}"                             # override of the node's IPAM-assigned spec.podCIDR
 : "${LAB_AGENT_ARGS:=}"                             # extra `nodeagent agent` flags
 : "${LAB_REGISTRIES_B64:=}"                         # base64 registries.yaml (k3s format) the host passes in

@@ -24,7 +24,7 @@ After=network-online.target nodeagent-cri.service
 Wants=network-online.target
 
 [Service]
-ExecStart=$NODEAGENT server --data-dir $LAB_STATE_DIR --bind-address $LAB_BIND_ADDRESS --advertise-address $LAB_CP_IP --port $LAB_SERVER_PORT --pod-network $LAB_POD_NETWORK $LAB_SERVER_ARGS
+ExecStart=$NODEAGENT server --data-dir $LAB_STATE_DIR --bind-address $LAB_BIND_ADDRESS --advertise-address $LAB_CP_IP --port $LAB_SERVER_PORT --pod-network $LAB_POD_NETWORK --service-lb-pool $LAB_LB_POOL $LAB_SERVER_ARGS
 Restart=on-failure
 RestartSec=2
 StandardOutput=append:$SERVER_LOG

@@ -12,12 +12,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nodeagent.lab.topology import topology
 from tests.e2e.cluster.lab import HTTPD, Lab, start_lab, stop_lab
+from tests.integration.apiserver.conftest import KUBECTL_120, KUBECTL_132
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
@@ -151,6 +153,24 @@ def test_address_answers_from_the_underlay_and_arp_points_at_the_owner(lab: Lab,
                     lambda: {"IPAllocated", "nodeAssigned"} <= {r for r, _ in events(lab, "web")}, timeout=30)
     assigned = f'announcing from node "{holder}" with protocol "layer2"'
     assert assigned in {m for _, m in events(lab, "web")}
+
+
+def test_clients_see_the_address(lab: Lab, web: str) -> None:
+    """kubectl 1.20's and 1.32's EXTERNAL-IP column, and the Python client's status.load_balancer."""
+    for kubectl in (KUBECTL_120, KUBECTL_132):
+        if not Path(kubectl).exists():
+            pytest.skip(f"{kubectl} is not installed (make install)")
+        out = subprocess.run([kubectl, "get", "service", "web", "--no-headers"], env=lab.env,
+                             capture_output=True, text=True, check=True, timeout=60).stdout.split()
+        assert out[1] == "LoadBalancer" and out[3] == web, (kubectl, out)
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    api = k8s.CoreV1Api(k8s_config.new_client_from_config(lab.topo.kubeconfig))
+    svc = api.read_namespaced_service("web", "default")
+    assert svc.status and svc.status.load_balancer and svc.spec and svc.spec.ports
+    assert [i.ip for i in svc.status.load_balancer.ingress or []] == [web]
+    assert svc.spec.allocate_load_balancer_node_ports is True and svc.spec.ports[0].node_port
 
 
 def test_local_policy_keeps_the_client_address_and_health_checks_count(lab: Lab, client: Client,

@@ -56,6 +56,13 @@ async def test_no_node_ports_when_asked_and_fields_dropped_on_type_change(reg) -
     s["spec"]["type"] = "ClusterIP"
     c, _ = await reg.update(SVCS, "d", "a", s)
     assert "allocateLoadBalancerNodePorts" not in c["spec"] and "loadBalancerClass" not in c["spec"]
+    # as `kubectl apply` sends it: the server-set nodePort and policy carried over, dropped with the type
+    b = await reg.create(SVCS, "d", lb("b", externalTrafficPolicy="Local"))
+    assert b["spec"]["ports"][0]["nodePort"]
+    b["spec"]["type"] = "ClusterIP"
+    c, _ = await reg.update(SVCS, "d", "b", b)
+    assert "nodePort" not in c["spec"]["ports"][0] and "healthCheckNodePort" not in c["spec"]
+    assert "externalTrafficPolicy" not in c["spec"]
 
 
 @pytest.mark.parametrize("spec,field", [
@@ -79,3 +86,14 @@ async def test_load_balancer_fields_forbidden_elsewhere_and_class_immutable(reg)
     with pytest.raises(ApiError) as e:
         await reg.update(SVCS, "d", "a", s)
     assert "spec.loadBalancerClass" in e.value.message and "may not change once set" in e.value.message
+
+
+async def test_status_ip_mode_defaulted_to_vip_and_checked(reg) -> None:
+    s = await reg.create(SVCS, "d", lb("a"))
+    s["status"] = {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}
+    u, _ = await reg.update(SVCS, "d", "a", s, subresource="status")
+    assert u["status"]["loadBalancer"]["ingress"] == [{"ip": "192.0.2.10", "ipMode": "VIP"}]
+    u["status"]["loadBalancer"]["ingress"] = [{"ip": "192.0.2.10", "ipMode": "Bogus"}]
+    with pytest.raises(ApiError) as e:
+        await reg.update(SVCS, "d", "a", u, subresource="status")
+    assert 'status.loadBalancer.ingress[0].ipMode: Unsupported value: "Bogus"' in e.value.message

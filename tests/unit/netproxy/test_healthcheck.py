@@ -44,7 +44,8 @@ def test_body_is_kube_proxys() -> None:
 
 async def test_counts_local_ready_endpoints_200_or_503() -> None:
     port = free_port()
-    hs = ServiceHealthServer("n1", ["127.0.0.1"])
+    healthy = [True]
+    hs = ServiceHealthServer("n1", ["127.0.0.1"], lambda: healthy[0])
     task = asyncio.create_task(hs.run())
     try:
         hs.update(state(port, [("10.0.0.1", "n1", True), ("10.0.0.2", "n1", False),
@@ -60,6 +61,11 @@ async def test_counts_local_ready_endpoints_200_or_503() -> None:
                     await asyncio.sleep(0.05)
             assert code == 200 and got["localEndpoints"] == 1 and got["service"] == {"namespace": "ns",
                                                                                       "name": "web"}
+            healthy[0] = False  # a failing proxy: 503 whatever the count, and it says so
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+                got = json.loads(await r.text())
+                assert r.status == 503 and got["localEndpoints"] == 1 and got["serviceProxyHealthy"] is False
+            healthy[0] = True
             hs.update(state(port, [("10.0.0.3", "n2", True)]))
             async with http.get(f"http://127.0.0.1:{port}/") as r:
                 assert r.status == 503 and json.loads(await r.text())["localEndpoints"] == 0

@@ -75,3 +75,12 @@ def test_ipvs_ipsets() -> None:
                                                           f"{LB},tcp:80,192.168.1.0/24"}
     assert d.ipsets["KUBE-LOAD-BALANCER-SOURCE-IP"] == {f"{LB},tcp:80,{LB}"}
     assert d.services[(LB, "TCP", 80)].dests == {("10.244.0.1", 8080, 1)}
+
+
+def test_proxy_ip_mode_is_left_to_the_load_balancer() -> None:
+    svc: dict[str, Any] = service("web", "10.96.0.10", [{"port": 80, "protocol": "TCP", "nodePort": 30080}],
+                                  type="LoadBalancer")
+    svc["status"] = {"loadBalancer": {"ingress": [{"ip": LB, "ipMode": "Proxy"}, {"ip": "203.0.113.8",
+                                                                                  "ipMode": "VIP"}]}}
+    (sp,) = parse_service(svc).values()
+    assert sp.load_balancer_ips == ("203.0.113.8",)
