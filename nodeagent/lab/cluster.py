@@ -196,6 +196,8 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: Se
             probe = exec_in(topo.nodes[0], "ip", "link", "add", "tunl0", "type", "ipip", check=False)
             if exec_in(topo.nodes[0], "ip", "link", "show", "tunl0", check=False).returncode != 0:
                 raise LabError(f"--network ipip: this kernel has no ipip tunnels ({probe.stderr.strip()})")
+        if network == "bgp" and not (shutil.which("bird") and shutil.which("birdc")):
+            raise LabError("--network bgp: BIRD 2 is not installed (Debian's bird2; make install adds it)")
         py = [sys.executable, "-m", "nodeagent"]
         for n in topo.nodes:
             os.makedirs(n.data_dir, exist_ok=True)

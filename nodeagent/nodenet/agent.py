@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,8 +21,10 @@ from pyroute2.netlink.exceptions import NetlinkError
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.nodenet import annotations as ann
+from nodeagent.nodenet import birdconf as bc
 from nodeagent.nodenet import masq
 from nodeagent.nodenet import plan as P
+from nodeagent.nodenet.bgp import BgpSpeaker, cluster_settings, node_peers
 from nodeagent.nodenet.dataplane import Dataplane, source_address_towards
 from nodeagent.nodenet.podcidr import node_pod_cidr
 
@@ -31,8 +34,13 @@ RESYNC = 30.0  # re-check the kernel even without Node events (someone deleted a
 
 
 class NodeNet:
-    def __init__(self, client: Client, node: str, pod_cidr: str | None, public_ip: str) -> None:
+    def __init__(self, client: Client, node: str, pod_cidr: str | None, public_ip: str,
+                 bird_dir: str = "") -> None:
         self.client = client
+        self.bird_dir = bird_dir  # bgp mode: BIRD's files (Layout.bird_dir)
+        self.bgp: BgpSpeaker | None = None
+        self._bgp_task: asyncio.Task | None = None
+        self._tg: asyncio.TaskGroup | None = None
         self.node = node
         self.override = pod_cidr  # --pod-subnet; None: the Node's spec.podCIDR
         self.pod_cidr: str | None = pod_cidr  # the subnet the dataplane was built for
@@ -44,6 +52,7 @@ class NodeNet:
         self.cluster_cidr: str | None = None
         self.dataplane: Any = None
         self.published = False
+        self.announce: tuple[str, ...] = ()  # LoadBalancer addresses announced over BGP (set_announced)
         self.nodes.add_handler(lambda _n: self.wake.set(), lambda _o, _n: self.wake.set(),
                                lambda _n: self.wake.set())
 
@@ -88,6 +97,10 @@ class NodeNet:
             # first time, or our Node was re-created / edited: publish again
             await self.client.patch("nodes", self.node, {"metadata": {"annotations": want}})
             self.published = True
+        if mode == "bgp":
+            await self._bgp_step(pod_cidr, cidr)
+        else:
+            await self._stop_bgp()
         plan = P.desired(mode, self.node, self.nodes.list())
         have = await asyncio.to_thread(self.dataplane.current)
         changes = P.diff(plan, have)
@@ -97,9 +110,48 @@ class NodeNet:
                      len(changes.del_fdb), len(changes.add_neigh), len(changes.del_neigh))
             await asyncio.to_thread(self.dataplane.apply, changes)
 
+    async def _bgp_step(self, pod_cidr: str, cluster_cidr: str | None) -> None:
+        """bgp mode: BIRD (started on the first step, owned by run()'s TaskGroup) gets this cluster view."""
+        if not cluster_cidr:
+            return  # the server stamps it with the mode
+        if not self.bird_dir:
+            raise RuntimeError("bgp mode needs the node's BIRD directory (NodeNetConfig.bird_dir)")
+        if self.bgp is None:
+            assert self._tg is not None
+            self.bgp = BgpSpeaker(self.client, self.node, self.bird_dir)
+            self._bgp_task = self._tg.create_task(self.bgp.run(), name="bgp")
+        me = self.nodes.get(self.node) or {}
+        asn, reflectors, services = cluster_settings(me)
+        settings = bc.BirdSettings(
+            node=self.node, router_id=self.public_ip, asn=asn, cluster_cidr=cluster_cidr, pod_cidr=pod_cidr,
+            nodes=node_peers(self.nodes.list(), self.node), reflectors=reflectors,
+            external=self.external_peers(me), service_cidrs=services, announce=self.announce)
+        await self.bgp.update(settings, me)
+
+    def set_announced(self, addresses: Iterable[str]) -> None:
+        """The hook for LoadBalancer IP advertisement: the addresses (or CIDRs) this node's BIRD announces
+        to its external peers from now on, beside the pod CIDR and the Service ranges."""
+        self.announce = tuple(sorted(set(addresses)))
+        self.wake.set()
+
+    def external_peers(self, me: dict[str, Any]) -> tuple[bc.ExternalPeer, ...]:
+        """The BGPPeer objects that select this node (none until the BGPPeer informer runs)."""
+        return ()
+
+    async def _stop_bgp(self) -> None:
+        """Another mode: BIRD goes (it withdraws its routes) and our sessions annotation with it."""
+        if self._bgp_task is None or self.bgp is None:
+            return
+        self._bgp_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._bgp_task
+        await self.bgp.forget()
+        self.bgp, self._bgp_task = None, None
+
     async def run(self, ready: asyncio.Event) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
+                self._tg = tg
                 tg.create_task(self.nodes.run())
                 await self.nodes.wait_synced()
                 ready.set()
@@ -119,6 +171,8 @@ class NodeNet:
                         await asyncio.sleep(1)
                         self.wake.set()
         finally:
+            if self.bgp is not None:
+                await asyncio.shield(self.bgp.forget())
             await asyncio.shield(asyncio.to_thread(self.cleanup))
 
     def cleanup(self) -> None:
