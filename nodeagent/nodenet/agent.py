@@ -21,8 +21,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.nodenet import annotations as ann
+from nodeagent.nodenet import bgppeer, masq
 from nodeagent.nodenet import birdconf as bc
-from nodeagent.nodenet import masq
 from nodeagent.nodenet import plan as P
 from nodeagent.nodenet.bgp import BgpSpeaker, cluster_settings, node_peers
 from nodeagent.nodenet.dataplane import Dataplane, source_address_towards
@@ -39,6 +39,9 @@ class NodeNet:
         self.client = client
         self.bird_dir = bird_dir  # bgp mode: BIRD's files (Layout.bird_dir)
         self.bgp: BgpSpeaker | None = None
+        self.peers: Informer | None = None  # BGPPeer objects (bgp mode)
+        self._peer_problems: set[str] = set()
+        self._snat: set[tuple[str, str]] = set()  # (cluster CIDR, Service range) masqueraded (bgp mode)
         self._bgp_task: asyncio.Task | None = None
         self._tg: asyncio.TaskGroup | None = None
         self.node = node
@@ -119,7 +122,10 @@ class NodeNet:
         if self.bgp is None:
             assert self._tg is not None
             self.bgp = BgpSpeaker(self.client, self.node, self.bird_dir)
-            self._bgp_task = self._tg.create_task(self.bgp.run(), name="bgp")
+            self.peers = Informer(self.client, bgppeer.RESOURCE, resync=RESYNC)
+            self.peers.add_handler(lambda _n: self.wake.set(), lambda _o, _n: self.wake.set(),
+                                   lambda _n: self.wake.set())
+            self._bgp_task = self._tg.create_task(self._run_bgp(self.bgp, self.peers), name="bgp")
         me = self.nodes.get(self.node) or {}
         asn, reflectors, services = cluster_settings(me)
         settings = bc.BirdSettings(
@@ -127,6 +133,16 @@ class NodeNet:
             nodes=node_peers(self.nodes.list(), self.node), reflectors=reflectors,
             external=self.external_peers(me), service_cidrs=services, announce=self.announce)
         await self.bgp.update(settings, me)
+        await self._service_snat(cluster_cidr, services)
+
+    async def _service_snat(self, cluster_cidr: str | None, services: tuple[str, ...]) -> None:
+        """Masquerade off-cluster traffic to the Service ranges announced to routers (see masq)."""
+        want = {(cluster_cidr, s) for s in services} if cluster_cidr else set()
+        for c, s in self._snat - want:
+            await asyncio.to_thread(masq.remove_service_snat, c, s, self.node)
+        for c, s in want - self._snat:
+            await asyncio.to_thread(masq.ensure_service_snat, c, s, self.node)
+        self._snat = want
 
     def set_announced(self, addresses: Iterable[str]) -> None:
         """The hook for LoadBalancer IP advertisement: the addresses (or CIDRs) this node's BIRD announces
@@ -135,8 +151,24 @@ class NodeNet:
         self.wake.set()
 
     def external_peers(self, me: dict[str, Any]) -> tuple[bc.ExternalPeer, ...]:
-        """The BGPPeer objects that select this node (none until the BGPPeer informer runs)."""
-        return ()
+        """The BGPPeer objects that select this node; one that cannot be honoured is logged and recorded
+        on the Node once."""
+        if self.peers is None:
+            return ()
+        problems: list[str] = []
+        out = bgppeer.peers_for(me, self.peers.list(), problems)
+        for p in problems:
+            if p not in self._peer_problems and self.bgp is not None:
+                log.warning("bgp: node %s: %s; no session for it", self.node, p)
+                self.bgp.recorder.record(me, "Warning", "BGPPeerIgnored", f"{p}; no session for it")
+        self._peer_problems = set(problems)
+        return out
+
+    @staticmethod
+    async def _run_bgp(speaker: BgpSpeaker, peers: Informer) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(peers.run(), name="bgppeers")
+            tg.create_task(speaker.run(), name="bgp-speaker")
 
     async def _stop_bgp(self) -> None:
         """Another mode: BIRD goes (it withdraws its routes) and our sessions annotation with it."""
@@ -146,7 +178,8 @@ class NodeNet:
         with contextlib.suppress(asyncio.CancelledError):
             await self._bgp_task
         await self.bgp.forget()
-        self.bgp, self._bgp_task = None, None
+        await self._service_snat(None, ())
+        self.bgp, self._bgp_task, self.peers = None, None, None
 
     async def run(self, ready: asyncio.Event) -> None:
         try:
@@ -184,6 +217,8 @@ class NodeNet:
                 log.warning("pod network teardown: %s", e)
         if self.cluster_cidr:
             masq.remove(self.cluster_cidr, self.node)
+        for c, s in self._snat:
+            masq.remove_service_snat(c, s, self.node)
 
 
 def public_ip_for(server_url: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.nodenet import annotations as ann
+from nodeagent.nodenet import bgppeer
 from nodeagent.nodenet.config import BGPSettings
 
 log = logging.getLogger("nodeagent.nodenet.controller")
@@ -67,6 +68,14 @@ async def run(client: Client, mode: str, cluster_cidr: str, ready: asyncio.Event
         tg.create_task(nodes.run(synced))
         await synced.wait()
         check_no_switch(nodes.list(), mode)
+        if mode == "bgp":
+            try:
+                made = await bgppeer.install(client)
+            except ClientError as e:
+                log.error("bgp: cannot install the BGPPeer definition (%s); external peers are not served", e)
+            else:
+                if made:
+                    log.info("bgp: installed %s", ", ".join(made))
         if ready is not None:
             ready.set()
         while True:

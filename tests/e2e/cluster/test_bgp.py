@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 
 import pytest
 
-from nodeagent.lab import cluster
+from nodeagent.lab import cluster, router
 from nodeagent.nodenet import annotations as ann
 from nodeagent.nodenet.bird import Files, parse_protocols
 from nodeagent.nodenet.birdconf import KERNEL_METRIC
@@ -23,7 +24,8 @@ pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, images):
-    lab = start_lab(tmp_path_factory.mktemp("lab-bgp"), images, 3, "bgp")
+    lab = start_lab(tmp_path_factory.mktemp("lab-bgp"), images, 3, "bgp",
+                    server_args=["--bgp-advertise-service-cluster-ips"])
     try:
         yield lab
     finally:
@@ -43,7 +45,9 @@ def bgp_sessions(lab: Lab, node: str) -> dict[str, str]:
     return {p.name: p.info for p in rows if p.proto == "BGP"}
 
 
-def bird_pids(lab: Lab) -> list[int]:
+def bird_pids(lab: Lab, under: str | None = None) -> list[int]:
+    """BIRD processes whose command line names the lab's directory (or `under`)."""
+    needle = (under or lab.topo.lab_dir).encode()
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -51,7 +55,7 @@ def bird_pids(lab: Lab) -> list[int]:
                 argv = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
             except OSError:
                 continue
-            if argv and os.path.basename(argv[0]) == b"bird" and lab.topo.lab_dir.encode() in b" ".join(argv):
+            if argv and os.path.basename(argv[0]) == b"bird" and needle in b" ".join(argv):
                 out.append(int(d))
     return out
 
@@ -150,6 +154,85 @@ def test_config_reloaded_not_restarted_when_a_node_joins(lab):
     assert bird_pid(lab, "node1") == pid
 
 
+def bgp_peer(name: str, ip: str, asn: int, selector: str | None = None) -> dict:
+    spec: dict = {"peerIP": ip, "asNumber": asn}
+    if selector is not None:
+        spec["nodeSelector"] = selector
+    return {"apiVersion": "nodeagent.io/v1", "kind": "BGPPeer", "metadata": {"name": name}, "spec": spec}
+
+
+def test_external_router_learns_pod_cidrs_and_the_clusterip_range_with_ecmp(lab):
+    r = router.start(lab.topo)
+    lab.apply(bgp_peer("tor", r.address, r.asn))
+    names = [n.name for n in lab.topo.nodes]
+    addr = {n.name: n.address for n in lab.topo.nodes}
+
+    def all_up():
+        got = {p.name: p.info for p in parse_protocols(r.birdc("show", "protocols")) if p.proto == "BGP"}
+        return set(got) == set(names) and all(v.startswith("Established") for v in got.values())
+    lab.wait("the router's sessions with every node", all_up, 60)
+    name = f"Global_{r.address.replace('.', '_')}"
+    for n in names:
+        assert bgp_sessions(lab, n)[name].startswith("Established")
+    cidrs = pod_cidrs(lab)
+
+    def routes() -> str:
+        return r.exec("ip", "route", "show")
+    # each pod CIDR through its owner (the others announce it one AS longer); the ClusterIP range through
+    # every node at once
+    for n in names:
+        lab.wait(f"{n}'s pod CIDR on the router", lambda n=n: f"{cidrs[n]} via {addr[n]} " in routes(), 30)
+    lab.wait("the ClusterIP range as one ECMP route", lambda: "10.96.0.0/12" in routes()
+             and all(f"nexthop via {addr[n]} " in routes().split("10.96.0.0/12", 1)[1] for n in names), 30)
+    # the router reaches a ClusterIP Service whose pods live on other nodes
+    lab.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+               "spec": {"selector": {"app": "bgp"}, "ports": [{"port": 80}]}})
+    lab.running("app=bgp", 2)
+    ip = lab.get("service", "web")["spec"]["clusterIP"]
+    ok = lab.wait("the ClusterIP answering the router",
+                  lambda: r.exec("curl", "-sS", "-m", "5", f"http://{ip}/") == "hello from busybox\n", 60)
+    assert ok
+    for _ in range(5):  # whichever node the flow hashes to and whichever pod it is sent to
+        assert r.exec("curl", "-sS", "-m", "5", f"http://{ip}/") == "hello from busybox\n"
+    # nothing the router could announce for the cluster's ranges would be taken: the nodes import nothing
+    assert "Global_" in birdc(lab, "node1", "show", "protocols")
+
+
+def test_unreachable_peer_is_reported_and_pod_traffic_is_unaffected(lab):
+    dead = f"{lab.topo.subnet_prefix}.249"  # on the lab's underlay; nothing answers there
+    lab.apply(bgp_peer("nobody", dead, 64999, "kubernetes.io/hostname == 'node1'"))
+    name = f"Node_{dead.replace('.', '_')}"
+    try:
+        def reported():
+            a = lab.get("node", "node1")["metadata"].get("annotations", {}).get(ann.BGP_SESSIONS)
+            s = {x["name"]: x for x in json.loads(a or "[]")}
+            return s.get(name) if s.get(name, {}).get("state") in ("Active", "Connect", "Idle") else None
+        entry = lab.wait("the unreachable peer reported on node1", reported, 60)
+        assert entry["peer"] == "BGPPeer nobody" and entry["address"] == dead
+        assert name not in bgp_sessions(lab, "node2")  # the selector picked node1 only
+        # BIRD's reason for it, once its connection attempts failed
+        lab.wait("BIRD's reason", lambda: "Socket:" in (reported() or {}).get("lastError", "")
+                 or "error" in bgp_sessions(lab, "node1")[name].lower(), 60)
+        pods = {p["spec"]["nodeName"]: p for p in lab.running("app=bgp", 2)}
+        r = ping(lab, pods["node1"], pods["node3"]["status"]["podIP"])
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert sum(v.startswith("Established") for v in bgp_sessions(lab, "node1").values()) >= 2
+    finally:
+        lab.kubectl("delete", "bgppeer", "nobody")
+    lab.wait("the peer's session removed", lambda: name not in bgp_sessions(lab, "node1"), 30)
+
+
+def test_bgppeer_outside_the_supported_syntax_is_refused(lab):
+    def apply(obj: dict) -> subprocess.CompletedProcess:
+        return subprocess.run(["kubectl", "apply", "-f", "-"], env=lab.env, capture_output=True, text=True,
+                              input=json.dumps(obj), check=False)
+    p = apply(bgp_peer("bad", "172.30.0.1", 64999, "a || b"))
+    assert p.returncode != 0 and "spec.nodeSelector" in p.stderr, p.stderr
+    p = apply(bgp_peer("bad", "172.30.0.1:99999", 0))
+    assert p.returncode != 0 and "spec.peerIP" in p.stderr and "spec.asNumber" in p.stderr, p.stderr
+    assert "bad" not in lab.kubectl("get", "bgppeers", "-o", "name")
+
+
 def test_a_node_leaving_withdraws_its_routes(lab):
     cidr3 = pod_cidrs(lab)["node3"]
     assert cidr3 in kernel_routes(lab, "node1") and cidr3 in kernel_routes(lab, "node2")
@@ -159,5 +242,5 @@ def test_a_node_leaving_withdraws_its_routes(lab):
     for n in ("node1", "node2"):
         lab.wait(f"node3's routes withdrawn on {n}", lambda n=n: cidr3 not in kernel_routes(lab, n), 30)
     took = time.monotonic() - start
-    assert bird_pid(lab, "node3") is None and len(bird_pids(lab)) == 2
+    assert bird_pid(lab, "node3") is None and not bird_pids(lab, lab.node("node3").data_dir + "/")
     print(f"node3's routes withdrawn {took:.1f}s after its agent was told to stop")

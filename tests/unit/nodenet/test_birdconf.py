@@ -157,3 +157,36 @@ def test_server_stamps_bgp_settings_and_refuses_a_mode_switch():
     controller.check_no_switch([node], "bgp")
     with pytest.raises(SystemExit, match=r"--pod-network vxlan refused: .*\(bgp on n1\)"):
         controller.check_no_switch([node], "vxlan")
+
+
+def test_bgppeer_selectors_and_fields():
+    from nodeagent.nodenet import bgppeer
+
+    labels = {"rack": "a", "kubernetes.io/hostname": "n1"}
+    yes = ["", "all()", "rack == 'a'", "has(rack) && !has(zone)", "rack in {'a', 'b'}", "rack not in {'c'}",
+           "kubernetes.io/hostname == \"n1\"", "rack != 'b'"]
+    no = ["rack == 'b'", "has(zone)", "rack in {'b'}", "rack not in {'a'}"]
+    for s in yes:
+        assert bgppeer.parse_selector(s)(labels), s
+    for s in no:
+        assert not bgppeer.parse_selector(s)(labels), s
+    for bad in ["rack == a", "a || b", "!rack", "has(rack) &&"]:
+        with pytest.raises(ValueError):
+            bgppeer.parse_selector(bad)
+        assert not re.fullmatch(bgppeer.SELECTOR_PATTERN, bad)
+    node = {"metadata": {"name": "n1", "labels": labels}}
+    peers = [{"metadata": {"name": "tor"}, "spec": {"peerIP": "172.30.9.250", "asNumber": 64513}},
+             {"metadata": {"name": "rack-b"}, "spec": {"peerIP": "172.30.9.251:1179", "asNumber": 64514,
+                                                       "nodeSelector": "rack == 'b'"}},
+             {"metadata": {"name": "rack-a"}, "spec": {"peerIP": "172.30.9.252:1179", "asNumber": 64514,
+                                                       "nodeSelector": "rack == 'a'"}},
+             {"metadata": {"name": "tor2"}, "spec": {"peerIP": "172.30.9.250", "asNumber": 64513}},
+             {"metadata": {"name": "broken"}, "spec": {"peerIP": "nope", "asNumber": 1}}]
+    problems: list[str] = []
+    got = bgppeer.peers_for(node, peers, problems)
+    assert got == (bc.ExternalPeer("tor", "172.30.9.250", 64513),
+                   bc.ExternalPeer("rack-a", "172.30.9.252", 64514, node_specific=True, port=1179))
+    assert len(problems) == 2 and any("tor2" in p for p in problems) and any("broken" in p for p in problems)
+    assert re.fullmatch(bgppeer.PEER_IP_PATTERN, "10.0.0.1:179")
+    assert not re.fullmatch(bgppeer.PEER_IP_PATTERN, "10.0.0.256") and not re.fullmatch(
+        bgppeer.PEER_IP_PATTERN, "10.0.0.1:65536")
