@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -103,6 +104,14 @@ def test_mesh_established_and_pods_reach_each_other(lab):
             return s if len(s) == 2 and all(x["state"] == "Established" for x in s) else None
         sessions = lab.wait(f"{me}'s sessions on its Node", published, 30)
         assert {x["peer"] for x in sessions} == {f"node {o}" for o in names if o != me}
+    # nodeagent doctor shows an instance's sessions as BIRD reports them
+    doctor = [sys.executable, "-m", "nodeagent", "doctor", "--data-dir", lab.node("node1").data_dir]
+    d = subprocess.run([*doctor, "-o", "json"], capture_output=True, text=True, check=True)
+    bgp = json.loads(d.stdout)["bgp"]
+    assert {s["name"]: s["state"] for s in bgp["sessions"]} == {
+        f"Mesh_{addr[o].replace('.', '_')}": "Established" for o in ("node2", "node3")}
+    text = subprocess.run(doctor, capture_output=True, text=True, check=True).stdout
+    assert "bgp (BIRD at " in text and "Established" in text
     lab.apply(web_pod("a", "node1", {"app": "bgp"}))
     lab.apply(web_pod("c", "node3", {"app": "bgp"}))
     pods = {p["spec"]["nodeName"]: p for p in lab.running("app=bgp", 2)}
