@@ -224,14 +224,9 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: Se
         # Nodes join as `nodeagent server` tells them to: its bootstrap token, the CA pinned by hash.
         join_file = Path(topo.server_dir, "join-command")
         _wait("the join command", join_file.exists, 60, procs, logs)
-        join = join_file.read_text().split()
-        token, ca_hash = join[join.index("--token") + 1], join[join.index("--ca-cert-hash") + 1]
         for n in topo.nodes:
             logs[n.name] = Path(n.data_dir, "agent.log")
-            procs[n.name] = _start(state, n.name, node_command(n, [
-                *py, "agent", "--server", topo.server_url, "--token", token, "--ca-cert-hash", ca_hash,
-                "--data-dir", n.data_dir, "--node-name", n.name, "--node-ip", n.address, *agent_args]),
-                logs[n.name])
+            procs[n.name] = start_agent(topo, n, agent_args, state)
         want = {n.name for n in topo.nodes}
         _wait(f"{nodes} Ready nodes", lambda: want <= ready_nodes(topo.kubeconfig), timeout, procs, logs)
         return topo
@@ -239,6 +234,18 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: Se
         with contextlib.suppress(Exception):
             down(lab)
         raise
+
+
+def start_agent(topo: Topology, node: NodeSpec, agent_args: Sequence[str] = (),
+                state: State | None = None) -> subprocess.Popen:
+    """The node's agent, joining with the server's join command (also to restart one that was stopped)."""
+    state = state or State(Path(topo.lab_dir))
+    join = Path(topo.server_dir, "join-command").read_text().split()
+    token, ca_hash = join[join.index("--token") + 1], join[join.index("--ca-cert-hash") + 1]
+    return _start(state, node.name, node_command(node, [
+        sys.executable, "-m", "nodeagent", "agent", "--server", topo.server_url, "--token", token,
+        "--ca-cert-hash", ca_hash, "--data-dir", node.data_dir, "--node-name", node.name,
+        "--node-ip", node.address, *agent_args]), Path(node.data_dir, "agent.log"))
 
 
 def _kill_pid(pid: int, timeout: float) -> None:

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from nodeagent.api import service_lb
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.nodenet import annotations as ann
@@ -40,6 +41,8 @@ class NodeNet:
         self.bird_dir = bird_dir  # bgp mode: BIRD's files (Layout.bird_dir)
         self.bgp: BgpSpeaker | None = None
         self.peers: Informer | None = None  # BGPPeer objects (bgp mode)
+        self.services: Informer | None = None  # for LoadBalancer addresses (bgp mode)
+        self.slices: Informer | None = None
         self._peer_problems: set[str] = set()
         self._snat: set[tuple[str, str]] = set()  # (cluster CIDR, Service range) masqueraded (bgp mode)
         self._bgp_task: asyncio.Task | None = None
@@ -55,7 +58,7 @@ class NodeNet:
         self.cluster_cidr: str | None = None
         self.dataplane: Any = None
         self.published = False
-        self.announce: tuple[str, ...] = ()  # LoadBalancer addresses announced over BGP (set_announced)
+        self.announce: tuple[str, ...] = ()  # further addresses announced over BGP (set_announced)
         self.nodes.add_handler(lambda _n: self.wake.set(), lambda _o, _n: self.wake.set(),
                                lambda _n: self.wake.set())
 
@@ -123,15 +126,21 @@ class NodeNet:
             assert self._tg is not None
             self.bgp = BgpSpeaker(self.client, self.node, self.bird_dir)
             self.peers = Informer(self.client, bgppeer.RESOURCE, resync=RESYNC)
-            self.peers.add_handler(lambda _n: self.wake.set(), lambda _o, _n: self.wake.set(),
-                                   lambda _n: self.wake.set())
-            self._bgp_task = self._tg.create_task(self._run_bgp(self.bgp, self.peers), name="bgp")
+            # LoadBalancer addresses (MetalLB's BGP mode): the Services' and their endpoints' views
+            self.services = Informer(self.client, "services", resync=RESYNC)
+            self.slices = Informer(self.client, "endpointslices", resync=RESYNC)
+            for inf in (self.peers, self.services, self.slices):
+                inf.add_handler(lambda _n: self.wake.set(), lambda _o, _n: self.wake.set(),
+                                lambda _n: self.wake.set())
+            self._bgp_task = self._tg.create_task(
+                self._run_bgp(self.bgp, (self.peers, self.services, self.slices)), name="bgp")
         me = self.nodes.get(self.node) or {}
         asn, reflectors, services = cluster_settings(me)
         settings = bc.BirdSettings(
             node=self.node, router_id=self.public_ip, asn=asn, cluster_cidr=cluster_cidr, pod_cidr=pod_cidr,
             nodes=node_peers(self.nodes.list(), self.node), reflectors=reflectors,
-            external=self.external_peers(me), service_cidrs=services, announce=self.announce)
+            external=self.external_peers(me), service_cidrs=services,
+            announce=tuple(sorted(set(self.load_balancer_ips(me)) | set(self.announce))))
         await self.bgp.update(settings, me)
         await self._service_snat(cluster_cidr, services)
 
@@ -145,8 +154,8 @@ class NodeNet:
         self._snat = want
 
     def set_announced(self, addresses: Iterable[str]) -> None:
-        """The hook for LoadBalancer IP advertisement: the addresses (or CIDRs) this node's BIRD announces
-        to its external peers from now on, beside the pod CIDR and the Service ranges."""
+        """Further addresses (or CIDRs) this node's BIRD announces to its external peers from now on,
+        beside the pod CIDR, the Service ranges and the LoadBalancer addresses it finds itself."""
         self.announce = tuple(sorted(set(addresses)))
         self.wake.set()
 
@@ -164,10 +173,22 @@ class NodeNet:
         self._peer_problems = set(problems)
         return out
 
+    def load_balancer_ips(self, me: dict[str, Any]) -> list[str]:
+        """The LoadBalancer addresses this node announces to its external peers, as MetalLB's BGP mode:
+        every allocated address of ours, from every node, except a node labelled
+        exclude-from-external-load-balancers and, for externalTrafficPolicy: Local, a node without a ready
+        endpoint of the Service (its traffic is not forwarded to other nodes)."""
+        if self.services is None or self.slices is None:
+            return []
+        slices_of = service_lb.slices_by_service(self.slices.list())
+        return [f"{ip}/32" for ip, svcs in sorted(service_lb.by_address(self.services.list()).items())
+                if service_lb.eligible(me, svcs, slices_of, self.node)[0]]
+
     @staticmethod
-    async def _run_bgp(speaker: BgpSpeaker, peers: Informer) -> None:
+    async def _run_bgp(speaker: BgpSpeaker, informers: tuple[Informer, ...]) -> None:
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(peers.run(), name="bgppeers")
+            for inf in informers:
+                tg.create_task(inf.run(), name=f"bgp-{inf.resource.name}")
             tg.create_task(speaker.run(), name="bgp-speaker")
 
     async def _stop_bgp(self) -> None:
@@ -179,7 +200,7 @@ class NodeNet:
             await self._bgp_task
         await self.bgp.forget()
         await self._service_snat(None, ())
-        self.bgp, self._bgp_task, self.peers = None, None, None
+        self.bgp, self._bgp_task, self.peers, self.services, self.slices = None, None, None, None, None
 
     async def run(self, ready: asyncio.Event) -> None:
         try:

@@ -236,6 +236,15 @@ class Bird:
         for f in (self.files.socket, self.files.pid_file):
             await asyncio.to_thread(Path(f).unlink, missing_ok=True)
 
+    async def stop_left_over(self) -> bool:
+        """Stop a BIRD of this directory that no agent supervises (`nodeagent reset`); True if one ran."""
+        pid = await asyncio.to_thread(_read_pid, self.files.pid_file)
+        if pid is None or not await asyncio.to_thread(_is_our_bird, pid, self.files.socket):
+            return False
+        self.pid = pid
+        await self.stop()
+        return True
+
     async def _spawn(self) -> None:
         await asyncio.to_thread(Path(self.files.socket).unlink, missing_ok=True)
         fd = await asyncio.to_thread(os.open, self.files.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT,

@@ -203,8 +203,17 @@ def test_external_router_learns_pod_cidrs_and_the_clusterip_range_with_ecmp(lab)
     assert ok
     for _ in range(5):  # whichever node the flow hashes to and whichever pod it is sent to
         assert r.exec("curl", "-sS", "-m", "5", f"http://{ip}/") == "hello from busybox\n"
-    # nothing the router could announce for the cluster's ranges would be taken: the nodes import nothing
-    assert "Global_" in birdc(lab, "node1", "show", "protocols")
+    # a LoadBalancer address (from the lab's pool) announced by every node, as MetalLB's BGP mode does
+    lab.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web-lb"},
+               "spec": {"type": "LoadBalancer", "selector": {"app": "bgp"}, "ports": [{"port": 80}]}})
+    lb = lab.wait("the LoadBalancer address", lambda: ((lab.get("service", "web-lb").get("status") or {})
+                  .get("loadBalancer") or {}).get("ingress", [{}])[0].get("ip"), 60)
+
+    def lb_route() -> str:
+        return r.exec("ip", "route", "show", "exact", f"{lb}/32")
+    lab.wait(f"{lb}/32 on the router through every node",
+             lambda: all(f"nexthop via {addr[n]} " in lb_route() for n in names), 30)
+    assert r.exec("curl", "-sS", "-m", "5", f"http://{lb}/") == "hello from busybox\n"
 
 
 def test_unreachable_peer_is_reported_and_pod_traffic_is_unaffected(lab):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 
@@ -67,13 +66,7 @@ def test_a_killed_agent_leaves_bird_running_and_the_next_one_adopts_it(lab):
     cidr3 = pod_cidrs(lab)["node3"]
     assert cidr3 in kernel_routes(lab, "node2")
     # a new agent for the same data dir adopts it
-    state = cluster.State(Path(lab.topo.lab_dir))
-    join = open(os.path.join(lab.topo.server_dir, "join-command")).read().split()
-    argv = cluster.node_command(node, [
-        *state_python(), "agent", "--server", lab.topo.server_url, "--token", join[join.index("--token") + 1],
-        "--ca-cert-hash", join[join.index("--ca-cert-hash") + 1], "--data-dir", node.data_dir,
-        "--node-name", node.name, "--node-ip", node.address])
-    proc = cluster._start(state, "node2", argv, Path(node.data_dir, "agent.log"))
+    proc = cluster.start_agent(lab.topo, node)
     lab.state["pids"]["node2"] = proc.pid
     log = os.path.join(node.data_dir, "agent.log")
     lab.wait("the new agent adopting BIRD",
@@ -82,8 +75,3 @@ def test_a_killed_agent_leaves_bird_running_and_the_next_one_adopts_it(lab):
     lab.wait("node2's session Established", lambda: all(
         v.startswith("Established") for v in bgp_sessions(lab, "node2").values()), 30)
 
-
-def state_python() -> list[str]:
-    import sys
-
-    return [sys.executable, "-m", "nodeagent"]
