@@ -99,6 +99,7 @@ class BgpSpeaker:
         self._published: str | None = None
         self._established: set[str] = set()
         self._node_obj: Mapping[str, Any] = {}
+        self._missing_reflectors: list[str] = []
 
     async def update(self, settings: bc.BirdSettings, node_obj: Mapping[str, Any]) -> None:
         """Render, check and load the config for this cluster view (nothing when it is unchanged)."""
@@ -120,6 +121,15 @@ class BgpSpeaker:
             raise RuntimeError(f"BIRD reload: {e}") from None
         self.refused = None
         self.settings = settings
+        known = {p.name for p in settings.nodes} | {settings.node}
+        missing = sorted(set(settings.reflectors) - known)
+        if missing and missing != self._missing_reflectors:
+            names = ", ".join(missing)
+            log.warning("bgp: node %s: route reflector(s) %s named by --bgp-route-reflectors are not "
+                        "nodes of this cluster (yet); no session to them until they join", self.node, names)
+            self.recorder.record(node_obj, "Warning", "BGPRouteReflectorMissing",
+                                 f"route reflector(s) {names} are not nodes of this cluster (yet)")
+        self._missing_reflectors = missing
         if what != "unchanged":
             peers = ", ".join(f"{p.name} ({p.ip})" for p, _ in bc.node_sessions(settings)) or "none"
             log.info("bgp: node %s: BIRD %s: AS %d, %s, iBGP peers: %s%s", self.node, what, settings.asn,
