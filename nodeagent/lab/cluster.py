@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from kernel.fs import atomic_write
+from kernel.procs import alive as _alive
 from nodeagent.lab.topology import API_PORT, POD_CLUSTER_CIDR, NodeSpec, Topology, topology
 from nodeagent.layout import Layout
 
@@ -263,14 +264,6 @@ def _kill_pid(pid: int, timeout: float) -> None:
             end = time.monotonic() + 10
             timeout = 0
         time.sleep(0.1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
 
 
 def cgroup_dirs(root: str) -> list[Path]:

@@ -22,6 +22,7 @@ import signal
 from pathlib import Path
 
 from kernel.fs import atomic_write
+from kernel.procs import alive as _alive
 
 log = logging.getLogger("nodeagent.nodenet.bird")
 
@@ -358,14 +359,6 @@ def _read_pid(path: str) -> int | None:
         return int(Path(path).read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
 
 
 def _is_our_bird(pid: int, socket: str) -> bool:
