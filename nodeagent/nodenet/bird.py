@@ -121,6 +121,8 @@ async def check_config(text: str, directory: str | Path) -> None:
     await asyncio.to_thread(atomic_write, candidate, text)
     try:
         code, out = await _run(BIRD, "-p", "-c", str(candidate))
+    except FileNotFoundError:
+        raise BirdDown("BIRD 2 is not installed (Debian's bird2; make install adds it)") from None
     finally:
         await asyncio.to_thread(candidate.unlink, missing_ok=True)
     if code != 0:
@@ -206,10 +208,14 @@ class Bird:
                 while True:
                     begun = loop.time()
                     if self.pid is None:
-                        await self._spawn()
-                    if started is not None:
-                        started.set()
-                    how = await self._wait_exit()
+                        try:
+                            await self._spawn()
+                        except OSError as e:  # no bird binary, a data dir it cannot use: said, retried
+                            how = f"could not start: {e}"
+                    if self.pid is not None:
+                        if started is not None:
+                            started.set()
+                        how = await self._wait_exit()
                     self.pid, self._proc = None, None
                     if loop.time() - begun > STABLE_AFTER:
                         backoff = BACKOFF_FIRST
