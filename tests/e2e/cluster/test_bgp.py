@@ -213,7 +213,11 @@ def test_external_router_learns_pod_cidrs_and_the_clusterip_range_with_ecmp(lab)
         return r.exec("ip", "route", "show", "exact", f"{lb}/32")
     lab.wait(f"{lb}/32 on the router through every node",
              lambda: all(f"nexthop via {addr[n]} " in lb_route() for n in names), 30)
-    assert r.exec("curl", "-sS", "-m", "5", f"http://{lb}/") == "hello from busybox\n"
+    # the nodes' proxies program the address on their own time: the announcement may come first
+    lab.wait("the LoadBalancer address answering the router",
+             lambda: r.exec("curl", "-sS", "-m", "5", f"http://{lb}/") == "hello from busybox\n", 60)
+    for _ in range(5):
+        assert r.exec("curl", "-sS", "-m", "5", f"http://{lb}/") == "hello from busybox\n"
 
 
 def test_unreachable_peer_is_reported_and_pod_traffic_is_unaffected(lab):
