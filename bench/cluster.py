@@ -86,6 +86,49 @@ def network_figures(lab: Lab, args: argparse.Namespace) -> dict[str, dict[str, f
     return out
 
 
+def routed(lab: Lab, node: str, cidr: str) -> bool:
+    """`node` has a route for `cidr` that is not a blackhole (BIRD's, or nodenet's own)."""
+    out = lab.on_node(node, "ip", "route", "show", "exact", cidr).stdout
+    return bool(out.strip()) and "blackhole" not in out
+
+
+def join_convergence(lab: Lab, joins: int) -> tuple[list[float], list[float]]:
+    """The last node leaves (agent stopped, Node deleted) and joins again, `joins` times: per join, the
+    seconds from its agent starting to its podCIDR routed on every other node, and from its Node
+    publishing its address and podCIDR (the cluster knowing it) to that."""
+    node = lab.topo.nodes[-1]
+    others = [n.name for n in lab.topo.nodes[:-1]]
+    total, converge = [], []
+    for _ in range(joins):
+        cidr = lab.get("node", node.name)["spec"]["podCIDR"]
+        state = cluster.load(lab.topo.lab_dir)
+        cluster._kill_pid(state["pids"][node.name], 30)
+        lab.kubectl("delete", "node", node.name)
+        lab.wait("the left node's routes gone",
+                 lambda c=cidr: not any(routed(lab, o, c) for o in others), 120, interval=0.1)
+        t0 = time.monotonic()
+        cluster.start_agent(lab.topo, node)
+        known = None
+        while True:
+            try:
+                n = lab.get("node", node.name)
+            except AssertionError:
+                n = {}
+            a = (n.get("metadata") or {}).get("annotations") or {}
+            cidr = (n.get("spec") or {}).get("podCIDR")
+            if cidr and a.get("nodenet.nodeagent.io/public-ip"):
+                known = known or time.monotonic()
+                if all(routed(lab, o, cidr) for o in others):
+                    break
+            if time.monotonic() - t0 > 180:
+                raise RuntimeError(f"{node.name}'s podCIDR not routed on {others} within 180s")
+            time.sleep(0.05)
+        done = time.monotonic()
+        total.append(done - t0)
+        converge.append(done - (known or done))
+    return total, converge
+
+
 def deployment(name: str, replicas: int, tolerations: list | None = None) -> dict:
     spec = {"terminationGracePeriodSeconds": 0,
             "containers": [{"name": "c", "image": HTTPD, "imagePullPolicy": "Never", "command": SLEEP}]}
@@ -139,7 +182,7 @@ def failover(lab: Lab, replicas: int, toleration: int) -> tuple[float, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--modes", default="host-gw,ipip,vxlan",
+    ap.add_argument("--modes", default="host-gw,ipip,vxlan,bgp",
                     help="backends to compare (default: %(default)s)")
     ap.add_argument("--pods", type=int, default=300, help="Deployment size for the rollout figure")
     ap.add_argument("--pings", type=int, default=200, help="pings per RTT figure")
@@ -147,6 +190,11 @@ def main() -> int:
     ap.add_argument("--failover-pods", type=int, default=10, help="pods on the node whose agent is killed")
     ap.add_argument("--grace", type=float, default=10.0, help="server --node-monitor-grace-period (s)")
     ap.add_argument("--toleration", type=int, default=5, help="pods' not-ready/unreachable tolerationSeconds")
+    ap.add_argument("--joins", type=int, default=10,
+                    help="node re-joins per backend for the convergence figure (0: none)")
+    ap.add_argument("--join-modes", default="host-gw,bgp",
+                    help="backends whose join convergence is measured (default: %(default)s)")
+    ap.add_argument("--no-rollout", action="store_true", help="skip the rollout and failover figures")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root", file=sys.stderr)
@@ -178,7 +226,13 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
                 print(f"  {mode:8s} {label:10s} RTT p50 {f['rtt_p50_ms']:.3f} ms  "
                       f"p99 {f['rtt_p99_ms']:.3f} ms  (lost {f['lost']}/{args.pings})  "
                       f"TCP {f['gbps']:.2f} Gbit/s")
-            if first:
+            if args.joins and mode in args.join_modes.split(","):
+                total, conv = join_convergence(lab, args.joins)
+                print(f"  {mode:8s} node join -> its podCIDR routed on every other node: p50 "
+                      f"{pct(total, 50):.2f}s p99 {pct(total, 99):.2f}s from the agent's start; p50 "
+                      f"{pct(conv, 50):.3f}s p99 {pct(conv, 99):.3f}s from its Node published "
+                      f"({args.joins} joins)")
+            if first and not args.no_rollout:
                 first = False
                 dt, spread = rollout(lab, args.pods)
                 print(f"  {args.pods}-pod Deployment Running in {dt:.1f}s ({args.pods / dt:.1f} pods/s), "

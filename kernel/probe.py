@@ -118,6 +118,17 @@ def probe_bridge() -> Feature:
     return _probe_link_kind("bridge")
 
 
+def probe_bird2() -> Feature:
+    """BIRD 2, the routing daemon the `bgp` pod network runs on every node (Debian's bird2)."""
+    if not shutil.which("bird"):
+        return Feature("bird2", False, "no bird binary (Debian's bird2; make install adds it)")
+    p = subprocess.run(["bird", "--version"], capture_output=True, text=True, check=False)
+    said = (p.stderr or p.stdout).strip()
+    if p.returncode != 0 or "version 2." not in said:
+        return Feature("bird2", False, f"bird --version: {said or p.returncode} (BIRD 2 is needed)")
+    return Feature("bird2", True, said)
+
+
 def probe_user_namespaces() -> Feature:
     try:
         limit = int(Path("/proc/sys/user/max_user_namespaces").read_text())
@@ -220,8 +231,8 @@ class HostReport:
             "proxy modes available": ", ".join(modes),
             "default proxy mode": self.proxy_mode,
             "cross-node networking": ", ".join(
-                m for m, ok in (("host-gw", True), ("ipip", self.has("ipip")), ("vxlan", self.has("vxlan")))
-                if ok),
+                m for m, ok in (("host-gw", True), ("ipip", self.has("ipip")), ("vxlan", self.has("vxlan")),
+                                ("bgp", self.has("bird2"))) if ok),
             "oom_score_adj": "as requested" if self.has("oom-score-adj-lower")
             else "clamped to the runtime's own (restrict_oom_score_adj)",
         }
@@ -257,6 +268,7 @@ PROBES = {
     "vxlan": probe_vxlan,
     "ipip": probe_ipip,
     "dummy": probe_dummy,
+    "bird2": probe_bird2,
     "user-namespaces": probe_user_namespaces,
     "oom-score-adj-lower": probe_oom_score_adj_lowering,
     "apparmor": probe_apparmor,

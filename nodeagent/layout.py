@@ -64,6 +64,7 @@ class Layout:
     cni_ipam_dir: str
     cni_socket: str  # the CNI plugins' resident daemon (NODEAGENT_CNI_SOCKET)
     cluster_cidr: str  # `up`'s own node IPAM range
+    bird_dir: str  # bgp mode: BIRD's config, control socket (bird.ctl), pid file and log
     # the kubelet
     cgroup_root: str  # the cgroup the kubepods tree goes under ("": the hierarchy's root)
     kubelet_root_dir: str  # volumes: <root>/pods/<uid>/volumes, serving cert: <root>/pki
@@ -118,7 +119,8 @@ class Layout:
                 node_kubeconfig=_in(d, "kubelet.kubeconfig"), apiserver_port=6443,
                 cri_socket=f"{RUN_DIR}/cri.sock", cri_state_dir=_in(d, "cri"), image_dir=_in(d, "images"),
                 network_name="nodeagent", bridge="na0", cni_conf_dir=CNI_CONF_DIR, cni_ipam_dir=CNI_IPAM_DIR,
-                cni_socket=f"{RUN_DIR}/cni.sock", cluster_cidr="10.244.0.0/16", cgroup_root="",
+                cni_socket=f"{RUN_DIR}/cni.sock", cluster_cidr="10.244.0.0/16", bird_dir=_in(d, "bird"),
+                cgroup_root="",
                 kubelet_root_dir=_in(d, "kubelet"), pod_log_dir=_in(d, "pod-logs"),
                 manifests_dir=_in(d, "manifests"), kubelet_port=10250, local_path_dir=_in(d, "storage"),
                 csi_state_dir=_in(d, "csi"), csi_socket=_in(d, "kubelet", "plugins", CSI_DRIVER, "csi.sock"),
@@ -139,7 +141,7 @@ class Layout:
             cni_socket=_in(d, "cni-plugin.sock"),
             # a /24 of 10.240.0.0/16 named by the tag (as the bridge is): several one-node `up` clusters on
             # one host do not give two bridges the same subnet (`up --cluster-cidr` widens it)
-            cluster_cidr=f"10.240.{int(tag[:2], 16)}.0/24",
+            cluster_cidr=f"10.240.{int(tag[:2], 16)}.0/24", bird_dir=_in(d, "bird"),
             cgroup_root=f"nodeagent-{tag}", kubelet_root_dir=_in(d, "kubelet"),
             pod_log_dir=_in(d, "pod-logs"), manifests_dir=_in(d, "manifests"), kubelet_port=0,
             local_path_dir=_in(d, "storage"), csi_state_dir=_in(d, "csi"),

@@ -113,3 +113,51 @@ def ports(svc: Mapping[str, Any]) -> frozenset[tuple[str, int]]:
 def requested_ip(svc: Mapping[str, Any]) -> str:
     """spec.loadBalancerIP (deprecated upstream, still what users and MetalLB honour); "" if unset."""
     return str((svc.get("spec") or {}).get("loadBalancerIP") or "")
+
+
+# -- who may announce an address (MetalLB's speakers: layer 2 here, BGP in nodenet) -------------------------
+
+EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def by_address(services: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """{ip: the Services of ours announcing it}."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for s in services:
+        if is_ours(s) and not (s.get("metadata") or {}).get("deletionTimestamp"):
+            for ip in ingress_ips(s):
+                out.setdefault(ip, []).append(s)
+    return out
+
+
+def has_local_ready_endpoint(slices: Iterable[Mapping[str, Any]], node: str) -> bool:
+    for sl in slices:
+        for ep in sl.get("endpoints") or []:
+            cond = ep.get("conditions") or {}
+            if ep.get("nodeName") == node and cond.get("ready", True) is not False:
+                return True
+    return False
+
+
+def eligible(node: Mapping[str, Any] | None, services: Iterable[Mapping[str, Any]],
+             slices_of: Mapping[str, list[Mapping[str, Any]]], node_name: str) -> tuple[bool, str]:
+    """(may this node announce the address of `services`, why not)."""
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    if EXCLUDE_LABEL in labels:
+        return False, f"node carries {EXCLUDE_LABEL}"
+    for s in services:
+        if (s.get("spec") or {}).get("externalTrafficPolicy") == "Local" and \
+                not has_local_ready_endpoint(slices_of.get(key(s), []), node_name):
+            return False, f"no ready local endpoint of {key(s)} (externalTrafficPolicy: Local)"
+    return True, ""
+
+
+def slices_by_service(slices: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for sl in slices:
+        meta = sl.get("metadata") or {}
+        svc = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+        if svc:
+            out.setdefault(f"{meta.get('namespace') or 'default'}/{svc}", []).append(sl)
+    return out

@@ -29,7 +29,8 @@ from nodeagent.ingress.config import IngressConfig
 from nodeagent.kubelet.config import KubeletConfig, parse_cluster_dns
 from nodeagent.layout import REGISTRIES, Layout
 from nodeagent.lbspeaker.config import SpeakerConfig
-from nodeagent.nodenet.config import CNIConfig, NodeNetConfig, PodCIDRConfig, PodNetworkConfig
+from nodeagent.nodenet.birdconf import DEFAULT_AS
+from nodeagent.nodenet.config import BGPSettings, CNIConfig, NodeNetConfig, PodCIDRConfig, PodNetworkConfig
 from nodeagent.nodenet.network import PodNetwork
 from nodeagent.runner import Component
 from nodeagent.scheduler.config import SchedulerServiceConfig
@@ -231,7 +232,8 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
     return {"cni": CNIConfig(network, cgroup_root), "cri": cri, "external_runtime": external,
             "podcidr": PodCIDRConfig(network, node_name, credentials), "kubelet": kubelet,
             "netproxy": netproxy, "netpol": netpol,
-            "nodenet": NodeNetConfig(node_name, credentials, node_ip=node_ip, pod_subnet=network.subnet),
+            "nodenet": NodeNetConfig(node_name, credentials, node_ip=node_ip, pod_subnet=network.subnet,
+                                     bird_dir=layout.bird_dir),
             "ingress": ingress, "lbspeaker": lbspeaker}
 
 
@@ -259,10 +261,43 @@ def dns_config(api: ApiServerConfig, kubeconfig: str, listen: str = DNS_LISTEN, 
                      service_cluster_ip_range=api.service_cluster_ip_range, advertise_address=advertise, **kw)
 
 
+def add_pod_network_arguments(p: argparse.ArgumentParser) -> None:
+    """--pod-network and the bgp mode's settings (`server`, `up`)."""
+    from nodeagent.nodenet.annotations import MODES
+
+    p.add_argument("--pod-network", default="host-gw", choices=MODES,
+                   help="cross-node pod network backend, carried to every node on its Node object; bgp runs "
+                        "BIRD on every node as Calico does (default: %(default)s)")
+    g = p.add_argument_group("bgp pod network (--pod-network bgp)")
+    g.add_argument("--bgp-as", type=int, default=None, metavar="ASN",
+                   help="the cluster's AS number, every node's local AS (default: 64512)")
+    g.add_argument("--bgp-route-reflectors", default=None, metavar="NODE[,NODE]",
+                   help="nodes that act as route reflectors: every other node peers with them only, instead "
+                        "of the node-to-node full mesh")
+    g.add_argument("--bgp-advertise-service-cluster-ips", action="store_true",
+                   help="announce the Service ClusterIP range (--service-cluster-ip-range) to external BGP "
+                        "peers (BGPPeer objects), as Calico's serviceClusterIPs")
+
+
+def bgp_settings(args: argparse.Namespace, service_range: str) -> BGPSettings | None:
+    """The bgp flags as the cluster's BGPSettings (None when none is given and the mode is not bgp; a bgp
+    flag with another mode is refused by PodNetworkConfig)."""
+    given = args.bgp_as is not None or args.bgp_route_reflectors is not None \
+        or args.bgp_advertise_service_cluster_ips
+    if args.pod_network != "bgp" and not given:
+        return None
+    reflectors = tuple(n.strip() for n in (args.bgp_route_reflectors or "").split(",") if n.strip())
+    if args.bgp_route_reflectors is not None and not reflectors:
+        raise ValueError("--bgp-route-reflectors: name at least one node")
+    return BGPSettings(asn=DEFAULT_AS if args.bgp_as is None else args.bgp_as, route_reflectors=reflectors,
+                       service_cidrs=(service_range,) if args.bgp_advertise_service_cluster_ips else ())
+
+
 def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: str,
                           options: ControllerOptions, pod_network: str,
                           dns_listen: str = DNS_LISTEN,
-                          scheduler_config: str | None = None) -> dict[str, Any]:
+                          scheduler_config: str | None = None,
+                          bgp: BGPSettings | None = None) -> dict[str, Any]:
     """The parts beside the apiserver (scheduler, controllers, dns, podnetwork), each with the admin
     kubeconfig the apiserver writes. A scheduler configuration file is read now, so a bad one ends the
     command with its reason before anything starts."""
@@ -282,7 +317,7 @@ def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: 
     return {"apiserver": api, "scheduler": SchedulerServiceConfig(kubeconfig, scheduler_config),
             "controllers": ControllerManagerConfig(kubeconfig, controllers, options),
             "dns": dns_config(api, kubeconfig, dns_listen),
-            "podnetwork": PodNetworkConfig(kubeconfig, pod_network, options.cluster_cidr),
+            "podnetwork": PodNetworkConfig(kubeconfig, pod_network, options.cluster_cidr, bgp),
             # the Ingress/Gateway API duties of the control plane; every node's `ingress` serves traffic
             "ingress": IngressConfig(Credentials(kubeconfig=kubeconfig), work_dir=layout.ingress_dir,
                                      run_proxy=False, manage=True)}

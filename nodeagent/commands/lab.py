@@ -12,8 +12,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u = sub.add_parser("up",
                        help="start N netns nodes (node1 also runs the server); returns once all are Ready")
     u.add_argument("--nodes", type=int, default=2, help="number of nodes (default: %(default)s)")
-    u.add_argument("--network", default="host-gw", choices=("host-gw", "ipip", "vxlan"),
-                   help="cross-node pod network (default: %(default)s)")
+    u.add_argument("--network", default="host-gw", choices=("host-gw", "ipip", "vxlan", "bgp"),
+                   help="cross-node pod network; bgp: BIRD in every node namespace, each with its own "
+                        "control socket (<dir>/nodeN/bird/bird.ctl) (default: %(default)s)")
+    u.add_argument("--bgp-route-reflectors", default=None, metavar="NODE[,NODE]",
+                   help="with --network bgp: these nodes reflect routes instead of a full mesh")
+    u.add_argument("--bgp-advertise-service-cluster-ips", action="store_true",
+                   help="with --network bgp: announce the ClusterIP range to BGPPeer routers")
     u.add_argument("--dir", default=DEFAULT_DIR, help="lab state directory (default: %(default)s)")
     u.add_argument("--image", action="append", default=[], metavar="ARCHIVE",
                    help="docker-archive/OCI image to import on every node (repeatable)")
@@ -31,8 +36,14 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.lab_command == "up":
+            server_args = []
+            if args.bgp_route_reflectors:
+                server_args += ["--bgp-route-reflectors", args.bgp_route_reflectors]
+            if args.bgp_advertise_service_cluster_ips:
+                server_args.append("--bgp-advertise-service-cluster-ips")
             topo = cluster.up(args.dir, args.nodes, args.network, args.image,
-                              node_monitor_grace_period=args.node_monitor_grace_period, timeout=args.timeout)
+                              node_monitor_grace_period=args.node_monitor_grace_period, timeout=args.timeout,
+                              server_args=server_args)
             cidrs = cluster.pod_cidrs(topo.kubeconfig)
             for n in topo.nodes:
                 print(f"{n.name}: netns {n.netns}, address {n.address}, pods {cidrs.get(n.name) or '?'}")

@@ -169,10 +169,20 @@ def remove_node_objects(layout: Layout, bridge: str, cgroup_root: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(Path(layout.cni_conf_dir, CONFLIST_NAME))
     _netpol_rules(layout)
+    _bird(layout)
     if layout.is_default:
         _service_rules()
     # a throwaway instance's Service rules went when it stopped (netproxy's cleanup_on_stop); the KUBE-
     # chains are shared by every instance on the host, so a reset of one does not touch them
+
+
+def _bird(layout: Layout) -> None:
+    """The bgp pod network's BIRD, when a killed agent left it running: SIGTERM (it withdraws its routes)."""
+    from nodeagent.nodenet.bird import Bird
+
+    bird = Bird(layout.bird_dir)
+    if asyncio.run(bird.stop_left_over()):
+        print(f"BIRD of {layout.bird_dir}: stopped")
 
 
 def _masquerade_rules(network: str) -> None:

@@ -49,9 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advertise-address", default=None,
                    help="IP other nodes reach this server on (default: the bind address, or the "
                         "default route's)")
-    p.add_argument("--pod-network", default="host-gw", choices=("host-gw", "ipip", "vxlan"),
-                   help="cross-node pod network backend, carried to every node on its Node object "
-                        "(default: %(default)s)")
+    from nodeagent.commands.configs import add_pod_network_arguments
+
+    add_pod_network_arguments(p)
     p.add_argument("--scheduler-config", default=None, metavar="FILE",
                    help="the scheduler's KubeSchedulerConfiguration (profiles, plugin args, extenders), as "
                         "kube-scheduler's --config (default: the default profile)")
@@ -89,6 +89,7 @@ def config_from_args(args: argparse.Namespace) -> Configs:
     from nodeagent.commands import user_kubeconfig
     from nodeagent.commands.configs import (
         Configs,
+        bgp_settings,
         cli_errors,
         control_plane_configs,
         with_autoscaling,
@@ -120,7 +121,8 @@ def config_from_args(args: argparse.Namespace) -> Configs:
             terminated_pod_gc_threshold=args.terminated_pod_gc_threshold), args)
         options = with_service_lb(options, args)
         configs = control_plane_configs(api, layout, controllers=args.controllers, options=options,
-                                        pod_network=args.pod_network, scheduler_config=args.scheduler_config)
+                                        pod_network=args.pod_network, scheduler_config=args.scheduler_config,
+                                        bgp=bgp_settings(args, args.service_cluster_ip_range))
     return Configs(layout=layout, **{k: v for k, v in configs.items() if k not in args.without})
 
 

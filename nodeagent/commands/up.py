@@ -210,8 +210,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler-config", default=None, metavar="FILE",
                    help="the scheduler's KubeSchedulerConfiguration (profiles, plugin args, extenders), as "
                         "kube-scheduler's --config (default: the default profile)")
-    p.add_argument("--pod-network", default="host-gw", choices=("host-gw", "ipip", "vxlan"),
-                   help="cross-node pod network backend (default: %(default)s)")
+    from nodeagent.commands.configs import add_pod_network_arguments
+
+    add_pod_network_arguments(p)
     p.add_argument("--cluster-cidr", default=None,
                    help="pod range the node IPAM hands node podCIDRs (/24 each) out of (default: "
                         "10.244.0.0/16 for the default data dir, else 10.240.<tag>.0/24, so instances on "
@@ -231,6 +232,7 @@ def config_from_args(args: argparse.Namespace) -> Configs:
     from nodeagent.commands.configs import (
         DNS_LISTEN,
         Configs,
+        bgp_settings,
         cli_errors,
         control_plane_configs,
         node_configs,
@@ -252,7 +254,8 @@ def config_from_args(args: argparse.Namespace) -> Configs:
         node = node_configs(args, layout, Credentials(kubeconfig=layout.admin_kubeconfig))
         control = control_plane_configs(api, layout, controllers="*", options=options,
                                         pod_network=args.pod_network, dns_listen=dns_listen,
-                                        scheduler_config=args.scheduler_config)
+                                        scheduler_config=args.scheduler_config,
+                                        bgp=bgp_settings(args, api.service_cluster_ip_range))
         # one ingress component does both: this node's proxy and the cluster-wide duties
         proxy = node.pop("ingress")
         if proxy is not None:

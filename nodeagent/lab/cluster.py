@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from kernel.fs import atomic_write
+from kernel.procs import alive as _alive
 from nodeagent.lab.topology import API_PORT, POD_CLUSTER_CIDR, NodeSpec, Topology, topology
 from nodeagent.layout import Layout
 
@@ -196,6 +197,8 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: Se
             probe = exec_in(topo.nodes[0], "ip", "link", "add", "tunl0", "type", "ipip", check=False)
             if exec_in(topo.nodes[0], "ip", "link", "show", "tunl0", check=False).returncode != 0:
                 raise LabError(f"--network ipip: this kernel has no ipip tunnels ({probe.stderr.strip()})")
+        if network == "bgp" and not (shutil.which("bird") and shutil.which("birdc")):
+            raise LabError("--network bgp: BIRD 2 is not installed (Debian's bird2; make install adds it)")
         py = [sys.executable, "-m", "nodeagent"]
         for n in topo.nodes:
             os.makedirs(n.data_dir, exist_ok=True)
@@ -222,14 +225,9 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: Se
         # Nodes join as `nodeagent server` tells them to: its bootstrap token, the CA pinned by hash.
         join_file = Path(topo.server_dir, "join-command")
         _wait("the join command", join_file.exists, 60, procs, logs)
-        join = join_file.read_text().split()
-        token, ca_hash = join[join.index("--token") + 1], join[join.index("--ca-cert-hash") + 1]
         for n in topo.nodes:
             logs[n.name] = Path(n.data_dir, "agent.log")
-            procs[n.name] = _start(state, n.name, node_command(n, [
-                *py, "agent", "--server", topo.server_url, "--token", token, "--ca-cert-hash", ca_hash,
-                "--data-dir", n.data_dir, "--node-name", n.name, "--node-ip", n.address, *agent_args]),
-                logs[n.name])
+            procs[n.name] = start_agent(topo, n, agent_args, state)
         want = {n.name for n in topo.nodes}
         _wait(f"{nodes} Ready nodes", lambda: want <= ready_nodes(topo.kubeconfig), timeout, procs, logs)
         return topo
@@ -237,6 +235,18 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: Se
         with contextlib.suppress(Exception):
             down(lab)
         raise
+
+
+def start_agent(topo: Topology, node: NodeSpec, agent_args: Sequence[str] = (),
+                state: State | None = None) -> subprocess.Popen:
+    """The node's agent, joining with the server's join command (also to restart one that was stopped)."""
+    state = state or State(Path(topo.lab_dir))
+    join = Path(topo.server_dir, "join-command").read_text().split()
+    token, ca_hash = join[join.index("--token") + 1], join[join.index("--ca-cert-hash") + 1]
+    return _start(state, node.name, node_command(node, [
+        sys.executable, "-m", "nodeagent", "agent", "--server", topo.server_url, "--token", token,
+        "--ca-cert-hash", ca_hash, "--data-dir", node.data_dir, "--node-name", node.name,
+        "--node-ip", node.address, *agent_args]), Path(node.data_dir, "agent.log"))
 
 
 def _kill_pid(pid: int, timeout: float) -> None:
@@ -254,14 +264,6 @@ def _kill_pid(pid: int, timeout: float) -> None:
             end = time.monotonic() + 10
             timeout = 0
         time.sleep(0.1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
 
 
 def cgroup_dirs(root: str) -> list[Path]:

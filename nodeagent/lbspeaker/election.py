@@ -19,57 +19,21 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nodeagent.api import service_lb, times
+from nodeagent.api import times
+from nodeagent.api.service_lb import (  # noqa: F401  (shared with the BGP announcer in nodenet)
+    EXCLUDE_LABEL,
+    SERVICE_NAME_LABEL,
+    by_address,
+    eligible,
+    has_local_ready_endpoint,
+    slices_by_service,
+)
 
-EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 LEASE_PREFIX = "nodeagent-lb-"
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
 def lease_name(ip: str) -> str:
     return LEASE_PREFIX + ip
-
-
-def by_address(services: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """{ip: the Services of ours announcing it}."""
-    out: dict[str, list[Mapping[str, Any]]] = {}
-    for s in services:
-        if service_lb.is_ours(s) and not (s.get("metadata") or {}).get("deletionTimestamp"):
-            for ip in service_lb.ingress_ips(s):
-                out.setdefault(ip, []).append(s)
-    return out
-
-
-def has_local_ready_endpoint(slices: Iterable[Mapping[str, Any]], node: str) -> bool:
-    for sl in slices:
-        for ep in sl.get("endpoints") or []:
-            cond = ep.get("conditions") or {}
-            if ep.get("nodeName") == node and cond.get("ready", True) is not False:
-                return True
-    return False
-
-
-def eligible(node: Mapping[str, Any] | None, services: Iterable[Mapping[str, Any]],
-             slices_of: Mapping[str, list[Mapping[str, Any]]], node_name: str) -> tuple[bool, str]:
-    """(may this node announce the address of `services`, why not)."""
-    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-    if EXCLUDE_LABEL in labels:
-        return False, f"node carries {EXCLUDE_LABEL}"
-    for s in services:
-        if (s.get("spec") or {}).get("externalTrafficPolicy") == "Local" and \
-                not has_local_ready_endpoint(slices_of.get(service_lb.key(s), []), node_name):
-            return False, f"no ready local endpoint of {service_lb.key(s)} (externalTrafficPolicy: Local)"
-    return True, ""
-
-
-def slices_by_service(slices: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    out: dict[str, list[Mapping[str, Any]]] = {}
-    for sl in slices:
-        meta = sl.get("metadata") or {}
-        svc = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
-        if svc:
-            out.setdefault(f"{meta.get('namespace') or 'default'}/{svc}", []).append(sl)
-    return out
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:

@@ -12,16 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from nodeagent.api import service_lb
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.nodenet import annotations as ann
-from nodeagent.nodenet import masq
+from nodeagent.nodenet import bgppeer, masq
+from nodeagent.nodenet import birdconf as bc
 from nodeagent.nodenet import plan as P
+from nodeagent.nodenet.bgp import BgpSpeaker, cluster_settings, node_peers
 from nodeagent.nodenet.dataplane import Dataplane, source_address_towards
 from nodeagent.nodenet.podcidr import node_pod_cidr
 
@@ -31,8 +35,18 @@ RESYNC = 30.0  # re-check the kernel even without Node events (someone deleted a
 
 
 class NodeNet:
-    def __init__(self, client: Client, node: str, pod_cidr: str | None, public_ip: str) -> None:
+    def __init__(self, client: Client, node: str, pod_cidr: str | None, public_ip: str,
+                 bird_dir: str = "") -> None:
         self.client = client
+        self.bird_dir = bird_dir  # bgp mode: BIRD's files (Layout.bird_dir)
+        self.bgp: BgpSpeaker | None = None
+        self.peers: Informer | None = None  # BGPPeer objects (bgp mode)
+        self.services: Informer | None = None  # for LoadBalancer addresses (bgp mode)
+        self.slices: Informer | None = None
+        self._peer_problems: set[str] = set()
+        self._snat: set[tuple[str, str]] = set()  # (cluster CIDR, Service range) masqueraded (bgp mode)
+        self._bgp_task: asyncio.Task | None = None
+        self._tg: asyncio.TaskGroup | None = None
         self.node = node
         self.override = pod_cidr  # --pod-subnet; None: the Node's spec.podCIDR
         self.pod_cidr: str | None = pod_cidr  # the subnet the dataplane was built for
@@ -44,6 +58,7 @@ class NodeNet:
         self.cluster_cidr: str | None = None
         self.dataplane: Any = None
         self.published = False
+        self.announce: tuple[str, ...] = ()  # further addresses announced over BGP (set_announced)
         self.nodes.add_handler(lambda _n: self.wake.set(), lambda _o, _n: self.wake.set(),
                                lambda _n: self.wake.set())
 
@@ -88,6 +103,10 @@ class NodeNet:
             # first time, or our Node was re-created / edited: publish again
             await self.client.patch("nodes", self.node, {"metadata": {"annotations": want}})
             self.published = True
+        if mode == "bgp":
+            await self._bgp_step(pod_cidr, cidr)
+        else:
+            await self._stop_bgp()
         plan = P.desired(mode, self.node, self.nodes.list())
         have = await asyncio.to_thread(self.dataplane.current)
         changes = P.diff(plan, have)
@@ -97,9 +116,96 @@ class NodeNet:
                      len(changes.del_fdb), len(changes.add_neigh), len(changes.del_neigh))
             await asyncio.to_thread(self.dataplane.apply, changes)
 
+    async def _bgp_step(self, pod_cidr: str, cluster_cidr: str | None) -> None:
+        """bgp mode: BIRD (started on the first step, owned by run()'s TaskGroup) gets this cluster view."""
+        if not cluster_cidr:
+            return  # the server stamps it with the mode
+        if not self.bird_dir:
+            raise RuntimeError("bgp mode needs the node's BIRD directory (NodeNetConfig.bird_dir)")
+        if self.bgp is None:
+            assert self._tg is not None
+            self.bgp = BgpSpeaker(self.client, self.node, self.bird_dir)
+            self.peers = Informer(self.client, bgppeer.RESOURCE, resync=RESYNC)
+            # LoadBalancer addresses (MetalLB's BGP mode): the Services' and their endpoints' views
+            self.services = Informer(self.client, "services", resync=RESYNC)
+            self.slices = Informer(self.client, "endpointslices", resync=RESYNC)
+            for inf in (self.peers, self.services, self.slices):
+                inf.add_handler(lambda _n: self.wake.set(), lambda _o, _n: self.wake.set(),
+                                lambda _n: self.wake.set())
+            self._bgp_task = self._tg.create_task(
+                self._run_bgp(self.bgp, (self.peers, self.services, self.slices)), name="bgp")
+        me = self.nodes.get(self.node) or {}
+        asn, reflectors, services = cluster_settings(me)
+        settings = bc.BirdSettings(
+            node=self.node, router_id=self.public_ip, asn=asn, cluster_cidr=cluster_cidr, pod_cidr=pod_cidr,
+            nodes=node_peers(self.nodes.list(), self.node), reflectors=reflectors,
+            external=self.external_peers(me), service_cidrs=services,
+            announce=tuple(sorted(set(self.load_balancer_ips(me)) | set(self.announce))))
+        await self.bgp.update(settings, me)
+        await self._service_snat(cluster_cidr, services)
+
+    async def _service_snat(self, cluster_cidr: str | None, services: tuple[str, ...]) -> None:
+        """Masquerade off-cluster traffic to the Service ranges announced to routers (see masq)."""
+        want = {(cluster_cidr, s) for s in services} if cluster_cidr else set()
+        for c, s in self._snat - want:
+            await asyncio.to_thread(masq.remove_service_snat, c, s, self.node)
+        for c, s in want - self._snat:
+            await asyncio.to_thread(masq.ensure_service_snat, c, s, self.node)
+        self._snat = want
+
+    def set_announced(self, addresses: Iterable[str]) -> None:
+        """Further addresses (or CIDRs) this node's BIRD announces to its external peers from now on,
+        beside the pod CIDR, the Service ranges and the LoadBalancer addresses it finds itself."""
+        self.announce = tuple(sorted(set(addresses)))
+        self.wake.set()
+
+    def external_peers(self, me: dict[str, Any]) -> tuple[bc.ExternalPeer, ...]:
+        """The BGPPeer objects that select this node; one that cannot be honoured is logged and recorded
+        on the Node once."""
+        if self.peers is None:
+            return ()
+        problems: list[str] = []
+        out = bgppeer.peers_for(me, self.peers.list(), problems)
+        for p in problems:
+            if p not in self._peer_problems and self.bgp is not None:
+                log.warning("bgp: node %s: %s; no session for it", self.node, p)
+                self.bgp.recorder.record(me, "Warning", "BGPPeerIgnored", f"{p}; no session for it")
+        self._peer_problems = set(problems)
+        return out
+
+    def load_balancer_ips(self, me: dict[str, Any]) -> list[str]:
+        """The LoadBalancer addresses this node announces to its external peers, as MetalLB's BGP mode:
+        every allocated address of ours, from every node, except a node labelled
+        exclude-from-external-load-balancers and, for externalTrafficPolicy: Local, a node without a ready
+        endpoint of the Service (its traffic is not forwarded to other nodes)."""
+        if self.services is None or self.slices is None:
+            return []
+        slices_of = service_lb.slices_by_service(self.slices.list())
+        return [f"{ip}/32" for ip, svcs in sorted(service_lb.by_address(self.services.list()).items())
+                if service_lb.eligible(me, svcs, slices_of, self.node)[0]]
+
+    @staticmethod
+    async def _run_bgp(speaker: BgpSpeaker, informers: tuple[Informer, ...]) -> None:
+        async with asyncio.TaskGroup() as tg:
+            for inf in informers:
+                tg.create_task(inf.run(), name=f"bgp-{inf.resource.name}")
+            tg.create_task(speaker.run(), name="bgp-speaker")
+
+    async def _stop_bgp(self) -> None:
+        """Another mode: BIRD goes (it withdraws its routes) and our sessions annotation with it."""
+        if self._bgp_task is None or self.bgp is None:
+            return
+        self._bgp_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._bgp_task
+        await self.bgp.forget()
+        await self._service_snat(None, ())
+        self.bgp, self._bgp_task, self.peers, self.services, self.slices = None, None, None, None, None
+
     async def run(self, ready: asyncio.Event) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
+                self._tg = tg
                 tg.create_task(self.nodes.run())
                 await self.nodes.wait_synced()
                 ready.set()
@@ -119,6 +225,8 @@ class NodeNet:
                         await asyncio.sleep(1)
                         self.wake.set()
         finally:
+            if self.bgp is not None:
+                await asyncio.shield(self.bgp.forget())
             await asyncio.shield(asyncio.to_thread(self.cleanup))
 
     def cleanup(self) -> None:
@@ -130,6 +238,8 @@ class NodeNet:
                 log.warning("pod network teardown: %s", e)
         if self.cluster_cidr:
             masq.remove(self.cluster_cidr, self.node)
+        for c, s in self._snat:
+            masq.remove_service_snat(c, s, self.node)
 
 
 def public_ip_for(server_url: str) -> str:

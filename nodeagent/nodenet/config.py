@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 
 from nodeagent.client.config import Credentials
 from nodeagent.nodenet import annotations as ann
+from nodeagent.nodenet.birdconf import DEFAULT_AS
 from nodeagent.nodenet.network import PodNetwork
+
+NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +39,7 @@ class NodeNetConfig:
     credentials: Credentials
     node_ip: str | None = None  # the underlay address; None: the source address towards the apiserver
     pod_subnet: str | None = None  # --pod-subnet: published for the other nodes' routes
+    bird_dir: str = ""  # bgp mode: BIRD's config, control socket and log (Layout.bird_dir)
 
     def __post_init__(self) -> None:
         try:
@@ -47,14 +52,40 @@ class NodeNetConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class BGPSettings:
+    """The cluster's BGP settings (`--bgp-as`, `--bgp-route-reflectors`,
+    `--bgp-advertise-service-cluster-ips`), stamped on every Node by the server in bgp mode."""
+
+    asn: int = DEFAULT_AS
+    route_reflectors: tuple[str, ...] = ()  # node names; none: node-to-node mesh
+    service_cidrs: tuple[str, ...] = ()  # ClusterIP ranges announced to external peers
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.asn <= 4294967295:
+            raise ValueError(f"--bgp-as {self.asn}: an AS number is 1 to 4294967295")
+        for name in self.route_reflectors:
+            if not NODE_NAME.fullmatch(name):
+                raise ValueError(f"--bgp-route-reflectors: {name!r} is not a node name (a DNS subdomain)")
+        for c in self.service_cidrs:
+            try:
+                ipaddress.IPv4Network(c, strict=False)
+            except ValueError as e:
+                raise ValueError(f"--bgp-advertise-service-cluster-ips: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
 class PodNetworkConfig:
     kubeconfig: str  # the admin kubeconfig the apiserver writes
     backend: str = "host-gw"  # --pod-network
     cluster_cidr: str = "10.244.0.0/16"
+    bgp: BGPSettings | None = None  # bgp mode only
 
     def __post_init__(self) -> None:
         if self.backend not in ann.MODES:
             raise ValueError(f"--pod-network {self.backend!r}: one of {', '.join(ann.MODES)}")
+        if self.bgp is not None and self.backend != "bgp":
+            raise ValueError(f"--bgp-as, --bgp-route-reflectors and --bgp-advertise-service-cluster-ips "
+                             f"need --pod-network bgp (not {self.backend})")
         try:
             ipaddress.ip_network(self.cluster_cidr, strict=False)
         except ValueError as e:

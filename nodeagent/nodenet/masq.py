@@ -63,3 +63,30 @@ def remove(cluster_cidr: str, node: str) -> None:
 
 def present(cluster_cidr: str, node: str) -> bool:
     return _iptables("-C", "POSTROUTING", *_rule(cluster_cidr, node)).returncode == 0
+
+
+# -- Service ranges announced over BGP ----------------------------------------------------------------------
+# A router outside the cluster sends ClusterIP traffic to any node (ECMP); the node's proxy DNATs it to a pod
+# that may live on another node, whose reply would go straight back to the router from the pod's address.
+# Masquerading what comes from outside the cluster CIDR to a Service range (kube-proxy's --cluster-cidr
+# rule) brings the reply back through this node.
+
+
+def _service_rule(cluster_cidr: str, service_cidr: str, node: str) -> list[str]:
+    return ["!", "-s", str(ipaddress.ip_network(cluster_cidr, strict=False)), "-m", "conntrack", "--ctstate",
+            "DNAT", "--ctorigdst", str(ipaddress.ip_network(service_cidr, strict=False)), "-m", "comment",
+            "--comment", f"nodeagent/nodenet services node={node}", "-j", "MASQUERADE"]
+
+
+def ensure_service_snat(cluster_cidr: str, service_cidr: str, node: str) -> None:
+    rule = _service_rule(cluster_cidr, service_cidr, node)
+    if _iptables("-C", "POSTROUTING", *rule).returncode == 0:
+        return
+    p = _iptables("-A", "POSTROUTING", *rule)
+    if p.returncode != 0:
+        raise RuntimeError(f"cannot add the masquerade for announced Service ranges: {p.stderr.strip()}")
+
+
+def remove_service_snat(cluster_cidr: str, service_cidr: str, node: str) -> None:
+    while _iptables("-D", "POSTROUTING", *_service_rule(cluster_cidr, service_cidr, node)).returncode == 0:
+        pass

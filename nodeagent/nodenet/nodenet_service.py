@@ -19,7 +19,7 @@ log = logging.getLogger("nodeagent.nodenet")
 async def serve(config: NodeNetConfig, ready: asyncio.Event) -> None:
     client = config.credentials.client()
     public_ip = config.node_ip or public_ip_for(client.server)
-    net = NodeNet(client, config.node_name, config.pod_subnet, public_ip)
+    net = NodeNet(client, config.node_name, config.pod_subnet, public_ip, config.bird_dir)
     log.info("node %s: underlay address %s (%s)", config.node_name, public_ip,
              "--node-ip" if config.node_ip else f"the route towards {client.server}")
     try:

@@ -95,10 +95,13 @@ def desired(mode: str, me: str, nodes: Iterable[Mapping[str, Any]]) -> Plan:
     skipped).
 
     host-gw: `podCIDR via publicIP`; ipip: `podCIDR via publicIP dev tunl0 onlink`; vxlan: `podCIDR via
-    vtepIP dev nodenet.1 onlink` plus the neighbour (vtepIP → vtepMAC) and FDB (vtepMAC → publicIP) entries.
+    vtepIP dev nodenet.1 onlink` plus the neighbour (vtepIP → vtepMAC) and FDB (vtepMAC → publicIP) entries;
+    bgp: nothing (BIRD's kernel protocol owns those routes).
     """
     if mode not in ann.MODES:
         raise ValueError(f"unknown pod network mode {mode!r} (one of {', '.join(ann.MODES)})")
+    if mode == "bgp":
+        return Plan(mode, frozenset())  # BIRD puts the routes in (nodenet.bgp); none of ours
     mine = None
     peers = []
     for n in nodes:

@@ -13,6 +13,6 @@ from nodeagent.nodenet.config import PodNetworkConfig
 async def serve(config: PodNetworkConfig, ready: asyncio.Event) -> None:
     client = Client.from_kubeconfig(config.kubeconfig)
     try:
-        await controller.run(client, config.backend, config.cluster_cidr, ready)
+        await controller.run(client, config.backend, config.cluster_cidr, ready, config.bgp)
     finally:
         await client.close()

@@ -60,6 +60,12 @@ else
 fi
 [[ -x $NODEAGENT ]] || die "$NODEAGENT is missing after make install"
 
+# bgp: every node's agent runs its own BIRD (config and control socket under its data dir); the bird2
+# package's own bird.service would be a second routing daemon on the node.
+if [[ $LAB_POD_NETWORK == bgp ]] && "$SYSTEMCTL" is-enabled bird.service >/dev/null 2>&1; then
+    "$SYSTEMCTL" disable --now bird.service >/dev/null 2>&1 && changed "bird.service disabled (the agent runs its own BIRD)"
+fi
+
 lab_symlink "$NODEAGENT" "$LAB_BIN_DIR/nodeagent"
 if [[ -x $KUBECTL_SRC ]]; then
     lab_symlink "$KUBECTL_SRC" "$LAB_BIN_DIR/kubectl"

@@ -21,7 +21,7 @@
 : "${LAB_NODE_IP:=}"                                # this node's private-network address (--node-ip)
 : "${LAB_CP_IP:=192.168.56.10}"                     # the control plane's private-network address
 : "${LAB_SERVER_PORT:=6443}"
-: "${LAB_POD_NETWORK:=host-gw}"                    # cross-node pod network: host-gw, ipip or vxlan
+: "${LAB_POD_NETWORK:=host-gw}"                    # cross-node pod network: host-gw, ipip, vxlan or bgp
 : "${LAB_SERVER_ARGS:=}"                            # extra `nodeagent server` flags (e.g. the network mode)
 : "${LAB_LB_POOL:=${LAB_CP_IP%.*}.240/28}"           # LoadBalancer addresses: a /28 of the private network
 : "${LAB_POD_SUBNET:=}"                             # override of the node's IPAM-assigned spec.podCIDR
