@@ -56,6 +56,7 @@ from nodeagent.kubelet.static_pods import (
 from nodeagent.kubelet.tokens import TokenError, TokenManager
 from nodeagent.kubelet.volumes.csi import CSIPlugin, Drivers
 from nodeagent.kubelet.volumes.csiprovisioner import CSIProvisioner
+from nodeagent.kubelet.volumes.csisnapshotter import CSISnapshotter
 from nodeagent.kubelet.volumes.flexvolume import DriverProber, FlexVolumePlugin
 from nodeagent.kubelet.volumes.localpath import LocalPathProvisioner
 from nodeagent.kubelet.volumes.manager import VolumeManager
@@ -97,6 +98,7 @@ class Kubelet:
                              get_driver=self._api_getter("csidrivers"),
                              get_secret=self._api_getter("secrets"))
         self.csi_provisioner = CSIProvisioner(client, cfg.node_name, self.csi_drivers, self.recorder)
+        self.csi_snapshotter = CSISnapshotter(client, cfg.node_name, self.csi_drivers, self.recorder)
         self.plugins = PluginManager(client, cfg.node_name, str(Path(cfg.root_dir, "plugins_registry")),
                                      self.csi_drivers, self._csi_driver_changed)
         self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),
@@ -149,6 +151,7 @@ class Kubelet:
         """A CSI driver registered or left: its capabilities are asked again, its claims looked at again."""
         self.csi.forget(name)
         self.csi_provisioner.poke_all()
+        self.csi_snapshotter.poke_all()
 
     async def _exec_sync(self, container_id: str, cmd: Any, seconds: float) -> tuple[int, bytes, bytes]:
         r = await self.cri.exec_sync(container_id.split("://", 1)[-1], list(cmd), int(seconds))
@@ -341,6 +344,7 @@ class Kubelet:
                 tg.create_task(provisioner.run(), name="kubelet-local-path")
             tg.create_task(self.plugins.run(), name="kubelet-plugin-manager")
             tg.create_task(self.csi_provisioner.run(), name="kubelet-csi-provisioner")
+            tg.create_task(self.csi_snapshotter.run(), name="kubelet-csi-snapshotter")
             log.info("kubelet for node %s running (runtime %s %s at %s)", self.cfg.node_name,
                      self.node.runtime_name, self.node.runtime_version, self.cfg.runtime_endpoint)
             ready.set()

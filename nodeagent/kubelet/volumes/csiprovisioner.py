@@ -6,10 +6,11 @@ selected node, for an Immediate class), becomes CreateVolume `pvc-<claim uid>` w
 access modes, the class's parameters (minus the `csi.storage.k8s.io/` ones) and the node's topology as
 requisite; the answer becomes a PV with `spec.csi`, nodeAffinity from the volume's accessible topology,
 pre-bound to the claim and annotated `pv.kubernetes.io/provisioned-by`, with external-provisioner's
-finalizer. A claim cloned from another claim (`dataSource` PersistentVolumeClaim) passes that volume as
-the content source. A Released volume with reclaimPolicy Delete (or a deleted one) is DeleteVolume'd,
-then the PV goes. A bigger request on a class with allowVolumeExpansion is ControllerExpandVolume'd.
-Failures are events on the claim with the driver's message, and are retried.
+finalizer. A claim cloned from another claim (`dataSource` PersistentVolumeClaim) or restored from a
+VolumeSnapshot passes that volume or snapshot as the content source. A Released volume with reclaimPolicy
+Delete (or a deleted one) is DeleteVolume'd, then the PV goes. A bigger request on a class with
+allowVolumeExpansion is ControllerExpandVolume'd. Failures are events on the claim with the driver's
+message, and are retried.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from nodeagent.api.quantity import format_quantity, int_value
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer, key_of
 from nodeagent.client.rest import Client, ClientError
+from nodeagent.kubelet.volumes import csisnapshotter as snapshots
 from nodeagent.kubelet.volumes.csi import Drivers
 
 log = logging.getLogger("nodeagent.kubelet.csiprovisioner")
@@ -63,7 +65,7 @@ def wants_volume(pvc: Obj, node_name: str, drivers: Drivers) -> bool:
             and not storage.spec(pvc).get("volumeName") and not storage.meta(pvc).get("deletionTimestamp"))
 
 
-def create_request(pvc: Obj, sc: Obj, requisite: list[dict[str, str]], source_handle: str = "",
+def create_request(pvc: Obj, sc: Obj, requisite: list[dict[str, str]], source: tuple[str, str] = ("", ""),
                    ) -> pb.CreateVolumeRequest:
     """CreateVolume for a claim (external-provisioner's controller.go Provision)."""
     params = {k: str(v) for k, v in (sc.get("parameters") or {}).items()}
@@ -87,8 +89,11 @@ def create_request(pvc: Obj, sc: Obj, requisite: list[dict[str, str]], source_ha
     for t in requisite:
         req.accessibility_requirements.requisite.append(pb.Topology(segments=t))
         req.accessibility_requirements.preferred.append(pb.Topology(segments=t))
-    if source_handle:
-        req.volume_content_source.volume.volume_id = source_handle
+    kind, handle = source  # ("volume" | "snapshot", its handle), or ("", "")
+    if kind == "volume":
+        req.volume_content_source.volume.volume_id = handle
+    elif kind == "snapshot":
+        req.volume_content_source.snapshot.snapshot_id = handle
     return req
 
 
@@ -276,16 +281,26 @@ class CSIProvisioner:
             raise ProvisionError(f"the selected node {selected}: {e.message}") from None
         return requisite_for(node, csinode, driver)
 
-    async def _source(self, pvc: Obj) -> str:
-        """A clone's source volume handle ("" for none); other data sources are refused with the reason."""
+    async def _source(self, pvc: Obj) -> tuple[str, str]:
+        """The claim's content source: ("volume", a cloned claim's volume handle), ("snapshot", a ready
+        VolumeSnapshot's handle) or ("", ""); other data sources are refused with the reason."""
         ds = storage.spec(pvc).get("dataSourceRef") or storage.spec(pvc).get("dataSource")
         if not ds:
-            return ""
+            return "", ""
+        ns = storage.meta(pvc).get("namespace") or "default"
+        if ds.get("kind") == "VolumeSnapshot" and ds.get("apiGroup") == snapshots.GROUP:
+            try:
+                handle, size = await snapshots.snapshot_handle(self.client, ns, ds.get("name", ""))
+            except snapshots.SnapshotError as e:
+                raise ProvisionError(str(e)) from None
+            if size and storage.requested_storage(pvc) < size:
+                raise ProvisionError(f"requested volume size {storage.requested_storage(pvc)} is less than "
+                                     f"the size {size} of the data source snapshot {ds.get('name')}")
+            return "snapshot", handle
         if ds.get("kind") != "PersistentVolumeClaim" or ds.get("apiGroup"):
             raise ProvisionError(f"data source {ds.get('apiGroup') or 'core'}/{ds.get('kind')} is not "
-                                 "supported (this cluster runs no snapshot controller; a "
-                                 "PersistentVolumeClaim can be cloned)")
-        ns = storage.meta(pvc).get("namespace")
+                                 "supported (a PersistentVolumeClaim or a snapshot.storage.k8s.io "
+                                 "VolumeSnapshot can be)")
         src = self.claims.get(ds.get("name", ""), ns)
         vname = storage.spec(src or {}).get("volumeName")
         pv = self.volumes.get(vname) if vname else None
@@ -293,7 +308,7 @@ class CSIProvisioner:
             raise ProvisionError(f"the source claim {ns}/{ds.get('name')} is not bound")
         if storage.volume_class(pv) != storage.claim_class(pvc):
             raise ProvisionError("the source claim's StorageClass differs from the claim's")
-        return csi_source(pv).get("volumeHandle", "")
+        return "volume", csi_source(pv).get("volumeHandle", "")
 
     # -- deletion ---------------------------------------------------------------------------------------
 

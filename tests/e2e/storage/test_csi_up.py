@@ -185,3 +185,46 @@ def test_a_claim_not_owned_by_the_pod_is_refused(cluster):
     assert "PVC default/stolen-work was not created for pod default/stolen (pod is not owner)" in msg
     c.kubectl("delete", "pod", "stolen", "--wait=true", "--timeout=60s")
     c.kubectl("delete", "pvc", "stolen-work", "--wait=true", "--timeout=60s")
+
+
+def test_snapshot_and_restore_through_the_api(cluster):
+    c = cluster
+    snapclass = {"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+                 "metadata": {"name": "csi-hostpath-snapclass",
+                              "annotations": {"snapshot.storage.kubernetes.io/is-default-class": "true"}},
+                 "driver": DRIVER, "deletionPolicy": "Delete"}
+    wait_for(c, "the snapshot CRDs", lambda: "volumesnapshots" in c.kubectl("api-resources", check=False))
+    apply(c, snapclass, claim("snap-src", cls="csi-hostpath"),
+          pod_on_claim("snap-writer", "snap-src", "echo v1 > /data/file && sleep 3600"))
+    c.wait_pod("snap-writer", _running, timeout=120)
+    handle = get(c, "pv", get(c, "pvc", "snap-src")["spec"]["volumeName"])["spec"]["csi"]["volumeHandle"]
+    data = c.data_dir / "csi" / "volumes" / handle / "file"
+    wait_for(c, "the writer's file", lambda: data.exists() and data.read_text() == "v1\n")
+
+    snap = {"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+            "metadata": {"name": "snap1"}, "spec": {"source": {"persistentVolumeClaimName": "snap-src"}}}
+    apply(c, snap)
+    vs = wait_for(c, "the snapshot ready",
+                  lambda: (lambda o: o if (o.get("status") or {}).get("readyToUse") else None)(
+                      get(c, "volumesnapshot", "snap1")))
+    content = get(c, "volumesnapshotcontent", vs["status"]["boundVolumeSnapshotContentName"])
+    assert content["spec"]["driver"] == DRIVER and content["spec"]["source"] == {"volumeHandle": handle}
+    assert content["spec"]["volumeSnapshotRef"]["uid"] == vs["metadata"]["uid"]
+    snapshot_id = content["status"]["snapshotHandle"]
+    assert (c.data_dir / "csi" / "snapshots" / f"{snapshot_id}.tar.gz").exists()
+    assert "SnapshotReady" in event_reasons(c, "snap1")
+
+    data.write_text("v2\n")  # the source changes after the snapshot
+    source = {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "snap1"}
+    restore = claim("snap-restore", cls="csi-hostpath", dataSource=source)
+    apply(c, restore, pod_on_claim("snap-reader", "snap-restore", "cat /data/file"))
+    c.wait_pod("snap-reader", lambda p: p["status"].get("phase") == "Succeeded", timeout=120)
+    assert c.kubectl("logs", "snap-reader") == "v1\n"
+
+    c.kubectl("delete", "volumesnapshot", "snap1", "--wait=true", "--timeout=60s")
+    wait_for(c, "DeleteSnapshot and the content gone",
+             lambda: gone(c, "volumesnapshotcontent", content["metadata"]["name"])
+             and not (c.data_dir / "csi" / "snapshots" / f"{snapshot_id}.tar.gz").exists())
+    c.kubectl("delete", "pod", "snap-writer", "snap-reader", "--wait=true", "--timeout=60s")
+    c.kubectl("delete", "pvc", "snap-src", "snap-restore", "--wait=true", "--timeout=60s")
+    c.kubectl("delete", "volumesnapshotclass", "csi-hostpath-snapclass", "--wait=true", check=False)

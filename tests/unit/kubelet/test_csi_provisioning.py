@@ -39,8 +39,10 @@ def test_create_request_from_the_claim_and_class():
     assert cap.access_mode.mode == pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
     assert [dict(t.segments) for t in req.accessibility_requirements.requisite] == [{KEY: "n1"}]
     assert not req.HasField("volume_content_source")
-    clone = prov.create_request(pvc(), SC, [], source_handle="vol-0")
+    clone = prov.create_request(pvc(), SC, [], source=("volume", "vol-0"))
     assert clone.volume_content_source.volume.volume_id == "vol-0"
+    restore = prov.create_request(pvc(), SC, [], source=("snapshot", "snap-0"))
+    assert restore.volume_content_source.snapshot.snapshot_id == "snap-0"
 
 
 def test_volume_for_a_created_volume():
@@ -83,3 +85,24 @@ def test_csinode_entries():
     added = with_driver(node, entry, DRIVER)
     assert [d["name"] for d in added["spec"]["drivers"]] == [DRIVER, "z"]
     assert [d["name"] for d in with_driver(added, None, DRIVER)["spec"]["drivers"]] == ["z"]
+
+
+def test_snapshot_class_named_or_the_drivers_default():
+    import pytest
+
+    from nodeagent.kubelet.volumes import csisnapshotter as snaps
+
+    default = {"metadata": {"name": "d", "annotations": {snaps.ANN_DEFAULT_CLASS: "true"}},
+               "driver": DRIVER, "deletionPolicy": "Retain"}
+    other = {"metadata": {"name": "o"}, "driver": "other.example.com"}
+    vs = {"metadata": {"name": "s", "namespace": "ns", "uid": "u9"}, "spec": {"source": {}}}
+    assert snaps.snapshot_class_for(vs, [default, other], DRIVER) is default
+    with pytest.raises(snaps.SnapshotError, match="cannot find a default snapshot class"):
+        snaps.snapshot_class_for(vs, [other], DRIVER)
+    with pytest.raises(snaps.SnapshotError, match="is for driver other.example.com"):
+        snaps.snapshot_class_for({**vs, "spec": {"volumeSnapshotClassName": "o"}}, [default, other], DRIVER)
+    content = snaps.content_for(vs, default, "vol-1", DRIVER)
+    assert content["metadata"]["name"] == "snapcontent-u9"
+    assert content["spec"]["deletionPolicy"] == "Retain"
+    assert content["spec"]["source"] == {"volumeHandle": "vol-1"}
+    assert content["spec"]["volumeSnapshotRef"]["namespace"] == "ns"
