@@ -31,6 +31,7 @@ from tests.harness.resources import unique
 pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
 
 DRIVER = "hostpath.csi.nodeagent.io"
+KUBECTL_120 = Path(__file__).resolve().parents[3] / ".cache" / "kubectl-1.20" / "usr" / "bin" / "kubectl"
 TOPOLOGY_KEY = "topology.hostpath.csi/node"
 
 
@@ -79,6 +80,10 @@ def test_driver_registered_through_the_plugin_watcher(cluster):
     assert "csi-hostpath" in c.kubectl("get", "csinodes,csidrivers,storageclasses")
     # the registration socket, where node-driver-registrar puts it
     assert (c.data_dir / "kubelet" / "plugins_registry" / f"{DRIVER}-reg.sock").is_socket()
+    # kubectl 1.20 reads the storage.k8s.io/v1 objects too
+    old = subprocess.run([str(KUBECTL_120), "get", "csinode", c.node, "-o", "json"], capture_output=True,
+                         text=True, env=c.env, check=True)
+    assert json.loads(old.stdout)["spec"]["drivers"][0]["name"] == DRIVER
 
 
 def test_claim_staged_published_and_kept_across_pods(cluster):
@@ -228,3 +233,28 @@ def test_snapshot_and_restore_through_the_api(cluster):
     c.kubectl("delete", "pod", "snap-writer", "snap-reader", "--wait=true", "--timeout=60s")
     c.kubectl("delete", "pvc", "snap-src", "snap-restore", "--wait=true", "--timeout=60s")
     c.kubectl("delete", "volumesnapshotclass", "csi-hostpath-snapclass", "--wait=true", check=False)
+
+
+def test_restarting_up_keeps_the_pod_and_its_csi_volume(cluster):
+    c = cluster
+    apply(c, claim("csi-keep", cls="csi-hostpath"),
+          pod_on_claim("csi-survivor", "csi-keep", "echo before > /data/f && sleep 3600"))
+    before = c.wait_pod("csi-survivor", _running, timeout=120)
+    pv = get(c, "pv", get(c, "pvc", "csi-keep")["spec"]["volumeName"])
+    target = c.data_dir / "kubelet" / "pods" / before["metadata"]["uid"] / "volumes" / "kubernetes.io~csi" / \
+        pv["metadata"]["name"] / "mount"
+    wait_for(c, "the file", lambda: (target / "f").exists())
+    assert c.stop() == 0
+    assert mounted(target), "the pod's volume went with `up`"
+    c.start()
+    wait_for(c, "the driver registered again", lambda: [
+        d for d in (get(c, "csinode", c.node).get("spec") or {}).get("drivers") or [] if d["name"] == DRIVER])
+    after = c.wait_pod("csi-survivor", _running)
+    assert after["status"]["containerStatuses"][0]["containerID"] == \
+        before["status"]["containerStatuses"][0]["containerID"]
+    assert (target / "f").read_text() == "before\n"
+    c.kubectl("delete", "pod", "csi-survivor", "--wait=true", "--timeout=60s")
+    wait_for(c, "unpublished after the restart", lambda: not mounted(target))
+    c.kubectl("delete", "pvc", "csi-keep", "--wait=true", "--timeout=60s")
+    handle = pv["spec"]["csi"]["volumeHandle"]
+    wait_for(c, "DeleteVolume after the restart", lambda: handle not in driver_volumes(c))
