@@ -15,7 +15,6 @@ message, and are retried.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -34,6 +33,7 @@ from nodeagent.client.informer import Informer, key_of
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.kubelet.volumes import csisnapshotter as snapshots
 from nodeagent.kubelet.volumes.csi import Drivers
+from nodeagent.kubelet.volumes.keyloop import KeyLoop
 
 log = logging.getLogger("nodeagent.kubelet.csiprovisioner")
 
@@ -151,8 +151,13 @@ def wants_delete(pv: Obj) -> bool:
 # -- the loop ---------------------------------------------------------------------------------------------
 
 
-class CSIProvisioner:
+class CSIProvisioner(KeyLoop):
+    name = "csi-provisioner"
+    log = log
+    resync = RESYNC
+
     def __init__(self, client: Client, node_name: str, drivers: Drivers, recorder: EventRecorder) -> None:
+        super().__init__()
         self.client = client
         self.node_name = node_name
         self.drivers = drivers
@@ -161,57 +166,29 @@ class CSIProvisioner:
         self.claims = Informer(client, "persistentvolumeclaims")
         self.volumes = Informer(client, "persistentvolumes")
         self.classes = Informer(client, "storageclasses")
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
+        self.informers = (self.claims, self.volumes, self.classes)
         self.claims.add_handler(self._claim, lambda old, new: self._claim(new), None)
         self.volumes.add_handler(self._volume, lambda old, new: self._volume(new), None)
 
-    def _add(self, key: str) -> None:
-        if key not in self._queued:
-            self._queued.add(key)
-            self.queue.put_nowait(key)
-
     def _claim(self, pvc: Obj) -> None:
-        self._add("claim:" + key_of(dict(pvc)))
+        self.add("claim:" + key_of(dict(pvc)))
 
     def _volume(self, pv: Obj) -> None:
         driver = storage.annotations_of(pv).get(storage.ANN_PROVISIONED_BY, "")
         if self.drivers.endpoint(driver) is not None:
-            self._add("volume:" + storage.meta(pv).get("name", ""))
+            self.add("volume:" + storage.meta(pv).get("name", ""))
             ref = storage.spec(pv).get("claimRef") or {}
             if ref.get("name"):
-                self._add(f"claim:{ref.get('namespace')}/{ref['name']}")
+                self.add(f"claim:{ref.get('namespace')}/{ref['name']}")
 
     def poke_all(self) -> None:
-        """A driver registered: look at every claim and volume again."""
+        """A driver registered (and each resync): look at every claim and volume again."""
         for pvc in self.claims.list():
             self._claim(pvc)
         for pv in self.volumes.list():
             self._volume(pv)
 
-    async def run(self) -> None:
-        async with asyncio.TaskGroup() as tg:
-            for inf in (self.claims, self.volumes, self.classes):
-                tg.create_task(inf.run(), name=f"csiprovisioner-{inf.resource.name}")
-            for inf in (self.claims, self.volumes, self.classes):
-                await inf.wait_synced()
-            tg.create_task(self._resync(), name="csiprovisioner-resync")
-            while True:
-                key = await self.queue.get()
-                self._queued.discard(key)
-                try:
-                    await self._sync(key)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:
-                    log.warning("csi provisioner: %s failed, retrying in %ss: %s", key, RESYNC, e)
-
-    async def _resync(self) -> None:
-        while True:
-            await asyncio.sleep(RESYNC)
-            self.poke_all()
-
-    async def _sync(self, key: str) -> None:
+    async def sync(self, key: str) -> None:
         kind, _, rest = key.partition(":")
         if kind == "volume":
             pv = self.volumes.get(rest)

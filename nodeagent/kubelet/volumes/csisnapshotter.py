@@ -15,7 +15,6 @@ snapshot (CreateVolume from its snapshot handle).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,6 +31,7 @@ from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer, key_of
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.kubelet.volumes.csi import Drivers
+from nodeagent.kubelet.volumes.keyloop import KeyLoop
 
 log = logging.getLogger("nodeagent.kubelet.csisnapshotter")
 
@@ -90,8 +90,13 @@ def rfc3339_of(ts: Any) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class CSISnapshotter:
+class CSISnapshotter(KeyLoop):
+    name = "csi-snapshotter"
+    log = log
+    resync = RESYNC
+
     def __init__(self, client: Client, node_name: str, drivers: Drivers, recorder: EventRecorder) -> None:
+        super().__init__()
         self.client = client
         self.node_name = node_name
         self.drivers = drivers
@@ -101,25 +106,19 @@ class CSISnapshotter:
         self.classes = Informer(client, CLASSES)
         self.claims = Informer(client, "persistentvolumeclaims")
         self.volumes = Informer(client, "persistentvolumes")
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
+        self.informers = (self.snapshots, self.contents, self.classes, self.claims, self.volumes)
         self.snapshots.add_handler(self._snapshot, lambda old, new: self._snapshot(new), self._snapshot_gone)
         self.contents.add_handler(self._content, lambda old, new: self._content(new), None)
 
-    def _add(self, key: str) -> None:
-        if key not in self._queued:
-            self._queued.add(key)
-            self.queue.put_nowait(key)
-
     def _snapshot(self, vs: Obj) -> None:
-        self._add("snapshot:" + key_of(dict(vs)))
+        self.add("snapshot:" + key_of(dict(vs)))
 
     def _snapshot_gone(self, vs: Obj) -> None:
-        self._add("content:" + content_name(vs))
+        self.add("content:" + content_name(vs))
 
     def _content(self, vsc: Obj) -> None:
         if self.drivers.endpoint((vsc.get("spec") or {}).get("driver", "")) is not None:
-            self._add("content:" + storage.meta(vsc).get("name", ""))
+            self.add("content:" + storage.meta(vsc).get("name", ""))
 
     def poke_all(self) -> None:
         for vs in self.snapshots.list():
@@ -127,30 +126,7 @@ class CSISnapshotter:
         for vsc in self.contents.list():
             self._content(vsc)
 
-    async def run(self) -> None:
-        async with asyncio.TaskGroup() as tg:
-            infs = (self.snapshots, self.contents, self.classes, self.claims, self.volumes)
-            for inf in infs:
-                tg.create_task(inf.run(), name=f"csisnapshotter-{inf.resource.name}")
-            for inf in infs:
-                await inf.wait_synced()
-            tg.create_task(self._resync(), name="csisnapshotter-resync")
-            while True:
-                key = await self.queue.get()
-                self._queued.discard(key)
-                try:
-                    await self._sync(key)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:
-                    log.warning("csi snapshotter: %s failed, retrying in %ss: %s", key, RESYNC, e)
-
-    async def _resync(self) -> None:
-        while True:
-            await asyncio.sleep(RESYNC)
-            self.poke_all()
-
-    async def _sync(self, key: str) -> None:
+    async def sync(self, key: str) -> None:
         kind, _, rest = key.partition(":")
         if kind == "content":
             vsc = self.contents.get(rest)
