@@ -124,6 +124,7 @@ class Kubelet:
         self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event),
                                    self.last_status.get, self.clock)
         self.metrics = KubeletMetrics()
+        self.csi.observe = self.metrics.observe_csi
         self._running_counts: tuple[int, dict[str, int]] = (0, {})
         self.metrics.set_running_source(lambda: self._running_counts)
         self.metrics.set_volume_source(self._claim_stats)

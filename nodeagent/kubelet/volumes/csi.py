@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,8 @@ class CSIPlugin:
         self.get_driver = get_driver  # ("", name) → CSIDriver
         self.get_secret = get_secret  # (namespace, name) → Secret
         self._caps: dict[str, set[int]] = {}
+        # each call's (driver, "/csi.v1.Node/<rpc>", gRPC code, seconds): the csi_operations_seconds metric
+        self.observe: Callable[[str, str, str, float], None] | None = None
 
     # -- the driver -------------------------------------------------------------------------------------
 
@@ -105,12 +108,16 @@ class CSIPlugin:
     def _call(self, driver: str, rpc: str, request: Any) -> Any:
         """One Node service call; a failure is a VolumeSourceError (FailedMount) with the driver's code."""
         ch, stub = self._stub(driver)
+        start, code = time.monotonic(), "OK"
         try:
             return getattr(stub, rpc)(request, timeout=csiclient.TIMEOUT)
         except grpc.RpcError as e:
+            code = csiclient.GO_NAMES.get(e.code(), "Unknown") if hasattr(e, "code") else "Unknown"
             raise VolumeSourceError(f"kubernetes.io/csi: {rpc} failed: {csiclient.describe(e)}") from None
         finally:
             ch.close()
+            if self.observe is not None:
+                self.observe(driver, f"/csi.v1.Node/{rpc}", code, time.monotonic() - start)
 
     def _node_caps(self, driver: str) -> set[int]:
         if driver not in self._caps:

@@ -129,6 +129,10 @@ def test_claim_staged_published_and_kept_across_pods(cluster):
     c.wait_pod("csi-clone-reader", lambda p: p["status"].get("phase") == "Succeeded", timeout=120)
     assert c.kubectl("logs", "csi-clone-reader") == "kept\n"
 
+    # the kubelet's csi_operations_seconds, as kube's: per driver, method and gRPC code
+    metrics = c.kubectl("get", "--raw", f"/api/v1/nodes/{c.node}/proxy/metrics")
+    assert f'csi_operations_seconds_count{{driver_name="{DRIVER}",grpc_status_code="OK",' \
+           'method_name="/csi.v1.Node/NodePublishVolume",migrated="false"}' in metrics
     c.kubectl("delete", "pod", "csi-reader", "csi-clone-reader", "--wait=true", "--timeout=60s")
     c.kubectl("delete", "pvc", "csi1", "csi1-clone", "--wait=true", "--timeout=60s")
     wait_for(c, "DeleteVolume and the PV gone",
