@@ -206,6 +206,7 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
         port=layout.kubelet_port if args.kubelet_port is None else args.kubelet_port,
         address=args.kubelet_address or "0.0.0.0", cluster_dns=parse_cluster_dns(cluster_dns),
         node_ip=node_ip or "", local_path_dir=layout.local_path_dir,
+        plugin_registry_dir=layout.plugin_registry_dir,
         volume_plugin_dir=args.volume_plugin_dir or layout.volume_plugin_dir,
         allowed_unsafe_sysctls=tuple(x.strip() for x in (args.allowed_unsafe_sysctls or "").split(",")
                                      if x.strip()))
@@ -232,7 +233,7 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
         metrics_port=args.lb_metrics_port if args.lb_metrics_port is not None else
         layout.lb_metrics_port or free_tcp_port()) if args.lb_announce == "l2" else None
     csi = CSIConfig(node_id=node_name, state_dir=layout.csi_state_dir, socket=layout.csi_socket,
-                    registry_dir=layout.plugin_registry_dir)
+                    registration_socket=layout.csi_registration_socket)
     return {"cni": CNIConfig(network, cgroup_root), "cri": cri, "external_runtime": external, "csi": csi,
             "podcidr": PodCIDRConfig(network, node_name, credentials), "kubelet": kubelet,
             "netproxy": netproxy, "netpol": netpol,

@@ -99,7 +99,8 @@ class Kubelet:
                              get_secret=self._api_getter("secrets"))
         self.csi_provisioner = CSIProvisioner(client, cfg.node_name, self.csi_drivers, self.recorder)
         self.csi_snapshotter = CSISnapshotter(client, cfg.node_name, self.csi_drivers, self.recorder)
-        self.plugins = PluginManager(client, cfg.node_name, str(Path(cfg.root_dir, "plugins_registry")),
+        self.plugins = PluginManager(client, cfg.node_name,
+                                     cfg.plugin_registry_dir or str(Path(cfg.root_dir, "plugins_registry")),
                                      self.csi_drivers, self._csi_driver_changed)
         self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),
                                      get_secret=self._getter("secrets"),

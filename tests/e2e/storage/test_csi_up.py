@@ -78,8 +78,9 @@ def test_driver_registered_through_the_plugin_watcher(cluster):
     sc = get(c, "storageclass", "csi-hostpath")
     assert sc["provisioner"] == DRIVER and sc["volumeBindingMode"] == "WaitForFirstConsumer"
     assert "csi-hostpath" in c.kubectl("get", "csinodes,csidrivers,storageclasses")
-    # the registration socket, where node-driver-registrar puts it
-    assert (c.data_dir / "kubelet" / "plugins_registry" / f"{DRIVER}-reg.sock").is_socket()
+    # the registration socket in the kubelet's plugin dir (a throwaway instance's: <data dir>/reg, short, as a
+    # unix socket path must be)
+    assert (c.data_dir / "reg" / "csi.sock").is_socket() and (c.data_dir / "csi.sock").is_socket()
     # kubectl 1.20 reads the storage.k8s.io/v1 objects too
     old = subprocess.run([str(KUBECTL_120), "get", "csinode", c.node, "-o", "json"], capture_output=True,
                          text=True, env=c.env, check=True)
