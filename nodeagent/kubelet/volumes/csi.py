@@ -223,6 +223,13 @@ class CSIPlugin:
         except VolumeSourceError:
             if made_dir:  # nothing of ours left for this volume: the driver cleaned up its target
                 shutil.rmtree(vol_dir, ignore_errors=True)
+                # nor staged for nobody: a pod deleted now would leave the staging behind (the next
+                # attempt stages again)
+                if staging and not self._in_use(driver, handle):
+                    try:
+                        self._unstage(driver, handle, staging)
+                    except VolumeSourceError as e:  # the publish error is the one to report
+                        log.warning("csi: %s volume %s stays staged at %s: %s", driver, handle, staging, e)
             raise
         self._apply_fs_group(pod, dspec, target, readonly, fs_type, modes)
         log.info("csi: %s volume %s (%s) published for pod %s at %s", driver, spec_name, handle, uid, target)
@@ -279,11 +286,14 @@ class CSIPlugin:
         shutil.rmtree(vol_dir, ignore_errors=True)
         staging = data.get("stagingPath") or ""
         if staging and not self._in_use(driver, handle):
-            ureq = pb.NodeUnstageVolumeRequest(volume_id=handle, staging_target_path=staging)
-            self._call(driver, "NodeUnstageVolume", ureq)
-            shutil.rmtree(Path(staging).parent, ignore_errors=True)
+            self._unstage(driver, handle, staging)
         log.info("csi: %s volume %s (%s) unpublished from %s", driver, data.get("specVolumeID"), handle,
                  vol_dir)
+
+    def _unstage(self, driver: str, handle: str, staging: str) -> None:
+        req = pb.NodeUnstageVolumeRequest(volume_id=handle, staging_target_path=staging)
+        self._call(driver, "NodeUnstageVolume", req)
+        shutil.rmtree(Path(staging).parent, ignore_errors=True)
 
     def _in_use(self, driver: str, handle: str) -> bool:
         """Another pod on this node still has the volume published (the kubelet unstages after the last)."""
