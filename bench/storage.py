@@ -11,9 +11,10 @@ selects it on the claim), timing on watches:
 
 For the floor, the same pod with an emptyDir instead of a claim (create → Running) in the same run. The
 storage classes measured are pluggable (--provisioner, repeatable): each is a `Provisioner` in
-PROVISIONERS with the StorageClass its claims name and an optional setup that brings it up first (a CSI
-driver would register here). Pods and claims are deleted after each class's run, and the run waits until
-every volume is gone (Delete reclaim) before the next. Run as root; the load average is printed beside
+PROVISIONERS with the StorageClass its claims name and an optional setup that brings it up first
+(`local-path`, and `csi-hostpath`: the CSI driver `up` runs, called the CSI way). Pods and claims are
+deleted after each class's run, and the run waits until every volume is gone (Delete reclaim) before the
+next. Run as root; the load average is printed beside
 the figures (the machine may be shared).
 """
 
@@ -50,6 +51,8 @@ class Provisioner:
 
 PROVISIONERS: dict[str, Provisioner] = {
     "local-path": Provisioner("local-path", "local-path"),  # the default class `up` creates
+    # the CSI driver `up` runs and registers with its kubelet: CreateVolume, NodeStage and NodePublish
+    "csi-hostpath": Provisioner("csi-hostpath", "csi-hostpath"),
 }
 
 

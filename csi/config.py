@@ -12,7 +12,8 @@ class CSIConfig:
     node_id: str  # the node's name: the driver's NodeGetInfo node_id and its topology segment
     state_dir: str  # volumes, snapshots, state.json
     socket: str  # the driver's CSI endpoint (unix socket path)
-    registry_dir: str = ""  # the kubelet's plugins_registry dir; "" registers nowhere
+    # the registration socket in the kubelet's plugins_registry dir; "" registers nowhere
+    registration_socket: str = ""
     driver_name: str = DRIVER_NAME
     max_volumes_per_node: int = 0
     capacity: int = 0  # bytes in all (0: the free space of the state dir's filesystem)

@@ -25,6 +25,7 @@ SUPPORTED_VERSIONS = ("1.0.0",)  # what the kubelet's CSI plugin accepts (csi_pl
 
 
 def registration_socket(registry_dir: str, driver_name: str) -> str:
+    """node-driver-registrar's name for the socket: `<dir>/<driver>-reg.sock`."""
     return str(Path(registry_dir) / f"{driver_name}-reg.sock")
 
 
@@ -52,12 +53,11 @@ class Registration(rgrpc.RegistrationServicer):
         return rpb.RegistrationStatusResponse()
 
 
-async def start(registry_dir: str, driver_name: str, endpoint: str) -> tuple[grpc.aio.Server, Registration]:
-    """Serve the registration socket (after the driver's own socket is up, as the registrar waits for
-    it); the kubelet finds it from here."""
+async def start(path: str, driver_name: str, endpoint: str) -> tuple[grpc.aio.Server, Registration]:
+    """Serve the registration socket at `path` (after the driver's own socket is up, as the registrar
+    waits for it); the kubelet finds it there."""
     from csi.driver.server import prepare_socket
 
-    path = registration_socket(registry_dir, driver_name)
     await asyncio.to_thread(prepare_socket, path)
     servicer = Registration(driver_name, endpoint)
     server = grpc.aio.server()

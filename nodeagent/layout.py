@@ -72,11 +72,14 @@ class Layout:
     manifests_dir: str  # static pods
     kubelet_port: int  # the Node API; 0: any free port
     local_path_dir: str  # the local-path provisioner's volumes: <dir>/pvc-<uid>_<ns>_<claim>
-    # the CSI hostpath driver: its records and volumes, its socket, and the kubelet's plugin watcher dir
-    # (the kubelet's `<root>/plugins_registry`, where the driver's registration socket appears)
+    # the CSI hostpath driver: its records and volumes, its socket, the kubelet's plugin watcher dir (the
+    # kubelet's `<root>/plugins_registry`) and the driver's registration socket in it. A unix socket's path
+    # has at most 107 bytes: a throwaway instance (whose data dir may be deep, a lab node's) keeps them
+    # short, directly under the data dir.
     csi_state_dir: str
     csi_socket: str
     plugin_registry_dir: str
+    csi_registration_socket: str
     volume_plugin_dir: str  # the kubelet's --volume-plugin-dir: FlexVolume drivers <vendor>~<driver>/<driver>
     # NetworkPolicy's kernel objects
     netpol_chain_prefix: str  # iptables mode: <prefix>-FORWARD, -INGRESS, -EGRESS, ...
@@ -125,6 +128,7 @@ class Layout:
                 manifests_dir=_in(d, "manifests"), kubelet_port=10250, local_path_dir=_in(d, "storage"),
                 csi_state_dir=_in(d, "csi"), csi_socket=_in(d, "kubelet", "plugins", CSI_DRIVER, "csi.sock"),
                 plugin_registry_dir=_in(d, "kubelet", "plugins_registry"),
+                csi_registration_socket=_in(d, "kubelet", "plugins_registry", f"{CSI_DRIVER}-reg.sock"),
                 volume_plugin_dir=FLEX_PLUGIN_DIR,
                 netpol_chain_prefix="NODEAGENT-NP", netpol_set_prefix="NA-NP-",
                 netpol_table="nodeagent-netpol",
@@ -145,8 +149,8 @@ class Layout:
             cgroup_root=f"nodeagent-{tag}", kubelet_root_dir=_in(d, "kubelet"),
             pod_log_dir=_in(d, "pod-logs"), manifests_dir=_in(d, "manifests"), kubelet_port=0,
             local_path_dir=_in(d, "storage"), csi_state_dir=_in(d, "csi"),
-            csi_socket=_in(d, "kubelet", "plugins", CSI_DRIVER, "csi.sock"),
-            plugin_registry_dir=_in(d, "kubelet", "plugins_registry"),
+            csi_socket=_in(d, "csi.sock"), plugin_registry_dir=_in(d, "reg"),
+            csi_registration_socket=_in(d, "reg", "csi.sock"),
             volume_plugin_dir=_in(d, "volume-plugins"), netpol_chain_prefix=f"NA{tag}-NP",
             netpol_set_prefix=f"NA{tag}-",
             netpol_table=f"nodeagent-netpol-{tag}", ingress_dir=_in(d, "ingress"), ingress_http_port=0,

@@ -124,6 +124,22 @@ class HostPath:
         self.config = config
         self.state = state or State(config.root)
         self.now = now
+        self._reconcile()
+
+    def _reconcile(self) -> None:
+        """Records of stagings and publications whose mounts are gone (a node reset, a reboot) are dropped
+        before serving, so the records say what the kernel has."""
+        changed = False
+        for vol in list(self.state.volumes.values()):
+            staged = [p for p in vol.staged if mounts.is_mountpoint(p)]
+            published = {t: v for t, v in vol.published.items() if mounts.is_mountpoint(t)}
+            if staged != vol.staged or published != vol.published:
+                vol.staged, vol.published, changed = staged, published, True
+            if vol.ephemeral and not vol.published:
+                self._drop_ephemeral(vol)
+                changed = True
+        if changed:
+            self.state.save()
 
     # -- identity ---------------------------------------------------------------------------------------
 

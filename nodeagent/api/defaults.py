@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from nodeagent.api import admission_webhooks, storage
+from nodeagent.api import admission_webhooks, csi, storage
 from nodeagent.api.env_validation import default_field_refs
 from nodeagent.api.qos import compute_pod_qos
 
@@ -320,7 +320,7 @@ BY_KIND = {
     "StatefulSet": statefulset, "Job": job, "CronJob": cronjob, "Service": service, "Namespace": namespace,
     "Secret": secret, "Node": node, "PriorityClass": priorityclass, "NetworkPolicy": networkpolicy,
     "PersistentVolume": storage.default_pv, "PersistentVolumeClaim": storage.default_pvc,
-    "StorageClass": storage.default_sc,
+    "StorageClass": storage.default_sc, "CSIDriver": csi.default_csidriver,
     admission_webhooks.MUTATING: admission_webhooks.default_configuration,
     admission_webhooks.VALIDATING: admission_webhooks.default_configuration,
 }

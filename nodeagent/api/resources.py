@@ -88,6 +88,10 @@ RESOURCES: tuple[Resource, ...] = (
     R("networking.k8s.io", "v1", "ingresses", "Ingress", True, ("ing",), (), ("status",)),
     R("networking.k8s.io", "v1", "ingressclasses", "IngressClass", False),
     R("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, ("sc",)),
+    R("storage.k8s.io", "v1", "csidrivers", "CSIDriver", False),
+    R("storage.k8s.io", "v1", "csinodes", "CSINode", False),
+    R("storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", False, (), (), ("status",)),
+    R("storage.k8s.io", "v1", "csistoragecapacities", "CSIStorageCapacity", True),
     R("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",),
       _ALL, ("status",)),
     # Served beside v2 and stored as v2 (converted on the way in and out, see STORAGE_VERSION).

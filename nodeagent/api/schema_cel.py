@@ -92,9 +92,9 @@ def _check(rule: Mapping[str, Any], v: Any, old: Any, s: Schema, path: str, out:
     transition = "oldSelf" in text
     if transition and old is _ABSENT:
         return  # a transition rule says nothing about a create, or a value that was not there
-    bindings = {"self": celpy.json_to_cel(v)}
+    bindings = {"self": celpy.json_to_cel(escaped(v, s))}
     if transition:
-        bindings["oldSelf"] = celpy.json_to_cel(old)
+        bindings["oldSelf"] = celpy.json_to_cel(escaped(old, s))
     where = path + str(rule.get("fieldPath") or "")
     where = where.lstrip(".")
     result: Any
@@ -127,6 +127,38 @@ def _check(rule: Mapping[str, Any], v: Any, old: Any, s: Schema, path: str, out:
         out.append(err(reason, where, f'Duplicate value: "{_type(s, v)}": {message}'))
     else:
         out.append(err("FieldValueInvalid", where, f'Invalid value: "{_type(s, v)}": {message}'))
+
+
+# CEL's reserved words: a property of that name is `__<word>__` in a rule (apiserver/pkg/cel/escaping.go)
+RESERVED = frozenset({"true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
+                      "function", "if", "import", "let", "loop", "package", "namespace", "return", "var",
+                      "void", "while"})
+
+
+def escape_property(name: str) -> str:
+    """A property's name as rules spell it: reserved words as `__word__`; `__`, `.`, `-`, `/` escaped."""
+    if name in RESERVED:
+        return f"__{name}__"
+    return (name.replace("__", "__underscores__").replace(".", "__dot__").replace("-", "__dash__")
+            .replace("/", "__slash__"))
+
+
+def escaped(v: Any, s: Schema) -> Any:
+    """The value with its object properties (those the schema declares) named as rules see them; map keys
+    (additionalProperties) and unknown fields keep theirs."""
+    if isinstance(v, dict):
+        props = s.get("properties") or {}
+        extra = s.get("additionalProperties")
+        out = {}
+        for k, item in v.items():
+            if k in props:
+                out[escape_property(k)] = escaped(item, props[k])
+            else:
+                out[k] = escaped(item, extra) if isinstance(extra, dict) else item
+        return out
+    if isinstance(v, list) and isinstance(s.get("items"), dict):
+        return [escaped(item, s["items"]) for item in v]
+    return v
 
 
 def _type(s: Schema, v: Any) -> str:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from nodeagent.api import storage
+from nodeagent.api import csi, storage
 from nodeagent.api.cidrs import subnet_of
 from nodeagent.api.names import dns1123_label, dns1123_subdomain
 from nodeagent.api.pod_validation import validate_pod_spec
@@ -464,6 +464,12 @@ def validate(obj: dict[str, Any], kind: str, namespaced: bool) -> FieldErrors:
         errs += storage.validate_pvc(obj)
     elif kind == "StorageClass":
         errs += storage.validate_sc(obj)
+    elif kind == "CSIDriver":
+        errs += csi.validate_csidriver(obj)
+    elif kind == "CSINode":
+        errs += csi.validate_csinode(obj)
+    elif kind == "VolumeAttachment":
+        errs += csi.validate_volumeattachment(obj)
     return errs
 
 

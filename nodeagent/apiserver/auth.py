@@ -116,11 +116,11 @@ def node_may(node: str, verb: str, resource: str, subresource: str, namespace: s
 
     A node reads freely; it may write only its own Node and Lease, the status of pods bound to it (and
     delete those pods), and events. For its local-path provisioner (a node-side component, so volumes are
-    made and removed by the node that owns the disk) it may also write the PersistentVolumes pinned to it
-    by nodeAffinity, and the status of claims selected for it (resize), as the kubelet updates claim status
-    after a node expansion. Its LoadBalancer speaker elects the owner of each address through the Leases
-    `nodeagent-lb-<ip>` in kube-system (MetalLB's speaker has a ServiceAccount for that; here it speaks as
-    its node).
+    made and removed by the node that owns the disk), and its CSI driver's provisioner, it may also write
+    the PersistentVolumes pinned to it by nodeAffinity, its own CSINode, and the status of claims selected
+    for it (resize), as the kubelet updates claim status after a node expansion. Its LoadBalancer speaker
+    elects the owner of each address through the Leases `nodeagent-lb-<ip>` in kube-system (MetalLB's
+    speaker has a ServiceAccount for that; here it speaks as its node).
     """
     if verb in READ_VERBS and subresource not in ("exec", "attach", "portforward", "proxy"):
         return None
@@ -136,6 +136,11 @@ def node_may(node: str, verb: str, resource: str, subresource: str, namespace: s
     if resource == "leases" and namespace == LB_LEASE_NAMESPACE and (
             (name or ((obj or {}).get("metadata") or {}).get("name") or "").startswith(LB_LEASE_PREFIX)):
         return None  # the L2 speakers' per-address leases (a node's speaker elects owners with them)
+    if resource == "csinodes":  # its own CSINode, as kube's Node authorizer allows (nodeinfomanager)
+        if name == node or (verb == "create" and obj is not None
+                            and (obj.get("metadata") or {}).get("name") == node):
+            return None
+        return f"node \"{node}\" may only write its own csinode"
     if resource == "leases":
         if namespace == "kube-node-lease" and (name == node or (
                 verb == "create" and obj is not None and (obj.get("metadata") or {}).get("name") == node)):
@@ -162,8 +167,14 @@ def node_may(node: str, verb: str, resource: str, subresource: str, namespace: s
     return f"node \"{node}\" may not {verb} {resource}"
 
 
+# labels whose value names one node: the hostname, and the CSI hostpath driver's topology key (its node id is
+# the node's name), which its provisioner pins volumes with
+NODE_KEYS = (storage.HOSTNAME_LABEL, "topology.hostpath.csi/node")
+
+
 def pinned_node(pv: dict) -> str | None:
-    """The one node a volume's nodeAffinity admits by kubernetes.io/hostname (None: not pinned to one)."""
+    """The one node a volume's nodeAffinity admits by kubernetes.io/hostname or the CSI hostpath driver's
+    topology key (None: not pinned to one)."""
     terms = storage.node_affinity_terms(pv) or []
     if len(terms) != 1:
         return None
@@ -172,6 +183,6 @@ def pinned_node(pv: dict) -> str | None:
         return None
     e = exprs[0]
     values = e.get("values") or []
-    if e.get("key") == storage.HOSTNAME_LABEL and e.get("operator") == "In" and len(values) == 1:
+    if e.get("key") in NODE_KEYS and e.get("operator") == "In" and len(values) == 1:
         return str(values[0])
     return None

@@ -42,6 +42,29 @@ def default_storage_class() -> dict[str, Any]:
             "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": True}
 
 
+CSI_DRIVERS = builtin("storage.k8s.io", "v1", "csidrivers")
+# the CSI driver every node runs (`nodeagent csi`, csi.config.DRIVER_NAME)
+CSI_HOSTPATH_DRIVER = "hostpath.csi.nodeagent.io"
+
+
+def csi_hostpath_class() -> dict[str, Any]:
+    """`csi-hostpath`: volumes made by the CSI driver through the external-provisioner pattern, on the node
+    the first consumer is scheduled to (the driver's volumes are local to a node)."""
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "csi-hostpath"},
+            "provisioner": CSI_HOSTPATH_DRIVER, "reclaimPolicy": "Delete",
+            "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": True}
+
+
+def csi_hostpath_driver() -> dict[str, Any]:
+    """The driver's CSIDriver, as csi-driver-host-path's deployment has it: nothing to attach (no
+    VolumeAttachment, ControllerPublish is not offered), pod info on mount, persistent and inline ephemeral
+    volumes, fsGroup applied by the kubelet to every volume (File)."""
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": CSI_HOSTPATH_DRIVER},
+            "spec": {"attachRequired": False, "podInfoOnMount": True,
+                     "volumeLifecycleModes": ["Persistent", "Ephemeral"], "fsGroupPolicy": "File",
+                     "storageCapacity": False, "requiresRepublish": False}}
+
+
 class Bootstrap:
     def __init__(self, registry: Registry, ip: str, port: int, peers: PeerLeases | None = None,
                  ca_pem: str | None = None, clock: Clock = REAL_CLOCK) -> None:
@@ -146,8 +169,11 @@ class Bootstrap:
 
     async def ensure_default_storage_class(self) -> None:
         """The `local-path` StorageClass, created once at start as k3s applies its local-storage manifest
-        (deleting it or its default annotation sticks until the next start)."""
+        (deleting it or its default annotation sticks until the next start); the `csi-hostpath` class and
+        its CSIDriver likewise."""
         await self._ensure_created(STORAGE_CLASSES, None, default_storage_class())
+        await self._ensure_created(STORAGE_CLASSES, None, csi_hostpath_class())
+        await self._ensure_created(CSI_DRIVERS, None, csi_hostpath_driver())
 
     async def _ensure_created(self, res: Any, ns: str | None, obj: dict[str, Any]) -> None:
         try:

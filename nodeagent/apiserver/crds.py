@@ -1,5 +1,6 @@
 """CustomResourceDefinitions the server ships and installs on start: the Gateway API's standard channel
-(GatewayClass, Gateway, HTTPRoute, ReferenceGrant), as k3s installs its bundled manifests. A definition
+(GatewayClass, Gateway, HTTPRoute, ReferenceGrant) and external-snapshotter's VolumeSnapshot,
+VolumeSnapshotContent and VolumeSnapshotClass, as k3s installs its bundled manifests. A definition
 already present is kept as it is (a person may have installed another Gateway API release), and one a
 person deletes stays deleted until the server restarts."""
 
@@ -22,6 +23,10 @@ BUNDLES = {
     Path(__file__).with_name("crds") / "gateway-api-v1.6.1-standard.yaml": (
         "gatewayclasses.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io",
         "httproutes.gateway.networking.k8s.io", "referencegrants.gateway.networking.k8s.io"),
+    # external-snapshotter's CRDs (its client/config/crd at v8.6.0), for the CSI driver's snapshots
+    Path(__file__).with_name("crds") / "external-snapshotter-v8.6.0-snapshot.storage.k8s.io.yaml": (
+        "volumesnapshotclasses.snapshot.storage.k8s.io", "volumesnapshotcontents.snapshot.storage.k8s.io",
+        "volumesnapshots.snapshot.storage.k8s.io"),
 }
 
 

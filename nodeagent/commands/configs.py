@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from cri.config import DEFAULT_CNI_BIN_DIRS, CRIConfig
+from csi.config import CSIConfig
 from netpol.config import MODES as NETPOL_MODES
 from netpol.config import NetpolConfig
 from netproxy.config import ProxyConfig
@@ -58,6 +59,7 @@ class Configs:
     nodenet: NodeNetConfig | None = None
     ingress: IngressConfig | None = None
     lbspeaker: SpeakerConfig | None = None
+    csi: CSIConfig | None = None
 
     def by_component(self) -> dict[str, Any]:
         """{component name: its config}, what `runner.run_components` hands each `serve`."""
@@ -204,6 +206,7 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
         port=layout.kubelet_port if args.kubelet_port is None else args.kubelet_port,
         address=args.kubelet_address or "0.0.0.0", cluster_dns=parse_cluster_dns(cluster_dns),
         node_ip=node_ip or "", local_path_dir=layout.local_path_dir,
+        plugin_registry_dir=layout.plugin_registry_dir,
         volume_plugin_dir=args.volume_plugin_dir or layout.volume_plugin_dir,
         allowed_unsafe_sysctls=tuple(x.strip() for x in (args.allowed_unsafe_sysctls or "").split(",")
                                      if x.strip()))
@@ -229,7 +232,9 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
         credentials=credentials, node_name=node_name, node_ip=node_ip, interface=args.lb_interface or None,
         metrics_port=args.lb_metrics_port if args.lb_metrics_port is not None else
         layout.lb_metrics_port or free_tcp_port()) if args.lb_announce == "l2" else None
-    return {"cni": CNIConfig(network, cgroup_root), "cri": cri, "external_runtime": external,
+    csi = CSIConfig(node_id=node_name, state_dir=layout.csi_state_dir, socket=layout.csi_socket,
+                    registration_socket=layout.csi_registration_socket)
+    return {"cni": CNIConfig(network, cgroup_root), "cri": cri, "external_runtime": external, "csi": csi,
             "podcidr": PodCIDRConfig(network, node_name, credentials), "kubelet": kubelet,
             "netproxy": netproxy, "netpol": netpol,
             "nodenet": NodeNetConfig(node_name, credentials, node_ip=node_ip, pod_subnet=network.subnet,

@@ -31,6 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace):
     from csi.config import CSIConfig
+    from csi.registrar import registration_socket
     from nodeagent.api.quantity import int_value
 
     endpoint = args.endpoint.removeprefix("unix://")
@@ -43,7 +44,9 @@ def config_from_args(args: argparse.Namespace):
     except ValueError as e:
         raise SystemExit(f"nodeagent csi: --capacity {args.capacity!r}: {e}") from None
     return CSIConfig(node_id=(args.node_id or socket.gethostname()).lower(), state_dir=args.state_dir,
-                     socket=endpoint, registry_dir=args.plugin_registration_dir, driver_name=args.drivername,
+                     socket=endpoint, driver_name=args.drivername,
+                     registration_socket=registration_socket(args.plugin_registration_dir, args.drivername)
+                     if args.plugin_registration_dir else "",
                      max_volumes_per_node=args.max_volumes_per_node, capacity=capacity)
 
 

@@ -36,6 +36,8 @@ COMPONENTS = [
     Component("scheduler", "nodeagent.scheduler.service:serve", "the scheduler issue", after=("apiserver",)),
     Component("controllers", "nodeagent.controllers.service:serve", "the controllers issue",
               after=("apiserver",)),
+    # the hostpath CSI driver, registered with the kubelet through its plugins_registry dir
+    Component("csi", "csi.service:serve", "the storage issue"),
     Component("kubelet", "nodeagent.kubelet.service:serve", "the kubelet issue", after=("cri", "apiserver")),
     Component("netproxy", "netproxy.service:serve", "the netproxy issue", after=("apiserver",)),
     Component("netpol", "netpol.service:serve", "the dns/netpol issue", after=("apiserver",)),
@@ -53,6 +55,7 @@ NODE_COMPONENTS = [
     Component("cni", "nodeagent.nodenet.cni_service:serve", "the kubelet issue"),
     Component("cri", "cri.service:serve", "the cri issue", after=("cni",)),
     Component("podcidr", "nodeagent.nodenet.podcidr_service:serve", "the multi-node issue", after=("cni",)),
+    Component("csi", "csi.service:serve", "the storage issue"),
     Component("kubelet", "nodeagent.kubelet.service:serve", "the kubelet issue", after=("cri",)),
     Component("netproxy", "netproxy.service:serve", "the netproxy issue"),
     Component("netpol", "netpol.service:serve", "the dns/netpol issue"),

@@ -23,6 +23,7 @@ from nodeagent.controllers.daemonset_controller import DaemonSetController
 from nodeagent.controllers.deployment_controller import DeploymentController
 from nodeagent.controllers.disruption_controller import DisruptionController
 from nodeagent.controllers.endpoints_controller import EndpointsController
+from nodeagent.controllers.ephemeral_controller import EphemeralVolumeController
 from nodeagent.controllers.gc_controller import GarbageCollector
 from nodeagent.controllers.hpa_controller import HorizontalPodAutoscalerController
 from nodeagent.controllers.job_controller import JobController
@@ -49,6 +50,7 @@ CONTROLLERS: tuple[type[Controller], ...] = (
     CSRApprovingController, CSRSigningController, DisruptionController, HorizontalPodAutoscalerController,
     PersistentVolumeBinderController, PVProtectionController,
     ServiceAccountTokenController, ServiceLBController, ClusterRoleAggregationController,
+    EphemeralVolumeController,
 )
 
 

@@ -40,6 +40,7 @@ from nodeagent.kubelet.kuberuntime import PodRuntime, termination_grace, uid_of
 from nodeagent.kubelet.labels import POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
 from nodeagent.kubelet.node import NodeAgent
 from nodeagent.kubelet.pleg import EventType, GenericPLEG, Record
+from nodeagent.kubelet.pluginmanager import PluginManager
 from nodeagent.kubelet.pod_actions import latest_records
 from nodeagent.kubelet.prober import ProbeManager, Prober, Result
 from nodeagent.kubelet.secrets import PodObjects
@@ -53,6 +54,9 @@ from nodeagent.kubelet.static_pods import (
     mirror_pod,
 )
 from nodeagent.kubelet.tokens import TokenError, TokenManager
+from nodeagent.kubelet.volumes.csi import CSIPlugin, Drivers
+from nodeagent.kubelet.volumes.csiprovisioner import CSIProvisioner
+from nodeagent.kubelet.volumes.csisnapshotter import CSISnapshotter
 from nodeagent.kubelet.volumes.flexvolume import DriverProber, FlexVolumePlugin
 from nodeagent.kubelet.volumes.localpath import LocalPathProvisioner
 from nodeagent.kubelet.volumes.manager import VolumeManager
@@ -87,6 +91,17 @@ class Kubelet:
         self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.tokens = TokenManager(client, self.clock)
+        # CSI drivers: registered through <root>/plugins_registry, used by the CSI volume plugin and by
+        # the external-provisioner pattern's adapter for their classes
+        self.csi_drivers = Drivers()
+        self.csi = CSIPlugin(cfg.root_dir, cfg.node_name, self.csi_drivers,
+                             get_driver=self._api_getter("csidrivers"),
+                             get_secret=self._api_getter("secrets"))
+        self.csi_provisioner = CSIProvisioner(client, cfg.node_name, self.csi_drivers, self.recorder)
+        self.csi_snapshotter = CSISnapshotter(client, cfg.node_name, self.csi_drivers, self.recorder)
+        self.plugins = PluginManager(client, cfg.node_name,
+                                     cfg.plugin_registry_dir or str(Path(cfg.root_dir, "plugins_registry")),
+                                     self.csi_drivers, self._csi_driver_changed)
         self.volumes = VolumeManager(cfg.root_dir, get_configmap=self._getter("configmaps"),
                                      get_secret=self._getter("secrets"),
                                      get_claim=self._api_getter("persistentvolumeclaims"),
@@ -110,6 +125,7 @@ class Kubelet:
         self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event),
                                    self.last_status.get, self.clock)
         self.metrics = KubeletMetrics()
+        self.csi.observe = self.metrics.observe_csi
         self._running_counts: tuple[int, dict[str, int]] = (0, {})
         self.metrics.set_running_source(lambda: self._running_counts)
         self.metrics.set_volume_source(self._claim_stats)
@@ -124,12 +140,20 @@ class Kubelet:
 
     def _volume_plugins(self, cfg: KubeletConfig) -> dict[str, VolumePlugin]:
         """The delegated volume plugins by source key. FlexVolume: drivers from --volume-plugin-dir; a
-        secretRef is read from the API (its type must name the driver), as kubelet's GetSecretForPV does."""
+        secretRef is read from the API (its type must name the driver), as kubelet's GetSecretForPV does.
+        CSI: the drivers registered through the plugin manager."""
         plugins: dict[str, VolumePlugin] = {}
         if cfg.volume_plugin_dir:
             plugins["flexVolume"] = FlexVolumePlugin(DriverProber(cfg.volume_plugin_dir), cfg.root_dir,
                                                      cfg.node_name, get_secret=self._api_getter("secrets"))
+        plugins["csi"] = self.csi
         return plugins
+
+    def _csi_driver_changed(self, name: str) -> None:
+        """A CSI driver registered or left: its capabilities are asked again, its claims looked at again."""
+        self.csi.forget(name)
+        self.csi_provisioner.poke_all()
+        self.csi_snapshotter.poke_all()
 
     async def _exec_sync(self, container_id: str, cmd: Any, seconds: float) -> tuple[int, bytes, bytes]:
         r = await self.cri.exec_sync(container_id.split("://", 1)[-1], list(cmd), int(seconds))
@@ -320,6 +344,9 @@ class Kubelet:
                 provisioner = LocalPathProvisioner(self.client, self.cfg.node_name, self.cfg.local_path_dir,
                                                    self.recorder)
                 tg.create_task(provisioner.run(), name="kubelet-local-path")
+            tg.create_task(self.plugins.run(), name="kubelet-plugin-manager")
+            tg.create_task(self.csi_provisioner.run(), name="kubelet-csi-provisioner")
+            tg.create_task(self.csi_snapshotter.run(), name="kubelet-csi-snapshotter")
             log.info("kubelet for node %s running (runtime %s %s at %s)", self.cfg.node_name,
                      self.node.runtime_name, self.node.runtime_version, self.cfg.runtime_endpoint)
             ready.set()

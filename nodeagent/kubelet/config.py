@@ -72,6 +72,8 @@ class KubeletConfig:
     resolv_conf: str = "/etc/resolv.conf"
     node_ip: str = ""  # kubelet's --node-ip: the InternalIP it reports; empty: detected
     allowed_unsafe_sysctls: tuple[str, ...] = ()  # --allowed-unsafe-sysctls: names or prefixes ending in *
+    # where CSI drivers' registration sockets appear ("": <root_dir>/plugins_registry, the kubelet's own)
+    plugin_registry_dir: str = ""
     local_path_dir: str = ""  # the node's local-path provisioner keeps its volumes here; "": no provisioner
     cpu_manager_policy: str = "none"  # --cpu-manager-policy: none or static
     reserved_cpus: str = ""  # --reserved-cpus: a CPU list kept off pods (replaces the reserved cpu amounts)

@@ -41,6 +41,7 @@ DEFAULT_PLUGINS: list[tuple[str, int]] = [
     ("NodePorts", 0),
     ("NodeResourcesFit", 1),
     ("VolumeRestrictions", 0),
+    ("NodeVolumeLimits", 0),
     ("VolumeBinding", 0),
     ("VolumeZone", 0),
     ("PodTopologySpread", 2),

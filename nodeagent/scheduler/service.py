@@ -30,7 +30,8 @@ log = logging.getLogger("nodeagent.scheduler")
 LISTED = ("poddisruptionbudgets", "priorityclasses", "namespaces", "services", "replicasets", "statefulsets")
 # Informers whose changes may make a waiting pod schedulable (the volume plugins' events).
 VOLUME_KINDS = (("PersistentVolumeClaim", "persistentvolumeclaims"),
-                ("PersistentVolume", "persistentvolumes"), ("StorageClass", "storageclasses"))
+                ("PersistentVolume", "persistentvolumes"), ("StorageClass", "storageclasses"),
+                ("CSINode", "csinodes"))
 
 
 class ApiBackend:
@@ -105,7 +106,7 @@ class ApiBackend:
         return self.informers.get("storageclasses").get(name)
 
     def csinode(self, name: str) -> dict[str, Any] | None:
-        return None  # no CSINode objects yet: no per-node volume limits to honour
+        return self.informers.get("csinodes").get(name)
 
     async def bind_volume(self, volume: dict[str, Any], claim: Mapping[str, Any]) -> None:
         """The volume's claimRef set to the claim (kube-scheduler's volume binder's API write)."""

@@ -461,6 +461,12 @@ def _controller_rules() -> dict[str, list[Rule]]:
             r("get", "*", "*/scale"),
             ev,
         ],
+        "ephemeral-volume-controller": [
+            r("get list watch", "", "pods"),
+            r("update", "", "pods/finalizers"),
+            r("create get list watch", "", "persistentvolumeclaims"),
+            ev,
+        ],
         "endpoint-controller": [
             r(READ, "", "pods services"),
             r("create delete get list update watch", "", "endpoints"),

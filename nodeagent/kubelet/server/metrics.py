@@ -78,6 +78,10 @@ class _VolumeStats:
         yield health
 
 
+# pkg/volume/util/metrics.go's csiOperationsLatencyMetric buckets
+CSI_BUCKETS = (.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600)
+
+
 class KubeletMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -104,10 +108,18 @@ class KubeletMetrics:
                                      "Number of the http requests received since the "
                                      "server started", ["method", "path", "server_type", "long_running"],
                                      registry=r)
+        self.csi_operations = Histogram("csi_operations_seconds",
+                                        "Container Storage Interface operation duration with gRPC error code "
+                                        "status total", ["driver_name", "method_name", "grpc_status_code",
+                                                         "migrated"], buckets=CSI_BUCKETS, registry=r)
         gates = Gauge(features.FEATURE_METRIC, features.FEATURE_HELP, ["name", "stage"], registry=r)
         for name, (stage, enabled) in features.FEATURES.items():
             gates.labels(name, stage).set(int(enabled))
         self._running: _Running | None = None
+
+    def observe_csi(self, driver: str, method: str, code: str, seconds: float) -> None:
+        """One CSI call of the kubelet (its volume plugin's csi_operations_seconds)."""
+        self.csi_operations.labels(driver, method, code, "false").observe(seconds)
 
     def set_running_source(self, snapshot: Callable[[], tuple[int, dict[str, int]]]) -> None:
         if self._running is None:

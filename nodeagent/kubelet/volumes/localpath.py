@@ -27,6 +27,7 @@ from nodeagent.api.times import now_rfc3339
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer, key_of
 from nodeagent.client.rest import Client, ClientError
+from nodeagent.kubelet.volumes.keyloop import KeyLoop
 
 PROVISIONER = "rancher.io/local-path"
 RESYNC = 15.0
@@ -121,8 +122,13 @@ def remove_dir(root: str, path: str) -> None:
 # -- the loop ---------------------------------------------------------------------------------------------
 
 
-class LocalPathProvisioner:
+class LocalPathProvisioner(KeyLoop):
+    name = "local-path provisioner"
+    log = log
+    resync = RESYNC
+
     def __init__(self, client: Client, node_name: str, root: str, recorder: EventRecorder) -> None:
+        super().__init__()
         self.client = client
         self.node_name = node_name
         self.root = root
@@ -131,52 +137,27 @@ class LocalPathProvisioner:
         self.volumes = Informer(client, "persistentvolumes")
         self.classes = Informer(client, "storageclasses")
         self.nodes = Informer(client, "nodes", field_selector=f"metadata.name={node_name}")
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
+        self.informers = (self.claims, self.volumes, self.classes, self.nodes)
         self.claims.add_handler(self._claim, lambda old, new: self._claim(new), None)
         self.volumes.add_handler(self._volume, lambda old, new: self._volume(new), None)
 
-    def _add(self, key: str) -> None:
-        if key not in self._queued:
-            self._queued.add(key)
-            self.queue.put_nowait(key)
-
     def _claim(self, pvc: Obj) -> None:
-        self._add("claim:" + key_of(dict(pvc)))
+        self.add("claim:" + key_of(dict(pvc)))
 
     def _volume(self, pv: Obj) -> None:
         if is_ours_here(pv, self.root):
-            self._add("volume:" + storage.meta(pv).get("name", ""))
+            self.add("volume:" + storage.meta(pv).get("name", ""))
             ref = storage.spec(pv).get("claimRef") or {}
             if ref.get("name"):
-                self._add(f"claim:{ref.get('namespace')}/{ref['name']}")
+                self.add(f"claim:{ref.get('namespace')}/{ref['name']}")
 
-    async def run(self) -> None:
-        async with asyncio.TaskGroup() as tg:
-            for inf in (self.claims, self.volumes, self.classes, self.nodes):
-                tg.create_task(inf.run(), name=f"localpath-{inf.resource.name}")
-            for inf in (self.claims, self.volumes, self.classes, self.nodes):
-                await inf.wait_synced()
-            tg.create_task(self._resync(), name="localpath-resync")
-            while True:
-                key = await self.queue.get()
-                self._queued.discard(key)
-                try:
-                    await self._sync(key)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:
-                    log.warning("local-path provisioner: %s failed, retrying in %ss: %s", key, RESYNC, e)
+    def poke_all(self) -> None:
+        for pvc in self.claims.list():
+            self._claim(pvc)
+        for pv in self.volumes.list():
+            self._volume(pv)
 
-    async def _resync(self) -> None:
-        while True:
-            await asyncio.sleep(RESYNC)
-            for pvc in self.claims.list():
-                self._claim(pvc)
-            for pv in self.volumes.list():
-                self._volume(pv)
-
-    async def _sync(self, key: str) -> None:
+    async def sync(self, key: str) -> None:
         kind, _, rest = key.partition(":")
         if kind == "volume":
             pv = self.volumes.get(rest)

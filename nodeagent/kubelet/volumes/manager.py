@@ -21,7 +21,7 @@ from kernel.syscalls import LINUX, Syscalls
 from nodeagent.api import storage
 from nodeagent.api.quantity import int_value
 from nodeagent.kubelet.resources import pod_resource_config
-from nodeagent.kubelet.volumes import claims, ownership, subpath
+from nodeagent.kubelet.volumes import claims, ephemeral, ownership, subpath
 from nodeagent.kubelet.volumes import mount as mnt
 from nodeagent.kubelet.volumes import stats as vstats
 from nodeagent.kubelet.volumes.atomic_writer import AtomicWriter, PayloadError
@@ -46,7 +46,7 @@ PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.i
                "projected": "kubernetes.io~projected"}
 PROJECTED_KINDS = ("configMap", "secret", "downwardAPI", "projected")
 KINDS = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected", "image",
-         "persistentVolumeClaim", "flexVolume", "csi")
+         "persistentVolumeClaim", "flexVolume", "csi", "ephemeral")
 PLUGIN_KINDS = ("flexVolume", "csi")  # the sources a registered VolumePlugin sets up
 
 
@@ -248,6 +248,9 @@ class VolumeManager:
                 ns = (pod.get("metadata") or {}).get("namespace") or "default"
                 spec = PluginVolume(kind, src, name, bool(src.get("readOnly")), ns)
                 return Volume(name, kind, str(self._setup_plugin(pod, spec)), read_only=spec.read_only)
+            if kind == "ephemeral":  # a generic ephemeral volume: the claim the ephemeral controller made
+                claim = {"claimName": ephemeral.claim_name(pod, volume), "readOnly": False}
+                return self._setup_claim(pod, {"name": name, "persistentVolumeClaim": claim}, owned=True)
             path = self.volume_dir(uid, kind, name)
             fresh = not path.exists()
             if kind == "emptyDir":
@@ -265,10 +268,13 @@ class VolumeManager:
         except OSError as e:
             raise VolumeError(name, f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")) from None
 
-    def _setup_claim(self, pod: Mapping[str, Any], volume: Mapping[str, Any]) -> Volume:
+    def _setup_claim(self, pod: Mapping[str, Any], volume: Mapping[str, Any], owned: bool = False) -> Volume:
+        """owned: the claim must be the pod's own (a generic ephemeral volume's)."""
         src = volume["persistentVolumeClaim"] or {}
         ns = (pod.get("metadata") or {}).get("namespace") or "default"
         pvc = self.get_claim(ns, src.get("claimName", "")) if self.get_claim else None
+        if owned and pvc is not None:
+            ephemeral.check_owner(pod, pvc)
         vname = ((pvc or {}).get("spec") or {}).get("volumeName") or ""
         pv = self.get_volume("", vname) if self.get_volume and vname else None
         plugin, source = claims.resolve(pod, src, pvc, pv)
@@ -334,8 +340,7 @@ class VolumeManager:
             raise VolumeSourceError(f"volume type {spec.kind} is unimplemented on this kubelet{why}")
         uid = (pod.get("metadata") or {}).get("uid", "")
         target = self.pod_dir(uid) / "volumes" / plugin.dir_name(spec) / spec.name
-        plugin.setup(pod, spec, target)
-        return target
+        return plugin.setup(pod, spec, target) or target
 
     def _setup_empty_dir(self, pod: Mapping[str, Any], source: Mapping[str, Any], path: Path) -> None:
         medium = source.get("medium", "")

@@ -35,8 +35,10 @@ class VolumePlugin(Protocol):
     def owns(self, dir_name: str) -> bool:
         """Whether a directory of that name under a pod's volumes/ holds this plugin's volumes."""
 
-    def setup(self, pod: Mapping[str, Any], volume: PluginVolume, target: Path) -> None:
-        """Mount the volume at target (idempotent); on failure leave nothing mounted or made."""
+    def setup(self, pod: Mapping[str, Any], volume: PluginVolume, target: Path) -> Path | None:
+        """Mount the volume at target (idempotent); on failure leave nothing mounted or made. Returns where
+        the containers mount it when that is not target itself (CSI: `<target>/mount`, beside its
+        vol_data.json)."""
 
     def teardown(self, target: Path) -> None:
         """Unmount target and remove it (idempotent; from the disk alone, after a restart too)."""

@@ -187,3 +187,26 @@ def test_metadata_described_as_a_bare_object_is_not_pruned():
                            "spec": {}}
     assert sv.prune(obj, schema) == []
     assert obj["metadata"] == {"name": "w", "labels": {"a": "b"}}
+
+
+def test_rules_see_reserved_and_punctuated_property_names_escaped():
+    """As apiserver/pkg/cel/escaping.go: `namespace` is `__namespace__`, `a-b` is `a__dash__b`; map keys
+    are not escaped (external-snapshotter's VolumeSnapshotContent rule uses `self.__namespace__`)."""
+    from nodeagent.api import schema_cel
+
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "ref": {"type": "object", "properties": {"name": {"type": "string"},
+                                                     "namespace": {"type": "string"},
+                                                     "a-b": {"type": "string"}},
+                    "x-kubernetes-validations": [
+                        {"rule": "has(self.name) && has(self.__namespace__)", "message": "both"},
+                        {"rule": "!has(self.a__dash__b) || self.a__dash__b == 'x'", "message": "dash"}]},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"},
+                       "x-kubernetes-validations": [{"rule": "!('a-b' in self) || self['a-b'] == 'y'",
+                                                     "message": "map"}]}}}
+    assert schema_cel.validate({"ref": {"name": "n", "namespace": "ns", "a-b": "x"}, "labels": {"a-b": "y"}},
+                               schema) == []
+    errs = schema_cel.validate({"ref": {"name": "n", "a-b": "z"}, "labels": {"a-b": "q"}}, schema)
+    assert sorted(e["message"].rsplit(": ", 1)[-1] for e in errs) == ["both", "dash", "map"]
