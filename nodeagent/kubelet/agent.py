@@ -25,7 +25,7 @@ from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
-from nodeagent.kubelet import admission, container_events
+from nodeagent.kubelet import admission, container_events, node_allocatable
 from nodeagent.kubelet.config import KubeletConfig
 from nodeagent.kubelet.cpumanager.cpuset import read_topology
 from nodeagent.kubelet.cpumanager.manager import AllocationError, CPUManager
@@ -282,6 +282,11 @@ class Kubelet:
                                   if self.cpu_reconciler is not None else None)
         if self.runtime.cgroups is not None:
             await asyncio.to_thread(_ensure_qos_tree, self.runtime.cgroups, self.runtime.cgroup_root)
+            system_reserved, kube_reserved = self.cfg.reserved()
+            await asyncio.to_thread(node_allocatable.enforce, self.runtime.cgroups,
+                                    self.runtime.cgroup_root, self.node.capacity,
+                                    self.cfg.enforce_node_allocatable, system_reserved, kube_reserved,
+                                    self.cfg.system_reserved_cgroup, self.cfg.kube_reserved_cgroup)
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
             self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock,
