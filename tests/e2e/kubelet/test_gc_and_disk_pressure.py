@@ -162,3 +162,50 @@ def test_disk_pressure_reclaims_then_evicts_the_biggest_user(tmp_path, images):
         if c.proc is not None:
             rc = _stop(c)
     assert rc == 0, c.tail()
+
+
+def test_ephemeral_storage_limits_and_empty_dir_size_limits_evict(tmp_path, images):
+    """A pod writing past the sum of its containers' `ephemeral-storage` limits, a container past its own
+    limit (within the pod's sum), and a pod filling its emptyDir past `sizeLimit` are evicted whatever the
+    node's pressure, with kubelet's messages; a pod within its limit stays."""
+    _import(tmp_path, images.busybox)
+    c = Cluster(tmp_path, unique("nd"), unique("kb"))
+    c.extra = ["--eviction-hard", "memory.available<1Mi", "--housekeeping-interval", "1"]
+    rc = 0
+    try:
+        c.start()
+        fill = "dd if=/dev/zero of={} bs=1M count=4; sleep 3600"
+        rootfs = _pod("rootfs", ["sh", "-c", fill.format("/fill")])
+        rootfs["spec"]["containers"][0]["resources"] = {"limits": {"ephemeral-storage": "1Mi"}}
+        scratch = _pod("scratch", ["sh", "-c", fill.format("/scratch/fill")],
+                       volumes=[{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}])
+        scratch["spec"]["containers"][0]["volumeMounts"] = [{"name": "scratch", "mountPath": "/scratch"}]
+        within = _pod("within", ["sh", "-c", "dd if=/dev/zero of=/fill bs=1k count=10; sleep 3600"])
+        within["spec"]["containers"][0]["resources"] = {"limits": {"ephemeral-storage": "64Mi"}}
+        one = _pod("one", ["sh", "-c", fill.format("/fill")])
+        one["spec"]["containers"][0]["resources"] = {"limits": {"ephemeral-storage": "1Mi"}}
+        one["spec"]["containers"].append({"name": "roomy", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                          "command": ["sleep", "3600"],
+                                          "resources": {"limits": {"ephemeral-storage": "64Mi"}}})
+        for p in (rootfs, scratch, within, one):
+            c.apply(p)
+
+        def failed(p: dict[str, Any]) -> bool:
+            return (p.get("status") or {}).get("phase") == "Failed"
+
+        r = c.wait_pod("rootfs", failed, timeout=90)["status"]
+        assert r["reason"] == "Evicted"
+        assert r["message"] == "Pod ephemeral local storage usage exceeds the total limit of containers 1Mi. "
+        o = c.wait_pod("one", failed, timeout=90)["status"]
+        assert o["message"] == 'Container app exceeded its local ephemeral storage limit "1Mi". ', o
+        s = c.wait_pod("scratch", failed, timeout=90)["status"]
+        assert s["reason"] == "Evicted"
+        assert s["message"] == 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". '
+        assert "Evicted" in {e["reason"] for e in c.events("scratch")}
+        assert c.wait_pod("within", _running)["status"]["phase"] == "Running"
+        time.sleep(3)  # a few more passes: still within its limit
+        assert c.pod("within")["status"]["phase"] == "Running"
+    finally:
+        if c.proc is not None:
+            rc = _stop(c)
+    assert rc == 0, c.tail()
