@@ -315,7 +315,8 @@ class Kubelet:
                                 self.runtime.cgroup_parent, self._evict, self.recorder,
                                 self.cfg.housekeeping_interval, reclaim_disk=self.gc.reclaim_disk,
                                 cri=self.cri, log_dir_of=self.runtime.pod_log_dir,
-                                volumes_dir_of=lambda p: self.volumes.pod_dir(uid_of(p)) / "volumes")
+                                volumes_dir_of=lambda p: self.volumes.pod_dir(uid_of(p)) / "volumes",
+                                cleaned=lambda p: not self.volumes.pod_dir(uid_of(p)).exists())
             tg.create_task(self.gc.run_containers(), name="kubelet-container-gc")
             tg.create_task(self.gc.run_images(), name="kubelet-image-gc")
             tg.create_task(loop.run(), name="kubelet-eviction")
@@ -557,6 +558,9 @@ class Kubelet:
         evicted = self.evicted.get(uid_of(pod))
         if evicted is not None:
             await self.runtime.kill_containers(pod, grace=0)
+            # An evicted pod's volumes go now (its emptyDirs are what a disk eviction reclaims); the object
+            # stays Failed until it is deleted.
+            await asyncio.to_thread(self.volumes.teardown_pod, uid_of(pod))
             await self._post_status(pod, evicted)
             return None
         phase = (pod.get("status") or {}).get("phase")
