@@ -135,49 +135,51 @@ def default_cluster_dns() -> str:
     return default_service_ip(ApiServerConfig.service_cluster_ip_range)
 
 
-def eviction_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The kubelet's eviction, reservation and CPU-manager flags as KubeletConfig fields; a malformed one ends
-    the command with kubelet's message."""
+# flag dest → how its text becomes the KubeletConfig field of the same name ("str", "int", "duration",
+# "pairs", "list"); only flags given on the command line count, so they override --config as kubelet's do
+KUBELET_FLAGS = {
+    "eviction_hard": "str", "eviction_soft": "str", "eviction_soft_grace_period": "str",
+    "eviction_minimum_reclaim": "str", "eviction_max_pod_grace_period": "int",
+    "eviction_pressure_transition_period": "duration", "system_reserved": "pairs", "kube_reserved": "pairs",
+    "enforce_node_allocatable": "list", "system_reserved_cgroup": "str", "kube_reserved_cgroup": "str",
+    "cpu_manager_policy": "str", "reserved_cpus": "str", "cpu_manager_reconcile_period": "duration",
+    "memory_manager_policy": "str", "topology_manager_policy": "str", "max_pods": "int",
+    "pods_per_core": "int",
+    "image_gc_high_threshold": "int", "image_gc_low_threshold": "int", "image_minimum_gc_age": "duration",
+    "maximum_dead_containers_per_container": "int", "maximum_dead_containers": "int",
+    "minimum_container_ttl_duration": "duration", "container_gc_period": "duration",
+    "image_gc_period": "duration",
+}
+
+
+def kubelet_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The kubelet's eviction, reservation, GC and CPU-manager settings as KubeletConfig fields: the --config
+    file's, overridden by the flags given; a malformed one ends the command with kubelet's message."""
+    from nodeagent.kubelet.config_file import ConfigFileError, read
     from nodeagent.kubelet.eviction.thresholds import ThresholdError, parse_duration, parse_map
 
-    def pairs(flag: str, value: str) -> tuple[tuple[str, str], ...]:
+    out: dict[str, Any] = {}
+    if getattr(args, "config", None):
         try:
-            return tuple(parse_map(value, "=").items())
+            out.update(read(args.config))
+        except ConfigFileError as e:
+            raise SystemExit(str(e)) from None
+    for dest, kind in KUBELET_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        try:
+            if kind == "duration":
+                value = parse_duration(value)
+            elif kind == "pairs":
+                value = tuple(parse_map(value, "=").items())
+            elif kind == "list":
+                value = tuple(x.strip() for x in value.split(",") if x.strip())
         except ThresholdError as e:
             raise SystemExit(f'invalid argument "{value}" for "{flag}" flag: {e}') from None
-
-    try:
-        transition = parse_duration(args.eviction_pressure_transition_period)
-    except ThresholdError as e:
-        raise SystemExit(f'invalid argument "{args.eviction_pressure_transition_period}" for '
-                         f'"--eviction-pressure-transition-period" flag: {e}') from None
-    def duration(flag: str) -> float:
-        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
-        try:
-            return parse_duration(value)
-        except ThresholdError as e:
-            raise SystemExit(f'invalid argument "{value}" for "{flag}" flag: {e}') from None
-
-    reconcile = duration("--cpu-manager-reconcile-period")
-    return {"eviction_soft": args.eviction_soft or "",
-            "cpu_manager_policy": args.cpu_manager_policy, "reserved_cpus": args.reserved_cpus or "",
-            "cpu_manager_reconcile_period": reconcile, "memory_manager_policy": args.memory_manager_policy,
-            "topology_manager_policy": args.topology_manager_policy, "max_pods": args.max_pods,
-            "pods_per_core": args.pods_per_core,
-            "image_gc_high_threshold": args.image_gc_high_threshold,
-            "image_gc_low_threshold": args.image_gc_low_threshold,
-            "image_minimum_gc_age": duration("--image-minimum-gc-age"),
-            "maximum_dead_containers_per_container": args.maximum_dead_containers_per_container,
-            "maximum_dead_containers": args.maximum_dead_containers,
-            "minimum_container_ttl_duration": duration("--minimum-container-ttl-duration"),
-            "container_gc_period": duration("--container-gc-period"),
-            "image_gc_period": duration("--image-gc-period"),
-            "eviction_soft_grace_period": args.eviction_soft_grace_period or "",
-            "eviction_minimum_reclaim": args.eviction_minimum_reclaim or "",
-            "eviction_max_pod_grace_period": args.eviction_max_pod_grace_period,
-            "eviction_pressure_transition_period": transition,
-            "system_reserved": pairs("--system-reserved", args.system_reserved or ""),
-            "kube_reserved": pairs("--kube-reserved", args.kube_reserved or "")}
+        out[dest] = value
+    return out
 
 
 def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credentials) -> dict[str, Any]:
@@ -194,22 +196,28 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
         socket=layout.cri_socket, state_dir=layout.cri_state_dir, image_dir=layout.image_dir,
         cni_conf_dir=network.conf_dir, cni_bin_dirs=tuple(args.cni_bin_dir or DEFAULT_CNI_BIN_DIRS),
         cni_socket=network.daemon_socket, registries=registries_file(args.registries))
-    cluster_dns = default_cluster_dns() if args.cluster_dns is None else args.cluster_dns
+    settings = kubelet_settings(args)
+    if args.cluster_dns is not None or "cluster_dns" not in settings:
+        settings["cluster_dns"] = parse_cluster_dns(default_cluster_dns() if args.cluster_dns is None
+                                                    else args.cluster_dns)
+    if args.http_check_frequency is not None:
+        settings["http_check_frequency"] = float(args.http_check_frequency)
+    if args.sync_frequency is not None:
+        settings["resync"] = float(args.sync_frequency)
+    if args.manifest_url:
+        settings["manifest_url"] = args.manifest_url
+    if args.allowed_unsafe_sysctls:
+        settings["allowed_unsafe_sysctls"] = tuple(x.strip() for x in args.allowed_unsafe_sysctls.split(",")
+                                                   if x.strip())
     kubelet = KubeletConfig(
         data_dir=layout.data_dir, node_name=node_name, runtime_endpoint=external or layout.cri_socket,
         credentials=credentials, root_dir=layout.kubelet_root_dir, log_dir=layout.pod_log_dir,
-        manifests_dir=layout.manifests_dir, cgroup_root=cgroup_root, manifest_url=args.manifest_url or "",
-        http_check_frequency=float(args.http_check_frequency or 20.0), eviction_hard=args.eviction_hard,
-        **eviction_settings(args),
+        manifests_dir=layout.manifests_dir, cgroup_root=cgroup_root,
         housekeeping_interval=float(args.housekeeping_interval or 10.0),
-        resync=float(args.sync_frequency or 60.0),
         port=layout.kubelet_port if args.kubelet_port is None else args.kubelet_port,
-        address=args.kubelet_address or "0.0.0.0", cluster_dns=parse_cluster_dns(cluster_dns),
-        node_ip=node_ip or "", local_path_dir=layout.local_path_dir,
-        plugin_registry_dir=layout.plugin_registry_dir,
-        volume_plugin_dir=args.volume_plugin_dir or layout.volume_plugin_dir,
-        allowed_unsafe_sysctls=tuple(x.strip() for x in (args.allowed_unsafe_sysctls or "").split(",")
-                                     if x.strip()))
+        address=args.kubelet_address or "0.0.0.0", node_ip=node_ip or "",
+        local_path_dir=layout.local_path_dir, plugin_registry_dir=layout.plugin_registry_dir,
+        volume_plugin_dir=args.volume_plugin_dir or layout.volume_plugin_dir, **settings)
     netproxy = ProxyConfig(
         mode=args.proxy_mode, node_name=node_name, node_ips=(node_ip,) if node_ip else (),
         rule_counters=args.proxy_rule_counters, ipvs_scheduler=args.ipvs_scheduler,

@@ -93,60 +93,72 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cni-bin-dir", action="append", default=None,
                    help="CNI plugin directory for our runtime, repeatable (default: /opt/cni/bin and "
                         "/usr/lib/cni)")
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) YAML file for the "
+                        "kubelet's eviction, reservation, garbage-collection, CPU-manager and pod-limit "
+                        "settings; flags given on the command line override it, as kubelet's --config")
     p.add_argument("--eviction-hard", default=None,
                    help="hard eviction thresholds in kubelet syntax, e.g. "
                         "'memory.available<500Mi,nodefs.available<10%%' (default: the kubelet's; "
                         "'' for none)")
-    p.add_argument("--eviction-soft", default="",
+    p.add_argument("--eviction-soft", default=None,
                    help="soft eviction thresholds, e.g. 'memory.available<1Gi'; each needs "
                         "--eviction-soft-grace-period")
-    p.add_argument("--eviction-soft-grace-period", default="",
+    p.add_argument("--eviction-soft-grace-period", default=None,
                    help="how long a soft threshold must hold before evicting, e.g. 'memory.available=1m30s'")
-    p.add_argument("--eviction-minimum-reclaim", default="",
+    p.add_argument("--eviction-minimum-reclaim", default=None,
                    help="how far past a threshold to reclaim before pressure ends, e.g. "
                         "'memory.available=0Mi,nodefs.available=500Mi'")
-    p.add_argument("--eviction-max-pod-grace-period", type=int, default=0,
+    p.add_argument("--eviction-max-pod-grace-period", type=int, default=None,
                    help="cap in seconds on a pod's grace period when a soft threshold evicts it "
                         "(default: 0, the pod's own)")
-    p.add_argument("--eviction-pressure-transition-period", default="5m0s",
-                   help="how long a pressure condition stays after its signal clears (default: %(default)s)")
-    p.add_argument("--system-reserved", default="",
+    p.add_argument("--eviction-pressure-transition-period", default=None,
+                   help="how long a pressure condition stays after its signal clears (default: 5m0s)")
+    p.add_argument("--system-reserved", default=None,
                    help="resources kept for the OS, taken off the Node's allocatable, e.g. "
                         "'cpu=200m,memory=500Mi,ephemeral-storage=1Gi,pid=1000'")
-    p.add_argument("--kube-reserved", default="",
+    p.add_argument("--kube-reserved", default=None,
                    help="resources kept for Kubernetes daemons, taken off allocatable (same syntax)")
-    p.add_argument("--cpu-manager-policy", default="none", choices=("none", "static"),
+    p.add_argument("--enforce-node-allocatable", default=None,
+                   help="what node allocatable is enforced on, comma-separated: pods (the kubepods cgroup "
+                        "limited to capacity minus the reservations), system-reserved, kube-reserved (their "
+                        "cgroups limited to the reservation), or none (default: pods)")
+    p.add_argument("--system-reserved-cgroup", default=None,
+                   help="the cgroup of the OS daemons --system-reserved is enforced on, e.g. /system.slice")
+    p.add_argument("--kube-reserved-cgroup", default=None,
+                   help="the cgroup of the Kubernetes daemons --kube-reserved is enforced on")
+    p.add_argument("--cpu-manager-policy", default=None, choices=("none", "static"),
                    help="static: Guaranteed pods with whole-CPU requests get exclusive CPUs "
-                        "(default: %(default)s)")
-    p.add_argument("--reserved-cpus", default="",
+                        "(default: none)")
+    p.add_argument("--reserved-cpus", default=None,
                    help="CPUs kept for the system and Kubernetes daemons, e.g. '0' or '0-1,6' (replaces the "
                         "cpu of --system-reserved and --kube-reserved; the static policy never hands them "
                         "out)")
-    p.add_argument("--cpu-manager-reconcile-period", default="10s",
+    p.add_argument("--cpu-manager-reconcile-period", default=None,
                    help="how often the CPU manager re-applies cpusets to running containers (default: "
-                        "%(default)s)")
-    p.add_argument("--memory-manager-policy", default="None",
+                        "10s)")
+    p.add_argument("--memory-manager-policy", default=None,
                    help="only None: nodeagent has no memory manager (another value is refused)")
-    p.add_argument("--topology-manager-policy", default="none",
+    p.add_argument("--topology-manager-policy", default=None,
                    help="only none: nodeagent has no topology manager (another value is refused)")
-    p.add_argument("--max-pods", type=int, default=110,
-                   help="pods this node runs at most (default: %(default)s)")
-    p.add_argument("--pods-per-core", type=int, default=0,
+    p.add_argument("--max-pods", type=int, default=None,
+                   help="pods this node runs at most (default: 110)")
+    p.add_argument("--pods-per-core", type=int, default=None,
                    help="cap pods at this many per logical CPU, below --max-pods (default: 0, no cap)")
-    p.add_argument("--image-gc-high-threshold", type=int, default=85,
-                   help="image filesystem usage (percent) at which image GC runs (default: %(default)s)")
-    p.add_argument("--image-gc-low-threshold", type=int, default=80,
-                   help="usage (percent) image GC frees down to (default: %(default)s)")
-    p.add_argument("--image-minimum-gc-age", default="2m0s",
-                   help="unused images younger than this are never collected (default: %(default)s)")
-    p.add_argument("--maximum-dead-containers-per-container", type=int, default=1,
+    p.add_argument("--image-gc-high-threshold", type=int, default=None,
+                   help="image filesystem usage (percent) at which image GC runs (default: 85)")
+    p.add_argument("--image-gc-low-threshold", type=int, default=None,
+                   help="usage (percent) image GC frees down to (default: 80)")
+    p.add_argument("--image-minimum-gc-age", default=None,
+                   help="unused images younger than this are never collected (default: 2m0s)")
+    p.add_argument("--maximum-dead-containers-per-container", type=int, default=None,
                    help="dead instances kept per container (deprecated in kubelet, still honoured; "
-                        "default: %(default)s; -1: no limit)")
-    p.add_argument("--maximum-dead-containers", type=int, default=-1,
+                        "default: 1; -1: no limit)")
+    p.add_argument("--maximum-dead-containers", type=int, default=None,
                    help="dead containers kept on the node (deprecated in kubelet; default: -1, no limit)")
-    p.add_argument("--minimum-container-ttl-duration", default="0s",
+    p.add_argument("--minimum-container-ttl-duration", default=None,
                    help="dead containers younger than this are never collected (deprecated in kubelet; "
-                        "default: %(default)s)")
+                        "default: 0s)")
     p.add_argument("--container-gc-period", default="1m0s",
                    help="how often dead containers are collected (kubelet: 1m; default: %(default)s)")
     p.add_argument("--image-gc-period", default="5m0s",
@@ -193,7 +205,7 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                    help="cluster DNS IPs written into ClusterFirst pods' resolv.conf, comma-separated "
                         "(default: the kube-dns Service IP of the server's default Service range, "
                         "10.96.0.10; '' for none)")
-    p.add_argument("--allowed-unsafe-sysctls", default="",
+    p.add_argument("--allowed-unsafe-sysctls", default=None,
                    help="namespaced sysctls (or prefixes ending in *) pods may set beyond the kubelet's safe "
                         "ones, comma-separated, e.g. 'net.core.somaxconn,kernel.msg*'")
     p.add_argument("--volume-plugin-dir", default=None,

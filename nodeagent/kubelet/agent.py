@@ -25,7 +25,7 @@ from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
-from nodeagent.kubelet import admission, container_events
+from nodeagent.kubelet import admission, container_events, node_allocatable
 from nodeagent.kubelet.config import KubeletConfig
 from nodeagent.kubelet.cpumanager.cpuset import read_topology
 from nodeagent.kubelet.cpumanager.manager import AllocationError, CPUManager
@@ -306,6 +306,11 @@ class Kubelet:
                                   if self.cpu_reconciler is not None else None)
         if self.runtime.cgroups is not None:
             await asyncio.to_thread(_ensure_qos_tree, self.runtime.cgroups, self.runtime.cgroup_root)
+            system_reserved, kube_reserved = self.cfg.reserved()
+            await asyncio.to_thread(node_allocatable.enforce, self.runtime.cgroups,
+                                    self.runtime.cgroup_root, self.node.capacity,
+                                    self.cfg.enforce_node_allocatable, system_reserved, kube_reserved,
+                                    self.cfg.system_reserved_cgroup, self.cfg.kube_reserved_cgroup)
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
             self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock,
@@ -334,7 +339,8 @@ class Kubelet:
                                 self.runtime.cgroup_parent, self._evict, self.recorder,
                                 self.cfg.housekeeping_interval, reclaim_disk=self.gc.reclaim_disk,
                                 cri=self.cri, log_dir_of=self.runtime.pod_log_dir,
-                                volumes_dir_of=lambda p: self.volumes.pod_dir(uid_of(p)) / "volumes")
+                                volumes_dir_of=lambda p: self.volumes.pod_dir(uid_of(p)) / "volumes",
+                                cleaned=lambda p: not self.volumes.pod_dir(uid_of(p)).exists())
             tg.create_task(self.gc.run_containers(), name="kubelet-container-gc")
             tg.create_task(self.gc.run_images(), name="kubelet-image-gc")
             tg.create_task(loop.run(), name="kubelet-eviction")
@@ -579,6 +585,9 @@ class Kubelet:
         evicted = self.evicted.get(uid_of(pod))
         if evicted is not None:
             await self.runtime.kill_containers(pod, grace=0)
+            # An evicted pod's volumes go now (its emptyDirs are what a disk eviction reclaims); the object
+            # stays Failed until it is deleted.
+            await asyncio.to_thread(self.volumes.teardown_pod, uid_of(pod))
             await self._post_status(pod, evicted)
             return None
         phase = (pod.get("status") or {}).get("phase")

@@ -63,6 +63,9 @@ class KubeletConfig:
     eviction_pressure_transition_period: float = 300.0  # seconds a pressure condition outlasts its signal
     system_reserved: tuple[tuple[str, str], ...] = ()  # --system-reserved: (resource, quantity) pairs
     kube_reserved: tuple[tuple[str, str], ...] = ()  # --kube-reserved
+    enforce_node_allocatable: tuple[str, ...] = ("pods",)  # --enforce-node-allocatable
+    system_reserved_cgroup: str = ""  # --system-reserved-cgroup: limited to --system-reserved when enforced
+    kube_reserved_cgroup: str = ""  # --kube-reserved-cgroup: limited to --kube-reserved when enforced
     housekeeping_interval: float = 10.0
     resync: float = 60.0  # kubelet's --sync-frequency: every pod is re-synced at least this often
     port: int = 10250  # the Node API (HTTPS); 0: any free port
@@ -121,6 +124,7 @@ class KubeletConfig:
         for name in ("system_reserved", "kube_reserved"):
             parse_reserved(dict(getattr(self, name)))
         self._check_cpu_settings()
+        self._check_enforcement()
         self.image_gc_policy()
         if self.container_gc_period <= 0 or self.image_gc_period <= 0:
             raise ValueError("the garbage collection periods must be positive")
@@ -135,6 +139,27 @@ class KubeletConfig:
     def container_gc_policy(self) -> ContainerGCPolicy:
         return ContainerGCPolicy(self.minimum_container_ttl_duration,
                                  self.maximum_dead_containers_per_container, self.maximum_dead_containers)
+
+    def _check_enforcement(self) -> None:
+        """kubelet's validation of enforceNodeAllocatable and the reserved cgroups (its messages)."""
+        opts = self.enforce_node_allocatable
+        valid = ("pods", "system-reserved", "kube-reserved", "none")
+        for o in opts:
+            if o not in valid:
+                raise ValueError(f'invalid configuration: option "{o}" specified for enforceNodeAllocatable '
+                                 '(--enforce-node-allocatable). Valid options are "pods", "system-reserved", '
+                                 '"kube-reserved", or "none"')
+        if "none" in opts and len(opts) > 1:
+            raise ValueError("invalid configuration: enforceNodeAllocatable (--enforce-node-allocatable) "
+                             'may not contain additional enforcements when "none" is specified '
+                             f'({",".join(opts)})')
+        for what, cgroup in (("system", self.system_reserved_cgroup), ("kube", self.kube_reserved_cgroup)):
+            if f"{what}-reserved" in opts and not cgroup:
+                raise ValueError(f"invalid configuration: {what}ReservedCgroup (--{what}-reserved-cgroup) "
+                                 f'must be specified when "{what}-reserved" contained in '
+                                 "enforceNodeAllocatable (--enforce-node-allocatable)")
+            if cgroup and not cgroup.startswith("/"):
+                raise ValueError(f"--{what}-reserved-cgroup {cgroup!r}: must be an absolute cgroup path")
 
     def _check_cpu_settings(self) -> None:
         from nodeagent.kubelet.cpumanager.cpuset import CPUSetError, parse

@@ -26,6 +26,8 @@ from nodeagent.kubelet.labels import CONTAINER_NAME_LABEL, POD_UID_LABEL
 log = logging.getLogger("nodeagent.kubelet.eviction")
 
 DISK_RESOURCES = ("ephemeral-storage", "inodes")
+POD_CLEANUP_TIMEOUT = 30.0  # kubelet's podCleanupTimeout
+POD_CLEANUP_POLL = 1.0  # kubelet's podCleanupPollFreq
 
 
 class EvictionLoop:
@@ -34,7 +36,9 @@ class EvictionLoop:
                  evict: Callable[[dict, dict[str, Any]], Any], recorder: Any, period: float = 10.0,
                  reclaim_disk: Callable[[], Awaitable[None]] | None = None, cri: RuntimeClient | None = None,
                  log_dir_of: Callable[[Mapping[str, Any]], Path] | None = None,
-                 volumes_dir_of: Callable[[Mapping[str, Any]], Path] | None = None) -> None:
+                 volumes_dir_of: Callable[[Mapping[str, Any]], Path] | None = None,
+                 cleaned: Callable[[Mapping[str, Any]], bool] | None = None,
+                 cleanup_timeout: float = POD_CLEANUP_TIMEOUT) -> None:
         self.manager = manager
         self.clock = clock
         self.nodefs = nodefs
@@ -44,6 +48,8 @@ class EvictionLoop:
         self.period = period
         self.reclaim_disk = reclaim_disk
         self.cri = cri  # for the containers' writable layers; None: memory only
+        self.cleaned = cleaned  # whether an evicted pod's containers and volumes are gone (blocking check)
+        self.cleanup_timeout = cleanup_timeout
         self.paths = UsagePaths(memory_root(), cgroup_of,
                                 log_dir_of or (lambda p: Path("/nonexistent")),
                                 volumes_dir_of or (lambda p: Path("/nonexistent")))
@@ -69,7 +75,20 @@ class EvictionLoop:
         res = self.evict(pod, status)
         if asyncio.iscoroutine(res):
             await res
+        await self._wait_cleanup(pod)
 
+    async def _wait_cleanup(self, pod: Mapping[str, Any]) -> None:
+        """waitForPodsCleanup: the next pass measures the node only once the victim's resources are freed
+        (else a second pod goes for what the first one still holds), up to the cleanup timeout."""
+        if self.cleaned is None:
+            return
+        end = self.clock.monotonic() + self.cleanup_timeout
+        while not await asyncio.to_thread(self.cleaned, pod):
+            if self.clock.monotonic() >= end:
+                log.warning("eviction manager: timed out waiting for pod %s/%s to be cleaned up",
+                            pod["metadata"].get("namespace"), pod["metadata"]["name"])
+                return
+            await self.clock.sleep(POD_CLEANUP_POLL)
     async def pass_once(self) -> None:
         pods = self.active_pods()
         if self.cri is not None and any(has_local_limits(p) for p in pods):

@@ -142,6 +142,8 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
         f = request.filter
         out = []
         for st in self.containers.values():
+            if f.HasField("state") and st.state != f.state.state:
+                continue
             if _selected(st.labels, f.label_selector):
                 out.append(pb.Container(id=st.id, pod_sandbox_id=self.container_sandbox[st.id],
                                         metadata=st.metadata, state=st.state, labels=st.labels,
@@ -188,6 +190,29 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
         del self.container_sandbox[cid]
         return pb.RemoveContainerResponse()
 
+    async def UpdateContainerResources(self, request, context):
+        st = await self._need(self.containers, request.container_id, context)
+        self.calls.append(("UpdateContainerResources", (st.metadata.name, request.linux.cpuset_cpus)))
+        return pb.UpdateContainerResourcesResponse()
+
+    async def ListContainerStats(self, request, context):
+        """Running containers with fixed usage (a writable layer of 4 KiB, 1 ms of CPU, 1 MiB of memory)."""
+        out = []
+        ts = self._now()
+        for st in self.containers.values():
+            if st.state != pb.CONTAINER_RUNNING:
+                continue
+            cs = pb.ContainerStats()
+            cs.attributes.id = st.id
+            cs.attributes.metadata.CopyFrom(st.metadata)
+            cs.attributes.labels.update(st.labels)
+            cs.cpu.timestamp, cs.cpu.usage_core_nano_seconds.value = ts, 1_000_000
+            cs.memory.timestamp, cs.memory.working_set_bytes.value = ts, 1 << 20
+            cs.writable_layer.timestamp, cs.writable_layer.used_bytes.value = ts, 4096
+            cs.writable_layer.inodes_used.value = 1
+            out.append(cs)
+        return pb.ListContainerStatsResponse(stats=out)
+
     async def ExecSync(self, request, context):
         st = await self._need(self.containers, request.container_id, context)
         self.calls.append(("ExecSync", (st.metadata.name, tuple(request.cmd))))
@@ -206,6 +231,22 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
         elif user:
             img.username = user
         return pb.ImageStatusResponse(image=img)
+
+    async def ListImages(self, request, context):
+        return pb.ListImagesResponse(images=[pb.Image(id=f"sha256:{i}", repo_tags=[i], size=1)
+                                             for i in sorted(self.images)])
+
+    async def RemoveImage(self, request, context):
+        image = request.image.image.removeprefix("sha256:")
+        self.calls.append(("RemoveImage", image))
+        self.images.discard(image)
+        return pb.RemoveImageResponse()
+
+    async def ImageFsInfo(self, request, context):
+        """The image filesystem is the temporary directory's (a real statvfs for image GC)."""
+        fs = pb.FilesystemUsage(timestamp=self._now())
+        fs.fs_id.mountpoint = tempfile.gettempdir()
+        return pb.ImageFsInfoResponse(image_filesystems=[fs])
 
     async def PullImage(self, request, context):
         image = request.image.image

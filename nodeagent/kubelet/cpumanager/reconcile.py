@@ -73,11 +73,9 @@ class CPUReconciler:
             self.applied[container_id] = cpuset
 
     async def run(self) -> None:
+        """Reconcile every period or when poked; the first pass waits a period, so the pod sources (static
+        pods too) are loaded before assignments of pods not seen are dropped as stale."""
         while True:
-            try:
-                await self.reconcile()
-            except Exception as e:
-                log.warning("CPU manager reconcile failed: %s", e)
             self._wake.clear()
             sleeper = asyncio.ensure_future(self.clock.sleep(self.period))
             waker = asyncio.ensure_future(self._wake.wait())
@@ -86,3 +84,7 @@ class CPUReconciler:
             finally:
                 sleeper.cancel()
                 waker.cancel()
+            try:
+                await self.reconcile()
+            except Exception as e:
+                log.warning("CPU manager reconcile failed: %s", e)

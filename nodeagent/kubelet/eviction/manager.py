@@ -220,8 +220,9 @@ def evicted_status(pod: Mapping[str, Any], message: str, now: float) -> dict[str
 
 
 def local_storage_violation(pod: Mapping[str, Any], usage: PodUsage | None) -> str | None:
-    """localStorageEviction: the message when an emptyDir exceeds its sizeLimit, the pod its summed
-    ephemeral-storage limits, or a container its own limit (checked in that order); None when within."""
+    """localStorageEviction: the message when an emptyDir exceeds its sizeLimit, the pod the sum of the
+    ephemeral-storage limits its containers declare, or a container its own limit (checked in that order);
+    None when within."""
     if usage is None:
         return None
     spec = pod.get("spec") or {}
@@ -236,7 +237,7 @@ def local_storage_violation(pod: Mapping[str, Any], usage: PodUsage | None) -> s
     containers = list(spec.get("containers") or [])
     limits = [((c.get("resources") or {}).get("limits") or {}).get("ephemeral-storage") for c in containers]
     given = [x for x in limits if x is not None]
-    if containers and len(given) == len(limits):
+    if given:  # PodLimits: the sum of the limits the containers declare
         total = sum((parse_quantity(x) for x in given), Fraction(0))
         if usage.ephemeral_storage > total:
             return POD_EPHEMERAL_FMT.format(_fmt(total, "ephemeral-storage"))

@@ -162,3 +162,30 @@ def test_cpu_flags_reach_the_kubelet_config(tmp_path):
     system, kube = k.reserved()
     assert system["cpu"] == 2 and "cpu" not in kube and system["memory"] == 2**30  # --reserved-cpus wins
     assert k.pod_capacity(2) == 20 and k.pod_capacity(8) == 50
+
+
+# -- the cgroup v2 path (the lab's Debian 12 guests) --------------------------------------------------
+
+
+def test_v2_container_and_kubepods_files(tmp_path):
+    """What the runtime's v2 driver writes for the CPU manager's cpusets and node allocatable's kubepods:
+    cpuset.cpus on the container, cpu.weight and memory.max on kubepods (a unified tree laid out in tmp)."""
+    from kernel.cgroups.base import Resources
+    from kernel.cgroups.v2 import V2Cgroups
+    from nodeagent.kubelet import node_allocatable
+
+    for d in ("inst/kubepods/podu1/c1", "inst/kubepods/besteffort/podu2/c2"):
+        (tmp_path / d).mkdir(parents=True)
+    drv = V2Cgroups(str(tmp_path))
+    m = CPUManager("static", tmp_path / "state", Topology.flat(2), reserved={0})
+    m.start()
+    g, be = guaranteed("1", name="c1", uid="u1"), pod(container("c2"), uid="u2")
+    m.allocate(g)
+    drv.apply("/inst/kubepods/podu1/c1", Resources(cpuset_cpus=m.cpuset(g, g["spec"]["containers"][0])))
+    drv.apply("/inst/kubepods/besteffort/podu2/c2",
+              Resources(cpuset_cpus=m.cpuset(be, be["spec"]["containers"][0])))
+    assert (tmp_path / "inst/kubepods/podu1/c1/cpuset.cpus").read_text().strip() == "1"
+    assert (tmp_path / "inst/kubepods/besteffort/podu2/c2/cpuset.cpus").read_text().strip() == "0"
+    node_allocatable.enforce(drv, ("inst",), {"cpu": "2", "memory": "4Gi"}, ("pods",), {"memory": "1Gi"}, {})
+    assert (tmp_path / "inst/kubepods/memory.max").read_text().strip() == str(3 << 30)
+    assert (tmp_path / "inst/kubepods/cpu.weight").read_text().strip() == "79"  # 2048 shares, runc's mapping

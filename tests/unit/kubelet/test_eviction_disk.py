@@ -57,3 +57,16 @@ def test_pod_usage_counts_writable_layers_logs_and_disk_empty_dirs(tmp_path: Pat
     assert u.volumes == {"scratch": 4096}
     assert u.ephemeral_storage == 1100 + 4096
     assert local_storage_violation(p, u) == 'Usage of EmptyDir volume "scratch" exceeds the limit "1Ki". '
+
+
+def test_pod_limit_is_the_sum_of_the_declared_limits_then_each_container_its_own():
+    p = pod(container("a", limits={"ephemeral-storage": "1Mi"}), container("b"),
+            container("c", limits={"ephemeral-storage": "64Mi"}))
+    from nodeagent.kubelet.eviction import PodUsage
+
+    over_pod = PodUsage(ephemeral_storage=70 * Mi, containers={"b": {"ephemeral-storage": 70 * Mi}})
+    assert local_storage_violation(p, over_pod) == \
+        "Pod ephemeral local storage usage exceeds the total limit of containers 65Mi. "
+    over_a = PodUsage(ephemeral_storage=4 * Mi, containers={"a": {"ephemeral-storage": 4 * Mi}})
+    assert local_storage_violation(p, over_a) == \
+        'Container a exceeded its local ephemeral storage limit "1Mi". '
