@@ -34,10 +34,10 @@ SA = "system:serviceaccount:website-operator:website-operator"
 def _load_build() -> Any:
     sys.path.insert(0, str(EXAMPLE))
     try:
-        import build as example_build  # examples/website-operator/build.py
+        import build_image  # examples/website-operator/build_image.py
     finally:
         sys.path.remove(str(EXAMPLE))
-    return example_build
+    return build_image
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +162,7 @@ def test_operator_from_the_host(cluster: Cluster) -> None:
     log = c.data_dir / "kopf-host.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen([sys.executable, "-m", "kopf", "run", "--all-namespaces", "--verbose",
-                                 str(EXAMPLE / "operator.py")], stdout=f, stderr=subprocess.STDOUT,
+                                 str(EXAMPLE / "website_operator.py")], stdout=f, stderr=subprocess.STDOUT,
                                 env={**os.environ, **c.env})
     try:
         _exercise(c, "host")

@@ -1,8 +1,9 @@
 """Build the operator's image locally and import it into a node's image store.
 
-The image is busybox, the Python interpreter that runs nodeagent (its binary, libraries and standard library),
-kopf and the kubernetes client with their requirements from the same environment, and operator.py at /app.
-Run it with nodeagent's venv: `sudo .venv/bin/python examples/website-operator/build.py [--state-dir DIR]`.
+The image is busybox, the Python interpreter that runs nodeagent (its binary, libraries and standard
+library), kopf and the kubernetes client with their requirements from the same environment, and
+website_operator.py at /app. Run it with nodeagent's venv:
+`sudo .venv/bin/python examples/website-operator/build_image.py [--state-dir DIR]`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ IMAGE, TAG = "localhost/website-operator", "v1"
 
 def image_spec() -> ImageSpec:
     app = (Entry("app", kind="dir", mode=0o755),
-           Entry("app/operator.py", data=(HERE / "operator.py").read_bytes()))
+           Entry("app/website_operator.py", data=(HERE / "website_operator.py").read_bytes()))
     return python_spec(IMAGE, TAG, distributions=("kopf", "kubernetes"), app=app,
-                       cmd=("python3", "-m", "kopf", "run", "--all-namespaces", "/app/operator.py"))
+                       cmd=("python3", "-m", "kopf", "run", "--all-namespaces", "/app/website_operator.py"))
 
 
 def main() -> int:

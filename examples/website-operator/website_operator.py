@@ -10,6 +10,7 @@ Website (`kubectl get events`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -59,10 +60,11 @@ def _apply(obj: dict[str, Any]) -> str:
     api_client = client.ApiClient()
     kind, ns, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
     core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
-    create = {"ConfigMap": core.create_namespaced_config_map, "Service": core.create_namespaced_service,
-              "Deployment": apps.create_namespaced_deployment}[kind]
-    patch = {"ConfigMap": core.patch_namespaced_config_map, "Service": core.patch_namespaced_service,
-             "Deployment": apps.patch_namespaced_deployment}[kind]
+    verbs: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+        "ConfigMap": (core.create_namespaced_config_map, core.patch_namespaced_config_map),
+        "Service": (core.create_namespaced_service, core.patch_namespaced_service),
+        "Deployment": (apps.create_namespaced_deployment, apps.patch_namespaced_deployment)}
+    create, patch = verbs[kind]
     try:
         create(ns, obj)
         return "created"
@@ -83,10 +85,11 @@ def _apply(obj: dict[str, Any]) -> str:
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def reconcile(spec: kopf.Spec, name: str, namespace: str, body: kopf.Body, logger: kopf.Logger,
+def reconcile(spec: kopf.Spec, name: str, namespace: str | None, body: kopf.Body, logger: kopf.Logger,
               patch: kopf.Patch, **_: Any) -> None:
     """Bring the Website's ConfigMap, Deployment and Service to its spec. A page taken from a ConfigMap
     (`htmlFrom.configMapKeyRef`) that does not exist yet is a temporary error: kopf retries in 5 s."""
+    namespace = namespace or "default"  # Websites are namespaced: kopf always passes one
     html = spec.get("html")
     ref = (spec.get("htmlFrom") or {}).get("configMapKeyRef")
     if html is None and ref:
