@@ -17,13 +17,14 @@ import celpy
 from nodeagent.api.admission_webhooks import (
     Request,
     match_conditions_errors,
+    named_expressions_errors,
     namespace_selected,
     object_selected,
     rule_matches,
     unsupported,
 )
 from nodeagent.api.schema_cel import RuleError, compile_rule
-from nodeagent.api.validation import FieldErrors, err, invalid, required
+from nodeagent.api.validation import FieldErrors, invalid, required
 
 POLICY, BINDING = "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"
 ACTIONS = ("Deny", "Warn", "Audit")
@@ -93,18 +94,7 @@ def validate_policy(obj: dict[str, Any]) -> FieldErrors:
             errs += _expression(v.get("messageExpression"), f"{base}.messageExpression")
         if v.get("reason") is not None and v["reason"] not in REASON_CODES:
             errs.append(unsupported(f"{base}.reason", v["reason"], tuple(REASON_CODES)))
-    names: set[str] = set()
-    for i, var in enumerate(spec.get("variables") or []):
-        base = f"spec.variables[{i}]"
-        name = (var or {}).get("name") if isinstance(var, dict) else None
-        if not name:
-            errs.append(required(f"{base}.name"))
-        elif name in names:
-            errs.append(err("FieldValueDuplicate", f"{base}.name", f'Duplicate value: "{name}"'))
-        else:
-            names.add(name)
-        errs += _expression((var or {}).get("expression") if isinstance(var, dict) else None,
-                            f"{base}.expression")
+    errs += named_expressions_errors(spec.get("variables"), "spec.variables")
     errs += match_conditions_errors(spec.get("matchConditions"), "spec.matchConditions")
     pk = spec.get("paramKind")
     if pk is not None and (not isinstance(pk, dict) or not pk.get("apiVersion") or not pk.get("kind")):

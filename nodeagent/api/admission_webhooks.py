@@ -215,16 +215,21 @@ def _url(url: Any, field: str) -> FieldErrors:
 
 
 def match_conditions_errors(conditions: Any, base: str) -> FieldErrors:
-    if conditions is None:
+    return named_expressions_errors(conditions, base, MAX_MATCH_CONDITIONS)
+
+
+def named_expressions_errors(items: Any, base: str, most: int | None = None) -> FieldErrors:
+    """A list of {name, expression} (matchConditions, a policy's variables): names unique, every
+    expression compiling."""
+    if items is None:
         return []
-    if not isinstance(conditions, list):
-        return [invalid(base, conditions, "must be a list")]
+    if not isinstance(items, list):
+        return [invalid(base, items, "must be a list")]
     errs: FieldErrors = []
-    if len(conditions) > MAX_MATCH_CONDITIONS:
-        errs.append(err("FieldValueTooMany", base,
-                        f"Too many: {len(conditions)}: must have at most {MAX_MATCH_CONDITIONS} items"))
+    if most is not None and len(items) > most:
+        errs.append(err("FieldValueTooMany", base, f"Too many: {len(items)}: must have at most {most} items"))
     names: set[str] = set()
-    for i, c in enumerate(conditions):
+    for i, c in enumerate(items):
         field = f"{base}[{i}]"
         if not isinstance(c, dict):
             errs.append(invalid(field, c, "must be an object"))
