@@ -34,6 +34,7 @@ from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import admission, errors, lifecycle
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.metrics import Metrics
 from nodeagent.apiserver.webhooks import Attributes, WebhookAdmission
 from nodeagent.store import base as store_base
 
@@ -140,10 +141,10 @@ class Registry:
         self.write_check: Callable[[str, str, dict[str, Any], dict[str, Any] | None],
                                    Awaitable[None]] | None = None
 
-    def enable_webhooks(self) -> None:
+    def enable_webhooks(self, metrics: Metrics | None = None) -> None:
         """Call admission webhooks on writes (kube-apiserver's MutatingAdmissionWebhook and
         ValidatingAdmissionWebhook plugins), their configurations read like every admission input."""
-        self.webhooks = WebhookAdmission(self._lookup)
+        self.webhooks = WebhookAdmission(self._lookup, metrics=metrics)
 
     async def _lookup(self, res: Resource, ns: str | None) -> list[dict[str, Any]]:
         """Objects of a kind for admission decisions (read-only): from the watch cache when there is one."""

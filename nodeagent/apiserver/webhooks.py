@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import json
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -31,6 +32,7 @@ from nodeagent.api.resources import Resource, all_resources, builtin, by_kind
 from nodeagent.api.selectors import SelectorError, from_label_selector
 from nodeagent.apiserver.auth import User
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.metrics import Metrics
 from nodeagent.apiserver.webhook_client import CallFailed, WebhookClient
 
 log = logging.getLogger("nodeagent.apiserver.webhooks")
@@ -104,9 +106,24 @@ def internal_error(message: str) -> ApiError:
 class WebhookAdmission:
     """The two webhook admission plugins over the watch cache's configurations."""
 
-    def __init__(self, lookup: Lookup, client: WebhookClient | None = None) -> None:
+    def __init__(self, lookup: Lookup, client: WebhookClient | None = None,
+                 metrics: Metrics | None = None) -> None:
         self._lookup = lookup
         self.client = client or WebhookClient(lookup)
+        self.metrics = metrics
+
+    def _observe(self, hook: Mapping[str, Any], kind: str, attrs: Attributes, started: float,
+                 error: BaseException | None) -> None:
+        if self.metrics is None:
+            return
+        error_type, code = None, 200
+        if isinstance(error, CallError):
+            error_type, code = "calling_webhook_error", 500
+        elif isinstance(error, ApiError):
+            error_type, code = "no_error", error.code
+        failed_open = isinstance(error, CallError) and hook.get("failurePolicy") == "Ignore"
+        self.metrics.observe_webhook(str(hook.get("name")), kind, attrs.operation, time.monotonic() - started,
+                                     error_type, code, failed_open)
 
     async def close(self) -> None:
         await self.client.close()
@@ -135,14 +152,20 @@ class WebhookAdmission:
         return attrs.obj
 
     async def _mutate_once(self, hook: dict[str, Any], attrs: Attributes) -> bool:
+        started = time.monotonic()
         try:
             response = await self._call(hook, attrs, mutating=True)
-        except CallError as e:
+        except (CallError, ApiError) as e:
+            self._observe(hook, "admit", attrs, started, e)
+            if isinstance(e, ApiError):
+                raise
+
             if hook.get("failurePolicy") == "Ignore":
                 log.warning("Failed calling webhook, failing open %s: %s", hook.get("name"), e)
                 return False
             log.warning("Failed calling webhook, failing closed %s: %s", hook.get("name"), e)
             raise internal_error(str(e)) from None
+        self._observe(hook, "admit", attrs, started, None)
         patch = response.get("patch")
         if not patch:
             return False
@@ -194,16 +217,20 @@ class WebhookAdmission:
                 raise refusal
 
     async def _validate_one(self, hook: dict[str, Any], attrs: Attributes) -> ApiError | None:
+        started = time.monotonic()
         try:
             await self._call(hook, attrs, mutating=False)
         except CallError as e:
+            self._observe(hook, "validating", attrs, started, e)
             if hook.get("failurePolicy") == "Ignore":
                 log.warning("Failed calling webhook, failing open %s: %s", hook.get("name"), e)
                 return None
             log.warning("Failed calling webhook, failing closed %s: %s", hook.get("name"), e)
             return internal_error(str(e))
         except ApiError as e:
+            self._observe(hook, "validating", attrs, started, e)
             return e
+        self._observe(hook, "validating", attrs, started, None)
         return None
 
     # ------------------------------------------------------------------ policies
