@@ -159,7 +159,6 @@ class WebhookAdmission:
             self._observe(hook, "admit", attrs, started, e)
             if isinstance(e, ApiError):
                 raise
-
             if hook.get("failurePolicy") == "Ignore":
                 log.warning("Failed calling webhook, failing open %s: %s", hook.get("name"), e)
                 return False
