@@ -7,6 +7,7 @@ the host with the admin kubeconfig (kopf against this apiserver, whatever the au
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -32,12 +33,12 @@ SA = "system:serviceaccount:website-operator:website-operator"
 
 
 def _load_build() -> Any:
-    sys.path.insert(0, str(EXAMPLE))
-    try:
-        import build_image  # examples/website-operator/build_image.py
-    finally:
-        sys.path.remove(str(EXAMPLE))
-    return build_image
+    """examples/website-operator/build_image.py, loaded from its file (examples/ is no package)."""
+    spec = importlib.util.spec_from_file_location("website_operator_build", EXAMPLE / "build_image.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
