@@ -26,7 +26,8 @@ from nodeagent.testing.images import build
 from tests.e2e.kubelet.test_node_up import Cluster
 from tests.harness.resources import unique
 
-pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
+# building the operator's image (~40 MB) and two Deployments' pods take minutes on a busy 2-core host
+pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "website-operator"
 SA = "system:serviceaccount:website-operator:website-operator"
