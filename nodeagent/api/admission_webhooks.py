@@ -56,7 +56,7 @@ def default_configuration(obj: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------- validation
-def _unsupported(field: str, value: Any, supported: tuple[str, ...]) -> dict[str, str]:
+def unsupported(field: str, value: Any, supported: tuple[str, ...]) -> dict[str, str]:
     quoted = ", ".join(f'"{s}"' for s in supported)
     return err("FieldValueNotSupported", field, f'Unsupported value: "{value}": supported values: {quoted}')
 
@@ -106,22 +106,22 @@ def _webhook(hook: dict[str, Any], base: str, mutating: bool) -> FieldErrors:
                             "must include at least one of " + ", ".join(REVIEW_VERSIONS)))
     policy = hook.get("failurePolicy")
     if policy not in ("Fail", "Ignore"):
-        errs.append(_unsupported(f"{base}.failurePolicy", policy, ("Fail", "Ignore")))
+        errs.append(unsupported(f"{base}.failurePolicy", policy, ("Fail", "Ignore")))
     match_policy = hook.get("matchPolicy")
     if match_policy not in ("Equivalent", "Exact"):
-        errs.append(_unsupported(f"{base}.matchPolicy", match_policy, ("Equivalent", "Exact")))
+        errs.append(unsupported(f"{base}.matchPolicy", match_policy, ("Equivalent", "Exact")))
     side = hook.get("sideEffects")
     if side is None:
         errs.append(err("FieldValueRequired", f"{base}.sideEffects",
                         'Required value: must specify one of "None", "NoneOnDryRun"'))
     elif side not in ("None", "NoneOnDryRun"):
-        errs.append(_unsupported(f"{base}.sideEffects", side, ("None", "NoneOnDryRun")))
+        errs.append(unsupported(f"{base}.sideEffects", side, ("None", "NoneOnDryRun")))
     timeout = hook.get("timeoutSeconds")
     if not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 30:
         errs.append(invalid(f"{base}.timeoutSeconds", timeout,
                             "the timeout value must be between 1 and 30 seconds"))
     if mutating and hook.get("reinvocationPolicy") not in ("Never", "IfNeeded"):
-        errs.append(_unsupported(f"{base}.reinvocationPolicy", hook.get("reinvocationPolicy"),
+        errs.append(unsupported(f"{base}.reinvocationPolicy", hook.get("reinvocationPolicy"),
                                  ("Never", "IfNeeded")))
     for field in ("namespaceSelector", "objectSelector"):
         try:
@@ -129,7 +129,7 @@ def _webhook(hook: dict[str, Any], base: str, mutating: bool) -> FieldErrors:
         except (SelectorError, AttributeError, TypeError) as e:
             errs.append(invalid(f"{base}.{field}", hook.get(field), str(e)))
     errs += _client_config(hook.get("clientConfig"), f"{base}.clientConfig")
-    errs += _match_conditions(hook.get("matchConditions"), f"{base}.matchConditions")
+    errs += match_conditions_errors(hook.get("matchConditions"), f"{base}.matchConditions")
     return errs
 
 
@@ -145,7 +145,7 @@ def _rule(rule: Any, base: str) -> FieldErrors:
                             "if '*' is present, must not specify other operations"))
     for k, op in enumerate(ops):
         if op not in OPERATIONS:
-            errs.append(_unsupported(f"{base}.operations[{k}]", op, OPERATIONS))
+            errs.append(unsupported(f"{base}.operations[{k}]", op, OPERATIONS))
     for field in ("apiGroups", "apiVersions"):
         values = rule.get(field) or []
         if not values:
@@ -168,7 +168,7 @@ def _rule(rule: Any, base: str) -> FieldErrors:
         errs.append(invalid(f"{base}.resources", resources, "if '*/*' is present, must not specify other "
                             "resources"))
     if rule.get("scope") not in ("*", "Cluster", "Namespaced"):
-        errs.append(_unsupported(f"{base}.scope", rule.get("scope"), ("*", "Cluster", "Namespaced")))
+        errs.append(unsupported(f"{base}.scope", rule.get("scope"), ("*", "Cluster", "Namespaced")))
     return errs
 
 
@@ -214,17 +214,22 @@ def _url(url: Any, field: str) -> FieldErrors:
     return errs
 
 
-def _match_conditions(conditions: Any, base: str) -> FieldErrors:
-    if conditions is None:
+def match_conditions_errors(conditions: Any, base: str) -> FieldErrors:
+    return named_expressions_errors(conditions, base, MAX_MATCH_CONDITIONS)
+
+
+def named_expressions_errors(items: Any, base: str, most: int | None = None) -> FieldErrors:
+    """A list of {name, expression} (matchConditions, a policy's variables): names unique, every
+    expression compiling."""
+    if items is None:
         return []
-    if not isinstance(conditions, list):
-        return [invalid(base, conditions, "must be a list")]
+    if not isinstance(items, list):
+        return [invalid(base, items, "must be a list")]
     errs: FieldErrors = []
-    if len(conditions) > MAX_MATCH_CONDITIONS:
-        errs.append(err("FieldValueTooMany", base,
-                        f"Too many: {len(conditions)}: must have at most {MAX_MATCH_CONDITIONS} items"))
+    if most is not None and len(items) > most:
+        errs.append(err("FieldValueTooMany", base, f"Too many: {len(items)}: must have at most {most} items"))
     names: set[str] = set()
-    for i, c in enumerate(conditions):
+    for i, c in enumerate(items):
         field = f"{base}[{i}]"
         if not isinstance(c, dict):
             errs.append(invalid(field, c, "must be an object"))

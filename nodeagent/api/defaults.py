@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from nodeagent.api import admission_webhooks, csi, storage
+from nodeagent.api import admission_policy, admission_webhooks, csi, storage
 from nodeagent.api.env_validation import default_field_refs
 from nodeagent.api.qos import compute_pod_qos
 
@@ -323,6 +323,8 @@ BY_KIND = {
     "StorageClass": storage.default_sc, "CSIDriver": csi.default_csidriver,
     admission_webhooks.MUTATING: admission_webhooks.default_configuration,
     admission_webhooks.VALIDATING: admission_webhooks.default_configuration,
+    admission_policy.POLICY: admission_policy.default_policy,
+    admission_policy.BINDING: admission_policy.default_binding,
 }
 
 

@@ -122,6 +122,10 @@ RESOURCES: tuple[Resource, ...] = (
       False, (), ("api-extensions",)),
     R("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
       "ValidatingWebhookConfiguration", False, (), ("api-extensions",)),
+    R("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy",
+      False, (), ("api-extensions",), ("status",)),
+    R("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+      "ValidatingAdmissionPolicyBinding", False, (), ("api-extensions",)),
     R("apiregistration.k8s.io", "v1", "apiservices", "APIService", False, (), ("api-extensions",),
       ("status",)),
     # metrics.k8s.io: computed from the kubelets' resource metrics on every read, never stored

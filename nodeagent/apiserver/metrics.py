@@ -1,5 +1,6 @@
 """Prometheus metrics for `/metrics` (apiserver_request_total, apiserver_request_duration_seconds,
-apiserver_watch_events_total, apiserver_registered_watchers), in a registry of the server's own."""
+apiserver_watch_events_total, apiserver_registered_watchers, the admission webhooks' calls), in a registry of
+the server's own."""
 
 from __future__ import annotations
 
@@ -20,6 +21,19 @@ class Metrics:
                                            0.5, 1, 2.5, 5))
         self.watchers = Gauge("apiserver_registered_watchers", "Open watch streams", ["resource"],
                               registry=self.registry)
+        self.webhook_duration = Histogram(
+            "apiserver_admission_webhook_admission_duration_seconds",
+            "Admission webhook latency by name, type (admit or validating), operation and rejection",
+            ["name", "type", "operation", "rejected"], registry=self.registry,
+            buckets=(0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10, 25))
+        self.webhook_rejections = Counter(
+            "apiserver_admission_webhook_rejection_count",
+            "Admission webhook rejections by name, type, operation, error type and code",
+            ["name", "type", "operation", "error_type", "rejection_code"], registry=self.registry)
+        self.webhook_fail_open = Counter(
+            "apiserver_admission_webhook_fail_open_count",
+            "Admission webhook calls that failed and were ignored (failurePolicy Ignore)",
+            ["name", "type"], registry=self.registry)
         gates = Gauge(features.FEATURE_METRIC, features.FEATURE_HELP, ["name", "stage"],
                       registry=self.registry)
         for name, (stage, enabled) in features.FEATURES.items():
@@ -28,6 +42,17 @@ class Metrics:
     def observe(self, verb: str, group: str, resource: str, sub: str, code: int, seconds: float) -> None:
         self.requests.labels(verb, group, resource, sub, str(code)).inc()
         self.duration.labels(verb, resource).observe(seconds)
+
+    def observe_webhook(self, name: str, kind: str, operation: str, seconds: float, error_type: str | None,
+                        code: int, failed_open: bool) -> None:
+        """One webhook call as kube-apiserver counts it: `error_type` None when allowed, else
+        calling_webhook_error, no_error (refused) or apiserver_internal_error."""
+        rejected = error_type is not None and not failed_open
+        self.webhook_duration.labels(name, kind, operation, str(rejected).lower()).observe(seconds)
+        if rejected:
+            self.webhook_rejections.labels(name, kind, operation, error_type, str(code)).inc()
+        if failed_open:
+            self.webhook_fail_open.labels(name, kind).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -18,7 +18,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from nodeagent.api import admission_webhooks, defaults, schema_validation, storage, validation
+from nodeagent.api import (
+    admission_policy,
+    admission_webhooks,
+    defaults,
+    schema_validation,
+    storage,
+    validation,
+)
 from nodeagent.api.pod_validation import validate_ephemeral_update, validate_pod_create
 from nodeagent.api.qos import compute_pod_qos
 from nodeagent.api.resources import Resource, builtin
@@ -27,6 +34,7 @@ from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import admission, errors, lifecycle
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.metrics import Metrics
 from nodeagent.apiserver.webhooks import Attributes, WebhookAdmission
 from nodeagent.store import base as store_base
 
@@ -39,7 +47,7 @@ log = logging.getLogger("nodeagent.apiserver")
 _STATUS_SPLIT = {"Pod", "Deployment", "ReplicaSet", "DaemonSet", "StatefulSet", "Job", "CronJob", "Service",
                  "Namespace", "Node", "ResourceQuota", "PodDisruptionBudget", "ReplicationController",
                  "PersistentVolumeClaim", "PersistentVolume", "CustomResourceDefinition",
-                 "CertificateSigningRequest", "APIService"}
+                 "CertificateSigningRequest", "APIService", "ValidatingAdmissionPolicy"}
 _GEN_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _PATCH_ATTEMPTS = 200  # a patch without a resourceVersion retries its conflicts this many times
 _NO_SPEC_KEYS = ("metadata", "status", "apiVersion", "kind")
@@ -133,10 +141,10 @@ class Registry:
         self.write_check: Callable[[str, str, dict[str, Any], dict[str, Any] | None],
                                    Awaitable[None]] | None = None
 
-    def enable_webhooks(self) -> None:
+    def enable_webhooks(self, metrics: Metrics | None = None) -> None:
         """Call admission webhooks on writes (kube-apiserver's MutatingAdmissionWebhook and
         ValidatingAdmissionWebhook plugins), their configurations read like every admission input."""
-        self.webhooks = WebhookAdmission(self._lookup)
+        self.webhooks = WebhookAdmission(self._lookup, metrics=metrics)
 
     async def _lookup(self, res: Resource, ns: str | None) -> list[dict[str, Any]]:
         """Objects of a kind for admission decisions (read-only): from the watch cache when there is one."""
@@ -414,6 +422,10 @@ class Registry:
         errs = validation.validate(obj, res.kind, res.namespaced)
         if res.group == admission_webhooks.GROUP and res.kind in admission_webhooks.KINDS:
             errs += admission_webhooks.validate_configuration(obj)
+        if res.group == admission_webhooks.GROUP and res.kind == admission_policy.POLICY:
+            errs += admission_policy.validate_policy(obj)
+        if res.group == admission_webhooks.GROUP and res.kind == admission_policy.BINDING:
+            errs += admission_policy.validate_binding(obj)
         if errs:
             raise errors.invalid(res.kind,
                                  obj["metadata"].get("name") or obj["metadata"].get("generateName", ""),

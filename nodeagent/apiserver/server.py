@@ -97,7 +97,6 @@ class ApiServer:
         self.cache = WatchCache(self.store)
         await self.cache.start()
         self.registry.cache = self.cache
-        self.registry.enable_webhooks()
         bootstrap_tokens = BootstrapTokenAuthenticator(self.store, self.cache)
         sa_keys = await asyncio.to_thread(ServiceAccountKeys, self.data_dir / "pki",
                                           self.cfg.service_account_issuer, self.cfg.api_audiences)
@@ -110,6 +109,7 @@ class ApiServer:
         handlers = Handlers(self.registry, self.cache, self.tokens, f"{self.advertise}:{self.cfg.port}",
                             kubelets, bootstrap_tokens, join, MetricsAPI(storage, self.cache),
                             service_accounts, self.authorizer)
+        self.registry.enable_webhooks(handlers.metrics)
         self._fetcher = resource_metrics.KubeletFetcher(kubelets.client_ssl)
         cache = self.cache
 

@@ -20,21 +20,27 @@ import copy
 import dataclasses
 import json
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from nodeagent.api import admission_policy as ap
 from nodeagent.api import admission_webhooks as aw
 from nodeagent.api.patch import PatchError, json_patch
-from nodeagent.api.resources import Resource, all_resources, builtin
+from nodeagent.api.resources import Resource, all_resources, builtin, by_kind
+from nodeagent.api.selectors import SelectorError, from_label_selector
 from nodeagent.apiserver.auth import User
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.metrics import Metrics
 from nodeagent.apiserver.webhook_client import CallFailed, WebhookClient
 
 log = logging.getLogger("nodeagent.apiserver.webhooks")
 
 MUTATING_CONFIGS = builtin(aw.GROUP, "v1", "mutatingwebhookconfigurations")
 VALIDATING_CONFIGS = builtin(aw.GROUP, "v1", "validatingwebhookconfigurations")
+POLICIES = builtin(aw.GROUP, "v1", "validatingadmissionpolicies")
+POLICY_BINDINGS = builtin(aw.GROUP, "v1", "validatingadmissionpolicybindings")
 NAMESPACES = builtin("", "v1", "namespaces")
 Lookup = Callable[[Resource, "str | None"], Awaitable[list[dict[str, Any]]]]
 LOOPBACK_USER = User("system:apiserver", ("system:authenticated", "system:masters"))
@@ -100,9 +106,24 @@ def internal_error(message: str) -> ApiError:
 class WebhookAdmission:
     """The two webhook admission plugins over the watch cache's configurations."""
 
-    def __init__(self, lookup: Lookup, client: WebhookClient | None = None) -> None:
+    def __init__(self, lookup: Lookup, client: WebhookClient | None = None,
+                 metrics: Metrics | None = None) -> None:
         self._lookup = lookup
         self.client = client or WebhookClient(lookup)
+        self.metrics = metrics
+
+    def _observe(self, hook: Mapping[str, Any], kind: str, attrs: Attributes, started: float,
+                 error: BaseException | None) -> None:
+        if self.metrics is None:
+            return
+        error_type, code = None, 200
+        if isinstance(error, CallError):
+            error_type, code = "calling_webhook_error", 500
+        elif isinstance(error, ApiError):
+            error_type, code = "no_error", error.code
+        failed_open = isinstance(error, CallError) and hook.get("failurePolicy") == "Ignore"
+        self.metrics.observe_webhook(str(hook.get("name")), kind, attrs.operation, time.monotonic() - started,
+                                     error_type, code, failed_open)
 
     async def close(self) -> None:
         await self.client.close()
@@ -131,14 +152,19 @@ class WebhookAdmission:
         return attrs.obj
 
     async def _mutate_once(self, hook: dict[str, Any], attrs: Attributes) -> bool:
+        started = time.monotonic()
         try:
             response = await self._call(hook, attrs, mutating=True)
-        except CallError as e:
+        except (CallError, ApiError) as e:
+            self._observe(hook, "admit", attrs, started, e)
+            if isinstance(e, ApiError):
+                raise
             if hook.get("failurePolicy") == "Ignore":
                 log.warning("Failed calling webhook, failing open %s: %s", hook.get("name"), e)
                 return False
             log.warning("Failed calling webhook, failing closed %s: %s", hook.get("name"), e)
             raise internal_error(str(e)) from None
+        self._observe(hook, "admit", attrs, started, None)
         patch = response.get("patch")
         if not patch:
             return False
@@ -179,6 +205,7 @@ class WebhookAdmission:
         """Run the matching validating webhooks at once; the first refusal (in configuration order)."""
         if attrs.res.group == aw.GROUP and attrs.res.name in aw.EXEMPT_RESOURCES:
             return
+        await self._policies(attrs)
         hooks = await self._hooks(VALIDATING_CONFIGS)
         called = [hook for _, hook in hooks if await self._should_call(hook, attrs)]
         if not called:
@@ -189,17 +216,108 @@ class WebhookAdmission:
                 raise refusal
 
     async def _validate_one(self, hook: dict[str, Any], attrs: Attributes) -> ApiError | None:
+        started = time.monotonic()
         try:
             await self._call(hook, attrs, mutating=False)
         except CallError as e:
+            self._observe(hook, "validating", attrs, started, e)
             if hook.get("failurePolicy") == "Ignore":
                 log.warning("Failed calling webhook, failing open %s: %s", hook.get("name"), e)
                 return None
             log.warning("Failed calling webhook, failing closed %s: %s", hook.get("name"), e)
             return internal_error(str(e))
         except ApiError as e:
+            self._observe(hook, "validating", attrs, started, e)
             return e
+        self._observe(hook, "validating", attrs, started, None)
         return None
+
+    # ------------------------------------------------------------------ policies
+    async def _policies(self, attrs: Attributes) -> None:
+        """ValidatingAdmissionPolicy: every bound policy whose constraints and binding match, once per param;
+        a failed validation denies (Deny), warns (Warn) or is only counted (Audit: there is no audit log);
+        the first denial is the answer, `<resource> "<name>" is forbidden: ValidatingAdmissionPolicy …`."""
+        bindings = sorted(await self._lookup(POLICY_BINDINGS, None), key=lambda b: b["metadata"]["name"])
+        if not bindings:
+            return
+        policies = {p["metadata"]["name"]: p for p in await self._lookup(POLICIES, None)}
+        req = attrs.request()
+        others = _other_versions(attrs.res)
+        namespace = await self._namespace(attrs.namespace) if attrs.namespace else None
+        ns_labels = ((namespace or {}).get("metadata") or {}).get("labels") or {}
+        denials: list[tuple[str, str, ap.Decision]] = []
+        for pname in sorted(policies):
+            spec = policies[pname].get("spec") or {}
+            bound = [b for b in bindings if (b.get("spec") or {}).get("policyName") == pname]
+            if not bound or not ap.resources_match(spec.get("matchConstraints"), req, ns_labels, others):
+                continue
+            ignore = spec.get("failurePolicy") == "Ignore"
+            for binding in bound:
+                bspec = binding.get("spec") or {}
+                if not ap.resources_match(bspec.get("matchResources"), req, ns_labels, others):
+                    continue
+                try:
+                    params = await self._params(spec.get("paramKind"), bspec.get("paramRef"), attrs.namespace)
+                except ValueError as e:
+                    if not ignore:
+                        denials.append((pname, binding["metadata"]["name"],
+                                        ap.Decision(f"failed to configure binding: {e}")))
+                    continue
+                for param in params:
+                    bindings_doc = {"object": attrs.obj, "oldObject": attrs.old, "params": param,
+                                    "request": self._request(attrs, ""), "namespaceObject": namespace}
+                    for d in ap.evaluate(spec, bindings_doc):
+                        if d.error and ignore:
+                            continue
+                        actions = bspec.get("validationActions") or ()
+                        if "Deny" in actions:
+                            denials.append((pname, binding["metadata"]["name"], d))
+                        scope = REQUEST.get()
+                        if "Warn" in actions and scope is not None:
+                            scope.warnings.append(f"Validation failed for ValidatingAdmissionPolicy "
+                                                  f"'{pname}' with binding '{binding['metadata']['name']}': "
+                                                  f"{d.message}")
+        if denials:
+            pname, bname, d = denials[0]
+            message = (f'{_qualified(attrs.res)} "{attrs.name}" is forbidden: ValidatingAdmissionPolicy '
+                       f"'{pname}' with binding '{bname}' denied request: {d.message}")
+            raise ApiError(ap.REASON_CODES.get(d.reason, 422), d.reason, message,
+                           {"name": attrs.name, "group": attrs.res.group, "kind": attrs.res.name,
+                            "causes": [{"message": message}]})
+
+    async def _namespace(self, name: str) -> dict[str, Any] | None:
+        return next((n for n in await self._lookup(NAMESPACES, None) if n["metadata"]["name"] == name), None)
+
+    async def _params(self, kind: Mapping[str, Any] | None, ref: Mapping[str, Any] | None,
+                      namespace: str) -> list[dict[str, Any] | None]:
+        """CollectParams: [None] for a policy without paramKind; the params paramRef names or selects (in its
+        namespace, else the request's for a namespaced kind); none found is ValueError under
+        parameterNotFoundAction Deny and nothing to check under Allow."""
+        if not kind:
+            return [None]
+        if not ref:
+            raise ValueError("paramKind is set but the binding has no paramRef")
+        res = by_kind(str(kind.get("apiVersion") or ""), str(kind.get("kind") or ""))
+        if res is None:
+            raise ValueError(f"failed to find resource referenced by paramKind: '{kind.get('apiVersion')}, "
+                             f"Kind={kind.get('kind')}'")
+        ns = str(ref.get("namespace") or (namespace if res.namespaced else ""))
+        if res.namespaced and not ns:
+            raise ValueError("cannot use namespaced paramRef in policy binding that matches cluster-scoped "
+                             "resources")
+        items = await self._lookup(res, ns or None)
+        if ref.get("name"):
+            found = [o for o in items if o["metadata"]["name"] == ref["name"]]
+        else:
+            try:
+                selector = from_label_selector(ref.get("selector"), none_matches=False)
+            except SelectorError as e:
+                raise ValueError(str(e)) from None
+            found = sorted((o for o in items if selector.matches((o["metadata"].get("labels") or {}))),
+                           key=lambda o: o["metadata"]["name"])
+        if not found and ref.get("parameterNotFoundAction", "Deny") == "Deny":
+            raise ValueError("no params found for policy binding with `Deny` parameterNotFoundAction")
+        return list(found)
 
     # ------------------------------------------------------------------ matching
     async def _hooks(self, configs: Resource) -> list[tuple[str, dict[str, Any]]]:
@@ -215,9 +333,7 @@ class WebhookAdmission:
         if not any(aw.rule_matches(r, req) for r in rules):
             if hook.get("matchPolicy", "Equivalent") != "Equivalent":
                 return False
-            others = {r.version for r in all_resources()
-                      if r.group == attrs.res.group and r.name == attrs.res.name and r.version != req.version}
-            if not any(aw.rule_matches(r, req, v) for r in rules for v in others):
+            if not any(aw.rule_matches(r, req, v) for r in rules for v in _other_versions(attrs.res)):
                 return False
         ns_labels: Mapping[str, str] | None = None
         if hook.get("namespaceSelector") and attrs.namespace:
@@ -326,6 +442,12 @@ def _verify(data: bytes, version: str, uid: str, mutating: bool) -> dict[str, An
         response = copy.copy(response)
         response.setdefault("patchType", "JSONPatch")
     return response
+
+
+def _other_versions(res: Resource) -> tuple[str, ...]:
+    """The other served versions of the same resource (what matchPolicy Equivalent also matches)."""
+    return tuple(r.version for r in all_resources()
+                 if r.group == res.group and r.name == res.name and r.version != res.version)
 
 
 def _qualified(res: Resource) -> str:

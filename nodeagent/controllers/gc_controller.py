@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodeagent.api.objects import Obj
+from nodeagent.api.resources import Resource
 from nodeagent.client.informer import SharedInformers, key_of
 from nodeagent.client.rest import ClientError
 from nodeagent.controllers.base import Controller
@@ -23,6 +24,9 @@ RESOURCES = ("pods", "replicasets", "replicationcontrollers", "deployments", "da
              "persistentvolumeclaims")
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
+# A dependent of a kind the collector does not watch (a custom resource, say) is looked at again this often:
+# its owner's deletion is no event here.
+UNWATCHED_OWNER_RECHECK = 5.0
 
 
 class GarbageCollector(Controller):
@@ -35,6 +39,7 @@ class GarbageCollector(Controller):
         self.resources = resources
         self._kind_to_resource: dict[str, str] = {}
         self._uids: dict[str, str] = {}  # uid -> informer cache key, for every watched object
+        self._discovered: dict[tuple[str, str], Resource | None] = {}  # (apiVersion, kind) -> its resource
         for r in resources:
             inf = informers.get(r)
             self._kind_to_resource[inf.resource.kind] = r
@@ -69,16 +74,42 @@ class GarbageCollector(Controller):
                     out.append((r, o))
         return out
 
+    async def _unwatched(self, api_version: str, kind: str) -> Resource | None:
+        """The resource serving `kind` in `api_version`, from discovery (as the real collector's REST mapper
+        finds a custom resource's); None when the API does not serve it."""
+        key = (api_version, kind)
+        if key not in self._discovered:
+            group, _, version = api_version.rpartition("/")
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            try:
+                doc = await self.client.request("GET", path)
+            except ClientError as e:
+                if e.not_found:
+                    return None  # not cached: the group may be served later
+                raise
+            found = next((r for r in doc.get("resources") or ()
+                          if r.get("kind") == kind and "/" not in r.get("name", "")), None)
+            if found is None:
+                return None
+            self._discovered[key] = Resource(group, version, found["name"], kind,
+                                             bool(found.get("namespaced")))
+        return self._discovered[key]
+
     async def _owner_exists(self, ref: dict[str, Any], namespace: str | None) -> bool:
         if self._find(ref.get("uid"), ref.get("kind", "")) is not None:
             return True
         # Not in our caches (another kind, or a cache lagging behind): ask the API, by uid.
-        resource = self._kind_to_resource.get(ref.get("kind", ""))
-        if resource is None:
-            return True  # unknown kinds are never collected on a guess
+        watched = self._kind_to_resource.get(ref.get("kind", ""))
+        resource: str | Resource
+        if watched is not None:
+            resource, namespaced = watched, self.informers.get(watched).resource.namespaced
+        else:
+            found = await self._unwatched(str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""))
+            if found is None:
+                return True  # a kind the API does not serve (yet) is never collected on a guess
+            resource, namespaced = found, found.namespaced
         try:
-            live = await self.client.get(resource, ref["name"], namespace if
-                                         self.informers.get(resource).resource.namespaced else None)
+            live = await self.client.get(resource, ref["name"], namespace if namespaced else None)
         except ClientError as e:
             if e.not_found:
                 return False
@@ -117,6 +148,8 @@ class GarbageCollector(Controller):
             return
         for ref in refs:
             if await self._owner_exists(ref, ns or None):
+                if all(r.get("kind") not in self._kind_to_resource for r in refs):
+                    self.queue.add_after(key, UNWATCHED_OWNER_RECHECK)  # no watch tells us when it goes
                 return
         try:
             await self.client.delete(resource, name, ns or None, propagation="Background",

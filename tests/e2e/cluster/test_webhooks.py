@@ -202,3 +202,35 @@ def test_a_webhook_that_does_not_answer_in_time(cluster: Cluster, webhook: str) 
                 ) in p.stderr
     finally:
         c.kubectl("delete", "validatingwebhookconfiguration", "slow", check=False)
+
+
+@pytest.mark.parametrize("version", ["1.32", "1.20"])
+def test_validating_admission_policy_with_kubectl(cluster: Cluster, version: str) -> None:
+    c = cluster
+    name = unique("vap")
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": name},
+         "spec": {"matchConstraints": {"resourceRules": [
+             {"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+              "resources": ["configmaps"]}]},
+             "validations": [{"expression": "!has(object.data) || size(object.data) <= 1",
+                              "messageExpression": "'at most one key, got ' + string(size(object.data))"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": name},
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name":
+                                                                           "other"}}}}}]))
+    try:
+        cm = unique("cm")
+        p = _kubectl(c, version, "-n", "other", "create", "configmap", cm, "--from-literal=a=1",
+                     "--from-literal=b=2")
+        assert p.returncode == 1
+        assert (f'configmaps "{cm}" is forbidden: ValidatingAdmissionPolicy \'{name}\' with binding '
+                f"'{name}' denied request: at most one key, got 2") in p.stderr, p.stderr
+        p = _kubectl(c, version, "-n", "tenant", "create", "configmap", cm, "--from-literal=a=1",
+                     "--from-literal=b=2")
+        assert p.returncode == 0, p.stderr  # not the bound namespace
+    finally:
+        c.kubectl("delete", "validatingadmissionpolicybinding", name, check=False)
+        c.kubectl("delete", "validatingadmissionpolicy", name, check=False)

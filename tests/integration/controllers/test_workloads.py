@@ -297,3 +297,50 @@ spec:
     async def all_gone():
         return not await pods_of(client, ns, "rc")
     await eventually(all_gone)
+
+
+async def test_dependents_of_a_custom_resource_are_collected(cluster):
+    """An operator's children (ownerReferences to a custom resource, as kopf.adopt writes them) go with it:
+    the collector finds the owner's kind through discovery, as kube's does through its REST mapper."""
+    client, ns = cluster
+    group = f"{ns}.example.com"
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": f"gizmos.{group}"},
+           "spec": {"group": group, "scope": "Namespaced",
+                    "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"},
+                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]}}
+    await client.create("customresourcedefinitions", crd)
+    try:
+        path = f"/apis/{group}/v1/namespaces/{ns}/gizmos"
+
+        async def served():
+            try:
+                await client.request("GET", path)
+                return True
+            except ClientError:
+                return False
+        await eventually(served)
+        owner = await client.request("POST", path, {"apiVersion": f"{group}/v1", "kind": "Gizmo",
+                                                    "metadata": {"name": "g"}})
+        ref = {"apiVersion": f"{group}/v1", "kind": "Gizmo", "name": "g", "uid": owner["metadata"]["uid"],
+               "controller": True, "blockOwnerDeletion": True}
+        for name in ("child", "stranger"):
+            meta: dict = {"name": name, "namespace": ns}
+            if name == "child":
+                meta["ownerReferences"] = [ref]
+            await client.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}, ns)
+        await asyncio.sleep(1)
+        assert (await client.get("configmaps", "child", ns))["metadata"]["name"] == "child"  # owner alive
+        await client.request("DELETE", f"{path}/g")
+
+        async def collected():
+            try:
+                await client.get("configmaps", "child", ns)
+                return False
+            except ClientError as e:
+                return e.not_found
+        await eventually(collected, within=30)
+        assert (await client.get("configmaps", "stranger", ns))["metadata"]["name"] == "stranger"
+    finally:
+        await client.delete("customresourcedefinitions", f"gizmos.{group}")

@@ -381,3 +381,32 @@ def test_kubectl_apply_patches_webhooks_by_name():
     assert out["webhooks"][0] == {"name": "a.example.com", "sideEffects": "None", "failurePolicy": "Ignore",
                                   "matchConditions": [{"name": "x", "expression": "true"}]}
     assert out["webhooks"][1] == {"name": "b.example.com", "sideEffects": "None"}
+
+
+async def test_calls_are_counted_as_kube_apiserver_counts_them(tmp_path):
+    from nodeagent.apiserver.metrics import Metrics
+
+    server = WebhookServer(tmp_path, "localhost")
+    runner = await server.start()
+    metrics = Metrics()
+    reg = Registry(MemoryStore())
+    reg.enable_webhooks(metrics)
+    try:
+        await reg.create(NS, None, {"metadata": {"name": "d"}})
+        server.answers["/deny"] = lambda r: review(r, False, status={"code": 403, "message": "no"})
+        dead = {"url": "https://localhost:1/x", "caBundle": server.ca_bundle}
+        await configure(reg, VWC, hook(server, "deny.example.com", "/deny"),
+                        hook(server, "dead.example.com", "/x", clientConfig=dead, failurePolicy="Ignore"))
+        with pytest.raises(ApiError):
+            await reg.create(CMS, "d", {"metadata": {"name": "x"}})
+        text = metrics.render().decode()
+        assert ('apiserver_admission_webhook_rejection_count_total{error_type="no_error",'
+                'name="deny.example.com",operation="CREATE",rejection_code="403",'
+                'type="validating"} 1.0') in text
+        assert ('apiserver_admission_webhook_fail_open_count_total{name="dead.example.com",'
+                'type="validating"} 1.0') in text
+        assert 'apiserver_admission_webhook_admission_duration_seconds_count{name="deny.example.com",' \
+            'operation="CREATE",rejected="true",type="validating"} 1.0' in text
+    finally:
+        await reg.close()
+        await runner.cleanup()
