@@ -21,7 +21,7 @@ from csi.config import CSIConfig
 from netpol.config import MODES as NETPOL_MODES
 from netpol.config import NetpolConfig
 from netproxy.config import ProxyConfig
-from nodeagent.apiserver.config import ApiServerConfig
+from nodeagent.apiserver.config import ApiServerConfig, ComponentCredential
 from nodeagent.client.config import Credentials
 from nodeagent.controllers.config import ControllerManagerConfig
 from nodeagent.controllers.options import ControllerOptions
@@ -327,7 +327,12 @@ def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: 
             load_config(scheduler_config)
         except (OSError, ValueError, yaml.YAMLError) as e:
             raise ValueError(f"--scheduler-config {scheduler_config}: {e}") from None
-    return {"apiserver": api, "scheduler": SchedulerServiceConfig(kubeconfig, scheduler_config),
+    # the scheduler as kube-scheduler: user system:kube-scheduler, authorized by the bootstrap roles
+    # system:kube-scheduler and system:volume-scheduler
+    api = dataclasses.replace(api, components=api.components + (
+        ComponentCredential(layout.scheduler_kubeconfig, "system:kube-scheduler"),))
+    scheduler = SchedulerServiceConfig(layout.scheduler_kubeconfig, scheduler_config)
+    return {"apiserver": api, "scheduler": scheduler,
             "controllers": ControllerManagerConfig(kubeconfig, controllers, options),
             "dns": dns_config(api, kubeconfig, dns_listen),
             "podnetwork": PodNetworkConfig(kubeconfig, pod_network, options.cluster_cidr, bgp),
