@@ -329,11 +329,14 @@ def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: 
             raise ValueError(f"--scheduler-config {scheduler_config}: {e}") from None
     # the scheduler as kube-scheduler: user system:kube-scheduler, authorized by the bootstrap roles
     # system:kube-scheduler and system:volume-scheduler
+    # the controller manager as kube-controller-manager (its informers), each controller as its account
     api = dataclasses.replace(api, components=api.components + (
-        ComponentCredential(layout.scheduler_kubeconfig, "system:kube-scheduler"),))
+        ComponentCredential(layout.scheduler_kubeconfig, "system:kube-scheduler"),
+        ComponentCredential(layout.controller_manager_kubeconfig, "system:kube-controller-manager")))
     scheduler = SchedulerServiceConfig(layout.scheduler_kubeconfig, scheduler_config)
     return {"apiserver": api, "scheduler": scheduler,
-            "controllers": ControllerManagerConfig(kubeconfig, controllers, options),
+            "controllers": ControllerManagerConfig(layout.controller_manager_kubeconfig, controllers,
+                                                   options),
             "dns": dns_config(api, kubeconfig, dns_listen),
             "podnetwork": PodNetworkConfig(kubeconfig, pod_network, options.cluster_cidr, bgp),
             # the Ingress/Gateway API duties of the control plane; every node's `ingress` serves traffic
