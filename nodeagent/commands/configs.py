@@ -327,9 +327,9 @@ def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: 
             load_config(scheduler_config)
         except (OSError, ValueError, yaml.YAMLError) as e:
             raise ValueError(f"--scheduler-config {scheduler_config}: {e}") from None
-    # the scheduler as kube-scheduler: user system:kube-scheduler, authorized by the bootstrap roles
-    # system:kube-scheduler and system:volume-scheduler
-    # the controller manager as kube-controller-manager (its informers), each controller as its account
+    # not as admin: the scheduler as system:kube-scheduler (the bootstrap roles system:kube-scheduler and
+    # system:volume-scheduler), the controller manager as system:kube-controller-manager (its informers;
+    # each controller writes as its own ServiceAccount)
     api = dataclasses.replace(api, components=api.components + (
         ComponentCredential(layout.scheduler_kubeconfig, "system:kube-scheduler"),
         ComponentCredential(layout.controller_manager_kubeconfig, "system:kube-controller-manager")))
