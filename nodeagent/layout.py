@@ -52,6 +52,9 @@ class Layout:
     admin_kubeconfig: str  # written by the apiserver, read by the control-plane parts and `up`'s node parts
     admin_kubeconfig_copy: str | None  # also written there (/etc/nodeagent/admin.kubeconfig, default only)
     node_kubeconfig: str  # a joined node's own credential
+    scheduler_kubeconfig: str  # the scheduler's own credential (system:kube-scheduler), the apiserver writes
+    controller_manager_kubeconfig: str  # the controller manager's (system:kube-controller-manager), likewise
+    proxy_kubeconfig: str  # `up`'s netproxy's (system:kube-proxy), likewise
     apiserver_port: int  # 0: any free port
     # the runtime
     cri_socket: str
@@ -120,6 +123,9 @@ class Layout:
                 admin_kubeconfig=_in(d, "admin.kubeconfig"),
                 admin_kubeconfig_copy=f"{ETC_DIR}/admin.kubeconfig",
                 node_kubeconfig=_in(d, "kubelet.kubeconfig"), apiserver_port=6443,
+                scheduler_kubeconfig=_in(d, "scheduler.kubeconfig"),
+            controller_manager_kubeconfig=_in(d, "controller-manager.kubeconfig"),
+            proxy_kubeconfig=_in(d, "kube-proxy.kubeconfig"),
                 cri_socket=f"{RUN_DIR}/cri.sock", cri_state_dir=_in(d, "cri"), image_dir=_in(d, "images"),
                 network_name="nodeagent", bridge="na0", cni_conf_dir=CNI_CONF_DIR, cni_ipam_dir=CNI_IPAM_DIR,
                 cni_socket=f"{RUN_DIR}/cni.sock", cluster_cidr="10.244.0.0/16", bird_dir=_in(d, "bird"),
@@ -139,6 +145,9 @@ class Layout:
             data_dir=d, tag=tag,
             admin_kubeconfig=_in(d, "admin.kubeconfig"), admin_kubeconfig_copy=None,
             node_kubeconfig=_in(d, "kubelet.kubeconfig"), apiserver_port=0,
+            scheduler_kubeconfig=_in(d, "scheduler.kubeconfig"),
+            controller_manager_kubeconfig=_in(d, "controller-manager.kubeconfig"),
+            proxy_kubeconfig=_in(d, "kube-proxy.kubeconfig"),
             cri_socket=_in(d, "cri.sock"), cri_state_dir=_in(d, "cri"), image_dir=_in(d, "images"),
             network_name=f"nodeagent-{tag}", bridge=f"na{tag}",  # 8 characters: within IFNAMSIZ
             cni_conf_dir=_in(d, "cni", "net.d"), cni_ipam_dir=_in(d, "cni", "networks"),

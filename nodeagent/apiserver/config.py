@@ -10,6 +10,15 @@ from nodeagent.apiserver.kubeconfig import UserKubeconfig
 
 
 @dataclasses.dataclass(frozen=True)
+class ComponentCredential:
+    """A kubeconfig the apiserver writes for an embedded component: its own user (and groups), as the
+    kube-* components' kubeconfigs name system:kube-scheduler and the like, authorized by RBAC."""
+    path: str
+    user: str
+    groups: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class ApiServerConfig:
     data_dir: str  # its state: pki/, tokens.csv, store.db, admin.kubeconfig, join-command
     bind_address: str = "0.0.0.0"
@@ -25,6 +34,7 @@ class ApiServerConfig:
     metric_resolution: float = 15.0  # seconds between scrapes of the kubelets' resource metrics
     service_account_issuer: str = DEFAULT_ISSUER  # the `iss` of ServiceAccount tokens
     api_audiences: tuple[str, ...] = ()  # audiences a token must name to authenticate (default: the issuer)
+    components: tuple[ComponentCredential, ...] = ()  # kubeconfigs written for embedded components
 
     def __post_init__(self) -> None:
         if not self.data_dir:

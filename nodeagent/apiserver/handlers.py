@@ -100,14 +100,6 @@ def with_authenticated(user: auth.User) -> auth.User:
     return auth.User(user.name, user.groups + (AUTHENTICATED_GROUP,), user.uid, user.extra)
 
 
-def subject_of(user: auth.User) -> Subject:
-    return Subject(user.name, user.groups, user.uid, user.extra)
-
-
-def as_user(s: Subject) -> auth.User:
-    return auth.User(s.name, s.groups, s.uid, s.extra)
-
-
 class Wants:
     """What the Accept header asks for: plain JSON, a Table, or PartialObjectMetadata."""
 
@@ -163,9 +155,8 @@ class Handlers:
             return web.Response(text="ok")
         user = await self._authenticate(request)
         if impersonation.requested(request.headers) and self.authorizer is not None:
-            user = as_user(await impersonation.impersonate(request.headers, subject_of(user),
-                                                           self.authorizer))
-        REQUESTER.set(subject_of(user))  # this request's task: escalation checks on RBAC writes read it
+            user = await impersonation.impersonate(request.headers, user, self.authorizer)
+        REQUESTER.set(user)  # this request's task: escalation checks on RBAC writes read it
         query = request.query
         if path in (OIDC_CONFIG, OIDC_JWKS):
             await self._authorize_path(user, "get", path)
@@ -242,7 +233,7 @@ class Handlers:
             body = await self._read_body(request, info, verb)
         await self._authorize(user, info, body)
         if res.name in VIRTUAL:
-            out = await reviews.review(res.name, info.namespace or "", body, subject_of(user),
+            out = await reviews.review(res.name, info.namespace or "", body, user,
                                        self._authorizer(), self._review_token)
             return json_response(out, 201)
         if res.group == METRICS_GROUP:
@@ -399,7 +390,7 @@ class Handlers:
         if self.authorizer is None:
             return
         res = info.resource
-        a = Attributes(subject_of(user), info.verb, True, res.group, res.name, info.subresource,
+        a = Attributes(user, info.verb, True, res.group, res.name, info.subresource,
                        info.namespace or "", info.name or "")
         key = res.key(info.namespace, info.name) if info.name else None
         allowed, why = await self.authorizer.authorize(a, key, body)
@@ -410,7 +401,7 @@ class Handlers:
     async def _authorize_path(self, user: auth.User, verb: str, path: str) -> None:
         if self.authorizer is None:
             return
-        a = Attributes(subject_of(user), verb, False, path=path)
+        a = Attributes(user, verb, False, path=path)
         allowed, why = await self.authorizer.authorize(a)
         if not allowed:
             msg = f"forbidden: {forbidden_message(a)}" + (f": {why}" if why else "")
@@ -424,7 +415,7 @@ class Handlers:
             user = await self.bootstrap_tokens.authenticate(header)
         if user is None and self.service_accounts is not None:
             user = await self.service_accounts.authenticate(header)
-        return None if user is None else subject_of(with_authenticated(user))
+        return None if user is None else with_authenticated(user)
 
     # ------------------------------------------------------------------ bodies
     async def _write(self, request: web.BaseRequest, info: RequestInfo, user: auth.User, body: Any,

@@ -15,13 +15,13 @@ import yaml
 from kernel.fs import atomic_write
 
 
-def render(server: str, ca_pem: bytes, token: str, name: str = "nodeagent") -> str:
+def render(server: str, ca_pem: bytes, token: str, name: str = "nodeagent", user: str = "admin") -> str:
     cfg = {
         "apiVersion": "v1", "kind": "Config", "preferences": {},
         "clusters": [{"name": name, "cluster": {
             "server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
-        "users": [{"name": "admin", "user": {"token": token}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": "admin"}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
         "current-context": name,
     }
     return yaml.safe_dump(cfg, sort_keys=False)

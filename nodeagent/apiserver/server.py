@@ -165,6 +165,10 @@ class ApiServer:
             print(f"admin kubeconfig: {p}  (export KUBECONFIG={p})", flush=True)
         if self.cfg.user_kubeconfig:
             self._write_user_kubeconfig(self.cfg.user_kubeconfig, text)
+        url = f"https://{client_host(self.cfg.bind_address)}:{self.port}"
+        for comp in self.cfg.components:  # each embedded component under its own identity, not as admin
+            token = self.tokens.issue(comp.user, comp.groups)
+            kubeconfig.write(Path(comp.path), kubeconfig.render(url, ca, token, user=comp.user))
 
     @staticmethod
     def _write_user_kubeconfig(target: kubeconfig.UserKubeconfig, text: str) -> None:

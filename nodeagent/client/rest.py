@@ -115,6 +115,16 @@ class Client:
                    insecure=bool(cluster.get("insecure-skip-tls-verify")),
                    cert_file=user.get("client-certificate"), key_file=user.get("client-key"), **kw)
 
+    def with_token(self, token: str) -> Client:
+        """A client of the same server and CA that authenticates with `token` (a ServiceAccount's)."""
+        c = Client(self.server, token, max_connections=self._limit)
+        c._ssl = self._ssl
+        return c
+
+    def set_token(self, token: str) -> None:
+        """A refreshed bearer token: used from the next request on (`request` sends it on every call)."""
+        self.token = token
+
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             headers = {"Accept": "application/json", "User-Agent": "nodeagent-client"}
@@ -140,6 +150,8 @@ class Client:
                       content_type: str = "application/json", deadline: float = 60) -> Any:
         data = None
         headers = {}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             headers["Content-Type"] = content_type

@@ -21,7 +21,7 @@ from csi.config import CSIConfig
 from netpol.config import MODES as NETPOL_MODES
 from netpol.config import NetpolConfig
 from netproxy.config import ProxyConfig
-from nodeagent.apiserver.config import ApiServerConfig
+from nodeagent.apiserver.config import ApiServerConfig, ComponentCredential
 from nodeagent.client.config import Credentials
 from nodeagent.controllers.config import ControllerManagerConfig
 from nodeagent.controllers.options import ControllerOptions
@@ -327,8 +327,16 @@ def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: 
             load_config(scheduler_config)
         except (OSError, ValueError, yaml.YAMLError) as e:
             raise ValueError(f"--scheduler-config {scheduler_config}: {e}") from None
-    return {"apiserver": api, "scheduler": SchedulerServiceConfig(kubeconfig, scheduler_config),
-            "controllers": ControllerManagerConfig(kubeconfig, controllers, options),
+    # not as admin: the scheduler as system:kube-scheduler (the bootstrap roles system:kube-scheduler and
+    # system:volume-scheduler), the controller manager as system:kube-controller-manager (its informers;
+    # each controller writes as its own ServiceAccount)
+    api = dataclasses.replace(api, components=api.components + (
+        ComponentCredential(layout.scheduler_kubeconfig, "system:kube-scheduler"),
+        ComponentCredential(layout.controller_manager_kubeconfig, "system:kube-controller-manager")))
+    scheduler = SchedulerServiceConfig(layout.scheduler_kubeconfig, scheduler_config)
+    return {"apiserver": api, "scheduler": scheduler,
+            "controllers": ControllerManagerConfig(layout.controller_manager_kubeconfig, controllers,
+                                                   options),
             "dns": dns_config(api, kubeconfig, dns_listen),
             "podnetwork": PodNetworkConfig(kubeconfig, pod_network, options.cluster_cidr, bgp),
             # the Ingress/Gateway API duties of the control plane; every node's `ingress` serves traffic

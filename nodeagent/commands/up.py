@@ -241,7 +241,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> Configs:
     """Every component's config for `up` (parsed with `add_arguments`): the node part with the admin
     credential its own apiserver writes, and the control plane with `up`'s own node IPAM range."""
-    from nodeagent.apiserver.config import ApiServerConfig
+    from nodeagent.apiserver.config import ApiServerConfig, ComponentCredential
     from nodeagent.client.config import Credentials
     from nodeagent.commands import user_kubeconfig
     from nodeagent.commands.configs import (
@@ -271,6 +271,13 @@ def config_from_args(args: argparse.Namespace) -> Configs:
                                         pod_network=args.pod_network, dns_listen=dns_listen,
                                         scheduler_config=args.scheduler_config,
                                         bgp=bgp_settings(args, api.service_cluster_ip_range))
+        # netproxy as kube-proxy: user system:kube-proxy, authorized by system:node-proxier
+        if node.get("netproxy") is not None:
+            node["netproxy"] = dataclasses.replace(node["netproxy"],
+                                                   credentials=Credentials(kubeconfig=layout.proxy_kubeconfig))
+            proxy_user = ComponentCredential(layout.proxy_kubeconfig, "system:kube-proxy")
+            control["apiserver"] = dataclasses.replace(
+                control["apiserver"], components=(*control["apiserver"].components, proxy_user))
         # one ingress component does both: this node's proxy and the cluster-wide duties
         proxy = node.pop("ingress")
         if proxy is not None:

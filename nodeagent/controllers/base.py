@@ -68,6 +68,9 @@ class Controller:
     """Subclasses set `name`, register handlers in `__init__`, and implement `reconcile`."""
 
     name = "controller"
+    # kube's ServiceAccount for it in kube-system (--use-service-account-credentials: its writes go through
+    # a client of that account, bound to system:controller:<account>); None: the manager's own credential
+    service_account: str | None = None
     workers = 2
 
     def __init__(self, client: Client, informers: SharedInformers, recorder: EventRecorder,

@@ -12,6 +12,7 @@ from nodeagent.controllers.clusterroleaggregation import aggregated_rules
 
 class ClusterRoleAggregationController(Controller):
     name = "clusterrole-aggregation"
+    service_account = "clusterrole-aggregation-controller"
     workers = 1
 
     def __init__(self, client: Any, informers: SharedInformers, recorder: Any, options: Any = None) -> None:

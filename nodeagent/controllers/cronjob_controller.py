@@ -16,6 +16,7 @@ from nodeagent.controllers.base import Controller, SharedInformers, split_key
 
 class CronJobController(Controller):
     name = "cronjob"
+    service_account = "cronjob-controller"
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:
         super().__init__(client, informers, recorder, options)

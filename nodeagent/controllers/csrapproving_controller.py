@@ -28,6 +28,7 @@ def is_settled(c: dict) -> bool:
 
 class CSRApprovingController(Controller):
     name = "csrapproving"
+    service_account = "certificate-controller"
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:
         super().__init__(client, informers, recorder, options)

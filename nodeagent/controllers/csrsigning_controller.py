@@ -35,6 +35,7 @@ def load_ca(cert_file: str | None, key_file: str | None) -> tuple[x509.Certifica
 
 class CSRSigningController(Controller):
     name = "csrsigning"
+    service_account = "certificate-controller"
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:
         super().__init__(client, informers, recorder, options)

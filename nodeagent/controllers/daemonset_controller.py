@@ -12,6 +12,7 @@ from nodeagent.controllers.workload_base import PodOwnerController
 
 class DaemonSetController(PodOwnerController):
     name = "daemonset"
+    service_account = "daemon-set-controller"
     resource = "daemonsets"
     kind = "DaemonSet"
 

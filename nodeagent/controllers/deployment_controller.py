@@ -20,6 +20,7 @@ from nodeagent.controllers.base import Controller, split_key
 
 class DeploymentController(Controller):
     name = "deployment"
+    service_account = "deployment-controller"
     workers = 2
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:
@@ -146,10 +147,10 @@ class DeploymentController(Controller):
         rollout history/undo` read and what undo's JSON patch of /metadata/annotations needs)."""
         if not rev or ((dep["metadata"].get("annotations")) or {}).get(d.REVISION) == rev:
             return
-        try:
-            updated = await self.client.patch("deployments", dep["metadata"]["name"],
-                                              {"metadata": {"annotations": {d.REVISION: rev}}},
-                                              dep["metadata"].get("namespace"))
+        annotations = {**(dep["metadata"].get("annotations") or {}), d.REVISION: rev}
+        want = {**dep, "metadata": {**dep["metadata"], "annotations": annotations}}
+        try:  # an update, as kube's (its role may update deployments, not patch them)
+            updated = await self.client.update("deployments", want, dep["metadata"].get("namespace"))
         except ClientError as e:
             if e.not_found:
                 return

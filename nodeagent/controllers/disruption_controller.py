@@ -32,6 +32,7 @@ UNMANAGED_MESSAGE = ("Pods selected by this PodDisruptionBudget (selector: {}) w
 
 class DisruptionController(Controller):
     name = "disruption"
+    service_account = "disruption-controller"
     workers = 2
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:

@@ -22,6 +22,7 @@ SKIP_MIRROR_LABEL = "endpointslice.kubernetes.io/skip-mirror"
 
 class EndpointsController(Controller):
     name = "endpoints"
+    service_account = "endpoint-controller"
     workers = 2
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:

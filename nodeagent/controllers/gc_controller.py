@@ -31,6 +31,7 @@ UNWATCHED_OWNER_RECHECK = 5.0
 
 class GarbageCollector(Controller):
     name = "garbagecollector"
+    service_account = "generic-garbage-collector"
     workers = 4
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None,

@@ -41,6 +41,7 @@ class Unavailable(Exception):
 
 class HorizontalPodAutoscalerController(Controller):
     name = "horizontalpodautoscaling"
+    service_account = "horizontal-pod-autoscaler"
     workers = 2
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:

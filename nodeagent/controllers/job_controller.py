@@ -14,6 +14,7 @@ from nodeagent.controllers.workload_base import PodOwnerController
 
 class JobController(PodOwnerController):
     name = "job"
+    service_account = "job-controller"
     resource = "jobs"
     kind = "Job"
 

@@ -13,7 +13,7 @@ import socket
 
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import SharedInformers
-from nodeagent.client.rest import Client
+from nodeagent.client.rest import Client, ClientError
 from nodeagent.controllers.base import Controller
 from nodeagent.controllers.clusterroleaggregation_controller import ClusterRoleAggregationController
 from nodeagent.controllers.cronjob_controller import CronJobController
@@ -35,6 +35,7 @@ from nodeagent.controllers.pvbinder_controller import PersistentVolumeBinderCont
 from nodeagent.controllers.quota_controller import ResourceQuotaController
 from nodeagent.controllers.replicaset_controller import ReplicaSetController
 from nodeagent.controllers.replicationcontroller_controller import ReplicationControllerController
+from nodeagent.controllers.sa_credentials import ServiceAccountCredentials
 from nodeagent.controllers.serviceaccount_controller import ServiceAccountController
 from nodeagent.controllers.serviceaccounttoken_controller import ServiceAccountTokenController
 from nodeagent.controllers.servicelb_controller import ServiceLBController
@@ -77,13 +78,38 @@ def select(spec: str | None) -> tuple[type[Controller], ...]:
 
 async def run_controllers(client: Client, ready: asyncio.Event | None = None,
                           controllers: tuple[type[Controller], ...] = CONTROLLERS,
-                          options: ControllerOptions | None = None) -> None:
-    """All controllers until cancelled (no leader election: tests and single servers)."""
+                          options: ControllerOptions | None = None,
+                          use_service_account_credentials: bool = False) -> None:
+    """All controllers until cancelled (no leader election: tests and single servers). With
+    `use_service_account_credentials`, each controller writes as its own ServiceAccount (kube's flag)."""
     informers = SharedInformers(client)
     recorder = EventRecorder(client, "controller-manager", socket.gethostname())
-    instances = [cls(client, informers, recorder, options) for cls in controllers]
+    accounts = ServiceAccountCredentials(client) if use_service_account_credentials else None
+    instances = []
+    for cls in controllers:
+        own = client
+        while accounts is not None and cls.service_account:
+            try:
+                own = await accounts.client_for(cls.service_account)
+                break
+            except ClientError as e:  # refused or not ready yet: said in the log, tried again
+                log.warning("%s: no credential for kube-system/%s yet (%s); retrying in 2 s", cls.name,
+                            cls.service_account, e)
+                await asyncio.sleep(2)
+        instances.append(cls(own, informers, recorder, options))
+    try:
+        await _run(instances, informers, recorder, accounts, ready)
+    finally:
+        if accounts is not None:
+            await accounts.close()
+
+
+async def _run(instances: list[Controller], informers: SharedInformers, recorder: EventRecorder,
+               accounts: ServiceAccountCredentials | None, ready: asyncio.Event | None) -> None:
     async with asyncio.TaskGroup() as tg:
         tg.create_task(recorder.run(), name="events")
+        if accounts is not None:
+            tg.create_task(accounts.run(), name="serviceaccount-tokens")
         await informers.run(tg)
         for c in instances:
             tg.create_task(c.run(), name=c.name)

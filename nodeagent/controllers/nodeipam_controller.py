@@ -9,6 +9,7 @@ from nodeagent.controllers.base import Controller, SharedInformers
 
 class NodeIpamController(Controller):
     name = "nodeipam"
+    service_account = "node-controller"
     workers = 1  # one allocator, one writer: no two nodes can get the same subnet
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:

@@ -28,6 +28,7 @@ TAINT_MANAGER_PERIOD = 0.5
 
 class NodeLifecycleController(Controller):
     name = "nodelifecycle"
+    service_account = "node-controller"
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:
         super().__init__(client, informers, recorder, options)

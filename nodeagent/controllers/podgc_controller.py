@@ -16,6 +16,7 @@ from nodeagent.controllers.base import Controller, SharedInformers
 
 class PodGCController(Controller):
     name = "podgc"
+    service_account = "pod-garbage-collector"
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:
         super().__init__(client, informers, recorder, options)

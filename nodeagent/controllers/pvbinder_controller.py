@@ -23,6 +23,7 @@ SYNC_PERIOD = 15.0
 
 class PersistentVolumeBinderController(Controller):
     name = "persistentvolume-binder"
+    service_account = "persistent-volume-binder"
 
     def __init__(self, client: Any, informers: SharedInformers, recorder: Any, options: Any = None) -> None:
         super().__init__(client, informers, recorder, options)
@@ -150,6 +151,7 @@ class PVProtectionController(Controller):
     deleted volume keeps its finalizer while it is Bound."""
 
     name = "persistentvolume-protection"
+    service_account = "pv-protection-controller"
 
     def __init__(self, client: Any, informers: SharedInformers, recorder: Any, options: Any = None) -> None:
         super().__init__(client, informers, recorder, options)

@@ -14,6 +14,7 @@ RESYNC = 15.0
 
 class ResourceQuotaController(Controller):
     name = "resourcequota"
+    service_account = "resourcequota-controller"
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:
         super().__init__(client, informers, recorder, options)

@@ -17,6 +17,7 @@ SLOW_START_INITIAL_BATCH = 1
 
 class ReplicaSetController(Controller):
     name = "replicaset"
+    service_account = "replicaset-controller"
     workers = 4
     resource = "replicasets"  # the ReplicationController controller runs this loop over its own kind
     kind = "ReplicaSet"

@@ -16,6 +16,7 @@ from nodeagent.controllers.replicaset_controller import ReplicaSetController
 
 class ReplicationControllerController(ReplicaSetController):
     name = "replicationcontroller"
+    service_account = "replication-controller"
     workers = 2
     resource = "replicationcontrollers"
     kind = "ReplicationController"

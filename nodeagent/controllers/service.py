@@ -27,10 +27,12 @@ async def serve(config: ControllerManagerConfig, ready: asyncio.Event) -> None:
     options = with_server_ca(config.options, Path(config.kubeconfig).parent)
     client = Client.from_kubeconfig(config.kubeconfig)
     try:
-        elector = LeaderElector(client, "nodeagent-controller-manager",
-                                f"{socket.gethostname()}-{id(client):x}")
+        # kube-controller-manager's Lease: the one its role may get and update
+        elector = LeaderElector(client, "kube-controller-manager", f"{socket.gethostname()}-{id(client):x}")
         ready.set()
-        await elector.run(lambda: run_controllers(client, controllers=chosen, options=options))
+        await elector.run(lambda: run_controllers(
+            client, controllers=chosen, options=options,
+            use_service_account_credentials=config.use_service_account_credentials))
     finally:
         await client.close()
 

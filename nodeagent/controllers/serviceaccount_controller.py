@@ -17,6 +17,7 @@ def needs_default(namespace: dict, existing: dict | None) -> bool:
 
 class ServiceAccountController(Controller):
     name = "serviceaccount"
+    service_account = "service-account-controller"
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:
         super().__init__(client, informers, recorder, options)

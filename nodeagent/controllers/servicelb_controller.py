@@ -19,6 +19,7 @@ from nodeagent.controllers.base import Controller, SharedInformers, split_key
 
 class ServiceLBController(Controller):
     name = "service-lb-controller"
+    service_account = "service-controller"
     workers = 1
 
     def __init__(self, client, informers: SharedInformers, recorder, options=None) -> None:

@@ -14,6 +14,7 @@ from nodeagent.controllers.workload_base import PodOwnerController
 
 class StatefulSetController(PodOwnerController):
     name = "statefulset"
+    service_account = "statefulset-controller"
     resource = "statefulsets"
     kind = "StatefulSet"
 

@@ -27,7 +27,7 @@ from nodeagent.scheduler.scheduler import Scheduler
 log = logging.getLogger("nodeagent.scheduler")
 
 # Informers the listers read; only Pods and Nodes drive scheduling events.
-LISTED = ("poddisruptionbudgets", "priorityclasses", "namespaces", "services", "replicasets", "statefulsets")
+LISTED = ("poddisruptionbudgets", "namespaces", "services", "replicasets", "statefulsets")
 # Informers whose changes may make a waiting pod schedulable (the volume plugins' events).
 VOLUME_KINDS = (("PersistentVolumeClaim", "persistentvolumeclaims"),
                 ("PersistentVolume", "persistentvolumes"), ("StorageClass", "storageclasses"),
@@ -130,7 +130,9 @@ class ApiBackend:
         return self.informers.get("poddisruptionbudgets").list()
 
     def priority_classes(self) -> list[dict[str, Any]]:
-        return self.informers.get("priorityclasses").list()
+        """None: the Priority admission plugin sets every pod's spec.priority (kube-scheduler does not read
+        PriorityClasses either, and its role does not let it)."""
+        return []
 
     def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
         return {n["metadata"]["name"]: n["metadata"].get("labels") or {}
@@ -169,8 +171,8 @@ async def run_scheduler(client: Client, ready: asyncio.Event | None = None,
         tg.create_task(scheduler.run(ready, source=backend), name="scheduler")
 
 
-# the kube-system Lease the replicas compete for (kube-scheduler's is named kube-scheduler)
-LEASE_NAME = "nodeagent-scheduler"
+# the kube-system Lease the replicas compete for: kube-scheduler's, the one its role may get and update
+LEASE_NAME = "kube-scheduler"
 
 
 def elector(client: Client, identity: str, lease_duration: float = 15.0, renew_deadline: float = 10.0,

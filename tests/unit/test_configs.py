@@ -130,9 +130,19 @@ def test_the_ingress_serves_on_every_node_and_manages_once(tmp_path):
 def test_up_s_node_parts_use_the_admin_kubeconfig_and_an_agent_its_own_credential(tmp_path):
     cfg = _up(tmp_path)
     admin = str(tmp_path / "admin.kubeconfig")
-    for c in (cfg.kubelet, cfg.netproxy, cfg.netpol, cfg.nodenet, cfg.podcidr):
+    for c in (cfg.kubelet, cfg.netpol, cfg.nodenet, cfg.podcidr):
         assert c.credentials.kubeconfig == admin
-    assert cfg.scheduler.kubeconfig == cfg.controllers.kubeconfig == cfg.dns.kubeconfig == admin
+    assert cfg.netproxy.credentials.kubeconfig == str(tmp_path / "kube-proxy.kubeconfig")
+    assert cfg.dns.kubeconfig == admin
+    # the scheduler and the controller manager under their own identities, their kubeconfigs written by the
+    # apiserver (issue 21 item 4)
+    assert cfg.scheduler.kubeconfig == str(tmp_path / "scheduler.kubeconfig")
+    assert cfg.controllers.kubeconfig == str(tmp_path / "controller-manager.kubeconfig")
+    assert cfg.controllers.use_service_account_credentials
+    assert {(c.path, c.user) for c in cfg.apiserver.components} == {
+        (cfg.scheduler.kubeconfig, "system:kube-scheduler"),
+        (cfg.controllers.kubeconfig, "system:kube-controller-manager"),
+        (cfg.netproxy.credentials.kubeconfig, "system:kube-proxy")}
     joined = agent.config_from_args(_parse(agent, ["--data-dir", str(tmp_path), "--server",
                                                    "https://10.0.0.1:6443",
                                                    "--token", "t"]), node_kubeconfig="/n/kubelet.kubeconfig")

@@ -5,20 +5,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from nodeagent.apiserver.auth import User as Subject  # user.Info: the authenticated or impersonated user
+
 AUTHENTICATED_GROUP = "system:authenticated"
 UNAUTHENTICATED_GROUP = "system:unauthenticated"
 MASTERS_GROUP = "system:masters"
 ANONYMOUS_USER = "system:anonymous"
-
-
-@dataclasses.dataclass(frozen=True)
-class Subject:
-    """The user.Info an authorizer sees (name, groups with system:authenticated, uid, extra)."""
-
-    name: str
-    groups: tuple[str, ...] = ()
-    uid: str = ""
-    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+__all__ = ["Subject", "Attributes", "Decision", "forbidden_message"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -572,8 +572,21 @@ def controller_roles() -> list[dict[str, Any]]:
     return [_role(CONTROLLER_PREFIX + name, rules) for name, rules in _controller_rules().items()]
 
 
+# nodeagent's controllers that do the work of two of kube's: their account is bound to both roles
+MERGED_DUTIES = (
+    ("endpoint-controller", "endpointslice-controller"),  # Endpoints and EndpointSlices
+    ("job-controller", "ttl-after-finished-controller"),
+)  # a Job's ttlSecondsAfterFinished
+
+
 def controller_role_bindings() -> list[dict[str, Any]]:
-    return [
+    merged = [
+        _binding(
+            f"nodeagent:{account}:{role}", CONTROLLER_PREFIX + role, [service_account("kube-system", account)]
+        )
+        for account, role in MERGED_DUTIES
+    ]
+    return merged + [
         _binding(CONTROLLER_PREFIX + name, CONTROLLER_PREFIX + name, [service_account("kube-system", name)])
         for name in _controller_rules()
     ]

@@ -215,3 +215,25 @@ def test_impersonation_needs_the_impersonate_verb(kubectl, server):
     kubectl("delete", "clusterrolebinding", f"{ns}-impersonator")
     kubectl("delete", "clusterrole", f"{ns}-impersonator")
     kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_components_run_under_their_own_identities(kubectl, server):
+    """The scheduler as system:kube-scheduler, the controller manager as system:kube-controller-manager and
+    each controller as its kube-system ServiceAccount (--use-service-account-credentials), not as admin."""
+    sched = str(server.data_dir / "scheduler.kubeconfig")
+    binding = kubectl("--kubeconfig", sched, "auth", "can-i", "create", "pods", "--subresource=binding")
+    assert binding.strip() == "yes"
+    p = kubectl.run("--kubeconfig", sched, "auth", "can-i", "create", "pods", check=False)
+    assert p.stdout.strip() == "no"
+    kcm = str(server.data_dir / "controller-manager.kubeconfig")
+    assert kubectl("--kubeconfig", kcm, "auth", "can-i", "watch", "deployments.apps", "-A").strip() == "yes"
+    p = kubectl.run("--kubeconfig", kcm, "auth", "can-i", "create", "pods", check=False)
+    assert p.stdout.strip() == "no"
+    deadline = time.monotonic() + 30
+    while kubectl.run("get", "sa", "replicaset-controller", "-n", "kube-system", check=False).returncode:
+        assert time.monotonic() < deadline, "the replicaset controller's ServiceAccount never appeared"
+        time.sleep(0.5)
+    rs = "system:serviceaccount:kube-system:replicaset-controller"
+    assert kubectl("auth", "can-i", "create", "pods", "-n", "default", f"--as={rs}").strip() == "yes"
+    p = kubectl.run("auth", "can-i", "delete", "nodes", f"--as={rs}", check=False)
+    assert p.stdout.strip() == "no"
