@@ -138,6 +138,18 @@ def requisite_for(node: Obj, csinode: Obj | None, driver: str) -> list[dict[str,
     return [seg] if seg else []
 
 
+def allowed_topologies(sc: Obj) -> list[dict[str, str]]:
+    """A class's allowedTopologies as CSI topologies (each term's expressions crossed: one topology per
+    combination of values), external-provisioner's requisite when no node was selected."""
+    out: list[dict[str, str]] = []
+    for term in sc.get("allowedTopologies") or []:
+        combos: list[dict[str, str]] = [{}]
+        for e in term.get("matchLabelExpressions") or []:
+            combos = [{**c, e.get("key", ""): v} for c in combos for v in e.get("values") or []]
+        out += [c for c in combos if c]
+    return out
+
+
 def csi_source(pv: Obj) -> Mapping[str, Any]:
     return storage.spec(pv).get("csi") or {}
 
@@ -250,7 +262,8 @@ class CSIProvisioner(KeyLoop):
     async def _requisite(self, pvc: Obj, driver: str) -> list[dict[str, str]]:
         selected = storage.annotations_of(pvc).get(storage.ANN_SELECTED_NODE)
         if not selected:
-            return []
+            sc = self.classes.get(storage.claim_class(pvc))
+            return allowed_topologies(sc) if sc else []
         try:
             node = await self.client.get("nodes", selected)
             csinode = await self.client.get("csinodes", selected)

@@ -106,3 +106,10 @@ def test_snapshot_class_named_or_the_drivers_default():
     assert content["spec"]["deletionPolicy"] == "Retain"
     assert content["spec"]["source"] == {"volumeHandle": "vol-1"}
     assert content["spec"]["volumeSnapshotRef"]["namespace"] == "ns"
+
+
+def test_allowed_topologies_become_the_requisite():
+    sc = {"allowedTopologies": [{"matchLabelExpressions": [{"key": KEY, "values": ["n1", "n2"]},
+                                                           {"key": "zone", "values": ["a"]}]}]}
+    assert prov.allowed_topologies(sc) == [{KEY: "n1", "zone": "a"}, {KEY: "n2", "zone": "a"}]
+    assert prov.allowed_topologies({}) == []
