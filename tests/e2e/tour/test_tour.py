@@ -178,7 +178,8 @@ def test_tour_page_on_an_etcd_backed_server(tmp_path):
     server = None
     try:
         hostport = etcd.endpoint.split("://", 1)[-1]
-        server = start_server(tmp_path / "server", f"etcd://{hostport}")
+        # a fresh etcd's first start writes the bootstrap objects one fsync each: slow on a busy host
+        server = start_server(tmp_path / "server", f"etcd://{hostport}", timeout=180)
         names = Names(commands=[("127.0.0.1:2379", hostport)], outputs=[], cgroup_root="")
         env = {**_env(tmp_path / "server"), "KUBECONFIG": str(server.kubeconfig)}
         check_page("09-etcd.md", run_page("09-etcd.md", names, env))

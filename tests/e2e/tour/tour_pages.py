@@ -77,7 +77,8 @@ class Names:
 
 
 _VOLATILE = [
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "UID"),
+    (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "UID"),
+    (re.compile(r"\b[0-9a-f]{0,4}(?::[0-9a-f]{0,4}){2,7}(?:/\d+)?"), "IP6"),
     (re.compile(r"\b[0-9a-f]{12,64}\b"), "HEX"),
     (re.compile(r"\bKUBE-(SVC|SEP|EXT|FW|SVL)-[A-Z0-9]{16}\b"), r"KUBE-\1-HASH"),
     (re.compile(r"\b(?:[0-9a-f]{2}:){5}[0-9a-f]{2}\b"), "MAC"),
