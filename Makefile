@@ -14,7 +14,7 @@ STAMPS := $(CACHE)/stamps
 # Debian packages: kernel tools, and the real peers the tests run against.
 APT_PACKAGES := iproute2 iptables nftables conntrack ipset ipvsadm kmod procps psmisc util-linux \
 	busybox-static file gcc libc6-dev ca-certificates \
-	containerd runc containernetworking-plugins etcd-server docker-registry skopeo podman iperf3 \
+	containerd runc containernetworking-plugins etcd-server etcd-client docker-registry skopeo podman iperf3 \
 	apache2-utils dnsmasq-base vagrant shellcheck bind9-dnsutils haproxy jq bird2
 # apparmor_parser, where the kernel has AppArmor: the CRI runtime loads its default profile with it.
 APT_PACKAGES += $(if $(shell grep -qs '^Y' /sys/module/apparmor/parameters/enabled && echo y),apparmor)

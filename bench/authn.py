@@ -47,7 +47,7 @@ def row(name: str, xs: list[float], unit: str, scale: float) -> None:
 async def in_process(n: int, tmp: Path) -> None:
     sa = {"metadata": {"name": "default", "namespace": "ns", "uid": "sa-uid"}}
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "pod-uid"}}
-    objects = {"/registry/core/serviceaccounts/ns/default": sa, "/registry/core/pods/ns/p": pod}
+    objects = {"/registry/serviceaccounts/ns/default": sa, "/registry/pods/ns/p": pod}
 
     async def get(key: str) -> dict[str, Any] | None:
         return objects.get(key)

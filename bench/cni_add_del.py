@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.report import add_plot_argument, latency_table, plot_cdf  # noqa: E402
 from cni.install import install  # noqa: E402
 
 REFERENCE_DIR = "/usr/lib/cni"
@@ -34,11 +35,6 @@ IMPLS = {
     "ours": ("nodeagent-bridge", "nodeagent-host-local"),
     "ours-nodaemon": ("nodeagent-bridge", "nodeagent-host-local"),
 }
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
 
 
 def free_subnets(n: int) -> list[str]:
@@ -59,6 +55,7 @@ def main() -> int:
     ap.add_argument("--impls", default="reference,ours,ours-nodaemon",
                     help="comma-separated subset of: " + ",".join(IMPLS))
     ap.add_argument("--version", default="1.0.0", help="cniVersion of the network config")
+    add_plot_argument(ap)
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root")
@@ -139,11 +136,11 @@ def main() -> int:
     print(f"CNI ADD/DEL through the exec'd plugin, {args.pods} netns per implementation, cniVersion "
           f"{args.version}, isGateway+ipMasq, interleaved; load average {load[0]:.1f} {load[1]:.1f} on "
           f"{os.cpu_count()} CPUs (shared, busy machine)")
-    print(f"{'implementation':<16} {'ADD p50':>9} {'ADD p99':>9} {'DEL p50':>9} {'DEL p99':>9}   (ms)")
-    for impl in impls:
-        a, d = times[impl]["ADD"], times[impl]["DEL"]
-        print(f"{impl:<16} {statistics.median(a) * 1e3:9.1f} {pct(a, 99) * 1e3:9.1f} "
-              f"{statistics.median(d) * 1e3:9.1f} {pct(d, 99) * 1e3:9.1f}")
+    rows = {f"{impl} {verb}": times[impl][verb] for impl in impls for verb in ("ADD", "DEL")}
+    print(latency_table(rows))
+    if args.plot:
+        plot_cdf(args.plot, rows, f"CNI ADD/DEL through the exec'd plugin ({args.pods} netns each)")
+        print(f"plot: {args.plot}")
     if "reference" in impls:
         for impl in impls:
             if impl == "reference":

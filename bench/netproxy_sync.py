@@ -34,6 +34,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.netproxy_common import commit_one_rule, ep, netns, objects
+from bench.report import add_plot_argument, pct, plot_lines
 from kernel.netns import NetnsWorker
 from netproxy.backends import make_proxier
 from netproxy.iptables.nftproxier import IptablesNftProxier
@@ -51,11 +52,6 @@ MODES = {
     "iptables-nft-restore": ("iptables", {"backend": "nft-restore"}),
     "nftables": ("nftables", {}),
 }
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
 def count_rules(mode: str, ns: str) -> int:
@@ -337,6 +333,7 @@ def main() -> int:
     p.add_argument("--pyiptc-full-max", type=int, default=1000,
                    help="measure python-iptables loading the whole ruleset up to this size "
                         "(slow: ~0.6 ms a rule)")
+    add_plot_argument(p)
     args = p.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces, netfilter)", file=sys.stderr)
@@ -349,6 +346,7 @@ def main() -> int:
     print(f"{'mode':18} {'svcs':>6} {'rules':>7} {'full s':>8} {'floor s':>8} {'ratio':>6} {'resync s':>9} "
           f"{'1-svc p50 ms':>13} {'p99 ms':>8} {'floor change ms':>15}  mechanism: full / change")
     pad = f"{'':18} {'':>6}   "  # under the mode and size columns
+    full_by_mode: dict[str, list[tuple[float, float]]] = {}
     for size in [int(x) for x in args.sizes.split(",")]:
         floors: dict = {}
         for label in args.modes.split(","):
@@ -364,6 +362,9 @@ def main() -> int:
             if label.startswith("iptables") and floors.get("floor_partial"):
                 fe = f"{floors['floor_partial'] * 1e3:.1f}"
             full_m, change_m = MECHANISM[label]
+            full_by_mode.setdefault(f"{label} full sync", []).append((size, r["full"]))
+            if floor:
+                full_by_mode.setdefault(f"{label} floor", []).append((size, floor))
             print(f"{label:18} {size:>6} {r['rules']:>7} {r['full']:>8.2f} {floor or 0:>8.2f} {ratio:>6} "
                   f"{r['resync']:>9.2f} {r['change_p50'] * 1e3:>13.1f} {r['change_p99'] * 1e3:>8.1f} "
                   f"{fe:>15}  {full_m} / {change_m}  [load {r['load']:.1f}]", flush=True)
@@ -408,6 +409,10 @@ def main() -> int:
                   f"{floors['kernel_get'] * 1e3:.0f} ms + SET_REPLACE unchanged "
                   f"{floors['kernel_replace'] * 1e3:.0f} ms; python-iptables full load {py}; "
                   f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    if args.plot:
+        plot_lines(args.plot, full_by_mode, "netproxy full sync against Services (floor: one restore of "
+                   "the same ruleset)", "Services", "seconds")
+        print(f"plot: {args.plot}")
     return 0
 
 

@@ -42,10 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def pct(samples: list[float], q: float) -> float:
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+from bench.report import add_plot_argument, pct, plot_cdf
 
 
 def start_up(data_dir: Path, node: str, extra: list[str] | None = None) -> subprocess.Popen:
@@ -528,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-agent", dest="agent", action="store_false",
                    help="skip the node part alone (server + joined agent) at --steady-pods")
     p.add_argument("--keep", action="store_true", help="keep the data dirs")
+    add_plot_argument(p)
     a = p.parse_args(argv)
     if os.geteuid() != 0:
         print("needs root", file=sys.stderr)
@@ -559,6 +557,11 @@ def main(argv: list[str] | None = None) -> int:
     row(f"serial ({a.serial} pods) p99", lat("serial", 0.99))
     row(f"{a.pods} pods at {a.rate:g}/s p50", lat("rate", 0.5))
     row(f"{a.pods} pods at {a.rate:g}/s p99", lat("rate", 0.99))
+    if a.plot:
+        plot_cdf(a.plot, {f"{k}: {a.pods} pods at {a.rate:g}/s": results[k].get("rate") or [] for k in kinds}
+                 | {f"{k}: serial": results[k].get("serial") or [] for k in kinds},
+                 "pod start-up, API create -> Running (ours vs containerd)")
+        print(f"plot: {a.plot}")
     row(f"{a.pods} pods at {a.rate:g}/s max", lambda r: f"{max(r['rate']) * 1000:.0f} ms")
     row("CRI floor (sandbox+create+start) p50", lat("cri_floor", 0.5))
 

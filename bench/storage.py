@@ -36,7 +36,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.pod_startup import pct, running, start_up
+from bench.pod_startup import running, start_up
+from bench.report import add_plot_argument, latency_table, plot_cdf
 
 BUSYBOX = "localhost/busybox:latest"
 
@@ -165,13 +166,6 @@ async def clean(kubeconfig: Path, seconds: float = 300) -> None:
         await client.close()
 
 
-def fmt(samples: list[float]) -> str:
-    if not samples:
-        return "—"
-    p50, p99 = pct(samples, 0.5) * 1000, pct(samples, 0.99) * 1000
-    return f"p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   (n={len(samples)})"
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--claims", type=int, default=100,
@@ -179,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--provisioner", action="append", choices=sorted(PROVISIONERS),
                    help="a storage class to measure (repeatable; default: all)")
     p.add_argument("--keep", action="store_true", help="keep the data dir")
+    add_plot_argument(p)
     a = p.parse_args(argv)
     if os.geteuid() != 0:
         print("needs root", file=sys.stderr)
@@ -223,10 +218,15 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     load = os.getloadavg()
     print(f"storage, one claim + pod at a time, {a.claims} each; load average {load[0]:.2f} {load[1]:.2f}")
+    rows: dict[str, list[float]] = {}
     for name, r in results.items():
-        print(f"{name:18s} pod create -> Running   {fmt(r['running'])}")
+        rows[f"{name}: pod create -> Running"] = r["running"]
         if r["bound"]:
-            print(f"{'':18s} claim create -> Bound  {fmt(r['bound'])}")
+            rows[f"{name}: claim create -> Bound"] = r["bound"]
+    print(latency_table(rows))
+    if a.plot:
+        plot_cdf(a.plot, rows, f"storage: one claim + pod at a time, {a.claims} each")
+        print(f"plot: {a.plot}")
     return 0
 
 

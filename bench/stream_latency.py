@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.pod_startup import (
     delete_all,
-    pct,
     prepare_runtime,
     running,
     start_up,
@@ -39,6 +38,7 @@ from bench.pod_startup import (
     wait_runtime_empty,
     wait_started,
 )
+from bench.report import add_plot_argument, latency_table, plot_cdf
 
 POD = "echo"
 
@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="wait after the pod is Running before measuring (default %(default)s)")
     p.add_argument("--runtime", choices=["both", "nodeagent", "containerd"], default="both")
     p.add_argument("--keep", action="store_true", help="keep the data dirs")
+    add_plot_argument(p)
     a = p.parse_args(argv)
     if os.geteuid() != 0:
         print("needs root", file=sys.stderr)
@@ -194,10 +195,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores (shared machine)")
     print(f"{'':<36}" + "".join(f"{k:>22}" for k in kinds))
     print(f"{'channel protocol':<36}" + "".join(f"{protocols[k]:>22}" for k in kinds))
-    for phase, label in (("session", "open + 1 line echoed + close"), ("line", "1 line echoed in a session")):
-        for q, name in ((0.5, "p50"), (0.99, "p99")):
-            cells = "".join(f"{pct(results[k][phase], q) * 1000:>19.2f} ms" for k in kinds)
-            print(f"{label + ' ' + name:<36}{cells}")
+    rows = {f"{k}: {label}": results[k][phase] for phase, label in (
+        ("session", "open + 1 line echoed + close"), ("line", "1 line echoed in a session")) for k in kinds}
+    print(latency_table(rows))
+    if a.plot:
+        plot_cdf(a.plot, rows, "interactive exec through apiserver -> kubelet -> runtime")
+        print(f"plot: {a.plot}")
     return 0
 
 

@@ -36,17 +36,59 @@ class Resource:
     def gv_path(self) -> str:
         return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
 
+    @property
+    def storage_prefix(self) -> str:
+        """Where this resource's objects live in the store, as kube-apiserver lays them out in etcd:
+        `/registry/<resource>/` for the built-in kinds (with its few special prefixes: nodes under
+        `minions`, services under `services/specs`, endpoints under `services/endpoints`,
+        replicationcontrollers under `controllers`, ingresses under `ingress`), and
+        `/registry/<group>/<resource>/` for CRDs, APIServices and custom resources."""
+        prefix = _STORAGE_PREFIXES.get((self.group, self.name))
+        if prefix is None:
+            prefix = _storage_prefix(self.group, self.name, builtin=(self.group, self.name) in _BUILTIN)
+            _STORAGE_PREFIXES[(self.group, self.name)] = prefix
+        return prefix
+
     def key_prefix(self, namespace: str | None = None) -> str:
-        """Store key prefix; the group is part of it so leases in two groups would not collide."""
-        base = f"/registry/{self.group or 'core'}/{self.name}/"
+        """Store key prefix of this resource's objects (in one namespace when given)."""
+        base = self.storage_prefix
         if self.namespaced and namespace:
             return f"{base}{namespace}/"
         return base
 
     def key(self, namespace: str | None, name: str) -> str:
         if self.namespaced:
-            return f"/registry/{self.group or 'core'}/{self.name}/{namespace}/{name}"
-        return f"/registry/{self.group or 'core'}/{self.name}/{name}"
+            return f"{self.storage_prefix}{namespace}/{name}"
+        return f"{self.storage_prefix}{name}"
+
+
+# kube-apiserver's SpecialDefaultResourcePrefixes (pkg/kubeapiserver/default_storage_factory_builder.go)
+SPECIAL_PREFIXES = {
+    ("", "replicationcontrollers"): "controllers",
+    ("", "endpoints"): "services/endpoints",
+    ("", "nodes"): "minions",
+    ("", "services"): "services/specs",
+    ("networking.k8s.io", "ingresses"): "ingress",
+}
+# Groups whose resources keep the group in their keys, as kube-apiserver's apiextensions and aggregator
+# servers store them. events.k8s.io Events are kept apart from core Events here (kube-apiserver stores
+# both under /registry/events/ and converts; nodeagent serves the two shapes from two prefixes); the
+# metrics.k8s.io objects are computed, never stored.
+GROUP_QUALIFIED = frozenset({"apiextensions.k8s.io", "apiregistration.k8s.io", "events.k8s.io",
+                             "metrics.k8s.io"})
+_STORAGE_PREFIXES: dict[tuple[str, str], str] = {}
+
+
+def _storage_prefix(group: str, name: str, builtin: bool) -> str:
+    if not builtin or group in GROUP_QUALIFIED:
+        return f"/registry/{group}/{name}/"
+    return f"/registry/{SPECIAL_PREFIXES.get((group, name), name)}/"
+
+
+def legacy_key_prefix(res: Resource) -> str:
+    """Where nodeagent before the kube layout stored a built-in resource: `/registry/<group or core>/<res>/`
+    (read once at start by the store migration)."""
+    return f"/registry/{res.group or 'core'}/{res.name}/"
 
 
 R = Resource
@@ -160,6 +202,7 @@ SUBRESOURCE_KINDS = {
 
 CRD_PREFIX = "/registry/apiextensions.k8s.io/customresourcedefinitions/"
 _BY_PATH: dict[tuple[str, str, str], Resource] = {(r.group, r.version, r.name): r for r in RESOURCES}
+_BUILTIN = frozenset((r.group, r.name) for r in RESOURCES)
 _DYNAMIC: dict[str, list[Resource]] = {}  # CRD name -> the resources it serves (one per served version)
 _generation = [0]  # bumped on every CRD change: what is derived from the served set (OpenAPI) is rebuilt
 
@@ -217,6 +260,42 @@ def by_kind(api_version: str, kind: str) -> Resource | None:
         if r.group == group and r.version == version and r.kind == kind:
             return r
     return None
+
+
+_by_prefix: tuple[int, dict[str, bool]] = (-1, {})  # (generation, storage prefix -> namespaced)
+
+
+def split_key(key: str) -> tuple[str, str, str]:
+    """A store key -> (its resource's storage prefix, namespace ('' when cluster-scoped), name).
+
+    Prefixes are one segment deep (`/registry/pods/`) or two (`/registry/services/specs/`,
+    `/registry/<group>/<plural>/`); a key of no served resource is split as a namespaced one when it has
+    two segments after a two-segment prefix."""
+    global _by_prefix
+    gen, index = _by_prefix
+    if gen != _generation[0]:
+        index = {r.storage_prefix: r.namespaced for r in all_resources()}
+        _by_prefix = (_generation[0], index)
+    parts = key.split("/")  # ['', 'registry', a, b, ...]
+    for depth in (3, 4):
+        prefix = "/".join(parts[:depth]) + "/"
+        namespaced = index.get(prefix)
+        if namespaced is not None:
+            rest = parts[depth:]
+            if namespaced and len(rest) >= 2:
+                return prefix, rest[0], "/".join(rest[1:])
+            return prefix, "", "/".join(rest)
+    if len(parts) == 6:
+        return "/".join(parts[:4]) + "/", parts[4], parts[5]
+    return "/".join(parts[:4]) + "/", "", parts[-1]
+
+
+def split_prefix(prefix: str) -> tuple[str, str | None]:
+    """A watch prefix (`Resource.key_prefix(ns)`) -> (the resource's storage prefix, namespace or None)."""
+    res_prefix, ns, name = split_key(prefix + "x")
+    if ns:
+        return res_prefix, ns
+    return res_prefix, None
 
 
 def resources_in(group: str, version: str) -> list[Resource]:

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
-from nodeagent.api.resources import CRD_PREFIX, sync_crd
+from nodeagent.api.resources import CRD_PREFIX, split_key, split_prefix, sync_crd
 from nodeagent.apiserver import codec
 from nodeagent.store import base as store_base
 
@@ -71,11 +71,8 @@ class Subscriber:
 
 
 def _split(key: str) -> tuple[str, str, str]:
-    """'/registry/<group>/<res>/<ns>/<name>' or '/registry/<group>/<res>/<name>' -> (res prefix, ns, name)."""
-    parts = key.split("/")
-    if len(parts) == 6:
-        return "/".join(parts[:4]) + "/", parts[4], parts[5]
-    return "/".join(parts[:4]) + "/", "", parts[-1]
+    """A store key -> (its resource's prefix, namespace or '', name)."""
+    return split_key(key)
 
 
 def _same_version(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -229,9 +226,7 @@ class WatchCache:
         sub = Subscriber(prefix)
         q = sub.queue
         if since is None or initial:
-            parts = prefix.split("/")
-            res_prefix = "/".join(parts[:4]) + "/"
-            ns = parts[4] if len(parts) > 5 else None
+            res_prefix, ns = split_prefix(prefix)
             snapshot, since = self.list(res_prefix, ns)
             for en in snapshot:
                 q.put_nowait(("initial", en))

@@ -72,6 +72,42 @@ def merge(existing: str | None, admin: str, context: str) -> str:
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
+def unmerge(existing: str, context: str) -> str | None:
+    """`existing` without the cluster, user and context named `context` (and without `current-context`
+    when it named it); None when it holds none of them, so the file is left untouched."""
+    try:
+        cfg = yaml.safe_load(existing)
+    except yaml.YAMLError as e:
+        raise KubeconfigError(f"not YAML: {e}") from None
+    if not isinstance(cfg, dict) or cfg.get("kind", "Config") != "Config":
+        raise KubeconfigError("not a kubeconfig (kind: Config)")
+    changed = False
+    for key in ("clusters", "users", "contexts"):
+        entries = [e for e in cfg.get(key) or [] if not (isinstance(e, dict) and e.get("name") == context)]
+        if len(entries) != len(cfg.get(key) or []):
+            cfg[key], changed = entries, True
+    if cfg.get("current-context") == context:
+        cfg.pop("current-context")
+        changed = True
+    return yaml.safe_dump(cfg, sort_keys=False) if changed else None
+
+
+def remove_for_user(target: UserKubeconfig) -> bool:
+    """Take the cluster's entries out of `target` (its mode and owner kept); True when there were any."""
+    path = Path(target.path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return False
+    left = unmerge(text, target.context)
+    if left is None:
+        return False
+    st = path.stat()
+    atomic_write(path, left, st.st_mode & 0o777)
+    os.chown(path, st.st_uid, st.st_gid)
+    return True
+
+
 def write_for_user(target: UserKubeconfig, admin: str) -> bool:
     """Merge the admin kubeconfig into `target` (made 0600 if absent, keeping its mode if present),
     owned by the target's user; True when the file was made rather than merged into."""

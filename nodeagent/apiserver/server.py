@@ -25,6 +25,7 @@ from nodeagent.apiserver.config import ApiServerConfig
 from nodeagent.apiserver.crds import install_bundled
 from nodeagent.apiserver.handlers import Handlers
 from nodeagent.apiserver.join_token import JoinTokens
+from nodeagent.apiserver.key_layout import migrate_legacy_keys
 from nodeagent.apiserver.metrics_api import NODES, MetricsAPI
 from nodeagent.apiserver.peers import PeerLeases
 from nodeagent.apiserver.registry import SERVICES, Registry
@@ -90,6 +91,7 @@ class ApiServer:
         ctx = await asyncio.to_thread(self._ssl)
         admin_token = self.tokens.issue("admin", (auth.MASTERS_GROUP,))
         await self.store.start()
+        await migrate_legacy_keys(self.store)
         services, _ = await self.store.list(SERVICES.key_prefix())
         self.registry.rebuild_allocators(services)
         from nodeagent.apiserver.proxy import KubeletProxy, kubelet_address

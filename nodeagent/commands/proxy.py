@@ -32,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="iptables mode: a packet counter on every rule, as iptables-nft writes them (off by "
                         "default: counters slow every change's kernel validation)")
     add_ipvs_arguments(p)
-    p.add_argument("--once", action="store_true", help="sync once and exit")
+    p.add_argument("--once", action="store_true",
+                   help="sync once and exit (the --from-file objects, and the cluster's with --kubeconfig)")
     p.add_argument("--cleanup", action="store_true", help="remove every rule this mode owns and exit")
 
 
@@ -81,6 +82,19 @@ def run(args: argparse.Namespace) -> int:
             log.info("%s rules removed", args.mode)
             return 0
         services, slices = load_objects(args.from_file)
+        if args.once and args.kubeconfig:  # one sync of the cluster's Services, not only the files'
+            from nodeagent.client.rest import Client, ClientError
+
+            once_client = Client.from_kubeconfig(args.kubeconfig)
+            try:
+                services += (await once_client.list("services"))["items"]
+                slices += (await once_client.list("endpointslices"))["items"]
+            except (ClientError, OSError, TimeoutError) as e:
+                log.error("proxy --once: cannot list Services and EndpointSlices with %s: %s",
+                          args.kubeconfig, e)
+                return 1
+            finally:
+                await once_client.close()
         if args.once:
             for s in services:
                 proxy.on_service(None, s)

@@ -5,9 +5,11 @@ Pods outlive `up` by design (as containers outlive containerd's restarts); this 
 them. The pods are stopped through our runtime, started here on the node's own state for the purpose
 (graceful stop, then forced, with the CNI DEL that frees each address), then the kernel objects the node's
 components made go: what is left in its cgroup tree, the pod bridge and IPAM allocations, the masquerade and
-NetworkPolicy rules and (for the default instance) the Service rules. With --all, the data dir (store, PKI,
-images) goes too. Every step tolerates what is already gone, so a second reset does nothing and succeeds.
-A reset refuses while an `up`/`agent` still runs on the data dir, naming its pid.
+NetworkPolicy rules and (for the default instance) the Service rules, the ingress HAProxy, and the routes,
+tunnel and masquerade exemption of a multi-node pod network. With --all, the data dir (store, PKI, images)
+and the cluster's context in the invoking user's kubeconfig go too. Every step tolerates what is already
+gone, so a second reset does nothing and succeeds. A reset refuses while an `up`/`agent` still runs on the
+data dir, naming its pid.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cni-bin-dir", action="append", default=None,
                    help="CNI plugin directory for the pods' CNI DEL, repeatable (default: /opt/cni/bin and "
                         "/usr/lib/cni)")
+    p.add_argument("--cluster-cidr", default=None,
+                   help="the pod network's range, if `up`/`agent` was given --cluster-cidr: its routes, "
+                        "tunnel and masquerade exemption go (default: the data dir's)")
+    p.add_argument("--write-kubeconfig", metavar="PATH", default=None,
+                   help="with --all: also take the cluster's context out of this kubeconfig, as given to "
+                        "`up --write-kubeconfig` (the invoking user's ~/.kube/config always is)")
     p.add_argument("--grace-period", type=int, default=10,
                    help="seconds each container gets after SIGTERM before SIGKILL (default: %(default)s)")
 
@@ -152,14 +160,14 @@ def remove_node_objects(layout: Layout, bridge: str, cgroup_root: str) -> None:
     """Everything the node's components made in the kernel and on disk outside the runtime's state, each
     already-gone part skipped."""
     from cni.install import CONFLIST_NAME
+    from kernel.cgroups.tree import kill_tree
     from kernel.netlink import IPRoute, delete_link
     from nodeagent.kubelet import resources
-    from nodeagent.lab.cluster import _kill_cgroup_tree
 
     parts = tuple(p for p in cgroup_root.split("/") if p)
     # what the runtime did not stop (a process left in a pod cgroup) is killed; the tree goes bottom-up
     tree = "/".join(parts) if parts else resources.node_allocatable_cgroup(()).cgroupfs().strip("/")
-    _kill_cgroup_tree(tree)
+    kill_tree(tree)
     if Path("/sys/class/net", bridge).exists():
         with IPRoute() as ipr:
             delete_link(ipr, bridge)
@@ -248,6 +256,7 @@ def unmount_under(root: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cri.config import DEFAULT_CNI_BIN_DIRS
+    from nodeagent.commands.reset_extras import remove_pod_network, remove_user_context, stop_ingress_proxy
     from nodeagent.commands.up import no_grpc_fork_handlers
 
     layout = Layout.for_data_dir(os.path.abspath(args.data_dir))
@@ -269,7 +278,10 @@ def run(args: argparse.Namespace) -> int:
     unmount_under(layout.kubelet_root_dir)
     cgroup_root = layout.cgroup_root if args.cgroup_root is None else args.cgroup_root
     remove_node_objects(layout, args.bridge or configured_bridge(layout) or layout.bridge, cgroup_root)
+    stop_ingress_proxy(layout)
+    remove_pod_network(args.cluster_cidr or layout.cluster_cidr)
     if args.all:
+        remove_user_context(layout, args.write_kubeconfig)
         remove_data_dir(layout)
     if failed:
         print(f"nodeagent reset: {failed} pod(s) the runtime could not remove (see above); run reset again",

@@ -1,9 +1,10 @@
 """`nodeagent status [--data-dir DIR]`: the node at a glance for a person at a terminal (rich tables).
 
 What runs (the `up`/`agent` process of the data dir, its runtime socket, the apiserver's readiness
-checks), the node's conditions (Ready and the pressure signals the eviction manager reports), its pods with
-their IPs and QoS classes, and how many Service and policy rules are in the kernel. Every part that cannot
-be read says why instead of being left out.
+checks), the eviction signals against the thresholds that process was given, the node's conditions
+(Ready and the pressure the eviction manager reports), its pods with their IPs and QoS classes, and how
+many Service and policy rules are in the kernel. Every part that cannot be read says why instead of being
+left out.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def rule_counts() -> dict[str, str]:
     return out
 
 
-def render(layout: Layout, pid: int | None, cluster: dict[str, Any], rules: dict[str, str]) -> None:
+def render(layout: Layout, pid: int | None, cluster: dict[str, Any], rules: dict[str, str],
+           eviction: list[tuple[str, str, str, str, str]] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -86,6 +88,13 @@ def render(layout: Layout, pid: int | None, cluster: dict[str, Any], rules: dict
                 parts.add_row(f"apiserver {check.split()[0]}",
                               "[green]ok[/]" if line.startswith("[+]") else f"[red]{check}[/]")
     console.print(parts)
+    if eviction:
+        signals = Table(title="eviction signals (as the kubelet observes them here)")
+        for col in ("signal", "available", "capacity", "threshold", "crossed"):
+            signals.add_column(col)
+        for row in eviction:
+            signals.add_row(*row[:4], f"[red]{row[4]}[/]" if row[4] == "yes" else row[4])
+        console.print(signals)
     if "error" in cluster:
         return
     nodes = Table(title="nodes")
@@ -119,8 +128,10 @@ def _cond(kind: str, status: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from nodeagent.commands.reset import holder_pid
+    from nodeagent.commands.status_eviction import eviction_rows, flags_of
 
     layout = Layout.for_data_dir(os.path.abspath(args.data_dir))
     cluster = asyncio.run(read_cluster(args.kubeconfig or layout.admin_kubeconfig))
-    render(layout, holder_pid(layout), cluster, rule_counts())
+    pid = holder_pid(layout)
+    render(layout, pid, cluster, rule_counts(), eviction_rows(layout, flags_of(pid)))
     return 0 if "error" not in cluster else 1

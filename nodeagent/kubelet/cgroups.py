@@ -1,4 +1,5 @@
-"""Removing the kubelet-owned cgroups (pod<uid>, the QoS tree) once their pods are gone.
+"""The kubelet-owned cgroups: a pod's pod<uid> cgroup made with its limits before its sandbox (the
+kubelet's pod container manager), and removing them (pod<uid>, the QoS tree) once their pods are gone.
 
 Creation and limits go through the one cgroup driver (`kernel.cgroups`); removal does
 too, and on cgroup v1 also rmdirs the same (empty) path in the hierarchies that driver does not manage
@@ -13,7 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from kernel.cgroups import hierarchies
-from kernel.cgroups.base import rmdir_retry
+from kernel.cgroups.base import Resources, rmdir_retry
+from nodeagent.kubelet.resources import ResourceConfig
+
+
+def ensure_pod_cgroup(driver: Any, path: str, cfg: ResourceConfig) -> None:
+    """Make the pod's cgroup and write its pod-level limits (ResourceConfigForPod: cpu.shares from the
+    requests; cfs quota and memory limit only when every container declares that limit), as the kubelet
+    does before it asks the runtime for the sandbox."""
+    driver.create(path)
+    driver.apply(path, Resources(cpu_shares=cfg.cpu_shares or 0, cpu_period=cfg.cpu_period or 0,
+                                 cpu_quota=cfg.cpu_quota or 0, memory_limit=cfg.memory_limit or 0))
 
 
 def remove_cgroup(driver: Any, path: str) -> None:

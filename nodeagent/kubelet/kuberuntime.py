@@ -24,7 +24,7 @@ from nodeagent.kubelet import images as image_policy
 from nodeagent.kubelet import pod_files, resources
 from nodeagent.kubelet import security_context as security
 from nodeagent.kubelet.backoff import CrashLoopBackoff, ImagePullBackoff, container_backoff_key
-from nodeagent.kubelet.cgroups import remove_cgroup
+from nodeagent.kubelet.cgroups import ensure_pod_cgroup, remove_cgroup
 from nodeagent.kubelet.container_env import apply_env, prepare_sub_paths, pull_with_credentials, sub_path
 from nodeagent.kubelet.envvars import ContainerSources, Env, EnvError, Standalone
 from nodeagent.kubelet.labels import (
@@ -194,6 +194,9 @@ class PodRuntime:
                     self.recorder.record(pod, "Warning", "FailedCreatePodSandBox",
                                          f"Failed to create pod sandbox: {e}")
                     return st
+            if self.cgroups is not None:
+                await asyncio.to_thread(ensure_pod_cgroup, self.cgroups, self.cgroup_parent(pod),
+                                        resources.pod_resource_config(pod))
             sid = await self.cri.run_pod_sandbox(new_cfg, handler)
             st = await self.state(pod)
         sandbox_cfg = self.sandbox_config(pod, actions.attempt)

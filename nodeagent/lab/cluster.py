@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from kernel.cgroups.tree import kill_tree, tree_dirs
 from kernel.fs import atomic_write
 from kernel.procs import alive as _alive
 from nodeagent.lab.topology import API_PORT, POD_CLUSTER_CIDR, NodeSpec, Topology, topology
@@ -34,7 +35,6 @@ from nodeagent.layout import Layout
 log = logging.getLogger("nodeagent.lab")
 
 STATE = "lab.json"
-CGROUP_ROOTS = "/sys/fs/cgroup"
 
 # Runs as: nsenter --net=NS unshare --mount --propagation slave sh -c LAUNCH sh <host-cgroup-bind-dir> argv...
 LAUNCH = """set -e
@@ -266,44 +266,6 @@ def _kill_pid(pid: int, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def cgroup_dirs(root: str) -> list[Path]:
-    """Every existing directory of the cgroup `root` in each hierarchy (v1 controllers or v2)."""
-    out = []
-    base = Path(CGROUP_ROOTS)
-    candidates = [base / root] if (base / "cgroup.controllers").exists() else [
-        h / root for h in base.iterdir() if h.is_dir() and not h.is_symlink()]
-    for c in candidates:
-        if c.is_dir():
-            out.append(c)
-    return out
-
-
-def _kill_cgroup_tree(root: str) -> None:
-    """Kill every process left in the cgroup subtree, then remove it bottom-up."""
-    for _ in range(50):
-        pids = set()
-        for top in cgroup_dirs(root):
-            for d, _dirs, _files in os.walk(top):
-                with contextlib.suppress(OSError):
-                    pids |= {int(x) for x in Path(d, "cgroup.procs").read_text().split()}
-        if not pids:
-            break
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.1)
-    for top in cgroup_dirs(root):
-        for d, _dirs, _files in sorted(os.walk(top, topdown=False), key=lambda t: -len(t[0])):
-            for _ in range(50):
-                try:
-                    os.rmdir(d)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)
-
-
 def netns_pids(netns: str) -> list[int]:
     p = _sh("ip", "netns", "pids", netns, check=False)
     return [int(x) for x in p.stdout.split()] if p.returncode == 0 else []
@@ -326,7 +288,7 @@ def down(lab_dir: str | Path, timeout: float = 30.0) -> list[str]:
             forced.append(f"process {pid} in {ns}")
             _kill_pid(pid, 5)
     for root in state.data["cgroup_roots"]:
-        _kill_cgroup_tree(root)
+        kill_tree(root)
     for ns in state.data["netns"]:
         for pid in netns_pids(ns):  # a process that entered the node after the first pass
             _kill_pid(pid, 5)
@@ -348,7 +310,7 @@ def leftovers(lab_dir: str | Path, netns: list[str], links: list[str], cgroup_ro
     existing = set(_sh("ip", "netns", "list").stdout.split())
     out += [f"netns {n}" for n in netns if n in existing]
     out += [f"link {link}" for link in links if Path("/sys/class/net", link).exists()]
-    out += [f"cgroup {d}" for r in cgroup_roots for d in cgroup_dirs(r)]
+    out += [f"cgroup {d}" for r in cgroup_roots for d in tree_dirs(r)]
     raw = _sh("iptables", "-w", "5", "-t", "raw", "-S", "PREROUTING", check=False).stdout
     out += [f"iptables rule for {link}" for link in links if f"nodeagent lab {link}" in raw]
     if Path(lab_dir).exists():

@@ -13,13 +13,16 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from nodeagent.api import sa_token
+from nodeagent.api.resources import builtin
 from nodeagent.apiserver.authz.attributes import Attributes, Decision, Subject
 from nodeagent.apiserver.authz.rules import Rule, rules_allow
 
 GROUP = "rbac.authorization.k8s.io"
-PREFIX = f"/registry/{GROUP}/"
-ROLES, ROLE_BINDINGS = f"{PREFIX}roles/", f"{PREFIX}rolebindings/"
-CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS = f"{PREFIX}clusterroles/", f"{PREFIX}clusterrolebindings/"
+# the four kinds' store prefixes (kube-apiserver's layout: /registry/roles/, /registry/clusterroles/, ...)
+ROLES, ROLE_BINDINGS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS = (
+    builtin(GROUP, "v1", name).storage_prefix
+    for name in ("roles", "rolebindings", "clusterroles", "clusterrolebindings"))
+PREFIXES = (ROLES, ROLE_BINDINGS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS)
 
 RoleRef = tuple[str, str, str]  # (kind, namespace of a Role or "", name)
 
@@ -110,32 +113,32 @@ def _not_found(ref: RoleRef) -> str:
 class RBACAuthorizer:
     def __init__(self, source: Source) -> None:
         self.source = source
-        self._sub: Any = None
+        self._subs: list[Any] = []  # one watch per RBAC kind's prefix
         self._index: Index | None = None
 
     def index(self) -> Index:
         """The current index: rebuilt when an RBAC object changed since it was built."""
-        sub = self._sub
-        stale = self._index is None or sub is None
-        if sub is not None:
+        stale = self._index is None or not self._subs
+        ended = False
+        for sub in self._subs:
             q: asyncio.Queue[Any] = sub.queue
             while not q.empty():
-                item = q.get_nowait()
                 stale = True
-                if item is None:  # the cache ended the watch (fell behind): watch again
-                    self.source.unsubscribe(sub)
-                    self._sub = None
+                if q.get_nowait() is None:  # the cache ended the watch (fell behind): watch again
+                    ended = True
+        if ended:
+            self.close()
         if stale:
-            if self._sub is None:
-                self._sub = self.source.subscribe(PREFIX, self.source.rev)
+            if not self._subs:
+                self._subs = [self.source.subscribe(p, self.source.rev) for p in PREFIXES]
             self._index = Index.build(self.source)
         assert self._index is not None
         return self._index
 
     def close(self) -> None:
-        if self._sub is not None:
-            self.source.unsubscribe(self._sub)
-            self._sub = None
+        for sub in self._subs:
+            self.source.unsubscribe(sub)
+        self._subs = []
 
     def refs_for(self, subject: Subject, namespace: str) -> Iterator[RoleRef]:
         ix = self.index()

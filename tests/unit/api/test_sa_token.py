@@ -84,7 +84,7 @@ def _authenticator(tmp_path, objects: dict[str, dict[str, Any]],
 
 
 async def test_authenticator_checks_audience_and_the_bound_pod(tmp_path):
-    objects = {"/registry/core/serviceaccounts/ns1/default": SA, "/registry/core/pods/ns1/p": POD}
+    objects = {"/registry/serviceaccounts/ns1/default": SA, "/registry/pods/ns1/p": POD}
     clock = FakeClock(NOW)
     a = _authenticator(tmp_path, objects, clock)
     now = NOW
@@ -98,11 +98,11 @@ async def test_authenticator_checks_audience_and_the_bound_pod(tmp_path):
     assert extra["authentication.kubernetes.io/node-name"] == ("n1",)
     wrong_aud = a.keys.sign(sa_token.bound_claims("https://iss", ["vault"], SA, now, 3600))
     assert await a.authenticate(f"Bearer {wrong_aud}") is None
-    objects["/registry/core/pods/ns1/p"] = {"metadata": {"name": "p", "uid": "another"}}  # recreated
+    objects["/registry/pods/ns1/p"] = {"metadata": {"name": "p", "uid": "another"}}  # recreated
     assert await a.authenticate(f"Bearer {tok}") is None
-    del objects["/registry/core/pods/ns1/p"]
+    del objects["/registry/pods/ns1/p"]
     assert await a.authenticate(f"Bearer {tok}") is None
-    objects["/registry/core/pods/ns1/p"] = POD
+    objects["/registry/pods/ns1/p"] = POD
     assert await a.authenticate(f"Bearer {tok}") is not None  # the cached signature, checks still made
     clock.advance(3600 + sa_token.LEEWAY + 1)
     assert await a.authenticate(f"Bearer {tok}") is None
@@ -111,12 +111,12 @@ async def test_authenticator_checks_audience_and_the_bound_pod(tmp_path):
 
 async def test_legacy_token_lives_as_long_as_its_secret_holds_it(tmp_path):
     secret: dict[str, Any] = {"metadata": {"name": "t", "namespace": "ns1"}, "data": {}}
-    objects = {"/registry/core/serviceaccounts/ns1/default": SA, "/registry/core/secrets/ns1/t": secret}
+    objects = {"/registry/serviceaccounts/ns1/default": SA, "/registry/secrets/ns1/t": secret}
     a = _authenticator(tmp_path, objects)
     tok = a.keys.sign(sa_token.legacy_claims(SA, secret))
     assert await a.authenticate(f"Bearer {tok}") is None
     secret["data"]["token"] = base64.b64encode(tok.encode()).decode()
     user = await a.authenticate(f"Bearer {tok}")
     assert user is not None and user.name == "system:serviceaccount:ns1:default"
-    del objects["/registry/core/secrets/ns1/t"]
+    del objects["/registry/secrets/ns1/t"]
     assert await a.authenticate(f"Bearer {tok}") is None

@@ -78,3 +78,37 @@ def test_owned_by_the_invoking_user(tmp_path):
     write_for_user(target, ADMIN)
     for p in (tmp_path / "h" / ".kube", tmp_path / "h" / ".kube" / "config"):
         assert (p.stat().st_uid, p.stat().st_gid) == (65534, 65534)
+
+
+def test_unmerge_takes_out_only_our_entries_and_our_current_context():
+    from nodeagent.apiserver.kubeconfig import unmerge
+
+    mine = {"apiVersion": "v1", "kind": "Config", "current-context": "work",
+            "clusters": [{"name": "work", "cluster": {"server": "https://w"}}],
+            "users": [{"name": "work", "user": {"token": "w"}}],
+            "contexts": [{"name": "work", "context": {"cluster": "work", "user": "work"}}]}
+    merged = merge(yaml.safe_dump(mine), ADMIN, "nodeagent")
+    left = unmerge(merged, "nodeagent")
+    assert left is not None and yaml.safe_load(left) == mine
+    assert unmerge(left, "nodeagent") is None  # nothing of ours: the file is not rewritten
+    only_ours = yaml.safe_load(unmerge(merge(None, ADMIN, "nodeagent"), "nodeagent") or "")
+    assert "current-context" not in only_ours
+    assert only_ours["clusters"] == only_ours["users"] == only_ours["contexts"] == []
+
+
+def test_remove_for_user_keeps_mode_and_owner(tmp_path):
+    from nodeagent.apiserver.kubeconfig import remove_for_user
+
+    path = tmp_path / "config"
+    target = UserKubeconfig(str(path), "nodeagent-ab12cd")
+    assert not remove_for_user(target)  # no file: nothing to do
+    write_for_user(target, ADMIN)
+    os.chmod(path, 0o640)
+    assert remove_for_user(target)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert yaml.safe_load(path.read_text())["contexts"] == []
+    assert not remove_for_user(target)
+    path.write_text("{not yaml")
+    with pytest.raises(KubeconfigError):
+        remove_for_user(target)
+    assert path.read_text() == "{not yaml"

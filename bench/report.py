@@ -1,0 +1,117 @@
+"""What every benchmark prints and draws: percentiles of samples, the p50/p99 table, and (with `--plot
+PATH`) a PNG of the same figures — one place, so each bench only measures.
+
+Percentiles are nearest-rank on the sorted samples (`pct(xs, 0.99)`), as the benches always printed
+them. Plots use matplotlib's Agg backend (no display): a CDF of latency samples per series, lines of a
+value against a size (sync time against Services), or grouped bars.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def pct(xs: Sequence[float], q: float) -> float:
+    """The q-quantile (0 < q <= 1) of `xs`, nearest rank; NaN when there are none."""
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+def latency_row(name: str, xs: Sequence[float], unit: str = "ms", scale: float = 1000.0,
+                width: int = 34) -> str:
+    """`name  n  p50  p99` for samples in seconds shown in `unit` (× `scale`)."""
+    if not xs:
+        return f"{name:<{width}} {'—':>7}"
+    return (f"{name:<{width}} {len(xs):>7} {pct(xs, 0.5) * scale:>10.2f} {pct(xs, 0.99) * scale:>10.2f}"
+            f"  {unit}")
+
+
+def latency_table(rows: Mapping[str, Sequence[float]], unit: str = "ms", scale: float = 1000.0,
+                  title: str = "") -> str:
+    """The p50/p99 table of several sample sets (seconds), one row each."""
+    width = max([len(k) for k in rows] + [10]) + 2
+    lines = [title] if title else []
+    lines.append(f"{'':<{width}} {'n':>7} {'p50':>10} {'p99':>10}")
+    lines += [latency_row(k, v, unit, scale, width) for k, v in rows.items()]
+    return "\n".join(lines)
+
+
+def add_plot_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plot", metavar="PATH", default=None,
+                   help="also write the figures as a PNG (matplotlib) to PATH")
+
+
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, imported only when a plot is asked for."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_cdf(path: str, series: Mapping[str, Sequence[float]], title: str, unit: str = "ms",
+             scale: float = 1000.0) -> None:
+    """One CDF line per series of latency samples (seconds), with each series' p50/p99 in its label."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=90)
+    for name, xs in series.items():
+        if not xs:
+            continue
+        s = sorted(x * scale for x in xs)
+        ax.step(s, [(i + 1) / len(s) for i in range(len(s))], where="post",
+                label=f"{name} (p50 {pct(s, 0.5):.1f}, p99 {pct(s, 0.99):.1f} {unit})")
+    ax.set_xlabel(unit)
+    ax.set_ylabel("fraction of samples")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_lines(path: str, series: Mapping[str, Sequence[tuple[float, float]]], title: str, xlabel: str,
+               ylabel: str, logx: bool = False) -> None:
+    """One line per series of (x, y) points, e.g. sync time against the number of Services."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=90)
+    for name, pts in series.items():
+        pts = sorted(pts)
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=name)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_bars(path: str, groups: Mapping[str, Mapping[str, float]], title: str, ylabel: str) -> None:
+    """Grouped bars: one group per key of `groups`, one bar per series inside it (p50 and p99, say)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=90)
+    names = list(groups)
+    series = list(dict.fromkeys(k for g in groups.values() for k in g))
+    width = 0.8 / max(1, len(series))
+    for i, s in enumerate(series):
+        ax.bar([j + i * width for j in range(len(names))], [groups[n].get(s, 0.0) for n in names], width,
+               label=s)
+    ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(names))], names, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
