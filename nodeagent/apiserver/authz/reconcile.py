@@ -5,6 +5,7 @@ taken away; `autoupdate: "false"` leaves an object as its owner set it."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from typing import Any
@@ -25,6 +26,7 @@ _RES = {
         ("RoleBinding", "rolebindings"),
     )
 }
+_CONCURRENT_WRITES = 16  # bootstrap objects written at once
 
 
 def reconciled(existing: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any] | None:
@@ -61,7 +63,9 @@ def reconciled(existing: dict[str, Any], expected: dict[str, Any]) -> dict[str, 
 
 
 async def ensure(registry: Any) -> None:
-    """Create or complete every object of the bootstrap policy."""
+    """Create or complete every object of the bootstrap policy. The objects are independent, so they are
+    written a batch at a time: on etcd each write waits for a commit, and a hundred of them one after the
+    other kept a fresh server from answering for half a minute on a busy host."""
     objs = (
         policy.cluster_roles()
         + policy.controller_roles()
@@ -69,29 +73,40 @@ async def ensure(registry: Any) -> None:
         + policy.controller_role_bindings()
         + policy.kubeadm_objects()
     )
-    for want in objs:
-        res = _RES[want["kind"]]
-        ns = want["metadata"].get("namespace")
-        name = want["metadata"]["name"]
+    gate = asyncio.Semaphore(_CONCURRENT_WRITES)
+
+    async def one(want: dict[str, Any]) -> None:
+        async with gate:
+            await _ensure_one(registry, want)
+
+    async with asyncio.TaskGroup() as tg:
+        for want in objs:
+            tg.create_task(one(want))
+
+
+async def _ensure_one(registry: Any, want: dict[str, Any]) -> None:
+    res = _RES[want["kind"]]
+    ns = want["metadata"].get("namespace")
+    name = want["metadata"]["name"]
+    try:
         try:
-            try:
-                have = await registry.store.get(res.key(ns, name))
-            except store_base.NotFound:
-                await registry.create(res, ns, copy.deepcopy(want))
-                continue
-            if want["kind"].endswith("Binding") and have.get("roleRef") != want.get("roleRef"):
-                log.warning(
-                    "%s %s refers to %s, not %s: left as it is",
-                    want["kind"],
-                    name,
-                    have.get("roleRef"),
-                    want["roleRef"],
-                )
-                continue
-            new = reconciled(have, want)
-            if new is not None:
-                await registry.update(res, ns, name, new)
-                log.info("reconciled %s %s with the bootstrap policy", want["kind"], name)
-        except ApiError as e:
-            if e.code not in (409,):
-                log.warning("bootstrap policy: %s %s: %s", want["kind"], name, e.message)
+            have = await registry.store.get(res.key(ns, name))
+        except store_base.NotFound:
+            await registry.create(res, ns, copy.deepcopy(want))
+            return
+        if want["kind"].endswith("Binding") and have.get("roleRef") != want.get("roleRef"):
+            log.warning(
+                "%s %s refers to %s, not %s: left as it is",
+                want["kind"],
+                name,
+                have.get("roleRef"),
+                want["roleRef"],
+            )
+            return
+        new = reconciled(have, want)
+        if new is not None:
+            await registry.update(res, ns, name, new)
+            log.info("reconciled %s %s with the bootstrap policy", want["kind"], name)
+    except ApiError as e:
+        if e.code not in (409,):
+            log.warning("bootstrap policy: %s %s: %s", want["kind"], name, e.message)
