@@ -6,8 +6,8 @@ see every object converge without duplicates. `resync` periodically re-delivers 
 Handlers should only record (e.g. enqueue a key); they may be plain functions or coroutines.
 
 `shared()` gives every component of one process the same informer for the same objects and credentials
-(client-go's shared informers, across components as well: `up` keeps one cache of pods, services,
-endpoints, nodes, namespaces for DNS, netproxy, netpol, the controllers, the scheduler and the kubelet).
+(client-go's shared informers, across components as well: in `up`, DNS, netproxy, netpol and the kubelet's
+Services read one cache of services, endpointslices, pods and namespaces).
 """
 
 from __future__ import annotations
