@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import re
@@ -20,11 +21,13 @@ import tempfile
 import time
 from multiprocessing.synchronize import Event
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiohttp
 
+from bench import pyspy
 from nodeagent.testing.apiserver import start_server
 
 
@@ -263,13 +266,16 @@ def bench_backend(datastore: str, a: argparse.Namespace) -> dict[str, float]:
         try:
             out: dict[str, float] = {}
             mkns(srv, "c")
-            out["creates/s"] = rate("create", srv, "c", a.creates, a.procs, a.concurrency)
+            with _spy(a, srv, "creates"):
+                out["creates/s"] = rate("create", srv, "c", a.creates, a.procs, a.concurrency)
             out["  server CPU-bound creates/s/core"] = 1 / CPU["create"]
             mkns(srv, "g")
             names = fill(srv, "g", 1000, 2, 16)
-            out["gets/s"] = rate("get", srv, "g", a.gets, a.procs, a.concurrency, names)
+            with _spy(a, srv, "gets"):
+                out["gets/s"] = rate("get", srv, "g", a.gets, a.procs, a.concurrency, names)
             out["  server CPU-bound gets/s/core"] = 1 / CPU["get"]
-            out["lists/s (1k pods)"] = rate("list", srv, "g", a.lists_1k, a.procs, 4)
+            with _spy(a, srv, "lists (1k pods)"):
+                out["lists/s (1k pods)"] = rate("list", srv, "g", a.lists_1k, a.procs, 4)
             out["  server CPU-bound lists/s/core (1k)"] = 1 / CPU["list"]
             if a.big:
                 mkns(srv, "big")
@@ -277,12 +283,21 @@ def bench_backend(datastore: str, a: argparse.Namespace) -> dict[str, float]:
                 out["lists/s (10k pods)"] = rate("list", srv, "big", max(a.procs, a.lists_10k), a.procs, 1)
                 out["  server CPU-bound lists/s/core (10k)"] = 1 / CPU["list"]
             mkns(srv, "w")
-            p50, p99 = watch_latency(srv, "w", a.watchers, a.events, a.procs)
+            with _spy(a, srv, f"watch fan-out ({a.watchers} watchers)"):
+                p50, p99 = watch_latency(srv, "w", a.watchers, a.events, a.procs)
             out[f"watch p50 ms ({a.watchers} watchers)"] = p50
             out[f"watch p99 ms ({a.watchers} watchers)"] = p99
             return out
         finally:
             srv.stop()
+
+
+def _spy(a: argparse.Namespace, srv: Any, phase: str) -> contextlib.AbstractContextManager[None]:
+    """py-spy over the server during one phase (--py-spy), else nothing."""
+    if not a.py_spy:
+        return contextlib.nullcontext()
+    print(f"   [py-spy: server during {phase}]", flush=True)
+    return pyspy.recording(srv.proc.pid)
 
 
 def main() -> int:
@@ -302,6 +317,8 @@ def main() -> int:
     p.add_argument("--loader", choices=["auto", "ab", "python"], default="auto",
                    help="load generator for creates/gets/lists: ApacheBench (apache2-utils) when installed, "
                         "else Python client processes (default: auto)")
+    p.add_argument("--py-spy", action="store_true",
+                   help="sample the server with py-spy during each phase and print the top functions")
     a = p.parse_args()
     global LOADER
     import shutil

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import gc
 import itertools
@@ -35,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import pyspy
 from nodeagent.scheduler.profile import SchedulerConfig
 from nodeagent.scheduler.scheduler import Scheduler
 from nodeagent.testing.fake_cluster import FakeCluster, make_node, make_pod
@@ -189,8 +191,8 @@ async def _create_all(client: Any, resource: str, objs: list[dict[str, Any]], na
     await asyncio.gather(*(one(o) for o in objs))
 
 
-async def run_apiserver(kind: str, n_nodes: int, data_dir: Path, measure: int | None = None
-                        ) -> tuple[float, float, int, float]:
+async def run_apiserver(kind: str, n_nodes: int, data_dir: Path, measure: int | None = None,
+                        py_spy: bool = False) -> tuple[float, float, int, float]:
     """The same workload through a real `nodeagent server` (memory store, controllers off): N Node
     objects with no kubelets behind them, pods created over HTTPS, bound by the server's own
     scheduler through pods/<name>/binding; timed from the first measured create until a watch has
@@ -244,9 +246,10 @@ async def run_apiserver(kind: str, n_nodes: int, data_dir: Path, measure: int | 
         setup = time.perf_counter() - t_setup
         c0 = _server_cpu(srv.proc.pid)
         t0 = time.perf_counter()
-        await asyncio.gather(_create_all(client, "pods", measured, ns), events["measure"].wait())
-        dt = time.perf_counter() - t0
-        cpu = _server_cpu(srv.proc.pid) - c0
+        with pyspy.recording(srv.proc.pid) if py_spy else contextlib.nullcontext():
+            await asyncio.gather(_create_all(client, "pods", measured, ns), events["measure"].wait())
+            dt = time.perf_counter() - t0
+            cpu = _server_cpu(srv.proc.pid) - c0
         watcher.cancel()
         try:
             await watcher
@@ -271,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="measured pods per run (default: the workload's)")
     ap.add_argument("--apiserver", default="1000,5000", metavar="NODES",
                     help="node counts for the through-the-apiserver runs of SchedulingBasic ('' to skip)")
+    ap.add_argument("--py-spy", action="store_true",
+                    help="sample the server with py-spy during each through-the-apiserver measured phase")
     ap.add_argument("--apiserver-workloads", default="basic",
                     help="workloads for those runs (basic, nodeaffinity)")
     args = ap.parse_args(argv)
@@ -307,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         for kind in [k for k in args.apiserver_workloads.split(",") if k]:
             for n in api_counts:
                 with tempfile.TemporaryDirectory(prefix="sched-bench-") as d:
-                    rate, cpu_rate, pods, setup = asyncio.run(run_apiserver(kind, n, Path(d), args.measure))
+                    rate, cpu_rate, pods, setup = asyncio.run(
+                        run_apiserver(kind, n, Path(d), args.measure, args.py_spy))
                 ref = THRESHOLDS[kind]
                 print(f"{NAMES[kind]:<28}{n:>7}{pods:>7}{rate:>13.0f}{cpu_rate:>19.0f}{ref:>22}{setup:>9.0f}",
                       flush=True)

@@ -20,19 +20,16 @@ def _labels(o: dict[str, Any]) -> dict[str, str]:
 
 
 def wire(informers: SharedInformers, enforcer: Enforcer) -> None:
-    """Connect the three shared informers to the enforcer's model."""
-    ns = informers.get("namespaces")
-    ns.add_handler(lambda o: enforcer.on_namespace(o["metadata"]["name"], _labels(o)),
-                   lambda old, new: enforcer.on_namespace(new["metadata"]["name"], _labels(new)),
-                   lambda o: enforcer.on_namespace(o["metadata"]["name"], None))
-    pods = informers.get("pods")
-    pods.add_handler(lambda o: enforcer.on_pod(key_of(o), o),
-                     lambda old, new: enforcer.on_pod(key_of(new), new),
-                     lambda o: enforcer.on_pod(key_of(o), None))
-    pols = informers.get("networkpolicies")
-    pols.add_handler(lambda o: enforcer.on_policy(key_of(o), o),
-                     lambda old, new: enforcer.on_policy(key_of(new), new),
-                     lambda o: enforcer.on_policy(key_of(o), None))
+    """Connect the three shared informers to the enforcer's model (`informers.release()` disconnects)."""
+    informers.add_handler("namespaces", lambda o: enforcer.on_namespace(o["metadata"]["name"], _labels(o)),
+                          lambda old, new: enforcer.on_namespace(new["metadata"]["name"], _labels(new)),
+                          lambda o: enforcer.on_namespace(o["metadata"]["name"], None))
+    informers.add_handler("pods", lambda o: enforcer.on_pod(key_of(o), o),
+                          lambda old, new: enforcer.on_pod(key_of(new), new),
+                          lambda o: enforcer.on_pod(key_of(o), None))
+    informers.add_handler("networkpolicies", lambda o: enforcer.on_policy(key_of(o), o),
+                          lambda old, new: enforcer.on_policy(key_of(new), new),
+                          lambda o: enforcer.on_policy(key_of(o), None))
 
 
 async def run(informers: SharedInformers, enforcer: Enforcer) -> None:
@@ -40,7 +37,7 @@ async def run(informers: SharedInformers, enforcer: Enforcer) -> None:
     async with asyncio.TaskGroup() as tg:
         infs = [informers.get(r) for r in RESOURCES]
         for r, inf in zip(RESOURCES, infs, strict=True):
-            tg.create_task(inf.run(), name=f"netpol-{r}")
+            tg.create_task(inf.run(client=informers.client), name=f"netpol-{r}")
         for inf in infs:
             await inf.wait_synced()
             enforcer.source_synced()

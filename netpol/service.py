@@ -36,7 +36,7 @@ async def serve(config: NetpolConfig, ready: asyncio.Event) -> None:
                         min_interval=config.min_sync_period, max_interval=config.sync_period,
                         sources=len(api_source.RESOURCES))
     client = config.credentials.client()
-    informers = SharedInformers(client)
+    informers = SharedInformers(client, share=True)  # `up`'s DNS, netproxy, kubelet read the same caches
     api_source.wire(informers, enforcer)
     try:
         async with asyncio.TaskGroup() as tg:
@@ -46,6 +46,7 @@ async def serve(config: NetpolConfig, ready: asyncio.Event) -> None:
             log.info("netpol: %s mode synced for node %s", config.mode, config.node_name)
             ready.set()
     finally:
+        informers.release()
         with contextlib.suppress(Exception):
             await asyncio.shield(enforcer.cleanup())
         await asyncio.to_thread(worker.close)  # waits for a kernel call in flight, off the event loop

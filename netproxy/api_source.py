@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from netproxy.proxy import Proxy
-from nodeagent.client.informer import Informer
+from nodeagent.client.informer import shared
 from nodeagent.client.rest import Client
 
 
@@ -19,16 +19,22 @@ class ApiSource:
         self.client = client
 
     async def run(self, proxy: Proxy) -> None:
-        services = Informer(self.client, "services")
-        slices = Informer(self.client, "endpointslices")
-        services.add_handler(lambda o: proxy.on_service(None, o), proxy.on_service,
-                             lambda o: proxy.on_service(o, None))
-        slices.add_handler(proxy.on_endpoint_slice, lambda old, new: proxy.on_endpoint_slice(new),
-                           lambda o: proxy.on_endpoint_slice(o, removed=True))
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(services.run(), name="netproxy-services")
-            tg.create_task(slices.run(), name="netproxy-endpointslices")
-            await services.wait_synced()
-            proxy.set_services_synced()
-            await slices.wait_synced()
-            proxy.set_endpoints_synced()
+        # the process's informers: in `up`, DNS and the kubelet read the same Services and slices
+        services = shared(self.client, "services")
+        slices = shared(self.client, "endpointslices")
+        removers = [
+            services.add_handler(lambda o: proxy.on_service(None, o), proxy.on_service,
+                                 lambda o: proxy.on_service(o, None)),
+            slices.add_handler(proxy.on_endpoint_slice, lambda old, new: proxy.on_endpoint_slice(new),
+                               lambda o: proxy.on_endpoint_slice(o, removed=True))]
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(services.run(client=self.client), name="netproxy-services")
+                tg.create_task(slices.run(client=self.client), name="netproxy-endpointslices")
+                await services.wait_synced()
+                proxy.set_services_synced()
+                await slices.wait_synced()
+                proxy.set_endpoints_synced()
+        finally:
+            for remove in removers:
+                remove()

@@ -4,6 +4,10 @@ Lists, then watches from the list's resourceVersion; reconnects from the last se
 keep it fresh); a 410 Gone means the history was compacted: relist and emit the difference, so handlers
 see every object converge without duplicates. `resync` periodically re-delivers every object as an update.
 Handlers should only record (e.g. enqueue a key); they may be plain functions or coroutines.
+
+`shared()` gives every component of one process the same informer for the same objects and credentials
+(client-go's shared informers, across components as well: in `up`, DNS, netproxy, netpol and the kubelet's
+Services read one cache of services, endpointslices, pods and namespaces).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import builtins
 import inspect
 import logging
 import random
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -46,6 +51,10 @@ class Informer:
         self._handlers: list[tuple[Handler | None, Handler | None, Handler | None]] = []
         self._indexers: dict[str, Callable[[dict[str, Any]], Iterable[str]]] = {}
         self._indices: dict[str, dict[str, set[str]]] = {}
+        self._runners = 0  # run() calls in progress; one drives the list/watch loop, the rest wait
+        self._driving = False
+        self._handoff = asyncio.Event()  # set when the driver stops: a waiting runner takes over
+        self._on_idle: Callable[[], None] | None = None  # shared(): forget this informer when no one runs it
 
     # ------------------------------------------------------------------ read side
     def get(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
@@ -90,16 +99,72 @@ class Informer:
         return old
 
     def add_handler(self, on_add: Handler | None = None, on_update: Handler | None = None,
-                    on_delete: Handler | None = None) -> None:
-        """on_add(obj), on_update(old, new), on_delete(obj)."""
-        self._handlers.append((on_add, on_update, on_delete))
+                    on_delete: Handler | None = None) -> Callable[[], None]:
+        """on_add(obj), on_update(old, new), on_delete(obj); returns the function that removes them.
+
+        Added to an informer that has already listed (a shared one another component runs), the handler is
+        first given every cached object as an add, as client-go's AddEventHandler does; such a replay
+        calls on_add synchronously, so handlers of shared informers must be plain functions."""
+        entry = (on_add, on_update, on_delete)
+        self._handlers.append(entry)
+        if on_add is not None and self.synced.is_set():
+            for o in builtins.list(self.cache.values()):
+                r = on_add(o)
+                if inspect.isawaitable(r):
+                    if inspect.iscoroutine(r):
+                        r.close()
+                    raise TypeError(f"{self.resource.name} informer: a handler added after the first list "
+                                    "must be a plain function (its replay is synchronous)")
+
+        def remove() -> None:
+            if entry in self._handlers:
+                self._handlers.remove(entry)
+        return remove
 
     async def wait_synced(self) -> None:
         await self.synced.wait()
 
     # ------------------------------------------------------------------ loop
-    async def run(self, ready: asyncio.Event | None = None) -> None:
-        """Run until cancelled; `ready` (and `synced`) is set after the first full list is delivered."""
+    async def run(self, ready: asyncio.Event | None = None, client: Client | None = None) -> None:
+        """Run until cancelled; `ready` (and `synced`) is set after the first full list is delivered.
+
+        Several components may run one (shared) informer at once: the first drives the list/watch loop
+        with its `client` (default: the informer's), the others wait; when the driver is cancelled, a
+        waiting runner relists with its own client and carries on (a full relist: handlers converge)."""
+        self._runners += 1
+        try:
+            while True:
+                if not self._driving:
+                    self._driving = True
+                    if client is not None:
+                        self.client = client
+                    try:
+                        await self._loop(ready)
+                    finally:
+                        self._driving = False
+                        self._handoff.set()
+                        self._handoff = asyncio.Event()
+                await self._follow(ready)
+        finally:
+            self._runners -= 1
+            if self._runners == 0 and self._on_idle is not None:
+                self._on_idle()
+
+    async def _follow(self, ready: asyncio.Event | None) -> None:
+        """A runner that does not drive: pass `ready` on once listed, and wait until the driver stops."""
+        handoff = self._handoff
+        if ready is not None and not ready.is_set():
+            async with asyncio.TaskGroup() as tg:
+                stopped = tg.create_task(handoff.wait())
+                listed = tg.create_task(self.synced.wait())
+                await asyncio.wait([stopped, listed], return_when=asyncio.FIRST_COMPLETED)
+                stopped.cancel()
+                listed.cancel()
+            if self.synced.is_set():
+                ready.set()
+        await handoff.wait()
+
+    async def _loop(self, ready: asyncio.Event | None) -> None:
         backoff = 0.2
         need_list = True
         tasks = []
@@ -193,21 +258,60 @@ class Informer:
                 log.exception("%s informer handler", self.resource.name)
 
 
-class SharedInformers:
-    """One informer per resource, shared by every controller that reads it."""
+_SHARED: weakref.WeakValueDictionary[tuple[Any, ...], Informer] = weakref.WeakValueDictionary()
 
-    def __init__(self, client: Client, resync: float = 0.0) -> None:
+
+def shared(client: Client, resource: str, namespace: str | None = None, label_selector: str | None = None,
+           field_selector: str | None = None) -> Informer:
+    """This process's informer for these objects read with these credentials (`Client.identity`): one
+    cache and one watch however many components ask. Each user runs it (`run(client=its client)`), adds
+    plain-function handlers and removes them when it stops (`add_handler` returns the remover). Once no
+    one runs it, it is forgotten: the next user gets a fresh one."""
+    res = resolve(resource)
+    key = (client.identity, res.gv_path, res.name, namespace, label_selector, field_selector)
+    inf = _SHARED.get(key)
+    if inf is None:
+        inf = Informer(client, resource, namespace, label_selector, field_selector)
+
+        def forget(key: tuple[Any, ...] = key, inf: Informer = inf) -> None:
+            if _SHARED.get(key) is inf:
+                del _SHARED[key]
+        inf._on_idle = forget
+        _SHARED[key] = inf
+    return inf
+
+
+class SharedInformers:
+    """One informer per resource, shared by every controller that reads it; with `share` (no resync), the
+    process's informers (`shared`), whose handlers the user adds through `add_handler` here and removes
+    with `release` when it stops."""
+
+    def __init__(self, client: Client, resync: float = 0.0, share: bool = False) -> None:
         self.client = client
         self.resync = resync
+        self.share = share and not resync
         self._informers: dict[str, Informer] = {}
+        self._removers: list[Callable[[], None]] = []
 
     def get(self, resource: str) -> Informer:
         if resource not in self._informers:
-            self._informers[resource] = Informer(self.client, resource, resync=self.resync)
+            self._informers[resource] = shared(self.client, resource) if self.share \
+                else Informer(self.client, resource, resync=self.resync)
         return self._informers[resource]
+
+    def add_handler(self, resource: str, on_add: Handler | None = None, on_update: Handler | None = None,
+                    on_delete: Handler | None = None) -> None:
+        """`get(resource).add_handler(...)`, removed again by `release`."""
+        self._removers.append(self.get(resource).add_handler(on_add, on_update, on_delete))
+
+    def release(self) -> None:
+        """Remove the handlers added through `add_handler` (the informers may live on for others)."""
+        for remove in self._removers:
+            remove()
+        self._removers.clear()
 
     async def run(self, tg: asyncio.TaskGroup) -> None:
         """Start every informer in `tg` and wait until all have listed once."""
         for name, inf in self._informers.items():
-            tg.create_task(inf.run(), name=f"informer-{name}")
+            tg.create_task(inf.run(client=self.client), name=f"informer-{name}")
         await asyncio.gather(*(inf.wait_synced() for inf in self._informers.values()))

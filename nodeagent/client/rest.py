@@ -86,6 +86,8 @@ class Client:
         that pinned the cluster's CA, as kubeadm's discovery does)."""
         self.server = server.rstrip("/")
         self.token = token
+        # who this client is to the server: clients alike here may share one informer (informer.shared)
+        self.identity = (self.server, token, cert_file, insecure)
         ctx: ssl.SSLContext | None = None
         if self.server.startswith("https"):
             ctx = ssl.create_default_context(cafile=ca_file, cadata=ca_data.decode() if ca_data else None)

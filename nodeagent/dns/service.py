@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from nodeagent.client.informer import Informer
+from nodeagent.client.informer import SharedInformers
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.dns.config import DNSConfig
 from nodeagent.dns.forward import Forwarder
@@ -28,25 +28,30 @@ RESOURCES = {"services": "services", "endpointslices": "endpointslices.discovery
 
 
 class ClusterSource:
-    """One informer per kind; handlers only hand each event to `ClusterRecords.changed` (no I/O)."""
+    """One informer per kind (the process's: in `up`, netproxy, netpol and the kubelet read the same caches);
+    handlers only hand each event to `ClusterRecords.changed` (no I/O); `detach` removes them."""
 
     def __init__(self, client: Client) -> None:
-        self.informers = {kind: Informer(client, RESOURCES[kind]) for kind in KINDS}
+        self.shared = SharedInformers(client, share=True)
+        self.informers = {kind: self.shared.get(RESOURCES[kind]) for kind in KINDS}
 
     def lister(self, kind: str) -> Iterable[Obj]:
         return self.informers[kind].cache.values()
 
     def attach(self, records: ClusterRecords) -> None:
-        for kind, inf in self.informers.items():
-            inf.add_handler(lambda o, k=kind: records.changed(k, None, o),
-                            lambda old, new, k=kind: records.changed(k, old, new),
-                            lambda o, k=kind: records.changed(k, o, None))
+        for kind in self.informers:
+            self.shared.add_handler(RESOURCES[kind], lambda o, k=kind: records.changed(k, None, o),
+                                    lambda old, new, k=kind: records.changed(k, old, new),
+                                    lambda o, k=kind: records.changed(k, o, None))
+
+    def detach(self) -> None:
+        self.shared.release()
 
     async def run(self, tg: asyncio.TaskGroup, records: ClusterRecords, wait: float | None = None) -> None:
         """Start every informer in `tg`; return once each has delivered its first list, or after `wait`
         seconds (CoreDNS's behaviour: serve anyway, SERVFAIL instead of NXDOMAIN until synced)."""
         for kind, inf in self.informers.items():
-            tg.create_task(inf.run(), name=f"dns-informer-{kind}")
+            tg.create_task(inf.run(client=self.shared.client), name=f"dns-informer-{kind}")
 
         async def all_synced() -> None:
             await asyncio.gather(*(inf.wait_synced() for inf in self.informers.values()))
@@ -76,15 +81,18 @@ async def run_dns(cfg: DNSConfig, client: Client, ready: asyncio.Event | None = 
     handler = Handler(records, Forwarder(ups, cfg.upstream_timeout) if ups else None)
     bound = bound if bound is not None else []
     listening = asyncio.Event()
-    async with asyncio.TaskGroup() as tg:
-        await source.run(tg, records)
-        tg.create_task(run_listeners(handler, cfg.listen, listening, bound), name="dns-listeners")
-        await listening.wait()
-        if cfg.register_service:
-            await _register(cfg, client, bound[0])
-            tg.create_task(_repair(cfg, client, bound[0]), name="dns-register-repair")
-        if ready is not None:
-            ready.set()
+    try:
+        async with asyncio.TaskGroup() as tg:
+            await source.run(tg, records)
+            tg.create_task(run_listeners(handler, cfg.listen, listening, bound), name="dns-listeners")
+            await listening.wait()
+            if cfg.register_service:
+                await _register(cfg, client, bound[0])
+                tg.create_task(_repair(cfg, client, bound[0]), name="dns-register-repair")
+            if ready is not None:
+                ready.set()
+    finally:
+        source.detach()
 
 
 async def _repair(cfg: DNSConfig, client: Client, bound: tuple[str, int]) -> None:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from nodeagent.client.informer import Informer
+from nodeagent.client.informer import Informer, shared
 from nodeagent.client.rest import Client
 from nodeagent.kubelet.envvars import Env, EnvError, NotFound, PodContext, make_environment, service_env
 from nodeagent.kubelet.pullsecrets import Credential, credentials_for
@@ -165,7 +165,8 @@ class PodObjects:
         self.secrets = ObjectCache(client, "secrets", "secret", names=secret_names, sync_timeout=sync_timeout)
         self.configmaps = ObjectCache(client, "configmaps", "configmap", names=configmap_names,
                                       sync_timeout=sync_timeout)
-        self.services = Informer(client, "services")
+        self.client = client
+        self.services = shared(client, "services")  # the process's: in `up`, netproxy's and DNS's cache too
         self.host_ips = host_ips
         self.node_allocatable = node_allocatable
         self.sync_timeout = sync_timeout
@@ -174,7 +175,7 @@ class PodObjects:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.secrets.run(), name="kubelet-secret-watches")
             tg.create_task(self.configmaps.run(), name="kubelet-configmap-watches")
-            tg.create_task(self.services.run(), name="kubelet-services")
+            tg.create_task(self.services.run(client=self.client), name="kubelet-services")
             await self.secrets.wait_started()
             await self.configmaps.wait_started()
             if ready is not None:

@@ -202,3 +202,61 @@ async def test_server_side_apply_creates_then_merges(live):
     with pytest.raises(ClientError) as e:
         await c.patch("configmaps", "ssa", {"data": {}}, "default", "apply")  # no fieldManager
     assert e.value.code == 422
+
+
+async def _until(cond, what: str) -> None:
+    for _ in range(200):
+        if cond():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_shared_informer_one_cache_handoff_and_release(live):
+    """Two components with the same credentials read one informer: one list and one watch on the server,
+    a handler added late sees every cached object, the second runner carries on when the first stops, and
+    the informer is forgotten once no one runs it."""
+    from nodeagent.client.informer import shared
+
+    srv, c = live
+    c2 = Client.from_kubeconfig(srv.kubeconfig_path)  # another component's client, same identity
+    await c.create("namespaces", {"metadata": {"name": "shr"}})
+    await c.create("configmaps", cm("pre"), "shr")
+    a = shared(c, "configmaps", "shr")
+    b = shared(c2, "configmaps", "shr")
+    assert a is b
+    seen_a: list[str] = []
+    seen_b: list[str] = []
+    remove_a = a.add_handler(lambda o: seen_a.append(o["metadata"]["name"]))
+
+    def watches() -> int:  # the server's watch streams on these objects
+        return sum("/configmaps/shr" in sub.prefix for sub in srv.cache._subs)
+    ta = asyncio.create_task(a.run(client=c))
+    try:
+        await asyncio.wait_for(a.wait_synced(), 10)
+        tb = asyncio.create_task(b.run(client=c2))
+        b.add_handler(lambda o: seen_b.append(o["metadata"]["name"]))  # late: replayed from the cache
+        assert seen_b == ["pre"]
+        await _until(lambda: watches() == 1, "the one watch")
+        await asyncio.sleep(0.3)
+        assert watches() == 1  # b's run() did not open a second watch
+        # the first component stops: its handler goes, the second runner takes over with its own client
+        remove_a()
+        ta.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ta
+        await c.create("configmaps", cm("after"), "shr")
+        await _until(lambda: "after" in seen_b, "the event after the handoff")
+        assert seen_a == ["pre"] and seen_b.count("after") == 1
+        assert b.client is c2
+        tb.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await tb
+        assert shared(c, "configmaps", "shr") is not a  # no one runs it: the next user gets a fresh one
+        other = Client(c.server, "another-token", insecure=True)
+        assert shared(other, "configmaps", "shr") is not shared(c, "configmaps", "shr")  # other identity
+        await other.close()
+    finally:
+        for t in (ta,):
+            t.cancel()
+        await c2.close()

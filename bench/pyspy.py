@@ -1,0 +1,79 @@
+"""Sample a running process with py-spy (from PyPI, in the test extras) and print where its time went.
+
+Used by the benchmarks' `--py-spy` flag around their measured phase: py-spy records collapsed stacks
+(`--format raw`, one line per distinct stack with its sample count) without stopping the process, so
+the figures of the run stay comparable; the summary is the top functions by own samples and by
+samples anywhere on the stack.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def _py_spy() -> str:
+    here = Path(sys.executable).with_name("py-spy")
+    found = str(here) if here.exists() else shutil.which("py-spy")
+    if not found:
+        raise SystemExit("--py-spy needs py-spy: make install (it is in the test extras)")
+    return found
+
+
+def summarise(raw: str, top: int = 15) -> str:
+    """The top functions of collapsed stacks by own ("self") and inclusive samples, as text."""
+    own: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 2)[-1] + ")"
+                  if " (" in f else f for f in stack.split(";")]
+        if frames:
+            own[frames[-1]] += n
+        for f in set(frames):
+            incl[f] += n
+    if not total:
+        return "py-spy: no samples"
+    out = [f"py-spy: {total} samples; top by own time:"]
+    out += [f"  {100 * n / total:5.1f}%  {f}" for f, n in own.most_common(top)]
+    out.append("top by inclusive time (anywhere on the stack; the event loop's own frames left out):")
+    out += [f"  {100 * n / total:5.1f}%  {f}" for f, n in
+            [(f, n) for f, n in incl.most_common() if n < 0.9 * total][:top]]
+    return "\n".join(out)
+
+
+@contextlib.contextmanager
+def recording(pid: int, rate: int = 250, top: int = 15) -> Iterator[None]:
+    """py-spy samples `pid` for the duration of the block; the summary is printed at its end."""
+    with tempfile.TemporaryDirectory(prefix="pyspy-") as d:
+        out = Path(d) / "stacks.txt"
+        proc = subprocess.Popen([_py_spy(), "record", "--pid", str(pid), "--rate", str(rate), "--format",
+                                 "raw", "--nonblocking", "--output", str(out)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            yield
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                _, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+            if out.exists():
+                kept = Path(tempfile.gettempdir()) / f"pyspy-{pid}.txt"
+                shutil.copyfile(out, kept)
+                print(summarise(out.read_text(), top) + f"\n(collapsed stacks: {kept})", flush=True)
+            else:
+                print(f"py-spy wrote nothing: {err.decode(errors='replace')[-500:]}", flush=True)
