@@ -101,3 +101,11 @@ async def test_the_kubelet_client_waits_for_its_tokens():
     hits.sort()
     # four at once, then four more at 20/s: the last no sooner than 4/20 s after the first
     assert hits[-1] - hits[0] >= 0.19
+
+
+def test_config_file_fields_and_flags_over_them(tmp_path):
+    from tests.unit.kubelet.test_kubelet_config_file import _file
+
+    f = _file(tmp_path, kubeAPIQPS=10, kubeAPIBurst=20, eventRecordQPS=3, eventBurst=4)
+    cfg = _up(tmp_path, "--config", f, "--kube-api-qps", "15").kubelet
+    assert (cfg.kube_api_qps, cfg.kube_api_burst, cfg.event_qps, cfg.event_burst) == (15, 20, 3, 4)
