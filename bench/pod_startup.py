@@ -435,12 +435,7 @@ def run_burst(n: int, pid: int, kc: Path, node: str, profile: Path | None) -> di
         lat = asyncio.run(measure(kc, node, [f"burst-{i}" for i in range(n)], float("inf"), span))
     finally:
         if spy is not None:
-            spy.send_signal(signal.SIGINT)
-            try:
-                spy.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                spy.kill()
-                spy.wait()
+            stop(spy)  # py-spy writes its profile on SIGINT
     return {"burst": lat, "burst_span": span[0], "burst_rss": _rss(pid)}
 
 
