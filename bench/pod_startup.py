@@ -67,9 +67,11 @@ def running(obj: dict) -> bool:
     return st.get("phase") == "Running" and bool(cs) and all(c.get("ready") for c in cs)
 
 
-async def measure(kubeconfig: Path, node: str, names: list[str], rate: float | None) -> list[float]:
-    """Create the pods (at `rate` per second, or one after another's Running when None) and return each
-    one's create → Running-on-the-watch latency."""
+async def measure(kubeconfig: Path, node: str, names: list[str], rate: float | None,
+                  span: list[float] | None = None) -> list[float]:
+    """Create the pods (at `rate` per second, all at once when it is infinite, or one after another's
+    Running when None) and return each one's create → Running-on-the-watch latency; `span` gets the time
+    from the first create to the last pod Running."""
     from nodeagent.client.rest import Client
 
     client = Client.from_kubeconfig(kubeconfig)
@@ -112,7 +114,7 @@ async def measure(kubeconfig: Path, node: str, names: list[str], rate: float | N
             tasks = []
             for i, name in enumerate(names):
                 delay = t0 + i / rate - time.perf_counter()
-                if delay > 0:
+                if delay > 0 and rate != float("inf"):
                     await asyncio.sleep(delay)
                 tasks.append(asyncio.create_task(create(name)))
             await asyncio.gather(*tasks)
@@ -129,6 +131,8 @@ async def measure(kubeconfig: Path, node: str, names: list[str], rate: float | N
             raise TimeoutError(f"only {len(latency)} of {len(names)} pods ran")
         driver.result()
         watcher.cancel()
+        if span is not None and names:
+            span.append(max(created[n] + latency[n] for n in names) - min(created.values()))
         return [latency[n] for n in names]
     finally:
         await client.close()
@@ -389,7 +393,13 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
             out["serial"] = asyncio.run(measure(kc, node, [f"serial-{i}" for i in range(a.serial)], None))
             asyncio.run(delete_all(kc))
             wait_runtime_empty(socket)
-        out["rate"] = asyncio.run(measure(kc, node, [f"rate-{i}" for i in range(a.pods)], a.rate))
+        if a.burst:
+            out.update(run_burst(a.burst, proc.pid, kc, node,
+                                 Path(a.profile) / f"burst-{kind}.txt" if a.profile else None))
+            asyncio.run(delete_all(kc))
+            wait_runtime_empty(socket)
+        if a.pods:
+            out["rate"] = asyncio.run(measure(kc, node, [f"rate-{i}" for i in range(a.pods)], a.rate))
         if a.steady_seconds > 0:
             more = max(0, a.steady_pods - a.pods)
             asyncio.run(create_and_wait(kc, node, [f"steady-{i}" for i in range(more)]))
@@ -407,6 +417,26 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
     finally:
         stop(proc)
     return out
+
+
+def run_burst(n: int, pid: int, kc: Path, node: str, profile: Path | None) -> dict:
+    """`n` pods created at once (the node's whole capacity at 110): each one's latency, the time until
+    all ran, and the agent process's RSS once they all run; with `profile`, py-spy samples the agent
+    process meanwhile into that file (collapsed stacks, flamegraph.pl's input)."""
+    spy = None
+    if profile is not None:
+        exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        spy = subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
+                                "--output", str(profile), "--nonblocking"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1)
+    span: list[float] = []
+    try:
+        lat = asyncio.run(measure(kc, node, [f"burst-{i}" for i in range(n)], float("inf"), span))
+    finally:
+        if spy is not None:
+            stop(spy)  # py-spy writes its profile on SIGINT
+    return {"burst": lat, "burst_span": span[0], "burst_rss": _rss(pid)}
 
 
 def node_groups(pid: int, ctd: Containerd | None) -> dict[str, list[int]]:
@@ -513,6 +543,12 @@ def main(argv: list[str] | None = None) -> int:
                         "serial start-up throughput here, ≈3-5/s, so latency is measured, not a queue)")
     p.add_argument("--serial", type=int, default=20,
                    help="pods started one at a time first (default %(default)s)")
+    p.add_argument("--burst", type=int, default=0,
+                   help="after the serial phase, this many pods created at once on the empty node (issue 26: "
+                        "110, kubelet's maxPods): time until all Running, p50/p99, the agent's RSS; 0 skips")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="py-spy the `up` process during the burst into DIR/burst-<runtime>.txt (collapsed "
+                        "stacks)")
     p.add_argument("--runtime", choices=["both", "nodeagent", "containerd"], default="both")
     p.add_argument("--floor-runs", type=int, default=10,
                    help="CRI-only pods for ours' floor (default %(default)s)")
@@ -555,14 +591,21 @@ def main(argv: list[str] | None = None) -> int:
 
     row(f"serial ({a.serial} pods) p50", lat("serial", 0.5))
     row(f"serial ({a.serial} pods) p99", lat("serial", 0.99))
-    row(f"{a.pods} pods at {a.rate:g}/s p50", lat("rate", 0.5))
-    row(f"{a.pods} pods at {a.rate:g}/s p99", lat("rate", 0.99))
+    if a.burst:
+        row(f"burst of {a.burst}: all Running after", lambda r: f"{r['burst_span']:.2f} s")
+        row(f"burst of {a.burst} p50", lat("burst", 0.5))
+        row(f"burst of {a.burst} p99", lat("burst", 0.99))
+        row(f"burst of {a.burst}: up process RSS", lambda r: f"{r['burst_rss'] / 2**20:.0f} MiB")
+    if a.pods:
+        row(f"{a.pods} pods at {a.rate:g}/s p50", lat("rate", 0.5))
+        row(f"{a.pods} pods at {a.rate:g}/s p99", lat("rate", 0.99))
+        row(f"{a.pods} pods at {a.rate:g}/s max", lambda r: f"{max(r['rate']) * 1000:.0f} ms")
     if a.plot:
         plot_cdf(a.plot, {f"{k}: {a.pods} pods at {a.rate:g}/s": results[k].get("rate") or [] for k in kinds}
-                 | {f"{k}: serial": results[k].get("serial") or [] for k in kinds},
+                 | {f"{k}: serial": results[k].get("serial") or [] for k in kinds}
+                 | {f"{k}: burst of {a.burst}": results[k].get("burst") or [] for k in kinds},
                  "pod start-up, API create -> Running (ours vs containerd)")
         print(f"plot: {a.plot}")
-    row(f"{a.pods} pods at {a.rate:g}/s max", lambda r: f"{max(r['rate']) * 1000:.0f} ms")
     row("CRI floor (sandbox+create+start) p50", lat("cri_floor", 0.5))
 
     def usage(phase: str, group: str, what: str):
@@ -591,6 +634,9 @@ def main(argv: list[str] | None = None) -> int:
     if any(r.get("agent") for r in results.values()):
         row("beside the agent: server RSS", lambda r: f"{r['agent']['server'][1] / 2**20:.0f} MiB"
             if r.get("agent") else "-")
+    if a.burst:
+        print("burst targets (issue 26): all Running <= 6 s (about 20 pods/s), p50 <= 3 s; containerd behind "
+              "the same kubelet is the reference.")
     print("targets: p50 <= 300 ms, p99 <= 1 s (SLO 5 s), not slower than containerd; agent idle CPU <= 5% "
           "of a core and RSS <= 150 MiB at 110 pods (k3s agent: 275 MB, 3%).")
     print("`up` process: apiserver, store, scheduler, controllers, DNS, proxy, netpol, pod network, kubelet "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from nodeagent.client.ratelimit import TokenBucket
 from nodeagent.client.rest import Client
 
 
@@ -26,9 +27,9 @@ class Credentials:
         if self.kubeconfig and (self.server or self.token):
             raise ValueError("API credentials: a kubeconfig or a server URL and token, not both")
 
-    def client(self) -> Client:
-        """A new client (OSError/ValueError/KeyError while `up`'s apiserver has not written the
-        kubeconfig)."""
+    def client(self, limiter: TokenBucket | None = None) -> Client:
+        """A new client, its requests rate-limited by `limiter` when given (OSError/ValueError/KeyError
+        while `up`'s apiserver has not written the kubeconfig)."""
         if self.kubeconfig:
-            return Client.from_kubeconfig(self.kubeconfig)
-        return Client(self.server, self.token or None, insecure=True)
+            return Client.from_kubeconfig(self.kubeconfig, limiter=limiter)
+        return Client(self.server, self.token or None, insecure=True, limiter=limiter)

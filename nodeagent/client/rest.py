@@ -15,6 +15,7 @@ import orjson
 import yaml
 
 from nodeagent.api.resources import Resource, all_resources
+from nodeagent.client.ratelimit import TokenBucket
 
 PATCH_TYPES = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
                "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}
@@ -81,9 +82,10 @@ class Client:
     def __init__(self, server: str, token: str | None = None, ca_file: str | None = None,
                  ca_data: bytes | None = None, insecure: bool = False, max_connections: int = 32,
                  cert_file: str | None = None, key_file: str | None = None,
-                 verify_hostname: bool = True) -> None:
+                 verify_hostname: bool = True, limiter: TokenBucket | None = None) -> None:
         """`verify_hostname=False` trusts the CA alone: any name in the server's certificate (a joining node
-        that pinned the cluster's CA, as kubeadm's discovery does)."""
+        that pinned the cluster's CA, as kubeadm's discovery does). `limiter` makes every request (watches
+        too, as client-go's) wait for its token (the kubelet's --kube-api-qps/--kube-api-burst)."""
         self.server = server.rstrip("/")
         self.token = token
         # who this client is to the server: clients alike here may share one informer (informer.shared)
@@ -99,6 +101,7 @@ class Client:
                 ctx.load_cert_chain(cert_file, key_file)
         self._ssl = ctx
         self._limit = max_connections
+        self.limiter = limiter
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
@@ -158,6 +161,8 @@ class Client:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             headers["Content-Type"] = content_type
         url = self.server + path + ("?" + urlencode(_clean(params)) if params else "")
+        if self.limiter is not None:
+            await self.limiter.wait()
         try:
             async with self._sess().request(method, url, data=data, headers=headers,
                                             timeout=aiohttp.ClientTimeout(total=deadline)) as r:
@@ -258,6 +263,8 @@ class Client:
                   "fieldSelector": field_selector, "timeoutSeconds": timeout_seconds,
                   "allowWatchBookmarks": "true" if bookmarks else None}
         url = self.server + path_for(res, namespace) + "?" + urlencode(_clean(params))
+        if self.limiter is not None:
+            await self.limiter.wait()
         try:
             async with self._sess().get(url, timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as r:
                 if r.status >= 400:

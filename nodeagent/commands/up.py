@@ -141,6 +141,16 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                    help="only None: nodeagent has no memory manager (another value is refused)")
     p.add_argument("--topology-manager-policy", default=None,
                    help="only none: nodeagent has no topology manager (another value is refused)")
+    p.add_argument("--kube-api-qps", type=int, default=None,
+                   help="the kubelet's API requests per second (kubelet's flag; >= 0, 0: client-go's "
+                        "default 5; default 50)")
+    p.add_argument("--kube-api-burst", type=int, default=None,
+                   help="requests the kubelet may send at once above --kube-api-qps (>= 0, 0: 10; "
+                        "default 100)")
+    p.add_argument("--event-qps", type=int, default=None,
+                   help="Events the kubelet creates per second (>= 0, 0: 5; default 50)")
+    p.add_argument("--event-burst", type=int, default=None,
+                   help="Events it may create at once above --event-qps (>= 0, 0: 10; default 100)")
     p.add_argument("--max-pods", type=int, default=None,
                    help="pods this node runs at most (default: 110)")
     p.add_argument("--pods-per-core", type=int, default=None,

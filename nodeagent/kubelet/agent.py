@@ -72,12 +72,13 @@ ORPHAN_DIRS_EVERY = 10  # relists between looks for orphaned pod dirs
 
 class Kubelet:
     def __init__(self, cfg: KubeletConfig, client: Client, cri: RuntimeClient,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, events_client: Client | None = None) -> None:
+        """`events_client`: where Events go (kubelet's separately limited eventClient); `client` when None."""
         self.cfg = cfg
         self.client = client
         self.cri = cri
         self.clock = clock or REAL_CLOCK
-        self.recorder = EventRecorder(client, "kubelet", cfg.node_name)
+        self.recorder = EventRecorder(events_client or client, "kubelet", cfg.node_name)
         self.pleg = GenericPLEG(self.clock)
         self.eviction = EvictionManager(cfg.thresholds(), self.clock,
                                         pressure_transition_period=cfg.eviction_pressure_transition_period,

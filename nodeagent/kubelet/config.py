@@ -11,6 +11,7 @@ from typing import Any
 
 from nodeagent.api.quantity import QuantityError, parse_quantity
 from nodeagent.client.config import Credentials
+from nodeagent.client.ratelimit import TokenBucket
 from nodeagent.client.rest import Client
 from nodeagent.kubelet.eviction.thresholds import DEFAULT_HARD, Threshold, ThresholdError, parse_thresholds
 from nodeagent.kubelet.gc.containers import ContainerGCPolicy
@@ -55,6 +56,10 @@ class KubeletConfig:
     cgroup_root: str = ""  # the cgroup kubepods goes under; "": the hierarchy's root
     manifest_url: str = ""  # static pods from a URL (--manifest-url)
     http_check_frequency: float = 20.0
+    kube_api_qps: float = 50.0  # --kube-api-qps (kubelet's default since 1.27)
+    kube_api_burst: int = 100  # --kube-api-burst
+    event_qps: float = 50.0  # --event-qps
+    event_burst: int = 100  # --event-burst
     eviction_hard: str | None = None  # kubelet flag syntax; None: the kubelet's defaults
     eviction_soft: str = ""  # --eviction-soft, e.g. "memory.available<1Gi"
     eviction_soft_grace_period: str = ""  # --eviction-soft-grace-period, e.g. "memory.available=1m30s"
@@ -180,6 +185,12 @@ class KubeletConfig:
         if self.topology_manager_policy != "none":
             raise ValueError(f'--topology-manager-policy "{self.topology_manager_policy}": nodeagent has no '
                              'topology manager; only "none" is accepted')
+        for flag, value in (("kubeAPIQPS (--kube-api-qps)", self.kube_api_qps),
+                            ("kubeAPIBurst (--kube-api-burst)", self.kube_api_burst),
+                            ("eventRecordQPS (--event-qps)", self.event_qps),
+                            ("eventBurst (--event-burst)", self.event_burst)):
+            if value < 0:  # kubelet's ValidateKubeletConfiguration messages
+                raise ValueError(f"invalid configuration: {flag} {value:g} must not be a negative number")
         if self.max_pods <= 0:
             raise ValueError(f"--max-pods {self.max_pods}: must be positive")
         if self.pods_per_core < 0:
@@ -213,4 +224,10 @@ class KubeletConfig:
         return system, kube
 
     def client(self) -> Client:
-        return self.credentials.client()
+        """The kubelet's API client, limited to --kube-api-qps with --kube-api-burst."""
+        return self.credentials.client(TokenBucket(self.kube_api_qps, self.kube_api_burst))
+
+    def event_client(self) -> Client:
+        """The client its Events go through, with their own limit (kubelet's eventClient: --event-qps,
+        --event-burst), so a burst of Events never delays a status update."""
+        return self.credentials.client(TokenBucket(self.event_qps, self.event_burst))

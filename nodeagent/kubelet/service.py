@@ -12,11 +12,13 @@ from nodeagent.kubelet.config import KubeletConfig
 
 async def serve(config: KubeletConfig, ready: asyncio.Event) -> None:
     client = config.client()
+    events = config.event_client()
     cri = RuntimeClient(config.runtime_endpoint)
     try:
-        await Kubelet(config, client, cri).run(ready)
+        await Kubelet(config, client, cri, events_client=events).run(ready)
     finally:
         with contextlib.suppress(Exception):
             await cri.close()
-        with contextlib.suppress(Exception):
-            await client.close()
+        for c in (client, events):
+            with contextlib.suppress(Exception):
+                await c.close()

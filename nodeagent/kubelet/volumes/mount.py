@@ -73,7 +73,16 @@ def mounts_under(prefix: str | os.PathLike) -> list[str]:
 
 
 def is_mountpoint(path: str | os.PathLike) -> bool:
-    return os.path.realpath(path) in mounts_under(path)
+    """Whether something is mounted at path. A directory on another device than its parent is one (two
+    stats: the kubelet asks this for each secret/projected volume at every pod sync, and mountinfo grows
+    with the pods); on the same device only mountinfo tells (a bind mount of the same filesystem)."""
+    p = os.path.realpath(path)
+    try:
+        if os.lstat(p).st_dev != os.lstat(os.path.dirname(p) or "/").st_dev:
+            return True
+    except OSError:
+        pass
+    return p in mounts_under(p)
 
 
 def fs_type(path: str | os.PathLike) -> str | None:

@@ -150,3 +150,23 @@ def test_secret_and_projected_volumes_live_on_tmpfs(res):
     vm.teardown_pod("pod-secret-1")
     assert mnt.mounts_under(root) == []
     assert not Path(root, "pods/pod-secret-1").exists()
+
+
+def test_is_mountpoint_sees_tmpfs_and_same_filesystem_binds(res):
+    """The two-stat shortcut (another device than the parent) and mountinfo for what it cannot see: a bind
+    mount of a directory of the same filesystem keeps the parent's device."""
+    from kernel.mounts import bind
+
+    root = res.mountpoint()
+    plain, tmp, src, bound = (root / n for n in ("plain", "tmp", "src", "bound"))
+    for d in (plain, tmp, src, bound):
+        d.mkdir()
+    assert not mnt.is_mountpoint(plain)
+    mnt.mount_tmpfs(tmp, 1 << 20)
+    assert mnt.is_mountpoint(tmp)
+    bind(str(src), str(bound))
+    assert os.stat(bound).st_dev == os.stat(root).st_dev and mnt.is_mountpoint(bound)
+    assert not mnt.is_mountpoint(root / "missing")
+    for d in (tmp, bound):
+        mnt.unmount(d)
+    assert not mnt.is_mountpoint(tmp) and not mnt.is_mountpoint(bound)
