@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.report import add_plot_argument, plot_lines
 from nodeagent.client.rest import Client
 from nodeagent.testing.apiserver import start_server
 from nodeagent.testing.hollow import HollowNodes
@@ -60,6 +61,8 @@ async def run(args: argparse.Namespace) -> None:
 
                 seen: dict[str, str] = {}
                 marks: dict[str, float] = {}
+                bound_names: set[str] = set()
+                progress: list[tuple[float, int, int]] = []  # (monotonic time, pods seen, pods bound)
                 done = asyncio.Event()
 
                 async def track() -> None:
@@ -72,8 +75,12 @@ async def run(args: argparse.Namespace) -> None:
                             continue
                         if ev["type"] == "DELETED":
                             seen.pop(meta["name"], None)
+                            bound_names.discard(meta["name"])
                             continue
                         seen[meta["name"]] = ev["object"]["spec"].get("nodeName") or ""
+                        if seen[meta["name"]]:
+                            bound_names.add(meta["name"])
+                        progress.append((time.monotonic(), len(seen), len(bound_names)))
                         if len(seen) >= args.replicas and "created" not in marks:
                             marks["created"] = time.monotonic()
                         if len(seen) >= args.replicas and not args.nodes:
@@ -90,6 +97,13 @@ async def run(args: argparse.Namespace) -> None:
                 await asyncio.wait_for(done.wait(), 600)
                 tracker.cancel()
                 created = marks["created"] - t0
+                if args.plot:
+                    series = {"pods created": [(t - t0, c) for t, c, _ in progress]}
+                    if args.nodes:
+                        series["pods created and bound"] = [(t - t0, b) for t, _, b in progress]
+                    plot_lines(args.plot, series, f"Deployment scaled 0 -> {args.replicas} ({args.nodes} "
+                               f"hollow nodes, binder: {args.bind})", "s since the scale", "pods")
+                    print(f"plot: {args.plot}")
                 if not args.nodes:
                     print(f"scale 0 -> {args.replicas} with no nodes: all pods created in {created:.2f} s "
                           f"({args.replicas / created:.0f} pods/s)")
@@ -136,6 +150,7 @@ def main() -> None:
     p.add_argument("--datastore", default="memory", help="memory | sqlite | etcd://HOST:PORT")
     p.add_argument("--bind", choices=["hollow", "scheduler"], default="scheduler",
                    help="who binds pods: the hollow nodes, or the server's scheduler")
+    add_plot_argument(p)
     asyncio.run(run(p.parse_args()))
 
 

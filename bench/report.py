@@ -102,12 +102,13 @@ def plot_cdf_panels(path: str, panels: Sequence[CdfPanel], title: str = "") -> N
 
 def plot_lines(path: str, series: Mapping[str, Sequence[tuple[float, float]]], title: str, xlabel: str,
                ylabel: str, logx: bool = False) -> None:
-    """One line per series of (x, y) points, e.g. sync time against the number of Services."""
+    """One line per series of (x, y) points, e.g. sync time against the number of Services, or a count
+    against time (points marked only when there are few)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), dpi=90)
     for name, pts in series.items():
         pts = sorted(pts)
-        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=name)
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o" if len(pts) <= 50 else None, label=name)
     if logx:
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)
