@@ -67,7 +67,10 @@ def _cdf_axes(ax: Any, series: Mapping[str, Sequence[float]], title: str, unit: 
     ax.set_ylabel("fraction of samples")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower right")
+    else:
+        ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
 
 
 def plot_cdf(path: str, series: Mapping[str, Sequence[float]], title: str, unit: str = "ms",
