@@ -44,6 +44,18 @@ async def wait_for(check, interval: float = 0.2, limit: float = 600) -> float:
     raise TimeoutError("not reached")
 
 
+def plot(args: argparse.Namespace, t0: float, progress: list[tuple[float, int, int]]) -> None:
+    """--plot: pods created (and bound, with nodes) against seconds since the scale to N."""
+    if not args.plot:
+        return
+    series = {"pods created": [(0.0, 0)] + [(t - t0, c) for t, c, _ in progress]}
+    if args.nodes:
+        series["pods created and bound"] = [(0.0, 0)] + [(t - t0, b) for t, _, b in progress]
+    plot_lines(args.plot, series, f"Deployment scaled 0 -> {args.replicas} ({args.nodes} hollow nodes, "
+               f"binder: {args.bind})", "s since the scale", "pods")
+    print(f"plot: {args.plot}")
+
+
 async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-ctl-") as tmp:
         # With --bind hollow the server must not run its own scheduler (two binders would race).
@@ -97,22 +109,17 @@ async def run(args: argparse.Namespace) -> None:
                 await asyncio.wait_for(done.wait(), 600)
                 tracker.cancel()
                 created = marks["created"] - t0
-                if args.plot:
-                    series = {"pods created": [(t - t0, c) for t, c, _ in progress]}
-                    if args.nodes:
-                        series["pods created and bound"] = [(t - t0, b) for t, _, b in progress]
-                    plot_lines(args.plot, series, f"Deployment scaled 0 -> {args.replicas} ({args.nodes} "
-                               f"hollow nodes, binder: {args.bind})", "s since the scale", "pods")
-                    print(f"plot: {args.plot}")
                 if not args.nodes:
                     print(f"scale 0 -> {args.replicas} with no nodes: all pods created in {created:.2f} s "
                           f"({args.replicas / created:.0f} pods/s)")
+                    plot(args, t0, progress)
                     tracker.cancel()
                     return
                 bound = marks["bound"] - t0
                 print(f"scale 0 -> {args.replicas}: all pods created in {created:.2f} s "
                       f"({args.replicas / created:.0f} pods/s), created and bound in {bound:.2f} s "
                       f"[target: < 10 s for 1,000]")
+                plot(args, t0, progress)
 
                 if hollow:
                     hollow.cancel()
