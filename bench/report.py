@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -41,8 +42,18 @@ def latency_table(rows: Mapping[str, Sequence[float]], unit: str = "ms", scale: 
     return "\n".join(lines)
 
 
+def _plot_path(value: str) -> str:
+    """--plot's PATH, refused at start (not after a long run) when its folder is missing or read-only."""
+    folder = os.path.dirname(os.path.abspath(value))
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{value}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{value}: folder {folder} is not writable")
+    return value
+
+
 def add_plot_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--plot", metavar="PATH", default=None,
+    p.add_argument("--plot", metavar="PATH", default=None, type=_plot_path,
                    help="also write the figures as a PNG (matplotlib) to PATH")
 
 

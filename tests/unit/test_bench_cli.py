@@ -50,3 +50,16 @@ def test_quick_mode_writes_the_png(name, tmp_path):
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert f"plot: {out}" in p.stdout
     assert out.read_bytes()[:8] == PNG
+
+
+def test_percentiles_have_one_place():
+    """bench/report.py's pct is the only percentile: a bench with its own copy would print p99s that
+    mean something else than its neighbours'."""
+    own = [name for name in BENCHES if "\ndef pct(" in (BENCH / name).read_text()]
+    assert own == []
+
+
+def test_plot_into_a_missing_folder_is_refused_at_start(tmp_path):
+    p = run(["bench/kubelet_logic.py", "--pods", "1", "--rounds", "1", "--plot", str(tmp_path / "no/x.png")])
+    assert p.returncode == 2
+    assert "does not exist" in p.stderr and "status:" not in p.stdout  # refused before measuring
