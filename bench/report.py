@@ -3,7 +3,8 @@ PATH`) a PNG of the same figures — one place, so each bench only measures.
 
 Percentiles are nearest-rank on the sorted samples (`pct(xs, 0.99)`), as the benches always printed
 them. Plots use matplotlib's Agg backend (no display): a CDF of latency samples per series, lines of a
-value against a size (sync time against Services), or grouped bars.
+value against a size (sync time against Services) or against time, grouped bars (log scale when the
+groups differ by orders of magnitude), and CDF panels stacked in one PNG when a bench measures in two units.
 """
 
 from __future__ import annotations
