@@ -15,7 +15,6 @@ import json
 import multiprocessing as mp
 import re
 import ssl
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import aiohttp
 
 from bench import pyspy
+from bench.report import add_plot_argument, pct, plot_bars
 from nodeagent.testing.apiserver import start_server
 
 
@@ -216,8 +216,7 @@ def watch_latency(srv, ns: str, watchers: int, events: int, procs: int) -> tuple
         lat += q.get(timeout=120)
     for p in ps:
         p.join()
-    lat.sort()
-    return statistics.median(lat) * 1000, lat[int(len(lat) * 0.99) - 1] * 1000
+    return pct(lat, 0.5) * 1000, pct(lat, 0.99) * 1000
 
 
 def mkns(srv, name: str) -> None:
@@ -319,6 +318,7 @@ def main() -> int:
                         "else Python client processes (default: auto)")
     p.add_argument("--py-spy", action="store_true",
                    help="sample the server with py-spy during each phase and print the top functions")
+    add_plot_argument(p)
     a = p.parse_args()
     global LOADER
     import shutil
@@ -345,6 +345,11 @@ def main() -> int:
     print("(shared 2-core machine, clients and server on the same cores; the CPU-bound rows divide the ops "
           "by\n the server process's own CPU seconds: its capacity per core when the machine is not "
           "oversubscribed)")
+    if a.plot:
+        plot_bars(a.plot, {k: {ds: results[ds][k] for ds in results if k in results[ds]}
+                           for k in keys if "/s" in k and not k.startswith(" ")},
+                  "apiserver over HTTPS: requests per second per datastore", "per second", logy=True)
+        print(f"plot: {a.plot}")
     return 0
 
 

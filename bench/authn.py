@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from bench.report import CdfPanel, add_plot_argument, pct, plot_cdf_panels
 from nodeagent.api import sa_token
 from nodeagent.apiserver.auth import TokenFile
 from nodeagent.apiserver.authn.serviceaccount import ServiceAccountAuthenticator, ServiceAccountKeys
@@ -34,17 +35,12 @@ from nodeagent.pki import key_pem, load_ca, write_private
 from nodeagent.testing.apiserver import start_server
 
 
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p))]
-
-
 def row(name: str, xs: list[float], unit: str, scale: float) -> None:
     print(f"  {name:<34} p50 {pct(xs, 0.5) * scale:9.1f} {unit}   p99 {pct(xs, 0.99) * scale:9.1f} {unit}"
           f"   mean {statistics.mean(xs) * scale:9.1f} {unit}   n={len(xs)}")
 
 
-async def in_process(n: int, tmp: Path) -> None:
+async def in_process(n: int, tmp: Path) -> dict[str, list[float]]:
     sa = {"metadata": {"name": "default", "namespace": "ns", "uid": "sa-uid"}}
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "pod-uid"}}
     objects = {"/registry/serviceaccounts/ns/default": sa, "/registry/pods/ns/p": pod}
@@ -80,6 +76,8 @@ async def in_process(n: int, tmp: Path) -> None:
     row("ServiceAccount JWT, uncached", uncached, "µs", 1e6)
     row("ServiceAccount JWT, cached", cached, "µs", 1e6)
     row("static token (admin)", plain, "µs", 1e6)
+    return {"ServiceAccount JWT, uncached": uncached, "ServiceAccount JWT, cached": cached,
+            "static token (admin)": plain}
 
 
 def client_cert(pki: Path, out: Path) -> tuple[Path, Path]:
@@ -99,7 +97,7 @@ def client_cert(pki: Path, out: Path) -> tuple[Path, Path]:
     return crt, key
 
 
-async def end_to_end(n: int, tmp: Path) -> None:
+async def end_to_end(n: int, tmp: Path) -> dict[str, list[float]]:
     srv = start_server(tmp / "srv", "memory", extra=["--without", "scheduler"])
     try:
         ctx = ssl.create_default_context(cafile=str(srv.ca_file))
@@ -145,6 +143,8 @@ async def end_to_end(n: int, tmp: Path) -> None:
         row("ServiceAccount JWT, cached", cached, "ms", 1e3)
         row("static token (admin)", static, "ms", 1e3)
         row("client certificate (admin, x509)", cert, "ms", 1e3)
+        return {"ServiceAccount JWT, uncached": uncached, "ServiceAccount JWT, cached": cached,
+                "static token (admin)": static, "client certificate (admin, x509)": cert}
     finally:
         srv.stop()
 
@@ -153,11 +153,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", type=int, default=500, help="calls/requests per path (default: %(default)s)")
     ap.add_argument("--no-server", action="store_true", help="in-process figures only")
+    add_plot_argument(ap)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-authn-") as d:
-        asyncio.run(in_process(args.n, Path(d)))
+        panels = [CdfPanel(f"in-process, {args.n} calls each", asyncio.run(in_process(args.n, Path(d))),
+                           "µs", 1e6)]
         if not args.no_server:
-            asyncio.run(end_to_end(args.n, Path(d)))
+            panels.append(CdfPanel(f"end to end, GET /api over HTTPS keep-alive, {args.n} requests each",
+                                   asyncio.run(end_to_end(args.n, Path(d))), "ms", 1e3))
+    if args.plot:
+        plot_cdf_panels(args.plot, panels, "authentication cost per request")
+        print(f"plot: {args.plot}")
 
 
 if __name__ == "__main__":

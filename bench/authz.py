@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiohttp
 
+from bench.report import CdfPanel, add_plot_argument, pct, plot_cdf_panels
 from nodeagent.api.resources import builtin
 from nodeagent.apiserver.authz import reconcile
 from nodeagent.apiserver.authz.attributes import Attributes, Subject
@@ -34,11 +35,6 @@ NS = builtin("", "v1", "namespaces")
 ROLES = builtin("rbac.authorization.k8s.io", "v1", "roles")
 RBS = builtin("rbac.authorization.k8s.io", "v1", "rolebindings")
 NAMESPACES = 50
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p))]
 
 
 def row(name: str, xs: list[float], unit: str, scale: float) -> None:
@@ -75,7 +71,7 @@ def rolebinding(i: int) -> dict:
     }
 
 
-async def in_process(n_objects: int, n: int) -> None:
+async def in_process(n_objects: int, n: int) -> dict[str, list[float]]:
     store = MemoryStore()
     reg = Registry(store)
     for ns in ("default", "kube-system", "kube-public", *(f"ns{i}" for i in range(NAMESPACES))):
@@ -95,6 +91,7 @@ async def in_process(n_objects: int, n: int) -> None:
         ("system:serviceaccounts", f"system:serviceaccounts:ns{last % NAMESPACES}", "system:authenticated"),
     )
     admin = Subject("admin", ("system:masters", "system:authenticated"))
+    samples: dict[str, list[float]] = {}
     read = Attributes(sa, "list", True, "", "configmaps", "", f"ns{last % NAMESPACES}")
     denied = Attributes(sa, "delete", True, "", "configmaps", "", f"ns{last % NAMESPACES}", "x")
     for subject_attrs, label in (
@@ -102,8 +99,8 @@ async def in_process(n_objects: int, n: int) -> None:
         (read, "RBAC allowed (RoleBinding)"),
         (denied, "RBAC denied (all rules read)"),
     ):
+        samples[label] = xs = []
         assert (await authz.authorize(subject_attrs))[0] == (label != "RBAC denied (all rules read)")
-        xs = []
         for _ in range(n):
             t0 = time.perf_counter()
             await authz.authorize(subject_attrs)
@@ -118,9 +115,10 @@ async def in_process(n_objects: int, n: int) -> None:
     )
     authz.rbac.close()
     await cache.stop()
+    return samples
 
 
-async def end_to_end(n_objects: int, n: int, tmp: Path) -> None:
+async def end_to_end(n_objects: int, n: int, tmp: Path) -> dict[str, list[float]]:
     srv = start_server(tmp / "srv", "memory")
     try:
         ctx = ssl.create_default_context(cafile=str(srv.ca_file))
@@ -169,6 +167,7 @@ async def end_to_end(n_objects: int, n: int, tmp: Path) -> None:
                     times[label].append(time.perf_counter() - t0)
             for label, xs in times.items():
                 row(label, xs, "ms", 1e3)
+            return times
     finally:
         srv.stop()
 
@@ -181,15 +180,21 @@ def main() -> None:
     p.add_argument("-n", type=int, default=5000, help="in-process authorizations per path (default: 5000)")
     p.add_argument("--requests", type=int, default=500, help="end-to-end requests per path (default: 500)")
     p.add_argument("--no-e2e", action="store_true", help="the in-process view only")
+    add_plot_argument(p)
     args = p.parse_args()
     print(f"in-process: the authorizer chain over {args.objects} Roles + {args.objects} RoleBindings")
-    asyncio.run(in_process(args.objects, args.n))
+    panels = [CdfPanel(f"in-process, the authorizer chain over {args.objects} Roles + RoleBindings",
+                       asyncio.run(in_process(args.objects, args.n)), "µs", 1e6)]
     if not args.no_e2e:
         print(
             f"end to end: GET configmaps over HTTPS (keep-alive), {args.objects} Roles + RoleBindings stored"
         )
         with tempfile.TemporaryDirectory() as tmp:
-            asyncio.run(end_to_end(args.objects, args.requests, Path(tmp)))
+            panels.append(CdfPanel("end to end, GET configmaps over HTTPS (keep-alive)",
+                                   asyncio.run(end_to_end(args.objects, args.requests, Path(tmp)))))
+    if args.plot:
+        plot_cdf_panels(args.plot, panels, "authorization cost per request")
+        print(f"plot: {args.plot}")
 
 
 if __name__ == "__main__":

@@ -23,16 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.report import add_plot_argument, pct, plot_bars
 from nodeagent.lab import cluster
 from nodeagent.testing.images import ImageFactory
 from tests.e2e.cluster.lab import HTTPD, Lab, pod_pid
 
 SLEEP = ["sleep", "36000"]
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def pod(name: str, node: str) -> dict:
@@ -80,7 +76,7 @@ def network_figures(lab: Lab, args: argparse.Namespace) -> dict[str, dict[str, f
     for label, dst in (("same-node", "a2"), ("cross-node", "b")):
         times = rtt(pid["a1"], ip[dst], args.pings)
         gbps = throughput(pid[dst], pid["a1"], ip[dst], args.iperf_seconds)
-        out[label] = {"rtt_p50_ms": pct(times, 50), "rtt_p99_ms": pct(times, 99),
+        out[label] = {"rtt_p50_ms": pct(times, 0.5), "rtt_p99_ms": pct(times, 0.99),
                       "lost": args.pings - len(times), "gbps": gbps}
     lab.kubectl("delete", "pods", "-l", "bench=net", "--wait=false")
     return out
@@ -195,6 +191,7 @@ def main() -> int:
     ap.add_argument("--join-modes", default="host-gw,bgp",
                     help="backends whose join convergence is measured (default: %(default)s)")
     ap.add_argument("--no-rollout", action="store_true", help="skip the rollout and failover figures")
+    add_plot_argument(ap)
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root", file=sys.stderr)
@@ -209,6 +206,7 @@ def main() -> int:
 def run(args: argparse.Namespace, tmp: Path) -> int:
     image = ImageFactory(tmp / "images").httpd.docker_archive
     first = True
+    rtts: dict[str, dict[str, float]] = {}
     print(f"3-node netns lab; machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} (shared, busy)")
     for mode in args.modes.split(","):
         try:
@@ -226,11 +224,12 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
                 print(f"  {mode:8s} {label:10s} RTT p50 {f['rtt_p50_ms']:.3f} ms  "
                       f"p99 {f['rtt_p99_ms']:.3f} ms  (lost {f['lost']}/{args.pings})  "
                       f"TCP {f['gbps']:.2f} Gbit/s")
+                rtts[f"{mode} {label}"] = {"p50": f["rtt_p50_ms"], "p99": f["rtt_p99_ms"]}
             if args.joins and mode in args.join_modes.split(","):
                 total, conv = join_convergence(lab, args.joins)
                 print(f"  {mode:8s} node join -> its podCIDR routed on every other node: p50 "
-                      f"{pct(total, 50):.2f}s p99 {pct(total, 99):.2f}s from the agent's start; p50 "
-                      f"{pct(conv, 50):.3f}s p99 {pct(conv, 99):.3f}s from its Node published "
+                      f"{pct(total, 0.5):.2f}s p99 {pct(total, 0.99):.2f}s from the agent's start; p50 "
+                      f"{pct(conv, 0.5):.3f}s p99 {pct(conv, 0.99):.3f}s from its Node published "
                       f"({args.joins} joins)")
             if first and not args.no_rollout:
                 first = False
@@ -244,6 +243,9 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
                       f"(grace {args.grace:.0f}s + tolerationSeconds {args.toleration}s + reschedule/start)")
         finally:
             cluster.down(topo.lab_dir)
+    if args.plot:
+        plot_bars(args.plot, rtts, "pod-to-pod RTT per backend, 3-node lab", "ms", logy=True)
+        print(f"plot: {args.plot}")
     return 0
 
 

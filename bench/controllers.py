@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.report import add_plot_argument, plot_lines
 from nodeagent.client.rest import Client
 from nodeagent.testing.apiserver import start_server
 from nodeagent.testing.hollow import HollowNodes
@@ -43,6 +44,18 @@ async def wait_for(check, interval: float = 0.2, limit: float = 600) -> float:
     raise TimeoutError("not reached")
 
 
+def plot(args: argparse.Namespace, t0: float, progress: list[tuple[float, int, int]]) -> None:
+    """--plot: pods created (and bound, with nodes) against seconds since the scale to N."""
+    if not args.plot:
+        return
+    series = {"pods created": [(0.0, 0)] + [(t - t0, c) for t, c, _ in progress]}
+    if args.nodes:
+        series["pods created and bound"] = [(0.0, 0)] + [(t - t0, b) for t, _, b in progress]
+    plot_lines(args.plot, series, f"Deployment scaled 0 -> {args.replicas} ({args.nodes} hollow nodes, "
+               f"binder: {args.bind})", "s since the scale", "pods")
+    print(f"plot: {args.plot}")
+
+
 async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-ctl-") as tmp:
         # With --bind hollow the server must not run its own scheduler (two binders would race).
@@ -60,6 +73,8 @@ async def run(args: argparse.Namespace) -> None:
 
                 seen: dict[str, str] = {}
                 marks: dict[str, float] = {}
+                bound_names: set[str] = set()
+                progress: list[tuple[float, int, int]] = []  # (monotonic time, pods seen, pods bound)
                 done = asyncio.Event()
 
                 async def track() -> None:
@@ -72,8 +87,12 @@ async def run(args: argparse.Namespace) -> None:
                             continue
                         if ev["type"] == "DELETED":
                             seen.pop(meta["name"], None)
+                            bound_names.discard(meta["name"])
                             continue
                         seen[meta["name"]] = ev["object"]["spec"].get("nodeName") or ""
+                        if seen[meta["name"]]:
+                            bound_names.add(meta["name"])
+                        progress.append((time.monotonic(), len(seen), len(bound_names)))
                         if len(seen) >= args.replicas and "created" not in marks:
                             marks["created"] = time.monotonic()
                         if len(seen) >= args.replicas and not args.nodes:
@@ -93,12 +112,14 @@ async def run(args: argparse.Namespace) -> None:
                 if not args.nodes:
                     print(f"scale 0 -> {args.replicas} with no nodes: all pods created in {created:.2f} s "
                           f"({args.replicas / created:.0f} pods/s)")
+                    plot(args, t0, progress)
                     tracker.cancel()
                     return
                 bound = marks["bound"] - t0
                 print(f"scale 0 -> {args.replicas}: all pods created in {created:.2f} s "
                       f"({args.replicas / created:.0f} pods/s), created and bound in {bound:.2f} s "
                       f"[target: < 10 s for 1,000]")
+                plot(args, t0, progress)
 
                 if hollow:
                     hollow.cancel()
@@ -136,6 +157,7 @@ def main() -> None:
     p.add_argument("--datastore", default="memory", help="memory | sqlite | etcd://HOST:PORT")
     p.add_argument("--bind", choices=["hollow", "scheduler"], default="scheduler",
                    help="who binds pods: the hollow nodes, or the server's scheduler")
+    add_plot_argument(p)
     asyncio.run(run(p.parse_args()))
 
 

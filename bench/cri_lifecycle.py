@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.report import add_plot_argument, pct, plot_bars
 from cri.client import CRIClient, container_config, sandbox_config
 
 if TYPE_CHECKING:
@@ -35,14 +36,6 @@ if TYPE_CHECKING:
 OPS = ["RunPodSandbox", "PodSandboxStatus", "CreateContainer", "StartContainer", "StopContainer",
        "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"]
 IMAGE = "localhost/busybox:latest"
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = min(len(xs) - 1, max(0, round(p / 100 * (len(xs) - 1))))
-    return xs[k]
 
 
 def pss_kb(pid: int) -> int:
@@ -246,6 +239,7 @@ def main() -> int:
     ap.add_argument("--no-network", action="store_true", help="skip CNI (pods get no IP)")
     ap.add_argument("--no-density", action="store_true", help="skip the N-running-pods memory phase")
     ap.add_argument("--json", action="store_true", help="print raw results as JSON")
+    add_plot_argument(ap)
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (namespaces, cgroups, mounts)", file=sys.stderr)
@@ -254,6 +248,11 @@ def main() -> int:
     if args.no_network and OUR_CNI in kinds and args.runtime == "both":
         kinds.remove(OUR_CNI)  # the same as "nodeagent" without a network
     results = {k: run_one(k, args) for k in kinds}
+    if args.plot:
+        plot_bars(args.plot, {op: {f"{k} {q}": pct(results[k]["times"][op], f) for k in kinds
+                                   for q, f in (("p50", 0.5), ("p99", 0.99))} for op in OPS},
+                  f"CRI lifecycle per operation, {args.pods} pods", "ms", logy=True)
+        print(f"plot: {args.plot}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
@@ -268,12 +267,12 @@ def main() -> int:
         row = f"{op:<20}"
         for k in kinds:
             xs = results[k]["times"][op]
-            row += f"{pct(xs, 50):>21.1f} ms{pct(xs, 99):>21.1f} ms"
+            row += f"{pct(xs, 0.5):>21.1f} ms{pct(xs, 0.99):>21.1f} ms"
         print(row)
     for k in kinds:
         t = results[k]["times"]
         both = [a + b for a, b in zip(t["CreateContainer"], t["StartContainer"], strict=True)]
-        print(f"{k}: CreateContainer+StartContainer p50 {pct(both, 50):.1f} ms")
+        print(f"{k}: CreateContainer+StartContainer p50 {pct(both, 0.5):.1f} ms")
     for k in kinds:
         d = results[k]["density"]
         if d:

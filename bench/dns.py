@@ -37,12 +37,8 @@ sys.path.insert(0, str(ROOT))
 import dns.message  # noqa: E402
 import dns.query  # noqa: E402
 
+from bench.report import add_plot_argument, pct, plot_bars  # noqa: E402
 from nodeagent.testing.apiserver import start_server  # noqa: E402
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
 def free_port() -> int:
@@ -106,7 +102,7 @@ def measure(port: int, wires: list[bytes], seconds: float, window: int, clients:
         p.join()
     n = sum(r[0] for r in results)
     lat = [x for r in results for x in r[2]]
-    return {"qps": n / seconds, "p50": pct(lat, 50) * 1e3, "p99": pct(lat, 99) * 1e3,
+    return {"qps": n / seconds, "p50": pct(lat, 0.5) * 1e3, "p99": pct(lat, 0.99) * 1e3,
             "lost": sum(r[1] for r in results)}
 
 
@@ -187,6 +183,7 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=32, help="queries in flight per client (default 32)")
     ap.add_argument("--clients", type=int, default=1, help="load-generator processes (default 1)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds per server (default 2)")
+    add_plot_argument(ap)
     args = ap.parse_args()
     if not (shutil.which("dnsmasq") or os.path.exists("/usr/sbin/dnsmasq")):
         raise SystemExit("dnsmasq not found: apt-get install dnsmasq-base (make install does)")
@@ -250,6 +247,7 @@ def main() -> int:
         print(f"\n{len(names)} cluster names, cache-hot, UDP on 127.0.0.1; {args.rounds} alternating rounds; "
               f"shared 2-core machine (other jobs running: figures are indicative)")
         print(f"{'server':<15} {'mode':<26} {'queries/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'lost':>6}")
+        bars: dict[str, dict[str, float]] = {}
         for sname in servers:
             for mode, label in (("load", f"{args.clients}x{args.window} in flight"),
                                 ("single", "1 in flight")):
@@ -258,6 +256,11 @@ def main() -> int:
                       f"{statistics.median(r['p50'] for r in rs):>8.3f} "
                       f"{statistics.median(r['p99'] for r in rs):>8.3f} "
                       f"{sum(int(r['lost']) for r in rs):>6}")
+                bars.setdefault(label, {})[sname] = statistics.median(r["qps"] for r in rs)
+        if args.plot:
+            plot_bars(args.plot, bars, f"{len(names)} cluster names, cache-hot, UDP (median of rounds)",
+                      "queries/s")
+            print(f"plot: {args.plot}")
         handler_costs(names, wires)
         return 0
     finally:

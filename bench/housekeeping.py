@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.report import add_plot_argument, pct, plot_cdf
 from cri.proto import api_pb2 as pb
 from nodeagent.clock import REAL_CLOCK
 from nodeagent.kubelet.cpumanager.cpuset import Topology
@@ -41,11 +42,6 @@ from nodeagent.kubelet.pleg import GenericPLEG, Record
 from nodeagent.kubelet.server.exposition import render
 from nodeagent.kubelet.server.resource_metrics import ResourceCollector, families
 from nodeagent.testing.fake_cri import FakeRuntime, serve
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 class Recorder:
@@ -144,6 +140,10 @@ async def main(args: argparse.Namespace) -> None:
     print(f"at kubelet's periods ({', '.join(f'{k} every {v} s' for k, v in periods.items())}): "
           f"{per_s * 1e3:.2f} ms CPU per second = {per_s * 100:.2f} % of a core "
           f"(the PLEG relist, every 1 s: {pct(off, .5) * 100:.2f} %)")
+    if args.plot:
+        plot_cdf(args.plot, {k: cpu for k, (cpu, _) in results.items()},
+                 f"kubelet housekeeping CPU per pass, {args.pods} pods", "ms CPU")
+        print(f"plot: {args.plot}")
 
 
 async def _render(metrics: ResourceCollector) -> None:
@@ -155,4 +155,5 @@ if __name__ == "__main__":
     ap.add_argument("--pods", type=int, default=110)
     ap.add_argument("--passes", type=int, default=50)
     ap.add_argument("--limited", type=int, default=10)
+    add_plot_argument(ap)
     asyncio.run(main(ap.parse_args()))

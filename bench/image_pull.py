@@ -22,13 +22,9 @@ from typing import ParamSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.report import CdfPanel, add_plot_argument, pct, plot_cdf_panels
 from cri.images import ImageStore, RegistriesConfig, pull_image
 from nodeagent.testing.images import CONFIGURED, ImageFactory
-
-
-def pct(samples: list[float], q: float) -> float:
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
 def report(name: str, samples: list[float]) -> None:
@@ -77,7 +73,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--iterations", type=int, default=10, help="runs per measurement (default 10)")
     ap.add_argument("--no-podman", action="store_true", help="skip the podman reference")
+    add_plot_argument(ap)
     args = ap.parse_args()
+    panels: list[CdfPanel] = []
     use_podman = not args.no_podman and shutil.which("podman") is not None
     work = Path(tempfile.mkdtemp(prefix="bench-images-"))
     reg = None
@@ -104,6 +102,9 @@ def main() -> int:
         report("nodeagent image import (CLI)", cli)
         if ref:
             report("podman load (reference)", ref)
+        panels.append(CdfPanel("import docker-archive", {"nodeagent (in-process)": ours,
+                                                         "nodeagent image import (CLI)": cli,
+                                                         "podman load (reference)": ref}))
 
         from tests.integration.images.registry import Registry
 
@@ -127,6 +128,12 @@ def main() -> int:
         report("nodeagent image pull (CLI)", cli)
         if ref:
             report("podman pull (reference)", ref)
+        panels.append(CdfPanel(f"pull {name}", {"nodeagent (in-process)": ours,
+                                                "nodeagent image pull (CLI)": cli,
+                                                "podman pull (reference)": ref}))
+        if args.plot:
+            plot_cdf_panels(args.plot, panels, f"image {built.ref}, empty store each run")
+            print(f"plot: {args.plot}")
     finally:
         if reg:
             reg.stop()

@@ -38,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.report import add_plot_argument, plot_bars
 from nodeagent.client.rest import Client
 
 WHOAMI = ["sh", "-c",
@@ -182,6 +183,7 @@ def main() -> int:
                     help="changes during the reload runs (default: %(default)s)")
     ap.add_argument("--interval", type=float, default=0.1,
                     help="seconds between changes (default: %(default)s)")
+    add_plot_argument(ap)
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root")
@@ -237,6 +239,11 @@ def main() -> int:
         for kind in ("endpoints", "config"):
             r = during(kc, kind, ips, ingress_url, a)
             print(f"{kind:<14}{r['requests']:>10.0f}{r['failed']:>8.0f}{r['p50']:>9.1f}{r['p99']:>9.1f}")
+            rows.append((f"ingress during {kind} changes", r))
+        if a.plot:
+            plot_bars(a.plot, {name: {"p50": r["p50"], "p99": r["p99"]} for name, r in rows},
+                      f"HTTP latency per path (ab -k -c {a.concurrency})", "ms")
+            print(f"plot: {a.plot}")
     finally:
         with contextlib.suppress(Exception):
             asyncio.run(delete_pods(data / "admin.kubeconfig"))

@@ -29,6 +29,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.netproxy_common import commit_one_rule, ep, netns, objects
+from bench.report import add_plot_argument, plot_bars
 from kernel import nftables as nl
 from kernel.netns import NetnsWorker
 from netproxy.iptables import nftrules as R
@@ -96,7 +97,10 @@ def _load_synthetic(n: int, shape: str, hooks: list[str], distinct: bool) -> Non
         s.close()
 
 
-def synthetic(n: int, distinct: bool) -> None:
+Bars = dict[str, dict[str, float]]  # case -> {"validating": ms CPU, "not validating": ms CPU}
+
+
+def synthetic(n: int, distinct: bool, bars: Bars) -> None:
     ns = f"iptval{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     worker = NetnsWorker(ns)
@@ -108,6 +112,7 @@ def synthetic(n: int, distinct: bool) -> None:
             worker.call(commit_one_rule, True)
             v, vw, nv = _medians(worker)
             per = (v - nv) * 1e6 / (n * max(1, len(hooks)))
+            bars[f"{shape} ({','.join(hooks) or 'no hook'})"] = {"validating": v, "not validating": nv}
             print(
                 f"synthetic {n} rules {'(own chains)' if distinct else '':12} {shape:26} hooks "
                 f"{','.join(hooks) or '-':19} commit CPU {v:6.1f} ms (wall {vw:6.1f}), without validation "
@@ -132,7 +137,7 @@ def _hook_jump(chain: str) -> None:
         s.close()
 
 
-async def real(n: int, changes: int, counters: bool) -> None:
+async def real(n: int, changes: int, counters: bool, bars: Bars) -> None:
     from netproxy.iptables.nftproxier import IptablesNftProxier
     from netproxy.proxier import NodeConfig
     from netproxy.proxy import Proxy
@@ -173,6 +178,8 @@ async def real(n: int, changes: int, counters: bool) -> None:
             f"[load {os.getloadavg()[0]:.1f}]",
             flush=True,
         )
+        bars[f"real {n} Services, counters {'on' if counters else 'off'} #{len(bars) + 1}"] = {
+            "validating": v, "not validating": nv}
         by_hooks = [v]
         for chain in ("OUTPUT", "PREROUTING"):  # the walks from each hook reaching KUBE-SERVICES
             worker.call(_hook_jump, chain)
@@ -195,16 +202,22 @@ def main() -> int:
     p.add_argument("--real", type=int, default=0, help="Services in the real ruleset (0: skip)")
     p.add_argument("--changes", type=int, default=15)
     p.add_argument("--counters", choices=("off", "on", "both"), default="both")
+    add_plot_argument(p)
     args = p.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces, netfilter)", file=sys.stderr)
         return 1
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus (shared machine)")
+    bars: Bars = {}
     if args.synthetic:
-        synthetic(args.synthetic, args.distinct)
+        synthetic(args.synthetic, args.distinct, bars)
     if args.real:
         for on in {"off": [False], "on": [True], "both": [False, True, False, True]}[args.counters]:
-            asyncio.run(real(args.real, args.changes, on))
+            asyncio.run(real(args.real, args.changes, on, bars))
+    if args.plot:
+        plot_bars(args.plot, bars, "one-rule nf_tables commit: kernel CPU with and without validation",
+                  "ms CPU")
+        print(f"plot: {args.plot}")
     return 0
 
 

@@ -31,12 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.report import CdfPanel, add_plot_argument, pct, plot_cdf_panels
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def pct(samples: list[float], q: float) -> float:
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
 def tree_cpu(root: int) -> float:
@@ -119,6 +116,7 @@ def main() -> None:
                     help="kubectl runs of each command (default: %(default)s)")
     ap.add_argument("--scrapes", type=int, default=20, help="scrapes of each endpoint (default: %(default)s)")
     ap.add_argument("--metric-resolution", default="15s", help="the apiserver's scrape period")
+    add_plot_argument(ap)
     args = ap.parse_args()
     from nodeagent.testing.images import ImageFactory
 
@@ -208,12 +206,21 @@ def run(args: argparse.Namespace, up: subprocess.Popen, data: Path, kubeconfig: 
     idle = (tree_cpu(up.pid) - c0) / (time.monotonic() - t0)
     print(f"\nkubelet scrapes ({args.pods} pods, {args.scrapes} each; idle `up` tree {idle * 100:.1f}% of a "
           f"core subtracted; load {os.getloadavg()[0]:.1f})")
+    scrapes: dict[str, list[float]] = {}
     for path, note in (("/metrics/resource", ""), ("/metrics/cadvisor", ""),
                        ("/stats/summary", "  (reference: the Summary API)")):
         walls, cpu, size = asyncio.run(scrape_cost(up.pid, f"https://127.0.0.1:{port}{path}", ctx,
                                                    args.scrapes, idle))
         print(f"  {path:<20} p50 {pct(walls, .5) * 1000:7.1f} ms  p99 {pct(walls, .99) * 1000:7.1f} ms  "
               f"CPU {cpu * 1000:6.1f} ms/scrape  {size / 1024:6.0f} KiB{note}", flush=True)
+        scrapes[path + note] = walls
+    if args.plot:
+        plot_cdf_panels(args.plot, [
+            CdfPanel(f"kubectl top pods -A, {args.pods} pods", {
+                "kubectl top pods -A": top, "reference: kubectl get pods -A": get,
+                "GET metrics.k8s.io pods (in process)": api}),
+            CdfPanel("kubelet scrapes, wall time", scrapes)], "resource metrics at a full node")
+        print(f"plot: {args.plot}")
 
 
 if __name__ == "__main__":

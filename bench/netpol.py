@@ -27,12 +27,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.report import add_plot_argument, pct, plot_bars
 from nodeagent.testing.netpol_lab import PolicyLab, pod_object, policy
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
 def connect_times(c: PolicyLab, n: int) -> list[float]:
@@ -135,12 +131,23 @@ def main() -> int:
     ap.add_argument("--policies", type=int, default=1000)
     ap.add_argument("--connects", type=int, default=300)
     ap.add_argument("--changes", type=int, default=20, help="label flips timed")
+    add_plot_argument(ap)
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces)", file=sys.stderr)
         return 2
+    bars: dict[str, dict[str, float]] = {}
     for mode in args.modes.split(","):
-        print(json.dumps(run_mode(mode, args.pods, args.policies, args.connects, args.changes)), flush=True)
+        r = run_mode(mode, args.pods, args.policies, args.connects, args.changes)
+        print(json.dumps(r), flush=True)
+        for label, key in (("label change", "label_change"), ("connect, 0 policies", "connect_0_policies"),
+                           (f"connect, {args.policies} policies", f"connect_{args.policies}_policies")):
+            for q in ("p50", "p99"):
+                bars.setdefault(f"{label} {q}", {})[mode] = r[f"{key}_{q}_ms"]
+    if args.plot:
+        plot_bars(args.plot, bars, f"NetworkPolicy, {args.pods} pods and {args.policies} policies", "ms",
+                  logy=True)
+        print(f"plot: {args.plot}")
     return 0
 
 

@@ -21,16 +21,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.report import add_plot_argument, pct, plot_lines
 from kernel.netns import NetnsWorker
 from netproxy.backends import make_proxier
 from netproxy.proxier import NodeConfig
 from netproxy.proxy import Proxy
 from nodeagent.testing.netproxy_lab import Lab, endpoint_slice, service
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
 async def measure(mode: str, n: int, connects: int) -> tuple[float, float, float, float, float]:
@@ -79,6 +75,7 @@ def main() -> int:
                    help="iptables: iptables-nft rules written over nf_tables netlink (the default backend); "
                         "iptables-legacy: x_tables")
     p.add_argument("--connects", type=int, default=2000)
+    add_plot_argument(p)
     args = p.parse_args()
     if os.geteuid() != 0:
         print("needs root", file=sys.stderr)
@@ -86,11 +83,18 @@ def main() -> int:
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus (shared machine)")
     print(f"{'mode':16} {'services':>8} {'rules':>7} {'svc p50 us':>11} {'svc p99 us':>11} "
           f"{'direct p50 us':>14} {'direct p99 us':>14}  load")
+    lines: dict[str, list[tuple[float, float]]] = {}
     for mode in args.modes.split(","):
         for n in [int(x) for x in args.sizes.split(",")]:
             s50, s99, d50, d99, rules = asyncio.run(measure(mode, n, args.connects))
+            for name, v in ((f"{mode} Service p50", s50), (f"{mode} Service p99", s99),
+                            (f"{mode} direct to pod p50 (reference)", d50)):
+                lines.setdefault(name, []).append((n, v * 1e6))
             print(f"{mode:16} {n:>8} {rules:>7} {s50 * 1e6:>11.0f} {s99 * 1e6:>11.0f} {d50 * 1e6:>14.0f} "
                   f"{d99 * 1e6:>14.0f}  {os.getloadavg()[0]:.1f}", flush=True)
+    if args.plot:
+        plot_lines(args.plot, lines, "TCP connect to the last-added Service", "Services", "µs", logx=True)
+        print(f"plot: {args.plot}")
     return 0
 
 

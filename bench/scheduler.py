@@ -37,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import pyspy
+from bench.report import add_plot_argument, plot_lines
 from nodeagent.scheduler.profile import SchedulerConfig
 from nodeagent.scheduler.scheduler import Scheduler
 from nodeagent.testing.fake_cluster import FakeCluster, make_node, make_pod
@@ -278,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="sample the server with py-spy during each through-the-apiserver measured phase")
     ap.add_argument("--apiserver-workloads", default="basic",
                     help="workloads for those runs (basic, nodeaffinity)")
+    add_plot_argument(ap)
     args = ap.parse_args(argv)
+    lines: dict[str, list[tuple[float, float]]] = {}
     global SORT
     SORT = args.profile_sort
     node_counts = [int(x) for x in args.nodes.split(",") if x]
@@ -297,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
             refs = str(ref) if ref else "none upstream"
             print(f"{NAMES[kind]:<28}{n:>7}{pods:>7}{rate:>13.0f}{cpu_rate:>12.0f}{refs:>22}  {verdict:<13}  "
                   f"{stats['preemptions']}", flush=True)
+            lines.setdefault(f"{NAMES[kind]} (cpu pods/s)", []).append((n, cpu_rate))
+        if THRESHOLDS[kind]:
+            lines[f"{NAMES[kind]}: kube-scheduler @5000"] = [(5000, float(THRESHOLDS[kind] or 0))]
     api_counts = [int(x) for x in args.apiserver.split(",") if x]
     if api_counts:
         print()
@@ -317,6 +323,12 @@ def main(argv: list[str] | None = None) -> int:
                 ref = THRESHOLDS[kind]
                 print(f"{NAMES[kind]:<28}{n:>7}{pods:>7}{rate:>13.0f}{cpu_rate:>19.0f}{ref:>22}{setup:>9.0f}",
                       flush=True)
+                lines.setdefault(f"{NAMES[kind]} through the apiserver (server-cpu pods/s)", []).append(
+                    (n, cpu_rate))
+    if args.plot:
+        plot_lines(args.plot, lines, "scheduler throughput against cluster size", "nodes", "pods/s",
+                   logx=True)
+        print(f"plot: {args.plot}")
     return 0
 
 

@@ -19,13 +19,13 @@ import asyncio
 import json
 import os
 import random
-import statistics
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.report import add_plot_argument, pct, plot_bars
 from nodeagent.store.base import Store
 from nodeagent.store.etcd import EtcdStore
 from nodeagent.store.memory import MemoryStore
@@ -163,9 +163,8 @@ async def bench_watch(store: Store, args: argparse.Namespace) -> dict:
 
     await writes()
     await asyncio.wait_for(asyncio.gather(*tasks), 120)
-    latencies.sort()
-    q = statistics.quantiles(latencies, n=100)
-    return {"watch p50 ms": q[49] * 1000, "watch p99 ms": q[98] * 1000, "watch deliveries": len(latencies)}
+    return {"watch p50 ms": pct(latencies, 0.5) * 1000, "watch p99 ms": pct(latencies, 0.99) * 1000,
+            "watch deliveries": len(latencies)}
 
 
 async def run_backend(name: str, args: argparse.Namespace, tmp: str) -> dict:
@@ -223,6 +222,7 @@ def main() -> int:
     p.add_argument("--watch-rate", type=float, default=200.0,
                    help="writes/s during the watch test (default 200)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    add_plot_argument(p)
     args = p.parse_args()
     args.objects = [int(x) for x in args.objects.split(",")]
     results: dict[str, dict] = {}
@@ -234,6 +234,12 @@ def main() -> int:
     print(table(results))
     if args.json:
         print(json.dumps(results, indent=1))
+    if args.plot:
+        plot_bars(args.plot, {row: {n: r[row] for n, r in results.items() if row in r}
+                              for row in dict.fromkeys(k for r in results.values() for k in r)
+                              if row.endswith("/s") or "/s " in row},
+                  "store backends: operations per second", "per second", logy=True)
+        print(f"plot: {args.plot}")
     return 0
 
 

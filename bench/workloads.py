@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.report import add_plot_argument, plot_bars
 from nodeagent.client.rest import Client
 from nodeagent.testing.apiserver import start_server
 from nodeagent.testing.hollow import HollowNodes
@@ -86,9 +87,14 @@ async def run(args: argparse.Namespace) -> None:
                 hollow.cancel()
             print(f"workload controllers, {args.nodes} hollow nodes, shared 2-core machine "
                   "(other jobs running):")
+            rates: dict[str, dict[str, float]] = {}
             for k, v in results.items():
                 pods = args.nodes if k.startswith("DaemonSet") else ordered if "Ordered" in k else n
                 print(f"  {k:<48} {v:7.2f} s   ({pods / v:7.1f} pods/s)")
+                rates[k] = {"pods/s": pods / v}
+            if args.plot:
+                plot_bars(args.plot, rates, f"workload controllers, {args.nodes} hollow nodes", "pods/s")
+                print(f"plot: {args.plot}")
         finally:
             await client.close()
             srv.stop()
@@ -100,6 +106,7 @@ def main() -> None:
     p.add_argument("--replicas", type=int, default=200, help="pods per workload (default: %(default)s)")
     p.add_argument("--ordered", type=int, default=20,
                    help="OrderedReady StatefulSet replicas (default: %(default)s)")
+    add_plot_argument(p)
     asyncio.run(run(p.parse_args()))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from bench.report import latency_table, pct, plot_bars, plot_cdf, plot_lines
+from bench.report import CdfPanel, latency_table, pct, plot_bars, plot_cdf, plot_cdf_panels, plot_lines
 
 
 def test_pct_is_nearest_rank():
@@ -30,3 +30,22 @@ def test_plots_are_pngs(tmp_path):
     plot_bars(str(tmp_path / "bars.png"), {"x": {"p50": 1.0, "p99": 2.0}}, "t", "ms")
     for name in ("cdf.png", "lines.png", "bars.png"):
         assert (tmp_path / name).read_bytes()[:8] == png
+
+
+def test_cdf_panels_and_log_bars_are_pngs(tmp_path):
+    png = b"\x89PNG\r\n\x1a\n"
+    panels = [CdfPanel("in-process", {"a": [1e-5, 2e-5, 3e-5]}, "µs", 1e6),
+              CdfPanel("end to end", {"a": [0.001, 0.004], "b": []}),
+              CdfPanel("nothing measured", {"c": []})]  # left out of the figure
+    plot_cdf_panels(str(tmp_path / "panels.png"), panels, "t")
+    plot_bars(str(tmp_path / "log.png"), {"creates/s with a long name": {"memory": 5000.0, "sqlite": 300.0},
+                                          "lists/s with a long name too": {"memory": 10.0}}, "t", "/s",
+              logy=True)
+    plot_lines(str(tmp_path / "many.png"), {"pods": [(i / 10, i) for i in range(500)]}, "t", "s", "pods")
+    for name in ("panels.png", "log.png", "many.png"):
+        assert (tmp_path / name).read_bytes()[:8] == png
+
+
+def test_no_panel_with_samples_still_draws_one(tmp_path):
+    plot_cdf_panels(str(tmp_path / "empty.png"), [CdfPanel("nothing", {"a": []})])
+    assert (tmp_path / "empty.png").read_bytes()[:4] == b"\x89PNG"
