@@ -549,6 +549,13 @@ def _controller_rules() -> dict[str, list[Rule]]:
         "resourcequota-controller": [r("list watch", "*", "*"), r("update", "", "resourcequotas/status"), ev],
         "root-ca-cert-publisher": [r("create update", "", "configmaps"), ev],
         "service-account-controller": [r("create", "", "serviceaccounts"), ev],
+        "service-controller": [  # the LoadBalancer allocator (kube's service controller's role)
+            r("get list watch", "", "services"),
+            r("patch update", "", "services"),
+            r("patch update", "", "services/status"),
+            r("list watch", "", "nodes"),
+            ev,
+        ],
         "statefulset-controller": [
             r("list watch", "", "pods"),
             r(READ, "apps", "statefulsets"),

@@ -428,3 +428,19 @@ async def test_index_follows_deletes():
     assert not await allowed(authz, cache, a(gina, "get", "nodes", name="n"))
     authz.rbac.close()
     await cache.stop()
+
+
+def test_every_controller_writes_under_an_account_the_bootstrap_policy_binds() -> None:
+    """A controller whose ServiceAccount has no role gets 403 on every write (the LoadBalancer allocator's
+    service-controller had none: Services stayed pending)."""
+    from nodeagent.apiserver.authz import policy as bootstrap
+    from nodeagent.controllers.manager import CONTROLLERS
+
+    roles = {r["metadata"]["name"] for r in bootstrap.controller_roles()}
+    bound = {(b["roleRef"]["name"], s["name"]) for b in bootstrap.controller_role_bindings()
+             for s in b.get("subjects") or []}
+    accounts = {str(c.service_account) for c in CONTROLLERS if getattr(c, "service_account", None)}
+    assert accounts
+    missing = [a for a in sorted(accounts) if bootstrap.CONTROLLER_PREFIX + a not in roles
+               or (bootstrap.CONTROLLER_PREFIX + a, a) not in bound]
+    assert missing == []
