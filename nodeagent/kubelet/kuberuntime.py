@@ -121,9 +121,12 @@ class PodRuntime:
         latest = max(sandboxes, key=lambda s: s.created_at, default=None)
         if latest is not None and latest.state == pb.SANDBOX_READY:
             ready = True
-            with contextlib.suppress(Exception):
+            try:
                 net = (await self.cri.pod_sandbox_status(latest.id)).status.network
                 ips = [ip for ip in [net.ip, *(a.ip for a in net.additional_ips)] if ip]
+            except Exception as e:  # a ready sandbox keeps its addresses: report the last known ones
+                log.debug("sandbox status of %s: %s; keeping the pod's last known IPs", latest.id, e)
+                ips = [p.get("ip", "") for p in (pod.get("status") or {}).get("podIPs") or [] if p.get("ip")]
         return PodRuntimeState(sandboxes, records, ips, ready)
 
     def _record(self, st: pb.ContainerStatus) -> ContainerRecord:

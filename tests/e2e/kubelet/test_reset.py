@@ -85,7 +85,7 @@ def test_reset_after_a_busy_node_leaves_nothing(tmp_path, images):
         for name, qos in names:
             pod = json.loads(c.kubectl("get", "pod", name, "-o", "json"))
             row = next(ln for ln in status.stdout.splitlines() if f" {name} " in ln)
-            assert pod["status"]["podIP"] in row, row
+            assert pod["status"]["podIP"] in row, (row, pod["status"])
             assert {"burstable": "Burstable", "besteffort": "BestEffort"}[qos] in row, row
         assert "MemoryPressure" in status.stdout and "KUBE-SVC" in status.stdout
 
