@@ -42,6 +42,7 @@ def owned_by(pvc: dict[str, Any], pod: dict[str, Any]) -> bool:
 
 class EphemeralVolumeController(Controller):
     name = "ephemeral-volume"
+    service_account = "ephemeral-volume-controller"
 
     def __init__(self, client: Any, informers: SharedInformers, recorder: Any, options: Any = None) -> None:
         super().__init__(client, informers, recorder, options)

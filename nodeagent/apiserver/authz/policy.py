@@ -583,6 +583,7 @@ def controller_roles() -> list[dict[str, Any]]:
 MERGED_DUTIES = (
     ("endpoint-controller", "endpointslice-controller"),  # Endpoints and EndpointSlices
     ("job-controller", "ttl-after-finished-controller"),
+    ("pv-protection-controller", "pvc-protection-controller"),  # one controller keeps both finalizers
 )  # a Job's ttlSecondsAfterFinished
 
 
