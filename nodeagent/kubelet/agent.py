@@ -25,7 +25,7 @@ from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
-from nodeagent.kubelet import admission, container_events, node_allocatable
+from nodeagent.kubelet import admission, container_events, node_allocatable, node_status
 from nodeagent.kubelet.config import KubeletConfig
 from nodeagent.kubelet.cpumanager.cpuset import read_topology
 from nodeagent.kubelet.cpumanager.manager import AllocationError, CPUManager
@@ -609,6 +609,16 @@ class Kubelet:
                 startup_failed.add(cid)
         if is_static_pod(pod):
             await self._sync_mirror(pod)
+        if not (pod.get("spec") or {}).get("hostNetwork"):
+            # kubelet's SyncPod: a pod on the pod network waits until the runtime's network is ready (no CNI
+            # config yet: the node's podCIDR not assigned); its Pending status is posted meanwhile.
+            net_errors = await self.node.network_errors()
+            if net_errors:
+                self.recorder.record(pod, "Warning", "NetworkNotReady",
+                                     f"network is not ready: {node_status.aggregate(net_errors)}")
+                st = await self.runtime.state(pod)
+                await self._post_status(pod, self.runtime.pod_status(pod, st, self.node.addresses))
+                return 1.0
         st = await self.runtime.sync(pod, liveness_failed, startup_failed)
         latest = latest_records(st.records)
         started, ready = self.probes.started_and_ready(

@@ -73,6 +73,7 @@ class NodeAgent:
         self.uid = ""
         self.kubelet_port = 0  # the Node API's port, published in status.daemonEndpoints
         self.pod_cidr = ""  # the Node's spec.podCIDR as last handed to the runtime
+        self._network_ready = False  # the runtime's NetworkReady, as last read (kubelet's runtimeState)
 
     def memory_capacity(self) -> int:
         return int(resources._whole(resources._to_list(self.capacity).get("memory", 0)))
@@ -92,14 +93,25 @@ class NodeAgent:
         try:
             st = await self.cri.status()
         except Exception as e:
+            self._network_ready = False
             return node_status.runtime_errors(False, False, "RuntimeDown", str(e))
         conds = {c.type: c for c in st.status.conditions}
         rt = conds.get("RuntimeReady")
         net = conds.get("NetworkReady")
+        self._network_ready = bool(net and net.status)
         pleg_ok, pleg_msg = self.pleg_health()
         return node_status.runtime_errors(bool(rt and rt.status), bool(net and net.status),
                                           net.reason if net else "NetworkPluginNotReady",
                                           net.message if net else "", pleg_ok, pleg_msg)
+
+    async def network_errors(self) -> list[str]:
+        """kubelet's runtimeState.networkErrors(): why pods on the pod network cannot start yet. Once the
+        runtime said its network is ready the answer is kept until the next status pass; until then the
+        runtime is asked again, so pods start as soon as the CNI config appears."""
+        if self._network_ready:
+            return []
+        errors = await self._runtime_errors()
+        return [e for e in errors if e.startswith("container runtime network not ready")]
 
     async def register(self) -> None:
         v = await self.cri.version()

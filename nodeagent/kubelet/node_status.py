@@ -93,7 +93,7 @@ def node_addresses(hostname: str, internal_ips: Iterable[str]) -> list[dict[str,
     return out
 
 
-def _aggregate(errs: Sequence[str]) -> str:
+def aggregate(errs: Sequence[str]) -> str:
     """utilerrors.NewAggregate(errs).Error(): one error as is, several as "[a, b]"."""
     if len(errs) == 1:
         return errs[0]
@@ -118,7 +118,7 @@ def ready_condition(errors: Sequence[str], now: float,
                     old: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The Ready condition: KubeletReady, or KubeletNotReady with the aggregated errors."""
     if errors:
-        c = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": _aggregate(errors)}
+        c = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": aggregate(errors)}
     else:
         c = {"type": "Ready", "status": "True", "reason": "KubeletReady",
              "message": "kubelet is posting ready status"}

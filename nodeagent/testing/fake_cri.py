@@ -69,6 +69,7 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
         self.pull_auths: list[tuple[str, str, str]] = []  # (image, username, password) of each PullImage
         self.image_users: dict[str, str] = {}  # image → its config's User ("1000", "nobody"); none by default
         self.last_config: pb.ContainerConfig | None = None
+        self.network_ready = True  # what Status says of the pod network
         self._ids = itertools.count(1)
         self._ip = itertools.count(2)
 
@@ -92,6 +93,18 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
         if key not in table:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"{key} not found")
         return table[key]
+
+    # -- the runtime ----------------------------------------------------------------------------------
+    async def Status(self, request, context):
+        """Ready, with its pod network unless a test took it away (`network_ready`)."""
+        resp = pb.StatusResponse()
+        resp.status.conditions.add(type="RuntimeReady", status=True)
+        if self.network_ready:
+            resp.status.conditions.add(type="NetworkReady", status=True)
+        else:
+            resp.status.conditions.add(type="NetworkReady", status=False, reason="NetworkPluginNotReady",
+                                       message="no CNI network config")
+        return resp
 
     # -- sandboxes ------------------------------------------------------------------------------------
     async def ListPodSandbox(self, request, context):

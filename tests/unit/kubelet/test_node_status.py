@@ -73,3 +73,25 @@ def test_taints():
                                                              "effect": "NoSchedule"}])
     assert [x["key"] for x in t] == [
         "dedicated", "node.kubernetes.io/not-ready", "node.kubernetes.io/disk-pressure"]
+
+
+async def test_network_errors_hold_pods_until_the_runtime_network_is_ready(tmp_path):
+    """kubelet's runtimeState.networkErrors(): asked again while not ready, kept once ready."""
+    from nodeagent.kubelet.node import NodeAgent
+    from nodeagent.testing.clock import FakeClock
+    from nodeagent.testing.fake_cri import FakeRuntime, serve
+
+    cri = FakeRuntime()
+    cri.network_ready = False
+    async with serve(cri) as client:
+        node = NodeAgent(None, client, "n", str(tmp_path), lambda: (True, ""), FakeClock(),  # type: ignore[arg-type]
+                         addresses=["10.0.0.1"])
+        errors = await node.network_errors()
+        assert errors == ["container runtime network not ready: NetworkReady=false "
+                          "reason:NetworkPluginNotReady message:no CNI network config"]
+        cri.network_ready = True
+        assert await node.network_errors() == []
+        cri.network_ready = False  # kept until the node's next status pass reads the runtime again
+        assert await node.network_errors() == []
+        await node._runtime_errors()
+        assert await node.network_errors() == errors
