@@ -41,6 +41,7 @@ class Cluster:
         self.bridge = bridge
         self.proc: subprocess.Popen | None = None
         self.extra: list[str] = []
+        self.ready_timeout = 60.0  # seconds until "kubelet: ready" (longer in the lab's emulated guests)
         self.manifest_url_file: Path | None = None  # the file --manifest-url serves, where given
         self.log = data_dir / "up.log"
         self.env = {**os.environ, "KUBECONFIG": str(data_dir / "admin.kubeconfig")}
@@ -54,7 +55,7 @@ class Cluster:
                                           "--bind-address", "127.0.0.1", "--sync-frequency", "5",
                                           *self.extra],
                                          stdout=f, stderr=subprocess.STDOUT)
-        end = time.monotonic() + 60
+        end = time.monotonic() + self.ready_timeout
         while "kubelet: ready" not in self.log.read_bytes()[mark:].decode(errors="replace"):
             assert self.proc.poll() is None and time.monotonic() < end, self.tail()
             time.sleep(0.2)
