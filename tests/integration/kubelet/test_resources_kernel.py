@@ -1,4 +1,5 @@
-"""The container manager's numbers against a real cgroup v1 hierarchy: the kernel takes them as computed.
+"""The container manager's numbers against a real cgroup v1 hierarchy, and the v2 files against the unified
+tree where the host has one (the lab's guests): the kernel takes them as computed.
 
 The module itself never writes cgroups (the runtime's driver does); this proves the values are ones the
 kernel accepts and reads back unchanged, and that the working-set reader works on a live cgroup.
@@ -67,6 +68,39 @@ def test_working_set_of_a_live_cgroup(cg, res):
     ws = cgroup_working_set(cg["memory"])
     usage = int(read(cg, "memory", "memory.usage_in_bytes"))
     assert 0 <= ws <= usage
+
+
+@pytest.fixture
+def cg2(res):
+    paths = res.cgroup()
+    if "unified" not in paths:
+        pytest.skip("needs cgroup v2 (unified); the v1 files are checked by the tests above")
+    d = paths["unified"]
+    enabled = set((d.parent / "cgroup.subtree_control").read_text().split())
+    if not {"cpu", "memory"} <= enabled:
+        pytest.skip(f"the cpu and memory controllers are not enabled below {d.parent} ({enabled})")
+    return d
+
+
+@pytest.mark.parametrize("spec,weight,cpu_max,mem", [
+    (dict(limits={"cpu": "250m", "memory": "64Mi"}), "10", "25000 100000", str(64 << 20)),   # Guaranteed
+    (dict(requests={"cpu": "10m"}, limits={"memory": "32Mi"}), "1", "max 100000", str(32 << 20)),  # Burstable
+    ({}, "1", "max 100000", "max"),                                                           # BestEffort
+])
+def test_pod_config_v2_files_are_accepted_by_the_kernel(cg2, spec, weight, cpu_max, mem):
+    """cpu.weight by runc's conversion of the shares (256 → 10, 10 and 2 → 1), cpu.max, memory.max."""
+    for fname, value in r.pod_resource_config(pod(container(**spec))).v2_files().items():
+        (cg2 / fname).write_text(value)
+    assert (cg2 / "cpu.weight").read_text().strip() == weight
+    assert (cg2 / "cpu.max").read_text().strip() == cpu_max
+    assert (cg2 / "memory.max").read_text().strip() == mem
+
+
+def test_working_set_of_a_live_v2_cgroup(cg2, res):
+    proc = res.process(["sleep", "30"])
+    (cg2 / "cgroup.procs").write_text(str(proc.pid))
+    ws = cgroup_working_set(cg2)
+    assert 0 <= ws <= int((cg2 / "memory.current").read_text())
 
 
 def test_raising_oom_score_adj_for_burstable_and_besteffort(res):
