@@ -6,7 +6,7 @@ import dataclasses
 import errno
 import os
 
-from kernel.syscalls import LINUX, MNT_DETACH, MS_BIND, MS_REMOUNT
+from kernel.syscalls import LINUX, MNT_DETACH, MS_BIND, MS_REMOUNT, Syscalls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,21 +68,42 @@ def bind(source: str, target: str, flags: int = 0) -> None:
             raise
 
 
-def unmount(target: str) -> None:
-    """Unmount target; a busy mount is detached lazily; a target that is not mounted is no error."""
+def unmount(target: str | os.PathLike, sc: Syscalls = LINUX) -> None:
+    """Unmount target; a busy mount is detached lazily (it is gone from the tree either way); a target that
+    is not mounted (or not there) is no error. `sc`: the kernel, or a fake in unit tests."""
+    t = os.fspath(target)
     try:
-        LINUX.umount(target)
+        sc.umount(t)
         return
-    except OSError as e:
-        if e.errno == errno.EBUSY:
-            LINUX.umount(target, MNT_DETACH)
+    except OSError as first:
+        e = first.errno
+    if e == errno.EBUSY:
+        try:
+            sc.umount(t, MNT_DETACH)
             return
-        if e.errno in (errno.EINVAL, errno.ENOENT) and not is_mountpoint(target):
-            return
-        raise OSError(e.errno, f"unmount {target}: {os.strerror(e.errno or 0)}") from None
+        except OSError as second:
+            e = second.errno
+    if e in (errno.EINVAL, errno.ENOENT) and not is_mountpoint(t):
+        return
+    raise OSError(e, f"unmount {t}: {os.strerror(e or 0)}")
 
 
-def is_mountpoint(path: str) -> bool:
-    """Something is mounted exactly at path (its resolved path, in /proc/self/mountinfo)."""
+def mounts_under(prefix: str | os.PathLike) -> list[str]:
+    """Mount points at or below prefix (from /proc/self/mountinfo), deepest first."""
+    p = os.path.realpath(prefix)
+    out = [m.point for m in mountinfo() if m.point == p or m.point.startswith(p.rstrip("/") + "/")]
+    return sorted(set(out), key=lambda m: m.count("/"), reverse=True)
+
+
+def is_mountpoint(path: str | os.PathLike) -> bool:
+    """Whether something is mounted at path (resolved). A directory on another device than its parent is
+    one (two stats: the kubelet asks this for each secret/projected volume at every pod sync, and
+    mountinfo grows with the pods); on the same device only mountinfo tells (a bind mount of the same
+    filesystem)."""
     p = os.path.realpath(path)
+    try:
+        if os.lstat(p).st_dev != os.lstat(os.path.dirname(p) or "/").st_dev:
+            return True
+    except OSError:
+        pass
     return any(m.point == p for m in mountinfo())

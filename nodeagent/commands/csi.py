@@ -51,23 +51,8 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-    import signal
-
     from csi.service import serve
+    from nodeagent.commands.foreground import serve_until_signal
 
     cfg = config_from_args(args)
-
-    async def main() -> int:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None  # main() runs as asyncio.run's task
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        try:
-            await serve(cfg, asyncio.Event())
-        except asyncio.CancelledError:
-            pass
-        return 0
-
-    return asyncio.run(main())
+    return serve_until_signal(lambda ready: serve(cfg, ready))

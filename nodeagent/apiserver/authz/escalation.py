@@ -7,6 +7,7 @@ only grant what its writer holds, a binding only a role whose rules its writer h
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 from typing import Any
 
 from nodeagent.apiserver import errors
@@ -18,6 +19,23 @@ from nodeagent.apiserver.errors import ApiError
 
 REQUESTER: contextvars.ContextVar[Subject | None] = contextvars.ContextVar("requester", default=None)
 _KINDS = {"Role": "roles", "ClusterRole": "clusterroles"}
+# what an update must change before it is checked again: the fields that grant something
+_ROLE_FIELDS = ("rules", "aggregationRule")
+_BINDING_FIELDS = ("roleRef", "subjects")
+_GRANTING_FIELDS = {"roles": _ROLE_FIELDS, "clusterroles": _ROLE_FIELDS,
+                    "rolebindings": _BINDING_FIELDS, "clusterrolebindings": _BINDING_FIELDS}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Write:
+    """One RBAC object's create or update (old is None on create), by `subject`."""
+
+    subject: Subject
+    resource: str
+    ns: str
+    name: str
+    obj: dict[str, Any]
+    old: dict[str, Any] | None
 
 
 def _go_strings(values: tuple[str, ...]) -> str:
@@ -34,64 +52,39 @@ class EscalationCheck:
         subject = REQUESTER.get()
         if group != GROUP or subject is None or MASTERS_GROUP in subject.groups:
             return
+        fields = _GRANTING_FIELDS.get(resource)
+        if fields is None or (old is not None and all(old.get(f) == obj.get(f) for f in fields)):
+            return  # not RBAC, or nothing that grants anything changed
         meta = obj.get("metadata") or {}
-        ns, name = meta.get("namespace") or "", meta.get("name") or ""
+        w = _Write(subject, resource, meta.get("namespace") or "", meta.get("name") or "", obj, old)
         if resource in ("roles", "clusterroles"):
-            await self._role(subject, resource, ns, name, obj, old)
-        elif resource in ("rolebindings", "clusterrolebindings"):
-            await self._binding(subject, resource, ns, name, obj, old)
+            await self._role(w)
+        else:
+            await self._binding(w)
 
     async def _allowed(self, subject: Subject, verb: str, resource: str, ns: str, name: str) -> bool:
         a = Attributes(subject, verb, True, GROUP, resource, "", ns, name)
         return (await self.authorizer.authorize(a))[0]
 
-    async def _role(
-        self,
-        subject: Subject,
-        resource: str,
-        ns: str,
-        name: str,
-        obj: dict[str, Any],
-        old: dict[str, Any] | None,
-    ) -> None:
-        if (
-            old is not None
-            and old.get("rules") == obj.get("rules")
-            and old.get("aggregationRule") == obj.get("aggregationRule")
-        ):
+    async def _role(self, w: _Write) -> None:
+        if await self._allowed(w.subject, "escalate", w.resource, w.ns, w.name):
             return
-        if await self._allowed(subject, "escalate", resource, ns, name):
-            return
-        if obj.get("aggregationRule") or (old or {}).get("aggregationRule"):
+        if w.obj.get("aggregationRule") or (w.old or {}).get("aggregationRule"):
             raise errors.forbidden_reason(
-                resource, GROUP, name, "must have cluster-admin privileges to use the aggregationRule"
+                w.resource, GROUP, w.name, "must have cluster-admin privileges to use the aggregationRule"
             )
-        self._confirm(subject, resource, ns, name, list(obj.get("rules") or ()))
+        self._confirm(w.subject, w.resource, w.ns, w.name, list(w.obj.get("rules") or ()))
 
-    async def _binding(
-        self,
-        subject: Subject,
-        resource: str,
-        ns: str,
-        name: str,
-        obj: dict[str, Any],
-        old: dict[str, Any] | None,
-    ) -> None:
-        if (
-            old is not None
-            and old.get("roleRef") == obj.get("roleRef")
-            and old.get("subjects") == obj.get("subjects")
-        ):
-            return
-        ref = obj.get("roleRef") or {}
+    async def _binding(self, w: _Write) -> None:
+        ref = w.obj.get("roleRef") or {}
         kind, role_name = ref.get("kind") or "", ref.get("name") or ""
         role_res = _KINDS.get(kind)
         if role_res is None:
             return  # validation refuses it
-        if await self._allowed(subject, "bind", role_res, ns, role_name):
+        if await self._allowed(w.subject, "bind", role_res, w.ns, role_name):
             return
         ix = self.authorizer.rbac.index()
-        rules = ix.role_rules((kind, ns if kind == "Role" else "", role_name))
+        rules = ix.role_rules((kind, w.ns if kind == "Role" else "", role_name))
         if rules is None:
             raise ApiError(
                 404,
@@ -99,7 +92,7 @@ class EscalationCheck:
                 f'{role_res}.{GROUP} "{role_name}" not found',
                 {"name": role_name, "group": GROUP, "kind": role_res},
             )
-        self._confirm(subject, resource, ns, name, rules)
+        self._confirm(w.subject, w.resource, w.ns, w.name, rules)
 
     def _confirm(self, subject: Subject, resource: str, ns: str, name: str, rules: list[Rule]) -> None:
         held, missing_refs = self.authorizer.rbac.rules_for(subject, ns)

@@ -29,11 +29,11 @@ from nodeagent.api import csi as api
 from nodeagent.api import storage
 from nodeagent.api.quantity import format_quantity, int_value
 from nodeagent.client.events import EventRecorder
-from nodeagent.client.informer import Informer, key_of
+from nodeagent.client.informer import key_of
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.kubelet.volumes import csisnapshotter as snapshots
 from nodeagent.kubelet.volumes.csi import Drivers
-from nodeagent.kubelet.volumes.keyloop import KeyLoop
+from nodeagent.kubelet.volumes.provisionerloop import ProvisionerLoop, on_this_node
 
 log = logging.getLogger("nodeagent.kubelet.csiprovisioner")
 
@@ -163,65 +163,32 @@ def wants_delete(pv: Obj) -> bool:
 # -- the loop ---------------------------------------------------------------------------------------------
 
 
-class CSIProvisioner(KeyLoop):
+class CSIProvisioner(ProvisionerLoop):
     name = "csi-provisioner"
     log = log
     resync = RESYNC
 
     def __init__(self, client: Client, node_name: str, drivers: Drivers, recorder: EventRecorder) -> None:
-        super().__init__()
-        self.client = client
-        self.node_name = node_name
+        super().__init__(client, node_name, recorder)
         self.drivers = drivers
-        self.recorder = recorder
         self.identity = f"{int(time.time() * 1000)}-{node_name}"
-        self.claims = Informer(client, "persistentvolumeclaims")
-        self.volumes = Informer(client, "persistentvolumes")
-        self.classes = Informer(client, "storageclasses")
-        self.informers = (self.claims, self.volumes, self.classes)
-        self.claims.add_handler(self._claim, lambda old, new: self._claim(new), None)
-        self.volumes.add_handler(self._volume, lambda old, new: self._volume(new), None)
 
-    def _claim(self, pvc: Obj) -> None:
-        self.add("claim:" + key_of(dict(pvc)))
+    def wants_claim(self, pvc: Obj) -> bool:
+        return wants_volume(pvc, self.node_name, self.drivers)
 
-    def _volume(self, pv: Obj) -> None:
+    def wants_delete(self, pv: Obj) -> bool:
+        return wants_delete(pv)
+
+    def is_ours(self, pv: Obj) -> bool:
         driver = storage.annotations_of(pv).get(storage.ANN_PROVISIONED_BY, "")
-        if self.drivers.endpoint(driver) is not None:
-            self.add("volume:" + storage.meta(pv).get("name", ""))
-            ref = storage.spec(pv).get("claimRef") or {}
-            if ref.get("name"):
-                self.add(f"claim:{ref.get('namespace')}/{ref['name']}")
+        return self.drivers.endpoint(driver) is not None
 
-    def poke_all(self) -> None:
-        """A driver registered (and each resync): look at every claim and volume again."""
-        for pvc in self.claims.list():
-            self._claim(pvc)
-        for pv in self.volumes.list():
-            self._volume(pv)
-
-    async def sync(self, key: str) -> None:
-        kind, _, rest = key.partition(":")
-        if kind == "volume":
-            pv = self.volumes.get(rest)
-            if pv is not None and wants_delete(pv):
-                await self._delete(pv)
-            return
-        ns, _, name = rest.rpartition("/")
-        pvc = self.claims.get(name, ns)
-        if pvc is None:
-            return
-        if wants_volume(pvc, self.node_name, self.drivers):
-            await self._provision(pvc)
-            return
-        vname = storage.spec(pvc).get("volumeName")
-        pv = self.volumes.get(vname) if vname else None
-        if pv is not None and self.drivers.endpoint(csi_source(pv).get("driver", "")) is not None:
-            await self._maybe_resize(pvc, pv)
+    def resizes(self, pv: Obj) -> bool:
+        return self.drivers.endpoint(csi_source(pv).get("driver", "")) is not None
 
     # -- provisioning -----------------------------------------------------------------------------------
 
-    async def _provision(self, pvc: Obj) -> None:
+    async def provision(self, pvc: Obj) -> None:
         if self.volumes.get(volume_name(pvc)) is not None:
             return
         cls = storage.claim_class(pvc)
@@ -302,13 +269,13 @@ class CSIProvisioner(KeyLoop):
 
     # -- deletion ---------------------------------------------------------------------------------------
 
-    async def _delete(self, pv: Obj) -> None:
+    async def delete(self, pv: Obj) -> None:
         src = csi_source(pv)
         name = storage.meta(pv).get("name", "")
         endpoint = self.drivers.endpoint(src.get("driver", ""))
         if endpoint is None:
             return
-        if not await self._local(pv):
+        if not await on_this_node(self.client, self.node_name, pv):
             return  # another node's instance owns it (its affinity names that node)
         async with csiclient.aio_channel(endpoint) as ch:
             try:
@@ -329,24 +296,16 @@ class CSIProvisioner(KeyLoop):
                 raise
         log.info("csi provisioner: deleted %s (%s)", name, src.get("volumeHandle"))
 
-    async def _local(self, pv: Obj) -> bool:
-        """The volume's nodeAffinity admits this node (the driver's volumes live on the node they were made
-        on), or it has none."""
-        if not storage.node_affinity_terms(pv):
-            return True
-        node = await self.client.get("nodes", self.node_name)
-        return storage.node_affinity_allows(pv, node)
-
     # -- expansion --------------------------------------------------------------------------------------
 
-    async def _maybe_resize(self, pvc: Obj, pv: Obj) -> None:
+    async def maybe_resize(self, pvc: Obj, pv: Obj) -> None:
         sc = self.classes.get(storage.volume_class(pv))
         if not (sc and sc.get("allowVolumeExpansion")) or (pvc.get("status") or {}).get("phase") != "Bound" \
                 or storage.requested_storage(pvc) <= storage.capacity(pv):
             return
         src = csi_source(pv)
         endpoint = self.drivers.endpoint(src.get("driver", ""))
-        if endpoint is None or not await self._local(pv):
+        if endpoint is None or not await on_this_node(self.client, self.node_name, pv):
             return
         want = storage.requested_storage(pvc)
         name = storage.meta(pv).get("name", "")

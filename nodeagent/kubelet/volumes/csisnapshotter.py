@@ -32,6 +32,7 @@ from nodeagent.client.informer import Informer, key_of
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.kubelet.volumes.csi import Drivers
 from nodeagent.kubelet.volumes.keyloop import KeyLoop
+from nodeagent.kubelet.volumes.provisionerloop import on_this_node
 
 log = logging.getLogger("nodeagent.kubelet.csisnapshotter")
 
@@ -154,7 +155,8 @@ class CSISnapshotter(KeyLoop):
         pv = self.volumes.get(vname) if vname else None
         csi = storage.spec(pv or {}).get("csi") or {}
         driver = csi.get("driver", "")
-        if pv is None or self.drivers.endpoint(driver) is None or not await self._local(pv):
+        if pv is None or self.drivers.endpoint(driver) is None or \
+                not await on_this_node(self.client, self.node_name, pv):
             if pvc is not None and not vname and self._claim_is_ours(pvc):
                 await self._fail(vs, f"the claim {ns}/{storage.meta(pvc).get('name')} is not bound")
             return  # another node's, or not a CSI volume of ours
@@ -231,12 +233,6 @@ class CSISnapshotter(KeyLoop):
         except ClientError as e:
             if not (e.conflict or e.not_found):
                 raise
-
-    async def _local(self, pv: Obj) -> bool:
-        if not storage.node_affinity_terms(pv):
-            return True
-        node = await self.client.get("nodes", self.node_name)
-        return storage.node_affinity_allows(pv, node)
 
     # -- a content whose snapshot is gone ---------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from nodeagent.api.times import now_rfc3339
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer, key_of
 from nodeagent.client.rest import Client, ClientError
-from nodeagent.kubelet.volumes.keyloop import KeyLoop
+from nodeagent.kubelet.volumes.provisionerloop import ProvisionerLoop
 
 PROVISIONER = "rancher.io/local-path"
 RESYNC = 15.0
@@ -122,61 +122,26 @@ def remove_dir(root: str, path: str) -> None:
 # -- the loop ---------------------------------------------------------------------------------------------
 
 
-class LocalPathProvisioner(KeyLoop):
+class LocalPathProvisioner(ProvisionerLoop):
     name = "local-path provisioner"
     log = log
     resync = RESYNC
 
     def __init__(self, client: Client, node_name: str, root: str, recorder: EventRecorder) -> None:
-        super().__init__()
-        self.client = client
-        self.node_name = node_name
-        self.root = root
-        self.recorder = recorder
-        self.claims = Informer(client, "persistentvolumeclaims")
-        self.volumes = Informer(client, "persistentvolumes")
-        self.classes = Informer(client, "storageclasses")
         self.nodes = Informer(client, "nodes", field_selector=f"metadata.name={node_name}")
-        self.informers = (self.claims, self.volumes, self.classes, self.nodes)
-        self.claims.add_handler(self._claim, lambda old, new: self._claim(new), None)
-        self.volumes.add_handler(self._volume, lambda old, new: self._volume(new), None)
+        super().__init__(client, node_name, recorder, self.nodes)
+        self.root = root
 
-    def _claim(self, pvc: Obj) -> None:
-        self.add("claim:" + key_of(dict(pvc)))
+    def wants_claim(self, pvc: Obj) -> bool:
+        return wants_volume(pvc, self.node_name)
 
-    def _volume(self, pv: Obj) -> None:
-        if is_ours_here(pv, self.root):
-            self.add("volume:" + storage.meta(pv).get("name", ""))
-            ref = storage.spec(pv).get("claimRef") or {}
-            if ref.get("name"):
-                self.add(f"claim:{ref.get('namespace')}/{ref['name']}")
+    def wants_delete(self, pv: Obj) -> bool:
+        return wants_delete(pv)
 
-    def poke_all(self) -> None:
-        for pvc in self.claims.list():
-            self._claim(pvc)
-        for pv in self.volumes.list():
-            self._volume(pv)
+    def is_ours(self, pv: Obj) -> bool:
+        return is_ours_here(pv, self.root)
 
-    async def sync(self, key: str) -> None:
-        kind, _, rest = key.partition(":")
-        if kind == "volume":
-            pv = self.volumes.get(rest)
-            if pv is not None and wants_delete(pv):
-                await self._delete(pv)
-            return
-        ns, _, name = rest.rpartition("/")
-        pvc = self.claims.get(name, ns)
-        if pvc is None:
-            return
-        if wants_volume(pvc, self.node_name):
-            await self._provision(pvc)
-            return
-        vname = storage.spec(pvc).get("volumeName")
-        pv = self.volumes.get(vname) if vname else None
-        if pv is not None and is_ours_here(pv, self.root):
-            await self._maybe_resize(pvc, pv)
-
-    async def _provision(self, pvc: Obj) -> None:
+    async def provision(self, pvc: Obj) -> None:
         name = volume_name(pvc)
         if self.volumes.get(name) is not None:
             return
@@ -212,7 +177,7 @@ class LocalPathProvisioner(KeyLoop):
         self.recorder.record(pvc, "Normal", "ProvisioningSucceeded",
                              f"Successfully provisioned volume {name}")
 
-    async def _delete(self, pv: Obj) -> None:
+    async def delete(self, pv: Obj) -> None:
         path = (storage.spec(pv).get("hostPath") or {}).get("path", "")
         name = storage.meta(pv).get("name", "")
         try:
@@ -228,7 +193,7 @@ class LocalPathProvisioner(KeyLoop):
                 raise
         log.info("local-path: deleted %s (%s)", name, path)
 
-    async def _maybe_resize(self, pvc: Obj, pv: Obj) -> None:
+    async def maybe_resize(self, pvc: Obj, pv: Obj) -> None:
         sc = self.classes.get(storage.volume_class(pv))
         if not wants_resize(pvc, pv, sc):
             return

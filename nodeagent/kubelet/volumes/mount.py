@@ -6,11 +6,11 @@ unit tests); call them from a worker thread, not the event loop.
 
 from __future__ import annotations
 
-import errno
 import os
 
-from kernel.mounts import mountinfo
-from kernel.syscalls import LINUX, MNT_DETACH, MS_BIND, MS_RDONLY, Syscalls
+from kernel import mounts
+from kernel.mounts import is_mountpoint, mountinfo, mounts_under
+from kernel.syscalls import LINUX, MS_BIND, MS_RDONLY, Syscalls
 
 
 class MountError(OSError):
@@ -48,41 +48,11 @@ def mount_device(device: str | os.PathLike, target: str | os.PathLike, fs_type: 
 
 
 def unmount(target: str | os.PathLike, sc: Syscalls = LINUX) -> None:
-    """Unmount target; a busy mount is detached lazily (it is gone from the tree either way)."""
+    """Unmount target (kernel.mounts.unmount: a busy mount detached lazily, not mounted is fine)."""
     try:
-        sc.umount(os.fspath(target))
-        return
-    except OSError as first:
-        e = first.errno
-    if e == errno.EBUSY:
-        try:
-            sc.umount(os.fspath(target), MNT_DETACH)
-            return
-        except OSError as second:
-            e = second.errno
-    if e == errno.EINVAL and not is_mountpoint(target):
-        return  # not mounted: nothing to do
-    raise MountError(e, f"unmount {target}: {os.strerror(e or 0)}")
-
-
-def mounts_under(prefix: str | os.PathLike) -> list[str]:
-    """Mount points at or below prefix (from /proc/self/mountinfo), deepest first."""
-    p = os.path.realpath(prefix)
-    out = [m.point for m in mountinfo() if m.point == p or m.point.startswith(p.rstrip("/") + "/")]
-    return sorted(set(out), key=lambda m: m.count("/"), reverse=True)
-
-
-def is_mountpoint(path: str | os.PathLike) -> bool:
-    """Whether something is mounted at path. A directory on another device than its parent is one (two
-    stats: the kubelet asks this for each secret/projected volume at every pod sync, and mountinfo grows
-    with the pods); on the same device only mountinfo tells (a bind mount of the same filesystem)."""
-    p = os.path.realpath(path)
-    try:
-        if os.lstat(p).st_dev != os.lstat(os.path.dirname(p) or "/").st_dev:
-            return True
-    except OSError:
-        pass
-    return p in mounts_under(p)
+        mounts.unmount(target, sc)
+    except OSError as e:
+        raise MountError(e.errno, e.strerror) from None
 
 
 def fs_type(path: str | os.PathLike) -> str | None:
