@@ -92,12 +92,15 @@ def test_every_pods_cgroup_files_on_v2(unified_root, tmp_path, images):
         c.extra += ["--cpu-manager-policy", "static", "--reserved-cpus", "0",
                     "--cpu-manager-reconcile-period", "1s"]
     g_cpu = "1" if cpu_manager else "250m"
+    # on 2 CPUs with one reserved, the Guaranteed pod's CPU is all that is allocatable: the Burstable pod
+    # then requests memory only (a CPU request would be refused at admission: OutOfcpu)
+    b_milli = 0 if cpu_manager and cpus < 3 else 100
+    b_requests = {"memory": "16Mi", **({"cpu": f"{b_milli}m"} if b_milli else {})}
     rc = 0
     try:
         c.start()
         c.apply(_pod("guaranteed", {"limits": {"cpu": g_cpu, "memory": "32Mi"}}))
-        c.apply(_pod("burstable", {"requests": {"cpu": "100m", "memory": "16Mi"},
-                                   "limits": {"memory": "64Mi"}}))
+        c.apply(_pod("burstable", {"requests": b_requests, "limits": {"memory": "64Mi"}}))
         c.apply(_pod("besteffort", None))
         pods = {n: c.wait_pod(n, _running, timeout=WAIT) for n in ("guaranteed", "burstable", "besteffort")}
         assert [pods[n]["status"]["qosClass"] for n in pods] == ["Guaranteed", "Burstable", "BestEffort"]
@@ -113,8 +116,8 @@ def test_every_pods_cgroup_files_on_v2(unified_root, tmp_path, images):
         controllers = set((kubepods / "cgroup.subtree_control").read_text().split())
         assert {"cpu", "cpuset", "memory", "pids"} <= controllers, controllers
 
-        # the QoS classes' own cgroups (burstable: the sum of its pods' requests, 100m)
-        assert (kubepods / "burstable" / "cpu.weight").read_text().strip() == str(_weight(_shares(100)))
+        # the QoS classes' own cgroups (burstable: the sum of its pods' CPU requests)
+        assert (kubepods / "burstable" / "cpu.weight").read_text().strip() == str(_weight(_shares(b_milli)))
         assert (kubepods / "besteffort" / "cpu.weight").read_text().strip() == "1"
 
         unlimited = {"memory.min": "0", "memory.high": "max", "pids.max": "max"}
@@ -123,8 +126,8 @@ def test_every_pods_cgroup_files_on_v2(unified_root, tmp_path, images):
             "guaranteed": ("", {"cpu.weight": str(_weight(_shares(g_milli))),
                                 "cpu.max": f"{g_milli * 100} 100000", "memory.max": str(32 * Mi),
                                 **unlimited}),
-            "burstable": ("burstable/", {"cpu.weight": str(_weight(_shares(100))), "cpu.max": "max 100000",
-                                         "memory.max": str(64 * Mi), **unlimited}),
+            "burstable": ("burstable/", {"cpu.weight": str(_weight(_shares(b_milli))),
+                                         "cpu.max": "max 100000", "memory.max": str(64 * Mi), **unlimited}),
             "besteffort": ("besteffort/", {"cpu.weight": "1", "cpu.max": "max 100000", "memory.max": "max",
                                            **unlimited}),
         }
