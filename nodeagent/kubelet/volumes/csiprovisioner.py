@@ -211,6 +211,8 @@ class CSIProvisioner(ProvisionerLoop):
                 try:
                     await self.client.create("persistentvolumes", pv)
                 except ClientError as e:
+                    if e.already_exists and await self._already_published(pv, res.volume.volume_id):
+                        return  # our own earlier answer (CreateVolume is idempotent by name), seen late
                     # someone else's volume won (another node's instance, for an Immediate class): ours goes
                     await stub.DeleteVolume(pb.DeleteVolumeRequest(volume_id=res.volume.volume_id),
                                             timeout=csiclient.TIMEOUT)
@@ -225,6 +227,16 @@ class CSIProvisioner(ProvisionerLoop):
                  res.volume.volume_id, key_of(dict(pvc)))
         self.recorder.record(pvc, "Normal", "ProvisioningSucceeded",
                              f"Successfully provisioned volume {pv['metadata']['name']}")
+
+    async def _already_published(self, pv: Obj, volume_id: str) -> bool:
+        """The PV of that name already holds this very volume: a sync that ran before the informer saw the
+        PV an earlier one made got the same volume back, which must not be deleted under it (as
+        external-provisioner reuses a PV that already exists)."""
+        try:
+            existing = await self.client.get("persistentvolumes", storage.meta(pv).get("name", ""))
+        except ClientError:
+            return False
+        return csi_source(existing).get("volumeHandle") == volume_id
 
     async def _requisite(self, pvc: Obj, driver: str) -> list[dict[str, str]]:
         selected = storage.annotations_of(pvc).get(storage.ANN_SELECTED_NODE)
