@@ -260,7 +260,7 @@ def restart(srv: ServerProcess, datastore: str, extra: list[str]) -> ServerProce
     """kill -9, then the same server again: same data dir, store and port."""
     srv.proc.send_signal(signal.SIGKILL)
     srv.proc.wait()
-    return start_server(srv.data_dir, datastore=datastore, port=srv.port, extra=extra, timeout=60)
+    return start_server(srv.data_dir, datastore=datastore, port=srv.port, extra=extra, timeout=120)
 
 
 async def run_store(store: str, args: argparse.Namespace) -> Result:
@@ -275,7 +275,7 @@ async def run_store(store: str, args: argparse.Namespace) -> Result:
             etcd = stack.enter_context(EtcdServer())
             datastore = f"etcd://{etcd.endpoint}"
         extra = ["--cluster-cidr", CLUSTER_CIDR, *args.server_arg]
-        srv = start_server(Path(tmp) / "server", datastore=datastore, extra=extra, timeout=60)
+        srv = start_server(Path(tmp) / "server", datastore=datastore, extra=extra, timeout=120)
         stack.callback(lambda: srv.stop())
         usage = Usage()
         usage.watch("server", srv.proc.pid)

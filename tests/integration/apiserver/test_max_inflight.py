@@ -31,7 +31,8 @@ USER = "inflight-user"
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory):
     srv = start_server(tmp_path_factory.mktemp("inflight"), "sqlite",
-                       extra=["--max-requests-inflight", "1", "--max-mutating-requests-inflight", "1"])
+                       extra=["--max-requests-inflight", "1", "--max-mutating-requests-inflight", "1"],
+                       timeout=90)  # a loaded 2-core host can take half a minute to import the server
     token = TokenFile(srv.data_dir / "tokens.csv").issue(USER, ())
     admin = api(srv, srv.token)
     kubernetes.client.RbacAuthorizationV1Api(admin).create_cluster_role_binding({
