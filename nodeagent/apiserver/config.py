@@ -35,6 +35,8 @@ class ApiServerConfig:
     service_account_issuer: str = DEFAULT_ISSUER  # the `iss` of ServiceAccount tokens
     api_audiences: tuple[str, ...] = ()  # audiences a token must name to authenticate (default: the issuer)
     components: tuple[ComponentCredential, ...] = ()  # kubeconfigs written for embedded components
+    max_requests_inflight: int = 400  # read-only requests served at once (0: no limit), as kube-apiserver's
+    max_mutating_requests_inflight: int = 200  # mutating requests served at once (0: no limit)
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -55,5 +57,9 @@ class ApiServerConfig:
                                                and not self.service_account_issuer.startswith("https://")):
             raise ValueError(f"service account issuer {self.service_account_issuer!r}: a URL must be "
                              "https:// (or give a name without a scheme)")
+        if self.max_requests_inflight < 0 or self.max_mutating_requests_inflight < 0:
+            raise ValueError(f"--max-requests-inflight {self.max_requests_inflight}, "
+                             f"--max-mutating-requests-inflight {self.max_mutating_requests_inflight}: "
+                             "each must be 0 (no limit) or more")
         if self.token_ttl < 0:
             raise ValueError(f"join token TTL {self.token_ttl}: must not be negative")

@@ -24,6 +24,7 @@ from nodeagent.apiserver import (
     discovery,
     errors,
     field_validation,
+    inflight,
     openapi_http,
     patching,
     subresources,
@@ -133,6 +134,7 @@ class Handlers:
         self.address = address
         self.kubelet_proxy = kubelet_proxy
         self.metrics = Metrics()
+        self.inflight = inflight.InFlightLimit(0, 0, self.metrics)  # the server sets kube's limits
         self.openapi = OpenAPI()
 
     # ------------------------------------------------------------------ entry
@@ -157,7 +159,12 @@ class Handlers:
         if impersonation.requested(request.headers) and self.authorizer is not None:
             user = await impersonation.impersonate(request.headers, user, self.authorizer)
         REQUESTER.set(user)  # this request's task: escalation checks on RBAC writes read it
-        query = request.query
+        with self.inflight.admit(inflight.request_kind(request.method, path, request.query), user.groups):
+            return await self._serve(request, user)
+
+    async def _serve(self, request: web.BaseRequest, user: auth.User) -> web.StreamResponse:
+        """An authenticated request within the in-flight limits: /metrics, discovery or a resource."""
+        path, query = request.path, request.query
         if path in (OIDC_CONFIG, OIDC_JWKS):
             await self._authorize_path(user, "get", path)
             return self._oidc(path)
@@ -187,7 +194,10 @@ class Handlers:
         finally:
             r = info.resource
             took = time.perf_counter() - t0
-            self.metrics.observe(info.verb, r.group, r.name, info.subresource, code, took)
+            # kube's CleanScope: one object (or a create), a namespace, or the whole cluster
+            scope = "resource" if info.name or info.verb == "create" else (
+                "namespace" if info.namespace else "cluster")
+            self.metrics.observe(info.verb, r.group, r.name, info.subresource, code, took, scope)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s %s %s %d %.1fms", user.name, request.method, request.path_qs, code, took * 1000)
 

@@ -24,6 +24,7 @@ from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.config import ApiServerConfig
 from nodeagent.apiserver.crds import install_bundled
 from nodeagent.apiserver.handlers import Handlers
+from nodeagent.apiserver.inflight import InFlightLimit
 from nodeagent.apiserver.join_token import JoinTokens
 from nodeagent.apiserver.key_layout import migrate_legacy_keys
 from nodeagent.apiserver.metrics_api import NODES, MetricsAPI
@@ -112,6 +113,8 @@ class ApiServer:
                             kubelets, bootstrap_tokens, join, MetricsAPI(storage, self.cache),
                             service_accounts, self.authorizer)
         self.registry.enable_webhooks(handlers.metrics)
+        handlers.inflight = InFlightLimit(self.cfg.max_requests_inflight,
+                                          self.cfg.max_mutating_requests_inflight, handlers.metrics)
         self._fetcher = resource_metrics.KubeletFetcher(kubelets.client_ssl)
         cache = self.cache
 

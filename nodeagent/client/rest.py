@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import ssl
@@ -17,6 +18,7 @@ import yaml
 from nodeagent.api.resources import Resource, all_resources
 from nodeagent.client.ratelimit import TokenBucket
 
+MAX_RETRIES = 10  # client-go's: answers with Retry-After (429, 5xx) are tried again this many times
 PATCH_TYPES = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
                "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}
 
@@ -161,19 +163,25 @@ class Client:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             headers["Content-Type"] = content_type
         url = self.server + path + ("?" + urlencode(_clean(params)) if params else "")
-        if self.limiter is not None:
-            await self.limiter.wait()
-        try:
-            async with self._sess().request(method, url, data=data, headers=headers,
-                                            timeout=aiohttp.ClientTimeout(total=deadline)) as r:
-                raw = await r.read()
-                if r.status >= 400:
-                    raise _error(r.status, raw)
-                if r.content_type == "application/json":
-                    return _loads(raw)
-                return raw.decode(errors="replace")
-        except aiohttp.ClientError as e:
-            raise ClientError(0, "ConnectionError", str(e)) from e
+        for attempt in range(MAX_RETRIES + 1):
+            if self.limiter is not None:
+                await self.limiter.wait()
+            try:
+                async with self._sess().request(method, url, data=data, headers=headers,
+                                                timeout=aiohttp.ClientTimeout(total=deadline)) as r:
+                    raw = await r.read()
+                    wait = retry_after(r.status, r.headers.get("Retry-After"))
+                    if wait is not None and attempt < MAX_RETRIES:
+                        await asyncio.sleep(wait)  # the server asked: try again, as client-go does
+                        continue
+                    if r.status >= 400:
+                        raise _error(r.status, raw)
+                    if r.content_type == "application/json":
+                        return _loads(raw)
+                    return raw.decode(errors="replace")
+            except aiohttp.ClientError as e:
+                raise ClientError(0, "ConnectionError", str(e)) from e
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     # ------------------------------------------------------------------ verbs
     async def get(self, resource: str | Resource, name: str, namespace: str | None = None,
@@ -284,6 +292,17 @@ class Client:
                         yield ev
         except aiohttp.ClientError as e:
             raise ClientError(0, "ConnectionError", str(e)) from e
+
+
+def retry_after(status: int, header: str | None) -> float | None:
+    """Seconds to wait before trying again when the server answered 429 or 5xx with Retry-After (an
+    overloaded apiserver's max-in-flight refusal), else None: client-go's checkWait."""
+    if header is None or not (status == 429 or status >= 500):
+        return None
+    try:
+        return max(0.0, float(int(header)))
+    except ValueError:
+        return None
 
 
 def _loads(raw: bytes) -> Any:

@@ -361,6 +361,18 @@ def duration_seconds(value: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid duration {value!r} (e.g. 15s, 5m0s, 1h)") from None
 
 
+def add_inflight_arguments(p: argparse.ArgumentParser) -> None:
+    """kube-apiserver's max-in-flight flags: past them a request is answered 429 with Retry-After: 1."""
+    g = p.add_argument_group("apiserver load")
+    g.add_argument("--max-requests-inflight", type=int, default=400,
+                   help="read-only requests (get, list) served at once; more are answered 429 "
+                        "TooManyRequests with Retry-After: 1 (watches and exec/attach/log/port-forward/proxy "
+                        "are exempt, system:masters always served; 0: no limit) (default: %(default)s)")
+    g.add_argument("--max-mutating-requests-inflight", type=int, default=200,
+                   help="mutating requests (create, update, patch, delete) served at once, as above "
+                        "(default: %(default)s)")
+
+
 def add_autoscaling_arguments(p: argparse.ArgumentParser) -> None:
     """metrics-server's --metric-resolution and kube-controller-manager's HPA flags."""
     g = p.add_argument_group("metrics and autoscaling")

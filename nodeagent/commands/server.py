@@ -78,8 +78,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="nodes in a zone to count as large")
     c.add_argument("--terminated-pod-gc-threshold", type=int, default=12500,
                    help="terminated pods kept before PodGC deletes the oldest (0: never)")
-    from nodeagent.commands.configs import add_autoscaling_arguments, add_service_lb_arguments
+    from nodeagent.commands.configs import (
+        add_autoscaling_arguments,
+        add_inflight_arguments,
+        add_service_lb_arguments,
+    )
 
+    add_inflight_arguments(p)
     add_autoscaling_arguments(p)
     add_service_lb_arguments(p)
 
@@ -108,7 +113,9 @@ def config_from_args(args: argparse.Namespace) -> Configs:
                               service_account_issuer=args.service_account_issuer,
                               api_audiences=tuple(a for a in args.api_audiences.split(",") if a),
                               user_kubeconfig=user_kubeconfig.target(args, layout),
-                              metric_resolution=args.metric_resolution)
+                              metric_resolution=args.metric_resolution,
+                              max_requests_inflight=args.max_requests_inflight,
+                              max_mutating_requests_inflight=args.max_mutating_requests_inflight)
         options = with_autoscaling(ControllerOptions(
             allocate_node_cidrs=args.allocate_node_cidrs, cluster_cidr=args.cluster_cidr,
             node_cidr_mask_size=args.node_cidr_mask_size,

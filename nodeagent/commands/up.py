@@ -242,8 +242,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pod range the node IPAM hands node podCIDRs (/24 each) out of (default: "
                         "10.244.0.0/16 for the default data dir, else 10.240.<tag>.0/24, so instances on "
                         "one host do not collide; with --pod-subnet, that subnet)")
-    from nodeagent.commands.configs import add_autoscaling_arguments, add_service_lb_arguments
+    from nodeagent.commands.configs import (
+        add_autoscaling_arguments,
+        add_inflight_arguments,
+        add_service_lb_arguments,
+    )
 
+    add_inflight_arguments(p)
     add_autoscaling_arguments(p)
     add_service_lb_arguments(p)
 
@@ -275,7 +280,9 @@ def config_from_args(args: argparse.Namespace) -> Configs:
                               port=layout.apiserver_port if args.port is None else args.port,
                               admin_kubeconfig_copy=layout.admin_kubeconfig_copy,
                               user_kubeconfig=user_kubeconfig.target(args, layout),
-                              metric_resolution=args.metric_resolution)
+                              metric_resolution=args.metric_resolution,
+                              max_requests_inflight=args.max_requests_inflight,
+                              max_mutating_requests_inflight=args.max_mutating_requests_inflight)
         node = node_configs(args, layout, Credentials(kubeconfig=layout.admin_kubeconfig))
         control = control_plane_configs(api, layout, controllers="*", options=options,
                                         pod_network=args.pod_network, dns_listen=dns_listen,

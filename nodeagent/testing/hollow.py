@@ -1,9 +1,14 @@
 """Hollow nodes (kubemark-style) for control-plane tests and benchmarks: no kernel, no runtime.
 
-They register Ready Node objects, mark pods bound to them Running and Ready,
-and finish graceful deletions as a kubelet would. Optionally they also bind
-pending pods round-robin, standing in for the scheduler where a test does not
-need it. Everything goes through the real API.
+Each registers a Ready Node (110 pods, as a kubelet's default --max-pods), renews its Lease in
+kube-node-lease, and acts on the pods bound to it as a kubelet whose containers start at once: a status
+that says Running and Ready (conditions, podIP from the node's podCIDR, containerStatuses), and the
+final delete (grace 0, UID precondition) of a pod being deleted. One list+watch of pods and one of
+nodes serve every hollow node of the process (kubemark runs one per process; the shared watch keeps
+1,000 of them affordable), but each node writes with its own client when `node_client` gives one (a
+`system:node:<name>` identity, so the Node authorizer judges its writes as a kubelet's). Optionally
+they also bind pending pods round-robin, standing in for the scheduler where a test does not need it.
+Everything goes through the real API.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import ipaddress
 import itertools
+from collections.abc import Callable
 
 from nodeagent.api import taints as taintlib
 from nodeagent.api.selectors import node_matches_selector_terms
@@ -19,6 +26,9 @@ from nodeagent.api.times import now_rfc3339
 from nodeagent.client.rest import Client, ClientError
 
 LEASE_NAMESPACE = "kube-node-lease"
+DEFAULT_MAX_PODS = "110"  # kubelet's --max-pods default
+# pod IPs of a node that has no podCIDR (a server run with --allocate-node-cidrs=false): a /24 per node
+FALLBACK_RANGE = ipaddress.ip_network("10.250.0.0/16")
 
 
 def node_object(name: str, cpu: str = "32", memory: str = "128Gi", pods: str = "1000",
@@ -42,20 +52,78 @@ def node_object(name: str, cpu: str = "32", memory: str = "128Gi", pods: str = "
     }
 
 
+class PodIPs:
+    """One node's pod addresses: the lowest free host of its range, released when the pod is gone (as
+    host-local IPAM hands them out)."""
+
+    def __init__(self, cidr: str) -> None:
+        self.network = ipaddress.ip_network(cidr, strict=False)
+        self._by_pod: dict[str, str] = {}
+        self._hosts = itertools.islice(self.network.hosts(), 1, None)  # .1 is the bridge's
+        self._free: list[str] = []
+
+    def assign(self, uid: str) -> str:
+        ip = self._by_pod.get(uid)
+        if ip is None:
+            ip = self._free.pop() if self._free else str(next(self._hosts))
+            self._by_pod[uid] = ip
+        return ip
+
+    def release(self, uid: str) -> None:
+        ip = self._by_pod.pop(uid, None)
+        if ip is not None:
+            self._free.append(ip)
+
+
+def running_status(pod: dict, pod_ip: str, host_ip: str, now: str) -> dict:
+    """The status a kubelet writes once every container of `pod` runs and is ready (init containers
+    done)."""
+    spec = pod.get("spec") or {}
+    uid = pod["metadata"].get("uid", "")
+    conditions = [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+                  for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                            "PodScheduled")]
+
+    def container(c: dict, state: dict, ready: bool) -> dict:
+        return {"name": c["name"], "image": c.get("image", ""), "imageID": f"hollow://{c.get('image', '')}",
+                "containerID": f"hollow://{uid}/{c['name']}", "ready": ready, "started": ready,
+                "restartCount": 0, "state": state}
+
+    status = {"phase": "Running", "conditions": conditions, "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
+              "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "startTime": now,
+              "containerStatuses": [container(c, {"running": {"startedAt": now}}, True)
+                                    for c in spec.get("containers") or []]}
+    inits = spec.get("initContainers") or []
+    if inits:
+        done = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}
+        status["initContainerStatuses"] = [container(c, done, False) for c in inits]
+    return status
+
+
 class HollowNodes:
     def __init__(self, client: Client, names: list[str], bind: bool = False, ready: bool = True,
-                 heartbeat: float = 10.0, labels: dict[str, dict[str, str]] | None = None) -> None:
-        self.client = client
+                 heartbeat: float = 10.0, labels: dict[str, dict[str, str]] | None = None,
+                 pods: str = DEFAULT_MAX_PODS, node_client: Callable[[str], Client] | None = None) -> None:
+        self.client = client  # watches (shared) and binds
         self.names = names
+        self._members = set(names)
         self.bind = bind
         self.make_ready = ready
         self.heartbeat = heartbeat  # seconds between Lease renewals (0: none; then the node goes Unknown)
         self.labels = labels or {}
+        self.pods = pods
+        self._node_client = node_client
         self.dead: set[str] = set()  # nodes that stopped: no heartbeat, no pod handling, never chosen
         self._next = itertools.cycle(names)
-        self._nodes: dict[str, dict] = {}
-        self._nodes_at = 0.0
+        self._nodes: dict[str, dict] = {}  # our Node objects as the node watch last showed them
+        self._nodes_synced = asyncio.Event()
+        self._ips: dict[str, PodIPs] = {}
         self._unbound: dict[tuple[str, str], dict] = {}  # pods no node fit yet: tried again
+        self.on_written: Callable[[str, dict], None] | None = None  # (what, pod) after each pod write
+
+    def client_of(self, node: str) -> Client:
+        """The client `node` writes with: its own identity when the caller gave one, else the shared one."""
+        return self._node_client(node) if self._node_client is not None else self.client
 
     def kill(self, name: str) -> None:
         """The node's kubelet stops: its Lease is no longer renewed and its pods are left alone."""
@@ -64,7 +132,8 @@ class HollowNodes:
     async def register(self) -> None:
         for n in self.names:
             with contextlib.suppress(ClientError):
-                await self.client.create("nodes", node_object(n, labels=self.labels.get(n)))
+                await self.client_of(n).create("nodes", node_object(n, pods=self.pods,
+                                                                    labels=self.labels.get(n)))
 
     async def remove(self) -> None:
         for n in self.names:
@@ -76,6 +145,7 @@ class HollowNodes:
         async with asyncio.TaskGroup() as tg:
             if self.heartbeat > 0:
                 tg.create_task(self._heartbeats())
+            tg.create_task(self._watch_nodes())
             tg.create_task(self._pods())
             if self.bind:
                 tg.create_task(self._retry_unbound())
@@ -88,45 +158,68 @@ class HollowNodes:
                 with contextlib.suppress(ClientError):
                     await self._handle(pod)
 
+    async def _renew(self, name: str, now: str) -> None:
+        client = self.client_of(name)
+        spec = {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}
+        try:
+            try:
+                await client.patch("leases", name, {"spec": spec}, LEASE_NAMESPACE)
+            except ClientError as e:
+                if not e.not_found:
+                    raise
+                await client.create("leases", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                               "metadata": {"name": name, "namespace": LEASE_NAMESPACE},
+                                               "spec": spec}, LEASE_NAMESPACE)
+        except ClientError:
+            pass  # the next renewal tries again, as the kubelet's lease controller does
+
     async def _heartbeats(self) -> None:
         while True:
             now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            for n in self.names:
-                if n in self.dead:
-                    continue
-                lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                         "metadata": {"name": n, "namespace": LEASE_NAMESPACE},
-                         "spec": {"holderIdentity": n, "leaseDurationSeconds": 40, "renewTime": now}}
-                try:
-                    try:
-                        await self.client.patch("leases", n, {"spec": lease["spec"]}, LEASE_NAMESPACE)
-                    except ClientError as e:
-                        if not e.not_found:
-                            raise
-                        await self.client.create("leases", lease, LEASE_NAMESPACE)
-                except ClientError:
-                    pass
+            live = [n for n in self.names if n not in self.dead]
+            for i in range(0, len(live), 32):  # a few at a time: 1,000 nodes renew within seconds
+                await asyncio.gather(*(self._renew(n, now) for n in live[i:i + 32]))
             await asyncio.sleep(self.heartbeat)
 
-    async def _node_cache(self) -> dict[str, dict]:
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._nodes_at > 0.3:
-            fresh = {}
-            for n in self.names:
-                with contextlib.suppress(ClientError):
-                    fresh[n] = await self.client.get("nodes", n)
-            self._nodes, self._nodes_at = fresh, loop.time()
-        return self._nodes
+    async def _watch_nodes(self) -> None:
+        """Our Node objects (podCIDR, taints, labels) from one list+watch, relisted when it breaks."""
+        while True:
+            try:
+                listed = await self.client.list("nodes")
+                self._nodes = {n["metadata"]["name"]: n for n in listed["items"]
+                               if n["metadata"]["name"] in self._members}
+                self._nodes_synced.set()
+                since = listed["metadata"]["resourceVersion"]
+                async for ev in self.client.watch("nodes", resource_version=since, timeout_seconds=300):
+                    obj = ev["object"]
+                    name = obj["metadata"].get("name")
+                    if ev["type"] == "BOOKMARK" or name not in self._members:
+                        continue
+                    if ev["type"] == "DELETED":
+                        self._nodes.pop(name, None)
+                    else:
+                        self._nodes[name] = obj
+            except ClientError:
+                await asyncio.sleep(0.2)
 
-    async def _choose(self, spec: dict) -> str | None:
+    def _ips_of(self, node: str) -> PodIPs:
+        ips = self._ips.get(node)
+        cidr = ((self._nodes.get(node) or {}).get("spec") or {}).get("podCIDR")
+        if ips is None or (cidr and ips.network != ipaddress.ip_network(cidr, strict=False)):
+            if not cidr:
+                index = self.names.index(node) % 256
+                cidr = str(list(FALLBACK_RANGE.subnets(new_prefix=24))[index])
+            ips = self._ips[node] = PodIPs(cidr)
+        return ips
+
+    def _choose(self, spec: dict) -> str | None:
         """Round-robin over live nodes that fit the pod's nodeSelector, required affinity and taints."""
         plain = not (spec.get("nodeSelector") or spec.get("affinity"))
-        nodes = await self._node_cache()
         for _ in range(len(self.names)):
             n = next(self._next)
             if n in self.dead:
                 continue
-            node = nodes.get(n)
+            node = self._nodes.get(n)
             if node is None:
                 continue
             if taintlib.first_untolerated((node.get("spec") or {}).get("taints") or [],
@@ -149,6 +242,7 @@ class HollowNodes:
         """A watcher feeds a queue that `workers` drain concurrently (a serial loop cannot keep up with
         1,000s)."""
         queue: asyncio.Queue[dict] = asyncio.Queue()
+        await self._nodes_synced.wait()
         async with asyncio.TaskGroup() as tg:
             for _ in range(workers):
                 tg.create_task(self._worker(queue))
@@ -162,6 +256,9 @@ class HollowNodes:
                         if ev["type"] == "DELETED":
                             m = ev["object"]["metadata"]
                             self._unbound.pop((m.get("namespace"), m.get("name")), None)
+                            node = (ev["object"].get("spec") or {}).get("nodeName")
+                            if node in self._ips:
+                                self._ips[node].release(m.get("uid", ""))
                         if ev["type"] in ("ADDED", "MODIFIED"):
                             queue.put_nowait(ev["object"])
                 except ClientError:
@@ -179,30 +276,31 @@ class HollowNodes:
         try:
             if not node:
                 if self.bind and not meta.get("deletionTimestamp"):
-                    target = await self._choose(spec)
+                    target = self._choose(spec)
                     if target:
                         await self.client.bind(meta["namespace"], meta["name"], target)
                     else:
                         self._unbound[(meta["namespace"], meta["name"])] = pod
                 return
-            if node not in self.names or node in self.dead:
+            if node not in self._members or node in self.dead:
                 return
+            client = self.client_of(node)
             if meta.get("deletionTimestamp"):
-                await self.client.delete("pods", meta["name"], meta["namespace"], grace_period=0)
+                # the containers are stopped at once; the kubelet's status manager then deletes for good
+                await client.delete("pods", meta["name"], meta["namespace"], grace_period=0,
+                                    preconditions={"uid": meta.get("uid", "")})
+                if self.on_written is not None:
+                    self.on_written("delete", pod)
                 return
             status = pod.get("status") or {}
             if self.make_ready and status.get("phase") not in ("Running", "Succeeded", "Failed"):
-                now = now_rfc3339()
-                pod["status"] = {**status, "phase": "Running", "hostIP": "127.0.0.1", "podIP": "10.244.0.2",
-                                 "startTime": now,
-                                 "conditions": [{"type": t, "status": "True", "lastTransitionTime": now}
-                                                for t in ("PodScheduled", "Initialized",
-                                                          "ContainersReady", "Ready")],
-                                 "containerStatuses": [{"name": c["name"], "image": c.get("image", ""),
-                                                        "ready": True, "started": True, "restartCount": 0,
-                                                        "state": {"running": {"startedAt": now}}}
-                                                       for c in spec.get("containers") or []]}
-                await self.client.update_status("pods", pod)
+                host = next((a["address"] for a in ((self._nodes.get(node) or {}).get("status") or {})
+                             .get("addresses") or [] if a.get("type") == "InternalIP"), "127.0.0.1")
+                new = running_status(pod, self._ips_of(node).assign(meta.get("uid", "")), host, now_rfc3339())
+                if self.on_written is not None:
+                    self.on_written("status", pod)
+                await client.patch("pods", meta["name"], {"status": new}, meta["namespace"],
+                                   subresource="status")
         except ClientError as e:
             if not (e.not_found or e.conflict):
                 raise

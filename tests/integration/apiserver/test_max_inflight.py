@@ -1,0 +1,157 @@
+"""--max-requests-inflight / --max-mutating-requests-inflight on a real server, with the real clients.
+
+A request whose body is still being sent holds its slot (the limit is taken after authentication,
+before the body is read, as kube-apiserver's filter is), so a raw TLS connection that sends headers
+and half a body fills a pool of one deterministically. Then: the Python client sees kube's 429 with
+Retry-After 1 and a TooManyRequests Status; kubectl (client-go) retries on its own and succeeds once
+the slot frees; reads, watches and system:masters are not held back.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import kubernetes
+import pytest
+import yaml
+
+from nodeagent.apiserver.auth import TokenFile
+from nodeagent.testing.apiserver import start_server
+from tests.integration.apiserver.conftest import KUBECTL_120, KUBECTL_132
+
+USER = "inflight-user"
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("inflight"), "sqlite",
+                       extra=["--max-requests-inflight", "1", "--max-mutating-requests-inflight", "1"],
+                       timeout=90)  # a loaded 2-core host can take half a minute to import the server
+    token = TokenFile(srv.data_dir / "tokens.csv").issue(USER, ())
+    admin = api(srv, srv.token)
+    kubernetes.client.RbacAuthorizationV1Api(admin).create_cluster_role_binding({
+        "metadata": {"name": "inflight-user-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "User", "name": USER, "apiGroup": "rbac.authorization.k8s.io"}]})
+    yield srv, token
+    rc = srv.stop()
+    assert rc == 0, srv.log()
+
+
+def api(srv, token: str) -> kubernetes.client.ApiClient:
+    cfg = kubernetes.client.Configuration()
+    cfg.host = srv.url
+    cfg.ssl_ca_cert = str(srv.ca_file)
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    return kubernetes.client.ApiClient(cfg)
+
+
+class HeldWrite:
+    """A ConfigMap create whose body is half sent: it holds a mutating slot until `finish()`."""
+
+    def __init__(self, srv, token: str, name: str) -> None:
+        body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}).encode()
+        ctx = ssl.create_default_context(cafile=str(srv.ca_file))
+        ctx.check_hostname = False
+        self.sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", srv.port), timeout=30))
+        head = (f"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        self.sock.sendall(head + body[:5])
+        self.rest = body[5:]
+
+    def finish(self) -> str:
+        self.sock.sendall(self.rest)
+        answer = self.sock.recv(65536).decode(errors="replace")
+        self.sock.close()
+        return answer.split("\r\n", 1)[0]
+
+
+def inflight(admin: kubernetes.client.ApiClient, kind: str) -> float:
+    """apiserver_current_inflight_requests{request_kind=kind}, read as system:masters (always served)."""
+    text = admin.call_api("/metrics", "GET", _preload_content=False, auth_settings=["BearerToken"])[0].data
+    for line in text.decode().splitlines():
+        if line.startswith(f'apiserver_current_inflight_requests{{request_kind="{kind}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def hold(srv, token: str, name: str) -> HeldWrite:
+    admin = api(srv, srv.token)
+    held = HeldWrite(srv, token, name)
+    deadline = time.monotonic() + 10
+    while inflight(admin, "mutating") < 1:
+        assert time.monotonic() < deadline, "the half-sent write never took its slot"
+        time.sleep(0.05)
+    return held
+
+
+def test_python_client_gets_429_then_succeeds_after_retry(limited):
+    srv, token = limited
+    core = kubernetes.client.CoreV1Api(api(srv, token))
+    held = hold(srv, token, "held-py")
+    try:
+        with pytest.raises(kubernetes.client.ApiException) as e:
+            core.create_namespaced_config_map("default", {"metadata": {"name": "py-refused"}})
+        assert e.value.status == 429
+        assert e.value.headers["Retry-After"] == "1"
+        status = json.loads(e.value.body)
+        assert (status["kind"], status["code"], status["reason"]) == ("Status", 429, "TooManyRequests")
+        assert status["message"] == "Too many requests, please try again later."
+        assert status["details"]["retryAfterSeconds"] == 1
+        # the other pool, a watch and a super-user are not held back
+        assert core.read_namespace("default").metadata.name == "default"
+        w = core.list_namespaced_config_map("default", watch=True, timeout_seconds=1, _preload_content=False)
+        assert w.status == 200
+        w.release_conn()
+        admin = kubernetes.client.CoreV1Api(api(srv, srv.token))
+        admin.create_namespaced_config_map("default", {"metadata": {"name": "py-by-admin"}})
+    finally:
+        assert held.finish().startswith("HTTP/1.1 201")
+    time.sleep(1)  # Retry-After
+    core.create_namespaced_config_map("default", {"metadata": {"name": "py-refused"}})
+    assert core.read_namespaced_config_map("py-refused", "default").metadata.name == "py-refused"
+    metrics = api(srv, srv.token).call_api("/metrics", "GET", _preload_content=False,
+                                           auth_settings=["BearerToken"])[0].data.decode()
+    dropped = [ln for ln in metrics.splitlines()
+               if ln.startswith('apiserver_dropped_requests_total{request_kind="mutating"}')]
+    assert dropped and float(dropped[0].rsplit(" ", 1)[1]) >= 1
+
+
+@pytest.mark.parametrize("version", ["1.32", "1.20"])
+def test_kubectl_retries_429_and_succeeds(limited, tmp_path, version):
+    srv, token = limited
+    binary = KUBECTL_132 if version == "1.32" else KUBECTL_120
+    if not Path(binary).exists():
+        pytest.skip(f"kubectl {version} not found at {binary} (run make install)")
+    cfg = yaml.safe_load(srv.kubeconfig.read_text())
+    cfg["users"][0]["user"] = {"token": token}
+    kc = tmp_path / "user.kubeconfig"
+    kc.write_text(yaml.safe_dump(cfg))
+    name = f"kubectl-{version.replace('.', '-')}"
+    held = hold(srv, token, f"held-{name}")
+    out: dict[str, subprocess.CompletedProcess] = {}
+
+    def run() -> None:
+        out["p"] = subprocess.run([binary, "-v=6", "create", "configmap", name, "-n", "default"],
+                                  capture_output=True, text=True, timeout=60,
+                                  env={**srv.env(), "KUBECONFIG": str(kc)})
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        time.sleep(2.5)  # kubectl meets the full pool, waits Retry-After, tries again
+        assert t.is_alive(), out.get("p")
+    finally:
+        assert held.finish().startswith("HTTP/1.1 201")
+        t.join(60)
+    p = out["p"]
+    assert p.returncode == 0, p.stderr
+    assert f"configmap/{name} created" in p.stdout
+    assert "429 Too Many Requests" in p.stderr
