@@ -14,7 +14,7 @@ import aiohttp
 import orjson
 import yaml
 
-from nodeagent.api.resources import Resource, all_resources
+from nodeagent.api.resources import RESOURCES, Resource, all_resources
 from nodeagent.client.ratelimit import TokenBucket
 
 PATCH_TYPES = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
@@ -45,10 +45,24 @@ class ClientError(Exception):
         return self.code == 410
 
 
+BUILTIN = frozenset(RESOURCES)
+_BUILTIN_RESOLVED: dict[str, Resource] = {}  # every call resolved the name by scanning every resource
+
+
 def resolve(resource: str | Resource) -> Resource:
     """'pods', 'deployments', 'deployments.apps', 'apps/v1/deployments' or 'v1/pods' -> the Resource."""
     if isinstance(resource, Resource):
         return resource
+    known = _BUILTIN_RESOLVED.get(resource)
+    if known is not None:
+        return known
+    found = _resolve(resource)
+    if found in BUILTIN:  # custom resources sort after built-in ones: this answer can never change
+        _BUILTIN_RESOLVED[resource] = found
+    return found
+
+
+def _resolve(resource: str) -> Resource:
     if "/" in resource:
         gv, _, name = resource.rpartition("/")
         group, _, version = gv.rpartition("/")
