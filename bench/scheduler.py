@@ -51,6 +51,10 @@ THRESHOLDS: dict[str, int | None] = {"basic": 680, "nodeaffinity": 220, "antiaff
 NAMES = {"basic": "SchedulingBasic", "nodeaffinity": "SchedulingNodeAffinity",
          "antiaffinity": "SchedulingPodAntiAffinity", "preemption": "PreemptionAsync",
          "preemptionbasic": "PreemptionBasic"}
+# scheduler_perf runs kube-apiserver and kube-scheduler alone: no controllers, DNS, ingress or pod network
+# components, and no metrics-server (whose scrape of N kubelet-less nodes every 15 s would be counted here)
+SERVER_ARGS = ["--controllers", "none", "--without", "ingress", "--without", "podnetwork",
+               "--metric-resolution", "86400"]
 CHURN_INTERVAL = 0.2  # PreemptionAsync: one high-priority pod every 200 ms (scheduler_perf's churn op)
 
 
@@ -193,11 +197,12 @@ async def _create_all(client: Any, resource: str, objs: list[dict[str, Any]], na
 
 
 async def run_apiserver(kind: str, n_nodes: int, data_dir: Path, measure: int | None = None,
-                        py_spy: bool = False) -> tuple[float, float, int, float]:
+                        py_spy: bool = False) -> tuple[float, float, int, float, float]:
     """The same workload through a real `nodeagent server` (memory store, controllers off): N Node
     objects with no kubelets behind them, pods created over HTTPS, bound by the server's own
     scheduler through pods/<name>/binding; timed from the first measured create until a watch has
-    seen every measured pod bound. Returns (wall pods/s, server-CPU pods/s, pods, setup seconds)."""
+    seen every measured pod bound. Returns (wall pods/s, server-CPU pods/s, pods, setup seconds, the load
+    generator's own CPU seconds per pod: its creates and its watch, apart from the server's)."""
     from nodeagent.client.rest import Client
     from nodeagent.testing.apiserver import start_server
     from nodeagent.testing.hollow import node_object
@@ -205,7 +210,7 @@ async def run_apiserver(kind: str, n_nodes: int, data_dir: Path, measure: int | 
     if kind not in ("basic", "nodeaffinity"):
         raise ValueError(f"{kind}: through-the-apiserver mode runs basic and nodeaffinity")
     t_setup = time.perf_counter()
-    srv = start_server(data_dir, extra=["--controllers", "none"])
+    srv = start_server(data_dir, extra=SERVER_ARGS, timeout=180)  # a loaded host starts it slowly
     client = Client.from_kubeconfig(srv.kubeconfig, max_connections=64)
     ns = "default"
     try:
@@ -246,17 +251,19 @@ async def run_apiserver(kind: str, n_nodes: int, data_dir: Path, measure: int | 
         measured = [strip(_pod(kind, i, "measure")) for i in range(n_measure)]
         setup = time.perf_counter() - t_setup
         c0 = _server_cpu(srv.proc.pid)
+        l0 = time.process_time()
         t0 = time.perf_counter()
         with pyspy.recording(srv.proc.pid) if py_spy else contextlib.nullcontext():
             await asyncio.gather(_create_all(client, "pods", measured, ns), events["measure"].wait())
             dt = time.perf_counter() - t0
             cpu = _server_cpu(srv.proc.pid) - c0
+            load_cpu = time.process_time() - l0
         watcher.cancel()
         try:
             await watcher
         except asyncio.CancelledError:
             pass
-        return n_measure / dt, n_measure / cpu, n_measure, setup
+        return n_measure / dt, n_measure / cpu, n_measure, setup, load_cpu / n_measure
     finally:
         await client.close()
         rc = srv.stop()
@@ -306,23 +313,25 @@ def main(argv: list[str] | None = None) -> int:
     api_counts = [int(x) for x in args.apiserver.split(",") if x]
     if api_counts:
         print()
-        print("through the apiserver: a real `nodeagent server` (memory store, controllers off) "
-              "with N Node objects")
+        print("through the apiserver: a real `nodeagent server` (memory store; apiserver and scheduler "
+              "alone, as scheduler_perf)")
+        print("with N Node objects")
         print("(no kubelets); pods created over HTTPS, bound by the server's scheduler via "
               "pods/<name>/binding,")
         print("counted bound from a watch. Client and server share the 2 busy cores; server-cpu "
               "divides by the")
-        print("server process's CPU time (apiserver + scheduler together).")
+        print("server process's CPU time (apiserver + scheduler together); server ms/pod is its inverse;")
+        print("load ms/pod is the load generator's own CPU (its creates and its watch), apart.")
         print(f"{'workload':<28}{'nodes':>7}{'pods':>7}{'wall pods/s':>13}{'server-cpu pods/s':>19}"
-              f"{'kube-scheduler @5000':>22}{'setup s':>9}")
+              f"{'server ms/pod':>15}{'load ms/pod':>13}{'kube-scheduler @5000':>22}{'setup s':>9}")
         for kind in [k for k in args.apiserver_workloads.split(",") if k]:
             for n in api_counts:
                 with tempfile.TemporaryDirectory(prefix="sched-bench-") as d:
-                    rate, cpu_rate, pods, setup = asyncio.run(
+                    rate, cpu_rate, pods, setup, load = asyncio.run(
                         run_apiserver(kind, n, Path(d), args.measure, args.py_spy))
                 ref = THRESHOLDS[kind]
-                print(f"{NAMES[kind]:<28}{n:>7}{pods:>7}{rate:>13.0f}{cpu_rate:>19.0f}{ref:>22}{setup:>9.0f}",
-                      flush=True)
+                print(f"{NAMES[kind]:<28}{n:>7}{pods:>7}{rate:>13.0f}{cpu_rate:>19.0f}"
+                      f"{1000 / cpu_rate:>15.2f}{1000 * load:>13.2f}{ref:>22}{setup:>9.0f}", flush=True)
                 lines.setdefault(f"{NAMES[kind]} through the apiserver (server-cpu pods/s)", []).append(
                     (n, cpu_rate))
     if args.plot:

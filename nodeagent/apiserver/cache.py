@@ -21,6 +21,7 @@ from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver.cache")
 ROOT = "/registry/"
+SWEEP_S = 0.5  # how often wait_fresh's deadlines are checked (a waiter times out up to this much late)
 
 
 class Entry:
@@ -89,7 +90,9 @@ class WatchCache:
         self._index: dict[str, dict[str, dict[str, Entry]]] = {}  # res prefix -> ns -> name -> Entry
         self._events: collections.deque[CachedEvent] = collections.deque(maxlen=window)
         self._subs: set[Subscriber] = set()
-        self._advanced = asyncio.Event()
+        # wait_fresh's callers: (revision, deadline, future), in the order of their revisions
+        self._waiters: collections.deque[tuple[int, float, asyncio.Future[None]]] = collections.deque()
+        self._sweeper: asyncio.TimerHandle | None = None
         self._task: asyncio.Task | None = None
         self.ready = asyncio.Event()
 
@@ -104,6 +107,9 @@ class WatchCache:
                 await self._task
         for s in list(self._subs):
             s.queue.put_nowait(None)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
 
     async def _fill(self) -> None:
         items, rev = await self.store.list(ROOT)
@@ -189,17 +195,49 @@ class WatchCache:
         self._wake()
 
     def _wake(self) -> None:
-        self._advanced.set()
-        self._advanced = asyncio.Event()
+        """Resolve the wait_fresh callers the cache has caught up with."""
+        waiters, rev = self._waiters, self.rev
+        while waiters and waiters[0][0] <= rev:
+            fut = waiters.popleft()[2]
+            if not fut.done():
+                fut.set_result(None)
 
     async def wait_fresh(self, limit_s: float = 10.0) -> None:
-        """Wait until every write the store has committed is in the cache (read-your-writes)."""
+        """Wait until every write the store has committed is in the cache (read-your-writes); TimeoutError
+        after `limit_s`. Nearly every write waits here for a moment, so a waiter is a future resolved by
+        `_wake` and one coarse timer sweeps the late ones (a timer per waiter filled the loop's heap with
+        cancelled timers under load)."""
         target = self.store.revision
         if self.rev >= target:
             return
-        async with asyncio.timeout(limit_s):
-            while self.rev < target:
-                await self._advanced.wait()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        waiters = self._waiters
+        if waiters and waiters[-1][0] > target:  # rare (a rebuilt store): keep the deque in revision order
+            waiters.append((target, loop.time() + limit_s, fut))
+            self._waiters = collections.deque(sorted(waiters, key=lambda w: w[0]))
+        else:
+            waiters.append((target, loop.time() + limit_s, fut))
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(SWEEP_S, self._sweep)
+        await fut
+
+    def _sweep(self) -> None:
+        """Fail the waiters past their deadline; again in SWEEP_S while any wait."""
+        self._sweeper = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        kept: collections.deque[tuple[int, float, asyncio.Future[None]]] = collections.deque()
+        for w in self._waiters:
+            if w[2].done():
+                continue
+            if w[1] <= now:
+                w[2].set_exception(TimeoutError())
+            else:
+                kept.append(w)
+        self._waiters = kept
+        if kept:
+            self._sweeper = loop.call_later(SWEEP_S, self._sweep)
 
     # ------------------------------------------------------------------ reads
     def get(self, key: str) -> Entry | None:

@@ -67,6 +67,9 @@ log = logging.getLogger("nodeagent.apiserver")
 
 MAX_BODY = 3 * 1024 * 1024
 WATCH_BUFFER = 16 * 1024 * 1024  # a watcher whose unsent events exceed this is ended (it re-watches)
+# a watcher gets at most one write per this many seconds; events in between go out together (a write per
+# event per watcher, each a TLS record and a syscall waking the reader, was the fan-out's cost in a burst)
+WATCH_COALESCE_S = 0.002
 _PUBLIC = {"/version", "/version/", "/healthz", "/livez", "/readyz"}
 _RETURNS_OBJECT_ON_DELETE = {"pods", "namespaces", "services", "nodes"}
 ANONYMOUS_GROUP = "system:unauthenticated"
@@ -602,10 +605,12 @@ class Handlers:
         transport = request.transport
         loop = asyncio.get_running_loop()
         pending: list[bytes] = []
+        flushed = [0.0]  # when this watcher's last write went out
 
         def flush() -> None:
-            """The events the cache handed over in this turn of the loop, as one chunk and one write (a
-            TLS record and a syscall per event per watcher was most of the fan-out's cost under a burst)."""
+            """The events the cache handed over since the last write, as one chunk and one write (a TLS
+            record and a syscall per event per watcher was most of the fan-out's cost under a burst)."""
+            flushed[0] = loop.time()
             if pending:
                 data = b"".join(pending)
                 pending.clear()
@@ -617,8 +622,12 @@ class Handlers:
             if transport is None or transport.is_closing() \
                     or transport.get_write_buffer_size() > WATCH_BUFFER:
                 return False
-            if not pending:
-                loop.call_soon(flush)
+            if not pending:  # the first event after a quiet spell goes out at once, a burst's every 2 ms
+                at = flushed[0] + WATCH_COALESCE_S
+                if at <= loop.time():
+                    loop.call_soon(flush)
+                else:
+                    loop.call_at(at, flush)
             pending.append(data)
             return True
 

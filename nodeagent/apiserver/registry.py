@@ -26,6 +26,7 @@ from nodeagent.api import (
     storage,
     validation,
 )
+from nodeagent.api.objects import copy_object
 from nodeagent.api.pod_validation import validate_ephemeral_update, validate_pod_create
 from nodeagent.api.qos import compute_pod_qos
 from nodeagent.api.resources import Resource, builtin
@@ -257,9 +258,9 @@ class Registry:
         (name, namespace, uid, creationTimestamp) is kept."""
         obj = attrs.obj
         assert obj is not None
-        if self.webhooks is None:
+        if self.webhooks is None or not await self.webhooks.mutating_configured():
             return obj
-        before = copy.deepcopy(obj)
+        before = copy_object(obj)
         patched = await self.webhooks.mutate(attrs)
         if patched is None or patched == before:
             return obj

@@ -3,7 +3,6 @@ kubelet."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -193,12 +192,13 @@ async def _bind(registry: Registry, info: RequestInfo, body: Any, dry_run: bool)
 
     # spec.nodeName is immutable through update; binding writes it directly (status and spec together).
     for _ in range(8):
-        cur = await registry.get(res, ns, name)
-        new = mutate(copy.deepcopy(cur))
+        cur = await registry.get(res, ns, name)  # the store's copy, ours to change
+        rv = int(cur["metadata"]["resourceVersion"])
+        new = mutate(cur)
         if dry_run:
             return _success()
         try:
-            await registry.store.update(res.key(ns, name), new, int(cur["metadata"]["resourceVersion"]))
+            await registry.store.update(res.key(ns, name), new, rv)
             return _success()
         except store_base.Conflict:
             continue

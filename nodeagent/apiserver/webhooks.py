@@ -129,6 +129,11 @@ class WebhookAdmission:
         await self.client.close()
 
     # ------------------------------------------------------------------ mutating
+    async def mutating_configured(self) -> bool:
+        """Whether any MutatingWebhookConfiguration exists (with none, a write need not keep a copy of its
+        object to compare with what the webhooks return)."""
+        return bool(await self._lookup(MUTATING_CONFIGS, None))
+
     async def mutate(self, attrs: Attributes) -> dict[str, Any] | None:
         """Run the mutating webhooks; the (possibly patched) object."""
         if attrs.res.group == aw.GROUP and attrs.res.name in aw.EXEMPT_RESOURCES:

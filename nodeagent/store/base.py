@@ -94,7 +94,7 @@ class Store(Protocol):
         ...
 
     async def get(self, key: str) -> dict:
-        """The current object. NotFound if absent."""
+        """The current object, the caller's own copy (it may change it). NotFound if absent."""
         ...
 
     async def list(self, prefix: str) -> tuple[list[dict], int]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import bisect
-import copy
 from collections.abc import AsyncIterator
 
+from nodeagent.api.objects import copy_object
 from nodeagent.store.base import AlreadyExists, Conflict, Event, EventType, Gone, NotFound, with_revision
 from nodeagent.store.fanout import DEFAULT_QUEUE, FanOut
 
@@ -46,15 +46,15 @@ class MemoryStore:
         if key in self._data:
             raise AlreadyExists(key)
         self._rev += 1
-        stored = with_revision(copy.deepcopy(obj), self._rev)
+        stored = with_revision(copy_object(obj), self._rev)
         self._data[key] = stored
         bisect.insort(self._keys, key)
         self._commit("ADDED", key, stored, None)
-        return copy.deepcopy(stored)
+        return copy_object(stored)
 
     async def get(self, key: str) -> dict:
         try:
-            return copy.deepcopy(self._data[key])
+            return copy_object(self._data[key])
         except KeyError:
             raise NotFound(key) from None
 
@@ -62,7 +62,7 @@ class MemoryStore:
         i = bisect.bisect_left(self._keys, prefix)
         out = []
         while i < len(self._keys) and self._keys[i].startswith(prefix):
-            out.append(copy.deepcopy(self._data[self._keys[i]]))
+            out.append(copy_object(self._data[self._keys[i]]))
             i += 1
         return out, self._rev
 
@@ -73,10 +73,10 @@ class MemoryStore:
         if expected_revision is not None and int(prev["metadata"]["resourceVersion"]) != expected_revision:
             raise Conflict(key)
         self._rev += 1
-        stored = with_revision(copy.deepcopy(obj), self._rev)
+        stored = with_revision(copy_object(obj), self._rev)
         self._data[key] = stored
         self._commit("MODIFIED", key, stored, prev)
-        return copy.deepcopy(stored)
+        return copy_object(stored)
 
     async def delete(self, key: str, expected_revision: int | None = None) -> dict:
         prev = self._data.get(key)
@@ -89,7 +89,7 @@ class MemoryStore:
         self._keys.pop(bisect.bisect_left(self._keys, key))
         last = with_revision(prev, self._rev)
         self._commit("DELETED", key, last, prev)
-        return copy.deepcopy(last)
+        return copy_object(last)
 
     async def watch(self, prefix: str, since: int) -> AsyncIterator[Event]:
         if since == 0:

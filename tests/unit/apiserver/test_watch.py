@@ -123,3 +123,21 @@ async def test_window_keeps_what_can_still_be_served_and_one_copy_of_each_object
     gen = watch_events(cache, CMS, "d", None, (), str(at - 1), None, False)
     assert (await collect(gen, 1))[0][0] == "ERROR"
     await cache.stop()
+
+
+async def test_wait_fresh_waits_for_the_stores_writes_and_times_out_when_the_cache_lags():
+    reg, cache = await setup()
+    waits = [asyncio.ensure_future(cache.wait_fresh()) for _ in range(3)]
+    await reg.create(CMS, "d", {"metadata": {"name": "a"}})
+    later = asyncio.ensure_future(cache.wait_fresh())  # a waiter for the write above
+    await asyncio.wait_for(asyncio.gather(*waits, later), 5)
+    assert cache.rev == reg.store.revision and cache.get(CMS.key("d", "a")) is not None
+    await cache.stop()  # the cache no longer follows the store: a waiter gives up at its limit
+    await reg.create(CMS, "d", {"metadata": {"name": "b"}})
+    gone = asyncio.ensure_future(cache.wait_fresh(0.1))
+    cancelled = asyncio.ensure_future(cache.wait_fresh(0.1))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    done, _ = await asyncio.wait({gone}, timeout=5)
+    assert done == {gone} and isinstance(gone.exception(), TimeoutError)
+    assert cancelled.cancelled() and not cache._waiters
