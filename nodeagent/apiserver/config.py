@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 
+from nodeagent.api.kube_dns import DNSAddon
 from nodeagent.api.sa_token import DEFAULT_ISSUER
 from nodeagent.apiserver.kubeconfig import UserKubeconfig
 
@@ -35,6 +36,7 @@ class ApiServerConfig:
     service_account_issuer: str = DEFAULT_ISSUER  # the `iss` of ServiceAccount tokens
     api_audiences: tuple[str, ...] = ()  # audiences a token must name to authenticate (default: the issuer)
     components: tuple[ComponentCredential, ...] = ()  # kubeconfigs written for embedded components
+    dns_addon: DNSAddon | None = None  # the kube-dns Service and slice the bootstrap writes (kubeadm's addon)
 
     def __post_init__(self) -> None:
         if not self.data_dir:

@@ -134,7 +134,7 @@ class ApiServer:
         self.peers = PeerLeases(self.registry, self.advertise, self.port, self.cfg.lease_duration)
         await self.peers.renew()
         ca_pem = (self.data_dir / "pki" / "ca.crt").read_text()
-        boot = Bootstrap(self.registry, self.advertise, self.port, self.peers, ca_pem)
+        boot = Bootstrap(self.registry, self.advertise, self.port, self.peers, ca_pem, dns=self.cfg.dns_addon)
         await boot.ensure()
         await rbac_policy.ensure(self.registry)  # the bootstrap roles and bindings, as kube's post-start hook
         await boot.ensure_default_storage_class()
