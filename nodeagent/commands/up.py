@@ -252,7 +252,7 @@ def config_from_args(args: argparse.Namespace) -> Configs:
     """Every component's config for `up` (parsed with `add_arguments`): the node part with the admin
     credential its own apiserver writes, and the control plane with `up`'s own node IPAM range."""
     from nodeagent.apiserver.auth import NODES_GROUP
-    from nodeagent.apiserver.authz.policy import NETPOL
+    from nodeagent.apiserver.authz.policy import NETPOL, SNAPSHOTS
     from nodeagent.apiserver.config import ApiServerConfig, ComponentCredential
     from nodeagent.client.config import Credentials
     from nodeagent.commands import user_kubeconfig
@@ -286,10 +286,15 @@ def config_from_args(args: argparse.Namespace) -> Configs:
                                         pod_network=args.pod_network, dns_listen=dns_listen,
                                         scheduler_config=args.scheduler_config,
                                         bgp=bgp_settings(args, api.service_cluster_ip_range))
+        # the kubelet's CSI snapshotter as the snapshot controller's account (a node may not write snapshots)
+        snapshots = Credentials(kubeconfig=layout.snapshot_kubeconfig)
+        node["kubelet"] = dataclasses.replace(node["kubelet"], snapshot_credentials=snapshots)
         node_user = ComponentCredential(layout.node_kubeconfig, f"system:node:{node['kubelet'].node_name}",
                                         (NODES_GROUP,))
         control["apiserver"] = dataclasses.replace(
-            control["apiserver"], components=(*control["apiserver"].components, node_user))
+            control["apiserver"], components=(
+                *control["apiserver"].components, node_user,
+                service_account_credential(layout.snapshot_kubeconfig, *SNAPSHOTS)))
         # netproxy as kube-proxy: user system:kube-proxy, authorized by system:node-proxier
         if node.get("netproxy") is not None:
             node["netproxy"] = dataclasses.replace(node["netproxy"],

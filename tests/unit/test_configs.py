@@ -149,7 +149,10 @@ def test_up_s_node_parts_use_the_node_s_credential_and_an_agent_its_own(tmp_path
         (cfg.dns.kubeconfig, "system:serviceaccount:kube-system:coredns"),
         (cfg.netpol.credentials.kubeconfig, "system:serviceaccount:kube-system:kube-router"),
         (cfg.ingress.credentials.kubeconfig, "system:serviceaccount:kube-system:ingress-nginx"),
-        (own, f"system:node:{cfg.kubelet.node_name}")}
+        (own, f"system:node:{cfg.kubelet.node_name}"),
+        (str(tmp_path / "snapshot-controller.kubeconfig"),
+         "system:serviceaccount:kube-system:snapshot-controller")}
+    assert cfg.kubelet.snapshot_credentials.kubeconfig == str(tmp_path / "snapshot-controller.kubeconfig")
     (node,) = [c for c in cfg.apiserver.components if c.path == own]
     assert node.groups == ("system:nodes",)
     (dns,) = [c for c in cfg.apiserver.components if c.path == cfg.dns.kubeconfig]

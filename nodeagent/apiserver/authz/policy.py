@@ -644,6 +644,7 @@ def kubeadm_objects() -> list[dict[str, Any]]:
 COREDNS = ("kube-system", "coredns")  # kubeadm's CoreDNS ServiceAccount
 NETPOL = ("kube-system", "kube-router")  # kube-router's: ours is like its network policy controller
 INGRESS = ("kube-system", "ingress-nginx")  # ingress-nginx's (in kube-system: ours has no namespace)
+SNAPSHOTS = ("kube-system", "snapshot-controller")  # external-snapshotter's snapshot controller
 INGRESS_LEASE = "nodeagent-ingress"  # the ingress leader's Lease in kube-system (ingress's LEASE_NAME)
 
 
@@ -686,8 +687,23 @@ def addon_objects() -> list[dict[str, Any]]:
     lease_binding.update(kind="RoleBinding")
     lease_binding["metadata"]["namespace"] = ingress_ns
     lease_binding["roleRef"]["kind"] = "Role"
+    snap = "snapshot.storage.k8s.io"
+    snapshots = _role("snapshot-controller-runner", [  # with the csi-snapshotter sidecar's duties
+        r(READ, "", "persistentvolumes"),
+        r("get list watch update", "", "persistentvolumeclaims"),
+        r(READ, "storage.k8s.io", "storageclasses"),
+        r("get", "", "nodes"),
+        r("list watch create update patch", "", "events"),
+        r(READ, snap, "volumesnapshotclasses"),
+        r("create get list watch update delete patch", snap, "volumesnapshotcontents"),
+        r("update patch", snap, "volumesnapshotcontents/status"),
+        r("get list watch update patch", snap, "volumesnapshots"),
+        r("update patch", snap, "volumesnapshots/status"),
+    ])
     return [
         coredns, _binding("system:coredns", "system:coredns", [service_account(*COREDNS)]),
+        snapshots, _binding("snapshot-controller-role", "snapshot-controller-runner",
+                            [service_account(*SNAPSHOTS)]),
         netpol, _binding("kube-router", "kube-router", [service_account(*NETPOL)]),
         ingress, _binding("ingress-nginx", "ingress-nginx", [service_account(ingress_ns, ingress_sa)]),
         lease_role, lease_binding,
