@@ -24,7 +24,7 @@ from nodeagent.api import pod_refs
 from nodeagent.api.resources import builtin
 from nodeagent.api.selectors import SelectorError, parse_field_selector
 from nodeagent.apiserver import auth
-from nodeagent.apiserver.authz.attributes import Attributes, Decision
+from nodeagent.apiserver.authz.attributes import Attributes, Decision, Subject
 from nodeagent.store import base as store_base
 
 Getter = Callable[[str], Awaitable[dict[str, Any]]]
@@ -41,10 +41,15 @@ class Lister(Protocol):
     def list(self, res_prefix: str, ns: str | None) -> tuple[list[Any], int]: ...
 
 
-def node_name(a: Attributes) -> str | None:
-    if auth.NODES_GROUP in a.subject.groups and a.subject.name.startswith("system:node:"):
-        return a.subject.name[len("system:node:") :]
+def node_name_of(subject: Subject) -> str | None:
+    """The node a user in system:nodes named system:node:<name> is (None: not a node)."""
+    if auth.NODES_GROUP in subject.groups and subject.name.startswith("system:node:"):
+        return subject.name[len("system:node:") :]
     return None
+
+
+def node_name(a: Attributes) -> str | None:
+    return node_name_of(a.subject)
 
 
 def selected_name(field_selector: str) -> str | None:
