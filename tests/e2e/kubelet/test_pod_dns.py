@@ -168,3 +168,24 @@ def test_dns_netpol_and_ingress_run_under_their_own_accounts(cluster, kubeconfig
     sl = json.loads(c.kubectl("get", "endpointslice", "kube-dns-nodeagent-dns", "-n", "kube-system", "-o",
                               "json"))
     assert sl["endpoints"][0]["addresses"] and sl["ports"][0]["port"] > 0
+
+
+def test_the_kubelet_runs_as_its_node(cluster):  # noqa: F811
+    """`up`'s kubelet is system:node:<name> in system:nodes, as a joined node's: its pods run (every test here
+    and in test_node_up), while the Node authorizer keeps it from Secrets no pod of its refers to."""
+    c = cluster
+    path = str(Path(c.data_dir, "kubelet.kubeconfig"))
+    assert [u["name"] for u in yaml.safe_load(Path(path).read_text())["users"]] == [f"system:node:{c.node}"]
+
+    def can(*args: str) -> str:
+        return subprocess.run(["kubectl", "--kubeconfig", path, "auth", "can-i", *args], capture_output=True,
+                              text=True, env=c.env).stdout.strip()
+
+    c.kubectl("create", "secret", "generic", "nobodys", "--from-literal=k=v")
+    try:
+        assert can("get", "secret/nobodys") == "no"
+        assert can("list", "secrets", "-A") == "no"
+        assert can("patch", f"node/{c.node}") == "yes" and can("patch", "node/someone-else") == "no"
+        assert can("get", "configmap/kube-root-ca.crt", "-n", "kube-system") == "yes"
+    finally:
+        c.kubectl("delete", "secret", "nobodys")
