@@ -35,8 +35,8 @@ async def test_a_node_may_not_give_itself_a_role_label():
         with pytest.raises(ApiError) as e:
             await check("nodes", "", node(**{"node-role.kubernetes.io/control-plane": ""}), None)
         assert e.value.code == 403
-        assert e.value.message == ('nodes "a" is forbidden: is not allowed to set the following labels: '
-                                   "node-role.kubernetes.io/control-plane")
+        assert e.value.message == ('nodes "a" is forbidden: node "a" is not allowed to set the following '
+                                   "labels: node-role.kubernetes.io/control-plane")
         old = node(**{"node-role.kubernetes.io/control-plane": "", "kubernetes.io/hostname": "a"})
         await check("nodes", "", node(**{"node-role.kubernetes.io/control-plane": "",
                                          "kubernetes.io/hostname": "b"}), old)  # kept as an admin set it
