@@ -77,9 +77,9 @@ async def check(resource: str, group: str, obj: dict[str, Any], old: dict[str, A
         changed = set(_labels(obj)) if old is None else modified_labels(_labels(obj), _labels(old))
         bad = sorted(label for label in changed if forbidden_label(label))
         if bad:
-            why = (f'node "{who}" is not allowed to set the following labels' if old is None
-                   else "is not allowed to modify labels")  # kube's two messages, as they are
-            raise errors.ApiError(403, "Forbidden", f'nodes "{name}" is forbidden: {why}: {", ".join(bad)}',
+            what = (f'node "{who}" is not allowed to set the following labels' if old is None
+                    else "is not allowed to modify labels")  # kube's two messages, as they are
+            raise errors.ApiError(403, "Forbidden", f'nodes "{name}" is forbidden: {what}: {", ".join(bad)}',
                                   {"name": name, "kind": "nodes"})
     if resource == "pods" and old is None:
         why = pod_references(obj)

@@ -3,6 +3,8 @@ mirror pods refer to nothing of the API's; others' writes are not its business."
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from nodeagent.apiserver.authz.attributes import Subject
@@ -61,7 +63,8 @@ async def test_a_mirror_pod_refers_to_nothing_of_the_api_s():
     token = REQUESTER.set(NODE)
     try:
         await check("pods", "", mirror(), None)
-        cases = {"reference secrets": {"volumes": [{"name": "v", "secret": {"secretName": "s"}}]},
+        cases: dict[str, dict[str, Any]] = {
+                 "reference secrets": {"volumes": [{"name": "v", "secret": {"secretName": "s"}}]},
                  "reference configmaps": {"volumes": [{"name": "v", "configMap": {"name": "c"}}]},
                  "reference persistentvolumeclaims": {
                      "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]},
