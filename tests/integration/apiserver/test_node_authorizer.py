@@ -32,7 +32,7 @@ def test_a_node_reads_the_secrets_of_its_own_pods_only(kubectl):
     assert as_node(kubectl, b, "get", "secret", secret).returncode == 0
     assert as_node(kubectl, b, "get", "secrets").returncode == 1  # a list of them all is not its to read
     p = as_node(kubectl, a, "auth", "can-i", "get", f"secret/{secret}")
-    assert p.stdout.strip() == "no"
+    assert p.stdout.strip() == f"no - no relationship found between node '{a}' and this object"
     kubectl("apply", "-f", "-", input=pod(f"on-a-{tag}", a))  # now a pod on A refers to it
     assert as_node(kubectl, a, "get", "secret", secret).returncode == 0
     assert as_node(kubectl, a, "auth", "can-i", "get", f"secret/{secret}").stdout.strip() == "yes"
