@@ -2,14 +2,14 @@
 "whose object" (`auth.node_may`): a node sets no label of the kubernetes.io / k8s.io namespaces but the
 kubelet's own (and never node-restriction.kubernetes.io ones, which are for admins to pin workloads by), and
 the mirror pods it creates refer to no Secret, ConfigMap, claim or ServiceAccount (a static pod may not reach
-the API's objects through its mirror)."""
+the API's objects through its mirror), and a volume it creates is pinned to it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from nodeagent.api import pod_refs
-from nodeagent.apiserver import errors
+from nodeagent.apiserver import auth, errors
 from nodeagent.apiserver.authz import node
 from nodeagent.apiserver.authz.escalation import REQUESTER
 
@@ -81,6 +81,11 @@ async def check(resource: str, group: str, obj: dict[str, Any], old: dict[str, A
                     else "is not allowed to modify labels")  # kube's two messages, as they are
             raise errors.ApiError(403, "Forbidden", f'nodes "{name}" is forbidden: {what}: {", ".join(bad)}',
                                   {"name": name, "kind": "nodes"})
+    if resource == "persistentvolumes" and old is None and auth.pinned_node(obj) != who:
+        # whatever path created it (a server-side apply patch of a missing volume among them)
+        msg = (f'persistentvolumes "{name}" is forbidden: node "{who}" may only write persistentvolumes '
+               "whose nodeAffinity pins them to it")
+        raise errors.ApiError(403, "Forbidden", msg, {"name": name, "kind": "persistentvolumes"})
     if resource == "pods" and old is None:
         why = pod_references(obj)
         if why:

@@ -88,6 +88,13 @@ async def test_a_claims_volume_csi_secret_and_resource_claims() -> None:
     await cache.wait_fresh()
     assert (await authz.authorize(read(node("a"), "secrets", "csi-creds")))[0]
     assert not (await authz.authorize(read(node("b"), "secrets", "csi-creds")))[0]
+    # a node patches or deletes only the volumes pinned to it; one already gone is NotFound, not Forbidden
+    gone = Attributes(node("a"), "patch", True, "", "persistentvolumes", "", "", "pv-gone")
+    assert (await authz.authorize(gone, VOLUMES.key(None, "pv-gone")))[0]
+    unpinned = Attributes(node("a"), "patch", True, "", "persistentvolumes", "", "", "pv-1")
+    assert not (await authz.authorize(unpinned, VOLUMES.key(None, "pv-1")))[0]
+    put = Attributes(node("a"), "update", True, "", "persistentvolumes", "", "", "pv-gone")
+    assert not (await authz.authorize(put, VOLUMES.key(None, "pv-gone")))[0]  # an update could create it
     rc = read(node("a"), "resourceclaims", "gpu-claim", group="resource.k8s.io")
     assert (await authz.authorize(rc))[0]
     assert not (await authz.authorize(read(node("b"), "resourceclaims", "gpu-claim",

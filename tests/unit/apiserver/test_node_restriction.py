@@ -75,3 +75,20 @@ async def test_a_mirror_pod_refers_to_nothing_of_the_api_s():
             assert e.value.message == f'pods "web-a" is forbidden: node "a" can not create pods that {why}'
     finally:
         REQUESTER.reset(token)
+
+
+async def test_a_volume_a_node_creates_is_pinned_to_it():
+    def pv(node: str) -> dict:
+        return {"metadata": {"name": "pv-1"}, "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}}
+
+    token = REQUESTER.set(NODE)
+    try:
+        await check("persistentvolumes", "", pv("a"), None)
+        await check("persistentvolumes", "", pv("b"), pv("b"))  # an update: the authorizer's business
+        for other in (pv("b"), {"metadata": {"name": "pv-1"}, "spec": {"hostPath": {"path": "/"}}}):
+            with pytest.raises(ApiError) as e:
+                await check("persistentvolumes", "", other, None)
+            assert "may only write persistentvolumes whose nodeAffinity pins them to it" in e.value.message
+    finally:
+        REQUESTER.reset(token)
