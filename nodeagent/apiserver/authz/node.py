@@ -62,6 +62,15 @@ def selected_name(field_selector: str) -> str | None:
     return names[0] if len(names) == 1 else None
 
 
+def _answered_not_found(a: Attributes) -> bool:
+    """A node's write to an object that does not exist, which can only be a NotFound: a delete, a status
+    write, a patch of a volume (whose creation by a server-side apply NodeRestriction checks), as kube's
+    NodeRestriction admission looks the object up and answers NotFound (a kubelet patching a mirror pod
+    just removed, a provisioner a volume it just deleted)."""
+    return a.verb == "delete" or (a.verb in ("patch", "update") and a.subresource == "status") \
+        or (a.verb == "patch" and a.resource == "persistentvolumes" and not a.subresource)
+
+
 class NodeAuthorizer:
     def __init__(self, pods: Lister, get: Getter) -> None:
         self.pods = pods  # the watch cache: pods by namespace
@@ -78,9 +87,8 @@ class NodeAuthorizer:
         if key is not None and a.verb not in auth.READ_VERBS:
             with contextlib.suppress(store_base.NotFound):
                 stored = await self.get(key)
-        if stored is None and key is not None and a.verb in ("patch", "delete") \
-                and a.resource == "persistentvolumes":
-            return Decision.ALLOW, ""  # gone: NotFound, as its provisioner expects of one it just removed
+        if stored is None and key is not None and _answered_not_found(a):
+            return Decision.ALLOW, ""  # gone: NotFound, as NodeRestriction answers (the writer expects it)
         obj = body if a.verb == "create" and not a.subresource else stored
         why = auth.node_may(node, a.verb, a.resource, a.subresource, a.namespace, a.name,
                             obj if isinstance(obj, dict) else None)

@@ -95,6 +95,13 @@ async def test_a_claims_volume_csi_secret_and_resource_claims() -> None:
     assert not (await authz.authorize(unpinned, VOLUMES.key(None, "pv-1")))[0]
     put = Attributes(node("a"), "update", True, "", "persistentvolumes", "", "", "pv-gone")
     assert not (await authz.authorize(put, VOLUMES.key(None, "pv-gone")))[0]  # an update could create it
+    for verb, res, sub in (("patch", "pods", "status"), ("update", "pods", "status"), ("delete", "pods", "")):
+        gone_pod = Attributes(node("a"), verb, True, "", res, sub, "team", "gone")
+        assert (await authz.authorize(gone_pod, PODS.key("team", "gone")))[0], verb  # the handler: NotFound
+    on_a = Attributes(node("b"), "patch", True, "", "pods", "status", "team", "db")
+    assert not (await authz.authorize(on_a, PODS.key("team", "db")))[0]  # exists, bound to another node
+    put_pod = Attributes(node("a"), "update", True, "", "pods", "", "team", "gone")
+    assert not (await authz.authorize(put_pod, PODS.key("team", "gone")))[0]
     rc = read(node("a"), "resourceclaims", "gpu-claim", group="resource.k8s.io")
     assert (await authz.authorize(rc))[0]
     assert not (await authz.authorize(read(node("b"), "resourceclaims", "gpu-claim",
