@@ -55,6 +55,10 @@ class Layout:
     scheduler_kubeconfig: str  # the scheduler's own credential (system:kube-scheduler), the apiserver writes
     controller_manager_kubeconfig: str  # the controller manager's (system:kube-controller-manager), likewise
     proxy_kubeconfig: str  # `up`'s netproxy's (system:kube-proxy), likewise
+    dns_kubeconfig: str  # cluster DNS's (ServiceAccount kube-system/coredns), likewise
+    netpol_kubeconfig: str  # `up`'s NetworkPolicy agent's (kube-system/nodeagent-netpol), likewise
+    ingress_kubeconfig: str  # `up`'s ingress controller's (ingress-nginx/ingress-nginx), likewise
+    snapshot_kubeconfig: str  # `up`'s CSI snapshotter's (kube-system/snapshot-controller), likewise
     apiserver_port: int  # 0: any free port
     # the runtime
     cri_socket: str
@@ -125,7 +129,9 @@ class Layout:
                 node_kubeconfig=_in(d, "kubelet.kubeconfig"), apiserver_port=6443,
                 scheduler_kubeconfig=_in(d, "scheduler.kubeconfig"),
             controller_manager_kubeconfig=_in(d, "controller-manager.kubeconfig"),
-            proxy_kubeconfig=_in(d, "kube-proxy.kubeconfig"),
+            proxy_kubeconfig=_in(d, "kube-proxy.kubeconfig"), dns_kubeconfig=_in(d, "coredns.kubeconfig"),
+            netpol_kubeconfig=_in(d, "netpol.kubeconfig"), ingress_kubeconfig=_in(d, "ingress.kubeconfig"),
+            snapshot_kubeconfig=_in(d, "snapshot-controller.kubeconfig"),
                 cri_socket=f"{RUN_DIR}/cri.sock", cri_state_dir=_in(d, "cri"), image_dir=_in(d, "images"),
                 network_name="nodeagent", bridge="na0", cni_conf_dir=CNI_CONF_DIR, cni_ipam_dir=CNI_IPAM_DIR,
                 cni_socket=f"{RUN_DIR}/cni.sock", cluster_cidr="10.244.0.0/16", bird_dir=_in(d, "bird"),
@@ -147,7 +153,9 @@ class Layout:
             node_kubeconfig=_in(d, "kubelet.kubeconfig"), apiserver_port=0,
             scheduler_kubeconfig=_in(d, "scheduler.kubeconfig"),
             controller_manager_kubeconfig=_in(d, "controller-manager.kubeconfig"),
-            proxy_kubeconfig=_in(d, "kube-proxy.kubeconfig"),
+            proxy_kubeconfig=_in(d, "kube-proxy.kubeconfig"), dns_kubeconfig=_in(d, "coredns.kubeconfig"),
+            netpol_kubeconfig=_in(d, "netpol.kubeconfig"), ingress_kubeconfig=_in(d, "ingress.kubeconfig"),
+            snapshot_kubeconfig=_in(d, "snapshot-controller.kubeconfig"),
             cri_socket=_in(d, "cri.sock"), cri_state_dir=_in(d, "cri"), image_dir=_in(d, "images"),
             network_name=f"nodeagent-{tag}", bridge=f"na{tag}",  # 8 characters: within IFNAMSIZ
             cni_conf_dir=_in(d, "cni", "net.d"), cni_ipam_dir=_in(d, "cni", "networks"),

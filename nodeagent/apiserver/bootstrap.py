@@ -9,6 +9,7 @@ import logging
 import uuid
 from typing import Any
 
+from nodeagent.api import kube_dns
 from nodeagent.api.resources import RESOURCES, VIRTUAL, builtin, stored_resources
 from nodeagent.api.times import now_rfc3339, parse_time
 from nodeagent.apiserver import admission
@@ -26,6 +27,7 @@ EVENTS_V1 = builtin("events.k8s.io", "v1", "events")
 EVENT_TTL = 3600.0
 QUOTAS = builtin("", "v1", "resourcequotas")
 CONFIGMAPS = builtin("", "v1", "configmaps")
+SERVICE_ACCOUNTS = builtin("", "v1", "serviceaccounts")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 APISERVICES = builtin("apiregistration.k8s.io", "v1", "apiservices")
 STORAGE_CLASSES = builtin("storage.k8s.io", "v1", "storageclasses")
@@ -67,8 +69,10 @@ def csi_hostpath_driver() -> dict[str, Any]:
 
 class Bootstrap:
     def __init__(self, registry: Registry, ip: str, port: int, peers: PeerLeases | None = None,
-                 ca_pem: str | None = None, clock: Clock = REAL_CLOCK) -> None:
+                 ca_pem: str | None = None, clock: Clock = REAL_CLOCK,
+                 dns: kube_dns.DNSAddon | None = None) -> None:
         self.registry = registry
+        self.dns = dns
         self.clock = clock
         self.ip = ip
         self.port = port
@@ -96,6 +100,19 @@ class Bootstrap:
         await self._ensure_apiservices()
         if self.ca_pem:
             await self._publish_root_ca()
+        if self.dns is not None:
+            await self._ensure_dns_addon(self.dns)
+
+    async def _ensure_dns_addon(self, dns: kube_dns.DNSAddon) -> None:
+        """kubeadm's CoreDNS addon objects, written by the installer so the DNS server only reads: the
+        kube-dns Service (kept as found once it exists: its ClusterIP is immutable), the `coredns`
+        ServiceAccount, and the EndpointSlice to where the server answers, brought back on every pass."""
+        ns = kube_dns.NAMESPACE
+        await self._ensure_created(SERVICE_ACCOUNTS, ns, kube_dns.dns_service_account())
+        await self._ensure_created(SERVICES, ns, kube_dns.dns_service(dns.cluster_ip))
+        want = kube_dns.dns_endpoint_slice(dns.endpoint_ip, dns.port)
+        fields = {k: want.pop(k) for k in ("addressType", "endpoints", "ports")}
+        await self._upsert(ENDPOINT_SLICES.key(ns, want["metadata"]["name"]), want, fields)
 
     async def _publish_root_ca(self) -> None:
         """The `kube-root-ca.crt` ConfigMap in every namespace (the root CA publisher's job)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 
+from nodeagent.api.kube_dns import DNSAddon
 from nodeagent.api.sa_token import DEFAULT_ISSUER
 from nodeagent.apiserver.kubeconfig import UserKubeconfig
 
@@ -37,6 +38,7 @@ class ApiServerConfig:
     components: tuple[ComponentCredential, ...] = ()  # kubeconfigs written for embedded components
     max_requests_inflight: int = 400  # read-only requests served at once (0: no limit), as kube-apiserver's
     max_mutating_requests_inflight: int = 200  # mutating requests served at once (0: no limit)
+    dns_addon: DNSAddon | None = None  # the kube-dns Service and slice the bootstrap writes (kubeadm's addon)
 
     def __post_init__(self) -> None:
         if not self.data_dir:

@@ -38,7 +38,6 @@ from nodeagent.apiserver.authz import impersonation, reviews
 from nodeagent.apiserver.authz.attributes import (
     AUTHENTICATED_GROUP,
     Attributes,
-    Subject,
     forbidden_message,
 )
 from nodeagent.apiserver.authz.chain import Authorizer
@@ -244,7 +243,7 @@ class Handlers:
         elif verb in ("create", "update", "patch") \
                 or (verb in ("delete", "deletecollection") and request.can_read_body):
             body = await self._read_body(request, info, verb)
-        await self._authorize(user, info, body)
+        await self._authorize(user, info, body, q.get("fieldSelector", ""))
         if res.name in VIRTUAL:
             out = await reviews.review(res.name, info.namespace or "", body, user,
                                        self._authorizer(), self._review_token)
@@ -398,13 +397,14 @@ class Handlers:
             raise errors.service_unavailable("authorization is not configured on this apiserver")
         return self.authorizer
 
-    async def _authorize(self, user: auth.User, info: RequestInfo, body: Any) -> None:
+    async def _authorize(self, user: auth.User, info: RequestInfo, body: Any,
+                         field_selector: str = "") -> None:
         """The authorizer chain on a resource request; 403 with kube-apiserver's message when refused."""
         if self.authorizer is None:
             return
         res = info.resource
         a = Attributes(user, info.verb, True, res.group, res.name, info.subresource,
-                       info.namespace or "", info.name or "")
+                       info.namespace or "", info.name or "", field_selector=field_selector)
         key = res.key(info.namespace, info.name) if info.name else None
         allowed, why = await self.authorizer.authorize(a, key, body)
         if not allowed:
@@ -420,15 +420,28 @@ class Handlers:
             msg = f"forbidden: {forbidden_message(a)}" + (f": {why}" if why else "")
             raise ApiError(403, "Forbidden", msg, {})
 
-    async def _review_token(self, token: str, audiences: list[str]) -> Subject | None:
-        """TokenReview: who a bearer token is, by the authenticators requests use."""
+    async def _review_token(self, token: str, audiences: list[str]) -> reviews.TokenResult:
+        """TokenReview: who a bearer token is, by the authenticators requests use, for the audiences asked
+        (the API's when none are). The audience-agnostic ones (static and bootstrap tokens) hold the API's
+        audiences only, as kube's WrapAudienceAgnosticToken; a ServiceAccount token holds its `aud`."""
+        implicit = self.service_accounts.keys.api_audiences if self.service_accounts is not None else []
+        agnostic = [a for a in audiences or implicit if a in implicit]
         header = f"Bearer {token}"
-        user = self.tokens.authenticate(header)
-        if user is None and self.bootstrap_tokens is not None:
-            user = await self.bootstrap_tokens.authenticate(header)
-        if user is None and self.service_accounts is not None:
-            user = await self.service_accounts.authenticate(header)
-        return None if user is None else with_authenticated(user)
+        user = None
+        if agnostic or not implicit:
+            user = self.tokens.authenticate(header)
+            if user is None and self.bootstrap_tokens is not None:
+                user = await self.bootstrap_tokens.authenticate(header)
+        if user is not None:
+            return reviews.TokenResult(with_authenticated(user), agnostic)
+        if self.service_accounts is not None:
+            try:
+                found = await self.service_accounts.review(token, audiences)
+            except sa_token.TokenInvalid as e:
+                return reviews.TokenResult(None, [], str(e))
+            if found is not None:
+                return reviews.TokenResult(with_authenticated(found[0]), found[1])
+        return reviews.TokenResult(None, [], "invalid bearer token")
 
     # ------------------------------------------------------------------ bodies
     async def _write(self, request: web.BaseRequest, info: RequestInfo, user: auth.User, body: Any,

@@ -15,6 +15,7 @@ from aiohttp import web
 from nodeagent.apiserver import auth, kubeconfig, pki, resource_metrics
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.authn.serviceaccount import ServiceAccountAuthenticator, ServiceAccountKeys
+from nodeagent.apiserver.authz import node_restriction
 from nodeagent.apiserver.authz import reconcile as rbac_policy
 from nodeagent.apiserver.authz.chain import Authorizer
 from nodeagent.apiserver.authz.escalation import EscalationCheck
@@ -108,7 +109,14 @@ class ApiServer:
         kubelets = KubeletProxy(self.data_dir / "pki" / "ca.crt")
         storage = resource_metrics.Storage(self.cfg.metric_resolution)
         self.authorizer = Authorizer(self.cache, self.store.get)
-        self.registry.write_check = EscalationCheck(self.authorizer)
+        escalation = EscalationCheck(self.authorizer)
+
+        async def write_check(resource: str, group: str, obj: dict[str, Any],
+                              old: dict[str, Any] | None) -> None:
+            await node_restriction.check(resource, group, obj, old)  # NodeRestriction, then RBAC escalation
+            await escalation(resource, group, obj, old)
+
+        self.registry.write_check = write_check
         handlers = Handlers(self.registry, self.cache, self.tokens, f"{self.advertise}:{self.cfg.port}",
                             kubelets, bootstrap_tokens, join, MetricsAPI(storage, self.cache),
                             service_accounts, self.authorizer)
@@ -137,7 +145,7 @@ class ApiServer:
         self.peers = PeerLeases(self.registry, self.advertise, self.port, self.cfg.lease_duration)
         await self.peers.renew()
         ca_pem = (self.data_dir / "pki" / "ca.crt").read_text()
-        boot = Bootstrap(self.registry, self.advertise, self.port, self.peers, ca_pem)
+        boot = Bootstrap(self.registry, self.advertise, self.port, self.peers, ca_pem, dns=self.cfg.dns_addon)
         await boot.ensure()
         await rbac_policy.ensure(self.registry)  # the bootstrap roles and bindings, as kube's post-start hook
         await boot.ensure_default_storage_class()

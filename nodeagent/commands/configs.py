@@ -21,6 +21,8 @@ from csi.config import CSIConfig
 from netpol.config import MODES as NETPOL_MODES
 from netpol.config import NetpolConfig
 from netproxy.config import ProxyConfig
+from nodeagent.api.kube_dns import DNSAddon
+from nodeagent.apiserver.authz.policy import COREDNS, INGRESS
 from nodeagent.apiserver.config import ApiServerConfig, ComponentCredential
 from nodeagent.client.config import Credentials
 from nodeagent.controllers.config import ControllerManagerConfig
@@ -130,7 +132,7 @@ def registries_file(flag: str | None) -> str | None:
 
 def default_cluster_dns() -> str:
     """The kube-dns ClusterIP the server's DNS registers in its default Service range (10.96.0.10)."""
-    from nodeagent.dns.register import default_service_ip
+    from nodeagent.api.kube_dns import default_service_ip
 
     return default_service_ip(ApiServerConfig.service_cluster_ip_range)
 
@@ -262,17 +264,35 @@ def free_tcp_port() -> int:
 
 
 def dns_config(api: ApiServerConfig, kubeconfig: str, listen: str = DNS_LISTEN, **kw: Any) -> DNSConfig:
-    """Cluster DNS as a part of the server: kube-dns registered in its Service range, pointing at its
-    advertise address (else the listen address, or the default route's when listening on every one), and
-    an address in use retried instead of stopping the control plane."""
+    """Cluster DNS as a part of the server: its kube-dns endpoint is its advertise address (else the listen
+    address, or the default route's when listening on every one), and an address in use retried instead
+    of stopping the control plane. It only reads: the kube-dns Service and slice are `dns_addon`'s."""
     from nodeagent.apiserver.server import advertise_ip
     from nodeagent.dns.server import split_hostport
 
-    kw.setdefault("register_service", True)
     kw.setdefault("retry_bind", True)
     advertise = api.advertise_address or advertise_ip(split_hostport(listen)[0])
     return DNSConfig(kubeconfig=kubeconfig, listen=listen,
                      service_cluster_ip_range=api.service_cluster_ip_range, advertise_address=advertise, **kw)
+
+
+def dns_addon(dns: DNSConfig) -> DNSAddon:
+    """The kube-dns Service and EndpointSlice the apiserver's bootstrap writes for `dns`, as kubeadm's addon
+    phase installs CoreDNS's (the DNS server itself may only read)."""
+    from nodeagent.api.kube_dns import default_service_ip
+    from nodeagent.dns.server import split_hostport
+
+    host, port = split_hostport(dns.listen)
+    return DNSAddon(dns.service_ip or default_service_ip(dns.service_cluster_ip_range),
+                    dns.advertise_address or host, port)
+
+
+def service_account_credential(path: str, namespace: str, name: str) -> ComponentCredential:
+    """An embedded add-on's kubeconfig naming its ServiceAccount (user and groups as its token would give),
+    authorized by the roles bound to that account."""
+    from nodeagent.api.sa_token import groups, username
+
+    return ComponentCredential(path, username(namespace, name), tuple(groups(namespace)))
 
 
 def add_pod_network_arguments(p: argparse.ArgumentParser) -> None:
@@ -331,18 +351,23 @@ def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: 
     # not as admin: the scheduler as system:kube-scheduler (the bootstrap roles system:kube-scheduler and
     # system:volume-scheduler), the controller manager as system:kube-controller-manager (its informers;
     # each controller writes as its own ServiceAccount)
-    api = dataclasses.replace(api, components=api.components + (
+    # CoreDNS as its ServiceAccount (system:coredns may only read: the installer, this apiserver's
+    # bootstrap, writes the kube-dns Service and slice), the ingress controller as ingress-nginx's
+    dns = dns_config(api, layout.dns_kubeconfig, dns_listen)
+    api = dataclasses.replace(api, dns_addon=dns_addon(dns), components=api.components + (
         ComponentCredential(layout.scheduler_kubeconfig, "system:kube-scheduler"),
-        ComponentCredential(layout.controller_manager_kubeconfig, "system:kube-controller-manager")))
+        ComponentCredential(layout.controller_manager_kubeconfig, "system:kube-controller-manager"),
+        service_account_credential(layout.dns_kubeconfig, *COREDNS),
+        service_account_credential(layout.ingress_kubeconfig, *INGRESS)))
     scheduler = SchedulerServiceConfig(layout.scheduler_kubeconfig, scheduler_config)
     return {"apiserver": api, "scheduler": scheduler,
             "controllers": ControllerManagerConfig(layout.controller_manager_kubeconfig, controllers,
                                                    options),
-            "dns": dns_config(api, kubeconfig, dns_listen),
+            "dns": dns,
             "podnetwork": PodNetworkConfig(kubeconfig, pod_network, options.cluster_cidr, bgp),
             # the Ingress/Gateway API duties of the control plane; every node's `ingress` serves traffic
-            "ingress": IngressConfig(Credentials(kubeconfig=kubeconfig), work_dir=layout.ingress_dir,
-                                     run_proxy=False, manage=True)}
+            "ingress": IngressConfig(Credentials(kubeconfig=layout.ingress_kubeconfig),
+                                     work_dir=layout.ingress_dir, run_proxy=False, manage=True)}
 
 
 # -- metrics and autoscaling (`up`, `server`) ---------------------------------------------------------------

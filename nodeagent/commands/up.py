@@ -256,6 +256,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> Configs:
     """Every component's config for `up` (parsed with `add_arguments`): the node part with the admin
     credential its own apiserver writes, and the control plane with `up`'s own node IPAM range."""
+    from nodeagent.apiserver.auth import NODES_GROUP
+    from nodeagent.apiserver.authz.policy import NETPOL, SNAPSHOTS
     from nodeagent.apiserver.config import ApiServerConfig, ComponentCredential
     from nodeagent.client.config import Credentials
     from nodeagent.commands import user_kubeconfig
@@ -266,6 +268,7 @@ def config_from_args(args: argparse.Namespace) -> Configs:
         cli_errors,
         control_plane_configs,
         node_configs,
+        service_account_credential,
         with_autoscaling,
         with_service_lb,
     )
@@ -283,11 +286,22 @@ def config_from_args(args: argparse.Namespace) -> Configs:
                               metric_resolution=args.metric_resolution,
                               max_requests_inflight=args.max_requests_inflight,
                               max_mutating_requests_inflight=args.max_mutating_requests_inflight)
-        node = node_configs(args, layout, Credentials(kubeconfig=layout.admin_kubeconfig))
+        # the node's parts as the node, system:node:<name> in system:nodes, as `agent`'s after its TLS
+        # bootstrap: the Node authorizer and NodeRestriction limit them to this node's objects
+        node = node_configs(args, layout, Credentials(kubeconfig=layout.node_kubeconfig))
         control = control_plane_configs(api, layout, controllers="*", options=options,
                                         pod_network=args.pod_network, dns_listen=dns_listen,
                                         scheduler_config=args.scheduler_config,
                                         bgp=bgp_settings(args, api.service_cluster_ip_range))
+        # the kubelet's CSI snapshotter as the snapshot controller's account (a node may not write snapshots)
+        snapshots = Credentials(kubeconfig=layout.snapshot_kubeconfig)
+        node["kubelet"] = dataclasses.replace(node["kubelet"], snapshot_credentials=snapshots)
+        node_user = ComponentCredential(layout.node_kubeconfig, f"system:node:{node['kubelet'].node_name}",
+                                        (NODES_GROUP,))
+        control["apiserver"] = dataclasses.replace(
+            control["apiserver"], components=(
+                *control["apiserver"].components, node_user,
+                service_account_credential(layout.snapshot_kubeconfig, *SNAPSHOTS)))
         # netproxy as kube-proxy: user system:kube-proxy, authorized by system:node-proxier
         if node.get("netproxy") is not None:
             node["netproxy"] = dataclasses.replace(node["netproxy"],
@@ -295,10 +309,19 @@ def config_from_args(args: argparse.Namespace) -> Configs:
             proxy_user = ComponentCredential(layout.proxy_kubeconfig, "system:kube-proxy")
             control["apiserver"] = dataclasses.replace(
                 control["apiserver"], components=(*control["apiserver"].components, proxy_user))
-        # one ingress component does both: this node's proxy and the cluster-wide duties
+        # netpol as kube-router's ServiceAccount (reads policies, pods, namespaces)
+        if node.get("netpol") is not None:
+            node["netpol"] = dataclasses.replace(node["netpol"],
+                                                 credentials=Credentials(kubeconfig=layout.netpol_kubeconfig))
+            control["apiserver"] = dataclasses.replace(control["apiserver"], components=(
+                *control["apiserver"].components,
+                service_account_credential(layout.netpol_kubeconfig, *NETPOL)))
+        # one ingress component does both: this node's proxy and the cluster-wide duties, as ingress-nginx's
+        # ServiceAccount (its credential is the control plane's ingress one)
         proxy = node.pop("ingress")
         if proxy is not None:
-            control["ingress"] = dataclasses.replace(proxy, manage=True)
+            control["ingress"] = dataclasses.replace(proxy, manage=True,
+                                                     credentials=control["ingress"].credentials)
         return Configs(layout=layout, **node, **control)
 
 

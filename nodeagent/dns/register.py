@@ -1,49 +1,18 @@
-"""Make the DNS server reachable at the `kube-dns` Service ClusterIP (kube-system), as pods expect.
-
-The Service has no selector (the server is not a pod): its EndpointSlice, managed by us, points at
-the address the server listens on, so the service proxy DNATs 10.96.0.10:53 to it. Idempotent:
+"""`nodeagent dns --register-service`: the standalone server makes itself reachable at the `kube-dns` Service
+ClusterIP (kube-system) with the credential it is given (`up`/`server` leave that to their apiserver's
+bootstrap, so their DNS only reads). The objects are `nodeagent.api.kube_dns`'s. Idempotent:
 an existing Service is kept (its ClusterIP is immutable; a different one is reported), the slice is
 rewritten only when its endpoint or ports changed.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-from typing import Any
 
+from nodeagent.api.kube_dns import NAME, NAMESPACE, dns_endpoint_slice, dns_service
 from nodeagent.client.rest import Client, ClientError
 
 log = logging.getLogger("nodeagent.dns.register")
-NAMESPACE, NAME = "kube-system", "kube-dns"
-MANAGED_BY = "nodeagent-dns"
-
-
-def default_service_ip(service_range: str = "10.96.0.0/12") -> str:
-    """The 10th address of the Service range (10.96.0.10 for the default range), as kubeadm picks."""
-    return str(ipaddress.ip_network(service_range, strict=False).network_address + 10)
-
-
-def dns_service(cluster_ip: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": NAME, "namespace": NAMESPACE,
-                         "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS",
-                                    "kubernetes.io/cluster-service": "true"}},
-            "spec": {"clusterIP": cluster_ip, "type": "ClusterIP",
-                     "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
-                               {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}]}}
-
-
-def dns_endpoint_slice(ip: str, port: int) -> dict[str, Any]:
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "addressType": "IPv6" if ":" in ip else "IPv4",
-            "metadata": {"name": f"{NAME}-{MANAGED_BY}", "namespace": NAMESPACE,
-                         "labels": {"kubernetes.io/service-name": NAME,
-                                    "endpointslice.kubernetes.io/managed-by": MANAGED_BY}},
-            "endpoints": [{"addresses": [ip],
-                           "conditions": {"ready": True, "serving": True, "terminating": False}}],
-            "ports": [{"name": "dns", "port": port, "protocol": "UDP"},
-                      {"name": "dns-tcp", "port": port, "protocol": "TCP"}]}
 
 
 async def ensure_dns_service(client: Client, cluster_ip: str, endpoint_ip: str, port: int,

@@ -112,7 +112,8 @@ def _is_self(upstream: tuple[str, int], listen: tuple[str, int]) -> bool:
 
 async def _register(cfg: DNSConfig, client: Client, bound: tuple[str, int], quiet: bool = False) -> None:
     """kube-system/kube-dns → this server; retried until the apiserver takes it."""
-    from nodeagent.dns.register import default_service_ip, ensure_dns_service
+    from nodeagent.api.kube_dns import default_service_ip
+    from nodeagent.dns.register import ensure_dns_service
 
     ip = cfg.advertise_address or bound[0]
     service_ip = cfg.service_ip or default_service_ip(cfg.service_cluster_ip_range)

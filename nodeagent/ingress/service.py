@@ -34,6 +34,7 @@ log = logging.getLogger("nodeagent.ingress")
 INGRESSES = "ingresses.networking.k8s.io"
 CORE = {"ingresses": INGRESSES, "ingressclasses": "ingressclasses.networking.k8s.io", "services": "services",
         "endpointslices": "endpointslices.discovery.k8s.io", "secrets": "secrets"}
+TLS_SECRETS = "type=kubernetes.io/tls"
 SETTLE = 0.05  # seconds to let a burst of watch events coalesce into one sync
 GATEWAY_API_POLL = 2.0  # seconds between checks that the Gateway API is served
 # the kind of an object a problem is reported on → (its informer, its apiVersion)
@@ -52,7 +53,11 @@ class Controller:
         self.proxy = proxy
         self.recorder = recorder
         self.dirty = asyncio.Event()
-        self.informers: dict[str, Informer] = {k: Informer(client, r) for k, r in CORE.items()}
+        # TLS Secrets only: the certificates served are kubernetes.io/tls Secrets (the Gateway API's core
+        # support), and a node's credential may list those and no others
+        self.informers: dict[str, Informer] = {
+            k: Informer(client, r, field_selector=TLS_SECRETS if k == "secrets" else None)
+            for k, r in CORE.items()}
         if cfg.manage:
             self.informers["nodes"] = Informer(client, "nodes")
         self.gateway_api = False

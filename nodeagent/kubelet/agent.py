@@ -72,8 +72,10 @@ ORPHAN_DIRS_EVERY = 10  # relists between looks for orphaned pod dirs
 
 class Kubelet:
     def __init__(self, cfg: KubeletConfig, client: Client, cri: RuntimeClient,
-                 clock: Clock | None = None, events_client: Client | None = None) -> None:
-        """`events_client`: where Events go (kubelet's separately limited eventClient); `client` when None."""
+                 clock: Clock | None = None, events_client: Client | None = None,
+                 snapshot_client: Client | None = None) -> None:
+        """`events_client`: where Events go (kubelet's separately limited eventClient); `client` when None.
+        `snapshot_client`: the CSI snapshotter's (its own account); `client` when None."""
         self.cfg = cfg
         self.client = client
         self.cri = cri
@@ -99,7 +101,8 @@ class Kubelet:
                              get_driver=self._api_getter("csidrivers"),
                              get_secret=self._api_getter("secrets"))
         self.csi_provisioner = CSIProvisioner(client, cfg.node_name, self.csi_drivers, self.recorder)
-        self.csi_snapshotter = CSISnapshotter(client, cfg.node_name, self.csi_drivers, self.recorder)
+        self.csi_snapshotter = CSISnapshotter(snapshot_client or client, cfg.node_name, self.csi_drivers,
+                                              self.recorder)
         self.plugins = PluginManager(client, cfg.node_name,
                                      cfg.plugin_registry_dir or str(Path(cfg.root_dir, "plugins_registry")),
                                      self.csi_drivers, self._csi_driver_changed)

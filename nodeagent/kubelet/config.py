@@ -54,6 +54,9 @@ class KubeletConfig:
     log_dir: str  # container logs: <log_dir>/<ns>_<name>_<uid>/<container>/<n>.log
     manifests_dir: str  # static pods
     cgroup_root: str = ""  # the cgroup kubepods goes under; "": the hierarchy's root
+    # the CSI snapshot sidecar's own account (the snapshot controller's and external-snapshotter's work,
+    # which NodeRestriction does not give a node); None: the kubelet's credential
+    snapshot_credentials: Credentials | None = None
     manifest_url: str = ""  # static pods from a URL (--manifest-url)
     http_check_frequency: float = 20.0
     kube_api_qps: float = 50.0  # --kube-api-qps (kubelet's default since 1.27)
@@ -226,6 +229,12 @@ class KubeletConfig:
     def client(self) -> Client:
         """The kubelet's API client, limited to --kube-api-qps with --kube-api-burst."""
         return self.credentials.client(TokenBucket(self.kube_api_qps, self.kube_api_burst))
+
+    def snapshot_client(self) -> Client | None:
+        """The CSI snapshotter's client, under its own account when it has one."""
+        if self.snapshot_credentials is None:
+            return None
+        return self.snapshot_credentials.client(TokenBucket(self.kube_api_qps, self.kube_api_burst))
 
     def event_client(self) -> Client:
         """The client its Events go through, with their own limit (kubelet's eventClient: --event-qps,

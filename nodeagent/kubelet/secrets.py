@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from nodeagent.api.pod_refs import configmap_names, secret_names
 from nodeagent.client.informer import Informer, shared
 from nodeagent.client.rest import Client
 from nodeagent.kubelet.envvars import Env, EnvError, NotFound, PodContext, make_environment, service_env
@@ -25,44 +26,6 @@ log = logging.getLogger("nodeagent.kubelet.secrets")
 SYNC_TIMEOUT = 5.0
 
 Ref = tuple[str, str]  # (namespace, name)
-
-
-def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    spec = pod.get("spec") or {}
-    return [*(spec.get("initContainers") or []), *(spec.get("containers") or []),
-            *(spec.get("ephemeralContainers") or [])]
-
-
-def _volume_sources(pod: Mapping[str, Any], kind: str, field: str) -> set[str]:
-    """Names of `kind` sources of the pod's volumes, direct or projected."""
-    names: set[str] = set()
-    for v in (pod.get("spec") or {}).get("volumes") or []:
-        names.add((v.get(kind) or {}).get(field, ""))
-        for src in (v.get("projected") or {}).get("sources") or []:
-            names.add((src.get(kind) or {}).get("name", ""))
-    return names
-
-
-def secret_names(pod: Mapping[str, Any]) -> set[str]:
-    """The Secrets a pod reads: environment, image pulls and volumes (VisitPodSecretNames)."""
-    spec = pod.get("spec") or {}
-    names = {r.get("name", "") for r in spec.get("imagePullSecrets") or []}
-    names |= _volume_sources(pod, "secret", "secretName")
-    for c in _containers(pod):
-        names |= {(s.get("secretRef") or {}).get("name", "") for s in c.get("envFrom") or []}
-        names |= {((e.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name", "")
-                  for e in c.get("env") or []}
-    return {n for n in names if n}
-
-
-def configmap_names(pod: Mapping[str, Any]) -> set[str]:
-    """The ConfigMaps a pod's environment and volumes read (VisitPodConfigmapNames)."""
-    names = _volume_sources(pod, "configMap", "name")
-    for c in _containers(pod):
-        names |= {(s.get("configMapRef") or {}).get("name", "") for s in c.get("envFrom") or []}
-        names |= {((e.get("valueFrom") or {}).get("configMapKeyRef") or {}).get("name", "")
-                  for e in c.get("env") or []}
-    return {n for n in names if n}
 
 
 class ObjectCache:

@@ -13,12 +13,13 @@ from nodeagent.kubelet.config import KubeletConfig
 async def serve(config: KubeletConfig, ready: asyncio.Event) -> None:
     client = config.client()
     events = config.event_client()
+    snapshots = config.snapshot_client()
     cri = RuntimeClient(config.runtime_endpoint)
     try:
-        await Kubelet(config, client, cri, events_client=events).run(ready)
+        await Kubelet(config, client, cri, events_client=events, snapshot_client=snapshots).run(ready)
     finally:
         with contextlib.suppress(Exception):
             await cri.close()
-        for c in (client, events):
+        for c in (client, events, *([snapshots] if snapshots else [])):
             with contextlib.suppress(Exception):
                 await c.close()

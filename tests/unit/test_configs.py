@@ -127,13 +127,16 @@ def test_the_ingress_serves_on_every_node_and_manages_once(tmp_path):
     assert pinned and (pinned.http_port, pinned.https_port) == (8080, 8443)
 
 
-def test_up_s_node_parts_use_the_admin_kubeconfig_and_an_agent_its_own_credential(tmp_path):
+def test_up_s_node_parts_use_the_node_s_credential_and_an_agent_its_own(tmp_path):
     cfg = _up(tmp_path)
-    admin = str(tmp_path / "admin.kubeconfig")
-    for c in (cfg.kubelet, cfg.netpol, cfg.nodenet, cfg.podcidr):
-        assert c.credentials.kubeconfig == admin
+    own = str(tmp_path / "kubelet.kubeconfig")  # the node's, as `agent`'s (system:node:<name>)
+    for c in (cfg.kubelet, cfg.nodenet, cfg.podcidr, cfg.lbspeaker):
+        assert c.credentials.kubeconfig == own
     assert cfg.netproxy.credentials.kubeconfig == str(tmp_path / "kube-proxy.kubeconfig")
-    assert cfg.dns.kubeconfig == admin
+    # DNS, netpol and ingress as their ServiceAccounts (CoreDNS's, kube-router's, ingress-nginx's)
+    assert cfg.dns.kubeconfig == str(tmp_path / "coredns.kubeconfig") and not cfg.dns.register_service
+    assert cfg.netpol.credentials.kubeconfig == str(tmp_path / "netpol.kubeconfig")
+    assert cfg.ingress.credentials.kubeconfig == str(tmp_path / "ingress.kubeconfig")
     # the scheduler and the controller manager under their own identities, their kubeconfigs written by the
     # apiserver (issue 21 item 4)
     assert cfg.scheduler.kubeconfig == str(tmp_path / "scheduler.kubeconfig")
@@ -142,7 +145,18 @@ def test_up_s_node_parts_use_the_admin_kubeconfig_and_an_agent_its_own_credentia
     assert {(c.path, c.user) for c in cfg.apiserver.components} == {
         (cfg.scheduler.kubeconfig, "system:kube-scheduler"),
         (cfg.controllers.kubeconfig, "system:kube-controller-manager"),
-        (cfg.netproxy.credentials.kubeconfig, "system:kube-proxy")}
+        (cfg.netproxy.credentials.kubeconfig, "system:kube-proxy"),
+        (cfg.dns.kubeconfig, "system:serviceaccount:kube-system:coredns"),
+        (cfg.netpol.credentials.kubeconfig, "system:serviceaccount:kube-system:kube-router"),
+        (cfg.ingress.credentials.kubeconfig, "system:serviceaccount:kube-system:ingress-nginx"),
+        (own, f"system:node:{cfg.kubelet.node_name}"),
+        (str(tmp_path / "snapshot-controller.kubeconfig"),
+         "system:serviceaccount:kube-system:snapshot-controller")}
+    assert cfg.kubelet.snapshot_credentials.kubeconfig == str(tmp_path / "snapshot-controller.kubeconfig")
+    (node,) = [c for c in cfg.apiserver.components if c.path == own]
+    assert node.groups == ("system:nodes",)
+    (dns,) = [c for c in cfg.apiserver.components if c.path == cfg.dns.kubeconfig]
+    assert dns.groups == ("system:serviceaccounts", "system:serviceaccounts:kube-system")
     joined = agent.config_from_args(_parse(agent, ["--data-dir", str(tmp_path), "--server",
                                                    "https://10.0.0.1:6443",
                                                    "--token", "t"]), node_kubeconfig="/n/kubelet.kubeconfig")
@@ -156,7 +170,11 @@ def test_up_s_node_parts_use_the_admin_kubeconfig_and_an_agent_its_own_credentia
 def test_a_throwaway_instance_cleans_up_and_serves_dns_on_its_own_port(tmp_path):
     cfg = _up(tmp_path)
     assert cfg.netproxy.cleanup_on_stop and cfg.dns.listen != "0.0.0.0:53"
-    assert cfg.dns.register_service and cfg.dns.retry_bind and cfg.dns.advertise_address
+    assert cfg.dns.retry_bind and cfg.dns.advertise_address and not cfg.dns.register_service
+    # the installer (the apiserver's bootstrap) points kube-dns at that port, not the DNS server itself
+    addon = cfg.apiserver.dns_addon
+    assert addon is not None and addon.cluster_ip == "10.96.0.10"
+    assert (addon.endpoint_ip, f"0.0.0.0:{addon.port}") == (cfg.dns.advertise_address, cfg.dns.listen)
     assert cfg.netpol.table == cfg.layout.netpol_table and cfg.netpol.chain_prefix.startswith("NA")
 
 

@@ -11,6 +11,7 @@ so deleting a pod invalidates its tokens at once.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -68,25 +69,37 @@ class ServiceAccountAuthenticator:
         """The ServiceAccount a valid token names; None for a token that is not ours or not valid."""
         if not header or not header.startswith("Bearer "):
             return None
-        token = header[7:].strip()
         try:
-            claims = self._verified.get(token)
-            if claims is None:  # not seen yet: ours at all (by its issuer), then its signature
-                iss = sa_token.unverified_issuer(token)
-                if iss is None or (iss != self.keys.issuer and iss != sa_token.LEGACY_ISSUER):
-                    return None
-                claims = sa_token.verify(token, self.keys.public_keys, self.clock.now())
-                if len(self._verified) >= CACHE_MAX:
-                    self._verified.clear()
-                self._verified[token] = claims
-            else:
-                sa_token.check_times(claims, self.clock.now())
-            if claims.get("iss") == sa_token.LEGACY_ISSUER:
-                return await self._legacy(token, claims)
-            return await self._bound(claims)
+            found = await self.review(header[7:].strip(), ())
         except sa_token.TokenInvalid as e:
             log.info("ServiceAccount token refused: %s", e)
             return None
+        return None if found is None else found[0]
+
+    async def review(self, token: str, audiences: Sequence[str]) -> tuple[auth.User, list[str]] | None:
+        """The user a token names and the audiences it holds of those asked for (the API's when none are),
+        as kube-apiserver's JWT authenticator: None for a token that is not ours, TokenInvalid (with the
+        reason TokenReview reports) for one that is ours and not valid."""
+        claims = self._verified.get(token)
+        if claims is None:  # not seen yet: ours at all (by its issuer), then its signature
+            iss = sa_token.unverified_issuer(token)
+            if iss is None or (iss != self.keys.issuer and iss != sa_token.LEGACY_ISSUER):
+                return None
+            claims = sa_token.verify(token, self.keys.public_keys, self.clock.now())
+            if len(self._verified) >= CACHE_MAX:
+                self._verified.clear()
+            self._verified[token] = claims
+        else:
+            sa_token.check_times(claims, self.clock.now())
+        held = sa_token.audiences(claims) or self.keys.api_audiences  # a legacy token: the API's only
+        wanted = list(audiences) or self.keys.api_audiences
+        auds = [a for a in wanted if a in held]
+        if not auds:
+            raise sa_token.TokenInvalid(f"token audiences {go_quoted(held)} is invalid for the target "
+                                        f"audiences {go_quoted(wanted)}")
+        if claims.get("iss") == sa_token.LEGACY_ISSUER:
+            return await self._legacy(token, claims), auds
+        return await self._bound(claims), auds
 
     async def _live(self, key: str, ref: Any, what: str) -> dict[str, Any]:
         """The object at `key`, present with the uid `ref` names and not being deleted."""
@@ -102,9 +115,6 @@ class ServiceAccountAuthenticator:
         return obj
 
     async def _bound(self, claims: dict[str, Any]) -> auth.User:
-        if not set(sa_token.audiences(claims)) & set(self.keys.api_audiences):
-            raise sa_token.TokenInvalid(f"audiences {sa_token.audiences(claims)} are not the API's "
-                                        f"{self.keys.api_audiences}")
         kube = claims.get(sa_token.KUBE_CLAIM)
         if not isinstance(kube, dict) or not isinstance(kube.get("serviceaccount"), dict):
             raise sa_token.TokenInvalid("no kubernetes.io claim")
@@ -151,3 +161,8 @@ class ServiceAccountAuthenticator:
 
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
+
+
+def go_quoted(items: Sequence[str]) -> str:
+    """A list of strings as Go's %q prints a []string (kube's messages carry them so)."""
+    return "[" + " ".join(json.dumps(i) for i in items) + "]"

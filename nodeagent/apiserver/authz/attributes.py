@@ -25,6 +25,7 @@ class Attributes:
     namespace: str = ""
     name: str = ""
     path: str = ""  # a non-resource request's path
+    field_selector: str = ""  # a list or watch's fieldSelector (the Node authorizer's single-object reads)
 
     @property
     def combined_resource(self) -> str:

@@ -17,6 +17,7 @@ from nodeagent.store import base as store_base
 class Authorizer:
     def __init__(self, source: Source, get: node.Getter) -> None:
         self.rbac = RBACAuthorizer(source)
+        self.node = node.NodeAuthorizer(source, get)
         self.get = get
 
     async def authorize(self, a: Attributes, key: str | None = None, body: Any = None) -> tuple[bool, str]:
@@ -25,7 +26,7 @@ class Authorizer:
             return True, ""
         await self.rbac.source.wait_fresh()  # a binding written a moment ago counts (read-your-writes)
         reasons = []
-        decision, why = await node.authorize(a, key, body, self.get)
+        decision, why = await self.node.authorize(a, key, body)
         if decision is Decision.ALLOW:
             return True, ""
         if why:

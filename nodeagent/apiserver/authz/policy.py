@@ -637,3 +637,74 @@ def kubeadm_objects() -> list[dict[str, Any]]:
         }
     )
     return out
+
+
+# -- the add-ons' own accounts: what their real projects' manifests grant, limited to what ours do ----------
+
+COREDNS = ("kube-system", "coredns")  # kubeadm's CoreDNS ServiceAccount
+NETPOL = ("kube-system", "kube-router")  # kube-router's: ours is like its network policy controller
+INGRESS = ("kube-system", "ingress-nginx")  # ingress-nginx's (in kube-system: ours has no namespace)
+SNAPSHOTS = ("kube-system", "snapshot-controller")  # external-snapshotter's snapshot controller
+INGRESS_LEASE = "nodeagent-ingress"  # the ingress leader's Lease in kube-system (ingress's LEASE_NAME)
+
+
+def addon_objects() -> list[dict[str, Any]]:
+    """The ClusterRoles, Roles and bindings of the embedded add-ons, each under its own ServiceAccount:
+    CoreDNS's `system:coredns` (kubeadm's addon phase), kube-router's network policy part, and
+    ingress-nginx's ClusterRole and Role (its leader Lease, events), with the IngressClass, GatewayClass and
+    Gateway API statuses our controller writes beside ingresses/status."""
+    coredns = _role("system:coredns", [
+        r("list watch", "", "endpoints services pods namespaces"),
+        r("list watch", "discovery.k8s.io", "endpointslices"),
+    ])
+    netpol = _role("kube-router", [
+        r("get list watch", "", "namespaces pods"),
+        r("get list watch", "networking.k8s.io", "networkpolicies"),
+        events_rule(),
+    ])
+    gw = "gateway.networking.k8s.io"
+    ingress = _role("ingress-nginx", [
+        r("list watch", "", "configmaps endpoints nodes pods secrets namespaces"),
+        r("get", "", "nodes"),
+        r("get list watch", "", "services"),
+        r("get list watch", "networking.k8s.io", "ingresses"),
+        r("create patch", "", "events"),
+        r("update patch", "networking.k8s.io", "ingresses/status"),
+        r("get list watch create", "networking.k8s.io", "ingressclasses"),
+        r("get list watch", "discovery.k8s.io", "endpointslices"),
+        r("get list watch", gw, "gatewayclasses gateways httproutes referencegrants"),
+        r("create", gw, "gatewayclasses"),
+        r("update patch", gw, "gatewayclasses/status gateways/status httproutes/status"),
+    ])
+    ingress_ns, ingress_sa = INGRESS
+    lease_role: dict[str, Any] = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "ingress-nginx", "namespace": ingress_ns},
+        "rules": [r("get update", "coordination.k8s.io", "leases", [INGRESS_LEASE]),
+                  r("create", "coordination.k8s.io", "leases"),
+                  r("create patch", "", "events")]}
+    lease_binding = _binding("ingress-nginx", "ingress-nginx", [service_account(*INGRESS)])
+    lease_binding.update(kind="RoleBinding")
+    lease_binding["metadata"]["namespace"] = ingress_ns
+    lease_binding["roleRef"]["kind"] = "Role"
+    snap = "snapshot.storage.k8s.io"
+    snapshots = _role("snapshot-controller-runner", [  # with the csi-snapshotter sidecar's duties
+        r(READ, "", "persistentvolumes"),
+        r("get list watch update", "", "persistentvolumeclaims"),
+        r(READ, "storage.k8s.io", "storageclasses"),
+        r("get", "", "nodes"),
+        r("list watch create update patch", "", "events"),
+        r(READ, snap, "volumesnapshotclasses"),
+        r("create get list watch update delete patch", snap, "volumesnapshotcontents"),
+        r("update patch", snap, "volumesnapshotcontents/status"),
+        r("get list watch update patch", snap, "volumesnapshots"),
+        r("update patch", snap, "volumesnapshots/status"),
+    ])
+    return [
+        coredns, _binding("system:coredns", "system:coredns", [service_account(*COREDNS)]),
+        snapshots, _binding("snapshot-controller-role", "snapshot-controller-runner",
+                            [service_account(*SNAPSHOTS)]),
+        netpol, _binding("kube-router", "kube-router", [service_account(*NETPOL)]),
+        ingress, _binding("ingress-nginx", "ingress-nginx", [service_account(ingress_ns, ingress_sa)]),
+        lease_role, lease_binding,
+    ]

@@ -72,6 +72,7 @@ async def ensure(registry: Any) -> None:
         + policy.cluster_role_bindings()
         + policy.controller_role_bindings()
         + policy.kubeadm_objects()
+        + policy.addon_objects()
     )
     gate = asyncio.Semaphore(_CONCURRENT_WRITES)
 

@@ -4,6 +4,7 @@ never stored, answered with the authorizer chain requests themselves get."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,7 +22,19 @@ REVIEWS = {
     (AUTHN, "tokenreviews"),
     (AUTHN, "selfsubjectreviews"),
 }
-TokenAuthenticator = Callable[[str, list[str]], Awaitable[Subject | None]]
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenResult:
+    """What a TokenReview reports: the subject (None: not authenticated), the audiences the token holds of
+    those asked, and the authenticator's error."""
+
+    subject: Subject | None
+    audiences: list[str]
+    error: str = ""
+
+
+TokenAuthenticator = Callable[[str, list[str]], Awaitable[TokenResult]]
 
 
 def _invalid(kind: str, field: str, message: str, group: str = AUTHZ) -> errors.ApiError:
@@ -180,11 +193,11 @@ async def review(
         if not token:
             raise _invalid("TokenReview", "spec.token", "Required value", AUTHN)
         audiences = [str(a) for a in spec.get("audiences") or ()]
-        who = await tokens(str(token), audiences)
-        if who is None:
-            return _answer(body, {"user": {}, "error": "invalid bearer token"})
-        st: dict[str, Any] = {"authenticated": True, "user": _user_info(who)}
-        if audiences:
-            st["audiences"] = audiences
+        found = await tokens(str(token), audiences)
+        if found.subject is None:  # kube's status: authenticated false, the authenticator's error
+            return _answer(body, {"user": {}, "error": found.error or "invalid bearer token"})
+        st: dict[str, Any] = {"authenticated": True, "user": _user_info(found.subject)}
+        if found.audiences:
+            st["audiences"] = found.audiences
         return _answer(body, st)
     raise errors.not_found(resource, "")

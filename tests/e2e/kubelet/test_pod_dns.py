@@ -129,3 +129,63 @@ def test_a_service_is_reached_by_name_from_a_pod(cluster):  # noqa: F811
     finally:
         c.kubectl("delete", "pods", "svc-client", "svc-backend", "--wait=true", "--timeout=60s", check=False)
         c.kubectl("delete", "service", "svc-web", check=False)
+
+
+@pytest.mark.parametrize("kubeconfig,user,reads,refused", [
+    ("coredns.kubeconfig", "system:serviceaccount:kube-system:coredns",
+     [("list", "services", "-A"), ("watch", "endpointslices.discovery.k8s.io", "-A"), ("list", "pods", "-A")],
+     [("create", "services", "-n", "kube-system"), ("update", "endpointslices.discovery.k8s.io", "-n",
+                                                    "kube-system"), ("get", "secrets", "-A")]),
+    ("netpol.kubeconfig", "system:serviceaccount:kube-system:kube-router",
+     [("watch", "networkpolicies.networking.k8s.io", "-A"), ("list", "namespaces")],
+     [("create", "networkpolicies.networking.k8s.io", "-n", "default"), ("list", "secrets", "-A")]),
+    ("ingress.kubeconfig", "system:serviceaccount:kube-system:ingress-nginx",
+     [("list", "ingresses.networking.k8s.io", "-A"),
+      ("update", "ingresses.networking.k8s.io", "--subresource=status", "-A")],
+     [("update", "ingresses.networking.k8s.io", "-A"), ("create", "secrets", "-n", "default")]),
+])
+def test_dns_netpol_and_ingress_run_under_their_own_accounts(cluster, kubeconfig, user, reads,  # noqa: F811
+                                                             refused):
+    """Issue 21 item 4: `up` hands these components kubeconfigs of their ServiceAccounts (the apiserver writes
+    them); the API answers for that user, which may do what the component does and no more (DNS does not
+    write its own Service: the installer's bootstrap does)."""
+    c = cluster
+    path = str(Path(c.data_dir, kubeconfig))
+    cfg = yaml.safe_load(Path(path).read_text())
+    assert [u["name"] for u in cfg["users"]] == [user]
+
+    def can(*args: str) -> str:
+        p = subprocess.run(["kubectl", "--kubeconfig", path, "auth", "can-i", *args], capture_output=True,
+                           text=True, env=c.env)
+        return p.stdout.split(" - ")[0].strip()  # "no - <the authorizer's reason>"
+
+    for args in reads:
+        assert can(*args) == "yes", args
+    for args in refused:
+        assert can(*args) == "no", args
+    svc = json.loads(c.kubectl("get", "service", "kube-dns", "-n", "kube-system", "-o", "json"))
+    assert svc["spec"]["clusterIP"] == "10.96.0.10"
+    sl = json.loads(c.kubectl("get", "endpointslice", "kube-dns-nodeagent-dns", "-n", "kube-system", "-o",
+                              "json"))
+    assert sl["endpoints"][0]["addresses"] and sl["ports"][0]["port"] > 0
+
+
+def test_the_kubelet_runs_as_its_node(cluster):  # noqa: F811
+    """`up`'s kubelet is system:node:<name> in system:nodes, as a joined node's: its pods run (every test here
+    and in test_node_up), while the Node authorizer keeps it from Secrets no pod of its refers to."""
+    c = cluster
+    path = str(Path(c.data_dir, "kubelet.kubeconfig"))
+    assert [u["name"] for u in yaml.safe_load(Path(path).read_text())["users"]] == [f"system:node:{c.node}"]
+
+    def can(*args: str) -> str:
+        return subprocess.run(["kubectl", "--kubeconfig", path, "auth", "can-i", *args], capture_output=True,
+                              text=True, env=c.env).stdout.split(" - ")[0].strip()
+
+    c.kubectl("create", "secret", "generic", "nobodys", "--from-literal=k=v")
+    try:
+        assert can("get", "secret/nobodys") == "no"
+        assert can("list", "secrets", "-A") == "no"
+        assert can("patch", f"node/{c.node}") == "yes" and can("patch", "node/someone-else") == "no"
+        assert can("get", "configmap/kube-root-ca.crt", "-n", "kube-system") == "yes"
+    finally:
+        c.kubectl("delete", "secret", "nobodys")

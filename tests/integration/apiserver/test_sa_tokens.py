@@ -185,3 +185,36 @@ def test_every_namespace_gets_kube_root_ca(kubectl, server):
     assert wait_for(published) == ca
     kubectl("delete", "configmap", "kube-root-ca.crt", "-n", ns)
     assert wait_for(published) == ca  # put back
+
+
+def token_review(server, token: str, audiences: list[str] | None = None) -> dict:
+    spec: dict = {"token": token}
+    if audiences is not None:
+        spec["audiences"] = audiences
+    code, body = call(server, "POST", "/apis/authentication.k8s.io/v1/tokenreviews",
+                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec})
+    assert code == 201, body
+    return body["status"]
+
+
+def test_token_review_checks_the_audiences_asked_for(kubectl132, server):
+    ns = new_ns(kubectl132)
+    api = "https://kubernetes.default.svc.cluster.local"
+    vault = kubectl132("create", "token", "app", "-n", ns, "--audience", "vault").strip()
+    st = token_review(server, vault, ["vault", "other"])
+    assert st["authenticated"] is True and st["audiences"] == ["vault"]
+    assert st["user"]["username"] == f"system:serviceaccount:{ns}:app"
+    st = token_review(server, vault, ["other"])
+    assert st.get("authenticated") is not True and not st.get("user"), st
+    assert st["error"] == 'token audiences ["vault"] is invalid for the target audiences ["other"]'
+    st = token_review(server, vault)  # none asked: the API's, which this token does not hold
+    assert st.get("authenticated") is not True
+    assert st["error"] == f'token audiences ["vault"] is invalid for the target audiences ["{api}"]'
+    plain = kubectl132("create", "token", "app", "-n", ns).strip()
+    st = token_review(server, plain)
+    assert st["authenticated"] is True and st["audiences"] == [api]
+    # a static token (the admin's) holds the API's audiences only, as kube's audience-agnostic wrapper
+    st = token_review(server, server.token, [api, "vault"])
+    assert st["authenticated"] is True and st["audiences"] == [api] and st["user"]["username"] == "admin"
+    st = token_review(server, server.token, ["vault"])
+    assert st.get("authenticated") is not True and st["error"] == "invalid bearer token"

@@ -27,7 +27,7 @@ async def test_component_registers_kube_dns_and_answers(server, upstream, monkey
     api = ApiServerConfig(data_dir=str(server.data_dir), service_cluster_ip_range="10.96.0.0/12",
                           advertise_address=None)
     config = dns_config(api, Layout.for_data_dir(server.data_dir).admin_kubeconfig, listen="127.0.0.1:0",
-                        upstreams=[f"127.0.0.1:{upstream.port}"])
+                        upstreams=[f"127.0.0.1:{upstream.port}"], register_service=True)
     ready = asyncio.Event()
     task = asyncio.create_task(serve(config, ready))
     try:

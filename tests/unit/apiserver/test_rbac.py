@@ -14,7 +14,7 @@ from nodeagent.apiserver.authz import impersonation, policy, reconcile
 from nodeagent.apiserver.authz.attributes import Attributes, Subject
 from nodeagent.apiserver.authz.chain import Authorizer
 from nodeagent.apiserver.authz.escalation import REQUESTER, EscalationCheck
-from nodeagent.apiserver.authz.reviews import review
+from nodeagent.apiserver.authz.reviews import TokenResult, review
 from nodeagent.apiserver.authz.rules import rule_allows, uncovered
 from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.errors import ApiError
@@ -359,8 +359,8 @@ async def test_reviews_answer_with_the_chain():
     reg, cache, authz = await cluster()
     admin = Subject("admin", ("system:masters", AUTHED))
 
-    async def no_tokens(token: str, aud: list[str]) -> Subject | None:
-        return None
+    async def no_tokens(token: str, aud: list[str]) -> TokenResult:
+        return TokenResult(None, [], "invalid bearer token")
 
     body: dict[str, Any] = {
         "apiVersion": "authorization.k8s.io/v1",
@@ -400,6 +400,16 @@ async def test_reviews_answer_with_the_chain():
         no_tokens,
     )
     assert me["status"]["userInfo"] == {"username": "x", "groups": [AUTHED], "uid": "u1"}
+    tr = await review("tokenreviews", "", {"spec": {"token": "t", "audiences": ["vault"]}}, admin, authz,
+                      no_tokens)
+    assert tr["status"] == {"user": {}, "error": "invalid bearer token"}
+
+    async def vault_only(token: str, aud: list[str]) -> TokenResult:
+        return TokenResult(Subject("sa", (AUTHED,)), [a for a in aud if a == "vault"])
+
+    tr = await review("tokenreviews", "", {"spec": {"token": "t", "audiences": ["x", "vault"]}}, admin, authz,
+                      vault_only)
+    assert tr["status"]["authenticated"] is True and tr["status"]["audiences"] == ["vault"]
     authz.rbac.close()
     await cache.stop()
 
@@ -445,3 +455,59 @@ def test_every_controller_writes_under_an_account_the_bootstrap_policy_binds() -
     missing = [a for a in sorted(accounts) if bootstrap.CONTROLLER_PREFIX + a not in roles
                or (bootstrap.CONTROLLER_PREFIX + a, a) not in bound]
     assert missing == []
+
+
+async def test_the_add_ons_accounts_do_their_work_and_no_more() -> None:
+    """CoreDNS, the NetworkPolicy agent and the ingress controller run under their ServiceAccounts (issue 21
+    item 4): what each component reads and writes is allowed; writes beyond it are not."""
+    from nodeagent.api.sa_token import groups, username
+
+    reg, cache, authz = await cluster()
+
+    def sa(ns_name: tuple[str, str]) -> Subject:
+        return Subject(username(*ns_name), (*groups(ns_name[0]), AUTHED))
+
+    dns, netpol, ingress = sa(policy.COREDNS), sa(policy.NETPOL), sa(policy.INGRESS)
+    disc = "discovery.k8s.io"
+    for verb in ("list", "watch"):
+        for res, group in (("services", ""), ("endpointslices", disc), ("endpoints", ""), ("pods", ""),
+                           ("namespaces", "")):
+            assert await allowed(authz, cache, a(dns, verb, res, group=group))
+        for res, group in (("networkpolicies", "networking.k8s.io"), ("pods", ""), ("namespaces", "")):
+            assert await allowed(authz, cache, a(netpol, verb, res, group=group))
+        for res, group in (("ingresses", "networking.k8s.io"), ("ingressclasses", "networking.k8s.io"),
+                           ("services", ""), ("endpointslices", disc), ("secrets", ""), ("nodes", "")):
+            assert await allowed(authz, cache, a(ingress, verb, res, group=group))
+    # DNS only reads: the kube-dns Service and its slice are the installer's
+    for verb in ("create", "update", "delete"):
+        assert not await allowed(authz, cache, a(dns, verb, "services", "kube-system", "kube-dns"))
+        assert not await allowed(authz, cache, a(dns, verb, "endpointslices", "kube-system", group=disc))
+        assert not await allowed(authz, cache, a(netpol, verb, "networkpolicies", "team",
+                                                 group="networking.k8s.io"))
+    assert not await allowed(authz, cache, a(dns, "get", "secrets", "team"))
+    assert not await allowed(authz, cache, a(netpol, "list", "secrets"))
+    # the ingress controller: statuses, its default class, events, its leader Lease in kube-system only
+    assert await allowed(authz, cache, a(ingress, "patch", "ingresses", "team", "web", "networking.k8s.io",
+                                         "status"))
+    assert not await allowed(authz, cache, a(ingress, "patch", "ingresses", "team", "web",
+                                             "networking.k8s.io"))
+    assert await allowed(authz, cache, a(ingress, "create", "ingressclasses", group="networking.k8s.io"))
+    assert await allowed(authz, cache, a(ingress, "create", "events", "team"))
+    lease = ("coordination.k8s.io", "leases")
+    assert await allowed(authz, cache, a(ingress, "update", lease[1], "kube-system", policy.INGRESS_LEASE,
+                                         lease[0]))
+    assert not await allowed(authz, cache, a(ingress, "update", lease[1], "kube-system", "kube-scheduler",
+                                             lease[0]))
+    assert not await allowed(authz, cache, a(ingress, "update", lease[1], "team", policy.INGRESS_LEASE,
+                                             lease[0]))
+    assert not await allowed(authz, cache, a(ingress, "create", "secrets", "team"))
+    gw = "gateway.networking.k8s.io"
+    assert await allowed(authz, cache, a(ingress, "patch", "httproutes", "team", "r", gw, "status"))
+    assert not await allowed(authz, cache, a(ingress, "delete", "httproutes", "team", "r", gw))
+    await cache.stop()
+
+
+def test_the_ingress_lease_is_the_one_the_controller_elects_with() -> None:
+    from nodeagent.ingress.service import LEASE_NAME
+
+    assert policy.INGRESS_LEASE == LEASE_NAME

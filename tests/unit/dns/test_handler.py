@@ -184,9 +184,13 @@ def test_config_from_a_server_config():
                                      advertise_address="192.0.2.5"),
                      Layout.for_data_dir("/tmp/x").admin_kubeconfig, listen="127.0.0.1:5353", ttl=5)
     assert cfg.kubeconfig == "/tmp/x/admin.kubeconfig" and cfg.listen == "127.0.0.1:5353" and cfg.ttl == 5
-    assert cfg.register_service and cfg.advertise_address == "192.0.2.5"
+    assert not cfg.register_service and cfg.advertise_address == "192.0.2.5"
+    from nodeagent.commands.configs import dns_addon
+
+    addon = dns_addon(cfg)
+    assert (addon.cluster_ip, addon.endpoint_ip, addon.port) == ("10.100.0.10", "192.0.2.5", 5353)
     assert cfg.service_cluster_ip_range == "10.100.0.0/16"
-    from nodeagent.dns.register import default_service_ip
+    from nodeagent.api.kube_dns import default_service_ip
 
     assert default_service_ip(cfg.service_cluster_ip_range) == "10.100.0.10"
     assert default_service_ip() == "10.96.0.10"
