@@ -53,6 +53,8 @@ from nodeagent.kubelet.static_pods import (
     mirror_matches,
     mirror_pod,
 )
+from nodeagent.kubelet.status import KUBELET_CONDITIONS
+from nodeagent.kubelet.status_manager import StatusManager
 from nodeagent.kubelet.tokens import TokenError, TokenManager
 from nodeagent.kubelet.volumes.csi import CSIPlugin, Drivers
 from nodeagent.kubelet.volumes.csiprovisioner import CSIProvisioner
@@ -122,7 +124,9 @@ class Kubelet:
         self._relists = 0
         self._cleaning_dirs = False
         self.workers: PodWorkers | None = None
-        self.last_status: dict[str, dict[str, Any]] = {}
+        # statuses are set by the pod workers and written by the status manager's own loop
+        self.status = StatusManager(client, self.pods.get, self.clock)
+        self.last_status: dict[str, dict[str, Any]] = self.status.statuses
         self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event),
                                    self.last_status.get, self.clock)
         self.metrics = KubeletMetrics()
@@ -317,6 +321,7 @@ class Kubelet:
             self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock,
                                       resync=self.cfg.resync)
             tg.create_task(self.recorder.run(), name="kubelet-events")
+            tg.create_task(self.status.run(), name="kubelet-status-manager")
             tg.create_task(self.node.run(), name="kubelet-node")
             tg.create_task(self.probes.run(), name="kubelet-probes")
             objects_ready = asyncio.Event()
@@ -589,7 +594,7 @@ class Kubelet:
             # An evicted pod's volumes go now (its emptyDirs are what a disk eviction reclaims); the object
             # stays Failed until it is deleted.
             await asyncio.to_thread(self.volumes.teardown_pod, uid_of(pod))
-            await self._post_status(pod, evicted)
+            self._post_status(pod, evicted)
             return None
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
@@ -624,8 +629,9 @@ class Kubelet:
         started, ready = self.probes.started_and_ready(
             pod, {n: r.container_id for n, r in latest.items()},
             {n: r.state == "running" for n, r in latest.items()})
-        status = self.runtime.pod_status(pod, st, self.node.addresses, ready=ready, started=started)
-        await self._post_status(pod, status)
+        status = self.runtime.pod_status(_with_own_status(pod, self.status.get(uid_of(pod))), st,
+                                         self.node.addresses, ready=ready, started=started)
+        self._post_status(pod, status)
         seen = self._first_seen.get(uid_of(pod))
         if seen is not None and status.get("phase") in ("Running", "Succeeded", "Failed"):
             del self._first_seen[uid_of(pod)]
@@ -641,18 +647,9 @@ class Kubelet:
             return min(left, 1.0) if waiting else left
         return 1.0 if waiting else None
 
-    async def _post_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
-        uid = uid_of(pod)
-        if self.last_status.get(uid) == status:
-            return
-        m = pod["metadata"]
-        try:
-            await self.client.patch("pods", m["name"], {"status": status}, namespace=m.get("namespace"),
-                                    subresource="status")
-            self.last_status[uid] = status
-        except ClientError as e:
-            if not e.not_found:
-                raise
+    def _post_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        """The pod's new status, written by the status manager (a static pod's to its mirror pod)."""
+        self.status.set(pod, status, mirror=is_static_pod(pod))
 
     async def _terminate_pod(self, pod: dict[str, Any]) -> None:
         assert self.runtime is not None
@@ -665,7 +662,7 @@ class Kubelet:
         if self.cpu is not None and await asyncio.to_thread(self.cpu.remove_pods, [uid_of(pod)]):
             if self.cpu_reconciler is not None:
                 self.cpu_reconciler.poke()
-        self.last_status.pop(uid_of(pod), None)
+        self.status.forget(uid_of(pod))
         m = pod["metadata"]
         cur = self.pods.get(m["name"], m.get("namespace"))
         if is_static_pod(pod):
@@ -682,6 +679,18 @@ class Kubelet:
 
 
 _VOLATILE_META = ("resourceVersion", "managedFields", "generation")
+
+
+def _with_own_status(pod: dict[str, Any], own: dict[str, Any] | None) -> dict[str, Any]:
+    """The pod with the kubelet's own last status as the base of the next one (kubelet's
+    generateAPIPodStatus reads the status manager's, not the API's, which may not show our last write yet),
+    but with the conditions other writers own (readiness gates, DisruptionTarget) as the API has them."""
+    if own is None:
+        return pod
+    api = (pod.get("status") or {}).get("conditions") or []
+    conds = [c for c in own.get("conditions") or [] if c.get("type") in KUBELET_CONDITIONS]
+    conds += [c for c in api if c.get("type") not in KUBELET_CONDITIONS]
+    return {**pod, "status": {**own, "conditions": conds}}
 
 
 def _desired_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
