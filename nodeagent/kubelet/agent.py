@@ -22,7 +22,7 @@ from typing import Any
 from cri.client import RuntimeClient
 from nodeagent.api.times import parse_rfc3339
 from nodeagent.client.events import EventRecorder
-from nodeagent.client.informer import Informer
+from nodeagent.client.informer import Informer, Subset, pods_on_node
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet import admission, container_events, node_allocatable, node_status
@@ -91,7 +91,9 @@ class Kubelet:
                               eviction=self.eviction, addresses=[cfg.node_ip] if cfg.node_ip else None,
                               max_pods=cfg.pod_capacity(os.cpu_count() or 1),
                               system_reserved=system_reserved, kube_reserved=kube_reserved)
-        self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
+        self.pods: Informer | Subset = pods_on_node(client, cfg.node_name) if cfg.shared_pod_cache \
+            else Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
+        self._unwatch_pods: Callable[[], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.tokens = TokenManager(client, self.clock)
         # CSI drivers: registered through <root>/plugins_registry, used by the CSI volume plugin and by
@@ -236,6 +238,8 @@ class Kubelet:
         try:
             await self._run_node(ready)
         finally:
+            if self._unwatch_pods is not None:  # a shared cache lives on for the others
+                self._unwatch_pods()
             if self.api is not None:
                 await self.api.stop()
 
@@ -331,8 +335,9 @@ class Kubelet:
             await objects_ready.wait()
             await self.probes.wait_ready()
             tg.create_task(self._probe_updates(), name="kubelet-probe-updates")
-            self.pods.add_handler(self._on_pod, self._on_pod_update, self._on_pod_deleted)
-            tg.create_task(self.pods.run(), name="kubelet-pods")
+            self._unwatch_pods = self.pods.add_handler(self._on_pod, self._on_pod_update,
+                                                       self._on_pod_deleted)
+            tg.create_task(self.pods.run(client=self.client), name="kubelet-pods")
             await self.pods.wait_synced()
             tg.create_task(self.static_source.run(self._on_static_pods), name="kubelet-static-pods")
             if self.url_source is not None:
