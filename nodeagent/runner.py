@@ -10,7 +10,6 @@ them all and waits for their cleanup, so nothing outlives its owner.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import importlib
 import logging
@@ -21,11 +20,6 @@ from typing import Any
 log = logging.getLogger("nodeagent.runner")
 
 STOP_REPORT_EVERY = 5.0  # seconds between reports of components that have not stopped yet
-# Threads for the components' blocking calls (asyncio.to_thread). Python's default pool has cpu+4 (6 on 2
-# cores), too few for one process holding kubelet and runtime: a burst of pod starts queued every pause
-# start, cgroup write and fsync behind the volume set-ups, which wait on the API for tokens in a thread.
-# The threads are made only when that many calls wait at once.
-BLOCKING_THREADS = 32
 
 Serve = Callable[[Any, asyncio.Event], Awaitable[None]]
 
@@ -52,8 +46,6 @@ async def run_components(components: list[Component], configs: Mapping[str, Any]
     """Start every component that exists with its config (`configs[name]`), report the missing ones, run
     until SIGINT/SIGTERM, then stop them in reverse dependency order (`stop_order`)."""
     loop = asyncio.get_running_loop()
-    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(BLOCKING_THREADS,
-                                                                    thread_name_prefix="blocking"))
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

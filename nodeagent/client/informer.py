@@ -6,8 +6,9 @@ see every object converge without duplicates. `resync` periodically re-delivers 
 Handlers should only record (e.g. enqueue a key); they may be plain functions or coroutines.
 
 `shared()` gives every component of one process the same informer for the same objects and credentials
-(client-go's shared informers, across components as well: in `up`, DNS, netproxy, netpol and the kubelet's
-Services read one cache of services, endpointslices, pods and namespaces).
+(client-go's shared informers, across components as well: in `up` and `agent`, DNS, netproxy, netpol,
+ingress, the LB speaker and the kubelet read one cache of services, endpointslices, nodes, pods and
+namespaces; the kubelet sees its node's pods through a `Subset` of the cache of every pod).
 """
 
 from __future__ import annotations

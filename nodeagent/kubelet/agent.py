@@ -74,7 +74,7 @@ ORPHAN_GRACE = 2
 # pods: p50 close to the time until all ran). Taken in turns, the first pods run while the rest wait, and
 # all are through no later. A slot is held for one sync (an image pull in it included, which kubelet
 # serialises by default anyway).
-POD_STARTS_AT_ONCE = 8
+POD_STARTS_AT_ONCE = 16
 ORPHAN_DIRS_EVERY = 10  # relists between looks for orphaned pod dirs
 
 
@@ -699,8 +699,8 @@ def _with_own_status(pod: dict[str, Any], own: dict[str, Any] | None) -> dict[st
     """The pod with the kubelet's own last status as the base of the next one (kubelet's
     generateAPIPodStatus reads the status manager's, not the API's, which may not show our last write yet),
     but with the conditions other writers own (readiness gates, DisruptionTarget) as the API has them."""
-    if own is None:
-        return pod
+    if own is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return pod  # a phase terminal in the API stays (kubelet forces an illegal transition back)
     api = (pod.get("status") or {}).get("conditions") or []
     conds = [c for c in own.get("conditions") or [] if c.get("type") in KUBELET_CONDITIONS]
     conds += [c for c in api if c.get("type") not in KUBELET_CONDITIONS]
