@@ -189,3 +189,21 @@ async def test_forget_drops_what_was_not_written():
         await _settle()
         assert [s["phase"] for _, _, s in api.patches] == ["Pending"]
         assert sm.get("u1") is None and sm.pending() == 0
+
+
+def test_the_next_status_builds_on_the_kubelets_own_last_one():
+    """kubelet's generateAPIPodStatus reads the status manager's status, not the API's (which may not show
+    the last write yet), but others' conditions come from the API and a terminal API phase stays."""
+    from nodeagent.kubelet.agent import _with_own_status
+
+    own = {"phase": "Running", "startTime": "t0",
+           "conditions": [{"type": "Ready", "status": "True"}, {"type": "DisruptionTarget", "status": "x"}]}
+    api = _pod(status={"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"},
+                                                          {"type": "example.com/gate", "status": "True"}]})
+    assert _with_own_status(api, None) is api
+    base = _with_own_status(api, own)
+    assert base["status"]["phase"] == "Running" and base["status"]["startTime"] == "t0"
+    assert base["status"]["conditions"] == [{"type": "Ready", "status": "True"},
+                                            {"type": "example.com/gate", "status": "True"}]
+    failed = _pod(status={"phase": "Failed"})
+    assert _with_own_status(failed, own) is failed
