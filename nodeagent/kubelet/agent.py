@@ -69,12 +69,6 @@ from nodeagent.kubelet.workers import PodWorkers
 log = logging.getLogger("nodeagent.kubelet")
 
 ORPHAN_GRACE = 2
-# Pods whose first sync (volumes, sandbox, first containers) runs at once. A node given its whole capacity at
-# once is CPU-bound; with every pod's start sharing the CPU, each took as long as all of them together (110
-# pods: p50 close to the time until all ran). Taken in turns, the first pods run while the rest wait, and
-# all are through no later. A slot is held for one sync (an image pull in it included, which kubelet
-# serialises by default anyway).
-POD_STARTS_AT_ONCE = 16
 ORPHAN_DIRS_EVERY = 10  # relists between looks for orphaned pod dirs
 
 
@@ -143,7 +137,6 @@ class Kubelet:
         self.metrics.set_running_source(lambda: self._running_counts)
         self.metrics.set_volume_source(self._claim_stats)
         self._first_seen: dict[str, float] = {}  # uid → monotonic time a pending pod was first synced
-        self._starts = asyncio.Semaphore(POD_STARTS_AT_ONCE)
         self.api: Any = None
         self.cpu: CPUManager | None = None  # made at run (reads sysfs and its checkpoint)
         containers_gc = ContainerGC(cri, cfg.container_gc_policy(), self.clock, self._known_pods)
@@ -637,8 +630,7 @@ class Kubelet:
                 base = _with_own_status(pod, self.status.get(uid_of(pod)))
                 self._post_status(pod, self.runtime.pod_status(base, st, self.node.addresses))
                 return 1.0
-        async with self._starts if uid_of(pod) not in self.last_status else contextlib.nullcontext():
-            st = await self.runtime.sync(pod, liveness_failed, startup_failed)
+        st = await self.runtime.sync(pod, liveness_failed, startup_failed)
         latest = latest_records(st.records)
         started, ready = self.probes.started_and_ready(
             pod, {n: r.container_id for n, r in latest.items()},
