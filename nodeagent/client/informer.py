@@ -6,8 +6,9 @@ see every object converge without duplicates. `resync` periodically re-delivers 
 Handlers should only record (e.g. enqueue a key); they may be plain functions or coroutines.
 
 `shared()` gives every component of one process the same informer for the same objects and credentials
-(client-go's shared informers, across components as well: in `up`, DNS, netproxy, netpol and the kubelet's
-Services read one cache of services, endpointslices, pods and namespaces).
+(client-go's shared informers, across components as well: in `up` and `agent`, DNS, netproxy, netpol,
+ingress, the LB speaker and the kubelet read one cache of services, endpointslices, nodes, pods and
+namespaces; the kubelet sees its node's pods through a `Subset` of the cache of every pod).
 """
 
 from __future__ import annotations
@@ -279,6 +280,66 @@ def shared(client: Client, resource: str, namespace: str | None = None, label_se
         inf._on_idle = forget
         _SHARED[key] = inf
     return inf
+
+
+class Subset:
+    """The objects of an informer (a shared one, e.g. every pod) whose `index` value is `value` (pods by
+    spec.nodeName), read as if an informer of their own with that field selector: `list`/`get` see only
+    them, and handlers get an add when an object enters the subset (a pod bound to the node) and a delete
+    when it leaves. One cache serves both the whole and the subset; handlers must be plain functions."""
+
+    def __init__(self, informer: Informer, index: str, fn: Callable[[dict[str, Any]], Iterable[str]],
+                 value: str) -> None:
+        self.informer = informer
+        self.index, self.value = index, value
+        self._in = lambda o: value in (fn(o) or ())
+        if index not in informer._indexers:
+            informer.add_index(index, fn)
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        return self.informer.by_index(self.index, self.value)
+
+    def get(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        obj = self.informer.get(name, namespace)
+        return obj if obj is not None and self._in(obj) else None
+
+    @property
+    def synced(self) -> asyncio.Event:
+        return self.informer.synced
+
+    async def wait_synced(self) -> None:
+        await self.informer.wait_synced()
+
+    async def run(self, client: Client | None = None) -> None:
+        await self.informer.run(client=client)
+
+    def add_handler(self, on_add: Handler | None = None, on_update: Handler | None = None,
+                    on_delete: Handler | None = None) -> Callable[[], None]:
+        inside = self._in
+
+        def added(obj: dict[str, Any]) -> None:
+            if on_add is not None and inside(obj):
+                on_add(obj)
+
+        def updated(old: dict[str, Any], new: dict[str, Any]) -> None:
+            was, now = inside(old), inside(new)
+            if was and now and on_update is not None:
+                on_update(old, new)
+            elif now and not was and on_add is not None:
+                on_add(new)
+            elif was and not now and on_delete is not None:
+                on_delete(old)
+
+        def deleted(obj: dict[str, Any]) -> None:
+            if on_delete is not None and inside(obj):
+                on_delete(obj)
+        return self.informer.add_handler(added, updated, deleted)
+
+
+def pods_on_node(client: Client, node: str) -> Subset:
+    """The pods bound to `node`, from the process's informer of every pod (`shared`)."""
+    return Subset(shared(client, "pods"), "spec.nodeName",
+                  lambda p: [n] if (n := (p.get("spec") or {}).get("nodeName")) else [], node)
 
 
 class SharedInformers:

@@ -98,16 +98,18 @@ class Client:
     def __init__(self, server: str, token: str | None = None, ca_file: str | None = None,
                  ca_data: bytes | None = None, insecure: bool = False, max_connections: int = 32,
                  cert_file: str | None = None, key_file: str | None = None,
-                 verify_hostname: bool = True, limiter: TokenBucket | None = None) -> None:
+                 verify_hostname: bool = True, limiter: TokenBucket | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         """`verify_hostname=False` trusts the CA alone: any name in the server's certificate (a joining node
         that pinned the cluster's CA, as kubeadm's discovery does). `limiter` makes every request (watches
-        too, as client-go's) wait for its token (the kubelet's --kube-api-qps/--kube-api-burst)."""
+        too, as client-go's) wait for its token (the kubelet's --kube-api-qps/--kube-api-burst).
+        `ssl_context`: an existing one to use instead of the one these arguments make."""
         self.server = server.rstrip("/")
         self.token = token
         # who this client is to the server: clients alike here may share one informer (informer.shared)
         self.identity = (self.server, token, cert_file, insecure)
-        ctx: ssl.SSLContext | None = None
-        if self.server.startswith("https"):
+        ctx: ssl.SSLContext | None = ssl_context
+        if ctx is None and self.server.startswith("https"):
             ctx = ssl.create_default_context(cafile=ca_file, cadata=ca_data.decode() if ca_data else None)
             if insecure or not verify_hostname:
                 ctx.check_hostname = False
@@ -138,9 +140,8 @@ class Client:
 
     def with_token(self, token: str) -> Client:
         """A client of the same server and CA that authenticates with `token` (a ServiceAccount's)."""
-        c = Client(self.server, token, max_connections=self._limit)
-        c._ssl = self._ssl
-        return c
+        # this client's TLS context, not a new one: making one loads the system's CA store (~50 ms)
+        return Client(self.server, token, max_connections=self._limit, ssl_context=self._ssl)
 
     def set_token(self, token: str) -> None:
         """A refreshed bearer token: used from the next request on (`request` sends it on every call)."""

@@ -220,7 +220,8 @@ def node_configs(args: argparse.Namespace, layout: Layout, credentials: Credenti
         port=layout.kubelet_port if args.kubelet_port is None else args.kubelet_port,
         address=args.kubelet_address or "0.0.0.0", node_ip=node_ip or "",
         local_path_dir=layout.local_path_dir, plugin_registry_dir=layout.plugin_registry_dir,
-        volume_plugin_dir=args.volume_plugin_dir or layout.volume_plugin_dir, **settings)
+        volume_plugin_dir=args.volume_plugin_dir or layout.volume_plugin_dir, shared_pod_cache=True,
+        **settings)
     netproxy = ProxyConfig(
         mode=args.proxy_mode, node_name=node_name, node_ips=(node_ip,) if node_ip else (),
         rule_counters=args.proxy_rule_counters, ipvs_scheduler=args.ipvs_scheduler,

@@ -13,13 +13,13 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from kernel.fs import atomic_write
 from nodeagent.client.events import EventRecorder
-from nodeagent.client.informer import Informer
+from nodeagent.client.informer import Informer, shared
 from nodeagent.client.leader import LeaderElector
 from nodeagent.client.loadbalancer import set_load_balancer_status
 from nodeagent.client.rest import Client, ClientError
@@ -53,13 +53,15 @@ class Controller:
         self.proxy = proxy
         self.recorder = recorder
         self.dirty = asyncio.Event()
-        # TLS Secrets only: the certificates served are kubernetes.io/tls Secrets (the Gateway API's core
+        # the process's informers (shared with DNS, netpol, the kubelet... reading as the same user); TLS
+        # Secrets only: the certificates served are kubernetes.io/tls Secrets (the Gateway API's core
         # support), and a node's credential may list those and no others
         self.informers: dict[str, Informer] = {
-            k: Informer(client, r, field_selector=TLS_SECRETS if k == "secrets" else None)
+            k: shared(client, r, field_selector=TLS_SECRETS if k == "secrets" else None)
             for k, r in CORE.items()}
         if cfg.manage:
-            self.informers["nodes"] = Informer(client, "nodes")
+            self.informers["nodes"] = shared(client, "nodes")
+        self._removers: list[Callable[[], None]] = []
         self.gateway_api = False
         self.syncs = 0
         self.last_error = ""
@@ -114,9 +116,16 @@ class Controller:
         return inf.list() if inf else []
 
     async def run(self, tg: asyncio.TaskGroup) -> None:
+        try:
+            await self._run(tg)
+        finally:  # the shared informers live on for the others
+            for remove in self._removers:
+                remove()
+
+    async def _run(self, tg: asyncio.TaskGroup) -> None:
         for kind, inf in self.informers.items():
-            inf.add_handler(self._mark, lambda _old, _new: self._mark(), self._mark)
-            tg.create_task(inf.run(), name=f"ingress-informer-{kind}")
+            self._removers.append(inf.add_handler(self._mark, lambda _old, _new: self._mark(), self._mark))
+            tg.create_task(inf.run(client=self.client), name=f"ingress-informer-{kind}")
         await asyncio.gather(*(inf.wait_synced() for inf in self.informers.values()))
         tg.create_task(self.watch_gateway_api(tg), name="ingress-gateway-api")
         self.dirty.set()

@@ -22,7 +22,7 @@ from typing import Any
 from cri.client import RuntimeClient
 from nodeagent.api.times import parse_rfc3339
 from nodeagent.client.events import EventRecorder
-from nodeagent.client.informer import Informer
+from nodeagent.client.informer import Informer, Subset, pods_on_node
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet import admission, container_events, node_allocatable, node_status
@@ -53,6 +53,8 @@ from nodeagent.kubelet.static_pods import (
     mirror_matches,
     mirror_pod,
 )
+from nodeagent.kubelet.status import KUBELET_CONDITIONS
+from nodeagent.kubelet.status_manager import StatusManager
 from nodeagent.kubelet.tokens import TokenError, TokenManager
 from nodeagent.kubelet.volumes.csi import CSIPlugin, Drivers
 from nodeagent.kubelet.volumes.csiprovisioner import CSIProvisioner
@@ -91,7 +93,9 @@ class Kubelet:
                               eviction=self.eviction, addresses=[cfg.node_ip] if cfg.node_ip else None,
                               max_pods=cfg.pod_capacity(os.cpu_count() or 1),
                               system_reserved=system_reserved, kube_reserved=kube_reserved)
-        self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
+        self.pods: Informer | Subset = pods_on_node(client, cfg.node_name) if cfg.shared_pod_cache \
+            else Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")
+        self._unwatch_pods: Callable[[], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.tokens = TokenManager(client, self.clock)
         # CSI drivers: registered through <root>/plugins_registry, used by the CSI volume plugin and by
@@ -125,7 +129,9 @@ class Kubelet:
         self._relists = 0
         self._cleaning_dirs = False
         self.workers: PodWorkers | None = None
-        self.last_status: dict[str, dict[str, Any]] = {}
+        # statuses are set by the pod workers and written by the status manager's own loop
+        self.status = StatusManager(client, self.pods.get, self.clock)
+        self.last_status: dict[str, dict[str, Any]] = self.status.statuses
         self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event),
                                    self.last_status.get, self.clock)
         self.metrics = KubeletMetrics()
@@ -235,6 +241,8 @@ class Kubelet:
         try:
             await self._run_node(ready)
         finally:
+            if self._unwatch_pods is not None:  # a shared cache lives on for the others
+                self._unwatch_pods()
             if self.api is not None:
                 await self.api.stop()
 
@@ -320,6 +328,7 @@ class Kubelet:
             self.workers = PodWorkers(tg, self._sync_pod, self._terminate_pod, self.clock,
                                       resync=self.cfg.resync)
             tg.create_task(self.recorder.run(), name="kubelet-events")
+            tg.create_task(self.status.run(), name="kubelet-status-manager")
             tg.create_task(self.node.run(), name="kubelet-node")
             tg.create_task(self.probes.run(), name="kubelet-probes")
             objects_ready = asyncio.Event()
@@ -329,8 +338,9 @@ class Kubelet:
             await objects_ready.wait()
             await self.probes.wait_ready()
             tg.create_task(self._probe_updates(), name="kubelet-probe-updates")
-            self.pods.add_handler(self._on_pod, self._on_pod_update, self._on_pod_deleted)
-            tg.create_task(self.pods.run(), name="kubelet-pods")
+            self._unwatch_pods = self.pods.add_handler(self._on_pod, self._on_pod_update,
+                                                       self._on_pod_deleted)
+            tg.create_task(self.pods.run(client=self.client), name="kubelet-pods")
             await self.pods.wait_synced()
             tg.create_task(self.static_source.run(self._on_static_pods), name="kubelet-static-pods")
             if self.url_source is not None:
@@ -592,7 +602,7 @@ class Kubelet:
             # An evicted pod's volumes go now (its emptyDirs are what a disk eviction reclaims); the object
             # stays Failed until it is deleted.
             await asyncio.to_thread(self.volumes.teardown_pod, uid_of(pod))
-            await self._post_status(pod, evicted)
+            self._post_status(pod, evicted)
             return None
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
@@ -620,15 +630,17 @@ class Kubelet:
                 self.recorder.record(pod, "Warning", "NetworkNotReady",
                                      f"network is not ready: {node_status.aggregate(net_errors)}")
                 st = await self.runtime.state(pod)
-                await self._post_status(pod, self.runtime.pod_status(pod, st, self.node.addresses))
+                base = _with_own_status(pod, self.status.get(uid_of(pod)))
+                self._post_status(pod, self.runtime.pod_status(base, st, self.node.addresses))
                 return 1.0
         st = await self.runtime.sync(pod, liveness_failed, startup_failed)
         latest = latest_records(st.records)
         started, ready = self.probes.started_and_ready(
             pod, {n: r.container_id for n, r in latest.items()},
             {n: r.state == "running" for n, r in latest.items()})
-        status = self.runtime.pod_status(pod, st, self.node.addresses, ready=ready, started=started)
-        await self._post_status(pod, status)
+        status = self.runtime.pod_status(_with_own_status(pod, self.status.get(uid_of(pod))), st,
+                                         self.node.addresses, ready=ready, started=started)
+        self._post_status(pod, status)
         seen = self._first_seen.get(uid_of(pod))
         if seen is not None and status.get("phase") in ("Running", "Succeeded", "Failed"):
             del self._first_seen[uid_of(pod)]
@@ -644,18 +656,9 @@ class Kubelet:
             return min(left, 1.0) if waiting else left
         return 1.0 if waiting else None
 
-    async def _post_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
-        uid = uid_of(pod)
-        if self.last_status.get(uid) == status:
-            return
-        m = pod["metadata"]
-        try:
-            await self.client.patch("pods", m["name"], {"status": status}, namespace=m.get("namespace"),
-                                    subresource="status")
-            self.last_status[uid] = status
-        except ClientError as e:
-            if not e.not_found:
-                raise
+    def _post_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        """The pod's new status, written by the status manager (a static pod's to its mirror pod)."""
+        self.status.set(pod, status, mirror=is_static_pod(pod))
 
     async def _terminate_pod(self, pod: dict[str, Any]) -> None:
         assert self.runtime is not None
@@ -668,7 +671,7 @@ class Kubelet:
         if self.cpu is not None and await asyncio.to_thread(self.cpu.remove_pods, [uid_of(pod)]):
             if self.cpu_reconciler is not None:
                 self.cpu_reconciler.poke()
-        self.last_status.pop(uid_of(pod), None)
+        self.status.forget(uid_of(pod))
         m = pod["metadata"]
         cur = self.pods.get(m["name"], m.get("namespace"))
         if is_static_pod(pod):
@@ -685,6 +688,18 @@ class Kubelet:
 
 
 _VOLATILE_META = ("resourceVersion", "managedFields", "generation")
+
+
+def _with_own_status(pod: dict[str, Any], own: dict[str, Any] | None) -> dict[str, Any]:
+    """The pod with the kubelet's own last status as the base of the next one (kubelet's
+    generateAPIPodStatus reads the status manager's, not the API's, which may not show our last write yet),
+    but with the conditions other writers own (readiness gates, DisruptionTarget) as the API has them."""
+    if own is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return pod  # a phase terminal in the API stays (kubelet forces an illegal transition back)
+    api = (pod.get("status") or {}).get("conditions") or []
+    conds = [c for c in own.get("conditions") or [] if c.get("type") in KUBELET_CONDITIONS]
+    conds += [c for c in api if c.get("type") not in KUBELET_CONDITIONS]
+    return {**pod, "status": {**own, "conditions": conds}}
 
 
 def _desired_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:

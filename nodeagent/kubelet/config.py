@@ -103,6 +103,9 @@ class KubeletConfig:
     image_gc_period: float = 300.0  # kubelet's ImageGCPeriod
     pods_per_core: int = 0  # --pods-per-core: caps pods at this many per logical CPU; 0: no cap
     volume_plugin_dir: str = ""  # --volume-plugin-dir: FlexVolume drivers; "": flexVolume volumes refused
+    # read its pods from the process's cache of every pod (up/agent: netpol keeps one with the same
+    # credentials) instead of a watch of its own with spec.nodeName=<node> (one copy of each pod, not two)
+    shared_pod_cache: bool = False
 
     def __post_init__(self) -> None:
         for name in ("data_dir", "node_name", "runtime_endpoint", "root_dir", "log_dir", "manifests_dir"):

@@ -197,7 +197,7 @@ async def serve(config: SpeakerConfig, ready: asyncio.Event) -> None:
         await asyncio.Event().wait()
         return
     client = config.credentials.client()
-    informers = SharedInformers(client)
+    informers = SharedInformers(client, share=True)  # the process's: others read services, slices, nodes
     recorder = EventRecorder(client, "nodeagent-speaker", socket.gethostname())
     speaker = Speaker(client, config, responder, recorder, informers)
     runner = None
