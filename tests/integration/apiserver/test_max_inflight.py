@@ -16,14 +16,16 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-import kubernetes
 import pytest
 import yaml
 
 from nodeagent.apiserver.auth import TokenFile
 from nodeagent.testing.apiserver import start_server
 from tests.integration.apiserver.conftest import KUBECTL_120, KUBECTL_132
+
+kubernetes = pytest.importorskip("kubernetes")  # untyped here: the client's models are built from dicts
 
 USER = "inflight-user"
 
@@ -44,7 +46,7 @@ def limited(tmp_path_factory):
     assert rc == 0, srv.log()
 
 
-def api(srv, token: str) -> kubernetes.client.ApiClient:
+def api(srv, token: str) -> Any:
     cfg = kubernetes.client.Configuration()
     cfg.host = srv.url
     cfg.ssl_ca_cert = str(srv.ca_file)
@@ -73,7 +75,7 @@ class HeldWrite:
         return answer.split("\r\n", 1)[0]
 
 
-def inflight(admin: kubernetes.client.ApiClient, kind: str) -> float:
+def inflight(admin: Any, kind: str) -> float:
     """apiserver_current_inflight_requests{request_kind=kind}, read as system:masters (always served)."""
     text = admin.call_api("/metrics", "GET", _preload_content=False, auth_settings=["BearerToken"])[0].data
     for line in text.decode().splitlines():
