@@ -99,8 +99,9 @@ async def test_the_kubelet_client_waits_for_its_tokens():
         await runner.cleanup()
     assert len(hits) == 8
     hits.sort()
-    # four at once, then four more at 20/s: the last no sooner than 4/20 s after the first
-    assert hits[-1] - hits[0] >= 0.19
+    # four at once, then four more at 20/s: the last sent 4/20 s after the first; the first hit also waited
+    # for its connection (tens of ms on a loaded host), which the later ones reuse
+    assert hits[-1] - hits[0] >= 0.15
 
 
 def test_config_file_fields_and_flags_over_them(tmp_path):
