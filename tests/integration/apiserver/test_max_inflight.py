@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import kubernetes
 import pytest
@@ -39,10 +40,12 @@ def limited(tmp_path_factory):
                        timeout=90)  # a loaded 2-core host can take half a minute to import the server
     token = TokenFile(srv.data_dir / "tokens.csv").issue(USER, ())
     admin = api(srv, srv.token)
-    kubernetes.client.RbacAuthorizationV1Api(admin).create_cluster_role_binding({
-        "metadata": {"name": "inflight-user-admin"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "User", "name": USER, "apiGroup": "rbac.authorization.k8s.io"}]})
+    rbac = kubernetes.client
+    kubernetes.client.RbacAuthorizationV1Api(admin).create_cluster_role_binding(rbac.V1ClusterRoleBinding(
+        metadata=rbac.V1ObjectMeta(name="inflight-user-admin"),
+        role_ref=rbac.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
+                                name="cluster-admin"),
+        subjects=[rbac.RbacV1Subject(kind="User", name=USER, api_group="rbac.authorization.k8s.io")]))
     yield srv, token
     rc = srv.stop()
     assert rc == 0, srv.log()
@@ -104,31 +107,38 @@ def hold(srv, token: str, name: str) -> HeldWrite:
     return held
 
 
+def configmap(name: str) -> kubernetes.client.V1ConfigMap:
+    return kubernetes.client.V1ConfigMap(metadata=kubernetes.client.V1ObjectMeta(name=name))
+
+
 def test_python_client_gets_429_then_succeeds_after_retry(limited):
     srv, token = limited
     core = kubernetes.client.CoreV1Api(api(srv, token))
     held = hold(srv, token, "held-py")
     try:
         with pytest.raises(kubernetes.client.ApiException) as e:
-            core.create_namespaced_config_map("default", {"metadata": {"name": "py-refused"}})
+            core.create_namespaced_config_map("default", configmap("py-refused"))
         assert e.value.status == 429
-        assert e.value.headers["Retry-After"] == "1"
-        status = json.loads(e.value.body)
+        assert e.value.headers is not None and e.value.headers["Retry-After"] == "1"
+        status = json.loads(e.value.body or "")
         assert (status["kind"], status["code"], status["reason"]) == ("Status", 429, "TooManyRequests")
         assert status["message"] == "Too many requests, please try again later."
         assert status["details"]["retryAfterSeconds"] == 1
         # the other pool, a watch and a super-user are not held back
-        assert core.read_namespace("default").metadata.name == "default"
-        w = core.list_namespaced_config_map("default", watch=True, timeout_seconds=1, _preload_content=False)
+        ns = core.read_namespace("default")
+        assert ns.metadata is not None and ns.metadata.name == "default"
+        w: Any = core.list_namespaced_config_map("default", watch=True, timeout_seconds=1,
+                                                 _preload_content=False)
         assert w.status == 200
         w.release_conn()
         admin = kubernetes.client.CoreV1Api(api(srv, srv.token))
-        admin.create_namespaced_config_map("default", {"metadata": {"name": "py-by-admin"}})
+        admin.create_namespaced_config_map("default", configmap("py-by-admin"))
     finally:
         assert held.finish().startswith("HTTP/1.1 201")
     time.sleep(1)  # Retry-After
-    core.create_namespaced_config_map("default", {"metadata": {"name": "py-refused"}})
-    assert core.read_namespaced_config_map("py-refused", "default").metadata.name == "py-refused"
+    core.create_namespaced_config_map("default", configmap("py-refused"))
+    got = core.read_namespaced_config_map("py-refused", "default")
+    assert got.metadata is not None and got.metadata.name == "py-refused"
     assert metric(srv, "apiserver_dropped_requests_total", "mutating") >= 1
 
 
