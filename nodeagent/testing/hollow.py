@@ -270,6 +270,21 @@ class HollowNodes:
             with contextlib.suppress(ClientError):
                 await self._handle(pod)
 
+    @staticmethod
+    async def _write_status(client: Client, pod: dict, status: dict) -> None:
+        """An update of pods/status at the resourceVersion seen, read again on a conflict (a merge patch
+        of status raced a controller's metadata write in test_workloads' adoption test)."""
+        for _ in range(5):
+            try:
+                await client.update_status("pods", {**pod, "status": {**(pod.get("status") or {}), **status}})
+                return
+            except ClientError as e:
+                if not e.conflict:
+                    raise
+            pod = await client.get("pods", pod["metadata"]["name"], pod["metadata"]["namespace"])
+            if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+                return
+
     async def _handle(self, pod: dict) -> None:
         meta, spec = pod["metadata"], pod.get("spec") or {}
         node = spec.get("nodeName")
@@ -299,8 +314,7 @@ class HollowNodes:
                 new = running_status(pod, self._ips_of(node).assign(meta.get("uid", "")), host, now_rfc3339())
                 if self.on_written is not None:
                     self.on_written("status", pod)
-                await client.patch("pods", meta["name"], {"status": new}, meta["namespace"],
-                                   subresource="status")
+                await self._write_status(client, pod, new)
         except ClientError as e:
             if not (e.not_found or e.conflict):
                 raise

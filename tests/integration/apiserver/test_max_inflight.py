@@ -15,9 +15,11 @@ import ssl
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import pytest
 import yaml
 
@@ -25,28 +27,31 @@ from nodeagent.apiserver.auth import TokenFile
 from nodeagent.testing.apiserver import start_server
 from tests.integration.apiserver.conftest import KUBECTL_120, KUBECTL_132
 
-kubernetes = pytest.importorskip("kubernetes")  # untyped here: the client's models are built from dicts
-
 USER = "inflight-user"
 
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory):
     srv = start_server(tmp_path_factory.mktemp("inflight"), "sqlite",
-                       extra=["--max-requests-inflight", "1", "--max-mutating-requests-inflight", "1"],
+                       extra=["--max-requests-inflight", "1", "--max-mutating-requests-inflight", "1",
+                              # no embedded client competes for the one slot: the test's requests alone
+                              *[f"--without={c}" for c in ("scheduler", "controllers", "ingress",
+                                                           "podnetwork")]],
                        timeout=90)  # a loaded 2-core host can take half a minute to import the server
     token = TokenFile(srv.data_dir / "tokens.csv").issue(USER, ())
     admin = api(srv, srv.token)
-    kubernetes.client.RbacAuthorizationV1Api(admin).create_cluster_role_binding({
-        "metadata": {"name": "inflight-user-admin"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "User", "name": USER, "apiGroup": "rbac.authorization.k8s.io"}]})
+    rbac = kubernetes.client
+    kubernetes.client.RbacAuthorizationV1Api(admin).create_cluster_role_binding(rbac.V1ClusterRoleBinding(
+        metadata=rbac.V1ObjectMeta(name="inflight-user-admin"),
+        role_ref=rbac.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
+                                name="cluster-admin"),
+        subjects=[rbac.RbacV1Subject(kind="User", name=USER, api_group="rbac.authorization.k8s.io")]))
     yield srv, token
     rc = srv.stop()
     assert rc == 0, srv.log()
 
 
-def api(srv, token: str) -> Any:
+def api(srv, token: str) -> kubernetes.client.ApiClient:
     cfg = kubernetes.client.Configuration()
     cfg.host = srv.url
     cfg.ssl_ca_cert = str(srv.ca_file)
@@ -75,23 +80,35 @@ class HeldWrite:
         return answer.split("\r\n", 1)[0]
 
 
-def inflight(admin: Any, kind: str) -> float:
-    """apiserver_current_inflight_requests{request_kind=kind}, read as system:masters (always served)."""
-    text = admin.call_api("/metrics", "GET", _preload_content=False, auth_settings=["BearerToken"])[0].data
-    for line in text.decode().splitlines():
-        if line.startswith(f'apiserver_current_inflight_requests{{request_kind="{kind}"}}'):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+def metrics(srv) -> str:
+    """The server's /metrics, read as system:masters (always served, whatever the limits)."""
+    ctx = ssl.create_default_context(cafile=str(srv.ca_file))
+    ctx.check_hostname = False
+    req = urllib.request.Request(f"{srv.url}/metrics", headers={"Authorization": f"Bearer {srv.token}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+        return r.read().decode()
+
+
+def metric(srv, name: str, kind: str) -> float:
+    prefix = f'{name}{{request_kind="{kind}"}} '
+    return next((float(ln[len(prefix):]) for ln in metrics(srv).splitlines() if ln.startswith(prefix)), 0.0)
 
 
 def hold(srv, token: str, name: str) -> HeldWrite:
-    admin = api(srv, srv.token)
     held = HeldWrite(srv, token, name)
     deadline = time.monotonic() + 10
-    while inflight(admin, "mutating") < 1:
+    while metric(srv, "apiserver_current_inflight_requests", "mutating") < 1:
         assert time.monotonic() < deadline, "the half-sent write never took its slot"
         time.sleep(0.05)
+    held.sock.setblocking(False)
+    with pytest.raises(ssl.SSLWantReadError):  # no answer yet: it holds the slot, it was not refused
+        held.sock.recv(1)
+    held.sock.setblocking(True)
     return held
+
+
+def configmap(name: str) -> kubernetes.client.V1ConfigMap:
+    return kubernetes.client.V1ConfigMap(metadata=kubernetes.client.V1ObjectMeta(name=name))
 
 
 def test_python_client_gets_429_then_succeeds_after_retry(limited):
@@ -100,30 +117,29 @@ def test_python_client_gets_429_then_succeeds_after_retry(limited):
     held = hold(srv, token, "held-py")
     try:
         with pytest.raises(kubernetes.client.ApiException) as e:
-            core.create_namespaced_config_map("default", {"metadata": {"name": "py-refused"}})
+            core.create_namespaced_config_map("default", configmap("py-refused"))
         assert e.value.status == 429
-        assert e.value.headers["Retry-After"] == "1"
-        status = json.loads(e.value.body)
+        assert e.value.headers is not None and e.value.headers["Retry-After"] == "1"
+        status = json.loads(e.value.body or "")
         assert (status["kind"], status["code"], status["reason"]) == ("Status", 429, "TooManyRequests")
         assert status["message"] == "Too many requests, please try again later."
         assert status["details"]["retryAfterSeconds"] == 1
         # the other pool, a watch and a super-user are not held back
-        assert core.read_namespace("default").metadata.name == "default"
-        w = core.list_namespaced_config_map("default", watch=True, timeout_seconds=1, _preload_content=False)
+        ns = core.read_namespace("default")
+        assert ns.metadata is not None and ns.metadata.name == "default"
+        w: Any = core.list_namespaced_config_map("default", watch=True, timeout_seconds=1,
+                                                 _preload_content=False)
         assert w.status == 200
         w.release_conn()
         admin = kubernetes.client.CoreV1Api(api(srv, srv.token))
-        admin.create_namespaced_config_map("default", {"metadata": {"name": "py-by-admin"}})
+        admin.create_namespaced_config_map("default", configmap("py-by-admin"))
     finally:
         assert held.finish().startswith("HTTP/1.1 201")
     time.sleep(1)  # Retry-After
-    core.create_namespaced_config_map("default", {"metadata": {"name": "py-refused"}})
-    assert core.read_namespaced_config_map("py-refused", "default").metadata.name == "py-refused"
-    metrics = api(srv, srv.token).call_api("/metrics", "GET", _preload_content=False,
-                                           auth_settings=["BearerToken"])[0].data.decode()
-    dropped = [ln for ln in metrics.splitlines()
-               if ln.startswith('apiserver_dropped_requests_total{request_kind="mutating"}')]
-    assert dropped and float(dropped[0].rsplit(" ", 1)[1]) >= 1
+    core.create_namespaced_config_map("default", configmap("py-refused"))
+    got = core.read_namespaced_config_map("py-refused", "default")
+    assert got.metadata is not None and got.metadata.name == "py-refused"
+    assert metric(srv, "apiserver_dropped_requests_total", "mutating") >= 1
 
 
 @pytest.mark.parametrize("version", ["1.32", "1.20"])
@@ -145,15 +161,22 @@ def test_kubectl_retries_429_and_succeeds(limited, tmp_path, version):
                                   capture_output=True, text=True, timeout=60,
                                   env={**srv.env(), "KUBECONFIG": str(kc)})
 
+    dropped = metric(srv, "apiserver_dropped_requests_total", "mutating")
     t = threading.Thread(target=run)
     t.start()
     try:
-        time.sleep(2.5)  # kubectl meets the full pool, waits Retry-After, tries again
+        deadline = time.monotonic() + 60
+        while metric(srv, "apiserver_dropped_requests_total", "mutating") <= dropped:  # kubectl refused
+            assert t.is_alive() and time.monotonic() < deadline, out.get("p")
+            time.sleep(0.1)
+        time.sleep(1.5)  # it waits the Retry-After second and meets the full pool again
         assert t.is_alive(), out.get("p")
     finally:
         assert held.finish().startswith("HTTP/1.1 201")
         t.join(60)
     p = out["p"]
+    posts = [ln for ln in p.stderr.splitlines() if "POST" in ln and "/configmaps" in ln]
     assert p.returncode == 0, p.stderr
     assert f"configmap/{name} created" in p.stdout
-    assert "429 Too Many Requests" in p.stderr
+    assert any("429 Too Many Requests" in ln for ln in posts), posts
+    assert "201 Created" in posts[-1], posts
