@@ -31,7 +31,8 @@ from nodeagent.api.quantity import parse_quantity
 from tests.e2e.kubelet.test_node_up import BUSYBOX, Cluster, _running, _wait_runtime_empty
 from tests.harness.resources import unique
 
-pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]
+# the lab's emulated guests take minutes for `up` alone (the 300 s default cut the first lab run short)
+pytestmark = [pytest.mark.root, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 Mi = 1 << 20
 # Under the lab's software emulation everything is 10-20x slower than here.
