@@ -92,3 +92,15 @@ async def test_a_volume_a_node_creates_is_pinned_to_it():
             assert "may only write persistentvolumes whose nodeAffinity pins them to it" in e.value.message
     finally:
         REQUESTER.reset(token)
+
+
+def test_a_node_creates_a_mirror_pod_whatever_its_annotation_value():
+    from nodeagent.apiserver.auth import node_may
+
+    def pod(annotations: dict) -> dict:
+        return {"metadata": {"name": "web-a", "annotations": annotations}, "spec": {"nodeName": "a"}}
+
+    mirror = "kubernetes.io/config.mirror"
+    assert node_may("a", "create", "pods", "", "default", "", pod({mirror: ""})) is None
+    assert node_may("a", "create", "pods", "", "default", "", pod({mirror: "h"})) is None
+    assert node_may("a", "create", "pods", "", "default", "", pod({})) is not None
