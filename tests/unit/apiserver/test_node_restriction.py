@@ -63,7 +63,8 @@ async def test_a_mirror_pod_refers_to_nothing_of_the_api_s():
     token = REQUESTER.set(NODE)
     try:
         await check("pods", "", mirror(), None)
-        await check("pods", "", mirror(serviceAccountName="default", serviceAccount="default"), None)  # defaults
+        # the defaulted account, as this apiserver fills it in
+        await check("pods", "", mirror(serviceAccountName="default", serviceAccount="default"), None)
         cases: dict[str, dict[str, Any]] = {
                  "reference secrets": {"volumes": [{"name": "v", "secret": {"secretName": "s"}}]},
                  "reference configmaps": {"volumes": [{"name": "v", "configMap": {"name": "c"}}]},
