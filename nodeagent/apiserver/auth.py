@@ -152,9 +152,10 @@ def node_may(node: str, verb: str, resource: str, subresource: str, namespace: s
             return None
         if verb == "delete" and not subresource and bound == node:
             return None
-        if verb == "create" and not subresource and bound == node and \
-                ((obj or {}).get("metadata") or {}).get("annotations", {}).get("kubernetes.io/config.mirror"):
-            return None
+        annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+        mirror = "kubernetes.io/config.mirror" in annotations
+        if verb == "create" and not subresource and bound == node and mirror:
+            return None  # a mirror pod (the kubelet's carries an empty annotation value)
         return f"node \"{node}\" can only update the status of pods bound to it"
     if resource == "persistentvolumes" and not subresource:
         if obj is not None and pinned_node(obj) == node:

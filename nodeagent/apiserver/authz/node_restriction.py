@@ -51,7 +51,9 @@ def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
 def pod_references(pod: dict[str, Any]) -> str | None:
     """What a mirror pod may not refer to, as NodeRestriction names it (None: nothing)."""
     spec = pod.get("spec") or {}
-    if spec.get("serviceAccountName") or spec.get("serviceAccount"):
+    # this apiserver's pod defaults name `default` on every pod (kube's ServiceAccount admission does, and
+    # leaves mirror pods without): only another account is the static pod's own
+    if {spec.get("serviceAccountName") or "default", spec.get("serviceAccount") or "default"} != {"default"}:
         return "use service accounts"
     if pod_refs.secret_names(pod):
         return "reference secrets"

@@ -63,6 +63,8 @@ async def test_a_mirror_pod_refers_to_nothing_of_the_api_s():
     token = REQUESTER.set(NODE)
     try:
         await check("pods", "", mirror(), None)
+        # the defaulted account, as this apiserver fills it in
+        await check("pods", "", mirror(serviceAccountName="default", serviceAccount="default"), None)
         cases: dict[str, dict[str, Any]] = {
                  "reference secrets": {"volumes": [{"name": "v", "secret": {"secretName": "s"}}]},
                  "reference configmaps": {"volumes": [{"name": "v", "configMap": {"name": "c"}}]},
@@ -92,3 +94,15 @@ async def test_a_volume_a_node_creates_is_pinned_to_it():
             assert "may only write persistentvolumes whose nodeAffinity pins them to it" in e.value.message
     finally:
         REQUESTER.reset(token)
+
+
+def test_a_node_creates_a_mirror_pod_whatever_its_annotation_value():
+    from nodeagent.apiserver.auth import node_may
+
+    def pod(annotations: dict) -> dict:
+        return {"metadata": {"name": "web-a", "annotations": annotations}, "spec": {"nodeName": "a"}}
+
+    mirror = "kubernetes.io/config.mirror"
+    assert node_may("a", "create", "pods", "", "default", "", pod({mirror: ""})) is None
+    assert node_may("a", "create", "pods", "", "default", "", pod({mirror: "h"})) is None
+    assert node_may("a", "create", "pods", "", "default", "", pod({})) is not None
