@@ -438,8 +438,12 @@ class Kubelet:
             if not is_mirror_pod(cur):
                 return  # an API pod of that name exists: not ours to replace
             await self._delete_now(cur)
-        with contextlib.suppress(ClientError):
+        try:
             await self.client.create("pods", mirror_pod(pod, self.cfg.node_name, self.node.uid))
+        except ClientError as e:
+            if not e.already_exists:  # kubelet logs a failed create and tries at the next sync
+                log.warning("static pod %s/%s: cannot create its mirror pod: %s", m.get("namespace"),
+                            m["name"], e)
 
     # -- PLEG ----------------------------------------------------------------------------------------
     async def _pleg_loop(self) -> None:
