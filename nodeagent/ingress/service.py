@@ -176,8 +176,14 @@ class Controller:
                          how)
         if self.cfg.manage and self.leading:
             if not self._classes_ensured:
-                await self.ensure_class()
+                # marked first: the Gateway API appearing while this awaits marks it again, so the next sync
+                # creates the GatewayClass (marking after the await lost that, and the class was never made)
                 self._classes_ensured = True
+                try:
+                    await self.ensure_class()
+                except BaseException:
+                    self._classes_ensured = False
+                    raise
             await self.report(desired.problems)
             await self.write_statuses(gw)
         self.last_error = ""
