@@ -139,6 +139,12 @@ class CgroupSampler:
             if self.mem_dir is not None:
                 self.working_sets.append((time.time(), cgroup_working_set(self.mem_dir)))
 
+    def cover(self, until: float, timeout: float = 10.0) -> None:
+        """Wait until the reads reach wall time `until` (the API's window may end less than a second ago)."""
+        end = time.monotonic() + timeout
+        while (not self.samples or self.samples[-1][0] < until) and time.monotonic() < end:
+            time.sleep(0.05)
+
     def working_sets_around(self, t: float, before: float = 1.0, after: float = 2.0) -> list[int]:
         """The working sets read from `before` s ahead of t to `after` s past it (the API's timestamp is
         the scrape's, to the second)."""
@@ -158,6 +164,7 @@ class CgroupSampler:
     def rates(self, end_from: float, window: float) -> list[float]:
         """The cgroup's CPU rate (millicores) over `window` seconds ending anywhere in [end_from, end_from+1):
         the metrics API writes its timestamp to the second."""
+        self.cover(end_from + 1.0)
         return [(self.at(e) - self.at(e - window)) / window * 1000
                 for e in (end_from + i * 0.05 for i in range(20))]
 

@@ -25,7 +25,8 @@ def test_kubectl_autoscale_creates_one_both_versions_see(kubectl):
     assert v2["apiVersion"] == "autoscaling/v2"
     assert v2["spec"]["metrics"] == [{"type": "Resource", "resource": {
         "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}}}]
-    assert v2["metadata"]["resourceVersion"] == v1["metadata"]["resourceVersion"]
+    # one stored object (the HPA controller may write its status between the two reads: not the version)
+    assert v2["metadata"]["uid"] == v1["metadata"]["uid"]
     assert "web" in kubectl("get", "hpa", "-n", ns)
 
     # a v2 change seen through v1; other metrics ride in v1's annotation

@@ -14,5 +14,6 @@ async def test_apiserver_mode_binds_every_measured_pod(tmp_path):
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    rate, cpu_rate, pods, setup = await bench.run_apiserver("basic", 5, tmp_path / "srv", measure=30)
-    assert pods == 30 and rate > 0 and cpu_rate > 0 and setup > 0
+    rate, cpu_rate, pods, setup, client_cpu = await bench.run_apiserver("basic", 5, tmp_path / "srv",
+                                                                        measure=30)
+    assert pods == 30 and rate > 0 and cpu_rate > 0 and setup > 0 and client_cpu >= 0
