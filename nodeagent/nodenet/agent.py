@@ -56,6 +56,7 @@ class NodeNet:
         self.wake = asyncio.Event()
         self.mode: str | None = None
         self.cluster_cidr: str | None = None
+        self._masq_op: asyncio.Future[None] | None = None  # the exemption's insert, in its thread
         self.dataplane: Any = None
         self.published = False
         self.announce: tuple[str, ...] = ()  # further addresses announced over BGP (set_announced)
@@ -93,10 +94,16 @@ class NodeNet:
             log.info("node %s: pod network %s (underlay %s, pods %s%s)", self.node, mode, self.public_ip,
                      self.pod_cidr, f", VTEP {self.dataplane.vtep_mac}" if self.dataplane.vtep_mac else "")
         if cidr and cidr != self.cluster_cidr:
-            if self.cluster_cidr:
-                await asyncio.to_thread(masq.remove, self.cluster_cidr, self.node)
-            await asyncio.to_thread(masq.ensure, cidr, self.node)
-            self.cluster_cidr = cidr
+            old, self.cluster_cidr = self.cluster_cidr, cidr  # first: a stop meanwhile still removes the rule
+            try:
+                if old:
+                    await asyncio.to_thread(masq.remove, old, self.node)
+                # shielded: a stop waits for the insert to finish before its cleanup removes the rule
+                self._masq_op = asyncio.ensure_future(asyncio.to_thread(masq.ensure, cidr, self.node))
+                await asyncio.shield(self._masq_op)
+            except Exception:
+                self.cluster_cidr = old  # the next step tries again
+                raise
         want = P.my_annotations(mode, self.public_ip, pod_cidr, self.dataplane.vtep_mac, spec_cidr)
         mine = ((self.nodes.get(self.node) or {}).get("metadata") or {}).get("annotations") or {}
         if not self.published or any(mine.get(k) != v for k, v in want.items()):
@@ -227,6 +234,8 @@ class NodeNet:
         finally:
             if self.bgp is not None:
                 await asyncio.shield(self.bgp.forget())
+            if self._masq_op is not None:
+                await asyncio.shield(asyncio.gather(self._masq_op, return_exceptions=True))
             await asyncio.shield(asyncio.to_thread(self.cleanup))
 
     def cleanup(self) -> None:
