@@ -26,6 +26,7 @@ from nodeagent.client.informer import Informer, Subset, pods_on_node
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.kubelet import admission, container_events, node_allocatable, node_status
+from nodeagent.kubelet.cgroups import QOS_UPDATE_INTERVAL_S, update_qos_cgroups
 from nodeagent.kubelet.config import KubeletConfig
 from nodeagent.kubelet.cpumanager.cpuset import read_topology
 from nodeagent.kubelet.cpumanager.manager import AllocationError, CPUManager
@@ -315,7 +316,8 @@ class Kubelet:
                                   runtime_handler=self._runtime_handler,
                                   cpuset_of=self.cpu.cpuset if self.cpu is not None else None,
                                   on_created=self.cpu_reconciler.created
-                                  if self.cpu_reconciler is not None else None)
+                                  if self.cpu_reconciler is not None else None,
+                                  active_pods=self._active_pods)
         if self.runtime.cgroups is not None:
             await asyncio.to_thread(_ensure_qos_tree, self.runtime.cgroups, self.runtime.cgroup_root)
             system_reserved, kube_reserved = self.cfg.reserved()
@@ -360,6 +362,8 @@ class Kubelet:
             tg.create_task(loop.run(), name="kubelet-eviction")
             if self.cpu_reconciler is not None:
                 tg.create_task(self.cpu_reconciler.run(), name="kubelet-cpu-manager")
+            if self.runtime.cgroups is not None:
+                tg.create_task(self._qos_cgroups_loop(), name="kubelet-qos-cgroups")
             if self.cfg.local_path_dir:
                 provisioner = LocalPathProvisioner(self.client, self.cfg.node_name, self.cfg.local_path_dir,
                                                    self.recorder)
@@ -524,6 +528,19 @@ class Kubelet:
                                 uid, e)
         finally:
             self._cleaning_dirs = False
+
+    async def _qos_cgroups_loop(self) -> None:
+        """qosContainerManager's periodic UpdateCgroups: the burstable cgroup's shares follow its pods
+        as they come and go (a new pod's sync updates them before its own cgroup is made)."""
+        assert self.runtime is not None
+        while True:
+            await self.clock.sleep(QOS_UPDATE_INTERVAL_S)
+            try:
+                await asyncio.to_thread(update_qos_cgroups, self.runtime.cgroups, self.runtime.cgroup_root,
+                                        self._active_pods())
+            except OSError as e:
+                log.warning("updating the QoS cgroups failed (retried in %.0fs): %s",
+                            QOS_UPDATE_INTERVAL_S, e)
 
     # -- eviction ----------------------------------------------------------------------------------
     def _active_pods(self) -> list[dict[str, Any]]:

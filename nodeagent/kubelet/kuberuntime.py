@@ -24,7 +24,7 @@ from nodeagent.kubelet import images as image_policy
 from nodeagent.kubelet import pod_files, resources
 from nodeagent.kubelet import security_context as security
 from nodeagent.kubelet.backoff import CrashLoopBackoff, ImagePullBackoff, container_backoff_key
-from nodeagent.kubelet.cgroups import ensure_pod_cgroup, remove_cgroup
+from nodeagent.kubelet.cgroups import ensure_pod_cgroup, remove_cgroup, update_qos_cgroups
 from nodeagent.kubelet.container_env import apply_env, prepare_sub_paths, pull_with_credentials, sub_path
 from nodeagent.kubelet.envvars import ContainerSources, Env, EnvError, Standalone
 from nodeagent.kubelet.labels import (
@@ -73,8 +73,11 @@ class PodRuntime:
                  sources: ContainerSources | None = None,
                  runtime_handler: Callable[[Mapping[str, Any]], Awaitable[str]] | None = None,
                  cpuset_of: Callable[[Mapping[str, Any], Mapping[str, Any]], str] | None = None,
-                 on_created: Callable[[str, str], None] | None = None) -> None:
+                 on_created: Callable[[str, str], None] | None = None,
+                 active_pods: Callable[[], list[dict[str, Any]]] | None = None) -> None:
         self.cri = cri
+        # The kubelet's active pods (admitted, not terminal): what the burstable QoS cgroup's shares sum.
+        self.active_pods = active_pods
         # The CPU manager: a container's cpuset.cpus ("" for none) and who hears of the cpuset it got.
         self.cpuset_of = cpuset_of
         self.on_created = on_created
@@ -198,8 +201,8 @@ class PodRuntime:
                                          f"Failed to create pod sandbox: {e}")
                     return st
             if self.cgroups is not None:
-                await asyncio.to_thread(ensure_pod_cgroup, self.cgroups, self.cgroup_parent(pod),
-                                        resources.pod_resource_config(pod))
+                active = self.active_pods() if self.active_pods is not None else None
+                await asyncio.to_thread(self._make_pod_cgroup, pod, active)
             sid = await self.cri.run_pod_sandbox(new_cfg, handler)
             st = await self.state(pod)
         sandbox_cfg = self.sandbox_config(pod, actions.attempt)
@@ -415,6 +418,16 @@ class PodRuntime:
 
     def cgroup_parent(self, pod: Mapping[str, Any]) -> str:
         return resources.pod_cgroup(pod, self.cgroup_root).cgroupfs()
+
+    def _make_pod_cgroup(self, pod: Mapping[str, Any], active: list[dict[str, Any]] | None) -> None:
+        """As kubelet's syncPod (blocking: a worker thread): a pod whose cgroup does not exist yet first
+        updates the QoS cgroups, itself among the active pods, then gets its own cgroup with its limits."""
+        path = self.cgroup_parent(pod)
+        if active is not None and not self.cgroups.exists(path):
+            if all(uid_of(p) != uid_of(pod) for p in active):
+                active = [*active, dict(pod)]
+            update_qos_cgroups(self.cgroups, self.cgroup_root, active)
+        ensure_pod_cgroup(self.cgroups, path, resources.pod_resource_config(pod))
 
     def sandbox_config(self, pod: Mapping[str, Any], attempt: int) -> pb.PodSandboxConfig:
         m = pod.get("metadata") or {}

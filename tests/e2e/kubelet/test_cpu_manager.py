@@ -104,6 +104,10 @@ def test_static_policy_gives_a_guaranteed_pod_its_own_cpu(tmp_path, images):
             be = _cgroup_files(c, c.pod("besteffort"), "besteffort/")
             assert be["cpuset.cpus"] == shared and be["cpu.shares"] == "2", be
             assert be["cpu.cfs_quota_us"] == "-1", be
+            # the QoS cgroups (qosContainerManager): no Burstable pod, so burstable gets the minimum, not 1024
+            kubepods = Path(detect_cgroups().v1_controllers["cpu"], c.cgroup_root().strip("/"), "kubepods")
+            assert (kubepods / "burstable" / "cpu.shares").read_text().strip() == "2"
+            assert (kubepods / "besteffort" / "cpu.shares").read_text().strip() == "2"
 
         assert c.stop() == 0  # the checkpoint outlives the kubelet
         c.start()

@@ -1,8 +1,9 @@
 """The pod<uid> cgroup's pod-level limits, written before the sandbox as the kubelet's pod container
-manager does (ResourceConfigForPod): the numbers the driver is asked to write."""
+manager does (ResourceConfigForPod), and the QoS classes' shares (qosContainerManager.UpdateCgroups): the
+numbers the driver is asked to write."""
 
 from kernel.cgroups.base import Resources
-from nodeagent.kubelet.cgroups import ensure_pod_cgroup
+from nodeagent.kubelet.cgroups import ensure_pod_cgroup, update_qos_cgroups
 from nodeagent.kubelet.resources import pod_resource_config
 
 
@@ -48,3 +49,28 @@ def test_burstable_missing_a_limit_leaves_quota_and_memory_unset():
 def test_best_effort_gets_two_shares():
     res = written(pod({}))
     assert (res.cpu_shares, res.cpu_quota, res.memory_limit) == (2, 0, 0)
+
+
+def qos_pod(uid: str, *containers: dict) -> dict:
+    p = pod(*containers)
+    p["metadata"]["uid"] = uid
+    return p
+
+
+def test_burstable_qos_cgroup_gets_the_sum_of_its_pods_cpu_requests():
+    rec = Recorder()
+    pods = [qos_pod("a", {"requests": {"cpu": "250m"}}),
+            qos_pod("b", {"requests": {"cpu": "100m", "memory": "1Mi"}}, {"requests": {"memory": "1Mi"}}),
+            qos_pod("g", {"limits": {"cpu": "1", "memory": "1Mi"}}),  # Guaranteed: not summed
+            qos_pod("e", {})]
+    got = update_qos_cgroups(rec, ("k8s",), pods)
+    assert got == {"/k8s/kubepods/burstable": 358, "/k8s/kubepods/besteffort": 2}
+    assert [(c[1], c[2].cpu_shares) for c in rec.calls if c[2] is not None] == list(got.items())
+
+
+def test_burstable_qos_cgroup_without_cpu_requests_gets_the_minimum():
+    """No Burstable pod asks for CPU (or there is none): MilliCPUToShares(0) is the minimum, 2, not
+    the cgroup's default 1024 (cpu.weight 100 on v2)."""
+    rec = Recorder()
+    assert update_qos_cgroups(rec, (), [qos_pod("b", {"requests": {"memory": "16Mi"}})]) == {
+        "/kubepods/burstable": 2, "/kubepods/besteffort": 2}
