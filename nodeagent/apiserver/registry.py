@@ -8,10 +8,8 @@ Service IP/port allocators. Handlers in `handlers.py` translate HTTP to these ca
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import datetime as dt
-import json
 import logging
 import random
 import uuid
@@ -114,18 +112,6 @@ def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in _NO_SPEC_KEYS}
 
 
-def encode_continue(rv: int, key: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"rv": rv, "start": key}).encode()).decode()
-
-
-def decode_continue(token: str) -> tuple[int, str]:
-    try:
-        d = json.loads(base64.urlsafe_b64decode(token.encode() + b"=" * (-len(token) % 4)))
-        return int(d["rv"]), str(d["start"])
-    except Exception:
-        raise errors.bad_request("continue key is not valid: illegal base64 data") from None
-
-
 class Registry:
     def __init__(self, store: store_base.Store, allocators: Allocators | None = None,
                  on_error: Callable[[BaseException], None] | None = None) -> None:
@@ -164,32 +150,15 @@ class Registry:
             raise errors.not_found(res.name, name, res.group) from None
 
     async def list(self, res: Resource, ns: str | None, labels: Selector | None = None,
-                   fields: tuple[FieldRequirement, ...] = (), limit: int = 0,
-                   cont: str | None = None) -> tuple[list[dict[str, Any]], int, str | None]:
+                   fields: tuple[FieldRequirement, ...] = ()) -> tuple[list[dict[str, Any]], int, None]:
+        """Every matching object from the store (the HTTP list, with its resourceVersion options and
+        pages, is served by the handlers from the watch cache)."""
         prefix = res.key_prefix(ns)
         ns_name = next((f.value for f in fields if f.field == "metadata.namespace" and f.op == "="), None)
         if res.namespaced and not ns and ns_name:
             prefix = res.key_prefix(ns_name)
         items, rev = await self.store.list(prefix)
-        start_key = None
-        if cont:
-            rev_c, start_key = decode_continue(cont)
-            rev = rev_c
-        out: list[dict[str, Any]] = []
-        more: str | None = None
-        for o in items:
-            if start_key is not None:
-                k = res.key((o.get("metadata") or {}).get("namespace"), o["metadata"]["name"])
-                if k <= start_key:
-                    continue
-            if not matches(o, labels, fields):
-                continue
-            if limit and len(out) >= limit:
-                last = out[-1]["metadata"]
-                more = encode_continue(rev, res.key(last.get("namespace"), last["name"]))
-                break
-            out.append(o)
-        return out, rev, more
+        return [o for o in items if matches(o, labels, fields)], rev, None
 
     # ------------------------------------------------------------------ create
     async def create(self, res: Resource, ns: str | None, obj: Any, dry_run: bool = False,

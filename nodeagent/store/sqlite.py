@@ -56,7 +56,17 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Literal
 
-from nodeagent.store.base import AlreadyExists, Conflict, Event, EventType, Gone, NotFound, StoreError
+from nodeagent.store.base import (
+    AlreadyExists,
+    Conflict,
+    Event,
+    EventType,
+    FutureRevision,
+    Gone,
+    NotFound,
+    StoreError,
+    rewind,
+)
 from nodeagent.store.codec import decode, encode
 from nodeagent.store.fanout import DEFAULT_QUEUE, FanOut
 
@@ -377,6 +387,32 @@ class SQLiteStore:
         except KeyError:
             raise NotFound(key) from None
         return decode(value, rev)
+
+    async def list_at(self, prefix: str, revision: int) -> list[dict]:
+        """From the current state and the log after `revision`: a key's first entry after it holds (or
+        joins) its value then. Gone when that value was compacted away: a key last written before the
+        compaction and changed after `revision` (the log keeps no superseded value at or below it)."""
+        if revision > self._rev:
+            raise FutureRevision(prefix, revision, self._rev)
+        if revision < self._compacted:
+            raise Gone(prefix, revision, self._compacted)
+        upto = self._rev
+        keys, cache = self._keys, self._cache
+        i = bisect.bisect_left(keys, prefix)
+        current: dict[str, tuple[int, str]] = {}
+        while i < len(keys) and keys[i].startswith(prefix):
+            current[keys[i]] = cache[keys[i]]
+            i += 1
+        raws: Sequence[_Raw] = ()
+        if revision < upto:
+            ring = self._from_ring(revision)
+            raws = ring if ring is not None else await asyncio.to_thread(self._read_log, prefix, revision,
+                                                                         upto)
+        changes: list[tuple[str, str, tuple[int, str] | None]] = [
+            (TYPE_NAMES[r[1]], r[2], (r[4], r[5]) if r[4] is not None and r[5] is not None else None)
+            for r in raws if r[0] <= upto and r[2].startswith(prefix)]
+        # decode only what is returned: the state at `revision` as (revision, JSON) per key
+        return [decode(v, rv) for rv, v in rewind(prefix, revision, current, changes)]
 
     async def list(self, prefix: str) -> tuple[list[dict], int]:
         keys, cache = self._keys, self._cache

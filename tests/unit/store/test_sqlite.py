@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from nodeagent.store.base import Gone
 from nodeagent.store.sqlite import SQLiteStore
 
 
@@ -111,5 +112,28 @@ async def test_sqlite_watch_backlog_from_the_log_table_hands_over_to_live_events
         await writer()
         for since, revs in await asyncio.wait_for(asyncio.gather(*watchers), 60):
             assert revs == list(range(since + 1, base + total + 1))
+    finally:
+        await s.close()
+
+
+async def test_list_at_reads_the_log_beyond_the_ring_and_is_gone_where_compaction_took_the_value(tmp_path):
+    """Past the ring the state at a revision comes from the log table; a value superseded after that
+    revision but written before the compaction is no longer kept: Gone, as etcd for a compacted one."""
+    s = SQLiteStore(str(tmp_path / "s.db"), ring_size=2)
+    await s.start()
+    try:
+        await s.create("/p/old", {"metadata": {"name": "old"}, "v": 0})
+        await s.create("/p/a", {"metadata": {"name": "a"}, "v": 1})
+        at = s.revision
+        for v in range(2, 6):
+            await s.update("/p/a", {"metadata": {"name": "a"}, "v": v})
+        await s.create("/p/b", {"metadata": {"name": "b"}})
+        then = await s.list_at("/p/", at)
+        assert [(o["metadata"]["name"], o["v"]) for o in then] == [("a", 1), ("old", 0)]
+        await s.compact(at - 1)  # the log up to "old"'s write goes; it is unchanged since
+        assert [o["metadata"]["name"] for o in await s.list_at("/p/", at)] == ["a", "old"]
+        await s.update("/p/old", {"metadata": {"name": "old"}, "v": 9})  # its value at `at` is gone now
+        with pytest.raises(Gone):
+            await s.list_at("/p/", at)
     finally:
         await s.close()
