@@ -426,6 +426,10 @@ class Registry:
         rv = meta.get("resourceVersion")
         if rv and rv != cur_meta.get("resourceVersion"):
             raise errors.conflict(res.name, name, res.group)
+        if meta.get("uid") and meta["uid"] != cur_meta.get("uid"):  # the body's uid is a precondition
+            raise errors.conflict(res.name, name, res.group,
+                                  f"Precondition failed: UID in precondition: {meta['uid']}, UID in object "
+                                  f"meta: {cur_meta.get('uid')}")
         new = self._merge_for_update(res, current, obj, subresource)
         nm = new["metadata"]
         for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -534,6 +538,11 @@ class Registry:
                     return await self.create(res, ns, create_missing(), dry_run), True
                 raise errors.not_found(res.name, name, res.group) from None
             new = mutate(copy.deepcopy(current))
+            uid = (new.get("metadata") or {}).get("uid")
+            if uid and uid != current["metadata"].get("uid"):  # kube's ValidateObjectMetaUpdate
+                cause = {"reason": "FieldValueInvalid", "field": "metadata.uid",
+                         "message": f'Invalid value: "{uid}": field is immutable'}
+                raise errors.invalid(res.kind, name, [cause], res.group)
             pinned = (new.get("metadata") or {}).get("resourceVersion")
             if not pinned or pinned == current["metadata"].get("resourceVersion"):
                 new.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
