@@ -313,11 +313,10 @@ class Handlers:
         ns, name = info.namespace, info.name or ""
         if sub not in ("", "status"):
             raise errors.method_not_allowed()
-        table_of = q.get("includeObject", "Metadata") if wants.table else None
         if verb == "get":
             return json_response(self._single(res, await conv.get(ns, name), wants, q))
         if verb == "list":
-            return json_response(await conv.list(ns, *self._selectors(res, q), table_of, wants.partial))
+            return await self._list(request, info, wants, convert=conv)
         if verb == "watch":
             return await self._watch(request, info, wants, convert=conv)
         if verb == "create" and not sub:
@@ -548,11 +547,14 @@ class Handlers:
         check_field_selector(res, fields)
         return labels, fields
 
-    async def _list(self, request: web.BaseRequest, info: RequestInfo, wants: Wants) -> web.StreamResponse:
+    async def _list(self, request: web.BaseRequest, info: RequestInfo, wants: Wants,
+                    convert: versions.ConvertedVerbs | None = None) -> web.StreamResponse:
         """kube-apiserver 1.32's list: options validated, the objects at the revision the options ask for
-        (see `_list_entries`), selectors, then `limit` with a continue token at that revision."""
+        (see `_list_entries`), selectors, then `limit` with a continue token at that revision; with
+        `convert`, over the stored version's objects, each converted to the served one."""
         q = request.query
-        res = info.resource
+        served = info.resource
+        res = convert.storage if convert is not None else served
         opts = list_options.parse(q, watch=False)
         list_options.validate(opts)
         labels, fields = self._selectors(res, q)
@@ -586,13 +588,19 @@ class Handlers:
             meta["continue"] = cont
             if remaining is not None:
                 meta["remainingItemCount"] = remaining
-        if not wants.table and not wants.partial:
+        if convert is not None:
+            items = [convert.out(e.obj) for e in selected]
+        elif not wants.table and not wants.partial:
             head = codec.dumps({"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta})
             body = head[:-1] + b',"items":[' + b",".join(e.raw for e in selected) + b"]}"
             return web.Response(body=body, content_type=JSON)
-        items = [e.obj for e in selected]
+        else:
+            items = [e.obj for e in selected]
+        if not wants.table and not wants.partial:
+            return json_response({"kind": f"{served.kind}List", "apiVersion": served.api_version,
+                                  "metadata": meta, "items": items})
         if wants.table:
-            return json_response(table.table(res.kind, items, str(rev),
+            return json_response(table.table(served.kind, items, str(rev),
                                              q.get("includeObject", "Metadata"), cont))
         return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
                               "metadata": meta,
