@@ -38,9 +38,10 @@ def names(doc: dict[str, Any]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """No controllers: nothing but the tests writes to the namespace (no kube-root-ca.crt in the lists)."""
+    """No controllers: nothing but the tests and the apiserver's bootstrap writes to the namespace."""
+    without = ("scheduler", "controllers", "ingress", "podnetwork")
     srv = start_server(tmp_path_factory.mktemp("listrv"), "sqlite", timeout=90,
-                       extra=[f"--without={c}" for c in ("scheduler", "controllers", "ingress", "podnetwork")])
+                       extra=[f"--without={c}" for c in without])
     yield srv
     rc = srv.stop()
     assert rc == 0, srv.log()
@@ -151,7 +152,7 @@ def test_watchlist_stream_as_client_go_reads_it(server, objects):
     req = urllib.request.Request(f"{server.url}{CM}?{q}", headers={"Authorization": f"Bearer {server.token}"})
     with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
         assert r.status == 200
-        events = []
+        events: list[dict[str, Any]] = []
         while len(events) < 6:
             events.append(json.loads(r.readline()))
         assert [(e["type"], e["object"]["metadata"].get("name")) for e in events] == [
