@@ -65,7 +65,7 @@ def _bool(q: Mapping[str, str], name: str) -> bool | None:
 def parse(q: Mapping[str, str], watch: bool) -> ListOptions:
     """The options of a list (watch=False) or watch request; 400 BadRequest for values that do not parse."""
     try:
-        limit = int(q.get("limit") or 0)
+        limit = max(0, int(q.get("limit") or 0))  # kube pages only for a limit above 0
     except ValueError:
         raise errors.bad_request("limit must be an integer") from None
     return ListOptions(resource_version=q.get("resourceVersion") or "",

@@ -70,6 +70,8 @@ async def test_latest_any_and_not_older_than(api, monkeypatch):
     # "0": any, from the cache, and the cacher ignores its limit
     doc = await get(h, "resourceVersion=0&limit=1")
     assert names(doc) == ["a", "b", "c"] and "continue" not in doc["metadata"]
+    doc = await get(h, "limit=-1")  # no limit
+    assert names(doc) == ["a", "b", "c"] and "continue" not in doc["metadata"]
     doc = await get(h, f"resourceVersion={store.revision}&resourceVersionMatch=NotOlderThan")
     assert names(doc) == ["a", "b", "c"]
     monkeypatch.setattr(handlers_mod, "FRESH_WAIT_S", 0.1)
