@@ -112,6 +112,14 @@ def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in _NO_SPEC_KEYS}
 
 
+class StaleWrite(ApiError):
+    """409 Conflict: the object changed between the read a write was based on and the write itself."""
+
+    def __init__(self, resource: str, name: str, group: str) -> None:
+        e = errors.conflict(resource, name, group)
+        super().__init__(e.code, e.reason, e.message, e.details)
+
+
 class Registry:
     def __init__(self, store: store_base.Store, allocators: Allocators | None = None,
                  on_error: Callable[[BaseException], None] | None = None) -> None:
@@ -405,7 +413,23 @@ class Registry:
     async def update(self, res: Resource, ns: str | None, name: str, obj: Any, subresource: str = "",
                      dry_run: bool = False,
                      current: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
-        """Replace an object (or its status); returns (object, created)."""
+        """Replace an object (or its status); returns (object, created). An update whose body names no
+        resourceVersion is unconditional: kube's GuaranteedUpdate applies it to the object as it is now,
+        so a write landing between our read and our write makes it read again, not fail with 409. With
+        `current` (a patch's read), the caller retries."""
+        unconditional = current is None and isinstance(obj, dict) \
+            and not (obj.get("metadata") or {}).get("resourceVersion")
+        for attempt in range(_PATCH_ATTEMPTS if unconditional else 1):
+            try:
+                return await self._update_once(res, ns, name, obj, subresource, dry_run, current)
+            except StaleWrite:
+                if not unconditional:
+                    raise
+                await asyncio.sleep(random.uniform(0, 0.001 * min(attempt + 1, 20)))
+        raise errors.conflict(res.name, name, res.group)
+
+    async def _update_once(self, res: Resource, ns: str | None, name: str, obj: Any, subresource: str,
+                           dry_run: bool, current: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
         obj = self._check_body(res, ns, obj)
         meta = obj["metadata"]
         if meta.get("name") and meta["name"] != name:
@@ -490,7 +514,7 @@ class Registry:
         try:
             out = await self.store.update(res.key(ns, name), new, int(cur_meta["resourceVersion"]))
         except store_base.Conflict:
-            raise errors.conflict(res.name, name, res.group) from None
+            raise StaleWrite(res.name, name, res.group) from None
         except store_base.NotFound:
             raise errors.not_found(res.name, name, res.group) from None
         return out, False

@@ -122,3 +122,24 @@ async def test_the_uid_is_a_precondition(reg):
     assert e.value.code == 409 and "Precondition failed: UID in precondition" in e.value.message
     got = await reg.get(PODS, "d", "orphan")
     assert not got["metadata"].get("ownerReferences")
+
+
+async def test_an_unconditional_status_update_is_applied_to_the_pod_as_it_is_now(reg):
+    """A PUT of pods/status without a resourceVersion (what `kubectl replace --subresource=status` of an
+    object stripped of it sends) racing other writes: kube's GuaranteedUpdate reads again, never 409s."""
+    seen = await make_pod(reg)
+    conflicts = count_conflicts(reg)
+    body = {k: v for k, v in seen.items() if k != "status"}
+    body["metadata"] = {k: v for k, v in seen["metadata"].items() if k != "resourceVersion"}
+
+    async def put(i: int) -> None:
+        await reg.update(PODS, "d", "orphan", {**body, "status": {"message": f"m{i}"}}, "status")
+
+    await asyncio.gather(*(put(i) for i in range(4)), patch(reg, podutil.adopt_patch(RS, seen), STRATEGIC),
+                         *(put(i) for i in range(4, 8)))
+    got = await reg.get(PODS, "d", "orphan")
+    assert conflicts[0] > 0  # they did meet each other
+    assert [r["uid"] for r in got["metadata"]["ownerReferences"]] == [RS["metadata"]["uid"]]
+    with pytest.raises(ApiError) as e:  # with the resourceVersion it read, a write still meets a 409
+        await reg.update(PODS, "d", "orphan", {**seen, "status": {"message": "late"}}, "status")
+    assert e.value.code == 409
