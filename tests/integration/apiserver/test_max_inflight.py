@@ -96,7 +96,7 @@ def metric(srv, name: str, kind: str) -> float:
 
 def hold(srv, token: str, name: str) -> HeldWrite:
     held = HeldWrite(srv, token, name)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a loaded host (load 14) took more than 10 s to get this far
     while metric(srv, "apiserver_current_inflight_requests", "mutating") < 1:
         assert time.monotonic() < deadline, "the half-sent write never took its slot"
         time.sleep(0.05)
