@@ -294,7 +294,7 @@ class Handlers:
             return _warned(json_response(success_status(res, obj)), warnings)
         if verb == "deletecollection":
             opts = self._delete_options(q, body)
-            items, _, _ = await self.registry.list(res, info.namespace, *self._selectors(res, q))
+            items, _ = await self.registry.list(res, info.namespace, *self._selectors(res, q))
             for o in items:
                 try:
                     await self.registry.delete(res, o["metadata"].get("namespace"),
@@ -331,7 +331,7 @@ class Handlers:
             return json_response(success_status(res, obj))
         if verb == "deletecollection" and not sub:
             opts = self._delete_options(q, body)
-            items, _, _ = await self.registry.list(conv.storage, ns, *self._selectors(res, q))
+            items, _ = await self.registry.list(conv.storage, ns, *self._selectors(res, q))
             for o in items:
                 with contextlib.suppress(ApiError):
                     await self.registry.delete(conv.storage, o["metadata"].get("namespace"),

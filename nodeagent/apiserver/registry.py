@@ -158,7 +158,7 @@ class Registry:
             raise errors.not_found(res.name, name, res.group) from None
 
     async def list(self, res: Resource, ns: str | None, labels: Selector | None = None,
-                   fields: tuple[FieldRequirement, ...] = ()) -> tuple[list[dict[str, Any]], int, None]:
+                   fields: tuple[FieldRequirement, ...] = ()) -> tuple[list[dict[str, Any]], int]:
         """Every matching object from the store (the HTTP list, with its resourceVersion options and
         pages, is served by the handlers from the watch cache)."""
         prefix = res.key_prefix(ns)
@@ -166,7 +166,7 @@ class Registry:
         if res.namespaced and not ns and ns_name:
             prefix = res.key_prefix(ns_name)
         items, rev = await self.store.list(prefix)
-        return [o for o in items if matches(o, labels, fields)], rev, None
+        return [o for o in items if matches(o, labels, fields)], rev
 
     # ------------------------------------------------------------------ create
     async def create(self, res: Resource, ns: str | None, obj: Any, dry_run: bool = False,
