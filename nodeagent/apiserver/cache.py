@@ -207,7 +207,10 @@ class WatchCache:
         after `limit_s`. Nearly every write waits here for a moment, so a waiter is a future resolved by
         `_wake` and one coarse timer sweeps the late ones (a timer per waiter filled the loop's heap with
         cancelled timers under load)."""
-        target = self.store.revision
+        await self.wait_for(self.store.revision, limit_s)
+
+    async def wait_for(self, target: int, limit_s: float = 10.0) -> None:
+        """Wait until the cache has reached revision `target`; TimeoutError after `limit_s`."""
         if self.rev >= target:
             return
         loop = asyncio.get_running_loop()
@@ -251,6 +254,19 @@ class WatchCache:
             names = by_ns.get(n) or {}
             out += [names[k] for k in sorted(names)]
         return out, self.rev
+
+    def unchanged_since(self, prefix: str, revision: int) -> bool:
+        """Whether nothing under `prefix` changed after `revision` (up to the cache's own), so that the
+        cache's current objects there are the state at `revision`: false when the window no longer
+        reaches back to it."""
+        if revision > self.rev or revision < max(self.oldest, self.store.compacted):
+            return False
+        for e in reversed(self._events):
+            if e.revision <= revision:
+                break
+            if e.key.startswith(prefix):
+                return False
+        return True
 
     # ------------------------------------------------------------------ watch
     def subscribe(self, prefix: str, since: int | None, initial: bool = False) -> Subscriber:

@@ -18,10 +18,14 @@ class ApiError(Exception):
         self.reason = reason
         self.message = message
         self.details = details
+        self.list_meta: dict[str, Any] = {}  # the Status's ListMeta (an expired continue's new token)
 
     def status(self) -> dict[str, Any]:
-        return status_body("Failure", message=self.message, reason=self.reason, details=self.details,
-                           code=self.code)
+        out = status_body("Failure", message=self.message, reason=self.reason, details=self.details,
+                          code=self.code)
+        if self.list_meta:
+            out["metadata"] = dict(self.list_meta)
+        return out
 
 
 def _qual(resource: str, group: str) -> str:
@@ -94,6 +98,14 @@ def forbidden_reason(resource: str, group: str, name: str, why: str) -> ApiError
 
 def timeout(message: str, retry_after: int) -> ApiError:
     return ApiError(504, "Timeout", f"Timeout: {message}", {"retryAfterSeconds": retry_after})
+
+
+def too_large_resource_version(wanted: int, current: int, retry_after: int) -> ApiError:
+    """storage.NewTooLargeResourceVersionError: a read for a revision the server has not reached."""
+    e = timeout(f"Too large resource version: {wanted}, current: {current}", retry_after)
+    assert e.details is not None
+    e.details["causes"] = [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]
+    return e
 
 
 def unauthorized() -> ApiError:

@@ -106,7 +106,7 @@ async def evict(registry: Registry, res: Resource, ns: str | None, name: str, bo
 
 async def _budgets(registry: Registry, pod: dict[str, Any]) -> list[dict[str, Any]]:
     """The namespace's budgets whose (non-empty, valid) selector picks the pod."""
-    items, _, _ = await registry.list(PDBS, pod["metadata"].get("namespace"))
+    items, _ = await registry.list(PDBS, pod["metadata"].get("namespace"))
     labels = pod["metadata"].get("labels") or {}
     out = []
     for pdb in items:

@@ -25,6 +25,7 @@ from nodeagent.apiserver import (
     errors,
     field_validation,
     inflight,
+    list_options,
     openapi_http,
     patching,
     subresources,
@@ -54,12 +55,10 @@ from nodeagent.apiserver.registry import (
     PODS,
     Registry,
     check_field_selector,
-    decode_continue,
-    encode_continue,
     matches,
 )
 from nodeagent.apiserver.request import RequestInfo, parse
-from nodeagent.apiserver.watch import watch_events
+from nodeagent.apiserver.watch import FRESH_WAIT_S, TOO_LARGE_RETRY_S, watch_events
 from nodeagent.store import base as store_base
 
 log = logging.getLogger("nodeagent.apiserver")
@@ -145,6 +144,9 @@ class Handlers:
             return await self._handle(request)
         except ApiError as e:
             return status_response(e)
+        except inflight.TooManyRequests:
+            code, body, headers = inflight.plain_answer()
+            return web.Response(status=code, body=body, headers=headers)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
         except Exception as e:  # a bug: answer 500 with a Status and log the trace
@@ -292,7 +294,7 @@ class Handlers:
             return _warned(json_response(success_status(res, obj)), warnings)
         if verb == "deletecollection":
             opts = self._delete_options(q, body)
-            items, _, _ = await self.registry.list(res, info.namespace, *self._selectors(res, q))
+            items, _ = await self.registry.list(res, info.namespace, *self._selectors(res, q))
             for o in items:
                 try:
                     await self.registry.delete(res, o["metadata"].get("namespace"),
@@ -311,11 +313,10 @@ class Handlers:
         ns, name = info.namespace, info.name or ""
         if sub not in ("", "status"):
             raise errors.method_not_allowed()
-        table_of = q.get("includeObject", "Metadata") if wants.table else None
         if verb == "get":
             return json_response(self._single(res, await conv.get(ns, name), wants, q))
         if verb == "list":
-            return json_response(await conv.list(ns, *self._selectors(res, q), table_of, wants.partial))
+            return await self._list(request, info, wants, convert=conv)
         if verb == "watch":
             return await self._watch(request, info, wants, convert=conv)
         if verb == "create" and not sub:
@@ -330,7 +331,7 @@ class Handlers:
             return json_response(success_status(res, obj))
         if verb == "deletecollection" and not sub:
             opts = self._delete_options(q, body)
-            items, _, _ = await self.registry.list(conv.storage, ns, *self._selectors(res, q))
+            items, _ = await self.registry.list(conv.storage, ns, *self._selectors(res, q))
             for o in items:
                 with contextlib.suppress(ApiError):
                     await self.registry.delete(conv.storage, o["metadata"].get("namespace"),
@@ -546,55 +547,130 @@ class Handlers:
         check_field_selector(res, fields)
         return labels, fields
 
-    async def _list(self, request: web.BaseRequest, info: RequestInfo, wants: Wants) -> web.StreamResponse:
+    async def _list(self, request: web.BaseRequest, info: RequestInfo, wants: Wants,
+                    convert: versions.ConvertedVerbs | None = None) -> web.StreamResponse:
+        """kube-apiserver 1.32's list: options validated, the objects at the revision the options ask for
+        (see `_list_entries`), selectors, then `limit` with a continue token at that revision; with
+        `convert`, over the stored version's objects, each converted to the served one."""
         q = request.query
-        res = info.resource
+        served = info.resource
+        res = convert.storage if convert is not None else served
+        opts = list_options.parse(q, watch=False)
+        list_options.validate(opts)
         labels, fields = self._selectors(res, q)
-        try:
-            limit = int(q.get("limit") or 0)
-        except ValueError:
-            raise errors.bad_request("limit must be an integer") from None
         ns = info.namespace
         ns_name = next((f.value for f in fields if f.field == "metadata.namespace" and f.op == "="), None)
         if res.namespaced and not ns and ns_name:
             ns = ns_name
-        await self.cache.wait_fresh()
-        entries, rev = self.cache.list(res.key_prefix(), ns if res.namespaced else None)
-        start_key = None
-        if q.get("continue"):
-            rev, start_key = decode_continue(q["continue"])
+        token_prefix = res.key_prefix(info.namespace)
+        entries, rev, start_key = await self._list_entries(res, ns if res.namespaced else None, token_prefix,
+                                                           opts)
+        # the cacher ignores the limit of a list from "0" (computeListLimit); a continue is etcd's, paged
+        limit = 0 if opts.resource_version == "0" and not opts.cont else opts.limit
         selected: list[Entry] = []
         cont = None
+        remaining: int | None = None
         filtering = not labels.is_everything or bool(fields)
-        for e in entries:
-            m = e.obj["metadata"]
-            if start_key is not None and res.key(m.get("namespace"), m["name"]) <= start_key:
-                continue
+        if start_key is not None:
+            entries = [e for e in entries if self._key(res, e) >= start_key]
+        for i, e in enumerate(entries):
             if filtering and not matches(e.obj, labels, fields):
                 continue
-            if limit and len(selected) >= limit:
-                last = selected[-1].obj["metadata"]
-                cont = encode_continue(rev, res.key(last.get("namespace"), last["name"]))
-                break
             selected.append(e)
-        if not wants.table and not wants.partial:
-            meta: dict[str, Any] = {"resourceVersion": str(rev)}
-            if cont:
-                meta["continue"] = cont
+            if limit and len(selected) >= limit:
+                if i < len(entries) - 1:  # more objects follow, matching or not: kube's hasMore
+                    cont = list_options.next_page(self._key(res, e), token_prefix, rev)
+                    if not filtering:  # PrepareContinueToken counts only for an unfiltered list
+                        remaining = len(entries) - i - 1
+                break
+        meta: dict[str, Any] = {"resourceVersion": str(rev)}
+        if cont:
+            meta["continue"] = cont
+            if remaining is not None:
+                meta["remainingItemCount"] = remaining
+        if convert is not None:
+            items = [convert.out(e.obj) for e in selected]
+        elif not wants.table and not wants.partial:
             head = codec.dumps({"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta})
             body = head[:-1] + b',"items":[' + b",".join(e.raw for e in selected) + b"]}"
             return web.Response(body=body, content_type=JSON)
-        items = [e.obj for e in selected]
+        else:
+            items = [e.obj for e in selected]
+        if not wants.table and not wants.partial:
+            return json_response({"kind": f"{served.kind}List", "apiVersion": served.api_version,
+                                  "metadata": meta, "items": items})
         if wants.table:
-            return json_response(table.table(res.kind, items, str(rev),
+            return json_response(table.table(served.kind, items, str(rev),
                                              q.get("includeObject", "Metadata"), cont))
-        pmeta: dict[str, Any] = {"resourceVersion": str(rev)}
-        if cont:
-            pmeta["continue"] = cont
         return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                              "metadata": pmeta,
+                              "metadata": meta,
                               "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                                          "metadata": o["metadata"]} for o in items]})
+
+    @staticmethod
+    def _key(res: Resource, e: Entry) -> str:
+        m = e.obj["metadata"]
+        return res.key(m.get("namespace"), m["name"])
+
+    async def _list_entries(self, res: Resource, ns: str | None, token_prefix: str,
+                            opts: list_options.ListOptions) -> tuple[list[Entry], int, str | None]:
+        """The objects a list reads, their revision and the key a continue starts from, as the cacher
+        (and the etcd3 store it delegates to) decide: a continue at its token's revision (-1: the latest);
+        "" the latest (consistent: once the cache has the store's revision); "0" whatever the cache holds;
+        N with Exact, or with a limit and no match (the legacy exact list), the state at N; N otherwise
+        (NotOlderThan) the cache once it has reached N, waiting up to 3 s, then 504 Too large."""
+        rv = opts.resource_version
+        if opts.cont:
+            start_key, at = list_options.decode_continue(opts.cont, token_prefix)
+            if rv not in ("", "0"):
+                raise errors.bad_request("specifying resource version is not allowed when using continue")
+            if at < 0:
+                entries, rev = await self._consistent(res, ns)
+                return entries, rev, start_key
+            try:
+                return await self._entries_at(res, ns, at), at, start_key
+            except store_base.Gone:
+                raise list_options.expired_continue(start_key, token_prefix) from None
+        if rv == "":
+            entries, rev = await self._consistent(res, ns)
+            return entries, rev, None
+        if rv == "0":
+            entries, rev = self.cache.list(res.key_prefix(), ns)
+            return entries, rev, None
+        n = list_options.parse_rv(rv)
+        if opts.match == list_options.EXACT or (not opts.match and opts.limit > 0):
+            try:
+                return await self._entries_at(res, ns, n), n, None
+            except store_base.Gone:
+                raise errors.gone(list_options.EXPIRED) from None
+        try:
+            await self.cache.wait_for(n, FRESH_WAIT_S)
+        except TimeoutError:
+            raise errors.too_large_resource_version(n, self.cache.rev, TOO_LARGE_RETRY_S) from None
+        entries, rev = self.cache.list(res.key_prefix(), ns)
+        return entries, rev, None
+
+    async def _consistent(self, res: Resource, ns: str | None) -> tuple[list[Entry], int]:
+        """The latest objects: from the cache once it has the store's revision, else (3 s) from the store,
+        as the cacher's consistent read falls back."""
+        try:
+            await self.cache.wait_fresh(FRESH_WAIT_S)
+        except TimeoutError:
+            objs, rev = await self.store.list(res.key_prefix(ns))
+            return [Entry(o) for o in objs], rev
+        return self.cache.list(res.key_prefix(), ns)
+
+    async def _entries_at(self, res: Resource, ns: str | None, revision: int) -> list[Entry]:
+        """The objects at `revision`: the cache's when nothing of theirs changed since, else the store's
+        history (Gone where it has none left)."""
+        prefix = res.key_prefix(ns)
+        if self.cache.unchanged_since(prefix, revision):
+            return self.cache.list(res.key_prefix(), ns)[0]
+        try:
+            objs = await self.store.list_at(prefix, revision)
+        except store_base.FutureRevision as e:
+            raise errors.ApiError(500, "", str(e)) from None  # etcd's error, passed on as kube does
+        return [Entry(o) for o in objs]
 
     async def _watch(self, request: web.BaseRequest, info: RequestInfo, wants: Wants,
                      convert: versions.ConvertedVerbs | None = None) -> web.StreamResponse:
@@ -610,8 +686,9 @@ class Handlers:
                 timeout = float(q["timeoutSeconds"])
             except ValueError:
                 raise errors.bad_request("timeoutSeconds must be a number") from None
-        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
-        send_initial = q.get("sendInitialEvents") == "true"
+        opts = list_options.with_defaults(list_options.parse(q, watch=True))
+        list_options.validate(opts)
+        list_options.parse_rv(opts.resource_version)  # a bad one is refused before the stream starts
         resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -645,7 +722,7 @@ class Handlers:
             return True
 
         events = watch_events(self.cache, convert.storage if convert else res, info.namespace, labels, fields,
-                              q.get("resourceVersion"), timeout, bookmarks, send_initial,
+                              opts.resource_version, timeout, opts.bookmarks, opts.send_initial,
                               direct=None if wants.table or wants.partial or convert else direct)
         gauge = self.metrics.watchers.labels(res.name)
         gauge.inc()

@@ -3,10 +3,11 @@
 Two pools, read-only (get, list) and mutating (everything else), each with its own limit (0: none).
 A request that finds its pool full is refused at once, never queued: 429 TooManyRequests with
 `Retry-After: 1`, which client-go (kubectl, the controllers) honours by retrying after a second, so an
-overloaded server sheds work instead of letting answers hang. Long-running requests (watch, proxy, and
-the exec, attach, portforward, log and proxy subresources) hold no slot, and members of system:masters
-are always served, as kube's filter does. It runs after authentication and impersonation, so a refused
-request costs one token check.
+overloaded server sheds work instead of letting answers hang. The answer is kube's `tooManyRequests`:
+Go's `http.Error` plain text, not a Status (client-go reads both the same way). Long-running requests
+(watch, proxy, and the exec, attach, portforward, log and proxy subresources) hold no slot, and members
+of system:masters are always served, as kube's filter does. It runs after authentication and
+impersonation, so a refused request costs one token check.
 """
 
 from __future__ import annotations
@@ -44,10 +45,15 @@ def request_kind(method: str, path: str, query: Mapping[str, str]) -> str | None
     return READ_ONLY if info.verb in READ_ONLY_VERBS else MUTATING
 
 
-def too_many_requests() -> errors.ApiError:
-    """kube's answer: 429, reason TooManyRequests, Retry-After 1 (the Status carries it as
-    details.retryAfterSeconds, which also sets the header)."""
-    return errors.ApiError(429, "TooManyRequests", MESSAGE, {"retryAfterSeconds": RETRY_AFTER})
+class TooManyRequests(Exception):
+    """A full pool refused the request; the HTTP boundary answers with `plain_answer`."""
+
+
+def plain_answer() -> tuple[int, bytes, dict[str, str]]:
+    """kube's answer (filters.tooManyRequests through Go's http.Error): status, body and headers."""
+    return 429, (MESSAGE + "\n").encode(), {"Retry-After": str(RETRY_AFTER),
+                                            "Content-Type": "text/plain; charset=utf-8",
+                                            "X-Content-Type-Options": "nosniff"}
 
 
 class InFlightLimit:
@@ -61,7 +67,7 @@ class InFlightLimit:
 
     @contextlib.contextmanager
     def admit(self, kind: str | None, groups: tuple[str, ...]) -> Iterator[None]:
-        """Hold a slot of `kind`'s pool while the request is served; ApiError 429 when it is full."""
+        """Hold a slot of `kind`'s pool while the request is served; TooManyRequests when it is full."""
         if kind is None:
             yield
             return
@@ -72,7 +78,7 @@ class InFlightLimit:
                 return
             if self.metrics is not None:
                 self.metrics.dropped.labels(kind).inc()
-            raise too_many_requests()
+            raise TooManyRequests(kind)
         self.current[kind] += 1
         self._report(kind)
         try:

@@ -8,10 +8,8 @@ Service IP/port allocators. Handlers in `handlers.py` translate HTTP to these ca
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import datetime as dt
-import json
 import logging
 import random
 import uuid
@@ -114,16 +112,12 @@ def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in _NO_SPEC_KEYS}
 
 
-def encode_continue(rv: int, key: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"rv": rv, "start": key}).encode()).decode()
+class StaleWrite(ApiError):
+    """409 Conflict: the object changed between the read a write was based on and the write itself."""
 
-
-def decode_continue(token: str) -> tuple[int, str]:
-    try:
-        d = json.loads(base64.urlsafe_b64decode(token.encode() + b"=" * (-len(token) % 4)))
-        return int(d["rv"]), str(d["start"])
-    except Exception:
-        raise errors.bad_request("continue key is not valid: illegal base64 data") from None
+    def __init__(self, resource: str, name: str, group: str) -> None:
+        e = errors.conflict(resource, name, group)
+        super().__init__(e.code, e.reason, e.message, e.details)
 
 
 class Registry:
@@ -164,32 +158,15 @@ class Registry:
             raise errors.not_found(res.name, name, res.group) from None
 
     async def list(self, res: Resource, ns: str | None, labels: Selector | None = None,
-                   fields: tuple[FieldRequirement, ...] = (), limit: int = 0,
-                   cont: str | None = None) -> tuple[list[dict[str, Any]], int, str | None]:
+                   fields: tuple[FieldRequirement, ...] = ()) -> tuple[list[dict[str, Any]], int]:
+        """Every matching object from the store (the HTTP list, with its resourceVersion options and
+        pages, is served by the handlers from the watch cache)."""
         prefix = res.key_prefix(ns)
         ns_name = next((f.value for f in fields if f.field == "metadata.namespace" and f.op == "="), None)
         if res.namespaced and not ns and ns_name:
             prefix = res.key_prefix(ns_name)
         items, rev = await self.store.list(prefix)
-        start_key = None
-        if cont:
-            rev_c, start_key = decode_continue(cont)
-            rev = rev_c
-        out: list[dict[str, Any]] = []
-        more: str | None = None
-        for o in items:
-            if start_key is not None:
-                k = res.key((o.get("metadata") or {}).get("namespace"), o["metadata"]["name"])
-                if k <= start_key:
-                    continue
-            if not matches(o, labels, fields):
-                continue
-            if limit and len(out) >= limit:
-                last = out[-1]["metadata"]
-                more = encode_continue(rev, res.key(last.get("namespace"), last["name"]))
-                break
-            out.append(o)
-        return out, rev, more
+        return [o for o in items if matches(o, labels, fields)], rev
 
     # ------------------------------------------------------------------ create
     async def create(self, res: Resource, ns: str | None, obj: Any, dry_run: bool = False,
@@ -436,7 +413,23 @@ class Registry:
     async def update(self, res: Resource, ns: str | None, name: str, obj: Any, subresource: str = "",
                      dry_run: bool = False,
                      current: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
-        """Replace an object (or its status); returns (object, created)."""
+        """Replace an object (or its status); returns (object, created). An update whose body names no
+        resourceVersion is unconditional: kube's GuaranteedUpdate applies it to the object as it is now,
+        so a write landing between our read and our write makes it read again, not fail with 409. With
+        `current` (a patch's read), the caller retries."""
+        unconditional = current is None and isinstance(obj, dict) \
+            and not (obj.get("metadata") or {}).get("resourceVersion")
+        for attempt in range(_PATCH_ATTEMPTS if unconditional else 1):
+            try:
+                return await self._update_once(res, ns, name, obj, subresource, dry_run, current)
+            except StaleWrite:
+                if not unconditional:
+                    raise
+                await asyncio.sleep(random.uniform(0, 0.001 * min(attempt + 1, 20)))
+        raise errors.conflict(res.name, name, res.group)
+
+    async def _update_once(self, res: Resource, ns: str | None, name: str, obj: Any, subresource: str,
+                           dry_run: bool, current: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
         obj = self._check_body(res, ns, obj)
         meta = obj["metadata"]
         if meta.get("name") and meta["name"] != name:
@@ -457,6 +450,10 @@ class Registry:
         rv = meta.get("resourceVersion")
         if rv and rv != cur_meta.get("resourceVersion"):
             raise errors.conflict(res.name, name, res.group)
+        if meta.get("uid") and meta["uid"] != cur_meta.get("uid"):  # the body's uid is a precondition
+            raise errors.conflict(res.name, name, res.group,
+                                  f"Precondition failed: UID in precondition: {meta['uid']}, UID in object "
+                                  f"meta: {cur_meta.get('uid')}")
         new = self._merge_for_update(res, current, obj, subresource)
         nm = new["metadata"]
         for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -517,7 +514,7 @@ class Registry:
         try:
             out = await self.store.update(res.key(ns, name), new, int(cur_meta["resourceVersion"]))
         except store_base.Conflict:
-            raise errors.conflict(res.name, name, res.group) from None
+            raise StaleWrite(res.name, name, res.group) from None
         except store_base.NotFound:
             raise errors.not_found(res.name, name, res.group) from None
         return out, False
@@ -565,6 +562,11 @@ class Registry:
                     return await self.create(res, ns, create_missing(), dry_run), True
                 raise errors.not_found(res.name, name, res.group) from None
             new = mutate(copy.deepcopy(current))
+            uid = (new.get("metadata") or {}).get("uid")
+            if uid and uid != current["metadata"].get("uid"):  # kube's ValidateObjectMetaUpdate
+                cause = {"reason": "FieldValueInvalid", "field": "metadata.uid",
+                         "message": f'Invalid value: "{uid}": field is immutable'}
+                raise errors.invalid(res.kind, name, [cause], res.group)
             pinned = (new.get("metadata") or {}).get("resourceVersion")
             if not pinned or pinned == current["metadata"].get("resourceVersion"):
                 new.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]

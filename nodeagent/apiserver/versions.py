@@ -15,8 +15,7 @@ from typing import Any
 from nodeagent.api import hpa_conversion
 from nodeagent.api import patch as patches
 from nodeagent.api.resources import Resource, storage_resource
-from nodeagent.api.selectors import FieldRequirement, Selector
-from nodeagent.apiserver import errors, table
+from nodeagent.apiserver import errors
 from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.registry import Registry
 from nodeagent.apiserver.request import RequestInfo
@@ -65,20 +64,6 @@ class ConvertedVerbs:
 
     async def get(self, ns: str | None, name: str) -> dict[str, Any]:
         return self.out(await self.registry.get(self.storage, ns, name))
-
-    async def list(self, ns: str | None, labels: Selector, fields: tuple[FieldRequirement, ...],
-                   table_of: str | None, partial: bool = False) -> dict[str, Any]:
-        items, rev, _ = await self.registry.list(self.storage, ns, labels, fields)
-        out = [self.out(o) for o in items]
-        if table_of is not None:
-            return table.table(self.res.kind, out, str(rev), table_of)
-        if partial:
-            return {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                    "metadata": {"resourceVersion": str(rev)},
-                    "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                               "metadata": o["metadata"]} for o in out]}
-        return {"kind": f"{self.res.kind}List", "apiVersion": self.res.api_version,
-                "metadata": {"resourceVersion": str(rev)}, "items": out}
 
     async def create(self, ns: str | None, body: Any, dry_run: bool) -> dict[str, Any]:
         return self.out(await self.registry.create(self.storage, ns, self.into(body), dry_run, owned=True))

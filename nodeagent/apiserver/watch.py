@@ -15,19 +15,13 @@ from nodeagent.api.resources import Resource
 from nodeagent.api.selectors import FieldRequirement, Selector
 from nodeagent.apiserver import errors
 from nodeagent.apiserver.cache import CachedEvent, WatchCache
+from nodeagent.apiserver.list_options import parse_rv
 from nodeagent.apiserver.registry import matches
 from nodeagent.clock import REAL_CLOCK, Clock
 
 BOOKMARK_INTERVAL = 10.0
-
-
-def parse_rv(rv: str | None) -> int | None:
-    if not rv or rv == "0":
-        return None
-    try:
-        return int(rv)
-    except ValueError:
-        raise errors.bad_request(f"invalid resource version: {rv}") from None
+FRESH_WAIT_S = 3.0  # the watch cache's blockTimeout: how long a read waits for a revision it has not reached
+TOO_LARGE_RETRY_S = 1  # resourceVersionTooHighRetrySeconds
 
 
 async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels: Selector | None,
@@ -37,17 +31,34 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
                        direct: Callable[[bytes], bool] | None = None, clock: Clock = REAL_CLOCK,
                        ) -> AsyncGenerator[list[tuple[str, dict[str, Any], bytes | None]], None]:
     """`direct`: for a plain watcher, a synchronous writer the cache may call with each event's line once
-    the stream has caught up (see Subscriber.direct); events before that come through the batches."""
-    since = parse_rv(resource_version)
+    the stream has caught up (see Subscriber.direct); events before that come through the batches.
+
+    The cacher's start (1.32): with initial events (`send_initial`, or a legacy watch from "" or "0"),
+    the state once the cache has reached the store's revision (""), any (`0`), or N (waiting up to 3 s,
+    else an ERROR event "Too large resource version"), then changes; without, changes after the store's
+    revision (""), the cache's ("0"), or N. A WatchList (`send_initial` with `bookmarks`) gets the
+    `k8s.io/initial-events-end` bookmark at the snapshot's revision after its initial events."""
+    resource_version = resource_version or ""
+    rv = parse_rv(resource_version)
+    initial = send_initial if send_initial is not None else rv == 0
     prefix = res.key_prefix(ns)
     ns_field = next((f.value for f in fields if f.field == "metadata.namespace" and f.op == "="), None)
     if res.namespaced and not ns and ns_field:
         prefix = res.key_prefix(ns_field)
     plain = (labels is None or labels.is_everything) and not fields
-    if since is None or send_initial:
+    if resource_version == "":
         await cache.wait_fresh()
+    elif initial and rv:
+        try:
+            await cache.wait_for(rv, FRESH_WAIT_S)
+        except TimeoutError:
+            status = errors.too_large_resource_version(rv, cache.rev, TOO_LARGE_RETRY_S).status()
+            yield [("ERROR", status, None)]
+            return
+    since: int | None = None if initial else (rv or cache.rev)
     deadline = clock.monotonic() + timeout_s if timeout_s else None
-    sub = cache.subscribe(prefix, since, bool(send_initial))
+    sub = cache.subscribe(prefix, since, initial)
+    end_bookmark = bool(send_initial) and bookmarks
     direct = direct if plain else None
     queue = sub.queue
     last_rev = since or 0
@@ -99,7 +110,7 @@ async def watch_events(cache: WatchCache, res: Resource, ns: str | None, labels:
                         batch.append(("ADDED", item[1].obj, None))
                 else:
                     last_rev = item[1]
-                    if send_initial and bookmarks:
+                    if end_bookmark:
                         batch.append(("BOOKMARK", _bookmark(res, last_rev, initial_done=True), None))
                 if queue.empty() or len(batch) >= 256:
                     break

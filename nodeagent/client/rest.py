@@ -206,14 +206,21 @@ class Client:
     async def list(self, resource: str | Resource, namespace: str | None = None,
                    label_selector: str | None = None, field_selector: str | None = None,
                    limit: int | None = None, resource_version: str | None = None) -> dict[str, Any]:
-        """The whole list (following `continue` when `limit` pages it)."""
+        """The whole list (following `continue` when `limit` pages it; when the server can no longer
+        continue at the first page's revision, 410, one list without a limit, as client-go's pager does
+        with FullListIfExpired)."""
         res = resolve(resource)
         params = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": limit,
                   "resourceVersion": resource_version}
         out = await self.request("GET", path_for(res, namespace), params=params)
         while limit and out["metadata"].get("continue"):
-            more = await self.request("GET", path_for(res, namespace),
-                                      params={**params, "continue": out["metadata"]["continue"]})
+            try:
+                more = await self.request("GET", path_for(res, namespace),
+                                          params={**params, "continue": out["metadata"]["continue"]})
+            except ClientError as e:
+                if not e.gone:
+                    raise
+                return await self.request("GET", path_for(res, namespace), params={**params, "limit": None})
             out["items"] += more["items"]
             out["metadata"] = more["metadata"]
         return out

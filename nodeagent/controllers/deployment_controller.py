@@ -97,12 +97,12 @@ class DeploymentController(Controller):
             if verdict == "own":
                 out.append(rs)
             elif verdict == "adopt":
-                refs = list(rs["metadata"].get("ownerReferences") or []) + [podutil.owner_reference(dep)]
                 try:
                     out.append(await self.client.patch("replicasets", rs["metadata"]["name"],
-                                                       {"metadata": {"ownerReferences": refs}}, ns))
+                                                       podutil.adopt_patch(dep, rs), ns,
+                                                       patch_type="strategic"))
                 except ClientError as e:
-                    if not e.not_found:
+                    if not (e.not_found or e.code == 422):
                         raise
         return out
 

@@ -40,6 +40,19 @@ def owner_reference(owner: Mapping[str, Any], block_owner_deletion: bool = True)
     }
 
 
+def adopt_patch(owner: Mapping[str, Any], obj: Mapping[str, Any]) -> dict:
+    """kube's ownerRefControllerPatch, sent as a strategic merge patch: the owner's reference merged by
+    uid, with the dependent's uid as the precondition and no resourceVersion, so the apiserver applies it
+    to whatever the object is now (a status write in between does not make the adoption fail)."""
+    return {"metadata": {"ownerReferences": [owner_reference(owner)], "uid": obj["metadata"]["uid"]}}
+
+
+def release_patch(owner_uid: str, obj: Mapping[str, Any]) -> dict:
+    """kube's GenerateDeleteOwnerRefStrategicMergeBytes: the owner's reference removed, the rest kept."""
+    return {"metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner_uid}],
+                         "uid": obj["metadata"]["uid"]}}
+
+
 def is_controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
     ref = controller_ref(obj)
     return bool(ref and ref.get("uid") == owner["metadata"].get("uid"))

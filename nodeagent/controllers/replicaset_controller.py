@@ -136,16 +136,17 @@ class ReplicaSetController(Controller):
         await self._update_status(rs, replicaset.status(rs, plan.owned, utcnow(self.options.clock), failure))
 
     async def _set_owner(self, pod: Obj, rs: Obj, adopt: bool) -> None:
+        """AdoptPod / ReleasePod as kube's controller_ref_manager: a strategic merge patch with the pod's uid
+        as precondition, applied by the apiserver to the pod as it is now (one pinned to the informer's
+        resourceVersion lost the adoption to any status write in between). A pod gone, or replaced by
+        another of the same name (422 on its uid), is left alone."""
         meta = pod["metadata"]
-        refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != rs["metadata"]["uid"]]
-        if adopt:
-            refs.append(podutil.owner_reference(rs))
-        patch = {"metadata": {"ownerReferences": refs or None,
-                              "resourceVersion": meta.get("resourceVersion")}}
+        patch = podutil.adopt_patch(rs, pod) if adopt else podutil.release_patch(rs["metadata"]["uid"], pod)
         try:
-            await self.client.patch("pods", meta["name"], patch, meta.get("namespace"))
+            await self.client.patch("pods", meta["name"], patch, meta.get("namespace"),
+                                    patch_type="strategic")
         except ClientError as e:
-            if not (e.not_found or e.conflict):
+            if not (e.not_found or e.code == 422):
                 raise
 
     async def _create(self, key: str, rs: Obj, count: int) -> str | None:

@@ -23,9 +23,10 @@ Watch details every backend follows (as etcd and the apiserver's watch cache do)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
-from typing import Literal, Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Sequence
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
+T = TypeVar("T")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
@@ -56,6 +57,17 @@ class Gone(StoreError):
         super().__init__(key, f"too old resource version: {requested} ({compacted})")
         self.requested = requested
         self.compacted = compacted
+
+
+class FutureRevision(StoreError):
+    """A read at a revision the store has not reached (etcd's ErrFutureRev)."""
+
+    MESSAGE = "etcdserver: mvcc: required revision is a future revision"
+
+    def __init__(self, key: str, requested: int, current: int) -> None:
+        super().__init__(key, self.MESSAGE)
+        self.requested = requested
+        self.current = current
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +109,14 @@ class Store(Protocol):
         """The current object, the caller's own copy (it may change it). NotFound if absent."""
         ...
 
+    async def list_at(self, prefix: str, revision: int) -> list[dict]:
+        """Every object under `prefix` as it was at `revision` (etcd's range at a revision), sorted by key.
+
+        Gone when the history that answers it has been compacted (or the backend keeps none);
+        FutureRevision when `revision` is beyond the store's.
+        """
+        ...
+
     async def list(self, prefix: str) -> tuple[list[dict], int]:
         """Every object whose key starts with `prefix` (sorted by key), and the revision read at."""
         ...
@@ -120,6 +140,26 @@ class Store(Protocol):
     async def compact(self, revision: int) -> None:
         """Forget history at or below `revision`."""
         ...
+
+
+def rewind(prefix: str, revision: int, current: dict[str, T],
+           changes: Sequence[tuple[str, str, T | None]]) -> list[T]:
+    """The objects at `revision` from the `current` ones (key -> object) and every change after `revision`
+    up to them, oldest first, as (type, key, the object before the change or None when unknown): a key's
+    first change after `revision` says what it was then. Gone when that state is unknown (compacted)."""
+    seen: set[str] = set()
+    state: dict[str, T] = dict(current)
+    for typ, key, prev in changes:
+        if key in seen:
+            continue
+        seen.add(key)
+        if typ == "ADDED":
+            state.pop(key, None)
+        elif prev is None:
+            raise Gone(prefix, revision, revision)
+        else:
+            state[key] = prev
+    return [state[k] for k in sorted(state)]
 
 
 def with_revision(obj: dict, revision: int) -> dict:

@@ -32,7 +32,16 @@ from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
 
-from nodeagent.store.base import AlreadyExists, Conflict, Event, EventType, Gone, NotFound, StoreError
+from nodeagent.store.base import (
+    AlreadyExists,
+    Conflict,
+    Event,
+    EventType,
+    FutureRevision,
+    Gone,
+    NotFound,
+    StoreError,
+)
 from nodeagent.store.codec import decode, encode
 from nodeagent.store.fanout import DEFAULT_QUEUE, FanOut
 
@@ -53,6 +62,17 @@ def _b64(data: str | bytes) -> str:
 
 def _unb64(data: str) -> bytes:
     return base64.b64decode(data)
+
+
+def _objects(resp: dict) -> list[dict]:
+    """The objects of a range answer, each at its mod_revision."""
+    items = []
+    for kv in resp.get("kvs") or ():
+        try:
+            items.append(decode(_unb64(kv.get("value", "")), int(kv["mod_revision"])))
+        except ValueError:  # the compaction mark or a foreign value: not an object
+            continue
+    return items
 
 
 def key_range(prefix: bytes) -> dict:
@@ -314,16 +334,23 @@ class EtcdStore:
             raise NotFound(key)
         return decode(_unb64(kvs[0]["value"]), int(kvs[0]["mod_revision"]))
 
+    async def list_at(self, prefix: str, revision: int) -> list[dict]:
+        """etcd's range at a revision: what kube-apiserver reads for an exact list or a continue."""
+        body = {**key_range(self._full(prefix)), "revision": revision}
+        try:
+            resp = await self._call("/v3/kv/range", body)
+        except EtcdError as e:
+            if "compacted" in str(e):
+                raise Gone(prefix, revision, self._compacted) from None
+            if "future revision" in str(e):
+                raise FutureRevision(prefix, revision, self._rev) from None
+            raise
+        return _objects(resp)
+
     async def list(self, prefix: str) -> tuple[list[dict], int]:
         full = self._full(prefix)
         resp = await self._call("/v3/kv/range", key_range(full))
-        items = []
-        for kv in resp.get("kvs") or ():
-            try:
-                items.append(decode(_unb64(kv.get("value", "")), int(kv["mod_revision"])))
-            except ValueError:  # the compaction mark or a foreign value: not an object
-                continue
-        return items, int(resp["header"]["revision"])
+        return _objects(resp), int(resp["header"]["revision"])
 
     # -- watch -------------------------------------------------------------------------------------
 

@@ -6,7 +6,17 @@ import bisect
 from collections.abc import AsyncIterator
 
 from nodeagent.api.objects import copy_object
-from nodeagent.store.base import AlreadyExists, Conflict, Event, EventType, Gone, NotFound, with_revision
+from nodeagent.store.base import (
+    AlreadyExists,
+    Conflict,
+    Event,
+    EventType,
+    FutureRevision,
+    Gone,
+    NotFound,
+    rewind,
+    with_revision,
+)
 from nodeagent.store.fanout import DEFAULT_QUEUE, FanOut
 
 
@@ -57,6 +67,16 @@ class MemoryStore:
             return copy_object(self._data[key])
         except KeyError:
             raise NotFound(key) from None
+
+    async def list_at(self, prefix: str, revision: int) -> list[dict]:
+        if revision > self._rev:
+            raise FutureRevision(prefix, revision, self._rev)
+        if revision < self._compacted:
+            raise Gone(prefix, revision, self._compacted)
+        start = bisect.bisect_right(self._history, revision, key=lambda e: e.revision)
+        changes = [(e.type, e.key, e.prev) for e in self._history[start:] if e.key.startswith(prefix)]
+        current = {k: self._data[k] for k in self._keys if k.startswith(prefix)}
+        return [copy_object(o) for o in rewind(prefix, revision, current, changes)]
 
     async def list(self, prefix: str) -> tuple[list[dict], int]:
         i = bisect.bisect_left(self._keys, prefix)

@@ -56,7 +56,17 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Literal
 
-from nodeagent.store.base import AlreadyExists, Conflict, Event, EventType, Gone, NotFound, StoreError
+from nodeagent.store.base import (
+    AlreadyExists,
+    Conflict,
+    Event,
+    EventType,
+    FutureRevision,
+    Gone,
+    NotFound,
+    StoreError,
+    rewind,
+)
 from nodeagent.store.codec import decode, encode
 from nodeagent.store.fanout import DEFAULT_QUEUE, FanOut
 
@@ -72,7 +82,8 @@ CREATE TABLE IF NOT EXISTS log (
     key TEXT NOT NULL,
     type INTEGER NOT NULL,          -- 0 ADDED, 1 MODIFIED, 2 DELETED
     value TEXT NOT NULL,            -- the object (for DELETED: as it was before the delete)
-    prev_revision INTEGER           -- the key's previous revision (NULL for ADDED)
+    prev_revision INTEGER,          -- the key's previous revision (NULL for ADDED)
+    prev_value TEXT                 -- a MODIFIED entry's previous value, when its entry is compacted away
 );
 CREATE TABLE IF NOT EXISTS kv (
     key TEXT PRIMARY KEY,
@@ -175,6 +186,8 @@ class SQLiteStore:
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
         conn = _connect(self.path, self.synchronous)
         conn.executescript(SCHEMA)
+        if "prev_value" not in {r[1] for r in conn.execute("PRAGMA table_info(log)")}:  # an older file
+            conn.execute("ALTER TABLE log ADD COLUMN prev_value TEXT")
         row = conn.execute("SELECT value FROM meta WHERE name = 'compacted'").fetchone()
         compacted = row[0] if row else 0
         (last,) = conn.execute("SELECT MAX(revision) FROM log").fetchone()
@@ -289,6 +302,12 @@ class SQLiteStore:
                 if op.kind == _COMPACT:
                     target = min(op.expected or 0, rev)
                     if target > compacted:
+                        # a change kept whose previous entry goes takes that value along (etcd keeps the
+                        # latest version of each key at the compaction): history above it stays whole
+                        conn.execute("UPDATE log SET prev_value = (SELECT p.value FROM log p WHERE "
+                                     "p.revision = log.prev_revision) WHERE revision > ? AND type = ? "
+                                     "AND prev_revision <= ? AND prev_value IS NULL",
+                                     (target, MODIFIED, target))
                         conn.execute("DELETE FROM log WHERE revision <= ?", (target,))
                         conn.execute("INSERT OR REPLACE INTO meta VALUES ('compacted', ?)", (target,))
                         compacted = target
@@ -301,7 +320,8 @@ class SQLiteStore:
                         out.append((op, AlreadyExists(key)))
                         continue
                     rev += 1
-                    conn.execute("INSERT INTO log VALUES (?, ?, ?, ?, NULL)", (rev, key, ADDED, op.data))
+                    conn.execute("INSERT INTO log VALUES (?, ?, ?, ?, NULL, NULL)",
+                                 (rev, key, ADDED, op.data))
                     conn.execute("INSERT INTO kv VALUES (?, ?, ?)", (key, rev, op.data))
                     out.append((op, (rev, ADDED, key, op.data, None, None)))
                     continue
@@ -314,12 +334,15 @@ class SQLiteStore:
                     continue
                 rev += 1
                 if op.kind == _UPDATE:
-                    conn.execute("INSERT INTO log VALUES (?, ?, ?, ?, ?)",
-                                 (rev, key, MODIFIED, op.data, prev_rev))
+                    # the previous value rides along when its own entry is no longer in the log, so the
+                    # state at any revision since the compaction can be read back (list_at)
+                    conn.execute("INSERT INTO log VALUES (?, ?, ?, ?, ?, ?)",
+                                 (rev, key, MODIFIED, op.data, prev_rev,
+                                  prev_value if prev_rev <= compacted else None))
                     conn.execute("UPDATE kv SET revision = ?, value = ? WHERE key = ?", (rev, op.data, key))
                     out.append((op, (rev, MODIFIED, key, op.data, prev_rev, prev_value)))
                 else:
-                    conn.execute("INSERT INTO log VALUES (?, ?, ?, ?, ?)",
+                    conn.execute("INSERT INTO log VALUES (?, ?, ?, ?, ?, NULL)",
                                  (rev, key, DELETED, prev_value, prev_rev))
                     conn.execute("DELETE FROM kv WHERE key = ?", (key,))
                     out.append((op, (rev, DELETED, key, prev_value, prev_rev, prev_value)))
@@ -378,6 +401,31 @@ class SQLiteStore:
             raise NotFound(key) from None
         return decode(value, rev)
 
+    async def list_at(self, prefix: str, revision: int) -> list[dict]:
+        """From the current state and the log after `revision`: a key's first entry after it holds (or
+        joins, or carries once compacted) its value then; any revision since the compaction is served."""
+        if revision > self._rev:
+            raise FutureRevision(prefix, revision, self._rev)
+        if revision < self._compacted:
+            raise Gone(prefix, revision, self._compacted)
+        upto = self._rev
+        keys, cache = self._keys, self._cache
+        i = bisect.bisect_left(keys, prefix)
+        current: dict[str, tuple[int, str]] = {}
+        while i < len(keys) and keys[i].startswith(prefix):
+            current[keys[i]] = cache[keys[i]]
+            i += 1
+        raws: Sequence[_Raw] = ()
+        if revision < upto:
+            ring = self._from_ring(revision)
+            raws = ring if ring is not None else await asyncio.to_thread(self._read_log, prefix, revision,
+                                                                         upto)
+        changes: list[tuple[str, str, tuple[int, str] | None]] = [
+            (TYPE_NAMES[r[1]], r[2], (r[4], r[5]) if r[4] is not None and r[5] is not None else None)
+            for r in raws if r[0] <= upto and r[2].startswith(prefix)]
+        # decode only what is returned: the state at `revision` as (revision, JSON) per key
+        return [decode(v, rv) for rv, v in rewind(prefix, revision, current, changes)]
+
     async def list(self, prefix: str) -> tuple[list[dict], int]:
         keys, cache = self._keys, self._cache
         i = bisect.bisect_left(keys, prefix)
@@ -432,7 +480,8 @@ class SQLiteStore:
                 if since < compacted:
                     raise Gone(prefix, since, compacted)
                 rows = conn.execute(
-                    "SELECT l.revision, l.type, l.key, l.value, l.prev_revision, p.value FROM log l "
+                    "SELECT l.revision, l.type, l.key, l.value, l.prev_revision, "
+                    "COALESCE(l.prev_value, p.value) FROM log l "
                     "LEFT JOIN log p ON p.revision = l.prev_revision "
                     "WHERE l.revision > ? AND l.revision <= ? ORDER BY l.revision",
                     (since, upto),

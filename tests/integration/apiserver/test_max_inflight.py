@@ -3,7 +3,7 @@
 A request whose body is still being sent holds its slot (the limit is taken after authentication,
 before the body is read, as kube-apiserver's filter is), so a raw TLS connection that sends headers
 and half a body fills a pool of one deterministically. Then: the Python client sees kube's 429 with
-Retry-After 1 and a TooManyRequests Status; kubectl (client-go) retries on its own and succeeds once
+Retry-After 1 and kube's plain-text body; kubectl (client-go) retries on its own and succeeds once
 the slot frees; reads, watches and system:masters are not held back.
 """
 
@@ -96,7 +96,7 @@ def metric(srv, name: str, kind: str) -> float:
 
 def hold(srv, token: str, name: str) -> HeldWrite:
     held = HeldWrite(srv, token, name)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a loaded host (load 14) took more than 10 s to get this far
     while metric(srv, "apiserver_current_inflight_requests", "mutating") < 1:
         assert time.monotonic() < deadline, "the half-sent write never took its slot"
         time.sleep(0.05)
@@ -120,10 +120,9 @@ def test_python_client_gets_429_then_succeeds_after_retry(limited):
             core.create_namespaced_config_map("default", configmap("py-refused"))
         assert e.value.status == 429
         assert e.value.headers is not None and e.value.headers["Retry-After"] == "1"
-        status = json.loads(e.value.body or "")
-        assert (status["kind"], status["code"], status["reason"]) == ("Status", 429, "TooManyRequests")
-        assert status["message"] == "Too many requests, please try again later."
-        assert status["details"]["retryAfterSeconds"] == 1
+        # kube's max-in-flight filter answers in plain text (Go's http.Error), not with a Status
+        assert e.value.body == "Too many requests, please try again later.\n"
+        assert e.value.headers["Content-Type"] == "text/plain; charset=utf-8"
         # the other pool, a watch and a super-user are not held back
         ns = core.read_namespace("default")
         assert ns.metadata is not None and ns.metadata.name == "default"

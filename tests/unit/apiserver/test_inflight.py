@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from nodeagent.apiserver import inflight
-from nodeagent.apiserver.errors import ApiError
 from nodeagent.apiserver.metrics import Metrics
 from nodeagent.client.rest import retry_after
 
@@ -35,16 +34,16 @@ def test_full_pool_refuses_with_kubes_429_and_frees_on_exit():
     m = Metrics()
     limit = inflight.InFlightLimit(read_only=1, mutating=2, metrics=m)
     with limit.admit("mutating", ()), limit.admit("mutating", ()):
-        with pytest.raises(ApiError) as e, limit.admit("mutating", ()):
+        with pytest.raises(inflight.TooManyRequests), limit.admit("mutating", ()):
             pass
         with limit.admit("readOnly", ()):  # the other pool has its own limit
             pass
         with limit.admit(None, ()):  # long-running: no slot
             pass
-    st = e.value.status()
-    assert (st["code"], st["reason"], st["message"]) == (429, "TooManyRequests",
-                                                        "Too many requests, please try again later.")
-    assert st["details"] == {"retryAfterSeconds": 1}
+    # kube's filters.tooManyRequests: Go's http.Error, plain text, not a Status
+    assert inflight.plain_answer() == (429, b"Too many requests, please try again later.\n",
+                                       {"Retry-After": "1", "Content-Type": "text/plain; charset=utf-8",
+                                        "X-Content-Type-Options": "nosniff"})
     assert limit.current == {"readOnly": 0, "mutating": 0}
     with limit.admit("mutating", ()):  # freed after the refusal too
         pass
@@ -58,7 +57,7 @@ def test_masters_are_served_past_the_limit_without_a_slot():
     with limit.admit("readOnly", ()):
         with limit.admit("readOnly", ("system:masters",)):
             assert limit.current["readOnly"] == 1
-        with pytest.raises(ApiError):
+        with pytest.raises(inflight.TooManyRequests):
             with limit.admit("readOnly", ("system:authenticated",)):
                 pass
 

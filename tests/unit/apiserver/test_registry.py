@@ -136,7 +136,7 @@ async def test_namespace_deletion_empties_it(reg):
         await asyncio.sleep(0.02)
     else:
         raise AssertionError("namespace was not removed")
-    items, _, _ = await reg.list(CMS, "gone")
+    items, _ = await reg.list(CMS, "gone")
     assert items == []
 
 

@@ -141,3 +141,54 @@ async def test_wait_fresh_waits_for_the_stores_writes_and_times_out_when_the_cac
     done, _ = await asyncio.wait({gone}, timeout=5)
     assert done == {gone} and isinstance(gone.exception(), TimeoutError)
     assert cancelled.cancelled() and not cache._waiters
+
+
+async def raw_events(gen, n: int, limit: float = 5.0) -> list[tuple[str, dict]]:
+    out: list[tuple[str, dict]] = []
+    async with asyncio.timeout(limit):
+        async for batch in gen:
+            out += [(typ, obj) for typ, obj, _ in batch]
+            if len(out) >= n:
+                break
+    await gen.aclose()
+    return out
+
+
+async def test_watchlist_ends_its_initial_events_with_the_annotated_bookmark_at_the_snapshot():
+    """client-go's WatchList: sendInitialEvents with bookmarks gets the state, then a BOOKMARK annotated
+    k8s.io/initial-events-end at the revision the state is at, then changes after it."""
+    reg, cache = await setup()
+    await reg.create(CMS, "d", {"metadata": {"name": "a"}})
+    await reg.create(CMS, "d", {"metadata": {"name": "b"}})
+    gen = watch_events(cache, CMS, "d", None, (), "", None, True, send_initial=True)
+    task = asyncio.create_task(raw_events(gen, 4))
+    await asyncio.sleep(0.05)
+    snapshot_rev = cache.rev
+    c = await reg.create(CMS, "d", {"metadata": {"name": "c"}})
+    got = await task
+    assert [(t, o["metadata"].get("name")) for t, o in got] == [
+        ("ADDED", "a"), ("ADDED", "b"), ("BOOKMARK", None), ("ADDED", "c")]
+    mark = got[2][1]
+    assert mark["metadata"] == {"resourceVersion": str(snapshot_rev),
+                                "annotations": {"k8s.io/initial-events-end": "true"}}
+    assert mark["kind"] == "ConfigMap" and int(c["metadata"]["resourceVersion"]) > snapshot_rev
+    # without initial events, from "0": only changes after the cache's revision; no end bookmark
+    gen = watch_events(cache, CMS, "d", None, (), "0", None, True, send_initial=False)
+    task = asyncio.create_task(raw_events(gen, 1))
+    await asyncio.sleep(0.05)
+    await reg.create(CMS, "d", {"metadata": {"name": "e"}})
+    assert [(t, o["metadata"]["name"]) for t, o in await task] == [("ADDED", "e")]
+    await cache.stop()
+
+
+async def test_watchlist_from_a_revision_not_reached_ends_with_too_large(monkeypatch):
+    from nodeagent.apiserver import watch as watch_mod
+
+    monkeypatch.setattr(watch_mod, "FRESH_WAIT_S", 0.1)
+    reg, cache = await setup()
+    ahead = cache.rev + 50
+    gen = watch_events(cache, CMS, "d", None, (), str(ahead), None, True, send_initial=True)
+    (typ, st), = await raw_events(gen, 1)
+    assert typ == "ERROR" and (st["code"], st["reason"]) == (504, "Timeout")
+    assert st["message"] == f"Timeout: Too large resource version: {ahead}, current: {cache.rev}"
+    await cache.stop()

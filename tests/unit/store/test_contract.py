@@ -9,7 +9,7 @@ import contextlib
 
 import pytest
 
-from nodeagent.store.base import AlreadyExists, Conflict, Gone, NotFound, Store
+from nodeagent.store.base import AlreadyExists, Conflict, FutureRevision, Gone, NotFound, Store
 from nodeagent.store.memory import MemoryStore
 from nodeagent.store.sqlite import SQLiteStore
 
@@ -124,6 +124,28 @@ async def test_list_by_prefix_with_revision(store):
     everything, _ = await store.list("")
     assert len(everything) == 4
     assert (await store.list("/nothing/"))[0] == []
+
+
+async def test_list_at_a_revision_is_the_state_then(store):
+    """etcd's range at a revision: what an exact list and a continue read (kube's storage contract)."""
+    a = await store.create("/pods/default/a", pod("a", spec={"v": 1}))
+    await store.create("/pods/default/b", pod("b"))
+    await store.create("/pods/other/z", pod("z"))
+    at = store.revision
+    await store.update("/pods/default/a", pod("a", spec={"v": 2}))
+    await store.delete("/pods/default/b")
+    await store.create("/pods/default/c", pod("c"))
+    then = await store.list_at("/pods/default/", at)
+    assert [(o["metadata"]["name"], o.get("spec")) for o in then] == [("a", {"v": 1}), ("b", None)]
+    assert rv(then[0]) == rv(a)  # each object at its own revision then
+    now = await store.list_at("/pods/default/", store.revision)
+    assert [o["metadata"]["name"] for o in now] == ["a", "c"]
+    assert [o["metadata"]["name"] for o in await store.list_at("/pods/", at)] == ["a", "b", "z"]
+    with pytest.raises(FutureRevision):
+        await store.list_at("/pods/default/", store.revision + 1000)
+    await store.compact(at + 1)
+    with pytest.raises(Gone):
+        await store.list_at("/pods/default/", at)
 
 
 async def test_delete_with_precondition(store):

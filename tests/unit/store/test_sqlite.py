@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from nodeagent.store.base import Gone
 from nodeagent.store.sqlite import SQLiteStore
 
 
@@ -31,7 +32,8 @@ async def test_sqlite_store_reopens_with_state_and_history(tmp_path):
             if len(events) == 3:
                 break
         assert [e.type for e in events] == ["MODIFIED", "ADDED", "DELETED"]
-        assert events[0].prev is None  # its previous entry was compacted away
+        # its previous entry was compacted away; the compaction left its value on the entry after it
+        assert events[0].prev == a
         assert events[2].prev == events[1].object
     finally:
         await s.close()
@@ -111,5 +113,34 @@ async def test_sqlite_watch_backlog_from_the_log_table_hands_over_to_live_events
         await writer()
         for since, revs in await asyncio.wait_for(asyncio.gather(*watchers), 60):
             assert revs == list(range(since + 1, base + total + 1))
+    finally:
+        await s.close()
+
+
+async def test_list_at_reads_the_log_beyond_the_ring_and_across_a_compaction(tmp_path):
+    """Past the ring the state at a revision comes from the log table. A value superseded after that
+    revision but written before the compaction is carried by the entry that superseded it (at its write,
+    or by the compaction), so every revision since the compaction is served, as by etcd; older: Gone."""
+    s = SQLiteStore(str(tmp_path / "s.db"), ring_size=2)
+    await s.start()
+    try:
+        await s.create("/p/old", {"metadata": {"name": "old"}, "v": 0})
+        await s.create("/p/x", {"metadata": {"name": "x"}, "v": 0})
+        await s.create("/p/a", {"metadata": {"name": "a"}, "v": 1})
+        at = s.revision
+        await s.update("/p/x", {"metadata": {"name": "x"}, "v": 1})
+        for v in range(2, 6):
+            await s.update("/p/a", {"metadata": {"name": "a"}, "v": v})
+        await s.create("/p/b", {"metadata": {"name": "b"}})
+        want = [("a", 1), ("old", 0), ("x", 0)]
+        assert [(o["metadata"]["name"], o["v"]) for o in await s.list_at("/p/", at)] == want
+        await s.compact(at)  # x's and a's values at `at` were written at or before it: kept by their next
+        assert [(o["metadata"]["name"], o["v"]) for o in await s.list_at("/p/", at)] == want
+        await s.update("/p/old", {"metadata": {"name": "old"}, "v": 9})  # written before it: carried along
+        assert [(o["metadata"]["name"], o["v"]) for o in await s.list_at("/p/", at)] == want
+        now = [(o["metadata"]["name"], o.get("v")) for o in await s.list_at("/p/", s.revision)]
+        assert now == [("a", 5), ("b", None), ("old", 9), ("x", 1)]
+        with pytest.raises(Gone):
+            await s.list_at("/p/", at - 1)
     finally:
         await s.close()
