@@ -180,6 +180,11 @@ async def run_one(kind: str, n_nodes: int, profile: bool, measure: int | None = 
 # -- through the apiserver ------------------------------------------------------------------------------
 
 
+def _load_average() -> str:
+    """The host's 1-minute load average: the CPU figures of this shared machine need it beside them."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def _server_cpu(pid: int) -> float:
     """User + system CPU seconds of the server process (where the scheduler runs)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -196,74 +201,116 @@ async def _create_all(client: Any, resource: str, objs: list[dict[str, Any]], na
     await asyncio.gather(*(one(o) for o in objs))
 
 
+# PreemptionAsync's and PreemptionBasic's high-priority pods carry `spec.priority: 10` in scheduler_perf,
+# whose test apiserver runs with the Priority admission plugin off; this server keeps it on (a pod may not
+# name its own priority), so the same value comes from a PriorityClass, as on a real cluster
+HIGH_PRIORITY_CLASS = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                       "metadata": {"name": "sched-perf-high"}, "value": 10,
+                       "description": "scheduler_perf's pod-high-priority (priority 10)"}
+
+
+def _api_pod(kind: str, i: int, phase: str) -> tuple[dict[str, Any], str]:
+    """The workload's pod as a client sends it (no uid, status or timestamps), and its namespace."""
+    p = _pod(kind, i, phase)
+    meta, spec = p["metadata"], dict(p["spec"])
+    if spec.pop("priority", None):
+        spec["priorityClassName"] = HIGH_PRIORITY_CLASS["metadata"]["name"]
+    return ({"apiVersion": "v1", "kind": "Pod", "spec": spec,
+             "metadata": {"name": meta["name"], "labels": meta["labels"]}}, meta["namespace"])
+
+
+async def _create_pods(client: Any, pods: list[tuple[dict[str, Any], str]], parallel: int = 32) -> None:
+    sem = asyncio.Semaphore(parallel)
+
+    async def one(o: dict[str, Any], ns: str) -> None:
+        async with sem:
+            await client.create("pods", o, ns)
+    await asyncio.gather(*(one(o, ns) for o, ns in pods))
+
+
+async def _api_churn(client: Any, kind: str) -> None:
+    """scheduler_perf's churn op of PreemptionAsync: one high-priority 3-cpu pod every 200 ms."""
+    for i in itertools.count():
+        await asyncio.sleep(CHURN_INTERVAL)
+        pod, ns = _api_pod(kind, i, "churn")
+        await client.create("pods", pod, ns)
+
+
 async def run_apiserver(kind: str, n_nodes: int, data_dir: Path, measure: int | None = None,
-                        py_spy: bool = False) -> tuple[float, float, int, float, float]:
+                        py_spy: bool = False) -> tuple[float, float, int, float, float, int]:
     """The same workload through a real `nodeagent server` (memory store, controllers off): N Node
     objects with no kubelets behind them, pods created over HTTPS, bound by the server's own
-    scheduler through pods/<name>/binding; timed from the first measured create until a watch has
-    seen every measured pod bound. Returns (wall pods/s, server-CPU pods/s, pods, setup seconds, the load
-    generator's own CPU seconds per pod: its creates and its watch, apart from the server's)."""
+    scheduler through pods/<name>/binding (victims of preemption deleted by it through the API); timed
+    from the first measured create until a watch has seen every measured pod bound. Returns (wall pods/s,
+    server-CPU pods/s, pods, setup seconds, the load generator's own CPU seconds per pod: its creates and
+    its watch, apart from the server's; pods deleted as preemption victims in the measured phase)."""
     from nodeagent.client.rest import Client
     from nodeagent.testing.apiserver import start_server
     from nodeagent.testing.hollow import node_object
 
-    if kind not in ("basic", "nodeaffinity"):
-        raise ValueError(f"{kind}: through-the-apiserver mode runs basic and nodeaffinity")
     t_setup = time.perf_counter()
     srv = start_server(data_dir, extra=SERVER_ARGS, timeout=180)  # a loaded host starts it slowly
     client = Client.from_kubeconfig(srv.kubeconfig, max_connections=64)
-    ns = "default"
     try:
         nodes = []
         for i in range(n_nodes):
             labels = {"topology.kubernetes.io/zone": "zone1"} if kind == "nodeaffinity" else None
             nodes.append(node_object(f"node-{i}", cpu="4", memory="32Gi", pods="110", labels=labels))
         await _create_all(client, "nodes", nodes, None)
+        if kind == "antiaffinity":  # scheduler_perf's createNamespaces op (prefix sched, count 2)
+            for n in ("sched-0", "sched-1"):
+                await client.create("namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                   "metadata": {"name": n}})
+        if kind in ("preemption", "preemptionbasic"):
+            await client.create("priorityclasses", HIGH_PRIORITY_CLASS)
         n_init, n_measure = counts(kind, n_nodes)
         if measure is not None:
-            n_init, n_measure = min(n_init, measure), measure
-
-        def strip(p: dict[str, Any]) -> dict[str, Any]:
-            meta = p["metadata"]
-            return {"apiVersion": "v1", "kind": "Pod", "spec": p["spec"],
-                    "metadata": {"name": meta["name"], "labels": meta["labels"]}}
+            n_measure = measure
+            if kind in ("basic", "nodeaffinity"):  # the others' init pods shape the nodes (fill, spread)
+                n_init = min(n_init, measure)
         bound: dict[str, int] = {"init": 0, "measure": 0}
         events = {k: asyncio.Event() for k in bound}
         targets = {"init": n_init, "measure": n_measure}
         seen: set[str] = set()
-        rv = (await client.list("pods", ns, limit=1))["metadata"]["resourceVersion"]
+        victims = [0]
+        rv = (await client.list("pods", None, limit=1))["metadata"]["resourceVersion"]
 
         async def watch() -> None:
-            async for ev in client.watch("pods", ns, resource_version=rv, timeout_seconds=3600):
+            async for ev in client.watch("pods", None, resource_version=rv, timeout_seconds=3600):
                 obj = ev.get("object") or {}
                 name = (obj.get("metadata") or {}).get("name") or ""
+                phase = name.split("-", 1)[0]
+                if ev.get("type") == "DELETED" and phase == "init":
+                    victims[0] += 1
                 if ev.get("type") in ("ADDED", "MODIFIED") and (obj.get("spec") or {}).get("nodeName") \
                         and name not in seen:
                     seen.add(name)
-                    phase = name.split("-", 1)[0]
                     if phase in bound:
                         bound[phase] += 1
                         if bound[phase] >= targets[phase]:
                             events[phase].set()
         watcher = asyncio.create_task(watch())
-        await _create_all(client, "pods", [strip(_pod(kind, i, "init")) for i in range(n_init)], ns)
+        await _create_pods(client, [_api_pod(kind, i, "init") for i in range(n_init)])
         await events["init"].wait()
-        measured = [strip(_pod(kind, i, "measure")) for i in range(n_measure)]
+        measured = [_api_pod(kind, i, "measure") for i in range(n_measure)]
         setup = time.perf_counter() - t_setup
+        v0 = victims[0]
         c0 = _server_cpu(srv.proc.pid)
         l0 = time.process_time()
         t0 = time.perf_counter()
+        churn = asyncio.create_task(_api_churn(client, kind)) if kind == "preemption" else None
         with pyspy.recording(srv.proc.pid) if py_spy else contextlib.nullcontext():
-            await asyncio.gather(_create_all(client, "pods", measured, ns), events["measure"].wait())
+            await asyncio.gather(_create_pods(client, measured), events["measure"].wait())
             dt = time.perf_counter() - t0
             cpu = _server_cpu(srv.proc.pid) - c0
             load_cpu = time.process_time() - l0
-        watcher.cancel()
-        try:
-            await watcher
-        except asyncio.CancelledError:
-            pass
-        return n_measure / dt, n_measure / cpu, n_measure, setup, load_cpu / n_measure
+        for t in (churn, watcher):
+            if t is None:
+                continue
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        return n_measure / dt, n_measure / cpu, n_measure, setup, load_cpu / n_measure, victims[0] - v0
     finally:
         await client.close()
         rc = srv.stop()
@@ -285,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--py-spy", action="store_true",
                     help="sample the server with py-spy during each through-the-apiserver measured phase")
     ap.add_argument("--apiserver-workloads", default="basic",
-                    help="workloads for those runs (basic, nodeaffinity)")
+                    help="workloads for those runs: " + ",".join(THRESHOLDS))
     add_plot_argument(ap)
     args = ap.parse_args(argv)
     lines: dict[str, list[tuple[float, float]]] = {}
@@ -323,15 +370,17 @@ def main(argv: list[str] | None = None) -> int:
         print("server process's CPU time (apiserver + scheduler together); server ms/pod is its inverse;")
         print("load ms/pod is the load generator's own CPU (its creates and its watch), apart.")
         print(f"{'workload':<28}{'nodes':>7}{'pods':>7}{'wall pods/s':>13}{'server-cpu pods/s':>19}"
-              f"{'server ms/pod':>15}{'load ms/pod':>13}{'kube-scheduler @5000':>22}{'setup s':>9}")
+              f"{'server ms/pod':>15}{'load ms/pod':>13}{'kube-scheduler @5000':>22}{'setup s':>9}"
+              f"{'victims':>9}  load average")
         for kind in [k for k in args.apiserver_workloads.split(",") if k]:
             for n in api_counts:
                 with tempfile.TemporaryDirectory(prefix="sched-bench-") as d:
-                    rate, cpu_rate, pods, setup, load = asyncio.run(
+                    rate, cpu_rate, pods, setup, load, victims = asyncio.run(
                         run_apiserver(kind, n, Path(d), args.measure, args.py_spy))
                 ref = THRESHOLDS[kind]
                 print(f"{NAMES[kind]:<28}{n:>7}{pods:>7}{rate:>13.0f}{cpu_rate:>19.0f}"
-                      f"{1000 / cpu_rate:>15.2f}{1000 * load:>13.2f}{ref:>22}{setup:>9.0f}", flush=True)
+                      f"{1000 / cpu_rate:>15.2f}{1000 * load:>13.2f}{ref or 'none upstream':>22}{setup:>9.0f}"
+                      f"{victims:>9}  {_load_average()}", flush=True)
                 lines.setdefault(f"{NAMES[kind]} through the apiserver (server-cpu pods/s)", []).append(
                     (n, cpu_rate))
     if args.plot:
