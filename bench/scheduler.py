@@ -204,8 +204,9 @@ async def _create_all(client: Any, resource: str, objs: list[dict[str, Any]], na
 # PreemptionAsync's and PreemptionBasic's high-priority pods carry `spec.priority: 10` in scheduler_perf,
 # whose test apiserver runs with the Priority admission plugin off; this server keeps it on (a pod may not
 # name its own priority), so the same value comes from a PriorityClass, as on a real cluster
-HIGH_PRIORITY_CLASS = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                       "metadata": {"name": "sched-perf-high"}, "value": 10,
+HIGH_PRIORITY = "sched-perf-high"
+HIGH_PRIORITY_CLASS: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                       "metadata": {"name": HIGH_PRIORITY}, "value": 10,
                        "description": "scheduler_perf's pod-high-priority (priority 10)"}
 
 
@@ -214,7 +215,7 @@ def _api_pod(kind: str, i: int, phase: str) -> tuple[dict[str, Any], str]:
     p = _pod(kind, i, phase)
     meta, spec = p["metadata"], dict(p["spec"])
     if spec.pop("priority", None):
-        spec["priorityClassName"] = HIGH_PRIORITY_CLASS["metadata"]["name"]
+        spec["priorityClassName"] = HIGH_PRIORITY
     return ({"apiVersion": "v1", "kind": "Pod", "spec": spec,
              "metadata": {"name": meta["name"], "labels": meta["labels"]}}, meta["namespace"])
 
