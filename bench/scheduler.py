@@ -28,9 +28,12 @@ import itertools
 import os
 import pstats
 import random
+import shutil
+import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -237,8 +240,26 @@ async def _api_churn(client: Any, kind: str) -> None:
         await client.create("pods", pod, ns)
 
 
+@contextlib.contextmanager
+def _cpu_profiled(pid: int, out: Path) -> Iterator[None]:
+    """The server's CPU profile of the block (bench/cpuprofile.py's SIGUSR2 switch), printed at its end."""
+    from bench import cpuprofile
+    os.kill(pid, signal.SIGUSR2)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 60
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        kept = Path(tempfile.gettempdir()) / f"cpuprofile-{pid}.pstats"
+        shutil.copyfile(out, kept)
+        print(cpuprofile.split(str(kept)) + f"\n(pstats: {kept})", flush=True)
+
+
 async def run_apiserver(kind: str, n_nodes: int, data_dir: Path, measure: int | None = None,
-                        py_spy: bool = False) -> tuple[float, float, int, float, float, int]:
+                        py_spy: bool = False, cpu_profile: bool = False
+                        ) -> tuple[float, float, int, float, float, int]:
     """The same workload through a real `nodeagent server` (memory store, controllers off): N Node
     objects with no kubelets behind them, pods created over HTTPS, bound by the server's own
     scheduler through pods/<name>/binding (victims of preemption deleted by it through the API); timed
@@ -250,7 +271,10 @@ async def run_apiserver(kind: str, n_nodes: int, data_dir: Path, measure: int | 
     from nodeagent.testing.hollow import node_object
 
     t_setup = time.perf_counter()
-    srv = start_server(data_dir, extra=SERVER_ARGS, timeout=180)  # a loaded host starts it slowly
+    pstats_out = data_dir / "cpu.pstats"
+    launcher = [str(Path(__file__).with_name("cpuprofile.py")), str(pstats_out)] if cpu_profile else []
+    # a loaded host starts it slowly
+    srv = start_server(data_dir, extra=SERVER_ARGS, timeout=180, launcher=launcher)
     client = Client.from_kubeconfig(srv.kubeconfig, max_connections=64)
     try:
         nodes = []
@@ -300,7 +324,8 @@ async def run_apiserver(kind: str, n_nodes: int, data_dir: Path, measure: int | 
         l0 = time.process_time()
         t0 = time.perf_counter()
         churn = asyncio.create_task(_api_churn(client, kind)) if kind == "preemption" else None
-        with pyspy.recording(srv.proc.pid) if py_spy else contextlib.nullcontext():
+        with pyspy.recording(srv.proc.pid) if py_spy else contextlib.nullcontext(), \
+                _cpu_profiled(srv.proc.pid, pstats_out) if cpu_profile else contextlib.nullcontext():
             await asyncio.gather(_create_pods(client, measured), events["measure"].wait())
             dt = time.perf_counter() - t0
             cpu = _server_cpu(srv.proc.pid) - c0
@@ -332,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="node counts for the through-the-apiserver runs of SchedulingBasic ('' to skip)")
     ap.add_argument("--py-spy", action="store_true",
                     help="sample the server with py-spy during each through-the-apiserver measured phase")
+    ap.add_argument("--cpu-profile", action="store_true",
+                    help="run the server under bench/cpuprofile.py and print its CPU split by component "
+                         "for each through-the-apiserver measured phase (py-spy samples wall time)")
     ap.add_argument("--apiserver-workloads", default="basic",
                     help="workloads for those runs: " + ",".join(THRESHOLDS))
     add_plot_argument(ap)
@@ -377,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in api_counts:
                 with tempfile.TemporaryDirectory(prefix="sched-bench-") as d:
                     rate, cpu_rate, pods, setup, load, victims = asyncio.run(
-                        run_apiserver(kind, n, Path(d), args.measure, args.py_spy))
+                        run_apiserver(kind, n, Path(d), args.measure, args.py_spy, args.cpu_profile))
                 ref = THRESHOLDS[kind]
                 print(f"{NAMES[kind]:<28}{n:>7}{pods:>7}{rate:>13.0f}{cpu_rate:>19.0f}"
                       f"{1000 / cpu_rate:>15.2f}{1000 * load:>13.2f}{ref or 'none upstream':>22}{setup:>9.0f}"

@@ -51,17 +51,18 @@ class ServerProcess:
 
 
 def start_server(data_dir: Path, datastore: str = "memory", port: int = 0, extra: Sequence[str] = (),
-                 timeout: float = 30, dns: bool = False) -> ServerProcess:
+                 timeout: float = 30, dns: bool = False, launcher: Sequence[str] = ()) -> ServerProcess:
     """A server on 127.0.0.1; without its DNS unless asked, so parallel test servers do not contend for
-    :53."""
+    :53. `launcher` goes between the interpreter and `-m nodeagent` (a profiler's wrapper script)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     kc = data_dir / "admin.kubeconfig"
     if kc.exists():
         kc.unlink()
     log_path = data_dir / "server.log"
     logf = open(log_path, "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "server", "--data-dir", str(data_dir),
-                             "--bind-address", "127.0.0.1", "--port", str(port), "--datastore", datastore,
+    proc = subprocess.Popen([sys.executable, *launcher, "-m", "nodeagent", "server",
+                             "--data-dir", str(data_dir), "--bind-address", "127.0.0.1", "--port", str(port),
+                             "--datastore", datastore,
                              *([] if dns else ["--without", "dns"]), *extra],
                             stdout=logf, stderr=subprocess.STDOUT)
     logf.close()
