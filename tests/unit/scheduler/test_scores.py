@@ -114,3 +114,34 @@ def test_image_locality_prefers_nodes_with_big_images():
     s = env.scores("ImageLocality", make_pod("p", image="registry.k8s.io/app:1"))
     assert s is not None and s["has"] > s["small"] == s["none"] == 0
     assert env.scores("ImageLocality", make_pod("p", image="other:2")) is None
+
+
+def test_resource_scores_of_a_run_of_one_shape_follow_every_node_change():
+    # the second pod of a shape scores from the per-node cache: a node that took a pod, lost one, or was
+    # replaced by a new NodeInfo of the same name must be scored afresh, the rest read back unchanged
+    from nodeagent.scheduler.framework import CycleState, NodeInfo, PodInfo
+    from nodeagent.scheduler.plugins import balancedallocation, noderesourcesfit
+
+    nodes = [NodeInfo(make_node(f"n{i}", cpu="4", memory="8Gi")) for i in range(4)]
+    fit, bal = noderesourcesfit.new(None, None), balancedallocation.new(None, None)
+    fresh_fit, fresh_bal = noderesourcesfit.new(None, None), balancedallocation.new(None, None)
+    pod = PodInfo(make_pod("p", cpu="500m", memory="1Gi"))
+    st = CycleState()
+
+    def check() -> None:  # the caching plugins against new ones (whose first call never caches)
+        assert fit.score_many(st, pod, nodes) == noderesourcesfit.new(None, None).score_many(st, pod, nodes)
+        assert bal.score_many(st, pod, nodes) == balancedallocation.new(None, None).score_many(st, pod, nodes)
+    check()
+    check()  # every node read from the cache
+    placed = PodInfo(make_pod("a", cpu="3", memory="1Gi", node="n1"))
+    nodes[1].add_pod(placed)
+    check()
+    nodes[1].remove_pod(placed)
+    nodes[2].add_pod(PodInfo(make_pod("b", cpu="1", memory="6Gi", node="n2")))
+    check()
+    nodes[3] = NodeInfo(make_node("n3", cpu="2", memory="2Gi"))  # same name, a new node
+    check()
+    other = PodInfo(make_pod("q", cpu="1", memory="100Mi"))  # a new shape: scored without the cache
+    assert fit.score_many(st, other, nodes) == fresh_fit.score_many(st, other, nodes)
+    assert bal.score_many(st, other, nodes) == fresh_bal.score_many(st, other, nodes)
+    assert len({s for s in bal.score_many(st, pod, nodes)}) > 1
