@@ -11,10 +11,15 @@ workload the 570 pods/s preemption threshold belongs to: 100m default pods measu
 high-priority pods, each preempting three 900m pods; upstream has no 5,000-node threshold).
 
 Then the through-the-apiserver figure: a real `nodeagent server` with N Node objects, its own
-scheduler binding through pods/<name>/binding, timed by a watch (--apiserver NODES).
+scheduler binding through pods/<name>/binding, timed by a watch (--apiserver NODES), for any of the
+workloads (--apiserver-workloads; PodAntiAffinity's namespaces, PreemptionAsync's churn and a PriorityClass
+for the high-priority pods made through the API). --py-spy samples the server's wall time; --cpu-profile
+runs it under bench/cpuprofile.py and splits its CPU by component.
 
     .venv/bin/python bench/scheduler.py --nodes 100,1000,5000
     .venv/bin/python bench/scheduler.py --nodes 5000 --workloads basic --profile --apiserver ''
+    .venv/bin/python bench/scheduler.py --nodes '' --apiserver 500 \
+        --apiserver-workloads nodeaffinity,antiaffinity,preemption
 """
 
 from __future__ import annotations

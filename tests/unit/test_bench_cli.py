@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-HELPERS = {"report.py", "pyspy.py", "netproxy_common.py", "__init__.py"}  # shared code, not benchmarks
+# shared code, not benchmarks
+HELPERS = {"report.py", "pyspy.py", "cpuprofile.py", "netproxy_common.py", "__init__.py"}
 BENCHES = sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS)
 PNG = b"\x89PNG\r\n\x1a\n"
 
