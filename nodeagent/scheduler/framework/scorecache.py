@@ -11,7 +11,7 @@ comparison per cycle, not a store per node.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from nodeagent.scheduler.framework.types import NodeInfo
 
@@ -25,11 +25,22 @@ class NodeScoreCache:
         self._shape: Hashable = None
         self._scores: dict[str, tuple[NodeInfo, int, int]] = {}
 
-    def for_shape(self, shape: Hashable) -> dict[str, tuple[NodeInfo, int, int]] | None:
-        """The entries for pods of `shape` when the last cycle's pod had it too; None on a change of
-        shape (the old entries are dropped: score without the cache)."""
-        if shape == self._shape:
-            return self._scores
-        self._shape = shape
-        self._scores = {}
-        return None
+    def scores(self, shape: Hashable, nodes: list[NodeInfo],
+               compute: Callable[[list[NodeInfo]], list[int]]) -> list[int]:
+        """`compute(nodes)`, read from the cache for nodes unchanged since a pod of the same `shape` last
+        scored them; a change of shape drops the old entries and scores without the cache."""
+        if shape != self._shape:
+            self._shape = shape
+            self._scores = {}
+            return compute(nodes)
+        cache = self._scores
+        out = []
+        for n in nodes:
+            c = cache.get(n.name)
+            if c is not None and c[0] is n and c[1] == n.generation:
+                out.append(c[2])
+                continue
+            s = compute([n])[0]
+            cache[n.name] = (n, n.generation, s)
+            out.append(s)
+        return out

@@ -61,8 +61,8 @@ class BalancedAllocation:
         if not self.cpu_mem:
             return [self.score(state, pod, n) for n in nodes]
         pc, pm = pod.req_cpu, pod.req_mem
-        cache = self._cache.for_shape((pc, pm))
-        if cache is None:
+
+        def compute(nodes: list[NodeInfo]) -> list[int]:
             try:  # (1 - std) * 100 with std = |fcpu - fmem| / 2, fractions capped at 1
                 return [int((1 - abs((fc if (fc := (n.req_cpu + pc) / n.alloc_cpu) < 1 else 1.0)
                                      - (fm if (fm := (n.req_mem + pm) / n.alloc_mem) < 1 else 1.0)) / 2)
@@ -70,21 +70,7 @@ class BalancedAllocation:
                         for n in nodes]
             except ZeroDivisionError:  # a node without cpu or memory: the general path skips that resource
                 return [self.score(state, pod, n) for n in nodes]
-        out = []
-        for n in nodes:
-            c = cache.get(n.name)
-            if c is not None and c[0] is n and c[1] == n.generation:
-                out.append(c[2])
-                continue
-            if n.alloc_cpu and n.alloc_mem:  # the same arithmetic as above, one node at a time
-                fc = (n.req_cpu + pc) / n.alloc_cpu
-                fm = (n.req_mem + pm) / n.alloc_mem
-                s = int((1 - abs((fc if fc < 1 else 1.0) - (fm if fm < 1 else 1.0)) / 2) * MAX_NODE_SCORE)
-            else:  # a node without cpu or memory: the general path leaves that resource out
-                s = self.score(state, pod, n)
-            cache[n.name] = (n, n.generation, s)
-            out.append(s)
-        return out
+        return self._cache.scores((pc, pm), nodes, compute)
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
         fracs = []

@@ -195,24 +195,13 @@ class NodeResourcesFit:
                 return [((min(n.nz_cpu + pc, n.alloc_cpu) * 100 // n.alloc_cpu if n.alloc_cpu else 0)
                          + (min(n.nz_mem + pm, n.alloc_mem) * 100 // n.alloc_mem if n.alloc_mem else 0)) // 2
                         for n in nodes]
-            cache = self._score_cache.for_shape((pc, pm))
-            if cache is None:
+
+            def compute(nodes: list[NodeInfo]) -> list[int]:
                 return [(((ac - rc) * 100 // ac if (rc := n.nz_cpu + pc) <= (ac := n.alloc_cpu) and ac else 0)
                          + ((am - rm) * 100 // am
                             if (rm := n.nz_mem + pm) <= (am := n.alloc_mem) and am else 0)) // 2
                         for n in nodes]
-            out = []
-            for n in nodes:
-                c = cache.get(n.name)
-                if c is not None and c[0] is n and c[1] == n.generation:
-                    out.append(c[2])
-                    continue
-                rc, ac, rm, am = n.nz_cpu + pc, n.alloc_cpu, n.nz_mem + pm, n.alloc_mem
-                s = (((ac - rc) * 100 // ac if rc <= ac and ac else 0)
-                     + ((am - rm) * 100 // am if rm <= am and am else 0)) // 2
-                cache[n.name] = (n, n.generation, s)
-                out.append(s)
-            return out
+            return self._score_cache.scores((pc, pm), nodes, compute)
         return [self.score(state, pod, n) for n in nodes]
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
