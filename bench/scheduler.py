@@ -213,9 +213,9 @@ async def _create_all(client: Any, resource: str, objs: list[dict[str, Any]], na
 # whose test apiserver runs with the Priority admission plugin off; this server keeps it on (a pod may not
 # name its own priority), so the same value comes from a PriorityClass, as on a real cluster
 HIGH_PRIORITY = "sched-perf-high"
-HIGH_PRIORITY_CLASS: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                       "metadata": {"name": HIGH_PRIORITY}, "value": 10,
-                       "description": "scheduler_perf's pod-high-priority (priority 10)"}
+HIGH_PRIORITY_CLASS: dict[str, Any] = {
+    "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": HIGH_PRIORITY},
+    "value": 10, "description": "scheduler_perf's pod-high-priority (priority 10)"}
 
 
 def _api_pod(kind: str, i: int, phase: str) -> tuple[dict[str, Any], str]:
