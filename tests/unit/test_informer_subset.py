@@ -44,7 +44,7 @@ async def test_the_nodes_pods_as_a_watch_of_its_own_would_show_them():
     seen: list[tuple[str, str]] = []
     mine = pods_on_node(client, "n1")  # type: ignore[arg-type]
     everyone = shared(client, "pods")  # type: ignore[arg-type]
-    assert mine.informer is everyone
+    assert mine.informer.informer is everyone.informer  # one cache under both handles
     run = asyncio.create_task(mine.run(client=client))  # type: ignore[arg-type]
     try:
         await mine.wait_synced()
