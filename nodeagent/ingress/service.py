@@ -256,14 +256,21 @@ def _not_found_ok() -> Iterator[None]:
 
 
 def ensure_default_certificate(path: str) -> None:
-    """The self-signed certificate served to names no Secret covers, made once per data dir."""
-    from nodeagent.pki import self_signed
+    """The self-signed certificate served to names no Secret covers, made once per data dir (in a child
+    process where cryptography is not loaded here: nodeagent/isolated.py)."""
+    from nodeagent.isolated import call
 
     if Path(path).exists():
         return
-    crt, key = self_signed(DEFAULT_CERT_NAME)
+    crt, key = (s.encode() for s in call("nodeagent.ingress.service:_self_signed", DEFAULT_CERT_NAME))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, crt + key, 0o600)
+
+
+def _self_signed(name: str) -> list[str]:
+    from nodeagent.pki import self_signed
+
+    return [b.decode() for b in self_signed(name)]
 
 
 async def serve(config: IngressConfig, ready: asyncio.Event) -> None:
