@@ -382,7 +382,7 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
     data.mkdir(parents=True)
     ctd, extra = prepare_runtime(kind, root, data)
     try:
-        out = run_up(kind, a, data, ctd, extra)
+        out = run_up(kind, a, data, ctd, extra) if a.up else {"runtime": kind}
         if a.steady_seconds > 0 and a.agent:
             out["agent"] = run_agent(kind, a, root, ctd, extra)
         return out
@@ -598,6 +598,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="sample the agent's CPU and RSS this long (default %(default)s; 0 skips the phase)")
     p.add_argument("--settle-seconds", type=float, default=15,
                    help="wait before sampling (default %(default)s)")
+    p.add_argument("--no-up", dest="up", action="store_false",
+                   help="skip `up`: only the server + agent phase (the agent's CPU and RSS)")
     p.add_argument("--no-agent", dest="agent", action="store_false",
                    help="skip the node part alone (server + joined agent) at --steady-pods")
     p.add_argument("--keep", action="store_true", help="keep the data dirs")

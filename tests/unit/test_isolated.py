@@ -44,3 +44,19 @@ def test_the_agents_path_never_loads_cryptography():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('cryptography', 'jwt')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_agents_path_leaves_out_what_only_the_control_plane_or_legacy_iptables_use():
+    """dnspython (cluster DNS), PyJWT (ServiceAccount tokens) and python-iptables (on a host whose iptables
+    is not legacy) stay out of what a joined agent imports."""
+    from kernel import iptables
+
+    code = ("import sys\n"
+            "import nodeagent.commands.agent\n"
+            "from nodeagent.commands.configs import node_configs\n"
+            "from nodeagent.commands.up import NODE_COMPONENTS\n"
+            "for c in NODE_COMPONENTS: c.load()\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'dns', 'jwt', 'iptc'}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    want = ["iptc"] if iptables.backend() == "legacy" else []
+    assert out.strip() == str(want)
