@@ -9,37 +9,11 @@ from typing import Any
 
 from nodeagent.client import informer as informer_mod
 from nodeagent.client.informer import SharedInformers, shared
+from nodeagent.testing.listwatch import ListWatchClient as _Client
 
 
 def _svc(name: str, rv: int = 1) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "ns", "uid": name, "resourceVersion": str(rv)}}
-
-
-class _Client:
-    """Lists `items`, then streams `events` (an apiserver's watch in memory); answers access reviews as
-    `allowed` says, recording them."""
-
-    def __init__(self, items: list[dict[str, Any]], allowed: bool = True, name: str = "a") -> None:
-        self.identity = ("fake", name, id(self))
-        self.items = items
-        self.allowed = allowed
-        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.lists = 0
-        self.reviews: list[dict[str, Any]] = []
-
-    async def list(self, *a: Any, **kw: Any) -> dict[str, Any]:
-        self.lists += 1
-        return {"items": list(self.items), "metadata": {"resourceVersion": "1"}}
-
-    async def watch(self, *a: Any, **kw: Any):
-        while True:
-            yield await self.events.get()
-
-    async def create(self, resource: str, obj: dict[str, Any], *a: Any, **kw: Any) -> dict[str, Any]:
-        assert resource == "selfsubjectaccessreviews"
-        self.reviews.append(obj["spec"]["resourceAttributes"])
-        return {**obj, "status": {"allowed": self.allowed,
-                                  **({} if self.allowed else {"reason": "no RBAC rule"})}}
 
 
 async def _until(pred: Any) -> None:
