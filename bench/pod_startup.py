@@ -258,6 +258,13 @@ def steady_state(groups: dict[str, list[int]], seconds: float) -> dict[str, tupl
                 len(set().union(*(_frames(p) for p in pids))) * 4096) for k, pids in groups.items()}
 
 
+def idle_state(pid: int, a: argparse.Namespace) -> tuple[float, int, int]:
+    """The process's CPU and RSS with no pod yet (started, node Ready, settled): the floor the pods' own
+    cost is measured from."""
+    time.sleep(a.settle_seconds)
+    return steady_state({"proc": [pid]}, min(a.steady_seconds, 5))["proc"]
+
+
 def cri_floor(socket: str, runs: int) -> list[float]:
     """Pods straight through CRI on the same runtime, one at a time: sandbox + create + start per pod
     (then all removed): what any kubelet on this runtime pays at least."""
@@ -375,7 +382,7 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
     data.mkdir(parents=True)
     ctd, extra = prepare_runtime(kind, root, data)
     try:
-        out = run_up(kind, a, data, ctd, extra)
+        out = run_up(kind, a, data, ctd, extra) if a.up else {"runtime": kind}
         if a.steady_seconds > 0 and a.agent:
             out["agent"] = run_agent(kind, a, root, ctd, extra)
         return out
@@ -393,6 +400,8 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
     out: dict = {"runtime": kind}
     try:
         wait_started(proc, data, socket)
+        if a.steady_seconds > 0:
+            out["idle"] = idle_state(proc.pid, a)
         if kind == "nodeagent" and a.floor_runs:
             out["cri_floor"] = cri_floor(socket, a.floor_runs)
         if a.serial:
@@ -532,9 +541,10 @@ def run_agent(kind: str, a: argparse.Namespace, root: Path, ctd: Containerd | No
             if agent.poll() is not None or time.monotonic() > end:
                 raise SystemExit(f"`agent` did not join:\n{(adir / 'agent.log').read_text()[-3000:]}")
             time.sleep(0.5)
+        idle = idle_state(agent.pid, a)
         asyncio.run(create_and_wait(kc, node, [f"agent-{i}" for i in range(a.steady_pods)]))
         time.sleep(a.settle_seconds)
-        out = {"steady": steady_state(node_groups(agent.pid, ctd), a.steady_seconds),
+        out = {"idle": idle, "steady": steady_state(node_groups(agent.pid, ctd), a.steady_seconds),
                "server": steady_state({"server": [server.pid]}, 1)["server"]}
         asyncio.run(delete_all(kc))
         if not wait_runtime_empty(socket):
@@ -588,6 +598,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="sample the agent's CPU and RSS this long (default %(default)s; 0 skips the phase)")
     p.add_argument("--settle-seconds", type=float, default=15,
                    help="wait before sampling (default %(default)s)")
+    p.add_argument("--no-up", dest="up", action="store_false",
+                   help="skip `up`: only the server + agent phase (the agent's CPU and RSS)")
     p.add_argument("--no-agent", dest="agent", action="store_false",
                    help="skip the node part alone (server + joined agent) at --steady-pods")
     p.add_argument("--keep", action="store_true", help="keep the data dirs")
@@ -642,10 +654,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plot: {a.plot}")
     row("CRI floor (sandbox+create+start) p50", lat("cri_floor", 0.5))
 
-    def usage(phase: str, group: str, what: str):
+    def usage(phase: str, group: str, what: str, when: str = "steady"):
         def fn(r: dict) -> str:
-            g = (r.get(phase) or {}).get("steady", {}).get(group) if phase == "agent" else \
-                r.get("steady", {}).get(group)
+            at = (r.get(phase) or {}) if phase == "agent" else r
+            g = at.get(when) if when == "idle" else at.get(when, {}).get(group)
             if g is None:
                 return "-"
             cpu, rss, distinct = g
@@ -657,6 +669,8 @@ def main(argv: list[str] | None = None) -> int:
     for phase, name in (("up", "up"), ("agent", "agent")):
         if phase == "agent" and not any(r.get("agent") for r in results.values()):
             continue
+        for what in ("cpu", "rss"):
+            row(f"idle (no pod): {name} process {what.upper()}", usage(phase, "proc", what, "idle"))
         for what in ("cpu", "rss"):
             row(f"{n} pods: {name} process {what.upper()}", usage(phase, "proc", what))
         for what in ("cpu", "rss", "distinct"):
@@ -672,7 +686,8 @@ def main(argv: list[str] | None = None) -> int:
         print("burst targets (issue 26): all Running <= 6 s (about 20 pods/s), p50 <= 3 s; containerd behind "
               "the same kubelet is the reference.")
     print("targets: p50 <= 300 ms, p99 <= 1 s (SLO 5 s), not slower than containerd; agent idle CPU <= 5% "
-          "of a core and RSS <= 150 MiB at 110 pods (k3s agent: 275 MB, 3%).")
+          "of a core and RSS <= 150 MiB at 110 pods (k3s agent: 275 MB, 3%); issue 26: `agent` RSS "
+          "<= 100 MiB, `up` RSS <= 150 MiB at 110 pods.")
     print("`up` process: apiserver, store, scheduler, controllers, DNS, proxy, netpol, pod network, kubelet "
           "and (ours) the runtime in one process; `agent` process: the node part alone (`nodeagent agent` "
           "joined to a `nodeagent server` in another process: runtime (ours), pod network, proxy, netpol, "

@@ -22,10 +22,10 @@ import json
 import re
 import secrets
 import string
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+if TYPE_CHECKING:
+    from cryptography import x509
 
 TOKEN_RE = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
 SECRET_TYPE = "bootstrap.kubernetes.io/token"
@@ -137,6 +137,9 @@ def token_groups(fields: dict[str, str]) -> tuple[str, ...]:
 # ------------------------------------------------------------------ CA pinning
 def ca_cert_hash(cert: x509.Certificate | bytes | str) -> str:
     """kubeadm's `--discovery-token-ca-cert-hash`: sha256 of the DER SubjectPublicKeyInfo."""
+    from cryptography import x509  # here: a joining agent checks tokens without loading it (isolated.py)
+    from cryptography.hazmat.primitives import serialization
+
     if not isinstance(cert, x509.Certificate):
         cert = x509.load_pem_x509_certificate(cert.encode() if isinstance(cert, str) else cert)
     spki = cert.public_key().public_bytes(serialization.Encoding.DER,

@@ -20,10 +20,16 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-LEGACY_ISSUER = "kubernetes/serviceaccount"
-USER_PREFIX = "system:serviceaccount:"
-ALL_GROUP = "system:serviceaccounts"
+from nodeagent.api.sa_names import (  # noqa: F401 (the names are this module's too)
+    ALL_GROUP,
+    DEFAULT_ISSUER,
+    LEGACY_ISSUER,
+    USER_PREFIX,
+    groups,
+    split_username,
+    username,
+)
+
 KUBE_CLAIM = "kubernetes.io"
 # kube's TokenRequest rules (pkg/apis/authentication/validation, pkg/serviceaccount)
 MIN_EXPIRATION = 600
@@ -37,22 +43,6 @@ LEGACY = "kubernetes.io/serviceaccount/"
 
 class TokenInvalid(Exception):
     """Not a valid ServiceAccount token; the reason is for the log, never for the client."""
-
-
-def username(namespace: str, name: str) -> str:
-    return f"{USER_PREFIX}{namespace}:{name}"
-
-
-def split_username(user: str) -> tuple[str, str] | None:
-    """(namespace, name) of a `system:serviceaccount:<ns>:<name>` user, else None."""
-    if not user.startswith(USER_PREFIX):
-        return None
-    ns, _, name = user[len(USER_PREFIX):].partition(":")
-    return (ns, name) if ns and name and ":" not in name else None
-
-
-def groups(namespace: str) -> tuple[str, ...]:
-    return ALL_GROUP, f"{ALL_GROUP}:{namespace}"
 
 
 def key_id(public_key: PublicKeyTypes) -> str:

@@ -6,7 +6,7 @@ import dataclasses
 import ipaddress
 
 from nodeagent.api.kube_dns import DNSAddon
-from nodeagent.api.sa_token import DEFAULT_ISSUER
+from nodeagent.api.sa_names import DEFAULT_ISSUER
 from nodeagent.apiserver.kubeconfig import UserKubeconfig
 
 

@@ -56,6 +56,7 @@ class Informer:
         self._driving = False
         self._handoff = asyncio.Event()  # set when the driver stops: a waiting runner takes over
         self._on_idle: Callable[[], None] | None = None  # shared(): forget this informer when no one runs it
+        self.readers: set[Any] = set()  # shared(): identities the apiserver allows to list and watch these
 
     # ------------------------------------------------------------------ read side
     def get(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
@@ -260,16 +261,23 @@ class Informer:
 
 
 _SHARED: weakref.WeakValueDictionary[tuple[Any, ...], Informer] = weakref.WeakValueDictionary()
+ACCESS_RETRY_MAX = 10.0  # seconds between access checks of a reader the apiserver refused
 
 
 def shared(client: Client, resource: str, namespace: str | None = None, label_selector: str | None = None,
-           field_selector: str | None = None) -> Informer:
-    """This process's informer for these objects read with these credentials (`Client.identity`): one
-    cache and one watch however many components ask. Each user runs it (`run(client=its client)`), adds
-    plain-function handlers and removes them when it stops (`add_handler` returns the remover). Once no
-    one runs it, it is forgotten: the next user gets a fresh one."""
+           field_selector: str | None = None) -> SharedInformer:
+    """This process's informer for these objects, through a handle for this user (`client`): one cache and
+    one watch however many components ask, whatever their credentials, as kube-controller-manager's
+    SharedInformerFactory shares one per resource among its controllers. A user whose identity differs
+    from the informer's first one reads it only once the apiserver says it may list and watch those
+    objects itself (a SelfSubjectAccessReview); until then its handle shows nothing, as a refused list
+    would. With a field selector (the Node authorizer's per-name reads) the informer is per identity.
+    Each user runs its handle (`run(client=its client)`), adds plain-function handlers and removes them
+    when it stops (`add_handler` returns the remover). Once no one runs it, it is forgotten: the next user
+    gets a fresh one."""
     res = resolve(resource)
-    key = (client.identity, res.gv_path, res.name, namespace, label_selector, field_selector)
+    who = client.identity if field_selector else None
+    key = (who, res.gv_path, res.name, namespace, label_selector, field_selector)
     inf = _SHARED.get(key)
     if inf is None:
         inf = Informer(client, resource, namespace, label_selector, field_selector)
@@ -279,7 +287,129 @@ def shared(client: Client, resource: str, namespace: str | None = None, label_se
                 del _SHARED[key]
         inf._on_idle = forget
         _SHARED[key] = inf
-    return inf
+        inf.readers.add(client.identity)  # the first user's own list is its check
+    return SharedInformer(inf, client)
+
+
+async def _may_read(client: Client, inf: Informer) -> str | None:
+    """None when the apiserver allows `client` to list and watch the informer's objects; else why not."""
+    for verb in ("list", "watch"):
+        attrs = {"verb": verb, "group": inf.resource.group, "resource": inf.resource.name,
+                 "namespace": inf.namespace or ""}
+        out = await client.create("selfsubjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attrs}})
+        st = out.get("status") or {}
+        if not st.get("allowed") or st.get("denied"):
+            return f"may not {verb} {inf.resource.name}: {st.get('reason') or 'no rule allows it'}"
+    return None
+
+
+class SharedInformer:
+    """One user's handle on a process-wide informer (`shared`): reads, indices and handlers of the one
+    cache, which this user sees only once its own access is known (`granted`); views, never copies."""
+
+    def __init__(self, informer: Informer, client: Client) -> None:
+        self.informer = informer
+        self.client = client
+        self.resource = informer.resource
+        self.namespace = informer.namespace
+        self.synced = asyncio.Event()
+        self.granted = client.identity in informer.readers
+        self._slots: list[list[Any]] = []  # [handlers, remover once added to the informer] of this user's
+        self._pending: list[list[Any]] = []  # those added before the grant
+
+    # ------------------------------------------------------------------ read side
+    @property
+    def cache(self) -> dict[str, dict[str, Any]]:
+        return self.informer.cache if self.granted else {}
+
+    @property
+    def resource_version(self) -> str:
+        return self.informer.resource_version if self.granted else ""
+
+    def get(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        return self.informer.get(name, namespace) if self.granted else None
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        return self.informer.list() if self.granted else []
+
+    def add_index(self, name: str, fn: Callable[[dict[str, Any]], Iterable[str]]) -> None:
+        if name not in self.informer._indexers:
+            self.informer.add_index(name, fn)
+
+    def by_index(self, name: str, value: str) -> builtins.list[dict[str, Any]]:
+        return self.informer.by_index(name, value) if self.granted else []
+
+    def add_handler(self, on_add: Handler | None = None, on_update: Handler | None = None,
+                    on_delete: Handler | None = None) -> Callable[[], None]:
+        """As `Informer.add_handler`; before the grant, kept until it (then replayed as the cache is). The
+        handlers go when this user's `run` ends, or earlier by the returned remover."""
+        slot: list[Any] = [(on_add, on_update, on_delete), None]
+        if self.granted:
+            slot[1] = self.informer.add_handler(on_add, on_update, on_delete)
+        else:
+            self._pending.append(slot)
+        self._slots.append(slot)
+
+        def remove() -> None:
+            if slot in self._pending:
+                self._pending.remove(slot)
+            if slot in self._slots:
+                self._slots.remove(slot)
+            if slot[1] is not None:
+                slot[1]()
+                slot[1] = None
+        return remove
+
+    async def wait_synced(self) -> None:
+        await self.synced.wait()
+
+    # ------------------------------------------------------------------ loop
+    async def run(self, ready: asyncio.Event | None = None, client: Client | None = None) -> None:
+        """Check access (once per identity), then run the shared informer with `client` (default: this
+        handle's) until cancelled; `ready` and `synced` are set once the cache has listed."""
+        client = client or self.client
+        try:
+            if not self.granted:
+                await self._wait_granted(client)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._mark_synced(ready))
+                await self.informer.run(client=client)
+        finally:  # this user is gone: its handlers too (the informer lives on for the others)
+            for slot in self._slots:
+                if slot[1] is not None:
+                    slot[1]()
+            self._slots.clear()
+            self._pending.clear()
+
+    async def _wait_granted(self, client: Client) -> None:
+        backoff = 0.2
+        while True:
+            try:
+                why = await _may_read(client, self.informer)
+            except ClientError as e:
+                why = f"cannot check access: {e}"
+            if why is None:
+                break
+            log.warning("%s informer: %s; its cache stays empty for this user (retrying in %.0fs)",
+                        self.resource.name, why, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, ACCESS_RETRY_MAX)
+        self.informer.readers.add(client.identity)
+        self.granted = True
+        for slot in self._pending:
+            slot[1] = self.informer.add_handler(*slot[0])
+        self._pending.clear()
+
+    async def _mark_synced(self, ready: asyncio.Event | None) -> None:
+        await self.informer.synced.wait()
+        self.synced.set()
+        if ready is not None:
+            ready.set()
+
+
+Store = Informer | SharedInformer  # what components read: an informer of their own or their handle on one
 
 
 class Subset:
@@ -288,13 +418,12 @@ class Subset:
     them, and handlers get an add when an object enters the subset (a pod bound to the node) and a delete
     when it leaves. One cache serves both the whole and the subset; handlers must be plain functions."""
 
-    def __init__(self, informer: Informer, index: str, fn: Callable[[dict[str, Any]], Iterable[str]],
+    def __init__(self, informer: SharedInformer, index: str, fn: Callable[[dict[str, Any]], Iterable[str]],
                  value: str) -> None:
         self.informer = informer
         self.index, self.value = index, value
         self._in = lambda o: value in (fn(o) or ())
-        if index not in informer._indexers:
-            informer.add_index(index, fn)
+        informer.add_index(index, fn)
 
     def list(self) -> builtins.list[dict[str, Any]]:
         return self.informer.by_index(self.index, self.value)
@@ -351,10 +480,10 @@ class SharedInformers:
         self.client = client
         self.resync = resync
         self.share = share and not resync
-        self._informers: dict[str, Informer] = {}
+        self._informers: dict[str, Store] = {}
         self._removers: list[Callable[[], None]] = []
 
-    def get(self, resource: str) -> Informer:
+    def get(self, resource: str) -> Store:
         if resource not in self._informers:
             self._informers[resource] = shared(self.client, resource) if self.share \
                 else Informer(self.client, resource, resync=self.resync)

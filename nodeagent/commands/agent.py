@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from kernel.memory import lean_process
     from nodeagent.api.bootstrap_token import is_token
     from nodeagent.commands.up import NODE_COMPONENTS, no_grpc_fork_handlers
-    from nodeagent.kubelet.tls_bootstrap import JoinRefused, join
+    from nodeagent.kubelet.tls_bootstrap import JoinRefused, join_in_child
     from nodeagent.runner import run_components
 
     lean_process()
@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
     if is_token(args.token):
         node = (args.node_name or socket.gethostname()).lower()
         try:
-            path = asyncio.run(join(args.server, args.token, args.ca_cert_hash, node, args.data_dir, unsafe))
+            # in a child: the key and CSR need cryptography, which this long-running process never loads
+            path = join_in_child(args.server, args.token, list(args.ca_cert_hash), node, args.data_dir,
+                                 unsafe)
         except JoinRefused as e:
             print(f"nodeagent agent: join refused: {e}", file=sys.stderr)
             return 1

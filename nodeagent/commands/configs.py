@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import socket
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cri.config import DEFAULT_CNI_BIN_DIRS, CRIConfig
 from csi.config import CSIConfig
@@ -27,7 +27,6 @@ from nodeagent.apiserver.config import ApiServerConfig, ComponentCredential
 from nodeagent.client.config import Credentials
 from nodeagent.controllers.config import ControllerManagerConfig
 from nodeagent.controllers.options import ControllerOptions
-from nodeagent.dns.config import DNSConfig
 from nodeagent.ingress.config import IngressConfig
 from nodeagent.kubelet.config import KubeletConfig, parse_cluster_dns
 from nodeagent.layout import REGISTRIES, Layout
@@ -37,6 +36,9 @@ from nodeagent.nodenet.config import BGPSettings, CNIConfig, NodeNetConfig, PodC
 from nodeagent.nodenet.network import PodNetwork
 from nodeagent.runner import Component
 from nodeagent.scheduler.config import SchedulerServiceConfig
+
+if TYPE_CHECKING:  # imported where made: its validation loads dnspython, which a joined `agent` never needs
+    from nodeagent.dns.config import DNSConfig
 
 DNS_LISTEN = "0.0.0.0:53"
 
@@ -269,6 +271,7 @@ def dns_config(api: ApiServerConfig, kubeconfig: str, listen: str = DNS_LISTEN, 
     address, or the default route's when listening on every one), and an address in use retried instead
     of stopping the control plane. It only reads: the kube-dns Service and slice are `dns_addon`'s."""
     from nodeagent.apiserver.server import advertise_ip
+    from nodeagent.dns.config import DNSConfig
     from nodeagent.dns.server import split_hostport
 
     kw.setdefault("retry_bind", True)
@@ -291,7 +294,7 @@ def dns_addon(dns: DNSConfig) -> DNSAddon:
 def service_account_credential(path: str, namespace: str, name: str) -> ComponentCredential:
     """An embedded add-on's kubeconfig naming its ServiceAccount (user and groups as its token would give),
     authorized by the roles bound to that account."""
-    from nodeagent.api.sa_token import groups, username
+    from nodeagent.api.sa_names import groups, username
 
     return ComponentCredential(path, username(namespace, name), tuple(groups(namespace)))
 

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         from nodeagent.client.rest import Client
 
         client = Client.from_kubeconfig(args.kubeconfig)
-        informers = SharedInformers(client)
+        informers = SharedInformers(client, share=True)
         api_source.wire(informers, enforcer)
         async def serve() -> None:
             async with asyncio.TaskGroup() as tg:

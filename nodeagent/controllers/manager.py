@@ -82,7 +82,9 @@ async def run_controllers(client: Client, ready: asyncio.Event | None = None,
                           use_service_account_credentials: bool = False) -> None:
     """All controllers until cancelled (no leader election: tests and single servers). With
     `use_service_account_credentials`, each controller writes as its own ServiceAccount (kube's flag)."""
-    informers = SharedInformers(client)
+    # the process's informers (in `up`, the scheduler's, DNS's, netproxy's, the kubelet's caches too), one
+    # handle each: a controller's handlers go when the manager stops (a lost lease), the caches live on
+    informers = SharedInformers(client, share=True)
     recorder = EventRecorder(client, "controller-manager", socket.gethostname())
     accounts = ServiceAccountCredentials(client) if use_service_account_credentials else None
     instances = []

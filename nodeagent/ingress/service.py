@@ -19,7 +19,7 @@ from typing import Any
 
 from kernel.fs import atomic_write
 from nodeagent.client.events import EventRecorder
-from nodeagent.client.informer import Informer, shared
+from nodeagent.client.informer import Informer, Store, shared
 from nodeagent.client.leader import LeaderElector
 from nodeagent.client.loadbalancer import set_load_balancer_status
 from nodeagent.client.rest import Client, ClientError
@@ -53,10 +53,10 @@ class Controller:
         self.proxy = proxy
         self.recorder = recorder
         self.dirty = asyncio.Event()
-        # the process's informers (shared with DNS, netpol, the kubelet... reading as the same user); TLS
+        # the process's informers (shared with DNS, netpol, the kubelet, the controllers...); TLS
         # Secrets only: the certificates served are kubernetes.io/tls Secrets (the Gateway API's core
         # support), and a node's credential may list those and no others
-        self.informers: dict[str, Informer] = {
+        self.informers: dict[str, Store] = {
             k: shared(client, r, field_selector=TLS_SECRETS if k == "secrets" else None)
             for k, r in CORE.items()}
         if cfg.manage:
@@ -256,14 +256,21 @@ def _not_found_ok() -> Iterator[None]:
 
 
 def ensure_default_certificate(path: str) -> None:
-    """The self-signed certificate served to names no Secret covers, made once per data dir."""
-    from nodeagent.pki import self_signed
+    """The self-signed certificate served to names no Secret covers, made once per data dir (in a child
+    process where cryptography is not loaded here: nodeagent/isolated.py)."""
+    from nodeagent.isolated import call
 
     if Path(path).exists():
         return
-    crt, key = self_signed(DEFAULT_CERT_NAME)
+    crt, key = (s.encode() for s in call("nodeagent.ingress.service:_self_signed", DEFAULT_CERT_NAME))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, crt + key, 0o600)
+
+
+def _self_signed(name: str) -> list[str]:
+    from nodeagent.pki import self_signed
+
+    return [b.decode() for b in self_signed(name)]
 
 
 async def serve(config: IngressConfig, ready: asyncio.Event) -> None:

@@ -25,17 +25,12 @@ from typing import Any
 
 import aiohttp
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from kernel.fs import atomic_write
 from nodeagent.api import bootstrap_token as tokens
 from nodeagent.api.certificates import KUBELET_CLIENT_SIGNER, NODE_PREFIX, NODES_GROUP
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.clock import REAL_CLOCK, Clock, utcnow
-from nodeagent.pki import key_pem as pkcs8_pem
 
 log = logging.getLogger("nodeagent.kubelet.tls_bootstrap")
 CLUSTER_INFO = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
@@ -119,6 +114,13 @@ async def discover(server: str, token: str, ca_hashes: list[str], unsafe_skip_ca
 
 
 def _new_key_and_request(node_name: str) -> tuple[bytes, bytes]:
+    from cryptography import x509  # here, not at the top: `agent` joins in a child (`join_in_child`)
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from nodeagent.pki import key_pem as pkcs8_pem
+
     key = ec.generate_private_key(ec.SECP256R1())
     req = (x509.CertificateSigningRequestBuilder()
            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, NODES_GROUP),
@@ -206,6 +208,9 @@ def existing_credential(data_dir: Path, server: str, node_name: str, ca_hashes: 
                         now: dt.datetime) -> Path | None:
     """A kubeconfig an earlier join wrote for this server, node and pinned CA, with a certificate still valid
     for at least an hour (an agent restart reuses its identity instead of joining again)."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
     path = kubeconfig_path(data_dir)
     try:
         cfg = yaml.safe_load(path.read_text())
@@ -250,3 +255,18 @@ async def join(server: str, token: str, ca_hashes: list[str], node_name: str, da
     path = await asyncio.to_thread(write_credentials, data_dir, server, ca_pem, key_pem, cert_pem, node_name)
     log.info("join: node %s joined %s; credential in %s", node_name, server, path)
     return path
+
+
+def join_in_child(server: str, token: str, ca_hashes: list[str], node_name: str, data_dir: str,
+                  unsafe_skip_ca_verification: bool = False) -> Path:
+    """`join` run in a child process (nodeagent.isolated): the agent that goes on running never loads the
+    cryptography the key, CSR and certificate checks need. JoinRefused as `join`."""
+    from nodeagent.isolated import call
+
+    return Path(call("nodeagent.kubelet.tls_bootstrap:_join_answer", server, token, ca_hashes, node_name,
+                     data_dir, unsafe_skip_ca_verification, errors=(JoinRefused,)))
+
+
+async def _join_answer(server: str, token: str, ca_hashes: list[str], node_name: str, data_dir: str,
+                       unsafe_skip_ca_verification: bool) -> str:
+    return str(await join(server, token, ca_hashes, node_name, data_dir, unsafe_skip_ca_verification))

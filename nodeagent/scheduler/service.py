@@ -162,7 +162,7 @@ class ApiBackend:
 async def run_scheduler(client: Client, ready: asyncio.Event | None = None,
                         profile: str | None = None) -> None:
     """Schedule until cancelled (no leader election: tests and single servers)."""
-    informers = SharedInformers(client)
+    informers = SharedInformers(client, share=True)  # the process's caches; its assume cache stays its own
     recorder = EventRecorder(client, "default-scheduler", socket.gethostname())
     backend = ApiBackend(client, informers, recorder)
     scheduler = Scheduler(load_config(profile), backend.api())

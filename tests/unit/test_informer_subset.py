@@ -8,30 +8,13 @@ import contextlib
 from typing import Any
 
 from nodeagent.client.informer import pods_on_node, shared
+from nodeagent.testing.listwatch import ListWatchClient as _Client
 
 
 def _pod(name: str, node: str = "", rv: int = 1) -> dict[str, Any]:
     spec = {"nodeName": node} if node else {}
     return {"metadata": {"name": name, "namespace": "ns", "uid": name, "resourceVersion": str(rv)},
             "spec": spec}
-
-
-class _Client:
-    """Lists `items`, then streams what is put on `events` (an apiserver's watch, in memory)."""
-
-    def __init__(self, items: list[dict[str, Any]]) -> None:
-        self.identity = ("fake", id(self))
-        self.items = items
-        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.lists = 0
-
-    async def list(self, *a: Any, **kw: Any) -> dict[str, Any]:
-        self.lists += 1
-        return {"items": list(self.items), "metadata": {"resourceVersion": "1"}}
-
-    async def watch(self, *a: Any, **kw: Any):
-        while True:
-            yield await self.events.get()
 
 
 async def _settle() -> None:
@@ -44,7 +27,7 @@ async def test_the_nodes_pods_as_a_watch_of_its_own_would_show_them():
     seen: list[tuple[str, str]] = []
     mine = pods_on_node(client, "n1")  # type: ignore[arg-type]
     everyone = shared(client, "pods")  # type: ignore[arg-type]
-    assert mine.informer is everyone
+    assert mine.informer.informer is everyone.informer  # one cache under both handles
     run = asyncio.create_task(mine.run(client=client))  # type: ignore[arg-type]
     try:
         await mine.wait_synced()

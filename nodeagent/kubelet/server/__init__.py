@@ -10,7 +10,7 @@ from typing import Any
 
 from nodeagent.kubelet.server.app import DEFAULT_PORT, KubeletServer, ServerDeps
 from nodeagent.kubelet.server.auth import Authenticator
-from nodeagent.kubelet.server.tls import ensure_serving_cert, server_context
+from nodeagent.kubelet.server.tls import server_context, serving_cert
 
 __all__ = ["DEFAULT_PORT", "KubeletServer", "ServerDeps", "start"]
 
@@ -40,8 +40,8 @@ async def start(deps: ServerDeps, client: Any, data_dir: str, cert_dir: str, hos
                 node_ips: list[str]) -> KubeletServer:
     """Serving cert (CA-signed under `up`, else self-signed), client CA, token reviewer, listener."""
     pki = Path(data_dir, "pki")
-    crt, key = await asyncio.to_thread(ensure_serving_cert, Path(cert_dir), deps.node_name, node_ips,
-                                       pki / "ca.crt", pki / "ca.key")
+    crt, key = await asyncio.to_thread(serving_cert, str(cert_dir), deps.node_name, list(node_ips),
+                                       str(pki / "ca.crt"), str(pki / "ca.key"))
     ca_pem = await cluster_ca(client, data_dir)
     ctx = await asyncio.to_thread(server_context, crt, key, ca_pem)
     auth = Authenticator(deps.node_name, client.server, getattr(client, "_ssl", None), deps.clock)

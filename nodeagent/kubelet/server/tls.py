@@ -4,6 +4,8 @@ As the kubelet does: a serving cert is signed by the cluster CA when the CA key 
 up`, where the apiserver's PKI is under the same data dir), otherwise it is self-signed
 (`<host>@<timestamp>`-style, kept in the kubelet's cert dir and reused). Client certificates are
 verified against the cluster CA (the apiserver's `kube-root-ca.crt`), optional so bearer tokens still work.
+The certificate is made by `serving_cert`, in a child process where this one has not loaded cryptography
+(`nodeagent agent`: see nodeagent/isolated.py).
 """
 
 from __future__ import annotations
@@ -13,13 +15,6 @@ import ipaddress
 import socket
 import ssl
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-from nodeagent.pki import key_pem, load_ca, write_private
 
 
 def _sans(node_name: str, ips: list[str]) -> tuple[set[str], set[str]]:
@@ -32,6 +27,13 @@ def ensure_serving_cert(cert_dir: Path, node_name: str, ips: list[str], ca_crt: 
     """kubelet.crt/kubelet.key under cert_dir: CA-signed when the CA key exists, else self-signed.
 
     Reused while it still names every wanted address and its issuer is the one we would use now."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    from nodeagent.pki import key_pem, load_ca, write_private
+
     cert_dir.mkdir(parents=True, exist_ok=True)
     crt, key = cert_dir / "kubelet.crt", cert_dir / "kubelet.key"
     ca = ca_k = None
@@ -68,6 +70,21 @@ def ensure_serving_cert(cert_dir: Path, node_name: str, ips: list[str], ca_crt: 
     write_private(key, key_pem(k))
     write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return crt, key
+
+
+def serving_cert(cert_dir: str, node_name: str, ips: list[str], ca_crt: str,
+                 ca_key: str) -> tuple[Path, Path]:
+    """`ensure_serving_cert`, in a child process unless cryptography is loaded here (blocking)."""
+    from nodeagent.isolated import call
+
+    crt, key = call("nodeagent.kubelet.server.tls:_serving_cert_answer", cert_dir, node_name, ips, ca_crt,
+                    ca_key)
+    return Path(crt), Path(key)
+
+
+def _serving_cert_answer(cert_dir: str, node_name: str, ips: list[str], ca_crt: str,
+                         ca_key: str) -> list[str]:
+    return [str(p) for p in ensure_serving_cert(Path(cert_dir), node_name, ips, Path(ca_crt), Path(ca_key))]
 
 
 def server_context(crt: Path, key: Path, client_ca_pem: str | None) -> ssl.SSLContext:

@@ -232,7 +232,7 @@ async def test_shared_informer_one_cache_handoff_and_release(live):
     await c.create("configmaps", cm("pre"), "shr")
     a = shared(c, "configmaps", "shr")
     b = shared(c2, "configmaps", "shr")
-    assert a is b
+    assert a.informer is b.informer
     seen_a: list[str] = []
     seen_b: list[str] = []
     remove_a = a.add_handler(lambda o: seen_a.append(o["metadata"]["name"]))
@@ -256,15 +256,71 @@ async def test_shared_informer_one_cache_handoff_and_release(live):
         await c.create("configmaps", cm("after"), "shr")
         await _until(lambda: "after" in seen_b, "the event after the handoff")
         assert seen_a == ["pre"] and seen_b.count("after") == 1
-        assert b.client is c2
+        assert b.informer.client is c2
         tb.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await tb
-        assert shared(c, "configmaps", "shr") is not a  # no one runs it: the next user gets a fresh one
-        other = Client(c.server, "another-token", insecure=True)
-        assert shared(other, "configmaps", "shr") is not shared(c, "configmaps", "shr")  # other identity
-        await other.close()
+        # no one runs it: the next user gets a fresh one
+        assert shared(c, "configmaps", "shr").informer is not a.informer
     finally:
         for t in (ta,):
             t.cancel()
         await c2.close()
+
+
+async def test_shared_informer_across_identities_as_the_apiserver_authorizes(live):
+    """Components with their own credentials share one informer (one watch on the server); one whose
+    credential may not list and watch the objects sees nothing of the cache, as its own refused list would
+    show it, until a binding lets it in."""
+    from nodeagent.client.informer import shared
+
+    srv, c = live
+    ns = "shr2"
+    await c.create("namespaces", {"metadata": {"name": ns}})
+    await c.create("configmaps", cm("pre"), ns)
+    for sa in ("reader", "nobody"):
+        await c.create("serviceaccounts", {"metadata": {"name": sa}}, ns)
+    await c.create("roles", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                             "metadata": {"name": "cm-reader"},
+                             "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                                        "verbs": ["list", "watch"]}]}, ns)
+
+    def binding(sa: str) -> dict:
+        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": f"cm-reader-{sa}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader"},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]}
+    await c.create("rolebindings", binding("reader"), ns)
+
+    async def token(sa: str) -> str:
+        out = await c.create("serviceaccounts", {"apiVersion": "authentication.k8s.io/v1",
+                                                 "kind": "TokenRequest", "spec": {}},
+                             ns, subresource="token", name=sa)
+        return out["status"]["token"]
+    reader, nobody = c.with_token(await token("reader")), c.with_token(await token("nobody"))
+    mine, theirs, refused = shared(c, "configmaps", ns), shared(reader, "configmaps", ns), \
+        shared(nobody, "configmaps", ns)
+    assert mine.informer is theirs.informer is refused.informer
+    seen: list[str] = []
+    refused.add_handler(lambda o: seen.append(o["metadata"]["name"]))
+
+    def watches() -> int:
+        return sum(f"/configmaps/{ns}" in sub.prefix for sub in srv.cache._subs)
+    tasks = [asyncio.create_task(h.run()) for h in (mine, theirs, refused)]
+    try:
+        await asyncio.wait_for(theirs.wait_synced(), 10)
+        assert [o["metadata"]["name"] for o in theirs.list()] == ["pre"]
+        await asyncio.sleep(0.5)
+        assert not refused.synced.is_set() and refused.list() == [] and seen == []
+        assert watches() == 1
+        await c.create("rolebindings", binding("nobody"), ns)  # let in: the next check passes
+        await asyncio.wait_for(refused.wait_synced(), 20)
+        assert seen == ["pre"] and watches() == 1
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        for cl in (reader, nobody):
+            await cl.close()
