@@ -410,7 +410,8 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
             wait_runtime_empty(socket)
         if a.burst:
             out.update(run_burst(a.burst, proc.pid, kc, node,
-                                 Path(a.profile) / f"burst-{kind}.txt" if a.profile else None))
+                                 Path(a.profile) / f"burst-{kind}.txt" if a.profile else None, ctd,
+                                 a.profile_idle))
             asyncio.run(delete_all(kc))
             wait_runtime_empty(socket)
         if a.pods:
@@ -434,27 +435,76 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
     return out
 
 
-def run_burst(n: int, pid: int, kc: Path, node: str, profile: Path | None) -> dict:
+def run_burst(n: int, pid: int, kc: Path, node: str, profile: Path | None,
+              ctd: Containerd | None = None, idle: bool = False) -> dict:
     """`n` pods created at once (the node's whole capacity at 110): each one's latency, the time until
-    all ran, and the agent process's RSS once they all run; with `profile`, py-spy samples the agent
-    process meanwhile into that file (collapsed stacks, flamegraph.pl's input)."""
+    all ran, the agent process's RSS once they all run, and the CPU seconds each part of the node spent
+    meanwhile (`burst_cpu`); with `profile`, py-spy samples the agent process meanwhile into that file
+    (collapsed stacks, flamegraph.pl's input) and its samples are split by component; `idle` samples
+    waiting threads too, each stack under its thread's name (where the wall time goes, not the CPU)."""
     spy = None
     if profile is not None:
+        profile.parent.mkdir(parents=True, exist_ok=True)
         exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
         spy = subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
-                                "--output", str(profile), "--nonblocking"],
+                                "--output", str(profile), "--nonblocking",
+                                *(["--idle", "--threads"] if idle else [])],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1)
     span: list[float] = []
     before = asyncio.run(api_requests(kc))
+    cpu0 = burst_cpu(pid, ctd)
     try:
         lat = asyncio.run(measure(kc, node, [f"burst-{i}" for i in range(n)], float("inf"), span))
     finally:
+        cpu1 = burst_cpu(pid, ctd)
         if spy is not None:
             stop(spy)  # py-spy writes its profile on SIGINT
     after = asyncio.run(api_requests(kc))
-    return {"burst": lat, "burst_span": span[0], "burst_rss": _rss(pid),
-            "burst_requests": {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}}
+    out = {"burst": lat, "burst_span": span[0], "burst_rss": _rss(pid),
+           "burst_requests": {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)},
+           "burst_cpu": {k: v - cpu0.get(k, 0.0) for k, v in cpu1.items()}}
+    if profile is not None and profile.exists():
+        from bench.pyspy import by_component
+
+        out["burst_components"] = by_component(profile.read_text())
+    return out
+
+
+def _cpu_times(pid: int) -> tuple[float, float, float]:
+    """(own CPU seconds of the whole process, of its main thread, of its reaped children) from /proc."""
+    tck = os.sysconf("SC_CLK_TCK")
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        t = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0, 0.0
+    return ((int(f[11]) + int(f[12])) / tck, (int(t[11]) + int(t[12])) / tck, (int(f[13]) + int(f[14])) / tck)
+
+
+def burst_cpu(pid: int, ctd: Containerd | None) -> dict[str, float]:
+    """CPU seconds so far of each part of the node: the agent process (its event loop's thread and the
+    rest: the blocking-call pool, gRPC's and the CNI daemon's threads), the programs it ran and reaped
+    (CNI plugin execs, iptables…), its per-pod processes (ours: shims and pause; their reaped children:
+    runc-less container set-up), and containerd with its shims and their reaped children (runc, CNI
+    plugins); the machine's total besides."""
+    own, main_thread, reaped = _cpu_times(pid)
+    out = {"agent loop thread": main_thread, "agent other threads": own - main_thread,
+           "agent execs (reaped)": reaped}
+    if ctd is not None:
+        runtime = ctd.pids()
+        out["containerd+shims"] = sum(_cpu_times(p)[0] for p in runtime)
+        out["ctd execs (runc, CNI)"] = sum(_cpu_times(p)[2] for p in runtime)
+        infra = pod_infrastructure(pid, runtime[1:])
+        out["pause"] = sum(_cpu_times(p)[0] for p in infra if p not in runtime)
+    else:
+        infra = pod_infrastructure(pid)
+        out["shims+pause"] = sum(_cpu_times(p)[0] for p in infra)
+        out["shim execs (reaped)"] = sum(_cpu_times(p)[2] for p in infra)
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    busy = sum(int(x) for x in fields[:8]) - int(fields[3]) - int(fields[4])  # all but idle and iowait
+    out["machine (all)"] = busy / os.sysconf("SC_CLK_TCK")
+    return out
 
 
 async def api_requests(kubeconfig: Path) -> dict[tuple[str, str, str], float]:
@@ -589,6 +639,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="py-spy the `up` process during the burst into DIR/burst-<runtime>.txt (collapsed "
                         "stacks)")
+    p.add_argument("--profile-idle", action="store_true",
+                   help="with --profile: sample waiting threads too, by thread (wall time, not CPU)")
     p.add_argument("--runtime", choices=["both", "nodeagent", "containerd"], default="both")
     p.add_argument("--floor-runs", type=int, default=10,
                    help="CRI-only pods for ours' floor (default %(default)s)")
@@ -642,6 +694,14 @@ def main(argv: list[str] | None = None) -> int:
             r["burst_requests"].get(("patch", "pods", "status"), 0) / a.burst))
         row(f"burst of {a.burst}: API requests/pod", lambda r: "{:.1f}".format(
             sum(r["burst_requests"].values()) / a.burst))
+        keys = list(dict.fromkeys(k for r in results.values() for k in r.get("burst_cpu", {})))
+        for key in keys:
+            row(f"burst CPU ms/pod: {key}"[:40], lambda r, key=key: "{:.1f}".format(
+                r["burst_cpu"][key] * 1000 / a.burst) if key in r.get("burst_cpu", {}) else "-")
+        comps = list(dict.fromkeys(k for r in results.values() for k in r.get("burst_components", {})))
+        for comp in comps:
+            row(f"burst py-spy share: {comp}"[:40], lambda r, comp=comp: f"{r['burst_components'][comp]:.1%}"
+                if comp in r.get("burst_components", {}) else "-")
     if a.pods:
         row(f"{a.pods} pods at {a.rate:g}/s p50", lat("rate", 0.5))
         row(f"{a.pods} pods at {a.rate:g}/s p99", lat("rate", 0.99))

@@ -54,6 +54,46 @@ def summarise(raw: str, top: int = 15) -> str:
     return "\n".join(out)
 
 
+# Where a stack's samples are charged: the outermost frame of this tree names the component (the task's
+# coroutine, or the function a worker thread runs), so a kubelet call into the in-process CRI server
+# counts for the kubelet and the server's own handler tasks for the runtime.
+_COMPONENTS = (("nodeagent/apiserver/", "apiserver"), ("nodeagent/store/", "store"),
+               ("nodeagent/scheduler/", "scheduler"), ("nodeagent/controllers/", "controllers"),
+               ("nodeagent/kubelet/", "kubelet"), ("nodeagent/client/", "client (informers)"),
+               ("nodeagent/dns/", "dns"), ("nodeagent/netproxy/", "netproxy"),
+               ("nodeagent/netpol/", "netpol"),
+               ("nodeagent/nodenet/", "nodenet"), ("cri/", "runtime (CRI)"), ("cni/", "cni"),
+               ("kernel/", "kernel"), ("nodeagent/", "nodeagent (other)"))
+
+
+_DISPATCH = ("Handle._run (asyncio/events.py", "_WorkItem.run (concurrent/futures/thread.py",
+             "Thread.run (threading.py")
+
+
+def _component(frames: list[str]) -> str:
+    """The component of the outermost frame of this tree below the loop's or the thread's dispatch."""
+    start = max((i + 1 for i, f in enumerate(frames) if f.startswith(_DISPATCH)), default=0)
+    for f in frames[start:]:
+        path = f.rpartition(" (")[2]
+        for prefix, name in _COMPONENTS:
+            if path.startswith(prefix) or "/" + prefix in path and "-packages/" not in path:
+                return name
+    return "threads (other)" if frames and "threading.py" in frames[0] else "event loop (other)"
+
+
+def by_component(raw: str) -> dict[str, float]:
+    """Share of samples per component (the outermost frame of this tree on each stack)."""
+    counts: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        counts[_component(stack.split(";"))] += int(count)
+        total += int(count)
+    return {k: n / total for k, n in counts.most_common()} if total else {}
+
+
 @contextlib.contextmanager
 def recording(pid: int, rate: int = 250, top: int = 15) -> Iterator[None]:
     """py-spy samples `pid` for the duration of the block; the summary is printed at its end."""

@@ -74,6 +74,25 @@ def default_conflist(subnet: str = "10.244.0.0/24", bridge: str = "na0",
     }
 
 
+def installed_plugin(path: str, root: Path = ROOT) -> str | None:
+    """The plugin (bridge, host-local, portmap) that the executable at `path` runs, when it is one this
+    module installed from this tree (a launcher, or the C thin client, both naming `root` and the plugin);
+    None for anything else. A runtime of this tree may then run that plugin in-process: the same
+    `skel.dispatch` the exec'd plugin reaches, through the daemon or its own fallback."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 20)
+    except OSError:
+        return None
+    if f"sys.path.insert(0, {str(root)!r})".encode() not in data:
+        return None
+    if not (data.startswith(b"#!") and b"# nodeagent CNI plugin launcher" in data) and \
+            b"nodeagent cni client: exec " not in data:
+        return None
+    found = [p for p in PLUGINS.values() if f"main({p!r}".encode() in data]
+    return found[0] if len(found) == 1 else None
+
+
 def install(bin_dir: str, conf_dir: str | None, python: str = sys.executable,
             native: bool = True) -> list[str]:
     done = []

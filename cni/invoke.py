@@ -6,6 +6,11 @@ in order, each getting the previous one's result as `prevResult`; the last resul
 `<cache_dir>/results/` with the exact config used, so DEL and CHECK run the same chain (in reverse
 for DEL) even after the conf dir changed. DEL is idempotent and still runs when the netns is gone:
 plugins are told the path and treat a missing one as "carry on releasing".
+
+A plugin whose executable is one of ours, installed from this tree (`cni.install.installed_plugin`), runs
+in-process on a worker thread: the exec'd thin client would only forward the same environment and stdin
+to the same `skel.dispatch` (in the daemon, or in its own fallback), so the answer is the same without a
+fork, an exec and a child-watcher thread per plugin per pod. Any other plugin is exec'd, as the spec says.
 """
 
 from __future__ import annotations
@@ -85,8 +90,12 @@ def load_conf_dir(conf_dir: str | Path) -> NetworkConfigList | None:
 
 class CNI:
     def __init__(self, conf_dir: str | Path, bin_dirs: list[str], cache_dir: str | Path,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, in_process: bool = True) -> None:
+        """`in_process`: our own plugins (installed from this tree) run in this process (see above)."""
         self.conf_dir = str(conf_dir)
+        self.in_process = in_process
+        self._ours: dict[str, tuple[tuple[int, int, int, int], str | None]] = {}  # path → (stat, plugin)
+        self._plugins: dict[str, Any] = {}  # plugin name → its object, for in-process calls
         self.bin_dirs = [str(b) for b in bin_dirs]
         self.cache_dir = Path(cache_dir)
         # Runtime-specific variables every plugin gets besides CNI_*: e.g. NODEAGENT_CNI_SOCKET, the
@@ -105,7 +114,7 @@ class CNI:
         for plugin in net.plugins:
             prev = await self._exec("ADD", net, plugin, att, prev)
         result = prev or {"cniVersion": net.cni_version}
-        self._save(net, att, result)
+        await asyncio.to_thread(self._save, net, att, result)  # two fsyncs: not on the caller's loop
         return result
 
     async def check(self, att: Attachment) -> None:
@@ -166,18 +175,53 @@ class CNI:
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
         }
         env = {**self.env, **env}
+        ours = self._our_plugin(path) if self.in_process else None
+        stdin = self._stdin(net, plugin, att, prev)
+        if ours is not None:
+            code, out = await asyncio.to_thread(self._dispatch, ours, env, stdin)
+            return self._result(command, plugin, prev, code, out, b"")
         proc = await asyncio.create_subprocess_exec(
             path, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env)
-        out, err = await proc.communicate(self._stdin(net, plugin, att, prev))
-        if proc.returncode != 0:
+        out, err = await proc.communicate(stdin)
+        return self._result(command, plugin, prev, proc.returncode or 0, out, err)
+
+    def _our_plugin(self, path: str) -> str | None:
+        """The plugin name when `path` is our own plugin installed from this tree (remembered per file)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        known = self._ours.get(path)
+        if known is None or known[0] != key:
+            from cni.install import installed_plugin
+
+            known = self._ours[path] = (key, installed_plugin(path))
+        return known[1]
+
+    def _dispatch(self, name: str, env: dict[str, str], stdin: bytes) -> tuple[int, bytes]:
+        """Our plugin's verb on this (worker) thread: what its thin client would get from the daemon."""
+        from cni import skel
+        from cni.client import plugin_object
+
+        obj = self._plugins.get(name)
+        if obj is None:
+            obj = self._plugins[name] = plugin_object(name)
+        return skel.dispatch(obj, env, stdin)
+
+    @staticmethod
+    def _result(command: str, plugin: dict[str, Any], prev: dict[str, Any] | None, code: int, out: bytes,
+                err: bytes) -> dict[str, Any] | None:
+        """A plugin's answer as the spec reads it: its error object on a non-zero exit, its result on ADD."""
+        if code != 0:
             try:
                 doc = json.loads(out)
                 raise CNIError(int(doc.get("code", 999)), doc.get("msg", ""), doc.get("details", ""),
                                plugin["type"])
             except (ValueError, AttributeError):
                 raise CNIError(999, (err or out).decode(errors="replace").strip() or
-                               f"exit status {proc.returncode}", plugin=plugin["type"]) from None
+                               f"exit status {code}", plugin=plugin["type"]) from None
         if command != "ADD":
             return None
         try:

@@ -95,15 +95,32 @@ def mounts_under(prefix: str | os.PathLike) -> list[str]:
     return sorted(set(out), key=lambda m: m.count("/"), reverse=True)
 
 
-def is_mountpoint(path: str | os.PathLike) -> bool:
-    """Whether something is mounted at path (resolved). A directory on another device than its parent is
-    one (two stats: the kubelet asks this for each secret/projected volume at every pod sync, and
-    mountinfo grows with the pods); on the same device only mountinfo tells (a bind mount of the same
-    filesystem)."""
-    p = os.path.realpath(path)
+def mount_id(path: str | os.PathLike) -> int | None:
+    """The id of the mount `path` is on (the kernel's mnt_id, from /proc/self/fdinfo of an O_PATH fd), or
+    None where the kernel does not report it."""
+    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     try:
-        if os.lstat(p).st_dev != os.lstat(os.path.dirname(p) or "/").st_dev:
-            return True
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+            for line in f:
+                if line.startswith(b"mnt_id:"):
+                    return int(line.split()[1])
+    finally:
+        os.close(fd)
+    return None
+
+
+def is_mountpoint(path: str | os.PathLike) -> bool:
+    """Whether something is mounted at path (resolved): it is on another mount than its parent (the kernel's
+    mount ids, as systemd's fd_is_mount_point asks; a bind mount of the same filesystem has its own).
+    Not a parse of mountinfo, which grows with the pods: the kubelet asks this for each secret/projected
+    volume at every pod sync. mountinfo is the fallback where fdinfo has no mnt_id."""
+    p = os.path.realpath(path)
+    if p == "/":
+        return True
+    try:
+        own, parent = mount_id(p), mount_id(os.path.dirname(p))
     except OSError:
-        pass
+        return False  # not there (or not reachable): nothing is mounted at it
+    if own is not None and parent is not None:
+        return own != parent
     return any(m.point == p for m in mountinfo())

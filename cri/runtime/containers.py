@@ -156,7 +156,7 @@ class ContainerVerbs(RuntimeCore):
                             image_id=image.id, image_ref=image_ref, rootfs=str(rootfs), cgroup=cgroup,
                             log_path=log_path, launch=launch_doc, resources=dataclasses.asdict(res))
         await made
-        self._persist_container(c)
+        await self._persist_off_loop(c)
         return c
 
     def _check_pid_target(self, target_id: str, sandbox_id: str) -> None:
@@ -228,8 +228,10 @@ class ContainerVerbs(RuntimeCore):
             c.pid, c.pid_start = launched.pid, pid_start
             c.shim_pid, c.shim_start = launched.shim_pid, shim_start
             c.state, c.started_at = ContainerState.RUNNING, now_ns()
-            self._persist_container(c)
+            # Watched before the record is written: the record is numbered at once, so an exit seen
+            # meanwhile is written after it; a cancelled verb still leaves the container watched.
             self._watch(c.shim_pid, lambda: self._on_container_exit(c))
+            await self._persist_off_loop(c)
         self._emit(c, pb.CONTAINER_STARTED_EVENT)
 
     async def stop_container(self, cid: str, grace: int) -> None:
@@ -358,6 +360,7 @@ class ContainerVerbs(RuntimeCore):
 
     def list_containers(self, f: pb.ContainerFilter | None) -> list[ContainerRecord]:
         out = []
+        sel = dict(f.label_selector) if f is not None else {}
         for c in self.containers.values():
             if f is not None:
                 if f.id and not c.id.startswith(f.id):
@@ -366,7 +369,7 @@ class ContainerVerbs(RuntimeCore):
                     continue
                 if f.HasField("state") and c.state.cri != f.state.state:
                     continue
-                if f.label_selector and not selected(self.container_config(c).labels, f.label_selector):
+                if sel and not selected(self.container_labels(c), sel):
                     continue
             out.append(c)
         return out

@@ -165,7 +165,18 @@ class RuntimeCore:
         f = self._files.get(rec.id)
         if f is None:
             f = self._files[rec.id] = RecordFile(path)
-        f.write(dump(rec))
+        f.write(dump(rec), f.stage())
+
+    async def _persist_off_loop(self, rec: SandboxRecord | ContainerRecord) -> None:
+        """`_persist`, its fdatasync on a worker thread: the record is taken now, the verb answers once it
+        is durable, and a later record of the same object (an exit seen meanwhile) is never overwritten
+        by this one (RecordFile.stage)."""
+        path = self._sdir(rec.id) / "sandbox.json" if isinstance(rec, SandboxRecord) else \
+            self._cdir(rec.id) / "container.json"
+        f = self._files.get(rec.id)
+        if f is None:
+            f = self._files[rec.id] = RecordFile(path)
+        await asyncio.to_thread(f.write, dump(rec), f.stage())
 
     def _make_record_file(self, ident: str, path: Path, room: int, undo: Undo) -> asyncio.Future[None]:
         """Make a new object's record file (slots for records up to `room` bytes) on a worker thread while
@@ -211,6 +222,17 @@ class RuntimeCore:
     def container_config(c: ContainerRecord) -> pb.ContainerConfig:
         """The container's config, read-only (parsed once, as sandbox_config)."""
         return _parsed_container_config(c.config)
+
+    @staticmethod
+    def sandbox_labels(s: SandboxRecord) -> Mapping[str, str]:
+        """The sandbox's labels as a dict, read-only (made once per record): a label-filtered List looks
+        at every record, and the kubelet lists each pod's by its uid label at every sync."""
+        return _sandbox_labels(s.config)
+
+    @staticmethod
+    def container_labels(c: ContainerRecord) -> Mapping[str, str]:
+        """The container's labels as a dict, read-only (as sandbox_labels)."""
+        return _container_labels(c.config)
 
     # -- exit watching ---------------------------------------------------------------------------
     def _watch(self, pid: int, callback: Callable[[], None]) -> None:
@@ -298,6 +320,16 @@ def _parsed_sandbox_config(text: str) -> pb.PodSandboxConfig:
 @functools.lru_cache(maxsize=2048)
 def _parsed_container_config(text: str) -> pb.ContainerConfig:
     return pb.ContainerConfig.FromString(decode(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _sandbox_labels(text: str) -> dict[str, str]:
+    return dict(_parsed_sandbox_config(text).labels)
+
+
+@functools.lru_cache(maxsize=2048)
+def _container_labels(text: str) -> dict[str, str]:
+    return dict(_parsed_container_config(text).labels)
 
 
 def remove_tree(d: Path) -> None:

@@ -142,7 +142,7 @@ class SandboxVerbs(RuntimeCore):
             raise
         await joined
         await made
-        self._persist_sandbox(s)
+        await self._persist_off_loop(s)
         return s
 
     def _attachment(self, s: SandboxRecord, config: pb.PodSandboxConfig):
@@ -254,6 +254,7 @@ class SandboxVerbs(RuntimeCore):
 
     def list_sandboxes(self, f: pb.PodSandboxFilter | None) -> list[SandboxRecord]:
         out = []
+        sel = dict(f.label_selector) if f is not None else {}
         for s in self.sandboxes.values():
             if f is not None:
                 if f.id and not s.id.startswith(f.id):
@@ -261,7 +262,7 @@ class SandboxVerbs(RuntimeCore):
                 ready = s.state is SandboxState.READY
                 if f.HasField("state") and (f.state.state == pb.SANDBOX_READY) != ready:
                     continue
-                if f.label_selector and not selected(self.sandbox_config(s).labels, f.label_selector):
+                if sel and not selected(self.sandbox_labels(s), sel):
                     continue
             out.append(s)
         return out

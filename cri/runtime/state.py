@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import struct
+import threading
 import zlib
 from pathlib import Path
 from typing import Any, TypeVar
@@ -203,20 +204,38 @@ _PAGE = 4096
 
 class RecordFile:
     """One record's file: `write(data)` makes it durable before it returns, and skips a record equal to
-    the last one written."""
+    the last one written. Writes may come from worker threads (the verbs keep their fdatasync off the
+    event loop): each is numbered by `stage()` on the caller's side, and one older than the last written
+    is dropped, so the file always ends with the newest record staged."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.slot = 0  # the slots' size; 0: the next write makes the file
         self.seq = 0  # the sequence number of the slot holding the current record
         self._last = b""  # that record's digest
+        self._mutex = threading.Lock()
+        self._staged = 0  # the number of the last record staged
+        self._written = 0  # the number of the last record written
 
-    def write(self, data: bytes) -> None:
+    def stage(self) -> int:
+        """The next record's number: take it where the record's state is read (the event loop)."""
+        self._staged += 1
+        return self._staged
+
+    def write(self, data: bytes, number: int | None = None) -> None:
+        with self._mutex:
+            if number is not None:
+                if number <= self._written:
+                    return  # a newer record is on disk already
+                self._written = number
+            self._write(data)
+
+    def _write(self, data: bytes) -> None:
         digest = _digest(data)
         if digest == self._last:
             return
         if _SLOT_HEAD.size + len(data) > self.slot:
-            self.make(data)
+            self._make(data)
         else:
             seq = self.seq + 1
             self.slot, broken = 0, self.slot  # until the slot is durable: the next write remakes the file
@@ -232,6 +251,10 @@ class RecordFile:
     def make(self, data: bytes, room: int = 0) -> None:
         """(Re)make the file holding `data`, with slots for records up to `room` bytes (default: twice
         its size)."""
+        with self._mutex:
+            self._make(data, room)
+
+    def _make(self, data: bytes, room: int = 0) -> None:
         need = _SLOT_HEAD.size + max(room, 2 * len(data))
         slot = -(-need // _PAGE) * _PAGE
         seq = self.seq + 1

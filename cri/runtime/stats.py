@@ -16,6 +16,7 @@ from kernel.fs import dir_usage
 class StatsVerbs(RuntimeCore):
     def stats_containers(self, f: pb.ContainerStatsFilter) -> Iterator[ContainerRecord]:
         """The containers ListContainerStats reports, each checked as the caller reaches it."""
+        sel = dict(f.label_selector)
         for c in list(self.containers.values()):
             if not c.state.has_stats():
                 continue
@@ -23,16 +24,17 @@ class StatsVerbs(RuntimeCore):
                 continue
             if f.pod_sandbox_id and not c.sandbox_id.startswith(f.pod_sandbox_id):
                 continue
-            if f.label_selector and not selected(self.container_config(c).labels, f.label_selector):
+            if sel and not selected(self.container_labels(c), sel):
                 continue
             yield c
 
     def stats_sandboxes(self, f: pb.PodSandboxStatsFilter) -> Iterator[SandboxRecord]:
         """The sandboxes ListPodSandboxStats reports, each checked as the caller reaches it."""
+        sel = dict(f.label_selector)
         for s in list(self.sandboxes.values()):
             if f.id and not s.id.startswith(f.id):
                 continue
-            if f.label_selector and not selected(self.sandbox_config(s).labels, f.label_selector):
+            if sel and not selected(self.sandbox_labels(s), sel):
                 continue
             yield s
 

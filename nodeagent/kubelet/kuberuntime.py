@@ -689,13 +689,24 @@ def _with_termination_message(rec: ContainerRecord, st: pb.ContainerStatus) -> C
     return dataclasses.replace(rec, message=f"{rec.message}: {msg}" if rec.message else msg)
 
 
+_read_cache: dict[str, tuple[tuple[int, int, int], str]] = {}
+
+
 def _read_text(path: str) -> str:
-    """The host's resolv.conf (a small local file, read as the kubelet does on each sandbox start)."""
+    """The host's resolv.conf, as the kubelet reads it for each sandbox config: read again only when the
+    file changed (one stat per call: a burst of pods asks three times per pod, on the event loop)."""
     try:
+        st = os.stat(path)
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = _read_cache.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         with open(path) as f:
-            return f.read()
+            text = f.read()
     except OSError:
         return ""
+    _read_cache[path] = (key, text)
+    return text
 
 
 def _details(e: BaseException) -> str:

@@ -124,3 +124,73 @@ def test_invoker_passes_its_extra_environment_to_every_plugin(tmp_path):
     assert with_sock["dns"]["domain"] == "/x/cni.sock|ADD"
     plain = asyncio.run(CNI(conf_dir, [str(bin_dir)], tmp_path / "cache2").add(att))
     assert plain["dns"]["domain"] == "|ADD"
+
+
+def test_our_installed_plugins_are_recognised_and_nothing_else(tmp_path):
+    """The runtime runs a plugin in-process only when its executable is ours, installed from this tree: the
+    launcher or the C thin client naming this tree and one plugin; a foreign plugin, or ours from another
+    tree, is exec'd."""
+    from cni.install import ROOT, installed_plugin, launcher
+
+    bin_dir = tmp_path / "bin"
+    install(str(bin_dir), None)
+    assert {p: installed_plugin(str(bin_dir / p)) for p in ("nodeagent-bridge", "nodeagent-host-local",
+                                                             "nodeagent-portmap")} == \
+        {"nodeagent-bridge": "bridge", "nodeagent-host-local": "host-local", "nodeagent-portmap": "portmap"}
+    other = tmp_path / "other"
+    other.write_text(launcher("bridge", root=ROOT / "elsewhere"))
+    foreign = tmp_path / "foreign"
+    foreign.write_text(f"#!/bin/sh\n# sys.path.insert(0, {str(ROOT)!r}) main('bridge'\n")
+    assert installed_plugin(str(other)) is None and installed_plugin(str(foreign)) is None
+    assert installed_plugin(str(tmp_path / "missing")) is None
+
+
+def test_the_invoker_runs_our_plugins_in_process_and_execs_the_others(tmp_path, monkeypatch):
+    """Our portmap (installed from this tree) is dispatched on a worker thread with the environment and
+    stdin its exec would get; a foreign plugin in the same chain is exec'd; in_process=False execs ours."""
+    import asyncio
+    import json
+
+    from cni.invoke import CNI, Attachment
+
+    bin_dir, conf_dir = tmp_path / "bin", tmp_path / "net.d"
+    install(str(bin_dir), None)
+    envdump = bin_dir / "envdump"
+    envdump.write_text("#!/bin/sh\ncat >/dev/null\n"
+                       "printf '{\"cniVersion\":\"1.0.0\",\"dns\":{\"domain\":\"exec\"}}'\n")
+    envdump.chmod(0o755)
+    conf_dir.mkdir()
+    (conf_dir / "10-x.conflist").write_text(json.dumps(
+        {"cniVersion": "1.0.0", "name": "x",
+         "plugins": [{"type": "envdump"}, {"type": "nodeagent-portmap"}]}))
+    calls = []
+
+    def dispatch(self, name, env, stdin):
+        calls.append((name, env["CNI_COMMAND"], env["NODEAGENT_CNI_SOCKET"], json.loads(stdin)))
+        return 0, json.dumps({**json.loads(stdin)["prevResult"], "interfaces": []}).encode()
+
+    monkeypatch.setattr(CNI, "_dispatch", dispatch)
+    att = Attachment(container_id="c1", netns="/proc/self/ns/net")
+    cni = CNI(conf_dir, [str(bin_dir)], tmp_path / "cache", env={"NODEAGENT_CNI_SOCKET": "/x/cni.sock"})
+    result = asyncio.run(cni.add(att))
+    assert [c[:3] for c in calls] == [("portmap", "ADD", "/x/cni.sock")]
+    assert calls[0][3]["prevResult"]["dns"]["domain"] == "exec" and result["interfaces"] == []
+    asyncio.run(cni.delete(att))
+    assert [c[1] for c in calls] == ["ADD", "DEL"]
+    calls.clear()
+    execs = []
+
+    class Proc:
+        returncode = 0
+
+        async def communicate(self, stdin):
+            return b'{"cniVersion":"1.0.0"}', b""
+
+    async def exec_(path, *args, **kw):
+        execs.append(path.rsplit("/", 1)[-1])
+        return Proc()
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", exec_)
+    plain = CNI(conf_dir, [str(bin_dir)], tmp_path / "cache2", in_process=False)
+    asyncio.run(plain.add(att))
+    assert calls == [] and execs == ["envdump", "nodeagent-portmap"]

@@ -175,3 +175,18 @@ def test_a_file_made_ahead_holds_no_record_until_the_first_write(tmp_path):
     back = load(path, SandboxRecord)
     assert back is not None and back.created_at == 1
     assert (path.stat().st_ino, path.stat().st_size) == (made.st_ino, made.st_size)
+
+
+def test_an_older_staged_record_never_overwrites_a_newer_one(tmp_path):
+    """A verb writes its record on a worker thread; an exit seen meanwhile is staged after it and written
+    first: the verb's late write is dropped, so the file ends with the exit."""
+    path = tmp_path / "c.json"
+    f = state.RecordFile(path)
+    running, exited = f.stage(), f.stage()
+    f.write(json.dumps({"id": "s1", "key": "k", "created_at": 2, "config": ""}).encode(), exited)
+    f.write(json.dumps({"id": "s1", "key": "k", "created_at": 1, "config": ""}).encode(), running)
+    back = load(path, SandboxRecord)
+    assert back is not None and back.created_at == 2
+    f.write(json.dumps({"id": "s1", "key": "k", "created_at": 3, "config": ""}).encode(), f.stage())
+    back = load(path, SandboxRecord)
+    assert back is not None and back.created_at == 3

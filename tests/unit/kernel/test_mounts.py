@@ -30,3 +30,18 @@ def test_hybrid_cgroup_layout_from_the_mount_table(tmp_path, monkeypatch):
     assert info.version == "v1" and info.hybrid and info.v2_root == "/sys/fs/cgroup/unified"
     cpu = "/sys/fs/cgroup/cpu,cpuacct"
     assert info.v1_controllers == {"cpu": cpu, "cpuacct": cpu}
+
+
+def test_is_mountpoint_asks_the_kernels_mount_ids(tmp_path):
+    """A mount root is on another mount than its parent (the kernel's mnt_id); a plain directory, a missing
+    path and a file are not; "/" is."""
+    assert mounts.is_mountpoint("/proc") and mounts.is_mountpoint("/")
+    assert mounts.mount_id("/proc") != mounts.mount_id("/")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "f").write_text("x")
+    assert not mounts.is_mountpoint(tmp_path / "d")
+    assert not mounts.is_mountpoint(tmp_path / "f")
+    assert not mounts.is_mountpoint(tmp_path / "missing")
+    table = {m.point for m in mounts.mountinfo()}
+    for point in ("/proc", "/sys", "/dev"):  # the same answer as the mount table's
+        assert mounts.is_mountpoint(point) == (point in table)
