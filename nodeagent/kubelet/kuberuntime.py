@@ -204,7 +204,13 @@ class PodRuntime:
                 active = self.active_pods() if self.active_pods is not None else None
                 await asyncio.to_thread(self._make_pod_cgroup, pod, active)
             sid = await self.cri.run_pod_sandbox(new_cfg, handler)
-            st = await self.state(pod)
+            if st.sandboxes or st.records:
+                st = await self.state(pod)
+            else:  # the pod's first sandbox: only its addresses are new (kubelet asks PodSandboxStatus)
+                st = dataclasses.replace(st, pod_ips=await self._sandbox_ips(sid), sandbox_ready=True)
+            new_ips: list[str] | None = st.pod_ips
+        else:
+            new_ips = None
         sandbox_cfg = self.sandbox_config(pod, actions.attempt)
         spec = pod.get("spec") or {}
         by_name = {c["name"]: c for f in ("initContainers", "ephemeralContainers", "containers")
@@ -225,7 +231,7 @@ class PodRuntime:
                     continue
             try:
                 await self._start_container(pod, sid, sandbox_cfg, c,
-                                            0 if prev is None else prev.attempt + 1, vols)
+                                            0 if prev is None else prev.attempt + 1, vols, new_ips)
                 errors.pop(name, None)
                 # Older exited instances stay for container GC (kubelet's gc.containers, by its policy).
             except _StartError as e:
@@ -252,6 +258,11 @@ class PodRuntime:
     async def _ensure_image(self, pod: Mapping[str, Any], c: Mapping[str, Any]) -> str:
         """EnsureImageExists: pull `c["image"]` as `c["imagePullPolicy"]` says, with kubelet's events and
         back-off; the runtime's reference to the image (what an image volume's CRI mount names)."""
+        return (await self._ensure_image_status(pod, c))[0]
+
+    async def _ensure_image_status(self, pod: Mapping[str, Any],
+                                   c: Mapping[str, Any]) -> tuple[str, pb.Image | None]:
+        """`_ensure_image`, with the image's status as the runtime reported it (None if it did not)."""
         image = c.get("image", "")
         present = await self._image(image)
         decision = image_policy.pull_decision(c, present is not None)
@@ -260,7 +271,7 @@ class PodRuntime:
             raise _StartError(decision.error_reason, decision.message)
         if not decision.pull:
             self.recorder.record(pod, "Normal", "Pulled", decision.message)
-            return present.id if present is not None else image
+            return (present.id if present is not None else image), present
         bo = self.pull_backoff.check(pod, image)
         if bo.in_backoff:
             raise _StartError("ImagePullBackOff", bo.message)
@@ -278,7 +289,7 @@ class PodRuntime:
         img = await self._image(image)
         self.recorder.record(pod, "Normal", "Pulled",
                              image_policy.pulled_message(image, took, took, img.size if img else 0))
-        return ref or image
+        return ref or image, img
 
     async def _image_volumes(self, pod: Mapping[str, Any], c: Mapping[str, Any],
                              vols: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -293,12 +304,14 @@ class PodRuntime:
         return out
 
     async def _start_container(self, pod: Mapping[str, Any], sid: str, sandbox_cfg: pb.PodSandboxConfig,
-                               c: Mapping[str, Any], attempt: int, vols: Mapping[str, Any]) -> None:
-        await self._ensure_image(pod, c)
-        img = await self._image(c.get("image", ""))  # its User, for runAsNonRoot
+                               c: Mapping[str, Any], attempt: int, vols: Mapping[str, Any],
+                               pod_ips: list[str] | None = None) -> None:
+        """`pod_ips`: the sandbox's addresses when the caller just asked the runtime for them."""
+        _, img = await self._ensure_image_status(pod, c)  # its User, for runAsNonRoot
         vols = await self._image_volumes(pod, c, vols)
         try:
-            env = await self.sources.environment(pod, c, await self._sandbox_ips(sid))
+            ips = pod_ips if pod_ips is not None else await self._sandbox_ips(sid)
+            env = await self.sources.environment(pod, c, ips)
             bind = functools.partial(self.volumes.bind_sub_path, uid_of(pod))
             sub_paths = await asyncio.to_thread(prepare_sub_paths, c, vols, env, bind)
         except EnvError as e:
