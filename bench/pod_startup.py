@@ -482,6 +482,15 @@ def _cpu_times(pid: int) -> tuple[float, float, float]:
     return ((int(f[11]) + int(f[12])) / tck, (int(t[11]) + int(t[12])) / tck, (int(f[13]) + int(f[14])) / tck)
 
 
+def _on_cpu(pid: int) -> float:
+    """CPU seconds of a single-threaded process in nanoseconds' resolution (/proc/PID/schedstat): a pause
+    or shim spends well under one clock tick, which /proc/PID/stat would round to nothing."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def burst_cpu(pid: int, ctd: Containerd | None) -> dict[str, float]:
     """CPU seconds so far of each part of the node: the agent process (its event loop's thread and the
     rest: the blocking-call pool, gRPC's and the CNI daemon's threads), the programs it ran and reaped
@@ -496,10 +505,10 @@ def burst_cpu(pid: int, ctd: Containerd | None) -> dict[str, float]:
         out["containerd+shims"] = sum(_cpu_times(p)[0] for p in runtime)
         out["ctd execs (runc, CNI)"] = sum(_cpu_times(p)[2] for p in runtime)
         infra = pod_infrastructure(pid, runtime[1:])
-        out["pause"] = sum(_cpu_times(p)[0] for p in infra if p not in runtime)
+        out["pause"] = sum(_on_cpu(p) for p in infra if p not in runtime)
     else:
         infra = pod_infrastructure(pid)
-        out["shims+pause"] = sum(_cpu_times(p)[0] for p in infra)
+        out["shims+pause"] = sum(_on_cpu(p) for p in infra)
         out["shim execs (reaped)"] = sum(_cpu_times(p)[2] for p in infra)
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     busy = sum(int(x) for x in fields[:8]) - int(fields[3]) - int(fields[4])  # all but idle and iowait
