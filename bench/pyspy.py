@@ -27,19 +27,23 @@ def _py_spy() -> str:
     return found
 
 
+def stacks(raw: str) -> Iterator[tuple[list[str], int]]:
+    """(frames outermost first, samples) of each line of collapsed stacks."""
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            yield stack.split(";"), int(count)
+
+
 def summarise(raw: str, top: int = 15) -> str:
     """The top functions of collapsed stacks by own ("self") and inclusive samples, as text."""
     own: collections.Counter[str] = collections.Counter()
     incl: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in raw.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
+    for stack, n in stacks(raw):
         total += n
         frames = [f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 2)[-1] + ")"
-                  if " (" in f else f for f in stack.split(";")]
+                  if " (" in f else f for f in stack]
         if frames:
             own[frames[-1]] += n
         for f in set(frames):
@@ -85,12 +89,9 @@ def by_component(raw: str) -> dict[str, float]:
     """Share of samples per component (the outermost frame of this tree on each stack)."""
     counts: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in raw.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        counts[_component(stack.split(";"))] += int(count)
-        total += int(count)
+    for stack, n in stacks(raw):
+        counts[_component(stack)] += n
+        total += n
     return {k: n / total for k, n in counts.most_common()} if total else {}
 
 

@@ -112,8 +112,8 @@ class ContainerVerbs(RuntimeCore):
         if config.log_path and sconfig.log_directory:
             log_path = os.path.join(sconfig.log_directory, config.log_path)
 
-        d.mkdir()
-        undo.push(lambda: remove_tree(d))
+        undo.push(lambda: remove_tree(d))  # first: a cancel during the mkdir's thread leaves no directory
+        await asyncio.to_thread(d.mkdir)  # the filesystem's journal may be busy: not on the loop
         made = self._make_record_file(cid, d / "container.json", 2 * config.ByteSize() + 8192, undo)
 
         def prepare() -> tuple[int, int, list[int]]:

@@ -83,8 +83,8 @@ class SandboxVerbs(RuntimeCore):
                             undo: Undo) -> SandboxRecord:
         nso = config.linux.security_context.namespace_options
         d = self._sdir(sid)
-        d.mkdir()
-        undo.push(lambda: remove_tree(d))
+        undo.push(lambda: remove_tree(d))  # first: a cancel during the mkdir's thread leaves no directory
+        await asyncio.to_thread(d.mkdir)  # the filesystem's journal may be busy: not on the loop
         hostname = config.hostname if nso.network == POD else os.uname().nodename
         s = SandboxRecord(id=sid, key=key, created_at=now_ns(), config=encode(config.SerializeToString()),
                           runtime_handler=handler, net_mode=nso.network, ipc_mode=nso.ipc,
@@ -94,10 +94,8 @@ class SandboxVerbs(RuntimeCore):
         await asyncio.to_thread(_write_pod_files, d, s.hostname, config.dns_config, nso.network == NODE)
         if nso.ipc != NODE:
             shm = d / "shm"
-            shm.mkdir()
-            sc.mount("shm", str(shm), "tmpfs", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC,
-                     "mode=1777,size=65536k")
-            undo.push(lambda: sc.umount(str(shm), sc.MNT_DETACH))
+            undo.push(lambda: _umount_if_mounted(str(shm)))  # first, as the directory's
+            await asyncio.to_thread(_mount_shm, shm)
             s.shm = str(shm)
         parent = config.linux.cgroup_parent or f"{DEFAULT_CGROUP_PARENT}/{sid}"
         s.pod_cgroup = parent
@@ -289,6 +287,12 @@ def _check_sysctls(sysctls: dict[str, str], nso: pb.NamespaceOption) -> None:
             raise InvalidArgument(f"{field}: not a namespaced sysctl; it would change the whole node")
         if "\n" in sysctls[key] or "=" in name:
             raise InvalidArgument(f"{field}: invalid value")
+
+
+def _mount_shm(shm: Path) -> None:
+    """The pod's /dev/shm: a tmpfs of 64 MiB, as containerd's default."""
+    shm.mkdir()
+    sc.mount("shm", str(shm), "tmpfs", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC, "mode=1777,size=65536k")
 
 
 def _start_pause(argv: list[str]) -> int:

@@ -322,6 +322,8 @@ class PodRuntime:
         try:
             security.verify_run_as_non_root(pod, c, *_image_user(img))
             cfg = self.container_config(pod, c, attempt, vols, env, sub_paths)
+            # the container's log dir, off the loop (a mkdir waits on the filesystem's journal under load)
+            await asyncio.to_thread((self.pod_log_dir(pod) / c["name"]).mkdir, parents=True, exist_ok=True)
             if c.get("targetContainerName"):
                 await self._target_pid_namespace(pod, c["targetContainerName"], cfg)
             if c.get("terminationMessagePath"):
@@ -503,7 +505,6 @@ class PodRuntime:
                                  working_dir=c.get("workingDir", ""), log_path=f"{c['name']}/{attempt}.log",
                                  stdin=bool(c.get("stdin")), stdin_once=bool(c.get("stdinOnce")),
                                  tty=bool(c.get("tty")))
-        (self.pod_log_dir(pod) / c["name"]).mkdir(parents=True, exist_ok=True)
         cfg.metadata.name, cfg.metadata.attempt = c["name"], attempt
         cfg.image.image = c.get("image", "")
         apply_env(cfg, c, env)
