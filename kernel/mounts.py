@@ -113,14 +113,15 @@ def is_mountpoint(path: str | os.PathLike) -> bool:
     """Whether something is mounted at path (resolved): it is on another mount than its parent (the kernel's
     mount ids, as systemd's fd_is_mount_point asks; a bind mount of the same filesystem has its own).
     Not a parse of mountinfo, which grows with the pods: the kubelet asks this for each secret/projected
-    volume at every pod sync. mountinfo is the fallback where fdinfo has no mnt_id."""
+    volume at every pod sync. mountinfo is the fallback where the path cannot be opened or fdinfo has no
+    mnt_id."""
     p = os.path.realpath(path)
     if p == "/":
         return True
     try:
         own, parent = mount_id(p), mount_id(os.path.dirname(p))
-    except OSError:
-        return False  # not there (or not reachable): nothing is mounted at it
+    except OSError:  # not there, or not reachable (a dead FUSE or NFS mount): the table tells
+        own = parent = None
     if own is not None and parent is not None:
         return own != parent
     return any(m.point == p for m in mountinfo())

@@ -152,30 +152,32 @@ class RuntimeCore:
         return self._locks.setdefault(key, asyncio.Lock())
 
     def _persist_sandbox(self, s: SandboxRecord) -> None:
-        self._persist(self._sdir(s.id) / "sandbox.json", s)
+        self._persist(s)
 
     def _persist_container(self, c: ContainerRecord) -> None:
-        self._persist(self._cdir(c.id) / "container.json", c)
+        self._persist(c)
 
-    def _persist(self, path: Path, rec: SandboxRecord | ContainerRecord) -> None:
+    def _record_file(self, rec: SandboxRecord | ContainerRecord) -> RecordFile:
+        f = self._files.get(rec.id)
+        if f is None:
+            path = self._sdir(rec.id) / "sandbox.json" if isinstance(rec, SandboxRecord) else \
+                self._cdir(rec.id) / "container.json"
+            f = self._files[rec.id] = RecordFile(path)
+        return f
+
+    def _persist(self, rec: SandboxRecord | ContainerRecord) -> None:
         """Record a transition before the verb answers, durably (state.RecordFile: the first write makes
         the file, each later one is one in-place slot write and fdatasync); a record equal to the last one
         written is not written again (StopPodSandbox after pause's exit recorded NOTREADY; the stop
         RemovePodSandbox repeats)."""
-        f = self._files.get(rec.id)
-        if f is None:
-            f = self._files[rec.id] = RecordFile(path)
+        f = self._record_file(rec)
         f.write(dump(rec), f.stage())
 
     async def _persist_off_loop(self, rec: SandboxRecord | ContainerRecord) -> None:
         """`_persist`, its fdatasync on a worker thread: the record is taken now, the verb answers once it
         is durable, and a later record of the same object (an exit seen meanwhile) is never overwritten
         by this one (RecordFile.stage)."""
-        path = self._sdir(rec.id) / "sandbox.json" if isinstance(rec, SandboxRecord) else \
-            self._cdir(rec.id) / "container.json"
-        f = self._files.get(rec.id)
-        if f is None:
-            f = self._files[rec.id] = RecordFile(path)
+        f = self._record_file(rec)
         await asyncio.to_thread(f.write, dump(rec), f.stage())
 
     def _make_record_file(self, ident: str, path: Path, room: int, undo: Undo) -> asyncio.Future[None]:
