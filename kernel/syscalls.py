@@ -12,6 +12,7 @@ resolved at import, so a process forked from the daemon can call them without lo
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 
 from kernel.errors import SyscallError
@@ -254,8 +255,10 @@ def mallopt(param: int, value: int) -> bool:
     return bool(fn(param, value))
 
 
+@functools.cache
 def last_cap() -> int:
-    """The highest capability number this kernel knows."""
+    """The highest capability number this kernel knows (fixed while it runs: read once; a /proc/sys read
+    per container start showed on the runtime's event loop in a burst of pods)."""
     try:
         with open("/proc/sys/kernel/cap_last_cap") as f:
             return int(f.read())
