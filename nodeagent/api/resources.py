@@ -227,6 +227,12 @@ def stored_resources() -> list[Resource]:
     return [r for r in all_resources() if storage_resource(r) is r]
 
 
+def is_custom(res: Resource) -> bool:
+    """Served by a CustomResourceDefinition, not built in (kube's CRD handler takes no strategic merge
+    patch)."""
+    return _BY_PATH.get((res.group, res.version, res.name)) is None
+
+
 def custom_resources() -> list[Resource]:
     """The resources CustomResourceDefinitions serve."""
     return [r for rs in _DYNAMIC.values() for r in rs]

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from nodeagent.api import sa_token
-from nodeagent.api.resources import METRICS_GROUP, VIRTUAL, Resource
+from nodeagent.api.resources import METRICS_GROUP, VIRTUAL, Resource, is_custom
 from nodeagent.api.selectors import SelectorError, parse_field_selector, parse_label_selector
 from nodeagent.api.status import status_body
 from nodeagent.apiserver import (
@@ -488,13 +488,15 @@ class Handlers:
                 raise errors.unsupported_media(f"{ctype}: {e}") from None
         if verb == "patch":
             info.patch_type = ctype
-            if ctype not in ("application/json-patch+json", "application/merge-patch+json",
-                             "application/strategic-merge-patch+json", "application/apply-patch+yaml"):
+            # kube's CRD handler takes no strategic merge patch: custom objects have no patch strategies
+            accepted = ["application/json-patch+json", "application/merge-patch+json",
+                        "application/strategic-merge-patch+json", "application/apply-patch+yaml"]
+            if is_custom(info.resource):
+                accepted.remove("application/strategic-merge-patch+json")
+            if ctype not in accepted:
                 raise ApiError(415, "UnsupportedMediaType",
                                "the body of the request was in an unknown format - "
-                               "accepted media types include: application/json-patch+json, "
-                               "application/merge-patch+json, application/apply-patch+yaml, "
-                               "application/strategic-merge-patch+json")
+                               f"accepted media types include: {', '.join(accepted)}")
         try:
             if ctype in ("application/yaml", "application/apply-patch+yaml", "text/yaml"):
                 return codec.load_yaml(data)

@@ -17,6 +17,7 @@ from nodeagent.api.resources import Resource
 from nodeagent.client.informer import SharedInformers, key_of
 from nodeagent.client.rest import ClientError
 from nodeagent.controllers.base import Controller
+from nodeagent.controllers.podutil import release_patch
 
 # Resources whose objects own or are owned by others.
 RESOURCES = ("pods", "replicasets", "replicationcontrollers", "deployments", "daemonsets", "statefulsets",
@@ -190,15 +191,19 @@ class GarbageCollector(Controller):
         else:
             self.queue.add_after(f"{resource}|{key_of(owner)}", 1.0)
 
+    async def _delete_owner_ref(self, dep_res: str, dep: Obj, owner_uid: str) -> None:
+        """Drop one owner's reference from a dependent as kube's garbage collector does: a strategic merge
+        patch deleting it by uid, with the dependent's uid as precondition, so a concurrent write to the
+        dependent's other references is kept (the dependents here are of built-in kinds, which all take
+        a strategic merge patch)."""
+        await self.client.patch(dep_res, dep["metadata"]["name"], release_patch(owner_uid, dep),
+                                dep["metadata"].get("namespace"), patch_type="strategic")
+
     async def _orphan(self, resource: str, owner: Obj) -> None:
         uid = owner["metadata"]["uid"]
         for dep_res, dep in self._dependents_of(uid):
-            dmeta = dep["metadata"]
-            refs = [r for r in dmeta.get("ownerReferences") or [] if r.get("uid") != uid]
             try:
-                await self.client.patch(dep_res, dmeta["name"],
-                                        {"metadata": {"ownerReferences": refs or None}},
-                                        dmeta.get("namespace"))
+                await self._delete_owner_ref(dep_res, dep, uid)
             except ClientError as e:
                 if not e.not_found:
                     raise

@@ -225,6 +225,32 @@ def test_custom_objects_validated_pruned_defaulted(server, widgets):
     call(server, "DELETE", widgets + "/good")
 
 
+def test_custom_objects_take_no_strategic_merge_patch(server, widgets):
+    """kube's CRD handler accepts JSON patch, merge patch and apply, never a strategic merge patch (a custom
+    object has no patch strategies); built-in kinds take all four, in kube's order."""
+    obj = {"apiVersion": "openapi.example.com/v1", "kind": "Widget", "metadata": {"name": "smp"},
+           "spec": {"size": 2}}
+    assert call(server, "POST", widgets, obj)[0] == 201
+    try:
+        code, _, body = raw(server, "PATCH", widgets + "/smp", {"spec": {"size": 4}},
+                            {"Content-Type": "application/strategic-merge-patch+json"})
+        assert (code, json.loads(body)["reason"], json.loads(body)["message"]) == (
+            415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted media "
+            "types include: application/json-patch+json, application/merge-patch+json, "
+            "application/apply-patch+yaml")
+        assert call(server, "GET", widgets + "/smp")[1]["spec"]["size"] == 2
+        code, _, body = raw(server, "PATCH", widgets + "/smp", {"spec": {"size": 4}},
+                            {"Content-Type": "application/merge-patch+json"})
+        assert code == 200 and json.loads(body)["spec"]["size"] == 4
+        code, _, body = raw(server, "PATCH", "/api/v1/namespaces/default/configmaps/nothing", {},
+                            {"Content-Type": "application/x-unknown"})
+        assert code == 415 and json.loads(body)["message"].endswith(
+            "application/json-patch+json, application/merge-patch+json, "
+            "application/strategic-merge-patch+json, application/apply-patch+yaml")
+    finally:
+        call(server, "DELETE", widgets + "/smp")
+
+
 def test_validation_rules_and_structural_crds(server, widgets, kubectl):
     seven = ('{"apiVersion": "openapi.example.com/v1", "kind": "Widget", "metadata": {"name": "seven"}, '
              '"spec": {"size": 7}}')

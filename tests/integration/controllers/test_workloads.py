@@ -218,6 +218,38 @@ async def test_cascading_delete_policies(cluster, policy):
         assert pods == []
 
 
+async def test_orphaning_drops_only_the_deleted_owners_reference(cluster):
+    """kube's garbage collector orphans with a strategic merge patch deleting the one reference by uid:
+    the dependent's other owners stay."""
+    client, ns = cluster
+
+    def cm(name: str, refs: list[dict] | None = None) -> dict:
+        meta: dict = {"name": name, "namespace": ns}
+        if refs:
+            meta["ownerReferences"] = refs
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+
+    def ref(o: dict) -> dict:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "name": o["metadata"]["name"],
+                "uid": o["metadata"]["uid"]}
+
+    a = await client.create("configmaps", cm("owner-a"), ns)
+    b = await client.create("configmaps", cm("owner-b"), ns)
+    await client.create("configmaps", cm("dep", [ref(a), ref(b)]), ns)
+    await client.delete("configmaps", "owner-a", ns, propagation="Orphan")
+
+    async def orphaned():
+        try:
+            await client.get("configmaps", "owner-a", ns)
+            return False
+        except ClientError as e:
+            if not e.not_found:
+                raise
+        dep = await client.get("configmaps", "dep", ns)
+        return dep["metadata"].get("ownerReferences") == [ref(b)]
+    await eventually(orphaned)
+
+
 @pytest.mark.parametrize("version", ["1.32", "1.20"])
 async def test_rollout_pause_and_resume_with_kubectl(cluster, server, version):
     client, ns = cluster
