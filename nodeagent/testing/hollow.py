@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import ipaddress
 import itertools
+import random
 from collections.abc import Callable
 
 from nodeagent.api import taints as taintlib
 from nodeagent.api.selectors import node_matches_selector_terms
-from nodeagent.api.times import now_rfc3339
+from nodeagent.api.times import format_micro, now, now_rfc3339
 from nodeagent.client.rest import Client, ClientError
 
 LEASE_NAMESPACE = "kube-node-lease"
@@ -174,12 +174,23 @@ class HollowNodes:
             pass  # the next renewal tries again, as the kubelet's lease controller does
 
     async def _heartbeats(self) -> None:
-        while True:
-            now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            live = [n for n in self.names if n not in self.dead]
-            for i in range(0, len(live), 32):  # a few at a time: 1,000 nodes renew within seconds
-                await asyncio.gather(*(self._renew(n, now) for n in live[i:i + 32]))
-            await asyncio.sleep(self.heartbeat)
+        """Every Lease renewed at once first (each kubelet creates its Lease as it starts), then each node
+        on its own period, spread over the interval as kubelets started at different times are, with the
+        node lease controller's 4 % jitter (kubelet's `wait.JitterUntil(renewInterval, 0.04)`): renewals
+        in lockstep would measure a thundering herd no real cluster sends."""
+        live = [n for n in self.names if n not in self.dead]
+        for i in range(0, len(live), 32):  # a few at a time: 1,000 nodes renew within seconds
+            await asyncio.gather(*(self._renew(n, format_micro(now())) for n in live[i:i + 32]))
+        async with asyncio.TaskGroup() as tg:
+            for i, n in enumerate(live):
+                tg.create_task(self._heartbeat(n, self.heartbeat * i / len(live)))
+
+    async def _heartbeat(self, name: str, phase: float) -> None:
+        await asyncio.sleep(phase)
+        while name not in self.dead:
+            await asyncio.sleep(self.heartbeat * (1 + random.uniform(0, 0.04)))
+            if name not in self.dead:
+                await self._renew(name, format_micro(now()))
 
     async def _watch_nodes(self) -> None:
         """Our Node objects (podCIDR, taints, labels) from one list+watch, relisted when it breaks."""
