@@ -30,6 +30,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import shutil
 import signal
 import sys
 import tempfile
@@ -377,6 +378,11 @@ async def run_store(store: str, args: argparse.Namespace) -> Result:
             await admin.close()
             for c in node_clients.values():
                 await c.close()
+            if result.failures:  # the server's log outlives its temporary directory: what went wrong
+                kept = Path(tempfile.gettempdir()) / f"density-{store}-server.log"
+                with contextlib.suppress(OSError):
+                    shutil.copyfile(srv.data_dir / "server.log", kept)
+                    result.failures.append(f"the server's log: {kept}")
     return result
 
 

@@ -94,8 +94,11 @@ class LeaderElector:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
-            if task.done() and not task.cancelled() and task.exception() is None:
-                return
+            if task.done() and not task.cancelled():
+                if (exc := task.exception()) is None:
+                    return
+                log.error("%s: the work under lease %s/%s failed; campaigning again: %s", self.identity,
+                          self.namespace, self.name, exc, exc_info=exc)
 
     async def _until_acquired(self) -> None:
         while True:

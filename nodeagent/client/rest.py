@@ -196,6 +196,8 @@ class Client:
                     return raw.decode(errors="replace")
             except aiohttp.ClientError as e:
                 raise ClientError(0, "ConnectionError", str(e)) from e
+            except TimeoutError:  # the deadline: aiohttp raises a bare TimeoutError, not one of its own
+                raise ClientError(0, "Timeout", f"{method} {path}: no answer within {deadline:g} s") from None
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     # ------------------------------------------------------------------ verbs

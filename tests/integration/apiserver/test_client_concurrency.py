@@ -192,6 +192,34 @@ async def test_leader_election_single_leader_and_takeover(live):
         await tb
 
 
+async def test_leader_work_that_fails_is_logged_and_run_again(live, caplog):
+    """A crash in the work under the lease is logged and the elector campaigns again (silence here once
+    left a controller manager holding no lease and running nothing)."""
+    _, c = live
+    el = LeaderElector(c, "crashy", "a", lease_duration=2, renew_deadline=1.5, retry_period=0.1)
+    runs: list[int] = []
+    done = asyncio.Event()
+
+    async def work() -> None:
+        runs.append(len(runs))
+        if len(runs) == 1:
+            raise RuntimeError("controller crashed")
+        done.set()
+
+    caplog.set_level("ERROR", "nodeagent.client.leader")
+    await asyncio.wait_for(el.run(work), 10)
+    assert runs == [0, 1] and done.is_set()
+    assert "the work under lease kube-system/crashy failed" in caplog.text and "controller crashed" in caplog.text
+
+
+async def test_request_past_its_deadline_is_a_client_error(live):
+    """aiohttp's total timeout is a bare TimeoutError; callers catch ClientError for every failed call."""
+    _, c = live
+    with pytest.raises(ClientError) as e:
+        await c.request("GET", "/api/v1/namespaces/default/configmaps?watch=1", deadline=0.3)
+    assert e.value.code == 0 and e.value.reason == "Timeout" and "0.3 s" in e.value.message
+
+
 async def test_server_side_apply_creates_then_merges(live):
     _, c = live
     o = await c.apply("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
