@@ -63,26 +63,31 @@ class V1Cgroups:
         parts = path.strip("/").split("/")
         levels = ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
         made: set[str] = set()
-        for d in self._dirs:
-            made.update(_make_dirs(d, levels))
         cpuset = self.mounts.get("cpuset")
+        fresh: list[str] = []
+        for d in self._dirs:
+            here = _make_dirs(d, levels)
+            made.update(here)
+            if d == cpuset:
+                fresh = here
         if cpuset is not None:
             # v1 cpuset children start empty; a task cannot join until they are filled in. An existing
             # level is checked too: another pod may have just made it and not filled it yet.
             for sub in levels:
-                self._fill_cpuset_once(Path(cpuset + sub))
+                self._fill_cpuset_once(Path(cpuset + sub), sub in fresh)
         return [sub for sub in levels if sub in made]
 
-    def _fill_cpuset_once(self, p: Path) -> None:
+    def _fill_cpuset_once(self, p: Path, fresh: bool) -> None:
         """_fill_cpuset, skipped for a directory this driver has already seen filled (the same inode: a
         directory removed and made again is checked again). Reading cpuset files takes the kernel's
         cpuset lock, which every cgroup mkdir takes too: three levels checked at each pod's and each
-        container's creation were a tenth of a burst's samples."""
+        container's creation were a tenth of a burst's samples. `fresh`: made just now by this call, so
+        empty: filled from its parent without reading it first."""
         key = str(p)
         ino = os.stat(p).st_ino
         if self._filled.get(key) == ino:
             return
-        _fill_cpuset(p)
+        _fill_cpuset(p, fresh)
         self._filled[key] = ino
 
     def exists(self, path: str) -> bool:
@@ -213,14 +218,15 @@ def _make_dirs(root: str, levels: list[str]) -> list[str]:
     return []
 
 
-def _fill_cpuset(p: Path) -> None:
+def _fill_cpuset(p: Path, empty: bool = False) -> None:
     """Copy the parent's cpus/mems into an empty v1 cpuset cgroup (idempotent: the same values are
-    written by whichever creator gets there, so two pods making one parent at once both see it filled)."""
+    written by whichever creator gets there, so two pods making one parent at once both see it filled).
+    `empty`: known to be (just made), not read first."""
     for f in ("cpuset.cpus", "cpuset.mems"):
-        try:
-            filled = bool((p / f).read_text().strip())
-        except FileNotFoundError:  # not a kernel cgroupfs (tests' plain dirs): nothing to keep
-            filled = False
+        filled = False
+        if not empty:
+            with contextlib.suppress(FileNotFoundError):  # not a kernel cgroupfs (tests' plain dirs)
+                filled = bool((p / f).read_text().strip())
         if not filled:
             write(p / f, (p.parent / f).read_text().strip() or "\n")
 
