@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -78,13 +79,35 @@ class Attachment:
 
 def load_conf_dir(conf_dir: str | Path) -> NetworkConfigList | None:
     """The network the runtime uses: the first loadable config file by name, as libcni picks it."""
-    d = Path(conf_dir)
-    if not d.is_dir():
-        return None
-    files = sorted(p for p in d.iterdir() if p.suffix in (".conflist", ".conf", ".json") and p.is_file())
-    for f in files:
+    return _load_files(_conf_files(conf_dir))
+
+
+_FileKey = tuple[str, int, int, int, int]  # path, inode, size, mtime and ctime (ns)
+
+
+def _conf_files(conf_dir: str | Path) -> list[_FileKey]:
+    """The conf dir's config files by name, each with what changes when it is rewritten or replaced."""
+    out = []
+    try:
+        entries = sorted(os.scandir(conf_dir), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for e in entries:
+        if os.path.splitext(e.name)[1] not in (".conflist", ".conf", ".json"):
+            continue
+        try:
+            st = e.stat()
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out.append((e.path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return out
+
+
+def _load_files(files: list[_FileKey]) -> NetworkConfigList | None:
+    for path, *_ in files:
         with contextlib.suppress(CNIError, OSError):
-            return NetworkConfigList.parse(f.read_bytes(), str(f))
+            return NetworkConfigList.parse(Path(path).read_bytes(), path)
     return None
 
 
@@ -96,6 +119,7 @@ class CNI:
         self.in_process = in_process
         self._ours: dict[str, tuple[tuple[int, int, int, int], str | None]] = {}  # path → (stat, plugin)
         self._plugins: dict[str, Any] = {}  # plugin name → its object, for in-process calls
+        self._conf: tuple[list[_FileKey], NetworkConfigList | None] | None = None  # (files' stats, network)
         self.bin_dirs = [str(b) for b in bin_dirs]
         self.cache_dir = Path(cache_dir)
         # Runtime-specific variables every plugin gets besides CNI_*: e.g. NODEAGENT_CNI_SOCKET, the
@@ -103,7 +127,13 @@ class CNI:
         self.env = dict(env or {})
 
     def network(self) -> NetworkConfigList | None:
-        return load_conf_dir(self.conf_dir)
+        """The conf dir's network, read and parsed again only when a config file there was added, removed,
+        rewritten or replaced (its stat: a change takes effect at the next call, as containerd reloads on
+        the directory's change events); a sandbox asks twice, on the event loop."""
+        files = _conf_files(self.conf_dir)
+        if self._conf is None or self._conf[0] != files:
+            self._conf = (files, _load_files(files))
+        return self._conf[1]
 
     # -- verbs -----------------------------------------------------------------------------------
     async def add(self, att: Attachment) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 CAPS = [
     "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
     "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
@@ -13,9 +15,12 @@ CAPS = [
 NUMBER = {name: i for i, name in enumerate(CAPS)}
 
 
+@functools.cache
 def own_bounding() -> int:
     """This process's bounding set (-1, all, when it cannot be read): no process it starts can get a
-    capability outside it (root may run without some, e.g. CAP_SYS_RESOURCE in a container)."""
+    capability outside it (root may run without some, e.g. CAP_SYS_RESOURCE in a container). Read once:
+    this process never drops from it (its children do, after the fork), and a /proc/self/status read per
+    CreateContainer showed on the runtime's event loop in a burst of pods."""
     try:
         with open("/proc/self/status") as f:
             for line in f:

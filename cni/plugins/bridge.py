@@ -91,15 +91,18 @@ def veth_prefix(network: str) -> str:
     return "na" + sha256(network.encode()).hexdigest()[:4]
 
 
-def _sysctl(path: str, value: str) -> None:
+def _sysctl(path: str, value: str, read_first: bool = True) -> None:
+    """Write `value` unless the file holds it already (or, with read_first=False, write it anyway); a file
+    that is not there is left alone."""
     try:
-        with open(path) as f:
-            if f.read().strip() == value:
-                return
+        if read_first:
+            with open(path) as f:
+                if f.read().strip() == value:
+                    return
+        with open(path, "w") as f:
+            f.write(value)
     except FileNotFoundError:
         return
-    with open(path, "w") as f:
-        f.write(value)
 
 
 def open_netns(path: str) -> int:
@@ -142,8 +145,8 @@ class Bridge:
             if host is None:
                 raise CNIError(INTERNAL, f"veth {host_name} vanished after creation")
             peer_index = int(host["iflink"])
-            if conf.hairpin:
-                _sysctl(f"/sys/class/net/{host_name}/brport/hairpin_mode", "1")
+            if conf.hairpin:  # a new port (hairpin off): written, not read first (each takes rtnl_lock)
+                _sysctl(f"/sys/class/net/{host_name}/brport/hairpin_mode", "1", read_first=False)
             if conf.vlan:
                 from kernel import netlink
 

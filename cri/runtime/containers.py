@@ -66,13 +66,19 @@ class ContainerVerbs(RuntimeCore):
             raise Unimplemented("the image store is not available in this build")
         mounts: list[str] = []
         image_vols = []
+        host_paths: list[tuple[int, pb.Mount]] = []
         for i, m in enumerate(config.mounts):
             if image_mounts.is_image_mount(m):
                 image_vols.append(image_mounts.check(m, i, self.images.resolve))
                 mounts.append("")  # the image's overlay, made with the container
             else:
                 image_mounts.check_sub_path_only(m, i)
-                mounts.append(cfglib.check_mount_paths(m.container_path, m.host_path, i))
+                mounts.append("")
+                host_paths.append((i, m))
+        if host_paths:  # realpath walks every component of every path: in one worker-thread hop
+            for (i, _), real in zip(host_paths, await asyncio.to_thread(_check_host_paths, host_paths),
+                                    strict=True):
+                mounts[i] = real
         for i, m in enumerate(config.mounts):
             if m.recursive_read_only:
                 spec.check_recursive_ro(m, f"config.mounts[{i}]")
@@ -83,6 +89,8 @@ class ContainerVerbs(RuntimeCore):
         argv = cfglib.command(image.config, list(config.command), list(config.args))
         caps = capslib.resolve(list(sec.capabilities.add_capabilities),
                                list(sec.capabilities.drop_capabilities), sec.privileged, sc.last_cap())
+        if key in self._keys:  # reserved by a concurrent create while this one awaited its checks
+            raise AlreadyExists(f"container name {key!r} is reserved for {self._keys[key]}")
         cid = secrets.token_hex(32)
         self._keys[key] = cid
         undo = Undo()
@@ -208,12 +216,15 @@ class ContainerVerbs(RuntimeCore):
         async with self._lock(c.id):
             require(c.state.can_start(), f"container {c.id} is {c.state.lower()}, not created")
             s = self.sandboxes.get(c.sandbox_id)
-            if s is None or not s.state.can_start_container() or not alive(s.pid, s.pid_start):
+            if s is None or not s.state.can_start_container():
                 raise FailedPrecondition(f"sandbox {c.sandbox_id} is not ready")
             self._warm_cgroup_attach()
 
             def start() -> tuple[Any, int, int]:
-                """One worker-thread hop: the spec (it reads and makes files), the launch, the start times."""
+                """One worker-thread hop: pause's liveness and the spec (they read and make files), the
+                launch, the start times."""
+                if not alive(s.pid, s.pid_start):
+                    raise FailedPrecondition(f"sandbox {c.sandbox_id} is not ready")
                 launched = launch(self._launch_spec(c, s))
                 return launched, proc_start(launched.pid), proc_start(launched.shim_pid)
 
@@ -397,3 +408,8 @@ class ContainerVerbs(RuntimeCore):
                 return
             await asyncio.sleep(0.01)
         raise FailedPrecondition(f"container {c.id}: the log was not reopened")
+
+
+def _check_host_paths(mounts: list[tuple[int, pb.Mount]]) -> list[str]:
+    """Each bind mount's host path resolved, in order (blocking: it stats every component)."""
+    return [cfglib.check_mount_paths(m.container_path, m.host_path, i) for i, m in mounts]

@@ -115,8 +115,7 @@ class SandboxVerbs(RuntimeCore):
             argv.append("-p")
         for k, v in sorted(config.linux.sysctls.items()):
             argv += ["-s", f"{k}={v}"]
-        s.pid = await asyncio.to_thread(_start_pause, argv)
-        s.pid_start = proc_start(s.pid)
+        s.pid, s.pid_start = await asyncio.to_thread(_start_pause, argv)
         pid = s.pid
         undo.push(lambda: _kill_wait(pid))
         # Joining the cgroup may wait for an RCU grace period (warm_attach in cgroups/base.py): it runs
@@ -295,8 +294,8 @@ def _mount_shm(shm: Path) -> None:
     sc.mount("shm", str(shm), "tmpfs", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC, "mode=1777,size=65536k")
 
 
-def _start_pause(argv: list[str]) -> int:
-    """Start pause detached; return its pid once it holds its namespaces."""
+def _start_pause(argv: list[str]) -> tuple[int, int]:
+    """Start pause detached; return its pid and start time once it holds its namespaces."""
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True, close_fds=True)
     stdout, stderr = p.stdout, p.stderr
@@ -315,7 +314,7 @@ def _start_pause(argv: list[str]) -> int:
         p.wait()  # -p: the parent exits once the pid-1 child runs
     else:
         p.returncode = 0  # reaped by the exit watcher, not by the Popen object
-    return pid
+    return pid, proc_start(pid)
 
 
 def _join_cgroup(pid: int, procs_files: list[str]) -> None:

@@ -37,6 +37,7 @@ class V1Cgroups:
         # controller -> mount point; co-mounted controllers (cpu,cpuacct) share a directory.
         self.mounts = {c: m for c, m in mounts.items() if c in MANAGED}
         self._dirs = sorted(set(self.mounts.values()))
+        self._filled: dict[str, int] = {}  # cpuset directory -> its inode, once seen filled
 
     # -- paths -----------------------------------------------------------------------------------
     def _dir(self, ctrl: str, path: str) -> Path:
@@ -57,27 +58,37 @@ class V1Cgroups:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def create(self, path: str) -> list[str]:
+        """Make `path` and its missing parents in every hierarchy; returns the levels made (top first)."""
         path = norm(path)
-        made: list[str] = []
         parts = path.strip("/").split("/")
-        for i in range(1, len(parts) + 1):
-            sub = "/" + "/".join(parts[:i])
-            new = False
-            for d in self._dirs:
-                p = Path(d + sub)
-                try:
-                    p.mkdir()
-                    new = True
-                except FileExistsError:
-                    if d != self.mounts.get("cpuset"):
-                        continue
-                if d == self.mounts.get("cpuset"):
-                    # v1 cpuset children start empty; a task cannot join until they are filled in. An
-                    # existing one is checked too: another pod may have just made it and not filled it yet.
-                    _fill_cpuset(p)
-            if new:
-                made.append(sub)
-        return made
+        levels = ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        made: set[str] = set()
+        cpuset = self.mounts.get("cpuset")
+        fresh: list[str] = []
+        for d in self._dirs:
+            here = _make_dirs(d, levels)
+            made.update(here)
+            if d == cpuset:
+                fresh = here
+        if cpuset is not None:
+            # v1 cpuset children start empty; a task cannot join until they are filled in. An existing
+            # level is checked too: another pod may have just made it and not filled it yet.
+            for sub in levels:
+                self._fill_cpuset_once(Path(cpuset + sub), sub in fresh)
+        return [sub for sub in levels if sub in made]
+
+    def _fill_cpuset_once(self, p: Path, fresh: bool) -> None:
+        """_fill_cpuset, skipped for a directory this driver has already seen filled (the same inode: a
+        directory removed and made again is checked again). Reading cpuset files takes the kernel's
+        cpuset lock, which every cgroup mkdir takes too: three levels checked at each pod's and each
+        container's creation were a tenth of a burst's samples. `fresh`: made just now by this call, so
+        empty: filled from its parent without reading it first."""
+        key = str(p)
+        ino = os.stat(p).st_ino
+        if self._filled.get(key) == ino:
+            return
+        _fill_cpuset(p, fresh)
+        self._filled[key] = ino
 
     def exists(self, path: str) -> bool:
         return any(Path(d + norm(path)).is_dir() for d in self._dirs)
@@ -85,6 +96,8 @@ class V1Cgroups:
     def remove(self, path: str) -> None:
         for d in self._dirs:
             rmdir_retry(Path(d + norm(path)))
+        if "cpuset" in self.mounts:
+            self._filled.pop(self.mounts["cpuset"] + norm(path), None)
 
     def procs_files(self, path: str) -> list[str]:
         return [d + norm(path) + "/cgroup.procs" for d in self._dirs]
@@ -180,14 +193,40 @@ class V1Cgroups:
         return read_kv(self._dir("memory", path) / "memory.oom_control").get("oom_kill", 0)
 
 
-def _fill_cpuset(p: Path) -> None:
-    """Copy the parent's cpus/mems into an empty v1 cpuset cgroup (idempotent: the same values are
-    written by whichever creator gets there, so two pods making one parent at once both see it filled)."""
-    for f in ("cpuset.cpus", "cpuset.mems"):
+def _make_dirs(root: str, levels: list[str]) -> list[str]:
+    """mkdir -p from the deepest level up: under existing parents (a pod's or a container's cgroup under
+    kubepods) one mkdir, not one failing mkdir per level. Returns the levels made here; a level another
+    creator made meanwhile counts as existing."""
+    for i in range(len(levels) - 1, -1, -1):
         try:
-            filled = bool((p / f).read_text().strip())
-        except FileNotFoundError:  # not a kernel cgroupfs (tests' plain dirs): nothing to keep
-            filled = False
+            os.mkdir(root + levels[i])
+        except FileNotFoundError:
+            if i == 0:
+                raise
+            continue  # its parent first
+        except FileExistsError:
+            made = []
+        else:
+            made = [levels[i]]
+        for sub in levels[i + 1:]:
+            try:
+                os.mkdir(root + sub)
+                made.append(sub)
+            except FileExistsError:
+                pass
+        return made
+    return []
+
+
+def _fill_cpuset(p: Path, empty: bool = False) -> None:
+    """Copy the parent's cpus/mems into an empty v1 cpuset cgroup (idempotent: the same values are
+    written by whichever creator gets there, so two pods making one parent at once both see it filled).
+    `empty`: known to be (just made), not read first."""
+    for f in ("cpuset.cpus", "cpuset.mems"):
+        filled = False
+        if not empty:
+            with contextlib.suppress(FileNotFoundError):  # not a kernel cgroupfs (tests' plain dirs)
+                filled = bool((p / f).read_text().strip())
         if not filled:
             write(p / f, (p.parent / f).read_text().strip() or "\n")
 

@@ -89,6 +89,9 @@ class ObjectCache:
         self._watches[ref] = (inf, task)
 
     def _release(self, refs: Iterable[Ref]) -> None:
+        refs = set(refs)
+        if not refs:  # the common case (a pod's sync registers what it referred to already): no scan
+            return
         still = set().union(*self._by_pod.values()) if self._by_pod else set()
         for ref in refs:
             if ref in still:

@@ -39,7 +39,7 @@ def test_pause_does_not_outlive_a_failed_cgroup_join():
     try:
         assert not (empty / "cpuset.cpus").read_text().strip()
         with pytest.raises(FailedPrecondition, match="could not join its cgroup"):
-            pid = _start_pause([RuntimeOptions(Path("/nonexistent")).pause, "-u", "-H", host])
+            pid, _ = _start_pause([RuntimeOptions(Path("/nonexistent")).pause, "-u", "-H", host])
             _join_cgroup(pid, [str(empty / "cgroup.procs")])
         assert _pids_with_arg(f"-H {host}") == []
         assert not (empty / "cgroup.procs").read_text().split()

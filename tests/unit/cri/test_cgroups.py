@@ -55,3 +55,28 @@ def test_v1_limits_go_through_cgroupspy_to_each_hierarchy(tmp_path):
     oom_control = Path(tmp_path / "memory/pods/a/memory.oom_control")
     oom_control.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
     assert cg.oom_kills("/pods/a") == 2
+
+
+def test_v1_create_fills_every_empty_cpuset_level_once_and_again_after_removal(tmp_path):
+    mounts = {}
+    for ctrl in ("cpu", "cpuset", "memory"):
+        (tmp_path / ctrl).mkdir()
+        mounts[ctrl] = str(tmp_path / ctrl)
+    (tmp_path / "cpuset" / "cpuset.cpus").write_text("0-1\n")
+    (tmp_path / "cpuset" / "cpuset.mems").write_text("0\n")
+    (tmp_path / "cpuset" / "kubepods").mkdir()  # made by another creator, not filled in yet
+    (tmp_path / "memory" / "kubepods").mkdir()
+    cg = V1Cgroups(mounts)
+    assert cg.create("/kubepods/pod1/c1") == ["/kubepods", "/kubepods/pod1", "/kubepods/pod1/c1"]
+    for level in ("kubepods", "kubepods/pod1", "kubepods/pod1/c1"):
+        assert (tmp_path / "cpuset" / level / "cpuset.cpus").read_text() == "0-1"
+        assert (tmp_path / "cpuset" / level / "cpuset.mems").read_text() == "0"
+    assert cg.create("/kubepods/pod1/c2") == ["/kubepods/pod1/c2"]  # under existing parents
+    assert (tmp_path / "cpuset/kubepods/pod1/c2/cpuset.cpus").read_text() == "0-1"
+    assert cg.create("/kubepods/pod1/c2") == []
+    for f in ("cpuset.cpus", "cpuset.mems"):  # a plain tree: rmdir needs the files gone, as cgroupfs does not
+        (tmp_path / "cpuset/kubepods/pod1/c2" / f).unlink()
+    cg.remove("/kubepods/pod1/c2")
+    assert not (tmp_path / "cpu/kubepods/pod1/c2").exists()
+    assert cg.create("/kubepods/pod1/c2") == ["/kubepods/pod1/c2"]
+    assert (tmp_path / "cpuset/kubepods/pod1/c2/cpuset.cpus").read_text() == "0-1"

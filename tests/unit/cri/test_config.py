@@ -97,3 +97,29 @@ def test_first_ip():
     assert first_ip({"ips": [{"address": "10.0.0.5/24"}, {"address": "fd00::5/64"}]}) == (
         "10.0.0.5", ["fd00::5"])
     assert first_ip(None) == ("", [])
+
+
+def _name(cni: CNI) -> str:
+    net = cni.network()
+    assert net is not None
+    return net.name
+
+
+def test_network_is_read_again_when_a_config_file_changes(tmp_path):
+    cni = CNI(tmp_path, [], tmp_path / "cache")
+    assert cni.network() is None
+    b = tmp_path / "20-b.conflist"
+    b.write_text(json.dumps({"cniVersion": "1.0.0", "name": "b", "plugins": [{"type": "bridge"}]}))
+    assert _name(cni) == "b"
+    assert cni.network() is cni.network()  # unchanged files: parsed once
+    with open(b, "w") as f:  # rewritten in place, longer (the size differs even within one mtime tick)
+        f.write(json.dumps({"cniVersion": "1.0.0", "name": "b-rewritten", "plugins": [{"type": "bridge"}]}))
+    assert _name(cni) == "b-rewritten"
+    broken = tmp_path / "10-a.conflist"
+    broken.write_text("{")  # first by name but unloadable: the next one still serves
+    assert _name(cni) == "b-rewritten"
+    broken.write_text(json.dumps({"cniVersion": "1.0.0", "name": "a", "plugins": [{"type": "ptp"}]}))
+    assert _name(cni) == "a"  # fixed in place: now it is first
+    broken.unlink()
+    b.unlink()
+    assert cni.network() is None
