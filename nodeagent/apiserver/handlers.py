@@ -102,17 +102,30 @@ def with_authenticated(user: auth.User) -> auth.User:
     return auth.User(user.name, user.groups + (AUTHENTICATED_GROUP,), user.uid, user.extra)
 
 
+_PLAIN_TYPES = ("json", "*/*", "yaml", "protobuf")
+NOT_ACCEPTABLE = ("only the following media types are accepted: application/json, application/yaml, "
+                  "application/vnd.kubernetes.protobuf")
+
+
 class Wants:
     """What the Accept header asks for: plain JSON, a Table, or PartialObjectMetadata."""
 
     def __init__(self, accept: str) -> None:
         self.table = "as=Table" in accept
         self.partial = not self.table and "as=PartialObjectMetadata" in accept
-        if not self.table and not self.partial and accept and not any(
-                t in accept for t in ("json", "*/*", "yaml", "protobuf")):
-            raise errors.not_acceptable(f"only the following media types are accepted: application/json, "
-                                        "application/yaml, application/vnd.kubernetes.protobuf "
-                                        f"(got {accept})")
+        # an alternative the client takes as it is (no `as=` transform): what a refused transform falls to
+        self.plain_fallback = any("as=" not in alt and any(t in alt for t in _PLAIN_TYPES)
+                                  for alt in accept.split(","))
+        if not self.table and not self.partial and accept and not any(t in accept for t in _PLAIN_TYPES):
+            raise errors.not_acceptable(f"{NOT_ACCEPTABLE} (got {accept})")
+
+    def no_table(self) -> None:
+        """This endpoint serves no Table (a WatchList, as kube's watchListEndpointRestrictions): the client's
+        next choice without a transform, else 406 as kube's negotiation answers."""
+        if self.table:
+            if not self.plain_fallback:
+                raise errors.not_acceptable(NOT_ACCEPTABLE)
+            self.table = False
 
 
 class Handlers:
@@ -691,6 +704,8 @@ class Handlers:
         opts = list_options.with_defaults(list_options.parse(q, watch=True))
         list_options.validate(opts)
         list_options.parse_rv(opts.resource_version)  # a bad one is refused before the stream starts
+        if opts.watch_list:
+            wants.no_table()  # its initial events end with a bookmark no Table carries (kube 1.32)
         resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)

@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from nodeagent.api.resources import Resource
 from nodeagent.client.rest import Client, ClientError, resolve
 
 log = logging.getLogger("nodeagent.client.informer")
@@ -35,7 +36,7 @@ def key_of(obj: dict[str, Any]) -> str:
 
 
 class Informer:
-    def __init__(self, client: Client, resource: str, namespace: str | None = None,
+    def __init__(self, client: Client, resource: str | Resource, namespace: str | None = None,
                  label_selector: str | None = None, field_selector: str | None = None, resync: float = 0.0,
                  watch_timeout: int = 300) -> None:
         self.client = client
@@ -264,8 +265,8 @@ _SHARED: weakref.WeakValueDictionary[tuple[Any, ...], Informer] = weakref.WeakVa
 ACCESS_RETRY_MAX = 10.0  # seconds between access checks of a reader the apiserver refused
 
 
-def shared(client: Client, resource: str, namespace: str | None = None, label_selector: str | None = None,
-           field_selector: str | None = None) -> SharedInformer:
+def shared(client: Client, resource: str | Resource, namespace: str | None = None,
+           label_selector: str | None = None, field_selector: str | None = None) -> SharedInformer:
     """This process's informer for these objects, through a handle for this user (`client`): one cache and
     one watch however many components ask, whatever their credentials, as kube-controller-manager's
     SharedInformerFactory shares one per resource among its controllers. A user whose identity differs

@@ -143,6 +143,14 @@ class Client:
         # this client's TLS context, not a new one: making one loads the system's CA store (~50 ms)
         return Client(self.server, token, max_connections=self._limit, ssl_context=self._ssl)
 
+    def own_pool(self) -> Client:
+        """The same user (same identity, credentials and limiter) through connections of its own: for
+        long-running watches that must not take the connections this client's requests wait for."""
+        other = Client(self.server, self.token, max_connections=self._limit, limiter=self.limiter,
+                       ssl_context=self._ssl)
+        other.identity = self.identity
+        return other
+
     def set_token(self, token: str) -> None:
         """A refreshed bearer token: used from the next request on (`request` sends it on every call)."""
         self.token = token

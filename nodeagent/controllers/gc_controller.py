@@ -5,17 +5,23 @@ owner being deleted with the `foregroundDeletion` finalizer first has its
 dependents deleted, then loses the finalizer (and so disappears). Orphan: an
 owner with the `orphan` finalizer has its references removed from every
 dependent, then loses the finalizer. The graph is the union of the informers'
-caches, keyed by uid.
+caches, keyed by uid: the built-in kinds that own or are owned (RESOURCES), and every resource of a
+group discovery lists beyond the built-in ones (CRDs' and aggregated APIs' kinds) that can be listed,
+watched and deleted, as kube's collector builds its monitors from discovery (GetDeletableResources); the
+set follows discovery every 30 s and whenever a CustomResourceDefinition changes.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from nodeagent.api.objects import Obj
+from nodeagent.api.resources import RESOURCES as BUILTIN_RESOURCES
 from nodeagent.api.resources import Resource
-from nodeagent.client.informer import SharedInformers, key_of
-from nodeagent.client.rest import ClientError
+from nodeagent.client.informer import SharedInformer, SharedInformers, Store, key_of, shared
+from nodeagent.client.rest import Client, ClientError
 from nodeagent.controllers.base import Controller
 from nodeagent.controllers.podutil import release_patch
 
@@ -28,6 +34,11 @@ ORPHAN = "orphan"
 # A dependent of a kind the collector does not watch (a custom resource, say) is looked at again this often:
 # its owner's deletion is no event here.
 UNWATCHED_OWNER_RECHECK = 5.0
+DISCOVERY_PERIOD = 30.0  # kube-controller-manager resyncs the collector's monitors with discovery this often
+BUILTIN_GROUPS = frozenset(r.group for r in BUILTIN_RESOURCES)
+DELETABLE = frozenset(("delete", "list", "watch"))
+RESTART_WATCH = 5.0
+FRESH_GRAPH_WAIT = 30.0
 
 
 class GarbageCollector(Controller):
@@ -39,14 +50,142 @@ class GarbageCollector(Controller):
                  resources=RESOURCES) -> None:
         super().__init__(client, informers, recorder, options)
         self.resources = resources
-        self._kind_to_resource: dict[str, str] = {}
+        self._sources: dict[str, Store] = {}  # source key (a built-in name, or "<g>/<v>/<plural>") -> cache
+        self._kind_to_resource: dict[tuple[str, str], str] = {}  # (group, kind) -> source key
         self._uids: dict[str, str] = {}  # uid -> informer cache key, for every watched object
         self._discovered: dict[tuple[str, str], Resource | None] = {}  # (apiVersion, kind) -> its resource
+        # custom resources' source keys -> the task running the informer, the remover of our handlers
+        self._custom: dict[str, tuple[asyncio.Task[None], Callable[[], None]]] = {}
+        self._rediscover = asyncio.Event()
+        self._syncs = 0  # discovery syncs done; `_syncing`: one under way
+        self._syncing = False
+        self._synced = asyncio.Condition()
+        self._fresh_for: set[str] = set()  # owners whose foreground deletion saw a fresh graph
         for r in resources:
             inf = informers.get(r)
-            self._kind_to_resource[inf.resource.kind] = r
-            inf.add_handler(lambda o, r=r: self._changed(r, o), lambda old, new, r=r: self._changed(r, new),
-                            lambda o, r=r: self._deleted(r, o))
+            self._watch_source(r, inf)
+
+    def _watch_source(self, key: str, inf: Store) -> Callable[[], None]:
+        self._sources[key] = inf
+        self._kind_to_resource[(inf.resource.group, inf.resource.kind)] = key
+        return inf.add_handler(lambda o: self._changed(key, o), lambda old, new: self._changed(key, new),
+                               lambda o: self._deleted(key, o))
+
+    @staticmethod
+    def _group_kind(ref: dict[str, Any]) -> tuple[str, str]:
+        return str(ref.get("apiVersion") or "").rpartition("/")[0], str(ref.get("kind") or "")
+
+    async def run(self) -> None:
+        """The workers, beside the loop that keeps the set of watched custom resources as discovery has it.
+        Those watches (and the one of CustomResourceDefinitions that wakes the loop) go through connections
+        of their own: the manager's client is shared by every controller and informer."""
+        watches = self.client.own_pool()
+        crds = shared(watches, "customresourcedefinitions")
+        wake = crds.add_handler(lambda o: self._rediscover.set(), lambda old, new: self._rediscover.set(),
+                                lambda o: self._rediscover.set())
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._keep_running(crds, watches), name=f"{self.name}-crds")
+                tg.create_task(self._follow_discovery(tg, watches), name=f"{self.name}-discovery")
+                await super().run()
+        finally:
+            wake()
+            for key, (_, remove) in self._custom.items():
+                remove()
+                self._sources.pop(key, None)
+            self._custom.clear()
+            await watches.close()
+
+    async def _keep_running(self, inf: SharedInformer, client: Client) -> None:
+        """An informer of the collector's own, restarted after a failure (which must not stop the manager)."""
+        while True:
+            try:
+                await inf.run(client=client)
+            except Exception as e:
+                self.log.warning("garbage collector: watch of %s failed (%r); restarting in %.0f s",
+                                 inf.resource.name, e, RESTART_WATCH)
+                await asyncio.sleep(RESTART_WATCH)
+
+    async def _follow_discovery(self, tg: asyncio.TaskGroup, watches: Client) -> None:
+        while True:
+            self._rediscover.clear()
+            self._syncing = True
+            try:
+                await self._sync_custom(tg, watches, await self._deletable_custom())
+            except Exception as e:  # discovery failing must not stop collection of what is watched
+                self.log.warning("garbage collector: discovery failed, keeping the watched resources "
+                                 "(%r); retrying in %.0f s", e, DISCOVERY_PERIOD)
+            finally:
+                self._syncing = False
+            async with self._synced:
+                self._syncs += 1
+                self._synced.notify_all()
+            try:  # (not wait_for: on 3.11 it can swallow the manager's cancel when the event fires with it)
+                async with asyncio.timeout(DISCOVERY_PERIOD):
+                    await self._rediscover.wait()
+            except TimeoutError:
+                pass
+
+    async def _fresh_graph(self) -> None:
+        """Wait for a discovery sync begun after now and for every watched custom resource's first list:
+        orphaning and foreground deletion act on the whole set of dependents, as kube's collector holds
+        its workers while new monitors sync (a CRD made just before its objects' owner is deleted)."""
+        want = self._syncs + (2 if self._syncing else 1)
+        self._rediscover.set()
+        try:
+            async with asyncio.timeout(FRESH_GRAPH_WAIT):
+                async with self._synced:
+                    await self._synced.wait_for(lambda: self._syncs >= want)
+                for key in list(self._custom):
+                    source = self._sources.get(key)
+                    if source is not None:
+                        await source.wait_synced()
+        except TimeoutError:
+            self.log.warning("garbage collector: discovery or a custom resource's list took over %.0f s; "
+                             "going on with the dependents known", FRESH_GRAPH_WAIT)
+
+    async def _deletable_custom(self) -> dict[str, Resource]:
+        """Every resource of a group beyond the built-in ones, in its preferred version, that can be listed,
+        watched and deleted (kube's GetDeletableResources over discovery)."""
+        out: dict[str, Resource] = {}
+        groups = await self.client.request("GET", "/apis")
+        for g in groups.get("groups") or ():
+            if g.get("name") in BUILTIN_GROUPS:
+                continue
+            gv = (g.get("preferredVersion") or {}).get("groupVersion") or ""
+            group, _, version = gv.rpartition("/")
+            if not group:
+                continue
+            try:
+                doc = await self.client.request("GET", f"/apis/{gv}")
+            except ClientError as e:
+                if e.not_found:
+                    continue  # gone between the two reads
+                raise
+            for r in doc.get("resources") or ():
+                if "/" in r.get("name", "") or not DELETABLE <= set(r.get("verbs") or ()):
+                    continue
+                res = Resource(group, version, r["name"], r["kind"], bool(r.get("namespaced")))
+                out[f"{group}/{version}/{r['name']}"] = res
+        return out
+
+    async def _sync_custom(self, tg: asyncio.TaskGroup, watches: Client,
+                           wanted: dict[str, Resource]) -> None:
+        for key in [k for k in self._custom if k not in wanted]:
+            task, remove = self._custom.pop(key)
+            remove()
+            task.cancel()
+            gone = self._sources.pop(key).resource
+            self._kind_to_resource.pop((gone.group, gone.kind), None)
+            self.log.info("garbage collector: stopped watching %s (no longer served)", key)
+        for key, res in wanted.items():
+            if key in self._custom:
+                continue
+            inf: SharedInformer = shared(watches, res)
+            remove = self._watch_source(key, inf)
+            task = tg.create_task(self._keep_running(inf, watches), name=f"gc-informer-{key}")
+            self._custom[key] = (task, remove)
+            self.log.info("garbage collector: watching %s", key)
 
     # Keys are "<resource>|<namespace/name>".
     def _changed(self, resource: str, obj: Obj) -> None:
@@ -60,18 +199,19 @@ class GarbageCollector(Controller):
         for dep_res, dep in self._dependents_of(uid):
             self.queue.add(f"{dep_res}|{key_of(dep)}")
 
-    def _find(self, uid: str | None, kind: str) -> Obj | None:
-        res = self._kind_to_resource.get(kind)
+    def _find(self, ref: dict[str, Any]) -> Obj | None:
+        res = self._kind_to_resource.get(self._group_kind(ref))
+        uid = ref.get("uid")
         if res is None or uid is None:
             return None
         key = self._uids.get(uid)
-        obj = self.informers.get(res).cache.get(key) if key else None
+        obj = self._sources[res].cache.get(key) if key else None
         return obj if obj is not None and obj["metadata"].get("uid") == uid else None
 
     def _dependents_of(self, uid: str | None) -> list[tuple[str, Obj]]:
         out = []
-        for r in self.resources:
-            for o in self.informers.get(r).list():
+        for r, inf in list(self._sources.items()):
+            for o in inf.list():
                 if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or []):
                     out.append((r, o))
         return out
@@ -98,13 +238,14 @@ class GarbageCollector(Controller):
         return self._discovered[key]
 
     async def _owner_exists(self, ref: dict[str, Any], namespace: str | None) -> bool:
-        if self._find(ref.get("uid"), ref.get("kind", "")) is not None:
+        if self._find(ref) is not None:
             return True
         # Not in our caches (another kind, or a cache lagging behind): ask the API, by uid.
-        watched = self._kind_to_resource.get(ref.get("kind", ""))
+        watched = self._kind_to_resource.get(self._group_kind(ref))
         resource: str | Resource
         if watched is not None:
-            resource, namespaced = watched, self.informers.get(watched).resource.namespaced
+            resource = self._sources[watched].resource
+            namespaced = resource.namespaced
         else:
             found = await self._unwatched(str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""))
             if found is None:
@@ -121,25 +262,26 @@ class GarbageCollector(Controller):
     async def reconcile(self, key: str) -> None:
         resource, _, nskey = key.partition("|")
         ns, _, name = nskey.rpartition("/")
-        obj = self.informers.get(resource).get(name, ns or None)
-        if obj is None:
+        source = self._sources.get(resource)
+        obj = source.get(name, ns or None) if source is not None else None
+        if obj is None or source is None:
             return
+        res = source.resource
         meta = obj["metadata"]
         finalizers = meta.get("finalizers") or []
         if meta.get("deletionTimestamp") and FOREGROUND in finalizers:
             await self._foreground(resource, obj)
             return
         if meta.get("deletionTimestamp") and ORPHAN in finalizers:
-            await self._orphan(resource, obj)
+            await self._orphan(res, obj)
             return
         if not meta.get("ownerReferences") or meta.get("deletionTimestamp"):
             return
-        if any(self._find(ref.get("uid"), ref.get("kind", "")) is not None
-               for ref in meta["ownerReferences"]):
+        if any(self._find(ref) is not None for ref in meta["ownerReferences"]):
             return  # an owner is in the cache: nothing to collect (the common case, no API call)
         # Decide on the live object, not the cache: an orphaning owner may just have removed its reference.
         try:
-            live = await self.client.get(resource, name, ns or None)
+            live = await self.client.get(res, name, ns or None)
         except ClientError as e:
             if e.not_found:
                 return
@@ -150,11 +292,11 @@ class GarbageCollector(Controller):
             return
         for ref in refs:
             if await self._owner_exists(ref, ns or None):
-                if all(r.get("kind") not in self._kind_to_resource for r in refs):
+                if all(self._group_kind(r) not in self._kind_to_resource for r in refs):
                     self.queue.add_after(key, UNWATCHED_OWNER_RECHECK)  # no watch tells us when it goes
                 return
         try:
-            await self.client.delete(resource, name, ns or None, propagation="Background",
+            await self.client.delete(res, name, ns or None, propagation="Background",
                                      preconditions={"uid": meta["uid"],
                                                     "resourceVersion": meta["resourceVersion"]})
             self.log.info("collected %s %s: every owner is gone", resource, nskey)
@@ -162,7 +304,7 @@ class GarbageCollector(Controller):
             if not (e.not_found or e.conflict):
                 raise
 
-    async def _remove_finalizer(self, resource: str, obj: Obj, finalizer: str) -> None:
+    async def _remove_finalizer(self, resource: Resource, obj: Obj, finalizer: str) -> None:
         meta = obj["metadata"]
         left = [f for f in meta.get("finalizers") or [] if f != finalizer]
         try:
@@ -173,6 +315,10 @@ class GarbageCollector(Controller):
                 raise
 
     async def _foreground(self, resource: str, owner: Obj) -> None:
+        res = self._sources[resource].resource
+        if owner["metadata"]["uid"] not in self._fresh_for:
+            await self._fresh_graph()
+            self._fresh_for.add(owner["metadata"]["uid"])
         deps = self._dependents_of(owner["metadata"]["uid"])
         blocking = 0
         for dep_res, dep in deps:
@@ -181,26 +327,38 @@ class GarbageCollector(Controller):
             if dmeta.get("deletionTimestamp"):
                 continue
             try:
-                await self.client.delete(dep_res, dmeta["name"], dmeta.get("namespace"),
-                                         propagation="Foreground")
+                await self.client.delete(self._sources[dep_res].resource, dmeta["name"],
+                                         dmeta.get("namespace"), propagation="Foreground")
             except ClientError as e:
                 if not e.not_found:
                     raise
         if blocking == 0:
-            await self._remove_finalizer(resource, owner, FOREGROUND)
+            await self._remove_finalizer(res, owner, FOREGROUND)
+            self._fresh_for.discard(owner["metadata"]["uid"])
         else:
             self.queue.add_after(f"{resource}|{key_of(owner)}", 1.0)
 
     async def _delete_owner_ref(self, dep_res: str, dep: Obj, owner_uid: str) -> None:
         """Drop one owner's reference from a dependent as kube's garbage collector does: a strategic merge
         patch deleting it by uid, with the dependent's uid as precondition, so a concurrent write to the
-        dependent's other references is kept (the dependents here are of built-in kinds, which all take
-        a strategic merge patch)."""
-        await self.client.patch(dep_res, dep["metadata"]["name"], release_patch(owner_uid, dep),
-                                dep["metadata"].get("namespace"), patch_type="strategic")
+        dependent's other references is kept; where the resource takes no strategic merge patch (415: a
+        custom resource), a merge patch of the other references pinned to the resourceVersion seen."""
+        res, meta = self._sources[dep_res].resource, dep["metadata"]
+        try:
+            await self.client.patch(res, meta["name"], release_patch(owner_uid, dep), meta.get("namespace"),
+                                    patch_type="strategic")
+            return
+        except ClientError as e:
+            if e.code != 415:
+                raise
+        kept = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != owner_uid]
+        await self.client.patch(res, meta["name"], {"metadata": {"resourceVersion": meta["resourceVersion"],
+                                                                 "ownerReferences": kept or None}},
+                                meta.get("namespace"))
 
-    async def _orphan(self, resource: str, owner: Obj) -> None:
+    async def _orphan(self, resource: Resource, owner: Obj) -> None:
         uid = owner["metadata"]["uid"]
+        await self._fresh_graph()
         for dep_res, dep in self._dependents_of(uid):
             try:
                 await self._delete_owner_ref(dep_res, dep, uid)

@@ -169,3 +169,38 @@ def test_watchlist_stream_as_client_go_reads_it(server, objects):
         assert (nxt["type"], nxt["object"]["metadata"]["name"]) == ("ADDED", "f")
         assert int(nxt["object"]["metadata"]["resourceVersion"]) > rv
     assert call(server, "DELETE", f"{CM}/f")[0] == 200
+
+
+TABLE = "application/json;as=Table;g=meta.k8s.io;v=v1"
+WATCHLIST = ("watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
+             "&timeoutSeconds=2")
+
+
+def first_event(server, query: str, accept: str) -> tuple[int, dict[str, Any]]:
+    ctx = ssl.create_default_context(cafile=str(server.ca_file))
+    req = urllib.request.Request(f"{server.url}{CM}?{query}",
+                                 headers={"Authorization": f"Bearer {server.token}", "Accept": accept})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+            return r.status, json.loads(r.readline())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@pytest.mark.parametrize("query", [WATCHLIST, "watch=1&allowWatchBookmarks=true&timeoutSeconds=2"])
+def test_watchlist_takes_no_table(server, objects, query):
+    """kube-apiserver 1.32 negotiates a WatchList (given or by the legacy default from "") without the Table
+    transform (watchListEndpointRestrictions): Table alone is 406, with a plain fallback the stream is plain
+    watch events; a watch from a revision still takes Table."""
+    code, status = first_event(server, query, TABLE)
+    assert code == 406, status
+    assert (status["kind"], status["reason"], status["message"]) == (
+        "Status", "NotAcceptable", "only the following media types are accepted: application/json, "
+        "application/yaml, application/vnd.kubernetes.protobuf")
+    code, event = first_event(server, query, f"{TABLE},application/json")
+    assert code == 200
+    assert (event["type"], event["object"]["kind"]) == ("ADDED", "ConfigMap")
+    code, event = first_event(server, f"watch=1&resourceVersion={objects['at']}&timeoutSeconds=2",
+                              f"{TABLE},application/json")
+    assert code == 200
+    assert (event["type"], event["object"]["kind"]) == ("MODIFIED", "Table")

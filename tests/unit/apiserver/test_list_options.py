@@ -90,3 +90,23 @@ def test_bad_continue_tokens_are_400(body):
         lo.decode_continue(token, "/registry/pods/")
     assert e.value.code == 400
     assert e.value.message.startswith("invalid continue token: continue key is not valid")
+
+
+@pytest.mark.parametrize(("accept", "table_after"), [
+    ("application/json;as=Table;g=meta.k8s.io;v=v1,application/json", False),
+    ("application/json;as=Table;v=v1;g=meta.k8s.io, application/json;q=0.9", False),
+    ("application/json", False),
+])
+def test_an_endpoint_without_table_falls_back_to_the_plain_choice(accept, table_after):
+    from nodeagent.apiserver.handlers import Wants
+    wants = Wants(accept)
+    wants.no_table()
+    assert wants.table is table_after
+
+
+def test_an_endpoint_without_table_refuses_table_alone():
+    from nodeagent.apiserver.handlers import Wants
+    wants = Wants("application/json;as=Table;g=meta.k8s.io;v=v1")
+    with pytest.raises(ApiError) as e:
+        wants.no_table()
+    assert (e.value.code, e.value.reason) == (406, "NotAcceptable")
