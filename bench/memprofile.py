@@ -13,6 +13,8 @@ extensions' allocations outside PyMem (OpenSSL, grpc), and free memory malloc ke
 
 --no-trace: no tracemalloc (the process as it runs; the report has RSS, malloc's and pymalloc's figures);
 --trim: after each report, malloc_trim(0) and the RSS after it (what free memory malloc gives back).
+Traced, each report's snapshot is kept beside it (OUT.N.snap: `tracemalloc.Snapshot.load`, to compare two);
+MEMPROFILE_FRAMES=N keeps N frames per block (default 1).
 
 tracemalloc keeps a trace per block (one frame: ~60 bytes each), so the traced process is larger than an
 untraced one: compare its reports with each other, and RSS with runs without it (bench/pod_startup.py).
@@ -98,7 +100,24 @@ def _pymalloc() -> list[str]:
             if any(k in line for k in keep)]
 
 
-def report(top: int = 40, trim: bool = False) -> str:
+def _modules() -> list[tuple[str, tuple[int, int]]]:
+    """Top-level package -> (modules imported, their source's size on disk): where imported code goes (its
+    code objects, docstrings and module dicts in memory are a few times the source's size)."""
+    by: dict[str, list[int]] = {}
+    for name, mod in list(sys.modules.items()):
+        spec = getattr(mod, "__spec__", None)
+        origin = getattr(spec, "origin", None) if spec is not None else None
+        try:
+            size = os.path.getsize(origin) if origin and origin.endswith(".py") else 0
+        except OSError:
+            size = 0
+        slot = by.setdefault(name.split(".")[0], [0, 0])
+        slot[0] += 1
+        slot[1] += size
+    return sorted(((k, (v[0], v[1])) for k, v in by.items()), key=lambda kv: -kv[1][1])
+
+
+def report(top: int = 40, trim: bool = False, snapshot: str = "") -> str:
     out = io.StringIO()
     st = _status()
     print(f"RSS {st['VmRSS'] / 1024:.1f} MiB (anon {st['RssAnon'] / 1024:.1f}, "
@@ -111,9 +130,14 @@ def report(top: int = 40, trim: bool = False) -> str:
         if name and hasattr(ctypes.CDLL(name), "malloc_trim"):
             ctypes.CDLL(name).malloc_trim(0)
             print(f"after malloc_trim(0): RSS {_status()['VmRSS'] / 1024:.1f} MiB", file=out)
+    print(f"\n-- imported modules by top package: source size, count; top {top // 2} --", file=out)
+    for name, (n, size) in _modules()[:top // 2]:
+        print(f"{size / 2**20:8.2f} MiB {n:5d}  {name}", file=out)
     if not tracemalloc.is_tracing():
         return out.getvalue()
     snap = tracemalloc.take_snapshot()
+    if snapshot:
+        snap.dump(snapshot)  # tracemalloc.Snapshot.load(...).compare_to(...) between two reports
     traced, peak = tracemalloc.get_traced_memory()
     print(f"tracemalloc: traced {traced / 2**20:.1f} MiB (peak {peak / 2**20:.1f}), its own overhead "
           f"{tracemalloc.get_tracemalloc_memory() / 2**20:.1f} MiB, modules {len(sys.modules)}", file=out)
@@ -143,19 +167,20 @@ def main() -> None:
     args = sys.argv[1:]
     trace = "--no-trace" not in args
     trim = "--trim" in args
+    frames = int(os.environ.get("MEMPROFILE_FRAMES", "1"))
     args = [a for a in args if a not in ("--no-trace", "--trim")]
     if len(args) < 3 or args[1] != "-m":
         print(__doc__)
         raise SystemExit(0 if args in (["-h"], ["--help"]) else 2)
     out, _, module, *rest = args
     if trace:
-        tracemalloc.start(1)
+        tracemalloc.start(frames)
     n = [0]
 
     def dump(signum: int, frame: FrameType | None) -> None:
         n[0] += 1
         path = f"{out}.{n[0]}.txt"
-        Path(path + ".tmp").write_text(report(trim=trim))
+        Path(path + ".tmp").write_text(report(trim=trim, snapshot=f"{out}.{n[0]}.snap" if trace else ""))
         os.replace(path + ".tmp", path)  # whole, for the reader waiting on the name
 
     signal.signal(signal.SIGUSR2, dump)
