@@ -45,10 +45,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.report import add_plot_argument, pct, plot_cdf
 
 
-def start_up(data_dir: Path, node: str, extra: list[str] | None = None) -> subprocess.Popen:
+def start_up(data_dir: Path, node: str, extra: list[str] | None = None,
+             memprofile: Path | None = None, traced: bool = True) -> subprocess.Popen:
+    """`nodeagent up` on `data_dir`; with `memprofile`, under bench/memprofile.py writing its reports to
+    that prefix (one per SIGUSR2: `memory_report`), with tracemalloc or (not `traced`) malloc's figures
+    and what malloc_trim gives back."""
     log = open(data_dir / "up.log", "ab")
-    p = subprocess.Popen([sys.executable, "-m", "nodeagent", "--log-level", "warning", "up", "--data-dir",
-                          str(data_dir), "--node-name", node, "--bind-address", "127.0.0.1", *(extra or [])],
+    wrap = [str(Path(__file__).with_name("memprofile.py")), *([] if traced else ["--no-trace", "--trim"]),
+            str(memprofile)] if memprofile else []
+    p = subprocess.Popen([sys.executable, *wrap, "-m", "nodeagent", "--log-level", "warning", "up",
+                          "--data-dir", str(data_dir), "--node-name", node, "--bind-address", "127.0.0.1",
+                          *(extra or [])],
                          stdout=log, stderr=subprocess.STDOUT)
     log.close()
     return p
@@ -363,6 +370,18 @@ def prepare_runtime(kind: str, root: Path, data: Path) -> tuple[Containerd | Non
     return None, ["--cni-bin-dir", str(root / kind / "cni-bin"), "--cni-bin-dir", "/usr/lib/cni"]
 
 
+def memory_report(pid: int, prefix: Path | None, n: int) -> None:
+    """Ask a process run under bench/memprofile.py for its `n`th report and wait until it is written."""
+    if prefix is None:
+        return
+    os.kill(pid, signal.SIGUSR2)
+    path = Path(f"{prefix}.{n}.txt")
+    end = time.monotonic() + 120
+    while not path.exists() and time.monotonic() < end:
+        time.sleep(0.5)
+    print(f"memory report: {path}" if path.exists() else f"warning: no memory report {path}", file=sys.stderr)
+
+
 def wait_started(proc: subprocess.Popen, data: Path, socket: str) -> None:
     """Until `up` has written its kubeconfig and its runtime socket exists, and its node had time to
     register and turn Ready."""
@@ -394,7 +413,10 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
 def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None, extra: list[str]) -> dict:
     """`nodeagent up` on the runtime: floor (ours), serial, rate, steady state; its pods removed after."""
     node = f"bench-{kind[:3]}-{os.getpid()}"
-    proc = start_up(data, node, extra)
+    prof = Path(a.memprofile).resolve() / f"up-{kind}" if a.memprofile else None
+    if prof is not None:
+        prof.parent.mkdir(parents=True, exist_ok=True)
+    proc = start_up(data, node, extra, prof, not a.memprofile_untraced)
     socket = ctd.ctd.socket if ctd else str(data / "cri.sock")
     kc = data / "admin.kubeconfig"
     out: dict = {"runtime": kind}
@@ -402,6 +424,7 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
         wait_started(proc, data, socket)
         if a.steady_seconds > 0:
             out["idle"] = idle_state(proc.pid, a)
+            memory_report(proc.pid, prof, 1)
         if kind == "nodeagent" and a.floor_runs:
             out["cri_floor"] = cri_floor(socket, a.floor_runs)
         if a.serial:
@@ -422,6 +445,7 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
             time.sleep(a.settle_seconds)  # start-up events flushed, first syncs after Running done
             out["steady"] = steady_state(node_groups(proc.pid, ctd), a.steady_seconds)
             out["steady_pods"] = a.pods + more
+            memory_report(proc.pid, prof, 2)
         asyncio.run(delete_all(kc))
         if not wait_runtime_empty(socket):
             print(f"warning ({kind}): pods still in the runtime after 120 s", file=sys.stderr)
@@ -650,6 +674,13 @@ def main(argv: list[str] | None = None) -> int:
                         "stacks)")
     p.add_argument("--profile-idle", action="store_true",
                    help="with --profile: sample waiting threads too, by thread (wall time, not CPU)")
+    p.add_argument("--memprofile", default=None, metavar="DIR",
+                   help="run `up` under bench/memprofile.py (tracemalloc: slower, larger) and write where "
+                        "its memory is to DIR/up-<runtime>.1.txt (idle) and .2.txt (at --steady-pods), "
+                        "sampled after the untraced figures: the RSS printed is the traced process's")
+    p.add_argument("--memprofile-untraced", action="store_true",
+                   help="with --memprofile: no tracemalloc (RSS as it runs, malloc's and pymalloc's figures, "
+                        "and what malloc_trim(0) gives back after each report)")
     p.add_argument("--runtime", choices=["both", "nodeagent", "containerd"], default="both")
     p.add_argument("--floor-runs", type=int, default=10,
                    help="CRI-only pods for ours' floor (default %(default)s)")

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Regenerate nodeagent/apiserver/openapi_builtin.json.gz, the OpenAPI v3 documents of the built-in kinds.
+"""Regenerate nodeagent/apiserver/openapi_builtin.jsonl.gz, the OpenAPI v3 documents of the built-in kinds.
 
 The source is a Kubernetes release's `api/openapi-spec/v3/` directory: one document per group-version
 (`api__v1_openapi.json`, `apis__apps__v1_openapi.json`, ...), the documents kube-apiserver serves at
 `/openapi/v3/<gv>`. kubectl-validate keeps verbatim copies per release under
 `pkg/openapiclient/builtins/<minor>/` in the layout `api/v1.json`, `apis/apps/v1.json`; both layouts are read.
 
-The stable versions (v1, v2, ...) of every group nodeagent serves are kept whole, and written as one gzip'd
-JSON object `{"release": ..., "documents": {"api/v1": {...}, "apis/apps/v1": {...}}}`; the server filters
+The stable versions (v1, v2, ...) of every group nodeagent serves are kept whole, and written gzip'd as JSON
+lines: `{"release": ...}` first, then one `["api/v1", {...}]` per group-version, sorted, so the server decodes
+one document at a time (decoding them all at once held ~60 MiB for a moment); the server filters
 them when it loads them to what it serves then (nodeagent.apiserver.openapi.filtered: the paths of served
 resources and subresources and the schemas those reach), so a resource served later needs no regeneration.
 
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nodeagent.api.resources import RESOURCES
 
-OUT = Path(__file__).resolve().parents[1] / "nodeagent/apiserver/openapi_builtin.json.gz"
+OUT = Path(__file__).resolve().parents[1] / "nodeagent/apiserver/openapi_builtin.jsonl.gz"
 STABLE = re.compile(r"^v[0-9]+$")
 
 
@@ -68,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             out[gv] = doc
     for gv in sorted({r.gv_path.lstrip("/") for r in RESOURCES} - set(out)):
         print(f"{gv}: not in {args.source}; nodeagent serves it without an OpenAPI document", file=sys.stderr)
-    data = json.dumps({"release": args.release, "documents": out}, sort_keys=True,
-                      separators=(",", ":")).encode()
+    lines = [json.dumps({"release": args.release}, sort_keys=True, separators=(",", ":"))]
+    lines += [json.dumps([gv, out[gv]], sort_keys=True, separators=(",", ":")) for gv in sorted(out)]
+    data = ("\n".join(lines) + "\n").encode()
     args.out.write_bytes(gzip.compress(data, 9, mtime=0))
     print(f"{args.out}: {len(out)} group-versions, {len(data)} bytes JSON, "
           f"{args.out.stat().st_size} bytes gzip'd")

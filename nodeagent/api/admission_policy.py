@@ -12,8 +12,6 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import celpy
-
 from nodeagent.api.admission_webhooks import (
     Request,
     match_conditions_errors,
@@ -23,7 +21,7 @@ from nodeagent.api.admission_webhooks import (
     rule_matches,
     unsupported,
 )
-from nodeagent.api.schema_cel import RuleError, compile_rule
+from nodeagent.api.schema_cel import RuleError, cel_map, check_rule, compile_rule, is_bool, to_cel
 from nodeagent.api.validation import FieldErrors, invalid, required
 
 POLICY, BINDING = "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"
@@ -64,7 +62,7 @@ def _expression(expr: Any, field: str) -> FieldErrors:
     if not isinstance(expr, str) or not expr.strip():
         return [required(field)]
     try:
-        compile_rule(expr)
+        check_rule(expr)
     except RuleError as e:
         return [invalid(field, expr, f"compilation failed: {e}")]
     return []
@@ -169,23 +167,19 @@ class Decision:
     error: bool = False
 
 
-def _cel(value: Any) -> Any:
-    return celpy.json_to_cel(value)
-
-
 def evaluate(spec: Mapping[str, Any], bindings: dict[str, Any]) -> list[Decision]:
     """The policy's variables, matchConditions and validations for one request and param; `bindings` holds
     object, oldObject, request, params and namespaceObject as JSON values. A matchCondition false: []."""
-    activation: dict[str, Any] = {k: _cel(v) for k, v in bindings.items()}
+    activation: dict[str, Any] = {k: to_cel(v) for k, v in bindings.items()}
     variables: dict[str, Any] = {}
-    activation["variables"] = celpy.celtypes.MapType({})
+    activation["variables"] = cel_map({})
     for var in spec.get("variables") or ():
         try:
             variables[var["name"]] = compile_rule(var["expression"]).evaluate(activation)
         except Exception as e:  # kept as the error; an expression using it fails with it
             variables[var["name"]] = e
-        activation["variables"] = celpy.celtypes.MapType(
-            {celpy.celtypes.StringType(k): v for k, v in variables.items() if not isinstance(v, Exception)})
+        activation["variables"] = cel_map({k: v for k, v in variables.items()
+                                           if not isinstance(v, Exception)})
     result: Any
     for cond in spec.get("matchConditions") or ():
         try:
@@ -204,7 +198,7 @@ def evaluate(spec: Mapping[str, Any], bindings: dict[str, Any]) -> list[Decision
             result = compile_rule(expr).evaluate(activation)
         except Exception as e:
             result = e
-        if isinstance(result, Exception) or not isinstance(result, (bool, celpy.celtypes.BoolType)):
+        if isinstance(result, Exception) or not is_bool(result):
             failure = str(result) if isinstance(result, Exception) else "must evaluate to bool"
             out.append(Decision(f"expression '{expr}' resulted in error: {failure}", error=True))
             continue

@@ -12,9 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import celpy
-
-from nodeagent.api.schema_cel import RuleError, compile_rule
+from nodeagent.api.schema_cel import RuleError, check_rule, compile_rule, is_bool, to_cel
 from nodeagent.api.selectors import SelectorError, from_label_selector
 from nodeagent.api.validation import FieldErrors, err, invalid, required
 
@@ -246,7 +244,7 @@ def named_expressions_errors(items: Any, base: str, most: int | None = None) -> 
             errs.append(required(f"{field}.expression"))
             continue
         try:
-            compile_rule(expr)
+            check_rule(expr)
         except RuleError as e:
             errs.append(invalid(f"{field}.expression", expr, f"compilation failed: {e}"))
     return errs
@@ -346,7 +344,7 @@ def match_conditions_hold(conditions: Any, bindings: Mapping[str, Any]) -> bool:
     been looked for in all) raises MatchConditionError for the failurePolicy to decide."""
     if not conditions:
         return True
-    activation = {k: celpy.json_to_cel(v) for k, v in bindings.items()}
+    activation = {k: to_cel(v) for k, v in bindings.items()}
     errors: list[str] = []
     for c in conditions:
         try:
@@ -356,7 +354,7 @@ def match_conditions_hold(conditions: Any, bindings: Mapping[str, Any]) -> bool:
             continue
         if isinstance(result, Exception):
             errors.append(f"{c.get('name')}: {result}")
-        elif not isinstance(result, (bool, celpy.celtypes.BoolType)):
+        elif not is_bool(result):
             errors.append(f"{c.get('name')}: must evaluate to bool")
         elif not result:
             return False

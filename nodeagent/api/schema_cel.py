@@ -6,33 +6,93 @@ old object has a value at the same place (properties by name, map values by key,
 by their keys). A false rule is a field error at the node's path (plus the rule's `fieldPath`) with the rule's
 `message`, its `messageExpression`'s result, or `failed rule: <rule>`, and the rule's `reason`. CEL itself is
 cel-python's (the CEL spec's standard functions, `matches` with Python's regular expressions).
+
+cel-python (with lark's CEL grammar and parse tables, ~7 MiB) is imported when a rule is first compiled, not
+with this module, and a CRD's rules are compiled twice, as apiextensions-apiserver does: once when the CRD is
+written, to refuse one that does not compile, without keeping the programs; then when an object of the kind is
+first validated, kept for the next ones. The CRDs the server ships (`apiserver.crds`) are installed under
+`shipped_rules()`: their rules are known to compile (a unit test compiles every one), so a server's start
+loads no CEL; one that did not compile would still be refused at evaluation with kube's `rule compile error`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from collections.abc import Mapping
-from typing import Any
-
-import celpy
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from nodeagent.api.validation import FieldErrors, err
 
+if TYPE_CHECKING:
+    import celpy
+
 Schema = Mapping[str, Any]
-_ENV = celpy.Environment()
 _ABSENT = object()
+_SHIPPED: contextvars.ContextVar[bool] = contextvars.ContextVar("schema_cel_shipped", default=False)
 
 
 class RuleError(ValueError):
     """A rule that does not compile."""
 
 
-@functools.lru_cache(maxsize=1024)
-def compile_rule(rule: str) -> celpy.Runner:
+@functools.cache
+def _env() -> celpy.Environment:
+    import celpy
+
+    return celpy.Environment()
+
+
+def _compile(rule: str) -> celpy.Runner:
+    env = _env()
     try:
-        return _ENV.program(_ENV.compile(rule))
+        return env.program(env.compile(rule))
     except Exception as e:  # celpy raises its parser's errors (lark, CELParseError) as they come
         raise RuleError(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_rule(rule: str) -> celpy.Runner:
+    """The program of a rule about to be evaluated (kept: the next object of the kind reuses it)."""
+    return _compile(rule)
+
+
+def check_rule(rule: str) -> None:
+    """RuleError when `rule` does not compile; the program is not kept (an object that uses it compiles it
+    again through `compile_rule`)."""
+    _compile(rule)
+
+
+@contextlib.contextmanager
+def shipped_rules() -> Iterator[None]:
+    """Within it, `rule_errors` takes the rules as compiling (for the CRDs the server ships and installs at
+    start, whose rules the test suite compiles) instead of loading CEL to compile them."""
+    token = _SHIPPED.set(True)
+    try:
+        yield
+    finally:
+        _SHIPPED.reset(token)
+
+
+def to_cel(value: Any) -> Any:
+    """A JSON value as a CEL value (for evaluation: CEL is loaded by then)."""
+    import celpy
+
+    return celpy.json_to_cel(value)
+
+
+def is_bool(value: Any) -> bool:
+    import celpy
+
+    return isinstance(value, (bool, celpy.celtypes.BoolType))
+
+
+def cel_map(values: Mapping[str, Any]) -> Any:
+    """A CEL map of string keys to CEL values."""
+    import celpy
+
+    return celpy.celtypes.MapType({celpy.celtypes.StringType(k): v for k, v in values.items()})
 
 
 def rule_errors(schema: Schema, path: str) -> FieldErrors:
@@ -43,10 +103,12 @@ def rule_errors(schema: Schema, path: str) -> FieldErrors:
             out.append(err("FieldValueRequired", f"{path}.x-kubernetes-validations[{i}].rule",
                            "Required value"))
             continue
+        if _SHIPPED.get():
+            continue
         for key in ("rule", "messageExpression"):
             if isinstance(r.get(key), str):
                 try:
-                    compile_rule(r[key])
+                    check_rule(r[key])
                 except RuleError as e:
                     out.append(err("FieldValueInvalid", f"{path}.x-kubernetes-validations[{i}].{key}",
                                    f'Invalid value: "{r[key]}": compilation failed: {e}'))
@@ -92,16 +154,20 @@ def _check(rule: Mapping[str, Any], v: Any, old: Any, s: Schema, path: str, out:
     transition = "oldSelf" in text
     if transition and old is _ABSENT:
         return  # a transition rule says nothing about a create, or a value that was not there
-    bindings = {"self": celpy.json_to_cel(escaped(v, s))}
+    try:
+        program = compile_rule(text)
+    except RuleError as e:  # refused when the CRD was written, unless CEL changed since (kube's words then)
+        out.append(err("FieldValueInvalid", path.lstrip("."),
+                       f'Invalid value: "{_type(s, v)}": rule compile error: {e}'))
+        return
+    bindings = {"self": to_cel(escaped(v, s))}
     if transition:
-        bindings["oldSelf"] = celpy.json_to_cel(escaped(old, s))
+        bindings["oldSelf"] = to_cel(escaped(old, s))
     where = path + str(rule.get("fieldPath") or "")
     where = where.lstrip(".")
     result: Any
     try:
-        result = compile_rule(text).evaluate(bindings)
-    except RuleError:
-        return  # refused when the CRD was written
+        result = program.evaluate(bindings)
     except Exception as e:
         result = e
     if isinstance(result, Exception):

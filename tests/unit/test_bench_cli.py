@@ -11,7 +11,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 # shared code, not benchmarks
-HELPERS = {"report.py", "pyspy.py", "cpuprofile.py", "netproxy_common.py", "__init__.py"}
+HELPERS = {"report.py", "pyspy.py", "cpuprofile.py", "memprofile.py", "netproxy_common.py", "__init__.py"}
 BENCHES = sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS)
 PNG = b"\x89PNG\r\n\x1a\n"
 
