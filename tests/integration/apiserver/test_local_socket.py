@@ -24,8 +24,8 @@ SELF_REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectRev
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = start_server(tmp_path_factory.mktemp("localsock"), extra=["--without=ingress", "--without=podnetwork"],
-                       timeout=90)
+    srv = start_server(tmp_path_factory.mktemp("localsock"),
+                       extra=["--without=ingress", "--without=podnetwork"], timeout=90)
     kc = srv.data_dir / "scheduler.kubeconfig"
     deadline = time.monotonic() + 30
     while not kc.exists() and time.monotonic() < deadline:
