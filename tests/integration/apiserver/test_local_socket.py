@@ -19,6 +19,7 @@ from nodeagent.testing.apiserver import start_server
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the socket is root's: the test runs as root")
 
+COMPONENT_KUBECONFIGS = ("scheduler.kubeconfig", "controller-manager.kubeconfig", "coredns.kubeconfig")
 SELF_REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
 
 
@@ -26,9 +27,9 @@ SELF_REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectRev
 def server(tmp_path_factory):
     srv = start_server(tmp_path_factory.mktemp("localsock"),
                        extra=["--without=ingress", "--without=podnetwork"], timeout=90)
-    kc = srv.data_dir / "scheduler.kubeconfig"
+    # the server writes the components' kubeconfigs one after another, after the admin's
     deadline = time.monotonic() + 30
-    while not kc.exists() and time.monotonic() < deadline:
+    while not all((srv.data_dir / n).exists() for n in COMPONENT_KUBECONFIGS) and time.monotonic() < deadline:
         time.sleep(0.05)
     yield srv
     assert srv.stop() == 0, srv.log()
@@ -67,7 +68,7 @@ def test_the_socket_is_root_only(server):
 
 def test_only_the_components_kubeconfigs_name_it(server):
     path = str(server.data_dir / "apiserver.sock")
-    for name in ("scheduler.kubeconfig", "controller-manager.kubeconfig", "coredns.kubeconfig"):
+    for name in COMPONENT_KUBECONFIGS:
         cluster = yaml.safe_load((server.data_dir / name).read_text())["clusters"][0]["cluster"]
         assert cluster["server"].startswith("https://")
         assert local_socket.usable(cluster) == path, name
