@@ -60,6 +60,8 @@ class Layout:
     ingress_kubeconfig: str  # `up`'s ingress controller's (ingress-nginx/ingress-nginx), likewise
     snapshot_kubeconfig: str  # `up`'s CSI snapshotter's (kube-system/snapshot-controller), likewise
     apiserver_port: int  # 0: any free port
+    # the apiserver's root-only Unix socket for the components in its own process (same handler chain)
+    apiserver_socket: str
     # the runtime
     cri_socket: str
     cri_state_dir: str
@@ -127,6 +129,7 @@ class Layout:
                 admin_kubeconfig=_in(d, "admin.kubeconfig"),
                 admin_kubeconfig_copy=f"{ETC_DIR}/admin.kubeconfig",
                 node_kubeconfig=_in(d, "kubelet.kubeconfig"), apiserver_port=6443,
+                apiserver_socket=_in(d, "apiserver.sock"),
                 scheduler_kubeconfig=_in(d, "scheduler.kubeconfig"),
             controller_manager_kubeconfig=_in(d, "controller-manager.kubeconfig"),
             proxy_kubeconfig=_in(d, "kube-proxy.kubeconfig"), dns_kubeconfig=_in(d, "coredns.kubeconfig"),
@@ -151,6 +154,7 @@ class Layout:
             data_dir=d, tag=tag,
             admin_kubeconfig=_in(d, "admin.kubeconfig"), admin_kubeconfig_copy=None,
             node_kubeconfig=_in(d, "kubelet.kubeconfig"), apiserver_port=0,
+            apiserver_socket=_in(d, "apiserver.sock"),
             scheduler_kubeconfig=_in(d, "scheduler.kubeconfig"),
             controller_manager_kubeconfig=_in(d, "controller-manager.kubeconfig"),
             proxy_kubeconfig=_in(d, "kube-proxy.kubeconfig"), dns_kubeconfig=_in(d, "coredns.kubeconfig"),

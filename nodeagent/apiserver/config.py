@@ -36,6 +36,8 @@ class ApiServerConfig:
     service_account_issuer: str = DEFAULT_ISSUER  # the `iss` of ServiceAccount tokens
     api_audiences: tuple[str, ...] = ()  # audiences a token must name to authenticate (default: the issuer)
     components: tuple[ComponentCredential, ...] = ()  # kubeconfigs written for embedded components
+    # the root-only Unix socket those kubeconfigs name (the same handler chain, without TLS); None: none
+    local_socket: str | None = None
     max_requests_inflight: int = 400  # read-only requests served at once (0: no limit), as kube-apiserver's
     max_mutating_requests_inflight: int = 200  # mutating requests served at once (0: no limit)
     dns_addon: DNSAddon | None = None  # the kube-dns Service and slice the bootstrap writes (kubeadm's addon)

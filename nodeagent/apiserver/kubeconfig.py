@@ -13,13 +13,20 @@ from typing import Any
 import yaml
 
 from kernel.fs import atomic_write
+from nodeagent.client import local_socket
 
 
-def render(server: str, ca_pem: bytes, token: str, name: str = "nodeagent", user: str = "admin") -> str:
+def render(server: str, ca_pem: bytes, token: str, name: str = "nodeagent", user: str = "admin",
+           local_socket_path: str | None = None) -> str:
+    """`local_socket_path`: the apiserver's local socket, named for our own client (an embedded
+    component's kubeconfig); every other client reads `server`."""
+    cluster: dict[str, Any] = {"server": server,
+                               "certificate-authority-data": base64.b64encode(ca_pem).decode()}
+    if local_socket_path:
+        cluster["extensions"] = [local_socket.extension(local_socket_path)]
     cfg = {
         "apiVersion": "v1", "kind": "Config", "preferences": {},
-        "clusters": [{"name": name, "cluster": {
-            "server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
+        "clusters": [{"name": name, "cluster": cluster}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
         "current-context": name,

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from kernel import unix_socket
 from nodeagent.apiserver import auth, kubeconfig, pki, resource_metrics
 from nodeagent.apiserver.allocator import Allocators
 from nodeagent.apiserver.authn.serviceaccount import ServiceAccountAuthenticator, ServiceAccountKeys
@@ -76,6 +77,7 @@ class ApiServer:
         self.peers: PeerLeases | None = None
         self._fetcher: resource_metrics.KubeletFetcher | None = None
         self.port = cfg.port
+        self.local_socket: str | None = None  # where the embedded components' socket is served, once it is
 
     def _ssl(self) -> ssl.SSLContext:
         # pods reach us as https://kubernetes.default.svc = the range's first IP: that must verify too
@@ -139,7 +141,9 @@ class ApiServer:
         site = web.TCPSite(self._runner, self.cfg.bind_address, self.cfg.port, ssl_context=ctx, backlog=1024)
         await site.start()
         if self.cfg.port == 0:
-            self.port = self._runner.addresses[0][1]  # the one site's bound address
+            self.port = self._runner.addresses[0][1]  # the TCP site's bound address
+        if self.cfg.local_socket:
+            await self._serve_local_socket(self._runner, self.cfg.local_socket)
         host = f"[{self.advertise}]" if ":" in self.advertise else self.advertise
         sa_keys.jwks_uri = f"https://{host}:{self.port}/openid/v1/jwks"
         self.peers = PeerLeases(self.registry, self.advertise, self.port, self.cfg.lease_duration)
@@ -181,7 +185,25 @@ class ApiServer:
         url = f"https://{client_host(self.cfg.bind_address)}:{self.port}"
         for comp in self.cfg.components:  # each embedded component under its own identity, not as admin
             token = self.tokens.issue(comp.user, comp.groups)
-            kubeconfig.write(Path(comp.path), kubeconfig.render(url, ca, token, user=comp.user))
+            kubeconfig.write(Path(comp.path), kubeconfig.render(url, ca, token, user=comp.user,
+                                                                local_socket_path=self.local_socket))
+
+    async def _serve_local_socket(self, runner: web.ServerRunner, path: str) -> None:
+        """The same handlers on a root-only Unix socket, for the components in this process: every request
+        still carries its component's token (authentication, RBAC, admission, max-in-flight and metrics as
+        over HTTPS), without TLS and TCP. Without it (a path too long for a socket) they use HTTPS."""
+        try:
+            sock = unix_socket.bind_private(path)
+        except (OSError, unix_socket.SocketPathError) as e:
+            log.warning("local apiserver socket %s: %s; the embedded components use HTTPS", path, e)
+            return
+        try:
+            await web.SockSite(runner, sock).start()
+        except BaseException:
+            sock.close()
+            unix_socket.remove(path)
+            raise
+        self.local_socket = path
 
     @staticmethod
     def _write_user_kubeconfig(target: kubeconfig.UserKubeconfig, text: str) -> None:
@@ -215,5 +237,7 @@ class ApiServer:
             await self.cache.stop()
         if self._runner is not None:
             await self._runner.cleanup()
+        if self.local_socket is not None:
+            unix_socket.remove(self.local_socket)
         await self.registry.close()
         await self.store.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ import orjson
 import yaml
 
 from nodeagent.api.resources import RESOURCES, Resource, all_resources
+from nodeagent.client import local_socket
 from nodeagent.client.ratelimit import TokenBucket
 
 MAX_RETRIES = 10  # client-go's: answers with Retry-After (429, 5xx) are tried again this many times
@@ -99,13 +101,17 @@ class Client:
                  ca_data: bytes | None = None, insecure: bool = False, max_connections: int = 32,
                  cert_file: str | None = None, key_file: str | None = None,
                  verify_hostname: bool = True, limiter: TokenBucket | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, unix_socket: str | None = None) -> None:
         """`verify_hostname=False` trusts the CA alone: any name in the server's certificate (a joining node
         that pinned the cluster's CA, as kubeadm's discovery does). `limiter` makes every request (watches
         too, as client-go's) wait for its token (the kubelet's --kube-api-qps/--kube-api-burst).
-        `ssl_context`: an existing one to use instead of the one these arguments make."""
+        `ssl_context`: an existing one to use instead of the one these arguments make. `unix_socket`: the
+        same apiserver's root-only local socket (`local_socket`), used for every request instead of
+        `server`, which stays what the client names (for those that reach the server's address)."""
         self.server = server.rstrip("/")
-        self.token = token
+        self.unix_socket = unix_socket
+        self._base = local_socket.BASE_URL if unix_socket else self.server
+        self.token: str | None = None
         # who this client is to the server: clients alike here may share one informer (informer.shared)
         self.identity = (self.server, token, cert_file, insecure)
         ctx: ssl.SSLContext | None = ssl_context
@@ -121,6 +127,8 @@ class Client:
         self._limit = max_connections
         self.limiter = limiter
         self._session: aiohttp.ClientSession | None = None
+        self._auth_headers: dict[str, str] = {}
+        self.set_token(token)
 
     @classmethod
     def from_kubeconfig(cls, path: str | Path, **kw: Any) -> Client:
@@ -136,34 +144,41 @@ class Client:
         return cls(cluster["server"], user.get("token"),
                    ca_file=cluster.get("certificate-authority"), ca_data=ca,
                    insecure=bool(cluster.get("insecure-skip-tls-verify")),
-                   cert_file=user.get("client-certificate"), key_file=user.get("client-key"), **kw)
+                   cert_file=user.get("client-certificate"), key_file=user.get("client-key"),
+                   unix_socket=local_socket.usable(cluster), **kw)
 
     def with_token(self, token: str) -> Client:
         """A client of the same server and CA that authenticates with `token` (a ServiceAccount's)."""
         # this client's TLS context, not a new one: making one loads the system's CA store (~50 ms)
-        return Client(self.server, token, max_connections=self._limit, ssl_context=self._ssl)
+        return Client(self.server, token, max_connections=self._limit, ssl_context=self._ssl,
+                      unix_socket=self.unix_socket)
 
     def own_pool(self) -> Client:
         """The same user (same identity, credentials and limiter) through connections of its own: for
         long-running watches that must not take the connections this client's requests wait for."""
         other = Client(self.server, self.token, max_connections=self._limit, limiter=self.limiter,
-                       ssl_context=self._ssl)
+                       ssl_context=self._ssl, unix_socket=self.unix_socket)
         other.identity = self.identity
         return other
 
-    def set_token(self, token: str) -> None:
+    def set_token(self, token: str | None) -> None:
         """A refreshed bearer token: used from the next request on (`request` sends it on every call)."""
         self.token = token
+        # built once per token, not once per request
+        self._auth_headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
+            # the credential goes with each request (`set_token` may change it), not with the session
             headers = {"Accept": "application/json", "User-Agent": "nodeagent-client"}
-            if self.token:
-                headers["Authorization"] = f"Bearer {self.token}"
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False,
-                                               limit=self._limit),
-                headers=headers, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+            connector: aiohttp.BaseConnector
+            if self.unix_socket:
+                connector = aiohttp.UnixConnector(self.unix_socket, limit=self._limit)
+            else:
+                connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False,
+                                                 limit=self._limit)
+            self._session = aiohttp.ClientSession(connector=connector, headers=headers,
+                                                  timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
         return self._session
 
     async def close(self) -> None:
@@ -179,19 +194,18 @@ class Client:
     async def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
                       content_type: str = "application/json", deadline: float = 60) -> Any:
         data = None
-        headers = {}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        headers = self._auth_headers
         if body is not None:
             data = body if isinstance(body, bytes) else _dumps(body)
-            headers["Content-Type"] = content_type
-        url = self.server + path + ("?" + urlencode(_clean(params)) if params else "")
+            headers = {**headers, "Content-Type": content_type}
+        url = self._base + path + ("?" + urlencode(_clean(params)) if params else "")
+        timeout = _timeout(deadline)
         for attempt in range(MAX_RETRIES + 1):
             if self.limiter is not None:
                 await self.limiter.wait()
             try:
                 async with self._sess().request(method, url, data=data, headers=headers,
-                                                timeout=aiohttp.ClientTimeout(total=deadline)) as r:
+                                                timeout=timeout) as r:
                     raw = await r.read()
                     wait = retry_after(r.status, r.headers.get("Retry-After"))
                     if wait is not None and attempt < MAX_RETRIES:
@@ -302,11 +316,11 @@ class Client:
         params = {"watch": "1", "resourceVersion": resource_version, "labelSelector": label_selector,
                   "fieldSelector": field_selector, "timeoutSeconds": timeout_seconds,
                   "allowWatchBookmarks": "true" if bookmarks else None}
-        url = self.server + path_for(res, namespace) + "?" + urlencode(_clean(params))
+        url = self._base + path_for(res, namespace) + "?" + urlencode(_clean(params))
         if self.limiter is not None:
             await self.limiter.wait()
         try:
-            async with self._sess().get(url, timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as r:
+            async with self._sess().get(url, headers=self._auth_headers, timeout=_WATCH_TIMEOUT) as r:
                 if r.status >= 400:
                     raise _error(r.status, await r.read())
                 buf = b""
@@ -354,6 +368,15 @@ def _loads(raw: bytes) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         return json.loads(raw)
+
+
+_WATCH_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None)
+
+
+@functools.lru_cache(maxsize=16)
+def _timeout(total: float) -> aiohttp.ClientTimeout:
+    """One (immutable) ClientTimeout per deadline, not one made per request."""
+    return aiohttp.ClientTimeout(total=total)
 
 
 def _clean(params: dict[str, Any] | None) -> dict[str, Any]:

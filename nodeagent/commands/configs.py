@@ -358,7 +358,10 @@ def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: 
     # CoreDNS as its ServiceAccount (system:coredns may only read: the installer, this apiserver's
     # bootstrap, writes the kube-dns Service and slice), the ingress controller as ingress-nginx's
     dns = dns_config(api, layout.dns_kubeconfig, dns_listen)
-    api = dataclasses.replace(api, dns_addon=dns_addon(dns), components=api.components + (
+    # the in-process components reach the apiserver through its root-only local socket (their kubeconfigs
+    # name it beside the HTTPS URL): the same handlers and credentials, without TLS and TCP
+    api = dataclasses.replace(api, dns_addon=dns_addon(dns), local_socket=layout.apiserver_socket,
+                              components=api.components + (
         ComponentCredential(layout.scheduler_kubeconfig, "system:kube-scheduler"),
         ComponentCredential(layout.controller_manager_kubeconfig, "system:kube-controller-manager"),
         service_account_credential(layout.dns_kubeconfig, *COREDNS),
