@@ -196,6 +196,7 @@ class GarbageCollector(Controller):
         # An owner went away: look at its dependents.
         uid = obj["metadata"].get("uid")
         self._uids.pop(uid, None)
+        self._fresh_for.discard(uid)  # a foreground owner gone some other way than its finalizer removed
         for dep_res, dep in self._dependents_of(uid):
             self.queue.add(f"{dep_res}|{key_of(dep)}")
 
