@@ -27,6 +27,7 @@ from cri.runtime.core import (
     RuntimeCore,
     StartError,
     Undo,
+    make_or_undo,
     now_ns,
     remove_tree,
     require,
@@ -95,12 +96,8 @@ class ContainerVerbs(RuntimeCore):
         self._keys[key] = cid
         undo = Undo()
         undo.push(lambda: self._keys.pop(key, None))
-        try:
-            c = await self._make_container(cid, key, s, config, image, argv, caps, mounts, devices, apparmor,
-                                           undo, image_vols)
-        except BaseException:
-            await undo.run()
-            raise
+        c = await make_or_undo(self._make_container(cid, key, s, config, image, argv, caps, mounts, devices,
+                                                    apparmor, undo, image_vols), undo)
         self.containers[cid] = c
         self._exited[cid] = asyncio.Event()
         self._emit(c, pb.CONTAINER_CREATED_EVENT)
@@ -120,7 +117,7 @@ class ContainerVerbs(RuntimeCore):
         if config.log_path and sconfig.log_directory:
             log_path = os.path.join(sconfig.log_directory, config.log_path)
 
-        undo.push(lambda: remove_tree(d))  # first: a cancel during the mkdir's thread leaves no directory
+        undo.push(lambda: remove_tree(d))  # first: it goes last, once the steps after it are undone
         await asyncio.to_thread(d.mkdir)  # the filesystem's journal may be busy: not on the loop
         made = self._make_record_file(cid, d / "container.json", 2 * config.ByteSize() + 8192, undo)
 

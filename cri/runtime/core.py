@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,6 +24,8 @@ from cri.proto import api_pb2 as pb
 from cri.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
 from cri.runtime.state import ContainerRecord, RecordFile, SandboxRecord, decode, dump
 from kernel.cgroups import Cgroups
+from kernel.mounts import mounts_under, unmount
+from kernel.threads import finish
 
 if TYPE_CHECKING:
     from cni.invoke import CNI
@@ -38,6 +40,7 @@ HANDLERS = ("", "runc", "nodeagent")
 POD, CONTAINER, NODE, TARGET = pb.POD, pb.CONTAINER, pb.NODE, pb.TARGET  # CRI NamespaceMode
 
 R = TypeVar("R", SandboxRecord, ContainerRecord)
+T = TypeVar("T")
 
 
 class StartError(Exception):
@@ -97,6 +100,20 @@ class Undo:
             except Exception as e:  # cleanup continues past what is already gone
                 log.warning("undo step failed: %s", e)
         self._steps.clear()
+
+
+async def make_or_undo(make: Awaitable[T], undo: Undo) -> T:
+    """A create verb's steps (`make`, registering their undo steps in `undo`); when they fail or the caller
+    is cancelled, everything they made is undone — only once they stopped: a cancelled caller (a client
+    past its deadline, the daemon stopping) waits for the step under way to end, so a mount made by a
+    worker thread after the cancel is still unmounted, not left behind."""
+    task = asyncio.ensure_future(make)
+    try:
+        return await asyncio.shield(task)
+    except BaseException:
+        await finish(task)
+        await finish(asyncio.ensure_future(undo.run()))
+        raise
 
 
 class RuntimeCore:
@@ -337,3 +354,14 @@ def _container_labels(text: str) -> dict[str, str]:
 def remove_tree(d: Path) -> None:
     if d.exists():
         shutil.rmtree(d, ignore_errors=True)
+
+
+def remove_unmounted(d: Path) -> None:
+    """Remove a sandbox's directory after unmounting whatever is still mounted below it (its /dev/shm when
+    a stop could not, or a create undone): rmtree does not cross into a mount, so it would leave the
+    mount, and the directory holding it, behind."""
+    if not d.exists():
+        return
+    for point in mounts_under(d):
+        unmount(point)
+    remove_tree(d)

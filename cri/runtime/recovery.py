@@ -12,7 +12,7 @@ import logging
 import os
 from pathlib import Path
 
-from cri.runtime.core import RuntimeCore, remove_tree
+from cri.runtime.core import RuntimeCore, remove_tree, remove_unmounted
 from cri.runtime.state import ContainerRecord, SandboxRecord, SandboxState, alive, load
 from kernel import syscalls as sc
 
@@ -25,7 +25,7 @@ class Recovery(RuntimeCore):
         for d in sorted((self.opts.state_dir / "sandboxes").iterdir()):
             s = load(d / "sandbox.json", SandboxRecord)
             if s is None:
-                await asyncio.to_thread(remove_tree, d)  # half-made before a crash: never reported
+                await asyncio.to_thread(remove_unmounted, d)  # half-made before a crash (its shm too)
                 continue
             self.sandboxes[s.id] = s
             self._keys[s.key] = s.id

@@ -24,8 +24,9 @@ from cri.runtime.core import (
     POD,
     RuntimeCore,
     Undo,
+    make_or_undo,
     now_ns,
-    remove_tree,
+    remove_unmounted,
     selected,
 )
 from cri.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unimplemented
@@ -68,12 +69,12 @@ class SandboxVerbs(RuntimeCore):
         self._keys[key] = sid
         undo = Undo()
         undo.push(lambda: self._keys.pop(key, None))
-        try:
+
+        async def make() -> SandboxRecord:
             async with self._lock(sid):
-                s = await self._make_sandbox(sid, key, config, handler, undo)
-        except BaseException:
-            await undo.run()
-            raise
+                return await self._make_sandbox(sid, key, config, handler, undo)
+
+        s = await make_or_undo(make(), undo)
         self.sandboxes[sid] = s
         self._watch(s.pid, lambda: self._on_pause_exit(s))
         self.sandbox_status(s)  # built now, off the status path: the kubelet asks for it next (the IP)
@@ -83,7 +84,7 @@ class SandboxVerbs(RuntimeCore):
                             undo: Undo) -> SandboxRecord:
         nso = config.linux.security_context.namespace_options
         d = self._sdir(sid)
-        undo.push(lambda: remove_tree(d))  # first: a cancel during the mkdir's thread leaves no directory
+        undo.push(lambda: asyncio.to_thread(remove_unmounted, d))  # first: goes last, unmounting what is left
         await asyncio.to_thread(d.mkdir)  # the filesystem's journal may be busy: not on the loop
         hostname = config.hostname if nso.network == POD else os.uname().nodename
         s = SandboxRecord(id=sid, key=key, created_at=now_ns(), config=encode(config.SerializeToString()),
@@ -216,7 +217,7 @@ class SandboxVerbs(RuntimeCore):
             if s.id not in self.sandboxes:
                 return
             await asyncio.to_thread(self._remove_cgroups, s)
-            await asyncio.to_thread(remove_tree, self._sdir(s.id))
+            await asyncio.to_thread(remove_unmounted, self._sdir(s.id))
             del self.sandboxes[s.id]
             self._keys.pop(s.key, None)
             self._status_cache.pop(s.id, None)
