@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cri.client import RuntimeClient
+from kernel.threads import run_to_completion
 from nodeagent.api.times import parse_rfc3339
 from nodeagent.client.events import EventRecorder
 from nodeagent.client.informer import Informer, Subset, pods_on_node
@@ -521,7 +522,7 @@ class Kubelet:
                 if uid in wanted or uid in self.workers.known():
                     continue
                 try:
-                    await asyncio.to_thread(self.volumes.teardown_pod, uid)
+                    await run_to_completion(self.volumes.teardown_pod, uid)
                     log.info("removed the volumes and dir of orphaned pod %s", uid)
                 except Exception as e:
                     log.warning("orphaned pod %s: its volumes could not be torn down (retried later): %s",
@@ -622,7 +623,7 @@ class Kubelet:
             await self.runtime.kill_containers(pod, grace=0)
             # An evicted pod's volumes go now (its emptyDirs are what a disk eviction reclaims); the object
             # stays Failed until it is deleted.
-            await asyncio.to_thread(self.volumes.teardown_pod, uid_of(pod))
+            await run_to_completion(self.volumes.teardown_pod, uid_of(pod))
             self._post_status(pod, evicted)
             return None
         phase = (pod.get("status") or {}).get("phase")

@@ -19,6 +19,7 @@ from typing import Any
 
 from cri.client import RuntimeClient, is_not_found
 from cri.proto import api_pb2 as pb
+from kernel.threads import run_to_completion
 from nodeagent.clock import Clock
 from nodeagent.kubelet import images as image_policy
 from nodeagent.kubelet import pod_files, resources
@@ -168,14 +169,14 @@ class PodRuntime:
         vols: dict[str, Any] = {}
         if actions.create_sandbox or to_start:
             try:
-                vols = await asyncio.to_thread(self.volumes.setup_pod, pod)
+                vols = await run_to_completion(self.volumes.setup_pod, pod)
             except VolumeError as e:
                 # The pod waits in ContainerCreating; the worker retries while containers are waiting.
                 self.recorder.record(pod, "Warning", e.reason, e.event_message)
                 return st
         elif not actions.kill_pod:
             try:  # re-project configMap/secret/downwardAPI contents (atomic swaps; no-op when unchanged)
-                changed = await asyncio.to_thread(self.volumes.update_pod, pod)
+                changed = await run_to_completion(self.volumes.update_pod, pod)
                 if changed:
                     log.info("pod %s: volumes %s updated", pod_name(pod), ", ".join(changed))
             except VolumeError as e:
@@ -313,7 +314,7 @@ class PodRuntime:
             ips = pod_ips if pod_ips is not None else await self._sandbox_ips(sid)
             env = await self.sources.environment(pod, c, ips)
             bind = functools.partial(self.volumes.bind_sub_path, uid_of(pod))
-            sub_paths = await asyncio.to_thread(prepare_sub_paths, c, vols, env, bind)
+            sub_paths = await run_to_completion(prepare_sub_paths, c, vols, env, bind)
         except EnvError as e:
             self.recorder.record(pod, "Warning", "Failed", f"Error: {e}")
             raise _StartError("CreateContainerConfigError", str(e)) from e
@@ -568,7 +569,7 @@ class PodRuntime:
                 await self.cri.remove_container(c.id)
         for s in st.sandboxes:
             await self._remove_sandbox(s.id)
-        await asyncio.to_thread(self.volumes.teardown_pod, uid_of(pod))
+        await run_to_completion(self.volumes.teardown_pod, uid_of(pod))
         await asyncio.to_thread(self._remove_pod_cgroup, pod)
         uid = uid_of(pod)
         self.sync_errors.pop(uid, None)
@@ -584,7 +585,7 @@ class PodRuntime:
             st = await self.state(pod)
         if not any(r.state == "running" for r in st.records):
             # nothing runs any more: its volumes are unmounted (and detached) now, not at deletion
-            if await asyncio.to_thread(self.volumes.unmount_volumes, uid_of(pod)):
+            if await run_to_completion(self.volumes.unmount_volumes, uid_of(pod)):
                 log.info("pod %s: terminated, its volumes unmounted", pod_name(pod))
 
     def _remove_pod_cgroup(self, pod: Mapping[str, Any]) -> None:
