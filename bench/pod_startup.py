@@ -149,13 +149,15 @@ async def create_and_wait(kubeconfig: Path, node: str, names: list[str]) -> None
     await measure(kubeconfig, node, names, rate=50.0)
 
 
-async def delete_all(kubeconfig: Path) -> None:
-    """Delete every pod in default and wait until the kubelet confirmed each deletion."""
+async def delete_all(kubeconfig: Path) -> set[str]:
+    """Delete every pod in default and wait until the kubelet confirmed each deletion; returns their uids."""
     from nodeagent.client.rest import Client, ClientError
 
     client = Client.from_kubeconfig(kubeconfig)
+    uids: set[str] = set()
     try:
         for item in (await client.list("pods", "default"))["items"]:
+            uids.add(item["metadata"]["uid"])
             with contextlib.suppress(ClientError):
                 await client.delete("pods", item["metadata"]["name"], "default")
         end = time.monotonic() + 180
@@ -165,6 +167,7 @@ async def delete_all(kubeconfig: Path) -> None:
             await asyncio.sleep(0.5)
     finally:
         await client.close()
+    return uids
 
 
 def wait_runtime_empty(socket: str, timeout: float = 120) -> bool:
@@ -187,6 +190,55 @@ def wait_runtime_empty(socket: str, timeout: float = 120) -> bool:
         return False
     finally:
         cri.close()
+
+
+def wait_pod_dirs_gone(kubelet_root: Path, uids: set[str], timeout: float = 120) -> list[str]:
+    """Until the kubelet has torn down each deleted pod's volumes and removed its directory; returns the uids
+    still there at the timeout. A pod deleted with grace 0 (these are) leaves the API at once, its sandbox
+    goes next and its volumes after that: the runtime being empty does not mean the kubelet is done, and a
+    node stopped before then keeps those mounts until its kubelet runs again (kubelet's
+    cleanupOrphanedPodDirs)."""
+    end = time.monotonic() + timeout
+    while True:
+        left = sorted(u for u in uids if (kubelet_root / "pods" / u).exists())
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.3)
+
+
+def clear_node(kubeconfig: Path, socket: str, kubelet_root: Path, what: str) -> bool:
+    """Delete the pods, then wait until the runtime has none and the kubelet tore each one down; says on
+    stderr what is left when it is not."""
+    uids = asyncio.run(delete_all(kubeconfig))
+    if not wait_runtime_empty(socket):
+        print(f"warning ({what}): pods still in the runtime after 120 s", file=sys.stderr)
+        return False
+    pending = sum(1 for u in uids if (kubelet_root / "pods" / u).exists())
+    t0 = time.monotonic()
+    left = wait_pod_dirs_gone(kubelet_root, uids)
+    if pending:  # what stopping the node at this point would have left mounted
+        print(f"({what}: with the runtime empty, {pending} of {len(uids)} deleted pods were not yet torn "
+              f"down by the kubelet; {time.monotonic() - t0:.1f} s more)", file=sys.stderr)
+    if left:
+        print(f"warning ({what}): the kubelet has not torn down {len(left)} deleted pods after 120 s "
+              f"(e.g. {kubelet_root / 'pods' / left[0]})", file=sys.stderr)
+    return not left
+
+
+def unmount_left(under: Path, what: str) -> list[str]:
+    """After a node part stopped: any mount still under its directory is named on stderr (a leak of the
+    node's, to be fixed there, not hidden) and then unmounted, so the bench leaves the host as it found it.
+    Returns the mount points found."""
+    from kernel.mounts import mounts_under, unmount
+
+    left = mounts_under(under) if under.exists() else []
+    if left:
+        print(f"warning ({what}): {len(left)} mounts left under {under} after it stopped, unmounted now: "
+              + ", ".join(left[:5]) + (" ..." if len(left) > 5 else ""), file=sys.stderr)
+    for point in left:
+        with contextlib.suppress(OSError):
+            unmount(point)
+    return left
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -340,14 +392,19 @@ class Containerd:
         return [self.ctd.proc.pid, *(int(x) for x in out)]
 
     def stop(self) -> None:
-
-        if self.ctd.client is not None:
-            for s in self.ctd.client.list_pod_sandbox():
-                with contextlib.suppress(Exception):
-                    self.ctd.client.stop_pod_sandbox(s.id)
-                    self.ctd.client.remove_pod_sandbox(s.id)
-        self.ctd.stop()
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+        """Its pods (if any are left) stopped and removed, containerd stopped whatever they answered, and
+        what it leaves mounted under its root unmounted (tests.integration.cri.containerd)."""
+        try:
+            if self.ctd.client is not None:
+                for s in self.ctd.client.list_pod_sandbox():
+                    with contextlib.suppress(Exception):
+                        self.ctd.client.stop_pod_sandbox(s.id)
+                        self.ctd.client.remove_pod_sandbox(s.id)
+        except Exception as e:  # a containerd that does not answer is still stopped
+            print(f"warning (containerd): its pods could not be listed at the end: {e}", file=sys.stderr)
+        finally:
+            self.ctd.stop()
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
 
 
 def prepare_runtime(kind: str, root: Path, data: Path) -> tuple[Containerd | None, list[str]]:
@@ -419,6 +476,7 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
     proc = start_up(data, node, extra, prof, not a.memprofile_untraced)
     socket = ctd.ctd.socket if ctd else str(data / "cri.sock")
     kc = data / "admin.kubeconfig"
+    kubelet_root = data / "kubelet"
     out: dict = {"runtime": kind}
     try:
         wait_started(proc, data, socket)
@@ -429,14 +487,12 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
             out["cri_floor"] = cri_floor(socket, a.floor_runs)
         if a.serial:
             out["serial"] = asyncio.run(measure(kc, node, [f"serial-{i}" for i in range(a.serial)], None))
-            asyncio.run(delete_all(kc))
-            wait_runtime_empty(socket)
+            clear_node(kc, socket, kubelet_root, kind)
         if a.burst:
             out.update(run_burst(a.burst, proc.pid, kc, node,
                                  Path(a.profile) / f"burst-{kind}.txt" if a.profile else None, ctd,
                                  a.profile_idle))
-            asyncio.run(delete_all(kc))
-            wait_runtime_empty(socket)
+            clear_node(kc, socket, kubelet_root, kind)
         if a.pods:
             out["rate"] = asyncio.run(measure(kc, node, [f"rate-{i}" for i in range(a.pods)], a.rate))
         if a.steady_seconds > 0:
@@ -446,16 +502,16 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
             out["steady"] = steady_state(node_groups(proc.pid, ctd), a.steady_seconds)
             out["steady_pods"] = a.pods + more
             memory_report(proc.pid, prof, 2)
-        asyncio.run(delete_all(kc))
-        if not wait_runtime_empty(socket):
-            print(f"warning ({kind}): pods still in the runtime after 120 s", file=sys.stderr)
+        clear_node(kc, socket, kubelet_root, kind)
     except BaseException:
         with contextlib.suppress(Exception):
-            asyncio.run(delete_all(kc))
-            wait_runtime_empty(socket)
+            clear_node(kc, socket, kubelet_root, kind)
         raise
     finally:
         stop(proc)
+        unmount_left(kubelet_root, f"{kind}, up's kubelet")
+        if ctd is None:
+            unmount_left(data / "cri", f"{kind}, up's runtime")
     return out
 
 
@@ -629,19 +685,17 @@ def run_agent(kind: str, a: argparse.Namespace, root: Path, ctd: Containerd | No
         time.sleep(a.settle_seconds)
         out = {"idle": idle, "steady": steady_state(node_groups(agent.pid, ctd), a.steady_seconds),
                "server": steady_state({"server": [server.pid]}, 1)["server"]}
-        asyncio.run(delete_all(kc))
-        if not wait_runtime_empty(socket):
-            print(f"warning ({kind}, agent): pods still in the runtime after 120 s", file=sys.stderr)
+        clear_node(kc, socket, adir / "kubelet", f"{kind}, agent")
         return out
     except BaseException:
         with contextlib.suppress(Exception):
-            asyncio.run(delete_all(kc))
-            wait_runtime_empty(socket)
+            clear_node(kc, socket, adir / "kubelet", f"{kind}, agent")
         raise
     finally:
         if agent is not None:
             stop(agent)
         stop(server)
+        unmount_left(adir, f"{kind}, agent")
 
 
 async def node_ready(kubeconfig: Path, node: str) -> bool:
@@ -710,6 +764,7 @@ def main(argv: list[str] | None = None) -> int:
             results[k] = run_one(k, a, root)
         ok = True
     finally:
+        unmount_left(root, "the run")  # kept or not, no mount outlives the run
         if not a.keep and ok:
             shutil.rmtree(root, ignore_errors=True)
     load = os.getloadavg()

@@ -30,12 +30,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.pod_startup import (
-    delete_all,
+    clear_node,
     prepare_runtime,
     running,
     start_up,
     stop,
-    wait_runtime_empty,
+    unmount_left,
     wait_started,
 )
 from bench.report import add_plot_argument, latency_table, plot_cdf
@@ -111,11 +111,11 @@ class Node:
         if self.api is not None:
             self.api.close()
         with contextlib.suppress(Exception):
-            asyncio.run(delete_all(self.kubeconfig))
-            wait_runtime_empty(self.socket)
+            clear_node(self.kubeconfig, self.socket, self.data / "kubelet", self.kind)
         stop(self.proc)
         if self.ctd is not None:
             self.ctd.stop()
+        unmount_left(self.data, self.kind)
 
 
 def session(node: Node, i: int) -> float:
