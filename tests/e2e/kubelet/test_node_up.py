@@ -416,6 +416,30 @@ def test_restarting_up_keeps_pods_running_with_their_status(cluster):
     _assert_pod_gone(c, pod)
 
 
+def test_orphaned_pod_dir_with_a_mounted_volume_is_torn_down(cluster):
+    """A pod directory no pod accounts for, its service-account volume (a tmpfs) still mounted, as a node
+    stopped before its kubelet tore a deleted pod down leaves it: the kubelet's housekeeping unmounts the
+    volume and removes the directory (kubelet's cleanupOrphanedPodDirs), while it runs, with no restart."""
+    from kernel.mounts import is_mountpoint, unmount
+    from nodeagent.layout import Layout
+
+    c = cluster
+    pod_dir = Path(Layout.for_data_dir(c.data_dir).kubelet_root_dir, "pods", unique("orphan"))
+    vol = pod_dir / "volumes" / "kubernetes.io~projected" / "kube-api-access-x"
+    vol.mkdir(parents=True)
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(vol)], check=True)
+        (vol / "token").write_text("left behind")
+        end = time.monotonic() + 60  # the pass runs every 10 PLEG relists (1 s each)
+        while pod_dir.exists() and time.monotonic() < end:
+            time.sleep(0.5)
+        assert not pod_dir.exists(), f"orphaned pod dir still there\n{c.tail()}"
+    finally:
+        if vol.exists() and is_mountpoint(vol):
+            unmount(vol)
+        subprocess.run(["rm", "-rf", str(pod_dir)], check=False)
+
+
 def test_static_pod_from_the_manifest_url_runs_with_a_mirror_pod(cluster):
     c = cluster
     c.manifest_url_file.write_text(yaml.safe_dump({
