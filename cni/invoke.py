@@ -36,9 +36,14 @@ class CNIError(Exception):
         self.code, self.msg, self.details, self.plugin = code, msg, details, plugin
 
 
+NOT_INITIALIZED = "cni plugin not initialized"  # go-cni's ErrCNINotInitialized, which containerd reports
+
+
 class NoNetworkConfig(CNIError):
+    """No loadable network config in the conf dir: go-cni's load error, word for word."""
+
     def __init__(self, conf_dir: str) -> None:
-        super().__init__(0, f"no CNI network config in {conf_dir}")
+        super().__init__(0, f"no network config found in {conf_dir}: {NOT_INITIALIZED}")
 
 
 @dataclasses.dataclass(frozen=True)

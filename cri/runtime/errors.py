@@ -25,3 +25,11 @@ class FailedPrecondition(RuntimeError_):
 
 class Unimplemented(RuntimeError_):
     pass
+
+
+class NetworkSetupFailed(RuntimeError_):
+    """A pod sandbox's network could not be set up (no CNI config loaded, or the ADD failed): containerd
+    answers Unknown with `failed to setup network for sandbox "<id>": <cause>`."""
+
+    def __init__(self, sid: str, cause: str) -> None:
+        super().__init__(f'failed to setup network for sandbox "{sid}": {cause}')

@@ -29,7 +29,14 @@ from cri.runtime.core import (
     remove_unmounted,
     selected,
 )
-from cri.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unimplemented
+from cri.runtime.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NetworkSetupFailed,
+    NotFound,
+    Unimplemented,
+)
 from cri.runtime.state import SandboxRecord, SandboxState, alive, encode, proc_start
 from kernel import syscalls as sc
 
@@ -66,6 +73,13 @@ class SandboxVerbs(RuntimeCore):
         if key in self._keys:
             raise AlreadyExists(f"sandbox name {key!r} is reserved for {self._keys[key]}")
         sid = secrets.token_hex(32)
+        if nso.network != NODE and (self.cni is None or self.cni.network() is None):
+            # containerd refuses a pod network while no CNI config is loaded (go-cni's Setup checks its
+            # Status first); here before anything is made, so there is nothing to undo
+            from cni.invoke import NOT_INITIALIZED
+
+            cause = NOT_INITIALIZED if self.cni is not None else "cni config not initialized"
+            raise NetworkSetupFailed(sid, cause)
         self._keys[key] = sid
         undo = Undo()
         undo.push(lambda: self._keys.pop(key, None))
@@ -125,9 +139,15 @@ class SandboxVerbs(RuntimeCore):
                                                             self.cgroups.procs_files(s.cgroup))
         try:
             cni = self.cni
-            if nso.network != NODE and cni is not None and cni.network() is not None:
+            if nso.network != NODE and cni is not None:
+                from cni.invoke import CNIError
+
                 att = self._attachment(s, config)
-                result = await cni.add(att)
+                try:
+                    result = await cni.add(att)
+                except CNIError as e:  # a failed ADD may have allocated: undo with a DEL (containerd)
+                    undo.push(lambda: cni.delete(att))
+                    raise NetworkSetupFailed(sid, str(e)) from e
                 s.network = True
                 undo.push(lambda: cni.delete(att))
                 from cni.invoke import first_ip

@@ -23,6 +23,7 @@ CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (errors.Unimplemented, grpc.StatusCode.UNIMPLEMENTED),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (StartError, grpc.StatusCode.UNKNOWN),
+    (errors.NetworkSetupFailed, grpc.StatusCode.UNKNOWN),
 ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from cni.invoke import NOT_INITIALIZED, NoNetworkConfig
 from cri.proto import api_pb2 as pb
 from cri.runtime.core import HANDLERS
 from cri.runtime.errors import Unimplemented
@@ -44,9 +45,9 @@ class InfoVerbs:
         net = rt.cni.network() if rt.cni is not None else None
         if net is not None:
             resp.status.conditions.add(type="NetworkReady", status=True)
-        else:
+        else:  # containerd's words: its Status over go-cni's ErrCNINotInitialized
             resp.status.conditions.add(type="NetworkReady", status=False, reason="NetworkPluginNotReady",
-                                       message=f"no CNI network config in {rt.opts.cni_conf_dir}")
+                                       message=f"Network plugin returns error: {NOT_INITIALIZED}")
         for name in HANDLERS:  # "" is the default handler (what a pod without a RuntimeClass gets)
             h = resp.runtime_handlers.add(name=name)
             h.features.recursive_read_only_mounts = sc.supports_mount_setattr()
@@ -59,6 +60,9 @@ class InfoVerbs:
                                               "cgroups": rt.cgroups.version,
                                               "podCIDR": rt.pod_cidr,
                                               "network": net.name if net is not None else None})
+            # containerd's last config load: "OK", or go-cni's load error wrapped as its Load wraps it
+            resp.info["lastCNILoadStatus"] = "OK" if net is not None else (
+                f"cni config load failed: {NoNetworkConfig(rt.opts.cni_conf_dir)}: failed to load cni config")
         return resp
 
     @rpc

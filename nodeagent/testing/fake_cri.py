@@ -103,7 +103,7 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
             resp.status.conditions.add(type="NetworkReady", status=True)
         else:
             resp.status.conditions.add(type="NetworkReady", status=False, reason="NetworkPluginNotReady",
-                                       message="no CNI network config")
+                                       message="Network plugin returns error: cni plugin not initialized")
         return resp
 
     # -- sandboxes ------------------------------------------------------------------------------------

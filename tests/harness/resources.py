@@ -10,8 +10,10 @@ host's own objects or with another run.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import itertools
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -32,6 +34,16 @@ _counter = itertools.count(1)
 def unique(kind: str = "") -> str:
     """A short host-unique name: nt<session><kind><n>, at most 15 characters."""
     return f"{PREFIX}{kind[:2]}{next(_counter):x}"[:15]
+
+
+def free_subnet() -> ipaddress.IPv4Network:
+    """A 10.x.y.0/24 no interface on the host has an address in (test bridges of concurrent runs)."""
+    used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    for _ in range(100):
+        net = ipaddress.IPv4Network(f"10.{random.randint(100, 250)}.{random.randint(0, 255)}.0/24")
+        if f" {net.network_address}".rsplit(".", 1)[0] + "." not in used:
+            return net
+    raise RuntimeError("no free test subnet")
 
 
 def sh(*argv: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
@@ -191,6 +203,11 @@ class Resources:
 def _del_netns(name: str) -> None:
     if os.path.exists(f"/run/netns/{name}"):
         sh("ip", "netns", "del", name)
+
+
+def del_link(name: str) -> None:
+    """Delete a link of the host's namespace that a peer (a CNI plugin, a runtime) made; gone is fine."""
+    _del_link(name, None)
 
 
 def _del_link(name: str, netns: str | None) -> None:

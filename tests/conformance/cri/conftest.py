@@ -255,7 +255,7 @@ def runtime(request, tmp_path_factory, images, critest_registry):
     chains = _nat_chains()
     d: CRIDaemon | Containerd
     if name == "nodeagent":
-        d = CRIDaemon(root)
+        d = CRIDaemon(root, network=False)
         d.registries = root / "registries.yaml"
         d.registries.write_text(json.dumps({"mirrors": {
             "registry.k8s.io": {"endpoint": [f"http://{host}"]},

@@ -7,7 +7,6 @@ import ipaddress
 import itertools
 import json
 import os
-import random
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cni.install import install
-from tests.harness.resources import sh, unique
+from tests.harness.resources import free_subnet, sh, unique
 from tests.integration.cni.invoker import Runtime
 
 REFERENCE = "/usr/lib/cni"
@@ -65,15 +64,6 @@ def any_runtime(request: pytest.FixtureRequest, cni_bin: Path) -> Runtime:
     if request.param == "daemon":
         return Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": request.getfixturevalue("cni_daemon")})
     return Runtime([str(cni_bin)], {"NODEAGENT_CNI_SOCKET": "none"})
-
-
-def free_subnet() -> ipaddress.IPv4Network:
-    used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
-    for _ in range(100):
-        net = ipaddress.IPv4Network(f"10.{random.randint(100, 250)}.{random.randint(0, 255)}.0/24")
-        if f" {net.network_address}".rsplit(".", 1)[0] + "." not in used:
-            return net
-    raise RuntimeError("no free test subnet")
 
 
 @dataclass

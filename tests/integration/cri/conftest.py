@@ -29,6 +29,7 @@ def cri(tmp_path_factory, images):
     finally:
         d.remove_everything()
         d.stop()
+        d.close()
         leftover = mounts_under(d.root)
         assert not leftover, f"mounts left behind: {leftover}"
 
@@ -115,3 +116,4 @@ def own(tmp_path, images):
         pods.close()
         d.remove_everything()
         d.stop()
+        d.close()

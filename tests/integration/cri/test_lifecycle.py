@@ -31,7 +31,7 @@ def test_version_and_status(cri):
     st = c.status()
     conds = {x.type: x.status for x in st.status.conditions}
     assert conds["RuntimeReady"] is True
-    assert conds["NetworkReady"] is False  # no CNI config in this daemon's conf dir
+    assert conds["NetworkReady"] is True  # the harness's conflist (test_cni_not_initialized: without)
     assert c.runtime_config().linux.cgroup_driver == pb.CGROUPFS
 
 

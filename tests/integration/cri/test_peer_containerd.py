@@ -47,7 +47,7 @@ def peer(request, tmp_path_factory, images):
     conf, bridge = bridge_conflist(root)
     d: CRIDaemon | Containerd
     if request.param == "nodeagent":
-        d = CRIDaemon(root)
+        d = CRIDaemon(root, network=False)
         d.import_images([images.busybox.docker_archive])
     else:
         why = available()

@@ -88,7 +88,8 @@ async def test_network_errors_hold_pods_until_the_runtime_network_is_ready(tmp_p
                          addresses=["10.0.0.1"])
         errors = await node.network_errors()
         assert errors == ["container runtime network not ready: NetworkReady=false "
-                          "reason:NetworkPluginNotReady message:no CNI network config"]
+                          "reason:NetworkPluginNotReady "
+                          "message:Network plugin returns error: cni plugin not initialized"]
         cri.network_ready = True
         assert await node.network_errors() == []
         cri.network_ready = False  # kept until the node's next status pass reads the runtime again
