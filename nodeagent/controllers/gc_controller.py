@@ -5,10 +5,11 @@ owner being deleted with the `foregroundDeletion` finalizer first has its
 dependents deleted, then loses the finalizer (and so disappears). Orphan: an
 owner with the `orphan` finalizer has its references removed from every
 dependent, then loses the finalizer. The graph is the union of the informers'
-caches, keyed by uid: the built-in kinds that own or are owned (RESOURCES), and every resource of a
-group discovery lists beyond the built-in ones (CRDs' and aggregated APIs' kinds) that can be listed,
-watched and deleted, as kube's collector builds its monitors from discovery (GetDeletableResources); the
-set follows discovery every 30 s and whenever a CustomResourceDefinition changes.
+caches, keyed by uid: the built-in kinds that most often own or are owned (RESOURCES, the manager's
+shared informers), and every other resource discovery lists, built-in (Leases, ServiceAccounts, Nodes...)
+or not (CRDs' and aggregated APIs' kinds), that can be listed, watched and deleted, as kube's collector
+builds its monitors from discovery (GetDeletableResources, less its ignored Events); the set follows
+discovery every 30 s and whenever a CustomResourceDefinition changes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeagent.api.objects import Obj
-from nodeagent.api.resources import RESOURCES as BUILTIN_RESOURCES
 from nodeagent.api.resources import Resource
 from nodeagent.client.informer import SharedInformer, SharedInformers, Store, key_of, shared
 from nodeagent.client.rest import Client, ClientError
@@ -35,7 +35,8 @@ ORPHAN = "orphan"
 # its owner's deletion is no event here.
 UNWATCHED_OWNER_RECHECK = 5.0
 DISCOVERY_PERIOD = 30.0  # kube-controller-manager resyncs the collector's monitors with discovery this often
-BUILTIN_GROUPS = frozenset(r.group for r in BUILTIN_RESOURCES)
+# kube's garbage collector.DefaultIgnoredResources: Events own nothing and are never owned
+IGNORED = frozenset((("", "events"), ("events.k8s.io", "events")))
 DELETABLE = frozenset(("delete", "list", "watch"))
 RESTART_WATCH = 5.0
 FRESH_GRAPH_WAIT = 30.0
@@ -54,8 +55,8 @@ class GarbageCollector(Controller):
         self._kind_to_resource: dict[tuple[str, str], str] = {}  # (group, kind) -> source key
         self._uids: dict[str, str] = {}  # uid -> informer cache key, for every watched object
         self._discovered: dict[tuple[str, str], Resource | None] = {}  # (apiVersion, kind) -> its resource
-        # custom resources' source keys -> the task running the informer, the remover of our handlers
-        self._custom: dict[str, tuple[asyncio.Task[None], Callable[[], None]]] = {}
+        # discovered resources' source keys -> the task running the informer, the remover of our handlers
+        self._monitors: dict[str, tuple[asyncio.Task[None], Callable[[], None]]] = {}
         self._rediscover = asyncio.Event()
         self._syncs = 0  # discovery syncs done; `_syncing`: one under way
         self._syncing = False
@@ -76,7 +77,7 @@ class GarbageCollector(Controller):
         return str(ref.get("apiVersion") or "").rpartition("/")[0], str(ref.get("kind") or "")
 
     async def run(self) -> None:
-        """The workers, beside the loop that keeps the set of watched custom resources as discovery has it.
+        """The workers, beside the loop that keeps the discovered resources watched as discovery lists them.
         Those watches (and the one of CustomResourceDefinitions that wakes the loop) go through connections
         of their own: the manager's client is shared by every controller and informer."""
         watches = self.client.own_pool()
@@ -90,10 +91,10 @@ class GarbageCollector(Controller):
                 await super().run()
         finally:
             wake()
-            for key, (_, remove) in self._custom.items():
+            for key, (_, remove) in self._monitors.items():
                 remove()
                 self._sources.pop(key, None)
-            self._custom.clear()
+            self._monitors.clear()
             await watches.close()
 
     async def _keep_running(self, inf: SharedInformer, client: Client) -> None:
@@ -111,7 +112,7 @@ class GarbageCollector(Controller):
             self._rediscover.clear()
             self._syncing = True
             try:
-                await self._sync_custom(tg, watches, await self._deletable_custom())
+                await self._sync_monitors(tg, watches, await self._deletable())
             except Exception as e:  # discovery failing must not stop collection of what is watched
                 self.log.warning("garbage collector: discovery failed, keeping the watched resources "
                                  "(%r); retrying in %.0f s", e, DISCOVERY_PERIOD)
@@ -127,7 +128,7 @@ class GarbageCollector(Controller):
                 pass
 
     async def _fresh_graph(self) -> None:
-        """Wait for a discovery sync begun after now and for every watched custom resource's first list:
+        """Wait for a discovery sync begun after now and for every discovered resource's first list:
         orphaning and foreground deletion act on the whole set of dependents, as kube's collector holds
         its workers while new monitors sync (a CRD made just before its objects' owner is deleted)."""
         want = self._syncs + (2 if self._syncing else 1)
@@ -136,55 +137,58 @@ class GarbageCollector(Controller):
             async with asyncio.timeout(FRESH_GRAPH_WAIT):
                 async with self._synced:
                     await self._synced.wait_for(lambda: self._syncs >= want)
-                for key in list(self._custom):
+                for key in list(self._monitors):
                     source = self._sources.get(key)
                     if source is not None:
                         await source.wait_synced()
         except TimeoutError:
-            self.log.warning("garbage collector: discovery or a custom resource's list took over %.0f s; "
+            self.log.warning("garbage collector: discovery or a discovered resource's list took over %.0f s; "
                              "going on with the dependents known", FRESH_GRAPH_WAIT)
 
-    async def _deletable_custom(self) -> dict[str, Resource]:
-        """Every resource of a group beyond the built-in ones, in its preferred version, that can be listed,
-        watched and deleted (kube's GetDeletableResources over discovery)."""
+    async def _deletable(self) -> dict[str, Resource]:
+        """Every resource discovery lists, in its group's preferred version, that can be listed, watched and
+        deleted (kube's GetDeletableResources), less the ignored ones and the kinds the fixed informers
+        watch already."""
+        fixed = {(self._sources[r].resource.group, self._sources[r].resource.kind) for r in self.resources}
         out: dict[str, Resource] = {}
         groups = await self.client.request("GET", "/apis")
-        for g in groups.get("groups") or ():
-            if g.get("name") in BUILTIN_GROUPS:
-                continue
-            gv = (g.get("preferredVersion") or {}).get("groupVersion") or ""
+        versions = ["v1"] + [(g.get("preferredVersion") or {}).get("groupVersion") or ""
+                             for g in groups.get("groups") or ()]
+        for gv in versions:
             group, _, version = gv.rpartition("/")
-            if not group:
+            if not version or (group == "" and gv != "v1"):
                 continue
             try:
-                doc = await self.client.request("GET", f"/apis/{gv}")
+                doc = await self.client.request("GET", f"/apis/{gv}" if group else f"/api/{gv}")
             except ClientError as e:
                 if e.not_found:
                     continue  # gone between the two reads
                 raise
             for r in doc.get("resources") or ():
-                if "/" in r.get("name", "") or not DELETABLE <= set(r.get("verbs") or ()):
+                name = r.get("name", "")
+                if "/" in name or not DELETABLE <= set(r.get("verbs") or ()) or (group, name) in IGNORED:
                     continue
-                res = Resource(group, version, r["name"], r["kind"], bool(r.get("namespaced")))
-                out[f"{group}/{version}/{r['name']}"] = res
+                if (group, r["kind"]) in fixed:
+                    continue
+                out[f"{gv}/{name}"] = Resource(group, version, name, r["kind"], bool(r.get("namespaced")))
         return out
 
-    async def _sync_custom(self, tg: asyncio.TaskGroup, watches: Client,
+    async def _sync_monitors(self, tg: asyncio.TaskGroup, watches: Client,
                            wanted: dict[str, Resource]) -> None:
-        for key in [k for k in self._custom if k not in wanted]:
-            task, remove = self._custom.pop(key)
+        for key in [k for k in self._monitors if k not in wanted]:
+            task, remove = self._monitors.pop(key)
             remove()
             task.cancel()
             gone = self._sources.pop(key).resource
             self._kind_to_resource.pop((gone.group, gone.kind), None)
             self.log.info("garbage collector: stopped watching %s (no longer served)", key)
         for key, res in wanted.items():
-            if key in self._custom:
+            if key in self._monitors:
                 continue
             inf: SharedInformer = shared(watches, res)
             remove = self._watch_source(key, inf)
             task = tg.create_task(self._keep_running(inf, watches), name=f"gc-informer-{key}")
-            self._custom[key] = (task, remove)
+            self._monitors[key] = (task, remove)
             self.log.info("garbage collector: watching %s", key)
 
     # Keys are "<resource>|<namespace/name>".
