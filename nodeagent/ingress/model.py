@@ -379,12 +379,17 @@ def build(ingresses: Iterable[Obj], services: Iterable[Obj], slices: Iterable[Ob
 
 
 def tls_pem(secret: Obj | None, ns: str, name: str) -> tuple[bytes, str | None]:
-    """The certificate chain and key of a kubernetes.io/tls Secret as one PEM, or why not."""
+    """The certificate chain and key of a Secret as one PEM, or why not: `tls.crt` and `tls.key`, whatever
+    the Secret's type, as ingress-nginx's getPemCertificate reads them (and words their absence)."""
     import base64
 
     if secret is None:
         return b"", f'secret "{ns}/{name}" not found'
     data = secret.get("data") or {}
+    if "tls.crt" not in data or "tls.key" not in data:
+        if data.get("ca.crt"):
+            return b"", f'secret "{ns}/{name}" holds a CA certificate (ca.crt) but no keypair to serve'
+        return b"", f'secret "{ns}/{name}" contains no keypair or CA certificate'
     try:
         crt = base64.b64decode(data.get("tls.crt") or "")
         key = base64.b64decode(data.get("tls.key") or "")

@@ -76,7 +76,10 @@ class HAProxy:
         """Make the proxy serve `rendered` ('unchanged', 'runtime', 'reloaded' or 'installed' when it
         is not running yet); InvalidConfig leaves the running proxy and its files as they were."""
         async with self._lock:
-            if self.current is not None and rendered.text == self.current.text:
+            # the crt-list is a file of its own: a certificate that arrives or changes alone (a Secret read
+            # after its Ingress, a rotated one) changes it and not the config's text
+            if self.current is not None and rendered.text == self.current.text and \
+                    rendered.crt_list == self.current.crt_list:
                 return "unchanged"
             if self.current is not None and rendered.structure == self.current.structure and self.pid:
                 if await self._runtime_update(self.current.slots, rendered.slots):

@@ -26,15 +26,23 @@ from nodeagent.client.rest import Client, ClientError
 from nodeagent.ingress import gateway
 from nodeagent.ingress.config import IngressConfig
 from nodeagent.ingress.haproxy import Listen, render
-from nodeagent.ingress.model import CONTROLLER, DEFAULT_CLASS_ANNOTATION, Desired, Problem, build, ours
+from nodeagent.ingress.model import (
+    CONTROLLER,
+    DEFAULT_CLASS_ANNOTATION,
+    TLS_SECRET_TYPE,
+    Desired,
+    Problem,
+    build,
+    ours,
+)
 from nodeagent.ingress.proxy import HAProxy, InvalidConfig, ProxyDown
+from nodeagent.ingress.secrets import TLSSecrets, may_read_all
 
 log = logging.getLogger("nodeagent.ingress")
 
 INGRESSES = "ingresses.networking.k8s.io"
 CORE = {"ingresses": INGRESSES, "ingressclasses": "ingressclasses.networking.k8s.io", "services": "services",
-        "endpointslices": "endpointslices.discovery.k8s.io", "secrets": "secrets"}
-TLS_SECRETS = "type=kubernetes.io/tls"
+        "endpointslices": "endpointslices.discovery.k8s.io"}
 SETTLE = 0.05  # seconds to let a burst of watch events coalesce into one sync
 GATEWAY_API_POLL = 2.0  # seconds between checks that the Gateway API is served
 # the kind of an object a problem is reported on → (its informer, its apiVersion)
@@ -53,12 +61,10 @@ class Controller:
         self.proxy = proxy
         self.recorder = recorder
         self.dirty = asyncio.Event()
-        # the process's informers (shared with DNS, netpol, the kubelet, the controllers...); TLS
-        # Secrets only: the certificates served are kubernetes.io/tls Secrets (the Gateway API's core
-        # support), and a node's credential may list those and no others
-        self.informers: dict[str, Store] = {
-            k: shared(client, r, field_selector=TLS_SECRETS if k == "secrets" else None)
-            for k, r in CORE.items()}
+        # the process's informers (shared with DNS, netpol, the kubelet, the controllers...); the Secrets'
+        # once `run` knows what this credential may read (secrets.py)
+        self.informers: dict[str, Store] = {k: shared(client, r) for k, r in CORE.items()}
+        self.secrets: TLSSecrets | None = None
         if cfg.manage:
             self.informers["nodes"] = shared(client, "nodes")
         self._removers: list[Callable[[], None]] = []
@@ -112,6 +118,8 @@ class Controller:
         self.dirty.set()
 
     def objects(self, kind: str) -> list[dict[str, Any]]:
+        if kind == "secrets" and self.secrets is not None:
+            return self.secrets.list()
         inf = self.informers.get(kind)
         return inf.list() if inf else []
 
@@ -121,8 +129,15 @@ class Controller:
         finally:  # the shared informers live on for the others
             for remove in self._removers:
                 remove()
+            if self.secrets is not None:
+                self.secrets.stop()
 
     async def _run(self, tg: asyncio.TaskGroup) -> None:
+        self.secrets = TLSSecrets(self.client, await may_read_all(self.client), self._mark)
+        self.informers["secrets"] = self.secrets.main
+        if not self.secrets.all_types:
+            log.info("ingress: this credential may not read every Secret: serving kubernetes.io/tls ones and "
+                     "those Ingresses name")
         for kind, inf in self.informers.items():
             self._removers.append(inf.add_handler(self._mark, lambda _old, _new: self._mark(), self._mark))
             tg.create_task(inf.run(client=self.client), name=f"ingress-informer-{kind}")
@@ -133,6 +148,7 @@ class Controller:
             await self.dirty.wait()
             await asyncio.sleep(SETTLE)
             self.dirty.clear()
+            self.secrets.follow(self.objects("ingresses"), tg)
             try:
                 await self.sync()
             except (ClientError, InvalidConfig, ProxyDown, OSError) as e:
@@ -156,11 +172,15 @@ class Controller:
         services, slices = self.objects("services"), self.objects("endpointslices")
         gw = gateway.build(self.objects("gatewayclasses"), self.objects("gateways"),
                            self.objects("httproutes"), self.objects("referencegrants"),
-                           self.objects("namespaces"), services, slices, self.objects("secrets")) \
+                           self.objects("namespaces"), services, slices, self._typed_secrets()) \
             if self.gateway_api else gateway.Result()
         desired = build(mine, services, slices, self.objects("secrets"), gw.routes, gw.backends, gw.problems,
                         gw.certificates)
         return desired, gw
+
+    def _typed_secrets(self) -> list[dict[str, Any]]:
+        """The Gateway API's listeners take kubernetes.io/tls Secrets (its core support), as before."""
+        return [s for s in self.objects("secrets") if s.get("type") == TLS_SECRET_TYPE]
 
     async def sync(self) -> None:
         self.syncs += 1

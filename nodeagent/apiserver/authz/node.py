@@ -8,8 +8,10 @@ list/watch narrowed to it with `fieldSelector=metadata.name=<name>` (the kubelet
 The relationships are read from the watch cache when asked, so a pod created a moment ago counts. Two reads
 beyond kube's graph, both for node-side parts that run under the node's credential on a joined node: the
 `kube-root-ca.crt` ConfigMaps (the kubelet's server checks client certificates against that public CA),
-and TLS Secrets listed with `fieldSelector=type=kubernetes.io/tls` (every node's ingress proxy serves the
-Ingresses' certificates, as ingress-nginx's controller on every node reads them). Other reads are the
+and the Secrets every node's ingress proxy serves certificates from, as ingress-nginx's controller on every
+node reads them: TLS Secrets listed with `fieldSelector=type=kubernetes.io/tls`, and one of any type that
+an Ingress of its namespace names in `spec.tls` (ingress-nginx reads `tls.crt`/`tls.key` whatever the type),
+by name as above. Other reads are the
 system:node role's and the node-side components' (Services, Endpoints, Pods, Nodes, claims and volumes for
 the node's provisioners). Anything it refuses falls through to RBAC, as kube's chain does (system:node's
 ClusterRole has no binding by default)."""
@@ -29,6 +31,7 @@ from nodeagent.store import base as store_base
 
 Getter = Callable[[str], Awaitable[dict[str, Any]]]
 PODS = builtin("", "v1", "pods").storage_prefix
+INGRESSES = builtin("networking.k8s.io", "v1", "ingresses").storage_prefix
 CLAIMS = builtin("", "v1", "persistentvolumeclaims")
 VOLUMES = builtin("", "v1", "persistentvolumes")
 # the kinds a node reads only through its pods (group, resource)
@@ -109,7 +112,15 @@ class NodeAuthorizer:
             return Decision.ALLOW, ""
         if await self._related(node, a.resource, a.namespace, name):
             return Decision.ALLOW, ""
+        if a.resource == "secrets" and self._ingress_tls(a.namespace, name):
+            return Decision.ALLOW, ""
         return Decision.NO_OPINION, f"no relationship found between node '{node}' and this object"
+
+    def _ingress_tls(self, ns: str, name: str) -> bool:
+        """Whether an Ingress in `ns` names Secret `name` for TLS (every node's ingress proxy serves it)."""
+        entries, _ = self.pods.list(INGRESSES, ns)
+        return any(t.get("secretName") == name
+                   for e in entries for t in (e.obj.get("spec") or {}).get("tls") or ())
 
     async def _related(self, node: str, resource: str, ns: str, name: str) -> bool:
         """Whether a pod bound to `node` in `ns` refers to `resource` `name` (through its claims' volumes too,

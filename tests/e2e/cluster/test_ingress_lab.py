@@ -91,6 +91,28 @@ def test_every_node_routes_by_host_to_both_backends(lab: Lab, web: Path) -> None
         assert curl("-H", "Host: nope.lab", f"http://{node.address}/")[0] == 404
 
 
+def test_a_tls_secret_of_any_type_is_served_on_every_node(lab: Lab, web: Path,
+                                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+    """ingress-nginx reads tls.crt/tls.key from the Secret an Ingress names whatever its type: an Opaque one
+    is served by every node's proxy, the joined agents' (node credentials) included."""
+    crt, key = self_signed("opaque.lab", ("opaque.lab",))
+    ca = tmp_path_factory.mktemp("inglab-opaque") / "opaque.crt"
+    ca.write_bytes(crt)
+    lab.apply({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": "opaque-cert"},
+               "data": {"tls.crt": base64.b64encode(crt).decode(),
+                        "tls.key": base64.b64encode(key).decode()}})
+    lab.apply({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "opaque"},
+               "spec": {"tls": [{"hosts": ["opaque.lab"], "secretName": "opaque-cert"}],
+                        "rules": [{"host": "opaque.lab", "http": {"paths": [
+                            {"path": "/", "pathType": "Prefix",
+                             "backend": {"service": {"name": "web", "port": {"name": "http"}}}}]}}]}})
+    url = "https://opaque.lab/"
+    for node in lab.topo.nodes:
+        resolve = f"opaque.lab:443:{node.address}"
+        lab.wait(f"the Opaque Secret's certificate on {node.name}",
+                 lambda r=resolve: curl("--cacert", str(ca), "--resolve", r, url)[0] == 200, timeout=60)
+
+
 def test_status_lists_every_node(lab: Lab, web: Path) -> None:
     addresses = {n.address for n in lab.topo.nodes}
 

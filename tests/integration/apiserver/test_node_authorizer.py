@@ -39,6 +39,27 @@ def test_a_node_reads_the_secrets_of_its_own_pods_only(kubectl):
     kubectl("delete", "pod", f"on-a-{tag}", f"on-b-{tag}", "--wait=false")
 
 
+def test_every_node_reads_the_secret_an_ingress_names_for_tls(kubectl):
+    """Every node's ingress proxy serves the certificate an Ingress names, from a Secret of any type (as
+    ingress-nginx): a node may get that Secret by name, and no other of the namespace."""
+    tag = uuid.uuid4().hex[:6]
+    node, secret, other = f"node-i-{tag}", f"site-{tag}", f"other-{tag}"
+    kubectl("create", "secret", "generic", secret, "--from-literal=tls.crt=x", "--from-literal=tls.key=y")
+    kubectl("create", "secret", "generic", other, "--from-literal=k=v")
+    assert as_node(kubectl, node, "get", "secret", secret).returncode == 1
+    ingress = {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": f"web-{tag}"},
+               "spec": {"tls": [{"hosts": ["a.example"], "secretName": secret}],
+                        "defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}}
+    kubectl("apply", "-f", "-", input=json.dumps(ingress))
+    assert as_node(kubectl, node, "get", "secret", secret).returncode == 0
+    assert as_node(kubectl, node, "auth", "can-i", "get", f"secret/{secret}").stdout.strip() == "yes"
+    p = as_node(kubectl, node, "get", "secret", other)
+    assert p.returncode == 1 and "no relationship found" in p.stderr
+    assert as_node(kubectl, node, "get", "secrets").returncode == 1
+    kubectl("delete", "ingress", f"web-{tag}")
+    assert as_node(kubectl, node, "get", "secret", secret).returncode == 1
+
+
 def test_a_node_may_not_give_itself_a_role(kubectl):
     name = f"node-{uuid.uuid4().hex[:6]}"
     node = {"apiVersion": "v1", "kind": "Node",

@@ -107,3 +107,31 @@ async def test_a_claims_volume_csi_secret_and_resource_claims() -> None:
     assert not (await authz.authorize(read(node("b"), "resourceclaims", "gpu-claim",
                                            group="resource.k8s.io")))[0]
     await cache.stop()
+
+
+async def test_a_secret_an_ingress_names_for_tls_is_readable_by_name_whatever_its_type() -> None:
+    """ingress-nginx serves `tls.crt`/`tls.key` from the Secret an Ingress names, of any type, on every node:
+    every node may read that one Secret by name (get, or a single-object list/watch), and no other."""
+    reg, cache, authz = await cluster()
+    ingresses = builtin("networking.k8s.io", "v1", "ingresses")
+    a = node("a")
+
+    async def may(attrs: Attributes) -> tuple[bool, str]:
+        await cache.wait_fresh()
+        return await authz.authorize(attrs)
+
+    assert not (await may(read(a, "secrets", "site-cert")))[0]
+    await reg.store.create(ingresses.key("team", "web"), {
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "web", "namespace": "team"},
+        "spec": {"tls": [{"hosts": ["a.example"], "secretName": "site-cert"}],
+                 "rules": [{"host": "a.example"}]}})
+    assert (await may(read(a, "secrets", "site-cert")))[0]
+    for verb in ("list", "watch"):
+        assert (await may(read(a, "secrets", verb=verb, fields="metadata.name=site-cert")))[0]
+        assert not (await may(read(a, "secrets", verb=verb)))[0]  # not the namespace's every Secret
+    ok, why = await may(read(a, "secrets", "other"))
+    assert not ok and "no relationship found" in why
+    assert not (await may(read(a, "secrets", "site-cert", ns="default")))[0]  # the Ingress's namespace only
+    assert not (await may(read(a, "configmaps", "site-cert")))[0]
+    await cache.stop()

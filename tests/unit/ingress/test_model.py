@@ -173,3 +173,25 @@ def test_which_ingresses_are_ours() -> None:
     theirs = {**mine, "spec": {"ingressClassName": "nginx"}}
     assert ours(mine, [plain]) and ours(legacy, []) and ours(none, [default])
     assert not ours(none, [plain]) and not ours(theirs, [default])
+
+
+def test_tls_keys_are_read_from_a_secret_of_any_type() -> None:
+    """ingress-nginx's getPemCertificate: `tls.crt` and `tls.key` whatever the Secret's type; one without
+    them is refused in its words, and its hosts get the default certificate."""
+    services, slices = cluster()
+    opaque = {**tls_secret("opaque-tls", "a.com"), "type": "Opaque"}
+    empty = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+             "metadata": {"name": "empty", "namespace": "default"}, "data": {"password": "eA=="}}
+    ca_only = {**empty, "metadata": {"name": "ca", "namespace": "default"},
+               "data": {"ca.crt": opaque["data"]["tls.crt"]}}
+    ing = ingress("a", [rule("a.com", ("/", "Prefix", backend("web", 80)))],
+                  tls=[{"hosts": ["a.com"], "secretName": "opaque-tls"},
+                       {"hosts": ["b.com"], "secretName": "empty"},
+                       {"hosts": ["c.com"], "secretName": "ca"}])
+    d = build([ing], services, slices, [opaque, empty, ca_only])
+    assert [(c.name, c.hosts) for c in d.certificates] == [("default_opaque-tls", ("a.com",))]
+    assert [(p.reason, p.message) for p in d.problems] == [
+        ("InvalidSecret", 'secret "default/empty" contains no keypair or CA certificate: '
+                          "b.com get the default certificate"),
+        ("InvalidSecret", 'secret "default/ca" holds a CA certificate (ca.crt) but no keypair to serve: '
+                          "c.com get the default certificate")]
