@@ -153,10 +153,12 @@ class Client:
         return Client(self.server, token, max_connections=self._limit, ssl_context=self._ssl,
                       unix_socket=self.unix_socket)
 
-    def own_pool(self) -> Client:
+    def own_pool(self, max_connections: int | None = None) -> Client:
         """The same user (same identity, credentials and limiter) through connections of its own: for
-        long-running watches that must not take the connections this client's requests wait for."""
-        other = Client(self.server, self.token, max_connections=self._limit, limiter=self.limiter,
+        long-running watches that must not take the connections this client's requests wait for.
+        `max_connections`: its own limit (0: none, for a pool of watches whose number discovery sets)."""
+        limit = self._limit if max_connections is None else max_connections
+        other = Client(self.server, self.token, max_connections=limit, limiter=self.limiter,
                        ssl_context=self._ssl, unix_socket=self.unix_socket)
         other.identity = self.identity
         return other

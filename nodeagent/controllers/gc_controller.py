@@ -80,7 +80,9 @@ class GarbageCollector(Controller):
         """The workers, beside the loop that keeps the discovered resources watched as discovery lists them.
         Those watches (and the one of CustomResourceDefinitions that wakes the loop) go through connections
         of their own: the manager's client is shared by every controller and informer."""
-        watches = self.client.own_pool()
+        # one long-lived watch per discovered resource no other component drives: more than a pool's 32
+        # (kube's collector has a watch per deletable resource too), so the pool has no limit
+        watches = self.client.own_pool(max_connections=0)
         crds = shared(watches, "customresourcedefinitions")
         wake = crds.add_handler(lambda o: self._rediscover.set(), lambda old, new: self._rediscover.set(),
                                 lambda o: self._rediscover.set())
