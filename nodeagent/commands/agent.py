@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -25,6 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--discovery-token-unsafe-skip-ca-verification", action="store_true",
                    help="join without pinning the cluster CA (anyone answering at --server can "
                         "impersonate it)")
+    p.add_argument("--snapshot-kubeconfig", default="",
+                   help="the CSI snapshotter's own credential (external-snapshotter's sidecar runs under "
+                        "its ServiceAccount): a kubeconfig of kube-system/snapshot-controller, or of a user "
+                        "bound to ClusterRole snapshot-controller-runner; without it a node's credential may "
+                        "not serve VolumeSnapshots, and the node's events say so")
 
 
 def config_from_args(args: argparse.Namespace, node_kubeconfig: str | None = None) -> Configs:
@@ -38,7 +45,13 @@ def config_from_args(args: argparse.Namespace, node_kubeconfig: str | None = Non
     with cli_errors("agent"):
         credentials = Credentials(kubeconfig=node_kubeconfig) if node_kubeconfig else \
             Credentials(server=args.server, token=args.token or "")
-        return Configs(layout=layout, **node_configs(args, layout, credentials))
+        configs = node_configs(args, layout, credentials)
+        if args.snapshot_kubeconfig:
+            if not os.path.isfile(args.snapshot_kubeconfig):
+                raise ValueError(f"--snapshot-kubeconfig {args.snapshot_kubeconfig}: no such file")
+            configs["kubelet"] = dataclasses.replace(
+                configs["kubelet"], snapshot_credentials=Credentials(kubeconfig=args.snapshot_kubeconfig))
+        return Configs(layout=layout, **configs)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ snapshot (CreateVolume from its snapshot handle).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -42,6 +43,10 @@ CONTENTS = f"{GROUP}/v1/volumesnapshotcontents"
 CLASSES = f"{GROUP}/v1/volumesnapshotclasses"
 ANN_DEFAULT_CLASS = "snapshot.storage.kubernetes.io/is-default-class"
 RESYNC = 15.0
+ACCESS_RECHECK = 60.0  # seconds between checks that a refused credential may now serve snapshots
+RUNNER_ROLE = "snapshot-controller-runner"  # the bootstrap ClusterRole with the snapshotter's rights
+# what the snapshotter must be allowed: (verb, resource) in snapshot.storage.k8s.io
+NEEDED = (("list", "volumesnapshots"), ("watch", "volumesnapshots"), ("create", "volumesnapshotcontents"))
 Obj = Mapping[str, Any]
 
 
@@ -110,6 +115,43 @@ class CSISnapshotter(KeyLoop):
         self.informers = (self.snapshots, self.contents, self.classes, self.claims, self.volumes)
         self.snapshots.add_handler(self._snapshot, lambda old, new: self._snapshot(new), self._snapshot_gone)
         self.contents.add_handler(self._content, lambda old, new: self._content(new), None)
+
+    async def run(self) -> None:
+        """The loop, once this client may serve snapshots. A joined node's own credential may not (kube's
+        Node authorizer and system:node give a node no VolumeSnapshot rights; external-snapshotter runs under
+        a ServiceAccount of its own): until it may, the loop waits, having said why and what to do in a log
+        line and a Warning event on the Node, and checks again every minute."""
+        told = False
+        while (why := await self.refused()) is not None:
+            if not told:
+                msg = (f"VolumeSnapshots of this node's CSI volumes are not served: {why}. Run the agent "
+                       "with --snapshot-kubeconfig (a kubeconfig of ServiceAccount "
+                       f"kube-system/snapshot-controller), or bind this node's user to ClusterRole "
+                       f"{RUNNER_ROLE}: kubectl create clusterrolebinding snapshots-{self.node_name} "
+                       f"--clusterrole={RUNNER_ROLE} --user=system:node:{self.node_name}")
+                log.warning("%s", msg)
+                self.recorder.record({"apiVersion": "v1", "kind": "Node",
+                                      "metadata": {"name": self.node_name, "uid": self.node_name}},
+                                     "Warning", "SnapshotterNotAuthorized", msg)
+                told = True
+            await asyncio.sleep(ACCESS_RECHECK)
+        if told:
+            log.info("csi-snapshotter: this credential may serve VolumeSnapshots now; starting")
+        await super().run()
+
+    async def refused(self) -> str | None:
+        """Why this client may not serve snapshots (a SelfSubjectAccessReview per right), or None."""
+        for verb, resource in NEEDED:
+            try:
+                out = await self.client.create("selfsubjectaccessreviews", {
+                    "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                    "spec": {"resourceAttributes": {"verb": verb, "group": GROUP, "resource": resource}}})
+            except ClientError as e:
+                return f"cannot check its access ({e})"
+            st = out.get("status") or {}
+            if not st.get("allowed") or st.get("denied"):
+                return f"its credential may not {verb} {resource}.{GROUP}"
+        return None
 
     def _snapshot(self, vs: Obj) -> None:
         self.add("snapshot:" + key_of(dict(vs)))

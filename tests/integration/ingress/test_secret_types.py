@@ -6,59 +6,22 @@ certificate and a Warning event in ingress-nginx's words."""
 from __future__ import annotations
 
 import base64
-import datetime
 import socket
 import ssl
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from nodeagent.pki import load_ca, self_signed
+from nodeagent.pki import self_signed
 from nodeagent.testing.apiserver import ServerProcess
+from tests.harness.node_credential import node_kubeconfig
 from tests.integration.ingress.conftest import IngressProcess, eventually, start_ingress
 from tests.integration.ingress.test_ingress import slice_for
 
 pytestmark = pytest.mark.e2e
-
-
-def node_kubeconfig(server: ServerProcess, node: str, path: Path) -> Path:
-    """A kubeconfig of user system:node:<node> (group system:nodes): a client certificate signed by the
-    cluster CA, as a joined kubelet's is."""
-    pki = server.data_dir / "pki"
-    ca_cert, ca_key = load_ca(pki / "ca.crt", pki / "ca.key")
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
-                                     x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}")]))
-            .issuer_name(ca_cert.subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    def b64(b: bytes) -> str:
-        return base64.b64encode(b).decode()
-
-    ca_data = b64(server.ca_file.read_bytes())
-    crt_file, key_file = path.with_suffix(".crt"), path.with_suffix(".key")
-    crt_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "node",
-        "clusters": [{"name": "c", "cluster": {"server": server.url, "certificate-authority-data": ca_data}}],
-        "users": [{"name": "node",
-                   "user": {"client-certificate": str(crt_file), "client-key": str(key_file)}}],
-        "contexts": [{"name": "node", "context": {"cluster": "c", "user": "node"}}]}))
-    return path
 
 
 def served_cn(port: int, sni: str) -> str:

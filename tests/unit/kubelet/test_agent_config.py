@@ -104,3 +104,25 @@ def test_proxy_flags_reach_netproxy(tmp_path):
     assert cfg and proxier_options(cfg) == {"scheduler": "rr", "strict_arp": "true"}
     with pytest.raises(SystemExit):
         p.parse_args(["--proxy-mode", "userspace"])
+
+
+def test_agent_snapshot_kubeconfig_is_the_snapshotters_credential(tmp_path):
+    """`agent --snapshot-kubeconfig`: the CSI snapshotter's own account (a node's may not serve snapshots);
+    without it the kubelet's; a missing file ends the command with its name."""
+    import pytest
+
+    from nodeagent.commands import agent
+
+    p = argparse.ArgumentParser()
+    agent.add_arguments(p)
+    base = ["--data-dir", str(tmp_path), "--server", "https://10.0.0.1:6443", "--token", "t"]
+    cfg = agent.config_from_args(p.parse_args(base))
+    assert cfg.kubelet and cfg.kubelet.snapshot_credentials is None
+    kc = tmp_path / "snap.kubeconfig"
+    kc.write_text("apiVersion: v1\nkind: Config\n")
+    cfg = agent.config_from_args(p.parse_args([*base, "--snapshot-kubeconfig", str(kc)]))
+    assert cfg.kubelet and cfg.kubelet.snapshot_credentials is not None
+    assert cfg.kubelet.snapshot_credentials.kubeconfig == str(kc)
+    with pytest.raises(SystemExit) as e:
+        agent.config_from_args(p.parse_args([*base, "--snapshot-kubeconfig", str(tmp_path / "nope")]))
+    assert f"--snapshot-kubeconfig {tmp_path / 'nope'}: no such file" in str(e.value)
