@@ -117,11 +117,11 @@ def test_tls_sni_redirect_and_http2(ingress: IngressProcess) -> None:
     code, body, version = curl("--http2", "--resolve", resolve, f"https://a.test:{ingress.https}/s")
     assert (code, version) == (200, "2")
     assert body.split()[1:] == [f"a.test:{ingress.https}", "/s", "https"]
-    assert _served_cn(ingress.https, "a.test") == "a.test"
-    assert _served_cn(ingress.https, "unknown.test") == "nodeagent ingress default certificate"
+    assert served_cn(ingress.https, "a.test") == "a.test"
+    assert served_cn(ingress.https, "unknown.test") == "nodeagent ingress default certificate"
 
 
-def _served_cn(port: int, sni: str) -> str:
+def served_cn(port: int, sni: str) -> str:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE

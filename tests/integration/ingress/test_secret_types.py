@@ -6,33 +6,18 @@ certificate and a Warning event in ingress-nginx's words."""
 from __future__ import annotations
 
 import base64
-import socket
-import ssl
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.x509.oid import NameOID
 
 from nodeagent.pki import self_signed
 from nodeagent.testing.apiserver import ServerProcess
 from tests.harness.node_credential import node_kubeconfig
 from tests.integration.ingress.conftest import IngressProcess, eventually, start_ingress
-from tests.integration.ingress.test_ingress import slice_for
+from tests.integration.ingress.test_ingress import served_cn, slice_for
 
 pytestmark = pytest.mark.e2e
-
-
-def served_cn(port: int, sni: str) -> str:
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    with socket.create_connection(("127.0.0.1", port), 5) as s, ctx.wrap_socket(s, server_hostname=sni) as t:
-        der = t.getpeercert(binary_form=True)
-    assert der is not None
-    cert = x509.load_der_x509_certificate(der)
-    return str(cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
 
 
 def secret(name: str, type_: str, data: dict[str, bytes]) -> dict[str, Any]:
