@@ -176,7 +176,7 @@ class GarbageCollector(Controller):
         return out
 
     async def _sync_monitors(self, tg: asyncio.TaskGroup, watches: Client,
-                           wanted: dict[str, Resource]) -> None:
+                             wanted: dict[str, Resource]) -> None:
         for key in [k for k in self._monitors if k not in wanted]:
             task, remove = self._monitors.pop(key)
             remove()

@@ -25,17 +25,25 @@ TLS_SECRETS = "type=kubernetes.io/tls"
 Key = tuple[str, str]  # (namespace, name)
 
 
-async def may_read_all(client: Client) -> bool:
-    """Whether this client may list and watch every Secret (a SelfSubjectAccessReview each)."""
+async def may_read_all(client: Client, retry: float = 1.0) -> bool:
+    """Whether this client may list and watch every Secret (a SelfSubjectAccessReview each), asked again
+    while the apiserver does not answer (a transport error, 5xx, 429); a refused review is a no."""
+    logged = False
     for verb in ("list", "watch"):
-        try:
-            out = await client.create("selfsubjectaccessreviews", {
-                "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                "spec": {"resourceAttributes": {"verb": verb, "resource": "secrets"}}})
-        except ClientError as e:
-            log.warning("ingress: cannot ask whether it may %s every Secret (%s); reading TLS Secrets and "
-                        "the ones Ingresses name", verb, e)
-            return False
+        while True:
+            try:
+                out = await client.create("selfsubjectaccessreviews", {
+                    "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                    "spec": {"resourceAttributes": {"verb": verb, "resource": "secrets"}}})
+                break
+            except ClientError as e:
+                if 400 <= e.code < 500 and e.code != 429:
+                    log.warning("ingress: may not ask whether it may %s every Secret (%s)", verb, e)
+                    return False
+                if not logged:
+                    log.info("ingress: cannot ask yet whether it may %s every Secret (%s); retrying", verb, e)
+                    logged = True
+                await asyncio.sleep(retry)
         st = out.get("status") or {}
         if not st.get("allowed") or st.get("denied"):
             return False

@@ -44,6 +44,7 @@ CLASSES = f"{GROUP}/v1/volumesnapshotclasses"
 ANN_DEFAULT_CLASS = "snapshot.storage.kubernetes.io/is-default-class"
 RESYNC = 15.0
 ACCESS_RECHECK = 60.0  # seconds between checks that a refused credential may now serve snapshots
+ACCESS_RETRY = 2.0  # seconds before asking again when the apiserver did not answer
 RUNNER_ROLE = "snapshot-controller-runner"  # the bootstrap ClusterRole with the snapshotter's rights
 # what the snapshotter must be allowed: (verb, resource) in snapshot.storage.k8s.io
 NEEDED = (("list", "volumesnapshots"), ("watch", "volumesnapshots"), ("create", "volumesnapshotcontents"))
@@ -122,7 +123,18 @@ class CSISnapshotter(KeyLoop):
         a ServiceAccount of its own): until it may, the loop waits, having said why and what to do in a log
         line and a Warning event on the Node, and checks again every minute."""
         told = False
-        while (why := await self.refused()) is not None:
+        while True:
+            try:
+                why = await self.refused()
+            except ClientError as e:
+                if 400 <= e.code < 500 and e.code != 429:  # may not even ask: a refusal too
+                    why = f"its credential may not ask what it may do ({e})"
+                else:  # the apiserver not answering yet (`up` starting): not a refusal
+                    log.debug("csi-snapshotter: cannot check its access yet (%s); retrying", e)
+                    await asyncio.sleep(ACCESS_RETRY)
+                    continue
+            if why is None:
+                break
             if not told:
                 msg = (f"VolumeSnapshots of this node's CSI volumes are not served: {why}. Run the agent "
                        "with --snapshot-kubeconfig (a kubeconfig of ServiceAccount "
@@ -140,14 +152,12 @@ class CSISnapshotter(KeyLoop):
         await super().run()
 
     async def refused(self) -> str | None:
-        """Why this client may not serve snapshots (a SelfSubjectAccessReview per right), or None."""
+        """Why this client may not serve snapshots (a SelfSubjectAccessReview per right), or None;
+        ClientError when the apiserver does not answer."""
         for verb, resource in NEEDED:
-            try:
-                out = await self.client.create("selfsubjectaccessreviews", {
-                    "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                    "spec": {"resourceAttributes": {"verb": verb, "group": GROUP, "resource": resource}}})
-            except ClientError as e:
-                return f"cannot check its access ({e})"
+            out = await self.client.create("selfsubjectaccessreviews", {
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": {"verb": verb, "group": GROUP, "resource": resource}}})
             st = out.get("status") or {}
             if not st.get("allowed") or st.get("denied"):
                 return f"its credential may not {verb} {resource}.{GROUP}"
