@@ -6,6 +6,7 @@ import asyncio
 import base64
 import functools
 import json
+import os
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +24,19 @@ from nodeagent.client.ratelimit import TokenBucket
 MAX_RETRIES = 10  # client-go's: answers with Retry-After (429, 5xx) are tried again this many times
 PATCH_TYPES = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
                "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}
+
+
+def load_cert_chain_data(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+    """A certificate and key held in memory loaded into `ctx`: OpenSSL's API here takes paths, so they go
+    through anonymous memory files (never written to a disk)."""
+    fds = [os.memfd_create(name, os.MFD_CLOEXEC) for name in ("client-cert", "client-key")]
+    try:
+        for fd, pem in zip(fds, (cert, key), strict=True):
+            os.write(fd, pem)
+        ctx.load_cert_chain(f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}")
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 class ClientError(Exception):
@@ -101,19 +115,21 @@ class Client:
                  ca_data: bytes | None = None, insecure: bool = False, max_connections: int = 32,
                  cert_file: str | None = None, key_file: str | None = None,
                  verify_hostname: bool = True, limiter: TokenBucket | None = None,
-                 ssl_context: ssl.SSLContext | None = None, unix_socket: str | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, unix_socket: str | None = None,
+                 cert_data: bytes | None = None, key_data: bytes | None = None) -> None:
         """`verify_hostname=False` trusts the CA alone: any name in the server's certificate (a joining node
         that pinned the cluster's CA, as kubeadm's discovery does). `limiter` makes every request (watches
         too, as client-go's) wait for its token (the kubelet's --kube-api-qps/--kube-api-burst).
         `ssl_context`: an existing one to use instead of the one these arguments make. `unix_socket`: the
         same apiserver's root-only local socket (`local_socket`), used for every request instead of
-        `server`, which stays what the client names (for those that reach the server's address)."""
+        `server`, which stays what the client names (for those that reach the server's address).
+        `cert_data`/`key_data`: a client certificate and key given inline (a kubeconfig's `-data` fields)."""
         self.server = server.rstrip("/")
         self.unix_socket = unix_socket
         self._base = local_socket.BASE_URL if unix_socket else self.server
         self.token: str | None = None
         # who this client is to the server: clients alike here may share one informer (informer.shared)
-        self.identity = (self.server, token, cert_file, insecure)
+        self.identity = (self.server, token, cert_file or cert_data, insecure)
         ctx: ssl.SSLContext | None = ssl_context
         if ctx is None and self.server.startswith("https"):
             ctx = ssl.create_default_context(cafile=ca_file, cadata=ca_data.decode() if ca_data else None)
@@ -121,7 +137,9 @@ class Client:
                 ctx.check_hostname = False
             if insecure:
                 ctx.verify_mode = ssl.CERT_NONE
-            if cert_file:  # x509 client authentication (a joined node's own certificate)
+            if cert_data:  # x509 client authentication given inline
+                load_cert_chain_data(ctx, cert_data, key_data or cert_data)
+            elif cert_file:  # x509 client authentication (a joined node's own certificate)
                 ctx.load_cert_chain(cert_file, key_file)
         self._ssl = ctx
         self._limit = max_connections
@@ -132,19 +150,36 @@ class Client:
 
     @classmethod
     def from_kubeconfig(cls, path: str | Path, **kw: Any) -> Client:
-        cfg = yaml.safe_load(Path(path).read_text())
+        """The current context's cluster and user, as kubectl reads them: file paths relative to the
+        kubeconfig's directory, and the inline `-data` fields (which take the place of the files)."""
+        path = Path(path)
+        cfg = yaml.safe_load(path.read_text())
         ctx_name = cfg.get("current-context")
         ctx = next((c["context"] for c in cfg.get("contexts", []) if c["name"] == ctx_name),
                    cfg["contexts"][0]["context"])
         cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
         user: dict[str, Any] = next(
             (u["user"] for u in cfg.get("users", []) if u["name"] == ctx.get("user")), {})
-        ca_data = cluster.get("certificate-authority-data")
-        ca = base64.b64decode(ca_data) if ca_data else None
-        return cls(cluster["server"], user.get("token"),
-                   ca_file=cluster.get("certificate-authority"), ca_data=ca,
+
+        def local(key: str, within: dict[str, Any]) -> str | None:
+            value = within.get(key)
+            return str(path.parent / value) if value else None  # an absolute value stays itself
+
+        def inline(key: str, within: dict[str, Any]) -> bytes | None:
+            value = within.get(key)
+            return base64.b64decode(value) if value else None
+
+        token = user.get("token")
+        token_file = local("tokenFile", user)
+        if not token and token_file:
+            token = Path(token_file).read_text().strip()
+        return cls(cluster["server"], token,
+                   ca_file=local("certificate-authority", cluster),
+                   ca_data=inline("certificate-authority-data", cluster),
                    insecure=bool(cluster.get("insecure-skip-tls-verify")),
-                   cert_file=user.get("client-certificate"), key_file=user.get("client-key"),
+                   cert_file=local("client-certificate", user), key_file=local("client-key", user),
+                   cert_data=inline("client-certificate-data", user),
+                   key_data=inline("client-key-data", user),
                    unix_socket=local_socket.usable(cluster), **kw)
 
     def with_token(self, token: str) -> Client:

@@ -17,9 +17,10 @@ from nodeagent.pki import load_ca
 from nodeagent.testing.apiserver import ServerProcess
 
 
-def node_kubeconfig(server: ServerProcess, node: str, path: Path) -> Path:
+def node_kubeconfig(server: ServerProcess, node: str, path: Path, form: str = "absolute") -> Path:
     """A kubeconfig of user system:node:<node> (group system:nodes): a client certificate signed by the
-    cluster CA, as a joined kubelet's is."""
+    cluster CA, as a joined kubelet's is. `form`: how the kubeconfig holds it, as kubectl reads any of
+    them: "absolute" file paths, paths "relative" to the kubeconfig's directory, or "inline" -data fields."""
     pki = server.data_dir / "pki"
     ca_cert, ca_key = load_ca(pki / "ca.crt", pki / "ca.key")
     key = ec.generate_private_key(ec.SECP256R1())
@@ -41,10 +42,21 @@ def node_kubeconfig(server: ServerProcess, node: str, path: Path) -> Path:
     crt_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
+    user = {"client-certificate": str(crt_file), "client-key": str(key_file)}
+    cluster = {"server": server.url, "certificate-authority-data": ca_data}
+    if form == "relative":
+        user = {"client-certificate": crt_file.name, "client-key": key_file.name}
+        ca_copy = path.with_suffix(".ca.crt")
+        ca_copy.write_bytes(server.ca_file.read_bytes())
+        cluster = {"server": server.url, "certificate-authority": ca_copy.name}
+    elif form == "inline":
+        user = {"client-certificate-data": b64(crt_file.read_bytes()),
+                "client-key-data": b64(key_file.read_bytes())}
+        crt_file.unlink()
+        key_file.unlink()
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "node",
-        "clusters": [{"name": "c", "cluster": {"server": server.url, "certificate-authority-data": ca_data}}],
-        "users": [{"name": "node",
-                   "user": {"client-certificate": str(crt_file), "client-key": str(key_file)}}],
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "node", "user": user}],
         "contexts": [{"name": "node", "context": {"cluster": "c", "user": "node"}}]}))
     return path

@@ -4,12 +4,16 @@ whoami`, aggregation of a labelled ClusterRole into `view`, escalation refused, 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
 import time
 import uuid
 
 import pytest
 
+from nodeagent.client.rest import Client
+from tests.harness.node_credential import node_kubeconfig
 from tests.integration.apiserver.http import call
 
 
@@ -237,3 +241,25 @@ def test_components_run_under_their_own_identities(kubectl, server):
     assert kubectl("auth", "can-i", "create", "pods", "-n", "default", f"--as={rs}").strip() == "yes"
     p = kubectl.run("auth", "can-i", "delete", "nodes", f"--as={rs}", check=False)
     assert p.stdout.strip() == "no"
+
+
+@pytest.mark.parametrize("form", ["absolute", "relative", "inline"])
+def test_a_client_certificate_in_any_kubeconfig_form(kubectl, server, tmp_path, form):
+    """A kubeconfig's client certificate is read as kubectl reads it: file paths (relative ones from the
+    kubeconfig's directory) or inline -data fields. Read wrongly, the client would be system:anonymous."""
+    kc = node_kubeconfig(server, "form-node", tmp_path / "node.kubeconfig", form=form)
+
+    async def whoami() -> dict:
+        async with Client.from_kubeconfig(kc) as c:
+            review = await c.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                                     {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+            return review["status"]["userInfo"]
+
+    info = asyncio.run(whoami())
+    assert info["username"] == "system:node:form-node"
+    assert "system:nodes" in info["groups"]
+    if kubectl.version != "1.20":  # the reference: kubectl reads the same file as the same user
+        p = subprocess.run([kubectl.binary, "--kubeconfig", str(kc), "auth", "whoami", "-o", "json"],
+                           capture_output=True, text=True, cwd="/")
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["status"]["userInfo"]["username"] == "system:node:form-node"
