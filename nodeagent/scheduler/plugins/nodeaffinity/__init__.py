@@ -33,6 +33,7 @@ from nodeagent.scheduler.framework import (
 NAME = "NodeAffinity"
 REASON = "node(s) didn't match Pod's node affinity/selector"
 _REJECT = unresolvable(NAME, REASON)
+_MAX_VERDICTS = 100_000  # names of nodes deleted during a run of one shape stay until then
 
 
 @dataclasses.dataclass
@@ -150,7 +151,7 @@ class NodeAffinity:
         st = state.get(NAME) or self._state(pod)
         if st is None:
             return nodes, []
-        if st.shape != self._shape:
+        if st.shape != self._shape or len(self._verdicts) > _MAX_VERDICTS:
             self._shape, self._verdicts = st.shape, {}
         verdicts = self._verdicts
         m = st.matches
