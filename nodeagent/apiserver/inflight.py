@@ -89,4 +89,4 @@ class InFlightLimit:
 
     def _report(self, kind: str) -> None:
         if self.metrics is not None:
-            self.metrics.inflight.labels(kind).set(self.current[kind])
+            self.metrics.child(self.metrics.inflight, (kind,)).set(self.current[kind])

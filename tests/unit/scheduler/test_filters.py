@@ -81,6 +81,23 @@ def test_node_affinity_selector_and_required_terms():
     assert env.filter("NodeAffinity", make_pod("p"), "c") is None
 
 
+def test_node_affinity_verdicts_follow_node_label_updates_within_a_run_of_one_shape():
+    """A run of pods of one shape reads the last verdicts back; a node's relabel is seen at once."""
+    env = Env([make_node("a", labels={"zone": "z1"}), make_node("b", labels={"zone": "z2"})])
+    r = "node(s) didn't match Pod's node affinity/selector"
+    aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}]}}}
+    assert env.filter_all("NodeAffinity", make_pod("p1", affinity=aff)) == {"a": "", "b": r}
+    assert env.filter_all("NodeAffinity", make_pod("p2", affinity=aff)) == {"a": "", "b": r}
+    env.cluster.update_node(make_node("a", labels={"zone": "z2"}))
+    env.cluster.update_node(make_node("b", labels={"zone": "z1"}))
+    assert env.filter_all("NodeAffinity", make_pod("p3", affinity=aff)) == {"a": r, "b": ""}
+    # another shape in between, then the first again: nothing stale is read back
+    assert env.filter_all("NodeAffinity", make_pod("q", nodeSelector={"zone": "z2"})) == {"a": "", "b": r}
+    env.cluster.update_node(make_node("a", labels={"zone": "z1"}))
+    assert env.filter_all("NodeAffinity", make_pod("p4", affinity=aff)) == {"a": "", "b": ""}
+
+
 def test_taint_toleration_filters_no_schedule_and_no_execute_only():
     env = Env([make_node("ns", taints=[{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]),
                make_node("ne", taints=[{"key": "evict", "effect": "NoExecute"}]),

@@ -1,10 +1,19 @@
 """NodeAffinity: Filter on spec.nodeSelector and required node affinity (terms ORed, expressions
-ANDed); Score sums the weights of matching preferred terms (normalized so the best node is 100)."""
+ANDed); Score sums the weights of matching preferred terms (normalized so the best node is 100).
+
+The filter's verdict is a function of the node's labels and name alone, and pods come in runs of one
+shape (a Deployment's replicas): the verdicts of the last shape are kept per node while the node's labels
+are the same object (NodeInfo.set_node replaces them on every node update), so a run of pods matches
+each node's labels once, not once per pod.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Hashable
 from typing import Any
+
+import orjson
 
 from nodeagent.api.selectors import Selector, from_node_selector_term
 from nodeagent.scheduler.framework import (
@@ -24,6 +33,7 @@ from nodeagent.scheduler.framework import (
 NAME = "NodeAffinity"
 REASON = "node(s) didn't match Pod's node affinity/selector"
 _REJECT = unresolvable(NAME, REASON)
+_MAX_VERDICTS = 100_000  # names of nodes deleted during a run of one shape stay until then
 
 
 @dataclasses.dataclass
@@ -66,12 +76,14 @@ class _Terms:
 
 
 class _State:
-    __slots__ = ("selector", "required", "added")
+    __slots__ = ("selector", "required", "added", "shape")
 
-    def __init__(self, selector: dict[str, str], required: _Terms | None, added: _Terms | None):
+    def __init__(self, selector: dict[str, str], required: _Terms | None, added: _Terms | None,
+                 shape: Hashable):
         self.selector = tuple(selector.items())
         self.required = required
         self.added = added
+        self.shape = shape  # equal shapes give equal verdicts on every node
 
     def matches(self, node: NodeInfo) -> bool:
         labels = node.labels
@@ -105,12 +117,17 @@ class NodeAffinity:
         self.added_required = _Terms.required_of(aa)
         self.added_preferred = [(int(p.get("weight") or 0), _Terms([p.get("preference") or {}]))
                                 for p in aa.get("preferredDuringSchedulingIgnoredDuringExecution") or ()]
+        # the last shape's verdicts: node name -> (the labels they were computed on, verdict)
+        self._shape: Hashable = None
+        self._verdicts: dict[str, tuple[dict[str, str], bool]] = {}
 
     def _state(self, pod: PodInfo) -> _State | None:
         req = _Terms(pod.required_node_terms) if pod.required_node_terms is not None else None
         if not pod.node_selector and req is None and self.added_required is None:
             return None
-        return _State(pod.node_selector, req, self.added_required)
+        shape = (tuple(sorted(pod.node_selector.items())),
+                 None if req is None else orjson.dumps(pod.required_node_terms, option=orjson.OPT_SORT_KEYS))
+        return _State(pod.node_selector, req, self.added_required, shape)
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status | None]:
         st = self._state(pod)
@@ -134,10 +151,19 @@ class NodeAffinity:
         st = state.get(NAME) or self._state(pod)
         if st is None:
             return nodes, []
+        if st.shape != self._shape or len(self._verdicts) > _MAX_VERDICTS:
+            self._shape, self._verdicts = st.shape, {}
+        verdicts = self._verdicts
         m = st.matches
         passed, failed = [], []
         for n in nodes:
-            if m(n):
+            v = verdicts.get(n.name)
+            if v is not None and v[0] is n.labels:
+                ok = v[1]
+            else:
+                ok = m(n)
+                verdicts[n.name] = (n.labels, ok)
+            if ok:
                 passed.append(n)
             else:
                 failed.append((n, _REJECT))
