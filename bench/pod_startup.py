@@ -473,7 +473,7 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
     prof = Path(a.memprofile).resolve() / f"up-{kind}" if a.memprofile else None
     if prof is not None:
         prof.parent.mkdir(parents=True, exist_ok=True)
-    proc = start_up(data, node, extra, prof, not a.memprofile_untraced)
+    proc = start_up(data, node, [*extra, *a.up_arg], prof, not a.memprofile_untraced)
     socket = ctd.ctd.socket if ctd else str(data / "cri.sock")
     kc = data / "admin.kubeconfig"
     kubelet_root = data / "kubelet"
@@ -748,6 +748,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="skip `up`: only the server + agent phase (the agent's CPU and RSS)")
     p.add_argument("--no-agent", dest="agent", action="store_false",
                    help="skip the node part alone (server + joined agent) at --steady-pods")
+    p.add_argument("--up-arg", action="append", default=[], metavar="FLAG",
+                   help="one more flag for `up` (repeatable), e.g. --up-arg=--max-parallel-pod-starts=8")
     p.add_argument("--keep", action="store_true", help="keep the data dirs")
     add_plot_argument(p)
     a = p.parse_args(argv)

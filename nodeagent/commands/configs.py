@@ -149,7 +149,7 @@ KUBELET_FLAGS = {
     "cpu_manager_policy": "str", "reserved_cpus": "str", "cpu_manager_reconcile_period": "duration",
     "memory_manager_policy": "str", "topology_manager_policy": "str", "max_pods": "int",
     "pods_per_core": "int", "kube_api_qps": "int", "kube_api_burst": "int", "event_qps": "int",
-    "event_burst": "int",
+    "event_burst": "int", "max_parallel_pod_starts": "int",
     "image_gc_high_threshold": "int", "image_gc_low_threshold": "int", "image_minimum_gc_age": "duration",
     "maximum_dead_containers_per_container": "int", "maximum_dead_containers": "int",
     "minimum_container_ttl_duration": "duration", "container_gc_period": "duration",

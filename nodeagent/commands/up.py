@@ -153,6 +153,10 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                    help="Events it may create at once above --event-qps (>= 0, 0: 10; default 100)")
     p.add_argument("--max-pods", type=int, default=None,
                    help="pods this node runs at most (default: 110)")
+    p.add_argument("--max-parallel-pod-starts", type=int, default=None,
+                   help="pods in the runtime part of their start (cgroups, sandbox, container create and "
+                        "start) at once; a pod waiting on an image pull, a volume or a postStart hook holds "
+                        "no slot (nodeagent's own flag; 0: no limit, as kubelet; default 0)")
     p.add_argument("--pods-per-core", type=int, default=None,
                    help="cap pods at this many per logical CPU, below --max-pods (default: 0, no cap)")
     p.add_argument("--image-gc-high-threshold", type=int, default=None,

@@ -47,6 +47,7 @@ from nodeagent.kubelet.pod_actions import latest_records
 from nodeagent.kubelet.prober import ProbeManager, Prober, Result
 from nodeagent.kubelet.secrets import PodObjects
 from nodeagent.kubelet.server.metrics import KubeletMetrics
+from nodeagent.kubelet.start_slots import StartSlots
 from nodeagent.kubelet.static_pods import (
     StaticPodSource,
     URLPodSource,
@@ -137,6 +138,8 @@ class Kubelet:
         self.probes = ProbeManager(Prober(self._exec_sync, self._probe_event),
                                    self.last_status.get, self.clock)
         self.metrics = KubeletMetrics()
+        self.starts = StartSlots(cfg.max_parallel_pod_starts)
+        self.metrics.set_start_slots_source(lambda: self.starts.waiting)
         self.csi.observe = self.metrics.observe_csi
         self._running_counts: tuple[int, dict[str, int]] = (0, {})
         self.metrics.set_running_source(lambda: self._running_counts)
@@ -318,7 +321,7 @@ class Kubelet:
                                   cpuset_of=self.cpu.cpuset if self.cpu is not None else None,
                                   on_created=self.cpu_reconciler.created
                                   if self.cpu_reconciler is not None else None,
-                                  active_pods=self._active_pods)
+                                  active_pods=self._active_pods, starts=self.starts)
         if self.runtime.cgroups is not None:
             await asyncio.to_thread(_ensure_qos_tree, self.runtime.cgroups, self.runtime.cgroup_root)
             system_reserved, kube_reserved = self.cfg.reserved()

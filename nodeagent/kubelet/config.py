@@ -92,6 +92,8 @@ class KubeletConfig:
     memory_manager_policy: str = "None"  # --memory-manager-policy: only None (no memory manager here)
     topology_manager_policy: str = "none"  # --topology-manager-policy: only none (no topology manager here)
     max_pods: int = 110  # --max-pods
+    # --max-parallel-pod-starts: pods in the runtime part of their start at once (0: no limit)
+    max_parallel_pod_starts: int = 0
     image_gc_high_threshold: int = 85  # --image-gc-high-threshold, percent of the image filesystem
     image_gc_low_threshold: int = 80  # --image-gc-low-threshold
     image_minimum_gc_age: float = 120.0  # --image-minimum-gc-age, seconds
@@ -201,6 +203,9 @@ class KubeletConfig:
             raise ValueError(f"--max-pods {self.max_pods}: must be positive")
         if self.pods_per_core < 0:
             raise ValueError(f"--pods-per-core {self.pods_per_core}: must not be negative")
+        if self.max_parallel_pod_starts < 0:
+            raise ValueError(f"--max-parallel-pod-starts {self.max_parallel_pod_starts}: must not be "
+                             "negative (0: no limit)")
 
     def reserved_cpu_set(self) -> frozenset[int]:
         from nodeagent.kubelet.cpumanager.cpuset import parse

@@ -19,7 +19,7 @@ from typing import Any
 
 from cri.client import RuntimeClient, is_not_found
 from cri.proto import api_pb2 as pb
-from kernel.threads import run_to_completion
+from kernel.threads import finish, run_to_completion
 from nodeagent.clock import Clock
 from nodeagent.kubelet import images as image_policy
 from nodeagent.kubelet import pod_files, resources
@@ -35,8 +35,9 @@ from nodeagent.kubelet.labels import (
     POD_NAMESPACE_LABEL,
     POD_UID_LABEL,
 )
-from nodeagent.kubelet.pod_actions import SandboxRecord, compute_pod_actions, latest_records
+from nodeagent.kubelet.pod_actions import PodActions, SandboxRecord, compute_pod_actions, latest_records
 from nodeagent.kubelet.resolvconf import ResolvConf, pod_resolv_conf
+from nodeagent.kubelet.start_slots import StartSlots
 from nodeagent.kubelet.status import ContainerRecord, SyncError, container_hash, generate_pod_status
 from nodeagent.kubelet.volumes.manager import VolumeError, VolumeManager
 
@@ -75,8 +76,10 @@ class PodRuntime:
                  runtime_handler: Callable[[Mapping[str, Any]], Awaitable[str]] | None = None,
                  cpuset_of: Callable[[Mapping[str, Any], Mapping[str, Any]], str] | None = None,
                  on_created: Callable[[str, str], None] | None = None,
-                 active_pods: Callable[[], list[dict[str, Any]]] | None = None) -> None:
+                 active_pods: Callable[[], list[dict[str, Any]]] | None = None,
+                 starts: StartSlots | None = None) -> None:
         self.cri = cri
+        self.starts = starts or StartSlots(0)  # --max-parallel-pod-starts: pods in their start at once
         # The kubelet's active pods (admitted, not terminal): what the burstable QoS cgroup's shares sum.
         self.active_pods = active_pods
         # The CPU manager: a container's cpuset.cpus ("" for none) and who hears of the cpuset it got.
@@ -163,24 +166,51 @@ class PodRuntime:
         for cid, info in actions.containers_to_kill.items():
             self.recorder.record(pod, "Normal", "Killing", info.message or f"Stopping container {info.name}")
             await self._stop_container(cid, _grace(pod), pod, info.name)
-        sid = "" if actions.create_sandbox else actions.sandbox_id
         to_start = (actions.init_containers_to_start + actions.ephemeral_to_start
                     + actions.containers_to_start)
-        vols: dict[str, Any] = {}
-        if actions.create_sandbox or to_start:
+        if not (actions.create_sandbox or to_start):
+            if not actions.kill_pod:
+                try:  # re-project configMap/secret/downwardAPI contents (atomic swaps; no-op when unchanged)
+                    changed = await run_to_completion(self.volumes.update_pod, pod)
+                    if changed:
+                        log.info("pod %s: volumes %s updated", pod_name(pod), ", ".join(changed))
+                except VolumeError as e:
+                    self.recorder.record(pod, "Warning", "FailedMount", e.event_message)
+            return await self.state(pod)
+        async with self.starts.slot(uid):
             try:
-                vols = await run_to_completion(self.volumes.setup_pod, pod)
+                vols = await self._setup_volumes(pod)
             except VolumeError as e:
                 # The pod waits in ContainerCreating; the worker retries while containers are waiting.
                 self.recorder.record(pod, "Warning", e.reason, e.event_message)
                 return st
-        elif not actions.kill_pod:
-            try:  # re-project configMap/secret/downwardAPI contents (atomic swaps; no-op when unchanged)
-                changed = await run_to_completion(self.volumes.update_pod, pod)
-                if changed:
-                    log.info("pod %s: volumes %s updated", pod_name(pod), ", ".join(changed))
-            except VolumeError as e:
-                self.recorder.record(pod, "Warning", "FailedMount", e.event_message)
+            early = await self._create_and_start(pod, actions, st, vols, to_start, errors)
+        return early if early is not None else await self.state(pod)
+
+    async def _setup_volumes(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        """The pod's volumes, set up on a worker thread; one that takes longer than SLOW_VOLUME_SETUP gives
+        the pod's start slot back while it finishes (a hung mount never holds one)."""
+        if not self.starts.limit:  # no slots to give back
+            return await run_to_completion(self.volumes.setup_pod, pod)
+        task = asyncio.ensure_future(run_to_completion(self.volumes.setup_pod, pod))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=SLOW_VOLUME_SETUP)
+            if done:
+                return task.result()
+            async with self.starts.released(uid_of(pod)):
+                return await task
+        except asyncio.CancelledError:
+            task.cancel()
+            await finish(task)  # what the set-up made exists before the caller's cleanup runs
+            raise
+
+    async def _create_and_start(self, pod: Mapping[str, Any], actions: PodActions, st: PodRuntimeState,
+                                vols: dict[str, Any], to_start: list[str],
+                                errors: dict[str, SyncError]) -> PodRuntimeState | None:
+        """The pod's new sandbox (if it needs one) and the containers it starts, under a start slot;
+        the state to return at once when it stops early (None: carry on)."""
+        uid = uid_of(pod)
+        sid = "" if actions.create_sandbox else actions.sandbox_id
         if actions.create_sandbox:
             for old in st.sandboxes:
                 await self._remove_sandbox(old.id)
@@ -239,7 +269,7 @@ class PodRuntime:
                 errors[name] = SyncError(e.reason, e.message)
             if name in actions.init_containers_to_start:
                 break  # one init container at a time: the next sync (PLEG) starts the next
-        return await self.state(pod)
+        return None
 
     async def _runtime_features(self) -> None:
         """What the runtime's default handler supports (kubelet reads the handlers from CRI Status)."""
@@ -279,7 +309,8 @@ class PodRuntime:
         self.recorder.record(pod, "Normal", "Pulling", image_policy.pulling_message(image))
         t0 = self.clock.now()
         try:
-            ref = await pull_with_credentials(self.cri, self.sources, self.recorder, pod, image)
+            async with self.starts.released(uid_of(pod)):  # a pull waits on the network, not the CPU
+                ref = await pull_with_credentials(self.cri, self.sources, self.recorder, pod, image)
         except Exception as e:
             self.pull_backoff.failed(pod, image)
             reason, msg = image_policy.pull_failed(image, _details(e))
@@ -350,7 +381,11 @@ class PodRuntime:
             raise _StartError("RunContainerError", msg) from e
         self.recorder.record(pod, "Normal", "Started", f"Started container {c['name']}")
         hook = (c.get("lifecycle") or {}).get("postStart")
-        if hook and not await self._run_hook(pod, c, cid, hook, "PostStart", POST_START_TIMEOUT):
+        if not hook:
+            return
+        async with self.starts.released(uid_of(pod)):  # the hook's own time is not the kubelet's work
+            hook_ok = await self._run_hook(pod, c, cid, hook, "PostStart", POST_START_TIMEOUT)
+        if not hook_ok:
             # kubelet: a failed postStart hook kills the container; the restart policy decides what follows.
             await self._stop_container(cid, _grace(pod))
             raise _StartError("PostStartHookError", f"PostStartHook failed for container {c['name']}")
@@ -658,6 +693,8 @@ class _StartError(Exception):
 
 
 POST_START_TIMEOUT = 30
+# a pod's volume set-up taking longer than this gives its start slot back until it is done (seconds)
+SLOW_VOLUME_SETUP = 1.0
 MIN_GRACE_AFTER_HOOK = 2  # kubelet gives SIGTERM at least this long after a preStop hook
 
 

@@ -10,6 +10,7 @@ so tests assert what a sync asked the runtime to do.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import shutil
@@ -65,6 +66,7 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
         self.fail_start: set[str] = set()  # container names whose start fails
         self.exec_results: dict[tuple[str, ...], int] = {}  # command → exit code (default 0)
         self.unpullable: set[str] = set()
+        self.pull_gates: dict[str, asyncio.Event] = {}  # image → its pull waits until the event is set
         self.private: dict[str, tuple[str, str]] = {}  # image → the (username, password) its registry wants
         self.pull_auths: list[tuple[str, str, str]] = []  # (image, username, password) of each PullImage
         self.image_users: dict[str, str] = {}  # image → its config's User ("1000", "nobody"); none by default
@@ -265,6 +267,8 @@ class FakeRuntime(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageService
         image = request.image.image
         self.calls.append(("PullImage", image))
         self.pull_auths.append((image, request.auth.username, request.auth.password))
+        if image in self.pull_gates:
+            await self.pull_gates[image].wait()
         if image in self.unpullable:
             await context.abort(grpc.StatusCode.UNKNOWN, f"failed to resolve reference {image!r}: not found")
         want = self.private.get(image)

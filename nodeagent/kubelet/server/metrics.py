@@ -126,6 +126,13 @@ class KubeletMetrics:
             self._running = _Running(snapshot)
             self.registry.register(self._running)
 
+    def set_start_slots_source(self, waiting: Callable[[], int]) -> None:
+        """Pods waiting for a start slot (--max-parallel-pod-starts; nodeagent's own gauge)."""
+        g = Gauge("nodeagent_kubelet_pod_starts_waiting",
+                  "Number of pods waiting for a start slot (--max-parallel-pod-starts)",
+                  registry=self.registry)
+        g.set_function(waiting)
+
     def set_volume_source(self, source: ClaimStats) -> None:
         self.registry.register(_VolumeStats(source))
 
