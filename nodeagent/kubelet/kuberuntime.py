@@ -214,7 +214,7 @@ class PodRuntime:
         if actions.create_sandbox:
             for old in st.sandboxes:
                 await self._remove_sandbox(old.id)
-            new_cfg = self.sandbox_config(pod, actions.attempt)
+            sandbox_cfg = self.sandbox_config(pod, actions.attempt)  # the containers' too: made once
             for warning in self.dns_warnings(pod):
                 self.recorder.record(pod, "Warning", "DNSConfigForming", warning)
             if (pod.get("spec") or {}).get("hostUsers") is False:
@@ -234,7 +234,7 @@ class PodRuntime:
             if self.cgroups is not None:
                 active = self.active_pods() if self.active_pods is not None else None
                 await asyncio.to_thread(self._make_pod_cgroup, pod, active)
-            sid = await self.cri.run_pod_sandbox(new_cfg, handler)
+            sid = await self.cri.run_pod_sandbox(sandbox_cfg, handler)
             if st.sandboxes or st.records:
                 st = await self.state(pod)
             else:  # the pod's first sandbox: only its addresses are new (kubelet asks PodSandboxStatus)
@@ -242,7 +242,7 @@ class PodRuntime:
             new_ips: list[str] | None = st.pod_ips
         else:
             new_ips = None
-        sandbox_cfg = self.sandbox_config(pod, actions.attempt)
+            sandbox_cfg = self.sandbox_config(pod, actions.attempt)
         spec = pod.get("spec") or {}
         by_name = {c["name"]: c for f in ("initContainers", "ephemeralContainers", "containers")
                    for c in spec.get(f) or []}
