@@ -164,3 +164,13 @@ def test_a_negative_limit_is_refused_with_the_flag_name():
     with pytest.raises(ValueError, match="--max-parallel-pod-starts -2"):
         KubeletConfig(data_dir="/d", node_name="n", runtime_endpoint="/s", credentials=None,  # type: ignore
                       root_dir="/r", log_dir="/l", manifests_dir="/m", max_parallel_pod_starts=-2)
+
+
+def test_the_flag_reaches_up_and_agent_and_a_negative_one_is_refused(tmp_path):
+    from tests.unit.test_configs import _agent, _up
+
+    assert _up(tmp_path, "--max-parallel-pod-starts", "8").kubelet.max_parallel_pod_starts == 8
+    assert _agent(tmp_path, "--max-parallel-pod-starts", "4").kubelet.max_parallel_pod_starts == 4
+    assert _up(tmp_path).kubelet.max_parallel_pod_starts == 0  # kubelet's behaviour: no limit
+    with pytest.raises(SystemExit, match="--max-parallel-pod-starts -1: must not be negative"):
+        _up(tmp_path, "--max-parallel-pod-starts", "-1")
