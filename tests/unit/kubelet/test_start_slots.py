@@ -162,7 +162,7 @@ def test_a_negative_limit_is_refused_with_the_flag_name():
     with pytest.raises(ValueError, match="--max-parallel-pod-starts -1: must not be negative"):
         StartSlots(-1)
     with pytest.raises(ValueError, match="--max-parallel-pod-starts -2"):
-        KubeletConfig(data_dir="/d", node_name="n", runtime_endpoint="/s", credentials=None,  # type: ignore
+        KubeletConfig(data_dir="/d", node_name="n", runtime_endpoint="/s", credentials=None,  # type: ignore[arg-type]
                       root_dir="/r", log_dir="/l", manifests_dir="/m", max_parallel_pod_starts=-2)
 
 
