@@ -25,7 +25,9 @@ pytestmark = pytest.mark.root
 
 @pytest.fixture
 async def runtime(res):
-    """Our runtime in this process (no CNI: the pods have only loopback), its state on a fresh directory."""
+    """Our runtime in this process without a CNI config, its state on a fresh directory: the sandboxes share
+    the node's network (a pod-network one is refused without a CNI config, as containerd's) and keep their
+    own IPC namespace, so each still gets its /dev/shm mount."""
     rt = Runtime(RuntimeOptions(state_dir=res.mountpoint()), detect())
     await rt.start()
     try:
@@ -38,7 +40,7 @@ async def runtime(res):
 
 
 def _config(res, name: str | None = None):
-    return sandbox_config(name or unique("pod"), cgroup_parent="/" + res.cgroup_name())
+    return sandbox_config(name or unique("pod"), cgroup_parent="/" + res.cgroup_name(), host_network=True)
 
 
 class _HeldShmMount:
