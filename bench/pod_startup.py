@@ -361,6 +361,7 @@ class Containerd:
 
         self.bridge = f"nbp{os.getpid() % 100000}"
         self.ctd = Ctd(root)
+        self.label = "containerd"
         n = os.getpid() % 250
         conf = {"cniVersion": "0.4.0", "name": f"bench-{self.bridge}", "plugins": [
             {"type": "bridge", "bridge": self.bridge, "isGateway": True, "ipMasq": False,
@@ -407,7 +408,65 @@ class Containerd:
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
 
 
-def prepare_runtime(kind: str, root: Path, data: Path) -> tuple[Containerd | None, list[str]]:
+class OwnRuntime:
+    """Our runtime as its own process (`nodeagent cri`, as DESIGN has the CRI daemon), `up` reaching it
+    by --container-runtime-endpoint: the node's work on two processes (two GILs) instead of one. It uses
+    `up`'s layout under the data dir (images, CNI config written by `up`, the plugins' resident daemon)."""
+
+    def __init__(self, data: Path, cni_bin: Path) -> None:
+        self.data = data
+        self.socket = str(data / "cri-process.sock")
+        self.ctd = self  # run_up reads the socket as containerd's (`ctd.ctd.socket`)
+        self.label = "runtime process"
+        self.proc: subprocess.Popen | None = None
+        self.cni_bin = cni_bin
+
+    def start(self) -> str:
+        log = open(self.data / "cri.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nodeagent", "--log-level", "warning", "cri", "--socket", self.socket,
+             "--state-dir", str(self.data / "cri"), "--cni-conf-dir", str(self.data / "cni" / "net.d"),
+             "--cni-bin-dir", str(self.cni_bin), "--cni-bin-dir", "/usr/lib/cni",
+             "--cni-socket", str(self.data / "cni-plugin.sock")], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        end = time.monotonic() + 60
+        while not Path(self.socket).exists():
+            if self.proc.poll() is not None or time.monotonic() > end:
+                log_tail = (self.data / "cri.log").read_text()[-3000:]
+                raise SystemExit(f"`nodeagent cri` did not start:\n{log_tail}")
+            time.sleep(0.1)
+        return self.socket
+
+    def pids(self) -> list[int]:
+        """The runtime process, then its shims and pause children (counted as containerd's shims are)."""
+        if self.proc is None:
+            return []
+        return [self.proc.pid, *pod_infrastructure(self.proc.pid)]
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+        unmount_left(self.data / "cri", "the runtime process")
+
+
+RUNTIMES = ("nodeagent", "containerd", "nodeagent-cri")
+
+
+def runtimes(value: str) -> list[str]:
+    """--runtime's list; an unknown name refused with the known ones."""
+    names = ["nodeagent", "containerd"] if value == "both" else [
+        v.strip() for v in value.split(",") if v.strip()]
+    bad = [n for n in names if n not in RUNTIMES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown runtime {', '.join(bad) or value!r}: "
+                                         f"choose from {', '.join(RUNTIMES)} or both")
+    return names
+
+
+Peer = Containerd | OwnRuntime | None  # the runtime process beside `up`, when it is not in `up`
+
+
+def prepare_runtime(kind: str, root: Path, data: Path) -> tuple[Peer, list[str]]:
     """The runtime `up` will use, with the busybox image in it: containerd started (and returned), or
     ours' CNI plugins and image; the flags `up` takes for it."""
     from nodeagent.testing.images import ImageFactory
@@ -424,6 +483,9 @@ def prepare_runtime(kind: str, root: Path, data: Path) -> tuple[Containerd | Non
     img = ImageFactory(images_root).busybox
     subprocess.run([sys.executable, "-m", "nodeagent", "image", "--state-dir", str(data / "images"),
                     "import", "--no-progress", str(img.docker_archive)], check=True, capture_output=True)
+    if kind == "nodeagent-cri":
+        own = OwnRuntime(data, root / kind / "cni-bin")
+        return own, ["--container-runtime-endpoint", f"unix://{own.start()}"]
     return None, ["--cni-bin-dir", str(root / kind / "cni-bin"), "--cni-bin-dir", "/usr/lib/cni"]
 
 
@@ -459,7 +521,7 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
     ctd, extra = prepare_runtime(kind, root, data)
     try:
         out = run_up(kind, a, data, ctd, extra) if a.up else {"runtime": kind}
-        if a.steady_seconds > 0 and a.agent:
+        if a.steady_seconds > 0 and a.agent and kind != "nodeagent-cri":  # (its runtime is up's)
             out["agent"] = run_agent(kind, a, root, ctd, extra)
         return out
     finally:
@@ -467,7 +529,7 @@ def run_one(kind: str, a: argparse.Namespace, root: Path) -> dict:
             ctd.stop()
 
 
-def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None, extra: list[str]) -> dict:
+def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Peer, extra: list[str]) -> dict:
     """`nodeagent up` on the runtime: floor (ours), serial, rate, steady state; its pods removed after."""
     node = f"bench-{kind[:3]}-{os.getpid()}"
     prof = Path(a.memprofile).resolve() / f"up-{kind}" if a.memprofile else None
@@ -516,7 +578,7 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Containerd | None,
 
 
 def run_burst(n: int, pid: int, kc: Path, node: str, profile: Path | None,
-              ctd: Containerd | None = None, idle: bool = False) -> dict:
+              ctd: Peer = None, idle: bool = False) -> dict:
     """`n` pods created at once (the node's whole capacity at 110): each one's latency, the time until
     all ran, the agent process's RSS once they all run, and the CPU seconds each part of the node spent
     meanwhile (`burst_cpu`); with `profile`, py-spy samples the agent process meanwhile into that file
@@ -571,7 +633,7 @@ def _on_cpu(pid: int) -> float:
         return 0.0
 
 
-def burst_cpu(pid: int, ctd: Containerd | None) -> dict[str, float]:
+def burst_cpu(pid: int, ctd: Peer) -> dict[str, float]:
     """CPU seconds so far of each part of the node: the agent process (its event loop's thread and the
     rest: the blocking-call pool, gRPC's and the CNI daemon's threads), the programs it ran and reaped
     (CNI plugin execs, iptables…), its per-pod processes (ours: shims and pause; their reaped children:
@@ -582,8 +644,8 @@ def burst_cpu(pid: int, ctd: Containerd | None) -> dict[str, float]:
            "agent execs (reaped)": reaped}
     if ctd is not None:
         runtime = ctd.pids()
-        out["containerd+shims"] = sum(_cpu_times(p)[0] for p in runtime)
-        out["ctd execs (runc, CNI)"] = sum(_cpu_times(p)[2] for p in runtime)
+        out[f"{ctd.label}+shims"] = sum(_cpu_times(p)[0] for p in runtime)
+        out[f"{ctd.label} execs (runc, CNI)"] = sum(_cpu_times(p)[2] for p in runtime)
         infra = pod_infrastructure(pid, runtime[1:])
         out["pause"] = sum(_on_cpu(p) for p in infra if p not in runtime)
     else:
@@ -617,7 +679,7 @@ async def api_requests(kubeconfig: Path) -> dict[tuple[str, str, str], float]:
     return out
 
 
-def node_groups(pid: int, ctd: Containerd | None) -> dict[str, list[int]]:
+def node_groups(pid: int, ctd: Peer) -> dict[str, list[int]]:
     """What is sampled at steady state: "proc", the agent process alone (`up` or `agent`; with ours it holds
     the runtime); "runtime", containerd with its shims and their pause processes (containerd only); "all",
     the process with every per-pod process the node keeps (ours: its shim and pause children; containerd:
@@ -638,7 +700,7 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def run_agent(kind: str, a: argparse.Namespace, root: Path, ctd: Containerd | None, extra: list[str]) -> dict:
+def run_agent(kind: str, a: argparse.Namespace, root: Path, ctd: Peer, extra: list[str]) -> dict:
     """The node part alone, as the k3s agent figure counts it: `nodeagent server` (apiserver, scheduler,
     controllers, pod network controller; no DNS, which would want port 53) in one process and `nodeagent
     agent` joined to it with the server's join command (bootstrap token, CA pinned by hash) in another,
@@ -735,7 +797,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memprofile-untraced", action="store_true",
                    help="with --memprofile: no tracemalloc (RSS as it runs, malloc's and pymalloc's figures, "
                         "and what malloc_trim(0) gives back after each report)")
-    p.add_argument("--runtime", choices=["both", "nodeagent", "containerd"], default="both")
+    p.add_argument("--runtime", default="both", type=runtimes,
+                   help="comma-separated, run in that order: nodeagent (ours in `up`'s process), containerd "
+                        "(behind our kubelet), nodeagent-cri (ours as its own `nodeagent cri` process behind "
+                        "`up`, through --container-runtime-endpoint); both = nodeagent,containerd (default)")
     p.add_argument("--floor-runs", type=int, default=10,
                    help="CRI-only pods for ours' floor (default %(default)s)")
     p.add_argument("--steady-pods", type=int, default=110,
@@ -758,7 +823,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     root = Path(tempfile.mkdtemp(prefix="na-bench-"))
-    kinds = ["nodeagent", "containerd"] if a.runtime == "both" else [a.runtime]
+    kinds = a.runtime
     results = {}
     ok = False
     try:
