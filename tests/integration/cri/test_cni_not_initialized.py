@@ -131,13 +131,11 @@ def test_refusal_leaves_nothing_and_a_conflist_dropped_in_is_used(tmp_path, imag
 
 
 def _cgroup_roots() -> set[str]:
-    from kernel.cgroups import detect_cgroups
+    """Every cgroup hierarchy: runc under containerd makes a pod's cgroup parent in the named ones
+    (name=systemd) and a hybrid host's unified tree too, not only in the controllers'."""
+    from kernel.cgroups import hierarchies
 
-    info = detect_cgroups()
-    if info.version == "v1":
-        return set(info.v1_controllers.values())
-    assert info.v2_root is not None
-    return {info.v2_root}
+    return set(hierarchies())
 
 
 def _processes_naming(word: str) -> list[int]:
