@@ -16,6 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from cni.invoke import NOT_INITIALIZED, Attachment, CNIError, first_ip
 from cri.proto import api_pb2 as pb
 from cri.runtime.core import (
     CONTAINER,
@@ -76,8 +77,6 @@ class SandboxVerbs(RuntimeCore):
         if nso.network != NODE and (self.cni is None or self.cni.network() is None):
             # containerd refuses a pod network while no CNI config is loaded (go-cni's Setup checks its
             # Status first); here before anything is made, so there is nothing to undo
-            from cni.invoke import NOT_INITIALIZED
-
             cause = NOT_INITIALIZED if self.cni is not None else "cni config not initialized"
             raise NetworkSetupFailed(sid, cause)
         self._keys[key] = sid
@@ -140,8 +139,6 @@ class SandboxVerbs(RuntimeCore):
         try:
             cni = self.cni
             if nso.network != NODE and cni is not None:
-                from cni.invoke import CNIError
-
                 att = self._attachment(s, config)
                 try:
                     result = await cni.add(att)
@@ -150,7 +147,6 @@ class SandboxVerbs(RuntimeCore):
                     raise NetworkSetupFailed(sid, str(e)) from e
                 s.network = True
                 undo.push(lambda: cni.delete(att))
-                from cni.invoke import first_ip
 
                 s.ip, s.additional_ips = first_ip(result)
                 if s.ip:
@@ -163,9 +159,7 @@ class SandboxVerbs(RuntimeCore):
         await self._persist_off_loop(s)
         return s
 
-    def _attachment(self, s: SandboxRecord, config: pb.PodSandboxConfig):
-        from cni.invoke import Attachment
-
+    def _attachment(self, s: SandboxRecord, config: pb.PodSandboxConfig) -> Attachment:
         md = config.metadata
         netns = f"/proc/{s.pid}/ns/net" if alive(s.pid, s.pid_start) else str(self._sdir(s.id) / "netns-gone")
         ports = [{"hostPort": p.host_port, "containerPort": p.container_port,
