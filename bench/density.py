@@ -66,10 +66,11 @@ class TimedClient(Client):
     samples: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
 
     async def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
-                      content_type: str = "application/json", deadline: float = 60) -> Any:
+                      content_type: str = "application/json", deadline: float = 60,
+                      accept: str | None = None) -> Any:
         t0 = time.monotonic()
         try:
-            return await super().request(method, path, body, params, content_type, deadline)
+            return await super().request(method, path, body, params, content_type, deadline, accept)
         finally:
             try:
                 info = parse(method, path, {})

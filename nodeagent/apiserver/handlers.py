@@ -113,6 +113,8 @@ class Wants:
     def __init__(self, accept: str) -> None:
         self.table = "as=Table" in accept
         self.partial = not self.table and "as=PartialObjectMetadata" in accept
+        # which of the two kube transforms to: an object (GET, watch events) or a list; the other is 406
+        self.partial_list = self.partial and "as=PartialObjectMetadataList" in accept
         # an alternative the client takes as it is (no `as=` transform): what a refused transform falls to
         self.plain_fallback = any("as=" not in alt and any(t in alt for t in _PLAIN_TYPES)
                                   for alt in accept.split(","))
@@ -126,6 +128,12 @@ class Wants:
             if not self.plain_fallback:
                 raise errors.not_acceptable(NOT_ACCEPTABLE)
             self.table = False
+
+
+def partial_object(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object as kube's metadata transform returns it (meta.AsPartialObjectMetadata): its whole
+    ObjectMeta under the PartialObjectMetadata kind."""
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
 
 
 class Handlers:
@@ -549,8 +557,10 @@ class Handlers:
             return table.table(res.kind, [obj], obj["metadata"].get("resourceVersion", ""),
                                q.get("includeObject", "Metadata"))
         if wants.partial:
-            return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                    "metadata": obj["metadata"]}
+            if wants.partial_list:  # kube's asPartialObjectMetadataList, after the verb has run
+                raise errors.not_acceptable("you requested PartialObjectMetadataList, but the requested "
+                                            f"object is not a list (*{res.version}.{res.kind})")
+            return partial_object(obj)
         return obj
 
     def _selectors(self, res: Resource, q: Any) -> tuple[Any, Any]:
@@ -617,10 +627,11 @@ class Handlers:
         if wants.table:
             return json_response(table.table(served.kind, items, str(rev),
                                              q.get("includeObject", "Metadata"), cont))
+        if not wants.partial_list:  # kube's asPartialObjectMetadata refuses a list
+            raise errors.not_acceptable("you requested PartialObjectMetadata, but the requested object is a "
+                                        f"list (*{served.version}.{served.kind}List)")
         return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                              "metadata": meta,
-                              "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                         "metadata": o["metadata"]} for o in items]})
+                              "metadata": meta, "items": [partial_object(o) for o in items]})
 
     @staticmethod
     def _key(res: Resource, e: Entry) -> str:
@@ -753,9 +764,8 @@ class Handlers:
                     if wants.table and typ not in ("ERROR", "BOOKMARK"):
                         obj = table.table(res.kind, [obj],
                                           obj["metadata"].get("resourceVersion", ""), include)
-                    elif wants.partial and typ not in ("ERROR",):
-                        obj = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                               "metadata": obj["metadata"]}
+                    elif wants.partial and typ != "ERROR":  # a bookmark too, as kube's watch encoder
+                        obj = partial_object(obj)
                     elif line is not None:
                         out.append(line)
                         continue

@@ -24,6 +24,11 @@ from nodeagent.client.ratelimit import TokenBucket
 MAX_RETRIES = 10  # client-go's: answers with Retry-After (429, 5xx) are tried again this many times
 PATCH_TYPES = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
                "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}
+# client-go's metadata client: lists as PartialObjectMetadataList, watch events' objects as
+# PartialObjectMetadata (only ObjectMeta), plain JSON where a server transforms nothing
+METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+PARTIAL = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1"}
 
 
 def load_cert_chain_data(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
@@ -229,9 +234,10 @@ class Client:
         await self.close()
 
     async def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
-                      content_type: str = "application/json", deadline: float = 60) -> Any:
+                      content_type: str = "application/json", deadline: float = 60,
+                      accept: str | None = None) -> Any:
         data = None
-        headers = self._auth_headers
+        headers = self._auth_headers if accept is None else {**self._auth_headers, "Accept": accept}
         if body is not None:
             data = body if isinstance(body, bytes) else _dumps(body)
             headers = {**headers, "Content-Type": content_type}
@@ -266,24 +272,32 @@ class Client:
 
     async def list(self, resource: str | Resource, namespace: str | None = None,
                    label_selector: str | None = None, field_selector: str | None = None,
-                   limit: int | None = None, resource_version: str | None = None) -> dict[str, Any]:
+                   limit: int | None = None, resource_version: str | None = None,
+                   metadata_only: bool = False) -> dict[str, Any]:
         """The whole list (following `continue` when `limit` pages it; when the server can no longer
         continue at the first page's revision, 410, one list without a limit, as client-go's pager does
-        with FullListIfExpired)."""
+        with FullListIfExpired). With `metadata_only`, a PartialObjectMetadataList, as client-go's metadata
+        client lists (its items only ObjectMeta, even from a server that sends whole objects)."""
         res = resolve(resource)
         params = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": limit,
                   "resourceVersion": resource_version}
-        out = await self.request("GET", path_for(res, namespace), params=params)
+        accept = METADATA_LIST_ACCEPT if metadata_only else None
+        path = path_for(res, namespace)
+        out = await self.request("GET", path, params=params, accept=accept)
         while limit and out["metadata"].get("continue"):
             try:
-                more = await self.request("GET", path_for(res, namespace),
+                more = await self.request("GET", path, accept=accept,
                                           params={**params, "continue": out["metadata"]["continue"]})
             except ClientError as e:
                 if not e.gone:
                     raise
-                return await self.request("GET", path_for(res, namespace), params={**params, "limit": None})
+                out = await self.request("GET", path, params={**params, "limit": None}, accept=accept)
+                break
             out["items"] += more["items"]
             out["metadata"] = more["metadata"]
+        if metadata_only and out.get("kind") != "PartialObjectMetadataList":
+            out = {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                   "metadata": out.get("metadata") or {}, "items": [as_partial(o) for o in out["items"]]}
         return out
 
     async def create(self, resource: str | Resource, obj: dict[str, Any], namespace: str | None = None,
@@ -347,17 +361,19 @@ class Client:
     async def watch(self, resource: str | Resource, namespace: str | None = None,
                     resource_version: str | None = None, label_selector: str | None = None,
                     field_selector: str | None = None, timeout_seconds: int | None = None,
-                    bookmarks: bool = True) -> AsyncIterator[dict[str, Any]]:
-        """Watch events as dicts {type, object}; an ERROR event is raised as ClientError (410 -> .gone)."""
+                    bookmarks: bool = True, metadata_only: bool = False) -> AsyncIterator[dict[str, Any]]:
+        """Watch events as dicts {type, object}; an ERROR event is raised as ClientError (410 -> .gone).
+        With `metadata_only`, each object a PartialObjectMetadata (client-go's metadata client's watch)."""
         res = resolve(resource)
         params = {"watch": "1", "resourceVersion": resource_version, "labelSelector": label_selector,
                   "fieldSelector": field_selector, "timeoutSeconds": timeout_seconds,
                   "allowWatchBookmarks": "true" if bookmarks else None}
         url = self._base + path_for(res, namespace) + "?" + urlencode(_clean(params))
+        headers = {**self._auth_headers, "Accept": METADATA_ACCEPT} if metadata_only else self._auth_headers
         if self.limiter is not None:
             await self.limiter.wait()
         try:
-            async with self._sess().get(url, headers=self._auth_headers, timeout=_WATCH_TIMEOUT) as r:
+            async with self._sess().get(url, headers=headers, timeout=_WATCH_TIMEOUT) as r:
                 if r.status >= 400:
                     raise _error(r.status, await r.read())
                 buf = b""
@@ -373,6 +389,8 @@ class Client:
                             st = ev.get("object") or {}
                             raise ClientError(st.get("code", 500), st.get("reason", ""),
                                               st.get("message", ""), st)
+                        if metadata_only and (ev.get("object") or {}).get("kind") != "PartialObjectMetadata":
+                            ev["object"] = as_partial(ev.get("object") or {})
                         yield ev
         except aiohttp.ClientError as e:
             raise ClientError(0, "ConnectionError", str(e)) from e
@@ -414,6 +432,12 @@ _WATCH_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None)
 def _timeout(total: float) -> aiohttp.ClientTimeout:
     """One (immutable) ClientTimeout per deadline, not one made per request."""
     return aiohttp.ClientTimeout(total=total)
+
+
+def as_partial(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object as a PartialObjectMetadata: its ObjectMeta only (what a metadata-only cache keeps of an
+    object a server sent whole)."""
+    return {**PARTIAL, "metadata": obj.get("metadata") or {}}
 
 
 def _clean(params: dict[str, Any] | None) -> dict[str, Any]:

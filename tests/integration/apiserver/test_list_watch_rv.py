@@ -204,3 +204,69 @@ def test_watchlist_takes_no_table(server, objects, query):
                               f"{TABLE},application/json")
     assert code == 200
     assert (event["type"], event["object"]["kind"]) == ("MODIFIED", "Table")
+
+
+META_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+META = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+PARTIAL = ("PartialObjectMetadata", "meta.k8s.io/v1")
+
+
+def test_metadata_list_is_kubes(server, objects):
+    """client-go's metadata client lists as PartialObjectMetadataList: every item a PartialObjectMetadata
+    with the object's whole ObjectMeta, the list's resourceVersion and continue as the plain list's; the
+    object kind asked of a list (and the list kind of one object) is kube's 406."""
+    code, plain = call(server, "GET", CM)
+    code, doc = call(server, "GET", CM, headers={"Accept": META_LIST})
+    assert code == 200
+    assert (doc["kind"], doc["apiVersion"]) == ("PartialObjectMetadataList", "meta.k8s.io/v1")
+    assert doc["metadata"]["resourceVersion"] == plain["metadata"]["resourceVersion"]
+    assert [(i["kind"], i["apiVersion"]) for i in doc["items"]] == [PARTIAL] * len(plain["items"])
+    assert [i["metadata"] for i in doc["items"]] == [i["metadata"] for i in plain["items"]]
+    assert not any("data" in i for i in doc["items"])
+    code, page = call(server, "GET", f"{CM}?limit=2", headers={"Accept": META_LIST})
+    assert code == 200 and names(page) == ["a", "b"]
+    assert page["metadata"]["continue"] and page["metadata"]["remainingItemCount"] == len(plain["items"]) - 2
+    code, st = call(server, "GET", CM, headers={"Accept": "application/json;as=PartialObjectMetadata;"
+                                                          "g=meta.k8s.io;v=v1"})
+    assert (code, st["reason"], st["message"]) == (
+        406, "NotAcceptable", "you requested PartialObjectMetadata, but the requested object is a list "
+                              "(*v1.ConfigMapList)")
+    code, one = call(server, "GET", f"{CM}/a", headers={"Accept": META})
+    assert (code, one["kind"], one["apiVersion"], one["metadata"]["name"]) == (200, *PARTIAL, "a")
+    code, st = call(server, "GET", f"{CM}/a", headers={"Accept": META_LIST.split(",")[0]})
+    assert (code, st["message"]) == (406, "you requested PartialObjectMetadataList, but the requested object "
+                                          "is not a list (*v1.ConfigMap)")
+
+
+def test_metadata_watch_is_kubes(server, objects):
+    """A metadata watch: each event's object a PartialObjectMetadata (its resourceVersion the object's), and
+    the bookmarks too (kube's watch encoder transforms every object but a Status): a WatchList's
+    initial-events-end bookmark keeps its annotation and revision."""
+    code, event = first_event(server, f"watch=1&resourceVersion={objects['at']}&timeoutSeconds=2", META)
+    assert code == 200 and event["type"] == "MODIFIED"
+    obj = event["object"]
+    assert ((obj["kind"], obj["apiVersion"]), obj["metadata"]["name"]) == (PARTIAL, "c")
+    assert "data" not in obj and int(obj["metadata"]["resourceVersion"]) > int(objects["at"])
+    ctx = ssl.create_default_context(cafile=str(server.ca_file))
+    req = urllib.request.Request(f"{server.url}{CM}?{WATCHLIST}",
+                                 headers={"Authorization": f"Bearer {server.token}", "Accept": META})
+    with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+        events = [json.loads(r.readline()) for _ in range(6)]
+    assert [(e["type"], e["object"]["kind"], e["object"]["apiVersion"]) for e in events] == \
+        [("ADDED", *PARTIAL)] * 5 + [("BOOKMARK", *PARTIAL)]
+    mark = events[-1]["object"]["metadata"]
+    assert mark["annotations"] == {"k8s.io/initial-events-end": "true"} and int(mark["resourceVersion"]) >= \
+        max(int(e["object"]["metadata"]["resourceVersion"]) for e in events[:5])
+
+
+async def test_the_clients_metadata_list_and_watch(server, objects):
+    """`Client.list`/`watch` with metadata_only (the garbage collector's informers) read ObjectMeta alone."""
+    from nodeagent.client.rest import Client
+    async with Client(server.url, token=server.token, ca_file=str(server.ca_file)) as c:
+        out = await c.list("configmaps", NS, limit=2, metadata_only=True)
+        assert out["kind"] == "PartialObjectMetadataList" and names(out) == [*"abce", ROOT]
+        assert all((i["kind"], i["apiVersion"]) == PARTIAL and set(i) == {"kind", "apiVersion", "metadata"}
+                   for i in out["items"])
+        async for ev in c.watch("configmaps", NS, objects["at"], timeout_seconds=2, metadata_only=True):
+            assert (ev["type"], (ev["object"]["kind"], ev["object"]["apiVersion"])) == ("MODIFIED", PARTIAL)
+            break
