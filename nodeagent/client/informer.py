@@ -38,8 +38,9 @@ def key_of(obj: dict[str, Any]) -> str:
 class Informer:
     def __init__(self, client: Client, resource: str | Resource, namespace: str | None = None,
                  label_selector: str | None = None, field_selector: str | None = None, resync: float = 0.0,
-                 watch_timeout: int = 300) -> None:
+                 watch_timeout: int = 300, metadata_only: bool = False) -> None:
         self.client = client
+        self.metadata_only = metadata_only  # a metadata informer: PartialObjectMetadata, ObjectMeta alone
         self.resource = resolve(resource)
         self.namespace = namespace
         self.label_selector = label_selector
@@ -198,7 +199,7 @@ class Informer:
 
     async def _relist(self) -> None:
         out = await self.client.list(self.resource, self.namespace, self.label_selector, self.field_selector,
-                                     limit=500)
+                                     limit=500, metadata_only=self.metadata_only)
         fresh = {key_of(o): o for o in out["items"]}
         old = self.cache
         self.cache = fresh
@@ -221,7 +222,8 @@ class Informer:
     async def _watch(self) -> None:
         async for ev in self.client.watch(self.resource, self.namespace, self.resource_version,
                                           self.label_selector, self.field_selector,
-                                          timeout_seconds=self.watch_timeout):
+                                          timeout_seconds=self.watch_timeout,
+                                          metadata_only=self.metadata_only):
             typ, obj = ev["type"], ev["object"]
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             if typ == "BOOKMARK":
@@ -266,7 +268,8 @@ ACCESS_RETRY_MAX = 10.0  # seconds between access checks of a reader the apiserv
 
 
 def shared(client: Client, resource: str | Resource, namespace: str | None = None,
-           label_selector: str | None = None, field_selector: str | None = None) -> SharedInformer:
+           label_selector: str | None = None, field_selector: str | None = None,
+           metadata_only: bool = False) -> SharedInformer:
     """This process's informer for these objects, through a handle for this user (`client`): one cache and
     one watch however many components ask, whatever their credentials, as kube-controller-manager's
     SharedInformerFactory shares one per resource among its controllers. A user whose identity differs
@@ -275,13 +278,14 @@ def shared(client: Client, resource: str | Resource, namespace: str | None = Non
     would. With a field selector (the Node authorizer's per-name reads) the informer is per identity.
     Each user runs its handle (`run(client=its client)`), adds plain-function handlers and removes them
     when it stops (`add_handler` returns the remover). Once no one runs it, it is forgotten: the next user
-    gets a fresh one."""
+    gets a fresh one. With `metadata_only`, the process's metadata informer of them (client-go's
+    metadatainformer: PartialObjectMetadata, for a user that reads nothing but ObjectMeta)."""
     res = resolve(resource)
-    who = client.identity if field_selector else None
-    key = (who, res.gv_path, res.name, namespace, label_selector, field_selector)
+    key = _key(client, res, namespace, label_selector, field_selector, metadata_only)
     inf = _SHARED.get(key)
     if inf is None:
-        inf = Informer(client, resource, namespace, label_selector, field_selector)
+        inf = Informer(client, resource, namespace, label_selector, field_selector,
+                       metadata_only=metadata_only)
 
         def forget(key: tuple[Any, ...] = key, inf: Informer = inf) -> None:
             if _SHARED.get(key) is inf:
@@ -290,6 +294,27 @@ def shared(client: Client, resource: str | Resource, namespace: str | None = Non
         _SHARED[key] = inf
         inf.readers.add(client.identity)  # the first user's own list is its check
     return SharedInformer(inf, client)
+
+
+def _key(client: Client, res: Resource, namespace: str | None, label_selector: str | None,
+         field_selector: str | None, metadata_only: bool) -> tuple[Any, ...]:
+    who = client.identity if field_selector else None
+    return (who, res.gv_path, res.name, namespace, label_selector, field_selector, metadata_only)
+
+
+def shared_metadata(client: Client, resource: str | Resource) -> SharedInformer:
+    """What a reader of ObjectMeta alone (the garbage collector) watches: the process's informer of whole
+    objects when another component runs one (its cache holds the metadata already: no second list and
+    watch), else the process's metadata informer. `full_informer_running` tells when to switch."""
+    if full_informer_running(client, resource):
+        return shared(client, resource)
+    return shared(client, resource, metadata_only=True)
+
+
+def full_informer_running(client: Client, resource: str | Resource) -> bool:
+    """Whether this process runs an informer of every one of these objects, whole (not metadata-only)."""
+    inf = _SHARED.get(_key(client, resolve(resource), None, None, None, False))
+    return inf is not None and inf._runners > 0
 
 
 async def _may_read(client: Client, inf: Informer) -> str | None:
@@ -315,6 +340,7 @@ class SharedInformer:
         self.client = client
         self.resource = informer.resource
         self.namespace = informer.namespace
+        self.metadata_only = informer.metadata_only
         self.synced = asyncio.Event()
         self.granted = client.identity in informer.readers
         self._slots: list[list[Any]] = []  # [handlers, remover once added to the informer] of this user's

@@ -5,11 +5,17 @@ owner being deleted with the `foregroundDeletion` finalizer first has its
 dependents deleted, then loses the finalizer (and so disappears). Orphan: an
 owner with the `orphan` finalizer has its references removed from every
 dependent, then loses the finalizer. The graph is the union of the informers'
-caches, keyed by uid: the built-in kinds that most often own or are owned (RESOURCES, the manager's
-shared informers), and every other resource discovery lists, built-in (Leases, ServiceAccounts, Nodes...)
-or not (CRDs' and aggregated APIs' kinds), that can be listed, watched and deleted, as kube's collector
-builds its monitors from discovery (GetDeletableResources, less its ignored Events); the set follows
-discovery every 30 s and whenever a CustomResourceDefinition changes.
+caches, keyed by uid: the built-in kinds that most often own or are owned (RESOURCES), and every other
+resource discovery lists, built-in (Leases, ServiceAccounts, Nodes...) or not (CRDs' and aggregated APIs'
+kinds), that can be listed, watched and deleted, as kube's collector builds its monitors from discovery
+(GetDeletableResources, less its ignored Events); the set follows discovery every 30 s and whenever a
+CustomResourceDefinition changes.
+
+The collector reads nothing but ObjectMeta (owner references, uid, finalizers, deletionTimestamp), so, as
+kube's watches through metadata informers (PartialObjectMetadata), it holds only the metadata of a kind
+no other component of the process watches whole; a kind another one does (pods, nodes, services...) it
+reads from that component's informer, not from a second copy (`informer.shared_metadata`), switching to
+it at the next discovery sync when that informer starts after the collector's.
 """
 
 from __future__ import annotations
@@ -20,8 +26,15 @@ from typing import Any
 
 from nodeagent.api.objects import Obj
 from nodeagent.api.resources import Resource
-from nodeagent.client.informer import SharedInformer, SharedInformers, Store, key_of, shared
-from nodeagent.client.rest import Client, ClientError
+from nodeagent.client.informer import (
+    SharedInformer,
+    SharedInformers,
+    Store,
+    full_informer_running,
+    key_of,
+    shared_metadata,
+)
+from nodeagent.client.rest import Client, ClientError, resolve
 from nodeagent.controllers.base import Controller
 from nodeagent.controllers.podutil import release_patch
 
@@ -51,6 +64,7 @@ class GarbageCollector(Controller):
                  resources=RESOURCES) -> None:
         super().__init__(client, informers, recorder, options)
         self.resources = resources
+        self._fixed = {r: resolve(r) for r in resources}  # watched whatever discovery says
         self._sources: dict[str, Store] = {}  # source key (a built-in name, or "<g>/<v>/<plural>") -> cache
         self._kind_to_resource: dict[tuple[str, str], str] = {}  # (group, kind) -> source key
         self._uids: dict[str, str] = {}  # uid -> informer cache key, for every watched object
@@ -62,9 +76,6 @@ class GarbageCollector(Controller):
         self._syncing = False
         self._synced = asyncio.Condition()
         self._fresh_for: set[str] = set()  # owners whose foreground deletion saw a fresh graph
-        for r in resources:
-            inf = informers.get(r)
-            self._watch_source(r, inf)
 
     def _watch_source(self, key: str, inf: Store) -> Callable[[], None]:
         self._sources[key] = inf
@@ -83,12 +94,16 @@ class GarbageCollector(Controller):
         # one long-lived watch per discovered resource no other component drives: more than a pool's 32
         # (kube's collector has a watch per deletable resource too), so the pool has no limit
         watches = self.client.own_pool(max_connections=0)
-        crds = shared(watches, "customresourcedefinitions")
+        crds = shared_metadata(watches, "customresourcedefinitions")
         wake = crds.add_handler(lambda o: self._rediscover.set(), lambda old, new: self._rediscover.set(),
                                 lambda o: self._rediscover.set())
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._keep_running(crds, watches), name=f"{self.name}-crds")
+                for key, res in self._fixed.items():
+                    self._monitor(tg, watches, key, res)
+                # as kube's collector waits for its monitors' first lists before its workers start
+                await asyncio.gather(*(self._sources[key].wait_synced() for key in self._fixed))
                 tg.create_task(self._follow_discovery(tg, watches), name=f"{self.name}-discovery")
                 await super().run()
         finally:
@@ -151,7 +166,7 @@ class GarbageCollector(Controller):
         """Every resource discovery lists, in its group's preferred version, that can be listed, watched and
         deleted (kube's GetDeletableResources), less the ignored ones and the kinds the fixed informers
         watch already."""
-        fixed = {(self._sources[r].resource.group, self._sources[r].resource.kind) for r in self.resources}
+        fixed = {(r.group, r.kind) for r in self._fixed.values()}
         out: dict[str, Resource] = {}
         groups = await self.client.request("GET", "/apis")
         versions = ["v1"] + [(g.get("preferredVersion") or {}).get("groupVersion") or ""
@@ -177,7 +192,8 @@ class GarbageCollector(Controller):
 
     async def _sync_monitors(self, tg: asyncio.TaskGroup, watches: Client,
                              wanted: dict[str, Resource]) -> None:
-        for key in [k for k in self._monitors if k not in wanted]:
+        self._share_full_informers(tg, watches)
+        for key in [k for k in self._monitors if k not in wanted and k not in self._fixed]:
             task, remove = self._monitors.pop(key)
             remove()
             task.cancel()
@@ -187,11 +203,34 @@ class GarbageCollector(Controller):
         for key, res in wanted.items():
             if key in self._monitors:
                 continue
-            inf: SharedInformer = shared(watches, res)
-            remove = self._watch_source(key, inf)
-            task = tg.create_task(self._keep_running(inf, watches), name=f"gc-informer-{key}")
-            self._monitors[key] = (task, remove)
-            self.log.info("garbage collector: watching %s", key)
+            inf = self._monitor(tg, watches, key, res)
+            self.log.info("garbage collector: watching %s%s", key, " (metadata)" if inf.metadata_only else "")
+
+    def _monitor(self, tg: asyncio.TaskGroup, watches: Client, key: str, res: Resource) -> SharedInformer:
+        """Watch `res` as the source `key`: through the process's informer of whole objects if one runs,
+        else a metadata informer; run by this collector (a follower where another component drives it)."""
+        inf = shared_metadata(watches, res)
+        remove = self._watch_source(key, inf)
+        task = tg.create_task(self._keep_running(inf, watches), name=f"gc-informer-{key}")
+        self._monitors[key] = (task, remove)
+        return inf
+
+    def _share_full_informers(self, tg: asyncio.TaskGroup, watches: Client) -> None:
+        """A kind this collector watches as metadata that another component now watches whole: read that
+        informer instead and drop the metadata one (one cache, one watch). Its objects come as adds; what
+        the metadata cache held and that one no longer does goes as deleted (its dependents looked at)."""
+        for key, (task, remove) in list(self._monitors.items()):
+            source = self._sources[key]
+            if not source.metadata_only or not full_informer_running(watches, source.resource):
+                continue
+            old = dict(source.cache)
+            remove()
+            task.cancel()
+            inf = self._monitor(tg, watches, key, source.resource)
+            for k, obj in old.items():
+                if k not in inf.cache:
+                    self._deleted(key, obj)
+            self.log.info("garbage collector: %s read from the process's informer of whole objects", key)
 
     # Keys are "<resource>|<namespace/name>".
     def _changed(self, resource: str, obj: Obj) -> None:
