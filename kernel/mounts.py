@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import stat
 
 from kernel.syscalls import LINUX, MNT_DETACH, MS_BIND, MS_REMOUNT, Syscalls
 
@@ -107,6 +108,35 @@ def mount_id(path: str | os.PathLike) -> int | None:
     finally:
         os.close(fd)
     return None
+
+
+def remove_all_one_mount(path: str | os.PathLike) -> None:
+    """Remove path and everything below it without crossing into another mount, as kubelet's
+    RemoveAllOneFilesystem (by mount id, so a bind mount of the same filesystem is one too): a mount point at
+    or below path raises OSError(EBUSY) and stays, with the directories above it. Gone already is fine."""
+    p = os.fspath(path)
+    try:
+        top = mount_id(os.path.dirname(os.path.realpath(p)))
+    except FileNotFoundError:
+        return
+    # where fdinfo has no mnt_id: the mount table's points (read once)
+    points = {m.point for m in mountinfo()} if top is None else set()
+
+    def remove(q: str) -> None:
+        try:
+            st = os.lstat(q)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(q)
+            return
+        if (mount_id(q) != top) if top is not None else os.path.realpath(q) in points:
+            raise OSError(errno.EBUSY, f"cannot delete directory {q}: it is a mount point")
+        with os.scandir(q) as entries:
+            for e in list(entries):
+                remove(e.path)
+        os.rmdir(q)
+    remove(p)
 
 
 def is_mountpoint(path: str | os.PathLike) -> bool:

@@ -72,7 +72,7 @@ from nodeagent.kubelet.workers import PodWorkers
 log = logging.getLogger("nodeagent.kubelet")
 
 ORPHAN_GRACE = 2
-ORPHAN_DIRS_EVERY = 10  # relists between looks for orphaned pod dirs
+HOUSEKEEPING_PERIOD = 2.0  # kubelet's housekeepingPeriod: HandlePodCleanups (orphaned pod dirs) this often
 
 
 class Kubelet:
@@ -130,7 +130,8 @@ class Kubelet:
         self._tg: asyncio.TaskGroup | None = None
         self._last_relist_start: float | None = None
         self._relists = 0
-        self._cleaning_dirs = False
+        self._last_boxes: list[Any] | None = None  # the runtime's pod sandboxes at the last relist
+        self._orphans_kept: dict[str, str] = {}  # orphaned pod dir -> why it stays (said once per reason)
         self.workers: PodWorkers | None = None
         # statuses are set by the pod workers and written by the status manager's own loop
         self.status = StatusManager(client, self.pods.get, self.clock)
@@ -353,6 +354,7 @@ class Kubelet:
                 tg.create_task(self.url_source.run(functools.partial(self._on_static_pods, source="http")),
                                name="kubelet-manifest-url")
             tg.create_task(self._pleg_loop(), name="kubelet-pleg")
+            tg.create_task(self._housekeeping_loop(), name="kubelet-housekeeping")
             tg.create_task(container_events.follow(self.cri.get_container_events, self.workers.poke),
                            name="kubelet-container-events")
             loop = EvictionLoop(self.eviction, self.clock, self.cfg.data_dir, self._active_pods,
@@ -480,10 +482,7 @@ class Kubelet:
                     self.workers.poke(ev.pod_uid)
                 self._adopt_orphans(boxes)
                 self._relists += 1
-                # (first at the third relist: the static pod sources have been read by then)
-                if self._relists % ORPHAN_DIRS_EVERY == 3 and self._tg and not self._cleaning_dirs:
-                    self._cleaning_dirs = True
-                    self._tg.create_task(self._cleanup_orphaned_pod_dirs(boxes), name="kubelet-orphan-dirs")
+                self._last_boxes = boxes
             await self.clock.sleep(1.0)
 
     def _count_running(self, boxes: list[Any], ctrs: list[Any]) -> None:
@@ -512,26 +511,48 @@ class Kubelet:
                                               "namespace": s.labels.get(POD_NAMESPACE_LABEL, "default")},
                                  "spec": {"terminationGracePeriodSeconds": ORPHAN_GRACE}})
 
+    def _sources_ready(self) -> bool:
+        """kubelet's sourcesReady.AllReady: every pod source (the API, the manifest dir, the manifest URL)
+        has delivered its pods once; until then a pod dir may be a pod not heard of yet."""
+        return self.pods.synced.is_set() and "file" in self._static_by_source and \
+            (self.url_source is None or "http" in self._static_by_source)
+
+    async def _housekeeping_loop(self) -> None:
+        """kubelet's housekeeping tick (syncLoop's every `housekeepingPeriod`, 2 s; skipped until the
+        sources are ready): HandlePodCleanups' orphaned pod directories."""
+        while True:
+            await self.clock.sleep(HOUSEKEEPING_PERIOD)
+            if self._last_boxes is None or not self._sources_ready():
+                continue
+            try:
+                await self._cleanup_orphaned_pod_dirs(self._last_boxes)
+            except Exception as e:  # the next tick tries again, as kubelet's
+                log.warning("housekeeping: cleaning up orphaned pod directories failed: %s", e)
+
     async def _cleanup_orphaned_pod_dirs(self, boxes: list[Any]) -> None:
-        """Pod dirs no source, worker or runtime pod accounts for (a pod deleted while the kubelet was
-        down, after its sandbox went): their volumes are torn down from what is on disk (flex drivers
-        unmount theirs) and the dirs removed, as the kubelet's cleanupOrphanedPodDirs after reconstructing
-        the volumes."""
+        """kubelet's cleanupOrphanedPodDirs: the dirs of pods no source, worker or runtime pod accounts for
+        (deleted while the kubelet was down, or left when a teardown failed) go once their volumes are
+        unmounted (`VolumeManager.remove_orphaned_pod_dir`); one that stays is logged with why, once per
+        reason (kubelet says it at every tick: "Orphaned pod found, but volumes are not cleaned up")."""
         assert self.workers is not None
-        try:
-            wanted = {uid_of(p) for p in self.pods.list()} | set(self.static) | self.workers.known()
-            wanted |= {s.labels.get(POD_UID_LABEL, "") for s in boxes}
-            for uid in await asyncio.to_thread(self.volumes.pod_uids_on_disk):
-                if uid in wanted or uid in self.workers.known():
-                    continue
-                try:
-                    await run_to_completion(self.volumes.teardown_pod, uid)
-                    log.info("removed the volumes and dir of orphaned pod %s", uid)
-                except Exception as e:
-                    log.warning("orphaned pod %s: its volumes could not be torn down (retried later): %s",
-                                uid, e)
-        finally:
-            self._cleaning_dirs = False
+        wanted = {uid_of(p) for p in self.pods.list()} | set(self.static) | self.workers.known()
+        wanted |= {s.labels.get(POD_UID_LABEL, "") for s in boxes}
+        on_disk = await asyncio.to_thread(self.volumes.pod_uids_on_disk)
+        for uid in set(self._orphans_kept) - set(on_disk):
+            del self._orphans_kept[uid]
+        for uid in on_disk:
+            if uid in wanted or uid in self.workers.known():
+                continue
+            try:
+                why = await run_to_completion(self.volumes.remove_orphaned_pod_dir, uid)
+            except OSError as e:
+                why = str(e)
+            if why is None:
+                self._orphans_kept.pop(uid, None)
+                log.info("removed the directory of orphaned pod %s", uid)
+            elif self._orphans_kept.get(uid) != why:
+                self._orphans_kept[uid] = why
+                log.warning("orphaned pod %s found, but its directory stays: %s", uid, why)
 
     async def _qos_cgroups_loop(self) -> None:
         """qosContainerManager's periodic UpdateCgroups: the burstable cgroup's shares follow its pods

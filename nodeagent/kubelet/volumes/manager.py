@@ -461,6 +461,33 @@ class VolumeManager:
                 shutil.rmtree(d)
         return True
 
+    def remove_orphaned_pod_dir(self, uid: str) -> str | None:
+        """kubelet's cleanupOrphanedPodDirs for a pod directory no source, worker or runtime pod accounts
+        for: its volumes torn down first from what is on disk (`unmount_volumes`: the volume manager's
+        reconstruction and unmount, which leaves a volume it cannot unmount mounted), then the directory
+        removed only once no volume is left, never through a mount point below it. None once it is gone,
+        else why it stays (looked at again at the next housekeeping)."""
+        pod_dir = self.pod_dir(uid)
+        if not pod_dir.is_dir():
+            return None
+        try:
+            self.unmount_volumes(uid)
+        except OSError as e:  # kubelet's podVolumesExist: a volume still mounted on disk
+            return f"volumes are not cleaned up: {e}"
+        kept = []  # as kubelet's, every other subdir is tried; the pod dir goes if they all went
+        for sub in sorted(pod_dir.iterdir()):
+            if sub.name == "volumes":  # unmount_volumes removes it once nothing is mounted below
+                kept.append("volumes subdir was found after it was removed")
+                continue
+            try:
+                mnt.remove_all_one_mount(sub)
+            except OSError as e:
+                kept.append(f"cannot remove {sub.name}: {e.strerror or e}")
+        if kept:
+            return "; ".join(kept)
+        pod_dir.rmdir()
+        return None
+
     def pod_uids_on_disk(self) -> list[str]:
         """Pods that still have a directory (orphans to clean after a restart)."""
         d = self.pods_dir()

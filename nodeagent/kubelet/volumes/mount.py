@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from kernel import mounts
-from kernel.mounts import is_mountpoint, mountinfo, mounts_under
+from kernel.mounts import is_mountpoint, mountinfo, mounts_under, remove_all_one_mount
 from kernel.syscalls import LINUX, MS_BIND, MS_RDONLY, Syscalls
 
 
@@ -69,4 +69,4 @@ def mount_options(path: str | os.PathLike) -> str:
 
 
 __all__ = ["MountError", "fs_type", "is_mountpoint", "mount_bind", "mount_device", "mount_options",
-           "mount_tmpfs", "mounts_under", "unmount"]
+           "mount_tmpfs", "mounts_under", "remove_all_one_mount", "unmount"]
