@@ -19,7 +19,7 @@ from typing import Any
 
 from kernel.fs import atomic_write
 from nodeagent.client.events import EventRecorder
-from nodeagent.client.informer import Informer, Store, shared
+from nodeagent.client.informer import Store, shared
 from nodeagent.client.leader import LeaderElector
 from nodeagent.client.loadbalancer import set_load_balancer_status
 from nodeagent.client.rest import Client, ClientError
@@ -106,7 +106,7 @@ class Controller:
                          gateway.GROUP)
                 logged = True
             await asyncio.sleep(GATEWAY_API_POLL)
-        added = {kind: Informer(self.client, res) for kind, res in gateway.RESOURCES.items()}
+        added = {kind: shared(self.client, res) for kind, res in gateway.RESOURCES.items()}
         for kind, inf in added.items():
             inf.add_handler(self._mark, lambda _old, _new: self._mark(), self._mark)
             tg.create_task(inf.run(), name=f"ingress-informer-{kind}")

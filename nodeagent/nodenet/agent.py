@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from pyroute2.netlink.exceptions import NetlinkError
 
 from nodeagent.api import service_lb
-from nodeagent.client.informer import Informer
+from nodeagent.client.informer import SharedInformer, shared
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.nodenet import annotations as ann
 from nodeagent.nodenet import bgppeer, masq
@@ -40,9 +40,9 @@ class NodeNet:
         self.client = client
         self.bird_dir = bird_dir  # bgp mode: BIRD's files (Layout.bird_dir)
         self.bgp: BgpSpeaker | None = None
-        self.peers: Informer | None = None  # BGPPeer objects (bgp mode)
-        self.services: Informer | None = None  # for LoadBalancer addresses (bgp mode)
-        self.slices: Informer | None = None
+        self.peers: SharedInformer | None = None  # BGPPeer objects (bgp mode)
+        self.services: SharedInformer | None = None  # for LoadBalancer addresses (bgp mode)
+        self.slices: SharedInformer | None = None
         self._peer_problems: set[str] = set()
         self._snat: set[tuple[str, str]] = set()  # (cluster CIDR, Service range) masqueraded (bgp mode)
         self._bgp_task: asyncio.Task | None = None
@@ -52,7 +52,9 @@ class NodeNet:
         self.pod_cidr: str | None = pod_cidr  # the subnet the dataplane was built for
         self.public_ip = public_ip
         self._waiting_logged = False
-        self.nodes = Informer(client, "nodes", resync=RESYNC)
+        # the process's informers (netpol's, the LB speaker's...); no resync of their own: run() steps every
+        # RESYNC seconds anyway
+        self.nodes = shared(client, "nodes")
         self.wake = asyncio.Event()
         self.mode: str | None = None
         self.cluster_cidr: str | None = None
@@ -132,10 +134,10 @@ class NodeNet:
         if self.bgp is None:
             assert self._tg is not None
             self.bgp = BgpSpeaker(self.client, self.node, self.bird_dir)
-            self.peers = Informer(self.client, bgppeer.RESOURCE, resync=RESYNC)
+            self.peers = shared(self.client, bgppeer.RESOURCE)
             # LoadBalancer addresses (MetalLB's BGP mode): the Services' and their endpoints' views
-            self.services = Informer(self.client, "services", resync=RESYNC)
-            self.slices = Informer(self.client, "endpointslices", resync=RESYNC)
+            self.services = shared(self.client, "services")
+            self.slices = shared(self.client, "endpointslices")
             for inf in (self.peers, self.services, self.slices):
                 inf.add_handler(lambda _n: self.wake.set(), lambda _o, _n: self.wake.set(),
                                 lambda _n: self.wake.set())
@@ -192,7 +194,7 @@ class NodeNet:
                 if service_lb.eligible(me, svcs, slices_of, self.node)[0]]
 
     @staticmethod
-    async def _run_bgp(speaker: BgpSpeaker, informers: tuple[Informer, ...]) -> None:
+    async def _run_bgp(speaker: BgpSpeaker, informers: tuple[SharedInformer, ...]) -> None:
         async with asyncio.TaskGroup() as tg:
             for inf in informers:
                 tg.create_task(inf.run(), name=f"bgp-{inf.resource.name}")

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from typing import Any
 
-from nodeagent.client.informer import Informer
+from nodeagent.client.informer import shared
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.nodenet import annotations as ann
 from nodeagent.nodenet import bgppeer
@@ -60,7 +60,7 @@ def check_no_switch(nodes: list[dict[str, Any]], mode: str) -> None:
 async def run(client: Client, mode: str, cluster_cidr: str, ready: asyncio.Event | None = None,
               bgp: BGPSettings | None = None) -> None:
     queue: asyncio.Queue[str] = asyncio.Queue()
-    nodes = Informer(client, "nodes")
+    nodes = shared(client, "nodes")  # the process's (in `up`, the controller manager's too)
     nodes.add_handler(lambda n: queue.put_nowait(n["metadata"]["name"]),
                       lambda _o, n: queue.put_nowait(n["metadata"]["name"]))
     synced = asyncio.Event()

@@ -29,7 +29,7 @@ from nodeagent.api import storage
 from nodeagent.api.quantity import format_quantity
 from nodeagent.api.times import now_rfc3339
 from nodeagent.client.events import EventRecorder
-from nodeagent.client.informer import Informer, key_of
+from nodeagent.client.informer import key_of, shared
 from nodeagent.client.rest import Client, ClientError
 from nodeagent.kubelet.volumes.csi import Drivers
 from nodeagent.kubelet.volumes.keyloop import KeyLoop
@@ -108,11 +108,12 @@ class CSISnapshotter(KeyLoop):
         self.node_name = node_name
         self.drivers = drivers
         self.recorder = recorder
-        self.snapshots = Informer(client, SNAPSHOTS)
-        self.contents = Informer(client, CONTENTS)
-        self.classes = Informer(client, CLASSES)
-        self.claims = Informer(client, "persistentvolumeclaims")
-        self.volumes = Informer(client, "persistentvolumes")
+        # the process's informers (the provisioners' claims and volumes, the garbage collector's reads)
+        self.snapshots = shared(client, SNAPSHOTS)
+        self.contents = shared(client, CONTENTS)
+        self.classes = shared(client, CLASSES)
+        self.claims = shared(client, "persistentvolumeclaims")
+        self.volumes = shared(client, "persistentvolumes")
         self.informers = (self.snapshots, self.contents, self.classes, self.claims, self.volumes)
         self.snapshots.add_handler(self._snapshot, lambda old, new: self._snapshot(new), self._snapshot_gone)
         self.contents.add_handler(self._content, lambda old, new: self._content(new), None)

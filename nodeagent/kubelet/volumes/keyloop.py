@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from nodeagent.client.informer import Informer
+from nodeagent.client.informer import Store
 
 
 class KeyLoop:
@@ -18,7 +18,7 @@ class KeyLoop:
     name = "keyloop"
     resync = 15.0
     log = logging.getLogger("nodeagent.kubelet.volumes")
-    informers: Sequence[Informer] = ()
+    informers: Sequence[Store] = ()
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[str] = asyncio.Queue()

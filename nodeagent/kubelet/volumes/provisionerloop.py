@@ -10,7 +10,7 @@ from typing import Any
 
 from nodeagent.api import storage
 from nodeagent.client.events import EventRecorder
-from nodeagent.client.informer import Informer, key_of
+from nodeagent.client.informer import Store, key_of, shared
 from nodeagent.client.rest import Client
 from nodeagent.kubelet.volumes.keyloop import KeyLoop
 
@@ -30,14 +30,15 @@ class ProvisionerLoop(KeyLoop):
     """Subclasses implement `wants_claim`, `wants_delete`, `is_ours` and the three actions."""
 
     def __init__(self, client: Client, node_name: str, recorder: EventRecorder,
-                 *more: Informer) -> None:
+                 *more: Store) -> None:
         super().__init__()
         self.client = client
         self.node_name = node_name
         self.recorder = recorder
-        self.claims = Informer(client, "persistentvolumeclaims")
-        self.volumes = Informer(client, "persistentvolumes")
-        self.classes = Informer(client, "storageclasses")
+        # the process's informers (in `up`, the controller manager's and the other storage loops' too)
+        self.claims = shared(client, "persistentvolumeclaims")
+        self.volumes = shared(client, "persistentvolumes")
+        self.classes = shared(client, "storageclasses")
         self.informers = (self.claims, self.volumes, self.classes, *more)
         self.claims.add_handler(self._claim, lambda old, new: self._claim(new), None)
         self.volumes.add_handler(self._volume, lambda old, new: self._volume(new), None)

@@ -3,8 +3,11 @@ publishes itself (again if its Node is re-created), converges entries, switches 
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 
+from nodeagent.client import informer
 from nodeagent.client.rest import Client
 from nodeagent.nodenet import agent as A
 from nodeagent.nodenet import annotations as ann
@@ -15,6 +18,7 @@ class FakeClient(Client):
     """Records patches (Client's constructor is not run: no connection)."""
 
     server = "https://10.0.0.1:6443"
+    identity = ("fake", None, None, False)
 
     def __init__(self):
         self.patches = []
@@ -56,6 +60,8 @@ class NodeNet(A.NodeNet):
 
 @pytest.fixture
 def net(monkeypatch):
+    # the agent reads the process's informer of nodes (never run here): each test its own
+    monkeypatch.setattr(informer, "_SHARED", weakref.WeakValueDictionary())
     FakeDataplane.made = []
     monkeypatch.setattr(A, "Dataplane", FakeDataplane)
     calls = []
