@@ -18,6 +18,7 @@ from nodeagent.apiserver.watch_sink import ChannelSink
 from nodeagent.client.in_process import Answer
 
 Handler = Callable[[ApiRequest], Coroutine[Any, Any, web.StreamResponse]]
+SWEEP_S = 1.0  # how often the callers past their deadline are failed (deadlines are whole seconds)
 
 
 def answer(resp: web.StreamResponse) -> Answer:
@@ -26,6 +27,11 @@ def answer(resp: web.StreamResponse) -> Answer:
     if not isinstance(body, bytes):
         body = b""
     return Answer(resp.status, resp.headers, body, resp.content_type)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # not already failed by its deadline, nor cancelled with its caller
+        waiter.set_result(None)
 
 
 class LocalEntry:
@@ -37,6 +43,8 @@ class LocalEntry:
         self._handle = handle
         self._tasks: set[asyncio.Task[web.StreamResponse]] = set()
         self._stopped = False
+        self._deadlines: list[tuple[float, asyncio.Future[None]]] = []
+        self._sweeper: asyncio.TimerHandle | None = None
 
     def _start(self, req: LocalRequest) -> asyncio.Task[web.StreamResponse]:
         if self._stopped:
@@ -48,15 +56,34 @@ class LocalEntry:
 
     async def call(self, method: str, path: str, query: Mapping[str, str], headers: Mapping[str, str],
                    body: bytes | None, deadline: float) -> Answer:
+        """The answer; TimeoutError past `deadline` (within SWEEP_S: one coarse timer for every caller, as
+        `WatchCache.wait_for` does, since a timer per call filled the loop's heap with cancelled ones)."""
         task = self._start(LocalRequest(method, path, query, headers, body))
-        try:
-            async with asyncio.timeout(deadline):
-                return answer(await asyncio.shield(task))
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if task.cancelled() and current is not None and not current.cancelling():
-                raise ConnectionResetError("the apiserver stopped") from None  # not the caller's cancel
-            raise
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        task.add_done_callback(lambda _: _resolve(waiter))
+        self._deadlines.append((loop.time() + deadline, waiter))
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(SWEEP_S, self._sweep)
+        await waiter  # the caller's cancel or deadline leaves the handler running, as over HTTP
+        if task.cancelled():
+            raise ConnectionResetError("the apiserver stopped")
+        return answer(task.result())
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        now = asyncio.get_running_loop().time()
+        kept = []
+        for at, waiter in self._deadlines:
+            if waiter.done():
+                continue
+            if at <= now:
+                waiter.set_exception(TimeoutError())
+            else:
+                kept.append((at, waiter))
+        self._deadlines = kept
+        if kept:
+            self._sweeper = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep)
 
     async def watch(self, path: str, query: Mapping[str, str],
                     headers: Mapping[str, str]) -> tuple[Answer, AsyncGenerator[bytes, None] | None]:
@@ -85,6 +112,9 @@ class LocalEntry:
         """Refuse new calls and end the running ones (their watches end; a client re-watches and is
         refused), as stopping the HTTP server closes its connections."""
         self._stopped = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()

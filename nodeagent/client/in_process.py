@@ -62,6 +62,8 @@ def lookup(socket_path: str | None) -> Server | None:
 
 def streamed(path: str) -> bool:
     """Whether `path` names a subresource the server streams (carried over HTTP only)."""
+    if not any(name in path for name in STREAMED):  # nearly every path: no split
+        return False
     parts = path.split("/")
     return any(p in ("pods", "nodes", "services") and len(parts) > i + 2 and parts[i + 2] in STREAMED
                for i, p in enumerate(parts))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from aiohttp import web
 
 from nodeagent.api.resources import builtin
 from nodeagent.apiserver import inflight
@@ -167,3 +168,26 @@ def test_the_client_finds_the_server_of_its_socket_and_keeps_it_for_its_copies()
     finally:
         in_process.unregister("/run/x.sock", fake)  # type: ignore[arg-type]
     assert in_process.lookup("/run/x.sock") is None
+
+
+async def test_a_call_past_its_deadline_times_out_and_its_handler_runs_on():
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(request):
+        started.set()
+        await release.wait()
+        return web.Response(status=200, body=b"{}", content_type="application/json")
+
+    entry = LocalEntry(slow)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(TimeoutError):
+        await entry.call("GET", "/api/v1/nodes", {}, {}, None, 0.2)
+    assert 0.2 <= loop.time() - t0 <= 2.5  # swept once a second
+    assert started.is_set() and len(entry._tasks) == 1  # still served, as an HTTP handler whose client left
+    release.set()
+    await asyncio.sleep(0)
+    got = await entry.call("GET", "/api/v1/nodes", {}, {}, None, 5)
+    assert got.status == 200
+    await entry.stop()
+    assert not entry._tasks
