@@ -90,7 +90,12 @@ class LocalEntry:
         sink = ChannelSink()
         task = self._start(LocalRequest("GET", path, query, headers, None, sink))
         task.add_done_callback(lambda _: sink.finish())  # ended with the server too: the reader stops
-        await asyncio.wait((task, sink.opened), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait((task, sink.opened), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the caller was cancelled: nobody will read this stream
+            sink.close()
+            task.cancel()
+            raise
         if not sink.opened.done():  # refused before the stream started (401, 403, 410, 429...)
             return answer(task.result()), None
         return Answer(200, sink.response.headers, b"", "application/json"), self._stream(sink, task)

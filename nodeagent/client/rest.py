@@ -126,10 +126,14 @@ class Client:
         `server`, which stays what the client names (for those that reach the server's address).
         `cert_data`/`key_data`: a client certificate and key given inline (a kubeconfig's `-data` fields).
         `local`: the apiserver of this very process (`in_process`), called directly for every request but
-        the streamed subresources; not with a client certificate (that identity is the TLS session's)."""
+        the streamed subresources; without it, the one registered in this process under `unix_socket`, if
+        any, looked up on each call (an apiserver stopped and started again under the same socket is the
+        new one, as a reconnection would reach). Never with a client certificate (that identity is the TLS
+        session's)."""
         self.server = server.rstrip("/")
         self.unix_socket = unix_socket
-        self.local = local if not (cert_file or cert_data) else None
+        self._certified = bool(cert_file or cert_data)
+        self._local = local
         self._base = local_socket.BASE_URL if unix_socket else self.server
         self.token: str | None = None
         # who this client is to the server: clients alike here may share one informer (informer.shared)
@@ -184,13 +188,13 @@ class Client:
                    cert_file=local("client-certificate", user), key_file=local("client-key", user),
                    cert_data=inline("client-certificate-data", user),
                    key_data=inline("client-key-data", user),
-                   unix_socket=(sock := local_socket.usable(cluster)), local=in_process.lookup(sock), **kw)
+                   unix_socket=local_socket.usable(cluster), **kw)
 
     def with_token(self, token: str) -> Client:
         """A client of the same server and CA that authenticates with `token` (a ServiceAccount's)."""
         # this client's TLS context, not a new one: making one loads the system's CA store (~50 ms)
         return Client(self.server, token, max_connections=self._limit, ssl_context=self._ssl,
-                      unix_socket=self.unix_socket, local=self.local)
+                      unix_socket=self.unix_socket, local=self._local)
 
     def own_pool(self, max_connections: int | None = None) -> Client:
         """The same user (same identity, credentials and limiter) through connections of its own: for
@@ -198,9 +202,16 @@ class Client:
         `max_connections`: its own limit (0: none, for a pool of watches whose number discovery sets)."""
         limit = self._limit if max_connections is None else max_connections
         other = Client(self.server, self.token, max_connections=limit, limiter=self.limiter,
-                       ssl_context=self._ssl, unix_socket=self.unix_socket, local=self.local)
+                       ssl_context=self._ssl, unix_socket=self.unix_socket, local=self._local)
         other.identity = self.identity
         return other
+
+    @property
+    def local(self) -> in_process.Server | None:
+        """The apiserver this client calls in-process, if any (else HTTPS or the local socket)."""
+        if self._certified:
+            return None
+        return self._local if self._local is not None else in_process.lookup(self.unix_socket)
 
     def set_token(self, token: str | None) -> None:
         """A refreshed bearer token: used from the next request on (`request` sends it on every call)."""
@@ -240,7 +251,9 @@ class Client:
             data = body if isinstance(body, bytes) else _dumps(body)
             headers = {**headers, "Content-Type": content_type}
         query = _clean(params)
-        local = self.local if self.local is not None and not in_process.streamed(path) else None
+        local = self.local
+        if local is not None and in_process.streamed(path):
+            local = None
         for attempt in range(MAX_RETRIES + 1):
             if self.limiter is not None:
                 await self.limiter.wait()
@@ -373,8 +386,9 @@ class Client:
         if self.limiter is not None:
             await self.limiter.wait()
         try:
-            if self.local is not None:
-                got, chunks = await self.local.watch(path, {k: str(v) for k, v in query.items()},
+            local = self.local
+            if local is not None:
+                got, chunks = await local.watch(path, {k: str(v) for k, v in query.items()},
                                                      {**_SESSION_HEADERS, **self._auth_headers})
                 if chunks is None:
                     raise _error(got.status, got.body)

@@ -5,6 +5,8 @@ codes, Status bodies and headers, and serves watches with the same semantics, en
 from __future__ import annotations
 
 import asyncio
+import ssl
+from typing import cast
 
 import pytest
 from aiohttp import web
@@ -152,22 +154,45 @@ def test_streamed_subresources_stay_on_http():
     assert not in_process.streamed("/api/v1/namespaces/d/pods")
 
 
-def test_the_client_finds_the_server_of_its_socket_and_keeps_it_for_its_copies():
+def test_the_client_finds_the_server_of_its_socket_on_each_call_and_keeps_a_given_one_for_its_copies():
     class Fake:
         pass
 
-    fake = Fake()
-    in_process.register("/run/x.sock", fake)  # type: ignore[arg-type]
+    fake, other = cast(in_process.Server, Fake()), cast(in_process.Server, Fake())
+    c = Client("https://127.0.0.1:1", "t", unix_socket="/run/x.sock")
+    assert c.local is None  # nothing in this process serves that socket: the socket itself
+    in_process.register("/run/x.sock", fake)
     try:
-        assert in_process.lookup("/run/x.sock") is fake
-        c = Client("https://127.0.0.1:1", "t", local=in_process.lookup("/run/x.sock"))
+        assert in_process.lookup("/run/x.sock") is fake and c.local is fake
         assert c.with_token("u").local is fake and c.own_pool().local is fake
+        in_process.register("/run/x.sock", other)  # a server started again
+        assert c.local is other
+        given = Client("https://127.0.0.1:1", "t", local=fake)
+        assert given.with_token("u").local is fake and given.own_pool().local is fake
         with_cert = Client("https://127.0.0.1:1", None, cert_data=b"x", key_data=b"y", insecure=True,
-                           ssl_context=object(), local=fake)  # type: ignore[arg-type]
+                           ssl_context=cast(ssl.SSLContext, object()), unix_socket="/run/x.sock")
         assert with_cert.local is None  # a certificate's identity is the TLS session's: HTTP
     finally:
-        in_process.unregister("/run/x.sock", fake)  # type: ignore[arg-type]
-    assert in_process.lookup("/run/x.sock") is None
+        in_process.unregister("/run/x.sock", other)
+    assert in_process.lookup("/run/x.sock") is None and c.local is None
+
+
+async def test_a_watch_whose_caller_is_cancelled_before_it_starts_ends_its_handler():
+    started = asyncio.Event()
+
+    async def never_opens(request):
+        started.set()
+        await asyncio.sleep(3600)
+        return web.Response(status=200)
+
+    entry = LocalEntry(never_opens)
+    w = asyncio.create_task(entry.watch("/api/v1/pods", {"watch": "1"}, {}))
+    await started.wait()
+    w.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await w
+    await asyncio.sleep(0)
+    assert not entry._tasks  # the handler was ended with its caller
 
 
 async def test_a_call_past_its_deadline_times_out_and_its_handler_runs_on():
