@@ -47,6 +47,7 @@ from nodeagent.apiserver.bootstrap_auth import BootstrapTokenAuthenticator
 from nodeagent.apiserver.cache import Entry, WatchCache
 from nodeagent.apiserver.codec import JSON, json_response
 from nodeagent.apiserver.errors import ApiError
+from nodeagent.apiserver.incoming import ApiRequest, open_watch
 from nodeagent.apiserver.join_token import JoinTokens
 from nodeagent.apiserver.metrics import Metrics
 from nodeagent.apiserver.metrics_api import MetricsAPI
@@ -64,7 +65,6 @@ from nodeagent.store import base as store_base
 log = logging.getLogger("nodeagent.apiserver")
 
 MAX_BODY = 3 * 1024 * 1024
-WATCH_BUFFER = 16 * 1024 * 1024  # a watcher whose unsent events exceed this is ended (it re-watches)
 # a watcher gets at most one write per this many seconds; events in between go out together (a write per
 # event per watcher, each a TLS record and a syscall waking the reader, was the fan-out's cost in a burst)
 WATCH_COALESCE_S = 0.002
@@ -160,7 +160,7 @@ class Handlers:
         self.openapi = OpenAPI()
 
     # ------------------------------------------------------------------ entry
-    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def handle(self, request: ApiRequest) -> web.StreamResponse:
         try:
             return await self._handle(request)
         except ApiError as e:
@@ -174,7 +174,7 @@ class Handlers:
             log.exception("%s %s", request.method, request.path_qs)
             return status_response(errors.internal(str(e)))
 
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _handle(self, request: ApiRequest) -> web.StreamResponse:
         path = request.path
         if path in _PUBLIC:
             if path.startswith("/version"):
@@ -187,7 +187,7 @@ class Handlers:
         with self.inflight.admit(inflight.request_kind(request.method, path, request.query), user.groups):
             return await self._serve(request, user)
 
-    async def _serve(self, request: web.BaseRequest, user: auth.User) -> web.StreamResponse:
+    async def _serve(self, request: ApiRequest, user: auth.User) -> web.StreamResponse:
         """An authenticated request within the in-flight limits: /metrics, discovery or a resource."""
         path, query = request.path, request.query
         if path in (OIDC_CONFIG, OIDC_JWKS):
@@ -226,7 +226,7 @@ class Handlers:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s %s %s %d %.1fms", user.name, request.method, request.path_qs, code, took * 1000)
 
-    async def _discovery(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
+    async def _discovery(self, request: ApiRequest, path: str) -> web.StreamResponse:
         p = path.rstrip("/")
         if request.method != "GET":
             raise errors.method_not_allowed()
@@ -253,7 +253,7 @@ class Handlers:
         return json_response(doc)
 
     # ------------------------------------------------------------------ resources
-    async def _resource(self, request: web.BaseRequest, info: RequestInfo,
+    async def _resource(self, request: ApiRequest, info: RequestInfo,
                         user: auth.User) -> web.StreamResponse:
         res, verb = info.resource, info.verb
         q = request.query
@@ -326,7 +326,7 @@ class Handlers:
             return json_response(status_body("Success"))
         raise errors.method_not_allowed()
 
-    async def _converted(self, request: web.BaseRequest, info: RequestInfo, body: Any, dry_run: bool,
+    async def _converted(self, request: ApiRequest, info: RequestInfo, body: Any, dry_run: bool,
                          wants: Wants) -> web.StreamResponse:
         """A resource served in a version it is not stored in (versions.py converts both ways)."""
         res, verb, sub, q = info.resource, info.verb, info.subresource, request.query
@@ -380,7 +380,7 @@ class Handlers:
             return False
 
     # ------------------------------------------------------------------ auth
-    async def _authenticate(self, request: web.BaseRequest) -> auth.User:
+    async def _authenticate(self, request: ApiRequest) -> auth.User:
         """Static token, else a client certificate from the cluster CA, else a bootstrap token, else a
         ServiceAccount token; every one is also in system:authenticated. A request with no credential at
         all is system:anonymous in system:unauthenticated (what RBAC grants it: kube-public/cluster-info)."""
@@ -466,7 +466,7 @@ class Handlers:
         return reviews.TokenResult(None, [], "invalid bearer token")
 
     # ------------------------------------------------------------------ bodies
-    async def _write(self, request: web.BaseRequest, info: RequestInfo, user: auth.User, body: Any,
+    async def _write(self, request: ApiRequest, info: RequestInfo, user: auth.User, body: Any,
                      dry_run: bool, wants: Wants) -> web.Response:
         res, verb, q = info.resource, info.verb, request.query
         if verb == "create":
@@ -482,7 +482,7 @@ class Handlers:
         obj, created = await patching.patch(self.registry, request.query, info, body, dry_run)
         return json_response(self._single(res, obj, wants, q), 201 if created else 200)
 
-    async def _read_body(self, request: web.BaseRequest, info: RequestInfo, verb: str) -> Any:
+    async def _read_body(self, request: ApiRequest, info: RequestInfo, verb: str) -> Any:
         length = request.content_length
         if length is not None and length > MAX_BODY:
             raise errors.too_large(MAX_BODY)
@@ -572,7 +572,7 @@ class Handlers:
         check_field_selector(res, fields)
         return labels, fields
 
-    async def _list(self, request: web.BaseRequest, info: RequestInfo, wants: Wants,
+    async def _list(self, request: ApiRequest, info: RequestInfo, wants: Wants,
                     convert: versions.ConvertedVerbs | None = None) -> web.StreamResponse:
         """kube-apiserver 1.32's list: options validated, the objects at the revision the options ask for
         (see `_list_entries`), selectors, then `limit` with a continue token at that revision; with
@@ -698,7 +698,7 @@ class Handlers:
             raise errors.ApiError(500, "", str(e)) from None  # etcd's error, passed on as kube does
         return [Entry(o) for o in objs]
 
-    async def _watch(self, request: web.BaseRequest, info: RequestInfo, wants: Wants,
+    async def _watch(self, request: ApiRequest, info: RequestInfo, wants: Wants,
                      convert: versions.ConvertedVerbs | None = None) -> web.StreamResponse:
         """A watch; with `convert`, over the stored version's objects, each converted to the served one."""
         q = request.query
@@ -717,10 +717,7 @@ class Handlers:
         list_options.parse_rv(opts.resource_version)  # a bad one is refused before the stream starts
         if opts.watch_list:
             wants.no_table()  # its initial events end with a bookmark no Table carries (kube 1.32)
-        resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        transport = request.transport
+        sink = await open_watch(request)
         loop = asyncio.get_running_loop()
         pending: list[bytes] = []
         flushed = [0.0]  # when this watcher's last write went out
@@ -732,13 +729,11 @@ class Handlers:
             if pending:
                 data = b"".join(pending)
                 pending.clear()
-                if transport is not None and not transport.is_closing():
-                    transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+                sink.send_now(data)
 
         def direct(data: bytes) -> bool:
             """Queue one event for this watcher's next write (the cache calls this for every event)."""
-            if transport is None or transport.is_closing() \
-                    or transport.get_write_buffer_size() > WATCH_BUFFER:
+            if not sink.accepts():
                 return False
             if not pending:  # the first event after a quiet spell goes out at once, a burst's every 2 ms
                 at = flushed[0] + WATCH_COALESCE_S
@@ -771,7 +766,7 @@ class Handlers:
                         continue
                     out.append(codec.dumps({"type": typ, "object": obj}) + b"\n")
                 flush()  # what the cache queued for us goes first: a bookmark never overtakes an event
-                await resp.write(b"".join(out))
+                await sink.send(b"".join(out))
         except (ConnectionResetError, ConnectionError):
             pass
         finally:
@@ -779,10 +774,10 @@ class Handlers:
             await events.aclose()
         try:
             flush()
-            await resp.write_eof()
+            await sink.end()
         except (ConnectionResetError, ConnectionError):
             pass
-        return resp
+        return sink.response
 
 
 __all__ = ["PODS", "Handlers"]

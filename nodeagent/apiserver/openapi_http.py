@@ -15,6 +15,7 @@ import time
 from aiohttp import web
 
 from nodeagent.apiserver import errors
+from nodeagent.apiserver.incoming import ApiRequest
 from nodeagent.apiserver.openapi import Document, OpenAPI
 
 JSON = "application/json"
@@ -46,7 +47,7 @@ def accepted(accept: str, offers: dict[str, str]) -> str | None:
     return None
 
 
-def _respond(request: web.BaseRequest, doc: Document, content_type: str,
+def _respond(request: ApiRequest, doc: Document, content_type: str,
              extra: dict[str, str] | None = None) -> web.Response:
     headers = {"Etag": f'"{doc.etag}"', "Vary": "Accept", "Last-Modified": _STARTED, **(extra or {})}
     if request.headers.get("If-None-Match", "").strip() in (f'"{doc.etag}"', "*"):
@@ -57,7 +58,7 @@ def _respond(request: web.BaseRequest, doc: Document, content_type: str,
     return resp
 
 
-async def serve(openapi: OpenAPI, request: web.BaseRequest, path: str) -> web.StreamResponse:
+async def serve(openapi: OpenAPI, request: ApiRequest, path: str) -> web.StreamResponse:
     """`path` is /openapi/v2, /openapi/v3 or /openapi/v3/<group-version>, without a trailing slash.
 
     Documents are built and encoded on a worker thread (a fraction of a second when the served set changed).

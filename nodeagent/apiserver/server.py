@@ -26,12 +26,14 @@ from nodeagent.apiserver.cache import WatchCache
 from nodeagent.apiserver.config import ApiServerConfig
 from nodeagent.apiserver.crds import install_bundled
 from nodeagent.apiserver.handlers import Handlers
+from nodeagent.apiserver.in_process import LocalEntry
 from nodeagent.apiserver.inflight import InFlightLimit
 from nodeagent.apiserver.join_token import JoinTokens
 from nodeagent.apiserver.key_layout import migrate_legacy_keys
 from nodeagent.apiserver.metrics_api import NODES, MetricsAPI
 from nodeagent.apiserver.peers import PeerLeases
 from nodeagent.apiserver.registry import SERVICES, Registry
+from nodeagent.client import in_process
 from nodeagent.store import open_store
 from nodeagent.store.compactor import DEFAULT_INTERVAL, run_compactor
 
@@ -78,6 +80,7 @@ class ApiServer:
         self._fetcher: resource_metrics.KubeletFetcher | None = None
         self.port = cfg.port
         self.local_socket: str | None = None  # where the embedded components' socket is served, once it is
+        self.local_entry: LocalEntry | None = None  # the in-process entry, under that socket's name
 
     def _ssl(self) -> ssl.SSLContext:
         # pods reach us as https://kubernetes.default.svc = the range's first IP: that must verify too
@@ -144,6 +147,9 @@ class ApiServer:
             self.port = self._runner.addresses[0][1]  # the TCP site's bound address
         if self.cfg.local_socket:
             await self._serve_local_socket(self._runner, self.cfg.local_socket)
+        if self.local_socket is not None:  # components in this process call the handlers directly
+            self.local_entry = LocalEntry(handlers.handle)
+            in_process.register(self.local_socket, self.local_entry)
         host = f"[{self.advertise}]" if ":" in self.advertise else self.advertise
         sa_keys.jwks_uri = f"https://{host}:{self.port}/openid/v1/jwks"
         self.peers = PeerLeases(self.registry, self.advertise, self.port, self.cfg.lease_duration)
@@ -220,6 +226,8 @@ class ApiServer:
         print(msg, flush=True)
 
     async def stop(self) -> None:
+        if self.local_entry is not None and self.local_socket is not None:
+            in_process.unregister(self.local_socket, self.local_entry)
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -235,6 +243,8 @@ class ApiServer:
             self.authorizer.rbac.close()
         if self.cache is not None:
             await self.cache.stop()
+        if self.local_entry is not None:
+            await self.local_entry.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         if self.local_socket is not None:

@@ -16,6 +16,7 @@ from nodeagent.api.status import status_body
 from nodeagent.api.times import now_rfc3339
 from nodeagent.apiserver import errors, eviction, patching
 from nodeagent.apiserver.codec import json_response
+from nodeagent.apiserver.incoming import ApiRequest, over_http
 from nodeagent.apiserver.registry import Registry
 from nodeagent.apiserver.request import RequestInfo
 from nodeagent.store import base as store_base
@@ -28,7 +29,7 @@ _STREAMING = {"log", "exec", "attach", "portforward", "proxy"}
 KubeletProxy = Callable[[Registry, web.BaseRequest, RequestInfo], Awaitable[web.StreamResponse]]
 
 
-async def handle(registry: Registry, kubelet_proxy: KubeletProxy | None, request: web.BaseRequest,
+async def handle(registry: Registry, kubelet_proxy: KubeletProxy | None, request: ApiRequest,
                  info: RequestInfo, body: Any, dry_run: bool) -> web.StreamResponse:
     sub, verb, res = info.subresource, info.verb, info.resource
     ns, name = info.namespace, info.name or ""
@@ -131,7 +132,7 @@ async def scale_paths(registry: Registry, res: Resource) -> ScalePaths:
     return ScalePaths()
 
 
-async def _scale(registry: Registry, request: web.BaseRequest, info: RequestInfo, body: Any,
+async def _scale(registry: Registry, request: ApiRequest, info: RequestInfo, body: Any,
                  dry_run: bool) -> web.StreamResponse:
     res, ns, name = info.resource, info.namespace, info.name or ""
     paths = await scale_paths(registry, res)
@@ -208,10 +209,10 @@ async def _bind(registry: Registry, info: RequestInfo, body: Any, dry_run: bool)
 
 
 # ------------------------------------------------------------------ kubelet-served subresources
-async def _kubelet(registry: Registry, kubelet_proxy: KubeletProxy | None, request: web.BaseRequest,
+async def _kubelet(registry: Registry, kubelet_proxy: KubeletProxy | None, request: ApiRequest,
                    info: RequestInfo) -> web.StreamResponse:
     if info.resource.name not in ("pods", "nodes"):
         raise errors.method_not_allowed()
     if kubelet_proxy is None:
         raise errors.service_unavailable("no kubelet API proxy is configured on this server")
-    return await kubelet_proxy(registry, request, info)
+    return await kubelet_proxy(registry, over_http(request), info)

@@ -18,7 +18,7 @@ import orjson
 import yaml
 
 from nodeagent.api.resources import RESOURCES, Resource, all_resources
-from nodeagent.client import local_socket
+from nodeagent.client import in_process, local_socket
 from nodeagent.client.ratelimit import TokenBucket
 
 MAX_RETRIES = 10  # client-go's: answers with Retry-After (429, 5xx) are tried again this many times
@@ -121,16 +121,24 @@ class Client:
                  cert_file: str | None = None, key_file: str | None = None,
                  verify_hostname: bool = True, limiter: TokenBucket | None = None,
                  ssl_context: ssl.SSLContext | None = None, unix_socket: str | None = None,
-                 cert_data: bytes | None = None, key_data: bytes | None = None) -> None:
+                 cert_data: bytes | None = None, key_data: bytes | None = None,
+                 local: in_process.Server | None = None) -> None:
         """`verify_hostname=False` trusts the CA alone: any name in the server's certificate (a joining node
         that pinned the cluster's CA, as kubeadm's discovery does). `limiter` makes every request (watches
         too, as client-go's) wait for its token (the kubelet's --kube-api-qps/--kube-api-burst).
         `ssl_context`: an existing one to use instead of the one these arguments make. `unix_socket`: the
         same apiserver's root-only local socket (`local_socket`), used for every request instead of
         `server`, which stays what the client names (for those that reach the server's address).
-        `cert_data`/`key_data`: a client certificate and key given inline (a kubeconfig's `-data` fields)."""
+        `cert_data`/`key_data`: a client certificate and key given inline (a kubeconfig's `-data` fields).
+        `local`: the apiserver of this very process (`in_process`), called directly for every request but
+        the streamed subresources; without it, the one registered in this process under `unix_socket`, if
+        any, looked up on each call (an apiserver stopped and started again under the same socket is the
+        new one, as a reconnection would reach). Never with a client certificate (that identity is the TLS
+        session's)."""
         self.server = server.rstrip("/")
         self.unix_socket = unix_socket
+        self._certified = bool(cert_file or cert_data)
+        self._local = local
         self._base = local_socket.BASE_URL if unix_socket else self.server
         self.token: str | None = None
         # who this client is to the server: clients alike here may share one informer (informer.shared)
@@ -191,7 +199,7 @@ class Client:
         """A client of the same server and CA that authenticates with `token` (a ServiceAccount's)."""
         # this client's TLS context, not a new one: making one loads the system's CA store (~50 ms)
         return Client(self.server, token, max_connections=self._limit, ssl_context=self._ssl,
-                      unix_socket=self.unix_socket)
+                      unix_socket=self.unix_socket, local=self._local)
 
     def own_pool(self, max_connections: int | None = None) -> Client:
         """The same user (same identity, credentials and limiter) through connections of its own: for
@@ -199,9 +207,16 @@ class Client:
         `max_connections`: its own limit (0: none, for a pool of watches whose number discovery sets)."""
         limit = self._limit if max_connections is None else max_connections
         other = Client(self.server, self.token, max_connections=limit, limiter=self.limiter,
-                       ssl_context=self._ssl, unix_socket=self.unix_socket)
+                       ssl_context=self._ssl, unix_socket=self.unix_socket, local=self._local)
         other.identity = self.identity
         return other
+
+    @property
+    def local(self) -> in_process.Server | None:
+        """The apiserver this client calls in-process, if any (else HTTPS or the local socket)."""
+        if self._certified:
+            return None
+        return self._local if self._local is not None else in_process.lookup(self.unix_socket)
 
     def set_token(self, token: str | None) -> None:
         """A refreshed bearer token: used from the next request on (`request` sends it on every call)."""
@@ -212,7 +227,7 @@ class Client:
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             # the credential goes with each request (`set_token` may change it), not with the session
-            headers = {"Accept": "application/json", "User-Agent": "nodeagent-client"}
+            headers = _SESSION_HEADERS
             connector: aiohttp.BaseConnector
             if self.unix_socket:
                 connector = aiohttp.UnixConnector(self.unix_socket, limit=self._limit)
@@ -241,29 +256,42 @@ class Client:
         if body is not None:
             data = body if isinstance(body, bytes) else _dumps(body)
             headers = {**headers, "Content-Type": content_type}
-        url = self._base + path + ("?" + urlencode(_clean(params)) if params else "")
-        timeout = _timeout(deadline)
+        query = _clean(params)
+        local = self.local
+        if local is not None and in_process.streamed(path):
+            local = None
         for attempt in range(MAX_RETRIES + 1):
             if self.limiter is not None:
                 await self.limiter.wait()
             try:
-                async with self._sess().request(method, url, data=data, headers=headers,
-                                                timeout=timeout) as r:
-                    raw = await r.read()
-                    wait = retry_after(r.status, r.headers.get("Retry-After"))
-                    if wait is not None and attempt < MAX_RETRIES:
-                        await asyncio.sleep(wait)  # the server asked: try again, as client-go does
-                        continue
-                    if r.status >= 400:
-                        raise _error(r.status, raw)
-                    if r.content_type == "application/json":
-                        return _loads(raw)
-                    return raw.decode(errors="replace")
-            except aiohttp.ClientError as e:
+                if local is not None:
+                    got = await local.call(method, path, {k: str(v) for k, v in query.items()},
+                                           {**_SESSION_HEADERS, **headers}, data, deadline)
+                else:
+                    got = await self._http(method, path, query, data, headers, deadline)
+            except (aiohttp.ClientError, ConnectionError) as e:
                 raise ClientError(0, "ConnectionError", str(e)) from e
             except TimeoutError:  # the deadline: aiohttp raises a bare TimeoutError, not one of its own
                 raise ClientError(0, "Timeout", f"{method} {path}: no answer within {deadline:g} s") from None
+            wait = retry_after(got.status, got.headers.get("Retry-After"))
+            if wait is not None and attempt < MAX_RETRIES:
+                await asyncio.sleep(wait)  # the server asked: try again, as client-go does
+                continue
+            if got.status >= 400:
+                raise _error(got.status, got.body)
+            if got.content_type == "application/json":
+                return _loads(got.body)
+            return got.body.decode(errors="replace")
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _http(self, method: str, path: str, query: dict[str, Any], data: bytes | None,
+                    headers: dict[str, str], deadline: float) -> in_process.Answer:
+        """One request over HTTP(S) or the local socket, answered as the in-process entry answers."""
+        url = self._base + path + ("?" + urlencode(query) if query else "")
+        async with self._sess().request(method, url, data=data, headers=headers,
+                                        timeout=_timeout(deadline)) as r:
+            raw = await r.read()
+            return in_process.Answer(r.status, r.headers, raw, r.content_type)
 
     # ------------------------------------------------------------------ verbs
     async def get(self, resource: str | Resource, name: str, namespace: str | None = None,
@@ -368,32 +396,58 @@ class Client:
         params = {"watch": "1", "resourceVersion": resource_version, "labelSelector": label_selector,
                   "fieldSelector": field_selector, "timeoutSeconds": timeout_seconds,
                   "allowWatchBookmarks": "true" if bookmarks else None}
-        url = self._base + path_for(res, namespace) + "?" + urlencode(_clean(params))
+        query = _clean(params)
+        path = path_for(res, namespace)
         headers = {**self._auth_headers, "Accept": METADATA_ACCEPT} if metadata_only else self._auth_headers
         if self.limiter is not None:
             await self.limiter.wait()
         try:
+            local = self.local
+            if local is not None:
+                got, chunks = await local.watch(path, {k: str(v) for k, v in query.items()},
+                                                     {**_SESSION_HEADERS, **headers})
+                if chunks is None:
+                    raise _error(got.status, got.body)
+                try:
+                    async for ev in _events(chunks):
+                        yield _metadata_event(ev) if metadata_only else ev
+                finally:
+                    await chunks.aclose()
+                return
+            url = self._base + path + "?" + urlencode(query)
             async with self._sess().get(url, headers=headers, timeout=_WATCH_TIMEOUT) as r:
                 if r.status >= 400:
                     raise _error(r.status, await r.read())
-                buf = b""
-                async for chunk in r.content.iter_any():
-                    # a chunk may hold many events (the server writes a turn's events at once): split it
-                    # once, not once per event (which copied the rest of the chunk each time)
-                    *lines, buf = (buf + chunk).split(b"\n")
-                    for line in lines:
-                        if not line.strip():
-                            continue
-                        ev = _loads(line)
-                        if ev.get("type") == "ERROR":
-                            st = ev.get("object") or {}
-                            raise ClientError(st.get("code", 500), st.get("reason", ""),
-                                              st.get("message", ""), st)
-                        if metadata_only and (ev.get("object") or {}).get("kind") != "PartialObjectMetadata":
-                            ev["object"] = as_partial(ev.get("object") or {})
-                        yield ev
-        except aiohttp.ClientError as e:
+                async for ev in _events(r.content.iter_any()):
+                    yield _metadata_event(ev) if metadata_only else ev
+        except (aiohttp.ClientError, ConnectionError) as e:
             raise ClientError(0, "ConnectionError", str(e)) from e
+
+
+async def _events(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """A watch stream's events, from its chunks as they come; an ERROR event is raised as ClientError."""
+    buf = b""
+    async for chunk in chunks:
+        # a chunk may hold many events (the server writes a turn's events at once): split it once, not
+        # once per event (which copied the rest of the chunk each time)
+        *lines, buf = (buf + chunk).split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            ev = _loads(line)
+            if ev.get("type") == "ERROR":
+                st = ev.get("object") or {}
+                raise ClientError(st.get("code", 500), st.get("reason", ""), st.get("message", ""), st)
+            yield ev
+
+
+def _metadata_event(ev: dict[str, Any]) -> dict[str, Any]:
+    """A metadata-only watch's event with only ObjectMeta in its object, even from a server that sent the
+    whole object (as client-go's metadata client keeps)."""
+    obj = ev.get("object") or {}
+    if obj.get("kind") != "PartialObjectMetadata":
+        ev["object"] = as_partial(obj)
+    return ev
 
 
 def retry_after(status: int, header: str | None) -> float | None:
@@ -425,6 +479,7 @@ def _loads(raw: bytes) -> Any:
         return json.loads(raw)
 
 
+_SESSION_HEADERS = {"Accept": "application/json", "User-Agent": "nodeagent-client"}
 _WATCH_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None)
 
 

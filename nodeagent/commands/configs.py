@@ -358,8 +358,9 @@ def control_plane_configs(api: ApiServerConfig, layout: Layout, *, controllers: 
     # CoreDNS as its ServiceAccount (system:coredns may only read: the installer, this apiserver's
     # bootstrap, writes the kube-dns Service and slice), the ingress controller as ingress-nginx's
     dns = dns_config(api, layout.dns_kubeconfig, dns_listen)
-    # the in-process components reach the apiserver through its root-only local socket (their kubeconfigs
-    # name it beside the HTTPS URL): the same handlers and credentials, without TLS and TCP
+    # the components reach the apiserver through its root-only local socket (their kubeconfigs name it beside
+    # the HTTPS URL), and those in its own process through its in-process entry registered under that
+    # socket's path: the same handlers and credentials, without TLS and TCP (and HTTP framing)
     api = dataclasses.replace(api, dns_addon=dns_addon(dns), local_socket=layout.apiserver_socket,
                               components=api.components + (
         ComponentCredential(layout.scheduler_kubeconfig, "system:kube-scheduler"),

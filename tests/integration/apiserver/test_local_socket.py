@@ -1,5 +1,6 @@
 """The embedded components' local socket on a real `nodeagent server`: root-only, named in the components'
-kubeconfigs (not the admin's), used by the components in the server's process, and every request on it
+kubeconfigs (not the admin's), used by components of other processes (those in the server's process call
+its handlers in-process), and every request on it
 authenticated as the component itself and authorized by RBAC as over HTTPS (not as admin)."""
 
 from __future__ import annotations
@@ -77,14 +78,23 @@ def test_only_the_components_kubeconfigs_name_it(server):
     assert Client.from_kubeconfig(server.kubeconfig).unix_socket is None
 
 
-def test_the_embedded_components_are_connected_to_it(server):
-    """The scheduler and controllers in the server's process hold their watches on the socket: the
-    kernel's table of Unix sockets shows connected ones under its path (the server's accepted ends)."""
+def test_the_embedded_components_call_the_handlers_in_process_not_on_the_socket(server):
+    """The scheduler and controllers in the server's process hold their watches through the in-process
+    entry: the server counts their node watches while the kernel's table of Unix sockets shows nobody
+    connected under the socket's path (it serves the components of other processes)."""
     path = str(server.data_dir / "apiserver.sock")
+
+    async def node_watchers() -> float:
+        async with Client.from_kubeconfig(server.kubeconfig) as admin:
+            text = await admin.request("GET", "/metrics")
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith('apiserver_registered_watchers{resource="nodes"}'))
+
     deadline = time.monotonic() + 60  # the components start their informers a moment after the server
-    while (connected := _connected(path)) < 2 and time.monotonic() < deadline:
+    while (watching := asyncio.run(node_watchers())) < 1 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert connected >= 2, f"no component connected on {path}"
+    assert watching >= 1, "no component watches nodes"
+    assert _connected(path) == 0, f"a component of the server's own process connected on {path}"
 
 
 def _connected(path: str) -> int:

@@ -38,6 +38,13 @@ def limited(tmp_path_factory):
                               *[f"--without={c}" for c in ("scheduler", "controllers", "ingress",
                                                            "podnetwork")]],
                        timeout=90)  # a loaded 2-core host can take half a minute to import the server
+    # the server issues its components' tokens into the same file after the admin kubeconfig: a token issued
+    # here meanwhile was lost to its read-modify-write (the user then 401, the held write never held a slot)
+    deadline = time.monotonic() + 60
+    components = ("scheduler", "controller-manager", "coredns", "ingress")
+    while not all((srv.data_dir / f"{c}.kubeconfig").exists() for c in components):
+        assert time.monotonic() < deadline, "the server never wrote its components' kubeconfigs"
+        time.sleep(0.05)
     token = TokenFile(srv.data_dir / "tokens.csv").issue(USER, ())
     admin = api(srv, srv.token)
     rbac = kubernetes.client
