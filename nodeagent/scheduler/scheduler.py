@@ -481,8 +481,12 @@ class Scheduler:
     def select_host(self, nodes: list[NodeInfo], scores: list[int]) -> str:
         """The best score; ties broken uniformly at random (kube-scheduler samples the same distribution)."""
         best = max(scores)
-        ties = [i for i, s in enumerate(scores) if s == best]
-        return nodes[ties[self.rng.randrange(len(ties))] if len(ties) > 1 else ties[0]].name
+        n_ties = scores.count(best)
+        i = scores.index(best)
+        if n_ties > 1:  # the k-th of the ties, found by C-level index() calls, not a Python pass per node
+            for _ in range(self.rng.randrange(n_ties)):
+                i = scores.index(best, i + 1)
+        return nodes[i].name
 
     # -- binding cycle -------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, Protocol, runtime_checkable
 
 from nodeagent.scheduler.framework.status import Status
@@ -137,6 +137,13 @@ class ScorePlugin(Protocol):
 
 class BatchScorePlugin(Protocol):
     def score_many(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]) -> list[int]: ...
+
+
+class ScoreShapePlugin(Protocol):
+    """A score plugin whose score of a pod on a node is a pure function of the NodeInfo (its generation)
+    and of what this returns for the pod: the framework keeps the weighted totals per node for that shape.
+    None: not for this pod. Plugins with normalize_score or cluster-wide inputs must not have it."""
+    def score_shape(self, pod: PodInfo) -> Hashable: ...
 
 
 class ScoreExtensions(Protocol):
