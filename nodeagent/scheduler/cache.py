@@ -80,6 +80,31 @@ class Cache:
         self.cordoned: set[str] = set()
         self._snapshot = Snapshot(self)
         self._nodes_changed = True
+        # every NodeInfo changed (a pod placed or removed, the node updated), in order, numbered from
+        # _changes_base: the cycle memo (cyclememo.py) forgets those nodes' answers (a node added or
+        # removed makes a new snapshot list instead, which it starts afresh from)
+        self._changes: list[NodeInfo] = []
+        self._changes_base = 0
+
+    # -- what changed --------------------------------------------------------------------------------
+
+    MAX_CHANGES = 50_000  # the log is dropped past this; a reader behind it starts afresh
+
+    def _changed(self, ni: NodeInfo) -> None:
+        ch = self._changes
+        if len(ch) >= self.MAX_CHANGES:
+            self._changes_base += len(ch)
+            ch.clear()
+        ch.append(ni)
+
+    def changes_since(self, seq: int) -> tuple[int, list[NodeInfo] | None]:
+        """(the current sequence number, the NodeInfos changed since `seq`); None instead of the list
+        when the log no longer reaches back to `seq`."""
+        base = self._changes_base
+        now = base + len(self._changes)
+        if seq < base:
+            return now, None
+        return now, self._changes[seq - base:]
 
     # -- nodes ---------------------------------------------------------------------------------------
 
@@ -102,6 +127,7 @@ class Cache:
             self.image_nodes.setdefault(img, set()).add(name)
         if not had:
             self._nodes_changed = True
+        self._changed(ni)
         return ni
 
     update_node = add_node
@@ -143,6 +169,7 @@ class Cache:
     def _place(self, p: PodInfo) -> None:
         ni = self._node_for(p.node_name)
         ni.add_pod(p)
+        self._changed(ni)
         self._index(ni)
 
     def _unplace(self, p: PodInfo) -> None:
@@ -150,6 +177,7 @@ class Cache:
         if ni is None:
             return
         ni.remove_pod(p)
+        self._changed(ni)
         self._index(ni)
         if not ni.node and not ni.pods:
             del self.nodes[p.node_name]

@@ -122,6 +122,13 @@ class BatchFilterPlugin(Protocol):
                     ) -> tuple[list[NodeInfo], list[tuple[NodeInfo, Status]]]: ...
 
 
+class FilterShapePlugin(Protocol):
+    """A filter whose verdict on a node is a pure function of the NodeInfo and of what this returns for
+    the pod (None: not for this pod): the scheduler keeps verdicts per node for that shape (cyclememo.py).
+    Filters that read other nodes, API objects or cluster-wide state must not have it."""
+    def filter_shape(self, pod: PodInfo) -> Hashable: ...
+
+
 class PostFilterPlugin(Protocol):
     def post_filter(self, state: CycleState, pod: PodInfo, statuses: dict[str, Status]
                     ) -> tuple[PostFilterResult | None, Status | None]: ...

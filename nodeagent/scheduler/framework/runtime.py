@@ -233,14 +233,15 @@ class Framework:
             shape_of = getattr(p, "score_shape", None)
             shape = shape_of(pod) if shape_of is not None else None
             if shape is None:
-                return self._score_sum(active, state, pod, nodes)
+                return self.score_totals(active, state, pod, nodes)
             key.append((p.name, shape))
         if not key:
             return [0] * len(nodes)
-        return self._totals.scores(tuple(key), nodes, lambda ns: self._score_sum(active, state, pod, ns))
+        return self._totals.scores(tuple(key), nodes, lambda ns: self.score_totals(active, state, pod, ns))
 
-    def _score_sum(self, active: list[Any], state: CycleState, pod: PodInfo, nodes: list[NodeInfo]
-                   ) -> list[int]:
+    def score_totals(self, active: list[Any], state: CycleState, pod: PodInfo, nodes: list[NodeInfo]
+                     ) -> list[int]:
+        """The weighted sum of the `active` plugins' normalized scores, per node, computed afresh."""
         total: list[int] | None = None
         for p in active:
             sm = getattr(p, "score_many", None)

@@ -135,6 +135,10 @@ class NodeResourcesFit:
             s = self._status[reasons] = unschedulable(NAME, *reasons)
         return s
 
+    def filter_shape(self, pod: PodInfo) -> Hashable:
+        """The verdict is a pure function of the NodeInfo and this (the cycle memo's key)."""
+        return (pod.req_cpu, pod.req_mem, pod.req_eph, tuple(sorted(pod.req_scalar.items())))
+
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status | None:
         scalars = state.get(NAME)
         if scalars is None:

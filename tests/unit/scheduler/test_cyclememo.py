@@ -1,0 +1,122 @@
+"""The cycle memo (verdicts and score totals by node position for a run of one pod shape) places every pod
+where the general walk would, through every change that can alter a node's answer."""
+
+import copy
+import random
+
+from nodeagent.scheduler.cyclememo import CycleMemo
+from nodeagent.scheduler.profile import SchedulerConfig
+from nodeagent.scheduler.scheduler import Scheduler
+from nodeagent.testing.clock import FakeClock
+from nodeagent.testing.fake_cluster import FakeCluster, make_node, make_pod
+
+N_NODES = 300  # past 100 nodes the adaptive percentage walks a window (144 at 300) from a rotating start
+
+
+def _node(i, cpu="1", pods=4, labels=None, **kw):
+    return make_node(f"n{i}", cpu=cpu, memory="4Gi", pods=pods, labels=labels or {"zone": f"z{i % 3}"}, **kw)
+
+
+def _shape(k, i):
+    """Pods of a few shapes, in runs: requests, best-effort, a node selector, a toleration."""
+    name = f"p{k}-{i}"
+    if k % 4 == 0:
+        return make_pod(name, cpu="300m", memory="500Mi")
+    if k % 4 == 1:
+        return make_pod(name)
+    if k % 4 == 2:
+        return make_pod(name, cpu="200m", memory="1Gi", nodeSelector={"zone": "z1"})
+    return make_pod(name, cpu="100m", memory="100Mi",
+                    tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}])
+
+
+async def _placements(memo: bool) -> tuple[list[tuple[str, str | None]], int]:
+    """Run one scenario; (pod, node) in creation order, and how many cycles the memo answered."""
+    cluster = FakeCluster()
+    s = Scheduler(SchedulerConfig(), cluster.api(), clock=FakeClock(), rng=random.Random(3))
+    cluster.subscribe(s)
+    used = [0]
+    for m in s.memos.values():
+        real = m.find_feasible
+
+        def counted(*a, real=real):
+            if not memo:
+                return None
+            got = real(*a)
+            used[0] += got is not None and bool(got[0])
+            return got
+        m.find_feasible = counted  # type: ignore[method-assign]
+    for i in range(N_NODES):
+        cluster.add_node(_node(i))
+    created = []
+    rnd = random.Random(11)
+    for k in range(12):
+        for i in range(60):
+            created.append(cluster.add_pod(_shape(k, i)))
+        await s.drain()
+        bound = [p for p in cluster.pods.values() if p["spec"].get("nodeName")]
+        # what can change a node's answer between runs of one shape:
+        for p in rnd.sample(bound, 10):  # pods deleted
+            cluster.remove_pod(p["metadata"]["uid"])
+        for p in rnd.sample([p for p in bound if p["metadata"]["uid"] in cluster.pods
+                             and p["spec"]["containers"][0].get("resources")], 5):  # a bound pod resized
+            new = copy.deepcopy(p)
+            new["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "900m"
+            cluster.update_pod(new)
+        j = rnd.randrange(N_NODES)
+        cluster.update_node(_node(j, cpu="2", pods=6))  # allocatable grows
+        cluster.update_node(_node((j + 1) % N_NODES, labels={"zone": "z1"}))  # labels
+        cluster.update_node(_node((j + 2) % N_NODES, unschedulable=True))  # cordoned
+        cluster.update_node(_node((j + 3) % N_NODES, taints=[
+            {"key": "dedicated", "value": "x", "effect": "NoSchedule"}]))
+        if k % 3 == 2:  # a node added and one deleted (a new node list)
+            cluster.add_node(_node(N_NODES + k))
+            cluster.delete_node(f"n{(j + 4) % N_NODES}")
+        await s.drain()
+        for _ in range(3):  # the next run of the same shape starts mid-window
+            created.append(cluster.add_pod(_shape(k, 1000 + _)))
+            await s.drain()
+    return [(p["metadata"]["name"], cluster.node_of(p["metadata"]["name"])) for p in created], used[0]
+
+
+async def test_the_memo_places_every_pod_where_the_general_walk_does():
+    general, _ = await _placements(memo=False)
+    memoized, answered = await _placements(memo=True)
+    assert answered > 500  # most cycles came from the memo
+    assert sum(1 for _, n in general if n is None) > 0  # some pods found no room: the general path's FitError
+    assert memoized == general
+
+
+def test_changed_nodes_forget_their_answers_and_a_new_node_list_resets():
+    from nodeagent.scheduler.cache import Cache
+
+    cache = Cache()
+    for i in range(3):
+        cache.add_node(_node(i))
+    memo = CycleMemo(cache)
+    snap = cache.snapshot()
+    memo._sync(snap.nodes)
+    memo._fit[:] = [True, True, True]
+    memo._tot[:] = [1, 2, 3]
+    cache.assume_pod(PodInfoOn("a", "n1"))
+    memo._sync(cache.snapshot().nodes)
+    assert memo._fit == [True, None, True] and memo._tot == [1, None, 3]
+    memo._fit[1], memo._tot[1] = True, 2
+    cache.update_node(_node(2, cpu="2"))
+    memo._sync(cache.snapshot().nodes)
+    assert memo._fit == [True, True, None]
+    cache.add_node(_node(3))
+    memo._sync(cache.snapshot().nodes)
+    assert memo._fit == [None] * 4 and memo._tot == [None] * 4
+    memo._fit[:] = [True] * 4
+    cache.MAX_CHANGES = 2  # the log dropped past the memo's place: everything is forgotten
+    for i in range(3):
+        cache.assume_pod(PodInfoOn(f"b{i}", "n0"))
+    memo._sync(cache.snapshot().nodes)
+    assert memo._fit == [None] * 4
+
+
+def PodInfoOn(name, node):
+    from nodeagent.scheduler.framework.types import PodInfo
+
+    return PodInfo(make_pod(name, cpu="100m", node=node))
