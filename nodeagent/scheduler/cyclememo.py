@@ -12,7 +12,9 @@ scored again.
 
 It applies only where the answers are pure functions of the node and the pod's shape: every active
 filter names the shape (`filter_shape`), and likewise every active score plugin (`score_shape`); and
-only without nominated pods, extenders or a PreFilter node-name restriction (the callers check those).
+only without extenders, a PreFilter node-name restriction or a nomination of the pod itself (the callers
+check those). Nodes with other pods nominated to them are checked again with those pods, as the general
+walk does.
 What-ifs that change a NodeInfo and restore it (preemption, nominated pods) leave the answers valid.
 The window walked, the feasible nodes in order, the scores and so the choice are the ones the general
 path computes; when no node is feasible the caller reruns the general path for the statuses.
@@ -21,7 +23,7 @@ path computes; when no node is feasible the caller reruns the general path for t
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable
+from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
 from nodeagent.scheduler.cache import Cache, Snapshot
@@ -86,9 +88,12 @@ class CycleMemo:
         self._seq = seq
 
     def find_feasible(self, fw: Framework, state: CycleState, pi: PodInfo, snap: Snapshot, filters: list[Any],
-                      want: int, start: int) -> tuple[list[NodeInfo], list[int], int] | None:
+                      want: int, start: int, recheck: Collection[str] = (),
+                      passes: Callable[[NodeInfo], bool] | None = None
+                      ) -> tuple[list[NodeInfo], list[int], int] | None:
         """find_nodes_that_fit's walk from `start` until `want` feasible nodes: (feasible nodes, their
-        positions, nodes processed); None when a filter does not name the pod's shape."""
+        positions, nodes processed); None when a filter does not name the pod's shape. Feasible nodes
+        named in `recheck` (those with nominated pods) must also pass `passes`, in walk order."""
         key = _shape(filters, "filter_shape", pi)
         if key is None:
             return None
@@ -99,6 +104,8 @@ class CycleMemo:
             self._fit_key = key
             self._fit = [None] * n_all
         fit = self._fit
+        pos_of = self._pos.get
+        again = {i for n in recheck if (i := pos_of(snap.get(n))) is not None}  # type: ignore[arg-type]
         feasible: list[NodeInfo] = []
         positions: list[int] = []
         processed = 0
@@ -115,7 +122,10 @@ class CycleMemo:
                     ok = set(fw.filter_chunk(state, pi, [nodes[i] for i in unknown], filters, {}))
                     for i in unknown:
                         fit[i] = nodes[i] in ok
-                fs = fit[a:b]
+                fs = fit[a:b]  # a copy: the rechecks below change it, not the memo
+                for i in sorted(i for i in again if a <= i < b and fit[i]):
+                    if passes is not None and not passes(nodes[i]):
+                        fs[i - a] = False
                 if False not in fs:
                     feasible += nodes[a:b]
                     positions += range(a, b)

@@ -384,12 +384,20 @@ class Scheduler:
         filters = fw.active_filters(state)
         statuses: dict[str, Status] = {}
         nominated = self.queue.nominated
-        if not nominated and not pi.nominated_node_name and not self.extenders and snap.nodes \
+        if not pi.nominated_node_name and not self.extenders and snap.nodes \
                 and (pre_res is None or pre_res.node_names is None):
             n_all = len(snap.nodes)
             want = num_feasible_nodes_to_find(n_all, self.percentages.get(fw.profile_name, 0))
             start = self.next_start_node_index % n_all
-            got = self.memos[fw.profile_name].find_feasible(fw, state, pi, snap, filters, want, start)
+            passes = None
+            if nominated:
+                deps = fw.pod_dependent(filters, None)
+                sums = self._arith_ok(fw, state, pi, deps)
+
+                def passes(n: NodeInfo) -> bool:
+                    return self._fits_with_nominated(fw, state, pi, n, filters, statuses, deps, sums)
+            got = self.memos[fw.profile_name].find_feasible(fw, state, pi, snap, filters, want, start,
+                                                            nominated, passes)
             if got is not None and got[0]:  # none feasible: the general walk below records why
                 self.next_start_node_index = (start + got[2]) % n_all
                 return got[0], statuses, got[1]

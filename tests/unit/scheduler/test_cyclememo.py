@@ -30,12 +30,13 @@ def _shape(k, i):
                     tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}])
 
 
-async def _placements(memo: bool) -> tuple[list[tuple[str, str | None]], int]:
-    """Run one scenario; (pod, node) in creation order, and how many cycles the memo answered."""
+async def _placements(memo: bool) -> tuple[list[tuple[str, str | None]], int, int, int]:
+    """Run one scenario; (pod, node) in creation order, how many cycles the memo answered (and of those,
+    with pods nominated to nodes), and the preemptions."""
     cluster = FakeCluster()
     s = Scheduler(SchedulerConfig(), cluster.api(), clock=FakeClock(), rng=random.Random(3))
     cluster.subscribe(s)
-    used = [0]
+    used = [0, 0]
     for m in s.memos.values():
         real = m.find_feasible
 
@@ -43,16 +44,24 @@ async def _placements(memo: bool) -> tuple[list[tuple[str, str | None]], int]:
             if not memo:
                 return None
             got = real(*a)
-            used[0] += got is not None and bool(got[0])
+            answered = got is not None and bool(got[0])
+            used[0] += answered
+            used[1] += answered and bool(s.queue.nominated)
             return got
         m.find_feasible = counted  # type: ignore[method-assign]
     for i in range(N_NODES):
         cluster.add_node(_node(i))
+        if i % 3:  # two nodes in three nearly full of low-priority pods: the high-priority ones preempt
+            for x in range(3):
+                cluster.add_pod(make_pod(f"low{i}-{x}", cpu="300m", memory="100Mi", node=f"n{i}"))
     created = []
     rnd = random.Random(11)
     for k in range(12):
         for i in range(60):
             created.append(cluster.add_pod(_shape(k, i)))
+        await s.drain()
+        for x in range(2):  # high-priority pods: when nothing fits they preempt, and stay nominated (the
+            created.append(cluster.add_pod(make_pod(f"hp{k}-{x}", cpu="900m", priority=10)))  # clock stands)
         await s.drain()
         bound = [p for p in cluster.pods.values() if p["spec"].get("nodeName")]
         # what can change a node's answer between runs of one shape:
@@ -76,13 +85,16 @@ async def _placements(memo: bool) -> tuple[list[tuple[str, str | None]], int]:
         for _ in range(3):  # the next run of the same shape starts mid-window
             created.append(cluster.add_pod(_shape(k, 1000 + _)))
             await s.drain()
-    return [(p["metadata"]["name"], cluster.node_of(p["metadata"]["name"])) for p in created], used[0]
+    return ([(p["metadata"]["name"], cluster.node_of(p["metadata"]["name"])) for p in created], used[0],
+            used[1], s.stats["preemptions"])
 
 
 async def test_the_memo_places_every_pod_where_the_general_walk_does():
-    general, _ = await _placements(memo=False)
-    memoized, answered = await _placements(memo=True)
+    general, _, _, preempted = await _placements(memo=False)
+    memoized, answered, with_nominated, preempted_too = await _placements(memo=True)
     assert answered > 500  # most cycles came from the memo
+    assert with_nominated > 50  # many of them with pods nominated to nodes
+    assert preempted == preempted_too > 0
     assert sum(1 for _, n in general if n is None) > 0  # some pods found no room: the general path's FitError
     assert memoized == general
 
