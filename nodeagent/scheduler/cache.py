@@ -46,6 +46,13 @@ class Snapshot:
     def nodes_with_required_anti_affinity(self) -> list[NodeInfo]:
         return [ni for ni in self._cache.anti_affinity_nodes.values() if ni.node]
 
+    def any_required_anti_affinity(self) -> bool:
+        return any(ni.node for ni in self._cache.anti_affinity_nodes.values())
+
+    def changes_since(self, seq: int) -> tuple[int, list[NodeInfo] | None]:
+        """The cache's log of changed NodeInfos (Cache.changes_since)."""
+        return self._cache.changes_since(seq)
+
     @property
     def any_filter_taints(self) -> bool:
         return bool(self._cache.filter_tainted)

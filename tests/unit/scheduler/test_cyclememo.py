@@ -132,3 +132,65 @@ def PodInfoOn(name, node):
     from nodeagent.scheduler.framework.types import PodInfo
 
     return PodInfo(make_pod(name, cpu="100m", node=node))
+
+
+async def test_inter_pod_affinity_counts_kept_across_a_run_are_a_fresh_walks():
+    # PreFilter's counts follow the nodes the cache reports changed (interpodaffinity/counts.py): after
+    # binds, deletes, label changes and node replacements they must equal a fresh walk's, and the pods
+    # land where fresh counts put them
+    from nodeagent.scheduler.plugins.interpodaffinity.counts import RunCounts
+
+    def anti(name, color, ns="default"):
+        return make_pod(name, cpu="100m", namespace=ns, labels={"color": color}, affinity={
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"color": color}}, "topologyKey": "zone"}]},
+            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "rack"}]}})
+
+    async def run(fresh: bool) -> tuple[list[str | None], int]:
+        cluster = FakeCluster()
+        s = Scheduler(SchedulerConfig(), cluster.api(), clock=FakeClock(), rng=random.Random(5))
+        cluster.subscribe(s)
+        plugin = next(iter(s.frameworks.values())).plugins["InterPodAffinity"]
+        checks = [0]
+        rc = plugin._counts
+
+        def follow(snap, pod, nsl):
+            if fresh:  # forget everything: a fresh walk each cycle
+                RunCounts.__init__(rc)
+            RunCounts.follow(rc, snap, pod, nsl)
+            again = RunCounts()
+            again.follow(snap, pod, nsl)
+            assert (rc.existing, rc.affinity, rc.anti) == (again.existing, again.affinity, again.anti)
+            assert rc.existing_keys >= again.existing_keys
+            checks[0] += 1
+        rc.follow = follow
+        for i in range(40):
+            cluster.add_node(make_node(f"n{i}", labels={"zone": f"z{i % 20}", "rack": f"r{i % 5}"}))
+        for i in range(5):
+            cluster.add_pod(make_pod(f"db{i}", labels={"app": "db"}, node=f"n{i * 3}"))
+        names = []
+        rnd = random.Random(2)
+        for k in range(8):
+            for i in range(12):
+                color = "c0" if k < 6 else "c1"  # one shape over several rounds of changes
+                names.append(cluster.add_pod(anti(f"a{k}-{i}", color))["metadata"]["name"])
+            await s.drain()
+            bound = [p for p in cluster.pods.values() if p["spec"].get("nodeName")
+                     and p["metadata"]["name"].startswith("a")]
+            for p in rnd.sample(bound, min(4, len(bound))):
+                cluster.remove_pod(p["metadata"]["uid"])
+            placed = sorted({n for p in cluster.pods.values() if (n := p["spec"].get("nodeName"))})
+            j = int(rnd.choice(placed)[1:]) if placed else 0  # a node with pods moves zone and rack
+            cluster.update_node(make_node(f"n{j}", labels={"zone": f"z{(j + k) % 20}", "rack": "r0"}))
+            if k % 3 == 1:
+                cluster.delete_node(f"n{(j + 1) % 40}")
+                cluster.add_node(make_node(f"n{(j + 1) % 40}", labels={"zone": "z9", "rack": "r1"}))
+            await s.drain()
+        return [cluster.node_of(n) for n in names], checks[0]
+
+    fresh, _ = await run(fresh=True)
+    kept, checked = await run(fresh=False)
+    assert checked > 80
+    assert sum(1 for n in fresh if n is None) > 0 and sum(1 for n in fresh if n) > 10
+    assert kept == fresh
