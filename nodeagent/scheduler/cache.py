@@ -41,6 +41,7 @@ class Snapshot:
         return ni if ni is not None and ni.node else None
 
     def nodes_with_affinity(self) -> list[NodeInfo]:
+        """Nodes with pods whose affinity terms score other pods (required affinity, preferred terms)."""
         return [ni for ni in self._cache.affinity_nodes.values() if ni.node]
 
     def nodes_with_required_anti_affinity(self) -> list[NodeInfo]:

@@ -143,7 +143,7 @@ class PodInfo:
                  "required_affinity", "required_anti_affinity", "preferred_affinity",
                  "preferred_anti_affinity", "spread_constraints", "images", "preemption_policy",
                  "nominated_node_name", "scheduling_gates", "scheduler_name", "resource_version",
-                 "any_affinity", "match_key")
+                 "any_affinity", "scoring_affinity", "match_key")
 
     def __init__(self, pod: dict[str, Any]):
         meta = pod.get("metadata") or {}
@@ -202,6 +202,9 @@ class PodInfo:
             for w in paa.get("preferredDuringSchedulingIgnoredDuringExecution") or ())
         self.any_affinity = bool(self.required_affinity or self.required_anti_affinity
                                  or self.preferred_affinity or self.preferred_anti_affinity)
+        # terms InterPodAffinity's PreScore reads from existing pods (required anti-affinity is not scored)
+        self.scoring_affinity = bool(self.required_affinity or self.preferred_affinity
+                                     or self.preferred_anti_affinity)
         self.spread_constraints: list[dict[str, Any]] = spec.get("topologySpreadConstraints") or []
         self.images = tuple(normalized_image(c.get("image") or "") for c in spec.get("containers") or ())
 
@@ -280,7 +283,7 @@ class NodeInfo:
     def __init__(self, node: dict[str, Any] | None = None, taints_from_conditions: bool = True):
         self.pods: dict[str, PodInfo] = {}
         self.used_ports: dict[tuple[str, int], list[str]] = {}
-        self.pods_with_affinity = 0
+        self.pods_with_affinity = 0  # pods with terms that score others (PodInfo.scoring_affinity)
         self.pods_with_required_anti_affinity = 0
         self.req_cpu = self.req_mem = self.req_eph = 0
         self.req_scalar: dict[str, int] = {}
@@ -349,7 +352,8 @@ class NodeInfo:
             for proto, port, ip in p.host_ports:
                 self.used_ports.setdefault((proto, port), []).append(ip)
         if p.any_affinity:
-            self.pods_with_affinity += 1
+            if p.scoring_affinity:
+                self.pods_with_affinity += 1
             if p.required_anti_affinity:
                 self.pods_with_required_anti_affinity += 1
         self._free()
@@ -376,7 +380,8 @@ class NodeInfo:
                     if not ips:
                         del self.used_ports[(proto, port)]
         if p.any_affinity:
-            self.pods_with_affinity -= 1
+            if p.scoring_affinity:
+                self.pods_with_affinity -= 1
             if p.required_anti_affinity:
                 self.pods_with_required_anti_affinity -= 1
         self._free()
