@@ -137,6 +137,39 @@ class InterPodAffinity:
                     return _REJ_EXISTING
         return None
 
+    def filter_many(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]
+                    ) -> tuple[list[NodeInfo], list[tuple[NodeInfo, Status]]]:
+        """Filter over a chunk: without required affinity terms of its own, the pod's verdict per node is
+        two lookups per topology key, inlined here (count_at per node and key was most of the cycle)."""
+        st: _State | None = state.get(NAME)
+        if st is None:
+            return nodes, []
+        if pod.required_affinity:
+            passed, failed = [], []
+            for n in nodes:
+                s = self.filter(state, pod, n)
+                if s is None:
+                    passed.append(n)
+                else:
+                    failed.append((n, s))
+            return passed, failed
+        anti, existing = st.anti, st.existing
+        checks = ([(t.topology_key, anti, _REJ_ANTI) for t in pod.required_anti_affinity] if anti else []) \
+            + ([(k, existing, _REJ_EXISTING) for k in st.existing_keys] if existing else [])
+        if not checks:
+            return nodes, []
+        passed, failed = [], []
+        for n in nodes:
+            labels = n.labels
+            for key, counts, rej in checks:
+                v = labels.get(key)
+                if v is not None and counts.get((key, v)):
+                    failed.append((n, rej))
+                    break
+            else:
+                passed.append(n)
+        return passed, failed
+
     # -- scoring -------------------------------------------------------------------------------------
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]) -> Status | None:
