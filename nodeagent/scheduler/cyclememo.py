@@ -3,11 +3,11 @@
 At 5,000 nodes a cycle filters and scores the ~500 nodes kube-scheduler's adaptive percentage asks for, from
 a start index that rotates over the whole list: with pods of one shape (a Deployment's replicas,
 scheduler_perf's template), only the few nodes that changed since the last cycle can answer differently,
-but reading 500 NodeInfos scattered over the heap costs more than the answers (a server cycle that walked
-them was 0.3-0.4 ms; the rest of the process evicts them from the CPU caches between cycles). Here each
+but reading 500 NodeInfos scattered over the heap costs more than the answers (the score caches alone
+took 0.3-0.4 ms a cycle with the CPU caches cold, as the rest of the server leaves them). Here each
 node's verdict and weighted score total sit in flat lists indexed by the node's position in the snapshot,
 so a cycle reads slices of them (C-level copies and scans), and only the nodes the scheduler cache
-reports changed (`Cache.changes`: every pod placed or removed, every node update) are filtered or
+reports changed (`Cache.changes_since`: every pod placed or removed, every node update) are filtered or
 scored again.
 
 It applies only where the answers are pure functions of the node and the pod's shape: every active
