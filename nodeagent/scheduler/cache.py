@@ -41,10 +41,18 @@ class Snapshot:
         return ni if ni is not None and ni.node else None
 
     def nodes_with_affinity(self) -> list[NodeInfo]:
+        """Nodes with pods whose affinity terms score other pods (required affinity, preferred terms)."""
         return [ni for ni in self._cache.affinity_nodes.values() if ni.node]
 
     def nodes_with_required_anti_affinity(self) -> list[NodeInfo]:
         return [ni for ni in self._cache.anti_affinity_nodes.values() if ni.node]
+
+    def any_required_anti_affinity(self) -> bool:
+        return any(ni.node for ni in self._cache.anti_affinity_nodes.values())
+
+    def changes_since(self, seq: int) -> tuple[int, list[NodeInfo] | None]:
+        """The cache's log of changed NodeInfos (Cache.changes_since)."""
+        return self._cache.changes_since(seq)
 
     @property
     def any_filter_taints(self) -> bool:
@@ -80,6 +88,31 @@ class Cache:
         self.cordoned: set[str] = set()
         self._snapshot = Snapshot(self)
         self._nodes_changed = True
+        # every NodeInfo changed (a pod placed or removed, the node updated), in order, numbered from
+        # _changes_base: the cycle memo (cyclememo.py) forgets those nodes' answers (a node added or
+        # removed makes a new snapshot list instead, which it starts afresh from)
+        self._changes: list[NodeInfo] = []
+        self._changes_base = 0
+
+    # -- what changed --------------------------------------------------------------------------------
+
+    MAX_CHANGES = 50_000  # the log is dropped past this; a reader behind it starts afresh
+
+    def _changed(self, ni: NodeInfo) -> None:
+        ch = self._changes
+        if len(ch) >= self.MAX_CHANGES:
+            self._changes_base += len(ch)
+            ch.clear()
+        ch.append(ni)
+
+    def changes_since(self, seq: int) -> tuple[int, list[NodeInfo] | None]:
+        """(the current sequence number, the NodeInfos changed since `seq`); None instead of the list
+        when the log no longer reaches back to `seq`."""
+        base = self._changes_base
+        now = base + len(self._changes)
+        if seq < base:
+            return now, None
+        return now, self._changes[seq - base:]
 
     # -- nodes ---------------------------------------------------------------------------------------
 
@@ -102,6 +135,7 @@ class Cache:
             self.image_nodes.setdefault(img, set()).add(name)
         if not had:
             self._nodes_changed = True
+        self._changed(ni)
         return ni
 
     update_node = add_node
@@ -143,6 +177,7 @@ class Cache:
     def _place(self, p: PodInfo) -> None:
         ni = self._node_for(p.node_name)
         ni.add_pod(p)
+        self._changed(ni)
         self._index(ni)
 
     def _unplace(self, p: PodInfo) -> None:
@@ -150,6 +185,7 @@ class Cache:
         if ni is None:
             return
         ni.remove_pod(p)
+        self._changed(ni)
         self._index(ni)
         if not ni.node and not ni.pods:
             del self.nodes[p.node_name]

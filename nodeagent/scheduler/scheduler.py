@@ -17,6 +17,7 @@ from typing import Any
 from nodeagent.clock import REAL_CLOCK, Clock
 from nodeagent.scheduler.api import EventSource, SchedulerAPI
 from nodeagent.scheduler.cache import Cache, Snapshot
+from nodeagent.scheduler.cyclememo import CycleMemo
 from nodeagent.scheduler.extender import MAX_EXTENDER_PRIORITY, ExtenderError, HTTPExtender
 from nodeagent.scheduler.framework.interface import MAX_NODE_SCORE, ActionType, ClusterEvent, CycleState
 from nodeagent.scheduler.framework.runtime import Framework
@@ -106,6 +107,7 @@ class Scheduler:
             config.pod_initial_backoff_seconds, config.pod_max_backoff_seconds,
             config.pod_max_in_unschedulable_seconds)
         self.next_start_node_index = 0
+        self.memos = {name: CycleMemo(self.cache) for name in self.frameworks}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._tg: asyncio.TaskGroup | None = None
         self.stats = {"scheduled": 0, "attempts": 0, "unschedulable": 0, "errors": 0, "preemptions": 0}
@@ -266,7 +268,7 @@ class Scheduler:
         nodes = snap.nodes
         if not nodes:
             raise FitError(pi.key, 0, {}, "no nodes")
-        feasible, statuses = self.find_nodes_that_fit(fw, state, pi, snap)
+        feasible, statuses, positions = self.find_nodes_that_fit(fw, state, pi, snap)
         if feasible and self.extenders:
             feasible = await self.filter_by_extenders(pi, feasible, statuses)
         if not feasible:
@@ -277,7 +279,11 @@ class Scheduler:
         s = fw.run_pre_score(state, pi, feasible)
         if s is not None:
             raise RuntimeError(f"PreScore {s.plugin}: {s.message}")
-        scores = fw.run_score(state, pi, feasible)
+        scores = None
+        if positions is not None:  # the nodes came from the cycle memo: so may their totals
+            scores = self.memos[fw.profile_name].totals(fw, state, pi, feasible, positions)
+        if scores is None:
+            scores = fw.run_score(state, pi, feasible)
         if self.extenders:
             scores = await self.add_extender_scores(pi, feasible, scores)
         return self.select_host(feasible, scores)
@@ -365,7 +371,9 @@ class Scheduler:
         return next((e for e in self.extenders if e.config.bind_verb and e.is_interested(pi.pod)), None)
 
     def find_nodes_that_fit(self, fw: Framework, state: CycleState, pi: PodInfo, snap: Snapshot
-                            ) -> tuple[list[NodeInfo], dict[str, Status]]:
+                            ) -> tuple[list[NodeInfo], dict[str, Status], list[int] | None]:
+        """The feasible nodes from the rotating start index, the rejected nodes' statuses, and the
+        feasible nodes' positions in the snapshot when the cycle memo found them (statuses empty then)."""
         pre_res, s = fw.run_pre_filter(state, pi)
         if s is not None:
             if not s.is_rejected():
@@ -376,6 +384,23 @@ class Scheduler:
         filters = fw.active_filters(state)
         statuses: dict[str, Status] = {}
         nominated = self.queue.nominated
+        if not pi.nominated_node_name and not self.extenders and snap.nodes \
+                and (pre_res is None or pre_res.node_names is None):
+            n_all = len(snap.nodes)
+            want = num_feasible_nodes_to_find(n_all, self.percentages.get(fw.profile_name, 0))
+            start = self.next_start_node_index % n_all
+            passes = None
+            if nominated:
+                deps = fw.pod_dependent(filters, None)
+                sums = self._arith_ok(fw, state, pi, deps)
+
+                def passes(n: NodeInfo) -> bool:
+                    return self._fits_with_nominated(fw, state, pi, n, filters, statuses, deps, sums)
+            got = self.memos[fw.profile_name].find_feasible(fw, state, pi, snap, filters, want, start,
+                                                            nominated, passes)
+            if got is not None and got[0]:  # none feasible: the general walk below records why
+                self.next_start_node_index = (start + got[2]) % n_all
+                return got[0], statuses, got[1]
         # a pod nominated by an earlier preemption tries its node first
         if pi.nominated_node_name:
             ni = snap.get(pi.nominated_node_name)
@@ -383,7 +408,7 @@ class Scheduler:
                                    or ni.name in pre_res.node_names):
                 ok_nodes = fw.filter_chunk(state, pi, [ni], filters, {})
                 if ok_nodes and self._fits_with_nominated(fw, state, pi, ni, filters):
-                    return ok_nodes, statuses
+                    return ok_nodes, statuses, None
         if pre_res is not None and pre_res.node_names is not None:
             allowed = pre_res.node_names
             candidates = [n for n in snap.nodes if n.name in allowed]
@@ -397,7 +422,7 @@ class Scheduler:
             candidates = snap.nodes
         n_all = len(candidates)
         if not n_all:
-            return [], statuses
+            return [], statuses, None
         want = num_feasible_nodes_to_find(n_all, self.percentages.get(fw.profile_name, 0))
         start = self.next_start_node_index % n_all
         feasible: list[NodeInfo] = []
@@ -420,7 +445,7 @@ class Scheduler:
                       or self._fits_with_nominated(fw, state, pi, n, filters, statuses, dep, arith)]
             feasible.extend(ok)
         self.next_start_node_index = (start + processed) % n_all
-        return feasible, statuses
+        return feasible, statuses, None
 
     def _fits_with_nominated(self, fw: Framework, state: CycleState, pi: PodInfo, ni: NodeInfo,
                              filters: list[Any], statuses: dict[str, Status] | None = None,
@@ -481,8 +506,12 @@ class Scheduler:
     def select_host(self, nodes: list[NodeInfo], scores: list[int]) -> str:
         """The best score; ties broken uniformly at random (kube-scheduler samples the same distribution)."""
         best = max(scores)
-        ties = [i for i, s in enumerate(scores) if s == best]
-        return nodes[ties[self.rng.randrange(len(ties))] if len(ties) > 1 else ties[0]].name
+        n_ties = scores.count(best)
+        i = scores.index(best)
+        if n_ties > 1:  # the k-th of the ties, found by C-level index() calls, not a Python pass per node
+            for _ in range(self.rng.randrange(n_ties)):
+                i = scores.index(best, i + 1)
+        return nodes[i].name
 
     # -- binding cycle -------------------------------------------------------------------------------
 

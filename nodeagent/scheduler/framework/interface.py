@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, Protocol, runtime_checkable
 
 from nodeagent.scheduler.framework.status import Status
@@ -122,6 +122,13 @@ class BatchFilterPlugin(Protocol):
                     ) -> tuple[list[NodeInfo], list[tuple[NodeInfo, Status]]]: ...
 
 
+class FilterShapePlugin(Protocol):
+    """A filter whose verdict on a node is a pure function of the NodeInfo and of what this returns for
+    the pod (None: not for this pod): the scheduler keeps verdicts per node for that shape (cyclememo.py).
+    Filters that read other nodes, API objects or cluster-wide state must not have it."""
+    def filter_shape(self, pod: PodInfo) -> Hashable: ...
+
+
 class PostFilterPlugin(Protocol):
     def post_filter(self, state: CycleState, pod: PodInfo, statuses: dict[str, Status]
                     ) -> tuple[PostFilterResult | None, Status | None]: ...
@@ -137,6 +144,13 @@ class ScorePlugin(Protocol):
 
 class BatchScorePlugin(Protocol):
     def score_many(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]) -> list[int]: ...
+
+
+class ScoreShapePlugin(Protocol):
+    """A score plugin whose score of a pod on a node is a pure function of the NodeInfo (its generation)
+    and of what this returns for the pod: the framework keeps the weighted totals per node for that shape.
+    None: not for this pod. Plugins with normalize_score or cluster-wide inputs must not have it."""
+    def score_shape(self, pod: PodInfo) -> Hashable: ...
 
 
 class ScoreExtensions(Protocol):

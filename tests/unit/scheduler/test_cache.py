@@ -82,3 +82,21 @@ def test_removed_node_keeps_its_pods_until_they_go():
     assert c.snapshot().nodes == [] and c.nodes["a"].req_cpu == 1000
     c.remove_pod(pod)
     assert "a" not in c.nodes
+
+
+def test_nodes_with_affinity_lists_only_pods_whose_terms_score_others():
+    # InterPodAffinity's PreScore reads existing pods' required affinity and preferred terms, never their
+    # required anti-affinity: nodes holding only the latter are left out of its walk
+    term = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
+    c = Cache()
+    for n in ("a", "b"):
+        c.add_node(make_node(n))
+    c.add_pod(make_pod("anti", node="a", affinity={"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [term]}}))
+    pref = c.add_pod(make_pod("pref", node="b", affinity={"podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 5, "podAffinityTerm": term}]}}))
+    snap = c.snapshot()
+    assert [n.name for n in snap.nodes_with_affinity()] == ["b"]
+    assert [n.name for n in snap.nodes_with_required_anti_affinity()] == ["a"]
+    c.remove_pod(pref.pod)
+    assert snap.nodes_with_affinity() == []

@@ -1,5 +1,7 @@
 """Each filter rejects exactly the nodes it should, with kube-scheduler's reason strings."""
 
+import copy
+
 from nodeagent.scheduler.framework.status import Code
 from nodeagent.testing.fake_cluster import make_node, make_pod
 
@@ -239,3 +241,47 @@ def test_pod_topology_spread_what_ifs_update_the_global_minimum():
     assert plugin.filter(state, pi, n0) is None
     plugin.remove_pod(state, pi, filler, n2)
     assert plugin.filter(state, pi, n0) is not None
+
+
+def _resized(pod, cpu):
+    """The same pod (uid, node) with its container's cpu request changed (an in-place resize)."""
+    new = copy.deepcopy(pod)
+    new["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+    return new
+
+
+def test_node_resources_fit_follows_every_change_of_a_nodes_free_resources():
+    # the filter reads NodeInfo's free_* aggregates (allocatable minus requested, pod slots left): a pod
+    # bound or removed, a bound pod's requests changing, the node's allocatable changing and a preemption
+    # what-if on a clone must each move them
+    env = Env([make_node("a", cpu="1", memory="4Gi", pods=3)])
+    pod = make_pod("p", cpu="600m", memory="1Gi")
+
+    def verdict() -> str:
+        return env.filter_all("NodeResourcesFit", pod)["a"]
+    assert verdict() == ""
+    x = env.cluster.add_pod(make_pod("x", cpu="600m", memory="1Gi", node="a"))
+    assert verdict() == "Insufficient cpu"
+    env.cluster.update_pod(_resized(x, "300m"))  # the bound pod's requests shrink
+    assert verdict() == ""
+    env.cluster.update_pod(_resized(x, "500m"))
+    assert verdict() == "Insufficient cpu"
+    env.cluster.remove_pod(x["metadata"]["uid"])
+    assert verdict() == ""
+    env.cluster.update_node(make_node("a", cpu="500m", memory="4Gi", pods=3))  # allocatable shrinks
+    assert verdict() == "Insufficient cpu"
+    env.cluster.update_node(make_node("a", cpu="2", memory="4Gi", pods=1))
+    assert verdict() == ""
+    y = env.cluster.add_pod(make_pod("y", node="a"))  # a best-effort pod takes the last pod slot
+    assert verdict() == "Too many pods"
+    ni = env.sched.cache.nodes["a"]
+    c = ni.clone()
+    state, pi = env._prep(pod)
+    fit = env.plugin("NodeResourcesFit")
+    fit.pre_filter(state, pi)
+    assert [s.reasons for _, s in fit.filter_many(state, pi, [c])[1]] == [("Too many pods",)]
+    placed = env.sched.cache.get_pod(y["metadata"]["uid"])
+    assert placed is not None
+    c.remove_pod(placed)  # preemption's what-if on a copy
+    assert fit.filter_many(state, pi, [c])[0] == [c]
+    assert fit.filter_many(state, pi, [ni])[0] == []  # the original is untouched

@@ -145,3 +145,41 @@ def test_resource_scores_of_a_run_of_one_shape_follow_every_node_change():
     assert fit.score_many(st, other, nodes) == fresh_fit.score_many(st, other, nodes)
     assert bal.score_many(st, other, nodes) == fresh_bal.score_many(st, other, nodes)
     assert len({s for s in bal.score_many(st, pod, nodes)}) > 1
+
+
+def test_framework_score_totals_of_a_run_of_one_shape_follow_every_node_and_pod_change():
+    # run_score keeps the weighted totals per node while every active score plugin names the pod's shape:
+    # a pod bound, removed or resized on a node, the node's allocatable changing and a node replaced by a
+    # new one of the same name must each be scored afresh; a pod of another shape is not read from them
+    import copy
+
+    env = Env([make_node(f"n{i}", cpu="4", memory="8Gi") for i in range(4)])
+    fw = env.fw
+    fit, bal = env.plugin("NodeResourcesFit"), env.plugin("NodeResourcesBalancedAllocation")
+    shape = make_pod("p", cpu="500m", memory="1Gi")
+
+    def check(pod=None) -> list[int]:
+        state, pi = env._prep(pod or shape)
+        nodes = list(env.sched.cache.snapshot().nodes)
+        assert fw.run_pre_score(state, pi, nodes) is None
+        got = fw.run_score(state, pi, nodes)
+        assert got == [fit.score(state, pi, n) + bal.score(state, pi, n) for n in nodes]
+        return got
+    check()
+    first = check()
+    assert len(fw._totals._scores) == 4  # the second pod of the shape cached every node's total
+    a = env.cluster.add_pod(make_pod("a", cpu="3", memory="1Gi", node="n1"))
+    assert check()[1] < first[1]
+    resized = copy.deepcopy(a)
+    resized["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    env.cluster.update_pod(resized)
+    check()
+    env.cluster.remove_pod(a["metadata"]["uid"])
+    assert check() == first
+    env.cluster.update_node(make_node("n2", cpu="2", memory="8Gi"))
+    check()
+    env.cluster.delete_node("n3")
+    env.cluster.add_node(make_node("n3", cpu="8", memory="2Gi"))
+    check()
+    check(make_pod("q", cpu="1", memory="100Mi"))
+    check()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Hashable
 from typing import Any
 
 from nodeagent.scheduler.framework import (
@@ -71,6 +72,10 @@ class BalancedAllocation:
             except ZeroDivisionError:  # a node without cpu or memory: the general path skips that resource
                 return [self.score(state, pod, n) for n in nodes]
         return self._cache.scores((pc, pm), nodes, compute)
+
+    def score_shape(self, pod: PodInfo) -> Hashable:
+        """What the pod's score depends on besides the NodeInfo: run_score keeps totals per node for it."""
+        return (pod.req_cpu, pod.req_mem, pod.req_eph, tuple(sorted(pod.req_scalar.items())))
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
         fracs = []

@@ -26,7 +26,7 @@ from nodeagent.scheduler.framework import (
     unschedulable,
 )
 from nodeagent.scheduler.framework.topology import PairCounts, bump, count_at, sum_at
-from nodeagent.scheduler.framework.types import AffinityTerm
+from nodeagent.scheduler.plugins.interpodaffinity.counts import RunCounts
 
 NAME = "InterPodAffinity"
 R_AFFINITY = "node(s) didn't match pod affinity rules"
@@ -85,47 +85,19 @@ class InterPodAffinity:
     def __init__(self, args: Args, handle: Any):
         self.args = args
         self.handle = handle
+        self._counts = RunCounts()
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status | None]:
         snap = self.handle.snapshot
-        with_anti = snap.nodes_with_required_anti_affinity()
-        if not pod.required_affinity and not pod.required_anti_affinity and not with_anti:
+        if not pod.required_affinity and not pod.required_anti_affinity \
+                and not snap.any_required_anti_affinity():
             return None, skip(NAME)
         st = _State(self.handle.namespace_labels)
-        nsl = st.ns_labels
-        # existing pods' required anti-affinity against the incoming pod: equal terms (by id) give
-        # equal answers, so each distinct term is matched once
-        seen: dict[int, bool] = {}
-        existing = st.existing
-        for ni in with_anti:
-            labels = ni.labels
-            for ep in ni.pods.values():
-                for t in ep.required_anti_affinity:
-                    m = seen.get(t.id)
-                    if m is None:
-                        m = seen[t.id] = t.matches(pod, nsl)
-                    if m:
-                        bump(existing, t.topology_key, labels)
-                        st.existing_keys.add(t.topology_key)
-        if pod.required_affinity or pod.required_anti_affinity:
-            aff, anti = pod.required_affinity, pod.required_anti_affinity
-            # per distinct (namespace, labels) of existing pods: (matches all affinity terms, anti terms hit)
-            memo: dict[Any, tuple[bool, tuple[AffinityTerm, ...]]] = {}
-            counts_a, counts_n = st.affinity, st.anti
-            for ni in snap.nodes:
-                if not ni.pods:
-                    continue
-                labels = ni.labels
-                for ep in ni.pods.values():
-                    r = memo.get(ep.match_key)
-                    if r is None:
-                        r = memo[ep.match_key] = (bool(aff) and all(t.matches(ep, nsl) for t in aff),
-                                                  tuple(t for t in anti if t.matches(ep, nsl)))
-                    if r[0]:
-                        for t in aff:
-                            bump(counts_a, t.topology_key, labels)
-                    for t in r[1]:
-                        bump(counts_n, t.topology_key, labels)
+        # the counts of a fresh walk over every node's pods, kept for a run of one shape (counts.py)
+        rc = self._counts
+        rc.follow(snap, pod, st.ns_labels)
+        st.existing, st.affinity, st.anti = dict(rc.existing), dict(rc.affinity), dict(rc.anti)
+        st.existing_keys = set(rc.existing_keys)
         state[NAME] = st
         return None, None
 
@@ -164,6 +136,39 @@ class InterPodAffinity:
                 if count_at(st.existing, k, labels):
                     return _REJ_EXISTING
         return None
+
+    def filter_many(self, state: CycleState, pod: PodInfo, nodes: list[NodeInfo]
+                    ) -> tuple[list[NodeInfo], list[tuple[NodeInfo, Status]]]:
+        """Filter over a chunk: without required affinity terms of its own, the pod's verdict per node is
+        two lookups per topology key, inlined here (count_at per node and key was most of the cycle)."""
+        st: _State | None = state.get(NAME)
+        if st is None:
+            return nodes, []
+        if pod.required_affinity:
+            passed, failed = [], []
+            for n in nodes:
+                s = self.filter(state, pod, n)
+                if s is None:
+                    passed.append(n)
+                else:
+                    failed.append((n, s))
+            return passed, failed
+        anti, existing = st.anti, st.existing
+        checks = ([(t.topology_key, anti, _REJ_ANTI) for t in pod.required_anti_affinity] if anti else []) \
+            + ([(k, existing, _REJ_EXISTING) for k in st.existing_keys] if existing else [])
+        if not checks:
+            return nodes, []
+        passed, failed = [], []
+        for n in nodes:
+            labels = n.labels
+            for key, counts, rej in checks:
+                v = labels.get(key)
+                if v is not None and counts.get((key, v)):
+                    failed.append((n, rej))
+                    break
+            else:
+                passed.append(n)
+        return passed, failed
 
     # -- scoring -------------------------------------------------------------------------------------
 

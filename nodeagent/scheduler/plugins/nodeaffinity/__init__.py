@@ -140,6 +140,11 @@ class NodeAffinity:
                 return PreFilterResult(names), None
         return None, None
 
+    def filter_shape(self, pod: PodInfo) -> Hashable:
+        """The verdict is a pure function of the node (labels, name) and this (the cycle memo's key)."""
+        st = self._state(pod)
+        return () if st is None else st.shape
+
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status | None:
         st = state.get(NAME) or self._state(pod)
         if st is None or st.matches(node):

@@ -9,6 +9,7 @@ for containers that request nothing), as kube-scheduler does, so empty pods stil
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Hashable
 from typing import Any
 
 from nodeagent.scheduler.framework import (
@@ -134,6 +135,10 @@ class NodeResourcesFit:
             s = self._status[reasons] = unschedulable(NAME, *reasons)
         return s
 
+    def filter_shape(self, pod: PodInfo) -> Hashable:
+        """The verdict is a pure function of the NodeInfo and this (the cycle memo's key)."""
+        return (pod.req_cpu, pod.req_mem, pod.req_eph, tuple(sorted(pod.req_scalar.items())))
+
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status | None:
         scalars = state.get(NAME)
         if scalars is None:
@@ -147,10 +152,12 @@ class NodeResourcesFit:
         if scalars is None:
             scalars = self._scalars(pod)
         cpu, mem, eph = pod.req_cpu, pod.req_mem, pod.req_eph
-        if not scalars:
-            passed = [n for n in nodes
-                      if len(n.pods) < n.alloc_pods and n.alloc_cpu - n.req_cpu >= cpu
-                      and n.alloc_mem - n.req_mem >= mem and (not eph or n.alloc_eph - n.req_eph >= eph)]
+        if not scalars:  # the common case first: every node fits (one pass over NodeInfo's free_* fields)
+            if eph:
+                passed = [n for n in nodes if n.free_cpu >= cpu and n.free_mem >= mem and n.free_pods > 0
+                          and n.free_eph >= eph]
+            else:
+                passed = [n for n in nodes if n.free_cpu >= cpu and n.free_mem >= mem and n.free_pods > 0]
             if len(passed) == len(nodes):
                 return passed, []
         failed = []
@@ -166,9 +173,8 @@ class NodeResourcesFit:
         # the common case inlined: one status per distinct combination of the four checks
         by_bits = self._by_bits
         for n in nodes:
-            bits = ((len(n.pods) >= n.alloc_pods) | ((cpu > 0 and cpu > n.alloc_cpu - n.req_cpu) << 1)
-                    | ((mem > 0 and mem > n.alloc_mem - n.req_mem) << 2)
-                    | ((eph > 0 and eph > n.alloc_eph - n.req_eph) << 3))
+            bits = ((n.free_pods <= 0) | ((cpu > 0 and cpu > n.free_cpu) << 1)
+                    | ((mem > 0 and mem > n.free_mem) << 2) | ((eph > 0 and eph > n.free_eph) << 3))
             status = by_bits[bits]
             if status is None:
                 passed.append(n)
@@ -203,6 +209,10 @@ class NodeResourcesFit:
                         for n in nodes]
             return self._score_cache.scores((pc, pm), nodes, compute)
         return [self.score(state, pod, n) for n in nodes]
+
+    def score_shape(self, pod: PodInfo) -> Hashable:
+        """What the pod's score depends on besides the NodeInfo: run_score keeps totals per node for it."""
+        return (pod.nz_cpu, pod.nz_mem, pod.req_eph, tuple(sorted(pod.req_scalar.items())))
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
         total = wsum = 0

@@ -3,6 +3,7 @@ node.kubernetes.io/unschedulable:NoSchedule taint."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from nodeagent.scheduler.framework import (
@@ -15,7 +16,7 @@ from nodeagent.scheduler.framework import (
     Status,
     unresolvable,
 )
-from nodeagent.scheduler.plugins.tainttoleration import tolerates
+from nodeagent.scheduler.plugins.tainttoleration import tolerates, tolerations_shape
 
 NAME = "NodeUnschedulable"
 REASON = "node(s) were unschedulable"
@@ -26,6 +27,10 @@ _REJECT = unresolvable(NAME, REASON)
 class NodeUnschedulable:
     name = NAME
     pod_dependent = False  # the verdict depends on the node alone: pod what-ifs cannot change it
+
+    def filter_shape(self, pod: PodInfo) -> Hashable:
+        """The verdict is a pure function of the NodeInfo and this (the cycle memo's key)."""
+        return tolerations_shape(pod)
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status | None:
         if not node.unschedulable or any(tolerates(t, _TAINT) for t in pod.tolerations):

@@ -3,7 +3,7 @@ fewer untolerated PreferNoSchedule taints (normalized in reverse: fewest = 100).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from nodeagent.api.taints import tolerates
@@ -31,6 +31,11 @@ def first_untolerated(taints: Iterable[Mapping[str, Any]], tolerations: Sequence
     return None
 
 
+def tolerations_shape(pod: PodInfo) -> tuple[Any, ...]:
+    """The pod's tolerations as a comparable value: what a taint verdict depends on besides the node."""
+    return tuple(tuple(sorted(t.items())) for t in pod.tolerations)
+
+
 def taint_reason(t: Mapping[str, Any]) -> str:
     return f"node(s) had untolerated taint {{{t.get('key', '')}: {t.get('value', '')}}}"
 
@@ -49,6 +54,10 @@ class TaintToleration:
         if s is None:
             s = self._reasons[r] = unresolvable(NAME, r)
         return s
+
+    def filter_shape(self, pod: PodInfo) -> Hashable:
+        """The verdict is a pure function of the NodeInfo and this (the cycle memo's key)."""
+        return tolerations_shape(pod)
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status | None:
         if not node.filter_taints:
