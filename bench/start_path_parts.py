@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.report import add_plot_argument, plot_bars
 from kernel import netlink, procs, rtnl, syscalls
 
 BRIDGE = "nabenchhp0"
@@ -117,18 +118,26 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--spawns", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
+    add_plot_argument(ap)
     a = ap.parse_args()
+    groups: dict[str, dict[str, float]] = {"hairpin: ms CPU per veth": {},
+                                           "spawn: % of the call another thread ran": {}}
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     for r in range(a.rounds if a.veths else 0):
         for how in ("sysfs", "netlink"):
             cpu, wall = hairpin(a.veths, a.threads, how)
+            groups["hairpin: ms CPU per veth"][how] = cpu  # the last round's
             print(f"round {r + 1} hairpin by {how:8s}: {cpu:6.3f} ms CPU per veth, {wall:5.2f} s for "
                   f"{a.veths} veths on {a.threads} threads")
     for r in range(a.rounds):
         for how in ("os.posix_spawn", "subprocess", "procs.spawn"):
             per, share = spawn_gil(a.spawns, how)
+            groups["spawn: % of the call another thread ran"][how] = 100 * share
             print(f"round {r + 1} spawn by {how:15s}: {per:5.3f} ms per call, another thread ran "
                   f"{share:4.0%} of it")
+    if a.plot:
+        plot_bars(a.plot, groups, "two parts of a pod's start (the last round)", "ms / %")
+        print(f"plot: {a.plot}")
     return 0
 
 
