@@ -553,7 +553,7 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Peer, extra: list[
         if a.burst:
             out.update(run_burst(a.burst, proc.pid, kc, node,
                                  Path(a.profile) / f"burst-{kind}.txt" if a.profile else None, ctd,
-                                 a.profile_idle))
+                                 a.profile_idle, a.profile_gil))
             clear_node(kc, socket, kubelet_root, kind)
         if a.pods:
             out["rate"] = asyncio.run(measure(kc, node, [f"rate-{i}" for i in range(a.pods)], a.rate))
@@ -578,19 +578,21 @@ def run_up(kind: str, a: argparse.Namespace, data: Path, ctd: Peer, extra: list[
 
 
 def run_burst(n: int, pid: int, kc: Path, node: str, profile: Path | None,
-              ctd: Peer = None, idle: bool = False) -> dict:
+              ctd: Peer = None, idle: bool = False, gil: bool = False) -> dict:
     """`n` pods created at once (the node's whole capacity at 110): each one's latency, the time until
     all ran, the agent process's RSS once they all run, and the CPU seconds each part of the node spent
     meanwhile (`burst_cpu`); with `profile`, py-spy samples the agent process meanwhile into that file
     (collapsed stacks, flamegraph.pl's input) and its samples are split by component; `idle` samples
-    waiting threads too, each stack under its thread's name (where the wall time goes, not the CPU)."""
+    waiting threads too, each stack under its thread's name (where the wall time goes, not the CPU); `gil`
+    samples only the thread holding the GIL (where the one interpreter's time goes: a thread waiting in
+    the kernel, on fsync or a lock, is not counted)."""
     spy = None
     if profile is not None:
         profile.parent.mkdir(parents=True, exist_ok=True)
         exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
         spy = subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
                                 "--output", str(profile), "--nonblocking",
-                                *(["--idle", "--threads"] if idle else [])],
+                                *(["--idle", "--threads"] if idle else []), *(["--gil"] if gil else [])],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1)
     span: list[float] = []
@@ -790,6 +792,9 @@ def main(argv: list[str] | None = None) -> int:
                         "stacks)")
     p.add_argument("--profile-idle", action="store_true",
                    help="with --profile: sample waiting threads too, by thread (wall time, not CPU)")
+    p.add_argument("--profile-gil", action="store_true",
+                   help="with --profile: sample only the thread holding the GIL (py-spy --gil): the "
+                        "interpreter's own time, without threads waiting in the kernel")
     p.add_argument("--memprofile", default=None, metavar="DIR",
                    help="run `up` under bench/memprofile.py (tracemalloc: slower, larger) and write where "
                         "its memory is to DIR/up-<runtime>.1.txt (idle) and .2.txt (at --steady-pods), "

@@ -101,12 +101,16 @@ def mount_id(path: str | os.PathLike) -> int | None:
     None where the kernel does not report it."""
     fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     try:
-        with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
-            for line in f:
-                if line.startswith(b"mnt_id:"):
-                    return int(line.split()[1])
+        return _fd_mount_id(fd)
     finally:
         os.close(fd)
+
+
+def _fd_mount_id(fd: int) -> int | None:
+    with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+        for line in f:
+            if line.startswith(b"mnt_id:"):
+                return int(line.split()[1])
     return None
 
 
@@ -143,15 +147,44 @@ def is_mountpoint(path: str | os.PathLike) -> bool:
     """Whether something is mounted at path (resolved): it is on another mount than its parent (the kernel's
     mount ids, as systemd's fd_is_mount_point asks; a bind mount of the same filesystem has its own).
     Not a parse of mountinfo, which grows with the pods: the kubelet asks this for each secret/projected
-    volume at every pod sync. mountinfo is the fallback where the path cannot be opened or fdinfo has no
-    mnt_id."""
-    p = os.path.realpath(path)
-    if p == "/":
-        return True
+    volume at every pod sync. A directory's parent is its `..` opened from it (the kernel resolves the
+    symlinks and crosses out of a mount's root), not `realpath`'s lstat of every component; a file's is
+    found by name. mountinfo is the fallback where the path cannot be opened or fdinfo has no mnt_id."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:  # not there, or not reachable (a dead FUSE or NFS mount): the table tells
+        return _in_table(os.path.realpath(path))
+    try:
+        try:
+            up = os.open("..", os.O_PATH | os.O_CLOEXEC, dir_fd=fd)
+        except NotADirectoryError:
+            return _by_name(os.path.realpath(path))
+        try:
+            here, there = os.fstat(fd), os.fstat(up)
+            if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+                return True  # "/": its own parent
+            own, parent = _fd_mount_id(fd), _fd_mount_id(up)
+        finally:
+            os.close(up)
+    finally:
+        os.close(fd)
+    if own is not None and parent is not None:
+        return own != parent
+    return _in_table(os.path.realpath(path))
+
+
+def _by_name(p: str) -> bool:
+    """is_mountpoint of a resolved path that is not a directory: its parent directory by name."""
     try:
         own, parent = mount_id(p), mount_id(os.path.dirname(p))
-    except OSError:  # not there, or not reachable (a dead FUSE or NFS mount): the table tells
+    except OSError:
         own = parent = None
     if own is not None and parent is not None:
         return own != parent
+    return _in_table(p)
+
+
+def _in_table(p: str) -> bool:
+    if p == "/":
+        return True
     return any(m.point == p for m in mountinfo())

@@ -145,6 +145,19 @@ def new_veth(host: str, peer: str, netns_fd: int, master: int, peer_mac: str, mt
     return _msg(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, seq, body)
 
 
+RTM_SETLINK, IFLA_PROTINFO, IFLA_BRPORT_MODE, NLA_F_NESTED = 19, 12, 4, 0x8000
+
+
+def set_hairpin(index: int, on: bool, seq: int) -> bytes:
+    """One RTM_SETLINK for the bridge port `index`: its hairpin mode (IFLA_BRPORT_MODE), as the reference
+    bridge plugin sets it (netlink's LinkSetHairpin). Not sysfs' brport/hairpin_mode: its write takes
+    rtnl_lock with a trylock and restarts the syscall while another holds it, spinning on a CPU while
+    concurrent ADDs make their veths."""
+    mode = _attr(IFLA_BRPORT_MODE, struct.pack("=B", 1 if on else 0))
+    port = struct.pack("=BxHiII", socket.AF_BRIDGE, 0, index, 0, 0)
+    return _msg(RTM_SETLINK, 0, seq, port + _attr(IFLA_PROTINFO | NLA_F_NESTED, mode))
+
+
 def del_link(name: str, seq: int) -> bytes:
     return _msg(RTM_DELLINK, 0, seq, _ifinfo() + _name(name))
 

@@ -91,14 +91,12 @@ def veth_prefix(network: str) -> str:
     return "na" + sha256(network.encode()).hexdigest()[:4]
 
 
-def _sysctl(path: str, value: str, read_first: bool = True) -> None:
-    """Write `value` unless the file holds it already (or, with read_first=False, write it anyway); a file
-    that is not there is left alone."""
+def _sysctl(path: str, value: str) -> None:
+    """Write `value` unless the file holds it already; a file that is not there is left alone."""
     try:
-        if read_first:
-            with open(path) as f:
-                if f.read().strip() == value:
-                    return
+        with open(path) as f:
+            if f.read().strip() == value:
+                return
         with open(path, "w") as f:
             f.write(value)
     except FileNotFoundError:
@@ -145,8 +143,8 @@ class Bridge:
             if host is None:
                 raise CNIError(INTERNAL, f"veth {host_name} vanished after creation")
             peer_index = int(host["iflink"])
-            if conf.hairpin:  # a new port (hairpin off): written, not read first (each takes rtnl_lock)
-                _sysctl(f"/sys/class/net/{host_name}/brport/hairpin_mode", "1", read_first=False)
+            if conf.hairpin:  # a new port (hairpin off): set, not read first
+                rtnl.request([rtnl.set_hairpin(int(host["ifindex"]), True, 1)])
             if conf.vlan:
                 from kernel import netlink
 

@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from kernel import procs
 from kernel import syscalls as sc
 
 if TYPE_CHECKING:
@@ -181,9 +182,7 @@ def launch(spec: LaunchSpec) -> Launched:
     spec_r, spec_w = (_above_std(fd) for fd in os.pipe())
     sync_r, sync_w = (_above_std(fd) for fd in os.pipe())
     try:
-        shim_pid = os.posix_spawn(launcher, [launcher], os.environ, setsid=True,
-                                  file_actions=[(os.POSIX_SPAWN_DUP2, spec_r, SPEC_FD),
-                                                (os.POSIX_SPAWN_DUP2, sync_w, SYNC_FD)])
+        shim_pid = procs.spawn(launcher, [launcher], [(spec_r, SPEC_FD), (sync_w, SYNC_FD)], setsid=True)
     except OSError as e:
         os.close(spec_w)
         os.close(sync_r)

@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from cri.runtime.errors import (
     Unimplemented,
 )
 from cri.runtime.state import SandboxRecord, SandboxState, alive, encode, proc_start
+from kernel import procs
 from kernel import syscalls as sc
 
 DEFAULT_CGROUP_PARENT = "/nodeagent"
@@ -310,26 +311,41 @@ def _mount_shm(shm: Path) -> None:
 
 
 def _start_pause(argv: list[str]) -> tuple[int, int]:
-    """Start pause detached; return its pid and start time once it holds its namespaces."""
-    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         start_new_session=True, close_fds=True)
-    stdout, stderr = p.stdout, p.stderr
-    assert stdout is not None and stderr is not None  # both PIPE
-    line = stdout.readline()
-    stdout.close()
+    """Start pause detached; return its pid and start time once it holds its namespaces. Spawned as
+    subprocess would (stdin /dev/null, stdout and stderr piped, its own session, no other fd, SIGPIPE and
+    SIGXFSZ at their defaults), without holding the GIL while it starts (kernel.procs.spawn)."""
+    path = argv[0] if "/" in argv[0] else shutil.which(argv[0]) or argv[0]
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        pid = int(line)
-    except ValueError:
-        err = stderr.read().decode(errors="replace").strip()
-        stderr.close()
-        p.wait()
-        raise FailedPrecondition(f"pause failed to start: {err or 'no output'}") from None
-    stderr.close()
-    if pid != p.pid:
-        p.wait()  # -p: the parent exits once the pid-1 child runs
-    else:
-        p.returncode = 0  # reaped by the exit watcher, not by the Popen object
+        child = procs.spawn(path, argv, [(null, 0), (out_w, 1), (err_w, 2)], setsid=True, close_from=3,
+                            default_signals=procs.RESTORED_SIGNALS)
+    except OSError:
+        os.close(out_r)
+        os.close(err_r)
+        raise
+    finally:
+        for fd in (null, out_w, err_w):
+            os.close(fd)
+    with open(out_r, "rb") as out:
+        line = out.readline()
+    with open(err_r, "rb") as err:
+        try:
+            pid = int(line)
+        except ValueError:
+            text = err.read().decode(errors="replace").strip()
+            _reap(child)
+            raise FailedPrecondition(f"pause failed to start: {text or 'no output'}") from None
+    if pid != child:
+        _reap(child)  # -p: the parent exits once the pid-1 child runs
+    # else: reaped by the exit watcher
     return pid, proc_start(pid)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
 
 
 def _join_cgroup(pid: int, procs_files: list[str]) -> None:

@@ -42,6 +42,10 @@ def test_is_mountpoint_asks_the_kernels_mount_ids(tmp_path):
     assert not mounts.is_mountpoint(tmp_path / "d")
     assert not mounts.is_mountpoint(tmp_path / "f")
     assert not mounts.is_mountpoint(tmp_path / "missing")
+    (tmp_path / "to-proc").symlink_to("/proc")  # resolved: the mount at its target
+    (tmp_path / "to-d").symlink_to(tmp_path / "d")
+    assert mounts.is_mountpoint(tmp_path / "to-proc") and not mounts.is_mountpoint(tmp_path / "to-d")
+    assert mounts.is_mountpoint("/proc/self/..")  # "/proc" by another name
     table = {m.point for m in mounts.mountinfo()}
     for point in ("/proc", "/sys", "/dev"):  # the same answer as the mount table's
         assert mounts.is_mountpoint(point) == (point in table)
