@@ -15,7 +15,8 @@ from typing import Any, Protocol
 from nodeagent.api import sa_token
 from nodeagent.api.resources import builtin
 from nodeagent.apiserver.authz.attributes import Attributes, Decision, Subject
-from nodeagent.apiserver.authz.rules import Rule, rules_allow
+from nodeagent.apiserver.authz.decision_cache import DecisionCache
+from nodeagent.apiserver.authz.rules import Rule, rule_matches_but_name, rules_allow
 
 GROUP = "rbac.authorization.k8s.io"
 # the four kinds' store prefixes (kube-apiserver's layout: /registry/roles/, /registry/clusterroles/, ...)
@@ -111,10 +112,11 @@ def _not_found(ref: RoleRef) -> str:
 
 
 class RBACAuthorizer:
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, decisions: DecisionCache | None = None) -> None:
         self.source = source
         self._subs: list[Any] = []  # one watch per RBAC kind's prefix
         self._index: Index | None = None
+        self.decisions = decisions if decisions is not None else DecisionCache()
 
     def index(self) -> Index:
         """The current index: rebuilt when an RBAC object changed since it was built."""
@@ -132,6 +134,7 @@ class RBACAuthorizer:
             if not self._subs:
                 self._subs = [self.source.subscribe(p, self.source.rev) for p in PREFIXES]
             self._index = Index.build(self.source)
+            self.decisions.clear()  # every remembered decision was made on the old index
         assert self._index is not None
         return self._index
 
@@ -152,6 +155,38 @@ class RBACAuthorizer:
                     yield from in_ns.get(k, ())
 
     def authorize(self, a: Attributes) -> tuple[Decision, str]:
+        """The decision for `a`, remembered until an RBAC object changes (see decision_cache)."""
+        self.index()  # first: a rebuilt index forgets the remembered decisions
+        got = self.decisions.get(a)
+        if got is None:
+            got, name_matters = self._decide(a)
+            self.decisions.put(a, got, name_matters)
+        return got
+
+    def _decide(self, a: Attributes) -> tuple[tuple[Decision, str], bool]:
+        """The uncached walk's answer, and whether another object name could have changed it (a rule with
+        resourceNames matched the rest of `a` before any rule allowed it whatever its name)."""
+        ix = self.index()
+        missing: list[str] = []
+        name_matters = False
+        for ref in self.refs_for(a.subject, a.namespace):
+            rules = ix.role_rules(ref)
+            if rules is None:
+                missing.append(_not_found(ref))
+                continue
+            for rule in rules:
+                if not rule_matches_but_name(a, rule):
+                    continue
+                names = rule.get("resourceNames") if a.resource_request else None
+                if not names:  # reached whatever the name: the rules before could only allow too
+                    return (Decision.ALLOW, ""), False
+                name_matters = True
+                if a.name in names:
+                    return (Decision.ALLOW, ""), True
+        return (Decision.NO_OPINION, ("RBAC: " + ", ".join(missing)) if missing else ""), name_matters
+
+    def authorize_uncached(self, a: Attributes) -> tuple[Decision, str]:
+        """kube's walk over the subject's bindings, every time (what the cached answers must equal)."""
         ix = self.index()
         missing: list[str] = []
         for ref in self.refs_for(a.subject, a.namespace):

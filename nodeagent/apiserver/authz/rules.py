@@ -34,16 +34,22 @@ def url_matches(rule_urls: Sequence[str], path: str) -> bool:
 
 
 def rule_allows(a: Attributes, rule: Rule) -> bool:
+    if not rule_matches_but_name(a, rule):
+        return False
+    names = rule.get("resourceNames") or ()
+    return not a.resource_request or not names or a.name in names
+
+
+def rule_matches_but_name(a: Attributes, rule: Rule) -> bool:
+    """Whether `rule` allows `a` but for its resourceNames (the part of a decision the object's name
+    cannot change)."""
     if not _has(rule.get("verbs"), a.verb):
         return False
     if not a.resource_request:
         return url_matches(rule.get("nonResourceURLs") or (), a.path)
     if not _has(rule.get("apiGroups"), a.api_group):
         return False
-    if not resource_matches(rule.get("resources") or (), a.combined_resource, a.subresource):
-        return False
-    names = rule.get("resourceNames") or ()
-    return not names or a.name in names
+    return resource_matches(rule.get("resources") or (), a.combined_resource, a.subresource)
 
 
 def rules_allow(a: Attributes, rules: Iterable[Rule]) -> bool:
