@@ -199,7 +199,7 @@ async def _bind(registry: Registry, info: RequestInfo, body: Any, dry_run: bool)
         if dry_run:
             return _success()
         try:
-            await registry.store.update(res.key(ns, name), new, rv)
+            await registry.store.update(res.key(ns, name), new, rv, owned=True)  # built from our own copy
             return _success()
         except store_base.Conflict:
             continue

@@ -121,8 +121,12 @@ class Store(Protocol):
         """Every object whose key starts with `prefix` (sorted by key), and the revision read at."""
         ...
 
-    async def update(self, key: str, obj: dict, expected_revision: int | None = None) -> dict:
-        """Replace the object; Conflict if `expected_revision` is given and stale; NotFound if absent."""
+    async def update(self, key: str, obj: dict, expected_revision: int | None = None, *,
+                     owned: bool = False) -> dict:
+        """Replace the object; Conflict if `expected_revision` is given and stale; NotFound if absent.
+
+        `owned`: the caller hands `obj` over, never touches it again and drops the answer (the bind), so a
+        store that keeps objects as dicts may keep this one without copying it in or out."""
         ...
 
     async def delete(self, key: str, expected_revision: int | None = None) -> dict:

@@ -275,7 +275,8 @@ class EtcdStore:
             return {"target": "CREATE", "result": "GREATER", "create_revision": 0}
         return {"target": "MOD", "result": "EQUAL", "mod_revision": expected}
 
-    async def update(self, key: str, obj: dict, expected_revision: int | None = None) -> dict:
+    async def update(self, key: str, obj: dict, expected_revision: int | None = None, *,
+                     owned: bool = False) -> dict:
         value = encode(obj)
         full = self._full(key)
         ok, resp = await self._txn(

@@ -86,17 +86,18 @@ class MemoryStore:
             i += 1
         return out, self._rev
 
-    async def update(self, key: str, obj: dict, expected_revision: int | None = None) -> dict:
+    async def update(self, key: str, obj: dict, expected_revision: int | None = None, *,
+                     owned: bool = False) -> dict:
         prev = self._data.get(key)
         if prev is None:
             raise NotFound(key)
         if expected_revision is not None and int(prev["metadata"]["resourceVersion"]) != expected_revision:
             raise Conflict(key)
         self._rev += 1
-        stored = with_revision(copy_object(obj), self._rev)
+        stored = with_revision(obj if owned else copy_object(obj), self._rev)
         self._data[key] = stored
         self._commit("MODIFIED", key, stored, prev)
-        return copy_object(stored)
+        return stored if owned else copy_object(stored)
 
     async def delete(self, key: str, expected_revision: int | None = None) -> dict:
         prev = self._data.get(key)

@@ -240,7 +240,8 @@ class SQLiteStore:
     async def create(self, key: str, obj: dict) -> dict:
         return await self._write(_CREATE, key, encode(obj), None)
 
-    async def update(self, key: str, obj: dict, expected_revision: int | None = None) -> dict:
+    async def update(self, key: str, obj: dict, expected_revision: int | None = None, *,
+                     owned: bool = False) -> dict:
         return await self._write(_UPDATE, key, encode(obj), expected_revision)
 
     async def delete(self, key: str, expected_revision: int | None = None) -> dict:

@@ -73,9 +73,10 @@ def count_conflicts(reg: Registry) -> list[int]:
     n = [0]
     update = reg.store.update
 
-    async def counted(key: str, obj: dict, expected_revision: int | None = None) -> dict:
+    async def counted(key: str, obj: dict, expected_revision: int | None = None, *,
+                      owned: bool = False) -> dict:
         try:
-            return await update(key, obj, expected_revision)
+            return await update(key, obj, expected_revision, owned=owned)
         except store_base.Conflict:
             n[0] += 1
             raise

@@ -114,6 +114,27 @@ async def test_returned_objects_are_copies_and_stale_resource_version_is_replace
     assert (await store.get("/p/a"))["metadata"]["name"] == "a"
 
 
+async def test_an_owned_update_is_stored_and_watched_as_any_update(store):
+    """`owned=True` (the bind hands over an object built from its own copy): the same stored state, revision,
+    event and precondition as a plain update."""
+    since = store.revision
+    a = await store.create("/p/a", pod("a", spec={"v": 1}))
+    with pytest.raises(Conflict):
+        await store.update("/p/a", pod("a", spec={"v": 9}), rv(a) + 5, owned=True)
+    new = pod("a", spec={"v": 2}, status={"conditions": [{"type": "PodScheduled"}]})
+    await store.update("/p/a", new, rv(a), owned=True)
+    got = await store.get("/p/a")
+    assert got["spec"] == {"v": 2} and rv(got) == store.revision
+    got["spec"]["v"] = 3  # what get hands out is still the caller's own
+    assert (await store.get("/p/a"))["spec"] == {"v": 2}
+    events = []
+    async for ev in store.watch("/p/", since):
+        events.append(ev)
+        if len(events) == 2:
+            break
+    assert events[1].type == "MODIFIED" and events[1].object["spec"] == {"v": 2} and events[1].prev == a
+
+
 async def test_list_by_prefix_with_revision(store):
     for n in ("b", "a", "c"):
         await store.create(f"/pods/default/{n}", pod(n))
