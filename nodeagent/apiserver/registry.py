@@ -151,9 +151,11 @@ class Registry:
         return items
 
     # ------------------------------------------------------------------ reads
-    async def get(self, res: Resource, ns: str | None, name: str) -> dict[str, Any]:
+    async def get(self, res: Resource, ns: str | None, name: str, *,
+                  shared: bool = False) -> dict[str, Any]:
+        """The object; `shared` as the store's get (read-only: the caller copies what it changes)."""
         try:
-            return await self.store.get(res.key(ns, name))
+            return await self.store.get(res.key(ns, name), shared=shared)
         except store_base.NotFound:
             raise errors.not_found(res.name, name, res.group) from None
 

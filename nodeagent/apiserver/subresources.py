@@ -175,31 +175,35 @@ async def _bind(registry: Registry, info: RequestInfo, body: Any, dry_run: bool)
     node = body["target"]["name"]
     annotations = (body.get("metadata") or {}).get("annotations") or {}
 
-    def mutate(cur: dict[str, Any]) -> dict[str, Any]:
+    def bound(cur: dict[str, Any]) -> dict[str, Any]:
+        """The pod bound: a new object that copies the dicts it changes (metadata, spec, status) and shares
+        the rest with the stored `cur`, which it never changes (the store's objects are read-only)."""
         if cur["metadata"].get("deletionTimestamp"):
             raise errors.conflict(res.name, name, "", "pod is being deleted, cannot be assigned to a host")
-        bound = (cur.get("spec") or {}).get("nodeName")
-        if bound:
-            raise errors.conflict(res.name, name, "", f"pod {name} is already assigned to node \"{bound}\"")
-        cur["spec"]["nodeName"] = node
+        was = (cur.get("spec") or {}).get("nodeName")
+        if was:
+            raise errors.conflict(res.name, name, "", f"pod {name} is already assigned to node \"{was}\"")
+        meta = dict(cur["metadata"])
         if annotations:
-            cur["metadata"].setdefault("annotations", {}).update(annotations)
-        st = cur.setdefault("status", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+        spec = dict(cur["spec"])
+        spec["nodeName"] = node
+        st = dict(cur.get("status") or {})
         conds = [c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"]
         conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                       "lastTransitionTime": now_rfc3339()})
         st["conditions"] = conds
-        return cur
+        return {**cur, "metadata": meta, "spec": spec, "status": st}
 
     # spec.nodeName is immutable through update; binding writes it directly (status and spec together).
     for _ in range(8):
-        cur = await registry.get(res, ns, name)  # the store's copy, ours to change
+        cur = await registry.get(res, ns, name, shared=True)  # the stored object: read, never changed
         rv = int(cur["metadata"]["resourceVersion"])
-        new = mutate(cur)
+        new = bound(cur)
         if dry_run:
             return _success()
         try:
-            await registry.store.update(res.key(ns, name), new, rv, owned=True)  # built from our own copy
+            await registry.store.update(res.key(ns, name), new, rv, owned=True)  # ours: nothing else holds it
             return _success()
         except store_base.Conflict:
             continue

@@ -105,8 +105,11 @@ class Store(Protocol):
         """Store a new key; return the object with its resourceVersion. AlreadyExists if present."""
         ...
 
-    async def get(self, key: str) -> dict:
-        """The current object, the caller's own copy (it may change it). NotFound if absent."""
+    async def get(self, key: str, *, shared: bool = False) -> dict:
+        """The current object, the caller's own copy (it may change it). NotFound if absent.
+
+        `shared`: the caller only reads it and copies what it changes (the bind), so a store that keeps
+        objects as dicts may hand out its own, stored (never changed in place) object."""
         ...
 
     async def list_at(self, prefix: str, revision: int) -> list[dict]:

@@ -328,7 +328,7 @@ class EtcdStore:
 
     # -- reads -------------------------------------------------------------------------------------
 
-    async def get(self, key: str) -> dict:
+    async def get(self, key: str, *, shared: bool = False) -> dict:
         resp = await self._call("/v3/kv/range", {"key": _b64(self._full(key))})
         kvs = resp.get("kvs") or []
         if not kvs:

@@ -62,9 +62,9 @@ class MemoryStore:
         self._commit("ADDED", key, stored, None)
         return copy_object(stored)
 
-    async def get(self, key: str) -> dict:
+    async def get(self, key: str, *, shared: bool = False) -> dict:
         try:
-            return copy_object(self._data[key])
+            return self._data[key] if shared else copy_object(self._data[key])
         except KeyError:
             raise NotFound(key) from None
 

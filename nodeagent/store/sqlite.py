@@ -395,7 +395,7 @@ class SQLiteStore:
 
     # -- reads -------------------------------------------------------------------------------------
 
-    async def get(self, key: str) -> dict:
+    async def get(self, key: str, *, shared: bool = False) -> dict:
         try:
             rev, value = self._cache[key]
         except KeyError:

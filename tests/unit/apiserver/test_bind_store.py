@@ -1,6 +1,7 @@
-"""The bind hands the store an object built from its own copy (`owned=True`): the stored pod, its watch
-event and the previous state are each as a copying store would leave them, and nothing the bind's caller
-still holds (the Binding body) is shared with the store."""
+"""The bind reads the stored pod without a copy (`shared=True`) and hands the store a new object that copies
+what it changes (`owned=True`): the stored pod, its watch event and the previous state are each as a
+copying store would leave them, and nothing the bind's caller still holds (the Binding body) is shared with
+the store."""
 
 from typing import Any
 
