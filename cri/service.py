@@ -39,7 +39,7 @@ def open_image_store(root: Path, registries: str | None) -> ImageStore | None:
 async def serve(config: CRIConfig, ready: asyncio.Event) -> None:
     from cni.invoke import CNI
     from cri.runtime.service import Runtime, RuntimeOptions
-    from cri.server.app import start_server
+    from cri.server.app import start_server, stop_local
     from kernel.cgroups import detect
 
     cfg = config
@@ -57,7 +57,7 @@ async def serve(config: CRIConfig, ready: asyncio.Event) -> None:
 
     streams = StreamServer(runtime, cfg.stream_address, cfg.stream_port)
     await streams.start()
-    server = await start_server(runtime, store, cfg.socket, streams)
+    server, local = await start_server(runtime, store, cfg.socket, streams)
     log.info("CRI runtime.v1 serving on unix://%s (state in %s)", cfg.socket, state)
     ready.set()
     try:
@@ -68,6 +68,7 @@ async def serve(config: CRIConfig, ready: asyncio.Event) -> None:
             if watcher is not None:
                 watcher.cancel()
     finally:
+        stop_local(cfg.socket, local)
         with contextlib.suppress(Exception):
             await asyncio.shield(server.stop(grace=1))
         with contextlib.suppress(Exception):

@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from cri.client import in_process
 from cri.proto import api_pb2 as pb
 from cri.proto import api_pb2_grpc
 
@@ -48,6 +49,8 @@ def _labels(msg: Any, label_selector: Labels) -> None:
 
 class RuntimeClient:
     """RuntimeService and ImageService over one channel; `timeout` is each call's deadline in seconds.
+    When the runtime serving `endpoint` lives in this process (`nodeagent up`), the unary verbs call it
+    directly (`cri.client.in_process`); the channel then carries only GetContainerEvents.
 
     The verbs await only their stubs' calls and `_sleep`, so `cri.client.sync` can run the very same
     verbs over generated sync stubs whose calls are already resolved (see there)."""
@@ -56,6 +59,11 @@ class RuntimeClient:
         self.channel: Any = grpc.aio.insecure_channel(endpoint_target(endpoint), options=CHANNEL_OPTIONS)
         self._rt: Any = api_pb2_grpc.RuntimeServiceStub(self.channel)
         self._img: Any = api_pb2_grpc.ImageServiceStub(self.channel)
+        path = in_process.socket_path(endpoint)
+        self.in_process = in_process.lookup(path) is not None  # checked once: the runtime starts first
+        if self.in_process:
+            self._rt = in_process.LocalStub(in_process.RUNTIME, path, self._rt)
+            self._img = in_process.LocalStub(in_process.IMAGES, path, self._img)
         self._sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
         self.timeout = timeout
 
@@ -64,7 +72,7 @@ class RuntimeClient:
              sleep: Callable[[float], Awaitable[Any]]) -> RuntimeClient:
         """The verbs over stubs and a sleep of the caller's (cri.client.sync); no channel of its own."""
         self = cls.__new__(cls)
-        self.channel = None
+        self.channel, self.in_process = None, False
         self._rt, self._img, self._sleep, self.timeout = runtime_stub, image_stub, sleep, timeout
         return self
 

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from cri.client import in_process
 from cri.proto import api_pb2_grpc
 from cri.server.containers import ContainerVerbs
 from cri.server.images import ImageService
+from cri.server.in_process import LocalEntry
 from cri.server.info import InfoVerbs
 from cri.server.sandboxes import SandboxVerbs
 from cri.server.stats import StatsVerbs
@@ -36,14 +38,16 @@ class ImageServicer(ImageService, api_pb2_grpc.ImageServiceServicer):
 
 
 async def start_server(runtime: Runtime, store: ImageStore | None, socket_path: str | Path,
-                       streams: StreamServer | None = None) -> grpc.aio.Server:
-    """Bind the socket (mode 0600, replacing a stale one) and start serving."""
+                       streams: StreamServer | None = None) -> tuple[grpc.aio.Server, LocalEntry]:
+    """Bind the socket (mode 0600, replacing a stale one) and start serving; the same servicers are
+    registered for a kubelet in this process (`cri.client.in_process`) until `stop_local`."""
     path = Path(socket_path)
     _clear_socket(path)
     server = grpc.aio.server(options=[("grpc.max_send_message_length", MAX_MESSAGE * 2),
                                       ("grpc.max_receive_message_length", MAX_MESSAGE)])
-    api_pb2_grpc.add_RuntimeServiceServicer_to_server(RuntimeService(runtime, streams), server)
-    api_pb2_grpc.add_ImageServiceServicer_to_server(ImageServicer(store, runtime), server)
+    rt, img = RuntimeService(runtime, streams), ImageServicer(store, runtime)
+    api_pb2_grpc.add_RuntimeServiceServicer_to_server(rt, server)
+    api_pb2_grpc.add_ImageServiceServicer_to_server(img, server)
     server.add_insecure_port(f"unix://{path}")
     old = os.umask(0o177)
     try:
@@ -51,7 +55,15 @@ async def start_server(runtime: Runtime, store: ImageStore | None, socket_path: 
     finally:
         os.umask(old)
     os.chmod(path, 0o600)
-    return server
+    entry = LocalEntry({in_process.RUNTIME: rt, in_process.IMAGES: img})
+    in_process.register(in_process.socket_path(str(path)), entry)
+    return server, entry
+
+
+def stop_local(socket_path: str | Path, entry: LocalEntry) -> None:
+    """The in-process entry refuses calls and leaves the registry (the socket's server stops apart)."""
+    entry.stop()
+    in_process.unregister(in_process.socket_path(str(socket_path)), entry)
 
 
 def _clear_socket(path: Path) -> None:
