@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from cri.server.stream_server import StreamServer
 
 MAX_MESSAGE = 16 << 20 | 1 << 20  # ExecSync output is capped at 16 MiB per stream
+MAX_SEND = MAX_MESSAGE * 2  # an ExecSync answer carries both streams
 
 
 class RuntimeService(SandboxVerbs, ContainerVerbs, StreamingVerbs, StatsVerbs, InfoVerbs,
@@ -43,7 +44,7 @@ async def start_server(runtime: Runtime, store: ImageStore | None, socket_path: 
     registered for a kubelet in this process (`cri.client.in_process`) until `stop_local`."""
     path = Path(socket_path)
     _clear_socket(path)
-    server = grpc.aio.server(options=[("grpc.max_send_message_length", MAX_MESSAGE * 2),
+    server = grpc.aio.server(options=[("grpc.max_send_message_length", MAX_SEND),
                                       ("grpc.max_receive_message_length", MAX_MESSAGE)])
     rt, img = RuntimeService(runtime, streams), ImageServicer(store, runtime)
     api_pb2_grpc.add_RuntimeServiceServicer_to_server(rt, server)
@@ -55,7 +56,7 @@ async def start_server(runtime: Runtime, store: ImageStore | None, socket_path: 
     finally:
         os.umask(old)
     os.chmod(path, 0o600)
-    entry = LocalEntry({in_process.RUNTIME: rt, in_process.IMAGES: img})
+    entry = LocalEntry({in_process.RUNTIME: rt, in_process.IMAGES: img}, MAX_MESSAGE, MAX_SEND)
     in_process.register(in_process.socket_path(str(path)), entry)
     return server, entry
 

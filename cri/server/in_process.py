@@ -4,6 +4,8 @@ boundary, with what gRPC gives it and its caller and nothing shared between them
 
 - the servicer gets its own copy of the request (the kubelet may reuse or change what it sent); its answer
   is built per call (protobuf copies whatever message is assigned into it), so it is handed over as is;
+- a request or answer above the gRPC server's message limits is refused with RESOURCE_EXHAUSTED and grpc's
+  words, as the socket refuses it (the limits are the server's options, handed in by `cri.server.app`);
 - the call runs in the caller's task with the caller's deadline: past it, or when the caller is cancelled,
   the handler is cancelled, as grpc.aio's server cancels a handler whose client's deadline passed;
 - an abort, a `set_code`, or an unexpected exception ends as gRPC ends it: a `StatusError` with the code
@@ -78,8 +80,9 @@ def _deadline_exceeded() -> StatusError:
 class LocalEntry:
     """The servicers by full service name (`runtime.v1.RuntimeService`...), called as `Server.call`."""
 
-    def __init__(self, services: Mapping[str, Any]) -> None:
+    def __init__(self, services: Mapping[str, Any], max_receive: int, max_send: int) -> None:
         self._services = dict(services)
+        self._max_receive, self._max_send = max_receive, max_send
         self._stopped = False
 
     def stop(self) -> None:
@@ -93,6 +96,10 @@ class LocalEntry:
         if servicer is None:
             raise StatusError(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
         handler = getattr(servicer, method)
+        size = request.ByteSize()
+        if size > self._max_receive:  # grpc core's words for the server's receive limit
+            raise StatusError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"SERVER: Received message larger than max ({size} vs. {self._max_receive})")
         own = type(request)()  # the servicer's own copy, as the wire makes one (CopyFrom: half the cost
         own.CopyFrom(request)  # of a SerializeToString/FromString round trip, bench/README seventh pass)
         loop = asyncio.get_running_loop()
@@ -114,4 +121,8 @@ class LocalEntry:
             raise _deadline_exceeded()
         if context.code() != grpc.StatusCode.OK:  # set_code without raising: the answer is dropped
             raise context.error()
+        size = response.ByteSize()
+        if size > self._max_send:  # and for its send limit
+            raise StatusError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"SERVER: Sent message larger than max ({size} vs. {self._max_send})")
         return response

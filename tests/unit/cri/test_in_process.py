@@ -58,6 +58,10 @@ class Toy(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageServiceServicer
     async def Version(self, request, context):
         return pb.VersionResponse(runtime_name="toy")
 
+    @rpc
+    async def PodSandboxStatus(self, request, context):  # an answer as big as the id asks
+        return pb.PodSandboxStatusResponse(info={"big": "x" * int(request.pod_sandbox_id)})
+
     async def ListImages(self, request, context):  # no @rpc: a code set, then an exception
         context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
         context.set_details("too many")
@@ -65,20 +69,22 @@ class Toy(api_pb2_grpc.RuntimeServiceServicer, api_pb2_grpc.ImageServiceServicer
 
 
 @contextlib.asynccontextmanager
-async def toy_client(way: str, toy: Toy, call_timeout: float = 5.0) -> AsyncIterator[RuntimeClient]:
+async def toy_client(way: str, toy: Toy, call_timeout: float = 5.0,
+                     limits: tuple[int, int] = (4 << 20, 4 << 20)) -> AsyncIterator[RuntimeClient]:
     """A RuntimeClient reaching `toy` over gRPC on a unix socket, or in process with no socket at all
     (a call that went to the socket would fail UNAVAILABLE)."""
     d = Path(tempfile.mkdtemp(prefix="cri-inproc-"))
     sock = str(d / "cri.sock")
     server = entry = None
     if way == "grpc":
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", limits[0]),
+                                          ("grpc.max_send_message_length", limits[1])])
         api_pb2_grpc.add_RuntimeServiceServicer_to_server(toy, server)
         api_pb2_grpc.add_ImageServiceServicer_to_server(toy, server)
         server.add_insecure_port(f"unix://{sock}")
         await server.start()
     else:
-        entry = LocalEntry({in_process.RUNTIME: toy, in_process.IMAGES: toy})
+        entry = LocalEntry({in_process.RUNTIME: toy, in_process.IMAGES: toy}, *limits)
         in_process.register(in_process.socket_path(sock), entry)
     client = RuntimeClient(f"unix://{sock}", timeout=call_timeout)
     assert client.in_process == (way == "local")
@@ -127,6 +133,28 @@ async def test_an_error_reads_the_same_in_process_as_over_grpc(case, call, code)
     assert over_grpc[0] == code
     assert local == over_grpc
     assert local[2] == (code == grpc.StatusCode.DEADLINE_EXCEEDED)  # the deadline cancels the handler
+
+
+async def _too_big(way: str, call: Call) -> tuple[grpc.StatusCode, str | None]:
+    async with toy_client(way, Toy(), limits=(1000, 2000)) as client:
+        with pytest.raises(grpc.RpcError) as caught:
+            await call(client)
+    e: Any = caught.value
+    return e.code(), e.details()
+
+
+BIG: list[tuple[str, Call]] = [
+    ("request", lambda c: c.create_container("s", pb.ContainerConfig(metadata=pb.ContainerMetadata(
+        name="app"), labels={"l": "y" * 1500}), pb.PodSandboxConfig())),
+    ("answer", lambda c: c.pod_sandbox_status("3000")),
+]
+
+
+@pytest.mark.parametrize(("what", "call"), BIG, ids=[b[0] for b in BIG])
+async def test_a_message_over_the_servers_limits_is_refused_as_grpc_refuses_it(what, call):
+    over_grpc = await _too_big("grpc", call)
+    assert over_grpc[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert await _too_big("local", call) == over_grpc
 
 
 @pytest.mark.parametrize("way", ["grpc", "local"])
