@@ -198,18 +198,30 @@ def build(store: ImageStore, tag: str, containerfile: Path, context: Path) -> li
         rewritten.write_text("\n".join(lines) + "\n")
         podman_argv = [podman, "--root", str(work / "root"), "--runroot", runroot,
                        "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs"]
+        env = _private_network_config(work)
         p = subprocess.run([*podman_argv, "build", "--quiet", "--isolation", "chroot", "--pull=never",
                             "-f", str(rewritten), "-t", tag, str(context)],
-                           capture_output=True, text=True, check=False)
+                           capture_output=True, text=True, check=False, env=env)
         if p.returncode != 0:
             raise BuildError(f"build failed: {p.stderr.strip() or p.stdout.strip()}")
         out = work / "image.tar"
         p = subprocess.run([*podman_argv, "save", "--format", "docker-archive", "-o", str(out), tag],
-                           capture_output=True, text=True, check=False)
+                           capture_output=True, text=True, check=False, env=env)
         if p.returncode != 0:
             raise BuildError(f"saving the built image failed: {p.stderr.strip()}")
         imported = store.import_archive(out)
         return [f"{', '.join(img.repo_tags)} {img.id}" for img in imported]
+
+
+def _private_network_config(work: Path) -> dict[str, str]:
+    """podman's environment with a containers.conf of its own whose network config dir is under `work`:
+    podman 4.3's CNI backend makes `cni.lock` in its config dir (/etc/cni/net.d by default) on every start
+    and never removes it, and a chroot-isolated build uses the host's network anyway, so nothing of the
+    host's CNI config is needed (CONTAINERS_CONF: this file instead of the system's; the rest at podman's defaults)."""
+    conf = work / "containers.conf"
+    conf.write_text(f'[network]\nnetwork_config_dir = "{work / "net.d"}"\n')
+    (work / "net.d").mkdir(exist_ok=True)
+    return {**os.environ, "CONTAINERS_CONF": str(conf)}
 
 
 def run_build(store: ImageStore, args: argparse.Namespace) -> int:
