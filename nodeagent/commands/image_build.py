@@ -217,7 +217,8 @@ def _private_network_config(work: Path) -> dict[str, str]:
     """podman's environment with a containers.conf of its own whose network config dir is under `work`:
     podman 4.3's CNI backend makes `cni.lock` in its config dir (/etc/cni/net.d by default) on every start
     and never removes it, and a chroot-isolated build uses the host's network anyway, so nothing of the
-    host's CNI config is needed (CONTAINERS_CONF: this file instead of the system's; the rest at podman's defaults)."""
+    host's CNI config is needed (CONTAINERS_CONF: this file instead of the system's; the rest at
+    podman's defaults)."""
     conf = work / "containers.conf"
     conf.write_text(f'[network]\nnetwork_config_dir = "{work / "net.d"}"\n')
     (work / "net.d").mkdir(exist_ok=True)
