@@ -10,12 +10,14 @@ binds, a client looks up the endpoint it was given (`unix:///run/x.sock`, `unix:
 
 from __future__ import annotations
 
+import functools
 import os.path
 from typing import Generic, TypeVar
 
 S = TypeVar("S")
 
 
+@functools.lru_cache(maxsize=64)  # a process names few sockets; a lookup is on every in-process call
 def key(endpoint: str) -> str:
     """`unix:///run/x.sock`, `unix:/x` or a bare path → the socket's path, normalised (the registries'
     key). A relative path stays relative, as a socket client resolves it against its working directory."""
