@@ -7,7 +7,8 @@ private netns, as the bridge plugin's ADD does) and turn hairpin on, through sys
 rtnetlink RTM_SETLINK (kernel.rtnl.set_hairpin, which sleeps on the lock): the process's CPU per veth.
 `spawn`: a thread spawns /bin/true while another runs Python: how long the spawn call takes (until the
 child has exec'd) and how much of it the other thread could run (its iterations then, against its rate
-alone), with os.posix_spawn, subprocess.Popen and kernel.procs.spawn, which releases the GIL.
+alone), with os.posix_spawn, subprocess.Popen and kernel.procs.spawn, which releases the GIL (and its
+os.posix_spawn fallback for a libc without the ctypes path, which closes fds from 3 by close actions).
 Run as root: PYTHONPATH=. python bench/start_path_parts.py [--veths 400] [--threads 8] [--spawns 300]
 """
 
@@ -92,6 +93,9 @@ def spawn_gil(n: int, how: str) -> tuple[float, float]:
             return p.pid
         return procs.spawn("/bin/true", ["true"], [], setsid=True, close_from=3)
 
+    if how == "procs.spawn fallback":  # the os.posix_spawn path a libc without the ctypes path takes
+        procs._ctypes_path()
+        procs._use_ctypes = False
     t = threading.Thread(target=spin)
     t.start()
     time.sleep(0.2)
@@ -109,6 +113,7 @@ def spawn_gil(n: int, how: str) -> tuple[float, float]:
     finally:
         stop = True
         t.join()
+        procs._use_ctypes = None
     return inside / n * 1e3, spun / inside / free_rate
 
 
@@ -130,10 +135,10 @@ def main() -> int:
             print(f"round {r + 1} hairpin by {how:8s}: {cpu:6.3f} ms CPU per veth, {wall:5.2f} s for "
                   f"{a.veths} veths on {a.threads} threads")
     for r in range(a.rounds):
-        for how in ("os.posix_spawn", "subprocess", "procs.spawn"):
+        for how in ("os.posix_spawn", "subprocess", "procs.spawn", "procs.spawn fallback"):
             per, share = spawn_gil(a.spawns, how)
             groups["spawn: % of the call another thread ran"][how] = 100 * share
-            print(f"round {r + 1} spawn by {how:15s}: {per:5.3f} ms per call, another thread ran "
+            print(f"round {r + 1} spawn by {how:20s}: {per:5.3f} ms per call, another thread ran "
                   f"{share:4.0%} of it")
     if a.plot:
         plot_bars(a.plot, groups, "two parts of a pod's start (the last round)", "ms / %")

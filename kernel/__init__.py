@@ -19,6 +19,8 @@ package imports nothing of ours, only the standard library, pyroute2 and (for cg
 - `mounts`    the mount table (/proc/self/mountinfo), parsed in one place
 - `probe`     what this host's kernel and tools support; `memory` process-wide memory settings
 - `errors`    the base of the typed errors (all are OSError, so callers catching OSError still do)
+- `in_process` servers of this process by the Unix socket they serve (the apiserver's and the CRI
+              runtime's in-process entries): no kernel call, here as the one package both may import
 
 Modules stay cheap to import: the CNI plugins' exec'd path loads `netns`, `rtnl`, `iptables` and
 `syscalls`, so those import no `typing` and no third-party package at run time.

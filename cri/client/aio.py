@@ -59,11 +59,11 @@ class RuntimeClient:
         self.channel: Any = grpc.aio.insecure_channel(endpoint_target(endpoint), options=CHANNEL_OPTIONS)
         self._rt: Any = api_pb2_grpc.RuntimeServiceStub(self.channel)
         self._img: Any = api_pb2_grpc.ImageServiceStub(self.channel)
-        path = in_process.socket_path(endpoint)
-        self.in_process = in_process.lookup(path) is not None  # checked once: the runtime starts first
+        # checked once: the runtime starts first
+        self.in_process = in_process.servers.lookup(endpoint) is not None
         if self.in_process:
-            self._rt = in_process.LocalStub(in_process.RUNTIME, path, self._rt)
-            self._img = in_process.LocalStub(in_process.IMAGES, path, self._img)
+            self._rt = in_process.LocalStub(in_process.RUNTIME, endpoint, self._rt)
+            self._img = in_process.LocalStub(in_process.IMAGES, endpoint, self._img)
         self._sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
         self.timeout = timeout
 

@@ -11,10 +11,11 @@ Streaming verbs (GetContainerEvents) stay on the socket; so does every client in
 
 from __future__ import annotations
 
-import os.path
 from typing import Any, Protocol
 
 import grpc
+
+from kernel.in_process import Registry
 
 RUNTIME = "runtime.v1.RuntimeService"
 IMAGES = "runtime.v1.ImageService"
@@ -36,49 +37,25 @@ class Server(Protocol):
         ...
 
 
-_SERVERS: dict[str, Server] = {}
-
-
-def socket_path(endpoint: str) -> str:
-    """`unix:///run/x.sock`, `unix:/x` or a bare path → the socket's path, normalised (the registry's
-    key: the server registers the path it binds, the kubelet looks up the endpoint it was given)."""
-    for prefix in ("unix://", "unix:"):
-        if endpoint.startswith(prefix):
-            endpoint = endpoint[len(prefix):]
-            break
-    return os.path.normpath(endpoint)
-
-
-def register(path: str, server: Server) -> None:
-    """`server` answers for the socket at `path` in this process (until `unregister`)."""
-    _SERVERS[path] = server
-
-
-def unregister(path: str, server: Server) -> None:
-    if _SERVERS.get(path) is server:
-        del _SERVERS[path]
-
-
-def lookup(path: str) -> Server | None:
-    """The runtime in this process serving the socket at `path`, if one does."""
-    return _SERVERS.get(path)
+# by the socket each serves; `cri.server.app.stop_local` leaves it
+servers: Registry[Server] = Registry()
 
 
 class LocalStub:
     """A generated stub's face (`stub.Verb(request, timeout=...)`) whose unary verbs go to the runtime
-    registered for `path` while one is, else (and for streaming verbs) to the gRPC stub `remote`."""
+    registered for `endpoint` while one is, else (and for streaming verbs) to the gRPC stub `remote`."""
 
-    def __init__(self, service: str, path: str, remote: Any) -> None:
-        self._service, self._path, self._remote = service, path, remote
+    def __init__(self, service: str, endpoint: str, remote: Any) -> None:
+        self._service, self._endpoint, self._remote = service, endpoint, remote
 
     def __getattr__(self, name: str) -> Any:
         remote = getattr(self._remote, name)
         if not isinstance(remote, grpc.aio.UnaryUnaryMultiCallable):
             return remote
-        service, path = self._service, self._path
+        service, endpoint = self._service, self._endpoint
 
         async def call(request: Any, **options: Any) -> Any:  # options: the stub's (timeout=...)
-            server = lookup(path)
+            server = servers.lookup(endpoint)
             if server is None:  # the runtime stopped (or moved out): the socket, as any client
                 return await remote(request, **options)
             return await server.call(service, name, request, options.get("timeout"))

@@ -57,14 +57,14 @@ async def start_server(runtime: Runtime, store: ImageStore | None, socket_path: 
         os.umask(old)
     os.chmod(path, 0o600)
     entry = LocalEntry({in_process.RUNTIME: rt, in_process.IMAGES: img}, MAX_MESSAGE, MAX_SEND)
-    in_process.register(in_process.socket_path(str(path)), entry)
+    in_process.servers.register(str(path), entry)
     return server, entry
 
 
 def stop_local(socket_path: str | Path, entry: LocalEntry) -> None:
     """The in-process entry refuses calls and leaves the registry (the socket's server stops apart)."""
     entry.stop()
-    in_process.unregister(in_process.socket_path(str(socket_path)), entry)
+    in_process.servers.unregister(str(socket_path), entry)
 
 
 def _clear_socket(path: Path) -> None:

@@ -149,7 +149,7 @@ class ApiServer:
             await self._serve_local_socket(self._runner, self.cfg.local_socket)
         if self.local_socket is not None:  # components in this process call the handlers directly
             self.local_entry = LocalEntry(handlers.handle)
-            in_process.register(self.local_socket, self.local_entry)
+            in_process.servers.register(self.local_socket, self.local_entry)
         host = f"[{self.advertise}]" if ":" in self.advertise else self.advertise
         sa_keys.jwks_uri = f"https://{host}:{self.port}/openid/v1/jwks"
         self.peers = PeerLeases(self.registry, self.advertise, self.port, self.cfg.lease_duration)
@@ -227,7 +227,7 @@ class ApiServer:
 
     async def stop(self) -> None:
         if self.local_entry is not None and self.local_socket is not None:
-            in_process.unregister(self.local_socket, self.local_entry)
+            in_process.servers.unregister(self.local_socket, self.local_entry)
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

@@ -1,17 +1,19 @@
 """The call path for components that live in the apiserver's own process: requests handed to its handler
 chain directly, without HTTP framing, TLS or a socket on either end.
 
-The server's side (`nodeagent.apiserver.in_process`) registers itself under the local socket it serves
-(`local_socket`); a client made from a kubeconfig that names that socket, in the same process, finds it
-here and calls it instead of connecting. Each call still carries the component's credential: the server
+The server's side (`nodeagent.apiserver.in_process`) registers itself in `servers` under the local socket it
+serves (`local_socket`); a client made from a kubeconfig that names that socket, in the same process, finds it
+there and calls it instead of connecting. Each call still carries the component's credential: the server
 authenticates it and applies RBAC, admission, max-in-flight and metrics as for an HTTP request, and answers
-with the same status, headers and body (the client reads them as it reads an HTTP answer). Anything the
-server streams other than a watch (logs, exec, port-forward, proxy) stays on HTTP."""
+with the same status, headers and body (the client reads them as it reads an HTTP answer). Anything the server
+streams other than a watch (logs, exec, port-forward, proxy) stays on HTTP."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
 from typing import NamedTuple, Protocol
+
+from kernel.in_process import Registry
 
 # subresources the server streams to and from a kubelet: only HTTP carries them
 STREAMED = frozenset({"log", "exec", "attach", "portforward", "proxy"})
@@ -42,22 +44,8 @@ class Server(Protocol):
         ...
 
 
-_SERVERS: dict[str, Server] = {}
-
-
-def register(socket_path: str, server: Server) -> None:
-    """`server` answers for the local socket at `socket_path` in this process (until `unregister`)."""
-    _SERVERS[socket_path] = server
-
-
-def unregister(socket_path: str, server: Server) -> None:
-    if _SERVERS.get(socket_path) is server:
-        del _SERVERS[socket_path]
-
-
-def lookup(socket_path: str | None) -> Server | None:
-    """The apiserver in this process serving `socket_path`, if one does."""
-    return _SERVERS.get(socket_path) if socket_path else None
+# by the local socket each serves; `Server.stop` leaves it (nodeagent.apiserver.server)
+servers: Registry[Server] = Registry()
 
 
 def streamed(path: str) -> bool:

@@ -216,7 +216,7 @@ class Client:
         """The apiserver this client calls in-process, if any (else HTTPS or the local socket)."""
         if self._certified:
             return None
-        return self._local if self._local is not None else in_process.lookup(self.unix_socket)
+        return self._local if self._local is not None else in_process.servers.lookup(self.unix_socket)
 
     def set_token(self, token: str | None) -> None:
         """A refreshed bearer token: used from the next request on (`request` sends it on every call)."""

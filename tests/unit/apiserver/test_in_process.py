@@ -161,11 +161,11 @@ def test_the_client_finds_the_server_of_its_socket_on_each_call_and_keeps_a_give
     fake, other = cast(in_process.Server, Fake()), cast(in_process.Server, Fake())
     c = Client("https://127.0.0.1:1", "t", unix_socket="/run/x.sock")
     assert c.local is None  # nothing in this process serves that socket: the socket itself
-    in_process.register("/run/x.sock", fake)
+    in_process.servers.register("/run/x.sock", fake)
     try:
-        assert in_process.lookup("/run/x.sock") is fake and c.local is fake
+        assert in_process.servers.lookup("/run/x.sock") is fake and c.local is fake
         assert c.with_token("u").local is fake and c.own_pool().local is fake
-        in_process.register("/run/x.sock", other)  # a server started again
+        in_process.servers.register("/run/x.sock", other)  # a server started again
         assert c.local is other
         given = Client("https://127.0.0.1:1", "t", local=fake)
         assert given.with_token("u").local is fake and given.own_pool().local is fake
@@ -173,8 +173,8 @@ def test_the_client_finds_the_server_of_its_socket_on_each_call_and_keeps_a_give
                            ssl_context=cast(ssl.SSLContext, object()), unix_socket="/run/x.sock")
         assert with_cert.local is None  # a certificate's identity is the TLS session's: HTTP
     finally:
-        in_process.unregister("/run/x.sock", other)
-    assert in_process.lookup("/run/x.sock") is None and c.local is None
+        in_process.servers.unregister("/run/x.sock", other)
+    assert in_process.servers.lookup("/run/x.sock") is None and c.local is None
 
 
 async def test_a_watch_whose_caller_is_cancelled_before_it_starts_ends_its_handler():

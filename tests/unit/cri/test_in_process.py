@@ -23,6 +23,7 @@ from cri.runtime import errors
 from cri.server.app import start_server, stop_local
 from cri.server.boundary import rpc
 from cri.server.in_process import LocalEntry
+from kernel import in_process as registry
 from nodeagent.commands import agent, up
 
 
@@ -85,7 +86,7 @@ async def toy_client(way: str, toy: Toy, call_timeout: float = 5.0,
         await server.start()
     else:
         entry = LocalEntry({in_process.RUNTIME: toy, in_process.IMAGES: toy}, *limits)
-        in_process.register(in_process.socket_path(sock), entry)
+        in_process.servers.register(sock, entry)
     client = RuntimeClient(f"unix://{sock}", timeout=call_timeout)
     assert client.in_process == (way == "local")
     try:
@@ -95,7 +96,7 @@ async def toy_client(way: str, toy: Toy, call_timeout: float = 5.0,
         if server is not None:
             await server.stop(None)
         if entry is not None:
-            in_process.unregister(in_process.socket_path(sock), entry)
+            in_process.servers.unregister(sock, entry)
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -183,7 +184,7 @@ async def test_a_kubelet_in_the_runtimes_process_calls_it_directly_and_the_socke
             stub = api_pb2_grpc.RuntimeServiceStub(ch)
             assert (await stub.Version(pb.VersionRequest(), timeout=5)).runtime_name
         stop_local(sock, entry)
-        assert in_process.lookup(in_process.socket_path(str(sock))) is None
+        assert in_process.servers.lookup(str(sock)) is None
         assert (await kubelet.version()).runtime_name  # the runtime left the process: the socket
         await kubelet.close()
     finally:
@@ -205,7 +206,7 @@ def test_ups_kubelet_is_pointed_at_the_socket_its_runtime_registers(tmp_path):
     for configs in (up_, agent_):
         assert configs.cri is not None and configs.kubelet is not None
         kubelet, runtime = configs.kubelet.runtime_endpoint, configs.cri.socket
-        assert in_process.socket_path(kubelet) == in_process.socket_path(runtime)
+        assert registry.key(kubelet) == registry.key(runtime)
     external = _configs(up, ["--data-dir", str(tmp_path), "--container-runtime-endpoint",
                              "unix:///run/containerd/containerd.sock"])
     assert external.cri is None  # no runtime of ours registers: the kubelet stays on the socket
