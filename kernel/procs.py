@@ -12,6 +12,7 @@ log = logging.getLogger("nodeagent.kernel.procs")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _POSIX_SPAWN_SETSIGDEF = 0x04
+_POSIX_SPAWN_SETSIGMASK = 0x08
 _POSIX_SPAWN_SETSID = 0x80  # glibc's value (2.26+)
 # glibc's sizes on x86_64 and aarch64 (posix/spawn.h, bits/types/__sigset_t.h): checked once against
 # what this libc's init functions clear (`_ctypes_unusable`); the buffers are twice as large
@@ -23,7 +24,7 @@ _GLIBC_CLOSEFROM = (2, 34)  # posix_spawn_file_actions_addclosefrom_np
 _SYMBOLS = ("posix_spawn", "posix_spawn_file_actions_init", "posix_spawn_file_actions_destroy",
             "posix_spawn_file_actions_adddup2", "posix_spawn_file_actions_addclosefrom_np",
             "posix_spawnattr_init", "posix_spawnattr_destroy", "posix_spawnattr_setsigdefault",
-            "posix_spawnattr_setflags", "sigemptyset", "sigaddset")
+            "posix_spawnattr_setsigmask", "posix_spawnattr_setflags", "sigemptyset", "sigaddset")
 
 _detect_lock = threading.Lock()
 _use_ctypes: bool | None = None  # decided at the first spawn
@@ -34,7 +35,9 @@ def spawn(path: str, argv: list[str], fds: list[tuple[int, int]], *, setsid: boo
     """Start `path` (posix_spawn: vfork and exec) and return its pid. `fds`: (fd, target) pairs dup'd
     onto the child's target numbers; `close_from`: every other fd from that number up is closed in the
     child (subprocess's close_fds); `default_signals` are reset to SIG_DFL there (subprocess's
-    restore_signals: Python ignores SIGPIPE and SIGXFSZ, and exec keeps what is ignored).
+    restore_signals: Python ignores SIGPIPE and SIGXFSZ, and exec keeps what is ignored). The child
+    blocks no signal, whatever the spawning thread blocks (exec keeps the mask: a pause or container
+    started by an agent run from a shell that blocks SIGTERM would never see its stop signal).
 
     Why not os.posix_spawn or subprocess: both keep the GIL while the vfork'd child runs until its
     exec, so every other thread of the process waits for each spawn (in a burst of pod starts, with the
@@ -117,7 +120,10 @@ def _spawn_ctypes(path: str, argv: list[str], fds: list[tuple[int, int]], setsid
             _check(_libc.posix_spawn_file_actions_adddup2(actions, fd, target), path)
         if close_from is not None:
             _check(_libc.posix_spawn_file_actions_addclosefrom_np(actions, close_from), path)
-        flags = _POSIX_SPAWN_SETSID if setsid else 0
+        flags = _POSIX_SPAWN_SETSIGMASK | (_POSIX_SPAWN_SETSID if setsid else 0)
+        none = ctypes.create_string_buffer(_SIGSET_SIZE)
+        _libc.sigemptyset(none)
+        _check(_libc.posix_spawnattr_setsigmask(attr, none), path)
         if default_signals:
             sigs = ctypes.create_string_buffer(_SIGSET_SIZE)
             _libc.sigemptyset(sigs)
@@ -153,7 +159,7 @@ def _spawn_os(path: str, argv: list[str], fds: list[tuple[int, int]], setsid: bo
         close.update(fd for fd in _open_fds() if fd >= close_from and _inheritable(fd))
         actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in sorted(close)]
     return os.posix_spawn(path, argv, os.environ, file_actions=actions, setsid=setsid,
-                          setsigdef=default_signals)
+                          setsigmask=(), setsigdef=default_signals)
 
 
 def _open_fds() -> list[int]:

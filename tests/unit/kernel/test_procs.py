@@ -64,8 +64,9 @@ def test_exec_failure_is_the_child_errno(way):
 
 
 # what the child shows of itself, read by the shell that posix_spawn exec'd ($$) between its commands (no
-# pipeline, no command substitution: those open fds of the shell's own)
-_SELF = "echo $$; ps -o sid= -p $$; ls -l /proc/$$/fd; grep -E '^Sig(Blk|Ign)' /proc/$$/status"
+# pipeline, no command substitution: those open fds of the shell's own); its signal masks last, by the
+# process itself after an exec (which keeps them): the shell blocks signals while it forks each command
+_SELF = "echo $$; ps -o sid= -p $$; ls -l /proc/$$/fd; exec grep -E '^Sig(Blk|Ign)' /proc/self/status"
 
 
 def _child_as_pause(dup_above: int) -> tuple[dict[str, str], bool, dict[str, int]]:
@@ -162,3 +163,19 @@ def test_the_path_is_decided_once_and_said_once(monkeypatch, caplog):
     assert calls == [1] and procs._use_ctypes is False
     assert [r.getMessage() for r in caplog.records] == [
         "spawn: os.posix_spawn (the GIL held): the libc is not glibc (musl)"]
+
+
+@pytest.mark.parametrize("use_ctypes", [True, False])
+def test_the_child_blocks_no_signal_whatever_the_spawning_thread_blocks(monkeypatch, use_ctypes):
+    monkeypatch.setattr(procs, "_use_ctypes", use_ctypes)
+    r, w = os.pipe()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        pid = procs.spawn("/bin/grep", ["grep", "^SigBlk", "/proc/self/status"], [(w, 1)], close_from=3)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        os.close(w)
+    with open(r, "rb") as out:
+        line = out.read().decode()
+    os.waitpid(pid, 0)
+    assert int(line.split()[1], 16) == 0, line
