@@ -95,8 +95,9 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                         "/usr/lib/cni)")
     p.add_argument("--config", default=None, metavar="FILE",
                    help="a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) YAML file for the "
-                        "kubelet's eviction, reservation, garbage-collection, CPU-manager and pod-limit "
-                        "settings; flags given on the command line override it, as kubelet's --config")
+                        "kubelet's eviction, reservation, garbage-collection, CPU-manager, pod-limit and "
+                        "node-lease settings; flags given on the command line override it, as kubelet's "
+                        "--config")
     p.add_argument("--eviction-hard", default=None,
                    help="hard eviction thresholds in kubelet syntax, e.g. "
                         "'memory.available<500Mi,nodefs.available<10%%' (default: the kubelet's; "

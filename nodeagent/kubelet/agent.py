@@ -95,6 +95,7 @@ class Kubelet:
         self.node = NodeAgent(client, cri, cfg.node_name, cfg.data_dir, self.pleg.healthy, self.clock,
                               eviction=self.eviction, addresses=[cfg.node_ip] if cfg.node_ip else None,
                               max_pods=cfg.pod_capacity(os.cpu_count() or 1),
+                              lease_duration=cfg.node_lease_duration,
                               system_reserved=system_reserved, kube_reserved=kube_reserved)
         self.pods: Informer | Subset = pods_on_node(client, cfg.node_name) if cfg.shared_pod_cache \
             else Informer(client, "pods", field_selector=f"spec.nodeName={cfg.node_name}")

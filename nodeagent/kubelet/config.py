@@ -92,6 +92,7 @@ class KubeletConfig:
     memory_manager_policy: str = "None"  # --memory-manager-policy: only None (no memory manager here)
     topology_manager_policy: str = "none"  # --topology-manager-policy: only none (no topology manager here)
     max_pods: int = 110  # --max-pods
+    node_lease_duration: int = 40  # nodeLeaseDurationSeconds: the node Lease's; renewed every quarter of it
     # --max-parallel-pod-starts: pods in the runtime part of their start at once (0: no limit)
     max_parallel_pod_starts: int = 0
     image_gc_high_threshold: int = 85  # --image-gc-high-threshold, percent of the image filesystem
@@ -131,6 +132,8 @@ class KubeletConfig:
             self.thresholds()
         except ThresholdError as e:
             raise ValueError(f"kubelet eviction thresholds: {e}") from None
+        if self.node_lease_duration <= 0:
+            raise ValueError("invalid configuration: nodeLeaseDurationSeconds must be greater than 0")
         if self.eviction_pressure_transition_period < 0:
             raise ValueError("kubelet eviction-pressure-transition-period "
                              f"{self.eviction_pressure_transition_period}: must not be negative")

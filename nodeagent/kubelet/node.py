@@ -1,8 +1,9 @@
 """The Node object and its Lease (kubelet_node_status.go, nodelease): register, then keep both fresh.
 
-Status is posted every `status_period` and whenever the readiness changes; the Lease is renewed every
-`lease_period` (10 s). The Ready condition comes from the runtime's Status (RuntimeReady, NetworkReady)
-and the PLEG's health; the node taints itself not-ready until they are all fine.
+Status is posted every `status_period` and whenever the readiness changes; the Lease
+(nodeLeaseDurationSeconds, 40 s by default) is renewed every quarter of its duration, as kubelet's node lease
+controller does. The Ready condition comes from the runtime's Status (RuntimeReady, NetworkReady) and the
+PLEG's health; the node taints itself not-ready until they are all fine.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ log = logging.getLogger("nodeagent.kubelet.node")
 
 KUBELET_VERSION = "v1.32.0-nodeagent"
 LEASE_NAMESPACE = "kube-node-lease"
-LEASE_DURATION = 40
+LEASE_DURATION = 40  # kubelet's default nodeLeaseDurationSeconds
+RENEW_INTERVAL_FRACTION = 0.25  # kubelet's renewIntervalFraction: 4 renewals in the Lease's duration
 
 
 def host_ips() -> list[str]:
@@ -48,7 +50,7 @@ class NodeAgent:
 
     def __init__(self, client: Client, cri: RuntimeClient, name: str, fs_path: str,
                  pleg_health: Callable[[], tuple[bool, str]], clock: Clock | None = None,
-                 lease_period: float = 10.0, status_period: float = 10.0,
+                 lease_duration: int = LEASE_DURATION, status_period: float = 10.0,
                  max_pods: int = node_status.DEFAULT_MAX_PODS, eviction: Any = None,
                  addresses: list[str] | None = None, system_reserved: Mapping[str, Any] | None = None,
                  kube_reserved: Mapping[str, Any] | None = None) -> None:
@@ -58,7 +60,8 @@ class NodeAgent:
         self.fs_path = fs_path
         self.pleg_health = pleg_health
         self.clock = clock or REAL_CLOCK
-        self.lease_period = lease_period
+        self.lease_duration = lease_duration
+        self.lease_period = lease_duration * RENEW_INTERVAL_FRACTION
         self.status_period = status_period
         self.max_pods = max_pods
         self.eviction = eviction  # EvictionManager: pressure conditions, taints, hard-threshold reservation
@@ -175,7 +178,7 @@ class NodeAgent:
 
     async def renew_lease(self) -> None:
         now = _microtime(self.clock.now())
-        spec = {"holderIdentity": self.name, "leaseDurationSeconds": LEASE_DURATION, "renewTime": now}
+        spec = {"holderIdentity": self.name, "leaseDurationSeconds": self.lease_duration, "renewTime": now}
         try:
             await self.client.patch("leases", self.name, {"spec": spec}, namespace=LEASE_NAMESPACE)
         except ClientError as e:

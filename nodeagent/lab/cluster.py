@@ -29,6 +29,7 @@ import yaml
 from kernel.cgroups.tree import kill_tree, tree_dirs
 from kernel.fs import atomic_write
 from kernel.procs import alive as _alive
+from nodeagent.kubelet import config_file
 from nodeagent.lab.topology import API_PORT, POD_CLUSTER_CIDR, NodeSpec, Topology, topology
 from nodeagent.layout import Layout
 
@@ -179,6 +180,17 @@ def _wait(what: str, ok: Any, timeout: float, procs: dict[str, subprocess.Popen]
         time.sleep(0.3)
 
 
+KUBELET_CONFIG = "kubelet-config.yaml"  # in the lab dir: every agent's --config
+
+
+def kubelet_config(node_monitor_grace_period: float) -> dict[str, Any]:
+    """The agents' KubeletConfiguration: their node Lease lasts the server's grace period, so each renews it
+    4 times within it, as kube's defaults pair them (40 s and 40 s). The kubelet's default 10 s renewal
+    against a shorter grace lets a live node's heartbeat look older than the grace at a monitor pass."""
+    return {"apiVersion": config_file.API_VERSION, "kind": config_file.KIND,
+            "nodeLeaseDurationSeconds": max(1, int(node_monitor_grace_period))}
+
+
 def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: Sequence[str] = (),
        node_monitor_grace_period: float = 40.0, timeout: float = 180.0, server_args: Sequence[str] = (),
        agent_args: Sequence[str] = ()) -> Topology:
@@ -207,6 +219,7 @@ def up(lab_dir: str | Path, nodes: int = 2, network: str = "host-gw", images: Se
             state.add("cgroup_roots", layout.cgroup_root)
             for archive in images:
                 _sh(*py, "image", "--state-dir", layout.image_dir, "import", "--no-progress", archive)
+        atomic_write(lab / KUBELET_CONFIG, yaml.safe_dump(kubelet_config(node_monitor_grace_period)))
         procs: dict[str, subprocess.Popen] = {}
         logs: dict[str, Path] = {}
         first = topo.nodes[0]
@@ -242,11 +255,13 @@ def start_agent(topo: Topology, node: NodeSpec, agent_args: Sequence[str] = (),
     """The node's agent, joining with the server's join command (also to restart one that was stopped)."""
     state = state or State(Path(topo.lab_dir))
     join = Path(topo.server_dir, "join-command").read_text().split()
+    config = Path(topo.lab_dir, KUBELET_CONFIG)
     token, ca_hash = join[join.index("--token") + 1], join[join.index("--ca-cert-hash") + 1]
     return _start(state, node.name, node_command(node, [
         sys.executable, "-m", "nodeagent", "agent", "--server", topo.server_url, "--token", token,
         "--ca-cert-hash", ca_hash, "--data-dir", node.data_dir, "--node-name", node.name,
-        "--node-ip", node.address, *agent_args]), Path(node.data_dir, "agent.log"))
+        "--node-ip", node.address, *(("--config", str(config)) if config.exists() else ()), *agent_args]),
+        Path(node.data_dir, "agent.log"))
 
 
 def _kill_pid(pid: int, timeout: float) -> None:

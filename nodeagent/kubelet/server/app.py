@@ -24,7 +24,7 @@ from nodeagent.kubelet.labels import CONTAINER_NAME_LABEL, POD_UID_LABEL
 from nodeagent.kubelet.server import cadvisor, exposition, resource_metrics
 from nodeagent.kubelet.server import logs as logsmod
 from nodeagent.kubelet.server.auth import Authenticator
-from nodeagent.kubelet.server.metrics import KubeletMetrics
+from nodeagent.kubelet.server.metrics import KubeletMetrics, http_labels
 from nodeagent.kubelet.server.relay import relay
 from nodeagent.kubelet.server.stats import SummaryProvider, VolumeStats
 
@@ -137,22 +137,28 @@ class KubeletServer:
     # -- auth ------------------------------------------------------------------------------------------
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        long_running = request.path.startswith(("/exec", "/attach", "/portForward")) or \
-            _flag(request.query, "follow")
-        self.deps.metrics.http_requests.labels(request.method, request.path.split("/")[1] or "/", "readwrite",
-                                               str(long_running).lower()).inc()
-        if self.auth is not None:
-            peercert = request.transport.get_extra_info("peercert") if request.transport is not None else None
-            d = await self.auth.check(request.method, request.path,
-                                      request.headers.get("Authorization"), peercert)
-            if d.status == 401:
-                return web.Response(status=401, text="Unauthorized")
-            if d.status != 200:
-                return web.Response(status=d.status, text=d.reason)
+        server_type = "readwrite" if self.auth is not None else "readonly"
+        labels = http_labels(request.method, request.path, server_type)
+        self.deps.metrics.http_requests.labels(*labels).inc()
+        # in flight until the answer is done or the client has gone (aiohttp then cancels the handler)
+        inflight = self.deps.metrics.http_inflight.labels(*labels)
+        inflight.inc()
         try:
-            return await handler(request)
-        except StatusError as e:
-            return e.response
+            if self.auth is not None:
+                transport = request.transport
+                peercert = transport.get_extra_info("peercert") if transport is not None else None
+                d = await self.auth.check(request.method, request.path,
+                                          request.headers.get("Authorization"), peercert)
+                if d.status == 401:
+                    return web.Response(status=401, text="Unauthorized")
+                if d.status != 200:
+                    return web.Response(status=d.status, text=d.reason)
+            try:
+                return await handler(request)
+            except StatusError as e:
+                return e.response
+        finally:
+            inflight.dec()
 
     # -- simple endpoints ------------------------------------------------------------------------------
     async def _healthz(self, request: web.Request) -> web.Response:

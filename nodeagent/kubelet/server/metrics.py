@@ -78,6 +78,28 @@ class _VolumeStats:
         yield health
 
 
+# pkg/kubelet/server/server.go's labels of kubelet_http_requests_total and kubelet_http_inflight_requests:
+# `path` is the request's root path ("metrics/<x>" under /metrics) when it is one of the roots the kubelet
+# registers (with its default debugging handlers), else "other"; a method outside HTTP's is "other"; a
+# request is long-running by its root alone (a `logs -f` is not), and as there, "portforward" never equals
+# the "portForward" root.
+HTTP_PATHS = frozenset({"healthz", "pods", "stats", "metrics", "metrics/cadvisor", "metrics/probes",
+                        "metrics/resource", "run", "exec", "attach", "portForward", "containerLogs",
+                        "configz", "runningpods", "logs", "debug"})
+HTTP_METHODS = frozenset({"OPTIONS", "GET", "HEAD", "POST", "PUT", "DELETE", "TRACE", "CONNECT"})
+LONG_RUNNING_PATHS = frozenset({"exec", "attach", "portforward", "debug"})
+
+
+def http_labels(method: str, path: str, server_type: str) -> tuple[str, str, str, str]:
+    """(method, path, server_type, long_running) of one request to the kubelet API, as the kubelet
+    labels its HTTP metrics."""
+    parts = path.removeprefix("/").split("/", 2)
+    root = f"{parts[0]}/{parts[1]}" if parts[0] == "metrics" and len(parts) > 1 else parts[0]
+    bucket = root if root in HTTP_PATHS else "other"
+    return (method if method in HTTP_METHODS else "other", bucket, server_type,
+            str(bucket in LONG_RUNNING_PATHS).lower())
+
+
 # pkg/volume/util/metrics.go's csiOperationsLatencyMetric buckets
 CSI_BUCKETS = (.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600)
 
@@ -108,6 +130,8 @@ class KubeletMetrics:
                                      "Number of the http requests received since the "
                                      "server started", ["method", "path", "server_type", "long_running"],
                                      registry=r)
+        self.http_inflight = Gauge("kubelet_http_inflight_requests", "Number of the inflight http requests",
+                                   ["method", "path", "server_type", "long_running"], registry=r)
         self.csi_operations = Histogram("csi_operations_seconds",
                                         "Container Storage Interface operation duration with gRPC error code "
                                         "status total", ["driver_name", "method_name", "grpc_status_code",

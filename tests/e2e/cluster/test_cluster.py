@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -132,9 +133,12 @@ def test_a_node_whose_agent_stops_goes_notready_and_its_pods_move(lab):
     def not_ready():
         conds = {c["type"]: c["status"] for c in lab.get("node", "node3")["status"]["conditions"]}
         return conds.get("Ready") != "True"
-    lab.wait("node3 NotReady", not_ready, 90)
-    after = lab.running("app=survivor", 2, timeout=120,
-                        where=lambda p: p["spec"].get("nodeName") not in (None, "node3"))
+    try:
+        lab.wait("node3 NotReady", not_ready, 90)
+        after = lab.running("app=survivor", 2, timeout=120,
+                            where=lambda p: p["spec"].get("nodeName") not in (None, "node3"))
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{_survivor_state(lab)}") from None
     assert all(p["spec"]["nodeName"] in ("node1", "node2") for p in after)
     assert len(lab.pods("app=survivor")) >= 2
     old = {p["metadata"]["uid"] for p in before}
@@ -145,3 +149,35 @@ def test_a_node_whose_agent_stops_goes_notready_and_its_pods_move(lab):
             assert p["metadata"].get("deletionTimestamp"), p["metadata"]["name"]
     taints = {t["key"] for t in lab.get("node", "node3")["spec"].get("taints") or []}
     assert "node.kubernetes.io/unreachable" in taints
+
+
+def _survivor_state(lab) -> str:
+    """What a failure of the node-failure test needs to say: each survivor pod's node, phase, conditions
+    and events, node3's taints and conditions (and every node's Ready), the ReplicaSet's counts and the
+    server's lines about them."""
+    out = []
+    for p in lab.pods("app=survivor"):
+        m, st = p["metadata"], p.get("status") or {}
+        out.append(f"pod {m['name']} node={p['spec'].get('nodeName')} phase={st.get('phase')} "
+                   f"deleted={m.get('deletionTimestamp')} ip={st.get('podIP')}")
+        out += [f"  condition {c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}"
+                for c in st.get("conditions") or []]
+        out += [f"  container {c.get('name')} ready={c.get('ready')} state={c.get('state')}"
+                for c in st.get("containerStatuses") or []]
+        events = lab.get("events", "--field-selector", f"involvedObject.uid={m['uid']}")["items"]
+        out += [f"  event {ev.get('type')} {ev.get('reason')} {ev.get('source', {}).get('component', '')}: "
+                f"{ev.get('message')}" for ev in events]
+    for node in lab.get("nodes")["items"]:  # node3's, and whether a live node was ever taken for dead
+        name = node["metadata"]["name"]
+        out.append(f"{name} taints {node['spec'].get('taints')}")
+        out += [f"{name} condition {c.get('type')}={c.get('status')} {c.get('reason', '')} "
+                f"{c.get('lastTransitionTime', '')}" for c in node["status"].get("conditions") or []
+                if name == "node3" or c.get("type") == "Ready"]
+    for rs in lab.get("replicasets", "-l", "app=survivor")["items"]:
+        out.append(f"replicaset {rs['metadata']['name']} status {rs.get('status')}")
+    log = Path(lab.topo.server_dir, "server.log")
+    if log.exists():
+        lines = [line for line in log.read_text(errors="replace").splitlines()
+                 if "survivor" in line or "node3" in line or "Ready is now" in line]
+        out += ["server log:", *lines[-60:]]
+    return "\n".join(out)

@@ -31,7 +31,7 @@ def make(n_nodes, zone_of=lambda i: "z1", **opts):
     inf = FakeInformers()
     client = FakeClient(inf)
     rec = FakeRecorder()
-    o = ControllerOptions(clock=clock, node_monitor_grace_period=40, **opts)
+    o = ControllerOptions(clock=clock, **{"node_monitor_grace_period": 40, **opts})
     ctl = NodeLifecycleController(client, inf, rec, o)
     for i in range(n_nodes):
         inf.get("nodes").put(node(f"n{i}", zone_of(i)))
@@ -239,3 +239,28 @@ async def test_podgc_waits_out_the_quarantine_before_deleting_orphans():
     clock.advance(15)
     assert await ctl.gc_once() == 1  # 45 s missing and confirmed by a live GET
     assert {p["metadata"]["name"] for p in inf.get("pods").list()} == {"early", "fine"}
+
+
+@pytest.mark.parametrize("lease_duration,flagged", [(40, True), (8, False)])
+async def test_a_live_node_stays_ready_only_when_it_renews_well_within_the_grace(lease_duration, flagged):
+    """A grace period of 8 s (the 3-node lab's) against the kubelet's default 40 s Lease, renewed every 10 s:
+    a renewal that lands just after a monitor pass is seen 10 s after the one before, past the grace, so a
+    live node goes Unknown (and its pods' short NoExecute tolerations run out). With the Lease lasting the
+    grace, renewed every quarter of it (kubelet's renewIntervalFraction), it never does."""
+    from nodeagent.kubelet.node import RENEW_INTERVAL_FRACTION
+
+    ctl, inf, client, rec, clock = make(1, node_monitor_grace_period=8)
+    renew_every = lease_duration * RENEW_INTERVAL_FRACTION + 0.05  # + the renewal's own time
+    monitor_every = 5 + 0.01  # --node-monitor-period + a pass's own time
+    next_renew, next_monitor, end = 0.0, 0.02, clock.monotonic() + 1800
+    start = clock.monotonic()
+    while clock.monotonic() < end and not rec.events:
+        due = min(next_renew, next_monitor)
+        clock.advance(start + due - clock.monotonic())
+        if due == next_renew:
+            heartbeat(inf, ["n0"], clock)
+            next_renew += renew_every
+        else:
+            await ctl.monitor_once()
+            next_monitor += monitor_every
+    assert bool(rec.events) == flagged, rec.events

@@ -26,7 +26,8 @@ def test_file_fields_become_the_kubelet_config(tmp_path):
               systemReserved={"memory": "100Mi"}, imageGCHighThresholdPercent=70,
               imageGCLowThresholdPercent=60,
               imageMaximumGCAge="24h", cpuManagerPolicy="static", reservedSystemCPUs="0", maxPods=40,
-              enforceNodeAllocatable=["pods"], clusterDNS=["10.96.0.53"], syncFrequency="30s")
+              enforceNodeAllocatable=["pods"], clusterDNS=["10.96.0.53"], syncFrequency="30s",
+              nodeLeaseDurationSeconds=8)
     for make in (_up, _agent):
         k = make(tmp_path, "--config", f).kubelet
         assert {(t.signal, str(t.value), t.grace_period) for t in k.thresholds()} == {
@@ -36,6 +37,7 @@ def test_file_fields_become_the_kubelet_config(tmp_path):
         assert k.image_gc_policy().max_age == 86400 and k.image_gc_policy().high_threshold == 70
         assert k.cpu_manager_policy == "static" and k.reserved_cpu_set() == {0} and k.max_pods == 40
         assert k.cluster_dns == ("10.96.0.53",) and k.resync == 30
+        assert k.node_lease_duration == 8
 
 
 def test_flags_given_override_the_file(tmp_path):
@@ -52,6 +54,7 @@ def test_flags_given_override_the_file(tmp_path):
     ({"featureGates": {"X": True}}, 'field "featureGates" is not implemented by nodeagent'),
     ({"maxPods": "many"}, 'field "maxPods": expected an integer'),
     ({"imageMinimumGCAge": "later"}, 'field "imageMinimumGCAge"'),
+    ({"nodeLeaseDurationSeconds": 0}, "nodeLeaseDurationSeconds must be greater than 0"),
 ])
 def test_bad_files_are_refused_with_the_field(tmp_path, fields, says):
     with pytest.raises(SystemExit, match=says):

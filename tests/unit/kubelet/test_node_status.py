@@ -96,3 +96,25 @@ async def test_network_errors_hold_pods_until_the_runtime_network_is_ready(tmp_p
         assert await node.network_errors() == []
         await node._runtime_errors()
         assert await node.network_errors() == errors
+
+
+async def test_the_lease_is_renewed_every_quarter_of_its_duration(tmp_path):
+    """nodeLeaseDurationSeconds (40 by default) is the Lease's leaseDurationSeconds; kubelet renews it 4 times
+    within it."""
+    from nodeagent.kubelet.node import NodeAgent
+    from nodeagent.testing.clock import FakeClock
+
+    class Client:
+        def __init__(self) -> None:
+            self.patches: list[dict] = []
+
+        async def patch(self, resource, name, body, namespace=None):
+            self.patches.append(body)
+
+    for duration, period in ((40, 10.0), (8, 2.0)):
+        client = Client()
+        node = NodeAgent(client, None, "n", str(tmp_path), lambda: (True, ""), FakeClock(),  # type: ignore[arg-type]
+                         addresses=["10.0.0.1"], lease_duration=duration)
+        await node.renew_lease()
+        assert client.patches[0]["spec"]["leaseDurationSeconds"] == duration
+        assert node.lease_period == period

@@ -194,3 +194,34 @@ async def test_inter_pod_affinity_counts_kept_across_a_run_are_a_fresh_walks():
     assert checked > 80
     assert sum(1 for n in fresh if n is None) > 0 and sum(1 for n in fresh if n) > 10
     assert kept == fresh
+
+
+async def test_a_node_taken_for_dead_between_two_pods_of_one_shape_gets_none_of_the_second():
+    """The 3-node lab's node-failure test, scheduler side: pods that tolerate the unreachable NoExecute taint
+    for a while were placed on n2 while n0 and n1 were cordoned (the memo keeps n2 feasible for their shape);
+    n0 and n1 are uncordoned, n2 goes Ready=Unknown, first without its taints (the scheduler derives
+    unreachable:NoSchedule from the condition), then with them: the replacements of that shape land on n0 or
+    n1, never on n2, whose NoSchedule taint they do not tolerate."""
+    tolerate = [{"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}
+                for k in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
+    unknown = [{"type": "Ready", "status": "Unknown"}]
+    unreachable = [{"key": "node.kubernetes.io/unreachable", "effect": effect} for effect in
+                   ("NoExecute", "NoSchedule")]
+    for node3_then in ({"conditions": unknown}, {"conditions": unknown, "taints": unreachable}):
+        cluster = FakeCluster()
+        s = Scheduler(SchedulerConfig(), cluster.api(), clock=FakeClock(), rng=random.Random(3))
+        cluster.subscribe(s)
+        for i in range(2):
+            cluster.add_node(_node(i, unschedulable=True))
+        cluster.add_node(_node(2, cpu="16"))  # the roomiest: the scores alone would pick it
+        for i in range(2):
+            cluster.add_pod(make_pod(f"old{i}", tolerations=tolerate))
+        await s.drain()
+        assert {cluster.node_of(f"old{i}") for i in range(2)} == {"n2"}
+        for i in range(2):
+            cluster.update_node(_node(i))
+        cluster.update_node(_node(2, cpu="16", **node3_then))
+        for i in range(4):
+            cluster.add_pod(make_pod(f"new{i}", tolerations=tolerate))
+            await s.drain()
+        assert {cluster.node_of(f"new{i}") for i in range(4)} <= {"n0", "n1"}, node3_then
