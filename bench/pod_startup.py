@@ -861,6 +861,12 @@ def main(argv: list[str] | None = None) -> int:
             r["burst_requests"].get(("patch", "pods", "status"), 0) / a.burst))
         row(f"burst of {a.burst}: API requests/pod", lambda r: "{:.1f}".format(
             sum(r["burst_requests"].values()) / a.burst))
+        req_kinds = sorted({k for r in results.values() for k, v in r.get("burst_requests", {}).items()
+                        if v >= 0.1 * a.burst})
+        for kind in req_kinds:  # which requests: those made at least once per ten pods
+            verb, res, sub = kind
+            row(f"  {verb} {res}{'/' + sub if sub else ''}/pod"[:40], lambda r, kind=kind: "{:.2f}".format(
+                r.get("burst_requests", {}).get(kind, 0) / a.burst))
         keys = list(dict.fromkeys(k for r in results.values() for k in r.get("burst_cpu", {})))
         for key in keys:
             row(f"burst CPU ms/pod: {key}"[:40], lambda r, key=key: "{:.1f}".format(

@@ -17,6 +17,8 @@ import signal
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from kernel.ordered_executor import OrderedExecutor
+
 log = logging.getLogger("nodeagent.runner")
 
 STOP_REPORT_EVERY = 5.0  # seconds between reports of components that have not stopped yet
@@ -46,6 +48,7 @@ async def run_components(components: list[Component], configs: Mapping[str, Any]
     """Start every component that exists with its config (`configs[name]`), report the missing ones, run
     until SIGINT/SIGTERM, then stop them in reverse dependency order (`stop_order`)."""
     loop = asyncio.get_running_loop()
+    loop.set_default_executor(OrderedExecutor())  # blocking work of the kubelet's pods oldest pod first
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kernel.ordered_executor import AFTER_STARTS, WORK_ORDER
 from nodeagent.clock import REAL_CLOCK, Clock
 
 log = logging.getLogger("nodeagent.kubelet.workers")
@@ -28,8 +30,9 @@ class Phase(enum.StrEnum):
 
 
 class _Worker:
-    def __init__(self, pod: dict[str, Any]) -> None:
+    def __init__(self, pod: dict[str, Any], order: int) -> None:
         self.pod = pod  # the latest desired pod (the coalescing slot)
+        self.order = order  # when this worker first saw the pod, among all pods: its thread work's rank
         self.wake = asyncio.Event()
         self.phase = Phase.SYNC
         self.removed = False  # gone from every source: terminate even without a deletionTimestamp
@@ -50,6 +53,7 @@ class PodWorkers:
         self.retry = retry
         self.workers: dict[str, _Worker] = {}
         self.finished: set[str] = set()  # terminated pods: later updates about them are ignored
+        self._arrivals = itertools.count()
 
     # -- public predicates (pod_workers.go's IsPodTerminationRequested & co) ----------------------
     def phase(self, uid: str) -> Phase | None:
@@ -71,7 +75,7 @@ class PodWorkers:
             return
         w = self.workers.get(uid)
         if w is None:
-            w = self.workers[uid] = _Worker(pod)
+            w = self.workers[uid] = _Worker(pod, next(self._arrivals))
             w.task = self.tg.create_task(self._run(uid, w), name=f"pod-{uid[:8]}")
         else:
             w.pod = pod
@@ -117,6 +121,7 @@ class PodWorkers:
                 if w.removed or pod["metadata"].get("deletionTimestamp"):
                     w.phase = Phase.TERMINATING
                     w.terminating_at = self.clock.now()
+                    WORK_ORDER.set(w.order)
                     try:
                         await self._terminate(pod)
                     except Exception:
@@ -127,6 +132,11 @@ class PodWorkers:
                     w.terminated_at = self.clock.now()
                     self.finished.add(uid)
                     return
+                # the pod's blocking work in the default executor (the runtime's, the CNI's, its volumes') is
+                # taken in the pods' arrival order until its first sync has gone through, and behind every
+                # start after that: in a burst pods finish in about the order they came instead of all
+                # together at the end, and the later syncs of those running do not hold up the starts
+                WORK_ORDER.set(w.order if w.synced_at is None else AFTER_STARTS + w.order)
                 try:
                     nxt = await self._sync(pod)
                     w.synced_at = self.clock.now()

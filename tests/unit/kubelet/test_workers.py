@@ -133,3 +133,29 @@ def test_only_spec_or_metadata_changes_are_desired_changes():
     deleting = {**old, "metadata": {**old["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
     assert _desired_changed(old, deleting)
     assert _desired_changed(old, {**old, "spec": {"x": 2}})
+
+
+async def test_a_pods_blocking_work_is_ranked_by_its_arrival_until_it_has_started_then_behind_every_start():
+    from kernel.ordered_executor import AFTER_STARTS, WORK_ORDER
+
+    seen: dict[str, list[int | None]] = {}
+
+    async def sync(pod):
+        seen.setdefault(pod["metadata"]["uid"], []).append(WORK_ORDER.get())
+        return None
+
+    async def terminate(pod):
+        seen.setdefault(pod["metadata"]["uid"], []).append(WORK_ORDER.get())
+
+    async with asyncio.TaskGroup() as tg:
+        w = PodWorkers(tg, sync, terminate, resync=3600)
+        for uid in ("a", "b", "c"):
+            w.update(_pod(uid))
+        await asyncio.sleep(0.02)
+        w.poke("b")  # a later sync (PLEG's event after the start)
+        await asyncio.sleep(0.02)
+        w.update(_pod("c", deleting=True))
+        await asyncio.sleep(0.02)
+        assert seen == {"a": [0], "b": [1, AFTER_STARTS + 1], "c": [2, 2]}
+        assert WORK_ORDER.get() is None  # set in each pod's own task only
+        await w.stop()
