@@ -78,12 +78,10 @@ class OrderedExecutor(concurrent.futures.ThreadPoolExecutor):
             if not f.set_running_or_notify_cancel():
                 continue
             try:
-                result = fn(*args, **kwargs)
+                f.set_result(fn(*args, **kwargs))
             except BaseException as e:  # as ThreadPoolExecutor: the caller gets it through the future
                 f.set_exception(e)
-            else:
-                f.set_result(result)
-            del f, fn, args, kwargs  # nothing of a finished call kept alive while waiting for the next
+            del f, fn, args, kwargs  # nothing of a finished call (its result too) kept while waiting
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._cv:
